@@ -1,0 +1,205 @@
+// Asynchronous, checksummed, compressed checkpoints of sharded tensor state.
+//
+//   auto cp = ckpt::Checkpointer::Open({.uri = "/nvme/ckpt", .rank = r,
+//                                       .world_size = n});
+//   ckpt::State state;
+//   state.AddShard(spec, box, ptr);
+//   auto handle = (*cp)->Save(step, state);   // returns after staging
+//   ...train...
+//   handle->Wait();                            // committed (or an error)
+//   (*cp)->Load(state);                        // latest committed step
+#ifndef CKPT_CHECKPOINTER_H_
+#define CKPT_CHECKPOINTER_H_
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "ckpt/mesh.h"
+#include "ckpt/state.h"
+#include "ckpt/storage.h"
+
+namespace ckpt {
+
+/// Block codec. The numeric values are part of the on-disk format.
+enum class Codec : uint8_t {
+  kNone = 0,         ///< stored as is
+  kZstd = 1,         ///< Zstandard over the whole block
+  kShuffleZstd = 2,  ///< byte planes by element width, each zstd or raw
+};
+std::string_view CodecName(Codec codec);
+std::optional<Codec> ParseCodec(std::string_view name);
+
+/// Which steps survive after a new one commits. Zero values disable a rule;
+/// with both zero every step is kept.
+struct RetentionPolicy {
+  int keep_last = 0;       ///< keep the newest k committed steps
+  int64_t keep_every = 0;  ///< also keep steps that are multiples of n
+};
+
+/// Staging memory and background threads. One engine may serve several
+/// Checkpointers (ranks) of a process; it is thread-safe.
+struct SaveEngineOptions {
+  size_t staging_bytes = size_t{256} << 20;  ///< arena budget
+  size_t block_size = size_t{4} << 20;       ///< raw bytes per block
+  int worker_threads = 0;                    ///< 0: min(4, hardware threads)
+};
+class SaveEngine;
+absl::StatusOr<std::shared_ptr<SaveEngine>> CreateSaveEngine(
+    const SaveEngineOptions& options);
+
+struct CheckpointerOptions {
+  /// Root of the checkpoints: a path or a storage URI.
+  std::string uri;
+  /// Use this storage instead of opening `uri`.
+  std::shared_ptr<Storage> storage;
+  int rank = 0;
+  int world_size = 1;
+  Codec codec = Codec::kNone;
+  int zstd_level = 1;
+  /// Engine settings, used when `engine` is null.
+  SaveEngineOptions engine_options;
+  std::shared_ptr<SaveEngine> engine;
+  RetentionPolicy retention;
+  /// How long the leader waits for every rank's report before aborting.
+  double commit_timeout_s = 600;
+  /// Recorded in the manifest (the mesh the state was saved from).
+  std::optional<Mesh> mesh;
+  /// Ask the storage for O_DIRECT writes (falls back where refused).
+  bool direct_io = true;
+};
+
+/// Measured costs of one save, for the interval optimiser.
+struct SaveStats {
+  int64_t step = 0;
+  double stall_s = 0;   ///< time Save blocked the caller
+  double write_s = 0;   ///< Save start until this rank's data was durable
+  double commit_s = 0;  ///< Save start until the step was committed
+  int64_t bytes_logical = 0;  ///< tensor and blob bytes
+  int64_t bytes_stored = 0;   ///< after compression
+  int64_t bytes_written = 0;  ///< file bytes including framing and index
+  int64_t blocks = 0;
+};
+
+struct SaveProgress {
+  int64_t blocks_total = 0;
+  int64_t blocks_written = 0;
+  int64_t bytes_staged = 0;
+  int64_t bytes_written = 0;
+};
+
+/// Tracks one asynchronous save. Thread-safe; copies share state.
+class SaveHandle {
+ public:
+  struct Shared;
+  explicit SaveHandle(std::shared_ptr<Shared> shared);
+
+  int64_t step() const;
+  /// Blocks until the step is committed (or failed). On a non-leader rank it
+  /// waits for the leader's outcome.
+  absl::Status Wait() const;
+  /// Blocks until this rank's data is durable (its part of the two-phase
+  /// commit), or failed.
+  absl::Status WaitDurable() const;
+  /// Wait with a time limit; DeadlineExceeded when still running.
+  absl::Status WaitFor(double seconds) const;
+  bool Done() const;
+  SaveProgress Progress() const;
+  /// Final once Done().
+  SaveStats Stats() const;
+
+ private:
+  std::shared_ptr<Shared> shared_;
+};
+
+struct SaveOptions {
+  /// Key/value pairs recorded in the manifest.
+  std::map<std::string, std::string> metadata;
+};
+
+struct LoadOptions {
+  int worker_threads = 0;                       ///< 0: min(4, hardware)
+  size_t read_buffer_bytes = size_t{128} << 20;  ///< in-flight read memory
+  /// Tensors of the target that the checkpoint lacks are skipped instead of
+  /// failing the load.
+  bool allow_missing = false;
+};
+
+struct LoadStats {
+  int64_t step = 0;
+  int64_t bytes_read = 0;     ///< stored bytes read from storage
+  int64_t bytes_decoded = 0;  ///< raw bytes of the blocks read
+  int64_t bytes_needed = 0;   ///< raw bytes the target asked for
+  int64_t blocks_read = 0;
+  double seconds = 0;
+  /// bytes_decoded / bytes_needed (1.0 when nothing was needed).
+  double ReadAmplification() const;
+};
+
+/// A step found under the root.
+struct StepInfo {
+  int64_t step = 0;
+  bool committed = false;  ///< has a valid manifest
+  int64_t bytes = 0;       ///< sum of file sizes
+  int64_t created_unix_ns = 0;
+};
+
+/// The result of a garbage-collection pass.
+struct GcReport {
+  std::vector<int64_t> removed_steps;     ///< committed steps past retention
+  std::vector<int64_t> removed_partial;   ///< uncommitted leftovers
+  int64_t bytes_freed = 0;
+};
+
+constexpr int64_t kLatestStep = -1;
+
+/// One rank's view of a checkpoint root. Thread-safe; Save calls are
+/// serialized (a Save waits until the previous one has left the staging
+/// arena).
+class Checkpointer {
+ public:
+  static absl::StatusOr<std::unique_ptr<Checkpointer>> Open(
+      CheckpointerOptions options);
+  ~Checkpointer();
+
+  /// Copies `state` into the staging arena and returns; the rest happens in
+  /// the background. Fails fast on invalid input (bad boxes, a step that is
+  /// already committed); later failures arrive through the handle.
+  absl::StatusOr<SaveHandle> Save(int64_t step, const State& state,
+                                  const SaveOptions& options = {});
+
+  /// Fills the target's shards and blobs from `step` (kLatestStep: the
+  /// latest committed). The target may be cut differently from the save.
+  absl::StatusOr<LoadStats> Load(const State& target,
+                                 int64_t step = kLatestStep,
+                                 const LoadOptions& options = {});
+
+  /// Latest committed step; NotFound when there is none.
+  absl::StatusOr<int64_t> LatestStep();
+  absl::StatusOr<std::vector<StepInfo>> ListSteps();
+
+  /// Applies retention and removes uncommitted leftovers older than the
+  /// latest committed step. With `dry_run` only reports.
+  absl::StatusOr<GcReport> CollectGarbage(bool dry_run = false);
+
+  /// Waits for every save this checkpointer started.
+  absl::Status WaitAll();
+
+  Storage& storage();
+  const CheckpointerOptions& options() const;
+
+  class Impl;
+
+ private:
+  explicit Checkpointer(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace ckpt
+
+#endif  // CKPT_CHECKPOINTER_H_

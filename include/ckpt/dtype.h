@@ -1,0 +1,46 @@
+// Element types of checkpointed tensors.
+#ifndef CKPT_DTYPE_H_
+#define CKPT_DTYPE_H_
+
+#include <cstddef>
+#include <cstdint>
+#include <optional>
+#include <string_view>
+
+namespace ckpt {
+
+/// Element type of a tensor. The numeric values are part of the on-disk
+/// format (docs/format.md) and never change.
+enum class DType : uint8_t {
+  kF64 = 1,
+  kF32 = 2,
+  kF16 = 3,
+  kBF16 = 4,
+  kF8E4M3 = 5,
+  kF8E5M2 = 6,
+  kI64 = 7,
+  kI32 = 8,
+  kI16 = 9,
+  kI8 = 10,
+  kU8 = 11,
+  kBool = 12,
+};
+
+/// Size of one element in bytes; 0 for a value that is not a known DType.
+size_t DTypeSize(DType dtype);
+
+/// Canonical lower-case name ("f32", "bf16", "f8e4m3", ...).
+std::string_view DTypeName(DType dtype);
+
+/// Parses a canonical name or a common alias ("float32", "bfloat16", "int64").
+std::optional<DType> ParseDType(std::string_view name);
+
+/// True for a value that names a DType.
+bool IsValidDType(uint8_t raw);
+
+/// True for IEEE-like floating-point types (f64, f32, f16, bf16, fp8).
+bool IsFloatingPoint(DType dtype);
+
+}  // namespace ckpt
+
+#endif  // CKPT_DTYPE_H_

@@ -1,0 +1,81 @@
+// The set of shards and blobs one rank hands to Save, or wants filled by Load.
+#ifndef CKPT_STATE_H_
+#define CKPT_STATE_H_
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "ckpt/tensor.h"
+
+namespace ckpt {
+
+/// A rank's piece of a global tensor, backed by host memory the caller owns.
+///
+/// `strides` are in elements, one per dimension of `box`; empty means
+/// row-major contiguous. For Save the memory is only read, and only during
+/// the Save call (it is copied to the staging arena before Save returns). For
+/// Load it is written, and must stay valid until Load returns.
+struct Shard {
+  TensorSpec spec;
+  Box box;
+  void* data = nullptr;
+  std::vector<int64_t> strides;
+
+  bool Contiguous() const;
+  /// Bytes the box holds when packed row-major.
+  int64_t PackedBytes() const;
+};
+
+/// Visibility of a blob: one per rank, or one for the whole job.
+enum class BlobScope : uint8_t { kRank = 0, kGlobal = 1 };
+
+/// A named opaque byte string (RNG state, data-loader position, config).
+struct Blob {
+  std::string name;
+  BlobScope scope = BlobScope::kRank;
+  /// Save: bytes to store (read during Save only).
+  const void* data = nullptr;
+  size_t size = 0;
+  /// Load: where to put the bytes. Per-rank blobs come from `source_rank`
+  /// (-1 means the loading rank).
+  std::string* out = nullptr;
+  int source_rank = -1;
+};
+
+/// An ordered collection of shards and blobs. Not thread-safe; cheap to
+/// build per call, holds no tensor memory itself.
+class State {
+ public:
+  /// Adds a shard. Fails (InvalidArgument, naming the tensor) when the box
+  /// does not fit the shape, strides have the wrong rank, data is null for a
+  /// non-empty box, or the same tensor already has an overlapping shard.
+  absl::Status AddShard(const TensorSpec& spec, const Box& box, void* data,
+                        std::vector<int64_t> strides = {});
+  /// Convenience: the whole tensor, contiguous.
+  absl::Status AddTensor(const TensorSpec& spec, void* data);
+
+  /// Adds a blob to save.
+  absl::Status AddBlob(std::string name, const void* data, size_t size,
+                       BlobScope scope = BlobScope::kRank);
+  /// Asks Load to fill `out` with a blob.
+  absl::Status AddBlobOut(std::string name, std::string* out,
+                          BlobScope scope = BlobScope::kRank,
+                          int source_rank = -1);
+
+  const std::vector<Shard>& shards() const { return shards_; }
+  const std::vector<Blob>& blobs() const { return blobs_; }
+  bool empty() const { return shards_.empty() && blobs_.empty(); }
+  /// Sum of PackedBytes over shards plus blob sizes.
+  int64_t LogicalBytes() const;
+
+ private:
+  std::vector<Shard> shards_;
+  std::vector<Blob> blobs_;
+};
+
+}  // namespace ckpt
+
+#endif  // CKPT_STATE_H_

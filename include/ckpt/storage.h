@@ -1,0 +1,173 @@
+// The one storage abstraction: an asynchronous byte-object store.
+//
+// The save and load pipelines talk only to this interface; backends know
+// nothing about tensors. Paths are relative to the storage root and use '/'.
+// Backends are chosen by URI scheme ("file://", "mem://"); a plain path means
+// "file://". See docs/plugins.md for writing one.
+#ifndef CKPT_STORAGE_H_
+#define CKPT_STORAGE_H_
+
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "absl/functional/any_invocable.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/types/span.h"
+
+namespace ckpt {
+
+/// What a backend can do, as reported by `ckpt plugins`.
+struct StorageCaps {
+  std::string engine;             ///< "io_uring", "threads", "memory", ...
+  bool direct_io = false;         ///< writes bypass the page cache
+  bool atomic_rename = false;     ///< PutAtomic is a rename on one filesystem
+  bool ranged_reads = true;       ///< ReadAt reads only the requested range
+  bool registered_buffers = false;  ///< RegisterBuffers avoids per-I/O mapping
+  bool durable = true;            ///< Finish/PutAtomic survive power loss
+};
+
+/// Completion callback of an asynchronous I/O. Runs exactly once, on a
+/// backend thread or inline before the submitting call returns; it must be
+/// short and must not call back into the file that issued it.
+using IoCallback = absl::AnyInvocable<void(absl::Status) &&>;
+
+/// A file being written.
+///
+/// Thread-safety: WriteAsync may be called from several threads at once;
+/// Drain and Finish must not run concurrently with WriteAsync. Callbacks run
+/// on backend threads (or inline) and must not block on other writes.
+class WritableFile {
+ public:
+  virtual ~WritableFile() = default;
+
+  /// Queues a write of `data` at `offset`. The memory must stay valid and
+  /// unmodified until `done` runs. Blocks while the backend queue is full.
+  /// When alignment() > 1, offset, size and address must be multiples of it.
+  virtual void WriteAsync(uint64_t offset, absl::Span<const std::byte> data,
+                          IoCallback done) = 0;
+
+  /// Waits until every queued write has completed; returns the first error.
+  virtual absl::Status Drain() = 0;
+
+  /// Drains, sets the file length to `final_size` (dropping alignment
+  /// padding), makes data and length durable, and closes. After a failure
+  /// the file content is unspecified; the caller removes it.
+  virtual absl::Status Finish(uint64_t final_size) = 0;
+
+  /// Required alignment of WriteAsync offsets, sizes and addresses (1: none).
+  virtual size_t alignment() const = 0;
+
+  virtual const std::string& path() const = 0;
+};
+
+/// A file open for reading. Thread-safe: every method may be called
+/// concurrently.
+class ReadableFile {
+ public:
+  virtual ~ReadableFile() = default;
+
+  virtual uint64_t size() const = 0;
+
+  /// Reads exactly dst.size() bytes at `offset`. A range past the end of the
+  /// file is an OutOfRange error that says "truncated" and gives the offset.
+  virtual absl::Status ReadAt(uint64_t offset, absl::Span<std::byte> dst) = 0;
+
+  /// Asynchronous ReadAt; `dst` must stay valid until `done` runs.
+  virtual void ReadAsync(uint64_t offset, absl::Span<std::byte> dst,
+                         IoCallback done) = 0;
+
+  /// When offset, size and address are multiples of this, the backend may
+  /// bypass caches (O_DIRECT). 0 when it never does.
+  virtual size_t direct_alignment() const = 0;
+
+  virtual const std::string& path() const = 0;
+};
+
+struct WriteOptions {
+  /// Try to bypass the page cache; silently buffered where unsupported.
+  bool direct = true;
+};
+
+/// An entry of List().
+struct DirEntry {
+  std::string name;
+  bool is_dir = false;
+};
+
+/// An asynchronous byte-object store rooted at one location.
+/// Thread-safety: every method may be called concurrently.
+class Storage {
+ public:
+  virtual ~Storage() = default;
+
+  /// The URI this storage was opened with (normalized).
+  virtual std::string uri() const = 0;
+  virtual StorageCaps caps() const = 0;
+
+  /// Creates (or truncates) a file, creating parent directories.
+  virtual absl::StatusOr<std::unique_ptr<WritableFile>> OpenWritable(
+      std::string_view path, const WriteOptions& options = {}) = 0;
+
+  /// Opens an existing file. NotFound when it does not exist.
+  virtual absl::StatusOr<std::unique_ptr<ReadableFile>> OpenReadable(
+      std::string_view path) = 0;
+
+  /// Replaces `path` with `data` atomically and durably: readers see the old
+  /// content or the whole new content, never a mix, also after power loss.
+  virtual absl::Status PutAtomic(std::string_view path,
+                                 absl::Span<const std::byte> data) = 0;
+
+  /// Reads a whole (small) file.
+  virtual absl::StatusOr<std::string> GetAll(std::string_view path);
+
+  /// Size of a file; NotFound when absent.
+  virtual absl::StatusOr<uint64_t> FileSize(std::string_view path) = 0;
+
+  /// Entries of a directory ("" is the root), sorted by name. NotFound when
+  /// the directory does not exist.
+  virtual absl::StatusOr<std::vector<DirEntry>> List(std::string_view dir) = 0;
+
+  /// Removes one file. NotFound when absent.
+  virtual absl::Status Remove(std::string_view path) = 0;
+
+  /// Removes a directory and everything below it; OK when absent.
+  virtual absl::Status RemoveAll(std::string_view dir) = 0;
+
+  /// Makes the directory's entries (creations, renames, removals) durable.
+  virtual absl::Status SyncDir(std::string_view dir) = 0;
+
+  /// Hints that I/O will use these memory regions, so the backend may pin
+  /// them once (io_uring fixed buffers). Returns a token for
+  /// UnregisterBuffers; 0 when the backend ignores the hint. Regions must
+  /// stay valid until unregistered and no I/O on them is in flight then.
+  virtual uint64_t RegisterBuffers(
+      const std::vector<absl::Span<std::byte>>& regions) {
+    return 0;
+  }
+  virtual void UnregisterBuffers(uint64_t token) {}
+};
+
+/// Creates a storage for a URI whose scheme it was registered under.
+using StorageFactory =
+    std::function<absl::StatusOr<std::shared_ptr<Storage>>(std::string_view uri)>;
+
+/// Registers a backend for `scheme` ("file", "mem", ...). Returns false when
+/// the scheme is taken. Thread-safe.
+bool RegisterStorageScheme(const std::string& scheme, StorageFactory factory);
+
+/// Schemes currently registered, sorted.
+std::vector<std::string> RegisteredStorageSchemes();
+
+/// Opens storage for `uri`: "scheme://rest"; a plain path means file://.
+/// Options ride in the query ("file:///data/ckpt?direct=0&engine=threads").
+absl::StatusOr<std::shared_ptr<Storage>> OpenStorage(std::string_view uri);
+
+}  // namespace ckpt
+
+#endif  // CKPT_STORAGE_H_

@@ -1,0 +1,67 @@
+// A deterministic synthetic training state: every element is a pure function
+// of (seed, tensor name, global index), so a restore onto any mesh can be
+// checked exactly without the original.
+#ifndef CKPT_SYNTHETIC_H_
+#define CKPT_SYNTHETIC_H_
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "ckpt/mesh.h"
+#include "ckpt/tensor.h"
+
+namespace ckpt {
+
+struct SyntheticOptions {
+  int64_t params = 1 << 20;      ///< approximate parameter count
+  DType dtype = DType::kBF16;    ///< parameter dtype
+  bool adam = false;             ///< add fp32 exp_avg / exp_avg_sq and a step
+  bool zero = false;             ///< shard optimizer state over dp (ZeRO-1)
+};
+
+/// A transformer-like model laid out over a mesh. Mesh dimensions named
+/// "tp" shard matrices (column/row parallel), "pp" assigns layers to stages,
+/// "dp" replicates (or shards optimizer state with `zero`); other dimensions
+/// replicate.
+struct SyntheticModel {
+  std::vector<TensorLayout> tensors;
+  int layers = 0;
+  int64_t hidden = 0;
+  int64_t vocab = 0;
+  int64_t params = 0;  ///< exact parameter count
+};
+
+absl::StatusOr<SyntheticModel> BuildSyntheticModel(
+    const SyntheticOptions& options, const Mesh& mesh);
+
+/// Writes the values of `box` of `spec` into `data` (row-major, packed).
+/// Floats are normal-like with a per-tensor scale chosen from the name
+/// (norm weights near 1, Adam moments small, exp_avg_sq non-negative);
+/// integer tensors named "...step" hold `seed`, other integers hash bits.
+void FillSynthetic(const TensorSpec& spec, const Box& box, uint64_t seed,
+                   void* data);
+
+/// Counts elements of `data` (row-major, packed `box`) that differ bitwise
+/// from FillSynthetic's. When `first_bad` is non-null it receives the
+/// row-major index within the box of the first mismatch (or -1).
+int64_t CheckSynthetic(const TensorSpec& spec, const Box& box, uint64_t seed,
+                       const void* data, int64_t* first_bad = nullptr);
+
+/// IEEE-754 rounding helpers used by the generator (round to nearest even).
+uint16_t FloatToBF16(float f);
+uint16_t FloatToF16(float f);
+uint8_t FloatToF8E4M3(float f);  ///< saturating, e4m3fn (no infinities)
+uint8_t FloatToF8E5M2(float f);
+float BF16ToFloat(uint16_t h);
+float F16ToFloat(uint16_t h);
+float F8E4M3ToFloat(uint8_t v);
+float F8E5M2ToFloat(uint8_t v);
+
+/// Converts one element of `dtype` at `p` to double (bool and ints exact).
+double ElementToDouble(DType dtype, const void* p);
+
+}  // namespace ckpt
+
+#endif  // CKPT_SYNTHETIC_H_

@@ -1,0 +1,57 @@
+// Tensors, boxes and shards: the data model shared by save, load and plan.
+#ifndef CKPT_TENSOR_H_
+#define CKPT_TENSOR_H_
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "ckpt/dtype.h"
+
+namespace ckpt {
+
+using Shape = std::vector<int64_t>;
+
+/// A hyper-rectangle of a global tensor: element offsets and sizes per
+/// dimension. A 0-dimensional box (scalar tensor) has one element.
+struct Box {
+  std::vector<int64_t> offsets;
+  std::vector<int64_t> sizes;
+
+  Box() = default;
+  Box(std::vector<int64_t> offsets_in, std::vector<int64_t> sizes_in)
+      : offsets(std::move(offsets_in)), sizes(std::move(sizes_in)) {}
+  /// The box covering a whole tensor of `shape`.
+  static Box Whole(const Shape& shape);
+
+  int ndim() const { return static_cast<int>(sizes.size()); }
+  /// Number of elements (product of sizes; 1 for a scalar).
+  int64_t Volume() const;
+  bool Empty() const { return Volume() == 0; }
+  /// "[0:4, 8:16]" (half-open ranges per dimension).
+  std::string ToString() const;
+  bool operator==(const Box& other) const = default;
+};
+
+/// True when `box` lies inside a tensor of `shape` (same rank, no overflow).
+bool BoxWithin(const Box& box, const Shape& shape);
+
+/// Intersection of two boxes of the same rank; sizes are 0 where disjoint.
+Box Intersect(const Box& a, const Box& b);
+
+/// Global description of a tensor: fully qualified name, dtype, shape.
+struct TensorSpec {
+  std::string fqn;
+  DType dtype = DType::kF32;
+  Shape shape;
+
+  int64_t NumElements() const;
+  bool operator==(const TensorSpec& other) const = default;
+};
+
+/// "[4096, 1024]".
+std::string ShapeToString(const Shape& shape);
+
+}  // namespace ckpt
+
+#endif  // CKPT_TENSOR_H_

@@ -1,0 +1,279 @@
+#include "codec/codec.h"
+
+#include <zstd.h>
+
+#include <cmath>
+#include <cstring>
+
+#include "absl/strings/str_cat.h"
+#include "util/strings.h"
+#include "util/bytes.h"
+
+namespace ckpt {
+namespace {
+
+// Shuffle payload: [u8 planes][u8 reserved][u16 reserved] then per plane
+// [u8 mode (0 raw, 1 zstd)][u8 0][u16 0][u32 stored_len], then plane data.
+constexpr size_t kShuffleHeader = 4;
+constexpr size_t kPlaneEntry = 8;
+constexpr double kIncompressibleBits = 7.9;
+
+template <typename U>
+inline U RotL1(U x) {
+  return static_cast<U>((x << 1) | (x >> (sizeof(U) * 8 - 1)));
+}
+template <typename U>
+inline U RotR1(U x) {
+  return static_cast<U>((x >> 1) | (x << (sizeof(U) * 8 - 1)));
+}
+
+// Splits elements of width W into W planes, plane 0 holding the most
+// significant byte. With `rotate`, each element is first rotated left by one
+// bit so IEEE exponent bits fill the leading plane.
+template <typename U>
+void SplitPlanes(const std::byte* in, size_t n, bool rotate, std::byte* out) {
+  constexpr size_t W = sizeof(U);
+  for (size_t i = 0; i < n; ++i) {
+    U x;
+    std::memcpy(&x, in + i * W, W);
+    if (rotate) x = RotL1(x);
+    for (size_t b = 0; b < W; ++b) {
+      out[(W - 1 - b) * n + i] = static_cast<std::byte>(x >> (8 * b));
+    }
+  }
+}
+
+template <typename U>
+void JoinPlanes(const std::byte* in, size_t n, bool rotate, std::byte* out) {
+  constexpr size_t W = sizeof(U);
+  for (size_t i = 0; i < n; ++i) {
+    U x = 0;
+    for (size_t b = 0; b < W; ++b) {
+      x |= static_cast<U>(static_cast<U>(in[(W - 1 - b) * n + i]) << (8 * b));
+    }
+    if (rotate) x = RotR1(x);
+    std::memcpy(out + i * W, &x, W);
+  }
+}
+
+void Split(size_t width, const std::byte* in, size_t n, bool rotate,
+           std::byte* out) {
+  switch (width) {
+    case 2:
+      SplitPlanes<uint16_t>(in, n, rotate, out);
+      break;
+    case 4:
+      SplitPlanes<uint32_t>(in, n, rotate, out);
+      break;
+    case 8:
+      SplitPlanes<uint64_t>(in, n, rotate, out);
+      break;
+    default:
+      std::memcpy(out, in, n * width);
+  }
+}
+
+void Join(size_t width, const std::byte* in, size_t n, bool rotate,
+          std::byte* out) {
+  switch (width) {
+    case 2:
+      JoinPlanes<uint16_t>(in, n, rotate, out);
+      break;
+    case 4:
+      JoinPlanes<uint32_t>(in, n, rotate, out);
+      break;
+    case 8:
+      JoinPlanes<uint64_t>(in, n, rotate, out);
+      break;
+    default:
+      std::memcpy(out, in, n * width);
+  }
+}
+
+}  // namespace
+
+double SampledEntropyBits(absl::Span<const std::byte> data) {
+  if (data.empty()) return 0;
+  uint32_t hist[256] = {};
+  const size_t step = data.size() > 65536 ? data.size() / 65536 : 1;
+  size_t n = 0;
+  for (size_t i = 0; i < data.size(); i += step, ++n) {
+    ++hist[static_cast<uint8_t>(data[i])];
+  }
+  double bits = 0;
+  for (uint32_t c : hist) {
+    if (c == 0) continue;
+    double p = static_cast<double>(c) / static_cast<double>(n);
+    bits -= p * std::log2(p);
+  }
+  return bits;
+}
+
+BlockCodec::BlockCodec(int zstd_level) : level_(zstd_level) {
+  cctx_ = ZSTD_createCCtx();
+  dctx_ = ZSTD_createDCtx();
+}
+
+BlockCodec::~BlockCodec() {
+  ZSTD_freeCCtx(cctx_);
+  ZSTD_freeDCtx(dctx_);
+}
+
+size_t BlockCodec::MaxStoredBytes(size_t raw_len) {
+  return ZSTD_compressBound(raw_len) + kShuffleHeader + 8 * kPlaneEntry + 64;
+}
+
+size_t BlockCodec::CompressPlane(absl::Span<const std::byte> in,
+                                 std::byte* out, size_t cap) {
+  size_t r = ZSTD_compressCCtx(cctx_, out, cap, in.data(), in.size(), level_);
+  if (ZSTD_isError(r)) return SIZE_MAX;
+  return r;
+}
+
+absl::StatusOr<EncodedBlock> BlockCodec::Encode(Codec codec, DType dtype,
+                                                absl::Span<const std::byte> raw,
+                                                absl::Span<std::byte> out) {
+  EncodedBlock result;
+  const size_t width = DTypeSize(dtype);
+  result.elem_width = static_cast<uint8_t>(width);
+  if (codec == Codec::kNone || raw.empty()) return result;
+  if (codec == Codec::kZstd ||
+      (codec == Codec::kShuffleZstd && (width <= 1 || raw.size() % width))) {
+    size_t r = CompressPlane(raw, out.data(), out.size());
+    if (r == SIZE_MAX) return absl::InternalError("zstd compression failed");
+    if (r < raw.size()) {
+      result.codec = Codec::kZstd;
+      result.stored_len = static_cast<uint32_t>(r);
+    }
+    return result;
+  }
+  if (codec != Codec::kShuffleZstd) {
+    return absl::InvalidArgumentError(
+        StrCat("unknown codec ", static_cast<int>(codec)));
+  }
+  const size_t n = raw.size() / width;
+  const bool rotate = IsFloatingPoint(dtype);
+  planes_.resize(raw.size());
+  Split(width, raw.data(), n, rotate, planes_.data());
+
+  std::byte* hdr = out.data();
+  hdr[0] = static_cast<std::byte>(width);
+  hdr[1] = hdr[2] = hdr[3] = std::byte{0};
+  size_t pos = kShuffleHeader + width * kPlaneEntry;
+  for (size_t p = 0; p < width; ++p) {
+    absl::Span<const std::byte> plane(planes_.data() + p * n, n);
+    std::byte* entry = hdr + kShuffleHeader + p * kPlaneEntry;
+    size_t stored = SIZE_MAX;
+    if (SampledEntropyBits(plane) < kIncompressibleBits) {
+      stored = CompressPlane(plane, out.data() + pos, out.size() - pos);
+    }
+    uint8_t mode = 1;
+    if (stored == SIZE_MAX || stored >= n) {
+      std::memcpy(out.data() + pos, plane.data(), n);
+      stored = n;
+      mode = 0;
+    }
+    entry[0] = static_cast<std::byte>(mode);
+    entry[1] = entry[2] = entry[3] = std::byte{0};
+    StoreLE32(entry + 4, static_cast<uint32_t>(stored));
+    pos += stored;
+  }
+  if (pos < raw.size()) {
+    result.codec = Codec::kShuffleZstd;
+    result.stored_len = static_cast<uint32_t>(pos);
+    result.flags = rotate ? kFlagRotated : 0;
+  }
+  return result;
+}
+
+absl::Status BlockCodec::Decode(Codec codec, uint8_t elem_width,
+                                uint16_t flags,
+                                absl::Span<const std::byte> stored,
+                                absl::Span<std::byte> raw_out,
+                                std::string_view where) {
+  auto corrupt = [&](std::string_view why) {
+    return absl::DataLossError(StrCat(where, ": ", why));
+  };
+  switch (codec) {
+    case Codec::kNone:
+      if (stored.size() != raw_out.size()) {
+        return corrupt(StrCat("stored size ", stored.size(),
+                                    " != raw size ", raw_out.size()));
+      }
+      std::memcpy(raw_out.data(), stored.data(), stored.size());
+      return absl::OkStatus();
+    case Codec::kZstd: {
+      size_t r = ZSTD_decompressDCtx(dctx_, raw_out.data(), raw_out.size(),
+                                     stored.data(), stored.size());
+      if (ZSTD_isError(r)) {
+        return corrupt(StrCat("zstd: ", ZSTD_getErrorName(r)));
+      }
+      if (r != raw_out.size()) {
+        return corrupt(StrCat("zstd produced ", r, " bytes, expected ",
+                                    raw_out.size()));
+      }
+      return absl::OkStatus();
+    }
+    case Codec::kShuffleZstd: {
+      if (stored.size() < kShuffleHeader) return corrupt("truncated shuffle header");
+      const size_t width = static_cast<size_t>(stored[0]);
+      if (width != elem_width || width < 2 || width > 8 ||
+          raw_out.size() % width != 0 || stored[1] != std::byte{0} ||
+          stored[2] != std::byte{0} || stored[3] != std::byte{0}) {
+        return corrupt(StrCat("bad shuffle header (width ", width, ")"));
+      }
+      const size_t n = raw_out.size() / width;
+      size_t pos = kShuffleHeader + width * kPlaneEntry;
+      if (stored.size() < pos) return corrupt("truncated plane table");
+      planes_.resize(raw_out.size());
+      for (size_t p = 0; p < width; ++p) {
+        const std::byte* entry = stored.data() + kShuffleHeader + p * kPlaneEntry;
+        const uint8_t mode = static_cast<uint8_t>(entry[0]);
+        const uint32_t len = LoadLE32(entry + 4);
+        if (entry[1] != std::byte{0} || entry[2] != std::byte{0} ||
+            entry[3] != std::byte{0} || mode > 1) {
+          return corrupt(StrCat("bad entry for plane ", p));
+        }
+        if (len > stored.size() - pos) return corrupt("plane runs past the block");
+        std::byte* dst = planes_.data() + p * n;
+        if (mode == 0) {
+          if (len != n) return corrupt(StrCat("raw plane ", p, " has ", len, " bytes, expected ", n));
+          std::memcpy(dst, stored.data() + pos, n);
+        } else {
+          size_t r = ZSTD_decompressDCtx(dctx_, dst, n, stored.data() + pos, len);
+          if (ZSTD_isError(r) || r != n) {
+            return corrupt(StrCat("plane ", p, ": zstd ",
+                                        ZSTD_isError(r) ? ZSTD_getErrorName(r)
+                                                        : "size mismatch"));
+          }
+        }
+        pos += len;
+      }
+      if (pos != stored.size()) return corrupt("trailing bytes after the planes");
+      Join(width, planes_.data(), n, (flags & kFlagRotated) != 0, raw_out.data());
+      return absl::OkStatus();
+    }
+  }
+  return corrupt(StrCat("unknown codec ", static_cast<int>(codec)));
+}
+
+std::string_view CodecName(Codec codec) {
+  switch (codec) {
+    case Codec::kNone:
+      return "none";
+    case Codec::kZstd:
+      return "zstd";
+    case Codec::kShuffleZstd:
+      return "shuffle-zstd";
+  }
+  return "unknown";
+}
+
+std::optional<Codec> ParseCodec(std::string_view name) {
+  if (name == "none") return Codec::kNone;
+  if (name == "zstd") return Codec::kZstd;
+  if (name == "shuffle-zstd" || name == "shuffle") return Codec::kShuffleZstd;
+  return std::nullopt;
+}
+
+}  // namespace ckpt

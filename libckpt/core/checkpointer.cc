@@ -1,0 +1,474 @@
+#include "ckpt/checkpointer.h"
+
+#include <algorithm>
+#include <condition_variable>
+#include <deque>
+#include <functional>
+#include <map>
+#include <mutex>
+#include <random>
+#include <thread>
+
+#include "absl/strings/str_cat.h"
+#include "util/strings.h"
+#include "absl/strings/str_join.h"
+#include "ckpt/version.h"
+#include "core/root.h"
+#include "core/save_handle.h"
+#include "format/layout.h"
+#include "format/manifest.h"
+#include "pipeline/loader.h"
+#include "pipeline/save_engine.h"
+#include "util/bytes.h"
+#include "util/clock.h"
+#include "util/errors.h"
+
+namespace ckpt {
+
+const char* LibraryVersion() { return CKPT_VERSION_STRING; }
+
+namespace {
+
+uint64_t RandomId() {
+  static thread_local std::mt19937_64 rng(std::random_device{}() ^
+                                          static_cast<uint64_t>(UnixNanos()));
+  return rng();
+}
+
+}  // namespace
+
+class Checkpointer::Impl {
+ public:
+  explicit Impl(CheckpointerOptions options) : options_(std::move(options)) {}
+
+  ~Impl() {
+    (void)WaitAll();
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      stop_ = true;
+    }
+    cv_.notify_all();
+    if (committer_.joinable()) committer_.join();
+  }
+
+  absl::Status Init() {
+    if (options_.world_size < 1 || options_.rank < 0 ||
+        options_.rank >= options_.world_size) {
+      return absl::InvalidArgumentError(StrCat(
+          "rank ", options_.rank, " is not within world size ", options_.world_size));
+    }
+    if (options_.zstd_level < -7 || options_.zstd_level > 22) {
+      return absl::InvalidArgumentError(StrCat(
+          "zstd level ", options_.zstd_level, " is outside -7..22"));
+    }
+    if (options_.storage) {
+      storage_ = options_.storage;
+    } else {
+      CKPT_ASSIGN_OR_RETURN(storage_, OpenStorage(options_.uri));
+    }
+    if (options_.engine) {
+      engine_ = options_.engine;
+    } else {
+      CKPT_ASSIGN_OR_RETURN(engine_, SaveEngine::Create(options_.engine_options));
+    }
+    committer_ = std::thread([this] { CommitLoop(); });
+    return absl::OkStatus();
+  }
+
+  absl::StatusOr<SaveHandle> Save(int64_t step, const State& state,
+                                  const SaveOptions& save_options) {
+    const double t0 = NowSeconds();
+    if (step < 0) {
+      return absl::InvalidArgumentError(StrCat("step ", step, " is negative"));
+    }
+    std::lock_guard<std::mutex> save_lock(save_mu_);
+    const std::string dir = StepDir(step);
+    if (storage_->FileSize(StrCat(dir, "/", kManifestName)).ok()) {
+      return absl::AlreadyExistsError(StrCat(
+          "step ", step, " is already committed under ", storage_->uri()));
+    }
+    // Leftovers of an earlier attempt at this step by this rank.
+    (void)storage_->Remove(StrCat(dir, "/", ReportName(options_.rank)));
+    (void)storage_->Remove(StrCat(dir, "/", FailedName(options_.rank)));
+    if (IsLeader()) (void)storage_->Remove(StrCat(dir, "/", kAbortedName));
+
+    auto shared = std::make_shared<SaveHandle::Shared>();
+    shared->step = step;
+    shared->t_start = t0;
+
+    auto job = std::make_shared<SaveJob>();
+    job->storage = storage_;
+    job->data_path = StrCat(dir, "/", DataFileName(options_.rank));
+    job->rank = options_.rank;
+    job->step = step;
+    job->save_id = RandomId();
+    job->codec = options_.codec;
+    job->zstd_level = options_.zstd_level;
+    job->direct = options_.direct_io;
+    job->handle = shared;
+
+    // Pieces: non-empty shards, then blobs.
+    std::vector<SavePiece> pieces;
+    for (const Shard& s : state.shards()) {
+      if (s.box.Empty()) continue;
+      SavePiece p;
+      p.shard = &s;
+      p.dtype = s.spec.dtype;
+      p.bytes = static_cast<uint64_t>(s.PackedBytes());
+      pieces.push_back(p);
+    }
+    std::vector<const Blob*> blobs;
+    for (const Blob& b : state.blobs()) {
+      if (b.out != nullptr && b.data == nullptr) continue;  // a load target
+      SavePiece p;
+      p.blob = static_cast<const std::byte*>(b.data);
+      p.dtype = DType::kU8;
+      p.bytes = b.size;
+      pieces.push_back(p);
+      blobs.push_back(&b);
+    }
+    // The report skeleton needs the piece -> block mapping from Run.
+    auto report = std::make_shared<Manifest>();
+    report->kind = Manifest::Kind::kRankReport;
+    report->step = step;
+    report->world_size = options_.world_size;
+    report->created_unix_ns = UnixNanos();
+    report->library_version = LibraryVersion();
+    report->codec = options_.codec;
+    report->mesh = options_.mesh;
+    report->metadata = save_options.metadata;
+
+    job->on_finished = [this, shared, report](SaveJob& j, absl::Status s) {
+      OnDataFinished(j, std::move(s), shared, report);
+    };
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      inflight_.push_back(shared);
+    }
+    absl::Status run = engine_->Run(job, pieces);
+    if (!run.ok()) {
+      shared->SetDone(run, NowSeconds() - t0);
+      return run;
+    }
+    const double stall = NowSeconds() - t0;
+    // Fill the report's chunks now that blocks are numbered (the job may
+    // already be finishing, so this happens under the report's guard).
+    {
+      std::lock_guard<std::mutex> lock(report_mu_);
+      report->stall_s = stall;
+      std::map<std::string, ManifestTensor> tensors;
+      size_t pi = 0;
+      for (const Shard& s : state.shards()) {
+        if (s.box.Empty()) continue;
+        const SavePiece& p = pieces[pi++];
+        ManifestTensor& t = tensors[s.spec.fqn];
+        t.spec = s.spec;
+        ManifestChunk c;
+        c.file = 0;
+        c.first_block = p.first_block;
+        c.block_count = p.block_count;
+        c.box = s.box;
+        t.chunks.push_back(std::move(c));
+      }
+      // Tensors whose shards on this rank are all empty still appear, so
+      // zero-size tensors are recorded.
+      for (const Shard& s : state.shards()) {
+        if (s.box.Empty() && !tensors.count(s.spec.fqn) && s.spec.NumElements() == 0) {
+          tensors[s.spec.fqn].spec = s.spec;
+        }
+      }
+      for (auto& [fqn, t] : tensors) report->tensors.push_back(std::move(t));
+      for (const Blob* b : blobs) {
+        const SavePiece& p = pieces[pi++];
+        ManifestBlob mb;
+        mb.name = b->name;
+        mb.rank = b->scope == BlobScope::kGlobal ? -1 : options_.rank;
+        mb.size = b->size;
+        mb.first_block = p.first_block;
+        mb.block_count = p.block_count;
+        report->blobs.push_back(std::move(mb));
+      }
+      report_ready_[report.get()] = true;
+    }
+    report_cv_.notify_all();
+    {
+      std::lock_guard<std::mutex> lock(shared->mu);
+      shared->stats.step = step;
+      shared->stats.stall_s = stall;
+      shared->stats.bytes_logical = state.LogicalBytes();
+    }
+    return SaveHandle(shared);
+  }
+
+  absl::StatusOr<LoadStats> Load(const State& target, int64_t step,
+                                 const LoadOptions& options) {
+    if (step == kLatestStep) {
+      CKPT_ASSIGN_OR_RETURN(step, ResolveLatest(*storage_));
+    }
+    CKPT_ASSIGN_OR_RETURN(Manifest m, ReadManifest(*storage_, step));
+    return LoadFromManifest(*storage_, m, target, options_.rank, options);
+  }
+
+  absl::Status WaitAll() {
+    std::vector<std::shared_ptr<SaveHandle::Shared>> handles;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      handles = inflight_;
+    }
+    absl::Status first;
+    for (auto& h : handles) {
+      absl::Status s = SaveHandle(h).Wait();
+      if (first.ok()) first = s;
+    }
+    std::lock_guard<std::mutex> lock(mu_);
+    std::erase_if(inflight_, [](const auto& h) {
+      std::lock_guard<std::mutex> l(h->mu);
+      return h->done;
+    });
+    return first;
+  }
+
+  absl::StatusOr<GcReport> CollectGarbage(bool dry_run) {
+    GcOptions gc;
+    gc.retention = options_.retention;
+    gc.dry_run = dry_run;
+    return CollectGarbageIn(*storage_, gc);
+  }
+
+  bool IsLeader() const { return options_.rank == 0; }
+
+  Storage& storage() { return *storage_; }
+  const CheckpointerOptions& options() const { return options_; }
+
+ private:
+  // Engine finalizer thread: this rank's data file is durable (or failed).
+  void OnDataFinished(SaveJob& j, absl::Status s,
+                      std::shared_ptr<SaveHandle::Shared> shared,
+                      std::shared_ptr<Manifest> report) {
+    const std::string dir = StepDir(j.step);
+    const double write_s = NowSeconds() - shared->t_start;
+    if (s.ok()) {
+      {
+        std::unique_lock<std::mutex> lock(report_mu_);
+        report_cv_.wait(lock, [&] { return report_ready_.count(report.get()) > 0; });
+        report_ready_.erase(report.get());
+      }
+      ManifestFile f;
+      f.name = DataFileName(j.rank);
+      f.rank = j.rank;
+      f.size = j.file_size;
+      f.index_offset = j.index_offset;
+      f.index_len = j.index_len;
+      f.index_hash = j.index_hash;
+      f.block_count = j.index.size();
+      f.block_size = j.block_size;
+      f.save_id = j.save_id;
+      report->files = {f};
+      report->write_s = write_s;
+      report->bytes_logical = j.bytes_logical;
+      report->bytes_stored = j.bytes_stored;
+      {
+        std::lock_guard<std::mutex> lock(shared->mu);
+        shared->stats.bytes_stored = j.bytes_stored;
+        shared->stats.bytes_written = static_cast<int64_t>(j.file_size);
+        shared->stats.blocks = static_cast<int64_t>(j.index.size());
+      }
+      // The report's atomic write also makes the data file's directory
+      // entry durable (same directory).
+      s = storage_->PutAtomic(StrCat(dir, "/", ReportName(j.rank)),
+                              AsBytesView(EncodeManifest(*report)));
+    } else {
+      std::lock_guard<std::mutex> lock(report_mu_);
+      report_ready_.erase(report.get());
+    }
+    if (!s.ok()) {
+      (void)storage_->PutAtomic(StrCat(dir, "/", FailedName(j.rank)),
+                                AsBytesView(std::string(s.message())));
+      if (IsLeader()) {
+        (void)storage_->PutAtomic(
+            StrCat(dir, "/", kAbortedName),
+            AsBytesView(StrCat("leader failed: ", s.message())));
+      }
+      shared->SetDone(s, NowSeconds() - shared->t_start);
+      return;
+    }
+    shared->SetDurable(absl::OkStatus(), write_s);
+    const int64_t step = j.step;
+    std::lock_guard<std::mutex> lock(mu_);
+    tasks_.push_back([this, step, shared] {
+      absl::Status st = IsLeader() ? CollectAndPublish(step) : AwaitOutcome(step);
+      shared->SetDone(st, NowSeconds() - shared->t_start);
+    });
+    cv_.notify_all();
+  }
+
+  void CommitLoop() {
+    while (true) {
+      std::function<void()> task;
+      {
+        std::unique_lock<std::mutex> lock(mu_);
+        cv_.wait(lock, [&] { return stop_ || !tasks_.empty(); });
+        if (tasks_.empty()) return;
+        task = std::move(tasks_.front());
+        tasks_.pop_front();
+      }
+      task();
+    }
+  }
+
+  // Leader: waits for every rank's report, writes the manifest, moves
+  // LATEST, applies retention.
+  absl::Status CollectAndPublish(int64_t step) {
+    const std::string dir = StepDir(step);
+    const double deadline = NowSeconds() + options_.commit_timeout_s;
+    const int world = options_.world_size;
+    double delay = 0.001;
+    std::vector<int> missing;
+    while (true) {
+      auto entries = storage_->List(dir);
+      if (!entries.ok()) return Abort(step, Annotate(entries.status(), "listing reports"));
+      std::vector<bool> have(world, false);
+      for (const DirEntry& e : *entries) {
+        if (auto r = ParseRankFile(e.name, "failed"); r && *r < world) {
+          auto why = storage_->GetAll(StrCat(dir, "/", e.name));
+          return Abort(step, absl::AbortedError(StrCat(
+                                 "rank ", *r, " failed to save step ", step, ": ",
+                                 why.ok() ? *why : std::string("(reason unreadable)"))));
+        }
+        if (auto r = ParseRankFile(e.name, "report"); r && *r < world) have[*r] = true;
+      }
+      missing.clear();
+      for (int r = 0; r < world; ++r) {
+        if (!have[r]) missing.push_back(r);
+      }
+      if (missing.empty()) break;
+      if (NowSeconds() > deadline) {
+        if (missing.size() > 16) missing.resize(16);
+        return Abort(step, absl::DeadlineExceededError(StrCat(
+                               "step ", step, ": rank(s) ", absl::StrJoin(missing, ", "),
+                               " did not report within ", options_.commit_timeout_s,
+                               " s; the step is not committed")));
+      }
+      std::this_thread::sleep_for(std::chrono::duration<double>(delay));
+      delay = std::min(delay * 2, 0.05);
+    }
+    std::vector<Manifest> reports;
+    reports.reserve(world);
+    for (int r = 0; r < world; ++r) {
+      const std::string path = StrCat(dir, "/", ReportName(r));
+      auto bytes = storage_->GetAll(path);
+      if (!bytes.ok()) return Abort(step, bytes.status());
+      auto rep = DecodeManifest(*bytes, path);
+      if (!rep.ok()) return Abort(step, rep.status());
+      reports.push_back(std::move(rep).value());
+    }
+    auto merged = MergeReports(reports);
+    if (!merged.ok()) return Abort(step, merged.status());
+    absl::Status s = storage_->PutAtomic(StrCat(dir, "/", kManifestName),
+                                         AsBytesView(EncodeManifest(*merged)));
+    if (!s.ok()) return Abort(step, s);
+    s = PublishLatest(*storage_, step);
+    if (!s.ok()) return s;  // committed; LATEST is repaired by the next commit
+    for (int r = 0; r < world; ++r) {
+      (void)storage_->Remove(StrCat(dir, "/", ReportName(r)));
+    }
+    auto gc = CollectGarbage(false);
+    (void)gc;
+    return absl::OkStatus();
+  }
+
+  absl::Status Abort(int64_t step, absl::Status why) {
+    const std::string dir = StepDir(step);
+    (void)storage_->PutAtomic(StrCat(dir, "/", kAbortedName),
+                              AsBytesView(std::string(why.message())));
+    return why;
+  }
+
+  // Non-leader: waits until the leader committed or aborted the step.
+  absl::Status AwaitOutcome(int64_t step) {
+    const std::string dir = StepDir(step);
+    const double deadline = NowSeconds() + options_.commit_timeout_s + 30;
+    double delay = 0.001;
+    while (true) {
+      if (storage_->FileSize(StrCat(dir, "/", kManifestName)).ok()) {
+        return absl::OkStatus();
+      }
+      auto aborted = storage_->GetAll(StrCat(dir, "/", kAbortedName));
+      if (aborted.ok()) {
+        return absl::AbortedError(StrCat("step ", step,
+                                               " was aborted by the leader: ", *aborted));
+      }
+      if (NowSeconds() > deadline) {
+        return absl::DeadlineExceededError(StrCat(
+            "step ", step, ": the leader neither committed nor aborted within ",
+            options_.commit_timeout_s, " s"));
+      }
+      std::this_thread::sleep_for(std::chrono::duration<double>(delay));
+      delay = std::min(delay * 2, 0.05);
+    }
+  }
+
+  CheckpointerOptions options_;
+  std::shared_ptr<Storage> storage_;
+  std::shared_ptr<SaveEngine> engine_;
+  std::mutex save_mu_;
+
+  std::mutex report_mu_;
+  std::condition_variable report_cv_;
+  std::map<const Manifest*, bool> report_ready_;
+
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<std::function<void()>> tasks_;
+  std::vector<std::shared_ptr<SaveHandle::Shared>> inflight_;
+  bool stop_ = false;
+  std::thread committer_;
+};
+
+absl::StatusOr<std::unique_ptr<Checkpointer>> Checkpointer::Open(
+    CheckpointerOptions options) {
+  auto impl = std::make_unique<Impl>(std::move(options));
+  CKPT_RETURN_IF_ERROR(impl->Init());
+  if (impl->IsLeader()) {
+    // A new job: uncommitted steps are leftovers of crashed saves.
+    GcOptions gc;
+    gc.retention = impl->options().retention;
+    gc.remove_newer_partial = true;
+    auto report = CollectGarbageIn(impl->storage(), gc);
+    if (!report.ok() && !absl::IsNotFound(report.status())) return report.status();
+  }
+  return std::unique_ptr<Checkpointer>(new Checkpointer(std::move(impl)));
+}
+
+Checkpointer::Checkpointer(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+Checkpointer::~Checkpointer() = default;
+
+absl::StatusOr<SaveHandle> Checkpointer::Save(int64_t step, const State& state,
+                                              const SaveOptions& options) {
+  return impl_->Save(step, state, options);
+}
+
+absl::StatusOr<LoadStats> Checkpointer::Load(const State& target, int64_t step,
+                                             const LoadOptions& options) {
+  return impl_->Load(target, step, options);
+}
+
+absl::StatusOr<int64_t> Checkpointer::LatestStep() {
+  return ResolveLatest(impl_->storage());
+}
+
+absl::StatusOr<std::vector<StepInfo>> Checkpointer::ListSteps() {
+  return ListStepsIn(impl_->storage());
+}
+
+absl::StatusOr<GcReport> Checkpointer::CollectGarbage(bool dry_run) {
+  return impl_->CollectGarbage(dry_run);
+}
+
+absl::Status Checkpointer::WaitAll() { return impl_->WaitAll(); }
+
+Storage& Checkpointer::storage() { return impl_->storage(); }
+
+const CheckpointerOptions& Checkpointer::options() const { return impl_->options(); }
+
+}  // namespace ckpt

@@ -1,0 +1,94 @@
+#include "layout/box_copy.h"
+
+#include <algorithm>
+#include <cstring>
+#include <vector>
+
+namespace ckpt {
+namespace {
+
+// Walks packed elements [first, first + count) of the box, calling
+// fn(packed_index, memory_element_offset, run_length, last_stride) per run
+// along the last dimension.
+template <typename Fn>
+void ForEachStridedRun(const Shard& shard, int64_t first, int64_t count,
+                       Fn&& fn) {
+  const int nd = shard.box.ndim();
+  if (nd == 0) {
+    if (count > 0) fn(0, 0, 1, 1);
+    return;
+  }
+  std::vector<int64_t> strides = shard.strides;
+  if (strides.empty()) {
+    strides.assign(nd, 1);
+    for (int d = nd - 2; d >= 0; --d) strides[d] = strides[d + 1] * shard.box.sizes[d + 1];
+  }
+  const int64_t row = shard.box.sizes[nd - 1];
+  // Multi-index of `first`.
+  std::vector<int64_t> idx(nd);
+  int64_t rem = first;
+  for (int d = nd - 1; d >= 0; --d) {
+    idx[d] = rem % shard.box.sizes[d];
+    rem /= shard.box.sizes[d];
+  }
+  int64_t packed = first;
+  const int64_t end = first + count;
+  while (packed < end) {
+    int64_t mem = 0;
+    for (int d = 0; d < nd; ++d) mem += idx[d] * strides[d];
+    const int64_t run = std::min(row - idx[nd - 1], end - packed);
+    fn(packed, mem, run, strides[nd - 1]);
+    packed += run;
+    idx[nd - 1] = 0;
+    for (int d = nd - 2; d >= 0; --d) {
+      if (++idx[d] < shard.box.sizes[d]) break;
+      idx[d] = 0;
+    }
+  }
+}
+
+}  // namespace
+
+void GatherPacked(const Shard& shard, int64_t first, int64_t count,
+                  std::byte* dst) {
+  const size_t es = DTypeSize(shard.spec.dtype);
+  const std::byte* base = static_cast<const std::byte*>(shard.data);
+  if (shard.Contiguous()) {
+    std::memcpy(dst, base + first * es, count * es);
+    return;
+  }
+  ForEachStridedRun(shard, first, count,
+                    [&](int64_t packed, int64_t mem, int64_t run, int64_t last) {
+                      std::byte* out = dst + (packed - first) * es;
+                      if (last == 1) {
+                        std::memcpy(out, base + mem * es, run * es);
+                      } else {
+                        for (int64_t i = 0; i < run; ++i) {
+                          std::memcpy(out + i * es, base + (mem + i * last) * es, es);
+                        }
+                      }
+                    });
+}
+
+void ScatterPacked(const Shard& shard, int64_t first, int64_t count,
+                   const std::byte* src) {
+  const size_t es = DTypeSize(shard.spec.dtype);
+  std::byte* base = static_cast<std::byte*>(shard.data);
+  if (shard.Contiguous()) {
+    std::memcpy(base + first * es, src, count * es);
+    return;
+  }
+  ForEachStridedRun(shard, first, count,
+                    [&](int64_t packed, int64_t mem, int64_t run, int64_t last) {
+                      const std::byte* in = src + (packed - first) * es;
+                      if (last == 1) {
+                        std::memcpy(base + mem * es, in, run * es);
+                      } else {
+                        for (int64_t i = 0; i < run; ++i) {
+                          std::memcpy(base + (mem + i * last) * es, in + i * es, es);
+                        }
+                      }
+                    });
+}
+
+}  // namespace ckpt

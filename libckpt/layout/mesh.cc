@@ -1,0 +1,158 @@
+#include "ckpt/mesh.h"
+
+#include <algorithm>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "util/strings.h"
+#include "absl/strings/str_split.h"
+#include "absl/strings/strip.h"
+
+namespace ckpt {
+
+absl::StatusOr<Mesh> Mesh::Parse(std::string_view text_in) {
+  Mesh mesh;
+  absl::string_view text = absl::StripAsciiWhitespace(AV(text_in));
+  if (text.empty()) {
+    return absl::InvalidArgumentError(
+        "empty mesh; expected e.g. \"dp=2,tp=4,pp=1\"");
+  }
+  for (absl::string_view part : absl::StrSplit(text, ',')) {
+    part = absl::StripAsciiWhitespace(part);
+    std::pair<absl::string_view, absl::string_view> kv =
+        absl::StrSplit(part, absl::MaxSplits('=', 1));
+    int64_t size = 0;
+    if (kv.first.empty() || !absl::SimpleAtoi(kv.second, &size) || size < 1) {
+      return absl::InvalidArgumentError(StrCat(
+          "bad mesh dimension '", part, "' in '", text,
+          "'; expected name=size with size >= 1, e.g. \"dp=2,tp=4\""));
+    }
+    if (mesh.DimIndex(SV(kv.first)) >= 0) {
+      return absl::InvalidArgumentError(StrCat(
+          "mesh dimension '", kv.first, "' appears twice in '", text, "'"));
+    }
+    mesh.names.emplace_back(kv.first);
+    mesh.sizes.push_back(size);
+  }
+  if (mesh.NumRanks() > (int64_t{1} << 24)) {
+    return absl::InvalidArgumentError(
+        StrCat("mesh '", text, "' has more than 16M ranks"));
+  }
+  return mesh;
+}
+
+Mesh Mesh::World(int64_t n) { return Mesh{{"world"}, {n}}; }
+
+int64_t Mesh::NumRanks() const {
+  int64_t n = 1;
+  for (int64_t s : sizes) n *= s;
+  return n;
+}
+
+int Mesh::DimIndex(std::string_view name) const {
+  for (size_t i = 0; i < names.size(); ++i) {
+    if (names[i] == name) return static_cast<int>(i);
+  }
+  return -1;
+}
+
+int64_t Mesh::SizeOf(std::string_view name) const {
+  int i = DimIndex(name);
+  return i < 0 ? 1 : sizes[i];
+}
+
+std::vector<int64_t> Mesh::Coords(int64_t rank) const {
+  std::vector<int64_t> coords(sizes.size());
+  for (int i = ndim() - 1; i >= 0; --i) {
+    coords[i] = rank % sizes[i];
+    rank /= sizes[i];
+  }
+  return coords;
+}
+
+int64_t Mesh::RankOf(const std::vector<int64_t>& coords) const {
+  int64_t rank = 0;
+  for (int i = 0; i < ndim(); ++i) rank = rank * sizes[i] + coords[i];
+  return rank;
+}
+
+std::string Mesh::ToString() const {
+  std::string out;
+  for (size_t i = 0; i < sizes.size(); ++i) {
+    if (i) out += ",";
+    StrAppend(&out, names[i], "=", sizes[i]);
+  }
+  return out;
+}
+
+std::vector<int64_t> ChunkBoundaries(int64_t extent, int64_t parts) {
+  std::vector<int64_t> bounds(parts + 1, 0);
+  if (parts <= 0) return {0};
+  const int64_t chunk = (extent + parts - 1) / parts;
+  for (int64_t i = 0; i <= parts; ++i) bounds[i] = std::min(i * chunk, extent);
+  return bounds;
+}
+
+absl::StatusOr<std::optional<Box>> RankBox(const TensorLayout& layout,
+                                           const Mesh& mesh, int64_t rank) {
+  const TensorSpec& spec = layout.spec;
+  if (rank < 0 || rank >= mesh.NumRanks()) {
+    return absl::InvalidArgumentError(StrCat(
+        "rank ", rank, " is outside mesh ", mesh.ToString()));
+  }
+  if (layout.placements.size() > mesh.sizes.size()) {
+    return absl::InvalidArgumentError(StrCat(
+        "tensor '", spec.fqn, "': ", layout.placements.size(),
+        " placements for a ", mesh.ndim(), "-d mesh"));
+  }
+  const std::vector<int64_t> coords = mesh.Coords(rank);
+  if (layout.owner_dim >= 0) {
+    if (layout.owner_dim >= mesh.ndim()) {
+      return absl::InvalidArgumentError(StrCat(
+          "tensor '", spec.fqn, "': owner mesh dim ", layout.owner_dim,
+          " outside mesh ", mesh.ToString()));
+    }
+    if (coords[layout.owner_dim] != layout.owner_index) return std::nullopt;
+  }
+  Box box = Box::Whole(spec.shape);
+  std::vector<int> order = layout.split_order;
+  if (order.empty()) {
+    for (int i = 0; i < mesh.ndim(); ++i) order.push_back(i);
+  }
+  for (int md : order) {
+    if (md < 0 || md >= mesh.ndim()) {
+      return absl::InvalidArgumentError(StrCat(
+          "tensor '", spec.fqn, "': split order names mesh dim ", md,
+          " outside mesh ", mesh.ToString()));
+    }
+    if (md >= static_cast<int>(layout.placements.size())) continue;
+    const Placement& p = layout.placements[md];
+    if (p.kind != Placement::Kind::kShard) continue;
+    if (p.dim < 0 || p.dim >= static_cast<int>(spec.shape.size())) {
+      return absl::InvalidArgumentError(StrCat(
+          "tensor '", spec.fqn, "' of shape ", ShapeToString(spec.shape),
+          ": Shard(", p.dim, ") names no dimension"));
+    }
+    const int64_t n = mesh.sizes[md];
+    const int64_t len = box.sizes[p.dim];
+    std::vector<int64_t> bounds = p.boundaries;
+    if (bounds.empty()) {
+      bounds = ChunkBoundaries(len, n);
+    } else {
+      bool ok = static_cast<int64_t>(bounds.size()) == n + 1 &&
+                bounds.front() == 0 && bounds.back() == len &&
+                std::is_sorted(bounds.begin(), bounds.end());
+      if (!ok) {
+        return absl::InvalidArgumentError(StrCat(
+            "tensor '", spec.fqn, "': explicit boundaries along dim ", p.dim,
+            " must be ", n + 1, " non-decreasing values from 0 to ", len));
+      }
+    }
+    const int64_t idx = coords[md];
+    box.offsets[p.dim] += bounds[idx];
+    box.sizes[p.dim] = bounds[idx + 1] - bounds[idx];
+  }
+  return box;
+}
+
+}  // namespace ckpt

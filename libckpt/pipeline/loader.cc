@@ -1,0 +1,461 @@
+#include "pipeline/loader.h"
+
+#include <algorithm>
+#include <atomic>
+#include <condition_variable>
+#include <cstring>
+#include <deque>
+#include <map>
+#include <mutex>
+#include <thread>
+
+#include "absl/strings/str_cat.h"
+#include "util/strings.h"
+#include "codec/codec.h"
+#include "format/frame_check.h"
+#include "format/layout.h"
+#include "layout/box_copy.h"
+#include "plan/cover.h"
+#include "util/aligned_buffer.h"
+#include "util/clock.h"
+#include "util/errors.h"
+
+namespace ckpt {
+namespace {
+
+// Part of a target shard that one saved chunk provides.
+struct Piece {
+  const Shard* shard = nullptr;
+  Box inter;
+};
+
+// A saved chunk (or blob) that some target needs, with the blocks to read.
+struct ChunkWork {
+  const ManifestTensor* tensor = nullptr;  // null for a blob
+  const ManifestChunk* chunk = nullptr;
+  const ManifestBlob* blob = nullptr;
+  std::string* blob_out = nullptr;
+  uint32_t file = 0;
+  uint64_t first_block = 0;
+  uint64_t stream_bytes = 0;
+  std::vector<Piece> pieces;
+  std::vector<uint64_t> blocks;  // relative to first_block, ascending
+};
+
+struct BlockTask {
+  ChunkWork* work = nullptr;
+  uint64_t rel_block = 0;
+  const IndexEntry* entry = nullptr;
+  std::string_view file_name;
+};
+
+std::vector<int64_t> PackedStrides(const std::vector<int64_t>& sizes) {
+  std::vector<int64_t> s(sizes.size(), 1);
+  for (int d = static_cast<int>(sizes.size()) - 2; d >= 0; --d) s[d] = s[d + 1] * sizes[d + 1];
+  return s;
+}
+
+// Runs of `inter` in the packed order of `chunk`: run k covers chunk
+// elements [ChunkStart(k), ChunkStart(k) + run_len).
+class RunMap {
+ public:
+  RunMap(const Box& chunk, const Box& shard, const Box& inter)
+      : chunk_(chunk), shard_(shard), inter_(inter) {
+    nd_ = inter.ndim();
+    cstride_ = PackedStrides(chunk.sizes);
+    sstride_ = PackedStrides(shard.sizes);
+    run_len_ = nd_ == 0 ? 1 : inter.sizes[nd_ - 1];
+    nruns_ = 1;
+    for (int d = 0; d + 1 < nd_; ++d) nruns_ *= inter.sizes[d];
+    if (inter.Empty()) nruns_ = 0;
+  }
+  int64_t nruns() const { return nruns_; }
+  int64_t run_len() const { return run_len_; }
+  void Starts(int64_t k, int64_t* chunk_start, int64_t* shard_start) const {
+    int64_t c = 0, s = 0;
+    for (int d = nd_ - 2; d >= 0; --d) {
+      const int64_t i = k % inter_.sizes[d];
+      k /= inter_.sizes[d];
+      c += (inter_.offsets[d] - chunk_.offsets[d] + i) * cstride_[d];
+      s += (inter_.offsets[d] - shard_.offsets[d] + i) * sstride_[d];
+    }
+    if (nd_ > 0) {
+      c += inter_.offsets[nd_ - 1] - chunk_.offsets[nd_ - 1];
+      s += inter_.offsets[nd_ - 1] - shard_.offsets[nd_ - 1];
+    }
+    *chunk_start = c;
+    *shard_start = s;
+  }
+  // First run whose end lies beyond chunk element `e`.
+  int64_t FirstRunEndingAfter(int64_t e) const {
+    int64_t lo = 0, hi = nruns_;
+    while (lo < hi) {
+      int64_t mid = lo + (hi - lo) / 2;
+      int64_t c, s;
+      Starts(mid, &c, &s);
+      if (c + run_len_ <= e) lo = mid + 1; else hi = mid;
+    }
+    return lo;
+  }
+
+ private:
+  const Box& chunk_;
+  const Box& shard_;
+  const Box& inter_;
+  int nd_ = 0;
+  std::vector<int64_t> cstride_, sstride_;
+  int64_t run_len_ = 1;
+  int64_t nruns_ = 0;
+};
+
+std::string ChunkName(const ChunkWork& w) {
+  if (w.tensor != nullptr) {
+    return StrCat("tensor '", w.tensor->spec.fqn, "' chunk ", w.chunk->box.ToString());
+  }
+  return StrCat("blob '", w.blob->name, "'");
+}
+
+class Loader {
+ public:
+  Loader(Storage& storage, const Manifest& m, const LoadOptions& options)
+      : storage_(storage), m_(m), options_(options) {}
+
+  absl::StatusOr<LoadStats> Run(const State& target, int rank) {
+    const double t0 = NowSeconds();
+    CKPT_RETURN_IF_ERROR(Plan(target, rank));
+    CKPT_RETURN_IF_ERROR(ReadIndexes());
+    CKPT_RETURN_IF_ERROR(Execute());
+    stats_.step = m_.step;
+    stats_.seconds = NowSeconds() - t0;
+    return stats_;
+  }
+
+ private:
+  absl::Status Plan(const State& target, int rank) {
+    std::map<const ManifestChunk*, ChunkWork*> by_chunk;
+    std::map<const ManifestTensor*, std::unique_ptr<std::vector<Box>>> boxes;
+    std::map<const ManifestTensor*, std::unique_ptr<ChunkIndex>> indexes;
+    for (const Shard& shard : target.shards()) {
+      const ManifestTensor* t = m_.FindTensor(shard.spec.fqn);
+      if (t == nullptr) {
+        if (options_.allow_missing) continue;
+        return absl::NotFoundError(StrCat(
+            "tensor '", shard.spec.fqn, "' is not in step ", m_.step));
+      }
+      if (!(t->spec == shard.spec)) {
+        return absl::InvalidArgumentError(StrCat(
+            "tensor '", shard.spec.fqn, "': step ", m_.step, " has ",
+            DTypeName(t->spec.dtype), " ", ShapeToString(t->spec.shape),
+            ", the target asks for ", DTypeName(shard.spec.dtype), " ",
+            ShapeToString(shard.spec.shape)));
+      }
+      if (shard.box.Empty()) continue;
+      auto& idx = indexes[t];
+      if (!idx) {
+        auto& b = boxes[t];
+        b = std::make_unique<std::vector<Box>>();
+        for (const ManifestChunk& c : t->chunks) b->push_back(c.box);
+        idx = std::make_unique<ChunkIndex>(*b);
+      }
+      int64_t covered = 0;
+      for (int64_t ci : idx->Query(shard.box)) {
+        const ManifestChunk* c = &t->chunks[ci];
+        Box inter = Intersect(c->box, shard.box);
+        covered += inter.Volume();
+        ChunkWork*& w = by_chunk[c];
+        if (w == nullptr) {
+          work_.push_back(std::make_unique<ChunkWork>());
+          w = work_.back().get();
+          w->tensor = t;
+          w->chunk = c;
+          w->file = c->file;
+          w->first_block = c->first_block;
+          w->stream_bytes = static_cast<uint64_t>(c->box.Volume()) * DTypeSize(t->spec.dtype);
+        }
+        w->pieces.push_back(Piece{&shard, std::move(inter)});
+      }
+      if (covered != shard.box.Volume()) {
+        return absl::DataLossError(StrCat(
+            "tensor '", shard.spec.fqn, "' box ", shard.box.ToString(), ": step ",
+            m_.step, " covers ", covered, " of its ", shard.box.Volume(),
+            " elements"));
+      }
+      stats_.bytes_needed += shard.PackedBytes();
+    }
+    for (const Blob& blob : target.blobs()) {
+      if (blob.out == nullptr) continue;
+      const int32_t want = blob.scope == BlobScope::kGlobal
+                               ? -1
+                               : (blob.source_rank >= 0 ? blob.source_rank : rank);
+      const ManifestBlob* found = nullptr;
+      for (const ManifestBlob& b : m_.blobs) {
+        if (b.name == blob.name && b.rank == want) found = &b;
+      }
+      if (found == nullptr) {
+        if (options_.allow_missing) continue;
+        return absl::NotFoundError(StrCat(
+            "blob '", blob.name, "' (",
+            want < 0 ? std::string("global") : StrCat("rank ", want),
+            ") is not in step ", m_.step));
+      }
+      blob.out->assign(found->size, '\0');
+      stats_.bytes_needed += static_cast<int64_t>(found->size);
+      if (found->size == 0) continue;
+      work_.push_back(std::make_unique<ChunkWork>());
+      ChunkWork* w = work_.back().get();
+      w->blob = found;
+      w->blob_out = blob.out;
+      w->file = found->file;
+      w->first_block = found->first_block;
+      w->stream_bytes = found->size;
+      for (uint64_t b = 0; b < found->block_count; ++b) w->blocks.push_back(b);
+    }
+    // Blocks each chunk must read.
+    for (auto& w : work_) {
+      if (w->tensor == nullptr) continue;
+      const uint64_t bs = m_.files[w->file].block_size;
+      const size_t es = DTypeSize(w->tensor->spec.dtype);
+      const uint64_t per_block = bs / es;
+      if (bs == 0 || bs % es != 0) {
+        return absl::DataLossError(StrCat(
+            ChunkName(*w), ": file ", m_.files[w->file].name,
+            " has an invalid block size ", bs));
+      }
+      std::vector<uint64_t>& blocks = w->blocks;
+      for (const Piece& p : w->pieces) {
+        RunMap runs(w->chunk->box, p.shard->box, p.inter);
+        int64_t last = -1;
+        for (int64_t k = 0; k < runs.nruns(); ++k) {
+          int64_t c, s;
+          runs.Starts(k, &c, &s);
+          int64_t b0 = c / static_cast<int64_t>(per_block);
+          int64_t b1 = (c + runs.run_len() - 1) / static_cast<int64_t>(per_block);
+          for (int64_t b = std::max(b0, last + 1); b <= b1; ++b) blocks.push_back(b);
+          last = std::max(last, b1);
+        }
+      }
+      std::sort(blocks.begin(), blocks.end());
+      blocks.erase(std::unique(blocks.begin(), blocks.end()), blocks.end());
+      const uint64_t expect = (w->stream_bytes + bs - 1) / bs;
+      if (w->chunk->block_count != expect) {
+        return absl::DataLossError(StrCat(
+            ChunkName(*w), ": manifest gives ", w->chunk->block_count,
+            " blocks, ", expect, " expected for ", w->stream_bytes, " bytes"));
+      }
+    }
+    return absl::OkStatus();
+  }
+
+  absl::Status ReadIndexes() {
+    std::map<uint32_t, bool> needed;
+    for (auto& w : work_) {
+      if (!w->blocks.empty()) needed[w->file] = true;
+    }
+    const std::string dir = StepDir(m_.step);
+    for (const auto& [file, unused] : needed) {
+      const ManifestFile& mf = m_.files[file];
+      const std::string path = StrCat(dir, "/", mf.name);
+      auto f = storage_.OpenReadable(path);
+      if (!f.ok()) return Annotate(f.status(), StrCat("step ", m_.step));
+      auto entries = ReadFileIndex(**f, mf, path);
+      if (!entries.ok()) return entries.status();
+      files_[file] = OpenFile{std::move(f).value(), std::move(entries).value(), path};
+    }
+    return absl::OkStatus();
+  }
+
+  absl::Status Execute() {
+    std::vector<BlockTask> tasks;
+    size_t max_frame = 0;
+    for (auto& w : work_) {
+      OpenFile& f = files_[w->file];
+      for (uint64_t b : w->blocks) {
+        const uint64_t global = w->first_block + b;
+        if (global >= f.index.size()) {
+          return absl::DataLossError(StrCat(ChunkName(*w), ": block ", global,
+                                                  " is beyond the index of ", f.path));
+        }
+        const IndexEntry& e = f.index[global];
+        const uint64_t bs = m_.files[w->file].block_size;
+        const uint64_t expect_raw = std::min<uint64_t>(bs, w->stream_bytes - b * bs);
+        if (e.raw_len != expect_raw) {
+          return absl::DataLossError(StrCat(
+              ChunkName(*w), ": block ", global, " of ", f.path, " at byte offset ",
+              e.offset, " holds ", e.raw_len, " bytes, expected ", expect_raw));
+        }
+        tasks.push_back(BlockTask{w.get(), b, &e, f.path});
+        max_frame = std::max<size_t>(max_frame, e.frame_len);
+      }
+    }
+    if (tasks.empty()) return absl::OkStatus();
+    // Read in file order for sequential access.
+    std::sort(tasks.begin(), tasks.end(), [](const BlockTask& a, const BlockTask& b) {
+      if (a.work->file != b.work->file) return a.work->file < b.work->file;
+      return a.entry->offset < b.entry->offset;
+    });
+
+    const size_t nbuf = std::clamp<size_t>(options_.read_buffer_bytes / std::max<size_t>(max_frame, 1),
+                                           2, std::max<size_t>(2, tasks.size()));
+    CKPT_ASSIGN_OR_RETURN(AlignedBuffer pool, AlignedBuffer::Allocate(nbuf * max_frame, true));
+    std::vector<std::byte*> free_bufs;
+    for (size_t i = 0; i < nbuf; ++i) free_bufs.push_back(pool.data() + i * max_frame);
+
+    int workers = options_.worker_threads;
+    if (workers <= 0) workers = static_cast<int>(std::min(4u, std::max(1u, std::thread::hardware_concurrency())));
+
+    std::mutex mu;
+    std::condition_variable cv;
+    std::deque<std::pair<const BlockTask*, std::byte*>> ready;
+    size_t completed = 0;
+    absl::Status error;
+    bool stop = false;
+
+    auto release = [&](std::byte* buf) {
+      std::lock_guard<std::mutex> lock(mu);
+      free_bufs.push_back(buf);
+      ++completed;
+      cv.notify_all();
+    };
+
+    std::vector<std::thread> threads;
+    std::atomic<int64_t> bytes_read{0}, bytes_decoded{0};
+    for (int i = 0; i < workers; ++i) {
+      threads.emplace_back([&] {
+        BlockCodec codec;
+        std::vector<std::byte> scratch;
+        while (true) {
+          std::pair<const BlockTask*, std::byte*> item;
+          {
+            std::unique_lock<std::mutex> lock(mu);
+            cv.wait(lock, [&] { return stop || !ready.empty(); });
+            if (ready.empty()) return;
+            item = ready.front();
+            ready.pop_front();
+          }
+          absl::Status s = ProcessBlock(*item.first, item.second, codec, scratch);
+          if (s.ok()) {
+            bytes_read += item.first->entry->frame_len;
+            bytes_decoded += item.first->entry->raw_len;
+          } else {
+            std::lock_guard<std::mutex> lock(mu);
+            if (error.ok()) error = s;
+          }
+          release(item.second);
+        }
+      });
+    }
+
+    for (const BlockTask& task : tasks) {
+      std::byte* buf;
+      {
+        std::unique_lock<std::mutex> lock(mu);
+        cv.wait(lock, [&] { return !free_bufs.empty(); });
+        if (!error.ok()) break;
+        buf = free_bufs.back();
+        free_bufs.pop_back();
+      }
+      OpenFile& f = files_[task.work->file];
+      f.file->ReadAsync(task.entry->offset,
+                        absl::Span<std::byte>(buf, task.entry->frame_len),
+                        [&, t = &task, buf](absl::Status s) {
+                          std::lock_guard<std::mutex> lock(mu);
+                          if (!s.ok()) {
+                            if (error.ok()) {
+                              error = Annotate(s, StrCat(ChunkName(*t->work), " block ",
+                                                               t->work->first_block + t->rel_block));
+                            }
+                            free_bufs.push_back(buf);
+                            ++completed;
+                          } else {
+                            ready.emplace_back(t, buf);
+                          }
+                          cv.notify_all();
+                        });
+    }
+    {
+      std::unique_lock<std::mutex> lock(mu);
+      // Every submitted read ends in `completed`; unsubmitted ones never start.
+      cv.wait(lock, [&] { return free_bufs.size() == nbuf && ready.empty(); });
+      stop = true;
+    }
+    cv.notify_all();
+    for (auto& t : threads) t.join();
+    stats_.bytes_read = bytes_read;
+    stats_.bytes_decoded = bytes_decoded;
+    stats_.blocks_read = static_cast<int64_t>(completed);
+    return error;
+  }
+
+  absl::Status ProcessBlock(const BlockTask& task, std::byte* buf,
+                            BlockCodec& codec, std::vector<std::byte>& scratch) {
+    const ChunkWork& w = *task.work;
+    const IndexEntry& e = *task.entry;
+    const uint64_t global = w.first_block + task.rel_block;
+    auto where = [&] { return StrCat(ChunkName(w), ": "); };
+    absl::Span<const std::byte> frame(buf, e.frame_len);
+    absl::Status s = CheckFrame(frame, e, global, task.file_name);
+    if (!s.ok()) return Annotate(s, ChunkName(w));
+    auto raw = DecodeFrame(codec, frame, e, scratch, task.file_name);
+    if (!raw.ok()) return Annotate(raw.status(), ChunkName(w));
+    const uint64_t bs = m_.files[w.file].block_size;
+    const uint64_t begin = task.rel_block * bs;  // byte offset in the stream
+    if (w.blob_out != nullptr) {
+      std::memcpy(w.blob_out->data() + begin, raw->data(), raw->size());
+      return absl::OkStatus();
+    }
+    (void)where;
+    const size_t es = DTypeSize(w.tensor->spec.dtype);
+    const int64_t e0 = static_cast<int64_t>(begin / es);
+    const int64_t e1 = e0 + static_cast<int64_t>(raw->size() / es);
+    for (const Piece& p : w.pieces) {
+      RunMap runs(w.chunk->box, p.shard->box, p.inter);
+      const bool contiguous = p.shard->Contiguous();
+      std::byte* dst = static_cast<std::byte*>(p.shard->data);
+      for (int64_t k = runs.FirstRunEndingAfter(e0); k < runs.nruns(); ++k) {
+        int64_t c, sh;
+        runs.Starts(k, &c, &sh);
+        if (c >= e1) break;
+        const int64_t lo = std::max(c, e0);
+        const int64_t hi = std::min(c + runs.run_len(), e1);
+        const std::byte* src = raw->data() + (lo - e0) * es;
+        const int64_t first = sh + (lo - c);
+        if (contiguous) {
+          std::memcpy(dst + first * es, src, (hi - lo) * es);
+        } else {
+          ScatterPacked(*p.shard, first, hi - lo, src);
+        }
+      }
+    }
+    return absl::OkStatus();
+  }
+
+  struct OpenFile {
+    std::unique_ptr<ReadableFile> file;
+    std::vector<IndexEntry> index;
+    std::string path;
+  };
+
+  Storage& storage_;
+  const Manifest& m_;
+  LoadOptions options_;
+  std::vector<std::unique_ptr<ChunkWork>> work_;
+  std::map<uint32_t, OpenFile> files_;
+  LoadStats stats_;
+};
+
+}  // namespace
+
+absl::StatusOr<LoadStats> LoadFromManifest(Storage& storage,
+                                           const Manifest& manifest,
+                                           const State& target, int rank,
+                                           const LoadOptions& options) {
+  Loader loader(storage, manifest, options);
+  return loader.Run(target, rank);
+}
+
+double LoadStats::ReadAmplification() const {
+  if (bytes_needed == 0) return 1.0;
+  return static_cast<double>(bytes_decoded) / static_cast<double>(bytes_needed);
+}
+
+}  // namespace ckpt

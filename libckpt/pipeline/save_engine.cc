@@ -1,0 +1,408 @@
+#include "pipeline/save_engine.h"
+
+#include <algorithm>
+#include <cstring>
+
+#include "absl/strings/str_cat.h"
+#include "util/strings.h"
+#include "codec/codec.h"
+#include "core/save_handle.h"
+#include "layout/box_copy.h"
+#include "util/errors.h"
+#include "util/hash.h"
+
+namespace ckpt {
+
+absl::StatusOr<std::shared_ptr<SaveEngine>> SaveEngine::Create(
+    const SaveEngineOptions& options) {
+  if (options.block_size < (64u << 10) || options.block_size > kMaxBlockBytes ||
+      options.block_size % kFrameAlign != 0) {
+    return absl::InvalidArgumentError(StrCat(
+        "block size ", options.block_size,
+        " must be a multiple of 4096 between 64 KiB and 64 MiB"));
+  }
+  std::shared_ptr<SaveEngine> engine(new SaveEngine(options));
+  CKPT_RETURN_IF_ERROR(engine->Init());
+  return engine;
+}
+
+absl::StatusOr<std::shared_ptr<SaveEngine>> CreateSaveEngine(
+    const SaveEngineOptions& options) {
+  return SaveEngine::Create(options);
+}
+
+SaveEngine::SaveEngine(const SaveEngineOptions& options) : options_(options) {}
+
+absl::Status SaveEngine::Init() {
+  int workers = options_.worker_threads;
+  if (workers <= 0) {
+    workers = static_cast<int>(std::min(4u, std::max(1u, std::thread::hardware_concurrency())));
+  }
+  slot_bytes_ = options_.block_size + kFrameAlign;
+  const size_t slots = std::max<size_t>(2, options_.staging_bytes / slot_bytes_);
+  out_bytes_ = AlignUp(BlockCodec::MaxStoredBytes(options_.block_size) + kTrailerSize,
+                       kFrameAlign);
+  const size_t outs = 2 * static_cast<size_t>(workers) + 2;
+  CKPT_ASSIGN_OR_RETURN(arena_, AlignedBuffer::Allocate(slots * slot_bytes_, true));
+  // Output buffers are touched on first use only: a save without
+  // compression never needs them.
+  CKPT_ASSIGN_OR_RETURN(out_arena_, AlignedBuffer::Allocate(outs * out_bytes_, false));
+  for (size_t i = 0; i < slots; ++i) free_slots_.push_back(arena_.data() + i * slot_bytes_);
+  for (size_t i = 0; i < outs; ++i) free_out_.push_back(out_arena_.data() + i * out_bytes_);
+  for (int i = 0; i < workers; ++i) workers_.emplace_back([this] { WorkerLoop(); });
+  finalizer_ = std::thread([this] { FinalizerLoop(); });
+  return absl::OkStatus();
+}
+
+SaveEngine::~SaveEngine() {
+  {
+    std::lock_guard<std::mutex> lock(queue_mu_);
+    stop_ = true;
+  }
+  queue_cv_.notify_all();
+  finalize_cv_.notify_all();
+  for (auto& t : workers_) t.join();
+  if (finalizer_.joinable()) finalizer_.join();
+  std::lock_guard<std::mutex> lock(reg_mu_);
+  for (auto& [ptr, reg] : registered_) {
+    if (auto s = reg.first.lock()) s->UnregisterBuffers(reg.second);
+  }
+}
+
+void SaveEngine::RegisterWith(const std::shared_ptr<Storage>& storage) {
+  std::lock_guard<std::mutex> lock(reg_mu_);
+  auto it = registered_.find(storage.get());
+  if (it != registered_.end() && !it->second.first.expired()) return;
+  uint64_t token = storage->RegisterBuffers(
+      {absl::Span<std::byte>(arena_.data(), arena_.size()),
+       absl::Span<std::byte>(out_arena_.data(), out_arena_.size())});
+  registered_[storage.get()] = {std::weak_ptr<Storage>(storage), token};
+}
+
+std::byte* SaveEngine::AcquireSlot() {
+  std::unique_lock<std::mutex> lock(pool_mu_);
+  slot_cv_.wait(lock, [&] { return !free_slots_.empty(); });
+  std::byte* s = free_slots_.back();
+  free_slots_.pop_back();
+  return s;
+}
+
+void SaveEngine::ReleaseSlot(std::byte* slot) {
+  {
+    std::lock_guard<std::mutex> lock(pool_mu_);
+    free_slots_.push_back(slot);
+  }
+  slot_cv_.notify_one();
+}
+
+std::byte* SaveEngine::AcquireOutBuffer() {
+  std::unique_lock<std::mutex> lock(pool_mu_);
+  out_cv_.wait(lock, [&] { return !free_out_.empty(); });
+  std::byte* b = free_out_.back();
+  free_out_.pop_back();
+  return b;
+}
+
+void SaveEngine::ReleaseOutBuffer(std::byte* buf) {
+  {
+    std::lock_guard<std::mutex> lock(pool_mu_);
+    free_out_.push_back(buf);
+  }
+  out_cv_.notify_one();
+}
+
+absl::Status SaveEngine::Run(std::shared_ptr<SaveJob> job,
+                             std::vector<SavePiece>& pieces) {
+  SaveJob& j = *job;
+  j.block_size = options_.block_size;
+  CKPT_ASSIGN_OR_RETURN(j.file, j.storage->OpenWritable(j.data_path, WriteOptions{j.direct}));
+  if (j.file->alignment() > kFrameAlign || kFrameAlign % j.file->alignment() != 0) {
+    return absl::FailedPreconditionError(StrCat(
+        j.data_path, ": storage requires ", j.file->alignment(),
+        "-byte alignment, more than the format's 4096"));
+  }
+  RegisterWith(j.storage);
+
+  // Block numbering: pieces in order, each cut into block_size pieces.
+  uint64_t nblocks = 0;
+  for (SavePiece& p : pieces) {
+    p.first_block = nblocks;
+    p.block_count = (p.bytes + options_.block_size - 1) / options_.block_size;
+    nblocks += p.block_count;
+    j.bytes_logical += static_cast<int64_t>(p.bytes);
+  }
+  if (nblocks > UINT32_MAX) {
+    return absl::InvalidArgumentError(StrCat(
+        "rank ", j.rank, " step ", j.step, ": ", nblocks,
+        " blocks exceed one file's limit; raise the block size"));
+  }
+  j.index.assign(nblocks, IndexEntry{});
+  j.handle->blocks_total = static_cast<int64_t>(nblocks);
+
+  CKPT_ASSIGN_OR_RETURN(j.header, AlignedBuffer::Allocate(kDataHeaderSize, false));
+  DataFileHeader hdr;
+  hdr.step = j.step;
+  hdr.rank = static_cast<uint32_t>(j.rank);
+  hdr.save_id = j.save_id;
+  EncodeDataHeader(hdr, j.header.data());
+  {
+    std::lock_guard<std::mutex> lock(j.mu);
+    j.next_offset = kDataHeaderSize;
+    j.outstanding = 1;
+  }
+  j.file->WriteAsync(0, absl::Span<const std::byte>(j.header.data(), kDataHeaderSize),
+                     [this, job](absl::Status s) {
+                       if (!s.ok()) {
+                         std::lock_guard<std::mutex> lock(job->mu);
+                         if (job->error.ok()) job->error = s;
+                       }
+                       BlockDone(job);
+                     });
+
+  for (const SavePiece& p : pieces) {
+    const size_t es = DTypeSize(p.dtype);
+    for (uint64_t b = 0; b < p.block_count; ++b) {
+      {
+        std::lock_guard<std::mutex> lock(j.mu);
+        if (!j.error.ok()) break;  // no point staging more; the job failed
+      }
+      const uint64_t begin = b * options_.block_size;
+      const uint64_t len = std::min<uint64_t>(options_.block_size, p.bytes - begin);
+      std::byte* slot = AcquireSlot();
+      if (p.shard != nullptr) {
+        GatherPacked(*p.shard, static_cast<int64_t>(begin / es),
+                     static_cast<int64_t>(len / es), slot);
+      } else {
+        std::memcpy(slot, p.blob + begin, len);
+      }
+      j.handle->bytes_staged += static_cast<int64_t>(len);
+      {
+        std::lock_guard<std::mutex> lock(j.mu);
+        ++j.outstanding;
+      }
+      WorkItem item;
+      item.job = job;
+      item.block_id = static_cast<uint32_t>(p.first_block + b);
+      item.slot = slot;
+      item.raw_len = static_cast<uint32_t>(len);
+      item.dtype = p.dtype;
+      {
+        std::lock_guard<std::mutex> lock(queue_mu_);
+        queue_.push_back(std::move(item));
+      }
+      queue_cv_.notify_one();
+    }
+  }
+  bool finalize = false;
+  {
+    std::lock_guard<std::mutex> lock(j.mu);
+    j.staging_done = true;
+    finalize = j.outstanding == 0;
+  }
+  if (finalize) {
+    {
+      std::lock_guard<std::mutex> lock(queue_mu_);
+      finalize_queue_.push_back(job);
+    }
+    finalize_cv_.notify_one();
+  }
+  return absl::OkStatus();
+}
+
+void SaveEngine::WorkerLoop() {
+  BlockCodec codec;
+  while (true) {
+    WorkItem item;
+    {
+      std::unique_lock<std::mutex> lock(queue_mu_);
+      queue_cv_.wait(lock, [&] { return stop_ || !queue_.empty(); });
+      if (queue_.empty()) return;
+      item = std::move(queue_.front());
+      queue_.pop_front();
+    }
+    ProcessBlock(item, codec);
+  }
+}
+
+void SaveEngine::ProcessBlock(WorkItem& item, BlockCodec& codec) {
+  const std::shared_ptr<SaveJob>& job = item.job;
+  bool failed;
+  {
+    std::lock_guard<std::mutex> lock(job->mu);
+    failed = !job->error.ok();
+  }
+  if (failed) {
+    ReleaseSlot(item.slot);
+    BlockDone(job);
+    return;
+  }
+  FrameTrailer t;
+  t.block_id = item.block_id;
+  t.raw_len = item.raw_len;
+  t.elem_width = static_cast<uint8_t>(DTypeSize(item.dtype));
+  t.raw_hash = Xxh3(item.slot, item.raw_len);
+
+  std::byte* frame = item.slot;
+  bool is_slot = true;
+  t.codec = static_cast<uint8_t>(Codec::kNone);
+  t.stored_len = item.raw_len;
+  if (job->codec != Codec::kNone) {
+    std::byte* out = AcquireOutBuffer();
+    codec.set_level(job->zstd_level);
+    auto enc = codec.Encode(job->codec, item.dtype,
+                            absl::Span<const std::byte>(item.slot, item.raw_len),
+                            absl::Span<std::byte>(out, out_bytes_ - kTrailerSize));
+    if (!enc.ok()) {
+      ReleaseOutBuffer(out);
+      ReleaseSlot(item.slot);
+      {
+        std::lock_guard<std::mutex> lock(job->mu);
+        if (job->error.ok()) job->error = Annotate(enc.status(), job->data_path);
+      }
+      BlockDone(job);
+      return;
+    }
+    if (enc->codec != Codec::kNone) {
+      ReleaseSlot(item.slot);
+      frame = out;
+      is_slot = false;
+      t.codec = static_cast<uint8_t>(enc->codec);
+      t.stored_len = enc->stored_len;
+      t.flags = enc->flags;
+      t.elem_width = enc->elem_width;
+    } else {
+      ReleaseOutBuffer(out);
+    }
+  }
+  t.stored_hash = t.codec == static_cast<uint8_t>(Codec::kNone)
+                      ? t.raw_hash
+                      : Xxh3(frame, t.stored_len);
+  const uint64_t frame_len = FrameLength(t.stored_len);
+  EncodeTrailer(t, frame + t.stored_len);
+  std::memset(frame + t.stored_len + kTrailerSize, 0,
+              frame_len - t.stored_len - kTrailerSize);
+
+  uint64_t offset;
+  {
+    std::lock_guard<std::mutex> lock(job->mu);
+    offset = job->next_offset;
+    job->next_offset += frame_len;
+    IndexEntry& e = job->index[item.block_id];
+    e.offset = offset;
+    e.raw_len = t.raw_len;
+    e.stored_len = t.stored_len;
+    e.raw_hash = t.raw_hash;
+    e.stored_hash = t.stored_hash;
+    e.codec = t.codec;
+    e.elem_width = t.elem_width;
+    e.flags = t.flags;
+    e.frame_len = static_cast<uint32_t>(frame_len);
+    job->bytes_stored += t.stored_len;
+  }
+  SubmitFrame(job, item.block_id, frame, frame_len, is_slot);
+}
+
+void SaveEngine::SubmitFrame(const std::shared_ptr<SaveJob>& job,
+                             uint32_t block_id, std::byte* buf,
+                             uint64_t frame_len, bool is_slot) {
+  uint64_t offset;
+  {
+    std::lock_guard<std::mutex> lock(job->mu);
+    offset = job->index[block_id].offset;
+  }
+  job->file->WriteAsync(
+      offset, absl::Span<const std::byte>(buf, frame_len),
+      [this, job, buf, is_slot, frame_len](absl::Status s) {
+        if (is_slot) {
+          ReleaseSlot(buf);
+        } else {
+          ReleaseOutBuffer(buf);
+        }
+        if (!s.ok()) {
+          std::lock_guard<std::mutex> lock(job->mu);
+          if (job->error.ok()) job->error = s;
+        } else {
+          job->handle->blocks_written += 1;
+          job->handle->bytes_written += static_cast<int64_t>(frame_len);
+        }
+        BlockDone(job);
+      });
+}
+
+void SaveEngine::BlockDone(const std::shared_ptr<SaveJob>& job) {
+  bool finalize = false;
+  {
+    std::lock_guard<std::mutex> lock(job->mu);
+    finalize = --job->outstanding == 0 && job->staging_done;
+  }
+  if (finalize) {
+    {
+      std::lock_guard<std::mutex> lock(queue_mu_);
+      finalize_queue_.push_back(job);
+    }
+    finalize_cv_.notify_one();
+  }
+}
+
+void SaveEngine::FinalizerLoop() {
+  while (true) {
+    std::shared_ptr<SaveJob> job;
+    {
+      std::unique_lock<std::mutex> lock(queue_mu_);
+      finalize_cv_.wait(lock, [&] { return stop_ || !finalize_queue_.empty(); });
+      if (finalize_queue_.empty()) return;
+      job = std::move(finalize_queue_.front());
+      finalize_queue_.pop_front();
+    }
+    Finalize(*job);
+  }
+}
+
+void SaveEngine::Finalize(SaveJob& job) {
+  absl::Status status;
+  {
+    std::lock_guard<std::mutex> lock(job.mu);
+    status = job.error;
+  }
+  if (status.ok()) {
+    std::string index = EncodeIndex(job.index);
+    job.index_offset = job.next_offset;
+    job.index_len = index.size();
+    job.index_hash = Xxh3(index);
+    DataFileFooter footer;
+    footer.index_offset = job.index_offset;
+    footer.index_len = job.index_len;
+    footer.block_count = job.index.size();
+    footer.index_hash = job.index_hash;
+    footer.save_id = job.save_id;
+    const uint64_t tail = index.size() + kFooterSize;
+    job.file_size = job.index_offset + tail;
+    auto buf = AlignedBuffer::Allocate(AlignUp(tail, kFrameAlign), false);
+    if (!buf.ok()) {
+      status = buf.status();
+    } else {
+      std::memcpy(buf->data(), index.data(), index.size());
+      EncodeFooter(footer, buf->data() + index.size());
+      std::memset(buf->data() + tail, 0, buf->size() - tail);
+      absl::Status write_status;
+      job.file->WriteAsync(job.index_offset,
+                           absl::Span<const std::byte>(buf->data(), buf->size()),
+                           [&write_status](absl::Status s) { write_status = s; });
+      status = job.file->Drain();
+      if (status.ok()) status = write_status;
+      if (status.ok()) status = job.file->Finish(job.file_size);
+    }
+  }
+  if (!status.ok()) {
+    (void)job.file->Drain();
+    job.file.reset();
+    (void)job.storage->Remove(job.data_path);
+    status = Annotate(status, StrCat("save of step ", job.step, " rank ", job.rank));
+  } else {
+    job.file.reset();
+  }
+  job.header = AlignedBuffer();
+  if (job.on_finished) job.on_finished(job, status);
+}
+
+}  // namespace ckpt

@@ -1,0 +1,147 @@
+// The background half of Save: a bounded, pre-faulted staging arena, codec
+// workers and the writer of one data file per job.
+//
+//   caller:   Run() copies each block into an arena slot (the only stall)
+//   workers:  xxh3(raw) -> codec -> xxh3(stored) -> frame -> WriteAsync
+//   I/O:      completion releases the slot and records the index entry
+//   finalizer: index + footer -> Finish (fdatasync) -> job->on_finished
+#ifndef CKPT_PIPELINE_SAVE_ENGINE_H_
+#define CKPT_PIPELINE_SAVE_ENGINE_H_
+
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "ckpt/checkpointer.h"
+#include "ckpt/state.h"
+#include "format/data_file.h"
+#include "util/aligned_buffer.h"
+
+namespace ckpt {
+
+/// One packed byte stream to save: a shard or a blob.
+struct SavePiece {
+  const Shard* shard = nullptr;      ///< tensor data (valid during Run)
+  const std::byte* blob = nullptr;   ///< or blob bytes
+  DType dtype = DType::kU8;
+  uint64_t bytes = 0;
+  // Filled by Run:
+  uint64_t first_block = 0;
+  uint64_t block_count = 0;
+};
+
+/// State of one rank's save of one step. Created by the Checkpointer,
+/// driven by the engine.
+struct SaveJob {
+  // Inputs.
+  std::shared_ptr<Storage> storage;
+  std::string data_path;
+  int rank = 0;
+  int64_t step = 0;
+  uint64_t save_id = 0;
+  Codec codec = Codec::kNone;
+  int zstd_level = 1;
+  bool direct = true;
+  std::shared_ptr<SaveHandle::Shared> handle;
+  /// Runs on the engine's finalizer thread once the data file is durable
+  /// (status OK) or the job failed. The data file is removed on failure.
+  std::function<void(SaveJob&, absl::Status)> on_finished;
+
+  // Results, valid in on_finished.
+  std::vector<IndexEntry> index;
+  uint64_t block_size = 0;
+  uint64_t file_size = 0;
+  uint64_t index_offset = 0;
+  uint64_t index_len = 0;
+  uint64_t index_hash = 0;
+  int64_t bytes_logical = 0;
+  int64_t bytes_stored = 0;
+
+  // Engine-internal.
+  std::mutex mu;
+  absl::Status error;
+  uint64_t next_offset = 0;
+  int64_t outstanding = 0;
+  bool staging_done = false;
+  std::unique_ptr<WritableFile> file;
+  AlignedBuffer header;
+};
+
+class SaveEngine {
+ public:
+  static absl::StatusOr<std::shared_ptr<SaveEngine>> Create(
+      const SaveEngineOptions& options);
+  ~SaveEngine();
+  SaveEngine(const SaveEngine&) = delete;
+  SaveEngine& operator=(const SaveEngine&) = delete;
+
+  /// Opens the job's data file, copies every piece into the arena (blocking
+  /// while the arena is full) and returns; the job finishes in the
+  /// background. Errors before any byte is staged are returned here (and
+  /// on_finished is not called); later errors go to on_finished.
+  absl::Status Run(std::shared_ptr<SaveJob> job, std::vector<SavePiece>& pieces);
+
+  size_t block_size() const { return options_.block_size; }
+  size_t staging_bytes() const { return arena_.size(); }
+  int worker_threads() const { return static_cast<int>(workers_.size()); }
+
+ private:
+  struct WorkItem {
+    std::shared_ptr<SaveJob> job;
+    uint32_t block_id = 0;
+    std::byte* slot = nullptr;
+    uint32_t raw_len = 0;
+    DType dtype = DType::kU8;
+  };
+
+  explicit SaveEngine(const SaveEngineOptions& options);
+  absl::Status Init();
+  std::byte* AcquireSlot();
+  void ReleaseSlot(std::byte* slot);
+  std::byte* AcquireOutBuffer();
+  void ReleaseOutBuffer(std::byte* buf);
+  void WorkerLoop();
+  void FinalizerLoop();
+  void ProcessBlock(WorkItem& item, class BlockCodec& codec);
+  void SubmitFrame(const std::shared_ptr<SaveJob>& job, uint32_t block_id,
+                   std::byte* buf, uint64_t frame_len, bool is_slot);
+  void BlockDone(const std::shared_ptr<SaveJob>& job);
+  void Finalize(SaveJob& job);
+  void RegisterWith(const std::shared_ptr<Storage>& storage);
+
+  SaveEngineOptions options_;
+  size_t slot_bytes_ = 0;
+  size_t out_bytes_ = 0;
+  AlignedBuffer arena_;
+  AlignedBuffer out_arena_;
+
+  std::mutex pool_mu_;
+  std::condition_variable slot_cv_;
+  std::condition_variable out_cv_;
+  std::vector<std::byte*> free_slots_;
+  std::vector<std::byte*> free_out_;
+
+  std::mutex queue_mu_;
+  std::condition_variable queue_cv_;
+  std::deque<WorkItem> queue_;
+  std::deque<std::shared_ptr<SaveJob>> finalize_queue_;
+  std::condition_variable finalize_cv_;
+  bool stop_ = false;
+  std::vector<std::thread> workers_;
+  std::thread finalizer_;
+
+  std::mutex reg_mu_;
+  std::map<Storage*, std::pair<std::weak_ptr<Storage>, uint64_t>> registered_;
+};
+
+}  // namespace ckpt
+
+#endif  // CKPT_PIPELINE_SAVE_ENGINE_H_

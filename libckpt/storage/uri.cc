@@ -1,0 +1,65 @@
+#include "storage/uri.h"
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "util/strings.h"
+#include "absl/strings/str_split.h"
+
+namespace ckpt {
+
+absl::StatusOr<ParsedUri> ParseUri(std::string_view uri) {
+  ParsedUri out;
+  if (uri.empty()) return absl::InvalidArgumentError("empty storage URI");
+  std::string_view rest = uri;
+  size_t sep = uri.find("://");
+  if (sep != std::string_view::npos) {
+    out.scheme = absl::AsciiStrToLower(AV(uri.substr(0, sep)));
+    for (char c : out.scheme) {
+      if (!absl::ascii_isalnum(c) && c != '+' && c != '-' && c != '.') {
+        return absl::InvalidArgumentError(
+            StrCat("bad scheme in storage URI '", uri, "'"));
+      }
+    }
+    rest = uri.substr(sep + 3);
+  } else {
+    out.scheme = "file";
+  }
+  size_t q = rest.find('?');
+  out.location = std::string(rest.substr(0, q));
+  if (q != std::string_view::npos) {
+    for (absl::string_view kv : absl::StrSplit(AV(rest.substr(q + 1)), '&', absl::SkipEmpty())) {
+      std::pair<std::string, std::string> p = absl::StrSplit(kv, absl::MaxSplits('=', 1));
+      out.params[p.first] = p.second;
+    }
+  }
+  return out;
+}
+
+absl::StatusOr<bool> ParsedUri::Bool(std::string_view key, bool def) const {
+  auto it = params.find(std::string(key));
+  if (it == params.end()) return def;
+  std::string v = absl::AsciiStrToLower(it->second);
+  if (v == "1" || v == "true" || v == "yes" || v == "on" || v.empty()) return true;
+  if (v == "0" || v == "false" || v == "no" || v == "off") return false;
+  return absl::InvalidArgumentError(
+      StrCat("URI parameter ", key, "=", it->second, " is not a boolean"));
+}
+
+absl::StatusOr<int64_t> ParsedUri::Int(std::string_view key, int64_t def) const {
+  auto it = params.find(std::string(key));
+  if (it == params.end()) return def;
+  int64_t v;
+  if (!absl::SimpleAtoi(it->second, &v)) {
+    return absl::InvalidArgumentError(
+        StrCat("URI parameter ", key, "=", it->second, " is not an integer"));
+  }
+  return v;
+}
+
+std::string ParsedUri::Str(std::string_view key, std::string_view def) const {
+  auto it = params.find(std::string(key));
+  return it == params.end() ? std::string(def) : it->second;
+}
+
+}  // namespace ckpt

@@ -1,0 +1,55 @@
+// String helpers. Debian's abseil has its own string_view type, so StrCat
+// here also accepts std::string_view arguments.
+#ifndef CKPT_UTIL_STRINGS_H_
+#define CKPT_UTIL_STRINGS_H_
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/string_view.h"
+
+namespace ckpt {
+namespace strings_internal {
+template <typename T>
+const T& Arg(const T& v) {
+  return v;
+}
+inline absl::string_view Arg(std::string_view v) { return {v.data(), v.size()}; }
+}  // namespace strings_internal
+
+/// absl::string_view of a std::string_view.
+inline absl::string_view AV(std::string_view v) { return {v.data(), v.size()}; }
+/// std::string_view of an absl::string_view.
+inline std::string_view SV(absl::string_view v) { return {v.data(), v.size()}; }
+
+template <typename... Args>
+std::string StrCat(const Args&... args) {
+  return absl::StrCat(strings_internal::Arg(args)...);
+}
+
+template <typename... Args>
+void StrAppend(std::string* out, const Args&... args) {
+  absl::StrAppend(out, strings_internal::Arg(args)...);
+}
+
+inline bool ConsumePrefix(std::string_view* s, std::string_view prefix) {
+  if (!s->starts_with(prefix)) return false;
+  s->remove_prefix(prefix.size());
+  return true;
+}
+inline bool ConsumeSuffix(std::string_view* s, std::string_view suffix) {
+  if (!s->ends_with(suffix)) return false;
+  s->remove_suffix(suffix.size());
+  return true;
+}
+
+/// Parses a whole decimal integer (optional leading '-'); false otherwise.
+bool ParseInt64(std::string_view s, int64_t* out);
+/// Parses a whole decimal number.
+bool ParseDouble(std::string_view s, double* out);
+
+}  // namespace ckpt
+
+#endif  // CKPT_UTIL_STRINGS_H_

@@ -1,0 +1,324 @@
+// Save then load, across dtypes, codecs, shapes, target cuts and backends.
+#include <random>
+#include <thread>
+
+#include "ckpt/checkpointer.h"
+#include "ckpt/synthetic.h"
+#include "storage/mem_storage.h"
+#include "testutil/test_util.h"
+
+namespace ckpt::testing {
+namespace {
+
+constexpr size_t kSmallBlock = 64 << 10;
+
+struct Backend {
+  std::string name;
+  std::string query;  // file:// parameters; "mem" for memory
+};
+
+class RoundTripTest : public ::testing::TestWithParam<Backend> {
+ protected:
+  std::string Uri() {
+    if (GetParam().name == "mem") {
+      return "mem://roundtrip-" + std::to_string(counter_++) + "-" +
+             ::testing::UnitTest::GetInstance()->current_test_info()->name();
+    }
+    return dir_.path() + "/root" + std::to_string(counter_++) + GetParam().query;
+  }
+
+  std::unique_ptr<Checkpointer> Open(const std::string& uri, Codec codec,
+                                     int rank = 0, int world = 1,
+                                     std::shared_ptr<SaveEngine> engine = nullptr) {
+    CheckpointerOptions o;
+    o.uri = uri;
+    o.rank = rank;
+    o.world_size = world;
+    o.codec = codec;
+    o.engine_options.block_size = kSmallBlock;
+    o.engine_options.staging_bytes = 1 << 20;
+    o.engine = std::move(engine);
+    o.commit_timeout_s = 30;
+    auto cp = Checkpointer::Open(o);
+    EXPECT_TRUE(cp.ok()) << cp.status();
+    return cp.ok() ? std::move(cp).value() : nullptr;
+  }
+
+  TempDir dir_;
+  int counter_ = 0;
+};
+
+TEST_P(RoundTripTest, EveryDTypeAndCodec) {
+  const DType dtypes[] = {DType::kF64, DType::kF32, DType::kF16, DType::kBF16,
+                          DType::kF8E4M3, DType::kF8E5M2, DType::kI64,
+                          DType::kI32, DType::kI16, DType::kI8, DType::kU8,
+                          DType::kBool};
+  for (Codec codec : {Codec::kNone, Codec::kZstd, Codec::kShuffleZstd}) {
+    const std::string uri = Uri();
+    auto cp = Open(uri, codec);
+    ASSERT_NE(cp, nullptr);
+    std::vector<OwnedShard> shards;
+    for (DType dt : dtypes) {
+      TensorSpec spec{std::string("t.") + std::string(DTypeName(dt)), dt, {301, 129}};
+      shards.push_back(MakeShard(spec, Box::Whole(spec.shape), 7));
+    }
+    State state = StateOf(shards);
+    auto handle = cp->Save(3, state);
+    ASSERT_OK(handle);
+    ASSERT_OK(handle->Wait());
+    EXPECT_GT(handle->Stats().bytes_stored, 0);
+    if (codec != Codec::kNone) {
+      EXPECT_LT(handle->Stats().bytes_stored, handle->Stats().bytes_logical)
+          << CodecName(codec);
+    }
+
+    std::vector<OwnedShard> out;
+    for (auto& s : shards) out.push_back(EmptyShard(s.spec, s.box));
+    State target = StateOf(out);
+    auto stats = cp->Load(target);
+    ASSERT_OK(stats);
+    EXPECT_EQ(stats->step, 3);
+    for (auto& s : out) {
+      EXPECT_EQ(Mismatches(s, 7), 0) << s.spec.fqn << " codec " << CodecName(codec);
+    }
+    EXPECT_EQ(stats->bytes_needed, state.LogicalBytes());
+    EXPECT_GE(stats->ReadAmplification(), 1.0);
+  }
+}
+
+TEST_P(RoundTripTest, OddShapes) {
+  const std::vector<Shape> shapes = {{}, {1}, {0}, {0, 5}, {5, 0, 3}, {100003},
+                                     {3, 1, 1, 7}, {kSmallBlock / 4 + 1}};
+  auto cp = Open(Uri(), Codec::kShuffleZstd);
+  ASSERT_NE(cp, nullptr);
+  std::vector<OwnedShard> shards;
+  for (size_t i = 0; i < shapes.size(); ++i) {
+    TensorSpec spec{"odd." + std::to_string(i), DType::kF32, shapes[i]};
+    shards.push_back(MakeShard(spec, Box::Whole(spec.shape), 1));
+  }
+  State state = StateOf(shards);
+  auto h = cp->Save(1, state);
+  ASSERT_OK(h);
+  ASSERT_OK(h->Wait());
+  std::vector<OwnedShard> out;
+  for (auto& s : shards) out.push_back(EmptyShard(s.spec, s.box));
+  State target = StateOf(out);
+  ASSERT_OK(cp->Load(target, 1));
+  for (auto& s : out) EXPECT_EQ(Mismatches(s, 1), 0) << s.spec.fqn;
+}
+
+TEST_P(RoundTripTest, ArbitraryTargetBoxes) {
+  // Saved as a 3x2 grid of uneven chunks from six ranks sharing one engine.
+  const TensorSpec spec{"w", DType::kBF16, {517, 263}};
+  const std::vector<int64_t> rows = {0, 100, 350, 517};
+  const std::vector<int64_t> cols = {0, 131, 263};
+  const std::string uri = Uri();
+  SaveEngineOptions eo;
+  eo.block_size = kSmallBlock;
+  eo.staging_bytes = 1 << 20;
+  auto engine = CreateSaveEngine(eo);
+  ASSERT_OK(engine);
+  std::vector<std::unique_ptr<Checkpointer>> ranks;
+  std::vector<std::vector<OwnedShard>> data(6);
+  std::vector<SaveHandle> handles;
+  for (int r = 0; r < 6; ++r) {
+    ranks.push_back(Open(uri, Codec::kZstd, r, 6, *engine));
+    ASSERT_NE(ranks.back(), nullptr);
+  }
+  for (int r = 0; r < 6; ++r) {
+    const int i = r / 2, j = r % 2;
+    Box box({rows[i], cols[j]}, {rows[i + 1] - rows[i], cols[j + 1] - cols[j]});
+    data[r].push_back(MakeShard(spec, box, 11));
+    State st = StateOf(data[r]);
+    auto h = ranks[r]->Save(5, st);
+    ASSERT_OK(h);
+    handles.push_back(*h);
+  }
+  for (auto& h : handles) ASSERT_OK(h.Wait());
+
+  std::mt19937 rng(42);
+  for (int trial = 0; trial < 40; ++trial) {
+    std::vector<int64_t> off(2), size(2);
+    for (int d = 0; d < 2; ++d) {
+      off[d] = std::uniform_int_distribution<int64_t>(0, spec.shape[d] - 1)(rng);
+      size[d] = std::uniform_int_distribution<int64_t>(0, spec.shape[d] - off[d])(rng);
+    }
+    std::vector<OwnedShard> out = {EmptyShard(spec, Box(off, size))};
+    State target = StateOf(out);
+    auto stats = ranks[trial % 6]->Load(target);
+    ASSERT_OK(stats);
+    EXPECT_EQ(Mismatches(out[0], 11), 0) << out[0].box.ToString();
+    EXPECT_EQ(stats->bytes_needed, out[0].box.Volume() * 2);
+  }
+}
+
+TEST_P(RoundTripTest, StridedSourceAndTarget) {
+  // A column-major 2-D shard (strides {1, rows}) and a padded-row target.
+  const TensorSpec spec{"strided", DType::kF32, {40, 30}};
+  OwnedShard packed = MakeShard(spec, Box::Whole(spec.shape), 3);
+  std::vector<float> colmajor(40 * 30);
+  const float* src = reinterpret_cast<const float*>(packed.data.data());
+  for (int i = 0; i < 40; ++i) {
+    for (int j = 0; j < 30; ++j) colmajor[j * 40 + i] = src[i * 30 + j];
+  }
+  auto cp = Open(Uri(), Codec::kNone);
+  ASSERT_NE(cp, nullptr);
+  State state;
+  ASSERT_OK(state.AddShard(spec, Box::Whole(spec.shape), colmajor.data(), {1, 40}));
+  auto h = cp->Save(2, state);
+  ASSERT_OK(h);
+  ASSERT_OK(h->Wait());
+
+  // Target rows 5..25, cols 3..23, stored with a row pitch of 32 floats.
+  std::vector<float> padded(20 * 32, -1.0f);
+  State target;
+  Box box({5, 3}, {20, 20});
+  ASSERT_OK(target.AddShard(spec, box, padded.data(), {32, 1}));
+  ASSERT_OK(cp->Load(target, 2));
+  for (int i = 0; i < 20; ++i) {
+    for (int j = 0; j < 20; ++j) {
+      EXPECT_EQ(padded[i * 32 + j], src[(i + 5) * 30 + (j + 3)]) << i << "," << j;
+    }
+    EXPECT_EQ(padded[i * 32 + 20], -1.0f);  // padding untouched
+  }
+}
+
+TEST_P(RoundTripTest, BlobsPerRankAndGlobal) {
+  const std::string uri = Uri();
+  SaveEngineOptions eo;
+  eo.block_size = kSmallBlock;
+  eo.staging_bytes = 1 << 20;
+  auto engine = CreateSaveEngine(eo);
+  ASSERT_OK(engine);
+  auto r0 = Open(uri, Codec::kZstd, 0, 2, *engine);
+  auto r1 = Open(uri, Codec::kZstd, 1, 2, *engine);
+  std::string rng0 = "rng-state-of-rank-0", rng1 = "rank-1 rng";
+  std::string big(300000, 'x');
+  for (size_t i = 0; i < big.size(); ++i) big[i] = static_cast<char>(i * 31 % 251);
+  std::string empty;
+  State s0, s1;
+  ASSERT_OK(s0.AddBlob("rng", rng0.data(), rng0.size()));
+  ASSERT_OK(s0.AddBlob("config", big.data(), big.size(), BlobScope::kGlobal));
+  ASSERT_OK(s0.AddBlob("empty", empty.data(), 0, BlobScope::kGlobal));
+  ASSERT_OK(s1.AddBlob("rng", rng1.data(), rng1.size()));
+  auto h0 = r0->Save(9, s0);
+  auto h1 = r1->Save(9, s1);
+  ASSERT_OK(h0);
+  ASSERT_OK(h1);
+  ASSERT_OK(h0->Wait());
+  ASSERT_OK(h1->Wait());
+
+  std::string a, b, c, d, e;
+  State t;
+  ASSERT_OK(t.AddBlobOut("rng", &a));
+  ASSERT_OK(t.AddBlobOut("config", &b, BlobScope::kGlobal));
+  ASSERT_OK(t.AddBlobOut("rng", &c, BlobScope::kRank, 1));
+  ASSERT_OK(t.AddBlobOut("empty", &e, BlobScope::kGlobal));
+  ASSERT_OK(r0->Load(t));
+  EXPECT_EQ(a, rng0);
+  EXPECT_EQ(b, big);
+  EXPECT_EQ(c, rng1);
+  EXPECT_EQ(e, "");
+  State t1;
+  ASSERT_OK(t1.AddBlobOut("rng", &d));
+  ASSERT_OK(r1->Load(t1));
+  EXPECT_EQ(d, rng1);
+  State missing;
+  std::string m;
+  ASSERT_OK(missing.AddBlobOut("nope", &m));
+  auto st = r0->Load(missing);
+  EXPECT_TRUE(absl::IsNotFound(st.status())) << st.status();
+}
+
+TEST_P(RoundTripTest, StateLargerThanArenaStreams) {
+  // 8 MiB of tensors through a 2-slot arena of 64 KiB blocks.
+  CheckpointerOptions o;
+  o.uri = Uri();
+  o.codec = Codec::kShuffleZstd;
+  o.engine_options.block_size = kSmallBlock;
+  o.engine_options.staging_bytes = 1;  // rounds up to the minimum of 2 slots
+  auto cp = Checkpointer::Open(o);
+  ASSERT_OK(cp);
+  std::vector<OwnedShard> shards;
+  for (int i = 0; i < 4; ++i) {
+    TensorSpec spec{"big." + std::to_string(i), DType::kF32, {512, 1024}};
+    shards.push_back(MakeShard(spec, Box::Whole(spec.shape), 5));
+  }
+  State state = StateOf(shards);
+  auto h = (*cp)->Save(1, state);
+  ASSERT_OK(h);
+  ASSERT_OK(h->Wait());
+  EXPECT_EQ(h->Progress().blocks_written, h->Progress().blocks_total);
+  std::vector<OwnedShard> out;
+  for (auto& s : shards) out.push_back(EmptyShard(s.spec, s.box));
+  State target = StateOf(out);
+  ASSERT_OK((*cp)->Load(target));
+  for (auto& s : out) EXPECT_EQ(Mismatches(s, 5), 0);
+}
+
+TEST_P(RoundTripTest, LatestAndExplicitSteps) {
+  auto cp = Open(Uri(), Codec::kNone);
+  ASSERT_NE(cp, nullptr);
+  const TensorSpec spec{"p", DType::kF32, {1000}};
+  for (int step : {10, 20, 30}) {
+    std::vector<OwnedShard> s = {MakeShard(spec, Box::Whole(spec.shape), step)};
+    State st = StateOf(s);
+    auto h = cp->Save(step, st);
+    ASSERT_OK(h);
+    ASSERT_OK(h->Wait());
+  }
+  auto latest = cp->LatestStep();
+  ASSERT_OK(latest);
+  EXPECT_EQ(*latest, 30);
+  for (int step : {10, 20, 30}) {
+    std::vector<OwnedShard> out = {EmptyShard(spec, Box::Whole(spec.shape))};
+    State t = StateOf(out);
+    ASSERT_OK(cp->Load(t, step));
+    EXPECT_EQ(Mismatches(out[0], step), 0);
+  }
+  // Saving a committed step again is refused.
+  std::vector<OwnedShard> s = {MakeShard(spec, Box::Whole(spec.shape), 1)};
+  State st = StateOf(s);
+  auto again = cp->Save(20, st);
+  EXPECT_TRUE(absl::IsAlreadyExists(again.status())) << again.status();
+  // A missing step says so.
+  std::vector<OwnedShard> out = {EmptyShard(spec, Box::Whole(spec.shape))};
+  State t = StateOf(out);
+  auto missing = cp->Load(t, 25);
+  EXPECT_TRUE(absl::IsNotFound(missing.status())) << missing.status();
+  EXPECT_NE(missing.status().message().find("step 25"), absl::string_view::npos);
+}
+
+TEST_P(RoundTripTest, TargetMismatchIsAClearError) {
+  auto cp = Open(Uri(), Codec::kNone);
+  ASSERT_NE(cp, nullptr);
+  const TensorSpec spec{"p", DType::kF32, {64, 8}};
+  std::vector<OwnedShard> s = {MakeShard(spec, Box::Whole(spec.shape), 1)};
+  State st = StateOf(s);
+  auto h = cp->Save(1, st);
+  ASSERT_OK(h);
+  ASSERT_OK(h->Wait());
+  const TensorSpec wrong_dtype{"p", DType::kBF16, {64, 8}};
+  std::vector<OwnedShard> out = {EmptyShard(wrong_dtype, Box::Whole(wrong_dtype.shape))};
+  State t = StateOf(out);
+  auto r = cp->Load(t);
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("'p'"), absl::string_view::npos) << r.status();
+  EXPECT_NE(r.status().message().find("bf16"), absl::string_view::npos) << r.status();
+  const TensorSpec absent{"q", DType::kF32, {4}};
+  std::vector<OwnedShard> out2 = {EmptyShard(absent, Box::Whole(absent.shape))};
+  State t2 = StateOf(out2);
+  EXPECT_TRUE(absl::IsNotFound(cp->Load(t2).status()));
+  LoadOptions lo;
+  lo.allow_missing = true;
+  EXPECT_OK(cp->Load(t2, kLatestStep, lo));
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Backends, RoundTripTest,
+    ::testing::Values(Backend{"uring", ""}, Backend{"threads", "?engine=threads"},
+                      Backend{"buffered", "?direct=0"}, Backend{"mem", ""}),
+    [](const ::testing::TestParamInfo<Backend>& info) { return info.param.name; });
+
+}  // namespace
+}  // namespace ckpt::testing

@@ -1,0 +1,73 @@
+// Shared helpers for the test suite.
+#ifndef CKPT_TESTS_TEST_UTIL_H_
+#define CKPT_TESTS_TEST_UTIL_H_
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "ckpt/checkpointer.h"
+#include "ckpt/mesh.h"
+#include "ckpt/state.h"
+#include "gtest/gtest.h"
+
+namespace ckpt::testing {
+
+/// A fresh directory under $TMPDIR (or /tmp), removed with its contents.
+class TempDir {
+ public:
+  TempDir();
+  ~TempDir();
+  const std::string& path() const { return path_; }
+  std::string Join(const std::string& rel) const { return path_ + "/" + rel; }
+
+ private:
+  std::string path_;
+};
+
+/// Owns the memory of one synthetic shard.
+struct OwnedShard {
+  TensorSpec spec;
+  Box box;
+  std::vector<std::byte> data;
+};
+
+/// Fills `box` of `spec` with the synthetic generator (seed).
+OwnedShard MakeShard(const TensorSpec& spec, const Box& box, uint64_t seed);
+/// Zero-filled buffer for `box`.
+OwnedShard EmptyShard(const TensorSpec& spec, const Box& box);
+
+/// Adds all shards to a State.
+State StateOf(std::vector<OwnedShard>& shards);
+
+/// Number of elements differing from the generator.
+int64_t Mismatches(const OwnedShard& s, uint64_t seed);
+
+/// Reads a whole file; writes a whole file.
+std::string ReadFile(const std::string& path);
+void WriteFile(const std::string& path, const std::string& data);
+/// Flips bit `bit` of byte `offset` in a file.
+void FlipBit(const std::string& path, uint64_t offset, int bit);
+
+#define ASSERT_OK(expr)                                  \
+  do {                                                   \
+    const ::absl::Status ckpt_s_ = ::ckpt::testing::AsStatus(expr); \
+    ASSERT_TRUE(ckpt_s_.ok()) << ckpt_s_;                \
+  } while (0)
+#define EXPECT_OK(expr)                                  \
+  do {                                                   \
+    const ::absl::Status ckpt_s_ = ::ckpt::testing::AsStatus(expr); \
+    EXPECT_TRUE(ckpt_s_.ok()) << ckpt_s_;                \
+  } while (0)
+
+inline absl::Status AsStatus(const absl::Status& s) { return s; }
+template <typename T>
+absl::Status AsStatus(const absl::StatusOr<T>& s) {
+  return s.status();
+}
+
+}  // namespace ckpt::testing
+
+#endif  // CKPT_TESTS_TEST_UTIL_H_
