@@ -48,6 +48,9 @@ struct SaveEngineOptions {
   size_t staging_bytes = size_t{256} << 20;  ///< arena budget
   size_t block_size = size_t{4} << 20;       ///< raw bytes per block
   int worker_threads = 0;                    ///< 0: min(4, hardware threads)
+  /// Nice value added to the background threads so they yield to the
+  /// trainer's threads (0 leaves them at the caller's priority).
+  int background_nice = 10;
 };
 class SaveEngine;
 absl::StatusOr<std::shared_ptr<SaveEngine>> CreateSaveEngine(
@@ -72,6 +75,10 @@ struct CheckpointerOptions {
   std::optional<Mesh> mesh;
   /// Ask the storage for O_DIRECT writes (falls back where refused).
   bool direct_io = true;
+  /// On the leader, Open removes uncommitted steps (leftovers of saves that
+  /// crashed) and applies retention. Only safe when no other process is
+  /// saving to the root at that moment, as when a job starts.
+  bool gc_on_open = true;
 };
 
 /// Measured costs of one save, for the interval optimiser.
@@ -157,6 +164,19 @@ struct GcReport {
 };
 
 constexpr int64_t kLatestStep = -1;
+
+/// Latest committed step under a root (LATEST, or a scan when LATEST is
+/// damaged); NotFound when there is none.
+absl::StatusOr<int64_t> LatestCommittedStep(Storage& storage);
+
+/// Loads `target` from a committed step without opening a Checkpointer (no
+/// side effects on the root). `rank` selects per-rank blobs.
+absl::StatusOr<LoadStats> LoadCheckpoint(Storage& storage, const State& target,
+                                         int64_t step = kLatestStep, int rank = 0,
+                                         const LoadOptions& options = {});
+
+/// All step directories under a root, ascending.
+absl::StatusOr<std::vector<StepInfo>> ListCheckpointSteps(Storage& storage);
 
 /// One rank's view of a checkpoint root. Thread-safe; Save calls are
 /// serialized (a Save waits until the previous one has left the staging

@@ -429,7 +429,7 @@ absl::StatusOr<std::unique_ptr<Checkpointer>> Checkpointer::Open(
     CheckpointerOptions options) {
   auto impl = std::make_unique<Impl>(std::move(options));
   CKPT_RETURN_IF_ERROR(impl->Init());
-  if (impl->IsLeader()) {
+  if (impl->IsLeader() && impl->options().gc_on_open) {
     // A new job: uncommitted steps are leftovers of crashed saves.
     GcOptions gc;
     gc.retention = impl->options().retention;
@@ -438,6 +438,24 @@ absl::StatusOr<std::unique_ptr<Checkpointer>> Checkpointer::Open(
     if (!report.ok() && !absl::IsNotFound(report.status())) return report.status();
   }
   return std::unique_ptr<Checkpointer>(new Checkpointer(std::move(impl)));
+}
+
+absl::StatusOr<int64_t> LatestCommittedStep(Storage& storage) {
+  return ResolveLatest(storage);
+}
+
+absl::StatusOr<LoadStats> LoadCheckpoint(Storage& storage, const State& target,
+                                         int64_t step, int rank,
+                                         const LoadOptions& options) {
+  if (step == kLatestStep) {
+    CKPT_ASSIGN_OR_RETURN(step, ResolveLatest(storage));
+  }
+  CKPT_ASSIGN_OR_RETURN(Manifest m, ReadManifest(storage, step));
+  return LoadFromManifest(storage, m, target, rank, options);
+}
+
+absl::StatusOr<std::vector<StepInfo>> ListCheckpointSteps(Storage& storage) {
+  return ListStepsIn(storage);
 }
 
 Checkpointer::Checkpointer(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}

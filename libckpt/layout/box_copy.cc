@@ -1,5 +1,7 @@
 #include "layout/box_copy.h"
 
+#include "util/stream_copy.h"
+
 #include <algorithm>
 #include <cstring>
 #include <vector>
@@ -54,7 +56,7 @@ void GatherPacked(const Shard& shard, int64_t first, int64_t count,
   const size_t es = DTypeSize(shard.spec.dtype);
   const std::byte* base = static_cast<const std::byte*>(shard.data);
   if (shard.Contiguous()) {
-    std::memcpy(dst, base + first * es, count * es);
+    StreamCopy(dst, base + first * es, count * es);
     return;
   }
   ForEachStridedRun(shard, first, count,

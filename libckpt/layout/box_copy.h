@@ -11,7 +11,8 @@
 namespace ckpt {
 
 /// Copies elements [first, first + count) of the packed row-major order of
-/// `shard.box` from the shard's memory into `dst`.
+/// `shard.box` from the shard's memory into `dst` (staging memory: written
+/// with streaming stores).
 void GatherPacked(const Shard& shard, int64_t first, int64_t count,
                   std::byte* dst);
 

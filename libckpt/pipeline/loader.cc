@@ -15,6 +15,7 @@
 #include "format/frame_check.h"
 #include "format/layout.h"
 #include "layout/box_copy.h"
+#include "pipeline/frame_reader.h"
 #include "plan/cover.h"
 #include "util/aligned_buffer.h"
 #include "util/clock.h"
@@ -265,15 +266,14 @@ class Loader {
   }
 
   absl::Status Execute() {
-    std::vector<BlockTask> tasks;
-    size_t max_frame = 0;
+    std::vector<BlockTask> blocks;
     for (auto& w : work_) {
       OpenFile& f = files_[w->file];
       for (uint64_t b : w->blocks) {
         const uint64_t global = w->first_block + b;
         if (global >= f.index.size()) {
           return absl::DataLossError(StrCat(ChunkName(*w), ": block ", global,
-                                                  " is beyond the index of ", f.path));
+                                            " is beyond the index of ", f.path));
         }
         const IndexEntry& e = f.index[global];
         const uint64_t bs = m_.files[w->file].block_size;
@@ -283,116 +283,58 @@ class Loader {
               ChunkName(*w), ": block ", global, " of ", f.path, " at byte offset ",
               e.offset, " holds ", e.raw_len, " bytes, expected ", expect_raw));
         }
-        tasks.push_back(BlockTask{w.get(), b, &e, f.path});
-        max_frame = std::max<size_t>(max_frame, e.frame_len);
+        blocks.push_back(BlockTask{w.get(), b, &e, f.path});
       }
     }
-    if (tasks.empty()) return absl::OkStatus();
     // Read in file order for sequential access.
-    std::sort(tasks.begin(), tasks.end(), [](const BlockTask& a, const BlockTask& b) {
+    std::sort(blocks.begin(), blocks.end(), [](const BlockTask& a, const BlockTask& b) {
       if (a.work->file != b.work->file) return a.work->file < b.work->file;
       return a.entry->offset < b.entry->offset;
     });
-
-    const size_t nbuf = std::clamp<size_t>(options_.read_buffer_bytes / std::max<size_t>(max_frame, 1),
-                                           2, std::max<size_t>(2, tasks.size()));
-    CKPT_ASSIGN_OR_RETURN(AlignedBuffer pool, AlignedBuffer::Allocate(nbuf * max_frame, true));
-    std::vector<std::byte*> free_bufs;
-    for (size_t i = 0; i < nbuf; ++i) free_bufs.push_back(pool.data() + i * max_frame);
-
-    int workers = options_.worker_threads;
-    if (workers <= 0) workers = static_cast<int>(std::min(4u, std::max(1u, std::thread::hardware_concurrency())));
-
-    std::mutex mu;
-    std::condition_variable cv;
-    std::deque<std::pair<const BlockTask*, std::byte*>> ready;
-    size_t completed = 0;
-    absl::Status error;
-    bool stop = false;
-
-    auto release = [&](std::byte* buf) {
-      std::lock_guard<std::mutex> lock(mu);
-      free_bufs.push_back(buf);
-      ++completed;
-      cv.notify_all();
-    };
-
-    std::vector<std::thread> threads;
-    std::atomic<int64_t> bytes_read{0}, bytes_decoded{0};
-    for (int i = 0; i < workers; ++i) {
-      threads.emplace_back([&] {
-        BlockCodec codec;
-        std::vector<std::byte> scratch;
-        while (true) {
-          std::pair<const BlockTask*, std::byte*> item;
-          {
-            std::unique_lock<std::mutex> lock(mu);
-            cv.wait(lock, [&] { return stop || !ready.empty(); });
-            if (ready.empty()) return;
-            item = ready.front();
-            ready.pop_front();
+    std::vector<FrameTask> tasks;
+    tasks.reserve(blocks.size());
+    for (const BlockTask& b : blocks) {
+      tasks.push_back(FrameTask{files_[b.work->file].file.get(), b.entry,
+                                b.work->first_block + b.rel_block, &b});
+    }
+    FrameReaderOptions fo;
+    fo.worker_threads = options_.worker_threads;
+    fo.buffer_bytes = options_.read_buffer_bytes;
+    std::atomic<int64_t> bytes_read{0}, bytes_decoded{0}, nread{0};
+    absl::Status s = ReadFrames(
+        tasks, fo,
+        [&](const FrameTask& t, absl::Span<const std::byte> frame, BlockCodec& codec,
+            std::vector<std::byte>& scratch) {
+          const BlockTask& b = *static_cast<const BlockTask*>(t.tag);
+          absl::Status st = ProcessBlock(b, frame, codec, scratch);
+          if (st.ok()) {
+            bytes_read += b.entry->frame_len;
+            bytes_decoded += b.entry->raw_len;
+            nread += 1;
           }
-          absl::Status s = ProcessBlock(*item.first, item.second, codec, scratch);
-          if (s.ok()) {
-            bytes_read += item.first->entry->frame_len;
-            bytes_decoded += item.first->entry->raw_len;
-          } else {
-            std::lock_guard<std::mutex> lock(mu);
-            if (error.ok()) error = s;
+          return st;
+        },
+        [&](const FrameTask& t, const absl::Status& st) {
+          const BlockTask& b = *static_cast<const BlockTask*>(t.tag);
+          if (first_error_context_.empty()) {
+            first_error_context_ = StrCat(ChunkName(*b.work), " block ", t.block_id);
           }
-          release(item.second);
-        }
-      });
-    }
-
-    for (const BlockTask& task : tasks) {
-      std::byte* buf;
-      {
-        std::unique_lock<std::mutex> lock(mu);
-        cv.wait(lock, [&] { return !free_bufs.empty(); });
-        if (!error.ok()) break;
-        buf = free_bufs.back();
-        free_bufs.pop_back();
-      }
-      OpenFile& f = files_[task.work->file];
-      f.file->ReadAsync(task.entry->offset,
-                        absl::Span<std::byte>(buf, task.entry->frame_len),
-                        [&, t = &task, buf](absl::Status s) {
-                          std::lock_guard<std::mutex> lock(mu);
-                          if (!s.ok()) {
-                            if (error.ok()) {
-                              error = Annotate(s, StrCat(ChunkName(*t->work), " block ",
-                                                               t->work->first_block + t->rel_block));
-                            }
-                            free_bufs.push_back(buf);
-                            ++completed;
-                          } else {
-                            ready.emplace_back(t, buf);
-                          }
-                          cv.notify_all();
-                        });
-    }
-    {
-      std::unique_lock<std::mutex> lock(mu);
-      // Every submitted read ends in `completed`; unsubmitted ones never start.
-      cv.wait(lock, [&] { return free_bufs.size() == nbuf && ready.empty(); });
-      stop = true;
-    }
-    cv.notify_all();
-    for (auto& t : threads) t.join();
+        });
     stats_.bytes_read = bytes_read;
     stats_.bytes_decoded = bytes_decoded;
-    stats_.blocks_read = static_cast<int64_t>(completed);
-    return error;
+    stats_.blocks_read = nread;
+    if (!s.ok() && s.message().find("tensor '") == absl::string_view::npos &&
+        s.message().find("blob '") == absl::string_view::npos) {
+      s = Annotate(s, first_error_context_);
+    }
+    return s;
   }
 
-  absl::Status ProcessBlock(const BlockTask& task, std::byte* buf,
+  absl::Status ProcessBlock(const BlockTask& task, absl::Span<const std::byte> frame,
                             BlockCodec& codec, std::vector<std::byte>& scratch) {
     const ChunkWork& w = *task.work;
     const IndexEntry& e = *task.entry;
     const uint64_t global = w.first_block + task.rel_block;
-    auto where = [&] { return StrCat(ChunkName(w), ": "); };
-    absl::Span<const std::byte> frame(buf, e.frame_len);
     absl::Status s = CheckFrame(frame, e, global, task.file_name);
     if (!s.ok()) return Annotate(s, ChunkName(w));
     auto raw = DecodeFrame(codec, frame, e, scratch, task.file_name);
@@ -403,7 +345,6 @@ class Loader {
       std::memcpy(w.blob_out->data() + begin, raw->data(), raw->size());
       return absl::OkStatus();
     }
-    (void)where;
     const size_t es = DTypeSize(w.tensor->spec.dtype);
     const int64_t e0 = static_cast<int64_t>(begin / es);
     const int64_t e1 = e0 + static_cast<int64_t>(raw->size() / es);
@@ -441,6 +382,7 @@ class Loader {
   std::vector<std::unique_ptr<ChunkWork>> work_;
   std::map<uint32_t, OpenFile> files_;
   LoadStats stats_;
+  std::string first_error_context_;
 };
 
 }  // namespace

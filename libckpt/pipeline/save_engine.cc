@@ -1,5 +1,9 @@
 #include "pipeline/save_engine.h"
 
+#include <sys/resource.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <cstring>
 
@@ -10,8 +14,19 @@
 #include "layout/box_copy.h"
 #include "util/errors.h"
 #include "util/hash.h"
+#include "util/stream_copy.h"
 
 namespace ckpt {
+namespace {
+
+// Background work must not slow the trainer's own threads (the staging copy
+// runs on the caller's thread): raise this thread's nice value.
+void LowerThreadPriority(int nice) {
+  if (nice <= 0) return;
+  setpriority(PRIO_PROCESS, static_cast<id_t>(syscall(SYS_gettid)), nice);
+}
+
+}  // namespace
 
 absl::StatusOr<std::shared_ptr<SaveEngine>> SaveEngine::Create(
     const SaveEngineOptions& options) {
@@ -63,6 +78,7 @@ SaveEngine::~SaveEngine() {
   finalize_cv_.notify_all();
   for (auto& t : workers_) t.join();
   if (finalizer_.joinable()) finalizer_.join();
+  for (auto& t : registrars_) t.join();
   std::lock_guard<std::mutex> lock(reg_mu_);
   for (auto& [ptr, reg] : registered_) {
     if (auto s = reg.first.lock()) s->UnregisterBuffers(reg.second);
@@ -70,13 +86,24 @@ SaveEngine::~SaveEngine() {
 }
 
 void SaveEngine::RegisterWith(const std::shared_ptr<Storage>& storage) {
+  // Pinning hundreds of MiB takes tens of milliseconds; do it off the
+  // caller's path. Writes submitted before it completes use unregistered
+  // buffers, which is equally correct.
   std::lock_guard<std::mutex> lock(reg_mu_);
   auto it = registered_.find(storage.get());
   if (it != registered_.end() && !it->second.first.expired()) return;
-  uint64_t token = storage->RegisterBuffers(
-      {absl::Span<std::byte>(arena_.data(), arena_.size()),
-       absl::Span<std::byte>(out_arena_.data(), out_arena_.size())});
-  registered_[storage.get()] = {std::weak_ptr<Storage>(storage), token};
+  registered_[storage.get()] = {std::weak_ptr<Storage>(storage), 0};
+  std::weak_ptr<Storage> weak = storage;
+  Storage* key = storage.get();
+  registrars_.emplace_back([this, weak, key] {
+    std::shared_ptr<Storage> s = weak.lock();
+    if (!s) return;
+    uint64_t token = s->RegisterBuffers(
+        {absl::Span<std::byte>(arena_.data(), arena_.size()),
+         absl::Span<std::byte>(out_arena_.data(), out_arena_.size())});
+    std::lock_guard<std::mutex> l(reg_mu_);
+    registered_[key].second = token;
+  });
 }
 
 std::byte* SaveEngine::AcquireSlot() {
@@ -173,7 +200,7 @@ absl::Status SaveEngine::Run(std::shared_ptr<SaveJob> job,
         GatherPacked(*p.shard, static_cast<int64_t>(begin / es),
                      static_cast<int64_t>(len / es), slot);
       } else {
-        std::memcpy(slot, p.blob + begin, len);
+        StreamCopy(slot, p.blob + begin, len);
       }
       j.handle->bytes_staged += static_cast<int64_t>(len);
       {
@@ -210,6 +237,7 @@ absl::Status SaveEngine::Run(std::shared_ptr<SaveJob> job,
 }
 
 void SaveEngine::WorkerLoop() {
+  LowerThreadPriority(options_.background_nice);
   BlockCodec codec;
   while (true) {
     WorkItem item;
@@ -345,6 +373,7 @@ void SaveEngine::BlockDone(const std::shared_ptr<SaveJob>& job) {
 }
 
 void SaveEngine::FinalizerLoop() {
+  LowerThreadPriority(options_.background_nice);
   while (true) {
     std::shared_ptr<SaveJob> job;
     {

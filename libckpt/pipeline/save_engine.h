@@ -139,6 +139,7 @@ class SaveEngine {
   std::thread finalizer_;
 
   std::mutex reg_mu_;
+  std::vector<std::thread> registrars_;
   std::map<Storage*, std::pair<std::weak_ptr<Storage>, uint64_t>> registered_;
 };
 

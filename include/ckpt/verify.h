@@ -1,0 +1,98 @@
+// Auditing a checkpoint: verification of every byte, and a summary for
+// inspection.
+#ifndef CKPT_VERIFY_H_
+#define CKPT_VERIFY_H_
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "ckpt/checkpointer.h"
+#include "ckpt/mesh.h"
+#include "ckpt/storage.h"
+
+namespace ckpt {
+
+struct VerifyOptions {
+  /// Read and check every block (both checksums, decode). False: metadata,
+  /// sizes, indexes and exact cover only.
+  bool deep = true;
+  int worker_threads = 0;
+  size_t read_buffer_bytes = size_t{128} << 20;
+  /// Called from worker threads with bytes checked so far and the total.
+  std::function<void(int64_t done, int64_t total)> progress;
+};
+
+/// One thing found wrong, located as precisely as possible.
+struct VerifyProblem {
+  std::string message;   ///< full sentence, names everything known
+  std::string tensor;    ///< fqn, or blob name, when known
+  std::string chunk;     ///< chunk box, when known
+  std::string file;      ///< path relative to the root, when known
+  int64_t offset = -1;   ///< byte offset in `file`, when known
+};
+
+struct VerifyReport {
+  int64_t step = 0;
+  bool deep = true;
+  int64_t files = 0;
+  int64_t tensors = 0;
+  int64_t chunks = 0;
+  int64_t blocks = 0;
+  int64_t bytes_read = 0;
+  double seconds = 0;
+  std::vector<VerifyProblem> problems;
+  bool ok() const { return problems.empty(); }
+};
+
+/// Verifies one committed step. Problems found (corruption, truncation,
+/// missing files, gaps) are listed in the report; an error status means the
+/// step could not be examined at all (no such root or step).
+absl::StatusOr<VerifyReport> VerifyStep(Storage& storage, int64_t step,
+                                        const VerifyOptions& options = {});
+
+/// Checks the root's LATEST pointer: nullopt when fine or absent, else what
+/// is wrong with it.
+std::optional<VerifyProblem> CheckLatestPointer(Storage& storage);
+
+struct TensorSummary {
+  std::string fqn;
+  DType dtype = DType::kF32;
+  Shape shape;
+  int64_t chunks = 0;
+  int64_t bytes_logical = 0;
+  int64_t bytes_stored = 0;
+};
+
+struct BlobSummary {
+  std::string name;
+  int rank = -1;  ///< -1: global
+  int64_t size = 0;
+};
+
+struct CheckpointSummary {
+  int64_t step = 0;
+  int world_size = 0;
+  int64_t created_unix_ns = 0;
+  std::string library_version;
+  std::string codec;
+  std::optional<Mesh> mesh;
+  std::map<std::string, std::string> metadata;
+  int64_t files = 0;
+  int64_t bytes_logical = 0;
+  int64_t bytes_stored = 0;
+  int64_t bytes_on_disk = 0;
+  std::vector<TensorSummary> tensors;
+  std::vector<BlobSummary> blobs;
+};
+
+/// Summarizes a committed step from its manifest and file indexes.
+absl::StatusOr<CheckpointSummary> SummarizeStep(Storage& storage, int64_t step);
+
+}  // namespace ckpt
+
+#endif  // CKPT_VERIFY_H_

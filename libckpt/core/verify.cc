@@ -1,0 +1,364 @@
+#include "ckpt/verify.h"
+
+#include <algorithm>
+#include <atomic>
+#include <map>
+#include <mutex>
+
+#include "codec/codec.h"
+#include "core/root.h"
+#include "format/frame_check.h"
+#include "format/layout.h"
+#include "pipeline/frame_reader.h"
+#include "plan/cover.h"
+#include "util/clock.h"
+#include "util/errors.h"
+#include "util/strings.h"
+
+namespace ckpt {
+namespace {
+
+// What a block belongs to, for messages.
+struct BlockOwner {
+  const ManifestTensor* tensor = nullptr;
+  const ManifestChunk* chunk = nullptr;
+  const ManifestBlob* blob = nullptr;
+  uint64_t rel_block = 0;
+  uint64_t expect_raw = 0;
+};
+
+// Extracts "at byte offset N" from a message, or -1.
+int64_t OffsetIn(absl::string_view msg) {
+  size_t p = msg.rfind("at byte offset ");
+  if (p == absl::string_view::npos) return -1;
+  p += 15;
+  int64_t v = 0;
+  bool any = false;
+  while (p < msg.size() && msg[p] >= '0' && msg[p] <= '9') {
+    v = v * 10 + (msg[p] - '0');
+    ++p;
+    any = true;
+  }
+  return any ? v : -1;
+}
+
+class Verifier {
+ public:
+  Verifier(Storage& storage, int64_t step, const VerifyOptions& options)
+      : storage_(storage), step_(step), options_(options) {}
+
+  absl::StatusOr<VerifyReport> Run() {
+    const double t0 = NowSeconds();
+    report_.step = step_;
+    report_.deep = options_.deep;
+    dir_ = StepDir(step_);
+    auto m = ReadManifest(storage_, step_);
+    if (!m.ok()) {
+      if (absl::IsNotFound(m.status())) return m.status();
+      Problem(std::string(m.status().message()), "", "", StrCat(dir_, "/", kManifestName),
+              OffsetIn(m.status().message()));
+      report_.seconds = NowSeconds() - t0;
+      return report_;
+    }
+    m_ = std::move(m).value();
+    report_.files = static_cast<int64_t>(m_.files.size());
+    report_.tensors = static_cast<int64_t>(m_.tensors.size());
+    CheckCover();
+    CheckFiles();
+    if (options_.deep) CheckBlocks();
+    report_.seconds = NowSeconds() - t0;
+    return report_;
+  }
+
+ private:
+  void Problem(std::string message, std::string tensor, std::string chunk,
+               std::string file, int64_t offset) {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (report_.problems.size() >= 1000) return;
+    report_.problems.push_back(VerifyProblem{std::move(message), std::move(tensor),
+                                             std::move(chunk), std::move(file), offset});
+  }
+
+  void CheckCover() {
+    for (const ManifestTensor& t : m_.tensors) {
+      std::vector<Box> boxes;
+      for (const ManifestChunk& c : t.chunks) boxes.push_back(c.box);
+      report_.chunks += static_cast<int64_t>(t.chunks.size());
+      absl::Status s = CheckExactCover(t.spec, boxes);
+      if (!s.ok()) Problem(std::string(s.message()), t.spec.fqn, "", "", -1);
+    }
+  }
+
+  void CheckFiles() {
+    owners_.resize(m_.files.size());
+    indexes_.resize(m_.files.size());
+    readers_.resize(m_.files.size());
+    for (size_t fi = 0; fi < m_.files.size(); ++fi) {
+      const ManifestFile& mf = m_.files[fi];
+      owners_[fi].assign(mf.block_count, BlockOwner{});
+    }
+    // Which chunk or blob owns each block.
+    auto claim = [&](uint32_t file, uint64_t first, uint64_t count, uint64_t stream_bytes,
+                     const ManifestTensor* t, const ManifestChunk* c, const ManifestBlob* b) {
+      const ManifestFile& mf = m_.files[file];
+      const std::string name = t ? t->spec.fqn : b->name;
+      const std::string box = c ? c->box.ToString() : "";
+      const uint64_t bs = mf.block_size;
+      const uint64_t expect = bs ? (stream_bytes + bs - 1) / bs : 0;
+      if (count != expect) {
+        Problem(StrCat(t ? "tensor '" : "blob '", name, "' ", box, ": ", count,
+                       " blocks recorded, ", expect, " expected for ", stream_bytes, " bytes"),
+                name, box, StrCat(dir_, "/", mf.name), -1);
+      }
+      for (uint64_t k = 0; k < count; ++k) {
+        BlockOwner& o = owners_[file][first + k];
+        if (o.tensor != nullptr || o.blob != nullptr) {
+          Problem(StrCat("block ", first + k, " of ", mf.name, " is claimed twice (by ",
+                         o.tensor ? o.tensor->spec.fqn : o.blob->name, " and ", name, ")"),
+                  name, box, StrCat(dir_, "/", mf.name), -1);
+          continue;
+        }
+        o.tensor = t;
+        o.chunk = c;
+        o.blob = b;
+        o.rel_block = k;
+        o.expect_raw = std::min<uint64_t>(bs, stream_bytes - std::min(stream_bytes, k * bs));
+      }
+    };
+    for (const ManifestTensor& t : m_.tensors) {
+      for (const ManifestChunk& c : t.chunks) {
+        claim(c.file, c.first_block, c.block_count,
+              static_cast<uint64_t>(c.box.Volume()) * DTypeSize(t.spec.dtype), &t, &c, nullptr);
+      }
+    }
+    for (const ManifestBlob& b : m_.blobs) {
+      claim(b.file, b.first_block, b.block_count, b.size, nullptr, nullptr, &b);
+    }
+    for (size_t fi = 0; fi < m_.files.size(); ++fi) {
+      const ManifestFile& mf = m_.files[fi];
+      const std::string path = StrCat(dir_, "/", mf.name);
+      for (uint64_t k = 0; k < mf.block_count; ++k) {
+        const BlockOwner& o = owners_[fi][k];
+        if (o.tensor == nullptr && o.blob == nullptr) {
+          Problem(StrCat("block ", k, " of ", path, " belongs to no tensor or blob"), "", "",
+                  path, -1);
+        }
+      }
+      auto f = storage_.OpenReadable(path);
+      if (!f.ok()) {
+        Problem(StrCat("data file ", path, " of rank ", mf.rank, " is missing or unreadable: ",
+                       f.status().message()),
+                "", "", path, -1);
+        continue;
+      }
+      if (!CheckHeaderAndFooter(**f, mf, path)) continue;
+      auto index = ReadFileIndex(**f, mf, path);
+      if (!index.ok()) {
+        Problem(std::string(index.status().message()), "", "", path,
+                OffsetIn(index.status().message()));
+        continue;
+      }
+      for (uint64_t k = 0; k < index->size(); ++k) {
+        const BlockOwner& o = owners_[fi][k];
+        if ((o.tensor || o.blob) && (*index)[k].raw_len != o.expect_raw) {
+          Problem(StrCat(Owner(o), ": block ", k, " of ", path, " at byte offset ",
+                         (*index)[k].offset, " holds ", (*index)[k].raw_len,
+                         " bytes, expected ", o.expect_raw),
+                  OwnerName(o), OwnerBox(o), path, static_cast<int64_t>((*index)[k].offset));
+        }
+      }
+      indexes_[fi] = std::move(index).value();
+      readers_[fi] = std::move(f).value();
+      report_.blocks += static_cast<int64_t>(mf.block_count);
+    }
+  }
+
+  bool CheckHeaderAndFooter(ReadableFile& f, const ManifestFile& mf, const std::string& path) {
+    if (f.size() < kDataHeaderSize + kFooterSize) {
+      Problem(StrCat(path, ": truncated to ", f.size(), " bytes (manifest records ", mf.size, ")"),
+              "", "", path, static_cast<int64_t>(f.size()));
+      return false;
+    }
+    std::vector<std::byte> header(kDataHeaderSize);
+    absl::Status s = f.ReadAt(0, absl::Span<std::byte>(header));
+    if (s.ok()) {
+      auto h = DecodeDataHeader(header.data(), path);
+      if (!h.ok()) {
+        s = h.status();
+      } else if (h->step != step_ || static_cast<int32_t>(h->rank) != mf.rank ||
+                 h->save_id != mf.save_id) {
+        s = absl::DataLossError(StrCat(path, " at byte offset 16: header names step ", h->step,
+                                       " rank ", h->rank, ", expected step ", step_, " rank ",
+                                       mf.rank, " of this save"));
+      }
+    }
+    if (!s.ok()) {
+      Problem(std::string(s.message()), "", "", path, OffsetIn(s.message()));
+      return false;
+    }
+    std::vector<std::byte> footer(kFooterSize);
+    const uint64_t at = f.size() - kFooterSize;
+    s = f.ReadAt(at, absl::Span<std::byte>(footer));
+    if (s.ok()) {
+      auto ft = DecodeFooter(footer.data(), path, at);
+      if (!ft.ok()) {
+        s = ft.status();
+      } else if (ft->index_offset != mf.index_offset || ft->index_len != mf.index_len ||
+                 ft->index_hash != mf.index_hash || ft->block_count != mf.block_count ||
+                 ft->save_id != mf.save_id) {
+        s = absl::DataLossError(
+            StrCat(path, " at byte offset ", at, ": footer disagrees with the manifest"));
+      }
+    }
+    if (!s.ok()) {
+      Problem(std::string(s.message()), "", "", path, OffsetIn(s.message()));
+      return false;
+    }
+    return true;
+  }
+
+  static std::string OwnerName(const BlockOwner& o) {
+    return o.tensor ? o.tensor->spec.fqn : (o.blob ? o.blob->name : "");
+  }
+  static std::string OwnerBox(const BlockOwner& o) {
+    return o.chunk ? o.chunk->box.ToString() : "";
+  }
+  static std::string Owner(const BlockOwner& o) {
+    if (o.tensor) return StrCat("tensor '", o.tensor->spec.fqn, "' chunk ", o.chunk->box.ToString());
+    if (o.blob) return StrCat("blob '", o.blob->name, "'");
+    return "unowned block";
+  }
+
+  void CheckBlocks() {
+    std::vector<FrameTask> tasks;
+    int64_t total = 0;
+    for (size_t fi = 0; fi < m_.files.size(); ++fi) {
+      if (!readers_[fi]) continue;
+      for (uint64_t k = 0; k < indexes_[fi].size(); ++k) {
+        tasks.push_back(FrameTask{readers_[fi].get(), &indexes_[fi][k], k, &owners_[fi][k]});
+        total += indexes_[fi][k].frame_len;
+      }
+    }
+    std::sort(tasks.begin(), tasks.end(), [](const FrameTask& a, const FrameTask& b) {
+      if (a.file != b.file) return a.file < b.file;
+      return a.entry->offset < b.entry->offset;
+    });
+    FrameReaderOptions fo;
+    fo.worker_threads = options_.worker_threads;
+    fo.buffer_bytes = options_.read_buffer_bytes;
+    fo.stop_on_error = false;
+    std::atomic<int64_t> done{0};
+    (void)ReadFrames(
+        tasks, fo,
+        [&](const FrameTask& t, absl::Span<const std::byte> frame, BlockCodec& codec,
+            std::vector<std::byte>& scratch) -> absl::Status {
+          CKPT_RETURN_IF_ERROR(CheckFrame(frame, *t.entry, t.block_id, t.file->path()));
+          auto raw = DecodeFrame(codec, frame, *t.entry, scratch, t.file->path());
+          return raw.status();
+        },
+        [&](const FrameTask& t, const absl::Status& s) {
+          const BlockOwner& o = *static_cast<const BlockOwner*>(t.tag);
+          int64_t off = OffsetIn(s.message());
+          if (off < 0) off = static_cast<int64_t>(t.entry->offset);
+          // Called under the reader's lock; Problem takes its own.
+          Problem(StrCat(Owner(o), " block ", t.block_id, ": ", s.message()), OwnerName(o),
+                  OwnerBox(o), t.file->path(), off);
+        },
+        [&](const FrameTask& t) {
+          int64_t d = done.fetch_add(t.entry->frame_len) + t.entry->frame_len;
+          if (options_.progress) options_.progress(d, total);
+        });
+    report_.bytes_read = done;
+  }
+
+  Storage& storage_;
+  const int64_t step_;
+  VerifyOptions options_;
+  std::string dir_;
+  Manifest m_;
+  VerifyReport report_;
+  std::mutex mu_;
+  std::vector<std::vector<BlockOwner>> owners_;
+  std::vector<std::vector<IndexEntry>> indexes_;
+  std::vector<std::unique_ptr<ReadableFile>> readers_;
+};
+
+}  // namespace
+
+absl::StatusOr<VerifyReport> VerifyStep(Storage& storage, int64_t step,
+                                        const VerifyOptions& options) {
+  Verifier v(storage, step, options);
+  return v.Run();
+}
+
+std::optional<VerifyProblem> CheckLatestPointer(Storage& storage) {
+  auto text = storage.GetAll(kLatestName);
+  if (!text.ok()) {
+    if (absl::IsNotFound(text.status())) return std::nullopt;
+    return VerifyProblem{StrCat("LATEST unreadable: ", text.status().message()), "", "",
+                         std::string(kLatestName), -1};
+  }
+  auto step = DecodeLatest(*text);
+  if (!step.ok()) {
+    return VerifyProblem{std::string(step.status().message()), "", "",
+                         std::string(kLatestName), OffsetIn(step.status().message())};
+  }
+  if (!storage.FileSize(StrCat(StepDir(*step), "/", kManifestName)).ok()) {
+    return VerifyProblem{StrCat("LATEST names step ", *step, ", which is not committed"), "", "",
+                         std::string(kLatestName), -1};
+  }
+  return std::nullopt;
+}
+
+absl::StatusOr<CheckpointSummary> SummarizeStep(Storage& storage, int64_t step) {
+  CKPT_ASSIGN_OR_RETURN(Manifest m, ReadManifest(storage, step));
+  CheckpointSummary s;
+  s.step = m.step;
+  s.world_size = m.world_size;
+  s.created_unix_ns = m.created_unix_ns;
+  s.library_version = m.library_version;
+  s.codec = std::string(CodecName(m.codec));
+  s.mesh = m.mesh;
+  s.metadata = m.metadata;
+  s.files = static_cast<int64_t>(m.files.size());
+  for (const ManifestFile& f : m.files) s.bytes_on_disk += static_cast<int64_t>(f.size);
+  // Stored sizes per block come from the file indexes.
+  const std::string dir = StepDir(step);
+  std::vector<std::vector<IndexEntry>> indexes(m.files.size());
+  for (size_t i = 0; i < m.files.size(); ++i) {
+    const std::string path = StrCat(dir, "/", m.files[i].name);
+    auto f = storage.OpenReadable(path);
+    if (!f.ok()) continue;
+    auto idx = ReadFileIndex(**f, m.files[i], path);
+    if (idx.ok()) indexes[i] = std::move(idx).value();
+  }
+  auto stored = [&](uint32_t file, uint64_t first, uint64_t count) {
+    int64_t total = 0;
+    for (uint64_t k = first; k < first + count && k < indexes[file].size(); ++k) {
+      total += indexes[file][k].stored_len;
+    }
+    return total;
+  };
+  for (const ManifestTensor& t : m.tensors) {
+    TensorSummary ts;
+    ts.fqn = t.spec.fqn;
+    ts.dtype = t.spec.dtype;
+    ts.shape = t.spec.shape;
+    ts.chunks = static_cast<int64_t>(t.chunks.size());
+    for (const ManifestChunk& c : t.chunks) {
+      ts.bytes_logical += c.box.Volume() * static_cast<int64_t>(DTypeSize(t.spec.dtype));
+      ts.bytes_stored += stored(c.file, c.first_block, c.block_count);
+    }
+    s.bytes_logical += ts.bytes_logical;
+    s.bytes_stored += ts.bytes_stored;
+    s.tensors.push_back(std::move(ts));
+  }
+  for (const ManifestBlob& b : m.blobs) {
+    s.blobs.push_back(BlobSummary{b.name, b.rank, static_cast<int64_t>(b.size)});
+    s.bytes_logical += static_cast<int64_t>(b.size);
+    s.bytes_stored += stored(b.file, b.first_block, b.block_count);
+  }
+  return s;
+}
+
+}  // namespace ckpt

@@ -1,0 +1,200 @@
+#include "cli.h"
+
+#include <unistd.h>
+
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <mutex>
+
+#include "synth_job.h"
+#include "util/clock.h"
+#include "util/strings.h"
+
+namespace ckpt::tools {
+
+Args::Args(std::string command, std::string synopsis, std::string description)
+    : command_(std::move(command)),
+      synopsis_(std::move(synopsis)),
+      description_(std::move(description)) {
+  flags_.push_back(Flag{"help", "show this help and exit", nullptr, true});
+}
+
+void Args::String(const std::string& name, std::string* out, const std::string& help) {
+  flags_.push_back(Flag{name, help, [out](const std::string& v) {
+                          *out = v;
+                          return true;
+                        }});
+}
+
+void Args::Int(const std::string& name, int64_t* out, const std::string& help) {
+  flags_.push_back(Flag{name, help, [out](const std::string& v) {
+                          return ParseInt64(v, out);
+                        }});
+}
+
+void Args::Double(const std::string& name, double* out, const std::string& help) {
+  flags_.push_back(Flag{name, help, [out](const std::string& v) {
+                          return ParseDouble(v, out);
+                        }});
+}
+
+void Args::Size(const std::string& name, int64_t* out, const std::string& help, bool binary) {
+  flags_.push_back(Flag{name, help, [out, binary](const std::string& v) {
+                          auto s = ParseSize(v, binary);
+                          if (!s) return false;
+                          *out = *s;
+                          return true;
+                        }});
+}
+
+void Args::Switch(const std::string& name, bool* out, const std::string& help) {
+  flags_.push_back(Flag{name, help, [out](const std::string&) {
+                          *out = true;
+                          return true;
+                        },
+                        true});
+}
+
+void Args::Positional(const std::string& name, std::string* out, const std::string& help) {
+  positionals_.push_back(Pos{name, help, out});
+}
+
+Args::Flag* Args::Find(const std::string& name) {
+  for (Flag& f : flags_) {
+    if (f.name == name) return &f;
+  }
+  return nullptr;
+}
+
+bool Args::Given(const std::string& name) const {
+  for (const Flag& f : flags_) {
+    if (f.name == name) return f.given;
+  }
+  return false;
+}
+
+std::string Args::Usage() const {
+  std::string out = StrCat("usage: ckpt ", command_, " ", synopsis_, "\n\n", description_, "\n");
+  if (!positionals_.empty()) {
+    out += "\narguments:\n";
+    for (const Pos& p : positionals_) {
+      char line[512];
+      std::snprintf(line, sizeof(line), "  %-22s %s\n", p.name.c_str(), p.help.c_str());
+      out += line;
+    }
+  }
+  out += "\noptions:\n";
+  for (const Flag& f : flags_) {
+    char line[1024];
+    std::string n = "--" + f.name + (f.is_switch ? "" : " V");
+    std::snprintf(line, sizeof(line), "  %-22s %s\n", n.c_str(), f.help.c_str());
+    out += line;
+  }
+  out +=
+      "\nexit status: 0 ok, 1 a problem was found, 2 usage error or unreadable input\n";
+  return out;
+}
+
+bool Args::Parse(int argc, char** argv, int first, int* exit) {
+  size_t next_pos = 0;
+  auto fail = [&](const std::string& msg) {
+    std::fprintf(stderr, "ckpt %s: %s\n\n%s", command_.c_str(), msg.c_str(), Usage().c_str());
+    *exit = kExitUsage;
+    return false;
+  };
+  for (int i = first; i < argc; ++i) {
+    std::string a = argv[i];
+    if (a.size() > 2 && a.rfind("--", 0) == 0) {
+      std::string name = a.substr(2), value;
+      bool has_value = false;
+      if (size_t eq = name.find('='); eq != std::string::npos) {
+        value = name.substr(eq + 1);
+        name = name.substr(0, eq);
+        has_value = true;
+      }
+      if (name == "help" || name == "h") {
+        std::fputs(Usage().c_str(), stdout);
+        *exit = kExitOk;
+        return false;
+      }
+      Flag* f = Find(name);
+      if (f == nullptr) return fail("unknown option --" + name);
+      if (f->is_switch) {
+        if (has_value) return fail("--" + name + " takes no value");
+      } else if (!has_value) {
+        if (i + 1 >= argc) return fail("--" + name + " needs a value");
+        value = argv[++i];
+      }
+      if (!f->set(value)) return fail("bad value '" + value + "' for --" + name);
+      f->given = true;
+    } else if (a == "-h") {
+      std::fputs(Usage().c_str(), stdout);
+      *exit = kExitOk;
+      return false;
+    } else {
+      if (next_pos >= positionals_.size()) return fail("unexpected argument '" + a + "'");
+      *positionals_[next_pos++].out = a;
+    }
+  }
+  if (next_pos < positionals_.size()) {
+    return fail("missing argument " + positionals_[next_pos].name);
+  }
+  return true;
+}
+
+std::optional<int64_t> ParseSize(const std::string& text, bool binary) {
+  if (text.empty()) return std::nullopt;
+  std::string num = text;
+  double mult = 1;
+  const double base = binary ? 1024.0 : 1000.0;
+  char last = static_cast<char>(std::toupper(static_cast<unsigned char>(num.back())));
+  if (last == 'B' && num.size() > 1) {
+    num.pop_back();
+    if (!num.empty() && (num.back() == 'i' || num.back() == 'I')) num.pop_back();
+    last = static_cast<char>(std::toupper(static_cast<unsigned char>(num.back())));
+  }
+  switch (last) {
+    case 'K': mult = base; break;
+    case 'M': mult = base * base; break;
+    case 'G': mult = base * base * base; break;
+    case 'T': mult = base * base * base * base; break;
+    default: break;
+  }
+  if (mult != 1) num.pop_back();
+  double v;
+  if (!ParseDouble(num, &v) || v < 0 || !std::isfinite(v)) return std::nullopt;
+  return static_cast<int64_t>(std::llround(v * mult));
+}
+
+bool StderrIsTty() { return isatty(STDERR_FILENO) == 1; }
+
+ProgressBar::ProgressBar(std::string label) : label_(std::move(label)), enabled_(StderrIsTty()) {}
+
+void ProgressBar::Update(int64_t done, int64_t total) {
+  if (!enabled_ || total <= 0) return;
+  static std::mutex mu;
+  std::lock_guard<std::mutex> lock(mu);
+  const double now = NowSeconds();
+  if (done < total && now - last_ < 0.1) return;
+  last_ = now;
+  const int width = 30;
+  const double frac = std::min(1.0, static_cast<double>(done) / static_cast<double>(total));
+  std::string bar(static_cast<size_t>(frac * width), '#');
+  bar.resize(width, ' ');
+  std::fprintf(stderr, "\r%s [%s] %3d%% %s/%s ", label_.c_str(), bar.c_str(),
+               static_cast<int>(frac * 100), HumanBytes(static_cast<double>(done)).c_str(),
+               HumanBytes(static_cast<double>(total)).c_str());
+  std::fflush(stderr);
+  drawn_ = true;
+}
+
+void ProgressBar::Finish() {
+  if (drawn_) {
+    std::fprintf(stderr, "\r\033[K");
+    std::fflush(stderr);
+  }
+  drawn_ = false;
+}
+
+}  // namespace ckpt::tools

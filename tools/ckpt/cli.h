@@ -1,0 +1,81 @@
+// Flag parsing and output helpers shared by the ckpt subcommands.
+#ifndef CKPT_TOOLS_CLI_H_
+#define CKPT_TOOLS_CLI_H_
+
+#include <cstdint>
+#include <functional>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace ckpt::tools {
+
+/// Exit codes of every subcommand (docs/cli.md).
+enum ExitCode : int { kExitOk = 0, kExitProblem = 1, kExitUsage = 2 };
+
+/// A minimal flag parser: --name value, --name=value, --switch, positionals.
+class Args {
+ public:
+  Args(std::string command, std::string synopsis, std::string description);
+
+  void String(const std::string& name, std::string* out, const std::string& help);
+  void Int(const std::string& name, int64_t* out, const std::string& help);
+  void Double(const std::string& name, double* out, const std::string& help);
+  /// Sizes with K/M/G/T suffixes; `binary` selects 1024-based units.
+  void Size(const std::string& name, int64_t* out, const std::string& help, bool binary);
+  void Switch(const std::string& name, bool* out, const std::string& help);
+  /// A required positional argument.
+  void Positional(const std::string& name, std::string* out, const std::string& help);
+
+  /// Parses argv[first..]. On --help prints usage and returns kExitOk via
+  /// `exit`; on a mistake prints it and the usage to stderr and returns
+  /// kExitUsage via `exit`. Returns true when the command should run.
+  bool Parse(int argc, char** argv, int first, int* exit);
+  /// True when the named flag appeared.
+  bool Given(const std::string& name) const;
+  std::string Usage() const;
+
+ private:
+  struct Flag {
+    std::string name;
+    std::string help;
+    std::function<bool(const std::string&)> set;  // false: bad value
+    bool is_switch = false;
+    bool given = false;
+  };
+  struct Pos {
+    std::string name;
+    std::string help;
+    std::string* out;
+  };
+  Flag* Find(const std::string& name);
+
+  std::string command_, synopsis_, description_;
+  std::vector<Flag> flags_;
+  std::vector<Pos> positionals_;
+};
+
+/// Parses "512", "64K", "4M", "1.5G" (1024-based when binary).
+std::optional<int64_t> ParseSize(const std::string& text, bool binary);
+
+/// True when stderr is a terminal (progress bars go there).
+bool StderrIsTty();
+
+/// Draws "[#####     ] 52% 1.2 GiB/2.3 GiB" on stderr, throttled; Finish()
+/// clears it.
+class ProgressBar {
+ public:
+  explicit ProgressBar(std::string label);
+  void Update(int64_t done, int64_t total);
+  void Finish();
+
+ private:
+  std::string label_;
+  bool enabled_;
+  double last_ = 0;
+  bool drawn_ = false;
+};
+
+}  // namespace ckpt::tools
+
+#endif  // CKPT_TOOLS_CLI_H_

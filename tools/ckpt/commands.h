@@ -1,0 +1,16 @@
+#ifndef CKPT_TOOLS_COMMANDS_H_
+#define CKPT_TOOLS_COMMANDS_H_
+
+namespace ckpt::tools {
+
+// Each returns the process exit status; argv[first] is the first argument
+// after the subcommand name.
+int SynthMain(int argc, char** argv, int first);
+int RestoreCheckMain(int argc, char** argv, int first);
+int VerifyMain(int argc, char** argv, int first);
+int InspectMain(int argc, char** argv, int first);
+int DemoMain(int argc, char** argv, int first);
+
+}  // namespace ckpt::tools
+
+#endif  // CKPT_TOOLS_COMMANDS_H_

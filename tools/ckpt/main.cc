@@ -1,0 +1,70 @@
+// ckpt: one command-line tool with git-style subcommands.
+#include <cstdio>
+#include <cstring>
+#include <string>
+
+#include "ckpt/version.h"
+#include "commands.h"
+
+namespace {
+
+struct Command {
+  const char* name;
+  int (*main)(int, char**, int);
+  const char* summary;
+};
+
+constexpr Command kCommands[] = {
+    {"demo", ckpt::tools::DemoMain,
+     "run a small synthetic training job: async saves, restore onto another mesh, verify"},
+    {"synth", ckpt::tools::SynthMain,
+     "save a deterministic synthetic transformer state sharded over a mesh"},
+    {"restore-check", ckpt::tools::RestoreCheckMain,
+     "load a synthetic checkpoint onto any mesh and compare every element"},
+    {"verify", ckpt::tools::VerifyMain,
+     "check every block's checksums, the file indexes and exact cover"},
+    {"inspect", ckpt::tools::InspectMain,
+     "show steps, tensors, blobs and the mesh of a checkpoint"},
+};
+
+void PrintHelp(FILE* out) {
+  std::fprintf(out,
+               "usage: ckpt <command> [options]   (ckpt <command> --help for details)\n\n"
+               "commands:\n");
+  for (const Command& c : kCommands) std::fprintf(out, "  %-15s %s\n", c.name, c.summary);
+  std::fprintf(out,
+               "\nexit status: 0 ok, 1 a problem was found, 2 usage error or unreadable input\n");
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc < 2) {
+    PrintHelp(stderr);
+    return 2;
+  }
+  const std::string cmd = argv[1];
+  if (cmd == "--help" || cmd == "-h" || cmd == "help") {
+    if (argc > 2) {
+      for (const Command& c : kCommands) {
+        if (std::strcmp(c.name, argv[2]) == 0) {
+          char help[] = "--help";
+          char* args[] = {argv[0], argv[2], help};
+          return c.main(3, args, 2);
+        }
+      }
+    }
+    PrintHelp(stdout);
+    return 0;
+  }
+  if (cmd == "--version" || cmd == "version") {
+    std::printf("ckpt %s\n", ckpt::LibraryVersion());
+    return 0;
+  }
+  for (const Command& c : kCommands) {
+    if (cmd == c.name) return c.main(argc, argv, 2);
+  }
+  std::fprintf(stderr, "ckpt: unknown command '%s'\n\n", cmd.c_str());
+  PrintHelp(stderr);
+  return 2;
+}

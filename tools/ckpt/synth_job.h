@@ -1,0 +1,105 @@
+// Saving and checking synthetic training states with one simulated rank per
+// mesh position. Shared by `ckpt synth`, `ckpt restore-check`, `ckpt demo`
+// and the benchmarks.
+#ifndef CKPT_TOOLS_SYNTH_JOB_H_
+#define CKPT_TOOLS_SYNTH_JOB_H_
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "ckpt/checkpointer.h"
+#include "ckpt/mesh.h"
+#include "ckpt/plan.h"
+#include "ckpt/synthetic.h"
+
+namespace ckpt::tools {
+
+struct SynthJobOptions {
+  std::string uri;
+  SyntheticOptions model;
+  Mesh mesh;
+  Codec codec = Codec::kNone;
+  int zstd_level = 1;
+  SaveEngineOptions engine;
+  RetentionPolicy retention;
+  bool direct_io = true;
+  double commit_timeout_s = 600;
+};
+
+/// Figures of one save across all simulated ranks.
+struct SynthSaveResult {
+  int64_t step = 0;
+  int ranks = 0;
+  int64_t bytes_logical = 0;
+  int64_t bytes_stored = 0;
+  int64_t bytes_written = 0;
+  double stall_max_s = 0;    ///< longest single-rank stall
+  double stall_total_s = 0;  ///< sum over ranks (they share one process here)
+  double write_s = 0;        ///< first Save call to the last rank durable
+  double commit_s = 0;       ///< first Save call to the step committed
+                             ///< (both include generating later ranks)
+  double generate_s = 0;     ///< time spent producing the synthetic values
+};
+
+class SyntheticJob {
+ public:
+  static absl::StatusOr<std::unique_ptr<SyntheticJob>> Create(SynthJobOptions options);
+
+  /// Generates every rank's state (values seeded by `seed`) and saves it.
+  /// Returns once all ranks are staged; Finish() waits for the commit.
+  absl::Status SaveAsync(int64_t step, uint64_t seed);
+  bool InFlight() const { return !handles_.empty(); }
+  /// True when every rank's save of the in-flight step has finished.
+  bool Done() const;
+  absl::StatusOr<SynthSaveResult> Finish();
+
+  /// Figures known once SaveAsync returned (stalls, logical bytes).
+  const SynthSaveResult& pending() const { return pending_; }
+  const SyntheticModel& model() const { return model_; }
+  const SavePlan& plan() const { return plan_; }
+  Checkpointer& leader() { return *ranks_.front(); }
+
+ private:
+  SyntheticJob() = default;
+  SynthJobOptions options_;
+  SyntheticModel model_;
+  SavePlan plan_;
+  std::shared_ptr<SaveEngine> engine_;
+  std::vector<std::unique_ptr<Checkpointer>> ranks_;
+  std::vector<SaveHandle> handles_;
+  SynthSaveResult pending_;
+  double t_start_ = 0;
+  std::vector<double> rank_start_;
+};
+
+struct RestoreCheckResult {
+  int64_t step = 0;
+  int ranks = 0;
+  int64_t tensors = 0;
+  int64_t elements = 0;
+  int64_t mismatches = 0;
+  int64_t bytes_read = 0;
+  int64_t bytes_decoded = 0;
+  int64_t bytes_needed = 0;
+  double seconds = 0;
+  std::string first_mismatch;  ///< tensor, box and index of the first one
+  std::string saved_mesh;
+};
+
+/// Loads `step` (kLatestStep for the latest) of a checkpoint written by
+/// `ckpt synth` onto `mesh`, one simulated rank at a time, and compares every
+/// element with the generator. The model is rebuilt from the manifest's
+/// metadata.
+absl::StatusOr<RestoreCheckResult> RestoreCheck(Storage& storage, int64_t step,
+                                                const Mesh& mesh,
+                                                const LoadOptions& options = {});
+
+/// "1.5 GiB", "12.0 MiB".
+std::string HumanBytes(double bytes);
+
+}  // namespace ckpt::tools
+
+#endif  // CKPT_TOOLS_SYNTH_JOB_H_
