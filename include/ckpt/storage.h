@@ -153,6 +153,50 @@ class Storage {
   virtual void UnregisterBuffers(uint64_t token) {}
 };
 
+/// Forwards every call to another storage; decorators (fault injection,
+/// tiering, accounting) override only what they change. Thread-safety is
+/// that of the wrapped storage.
+class ForwardingStorage : public Storage {
+ public:
+  explicit ForwardingStorage(std::shared_ptr<Storage> base) : base_(std::move(base)) {}
+
+  std::string uri() const override { return base_->uri(); }
+  StorageCaps caps() const override { return base_->caps(); }
+  absl::StatusOr<std::unique_ptr<WritableFile>> OpenWritable(
+      std::string_view path, const WriteOptions& options = {}) override {
+    return base_->OpenWritable(path, options);
+  }
+  absl::StatusOr<std::unique_ptr<ReadableFile>> OpenReadable(
+      std::string_view path) override {
+    return base_->OpenReadable(path);
+  }
+  absl::Status PutAtomic(std::string_view path,
+                         absl::Span<const std::byte> data) override {
+    return base_->PutAtomic(path, data);
+  }
+  absl::StatusOr<std::string> GetAll(std::string_view path) override {
+    return base_->GetAll(path);
+  }
+  absl::StatusOr<uint64_t> FileSize(std::string_view path) override {
+    return base_->FileSize(path);
+  }
+  absl::StatusOr<std::vector<DirEntry>> List(std::string_view dir) override {
+    return base_->List(dir);
+  }
+  absl::Status Remove(std::string_view path) override { return base_->Remove(path); }
+  absl::Status RemoveAll(std::string_view dir) override { return base_->RemoveAll(dir); }
+  absl::Status SyncDir(std::string_view dir) override { return base_->SyncDir(dir); }
+  uint64_t RegisterBuffers(const std::vector<absl::Span<std::byte>>& regions) override {
+    return base_->RegisterBuffers(regions);
+  }
+  void UnregisterBuffers(uint64_t token) override { base_->UnregisterBuffers(token); }
+
+  Storage& base() { return *base_; }
+
+ private:
+  std::shared_ptr<Storage> base_;
+};
+
 /// Creates a storage for a URI whose scheme it was registered under.
 using StorageFactory =
     std::function<absl::StatusOr<std::shared_ptr<Storage>>(std::string_view uri)>;

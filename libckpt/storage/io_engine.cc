@@ -35,6 +35,10 @@ absl::Status TruncatedRead(const IoRequest& r) {
       r.offset, ")"));
 }
 
+// One long-lived thread submits every request and another reaps them.
+// Submitting from the caller's thread would tie each request to that thread:
+// the kernel cancels a thread's pending io_uring work when it exits
+// (ECANCELED), and short-lived caller threads are common in trainers.
 class UringEngine final : public IoEngine {
  public:
   explicit UringEngine(unsigned depth) : depth_(depth) {}
@@ -46,18 +50,18 @@ class UringEngine final : public IoEngine {
     sparse_ok_ = io_uring_register_buffers_sparse(&ring_, kMaxRegions) == 0;
     slot_used_.assign(kMaxRegions, false);
     reaper_ = std::thread([this] { ReapLoop(); });
+    submitter_ = std::thread([this] { SubmitLoop(); });
     return absl::OkStatus();
   }
 
   ~UringEngine() override {
     if (!initialized_) return;
     {
-      std::lock_guard<std::mutex> lock(sq_mu_);
-      io_uring_sqe* sqe = GetSqeLocked();
-      io_uring_prep_nop(sqe);
-      io_uring_sqe_set_data(sqe, nullptr);
-      io_uring_submit(&ring_);
+      std::lock_guard<std::mutex> lock(mu_);
+      stop_ = true;
     }
+    cv_.notify_all();
+    submitter_.join();
     reaper_.join();
     io_uring_queue_exit(&ring_);
   }
@@ -67,11 +71,12 @@ class UringEngine final : public IoEngine {
 
   void Submit(std::unique_ptr<IoRequest> request) override {
     {
-      std::unique_lock<std::mutex> lock(slots_mu_);
+      std::unique_lock<std::mutex> lock(mu_);
       slots_cv_.wait(lock, [&] { return inflight_ < depth_; });
       ++inflight_;
+      pending_.push_back(request.release());
     }
-    Issue(request.release());
+    cv_.notify_all();
   }
 
   uint64_t RegisterBuffers(
@@ -90,7 +95,7 @@ class UringEngine final : public IoEngine {
       if (io_uring_register_buffers_update_tag(&ring_, slots[i], &iov, &tag, 1) != 1) {
         // Pinning failed (e.g. RLIMIT_MEMLOCK): undo and fall back.
         lock.unlock();
-        UnregisterBuffersTokens(token);
+        UnregisterBuffers(token);
         return 0;
       }
       slot_used_[slots[i]] = true;
@@ -103,19 +108,6 @@ class UringEngine final : public IoEngine {
   }
 
   void UnregisterBuffers(uint64_t token) override {
-    UnregisterBuffersTokens(token);
-  }
-
- private:
-  static constexpr int kMaxRegions = 64;
-  struct Region {
-    uintptr_t begin;
-    uintptr_t end;
-    int index;
-    uint64_t token;
-  };
-
-  void UnregisterBuffersTokens(uint64_t token) {
     std::unique_lock<std::shared_mutex> lock(reg_mu_);
     for (auto it = regions_.begin(); it != regions_.end();) {
       if (it->token != token) {
@@ -130,12 +122,14 @@ class UringEngine final : public IoEngine {
     }
   }
 
-  // REQUIRES: sq_mu_ held.
-  io_uring_sqe* GetSqeLocked() {
-    io_uring_sqe* sqe;
-    while ((sqe = io_uring_get_sqe(&ring_)) == nullptr) io_uring_submit(&ring_);
-    return sqe;
-  }
+ private:
+  static constexpr int kMaxRegions = 64;
+  struct Region {
+    uintptr_t begin;
+    uintptr_t end;
+    int index;
+    uint64_t token;
+  };
 
   int FixedIndex(const IoRequest& r) {
     std::shared_lock<std::shared_mutex> lock(reg_mu_);
@@ -147,10 +141,17 @@ class UringEngine final : public IoEngine {
     return -1;
   }
 
-  void Issue(IoRequest* r) {
+  // Submitter thread only.
+  io_uring_sqe* GetSqe() {
+    io_uring_sqe* sqe;
+    while ((sqe = io_uring_get_sqe(&ring_)) == nullptr) io_uring_submit(&ring_);
+    return sqe;
+  }
+
+  // Submitter thread only.
+  void Prepare(IoRequest* r) {
     const int fixed = FixedIndex(*r);
-    std::lock_guard<std::mutex> lock(sq_mu_);
-    io_uring_sqe* sqe = GetSqeLocked();
+    io_uring_sqe* sqe = GetSqe();
     void* buf = r->buf + r->done;
     const unsigned len = static_cast<unsigned>(
         std::min<size_t>(r->len - r->done, size_t{1} << 30));
@@ -169,7 +170,39 @@ class UringEngine final : public IoEngine {
       }
     }
     io_uring_sqe_set_data(sqe, r);
-    io_uring_submit(&ring_);
+  }
+
+  void SubmitLoop() {
+    std::vector<IoRequest*> batch;
+    while (true) {
+      bool stopping;
+      {
+        std::unique_lock<std::mutex> lock(mu_);
+        cv_.wait(lock, [&] { return stop_ || !pending_.empty(); });
+        batch.assign(pending_.begin(), pending_.end());
+        pending_.clear();
+        stopping = stop_ && batch.empty();
+      }
+      if (stopping) {
+        io_uring_sqe* sqe = GetSqe();
+        io_uring_prep_nop(sqe);
+        io_uring_sqe_set_data(sqe, nullptr);
+        io_uring_submit(&ring_);
+        return;
+      }
+      for (IoRequest* r : batch) Prepare(r);
+      io_uring_submit(&ring_);
+    }
+  }
+
+  // Reaper thread: a partly done or interrupted request goes back to the
+  // submitter, keeping its slot.
+  void Resubmit(IoRequest* r) {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      pending_.push_back(r);
+    }
+    cv_.notify_all();
   }
 
   void Complete(IoRequest* r, absl::Status status) {
@@ -177,7 +210,7 @@ class UringEngine final : public IoEngine {
     delete r;
     std::move(cb)(std::move(status));
     {
-      std::lock_guard<std::mutex> lock(slots_mu_);
+      std::lock_guard<std::mutex> lock(mu_);
       --inflight_;
     }
     slots_cv_.notify_one();
@@ -187,14 +220,13 @@ class UringEngine final : public IoEngine {
     while (true) {
       io_uring_cqe* cqe = nullptr;
       int rc = io_uring_wait_cqe(&ring_, &cqe);
-      if (rc == -EINTR || rc == -EAGAIN) continue;
-      if (rc < 0) continue;
+      if (rc < 0) continue;  // -EINTR/-EAGAIN: wait again
       IoRequest* r = static_cast<IoRequest*>(io_uring_cqe_get_data(cqe));
       const int res = cqe->res;
       io_uring_cqe_seen(&ring_, cqe);
       if (r == nullptr) return;  // shutdown
       if (res == -EAGAIN || res == -EINTR) {
-        Issue(r);
+        Resubmit(r);
       } else if (res < 0) {
         Complete(r, IoError(*r, -res));
       } else if (res == 0) {
@@ -206,7 +238,7 @@ class UringEngine final : public IoEngine {
       } else {
         r->done += static_cast<size_t>(res);
         if (r->done < r->len) {
-          Issue(r);
+          Resubmit(r);
         } else {
           Complete(r, absl::OkStatus());
         }
@@ -218,11 +250,14 @@ class UringEngine final : public IoEngine {
   io_uring ring_{};
   bool initialized_ = false;
   bool sparse_ok_ = false;
-  std::mutex sq_mu_;
-  std::mutex slots_mu_;
-  std::condition_variable slots_cv_;
+  std::mutex mu_;
+  std::condition_variable cv_;        // submitter: work or stop
+  std::condition_variable slots_cv_;  // callers: a slot freed
+  std::deque<IoRequest*> pending_;
   unsigned inflight_ = 0;
+  bool stop_ = false;
   std::thread reaper_;
+  std::thread submitter_;
   std::shared_mutex reg_mu_;
   std::vector<Region> regions_;
   std::vector<bool> slot_used_;
