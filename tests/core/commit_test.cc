@@ -1,2 +1,288 @@
-#include "gtest/gtest.h"
-TEST(Placeholder, Builds) { EXPECT_TRUE(true); }
+// The commit protocol: all-or-nothing across ranks, failures reported
+// through handles, earlier checkpoints untouched, retention, crash safety.
+#include <signal.h>
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <random>
+#include <thread>
+
+#include "ckpt/checkpointer.h"
+#include "ckpt/verify.h"
+#include "format/layout.h"
+#include "testutil/failing_storage.h"
+#include "testutil/test_util.h"
+
+extern char** environ;
+
+namespace ckpt::testing {
+namespace {
+
+const TensorSpec kSpec{"model.w", DType::kF32, {256, 1024}};
+
+class CommitTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    auto s = OpenStorage(dir_.Join("root"));
+    ASSERT_OK(s);
+    failing_ = std::make_shared<FailingStorage>(*s);
+  }
+
+  std::unique_ptr<Checkpointer> Open(int rank = 0, int world = 1, double timeout = 30,
+                                     RetentionPolicy retention = {}) {
+    CheckpointerOptions o;
+    o.storage = failing_;
+    o.rank = rank;
+    o.world_size = world;
+    o.engine_options.block_size = 64 << 10;
+    o.engine_options.staging_bytes = 1 << 20;
+    o.commit_timeout_s = timeout;
+    o.retention = retention;
+    auto cp = Checkpointer::Open(o);
+    EXPECT_TRUE(cp.ok()) << cp.status();
+    return cp.ok() ? std::move(cp).value() : nullptr;
+  }
+
+  absl::Status SaveStep(Checkpointer& cp, int64_t step, Box box = Box::Whole(kSpec.shape)) {
+    std::vector<OwnedShard> s = {MakeShard(kSpec, box, static_cast<uint64_t>(step))};
+    State st = StateOf(s);
+    auto h = cp.Save(step, st);
+    if (!h.ok()) return h.status();
+    return h->Wait();
+  }
+
+  void ExpectLoads(int64_t step) {
+    std::vector<OwnedShard> out = {EmptyShard(kSpec, Box::Whole(kSpec.shape))};
+    State t = StateOf(out);
+    auto st = LoadCheckpoint(*failing_, t, step);
+    ASSERT_OK(st);
+    EXPECT_EQ(Mismatches(out[0], static_cast<uint64_t>(st->step)), 0);
+  }
+
+  std::vector<int64_t> Committed() {
+    std::vector<int64_t> out;
+    auto steps = ListCheckpointSteps(*failing_);
+    if (steps.ok()) {
+      for (const StepInfo& s : *steps) {
+        if (s.committed) out.push_back(s.step);
+      }
+    }
+    return out;
+  }
+
+  TempDir dir_;
+  std::shared_ptr<FailingStorage> failing_;
+};
+
+TEST_F(CommitTest, DiskFullFailsTheSaveAndKeepsEarlierCheckpoints) {
+  auto cp = Open();
+  ASSERT_OK(SaveStep(*cp, 1));
+  failing_->FailWrites(ENOSPC, 200 << 10);
+  absl::Status s = SaveStep(*cp, 2);
+  ASSERT_TRUE(absl::IsResourceExhausted(s)) << s;
+  EXPECT_NE(s.message().find("out of space"), absl::string_view::npos) << s;
+  EXPECT_NE(s.message().find("step 2"), absl::string_view::npos) << s;
+  auto latest = cp->LatestStep();
+  ASSERT_OK(latest);
+  EXPECT_EQ(*latest, 1);
+  ExpectLoads(1);
+  EXPECT_EQ(Committed(), std::vector<int64_t>{1});
+  // Once space is back the next save succeeds; the failed step's leftovers
+  // are collected.
+  failing_->Heal();
+  ASSERT_OK(SaveStep(*cp, 3));
+  ExpectLoads(3);
+  auto v = VerifyStep(*failing_, 3);
+  ASSERT_OK(v);
+  EXPECT_TRUE(v->ok());
+  EXPECT_FALSE(std::filesystem::exists(dir_.Join("root/" + StepDir(2))));
+}
+
+TEST_F(CommitTest, IoErrorOnOneRankAbortsTheStepOnAllRanks) {
+  SaveEngineOptions eo;
+  eo.block_size = 64 << 10;
+  auto r0 = Open(0, 2), r1 = Open(1, 2);
+  {
+    std::vector<OwnedShard> a = {MakeShard(kSpec, Box({0, 0}, {128, 1024}), 1)};
+    std::vector<OwnedShard> b = {MakeShard(kSpec, Box({128, 0}, {128, 1024}), 1)};
+    State sa = StateOf(a), sb = StateOf(b);
+    auto h0 = r0->Save(1, sa);
+    auto h1 = r1->Save(1, sb);
+    ASSERT_OK(h0);
+    ASSERT_OK(h1);
+    ASSERT_OK(h0->Wait());
+    ASSERT_OK(h1->Wait());
+  }
+  failing_->FailWrites(EIO, 100 << 10, DataFileName(1));
+  std::vector<OwnedShard> a = {MakeShard(kSpec, Box({0, 0}, {128, 1024}), 2)};
+  std::vector<OwnedShard> b = {MakeShard(kSpec, Box({128, 0}, {128, 1024}), 2)};
+  State sa = StateOf(a), sb = StateOf(b);
+  auto h0 = r0->Save(2, sa);
+  auto h1 = r1->Save(2, sb);
+  ASSERT_OK(h0);
+  ASSERT_OK(h1);
+  absl::Status s1 = h1->Wait();
+  absl::Status s0 = h0->Wait();
+  EXPECT_TRUE(absl::IsUnavailable(s1)) << s1;  // EIO: a retry may help
+  EXPECT_NE(s1.message().find("I/O error"), absl::string_view::npos) << s1;
+  EXPECT_TRUE(absl::IsAborted(s0)) << s0;
+  EXPECT_NE(s0.message().find("rank 1"), absl::string_view::npos) << s0;
+  EXPECT_EQ(Committed(), std::vector<int64_t>{1});
+  ExpectLoads(kLatestStep);
+}
+
+TEST_F(CommitTest, MissingRankTimesOutAndNothingIsPublished) {
+  auto r0 = Open(0, 1);
+  ASSERT_OK(SaveStep(*r0, 1));
+  auto leader = Open(0, 2, /*timeout=*/0.5);
+  absl::Status s = SaveStep(*leader, 2, Box({0, 0}, {128, 1024}));
+  ASSERT_TRUE(absl::IsDeadlineExceeded(s)) << s;
+  EXPECT_NE(s.message().find("rank(s) 1 did not report"), absl::string_view::npos) << s;
+  EXPECT_EQ(Committed(), std::vector<int64_t>{1});
+  EXPECT_TRUE(std::filesystem::exists(dir_.Join("root/" + StepDir(2) + "/ABORTED")));
+  ExpectLoads(kLatestStep);
+}
+
+TEST_F(CommitTest, GapsBetweenRanksAreRefusedAtCommit) {
+  auto r0 = Open(0, 2), r1 = Open(1, 2);
+  std::vector<OwnedShard> a = {MakeShard(kSpec, Box({0, 0}, {100, 1024}), 1)};
+  std::vector<OwnedShard> b = {MakeShard(kSpec, Box({128, 0}, {128, 1024}), 1)};
+  State sa = StateOf(a), sb = StateOf(b);
+  auto h0 = r0->Save(1, sa);
+  auto h1 = r1->Save(1, sb);
+  ASSERT_OK(h0);
+  ASSERT_OK(h1);
+  absl::Status s = h0->Wait();
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(s.message().find("[100:128, 0:1024] are not covered"), absl::string_view::npos) << s;
+  EXPECT_FALSE(h1->Wait().ok());
+  EXPECT_TRUE(Committed().empty());
+}
+
+TEST_F(CommitTest, RetentionKeepsLastAndMilestones) {
+  RetentionPolicy rp;
+  rp.keep_last = 2;
+  rp.keep_every = 10;
+  auto cp = Open(0, 1, 30, rp);
+  for (int64_t step : {5, 10, 15, 20, 25, 30, 35}) ASSERT_OK(SaveStep(*cp, step));
+  EXPECT_EQ(Committed(), (std::vector<int64_t>{10, 20, 30, 35}));
+  for (int64_t step : {10, 20, 30, 35}) ExpectLoads(step);
+}
+
+TEST_F(CommitTest, LeaderOpenCollectsLeftoversOfCrashedSaves) {
+  {
+    auto cp = Open();
+    ASSERT_OK(SaveStep(*cp, 1));
+  }
+  // A save that died half-way: a step directory without a manifest.
+  std::filesystem::create_directories(dir_.Join("root/" + StepDir(2)));
+  WriteFile(dir_.Join("root/" + StepDir(2) + "/" + DataFileName(0)), std::string(5000, 'x'));
+  WriteFile(dir_.Join("root/LATEST.tmp.123.0"), "partial");
+  auto steps = ListCheckpointSteps(*failing_);
+  ASSERT_OK(steps);
+  ASSERT_EQ(steps->size(), 2u);
+  EXPECT_FALSE((*steps)[1].committed);
+  auto cp = Open();
+  EXPECT_FALSE(std::filesystem::exists(dir_.Join("root/" + StepDir(2))));
+  EXPECT_FALSE(std::filesystem::exists(dir_.Join("root/LATEST.tmp.123.0")));
+  EXPECT_EQ(Committed(), std::vector<int64_t>{1});
+  auto report = cp->CollectGarbage(true);
+  ASSERT_OK(report);
+  EXPECT_TRUE(report->removed_partial.empty());
+}
+
+TEST_F(CommitTest, BackToBackSavesAreSerialized) {
+  auto cp = Open();
+  std::vector<OwnedShard> a = {MakeShard(kSpec, Box::Whole(kSpec.shape), 1)};
+  std::vector<OwnedShard> b = {MakeShard(kSpec, Box::Whole(kSpec.shape), 2)};
+  State sa = StateOf(a), sb = StateOf(b);
+  auto h1 = cp->Save(1, sa);
+  auto h2 = cp->Save(2, sb);  // while step 1 is still being written
+  ASSERT_OK(h1);
+  ASSERT_OK(h2);
+  ASSERT_OK(cp->WaitAll());
+  EXPECT_TRUE(h1->Done());
+  EXPECT_EQ(Committed(), (std::vector<int64_t>{1, 2}));
+  ExpectLoads(1);
+  ExpectLoads(2);
+}
+
+#ifndef CRASH_SAVER_PATH
+#error "CRASH_SAVER_PATH must name the crash_saver helper"
+#endif
+
+// A saver process SIGKILLed at random points of its save loop: after every
+// kill the latest committed step loads and verifies, no half-written step is
+// ever listed as committed, and reopening collects the leftovers.
+TEST(CrashTest, SigkillDuringSaveLeavesLatestLoadable) {
+  TempDir dir;
+  const std::string root = dir.Join("root");
+  std::mt19937 rng(99);
+  int64_t last_seen = 0;
+  const int kKills = 12;
+  for (int round = 0; round < kKills; ++round) {
+    int out[2];
+    ASSERT_EQ(pipe(out), 0);
+    posix_spawn_file_actions_t fa;
+    posix_spawn_file_actions_init(&fa);
+    posix_spawn_file_actions_adddup2(&fa, out[1], STDOUT_FILENO);
+    posix_spawn_file_actions_addclose(&fa, out[0]);
+    std::string path = CRASH_SAVER_PATH;
+    char* argv[] = {path.data(), const_cast<char*>(root.c_str()), nullptr};
+    pid_t pid;
+    ASSERT_EQ(posix_spawn(&pid, path.c_str(), &fa, nullptr, argv, environ), 0);
+    posix_spawn_file_actions_destroy(&fa);
+    close(out[1]);
+    // Wait for one committed step of this round, then kill at a random
+    // moment of a later save.
+    char buf[64];
+    ssize_t n = read(out[0], buf, sizeof(buf));
+    ASSERT_GT(n, 0) << "saver produced no step";
+    std::this_thread::sleep_for(std::chrono::milliseconds(rng() % 150));
+    kill(pid, SIGKILL);
+    int status;
+    waitpid(pid, &status, 0);
+    close(out[0]);
+    ASSERT_TRUE(WIFSIGNALED(status));
+
+    auto storage = OpenStorage(root);
+    ASSERT_OK(storage);
+    auto latest = LatestCommittedStep(**storage);
+    ASSERT_OK(latest);
+    EXPECT_GT(*latest, last_seen);
+    last_seen = *latest;
+    std::vector<OwnedShard> outbuf = {EmptyShard(TensorSpec{"model.w", DType::kF32, {2048, 1024}},
+                                                 Box({0, 0}, {2048, 1024}))};
+    State t = StateOf(outbuf);
+    std::string pos;
+    ASSERT_OK(t.AddBlobOut("position", &pos, BlobScope::kGlobal));
+    auto loaded = LoadCheckpoint(**storage, t);
+    ASSERT_OK(loaded);
+    EXPECT_EQ(Mismatches(outbuf[0], static_cast<uint64_t>(*latest)), 0);
+    EXPECT_EQ(pos, std::to_string(*latest));
+    auto steps = ListCheckpointSteps(**storage);
+    ASSERT_OK(steps);
+    for (const StepInfo& s : *steps) {
+      if (!s.committed) continue;
+      auto v = VerifyStep(**storage, s.step);
+      ASSERT_OK(v);
+      EXPECT_TRUE(v->ok()) << "step " << s.step << ": " << v->problems.front().message;
+    }
+    EXPECT_FALSE(CheckLatestPointer(**storage).has_value());
+  }
+  // Reopening as leader removes every leftover; retention bounds disk use.
+  CheckpointerOptions o;
+  o.uri = root;
+  o.retention.keep_last = 2;
+  auto cp = Checkpointer::Open(o);
+  ASSERT_OK(cp);
+  auto steps = (*cp)->ListSteps();
+  ASSERT_OK(steps);
+  EXPECT_LE(steps->size(), 2u);
+  for (const StepInfo& s : *steps) EXPECT_TRUE(s.committed) << s.step;
+}
+
+}  // namespace
+}  // namespace ckpt::testing
