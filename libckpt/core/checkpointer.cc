@@ -1,6 +1,7 @@
 #include "ckpt/checkpointer.h"
 
 #include <algorithm>
+#include <cstdio>
 #include <condition_variable>
 #include <deque>
 #include <functional>
@@ -202,11 +203,7 @@ class Checkpointer::Impl {
 
   absl::StatusOr<LoadStats> Load(const State& target, int64_t step,
                                  const LoadOptions& options) {
-    if (step == kLatestStep) {
-      CKPT_ASSIGN_OR_RETURN(step, ResolveLatest(*storage_));
-    }
-    CKPT_ASSIGN_OR_RETURN(Manifest m, ReadManifest(*storage_, step));
-    return LoadFromManifest(*storage_, m, target, options_.rank, options);
+    return LoadCheckpoint(*storage_, target, step, options_.rank, options);
   }
 
   absl::Status WaitAll() {
@@ -448,7 +445,12 @@ absl::StatusOr<LoadStats> LoadCheckpoint(Storage& storage, const State& target,
                                          int64_t step, int rank,
                                          const LoadOptions& options) {
   if (step == kLatestStep) {
-    CKPT_ASSIGN_OR_RETURN(step, ResolveLatest(storage));
+    std::string note;
+    CKPT_ASSIGN_OR_RETURN(step, ResolveLatest(storage, &note));
+    if (!note.empty()) {
+      std::fprintf(stderr, "ckpt: loading step %lld of %s (%s)\n", static_cast<long long>(step),
+                   storage.uri().c_str(), note.c_str());
+    }
   }
   CKPT_ASSIGN_OR_RETURN(Manifest m, ReadManifest(storage, step));
   return LoadFromManifest(storage, m, target, rank, options);

@@ -72,19 +72,9 @@ absl::StatusOr<std::vector<StepInfo>> ListStepsIn(Storage& storage) {
 }
 
 absl::StatusOr<int64_t> ResolveLatest(Storage& storage, std::string* note) {
-  auto text = storage.GetAll(kLatestName);
-  if (text.ok()) {
-    auto step = DecodeLatest(*text);
-    if (step.ok()) {
-      auto size = storage.FileSize(StrCat(StepDir(*step), "/", kManifestName));
-      if (size.ok()) return *step;
-      if (note) *note = StrCat("LATEST names step ", *step, " which has no manifest");
-    } else if (note) {
-      *note = std::string(step.status().message());
-    }
-  } else if (!absl::IsNotFound(text.status())) {
-    if (note) *note = std::string(text.status().message());
-  }
+  // The commit point of a step is its manifest; LATEST is a pointer written
+  // just after it, so it can lag by one step after a crash. The latest
+  // committed step is the highest one whose manifest decodes.
   auto entries = storage.List("");
   if (!entries.ok()) {
     if (absl::IsNotFound(entries.status())) {
@@ -92,15 +82,44 @@ absl::StatusOr<int64_t> ResolveLatest(Storage& storage, std::string* note) {
     }
     return entries.status();
   }
-  std::optional<int64_t> best;
+  std::vector<int64_t> steps;
   for (const DirEntry& e : *entries) {
     std::optional<int64_t> step = ParseStepDir(e.name);
-    if (!step || !e.is_dir || (best && *step <= *best)) continue;
-    if (storage.FileSize(StrCat(e.name, "/", kManifestName)).ok()) best = step;
+    if (step && e.is_dir) steps.push_back(*step);
+  }
+  std::sort(steps.rbegin(), steps.rend());
+  std::optional<int64_t> best;
+  std::string skipped;
+  absl::Status first_damage;
+  for (int64_t step : steps) {
+    if (!storage.FileSize(StrCat(StepDir(step), "/", kManifestName)).ok()) continue;
+    auto m = ReadManifest(storage, step);
+    if (m.ok()) {
+      best = step;
+      break;
+    }
+    if (first_damage.ok()) first_damage = m.status();
+    if (skipped.empty()) skipped = StrCat("step ", step, " skipped: ", m.status().message());
+  }
+  if (note) {
+    note->clear();
+    auto text = storage.GetAll(kLatestName);
+    if (text.ok()) {
+      auto pointed = DecodeLatest(*text);
+      if (!pointed.ok()) {
+        *note = std::string(pointed.status().message());
+      } else if (!best || *pointed != *best) {
+        *note = StrCat("LATEST names step ", *pointed, " but the latest committed step is ",
+                       best ? std::to_string(*best) : std::string("none"));
+      }
+    } else if (best && !absl::IsNotFound(text.status())) {
+      *note = std::string(text.status().message());
+    }
+    if (!skipped.empty()) *note = note->empty() ? skipped : StrCat(*note, "; ", skipped);
   }
   if (!best) {
-    return absl::NotFoundError(
-        StrCat("no committed checkpoint under ", storage.uri()));
+    if (!first_damage.ok()) return first_damage;  // committed, but damaged
+    return absl::NotFoundError(StrCat("no committed checkpoint under ", storage.uri()));
   }
   return *best;
 }

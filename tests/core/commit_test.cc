@@ -1,5 +1,6 @@
 // The commit protocol: all-or-nothing across ranks, failures reported
 // through handles, earlier checkpoints untouched, retention, crash safety.
+#include <fcntl.h>
 #include <signal.h>
 #include <spawn.h>
 #include <sys/wait.h>
@@ -193,6 +194,38 @@ TEST_F(CommitTest, LeaderOpenCollectsLeftoversOfCrashedSaves) {
   EXPECT_TRUE(report->removed_partial.empty());
 }
 
+// Regression: a saver killed between writing step N's manifest and moving
+// LATEST left LATEST at N-1; the next run then tried to save step N again.
+TEST_F(CommitTest, LatestLaggingBehindACommittedManifestIsTolerated) {
+  auto cp = Open();
+  ASSERT_OK(SaveStep(*cp, 1));
+  ASSERT_OK(SaveStep(*cp, 2));
+  WriteFile(dir_.Join("root/LATEST"), EncodeLatest(1));
+  auto latest = cp->LatestStep();
+  ASSERT_OK(latest);
+  EXPECT_EQ(*latest, 2);
+  ExpectLoads(kLatestStep);
+  EXPECT_FALSE(CheckLatestPointer(*failing_).has_value());  // stale, not broken
+  ASSERT_OK(SaveStep(*cp, 3));  // moves LATEST forward again
+  EXPECT_EQ(ReadFile(dir_.Join("root/LATEST")), EncodeLatest(3));
+}
+
+// A damaged newest manifest makes "latest" fall back to the newest intact
+// step; with no intact step the damage itself is reported.
+TEST_F(CommitTest, DamagedNewestManifestFallsBackToTheStepBefore) {
+  auto cp = Open();
+  ASSERT_OK(SaveStep(*cp, 1));
+  ASSERT_OK(SaveStep(*cp, 2));
+  FlipBit(dir_.Join("root/" + StepDir(2) + "/MANIFEST"), 60, 1);
+  auto latest = cp->LatestStep();
+  ASSERT_OK(latest);
+  EXPECT_EQ(*latest, 1);
+  ExpectLoads(kLatestStep);
+  FlipBit(dir_.Join("root/" + StepDir(1) + "/MANIFEST"), 60, 1);
+  auto none = cp->LatestStep();
+  EXPECT_TRUE(absl::IsDataLoss(none.status())) << none.status();
+}
+
 TEST_F(CommitTest, BackToBackSavesAreSerialized) {
   auto cp = Open();
   std::vector<OwnedShard> a = {MakeShard(kSpec, Box::Whole(kSpec.shape), 1)};
@@ -229,6 +262,9 @@ TEST(CrashTest, SigkillDuringSaveLeavesLatestLoadable) {
     posix_spawn_file_actions_init(&fa);
     posix_spawn_file_actions_adddup2(&fa, out[1], STDOUT_FILENO);
     posix_spawn_file_actions_addclose(&fa, out[0]);
+    const std::string err_path = dir.Join("saver.stderr");
+    posix_spawn_file_actions_addopen(&fa, STDERR_FILENO, err_path.c_str(),
+                                     O_WRONLY | O_CREAT | O_TRUNC, 0644);
     std::string path = CRASH_SAVER_PATH;
     char* argv[] = {path.data(), const_cast<char*>(root.c_str()), nullptr};
     pid_t pid;
@@ -239,7 +275,11 @@ TEST(CrashTest, SigkillDuringSaveLeavesLatestLoadable) {
     // moment of a later save.
     char buf[64];
     ssize_t n = read(out[0], buf, sizeof(buf));
-    ASSERT_GT(n, 0) << "saver produced no step";
+    if (n <= 0) {
+      kill(pid, SIGKILL);
+      waitpid(pid, nullptr, 0);
+      FAIL() << "saver produced no step; its stderr: " << ReadFile(err_path);
+    }
     std::this_thread::sleep_for(std::chrono::milliseconds(rng() % 150));
     kill(pid, SIGKILL);
     int status;

@@ -39,8 +39,10 @@ int main(int argc, char** argv) {
     std::string pos = std::to_string(step);
     if (!state.AddBlob("position", pos.data(), pos.size(), ckpt::BlobScope::kGlobal).ok()) return 1;
     auto h = (*cp)->Save(step, state);
-    if (!h.ok() || !h->Wait().ok()) {
-      std::fprintf(stderr, "save %lld failed\n", static_cast<long long>(step));
+    absl::Status s = h.ok() ? h->Wait() : h.status();
+    if (!s.ok()) {
+      std::fprintf(stderr, "save %lld failed: %s\n", static_cast<long long>(step),
+                   std::string(s.message()).c_str());
       return 1;
     }
     std::printf("%lld\n", static_cast<long long>(step));

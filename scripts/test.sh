@@ -1,0 +1,43 @@
+#!/usr/bin/env bash
+# Installs what is missing, builds, and runs the whole test suite:
+#   1. release build: every test (unit, end to end, crash, install)
+#   2. AddressSanitizer + UndefinedBehaviorSanitizer build: every test
+#   3. libFuzzer build (clang): each fuzzer for a bounded time on its corpus
+# FUZZ_SECONDS (default 30) bounds each fuzzer.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+scripts/install-deps.sh --test
+jobs=$(nproc)
+fuzz_seconds=${FUZZ_SECONDS:-30}
+
+echo "== release build and tests"
+cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo
+cmake --build build
+ctest --test-dir build --output-on-failure -j "$jobs"
+
+echo "== address + undefined-behaviour sanitizers"
+cmake -S . -B build-asan -G Ninja -DCMAKE_BUILD_TYPE=Debug -DCKPT_SANITIZE=address,undefined \
+  -DCKPT_BUILD_BENCHMARKS=OFF
+cmake --build build-asan
+ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1 \
+  ctest --test-dir build-asan --output-on-failure -j "$jobs" -LE install
+
+echo "== fuzzing (${fuzz_seconds}s per target)"
+CC=clang CXX=clang++ cmake -S . -B build-fuzz -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+  -DCKPT_FUZZ=ON -DCKPT_SANITIZE=address,undefined -DCKPT_BUILD_TESTS=OFF \
+  -DCKPT_BUILD_BENCHMARKS=OFF -DCKPT_BUILD_TOOLS=OFF
+cmake --build build-fuzz
+for target in manifest data_file frame latest; do
+  corpus=$(mktemp -d)
+  cp tests/fuzz/corpus/"$target"/* "$corpus"/
+  log=$(mktemp)
+  if ! build-fuzz/tests/fuzz/fuzz_"$target" -max_total_time="$fuzz_seconds" -max_len=65536 \
+      -print_final_stats=1 "$corpus" > "$log" 2>&1; then
+    tail -n 60 "$log"
+    echo "fuzz_$target found a crash; the reproducer is in the working directory (crash-*)"
+    exit 1
+  fi
+  echo "fuzz_$target: $(grep -E '^stat::number_of_executed_units' "$log" | awk '{print $2}') runs, clean"
+  rm -rf "$corpus" "$log"
+done
+echo "== all tests passed"

@@ -1,0 +1,79 @@
+// Checkpoints written by earlier versions still load, bit for bit.
+#include <filesystem>
+
+#include "ckpt/verify.h"
+#include "core/root.h"
+#include "format/layout.h"
+#include "synth_job.h"
+#include "testutil/test_util.h"
+
+#ifndef GOLDEN_DIR
+#error "GOLDEN_DIR must name tests/golden"
+#endif
+
+namespace ckpt::testing {
+namespace {
+
+struct Golden {
+  std::string dir;
+  int64_t step;
+  std::string codec;
+  std::string saved_mesh;
+  std::vector<std::string> restore_meshes;
+};
+
+class GoldenTest : public ::testing::TestWithParam<Golden> {};
+
+TEST_P(GoldenTest, VerifiesAndRestoresOntoOtherMeshes) {
+  const Golden& g = GetParam();
+  // Work on a copy so nothing can touch the committed files.
+  TempDir tmp;
+  std::filesystem::copy(std::string(GOLDEN_DIR) + "/" + g.dir, tmp.Join("root"),
+                        std::filesystem::copy_options::recursive);
+  auto storage = OpenStorage(tmp.Join("root"));
+  ASSERT_OK(storage);
+  auto latest = LatestCommittedStep(**storage);
+  ASSERT_OK(latest);
+  EXPECT_EQ(*latest, g.step);
+  auto v = VerifyStep(**storage, g.step);
+  ASSERT_OK(v);
+  EXPECT_TRUE(v->ok()) << v->problems.front().message;
+  EXPECT_FALSE(CheckLatestPointer(**storage).has_value());
+  auto sum = SummarizeStep(**storage, g.step);
+  ASSERT_OK(sum);
+  EXPECT_EQ(sum->codec, g.codec);
+  EXPECT_EQ(sum->library_version, "0.1.0");
+  ASSERT_TRUE(sum->mesh.has_value());
+  EXPECT_EQ(sum->mesh->ToString(), g.saved_mesh);
+  for (const std::string& mesh_text : g.restore_meshes) {
+    auto mesh = Mesh::Parse(mesh_text);
+    ASSERT_OK(mesh);
+    auto rc = tools::RestoreCheck(**storage, kLatestStep, *mesh);
+    ASSERT_OK(rc);
+    EXPECT_GT(rc->elements, 10000);
+    EXPECT_EQ(rc->mismatches, 0) << mesh_text << ": " << rc->first_mismatch;
+  }
+  // The manifest re-encodes to the same bytes: the encoding is stable.
+  const std::string path = StepDir(g.step) + "/MANIFEST";
+  auto bytes = (*storage)->GetAll(path);
+  ASSERT_OK(bytes);
+  auto m = DecodeManifest(*bytes, path);
+  ASSERT_OK(m);
+  EXPECT_EQ(EncodeManifest(*m), *bytes);
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    V1, GoldenTest,
+    ::testing::Values(Golden{"v1-shuffle", 7, "shuffle-zstd", "dp=1,tp=2", {"tp=3", "dp=2,tp=1"}},
+                      Golden{"v1-zstd", 3, "zstd", "tp=1,pp=2", {"tp=2,pp=2", "pp=1"}},
+                      Golden{"v1-none", 1, "none", "dp=2", {"tp=5"}}),
+    [](const ::testing::TestParamInfo<Golden>& info) {
+      std::string n = info.param.dir;
+      for (char& c : n) {
+        if (c == '-') c = '_';
+      }
+      return n;
+    });
+
+}  // namespace
+}  // namespace ckpt::testing
