@@ -200,7 +200,7 @@ absl::Status BlockCodec::Decode(Codec codec, uint8_t elem_width,
         return corrupt(StrCat("stored size ", stored.size(),
                                     " != raw size ", raw_out.size()));
       }
-      std::memcpy(raw_out.data(), stored.data(), stored.size());
+      if (!stored.empty()) std::memcpy(raw_out.data(), stored.data(), stored.size());
       return absl::OkStatus();
     case Codec::kZstd: {
       size_t r = ZSTD_decompressDCtx(dctx_, raw_out.data(), raw_out.size(),

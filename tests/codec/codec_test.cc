@@ -102,5 +102,16 @@ TEST(Codec, CorruptStoredBytesFailCleanly) {
   }
 }
 
+// Regression (found by fuzz_frame): decoding an empty codec-none block passed
+// null pointers to memcpy.
+TEST(Codec, EmptyBlocksDecode) {
+  BlockCodec codec;
+  EXPECT_OK(codec.Decode(Codec::kNone, 1, 0, {}, {}, "empty"));
+  std::vector<std::byte> one(1);
+  EXPECT_FALSE(codec.Decode(Codec::kNone, 1, 0, {}, absl::Span<std::byte>(one), "short").ok());
+  EXPECT_FALSE(codec.Decode(Codec::kShuffleZstd, 2, 0, {}, absl::Span<std::byte>(one), "x").ok());
+  EXPECT_FALSE(codec.Decode(Codec::kZstd, 1, 0, {}, absl::Span<std::byte>(one), "x").ok());
+}
+
 }  // namespace
 }  // namespace ckpt::testing

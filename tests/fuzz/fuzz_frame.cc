@@ -33,7 +33,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   e.raw_hash = codec_id == 0 ? e.stored_hash : 0;
   e.frame_len = static_cast<uint32_t>(ckpt::FrameLength(e.stored_len));
   std::vector<std::byte> frame(e.frame_len, std::byte{0});
-  std::memcpy(frame.data(), payload.data(), payload.size());
+  if (!payload.empty()) std::memcpy(frame.data(), payload.data(), payload.size());
   ckpt::FrameTrailer t;
   t.codec = codec_id;
   t.elem_width = width;
