@@ -102,6 +102,14 @@ TEST(Codec, CorruptStoredBytesFailCleanly) {
   }
 }
 
+TEST(Codec, UnknownCodecIsNamed) {
+  BlockCodec codec;
+  std::vector<std::byte> in(8), out(8);
+  absl::Status s = codec.Decode(static_cast<Codec>(9), 1, 0, in, absl::Span<std::byte>(out), "blk");
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(s.message().find("unknown codec 9"), absl::string_view::npos) << s;
+}
+
 // Regression (found by fuzz_frame): decoding an empty codec-none block passed
 // null pointers to memcpy.
 TEST(Codec, EmptyBlocksDecode) {

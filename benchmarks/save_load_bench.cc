@@ -1,0 +1,300 @@
+// Save and load throughput of ckpt next to the hardware ceilings measured in
+// the same run: sequential O_DIRECT write and read of the same volume (fio
+// with io_uring when installed, else a plain O_DIRECT writer/reader) and
+// single-thread memcpy. Runs are interleaved so drift on a shared machine
+// hits every contender alike; each figure is the median of --runs.
+//
+//   build/benchmarks/save_load_bench --dir /path/on/the/disk --size 1G --runs 3
+//
+// Prints a table and, with --json FILE, writes the figures as JSON.
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "ckpt/checkpointer.h"
+#include "ckpt/synthetic.h"
+#include "cli.h"
+#include "synth_job.h"
+#include "util/aligned_buffer.h"
+#include "util/clock.h"
+#include "util/json.h"
+
+namespace ckpt::bench {
+namespace {
+
+struct Samples {
+  std::vector<double> v;
+  void Add(double x) { v.push_back(x); }
+  double Median() const {
+    if (v.empty()) return 0;
+    auto s = v;
+    std::sort(s.begin(), s.end());
+    return s.size() % 2 ? s[s.size() / 2] : (s[s.size() / 2 - 1] + s[s.size() / 2]) / 2;
+  }
+  double Min() const { return v.empty() ? 0 : *std::min_element(v.begin(), v.end()); }
+  double Max() const { return v.empty() ? 0 : *std::max_element(v.begin(), v.end()); }
+};
+
+bool HaveFio() { return std::system("command -v fio > /dev/null 2>&1") == 0; }
+
+// fio's bandwidth in bytes/s from its JSON output, or -1.
+double RunFio(const std::string& file, int64_t size, bool write) {
+  std::string cmd = "fio --name=ceiling --filename=" + file + " --rw=" +
+                    (write ? "write" : "read") + " --bs=4m --size=" + std::to_string(size) +
+                    " --direct=1 --ioengine=io_uring --iodepth=16 --numjobs=1" +
+                    (write ? " --end_fsync=1" : "") +
+                    " --output-format=json 2>/dev/null";
+  FILE* p = popen(cmd.c_str(), "r");
+  if (!p) return -1;
+  std::string out;
+  char buf[4096];
+  size_t n;
+  while ((n = fread(buf, 1, sizeof(buf), p)) > 0) out.append(buf, n);
+  pclose(p);
+  // The per-direction section, not the "rw" option that names it.
+  const std::string key = write ? "\"write\" : {" : "\"read\" : {";
+  size_t at = out.find(key);
+  if (at == std::string::npos) return -1;
+  at = out.find("\"bw_bytes\"", at);
+  if (at == std::string::npos) return -1;
+  at = out.find(':', at);
+  return std::strtod(out.c_str() + at + 1, nullptr);
+}
+
+// Plain O_DIRECT sequential writer/reader, 4 MiB requests, when fio is absent.
+double DirectIo(const std::string& file, int64_t size, bool write) {
+  auto buf = AlignedBuffer::Allocate(4 << 20, true);
+  if (!buf.ok()) return -1;
+  std::memset(buf->data(), 0x5a, buf->size());
+  int fd = open(file.c_str(), (write ? O_WRONLY | O_CREAT | O_TRUNC : O_RDONLY) | O_DIRECT, 0644);
+  if (fd < 0) return -1;
+  const double t0 = NowSeconds();
+  for (int64_t off = 0; off < size; off += 4 << 20) {
+    ssize_t r = write ? pwrite(fd, buf->data(), 4 << 20, off) : pread(fd, buf->data(), 4 << 20, off);
+    if (r != (4 << 20)) {
+      close(fd);
+      return -1;
+    }
+  }
+  if (write) fsync(fd);
+  const double dt = NowSeconds() - t0;
+  close(fd);
+  return static_cast<double>(size) / dt;
+}
+
+double MemcpyBandwidth(int64_t size) {
+  auto src = AlignedBuffer::Allocate(size, true);
+  auto dst = AlignedBuffer::Allocate(size, true);
+  if (!src.ok() || !dst.ok()) return -1;
+  std::memset(src->data(), 1, size);
+  double best = 1e9;
+  for (int i = 0; i < 3; ++i) {
+    const double t0 = NowSeconds();
+    std::memcpy(dst->data(), src->data(), size);
+    best = std::min(best, NowSeconds() - t0);
+  }
+  return static_cast<double>(size) / best;
+}
+
+struct StateBuffers {
+  std::vector<TensorSpec> specs;
+  std::vector<std::vector<std::byte>> data;
+  std::vector<std::vector<std::byte>> out;
+  int64_t bytes = 0;
+};
+
+// Transformer-like weights: 64 MiB tensors of `dtype` filling `size` bytes.
+StateBuffers MakeState(int64_t size, DType dtype) {
+  StateBuffers s;
+  const int64_t es = static_cast<int64_t>(DTypeSize(dtype));
+  const int64_t per = std::min<int64_t>(64 << 20, size);
+  int i = 0;
+  for (int64_t done = 0; done < size; done += per, ++i) {
+    const int64_t bytes = std::min(per, size - done);
+    const int64_t cols = 4096;
+    const int64_t rows = std::max<int64_t>(1, bytes / es / cols);
+    TensorSpec spec{"model.layers." + std::to_string(i) + ".mlp.up_proj.weight", dtype, {rows, cols}};
+    s.specs.push_back(spec);
+    s.data.emplace_back(static_cast<size_t>(spec.NumElements() * es));
+    FillSynthetic(spec, Box::Whole(spec.shape), 1, s.data.back().data());
+    s.out.emplace_back(s.data.back().size());
+    s.bytes += static_cast<int64_t>(s.data.back().size());
+  }
+  return s;
+}
+
+struct CodecFigures {
+  Samples stall_s, save_s, load_s;
+  double ratio = 0;
+};
+
+int Main(int argc, char** argv) {
+  std::string dir, json_path, codecs_text = "none,zstd,shuffle-zstd", dtype_text = "bf16";
+  int64_t size = int64_t{1} << 30, runs = 3;
+  tools::Args args("bench", "--dir DIR [--size 1G] [--runs 3] [--codecs ...] [--json FILE]",
+                   "Measures ckpt save (stall and durable), load and the hardware ceilings in "
+                   "one run.");
+  args.String("dir", &dir, "directory on the storage to measure (required)");
+  args.Size("size", &size, "state size (default 1G)", true);
+  args.Int("runs", &runs, "runs per figure; the median is reported (default 3)");
+  args.String("codecs", &codecs_text, "codecs to measure (default none,zstd,shuffle-zstd)");
+  args.String("dtype", &dtype_text, "tensor dtype (default bf16)");
+  args.String("json", &json_path, "also write the figures as JSON to this file");
+  int exit = 0;
+  if (!args.Parse(argc, argv, 1, &exit)) return exit;
+  if (dir.empty()) {
+    std::fprintf(stderr, "--dir is required\n");
+    return 2;
+  }
+  auto dtype = ParseDType(dtype_text);
+  if (!dtype) return 2;
+  std::vector<Codec> codecs;
+  for (size_t pos = 0; pos <= codecs_text.size();) {
+    size_t comma = codecs_text.find(',', pos);
+    if (comma == std::string::npos) comma = codecs_text.size();
+    auto c = ParseCodec(codecs_text.substr(pos, comma - pos));
+    if (!c) return 2;
+    codecs.push_back(*c);
+    pos = comma + 1;
+  }
+  std::filesystem::create_directories(dir);
+  const bool fio = HaveFio();
+  std::printf("state: %s of %s weights; %lld runs; ceilings by %s\n",
+              tools::HumanBytes(static_cast<double>(size)).c_str(), dtype_text.c_str(),
+              static_cast<long long>(runs), fio ? "fio (io_uring, O_DIRECT, QD16, 4 MiB)" : "O_DIRECT pwrite/pread");
+  std::fflush(stdout);
+  StateBuffers state = MakeState(size, *dtype);
+  const double memcpy_bw = MemcpyBandwidth(std::min<int64_t>(size, int64_t{1} << 30));
+
+  // One engine per codec with an arena that holds the whole state, reused
+  // (warm) across runs, as a trainer's would be.
+  std::map<Codec, CodecFigures> figs;
+  Samples write_ceiling, read_ceiling;
+  for (int64_t run = 0; run < runs; ++run) {
+    const std::string ceiling_file = dir + "/ceiling.bin";
+    double w = fio ? RunFio(ceiling_file, state.bytes, true) : DirectIo(ceiling_file, state.bytes, true);
+    double r = fio ? RunFio(ceiling_file, state.bytes, false) : DirectIo(ceiling_file, state.bytes, false);
+    std::filesystem::remove(ceiling_file);
+    write_ceiling.Add(w);
+    read_ceiling.Add(r);
+    for (Codec codec : codecs) {
+      const std::string root = dir + "/ckpt-" + std::string(CodecName(codec));
+      std::filesystem::remove_all(root);
+      CheckpointerOptions o;
+      o.uri = root;
+      o.codec = codec;
+      o.engine_options.staging_bytes = static_cast<size_t>(state.bytes) + (64 << 20);
+      auto cp = Checkpointer::Open(o);
+      if (!cp.ok()) {
+        std::fprintf(stderr, "open: %s\n", std::string(cp.status().message()).c_str());
+        return 1;
+      }
+      State st;
+      for (size_t i = 0; i < state.specs.size(); ++i) {
+        (void)st.AddTensor(state.specs[i], state.data[i].data());
+      }
+      // Warm-up save: maps and registers the arena; not measured.
+      auto warm = (*cp)->Save(0, st);
+      if (!warm.ok() || !warm->Wait().ok()) return 1;
+      const double t0 = NowSeconds();
+      auto h = (*cp)->Save(1, st);
+      if (!h.ok()) return 1;
+      const double stall = NowSeconds() - t0;
+      absl::Status s = h->Wait();
+      const double durable = NowSeconds() - t0;
+      if (!s.ok()) {
+        std::fprintf(stderr, "save: %s\n", std::string(s.message()).c_str());
+        return 1;
+      }
+      figs[codec].stall_s.Add(stall);
+      figs[codec].save_s.Add(durable);
+      figs[codec].ratio = static_cast<double>(h->Stats().bytes_stored) / state.bytes;
+      State target;
+      for (size_t i = 0; i < state.specs.size(); ++i) {
+        (void)target.AddTensor(state.specs[i], state.out[i].data());
+      }
+      const double l0 = NowSeconds();
+      auto ls = (*cp)->Load(target, 1);
+      const double load = NowSeconds() - l0;
+      if (!ls.ok()) {
+        std::fprintf(stderr, "load: %s\n", std::string(ls.status().message()).c_str());
+        return 1;
+      }
+      for (size_t i = 0; i < state.specs.size(); ++i) {
+        if (state.out[i] != state.data[i]) {
+          std::fprintf(stderr, "load returned different bytes for %s\n", state.specs[i].fqn.c_str());
+          return 1;
+        }
+      }
+      figs[codec].load_s.Add(load);
+      cp->reset();
+      std::filesystem::remove_all(root);
+    }
+  }
+
+  const double gb = 1e9;
+  const double wc = write_ceiling.Median(), rc = read_ceiling.Median();
+  std::printf("\nceilings: memcpy %.2f GB/s, O_DIRECT write %.3f GB/s [%.3f..%.3f], read %.3f GB/s [%.3f..%.3f]\n\n",
+              memcpy_bw / gb, wc / gb, write_ceiling.Min() / gb, write_ceiling.Max() / gb, rc / gb,
+              read_ceiling.Min() / gb, read_ceiling.Max() / gb);
+  std::printf("%-13s %6s  %22s  %24s  %24s\n", "codec", "ratio", "stall GB/s (x memcpy)",
+              "durable save GB/s (x wr)", "load GB/s (x rd)");
+  JsonWriter j;
+  j.BeginObject()
+      .Field("size_bytes", state.bytes)
+      .Field("dtype", dtype_text)
+      .Field("runs", runs)
+      .Field("ceiling_tool", fio ? "fio" : "odirect")
+      .Field("memcpy_bytes_per_s", memcpy_bw)
+      .Field("write_ceiling_bytes_per_s", wc)
+      .Field("read_ceiling_bytes_per_s", rc);
+  j.Key("codecs").BeginArray();
+  for (Codec codec : codecs) {
+    const CodecFigures& f = figs[codec];
+    const double stall_bw = state.bytes / f.stall_s.Median();
+    const double save_bw = state.bytes / f.save_s.Median();
+    const double load_bw = state.bytes / f.load_s.Median();
+    std::printf("%-13s %6.3f  %8.2f (%.2f) [%.2f..%.2f]  %7.3f (%.2f) [%.3f..%.3f]  %7.3f (%.2f) [%.3f..%.3f]\n",
+                std::string(CodecName(codec)).c_str(), f.ratio, stall_bw / gb, stall_bw / memcpy_bw,
+                state.bytes / f.stall_s.Max() / gb, state.bytes / f.stall_s.Min() / gb, save_bw / gb,
+                save_bw / wc, state.bytes / f.save_s.Max() / gb, state.bytes / f.save_s.Min() / gb,
+                load_bw / gb, load_bw / rc, state.bytes / f.load_s.Max() / gb,
+                state.bytes / f.load_s.Min() / gb);
+    j.BeginObject()
+        .Field("codec", CodecName(codec))
+        .Field("ratio", f.ratio)
+        .Field("stall_s_median", f.stall_s.Median())
+        .Field("stall_bytes_per_s", stall_bw)
+        .Field("stall_vs_memcpy", stall_bw / memcpy_bw)
+        .Field("save_s_median", f.save_s.Median())
+        .Field("save_bytes_per_s", save_bw)
+        .Field("save_vs_write_ceiling", save_bw / wc)
+        .Field("load_s_median", f.load_s.Median())
+        .Field("load_bytes_per_s", load_bw)
+        .Field("load_vs_read_ceiling", load_bw / rc)
+        .EndObject();
+  }
+  j.EndArray().EndObject();
+  if (!json_path.empty()) {
+    FILE* f = std::fopen(json_path.c_str(), "w");
+    if (f) {
+      std::fprintf(f, "%s\n", j.str().c_str());
+      std::fclose(f);
+    }
+  }
+  return 0;
+}
+
+}  // namespace
+}  // namespace ckpt::bench
+
+int main(int argc, char** argv) { return ckpt::bench::Main(argc, argv); }
