@@ -50,7 +50,7 @@ bool HaveFio() { return std::system("command -v fio > /dev/null 2>&1") == 0; }
 double RunFio(const std::string& file, int64_t size, bool write) {
   std::string cmd = "fio --name=ceiling --filename=" + file + " --rw=" +
                     (write ? "write" : "read") + " --bs=4m --size=" + std::to_string(size) +
-                    " --direct=1 --ioengine=io_uring --iodepth=16 --numjobs=1" +
+                    " --direct=1 --ioengine=io_uring --iodepth=64 --numjobs=1 --fallocate=none" +
                     (write ? " --end_fsync=1" : "") +
                     " --output-format=json 2>/dev/null";
   FILE* p = popen(cmd.c_str(), "r");
@@ -170,7 +170,7 @@ int Main(int argc, char** argv) {
   const bool fio = HaveFio();
   std::printf("state: %s of %s weights; %lld runs; ceilings by %s\n",
               tools::HumanBytes(static_cast<double>(size)).c_str(), dtype_text.c_str(),
-              static_cast<long long>(runs), fio ? "fio (io_uring, O_DIRECT, QD16, 4 MiB)" : "O_DIRECT pwrite/pread");
+              static_cast<long long>(runs), fio ? "fio (io_uring, O_DIRECT, QD64, 4 MiB, no preallocation)" : "O_DIRECT pwrite/pread");
   std::fflush(stdout);
   StateBuffers state = MakeState(size, *dtype);
   const double memcpy_bw = MemcpyBandwidth(std::min<int64_t>(size, int64_t{1} << 30));

@@ -1,4 +1,5 @@
 // Data model: dtypes, boxes, meshes, placements, save plans, the generator.
+#include <cstring>
 #include <map>
 #include <set>
 
@@ -6,6 +7,7 @@
 #include "ckpt/plan.h"
 #include "ckpt/synthetic.h"
 #include "layout/box_copy.h"
+#include "util/stream_copy.h"
 #include "testutil/test_util.h"
 
 namespace ckpt::testing {
@@ -78,6 +80,25 @@ TEST(BoxCopy, GatherAndScatterStrided) {
   EXPECT_EQ(mem[20], -1);
   EXPECT_EQ(mem[21], 21);  // outside the box's row
   EXPECT_EQ(mem[11], 11);
+}
+
+TEST(StreamCopy, MatchesMemcpyAtEverySizeAndAlignment) {
+  std::vector<uint8_t> src(3 << 20);
+  for (size_t i = 0; i < src.size(); ++i) src[i] = static_cast<uint8_t>(i * 131 + 7);
+  for (size_t n : {size_t{0}, size_t{1}, size_t{255}, size_t{256} << 10, (size_t{1} << 20) + 77,
+                   (size_t{3} << 20) - 64}) {
+    for (size_t dalign : {0, 1, 17, 32}) {
+      for (size_t salign : {0, 3}) {
+        if (n + std::max(dalign, salign) > src.size()) continue;
+        std::vector<uint8_t> dst(n + 64, 0xee);
+        StreamCopy(dst.data() + dalign, src.data() + salign, n);
+        ASSERT_EQ(std::memcmp(dst.data() + dalign, src.data() + salign, n), 0)
+            << n << " " << dalign << " " << salign;
+        if (dalign > 0) EXPECT_EQ(dst[dalign - 1], 0xee);
+        EXPECT_EQ(dst[dalign + n], 0xee);
+      }
+    }
+  }
 }
 
 TEST(Mesh, ParseAndCoordinates) {
