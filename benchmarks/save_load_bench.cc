@@ -91,18 +91,17 @@ double DirectIo(const std::string& file, int64_t size, bool write) {
   return static_cast<double>(size) / dt;
 }
 
+// One pass, like the stall it is compared with (after a pass that warms the
+// buffers): a best-of-n would flatter the ceiling.
 double MemcpyBandwidth(int64_t size) {
   auto src = AlignedBuffer::Allocate(size, true);
   auto dst = AlignedBuffer::Allocate(size, true);
   if (!src.ok() || !dst.ok()) return -1;
   std::memset(src->data(), 1, size);
-  double best = 1e9;
-  for (int i = 0; i < 3; ++i) {
-    const double t0 = NowSeconds();
-    std::memcpy(dst->data(), src->data(), size);
-    best = std::min(best, NowSeconds() - t0);
-  }
-  return static_cast<double>(size) / best;
+  std::memcpy(dst->data(), src->data(), size);
+  const double t0 = NowSeconds();
+  std::memcpy(dst->data(), src->data(), size);
+  return static_cast<double>(size) / (NowSeconds() - t0);
 }
 
 struct StateBuffers {
@@ -134,6 +133,8 @@ StateBuffers MakeState(int64_t size, DType dtype) {
 
 struct CodecFigures {
   Samples stall_s, save_s, load_s;
+  // Per-run ratios to the ceiling measured in the same run.
+  Samples stall_x, save_x, load_x;
   double ratio = 0;
 };
 
@@ -173,20 +174,22 @@ int Main(int argc, char** argv) {
               static_cast<long long>(runs), fio ? "fio (io_uring, O_DIRECT, QD64, 4 MiB, no preallocation)" : "O_DIRECT pwrite/pread");
   std::fflush(stdout);
   StateBuffers state = MakeState(size, *dtype);
-  const double memcpy_bw = MemcpyBandwidth(std::min<int64_t>(size, int64_t{1} << 30));
 
   // One engine per codec with an arena that holds the whole state, reused
   // (warm) across runs, as a trainer's would be.
   std::map<Codec, CodecFigures> figs;
-  Samples write_ceiling, read_ceiling;
+  Samples write_ceiling, read_ceiling, memcpy_ceiling;
+  // Each ckpt figure is paired with its ceiling measured right before it
+  // (memcpy before the stall, an O_DIRECT write of the same volume before the
+  // save) or right after it on the same bytes (fio reading the data file ckpt
+  // just loaded), so shifts in the shared machine's disk and host caches hit
+  // both sides of every ratio alike.
   for (int64_t run = 0; run < runs; ++run) {
-    const std::string ceiling_file = dir + "/ceiling.bin";
-    double w = fio ? RunFio(ceiling_file, state.bytes, true) : DirectIo(ceiling_file, state.bytes, true);
-    double r = fio ? RunFio(ceiling_file, state.bytes, false) : DirectIo(ceiling_file, state.bytes, false);
-    std::filesystem::remove(ceiling_file);
-    write_ceiling.Add(w);
-    read_ceiling.Add(r);
-    for (Codec codec : codecs) {
+    // Rotate the codec order too, so none always following the previous
+    // run's last codec does not bias it.
+    std::vector<Codec> order;
+    for (size_t k = 0; k < codecs.size(); ++k) order.push_back(codecs[(k + run) % codecs.size()]);
+    for (Codec codec : order) {
       const std::string root = dir + "/ckpt-" + std::string(CodecName(codec));
       std::filesystem::remove_all(root);
       CheckpointerOptions o;
@@ -205,19 +208,38 @@ int Main(int argc, char** argv) {
       // Warm-up save: maps and registers the arena; not measured.
       auto warm = (*cp)->Save(0, st);
       if (!warm.ok() || !warm->Wait().ok()) return 1;
+
+      // Alternate which side goes first (A B, then B A) so the disk's
+      // write-back of one does not always slow the other.
+      const bool ceiling_first = run % 2 == 0;
+      double w = 0, mc = 0;
+      auto measure_ceilings = [&] {
+        const std::string ceiling_file = dir + "/ceiling.bin";
+        w = fio ? RunFio(ceiling_file, state.bytes, true) : DirectIo(ceiling_file, state.bytes, true);
+        std::filesystem::remove(ceiling_file);
+        write_ceiling.Add(w);
+        mc = MemcpyBandwidth(std::min<int64_t>(state.bytes, int64_t{1} << 30));
+        memcpy_ceiling.Add(mc);
+      };
+      if (ceiling_first) measure_ceilings();
       const double t0 = NowSeconds();
       auto h = (*cp)->Save(1, st);
       if (!h.ok()) return 1;
       const double stall = NowSeconds() - t0;
       absl::Status s = h->Wait();
       const double durable = NowSeconds() - t0;
+      if (!ceiling_first) measure_ceilings();
       if (!s.ok()) {
         std::fprintf(stderr, "save: %s\n", std::string(s.message()).c_str());
         return 1;
       }
-      figs[codec].stall_s.Add(stall);
-      figs[codec].save_s.Add(durable);
-      figs[codec].ratio = static_cast<double>(h->Stats().bytes_stored) / state.bytes;
+      CodecFigures& f = figs[codec];
+      f.stall_s.Add(stall);
+      f.save_s.Add(durable);
+      f.stall_x.Add(state.bytes / stall / mc);
+      f.save_x.Add(state.bytes / durable / w);
+      f.ratio = static_cast<double>(h->Stats().bytes_stored) / state.bytes;
+
       State target;
       for (size_t i = 0; i < state.specs.size(); ++i) {
         (void)target.AddTensor(state.specs[i], state.out[i].data());
@@ -231,11 +253,21 @@ int Main(int argc, char** argv) {
       }
       for (size_t i = 0; i < state.specs.size(); ++i) {
         if (state.out[i] != state.data[i]) {
-          std::fprintf(stderr, "load returned different bytes for %s\n", state.specs[i].fqn.c_str());
+          std::fprintf(stderr, "load returned different bytes for %s\n",
+                       state.specs[i].fqn.c_str());
           return 1;
         }
       }
-      figs[codec].load_s.Add(load);
+      // The read ceiling: the same bytes, read back by fio at full depth.
+      const std::string data_file = root + "/step-0000000001/rank-000000.ckd";
+      const int64_t file_bytes =
+          static_cast<int64_t>(std::filesystem::file_size(data_file)) / (4 << 20) * (4 << 20);
+      const double r = fio ? RunFio(data_file, file_bytes, false)
+                           : DirectIo(data_file, file_bytes, false);
+      read_ceiling.Add(r);
+      f.load_s.Add(load);
+      // Compare like for like: bytes that came off the disk per second.
+      f.load_x.Add(static_cast<double>(ls->bytes_read) / load / r);
       cp->reset();
       std::filesystem::remove_all(root);
     }
@@ -243,9 +275,13 @@ int Main(int argc, char** argv) {
 
   const double gb = 1e9;
   const double wc = write_ceiling.Median(), rc = read_ceiling.Median();
-  std::printf("\nceilings: memcpy %.2f GB/s, O_DIRECT write %.3f GB/s [%.3f..%.3f], read %.3f GB/s [%.3f..%.3f]\n\n",
-              memcpy_bw / gb, wc / gb, write_ceiling.Min() / gb, write_ceiling.Max() / gb, rc / gb,
+  const double memcpy_bw = memcpy_ceiling.Median();
+  std::printf("\nceilings: memcpy %.2f GB/s [%.2f..%.2f], O_DIRECT write %.3f GB/s [%.3f..%.3f], read %.3f GB/s [%.3f..%.3f]\n\n",
+              memcpy_bw / gb, memcpy_ceiling.Min() / gb, memcpy_ceiling.Max() / gb, wc / gb, write_ceiling.Min() / gb, write_ceiling.Max() / gb, rc / gb,
               read_ceiling.Min() / gb, read_ceiling.Max() / gb);
+  std::printf("medians of %lld runs; (x ...) is the median of per-run ratios to the paired ceiling;\n"
+              "load's ratio compares stored bytes read per second with fio reading the same file\n",
+              static_cast<long long>(runs));
   std::printf("%-13s %6s  %22s  %24s  %24s\n", "codec", "ratio", "stall GB/s (x memcpy)",
               "durable save GB/s (x wr)", "load GB/s (x rd)");
   JsonWriter j;
@@ -264,23 +300,23 @@ int Main(int argc, char** argv) {
     const double save_bw = state.bytes / f.save_s.Median();
     const double load_bw = state.bytes / f.load_s.Median();
     std::printf("%-13s %6.3f  %8.2f (%.2f) [%.2f..%.2f]  %7.3f (%.2f) [%.3f..%.3f]  %7.3f (%.2f) [%.3f..%.3f]\n",
-                std::string(CodecName(codec)).c_str(), f.ratio, stall_bw / gb, stall_bw / memcpy_bw,
+                std::string(CodecName(codec)).c_str(), f.ratio, stall_bw / gb, f.stall_x.Median(),
                 state.bytes / f.stall_s.Max() / gb, state.bytes / f.stall_s.Min() / gb, save_bw / gb,
-                save_bw / wc, state.bytes / f.save_s.Max() / gb, state.bytes / f.save_s.Min() / gb,
-                load_bw / gb, load_bw / rc, state.bytes / f.load_s.Max() / gb,
+                f.save_x.Median(), state.bytes / f.save_s.Max() / gb, state.bytes / f.save_s.Min() / gb,
+                load_bw / gb, f.load_x.Median(), state.bytes / f.load_s.Max() / gb,
                 state.bytes / f.load_s.Min() / gb);
     j.BeginObject()
         .Field("codec", CodecName(codec))
         .Field("ratio", f.ratio)
         .Field("stall_s_median", f.stall_s.Median())
         .Field("stall_bytes_per_s", stall_bw)
-        .Field("stall_vs_memcpy", stall_bw / memcpy_bw)
+        .Field("stall_vs_memcpy", f.stall_x.Median())
         .Field("save_s_median", f.save_s.Median())
         .Field("save_bytes_per_s", save_bw)
-        .Field("save_vs_write_ceiling", save_bw / wc)
+        .Field("save_vs_write_ceiling", f.save_x.Median())
         .Field("load_s_median", f.load_s.Median())
         .Field("load_bytes_per_s", load_bw)
-        .Field("load_vs_read_ceiling", load_bw / rc)
+        .Field("load_vs_read_ceiling", f.load_x.Median())
         .EndObject();
   }
   j.EndArray().EndObject();

@@ -20,6 +20,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "ckpt/communicator.h"
 #include "ckpt/mesh.h"
 #include "ckpt/state.h"
 #include "ckpt/storage.h"
@@ -75,6 +76,17 @@ struct CheckpointerOptions {
   std::optional<Mesh> mesh;
   /// Ask the storage for O_DIRECT writes (falls back where refused).
   bool direct_io = true;
+  /// Large 2-d and higher shards are saved as up to this many column tiles
+  /// (each its own chunk), so a later load that keeps only some columns
+  /// reads only their tiles. 1 disables tiling.
+  int max_column_tiles = 8;
+  /// Collectives among the ranks. With one, Save agrees which replica writes
+  /// each box that several ranks hold (balancing bytes), and Load has the
+  /// leader read the manifest and hand each rank only the part it needs.
+  /// Every rank must then call Save and Load together.
+  std::shared_ptr<Communicator> communicator;
+  /// Limit for each collective; a dead rank fails the call after it.
+  double collective_timeout_s = 300;
   /// On the leader, Open removes uncommitted steps (leftovers of saves that
   /// crashed) and applies retention. Only safe when no other process is
   /// saving to the root at that moment, as when a job starts.

@@ -74,6 +74,10 @@ struct TensorLayout {
 absl::StatusOr<std::optional<Box>> RankBox(const TensorLayout& layout,
                                            const Mesh& mesh, int64_t rank);
 
+/// RankBox for explicit mesh coordinates (one per mesh dimension).
+absl::StatusOr<std::optional<Box>> BoxAtCoords(const TensorLayout& layout, const Mesh& mesh,
+                                               const std::vector<int64_t>& coords);
+
 /// Splits [0, extent) into `parts` torch.chunk-style: each part gets
 /// ceil(extent / parts) until the extent runs out. Returns parts + 1 bounds.
 std::vector<int64_t> ChunkBoundaries(int64_t extent, int64_t parts);

@@ -19,12 +19,16 @@ struct SyntheticOptions {
   DType dtype = DType::kBF16;    ///< parameter dtype
   bool adam = false;             ///< add fp32 exp_avg / exp_avg_sq and a step
   bool zero = false;             ///< shard optimizer state over dp (ZeRO-1)
+  int layers = 0;                ///< transformer layers; 0 picks from params
+  int experts = 0;               ///< >0: a mixture-of-experts MLP per layer
 };
 
 /// A transformer-like model laid out over a mesh. Mesh dimensions named
 /// "tp" shard matrices (column/row parallel), "pp" assigns layers to stages,
-/// "dp" replicates (or shards optimizer state with `zero`); other dimensions
-/// replicate.
+/// "ep" splits the experts of a mixture-of-experts layer, "dp" replicates
+/// (or shards optimizer state with `zero`); other dimensions replicate. The
+/// set of tensors and their shapes depend only on the options, never on the
+/// mesh, so a state saved on one mesh can be restored onto any other.
 struct SyntheticModel {
   std::vector<TensorLayout> tensors;
   int layers = 0;

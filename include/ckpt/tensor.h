@@ -6,21 +6,30 @@
 #include <string>
 #include <vector>
 
+#include "absl/container/inlined_vector.h"
 #include "ckpt/dtype.h"
 
 namespace ckpt {
 
 using Shape = std::vector<int64_t>;
 
+/// Per-dimension coordinates, stored inline for up to 4 dimensions: plans at
+/// frontier scale hold millions of boxes.
+using Dims = absl::InlinedVector<int64_t, 4>;
+
 /// A hyper-rectangle of a global tensor: element offsets and sizes per
 /// dimension. A 0-dimensional box (scalar tensor) has one element.
 struct Box {
-  std::vector<int64_t> offsets;
-  std::vector<int64_t> sizes;
+  Dims offsets;
+  Dims sizes;
 
   Box() = default;
-  Box(std::vector<int64_t> offsets_in, std::vector<int64_t> sizes_in)
+  Box(Dims offsets_in, Dims sizes_in)
       : offsets(std::move(offsets_in)), sizes(std::move(sizes_in)) {}
+  Box(std::initializer_list<int64_t> offsets_in, std::initializer_list<int64_t> sizes_in)
+      : offsets(offsets_in), sizes(sizes_in) {}
+  Box(const std::vector<int64_t>& offsets_in, const std::vector<int64_t>& sizes_in)
+      : offsets(offsets_in.begin(), offsets_in.end()), sizes(sizes_in.begin(), sizes_in.end()) {}
   /// The box covering a whole tensor of `shape`.
   static Box Whole(const Shape& shape);
 

@@ -14,15 +14,18 @@
 #include "util/strings.h"
 #include "absl/strings/str_join.h"
 #include "ckpt/version.h"
+#include "core/collective_plan.h"
 #include "core/root.h"
 #include "core/save_handle.h"
 #include "format/layout.h"
 #include "format/manifest.h"
 #include "pipeline/loader.h"
 #include "pipeline/save_engine.h"
+#include "plan/tiles.h"
 #include "util/bytes.h"
 #include "util/clock.h"
 #include "util/errors.h"
+#include "util/strings.h"
 
 namespace ckpt {
 
@@ -108,14 +111,43 @@ class Checkpointer::Impl {
     job->direct = options_.direct_io;
     job->handle = shared;
 
-    // Pieces: non-empty shards, then blobs.
+    // With a communicator, replicas agree which of them writes each box.
+    std::vector<bool> writes(state.shards().size(), true);
+    if (options_.communicator) {
+      CKPT_ASSIGN_OR_RETURN(writes, AgreeOnWriters(*options_.communicator, state,
+                                                   options_.collective_timeout_s, &writer_cache_));
+    }
+    // Pieces: non-empty shards (large ones as column tiles), then blobs.
+    std::deque<Shard> tiles;  // stable addresses for the engine
+    for (size_t si = 0; si < state.shards().size(); ++si) {
+      const Shard& s = state.shards()[si];
+      if (s.box.Empty() || !writes[si]) continue;
+      const uint64_t es = DTypeSize(s.spec.dtype);
+      std::vector<Box> boxes = ColumnTiles(s.box, es, engine_->block_size(),
+                                           options_.max_column_tiles);
+      std::vector<int64_t> strides = s.strides;
+      if (strides.empty()) {
+        strides.assign(s.box.ndim(), 1);
+        for (int d = s.box.ndim() - 2; d >= 0; --d) strides[d] = strides[d + 1] * s.box.sizes[d + 1];
+      }
+      for (const Box& b : boxes) {
+        Shard t = s;
+        if (boxes.size() > 1) {
+          int64_t off = 0;
+          for (int d = 0; d < b.ndim(); ++d) off += (b.offsets[d] - s.box.offsets[d]) * strides[d];
+          t.box = b;
+          t.data = static_cast<std::byte*>(s.data) + off * static_cast<int64_t>(es);
+          t.strides = strides;
+        }
+        tiles.push_back(std::move(t));
+      }
+    }
     std::vector<SavePiece> pieces;
-    for (const Shard& s : state.shards()) {
-      if (s.box.Empty()) continue;
+    for (const Shard& t : tiles) {
       SavePiece p;
-      p.shard = &s;
-      p.dtype = s.spec.dtype;
-      p.bytes = static_cast<uint64_t>(s.PackedBytes());
+      p.shard = &t;
+      p.dtype = t.spec.dtype;
+      p.bytes = static_cast<uint64_t>(t.PackedBytes());
       pieces.push_back(p);
     }
     std::vector<const Blob*> blobs;
@@ -159,17 +191,16 @@ class Checkpointer::Impl {
       report->stall_s = stall;
       std::map<std::string, ManifestTensor> tensors;
       size_t pi = 0;
-      for (const Shard& s : state.shards()) {
-        if (s.box.Empty()) continue;
+      for (const Shard& t : tiles) {
         const SavePiece& p = pieces[pi++];
-        ManifestTensor& t = tensors[s.spec.fqn];
-        t.spec = s.spec;
+        ManifestTensor& mt = tensors[t.spec.fqn];
+        mt.spec = t.spec;
         ManifestChunk c;
         c.file = 0;
         c.first_block = p.first_block;
         c.block_count = p.block_count;
-        c.box = s.box;
-        t.chunks.push_back(std::move(c));
+        c.box = t.box;
+        mt.chunks.push_back(std::move(c));
       }
       // Tensors whose shards on this rank are all empty still appear, so
       // zero-size tensors are recorded.
@@ -203,7 +234,40 @@ class Checkpointer::Impl {
 
   absl::StatusOr<LoadStats> Load(const State& target, int64_t step,
                                  const LoadOptions& options) {
-    return LoadCheckpoint(*storage_, target, step, options_.rank, options);
+    if (!options_.communicator) {
+      return LoadCheckpoint(*storage_, target, step, options_.rank, options);
+    }
+    // The leader resolves the step and reads the manifest once; every rank
+    // receives only the part of it that its target needs.
+    Communicator& comm = *options_.communicator;
+    const double timeout = options_.collective_timeout_s;
+    Manifest manifest;
+    std::string verdict;
+    if (comm.rank() == 0) {
+      absl::Status s;
+      if (step == kLatestStep) {
+        auto latest = ResolveLatest(*storage_);
+        if (latest.ok()) step = *latest; else s = latest.status();
+      }
+      if (s.ok()) {
+        auto m = ReadManifest(*storage_, step);
+        if (m.ok()) manifest = std::move(m).value(); else s = m.status();
+      }
+      verdict = s.ok() ? StrCat("ok ", step)
+                       : StrCat("!", static_cast<int>(s.code()), " ", s.message());
+    }
+    CKPT_ASSIGN_OR_RETURN(verdict, comm.Broadcast(verdict, timeout));
+    if (!verdict.empty() && verdict[0] == '!') {
+      const size_t sp = verdict.find(' ');
+      int64_t code = 2;
+      ParseInt64(std::string_view(verdict).substr(1, sp - 1), &code);
+      return absl::Status(static_cast<absl::StatusCode>(code), verdict.substr(sp + 1));
+    }
+    CKPT_ASSIGN_OR_RETURN(std::string plan,
+                          DistributeLoadPlan(comm, target, comm.rank() == 0 ? &manifest : nullptr,
+                                             timeout));
+    CKPT_ASSIGN_OR_RETURN(Manifest mine, DecodeManifest(plan, "load plan from the leader"));
+    return LoadFromManifest(*storage_, mine, target, options_.rank, options);
   }
 
   absl::Status WaitAll() {
@@ -409,6 +473,7 @@ class Checkpointer::Impl {
   std::shared_ptr<Storage> storage_;
   std::shared_ptr<SaveEngine> engine_;
   std::mutex save_mu_;
+  WriterCache writer_cache_;  // REQUIRES: save_mu_
 
   std::mutex report_mu_;
   std::condition_variable report_cv_;

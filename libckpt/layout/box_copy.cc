@@ -63,13 +63,14 @@ void GatherPacked(const Shard& shard, int64_t first, int64_t count,
                     [&](int64_t packed, int64_t mem, int64_t run, int64_t last) {
                       std::byte* out = dst + (packed - first) * es;
                       if (last == 1) {
-                        std::memcpy(out, base + mem * es, run * es);
+                        StreamCopyNoFence(out, base + mem * es, run * es);
                       } else {
                         for (int64_t i = 0; i < run; ++i) {
                           std::memcpy(out + i * es, base + (mem + i * last) * es, es);
                         }
                       }
                     });
+  StreamFence();
 }
 
 void ScatterPacked(const Shard& shard, int64_t first, int64_t count,

@@ -7,6 +7,7 @@
 #include "util/strings.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
+#include "util/errors.h"
 
 namespace ckpt {
 
@@ -93,19 +94,15 @@ std::vector<int64_t> ChunkBoundaries(int64_t extent, int64_t parts) {
   return bounds;
 }
 
-absl::StatusOr<std::optional<Box>> RankBox(const TensorLayout& layout,
-                                           const Mesh& mesh, int64_t rank) {
+absl::StatusOr<std::optional<Box>> BoxAtCoords(const TensorLayout& layout,
+                                               const Mesh& mesh,
+                                               const std::vector<int64_t>& coords) {
   const TensorSpec& spec = layout.spec;
-  if (rank < 0 || rank >= mesh.NumRanks()) {
-    return absl::InvalidArgumentError(StrCat(
-        "rank ", rank, " is outside mesh ", mesh.ToString()));
-  }
   if (layout.placements.size() > mesh.sizes.size()) {
     return absl::InvalidArgumentError(StrCat(
         "tensor '", spec.fqn, "': ", layout.placements.size(),
         " placements for a ", mesh.ndim(), "-d mesh"));
   }
-  const std::vector<int64_t> coords = mesh.Coords(rank);
   if (layout.owner_dim >= 0) {
     if (layout.owner_dim >= mesh.ndim()) {
       return absl::InvalidArgumentError(StrCat(
@@ -115,19 +112,15 @@ absl::StatusOr<std::optional<Box>> RankBox(const TensorLayout& layout,
     if (coords[layout.owner_dim] != layout.owner_index) return std::nullopt;
   }
   Box box = Box::Whole(spec.shape);
-  std::vector<int> order = layout.split_order;
-  if (order.empty()) {
-    for (int i = 0; i < mesh.ndim(); ++i) order.push_back(i);
-  }
-  for (int md : order) {
+  auto apply = [&](int md) -> absl::Status {
     if (md < 0 || md >= mesh.ndim()) {
       return absl::InvalidArgumentError(StrCat(
           "tensor '", spec.fqn, "': split order names mesh dim ", md,
           " outside mesh ", mesh.ToString()));
     }
-    if (md >= static_cast<int>(layout.placements.size())) continue;
+    if (md >= static_cast<int>(layout.placements.size())) return absl::OkStatus();
     const Placement& p = layout.placements[md];
-    if (p.kind != Placement::Kind::kShard) continue;
+    if (p.kind != Placement::Kind::kShard) return absl::OkStatus();
     if (p.dim < 0 || p.dim >= static_cast<int>(spec.shape.size())) {
       return absl::InvalidArgumentError(StrCat(
           "tensor '", spec.fqn, "' of shape ", ShapeToString(spec.shape),
@@ -135,24 +128,43 @@ absl::StatusOr<std::optional<Box>> RankBox(const TensorLayout& layout,
     }
     const int64_t n = mesh.sizes[md];
     const int64_t len = box.sizes[p.dim];
-    std::vector<int64_t> bounds = p.boundaries;
-    if (bounds.empty()) {
-      bounds = ChunkBoundaries(len, n);
+    const int64_t idx = coords[md];
+    int64_t lo, hi;
+    if (p.boundaries.empty()) {
+      const int64_t chunk = n > 0 ? (len + n - 1) / n : 0;
+      lo = std::min(idx * chunk, len);
+      hi = std::min((idx + 1) * chunk, len);
     } else {
-      bool ok = static_cast<int64_t>(bounds.size()) == n + 1 &&
-                bounds.front() == 0 && bounds.back() == len &&
-                std::is_sorted(bounds.begin(), bounds.end());
+      const std::vector<int64_t>& b = p.boundaries;
+      bool ok = static_cast<int64_t>(b.size()) == n + 1 && b.front() == 0 &&
+                b.back() == len && std::is_sorted(b.begin(), b.end());
       if (!ok) {
         return absl::InvalidArgumentError(StrCat(
             "tensor '", spec.fqn, "': explicit boundaries along dim ", p.dim,
             " must be ", n + 1, " non-decreasing values from 0 to ", len));
       }
+      lo = b[idx];
+      hi = b[idx + 1];
     }
-    const int64_t idx = coords[md];
-    box.offsets[p.dim] += bounds[idx];
-    box.sizes[p.dim] = bounds[idx + 1] - bounds[idx];
+    box.offsets[p.dim] += lo;
+    box.sizes[p.dim] = hi - lo;
+    return absl::OkStatus();
+  };
+  if (layout.split_order.empty()) {
+    for (int md = 0; md < mesh.ndim(); ++md) CKPT_RETURN_IF_ERROR(apply(md));
+  } else {
+    for (int md : layout.split_order) CKPT_RETURN_IF_ERROR(apply(md));
   }
   return box;
+}
+
+absl::StatusOr<std::optional<Box>> RankBox(const TensorLayout& layout,
+                                           const Mesh& mesh, int64_t rank) {
+  if (rank < 0 || rank >= mesh.NumRanks()) {
+    return absl::InvalidArgumentError(StrCat(
+        "rank ", rank, " is outside mesh ", mesh.ToString()));
+  }
+  return BoxAtCoords(layout, mesh, mesh.Coords(rank));
 }
 
 }  // namespace ckpt

@@ -406,11 +406,17 @@ absl::StatusOr<SyntheticModel> BuildSyntheticModel(
   const int dp = mesh.DimIndex("dp");
   const int64_t stages = mesh.SizeOf("pp");
   const double n = static_cast<double>(options.params);
+  if (options.experts < 0 || options.experts > 4096 || options.layers < 0 || options.layers > 4096) {
+    return absl::InvalidArgumentError("experts and layers must be between 0 and 4096");
+  }
 
   SyntheticModel model;
-  int layers = static_cast<int>(std::lround(2 * std::log10(n / 1e4)));
-  layers = std::clamp(layers, 2, 48);
-  layers = static_cast<int>(std::max<int64_t>(layers, stages));
+  int layers = options.layers;
+  if (layers <= 0) {
+    layers = static_cast<int>(std::lround(2 * std::log10(n / 1e4)));
+    layers = std::clamp(layers, 2, 48);
+  }
+  const int ep = mesh.DimIndex("ep");
   // params ~= layers * (12 h^2 + 5 h) + 2 * vocab * h + h, vocab = 8h + 1.
   double h = std::sqrt(n / (12.0 * layers + 16.0));
   int64_t hidden = std::max<int64_t>(16, std::llround(h / 16) * 16);
@@ -423,10 +429,11 @@ absl::StatusOr<SyntheticModel> BuildSyntheticModel(
     if (tp >= 0 && tp_dim >= 0) p[tp] = Placement::Shard(tp_dim);
     return p;
   };
-  auto add = [&](std::string fqn, Shape shape, int tp_dim, int64_t stage) {
+  auto add = [&](std::string fqn, Shape shape, int tp_dim, int64_t stage, bool expert = false) {
     TensorLayout t;
     t.spec = TensorSpec{std::move(fqn), options.dtype, std::move(shape)};
     t.placements = placements(tp_dim);
+    if (expert && ep >= 0) t.placements[ep] = Placement::Shard(0);
     if (pp >= 0) {
       t.owner_dim = pp;
       t.owner_index = stage;
@@ -435,8 +442,11 @@ absl::StatusOr<SyntheticModel> BuildSyntheticModel(
     model.tensors.push_back(std::move(t));
   };
   const int64_t H = hidden;
+  const int64_t E = options.experts;
   add("model.embed_tokens.weight", {model.vocab, H}, 0, 0);
   for (int l = 0; l < layers; ++l) {
+    // Contiguous layers per stage; with more stages than layers some stages
+    // hold no layer.
     const int64_t stage = static_cast<int64_t>(l) * stages / layers;
     const std::string p = StrCat("model.layers.", l, ".");
     add(p + "input_layernorm.weight", {H}, -1, stage);
@@ -444,8 +454,14 @@ absl::StatusOr<SyntheticModel> BuildSyntheticModel(
     add(p + "self_attn.qkv_proj.bias", {3 * H}, 0, stage);
     add(p + "self_attn.o_proj.weight", {H, H}, 1, stage);
     add(p + "post_attention_layernorm.weight", {H}, -1, stage);
-    add(p + "mlp.up_proj.weight", {4 * H, H}, 0, stage);
-    add(p + "mlp.down_proj.weight", {H, 4 * H}, 1, stage);
+    if (E > 0) {
+      add(p + "mlp.router.weight", {E, H}, -1, stage);
+      add(p + "mlp.experts.up_proj.weight", {E, 2 * H, H}, 1, stage, true);
+      add(p + "mlp.experts.down_proj.weight", {E, H, 2 * H}, 2, stage, true);
+    } else {
+      add(p + "mlp.up_proj.weight", {4 * H, H}, 0, stage);
+      add(p + "mlp.down_proj.weight", {H, 4 * H}, 1, stage);
+    }
   }
   add("model.norm.weight", {H}, -1, stages - 1);
   add("lm_head.weight", {model.vocab, H}, 0, stages - 1);
@@ -458,16 +474,19 @@ absl::StatusOr<SyntheticModel> BuildSyntheticModel(
         t.spec.fqn = StrCat("optimizer.state.", t.spec.fqn, ".", moment);
         t.spec.dtype = DType::kF32;
         if (options.zero && dp >= 0) {
-          // ZeRO-1: the tensor-parallel piece is split again over dp along
-          // dim 0 (or along the tp dim when tp already splits dim 0).
-          int tp_dim = (tp >= 0 && t.placements[tp].kind ==
-                                       Placement::Kind::kShard)
-                           ? t.placements[tp].dim
-                           : 0;
-          t.placements[dp] = Placement::Shard(tp_dim == 1 ? 1 : 0);
-          if (tp >= 0) t.split_order = {tp, dp};
+          // ZeRO-1: the piece each rank holds after expert and tensor
+          // parallelism is split again over dp, along the dimension tp
+          // splits (dim 0 when tp does not split the tensor).
+          const int tp_dim = (tp >= 0 && t.placements[tp].kind == Placement::Kind::kShard)
+                                 ? t.placements[tp].dim
+                                 : 0;
+          t.placements[dp] = Placement::Shard(tp_dim);
+          t.split_order.clear();
+          if (ep >= 0) t.split_order.push_back(ep);
+          if (tp >= 0) t.split_order.push_back(tp);
+          t.split_order.push_back(dp);
           for (int d = 0; d < mesh.ndim(); ++d) {
-            if (d != tp && d != dp) t.split_order.push_back(d);
+            if (d != tp && d != dp && d != ep) t.split_order.push_back(d);
           }
         }
         model.tensors.push_back(std::move(t));

@@ -10,7 +10,7 @@
 namespace ckpt {
 
 Box Box::Whole(const Shape& shape) {
-  return Box(std::vector<int64_t>(shape.size(), 0), shape);
+  return Box(Dims(shape.size(), 0), Dims(shape.begin(), shape.end()));
 }
 
 int64_t Box::Volume() const {

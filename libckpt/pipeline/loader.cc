@@ -16,6 +16,7 @@
 #include "format/layout.h"
 #include "layout/box_copy.h"
 #include "pipeline/frame_reader.h"
+#include "plan/block_ranges.h"
 #include "plan/cover.h"
 #include "util/aligned_buffer.h"
 #include "util/clock.h"
@@ -50,7 +51,7 @@ struct BlockTask {
   std::string_view file_name;
 };
 
-std::vector<int64_t> PackedStrides(const std::vector<int64_t>& sizes) {
+std::vector<int64_t> PackedStrides(const Dims& sizes) {
   std::vector<int64_t> s(sizes.size(), 1);
   for (int d = static_cast<int>(sizes.size()) - 2; d >= 0; --d) s[d] = s[d + 1] * sizes[d + 1];
   return s;
@@ -216,27 +217,17 @@ class Loader {
       if (w->tensor == nullptr) continue;
       const uint64_t bs = m_.files[w->file].block_size;
       const size_t es = DTypeSize(w->tensor->spec.dtype);
-      const uint64_t per_block = bs / es;
       if (bs == 0 || bs % es != 0) {
         return absl::DataLossError(StrCat(
             ChunkName(*w), ": file ", m_.files[w->file].name,
             " has an invalid block size ", bs));
       }
-      std::vector<uint64_t>& blocks = w->blocks;
-      for (const Piece& p : w->pieces) {
-        RunMap runs(w->chunk->box, p.shard->box, p.inter);
-        int64_t last = -1;
-        for (int64_t k = 0; k < runs.nruns(); ++k) {
-          int64_t c, s;
-          runs.Starts(k, &c, &s);
-          int64_t b0 = c / static_cast<int64_t>(per_block);
-          int64_t b1 = (c + runs.run_len() - 1) / static_cast<int64_t>(per_block);
-          for (int64_t b = std::max(b0, last + 1); b <= b1; ++b) blocks.push_back(b);
-          last = std::max(last, b1);
-        }
+      std::vector<std::pair<uint64_t, uint64_t>> ranges;
+      for (const Piece& p : w->pieces) NeededBlocks(w->chunk->box, p.inter, es, bs, &ranges);
+      NormalizeRanges(&ranges);
+      for (const auto& [b0, b1] : ranges) {
+        for (uint64_t b = b0; b <= b1; ++b) w->blocks.push_back(b);
       }
-      std::sort(blocks.begin(), blocks.end());
-      blocks.erase(std::unique(blocks.begin(), blocks.end()), blocks.end());
       const uint64_t expect = (w->stream_bytes + bs - 1) / bs;
       if (w->chunk->block_count != expect) {
         return absl::DataLossError(StrCat(

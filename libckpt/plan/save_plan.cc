@@ -1,13 +1,60 @@
 #include "ckpt/plan.h"
 
+#include "plan/grid.h"
+
 #include <algorithm>
 #include <numeric>
 
-#include "absl/container/flat_hash_map.h"
-#include "absl/hash/hash.h"
-#include "absl/strings/str_cat.h"
+#include "util/errors.h"
+#include "util/strings.h"
 
 namespace ckpt {
+absl::Status ForEachDistinctBox(
+    const TensorLayout& layout, const Mesh& mesh,
+    const std::function<void(Box&& box, int64_t base_rank,
+                             const std::vector<int64_t>& replica_offsets)>& fn) {
+  if (layout.owner_dim >= mesh.ndim()) {
+    return absl::InvalidArgumentError(StrCat("tensor '", layout.spec.fqn, "': owner mesh dim ",
+                                             layout.owner_dim, " outside mesh ", mesh.ToString()));
+  }
+  std::vector<int64_t> rank_stride(mesh.ndim(), 1);
+  for (int d = mesh.ndim() - 2; d >= 0; --d) rank_stride[d] = rank_stride[d + 1] * mesh.sizes[d + 1];
+  std::vector<int> shard_dims, replica_dims;
+  for (int md = 0; md < mesh.ndim(); ++md) {
+    if (md == layout.owner_dim) continue;
+    const bool shard = md < static_cast<int>(layout.placements.size()) &&
+                       layout.placements[md].kind == Placement::Kind::kShard;
+    (shard ? shard_dims : replica_dims).push_back(md);
+  }
+  std::vector<int64_t> offsets = {0};
+  for (int md : replica_dims) {
+    std::vector<int64_t> next;
+    next.reserve(offsets.size() * mesh.sizes[md]);
+    for (int64_t base : offsets) {
+      for (int64_t i = 0; i < mesh.sizes[md]; ++i) next.push_back(base + i * rank_stride[md]);
+    }
+    offsets = std::move(next);
+  }
+  std::vector<int64_t> coords(mesh.ndim(), 0);
+  if (layout.owner_dim >= 0) {
+    if (layout.owner_index < 0 || layout.owner_index >= mesh.sizes[layout.owner_dim]) {
+      return absl::OkStatus();  // its stage does not exist on this mesh
+    }
+    coords[layout.owner_dim] = layout.owner_index;
+  }
+  while (true) {
+    CKPT_ASSIGN_OR_RETURN(std::optional<Box> box, BoxAtCoords(layout, mesh, coords));
+    if (box.has_value() && !box->Empty()) fn(std::move(*box), mesh.RankOf(coords), offsets);
+    int k = static_cast<int>(shard_dims.size()) - 1;
+    for (; k >= 0; --k) {
+      const int md = shard_dims[k];
+      if (++coords[md] < mesh.sizes[md]) break;
+      coords[md] = 0;
+    }
+    if (k < 0) break;
+  }
+  return absl::OkStatus();
+}
 
 absl::StatusOr<SavePlan> PlanSave(const std::vector<TensorLayout>& layouts,
                                   const Mesh& mesh) {
@@ -17,48 +64,52 @@ absl::StatusOr<SavePlan> PlanSave(const std::vector<TensorLayout>& layouts,
   plan.by_rank.resize(nranks);
   plan.bytes_by_rank.assign(nranks, 0);
 
-  // Holders of each distinct box, per tensor.
-  std::vector<std::vector<int64_t>> holders;
+  // Distinct boxes come from the coordinates of the dimensions that shard a
+  // tensor; the replicas of each box differ only in the other coordinates.
+  // This visits each box once instead of once per rank.
+  std::vector<int64_t> base_rank;  // per chunk: its holder with replica coords 0
+  std::vector<int32_t> offsets_of;  // per chunk: index into replica_offsets
+  std::vector<std::vector<int64_t>> replica_offsets;
   for (size_t t = 0; t < layouts.size(); ++t) {
-    absl::flat_hash_map<std::vector<int64_t>, int64_t> index;
-    for (int64_t r = 0; r < nranks; ++r) {
-      auto box = RankBox(layouts[t], mesh, r);
-      if (!box.ok()) return box.status();
-      if (!box->has_value() || (*box)->Empty()) continue;
-      std::vector<int64_t> key = (*box)->offsets;
-      key.insert(key.end(), (*box)->sizes.begin(), (*box)->sizes.end());
-      auto [it, inserted] = index.try_emplace(std::move(key), plan.chunks.size());
-      if (inserted) {
-        ChunkAssignment c;
-        c.tensor = static_cast<int32_t>(t);
-        c.box = **box;
-        c.replicas = 0;
-        plan.chunks.push_back(std::move(c));
-        holders.emplace_back();
-      }
-      plan.chunks[it->second].replicas++;
-      holders[it->second].push_back(r);
-    }
+    bool first = true;
+    CKPT_RETURN_IF_ERROR(ForEachDistinctBox(
+        layouts[t], mesh, [&](Box&& box, int64_t base, const std::vector<int64_t>& offsets) {
+          if (first) {
+            replica_offsets.push_back(offsets);
+            first = false;
+          }
+          ChunkAssignment c;
+          c.tensor = static_cast<int32_t>(t);
+          c.box = std::move(box);
+          c.replicas = static_cast<int64_t>(offsets.size());
+          plan.chunks.push_back(std::move(c));
+          base_rank.push_back(base);
+          offsets_of.push_back(static_cast<int32_t>(replica_offsets.size() - 1));
+        }));
   }
 
-  // Largest chunks first, each to its least-loaded holder.
+  // Largest chunks first, each to its least-loaded holder (ties: lowest rank).
+  std::vector<int64_t> bytes(plan.chunks.size());
+  for (size_t c = 0; c < plan.chunks.size(); ++c) {
+    bytes[c] = plan.chunks[c].box.Volume() *
+               static_cast<int64_t>(DTypeSize(layouts[plan.chunks[c].tensor].spec.dtype));
+  }
   std::vector<int64_t> order(plan.chunks.size());
   std::iota(order.begin(), order.end(), 0);
-  auto bytes = [&](int64_t c) {
-    const ChunkAssignment& a = plan.chunks[c];
-    return a.box.Volume() *
-           static_cast<int64_t>(DTypeSize(layouts[a.tensor].spec.dtype));
-  };
-  std::stable_sort(order.begin(), order.end(), [&](int64_t a, int64_t b) {
-    return bytes(a) > bytes(b);
-  });
+  std::stable_sort(order.begin(), order.end(),
+                   [&](int64_t a, int64_t b) { return bytes[a] > bytes[b]; });
   for (int64_t c : order) {
-    int64_t best = holders[c].front();
-    for (int64_t r : holders[c]) {
-      if (plan.bytes_by_rank[r] < plan.bytes_by_rank[best]) best = r;
+    const std::vector<int64_t>& offs = replica_offsets[offsets_of[c]];
+    int64_t best = base_rank[c] + offs.front();
+    for (int64_t off : offs) {
+      const int64_t r = base_rank[c] + off;
+      if (plan.bytes_by_rank[r] < plan.bytes_by_rank[best] ||
+          (plan.bytes_by_rank[r] == plan.bytes_by_rank[best] && r < best)) {
+        best = r;
+      }
     }
     plan.chunks[c].writer = best;
-    plan.bytes_by_rank[best] += bytes(c);
+    plan.bytes_by_rank[best] += bytes[c];
   }
   for (size_t c = 0; c < plan.chunks.size(); ++c) {
     plan.by_rank[plan.chunks[c].writer].push_back(static_cast<int64_t>(c));

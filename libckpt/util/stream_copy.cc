@@ -49,8 +49,19 @@ const bool kHaveAvx2 = __builtin_cpu_supports("avx2");
 #endif
 
 void StreamCopy(void* dst_v, const void* src_v, size_t n) {
+  StreamCopyNoFence(dst_v, src_v, n);
+  StreamFence();
+}
+
+void StreamFence() {
 #if defined(__x86_64__)
-  constexpr size_t kMinStreaming = 256 << 10;
+  _mm_sfence();
+#endif
+}
+
+void StreamCopyNoFence(void* dst_v, const void* src_v, size_t n) {
+#if defined(__x86_64__)
+  constexpr size_t kMinStreaming = 4 << 10;
   if (n >= kMinStreaming) {
     char* d = static_cast<char*>(dst_v);
     const char* s = static_cast<const char*>(src_v);
@@ -62,7 +73,6 @@ void StreamCopy(void* dst_v, const void* src_v, size_t n) {
     n -= head;
     const size_t i = kHaveAvx2 ? StreamAvx2(d, s, n) : StreamSse2(d, s, n);
     std::memcpy(d + i, s + i, n - i);
-    _mm_sfence();  // order the streaming stores before the hand-off
     return;
   }
 #endif

@@ -12,9 +12,15 @@
 
 namespace ckpt {
 
-/// memcpy semantics (no overlap). Uses streaming stores for large copies on
-/// x86-64; plain memcpy elsewhere.
+/// memcpy semantics (no overlap). Uses streaming stores for copies of 4 KiB
+/// and more on x86-64; plain memcpy elsewhere. Ends with a store fence.
 void StreamCopy(void* dst, const void* src, size_t n);
+
+/// StreamCopy without the closing fence, for many runs in a row; call
+/// StreamFence() after the last one, before handing the memory to another
+/// thread.
+void StreamCopyNoFence(void* dst, const void* src, size_t n);
+void StreamFence();
 
 }  // namespace ckpt
 

@@ -94,7 +94,9 @@ TEST(StreamCopy, MatchesMemcpyAtEverySizeAndAlignment) {
         StreamCopy(dst.data() + dalign, src.data() + salign, n);
         ASSERT_EQ(std::memcmp(dst.data() + dalign, src.data() + salign, n), 0)
             << n << " " << dalign << " " << salign;
-        if (dalign > 0) EXPECT_EQ(dst[dalign - 1], 0xee);
+        if (dalign > 0) {
+          EXPECT_EQ(dst[dalign - 1], 0xee);
+        }
         EXPECT_EQ(dst[dalign + n], 0xee);
       }
     }
@@ -175,10 +177,10 @@ TEST(SavePlan, EachBoxOnceAndReplicasBalanced) {
   auto plan = PlanSave(layouts, mesh);
   ASSERT_OK(plan);
   EXPECT_EQ(plan->chunks.size(), 16u);  // 8 tensors x 2 tp parts
-  std::set<std::pair<int, std::vector<int64_t>>> seen;
+  std::set<std::pair<int, std::vector<int64_t>>> seen;  // tensor, offsets
   for (const ChunkAssignment& c : plan->chunks) {
     EXPECT_EQ(c.replicas, 4);
-    EXPECT_TRUE(seen.insert({c.tensor, c.box.offsets}).second);
+    EXPECT_TRUE(seen.insert({c.tensor, std::vector<int64_t>(c.box.offsets.begin(), c.box.offsets.end())}).second);
     // The writer holds the box.
     auto held = RankBox(layouts[c.tensor], mesh, c.writer);
     ASSERT_OK(held);

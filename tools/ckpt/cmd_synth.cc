@@ -12,7 +12,7 @@ namespace ckpt::tools {
 int SynthMain(int argc, char** argv, int first) {
   std::string out, dtype = "bf16", mesh_text = "dp=1", codec_name = "none", optimizer;
   int64_t params = 1000000, step = 0, seed = 0, zstd_level = 1, keep_last = 0;
-  int64_t block = 4 << 20, staging = 256 << 20, workers = 0;
+  int64_t block = 4 << 20, staging = 256 << 20, workers = 0, layers = 0, experts = 0;
   bool zero = false, json = false, no_direct = false;
   Args args("synth", "--out DIR [options]",
             "Builds a deterministic transformer-like state (embedding, attention and MLP\n"
@@ -29,6 +29,8 @@ int SynthMain(int argc, char** argv, int first) {
   args.Int("zstd-level", &zstd_level, "zstd level (default 1)");
   args.String("optimizer", &optimizer, "'adam' adds fp32 exp_avg/exp_avg_sq and a step");
   args.Switch("zero", &zero, "shard optimizer state over dp (ZeRO-1)");
+  args.Int("layers", &layers, "transformer layers (default: from --params)");
+  args.Int("experts", &experts, "experts per layer: a mixture-of-experts MLP split over ep");
   args.Int("seed", &seed, "value seed (default 0)");
   args.Size("block-size", &block, "raw bytes per block (default 4M)", true);
   args.Size("staging", &staging, "staging arena budget (default 256M)", true);
@@ -58,6 +60,8 @@ int SynthMain(int argc, char** argv, int first) {
   o.model.dtype = *dt;
   o.model.adam = optimizer == "adam";
   o.model.zero = zero;
+  o.model.layers = static_cast<int>(layers);
+  o.model.experts = static_cast<int>(experts);
   o.codec = *codec;
   o.zstd_level = static_cast<int>(zstd_level);
   o.engine.block_size = static_cast<size_t>(block);

@@ -10,6 +10,7 @@ int RestoreCheckMain(int argc, char** argv, int first);
 int VerifyMain(int argc, char** argv, int first);
 int InspectMain(int argc, char** argv, int first);
 int DemoMain(int argc, char** argv, int first);
+int PlanMain(int argc, char** argv, int first);
 
 }  // namespace ckpt::tools
 

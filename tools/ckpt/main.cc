@@ -25,6 +25,8 @@ constexpr Command kCommands[] = {
      "check every block's checksums, the file indexes and exact cover"},
     {"inspect", ckpt::tools::InspectMain,
      "show steps, tensors, blobs and the mesh of a checkpoint"},
+    {"plan", ckpt::tools::PlanMain,
+     "plan a save and a resharded load at any scale, without tensor data"},
 };
 
 void PrintHelp(FILE* out) {

@@ -18,6 +18,8 @@ constexpr char kAdam[] = "synth.adam";
 constexpr char kZero[] = "synth.zero";
 constexpr char kSeed[] = "synth.seed";
 constexpr char kMesh[] = "synth.mesh";
+constexpr char kLayers[] = "synth.layers";
+constexpr char kExperts[] = "synth.experts";
 
 }  // namespace
 
@@ -71,6 +73,8 @@ absl::Status SyntheticJob::SaveAsync(int64_t step, uint64_t seed) {
   so.metadata[kZero] = options_.model.zero ? "1" : "0";
   so.metadata[kSeed] = std::to_string(seed);
   so.metadata[kMesh] = options_.mesh.ToString();
+  so.metadata[kLayers] = std::to_string(model_.layers);
+  so.metadata[kExperts] = std::to_string(options_.model.experts);
   t_start_ = NowSeconds();
   rank_start_.clear();
   std::vector<std::vector<std::byte>> buffers;
@@ -165,6 +169,17 @@ absl::StatusOr<RestoreCheckResult> RestoreCheck(Storage& storage, int64_t step,
     model_opts.dtype = *ParseDType(dtype);
     model_opts.adam = adam == "1";
     model_opts.zero = zero == "1";
+    // Written since the model stopped depending on the mesh; older steps
+    // used the automatic layer count and no experts.
+    int64_t v = 0;
+    if (auto it = summary.metadata.find(kLayers); it != summary.metadata.end()) {
+      if (!ParseInt64(it->second, &v)) return absl::DataLossError("malformed synth.layers");
+      model_opts.layers = static_cast<int>(v);
+    }
+    if (auto it = summary.metadata.find(kExperts); it != summary.metadata.end()) {
+      if (!ParseInt64(it->second, &v)) return absl::DataLossError("malformed synth.experts");
+      model_opts.experts = static_cast<int>(v);
+    }
   }
   CKPT_ASSIGN_OR_RETURN(SyntheticModel model, BuildSyntheticModel(model_opts, mesh));
   RestoreCheckResult res;

@@ -1,0 +1,26 @@
+// Cutting large shards into column tiles at save time.
+//
+// A chunk's blocks are runs of its row-major bytes, so a later load that
+// keeps all rows but only some columns (a tensor-parallel degree change on a
+// row-parallel weight) would read every block. Saving a large shard as a few
+// column tiles, each its own chunk, keeps that load to the tiles it needs.
+#ifndef CKPT_PLAN_TILES_H_
+#define CKPT_PLAN_TILES_H_
+
+#include <cstdint>
+#include <vector>
+
+#include "ckpt/tensor.h"
+
+namespace ckpt {
+
+/// Splits `box` along its last dimension into T equal tiles, T the largest
+/// power of two up to `max_tiles` that divides the last extent while each
+/// tile keeps rows of at least 4 KiB and at least two blocks of bytes.
+/// Returns {box} when no split qualifies (1-d boxes, small shards).
+std::vector<Box> ColumnTiles(const Box& box, uint64_t elem_size, uint64_t block_size,
+                             int max_tiles);
+
+}  // namespace ckpt
+
+#endif  // CKPT_PLAN_TILES_H_

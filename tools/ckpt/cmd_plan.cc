@@ -1,0 +1,225 @@
+// ckpt plan: the save plan, manifest and load plan of a simulated model at
+// any scale, without tensor data.
+#include <sys/resource.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <map>
+
+#include "ckpt/plan.h"
+#include "ckpt/synthetic.h"
+#include "ckpt/version.h"
+#include "cli.h"
+#include "commands.h"
+#include "format/data_file.h"
+#include "format/layout.h"
+#include "format/manifest.h"
+#include "plan/cover.h"
+#include "plan/load_plan.h"
+#include "plan/tiles.h"
+#include "synth_job.h"
+#include "util/clock.h"
+#include "util/json.h"
+
+namespace ckpt::tools {
+namespace {
+
+// The manifest a save of `plan` would commit (uncompressed frames), built
+// the way the ranks and the leader build it: each writer's chunks cut into
+// column tiles and blocks, one data file per rank.
+Manifest SimulatedManifest(const SyntheticModel& model, const SavePlan& plan, uint64_t block_size,
+                           int max_tiles) {
+  Manifest m;
+  m.step = 1;
+  m.world_size = static_cast<int32_t>(plan.mesh.NumRanks());
+  m.library_version = LibraryVersion();
+  m.mesh = plan.mesh;
+  std::vector<ManifestTensor> tensors(model.tensors.size());
+  for (size_t t = 0; t < tensors.size(); ++t) tensors[t].spec = model.tensors[t].spec;
+  const int64_t nranks = plan.mesh.NumRanks();
+  std::vector<uint64_t> next_block(nranks, 0), file_bytes(nranks, kDataHeaderSize);
+  // Chunks in plan order (sequential memory), each appended to its writer's
+  // file; the block numbering per file is what that rank would produce.
+  for (const ChunkAssignment& c : plan.chunks) {
+    const uint64_t es = DTypeSize(model.tensors[c.tensor].spec.dtype);
+    for (Box& tile : ColumnTiles(c.box, es, block_size, max_tiles)) {
+      const uint64_t raw = static_cast<uint64_t>(tile.Volume()) * es;
+      const uint64_t blocks = (raw + block_size - 1) / block_size;
+      tensors[c.tensor].chunks.push_back(ManifestChunk{static_cast<uint32_t>(c.writer),
+                                                       next_block[c.writer], blocks,
+                                                       std::move(tile)});
+      next_block[c.writer] += blocks;
+      file_bytes[c.writer] += raw / block_size * FrameLength(block_size) +
+                              (raw % block_size ? FrameLength(raw % block_size) : 0);
+    }
+  }
+  m.files.resize(nranks);
+  for (int64_t r = 0; r < nranks; ++r) {
+    ManifestFile& f = m.files[r];
+    f.name = DataFileName(static_cast<int>(r));
+    f.rank = static_cast<int32_t>(r);
+    f.block_size = block_size;
+    f.block_count = next_block[r];
+    f.index_offset = file_bytes[r];
+    f.index_len = kIndexHeaderSize + next_block[r] * kIndexEntrySize;
+    f.size = f.index_offset + f.index_len + kFooterSize;
+  }
+  std::sort(tensors.begin(), tensors.end(),
+            [](const ManifestTensor& a, const ManifestTensor& b) { return a.spec.fqn < b.spec.fqn; });
+  m.tensors = std::move(tensors);
+  return m;
+}
+
+double PeakRssBytes() {
+  struct rusage ru;
+  getrusage(RUSAGE_SELF, &ru);
+  return static_cast<double>(ru.ru_maxrss) * 1024.0;
+}
+
+}  // namespace
+
+int PlanMain(int argc, char** argv, int first) {
+  std::string from_text, to_text, dtype = "bf16", optimizer;
+  int64_t params = 0, layers = 0, experts = 0, block = 4 << 20, tiles = 8;
+  bool zero = false, json = false;
+  Args args("plan", "--ranks-from MESH --ranks-to MESH --params N [options]",
+            "Builds, for a simulated model of that size and without any tensor data, the save\n"
+            "plan (each box written once, replicas balanced), the manifest a save would\n"
+            "commit (with the leader's exact-cover check), and the load plan of every rank of\n"
+            "the target mesh. Prints the time of each phase, the manifest size, the chunk\n"
+            "count and the read amplification of the resharded load.");
+  args.String("ranks-from", &from_text, "mesh the state is saved from, e.g. dp=128,tp=8,pp=16");
+  args.String("ranks-to", &to_text, "mesh it is loaded onto, e.g. dp=64,tp=8,pp=32");
+  args.Size("params", &params, "parameter count, e.g. 70G", false);
+  args.Int("layers", &layers, "transformer layers (default: from --params)");
+  args.Int("experts", &experts, "experts per layer (mixture of experts over ep)");
+  args.String("dtype", &dtype, "parameter dtype (default bf16)");
+  args.String("optimizer", &optimizer, "'adam' adds fp32 exp_avg/exp_avg_sq and a step");
+  args.Switch("zero", &zero, "shard optimizer state over dp (ZeRO-1)");
+  args.Size("block-size", &block, "raw bytes per block (default 4M)", true);
+  args.Int("max-tiles", &tiles, "column tiles per large shard (default 8)");
+  args.Switch("json", &json, "print a JSON object");
+  int exit = 0;
+  if (!args.Parse(argc, argv, first, &exit)) return exit;
+  auto from = Mesh::Parse(from_text);
+  auto to = Mesh::Parse(to_text);
+  auto dt = ParseDType(dtype);
+  if (!from.ok() || !to.ok() || !dt || params <= 0 || (!optimizer.empty() && optimizer != "adam")) {
+    std::fprintf(stderr, "ckpt plan: need --ranks-from, --ranks-to, --params and a valid --dtype\n%s",
+                 args.Usage().c_str());
+    return kExitUsage;
+  }
+  SyntheticOptions so;
+  so.params = params;
+  so.dtype = *dt;
+  so.adam = optimizer == "adam";
+  so.zero = zero;
+  so.layers = static_cast<int>(layers);
+  so.experts = static_cast<int>(experts);
+
+  const double t0 = NowSeconds();
+  auto model = BuildSyntheticModel(so, *from);
+  if (!model.ok()) {
+    std::fprintf(stderr, "ckpt plan: %s\n", std::string(model.status().message()).c_str());
+    return kExitUsage;
+  }
+  auto plan = PlanSave(model->tensors, *from);
+  if (!plan.ok()) {
+    std::fprintf(stderr, "ckpt plan: %s\n", std::string(plan.status().message()).c_str());
+    return kExitProblem;
+  }
+  const double t_save_plan = NowSeconds() - t0;
+
+  double t = NowSeconds();
+  Manifest m = SimulatedManifest(*model, *plan, static_cast<uint64_t>(block), static_cast<int>(tiles));
+  int64_t chunks = 0;
+  for (const ManifestTensor& mt : m.tensors) {
+    std::vector<Box> boxes;
+    boxes.reserve(mt.chunks.size());
+    for (const ManifestChunk& c : mt.chunks) boxes.push_back(c.box);
+    chunks += static_cast<int64_t>(boxes.size());
+    absl::Status cover = CheckExactCover(mt.spec, boxes);
+    if (!cover.ok()) {
+      std::fprintf(stderr, "ckpt plan: %s\n", std::string(cover.message()).c_str());
+      return kExitProblem;
+    }
+  }
+  const double t_manifest = NowSeconds() - t;
+
+  t = NowSeconds();
+  const std::string encoded = EncodeManifest(m);
+  const double t_encode = NowSeconds() - t;
+  m = Manifest();
+  t = NowSeconds();
+  auto decoded = DecodeManifest(encoded, "simulated manifest");
+  const double t_decode = NowSeconds() - t;
+  if (!decoded.ok()) {
+    std::fprintf(stderr, "ckpt plan: %s\n", std::string(decoded.status().message()).c_str());
+    return kExitProblem;
+  }
+
+  t = NowSeconds();
+  auto target = BuildSyntheticModel(so, *to);
+  if (!target.ok()) {
+    std::fprintf(stderr, "ckpt plan: %s\n", std::string(target.status().message()).c_str());
+    return kExitUsage;
+  }
+  auto load = PlanMeshLoad(*decoded, target->tensors, *to);
+  if (!load.ok()) {
+    std::fprintf(stderr, "ckpt plan: %s\n", std::string(load.status().message()).c_str());
+    return kExitProblem;
+  }
+  const double t_load_plan = NowSeconds() - t;
+  const double total = NowSeconds() - t0;
+  const double rss = PeakRssBytes();
+
+  if (json) {
+    JsonWriter w;
+    w.BeginObject()
+        .Field("ranks_from", from->NumRanks())
+        .Field("ranks_to", to->NumRanks())
+        .Field("mesh_from", from->ToString())
+        .Field("mesh_to", to->ToString())
+        .Field("params", model->params)
+        .Field("tensors", static_cast<int64_t>(model->tensors.size()))
+        .Field("layers", model->layers)
+        .Field("chunks", chunks)
+        .Field("manifest_bytes", static_cast<int64_t>(encoded.size()))
+        .Field("save_plan_s", t_save_plan)
+        .Field("manifest_and_cover_s", t_manifest)
+        .Field("encode_s", t_encode)
+        .Field("decode_s", t_decode)
+        .Field("load_plan_s", t_load_plan)
+        .Field("total_s", total)
+        .Field("peak_rss_bytes", rss)
+        .Field("distinct_target_boxes", load->distinct_boxes)
+        .Field("overlaps", load->overlaps)
+        .Field("read_requests", load->block_ranges)
+        .Field("bytes_needed", load->bytes_needed)
+        .Field("bytes_read", load->bytes_read)
+        .Field("read_amplification", load->Amplification())
+        .EndObject();
+    std::printf("%s\n", w.str().c_str());
+  } else {
+    std::printf("model: %.3g params, %d layers, %zu tensors%s\n", static_cast<double>(model->params),
+                model->layers, model->tensors.size(), so.adam ? " (with Adam state)" : "");
+    std::printf("save on %s (%lld ranks): %lld chunks, plan %.3f s\n", from->ToString().c_str(),
+                static_cast<long long>(from->NumRanks()), static_cast<long long>(chunks), t_save_plan);
+    std::printf("manifest: %s, built and exact-cover checked in %.3f s, encoded %.3f s, "
+                "decoded %.3f s\n",
+                HumanBytes(static_cast<double>(encoded.size())).c_str(), t_manifest, t_encode,
+                t_decode);
+    std::printf("load onto %s (%lld ranks): %lld distinct boxes, %lld overlaps, %lld read "
+                "requests, %.3f s\n",
+                to->ToString().c_str(), static_cast<long long>(to->NumRanks()),
+                static_cast<long long>(load->distinct_boxes), static_cast<long long>(load->overlaps),
+                static_cast<long long>(load->block_ranges), t_load_plan);
+    std::printf("read amplification %.4f (%s read for %s needed, all ranks)\n",
+                load->Amplification(), HumanBytes(static_cast<double>(load->bytes_read)).c_str(),
+                HumanBytes(static_cast<double>(load->bytes_needed)).c_str());
+    std::printf("total %.3f s, peak memory %s\n", total, HumanBytes(rss).c_str());
+  }
+  return kExitOk;
+}
+
+}  // namespace ckpt::tools
