@@ -5,7 +5,7 @@
 set -euo pipefail
 
 packages=(g++ cmake ninja-build pkg-config liburing-dev libzstd-dev libxxhash-dev
-          libabsl-dev libgtest-dev libgmock-dev libbenchmark-dev)
+          libabsl-dev libgtest-dev libgmock-dev libbenchmark-dev libopenmpi-dev openmpi-bin)
 if [[ "${1:-}" == "--test" ]]; then
   packages+=(clang libclang-rt-14-dev fio)
 fi

@@ -83,7 +83,8 @@ struct CheckpointerOptions {
   /// Collectives among the ranks. With one, Save agrees which replica writes
   /// each box that several ranks hold (balancing bytes), and Load has the
   /// leader read the manifest and hand each rank only the part it needs.
-  /// Every rank must then call Save and Load together.
+  /// Every rank must then call Open, Save and Load together (Open waits
+  /// until the leader's cleanup of crashed saves is done).
   std::shared_ptr<Communicator> communicator;
   /// Limit for each collective; a dead rank fails the call after it.
   double collective_timeout_s = 300;

@@ -499,6 +499,10 @@ absl::StatusOr<std::unique_ptr<Checkpointer>> Checkpointer::Open(
     auto report = CollectGarbageIn(impl->storage(), gc);
     if (!report.ok() && !absl::IsNotFound(report.status())) return report.status();
   }
+  if (impl->options().communicator && impl->options().gc_on_open) {
+    // No rank may start writing before the leader's cleanup is done.
+    CKPT_RETURN_IF_ERROR(impl->options().communicator->Barrier(impl->options().collective_timeout_s));
+  }
   return std::unique_ptr<Checkpointer>(new Checkpointer(std::move(impl)));
 }
 

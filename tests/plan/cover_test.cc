@@ -1,7 +1,11 @@
 // Exact-cover checking and the chunk overlap index.
 #include <random>
 
+#include <set>
+
+#include "plan/block_ranges.h"
 #include "plan/cover.h"
+#include "plan/tiles.h"
 #include "testutil/test_util.h"
 
 namespace ckpt::testing {
@@ -109,6 +113,60 @@ TEST(ChunkIndex, MatchesBruteForce) {
       EXPECT_EQ(index.Query(query), expect) << query.ToString();
     }
   }
+}
+
+TEST(NeededBlocks, MatchesElementByElementEnumeration) {
+  std::mt19937 rng(5);
+  for (int trial = 0; trial < 300; ++trial) {
+    const int nd = 1 + static_cast<int>(rng() % 3);
+    Box chunk;
+    for (int d = 0; d < nd; ++d) {
+      chunk.offsets.push_back(static_cast<int64_t>(rng() % 5));
+      chunk.sizes.push_back(1 + static_cast<int64_t>(rng() % 12));
+    }
+    Box inter;
+    for (int d = 0; d < nd; ++d) {
+      const int64_t o = static_cast<int64_t>(rng() % chunk.sizes[d]);
+      const int64_t s = 1 + static_cast<int64_t>(rng() % (chunk.sizes[d] - o));
+      inter.offsets.push_back(chunk.offsets[d] + o);
+      inter.sizes.push_back(s);
+    }
+    const uint64_t es = 1u << (rng() % 3);
+    const uint64_t bs = es * (1 + rng() % 17);
+    std::vector<std::pair<uint64_t, uint64_t>> ranges;
+    NeededBlocks(chunk, inter, es, bs, &ranges);
+    std::set<uint64_t> got;
+    for (auto [a, b] : ranges) {
+      for (uint64_t x = a; x <= b; ++x) got.insert(x);
+    }
+    // Brute force: every element of inter, its byte range in the chunk.
+    std::set<uint64_t> want;
+    std::vector<int64_t> idx(nd, 0);
+    while (true) {
+      uint64_t lin = 0;
+      for (int d = 0; d < nd; ++d) lin = lin * chunk.sizes[d] + (inter.offsets[d] - chunk.offsets[d] + idx[d]);
+      want.insert(lin * es / bs);
+      want.insert((lin * es + es - 1) / bs);
+      int d = nd - 1;
+      for (; d >= 0; --d) {
+        if (++idx[d] < inter.sizes[d]) break;
+        idx[d] = 0;
+      }
+      if (d < 0) break;
+    }
+    ASSERT_EQ(got, want) << chunk.ToString() << " " << inter.ToString() << " es " << es << " bs " << bs;
+    for (size_t i = 1; i < ranges.size(); ++i) EXPECT_GT(ranges[i].first, ranges[i - 1].second + 1);
+  }
+}
+
+TEST(ColumnTiles, SplitsLargeShardsEvenly) {
+  auto tiles = ColumnTiles(Box({0, 0}, {8192, 4096}), 2, 4 << 20, 8);
+  ASSERT_EQ(tiles.size(), 2u);  // 4 KiB rows: two tiles of 2048 columns
+  EXPECT_EQ(tiles[1], Box({0, 2048}, {8192, 2048}));
+  EXPECT_EQ(ColumnTiles(Box({0, 0}, {8192, 16384}), 4, 4 << 20, 8).size(), 8u);
+  EXPECT_EQ(ColumnTiles(Box({0, 0}, {100, 100}), 4, 4 << 20, 8).size(), 1u);  // small
+  EXPECT_EQ(ColumnTiles(Box({0}, {1 << 24}), 4, 4 << 20, 8).size(), 1u);      // 1-d
+  EXPECT_EQ(ColumnTiles(Box({0, 0}, {8192, 16384}), 4, 4 << 20, 1).size(), 1u);
 }
 
 }  // namespace

@@ -33,7 +33,7 @@ CliRun Ckpt(const std::string& args) {
 bool Has(const std::string& s, const std::string& what) { return s.find(what) != std::string::npos; }
 
 TEST(Cli, HelpOnEverySubcommand) {
-  for (const char* sub : {"demo", "synth", "restore-check", "verify", "inspect"}) {
+  for (const char* sub : {"demo", "synth", "restore-check", "verify", "inspect", "plan"}) {
     CliRun r = Ckpt(std::string(sub) + " --help");
     EXPECT_EQ(r.code, 0) << sub;
     EXPECT_TRUE(Has(r.out, std::string("usage: ckpt ") + sub)) << r.out;
@@ -100,6 +100,20 @@ TEST(Cli, SynthRestoreVerifyInspect) {
   CliRun rc_bad = Ckpt("restore-check " + root + " --mesh dp=1");
   EXPECT_EQ(rc_bad.code, 1) << rc_bad.out;
   EXPECT_TRUE(Has(rc_bad.out, "checksum mismatch")) << rc_bad.out;
+}
+
+// 16,384 ranks and about 850k chunks: a pairwise overlap or cover check
+// would run for hours; the planner must finish well inside the test timeout.
+TEST(Cli, PlanAtSixteenThousandRanks) {
+  CliRun r = Ckpt("plan --ranks-from dp=128,tp=8,pp=16 --ranks-to dp=64,tp=8,pp=32 --params 70G"
+                  " --layers 80 --optimizer adam --zero --json");
+  ASSERT_EQ(r.code, 0) << r.out;
+  EXPECT_TRUE(Has(r.out, "\"ranks_from\":16384")) << r.out;
+  const size_t at = r.out.find("\"read_amplification\":");
+  ASSERT_NE(at, std::string::npos);
+  EXPECT_LT(std::stod(r.out.substr(at + 21)), 1.05) << r.out;
+  const size_t mb = r.out.find("\"manifest_bytes\":");
+  EXPECT_LT(std::stod(r.out.substr(mb + 17)), 64.0 * (1 << 20)) << r.out;
 }
 
 TEST(Cli, DemoRunsEndToEnd) {

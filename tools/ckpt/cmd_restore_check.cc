@@ -2,6 +2,7 @@
 #include <cstdio>
 
 #include "cli.h"
+#include "mpi_support.h"
 #include "commands.h"
 #include "synth_job.h"
 #include "util/json.h"
@@ -11,7 +12,7 @@ namespace ckpt::tools {
 int RestoreCheckMain(int argc, char** argv, int first) {
   std::string dir, mesh_text;
   int64_t step = kLatestStep, threads = 0;
-  bool json = false;
+  bool json = false, procs = false;
   Args args("restore-check", "DIR --mesh MESH [--step S] [--json]",
             "Loads a checkpoint written by `ckpt synth` onto MESH, which may differ from the\n"
             "mesh it was saved from (splits need not be even: tp=3 over a dimension not\n"
@@ -21,6 +22,7 @@ int RestoreCheckMain(int argc, char** argv, int first) {
   args.String("mesh", &mesh_text, "target mesh, e.g. dp=3,tp=4,pp=1");
   args.Int("step", &step, "step to load (default: latest committed)");
   args.Int("threads", &threads, "decode threads (default min(4, cores))");
+  args.Switch("procs", &procs, "one process per rank under mpirun; the leader hands out load plans");
   args.Switch("json", &json, "print a JSON object instead of text");
   int exit = 0;
   if (!args.Parse(argc, argv, first, &exit)) return exit;
@@ -41,7 +43,26 @@ int RestoreCheckMain(int argc, char** argv, int first) {
   }
   LoadOptions lo;
   lo.worker_threads = static_cast<int>(threads);
-  auto res = RestoreCheck(**storage, step, *mesh, lo);
+  std::shared_ptr<Communicator> comm;
+  if (procs) {
+    if (!HaveMpi()) {
+      std::fprintf(stderr, "ckpt restore-check: --procs needs a build with MPI\n");
+      return kExitUsage;
+    }
+    if (!UnderMpirun()) return RelaunchUnderMpirun(mesh->NumRanks(), argc, argv);
+    auto world = WorldCommunicator();
+    if (!world.ok()) {
+      std::fprintf(stderr, "ckpt restore-check: %s\n", std::string(world.status().message()).c_str());
+      return kExitUsage;
+    }
+    comm = *world;
+  }
+  auto res = comm ? RestoreCheckCollective(*storage, step, *mesh, comm, lo)
+                  : RestoreCheck(**storage, step, *mesh, lo);
+  if (comm && comm->rank() != 0) {
+    // Only the leader reports; the others' status is in its sums.
+    return res.ok() ? kExitOk : kExitProblem;
+  }
   if (!res.ok()) {
     std::fprintf(stderr, "ckpt restore-check: %s\n", std::string(res.status().message()).c_str());
     // Corruption found while loading is a problem; a missing root or step

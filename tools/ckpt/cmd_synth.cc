@@ -2,6 +2,7 @@
 #include <cstdio>
 
 #include "cli.h"
+#include "mpi_support.h"
 #include "commands.h"
 #include "synth_job.h"
 #include "util/json.h"
@@ -13,7 +14,7 @@ int SynthMain(int argc, char** argv, int first) {
   std::string out, dtype = "bf16", mesh_text = "dp=1", codec_name = "none", optimizer;
   int64_t params = 1000000, step = 0, seed = 0, zstd_level = 1, keep_last = 0;
   int64_t block = 4 << 20, staging = 256 << 20, workers = 0, layers = 0, experts = 0;
-  bool zero = false, json = false, no_direct = false;
+  bool zero = false, json = false, no_direct = false, procs = false;
   Args args("synth", "--out DIR [options]",
             "Builds a deterministic transformer-like state (embedding, attention and MLP\n"
             "matrices per layer, norms), shards it over the mesh the way TP/PP/DP would, and\n"
@@ -37,6 +38,7 @@ int SynthMain(int argc, char** argv, int first) {
   args.Int("threads", &workers, "codec worker threads (default min(4, cores))");
   args.Int("keep-last", &keep_last, "retention: keep the newest K steps (default all)");
   args.Switch("no-direct", &no_direct, "do not use O_DIRECT");
+  args.Switch("procs", &procs, "one process per rank under mpirun instead of threads");
   args.Switch("json", &json, "print a JSON object instead of text");
   int exit = 0;
   if (!args.Parse(argc, argv, first, &exit)) return exit;
@@ -70,6 +72,18 @@ int SynthMain(int argc, char** argv, int first) {
   o.retention.keep_last = static_cast<int>(keep_last);
   o.direct_io = !no_direct;
 
+  if (procs) {
+    if (!HaveMpi()) return usage("--procs needs a build with MPI (libopenmpi-dev)");
+    if (!UnderMpirun()) return RelaunchUnderMpirun(o.mesh.NumRanks(), argc, argv);
+    auto comm = WorldCommunicator();
+    if (!comm.ok()) return usage(std::string(comm.status().message()));
+    if ((*comm)->size() != o.mesh.NumRanks()) {
+      return usage("mpirun started " + std::to_string((*comm)->size()) + " processes for a mesh of " +
+                   std::to_string(o.mesh.NumRanks()) + " ranks");
+    }
+    o.only_rank = (*comm)->rank();
+    o.communicator = *comm;
+  }
   auto job = SyntheticJob::Create(o);
   if (!job.ok()) {
     std::fprintf(stderr, "ckpt synth: %s\n", std::string(job.status().message()).c_str());
@@ -81,6 +95,14 @@ int SynthMain(int argc, char** argv, int first) {
     std::fprintf(stderr, "ckpt synth: save failed: %s\n",
                  std::string(res.status().message()).c_str());
     return kExitProblem;
+  }
+  if (o.communicator) {
+    res = CombineSaveResults(*o.communicator, *res);
+    if (!res.ok()) {
+      std::fprintf(stderr, "ckpt synth: %s\n", std::string(res.status().message()).c_str());
+      return kExitProblem;
+    }
+    if (o.communicator->rank() != 0) return kExitOk;  // the leader reports
   }
   const double ratio = res->bytes_logical ? static_cast<double>(res->bytes_stored) /
                                                 static_cast<double>(res->bytes_logical)

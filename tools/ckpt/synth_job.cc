@@ -1,10 +1,16 @@
 #include "synth_job.h"
 
 #include <algorithm>
+#include <bit>
+#include <functional>
+#include <map>
 #include <cstdio>
 
 #include "absl/strings/numbers.h"
 #include "ckpt/verify.h"
+#include "core/root.h"
+#include "pipeline/loader.h"
+#include "util/bytes.h"
 #include "util/clock.h"
 #include "util/errors.h"
 #include "util/strings.h"
@@ -43,7 +49,12 @@ absl::StatusOr<std::unique_ptr<SyntheticJob>> SyntheticJob::Create(SynthJobOptio
   CKPT_ASSIGN_OR_RETURN(job->engine_, CreateSaveEngine(job->options_.engine));
   CKPT_ASSIGN_OR_RETURN(std::shared_ptr<Storage> storage, OpenStorage(job->options_.uri));
   const int world = static_cast<int>(job->options_.mesh.NumRanks());
+  if (job->options_.only_rank >= world) {
+    return absl::InvalidArgumentError(StrCat("rank ", job->options_.only_rank, " is outside mesh ",
+                                             job->options_.mesh.ToString()));
+  }
   for (int r = 0; r < world; ++r) {
+    if (job->options_.only_rank >= 0 && r != job->options_.only_rank) continue;
     CheckpointerOptions o;
     o.storage = storage;
     o.rank = r;
@@ -55,8 +66,10 @@ absl::StatusOr<std::unique_ptr<SyntheticJob>> SyntheticJob::Create(SynthJobOptio
     o.mesh = job->options_.mesh;
     o.direct_io = job->options_.direct_io;
     o.commit_timeout_s = job->options_.commit_timeout_s;
+    o.communicator = job->options_.communicator;
     CKPT_ASSIGN_OR_RETURN(auto cp, Checkpointer::Open(o));
     job->ranks_.push_back(std::move(cp));
+    job->rank_ids_.push_back(r);
   }
   return job;
 }
@@ -78,7 +91,8 @@ absl::Status SyntheticJob::SaveAsync(int64_t step, uint64_t seed) {
   t_start_ = NowSeconds();
   rank_start_.clear();
   std::vector<std::vector<std::byte>> buffers;
-  for (size_t r = 0; r < ranks_.size(); ++r) {
+  for (size_t local = 0; local < ranks_.size(); ++local) {
+    const int r = rank_ids_[local];
     const double g0 = NowSeconds();
     State state;
     buffers.clear();
@@ -97,7 +111,7 @@ absl::Status SyntheticJob::SaveAsync(int64_t step, uint64_t seed) {
     }
     pending_.generate_s += NowSeconds() - g0;
     rank_start_.push_back(NowSeconds());
-    auto h = ranks_[r]->Save(step, state, so);
+    auto h = ranks_[local]->Save(step, state, so);
     if (!h.ok()) {
       // Ranks already staged fail at commit; wait for them before returning.
       for (auto& done : handles_) (void)done.Wait();
@@ -138,97 +152,268 @@ absl::StatusOr<SynthSaveResult> SyntheticJob::Finish() {
   return pending_;
 }
 
+namespace {
+
+struct SynthMeta {
+  SyntheticOptions model;
+  uint64_t seed = 0;
+  std::string saved_mesh;
+};
+
+absl::StatusOr<SynthMeta> MetaFrom(const std::map<std::string, std::string>& metadata,
+                                   int64_t step) {
+  auto get = [&](const char* key) -> absl::StatusOr<std::string> {
+    auto it = metadata.find(key);
+    if (it == metadata.end()) {
+      return absl::FailedPreconditionError(StrCat(
+          "step ", step, " was not written by `ckpt synth` (no ", key, " in its metadata)"));
+    }
+    return it->second;
+  };
+  SynthMeta meta;
+  CKPT_ASSIGN_OR_RETURN(std::string params, get(kParams));
+  CKPT_ASSIGN_OR_RETURN(std::string dtype, get(kDType));
+  CKPT_ASSIGN_OR_RETURN(std::string adam, get(kAdam));
+  CKPT_ASSIGN_OR_RETURN(std::string zero, get(kZero));
+  CKPT_ASSIGN_OR_RETURN(std::string seed_text, get(kSeed));
+  int64_t p = 0;
+  if (!ParseInt64(params, &p) || !absl::SimpleAtoi(seed_text, &meta.seed) || !ParseDType(dtype)) {
+    return absl::DataLossError(StrCat("step ", step, ": malformed synth metadata"));
+  }
+  meta.model.params = p;
+  meta.model.dtype = *ParseDType(dtype);
+  meta.model.adam = adam == "1";
+  meta.model.zero = zero == "1";
+  // Written since the model stopped depending on the mesh; older steps used
+  // the automatic layer count and no experts.
+  int64_t v = 0;
+  if (auto it = metadata.find(kLayers); it != metadata.end()) {
+    if (!ParseInt64(it->second, &v)) return absl::DataLossError("malformed synth.layers");
+    meta.model.layers = static_cast<int>(v);
+  }
+  if (auto it = metadata.find(kExperts); it != metadata.end()) {
+    if (!ParseInt64(it->second, &v)) return absl::DataLossError("malformed synth.experts");
+    meta.model.experts = static_cast<int>(v);
+  }
+  if (auto it = metadata.find(kMesh); it != metadata.end()) meta.saved_mesh = it->second;
+  return meta;
+}
+
+// Loads rank r's boxes of `model` over `mesh` with `load` and compares them
+// with the generator, adding to `res`.
+absl::Status CheckRank(const SyntheticModel& model, const Mesh& mesh, int64_t r, uint64_t seed,
+                       const std::function<absl::StatusOr<LoadStats>(const State&)>& load,
+                       RestoreCheckResult* res) {
+  State target;
+  std::vector<std::vector<std::byte>> buffers;
+  std::vector<std::pair<const TensorSpec*, Box>> boxes;
+  for (const TensorLayout& t : model.tensors) {
+    CKPT_ASSIGN_OR_RETURN(std::optional<Box> box, RankBox(t, mesh, r));
+    if (!box || box->Empty()) continue;
+    boxes.emplace_back(&t.spec, *box);
+  }
+  buffers.resize(boxes.size());
+  for (size_t i = 0; i < boxes.size(); ++i) {
+    buffers[i].assign(static_cast<size_t>(boxes[i].second.Volume()) * DTypeSize(boxes[i].first->dtype),
+                      std::byte{0xA5});
+    CKPT_RETURN_IF_ERROR(target.AddShard(*boxes[i].first, boxes[i].second, buffers[i].data()));
+  }
+  CKPT_ASSIGN_OR_RETURN(LoadStats ls, load(target));
+  res->bytes_read += ls.bytes_read;
+  res->bytes_decoded += ls.bytes_decoded;
+  res->bytes_needed += ls.bytes_needed;
+  for (size_t i = 0; i < boxes.size(); ++i) {
+    int64_t first = -1;
+    const int64_t bad =
+        CheckSynthetic(*boxes[i].first, boxes[i].second, seed, buffers[i].data(), &first);
+    res->elements += boxes[i].second.Volume();
+    if (bad > 0 && res->first_mismatch.empty()) {
+      res->first_mismatch = StrCat("rank ", r, " tensor '", boxes[i].first->fqn, "' box ",
+                                   boxes[i].second.ToString(), " element ", first);
+    }
+    res->mismatches += bad;
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<SyntheticModel> ModelFor(const SynthMeta& meta, const Mesh& mesh,
+                                        size_t tensors_in_step, int64_t step) {
+  CKPT_ASSIGN_OR_RETURN(SyntheticModel model, BuildSyntheticModel(meta.model, mesh));
+  if (model.tensors.size() != tensors_in_step) {
+    return absl::FailedPreconditionError(StrCat(
+        "the model rebuilt for mesh ", mesh.ToString(), " has ", model.tensors.size(),
+        " tensors but step ", step, " has ", tensors_in_step));
+  }
+  return model;
+}
+
+}  // namespace
+
+absl::StatusOr<SyntheticOptions> SyntheticOptionsOf(const std::map<std::string, std::string>& metadata,
+                                                    int64_t step, uint64_t* seed) {
+  CKPT_ASSIGN_OR_RETURN(SynthMeta meta, MetaFrom(metadata, step));
+  if (seed != nullptr) *seed = meta.seed;
+  return meta.model;
+}
+
 absl::StatusOr<RestoreCheckResult> RestoreCheck(Storage& storage, int64_t step,
                                                 const Mesh& mesh, const LoadOptions& options) {
   const double t0 = NowSeconds();
   if (step == kLatestStep) {
     CKPT_ASSIGN_OR_RETURN(step, LatestCommittedStep(storage));
   }
-  CKPT_ASSIGN_OR_RETURN(CheckpointSummary summary, SummarizeStep(storage, step));
-  auto get = [&](const char* key) -> absl::StatusOr<std::string> {
-    auto it = summary.metadata.find(key);
-    if (it == summary.metadata.end()) {
-      return absl::FailedPreconditionError(StrCat(
-          "step ", step, " was not written by `ckpt synth` (no ", key, " in its metadata)"));
-    }
-    return it->second;
-  };
-  SyntheticOptions model_opts;
-  uint64_t seed = 0;
-  {
-    CKPT_ASSIGN_OR_RETURN(std::string params, get(kParams));
-    CKPT_ASSIGN_OR_RETURN(std::string dtype, get(kDType));
-    CKPT_ASSIGN_OR_RETURN(std::string adam, get(kAdam));
-    CKPT_ASSIGN_OR_RETURN(std::string zero, get(kZero));
-    CKPT_ASSIGN_OR_RETURN(std::string seed_text, get(kSeed));
-    int64_t p = 0;
-    if (!ParseInt64(params, &p) || !absl::SimpleAtoi(seed_text, &seed) || !ParseDType(dtype)) {
-      return absl::DataLossError(StrCat("step ", step, ": malformed synth metadata"));
-    }
-    model_opts.params = p;
-    model_opts.dtype = *ParseDType(dtype);
-    model_opts.adam = adam == "1";
-    model_opts.zero = zero == "1";
-    // Written since the model stopped depending on the mesh; older steps
-    // used the automatic layer count and no experts.
-    int64_t v = 0;
-    if (auto it = summary.metadata.find(kLayers); it != summary.metadata.end()) {
-      if (!ParseInt64(it->second, &v)) return absl::DataLossError("malformed synth.layers");
-      model_opts.layers = static_cast<int>(v);
-    }
-    if (auto it = summary.metadata.find(kExperts); it != summary.metadata.end()) {
-      if (!ParseInt64(it->second, &v)) return absl::DataLossError("malformed synth.experts");
-      model_opts.experts = static_cast<int>(v);
-    }
-  }
-  CKPT_ASSIGN_OR_RETURN(SyntheticModel model, BuildSyntheticModel(model_opts, mesh));
+  CKPT_ASSIGN_OR_RETURN(Manifest manifest, ReadManifest(storage, step));
+  CKPT_ASSIGN_OR_RETURN(SynthMeta meta, MetaFrom(manifest.metadata, step));
+  CKPT_ASSIGN_OR_RETURN(SyntheticModel model, ModelFor(meta, mesh, manifest.tensors.size(), step));
   RestoreCheckResult res;
   res.step = step;
   res.ranks = static_cast<int>(mesh.NumRanks());
   res.tensors = static_cast<int64_t>(model.tensors.size());
-  res.saved_mesh = summary.metadata.count(kMesh) ? summary.metadata[kMesh] : "";
-  // Tensors must be the same set: the layout may differ, the model may not.
-  if (model.tensors.size() != summary.tensors.size()) {
-    return absl::FailedPreconditionError(StrCat(
-        "the model rebuilt for mesh ", mesh.ToString(), " has ", model.tensors.size(),
-        " tensors but step ", step, " has ", summary.tensors.size(),
-        " (a pipeline depth above the layer count changes the model)"));
-  }
+  res.saved_mesh = meta.saved_mesh;
   for (int64_t r = 0; r < mesh.NumRanks(); ++r) {
-    State target;
-    std::vector<std::vector<std::byte>> buffers;
-    std::vector<std::pair<const TensorSpec*, Box>> boxes;
-    for (const TensorLayout& t : model.tensors) {
-      CKPT_ASSIGN_OR_RETURN(std::optional<Box> box, RankBox(t, mesh, r));
-      if (!box || box->Empty()) continue;
-      boxes.emplace_back(&t.spec, *box);
-    }
-    buffers.resize(boxes.size());
-    for (size_t i = 0; i < boxes.size(); ++i) {
-      buffers[i].assign(static_cast<size_t>(boxes[i].second.Volume()) *
-                            DTypeSize(boxes[i].first->dtype),
-                        std::byte{0xA5});
-      CKPT_RETURN_IF_ERROR(target.AddShard(*boxes[i].first, boxes[i].second, buffers[i].data()));
-    }
-    CKPT_ASSIGN_OR_RETURN(LoadStats ls,
-                          LoadCheckpoint(storage, target, step, static_cast<int>(r), options));
-    res.bytes_read += ls.bytes_read;
-    res.bytes_decoded += ls.bytes_decoded;
-    res.bytes_needed += ls.bytes_needed;
-    for (size_t i = 0; i < boxes.size(); ++i) {
-      int64_t first = -1;
-      const int64_t bad = CheckSynthetic(*boxes[i].first, boxes[i].second, seed,
-                                         buffers[i].data(), &first);
-      res.elements += boxes[i].second.Volume();
-      if (bad > 0 && res.first_mismatch.empty()) {
-        res.first_mismatch = StrCat("rank ", r, " tensor '", boxes[i].first->fqn, "' box ",
-                                    boxes[i].second.ToString(), " element ", first);
-      }
-      res.mismatches += bad;
-    }
+    CKPT_RETURN_IF_ERROR(CheckRank(
+        model, mesh, r, meta.seed,
+        [&](const State& target) {
+          return LoadFromManifest(storage, manifest, target, static_cast<int>(r), options);
+        },
+        &res));
   }
   res.seconds = NowSeconds() - t0;
   return res;
+}
+
+absl::StatusOr<RestoreCheckResult> RestoreCheckCollective(std::shared_ptr<Storage> storage,
+                                                          int64_t step, const Mesh& mesh,
+                                                          std::shared_ptr<Communicator> comm,
+                                                          const LoadOptions& options) {
+  const double t0 = NowSeconds();
+  const double timeout = 600;
+  if (comm->size() != mesh.NumRanks()) {
+    return absl::InvalidArgumentError(StrCat("mesh ", mesh.ToString(), " has ", mesh.NumRanks(),
+                                             " ranks but the job has ", comm->size(), " processes"));
+  }
+  // The leader reads the manifest's metadata once and shares it.
+  std::string header;
+  if (comm->rank() == 0) {
+    absl::Status s;
+    if (step == kLatestStep) {
+      auto latest = LatestCommittedStep(*storage);
+      if (latest.ok()) step = *latest; else s = latest.status();
+    }
+    Manifest m;
+    if (s.ok()) {
+      auto read = ReadManifest(*storage, step);
+      if (read.ok()) m = std::move(read).value(); else s = read.status();
+    }
+    if (s.ok()) {
+      ByteWriter w;
+      w.SVar(step);
+      w.Var(m.tensors.size());
+      w.Var(m.metadata.size());
+      for (const auto& [k, v] : m.metadata) {
+        w.Str(k);
+        w.Str(v);
+      }
+      header = "+" + w.Take();
+    } else {
+      header = StrCat("!", s.message());
+    }
+  }
+  CKPT_ASSIGN_OR_RETURN(header, comm->Broadcast(header, timeout));
+  if (header.empty() || header[0] == '!') {
+    return absl::FailedPreconditionError(header.empty() ? "no header" : header.substr(1));
+  }
+  ByteReader r(std::string_view(header).substr(1), "restore-check header");
+  step = r.SVar();
+  const uint64_t tensors = r.Var();
+  std::map<std::string, std::string> metadata;
+  const uint64_t n = r.Count(1 << 20, "metadata");
+  for (uint64_t i = 0; i < n && r.ok(); ++i) {
+    std::string k = r.Str();
+    metadata[k] = r.Str();
+  }
+  if (!r.ok()) return r.status();
+  CKPT_ASSIGN_OR_RETURN(SynthMeta meta, MetaFrom(metadata, step));
+  CKPT_ASSIGN_OR_RETURN(SyntheticModel model, ModelFor(meta, mesh, tensors, step));
+
+  CheckpointerOptions o;
+  o.storage = storage;
+  o.rank = comm->rank();
+  o.world_size = comm->size();
+  o.communicator = comm;
+  o.gc_on_open = false;  // a checker never changes the root
+  o.engine_options.staging_bytes = 1;  // this process only loads
+  CKPT_ASSIGN_OR_RETURN(auto cp, Checkpointer::Open(o));
+  RestoreCheckResult res;
+  res.step = step;
+  res.ranks = static_cast<int>(mesh.NumRanks());
+  res.tensors = static_cast<int64_t>(model.tensors.size());
+  res.saved_mesh = meta.saved_mesh;
+  CKPT_RETURN_IF_ERROR(CheckRank(
+      model, mesh, comm->rank(), meta.seed,
+      [&](const State& target) { return cp->Load(target, step, options); }, &res));
+  // Sum every rank's figures on the leader.
+  ByteWriter w;
+  w.SVar(res.elements);
+  w.SVar(res.mismatches);
+  w.SVar(res.bytes_read);
+  w.SVar(res.bytes_decoded);
+  w.SVar(res.bytes_needed);
+  w.Str(res.first_mismatch);
+  CKPT_ASSIGN_OR_RETURN(std::vector<std::string> all, comm->Gather(w.Take(), timeout));
+  if (comm->rank() == 0) {
+    RestoreCheckResult sum = res;
+    sum.elements = sum.mismatches = sum.bytes_read = sum.bytes_decoded = sum.bytes_needed = 0;
+    sum.first_mismatch.clear();
+    for (const std::string& msg : all) {
+      ByteReader rr(msg, "restore-check result");
+      sum.elements += rr.SVar();
+      sum.mismatches += rr.SVar();
+      sum.bytes_read += rr.SVar();
+      sum.bytes_decoded += rr.SVar();
+      sum.bytes_needed += rr.SVar();
+      std::string first = rr.Str();
+      if (sum.first_mismatch.empty()) sum.first_mismatch = first;
+      if (!rr.ok()) return rr.status();
+    }
+    res = sum;
+  }
+  res.seconds = NowSeconds() - t0;
+  return res;
+}
+
+absl::StatusOr<SynthSaveResult> CombineSaveResults(Communicator& comm, const SynthSaveResult& mine) {
+  ByteWriter w;
+  w.SVar(mine.bytes_logical);
+  w.SVar(mine.bytes_stored);
+  w.SVar(mine.bytes_written);
+  for (double v : {mine.stall_max_s, mine.stall_total_s, mine.write_s, mine.commit_s, mine.generate_s}) {
+    w.U64(std::bit_cast<uint64_t>(v));
+  }
+  CKPT_ASSIGN_OR_RETURN(std::vector<std::string> all, comm.Gather(w.Take(), 600));
+  SynthSaveResult sum = mine;
+  if (comm.rank() != 0) return sum;
+  sum = SynthSaveResult{};
+  sum.step = mine.step;
+  sum.ranks = comm.size();
+  for (const std::string& msg : all) {
+    ByteReader r(msg, "save result");
+    sum.bytes_logical += r.SVar();
+    sum.bytes_stored += r.SVar();
+    sum.bytes_written += r.SVar();
+    const double stall = std::bit_cast<double>(r.U64());
+    const double stall_total = std::bit_cast<double>(r.U64());
+    const double write = std::bit_cast<double>(r.U64());
+    const double commit = std::bit_cast<double>(r.U64());
+    const double generate = std::bit_cast<double>(r.U64());
+    if (!r.ok()) return r.status();
+    sum.stall_max_s = std::max(sum.stall_max_s, stall);
+    sum.stall_total_s += stall_total;
+    sum.write_s = std::max(sum.write_s, write);
+    sum.commit_s = std::max(sum.commit_s, commit);
+    sum.generate_s = std::max(sum.generate_s, generate);
+  }
+  return sum;
 }
 
 }  // namespace ckpt::tools

@@ -5,12 +5,14 @@
 #define CKPT_TOOLS_SYNTH_JOB_H_
 
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
 
 #include "absl/status/statusor.h"
 #include "ckpt/checkpointer.h"
+#include "ckpt/communicator.h"
 #include "ckpt/mesh.h"
 #include "ckpt/plan.h"
 #include "ckpt/synthetic.h"
@@ -27,6 +29,12 @@ struct SynthJobOptions {
   RetentionPolicy retention;
   bool direct_io = true;
   double commit_timeout_s = 600;
+  /// >= 0: this process is that rank only (one process per rank, e.g. under
+  /// mpirun); -1: every rank of the mesh, as threads of this process.
+  int only_rank = -1;
+  /// The job's communicator when ranks are processes (replica agreement and
+  /// the leader's cleanup at open are collective then).
+  std::shared_ptr<Communicator> communicator;
 };
 
 /// Figures of one save across all simulated ranks.
@@ -69,6 +77,7 @@ class SyntheticJob {
   SavePlan plan_;
   std::shared_ptr<SaveEngine> engine_;
   std::vector<std::unique_ptr<Checkpointer>> ranks_;
+  std::vector<int> rank_ids_;  // mesh rank of each entry of ranks_
   std::vector<SaveHandle> handles_;
   SynthSaveResult pending_;
   double t_start_ = 0;
@@ -96,6 +105,23 @@ struct RestoreCheckResult {
 absl::StatusOr<RestoreCheckResult> RestoreCheck(Storage& storage, int64_t step,
                                                 const Mesh& mesh,
                                                 const LoadOptions& options = {});
+
+/// The same for one rank of a job whose ranks are separate processes: every
+/// rank calls it together; the leader reads the manifest once and hands each
+/// rank its part through `comm`. The leader's result sums all ranks.
+absl::StatusOr<RestoreCheckResult> RestoreCheckCollective(std::shared_ptr<Storage> storage,
+                                                          int64_t step, const Mesh& mesh,
+                                                          std::shared_ptr<Communicator> comm,
+                                                          const LoadOptions& options = {});
+
+/// Sums per-rank save figures on the leader (bytes add up; times take the
+/// maximum). Collective.
+absl::StatusOr<SynthSaveResult> CombineSaveResults(Communicator& comm, const SynthSaveResult& mine);
+
+/// The generator options and seed recorded by `ckpt synth` in a step's
+/// metadata.
+absl::StatusOr<SyntheticOptions> SyntheticOptionsOf(const std::map<std::string, std::string>& metadata,
+                                                    int64_t step, uint64_t* seed);
 
 /// "1.5 GiB", "12.0 MiB".
 std::string HumanBytes(double bytes);

@@ -1,0 +1,106 @@
+// Real processes under mpirun: --procs save and restore through the MPI
+// communicator, and a rank SIGKILLed mid-save publishing nothing.
+#include <signal.h>
+#include <sys/wait.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <random>
+#include <thread>
+
+#include "ckpt/verify.h"
+#include "testutil/test_util.h"
+
+#ifndef CKPT_BIN
+#error "CKPT_BIN and MPI_SAVER must be defined"
+#endif
+
+namespace ckpt::testing {
+namespace {
+
+struct CmdResult {
+  int code;
+  std::string out;
+};
+
+CmdResult Shell(const std::string& cmd) {
+  FILE* p = popen((cmd + " 2>&1").c_str(), "r");
+  std::string out;
+  char buf[4096];
+  size_t n;
+  while ((n = fread(buf, 1, sizeof(buf), p)) > 0) out.append(buf, n);
+  int status = pclose(p);
+  return CmdResult{WIFEXITED(status) ? WEXITSTATUS(status) : -1, out};
+}
+
+bool Has(const std::string& s, const std::string& w) { return s.find(w) != std::string::npos; }
+
+TEST(Mpi, ProcsSaveAndRestoreOntoOtherMeshes) {
+  TempDir dir;
+  const std::string root = dir.Join("root");
+  CmdResult s = Shell(std::string(CKPT_BIN) + " synth --out " + root +
+                      " --params 500K --layers 4 --mesh dp=2,tp=2 --optimizer adam --zero"
+                      " --codec zstd --block-size 64K --procs --json");
+  ASSERT_EQ(s.code, 0) << s.out;
+  EXPECT_TRUE(Has(s.out, "\"ranks\":4")) << s.out;
+  for (const char* mesh : {"tp=3", "dp=1", "dp=2,tp=2"}) {
+    CmdResult r = Shell(std::string(CKPT_BIN) + " restore-check " + root + " --mesh " + mesh +
+                        " --procs --json");
+    EXPECT_EQ(r.code, 0) << mesh << ": " << r.out;
+    EXPECT_TRUE(Has(r.out, "\"mismatches\":0")) << r.out;
+  }
+  // The processes' checkpoint is an ordinary one: threads restore it too.
+  CmdResult t = Shell(std::string(CKPT_BIN) + " restore-check " + root + " --mesh tp=4");
+  EXPECT_EQ(t.code, 0) << t.out;
+}
+
+TEST(Mpi, RankKilledMidSaveLeavesNothingPublished) {
+  TempDir dir;
+  const std::string root = dir.Join("root");
+  std::string mpirun = "mpirun --oversubscribe --bind-to none -np 4 ";
+  if (geteuid() == 0) mpirun = "mpirun --allow-run-as-root --oversubscribe --bind-to none -np 4 ";
+  FILE* p = popen((mpirun + MPI_SAVER + " " + root + " 2>/dev/null").c_str(), "r");
+  ASSERT_NE(p, nullptr);
+  char line[256];
+  int committed = 0;
+  while (committed < 3 && std::fgets(line, sizeof(line), p) != nullptr) {
+    if (std::string(line).rfind("committed", 0) == 0) ++committed;
+  }
+  ASSERT_EQ(committed, 3) << "the job stopped early";
+  // Kill rank 2 at a random point of a later save.
+  std::this_thread::sleep_for(std::chrono::milliseconds(std::random_device{}() % 40));
+  pid_t victim = 0;
+  std::ifstream(root + "-pids/rank-2") >> victim;
+  ASSERT_GT(victim, 0);
+  ASSERT_EQ(kill(victim, SIGKILL), 0);
+  while (std::fgets(line, sizeof(line), p) != nullptr) {
+  }
+  pclose(p);  // mpirun takes the other ranks down
+
+  auto storage = OpenStorage(root);
+  ASSERT_OK(storage);
+  auto latest = LatestCommittedStep(**storage);
+  ASSERT_OK(latest);
+  EXPECT_GE(*latest, 3);
+  auto steps = ListCheckpointSteps(**storage);
+  ASSERT_OK(steps);
+  for (const StepInfo& s : *steps) {
+    if (!s.committed) {
+      EXPECT_GT(s.step, *latest) << "an uncommitted step older than the latest";
+      continue;
+    }
+    auto v = VerifyStep(**storage, s.step);
+    ASSERT_OK(v);
+    EXPECT_TRUE(v->ok()) << "step " << s.step;
+  }
+  // The latest committed step is whole and holds that step's values.
+  const TensorSpec w{"model.w", DType::kF32, {1024, 1024}};
+  std::vector<OwnedShard> out = {EmptyShard(w, Box::Whole(w.shape))};
+  State t = StateOf(out);
+  ASSERT_OK(LoadCheckpoint(**storage, t, *latest));
+  EXPECT_EQ(Mismatches(out[0], static_cast<uint64_t>(*latest)), 0);
+}
+
+}  // namespace
+}  // namespace ckpt::testing
