@@ -47,7 +47,10 @@ struct RetentionPolicy {
 /// Checkpointers (ranks) of a process; it is thread-safe.
 struct SaveEngineOptions {
   size_t staging_bytes = size_t{256} << 20;  ///< arena budget
-  size_t block_size = size_t{4} << 20;       ///< raw bytes per block
+  /// Raw bytes per block: the unit of checksums, compression and reads. 1 MiB
+  /// keeps a partial read of a chunk close to what it needs while writes stay
+  /// as fast as with larger blocks (measured in docs/performance.md).
+  size_t block_size = size_t{1} << 20;
   int worker_threads = 0;                    ///< 0: min(4, hardware threads)
   /// Nice value added to the background threads so they yield to the
   /// trainer's threads (0 leaves them at the caller's priority).
@@ -144,7 +147,7 @@ struct SaveOptions {
 
 struct LoadOptions {
   int worker_threads = 0;                       ///< 0: min(4, hardware)
-  size_t read_buffer_bytes = size_t{128} << 20;  ///< in-flight read memory
+  size_t read_buffer_bytes = size_t{32} << 20;  ///< in-flight read memory
   /// Tensors of the target that the checkpoint lacks are skipped instead of
   /// failing the load.
   bool allow_missing = false;

@@ -119,12 +119,17 @@ class Checkpointer::Impl {
     }
     // Pieces: non-empty shards (large ones as column tiles), then blobs.
     std::deque<Shard> tiles;  // stable addresses for the engine
+    std::vector<const Shard*> parents;  // per tile: its shard when tiled
     for (size_t si = 0; si < state.shards().size(); ++si) {
       const Shard& s = state.shards()[si];
       if (s.box.Empty() || !writes[si]) continue;
       const uint64_t es = DTypeSize(s.spec.dtype);
-      std::vector<Box> boxes = ColumnTiles(s.box, es, engine_->block_size(),
-                                           options_.max_column_tiles);
+      // Tiles are staged by walking the shard's rows, which needs rows that
+      // are contiguous in memory.
+      const bool rows_contiguous = s.strides.empty() || s.strides.back() == 1;
+      std::vector<Box> boxes =
+          rows_contiguous ? ColumnTiles(s.box, es, engine_->block_size(), options_.max_column_tiles)
+                          : std::vector<Box>{s.box};
       std::vector<int64_t> strides = s.strides;
       if (strides.empty()) {
         strides.assign(s.box.ndim(), 1);
@@ -140,12 +145,15 @@ class Checkpointer::Impl {
           t.strides = strides;
         }
         tiles.push_back(std::move(t));
+        parents.push_back(boxes.size() > 1 ? &s : nullptr);
       }
     }
     std::vector<SavePiece> pieces;
-    for (const Shard& t : tiles) {
+    for (size_t ti = 0; ti < tiles.size(); ++ti) {
+      const Shard& t = tiles[ti];
       SavePiece p;
       p.shard = &t;
+      p.parent = parents[ti];
       p.dtype = t.spec.dtype;
       p.bytes = static_cast<uint64_t>(t.PackedBytes());
       pieces.push_back(p);

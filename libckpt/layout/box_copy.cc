@@ -20,30 +20,36 @@ void ForEachStridedRun(const Shard& shard, int64_t first, int64_t count,
     if (count > 0) fn(0, 0, 1, 1);
     return;
   }
-  std::vector<int64_t> strides = shard.strides;
-  if (strides.empty()) {
-    strides.assign(nd, 1);
-    for (int d = nd - 2; d >= 0; --d) strides[d] = strides[d + 1] * shard.box.sizes[d + 1];
+  int64_t packed_strides[32];
+  const int64_t* strides = shard.strides.data();
+  if (shard.strides.empty()) {
+    packed_strides[nd - 1] = 1;
+    for (int d = nd - 2; d >= 0; --d) packed_strides[d] = packed_strides[d + 1] * shard.box.sizes[d + 1];
+    strides = packed_strides;
   }
   const int64_t row = shard.box.sizes[nd - 1];
-  // Multi-index of `first`.
-  std::vector<int64_t> idx(nd);
+  // Multi-index and memory offset of `first`, then advanced run by run with
+  // carries instead of being recomputed.
+  int64_t idx[32];
   int64_t rem = first;
   for (int d = nd - 1; d >= 0; --d) {
     idx[d] = rem % shard.box.sizes[d];
     rem /= shard.box.sizes[d];
   }
+  int64_t mem = 0;
+  for (int d = 0; d < nd; ++d) mem += idx[d] * strides[d];
   int64_t packed = first;
   const int64_t end = first + count;
   while (packed < end) {
-    int64_t mem = 0;
-    for (int d = 0; d < nd; ++d) mem += idx[d] * strides[d];
     const int64_t run = std::min(row - idx[nd - 1], end - packed);
     fn(packed, mem, run, strides[nd - 1]);
     packed += run;
+    mem -= idx[nd - 1] * strides[nd - 1];
     idx[nd - 1] = 0;
     for (int d = nd - 2; d >= 0; --d) {
+      mem += strides[d];
       if (++idx[d] < shard.box.sizes[d]) break;
+      mem -= idx[d] * strides[d];
       idx[d] = 0;
     }
   }

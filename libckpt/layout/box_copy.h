@@ -21,6 +21,40 @@ void GatherPacked(const Shard& shard, int64_t first, int64_t count,
 void ScatterPacked(const Shard& shard, int64_t first, int64_t count,
                    const std::byte* src);
 
+/// Calls fn(row) for each row of the shard's box in row-major order, `row`
+/// pointing at the row's first element; stops early when fn returns false.
+/// REQUIRES: the last dimension is contiguous (stride 1) and box non-empty.
+template <typename Fn>
+void ForEachRow(const Shard& shard, Fn&& fn) {
+  const int nd = shard.box.ndim();
+  const size_t es = DTypeSize(shard.spec.dtype);
+  const std::byte* base = static_cast<const std::byte*>(shard.data);
+  if (nd <= 1) {
+    fn(base);
+    return;
+  }
+  int64_t strides[32];
+  if (shard.strides.empty()) {
+    strides[nd - 1] = 1;
+    for (int d = nd - 2; d >= 0; --d) strides[d] = strides[d + 1] * shard.box.sizes[d + 1];
+  } else {
+    for (int d = 0; d < nd; ++d) strides[d] = shard.strides[d];
+  }
+  int64_t idx[32] = {};
+  int64_t mem = 0;
+  while (true) {
+    if (!fn(base + mem * static_cast<int64_t>(es))) return;
+    int d = nd - 2;
+    for (; d >= 0; --d) {
+      mem += strides[d];
+      if (++idx[d] < shard.box.sizes[d]) break;
+      mem -= idx[d] * strides[d];
+      idx[d] = 0;
+    }
+    if (d < 0) return;
+  }
+}
+
 }  // namespace ckpt
 
 #endif  // CKPT_LAYOUT_BOX_COPY_H_

@@ -24,7 +24,7 @@ struct FrameTask {
 
 struct FrameReaderOptions {
   int worker_threads = 0;                       ///< 0: min(4, hardware)
-  size_t buffer_bytes = size_t{128} << 20;      ///< frames in flight
+  size_t buffer_bytes = size_t{32} << 20;       ///< frames in flight
   bool stop_on_error = true;
 };
 

@@ -63,6 +63,7 @@ absl::Status SaveEngine::Init() {
   // compression never needs them.
   CKPT_ASSIGN_OR_RETURN(out_arena_, AlignedBuffer::Allocate(outs * out_bytes_, false));
   for (size_t i = 0; i < slots; ++i) free_slots_.push_back(arena_.data() + i * slot_bytes_);
+  slot_count_ = slots;
   for (size_t i = 0; i < outs; ++i) free_out_.push_back(out_arena_.data() + i * out_bytes_);
   for (int i = 0; i < workers; ++i) workers_.emplace_back([this] { WorkerLoop(); });
   finalizer_ = std::thread([this] { FinalizerLoop(); });
@@ -186,13 +187,24 @@ absl::Status SaveEngine::Run(std::shared_ptr<SaveJob> job,
                        BlockDone(job);
                      });
 
-  for (const SavePiece& p : pieces) {
+  for (size_t pi = 0; pi < pieces.size();) {
+    const SavePiece& p = pieces[pi];
+    if (p.parent != nullptr) {
+      size_t end = pi + 1;
+      while (end < pieces.size() && pieces[end].parent == p.parent) ++end;
+      // One pass over the rows holds a slot per tile at once: only with
+      // slots to spare, and one such pass at a time per engine (two at once
+      // could each hold half the arena and wait for the other forever).
+      if (end - pi + 2 <= slot_count_) {
+        std::lock_guard<std::mutex> lock(tile_mu_);
+        StageTiles(job, pieces, pi, end);
+        pi = end;
+        continue;
+      }
+      // Otherwise each tile is gathered on its own, below.
+    }
     const size_t es = DTypeSize(p.dtype);
     for (uint64_t b = 0; b < p.block_count; ++b) {
-      {
-        std::lock_guard<std::mutex> lock(j.mu);
-        if (!j.error.ok()) break;  // no point staging more; the job failed
-      }
       const uint64_t begin = b * options_.block_size;
       const uint64_t len = std::min<uint64_t>(options_.block_size, p.bytes - begin);
       std::byte* slot = AcquireSlot();
@@ -202,23 +214,9 @@ absl::Status SaveEngine::Run(std::shared_ptr<SaveJob> job,
       } else {
         StreamCopy(slot, p.blob + begin, len);
       }
-      j.handle->bytes_staged += static_cast<int64_t>(len);
-      {
-        std::lock_guard<std::mutex> lock(j.mu);
-        ++j.outstanding;
-      }
-      WorkItem item;
-      item.job = job;
-      item.block_id = static_cast<uint32_t>(p.first_block + b);
-      item.slot = slot;
-      item.raw_len = static_cast<uint32_t>(len);
-      item.dtype = p.dtype;
-      {
-        std::lock_guard<std::mutex> lock(queue_mu_);
-        queue_.push_back(std::move(item));
-      }
-      queue_cv_.notify_one();
+      if (!Enqueue(job, p.first_block + b, slot, len, p.dtype)) break;
     }
+    ++pi;
   }
   bool finalize = false;
   {
@@ -234,6 +232,91 @@ absl::Status SaveEngine::Run(std::shared_ptr<SaveJob> job,
     finalize_cv_.notify_one();
   }
   return absl::OkStatus();
+}
+
+bool SaveEngine::Enqueue(const std::shared_ptr<SaveJob>& job, uint64_t block_id,
+                         std::byte* slot, uint64_t len, DType dtype) {
+  job->handle->bytes_staged += static_cast<int64_t>(len);
+  bool failed;
+  {
+    std::lock_guard<std::mutex> lock(job->mu);
+    ++job->outstanding;
+    failed = !job->error.ok();
+  }
+  WorkItem item;
+  item.job = job;
+  item.block_id = static_cast<uint32_t>(block_id);
+  item.slot = slot;
+  item.raw_len = static_cast<uint32_t>(len);
+  item.dtype = dtype;
+  {
+    std::lock_guard<std::mutex> lock(queue_mu_);
+    queue_.push_back(std::move(item));
+  }
+  queue_cv_.notify_one();
+  // A failed job's blocks are dropped by the workers; stop copying more.
+  return !failed;
+}
+
+void SaveEngine::StageTiles(const std::shared_ptr<SaveJob>& job, std::vector<SavePiece>& pieces,
+                            size_t first, size_t last) {
+  const Shard& parent = *pieces[first].parent;
+  const uint64_t es = DTypeSize(parent.spec.dtype);
+  const uint64_t bs = options_.block_size;
+  const size_t ntiles = last - first;
+  // Per tile: the slot being filled, bytes in it, next block, row segment.
+  struct Stream {
+    std::byte* slot = nullptr;
+    uint64_t fill = 0;
+    uint64_t block = 0;
+    uint64_t seg = 0;
+    uint64_t col_offset = 0;  // bytes from the row start
+  };
+  std::vector<Stream> streams(ntiles);
+  const int nd = parent.box.ndim();
+  for (size_t t = 0; t < ntiles; ++t) {
+    const Shard& tile = *pieces[first + t].shard;
+    streams[t].seg = static_cast<uint64_t>(tile.box.sizes[nd - 1]) * es;
+    streams[t].col_offset =
+        static_cast<uint64_t>(tile.box.offsets[nd - 1] - parent.box.offsets[nd - 1]) * es;
+    streams[t].block = pieces[first + t].first_block;
+  }
+  bool ok = true;
+  auto flush = [&](Stream& st, DType dtype) {
+    ok = Enqueue(job, st.block++, st.slot, st.fill, dtype) && ok;
+    st.slot = nullptr;
+    st.fill = 0;
+  };
+  ForEachRow(parent, [&](const std::byte* row) {
+    if (!ok) return false;
+    for (Stream& st : streams) {
+      const std::byte* src = row + st.col_offset;
+      uint64_t left = st.seg;
+      while (left > 0) {
+        if (st.slot == nullptr) st.slot = AcquireSlot();
+        const uint64_t n = std::min(left, bs - st.fill);
+        StreamCopyNoFence(st.slot + st.fill, src, n);
+        st.fill += n;
+        src += n;
+        left -= n;
+        if (st.fill == bs) {
+          StreamFence();
+          flush(st, parent.spec.dtype);
+        }
+      }
+    }
+    return ok;
+  });
+  StreamFence();
+  for (Stream& st : streams) {
+    if (st.slot != nullptr) {
+      if (ok && st.fill > 0) {
+        flush(st, parent.spec.dtype);
+      } else {
+        ReleaseSlot(st.slot);
+      }
+    }
+  }
 }
 
 void SaveEngine::WorkerLoop() {

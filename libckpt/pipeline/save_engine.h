@@ -33,6 +33,10 @@ struct SavePiece {
   const std::byte* blob = nullptr;   ///< or blob bytes
   DType dtype = DType::kU8;
   uint64_t bytes = 0;
+  /// Column tiles of one shard: consecutive pieces with the same `parent`
+  /// (whose last dimension is contiguous in memory) are staged together in
+  /// one pass over the parent's rows, so memory is read sequentially.
+  const Shard* parent = nullptr;
   // Filled by Run:
   uint64_t first_block = 0;
   uint64_t block_count = 0;
@@ -116,9 +120,17 @@ class SaveEngine {
   void BlockDone(const std::shared_ptr<SaveJob>& job);
   void Finalize(SaveJob& job);
   void RegisterWith(const std::shared_ptr<Storage>& storage);
+  /// Hands a filled slot to the workers. Returns false when the job failed.
+  bool Enqueue(const std::shared_ptr<SaveJob>& job, uint64_t block_id, std::byte* slot,
+               uint64_t len, DType dtype);
+  /// Stages pieces[first, last) (the column tiles of one parent shard).
+  void StageTiles(const std::shared_ptr<SaveJob>& job, std::vector<SavePiece>& pieces,
+                  size_t first, size_t last);
 
   SaveEngineOptions options_;
   size_t slot_bytes_ = 0;
+  size_t slot_count_ = 0;
+  std::mutex tile_mu_;  // one multi-tile pass at a time
   size_t out_bytes_ = 0;
   AlignedBuffer arena_;
   AlignedBuffer out_arena_;

@@ -33,6 +33,7 @@ absl::StatusOr<LoadPlanStats> PlanMeshLoad(const Manifest& m,
     for (const ManifestChunk& c : t->chunks) boxes.push_back(c.box);
     ChunkIndex index(boxes);
     const uint64_t es = DTypeSize(t->spec.dtype);
+    const int64_t needed0 = stats.bytes_needed, read0 = stats.bytes_read;
     CKPT_RETURN_IF_ERROR(ForEachDistinctBox(
         layout, mesh, [&](Box&& box, int64_t, const std::vector<int64_t>& replicas) {
           const int64_t holders = static_cast<int64_t>(replicas.size());
@@ -53,6 +54,7 @@ absl::StatusOr<LoadPlanStats> PlanMeshLoad(const Manifest& m,
             }
           }
         }));
+    stats.per_tensor.push_back({stats.bytes_needed - needed0, stats.bytes_read - read0});
   }
   return stats;
 }

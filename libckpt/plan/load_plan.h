@@ -23,6 +23,8 @@ struct LoadPlanStats {
   double Amplification() const {
     return bytes_needed ? static_cast<double>(bytes_read) / static_cast<double>(bytes_needed) : 1.0;
   }
+  /// Per target tensor (same order as the layouts): bytes needed and read.
+  std::vector<std::pair<int64_t, int64_t>> per_tensor;
 };
 
 /// Plans the load of `target` (tensor layouts over `mesh`) from `m`: for each

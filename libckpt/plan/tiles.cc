@@ -1,6 +1,12 @@
 #include "plan/tiles.h"
 
 namespace ckpt {
+namespace {
+
+// Shorter rows make staging a gather of many small copies.
+constexpr uint64_t kMinTileRowBytes = 1024;
+
+}  // namespace
 
 std::vector<Box> ColumnTiles(const Box& box, uint64_t elem_size, uint64_t block_size,
                              int max_tiles) {
@@ -11,8 +17,9 @@ std::vector<Box> ColumnTiles(const Box& box, uint64_t elem_size, uint64_t block_
   int64_t t = 1;
   for (int64_t cand = 2; cand <= max_tiles; cand *= 2) {
     if (cols % cand != 0) break;
-    if (static_cast<uint64_t>(cols / cand) * elem_size < (4u << 10)) break;
-    if (bytes / static_cast<uint64_t>(cand) < 2 * block_size) break;
+    if (static_cast<uint64_t>(cols / cand) * elem_size < kMinTileRowBytes) break;
+    // A tile smaller than a block saves no read, and costs a frame.
+    if (bytes / static_cast<uint64_t>(cand) < block_size) break;
     t = cand;
   }
   if (t == 1) return {box};

@@ -16,7 +16,7 @@ namespace ckpt {
 
 /// Splits `box` along its last dimension into T equal tiles, T the largest
 /// power of two up to `max_tiles` that divides the last extent while each
-/// tile keeps rows of at least 4 KiB and at least two blocks of bytes.
+/// tile keeps rows of at least 1 KiB and at least one block of bytes.
 /// Returns {box} when no split qualifies (1-d boxes, small shards).
 std::vector<Box> ColumnTiles(const Box& box, uint64_t elem_size, uint64_t block_size,
                              int max_tiles);

@@ -61,7 +61,7 @@ void StreamFence() {
 
 void StreamCopyNoFence(void* dst_v, const void* src_v, size_t n) {
 #if defined(__x86_64__)
-  constexpr size_t kMinStreaming = 4 << 10;
+  constexpr size_t kMinStreaming = 1 << 10;
   if (n >= kMinStreaming) {
     char* d = static_cast<char*>(dst_v);
     const char* s = static_cast<const char*>(src_v);

@@ -12,7 +12,7 @@
 
 namespace ckpt {
 
-/// memcpy semantics (no overlap). Uses streaming stores for copies of 4 KiB
+/// memcpy semantics (no overlap). Uses streaming stores for copies of 1 KiB
 /// and more on x86-64; plain memcpy elsewhere. Ends with a store fence.
 void StreamCopy(void* dst, const void* src, size_t n);
 

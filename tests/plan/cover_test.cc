@@ -160,11 +160,13 @@ TEST(NeededBlocks, MatchesElementByElementEnumeration) {
 }
 
 TEST(ColumnTiles, SplitsLargeShardsEvenly) {
-  auto tiles = ColumnTiles(Box({0, 0}, {8192, 4096}), 2, 4 << 20, 8);
-  ASSERT_EQ(tiles.size(), 2u);  // 4 KiB rows: two tiles of 2048 columns
-  EXPECT_EQ(tiles[1], Box({0, 2048}, {8192, 2048}));
+  auto tiles = ColumnTiles(Box({0, 0}, {8192, 1024}), 2, 4 << 20, 8);
+  ASSERT_EQ(tiles.size(), 2u);  // 2 KiB rows: two tiles of 512 columns (1 KiB rows)
+  EXPECT_EQ(tiles[1], Box({0, 512}, {8192, 512}));
   EXPECT_EQ(ColumnTiles(Box({0, 0}, {8192, 16384}), 4, 4 << 20, 8).size(), 8u);
   EXPECT_EQ(ColumnTiles(Box({0, 0}, {100, 100}), 4, 4 << 20, 8).size(), 1u);  // small
+  EXPECT_EQ(ColumnTiles(Box({0, 0}, {4, 100000}), 4, 1 << 20, 8).size(), 1u);  // < 1 block each
+  EXPECT_EQ(ColumnTiles(Box({0, 0}, {8, 100000}), 4, 1 << 20, 8).size(), 2u);
   EXPECT_EQ(ColumnTiles(Box({0}, {1 << 24}), 4, 4 << 20, 8).size(), 1u);      // 1-d
   EXPECT_EQ(ColumnTiles(Box({0, 0}, {8192, 16384}), 4, 4 << 20, 1).size(), 1u);
 }

@@ -80,8 +80,8 @@ double PeakRssBytes() {
 
 int PlanMain(int argc, char** argv, int first) {
   std::string from_text, to_text, dtype = "bf16", optimizer;
-  int64_t params = 0, layers = 0, experts = 0, block = 4 << 20, tiles = 8;
-  bool zero = false, json = false;
+  int64_t params = 0, layers = 0, experts = 0, block = 1 << 20, tiles = 8;
+  bool zero = false, json = false, per_tensor = false;
   Args args("plan", "--ranks-from MESH --ranks-to MESH --params N [options]",
             "Builds, for a simulated model of that size and without any tensor data, the save\n"
             "plan (each box written once, replicas balanced), the manifest a save would\n"
@@ -96,8 +96,9 @@ int PlanMain(int argc, char** argv, int first) {
   args.String("dtype", &dtype, "parameter dtype (default bf16)");
   args.String("optimizer", &optimizer, "'adam' adds fp32 exp_avg/exp_avg_sq and a step");
   args.Switch("zero", &zero, "shard optimizer state over dp (ZeRO-1)");
-  args.Size("block-size", &block, "raw bytes per block (default 4M)", true);
+  args.Size("block-size", &block, "raw bytes per block (default 1M)", true);
   args.Int("max-tiles", &tiles, "column tiles per large shard (default 8)");
+  args.Switch("per-tensor", &per_tensor, "list the tensors whose load reads the most extra bytes");
   args.Switch("json", &json, "print a JSON object");
   int exit = 0;
   if (!args.Parse(argc, argv, first, &exit)) return exit;
@@ -218,6 +219,22 @@ int PlanMain(int argc, char** argv, int first) {
                 load->Amplification(), HumanBytes(static_cast<double>(load->bytes_read)).c_str(),
                 HumanBytes(static_cast<double>(load->bytes_needed)).c_str());
     std::printf("total %.3f s, peak memory %s\n", total, HumanBytes(rss).c_str());
+    if (per_tensor) {
+      std::vector<size_t> order(target->tensors.size());
+      for (size_t i = 0; i < order.size(); ++i) order[i] = i;
+      auto excess = [&](size_t i) { return load->per_tensor[i].second - load->per_tensor[i].first; };
+      std::sort(order.begin(), order.end(), [&](size_t a, size_t b) { return excess(a) > excess(b); });
+      std::printf("\n%-52s %12s %12s %8s\n", "tensor (most extra bytes first)", "needed", "read", "ratio");
+      for (size_t k = 0; k < std::min<size_t>(15, order.size()); ++k) {
+        const size_t i = order[k];
+        const auto [needed, read] = load->per_tensor[i];
+        if (read <= needed) break;
+        std::printf("%-52s %12s %12s %8.3f\n", target->tensors[i].spec.fqn.c_str(),
+                    HumanBytes(static_cast<double>(needed)).c_str(),
+                    HumanBytes(static_cast<double>(read)).c_str(),
+                    needed ? static_cast<double>(read) / static_cast<double>(needed) : 0.0);
+      }
+    }
   }
   return kExitOk;
 }

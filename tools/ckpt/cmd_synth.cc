@@ -13,7 +13,7 @@ namespace ckpt::tools {
 int SynthMain(int argc, char** argv, int first) {
   std::string out, dtype = "bf16", mesh_text = "dp=1", codec_name = "none", optimizer;
   int64_t params = 1000000, step = 0, seed = 0, zstd_level = 1, keep_last = 0;
-  int64_t block = 4 << 20, staging = 256 << 20, workers = 0, layers = 0, experts = 0;
+  int64_t block = 1 << 20, staging = 256 << 20, workers = 0, layers = 0, experts = 0;
   bool zero = false, json = false, no_direct = false, procs = false;
   Args args("synth", "--out DIR [options]",
             "Builds a deterministic transformer-like state (embedding, attention and MLP\n"
@@ -33,7 +33,7 @@ int SynthMain(int argc, char** argv, int first) {
   args.Int("layers", &layers, "transformer layers (default: from --params)");
   args.Int("experts", &experts, "experts per layer: a mixture-of-experts MLP split over ep");
   args.Int("seed", &seed, "value seed (default 0)");
-  args.Size("block-size", &block, "raw bytes per block (default 4M)", true);
+  args.Size("block-size", &block, "raw bytes per block (default 1M)", true);
   args.Size("staging", &staging, "staging arena budget (default 256M)", true);
   args.Int("threads", &workers, "codec worker threads (default min(4, cores))");
   args.Int("keep-last", &keep_last, "retention: keep the newest K steps (default all)");
