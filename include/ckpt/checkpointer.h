@@ -147,7 +147,9 @@ struct SaveOptions {
 
 struct LoadOptions {
   int worker_threads = 0;                       ///< 0: min(4, hardware)
-  size_t read_buffer_bytes = size_t{32} << 20;  ///< in-flight read memory
+  /// Read memory in flight (never more than the load needs); adjacent
+  /// blocks are read with one request.
+  size_t read_buffer_bytes = size_t{64} << 20;
   /// Tensors of the target that the checkpoint lacks are skipped instead of
   /// failing the load.
   bool allow_missing = false;

@@ -19,17 +19,47 @@ absl::Status ReadFrames(
     const std::function<void(const FrameTask&, const absl::Status&)>& on_error,
     const std::function<void(const FrameTask&)>& on_done) {
   if (tasks.empty()) return absl::OkStatus();
-  size_t max_frame = 0;
-  for (const FrameTask& t : tasks) max_frame = std::max<size_t>(max_frame, t.entry->frame_len);
-  const size_t nbuf = std::clamp<size_t>(options.buffer_bytes / std::max<size_t>(max_frame, 1), 2,
-                                         std::max<size_t>(2, tasks.size()));
-  CKPT_ASSIGN_OR_RETURN(AlignedBuffer pool, AlignedBuffer::Allocate(nbuf * max_frame, true));
+  // Frames that follow each other in one file are read with one request of
+  // up to max_read bytes: fewer, larger requests keep a device's queue full
+  // with less per-request work.
+  struct Group {
+    size_t first = 0;  // tasks[first, last)
+    size_t last = 0;
+    uint64_t offset = 0;
+    uint64_t bytes = 0;
+  };
+  std::vector<Group> groups;
+  uint64_t largest = 0;
+  for (size_t i = 0; i < tasks.size(); ++i) {
+    const FrameTask& t = tasks[i];
+    const uint64_t len = t.entry->frame_len;
+    if (!groups.empty()) {
+      Group& g = groups.back();
+      const FrameTask& prev = tasks[g.last - 1];
+      if (prev.file == t.file && g.offset + g.bytes == t.entry->offset &&
+          g.bytes + len <= options.max_read_bytes) {
+        g.last = i + 1;
+        g.bytes += len;
+        largest = std::max(largest, g.bytes);
+        continue;
+      }
+    }
+    groups.push_back(Group{i, i + 1, t.entry->offset, len});
+    largest = std::max(largest, len);
+  }
+  uint64_t total = 0;
+  for (const Group& g : groups) total += g.bytes;
+  // The pool holds what is in flight, never more than the whole read.
+  const size_t nbuf = static_cast<size_t>(std::clamp<uint64_t>(
+      std::min<uint64_t>(options.buffer_bytes, total) / std::max<uint64_t>(largest, 1), 2,
+      std::max<size_t>(2, groups.size())));
+  CKPT_ASSIGN_OR_RETURN(AlignedBuffer pool, AlignedBuffer::Allocate(nbuf * largest, true));
 
   std::mutex mu;
   std::condition_variable cv;
   std::vector<std::byte*> free_bufs;
-  for (size_t i = 0; i < nbuf; ++i) free_bufs.push_back(pool.data() + i * max_frame);
-  std::deque<std::pair<const FrameTask*, std::byte*>> ready;
+  for (size_t i = 0; i < nbuf; ++i) free_bufs.push_back(pool.data() + i * largest);
+  std::deque<std::pair<const Group*, std::byte*>> ready;
   absl::Status first_error;
   bool stop = false;
 
@@ -49,7 +79,7 @@ absl::Status ReadFrames(
       BlockCodec codec;
       std::vector<std::byte> scratch;
       while (true) {
-        std::pair<const FrameTask*, std::byte*> item;
+        std::pair<const Group*, std::byte*> item;
         {
           std::unique_lock<std::mutex> lock(mu);
           cv.wait(lock, [&] { return stop || !ready.empty(); });
@@ -57,19 +87,25 @@ absl::Status ReadFrames(
           item = ready.front();
           ready.pop_front();
         }
-        absl::Status s = process(*item.first,
-                                 absl::Span<const std::byte>(item.second, item.first->entry->frame_len),
-                                 codec, scratch);
+        const Group& g = *item.first;
+        for (size_t k = g.first; k < g.last; ++k) {
+          const FrameTask& t = tasks[k];
+          absl::Status st = process(
+              t, absl::Span<const std::byte>(item.second + (t.entry->offset - g.offset),
+                                             t.entry->frame_len),
+              codec, scratch);
+          std::lock_guard<std::mutex> lock(mu);
+          if (!st.ok()) fail(t, st);
+          if (on_done) on_done(t);
+        }
         std::lock_guard<std::mutex> lock(mu);
-        if (!s.ok()) fail(*item.first, s);
-        if (on_done) on_done(*item.first);
         free_bufs.push_back(item.second);
         cv.notify_all();
       }
     });
   }
 
-  for (const FrameTask& task : tasks) {
+  for (const Group& g : groups) {
     std::byte* buf;
     {
       std::unique_lock<std::mutex> lock(mu);
@@ -78,18 +114,20 @@ absl::Status ReadFrames(
       buf = free_bufs.back();
       free_bufs.pop_back();
     }
-    task.file->ReadAsync(task.entry->offset, absl::Span<std::byte>(buf, task.entry->frame_len),
-                         [&, t = &task, buf](absl::Status s) {
-                           std::lock_guard<std::mutex> lock(mu);
-                           if (!s.ok()) {
-                             fail(*t, s);
-                             if (on_done) on_done(*t);
-                             free_bufs.push_back(buf);
-                           } else {
-                             ready.emplace_back(t, buf);
-                           }
-                           cv.notify_all();
-                         });
+    tasks[g.first].file->ReadAsync(
+        g.offset, absl::Span<std::byte>(buf, g.bytes), [&, gp = &g, buf](absl::Status s) {
+          std::lock_guard<std::mutex> lock(mu);
+          if (!s.ok()) {
+            for (size_t k = gp->first; k < gp->last; ++k) {
+              fail(tasks[k], s);
+              if (on_done) on_done(tasks[k]);
+            }
+            free_bufs.push_back(buf);
+          } else {
+            ready.emplace_back(gp, buf);
+          }
+          cv.notify_all();
+        });
   }
   {
     std::unique_lock<std::mutex> lock(mu);

@@ -24,7 +24,8 @@ struct FrameTask {
 
 struct FrameReaderOptions {
   int worker_threads = 0;                       ///< 0: min(4, hardware)
-  size_t buffer_bytes = size_t{32} << 20;       ///< frames in flight
+  size_t buffer_bytes = size_t{64} << 20;       ///< bytes in flight (at most)
+  size_t max_read_bytes = size_t{8} << 20;      ///< adjacent frames per read
   bool stop_on_error = true;
 };
 
@@ -32,7 +33,8 @@ struct FrameReaderOptions {
 /// being the bytes read at task.entry->offset (frame_len long). A failed read
 /// or process call is passed to `on_error` (from any thread, serialized);
 /// with stop_on_error no new reads start after the first. Tasks are read in
-/// the order given. `on_read` (optional) sees each frame's length once read.
+/// the order given, adjacent frames of a file in one request. `on_done`
+/// (optional) sees each frame once processed.
 /// Returns the first error (or OK).
 absl::Status ReadFrames(
     std::vector<FrameTask>& tasks, const FrameReaderOptions& options,
