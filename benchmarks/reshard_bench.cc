@@ -2,11 +2,11 @@
 // meshes (tensor- and pipeline-parallel degree changes), in one run with the
 // runs interleaved. Each load fills every rank of the target mesh in turn.
 //
-//   build/benchmarks/reshard_bench --dir /path --params 256M --from tp=4 \
-//       --to tp=2,tp=8,tp=3,pp=2,tp=2;pp=2 --runs 3
+//   build/benchmarks/reshard_bench --dir /path --params 256M --from tp=4
+//       --to 'tp=2;tp=8;tp=3;pp=2;tp=2/pp=2' --runs 3
 //
-// --to takes meshes separated by ';' or ',' between whole meshes is
-// ambiguous, so each mesh is given with '/' between dimensions: tp=2/pp=2.
+// Meshes in --to are separated by ';'; within one mesh, dimensions are
+// separated by '/': tp=2/pp=2.
 #include <algorithm>
 #include <cstdio>
 #include <filesystem>

@@ -11,6 +11,7 @@ int VerifyMain(int argc, char** argv, int first);
 int InspectMain(int argc, char** argv, int first);
 int DemoMain(int argc, char** argv, int first);
 int PlanMain(int argc, char** argv, int first);
+int IntervalMain(int argc, char** argv, int first);
 
 }  // namespace ckpt::tools
 

@@ -27,6 +27,8 @@ constexpr Command kCommands[] = {
      "show steps, tensors, blobs and the mesh of a checkpoint"},
     {"plan", ckpt::tools::PlanMain,
      "plan a save and a resharded load at any scale, without tensor data"},
+    {"interval", ckpt::tools::IntervalMain,
+     "how often to checkpoint, from a failure rate and save costs"},
 };
 
 void PrintHelp(FILE* out) {

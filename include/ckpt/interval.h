@@ -1,0 +1,174 @@
+// How often to checkpoint: interval models (Young, Daly, the exact optimum of
+// Daly's model, asynchronous saves), failure-rate estimation from logs, a
+// Monte Carlo simulator to check them, and a policy a trainer can ask every
+// step. All times are in seconds.
+#ifndef CKPT_INTERVAL_H_
+#define CKPT_INTERVAL_H_
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "ckpt/checkpointer.h"
+
+namespace ckpt {
+
+// ---------------------------------------------------------------------------
+// Blocking checkpoints (the job stops for `delta` seconds per checkpoint).
+
+/// Young's first-order optimum: sqrt(2 * delta * M).
+double YoungInterval(double delta, double mtbf);
+
+/// Daly's higher-order estimate (FGCS 2006, eq. 37): compute time between
+/// checkpoints; M when delta >= 2M.
+double DalyInterval(double delta, double mtbf);
+
+/// The exact minimiser of Daly's expected wall time,
+/// tau = M * (1 + W0(-exp(-(delta / M + 1)))), W0 the Lambert W function.
+double ExactDalyInterval(double delta, double mtbf);
+
+/// Daly's expected wall time to finish `work` seconds of computation with
+/// compute interval `tau`, checkpoint cost `delta`, restart `restart`, MTBF
+/// `mtbf`, failures possible at any time (also during checkpoints and
+/// restarts): M e^{R/M} (e^{(tau+delta)/M} - 1) work / tau.
+double DalyWallTime(double work, double tau, double delta, double restart, double mtbf);
+
+/// work / DalyWallTime: the fraction of wall time that is useful work.
+double DalyGoodput(double tau, double delta, double restart, double mtbf);
+
+// ---------------------------------------------------------------------------
+// Asynchronous checkpoints: the job stops for `stall` seconds, then the save
+// becomes durable `write` seconds later while training goes on. A failure
+// before it is durable falls back to the previous checkpoint. `period` is the
+// wall time from one save's start to the next; a save starts only after the
+// previous one is durable, so period >= stall + write.
+
+/// Goodput of asynchronous saves with exponential failures, exactly. Between
+/// one save becoming durable and the next, `period` of wall time passes; a
+/// failure in it falls back to the earlier save, so the retry needs restart +
+/// write + period without a failure. Renewal arithmetic gives
+///   (period - stall) / M * e^{-(restart + write) / M} / (e^{period / M} - 1),
+/// Daly's blocking model with cost = stall, times e^{-write / M}.
+double AsyncGoodput(double period, double stall, double write, double restart, double mtbf);
+
+/// Expected wall time lost per failure in the same model (re-done work,
+/// restart, failures during the restart): (E[window] - period) / failures
+/// per window.
+double AsyncLossPerFailure(double period, double stall, double write, double restart, double mtbf);
+
+/// The period maximising AsyncGoodput: Daly's exact optimum for a cost of
+/// `stall` (the write does not move it), but at least stall + write.
+double AsyncInterval(double stall, double write, double mtbf);
+
+// ---------------------------------------------------------------------------
+// Failure rates from logs.
+
+struct MtbfEstimate {
+  int64_t failures = 0;
+  double observed_s = 0;  ///< total time the estimate is based on
+  double mtbf = 0;        ///< maximum-likelihood estimate
+  double lower95 = 0;     ///< chi-square 95% interval
+  double upper95 = 0;
+};
+
+/// Exponential MLE from inter-failure times (time-truncated when
+/// `censored_tail` > 0: that much observation after the last failure).
+MtbfEstimate EstimateMtbf(const std::vector<double>& inter_failure_s, double censored_tail = 0);
+
+struct WeibullFit {
+  double shape = 1;  ///< k: < 1 infant mortality, > 1 wear-out
+  double scale = 0;  ///< lambda, seconds
+  double Mean() const;
+};
+
+/// Maximum-likelihood Weibull fit of inter-failure times (Newton on the
+/// shape equation). Needs at least two distinct positive values.
+absl::StatusOr<WeibullFit> FitWeibull(const std::vector<double>& inter_failure_s);
+
+/// Parses a failure log: one entry per line or a JSON array; entries are
+/// either timestamps (ISO-8601 "2024-05-01T03:12:00Z" or Unix seconds) or,
+/// with `intervals`, inter-failure durations ("3h", "1800", "45m"). CSV
+/// lines take the first field; a header line is skipped. Returns sorted
+/// inter-failure times in seconds.
+absl::StatusOr<std::vector<double>> ParseFailureLog(const std::string& text, bool intervals);
+
+/// Durations: "90", "90s", "15m", "24h", "2d", "1.5h".
+absl::StatusOr<double> ParseDuration(const std::string& text);
+
+/// Quantile of the chi-square distribution with `dof` degrees of freedom.
+double ChiSquareQuantile(double p, double dof);
+
+// ---------------------------------------------------------------------------
+// Monte Carlo.
+
+struct SimulationConfig {
+  bool async = false;
+  double work = 0;     ///< useful compute to finish
+  double interval = 0; ///< blocking: compute between checkpoints; async: period
+  double delta = 0;    ///< blocking checkpoint cost
+  double stall = 0;    ///< async
+  double write = 0;    ///< async
+  double restart = 0;
+  double mtbf = 0;
+  double weibull_shape = 1;  ///< 1: exponential failures
+  int64_t runs = 1000;
+  uint64_t seed = 1;
+};
+
+struct SimulationResult {
+  double goodput = 0;       ///< mean of work / wall time over runs
+  double goodput_ci95 = 0;  ///< half-width of its 95% interval
+  double mean_wall = 0;
+  double failures_per_run = 0;
+};
+
+/// Simulates `runs` independent runs; failures are a renewal process with
+/// Weibull(shape, scale) gaps whose mean is `mtbf`, striking at any moment
+/// (computing, checkpointing, restarting).
+SimulationResult Simulate(const SimulationConfig& config);
+
+// ---------------------------------------------------------------------------
+// Policy.
+
+struct IntervalPolicyOptions {
+  double mtbf_s = 24 * 3600;
+  double restart_s = 600;
+  double stall_s = 1;       ///< starting estimate, refined by RecordSave
+  double write_s = 30;      ///< starting estimate (async)
+  bool async = true;
+  double min_interval_s = 60;
+  double max_interval_s = 24 * 3600;
+  double smoothing = 0.3;   ///< weight of each new measurement
+};
+
+/// Answers "checkpoint now?" each step, from the failure rate and the save
+/// costs it measures (exponentially smoothed), never before the previous
+/// save is durable. Not thread-safe.
+class IntervalPolicy {
+ public:
+  explicit IntervalPolicy(IntervalPolicyOptions options);
+  /// `now_s`: any monotonic clock. `previous_durable`: the last save's
+  /// handle reports durable (or there was none).
+  bool ShouldCheckpoint(double now_s, bool previous_durable = true);
+  /// Call when a save started at `now_s` (resets the clock).
+  void SaveStarted(double now_s);
+  /// Folds a finished save's measured costs into the estimates.
+  void RecordSave(const SaveStats& stats);
+  /// Updates the failure rate (e.g. from a fresh log estimate).
+  void SetMtbf(double mtbf_s);
+  double interval_s() const { return interval_; }
+  double stall_s() const { return stall_; }
+  double write_s() const { return write_; }
+
+ private:
+  void Recompute();
+  IntervalPolicyOptions options_;
+  double stall_, write_;
+  double interval_ = 0;
+  double last_start_ = -1;
+};
+
+}  // namespace ckpt
+
+#endif  // CKPT_INTERVAL_H_

@@ -1,0 +1,120 @@
+#include <algorithm>
+#include <cmath>
+
+#include "ckpt/interval.h"
+
+namespace ckpt {
+namespace {
+
+// Principal branch of the Lambert W function for x in [-1/e, 0).
+double LambertW0(double x) {
+  const double e = std::exp(1.0);
+  if (x <= -1.0 / e) return -1.0;
+  double w;
+  if (x < -0.25) {
+    // Series at the branch point.
+    const double p = std::sqrt(2.0 * (e * x + 1.0));
+    w = -1.0 + p - p * p / 3.0 + 11.0 / 72.0 * p * p * p;
+  } else {
+    w = std::log1p(x);
+  }
+  for (int i = 0; i < 64; ++i) {  // Halley's iteration
+    const double ew = std::exp(w);
+    const double f = w * ew - x;
+    const double wp1 = w + 1.0;
+    if (wp1 == 0) break;
+    const double step = f / (ew * wp1 - (w + 2.0) * f / (2.0 * wp1));
+    w -= step;
+    if (std::fabs(step) <= 1e-15 * (1.0 + std::fabs(w))) break;
+  }
+  return w;
+}
+
+}  // namespace
+
+double YoungInterval(double delta, double mtbf) { return std::sqrt(2.0 * delta * mtbf); }
+
+double DalyInterval(double delta, double mtbf) {
+  if (delta >= 2.0 * mtbf) return mtbf;
+  const double r = delta / (2.0 * mtbf);
+  return std::sqrt(2.0 * delta * mtbf) * (1.0 + std::sqrt(r) / 3.0 + r / 9.0) - delta;
+}
+
+double ExactDalyInterval(double delta, double mtbf) {
+  return mtbf * (1.0 + LambertW0(-std::exp(-(delta / mtbf + 1.0))));
+}
+
+double DalyWallTime(double work, double tau, double delta, double restart, double mtbf) {
+  return mtbf * std::exp(restart / mtbf) * std::expm1((tau + delta) / mtbf) * work / tau;
+}
+
+double DalyGoodput(double tau, double delta, double restart, double mtbf) {
+  return tau / (mtbf * std::exp(restart / mtbf) * std::expm1((tau + delta) / mtbf));
+}
+
+double AsyncGoodput(double period, double stall, double write, double restart, double mtbf) {
+  // Window: from save k durable to save k+1 durable, `period` long without
+  // failures. A failure in it sends the job back to save k; getting from
+  // there to save k+1 durable takes restart + write + period without a
+  // failure. With rate l = 1/M, the expected window is
+  //   (1 - e^{-l p}) / l  +  (1 - e^{-l p}) (e^{l (R + W + p)} - 1) / l
+  //   = (1 - e^{-l p}) e^{l (R + W + p)} / l,
+  // and it yields p - stall of work.
+  const double p = std::max(period, stall + write);
+  return (p - stall) / mtbf * std::exp(-(restart + write) / mtbf) / std::expm1(p / mtbf);
+}
+
+double AsyncLossPerFailure(double period, double stall, double write, double restart, double mtbf) {
+  const double p = std::max(period, stall + write);
+  const double window = -std::expm1(-p / mtbf) * std::exp((restart + write + p) / mtbf) * mtbf;
+  const double failures = window / mtbf;
+  return failures > 0 ? (window - p) / failures : 0;
+}
+
+double AsyncInterval(double stall, double write, double mtbf) {
+  // The goodput is Daly's blocking model for a cost of `stall` times a
+  // constant, so its maximiser is the same; the save must also be durable
+  // before the next one starts.
+  return std::max(stall + write, ExactDalyInterval(stall, mtbf) + stall);
+}
+
+IntervalPolicy::IntervalPolicy(IntervalPolicyOptions options)
+    : options_(options), stall_(options.stall_s), write_(options.write_s) {
+  Recompute();
+}
+
+void IntervalPolicy::Recompute() {
+  const double m = std::max(options_.mtbf_s, 1e-9);
+  double interval = options_.async ? AsyncInterval(stall_, write_, m)
+                                   : ExactDalyInterval(stall_, m) + stall_;
+  interval_ = std::clamp(interval, options_.min_interval_s, options_.max_interval_s);
+}
+
+bool IntervalPolicy::ShouldCheckpoint(double now_s, bool previous_durable) {
+  if (last_start_ < 0) {
+    last_start_ = now_s;  // the clock starts at the first question
+    return false;
+  }
+  return previous_durable && now_s - last_start_ >= interval_;
+}
+
+void IntervalPolicy::SaveStarted(double now_s) { last_start_ = now_s; }
+
+void IntervalPolicy::RecordSave(const SaveStats& stats) {
+  const double a = std::clamp(options_.smoothing, 0.0, 1.0);
+  const double done = stats.commit_s > 0 ? stats.commit_s : stats.write_s;
+  if (options_.async) {
+    stall_ = (1 - a) * stall_ + a * stats.stall_s;
+    write_ = (1 - a) * write_ + a * std::max(0.0, done - stats.stall_s);
+  } else {
+    stall_ = (1 - a) * stall_ + a * done;  // a blocking save costs all of it
+  }
+  Recompute();
+}
+
+void IntervalPolicy::SetMtbf(double mtbf_s) {
+  options_.mtbf_s = mtbf_s;
+  Recompute();
+}
+
+}  // namespace ckpt

@@ -1,0 +1,220 @@
+// Interval models against published values, estimators against known
+// parameters, the simulator against the formulas, and the policy.
+#include <cmath>
+#include <random>
+
+#include "ckpt/interval.h"
+#include "testutil/test_util.h"
+
+namespace ckpt::testing {
+namespace {
+
+constexpr double kMin = 60, kHour = 3600;
+
+// Daly, FGCS 2006, with Ts = 500 h, R = 10 min, delta = 5 min.
+TEST(Daly, PublishedExamples) {
+  EXPECT_NEAR(DalyInterval(5 * kMin, 24 * kHour) / kMin, 117, 1.0);
+  EXPECT_NEAR(DalyInterval(5 * kMin, 6 * kHour) / kMin, 57, 1.0);
+  EXPECT_NEAR(DalyInterval(5 * kMin, 15 * kMin) / kMin, 9.1, 0.1);
+  // The exact optimum of the model agrees closely with the estimate.
+  for (double m : {24 * kHour, 6 * kHour, 15 * kMin}) {
+    EXPECT_NEAR(ExactDalyInterval(5 * kMin, m), DalyInterval(5 * kMin, m), 0.02 * DalyInterval(5 * kMin, m));
+  }
+}
+
+TEST(Daly, LargeCheckpointCostBranch) {
+  EXPECT_DOUBLE_EQ(DalyInterval(3 * kHour, 1 * kHour), 1 * kHour);  // delta >= 2M
+  EXPECT_DOUBLE_EQ(DalyInterval(2 * kHour, 1 * kHour), 1 * kHour);
+  EXPECT_LT(DalyInterval(1.9 * kHour, 1 * kHour), 1.1 * kHour);
+}
+
+TEST(Young, Value) {
+  EXPECT_DOUBLE_EQ(YoungInterval(5 * kMin, 24 * kHour), 2 * kHour);
+}
+
+TEST(Daly, ExactOptimumMinimisesWallTime) {
+  for (double m : {15 * kMin, 6 * kHour, 24 * kHour, 200 * kHour}) {
+    for (double delta : {10.0, 5 * kMin, 30 * kMin}) {
+      const double tau = ExactDalyInterval(delta, m);
+      const double w = DalyWallTime(500 * kHour, tau, delta, 10 * kMin, m);
+      EXPECT_LT(w, DalyWallTime(500 * kHour, tau * 1.02, delta, 10 * kMin, m));
+      EXPECT_LT(w, DalyWallTime(500 * kHour, tau * 0.98, delta, 10 * kMin, m));
+      EXPECT_NEAR(DalyGoodput(tau, delta, 10 * kMin, m), 500 * kHour / w, 1e-12);
+    }
+  }
+}
+
+TEST(Async, OptimumAndConstraint) {
+  const double p = AsyncInterval(2, 60, 3.1 * kHour);
+  EXPECT_GT(AsyncGoodput(p, 2, 60, 600, 3.1 * kHour), AsyncGoodput(p * 1.1, 2, 60, 600, 3.1 * kHour));
+  EXPECT_GT(AsyncGoodput(p, 2, 60, 600, 3.1 * kHour), AsyncGoodput(p * 0.9, 2, 60, 600, 3.1 * kHour));
+  EXPECT_NEAR(p, std::sqrt(2 * 2 * 3.1 * kHour), 0.15 * p);
+  // A save starts only after the previous one is durable.
+  EXPECT_GE(AsyncInterval(1, 3600, 24 * kHour), 3601);
+  // With rare failures the loss per failure is about period / 2 + write +
+  // restart, and the goodput about (1 - stall / period)(1 - loss / M).
+  EXPECT_NEAR(AsyncLossPerFailure(600, 1, 60, 600, 1000 * kHour), 300 + 60 + 600, 1);
+  const double m = 1000 * kHour;
+  EXPECT_NEAR(AsyncGoodput(600, 1, 60, 600, m), (1 - 1 / 600.0) * (1 - 960 / m), 1e-6);
+  // The write does not move the optimum, only scales the goodput.
+  EXPECT_DOUBLE_EQ(AsyncInterval(2, 1, 3.1 * kHour), AsyncInterval(2, 100, 3.1 * kHour));
+  EXPECT_NEAR(AsyncGoodput(900, 2, 100, 600, 3.1 * kHour) / AsyncGoodput(900, 2, 1, 600, 3.1 * kHour),
+              std::exp(-99 / (3.1 * kHour)), 1e-12);
+}
+
+TEST(Failures, ChiSquareQuantiles) {
+  EXPECT_NEAR(ChiSquareQuantile(0.975, 10), 20.483, 1e-3);
+  EXPECT_NEAR(ChiSquareQuantile(0.025, 10), 3.247, 1e-3);
+  EXPECT_NEAR(ChiSquareQuantile(0.5, 2), 1.386, 1e-3);
+}
+
+TEST(Failures, MtbfEstimateCoversTheTruth) {
+  std::mt19937_64 rng(11);
+  std::exponential_distribution<double> exp(1.0 / 3600);
+  int covered = 0;
+  for (int trial = 0; trial < 200; ++trial) {
+    std::vector<double> gaps(50);
+    for (double& g : gaps) g = exp(rng);
+    MtbfEstimate e = EstimateMtbf(gaps);
+    EXPECT_EQ(e.failures, 50);
+    EXPECT_LT(e.lower95, e.mtbf);
+    EXPECT_GT(e.upper95, e.mtbf);
+    covered += e.lower95 <= 3600 && 3600 <= e.upper95;
+  }
+  // A 95% interval covers the true MTBF in about 95% of trials.
+  EXPECT_GE(covered, 180);
+  EXPECT_LE(covered, 199);
+}
+
+TEST(Failures, WeibullFitRecoversParameters) {
+  std::mt19937_64 rng(5);
+  std::weibull_distribution<double> w(0.7, 5000);
+  std::vector<double> gaps(4000);
+  for (double& g : gaps) g = w(rng);
+  auto fit = FitWeibull(gaps);
+  ASSERT_OK(fit);
+  EXPECT_NEAR(fit->shape, 0.7, 0.03);
+  EXPECT_NEAR(fit->scale, 5000, 250);
+  EXPECT_NEAR(fit->Mean(), 5000 * std::tgamma(1 + 1 / 0.7), 400);
+  EXPECT_FALSE(FitWeibull({5, 5, 5}).ok());
+}
+
+TEST(Failures, ParsesLogsAndDurations) {
+  auto csv = ParseFailureLog("time,node\n2024-05-01T00:00:00Z,n1\n2024-05-01T03:00:00Z,n7\n"
+                             "2024-05-01T04:30:00+01:00,n2\n",
+                             false);
+  ASSERT_OK(csv);
+  // The third is 03:30 UTC: gaps 3 h and 30 min, sorted by time.
+  ASSERT_EQ(csv->size(), 2u);
+  EXPECT_DOUBLE_EQ((*csv)[0], 3 * kHour);
+  EXPECT_DOUBLE_EQ((*csv)[1], 30 * kMin);
+  auto json = ParseFailureLog("[1714521600, 1714525200, \"1714528800\"]", false);
+  ASSERT_OK(json);
+  EXPECT_EQ(json->size(), 2u);
+  auto intervals = ParseFailureLog("3h\n45m\n1800\n", true);
+  ASSERT_OK(intervals);
+  EXPECT_EQ(*intervals, (std::vector<double>{3 * kHour, 45 * kMin, 1800}));
+  EXPECT_FALSE(ParseFailureLog("2024-05-01T00:00:00Z\n", false).ok());
+  EXPECT_FALSE(ParseFailureLog("yesterday\ntoday\n", false).ok());
+  EXPECT_DOUBLE_EQ(*ParseDuration("1.5h"), 5400);
+  EXPECT_DOUBLE_EQ(*ParseDuration("2d"), 172800);
+  EXPECT_DOUBLE_EQ(*ParseDuration("90"), 90);
+  EXPECT_FALSE(ParseDuration("soon").ok());
+  EXPECT_FALSE(ParseDuration("-5m").ok());
+}
+
+TEST(Simulation, BlockingMatchesDalysModel) {
+  for (double m : {24 * kHour, 6 * kHour}) {
+    SimulationConfig c;
+    c.work = 500 * kHour;
+    c.delta = 5 * kMin;
+    c.restart = 10 * kMin;
+    c.mtbf = m;
+    c.interval = ExactDalyInterval(c.delta, m);
+    c.runs = 800;
+    c.seed = 3;
+    SimulationResult r = Simulate(c);
+    const double analytic = DalyGoodput(c.interval, c.delta, c.restart, m);
+    EXPECT_NEAR(r.goodput, analytic, 3 * r.goodput_ci95 + 0.002) << "M " << m;
+    EXPECT_GT(r.failures_per_run, 0);
+  }
+}
+
+TEST(Simulation, AsyncMatchesTheModel) {
+  SimulationConfig c;
+  c.async = true;
+  c.work = 30 * 24 * kHour;
+  c.stall = 5;
+  c.write = 120;
+  c.restart = 10 * kMin;
+  c.mtbf = 24 * kHour;
+  c.interval = AsyncInterval(c.stall, c.write, c.mtbf);
+  c.runs = 600;
+  SimulationResult r = Simulate(c);
+  const double analytic = AsyncGoodput(c.interval, c.stall, c.write, c.restart, c.mtbf);
+  EXPECT_NEAR(r.goodput, analytic, 3 * r.goodput_ci95 + 0.002);
+  // Frequent failures and periods far from the optimum: the model is exact
+  // for exponential failures, so it still matches.
+  for (double period : {300.0, 1800.0, 7200.0}) {
+    SimulationConfig f = c;
+    f.mtbf = 3 * kHour;
+    f.interval = period;
+    f.runs = 400;
+    SimulationResult fr = Simulate(f);
+    EXPECT_NEAR(fr.goodput, AsyncGoodput(period, f.stall, f.write, f.restart, f.mtbf),
+                3 * fr.goodput_ci95 + 0.002)
+        << "period " << period;
+  }
+  // Async beats blocking saves of the same total cost.
+  const double blocking = DalyGoodput(ExactDalyInterval(c.stall + c.write, c.mtbf), c.stall + c.write,
+                                      c.restart, c.mtbf);
+  EXPECT_GT(r.goodput, blocking);
+}
+
+TEST(Simulation, WeibullFailuresRunAndAreSeeded) {
+  SimulationConfig c;
+  c.work = 100 * kHour;
+  c.delta = 60;
+  c.restart = 300;
+  c.mtbf = 6 * kHour;
+  c.interval = 30 * kMin;
+  c.weibull_shape = 0.7;
+  c.runs = 200;
+  c.seed = 9;
+  SimulationResult a = Simulate(c), b = Simulate(c);
+  EXPECT_EQ(a.goodput, b.goodput);
+  EXPECT_GT(a.goodput, 0.5);
+  EXPECT_LT(a.goodput, 1.0);
+  c.seed = 10;
+  EXPECT_NE(Simulate(c).goodput, a.goodput);
+}
+
+TEST(Policy, WaitsForTheIntervalAndForDurability) {
+  IntervalPolicyOptions o;
+  o.mtbf_s = 24 * kHour;
+  o.stall_s = 2;
+  o.write_s = 60;
+  o.min_interval_s = 1;
+  IntervalPolicy p(o);
+  const double interval = p.interval_s();
+  EXPECT_NEAR(interval, AsyncInterval(2, 60, 24 * kHour), 1e-6);
+  EXPECT_FALSE(p.ShouldCheckpoint(0));
+  EXPECT_FALSE(p.ShouldCheckpoint(interval - 1));
+  EXPECT_TRUE(p.ShouldCheckpoint(interval + 1));
+  EXPECT_FALSE(p.ShouldCheckpoint(interval + 1, /*previous_durable=*/false));
+  p.SaveStarted(interval + 1);
+  EXPECT_FALSE(p.ShouldCheckpoint(interval + 2));
+  // Measured saves that stall longer move the interval out.
+  SaveStats slow;
+  slow.stall_s = 20;
+  slow.commit_s = 80;
+  for (int i = 0; i < 20; ++i) p.RecordSave(slow);
+  EXPECT_NEAR(p.stall_s(), 20, 0.1);
+  EXPECT_NEAR(p.write_s(), 60, 0.1);
+  EXPECT_GT(p.interval_s(), 2 * interval);
+  p.SetMtbf(1 * kHour);
+  EXPECT_LT(p.interval_s(), interval * 2);
+}
+
+}  // namespace
+}  // namespace ckpt::testing
