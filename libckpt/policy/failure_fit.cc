@@ -186,6 +186,7 @@ absl::StatusOr<double> ParseTimestamp(std::string_view s) {
 
 absl::StatusOr<std::vector<double>> ParseFailureLog(const std::string& text, bool intervals) {
   std::vector<std::string> fields;
+  std::vector<std::string> where;  // "line N" or "entry N", for errors
   std::string_view t = text;
   while (!t.empty() && std::isspace(static_cast<unsigned char>(t.front()))) t.remove_prefix(1);
   if (!t.empty() && t.front() == '[') {
@@ -202,7 +203,10 @@ absl::StatusOr<std::vector<double>> ParseFailureLog(const std::string& text, boo
       } else if (c == '"') {
         in_str = true;
       } else if (c == ',' || c == ']') {
-        if (!cur.empty()) fields.push_back(cur);
+        if (!cur.empty()) {
+          fields.push_back(cur);
+          where.push_back(StrCat("entry ", fields.size()));
+        }
         cur.clear();
         if (c == ']') break;
       } else if (!std::isspace(static_cast<unsigned char>(c))) {
@@ -226,20 +230,21 @@ absl::StatusOr<std::vector<double>> ParseFailureLog(const std::string& text, boo
       const bool numeric_start = !first.empty() && (std::isdigit(static_cast<unsigned char>(first[0])) || first[0] == '.');
       if (line_no == 1 && !numeric_start) continue;  // a header
       fields.push_back(first);
+      where.push_back(StrCat("line ", line_no));
     }
   }
   std::vector<double> out;
   if (intervals) {
-    for (const std::string& f : fields) {
-      auto d = ParseDuration(f);
-      if (!d.ok()) return d.status();
+    for (size_t i = 0; i < fields.size(); ++i) {
+      auto d = ParseDuration(fields[i]);
+      if (!d.ok()) return absl::InvalidArgumentError(StrCat(where[i], ": ", d.status().message()));
       out.push_back(*d);
     }
   } else {
     std::vector<double> times;
-    for (const std::string& f : fields) {
-      auto ts = ParseTimestamp(f);
-      if (!ts.ok()) return ts.status();
+    for (size_t i = 0; i < fields.size(); ++i) {
+      auto ts = ParseTimestamp(fields[i]);
+      if (!ts.ok()) return absl::InvalidArgumentError(StrCat(where[i], ": ", ts.status().message()));
       times.push_back(*ts);
     }
     std::sort(times.begin(), times.end());

@@ -33,7 +33,7 @@ CliRun Ckpt(const std::string& args) {
 bool Has(const std::string& s, const std::string& what) { return s.find(what) != std::string::npos; }
 
 TEST(Cli, HelpOnEverySubcommand) {
-  for (const char* sub : {"demo", "synth", "restore-check", "verify", "inspect", "plan"}) {
+  for (const char* sub : {"demo", "synth", "restore-check", "verify", "inspect", "plan", "interval"}) {
     CliRun r = Ckpt(std::string(sub) + " --help");
     EXPECT_EQ(r.code, 0) << sub;
     EXPECT_TRUE(Has(r.out, std::string("usage: ckpt ") + sub)) << r.out;
@@ -128,6 +128,101 @@ TEST(Cli, DemoRunsEndToEnd) {
   CliRun refused = Ckpt("demo --dir " + dir.Join("mine"));
   EXPECT_EQ(refused.code, 2) << refused.out;
   EXPECT_TRUE(std::filesystem::exists(dir.Join("mine/precious.txt")));
+}
+
+}  // namespace
+}  // namespace ckpt::testing
+
+namespace ckpt::testing {
+namespace {
+
+double JsonField(const std::string& json, const std::string& key, size_t from = 0) {
+  const size_t at = json.find("\"" + key + "\":", from);
+  if (at == std::string::npos) return NAN;
+  return std::stod(json.substr(at + key.size() + 3));
+}
+
+TEST(Cli, IntervalFromAGivenMtbf) {
+  TempDir dir;
+  const std::string svg = dir.Join("goodput.svg");
+  CliRun r = Ckpt("interval --mtbf 3.1h --stall 5s --write 60s --restart 10m --step-time 8s"
+                  " --simulate 300 --plot " + svg + " --json");
+  ASSERT_EQ(r.code, 0) << r.out;
+  EXPECT_NEAR(JsonField(r.out, "mtbf_s"), 3.1 * 3600, 1e-6);
+  EXPECT_NEAR(JsonField(r.out, "checkpoint_cost_s"), 65, 1e-9);
+  // Young: sqrt(2 * 65 * 11160) = 1204.5 s.
+  EXPECT_NEAR(JsonField(r.out, "young_s"), 1204.5, 0.5);
+  const size_t async_at = r.out.find("\"async\":");
+  ASSERT_NE(async_at, std::string::npos) << r.out;
+  const double period = JsonField(r.out, "period_s", async_at);
+  const double async_goodput = JsonField(r.out, "goodput", async_at);
+  const double block_goodput = JsonField(r.out, "goodput");
+  EXPECT_GT(period, 65);
+  EXPECT_LT(period, JsonField(r.out, "optimum_s"));  // saving often is cheap when async
+  EXPECT_GT(async_goodput, block_goodput);
+  EXPECT_NEAR(JsonField(r.out, "simulated_goodput", async_at), async_goodput, 0.01);
+  EXPECT_NEAR(JsonField(r.out, "simulated_goodput"), block_goodput, 0.01);
+  EXPECT_EQ(JsonField(r.out, "period_steps", async_at), std::round(period / 8));
+  const std::string plot = ReadFile(svg);
+  EXPECT_EQ(plot.rfind("<svg", 0), 0u) << plot.substr(0, 100);
+  EXPECT_TRUE(Has(plot, "</svg>"));
+  EXPECT_TRUE(Has(plot, "async optimum"));
+  EXPECT_TRUE(Has(plot, "<path d=\"M"));
+  EXPECT_TRUE(Has(plot, "<circle"));  // simulated points
+
+  CliRun text = Ckpt("interval --mtbf 24h --checkpoint-cost 2m --current-interval 6h");
+  ASSERT_EQ(text.code, 0) << text.out;
+  EXPECT_TRUE(Has(text.out, "exact optimum")) << text.out;
+  EXPECT_TRUE(Has(text.out, "current interval 6.00 h")) << text.out;
+  EXPECT_FALSE(Has(text.out, "asynchronous")) << text.out;
+}
+
+TEST(Cli, IntervalFromRatesLogsAndMeasuredCosts) {
+  TempDir dir;
+  CliRun rate = Ckpt("interval --node-failure-rate 0.001/day --nodes 1000 --checkpoint-cost 60 --json");
+  ASSERT_EQ(rate.code, 0) << rate.out;
+  EXPECT_NEAR(JsonField(rate.out, "mtbf_s"), 86400, 1e-6);
+
+  // 41 failures 2 hours apart, as ISO timestamps with a header line.
+  std::string log = "time,host\n";
+  for (int i = 0; i <= 40; ++i) {
+    char line[64];
+    std::snprintf(line, sizeof(line), "2026-03-%02dT%02d:00:00Z,node%d\n", 1 + i * 2 / 24, i * 2 % 24, i);
+    log += line;
+  }
+  WriteFile(dir.Join("failures.csv"), log);
+  CliRun fit = Ckpt("interval --failure-log " + dir.Join("failures.csv") + " --checkpoint-cost 30 --json");
+  ASSERT_EQ(fit.code, 0) << fit.out;
+  EXPECT_NEAR(JsonField(fit.out, "mtbf_s"), 7200, 1);
+  EXPECT_LT(JsonField(fit.out, "mtbf_lower95_s"), 7200);
+  EXPECT_GT(JsonField(fit.out, "mtbf_upper95_s"), 7200);
+  EXPECT_TRUE(Has(fit.out, "40 failures")) << fit.out;
+
+  // Costs measured by a real save.
+  CliRun synth = Ckpt("synth --out " + dir.Join("root") + " --params 1M --json");
+  ASSERT_EQ(synth.code, 0) << synth.out;
+  WriteFile(dir.Join("costs.json"), synth.out);
+  CliRun costs = Ckpt("interval --mtbf 12h --costs " + dir.Join("costs.json") + " --json");
+  ASSERT_EQ(costs.code, 0) << costs.out;
+  EXPECT_NEAR(JsonField(costs.out, "stall_s"), JsonField(synth.out, "stall_s"), 1e-9);
+  EXPECT_NEAR(JsonField(costs.out, "checkpoint_cost_s"), JsonField(synth.out, "commit_s"), 1e-9);
+}
+
+TEST(Cli, IntervalRejectsBadInput) {
+  TempDir dir;
+  EXPECT_EQ(Ckpt("interval --checkpoint-cost 60").code, 2);                  // no failure rate
+  EXPECT_EQ(Ckpt("interval --mtbf 1h --nodes 3 --node-failure-rate 1 --checkpoint-cost 60").code, 2);
+  EXPECT_EQ(Ckpt("interval --mtbf -1h --checkpoint-cost 60").code, 2);
+  EXPECT_EQ(Ckpt("interval --mtbf 1x --checkpoint-cost 60").code, 2);
+  EXPECT_EQ(Ckpt("interval --mtbf 24h").code, 2);                            // no cost
+  EXPECT_EQ(Ckpt("interval --node-failure-rate 0.1/fortnight --nodes 4 --checkpoint-cost 1").code, 2);
+  EXPECT_EQ(Ckpt("interval --failure-log /nonexistent/log --checkpoint-cost 60").code, 2);
+  WriteFile(dir.Join("garbage"), "yesterday\nsoon\n");
+  CliRun g = Ckpt("interval --failure-log " + dir.Join("garbage") + " --checkpoint-cost 60");
+  EXPECT_EQ(g.code, 2);
+  EXPECT_TRUE(Has(g.out, dir.Join("garbage") + ": line 2:")) << g.out;
+  WriteFile(dir.Join("nocosts.json"), "{\"step\":3}");
+  EXPECT_EQ(Ckpt("interval --mtbf 1h --costs " + dir.Join("nocosts.json")).code, 2);
 }
 
 }  // namespace

@@ -111,13 +111,18 @@ int IntervalMain(int argc, char** argv, int first) {
     mtbf_source = "given";
   } else if (!node_rate_text.empty()) {
     std::string t = node_rate_text;
-    double per = 86400;
+    double per = 86400;  // a bare number is per day
     if (size_t slash = t.find('/'); slash != std::string::npos) {
-      auto unit = dur(StrCat("1", t.substr(slash + 1).substr(0, 1) == "d" ? "d" : t.substr(slash + 1)), "rate unit");
-      if (t.substr(slash + 1) == "day") unit = 86400.0;
-      if (t.substr(slash + 1) == "hour") unit = 3600.0;
-      if (!unit.ok()) return usage("--node-failure-rate unit must be /day, /hour or a duration");
-      per = *unit;
+      const std::string unit = t.substr(slash + 1);
+      if (unit == "day" || unit == "d") {
+        per = 86400;
+      } else if (unit == "hour" || unit == "h") {
+        per = 3600;
+      } else if (auto d = ParseDuration(unit); d.ok() && *d > 0) {
+        per = *d;  // e.g. 0.3/30d
+      } else {
+        return usage("--node-failure-rate unit must be /day, /hour or a duration such as /30d");
+      }
       t = t.substr(0, slash);
     }
     double rate;
@@ -367,10 +372,10 @@ int IntervalMain(int argc, char** argv, int first) {
     std::printf("current interval %s: goodput %.4f (%.2f h/day more lost than at the optimum)\n",
                 Dur(current).c_str(), current_goodput, (best_goodput - current_goodput) * 24);
   }
-  std::printf("\nat the optimum: %.2f hours lost per day", lost_per_day);
+  std::printf("\nat the optimum: %.2f h of every 24 h lost", lost_per_day);
   if (std::isfinite(dollars_per_day)) {
-    std::printf(" = %.0f GPU-hours = %.0f per day at %.2f per GPU-hour", lost_per_day * gpus, dollars_per_day,
-                gpu_hour_cost);
+    std::printf(", %.0f GPU-hours a day, %.0f a day at %.2f per GPU-hour", lost_per_day * gpus,
+                dollars_per_day, gpu_hour_cost);
   }
   std::printf("\n");
   if (simulate > 0) {
