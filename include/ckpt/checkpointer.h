@@ -129,6 +129,10 @@ class SaveHandle {
   /// Blocks until this rank's data is durable (its part of the two-phase
   /// commit), or failed.
   absl::Status WaitDurable() const;
+  /// Wait(), then until the step has reached the storage's most durable
+  /// tier (tiered://: drained from the local tier). Same as Wait() on
+  /// single-tier storage.
+  absl::Status WaitReplicated() const;
   /// Wait with a time limit; DeadlineExceeded when still running.
   absl::Status WaitFor(double seconds) const;
   bool Done() const;

@@ -20,6 +20,8 @@
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
 
+struct ckpt_storage_plugin;  // include/ckpt/plugin_abi.h
+
 namespace ckpt {
 
 /// What a backend can do, as reported by `ckpt plugins`.
@@ -151,6 +153,11 @@ class Storage {
     return 0;
   }
   virtual void UnregisterBuffers(uint64_t token) {}
+
+  /// Blocks until every file finished or put so far has reached the
+  /// storage's most durable tier (tiered://: drained), and returns the first
+  /// error met on the way. Single-tier backends return OK at once.
+  virtual absl::Status WaitReplicated() { return absl::OkStatus(); }
 };
 
 /// Forwards every call to another storage; decorators (fault injection,
@@ -190,6 +197,7 @@ class ForwardingStorage : public Storage {
     return base_->RegisterBuffers(regions);
   }
   void UnregisterBuffers(uint64_t token) override { base_->UnregisterBuffers(token); }
+  absl::Status WaitReplicated() override { return base_->WaitReplicated(); }
 
   Storage& base() { return *base_; }
 
@@ -201,15 +209,57 @@ class ForwardingStorage : public Storage {
 using StorageFactory =
     std::function<absl::StatusOr<std::shared_ptr<Storage>>(std::string_view uri)>;
 
+/// A backend as `ckpt plugins` shows it.
+struct BackendInfo {
+  std::string scheme;
+  std::string origin;  ///< "built-in", "registered", or the plugin's file
+  std::string description;
+  StorageCaps caps;    ///< what the backend can do at best (per URI it may do less)
+};
+
 /// Registers a backend for `scheme` ("file", "mem", ...). Returns false when
 /// the scheme is taken. Thread-safe.
 bool RegisterStorageScheme(const std::string& scheme, StorageFactory factory);
+bool RegisterStorageScheme(BackendInfo info, StorageFactory factory);
 
 /// Schemes currently registered, sorted.
 std::vector<std::string> RegisteredStorageSchemes();
 
+/// Every registered backend, then every plugin found on the plugin path
+/// (loading them), sorted by scheme.
+std::vector<BackendInfo> ListStorageBackends();
+
+/// A storage plugin: a shared object exporting `ckpt_storage_plugin_entry`
+/// (include/ckpt/plugin_abi.h).
+struct PluginInfo {
+  std::string file;
+  std::string scheme;
+  std::string description;
+  std::string version;
+  uint32_t abi_version = 0;
+  StorageCaps caps;
+  /// Why the plugin cannot be used (empty when it loaded): the file does not
+  /// load, lacks the entry symbol, speaks another ABI version, or has an
+  /// incomplete table.
+  std::string error;
+  const ::ckpt_storage_plugin* table = nullptr;
+};
+
+/// Directories searched for plugins: $CKPT_PLUGIN_PATH (':'-separated), then
+/// the install directory (<libdir>/ckpt/plugins).
+std::vector<std::string> StoragePluginPath();
+
+/// Loads one plugin file (once; later calls return the same result). Never
+/// throws or aborts: problems are in PluginInfo::error.
+PluginInfo LoadStoragePlugin(const std::string& file);
+
+/// Loads every "*.so" in the plugin path, in path order.
+std::vector<PluginInfo> DiscoverStoragePlugins();
+
 /// Opens storage for `uri`: "scheme://rest"; a plain path means file://.
 /// Options ride in the query ("file:///data/ckpt?direct=0&engine=threads").
+/// A scheme no built-in serves is looked up among the plugins on the plugin
+/// path; the error for an unknown scheme lists the plugins that failed.
 absl::StatusOr<std::shared_ptr<Storage>> OpenStorage(std::string_view uri);
 
 }  // namespace ckpt

@@ -99,6 +99,7 @@ class Checkpointer::Impl {
     auto shared = std::make_shared<SaveHandle::Shared>();
     shared->step = step;
     shared->t_start = t0;
+    shared->storage = storage_;
 
     auto job = std::make_shared<SaveJob>();
     job->storage = storage_;

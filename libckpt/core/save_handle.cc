@@ -3,6 +3,7 @@
 #include <chrono>
 
 #include "absl/strings/str_cat.h"
+#include "util/errors.h"
 #include "util/strings.h"
 
 namespace ckpt {
@@ -42,6 +43,11 @@ absl::Status SaveHandle::Wait() const {
   std::unique_lock<std::mutex> lock(shared_->mu);
   shared_->cv.wait(lock, [&] { return shared_->done; });
   return shared_->status;
+}
+
+absl::Status SaveHandle::WaitReplicated() const {
+  CKPT_RETURN_IF_ERROR(Wait());
+  return shared_->storage != nullptr ? shared_->storage->WaitReplicated() : absl::OkStatus();
 }
 
 absl::Status SaveHandle::WaitDurable() const {

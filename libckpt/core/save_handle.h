@@ -26,6 +26,7 @@ struct SaveHandle::Shared {
   bool done = false;
   absl::Status status;
   SaveStats stats;
+  std::shared_ptr<Storage> storage;  ///< for WaitReplicated
 
   /// This rank's data and report are durable (or failed).
   void SetDurable(absl::Status s, double write_s);

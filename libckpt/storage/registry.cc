@@ -1,29 +1,59 @@
+#include <algorithm>
 #include <map>
 #include <mutex>
 
-#include "absl/strings/str_cat.h"
-#include "util/strings.h"
 #include "absl/strings/str_join.h"
 #include "ckpt/storage.h"
+#include "storage/faulty_storage.h"
 #include "storage/file_storage.h"
 #include "storage/mem_storage.h"
+#include "storage/plugin_storage.h"
+#include "storage/tiered_storage.h"
 #include "storage/uri.h"
 #include "util/errors.h"
+#include "util/strings.h"
 
 namespace ckpt {
 namespace {
 
+struct Entry {
+  BackendInfo info;
+  StorageFactory factory;
+};
+
 struct Registry {
   std::mutex mu;
-  std::map<std::string, StorageFactory> factories;
+  std::map<std::string, Entry> entries;
 };
+
+StorageCaps Caps(std::string engine, bool direct, bool rename, bool durable) {
+  StorageCaps c;
+  c.engine = std::move(engine);
+  c.direct_io = direct;
+  c.atomic_rename = rename;
+  c.durable = durable;
+  c.ranged_reads = true;
+  return c;
+}
 
 Registry& GetRegistry() {
   static Registry* registry = [] {
     auto* r = new Registry;
-    r->factories["file"] = OpenFileStorage;
-    r->factories["posix"] = OpenPosixStorage;
-    r->factories["mem"] = OpenMemStorage;
+    auto add = [&](const char* scheme, const char* what, StorageCaps caps, StorageFactory f) {
+      r->entries[scheme] = Entry{BackendInfo{scheme, "built-in", what, std::move(caps)}, std::move(f)};
+    };
+    StorageCaps file = Caps("io_uring", true, true, true);
+    file.registered_buffers = true;
+    add("file", "local or shared filesystem through io_uring (threads where io_uring is refused)",
+        file, OpenFileStorage);
+    add("posix", "local or shared filesystem through pread/pwrite threads",
+        Caps("threads", true, true, true), OpenPosixStorage);
+    add("mem", "process memory, shared by name within the process", Caps("memory", false, true, false),
+        OpenMemStorage);
+    add("tiered", "commit on a fast local tier, drain to a durable tier in the background",
+        Caps("tiered", true, true, true), OpenTieredStorage);
+    add("faulty", "wraps another backend and injects errors, latency, bit flips and crashes",
+        Caps("faulty", false, true, true), OpenFaultyStorage);
     return r;
   }();
   return *registry;
@@ -39,37 +69,74 @@ absl::StatusOr<std::string> Storage::GetAll(std::string_view path) {
   return out;
 }
 
-bool RegisterStorageScheme(const std::string& scheme, StorageFactory factory) {
+bool RegisterStorageScheme(BackendInfo info, StorageFactory factory) {
   Registry& r = GetRegistry();
   std::lock_guard<std::mutex> lock(r.mu);
-  return r.factories.emplace(scheme, std::move(factory)).second;
+  const std::string scheme = info.scheme;
+  return r.entries.emplace(scheme, Entry{std::move(info), std::move(factory)}).second;
+}
+
+bool RegisterStorageScheme(const std::string& scheme, StorageFactory factory) {
+  return RegisterStorageScheme(BackendInfo{scheme, "registered", "", StorageCaps{}}, std::move(factory));
 }
 
 std::vector<std::string> RegisteredStorageSchemes() {
   Registry& r = GetRegistry();
   std::lock_guard<std::mutex> lock(r.mu);
   std::vector<std::string> out;
-  for (const auto& [k, v] : r.factories) out.push_back(k);
+  for (const auto& [k, v] : r.entries) out.push_back(k);
+  return out;
+}
+
+std::vector<BackendInfo> ListStorageBackends() {
+  std::vector<BackendInfo> out;
+  {
+    Registry& r = GetRegistry();
+    std::lock_guard<std::mutex> lock(r.mu);
+    for (const auto& [k, v] : r.entries) out.push_back(v.info);
+  }
+  for (const PluginInfo& p : DiscoverStoragePlugins()) {
+    if (!p.error.empty()) continue;
+    const bool shown = std::any_of(out.begin(), out.end(), [&](const BackendInfo& b) {
+      return b.scheme == p.scheme && b.origin == p.file;
+    });
+    if (!shown) out.push_back(BackendInfo{p.scheme, p.file, p.description, p.caps});
+  }
+  std::stable_sort(out.begin(), out.end(),
+                   [](const BackendInfo& a, const BackendInfo& b) { return a.scheme < b.scheme; });
   return out;
 }
 
 absl::StatusOr<std::shared_ptr<Storage>> OpenStorage(std::string_view uri) {
   CKPT_ASSIGN_OR_RETURN(ParsedUri parsed, ParseUri(uri));
+  Registry& r = GetRegistry();
   StorageFactory factory;
   {
-    Registry& r = GetRegistry();
     std::lock_guard<std::mutex> lock(r.mu);
-    auto it = r.factories.find(parsed.scheme);
-    if (it == r.factories.end()) {
-      std::vector<std::string> known;
-      for (const auto& [k, v] : r.factories) known.push_back(k);
-      return absl::NotFoundError(StrCat(
-          "no storage backend for scheme '", parsed.scheme, "' in '", uri,
-          "' (known: ", absl::StrJoin(known, ", "), ")"));
-    }
-    factory = it->second;
+    auto it = r.entries.find(parsed.scheme);
+    if (it != r.entries.end()) factory = it->second.factory;
   }
-  return factory(uri);
+  if (factory) return factory(uri);
+
+  // Not built in: the first plugin on the path serving the scheme.
+  std::vector<std::string> failed;
+  for (const PluginInfo& p : DiscoverStoragePlugins()) {
+    if (!p.error.empty()) {
+      failed.push_back(p.error);
+      continue;
+    }
+    if (p.scheme != parsed.scheme) continue;
+    PluginInfo plugin = p;
+    RegisterStorageScheme(BackendInfo{p.scheme, p.file, p.description, p.caps},
+                          [plugin](std::string_view u) { return OpenPluginStorage(plugin, u); });
+    return OpenPluginStorage(plugin, uri);
+  }
+  std::vector<std::string> known = RegisteredStorageSchemes();
+  std::string msg = StrCat("no storage backend for scheme '", parsed.scheme, "' in '", uri,
+                           "' (built in or registered: ", absl::StrJoin(known, ", "),
+                           "; plugin path: ", absl::StrJoin(StoragePluginPath(), ":"), ")");
+  if (!failed.empty()) msg = StrCat(msg, "; plugins that failed to load: ", absl::StrJoin(failed, "; "));
+  return absl::NotFoundError(msg);
 }
 
 }  // namespace ckpt

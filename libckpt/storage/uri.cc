@@ -7,6 +7,44 @@
 #include "absl/strings/str_split.h"
 
 namespace ckpt {
+namespace {
+
+int HexDigit(char c) {
+  if (c >= '0' && c <= '9') return c - '0';
+  if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+  if (c >= 'A' && c <= 'F') return c - 'A' + 10;
+  return -1;
+}
+
+std::string Decode(std::string_view v) {
+  std::string out;
+  for (size_t i = 0; i < v.size(); ++i) {
+    if (v[i] == '%' && i + 2 < v.size() && HexDigit(v[i + 1]) >= 0 && HexDigit(v[i + 2]) >= 0) {
+      out += static_cast<char>(HexDigit(v[i + 1]) * 16 + HexDigit(v[i + 2]));
+      i += 2;
+    } else {
+      out += v[i];
+    }
+  }
+  return out;
+}
+
+}  // namespace
+
+std::string EncodeUriValue(std::string_view value) {
+  static const char* kHex = "0123456789ABCDEF";
+  std::string out;
+  for (char c : value) {
+    if (c == '%' || c == '&' || c == '=' || c == '?' || c == '#' || c == ' ') {
+      out += '%';
+      out += kHex[static_cast<unsigned char>(c) >> 4];
+      out += kHex[static_cast<unsigned char>(c) & 15];
+    } else {
+      out += c;
+    }
+  }
+  return out;
+}
 
 absl::StatusOr<ParsedUri> ParseUri(std::string_view uri) {
   ParsedUri out;
@@ -30,7 +68,7 @@ absl::StatusOr<ParsedUri> ParseUri(std::string_view uri) {
   if (q != std::string_view::npos) {
     for (absl::string_view kv : absl::StrSplit(AV(rest.substr(q + 1)), '&', absl::SkipEmpty())) {
       std::pair<std::string, std::string> p = absl::StrSplit(kv, absl::MaxSplits('=', 1));
-      out.params[p.first] = p.second;
+      out.params[Decode(p.first)] = Decode(p.second);
     }
   }
   return out;
@@ -55,6 +93,59 @@ absl::StatusOr<int64_t> ParsedUri::Int(std::string_view key, int64_t def) const 
         StrCat("URI parameter ", key, "=", it->second, " is not an integer"));
   }
   return v;
+}
+
+absl::StatusOr<int64_t> ParsedUri::Bytes(std::string_view key, int64_t def) const {
+  auto it = params.find(std::string(key));
+  if (it == params.end()) return def;
+  std::string_view v = it->second;
+  int64_t mult = 1;
+  if (!v.empty()) {
+    switch (absl::ascii_toupper(v.back())) {
+      case 'K': mult = int64_t{1} << 10; break;
+      case 'M': mult = int64_t{1} << 20; break;
+      case 'G': mult = int64_t{1} << 30; break;
+      case 'T': mult = int64_t{1} << 40; break;
+      default: break;
+    }
+    if (mult != 1) v.remove_suffix(1);
+  }
+  int64_t n;
+  if (!ParseInt64(v, &n) || n < 0 || n > (int64_t{1} << 62) / mult) {
+    return absl::InvalidArgumentError(
+        StrCat("URI parameter ", key, "=", it->second, " is not a byte count (e.g. 64M)"));
+  }
+  return n * mult;
+}
+
+absl::StatusOr<double> ParsedUri::Double(std::string_view key, double def) const {
+  auto it = params.find(std::string(key));
+  if (it == params.end()) return def;
+  double d;
+  if (!ParseDouble(it->second, &d)) {
+    return absl::InvalidArgumentError(StrCat("URI parameter ", key, "=", it->second, " is not a number"));
+  }
+  return d;
+}
+
+absl::StatusOr<double> ParsedUri::Seconds(std::string_view key, double def) const {
+  auto it = params.find(std::string(key));
+  if (it == params.end()) return def;
+  std::string_view v = it->second;
+  double scale = 1;
+  if (ConsumeSuffix(&v, "us")) {
+    scale = 1e-6;
+  } else if (ConsumeSuffix(&v, "ms")) {
+    scale = 1e-3;
+  } else if (ConsumeSuffix(&v, "s")) {
+    scale = 1;
+  }
+  double d;
+  if (!ParseDouble(v, &d) || d < 0) {
+    return absl::InvalidArgumentError(
+        StrCat("URI parameter ", key, "=", it->second, " is not a duration (e.g. 5ms)"));
+  }
+  return d * scale;
 }
 
 std::string ParsedUri::Str(std::string_view key, std::string_view def) const {

@@ -18,10 +18,20 @@ struct ParsedUri {
   /// Boolean parameter: "1/true/yes/on" or "0/false/no/off"; `def` if unset.
   absl::StatusOr<bool> Bool(std::string_view key, bool def) const;
   absl::StatusOr<int64_t> Int(std::string_view key, int64_t def) const;
+  /// Byte count with an optional K, M, G or T suffix (powers of 1024).
+  absl::StatusOr<int64_t> Bytes(std::string_view key, int64_t def) const;
+  /// Duration in seconds: "250us", "5ms", "2s", "1.5" (seconds).
+  absl::StatusOr<double> Seconds(std::string_view key, double def) const;
+  absl::StatusOr<double> Double(std::string_view key, double def) const;
   std::string Str(std::string_view key, std::string_view def) const;
 };
 
+/// Splits a URI. Query values are percent-decoded, so a URI can carry
+/// another one: "tiered://?local=%2Fnvme%2Fck&durable=file%3A%2F%2F%2Fs%3Fdirect%3D0".
 absl::StatusOr<ParsedUri> ParseUri(std::string_view uri);
+
+/// Percent-encodes the characters that would end a query value.
+std::string EncodeUriValue(std::string_view value);
 
 }  // namespace ckpt
 

@@ -1,4 +1,6 @@
-// One conformance suite that every built-in backend passes.
+// One conformance suite that every backend passes: the built-ins, the
+// decorators (tiered, faulty with no faults armed) and a plugin loaded
+// through the C ABI.
 #include <sys/mount.h>
 #include <unistd.h>
 
@@ -21,16 +23,25 @@ namespace {
 
 struct BackendCase {
   std::string name;
-  std::string scheme;  // "file", "posix" or "mem"
+  std::string scheme;  // "file", "posix", "mem", "tiered", "faulty", "localfs"
   std::string query;
 };
+
+#ifndef CKPT_TEST_PLUGIN_DIR
+#error "CKPT_TEST_PLUGIN_DIR must name the directory of the built plugins"
+#endif
 
 class StorageConformance : public ::testing::TestWithParam<BackendCase> {
  protected:
   void SetUp() override {
+    setenv("CKPT_PLUGIN_PATH", CKPT_TEST_PLUGIN_DIR, 1);
     std::string uri;
     if (GetParam().scheme == "mem") {
       uri = "mem://conformance-" + std::to_string(++counter_) + GetParam().name;
+    } else if (GetParam().scheme == "tiered") {
+      uri = "tiered://?local=" + dir_.path() + "/local&durable=" + dir_.path() + "/durable" + GetParam().query;
+    } else if (GetParam().scheme == "faulty-mem") {
+      uri = "faulty://mem://conformance-" + std::to_string(++counter_) + GetParam().name + GetParam().query;
     } else {
       uri = GetParam().scheme + "://" + dir_.path() + "/root" + GetParam().query;
     }
@@ -212,11 +223,16 @@ TEST_P(StorageConformance, RejectsEscapingPaths) {
 }
 
 INSTANTIATE_TEST_SUITE_P(
-    Builtins, StorageConformance,
+    Backends, StorageConformance,
     ::testing::Values(BackendCase{"file_uring", "file", "?engine=io_uring"},
                       BackendCase{"file_threads", "file", "?engine=threads"},
                       BackendCase{"file_buffered", "file", "?direct=0"},
-                      BackendCase{"posix", "posix", ""}, BackendCase{"mem", "mem", ""}),
+                      BackendCase{"posix", "posix", ""}, BackendCase{"mem", "mem", ""},
+                      BackendCase{"tiered", "tiered", ""},
+                      BackendCase{"tiered_keep_local", "tiered", "&keep_local=1"},
+                      BackendCase{"faulty_file", "faulty", "?fault.latency=50us"},
+                      BackendCase{"faulty_mem", "faulty-mem", ""},
+                      BackendCase{"localfs_plugin", "localfs", ""}),
     [](const ::testing::TestParamInfo<BackendCase>& info) { return info.param.name; });
 
 TEST(StorageRegistry, UnknownSchemeListsKnownOnes) {

@@ -140,6 +140,9 @@ int SynthMain(int argc, char** argv, int first) {
     std::printf("  stall %.3f s (longest rank), durable after %.2f s, committed after %.2f s\n",
                 res->stall_max_s, res->write_s, res->commit_s);
   }
+  // Flushed now: with a tiered:// root the process may still be draining
+  // to the durable tier when a caller reads this.
+  std::fflush(stdout);
   return kExitOk;
 }
 

@@ -12,6 +12,7 @@ int InspectMain(int argc, char** argv, int first);
 int DemoMain(int argc, char** argv, int first);
 int PlanMain(int argc, char** argv, int first);
 int IntervalMain(int argc, char** argv, int first);
+int PluginsMain(int argc, char** argv, int first);
 
 }  // namespace ckpt::tools
 

@@ -29,6 +29,8 @@ constexpr Command kCommands[] = {
      "plan a save and a resharded load at any scale, without tensor data"},
     {"interval", ckpt::tools::IntervalMain,
      "how often to checkpoint, from a failure rate and save costs"},
+    {"plugins", ckpt::tools::PluginsMain,
+     "list the storage backends and plugins, with their capabilities"},
 };
 
 void PrintHelp(FILE* out) {

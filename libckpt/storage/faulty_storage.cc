@@ -1,0 +1,239 @@
+#include "storage/faulty_storage.h"
+
+#include <cerrno>
+#include <chrono>
+#include <map>
+#include <thread>
+
+#include "storage/uri.h"
+#include "util/errors.h"
+#include "util/strings.h"
+
+namespace ckpt {
+
+class FaultyStorage::Writer : public WritableFile {
+ public:
+  Writer(FaultyStorage* owner, std::unique_ptr<WritableFile> base, bool hold)
+      : owner_(owner), base_(std::move(base)), hold_(hold), epoch_(owner->crash_epoch_.load()) {}
+
+  void WriteAsync(uint64_t offset, absl::Span<const std::byte> data, IoCallback done) override {
+    owner_->Delay();
+    if (hold_ && owner_->crash_epoch_.load() != epoch_) {
+      std::move(done)(Crashed());
+      return;
+    }
+    bool short_write = false;
+    absl::Status fault = owner_->WriteFault(base_->path(), offset, data.size(), &short_write);
+    if (!fault.ok() && !short_write) {
+      std::move(done)(fault);
+      return;
+    }
+    if (short_write) {
+      // Store a prefix (keeping the base's alignment), then report the fault.
+      const size_t a = std::max<size_t>(1, base_->alignment());
+      const size_t half = data.size() / 2 / a * a;
+      if (half == 0 || hold_) {
+        if (hold_) Hold(offset, data.first(half));
+        std::move(done)(fault);
+        return;
+      }
+      base_->WriteAsync(offset, data.first(half),
+                        [fault, done = std::move(done)](absl::Status) mutable { std::move(done)(fault); });
+      return;
+    }
+    if (hold_) {
+      Hold(offset, data);
+      std::move(done)(absl::OkStatus());
+      return;
+    }
+    base_->WriteAsync(offset, data, std::move(done));
+  }
+
+  absl::Status Drain() override { return base_->Drain(); }
+
+  absl::Status Finish(uint64_t final_size) override {
+    if (hold_) {
+      if (owner_->crash_epoch_.load() != epoch_) return Crashed();
+      // The held writes reach the base now, then it makes them durable.
+      std::map<uint64_t, std::string> held;
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        held.swap(held_);
+      }
+      for (const auto& [off, bytes] : held) {
+        base_->WriteAsync(off, absl::Span<const std::byte>(reinterpret_cast<const std::byte*>(bytes.data()),
+                                                           bytes.size()),
+                          [](absl::Status) {});
+      }
+      CKPT_RETURN_IF_ERROR(base_->Drain());
+    }
+    return base_->Finish(final_size);
+  }
+
+  size_t alignment() const override { return hold_ ? 1 : base_->alignment(); }
+  const std::string& path() const override { return base_->path(); }
+
+ private:
+  void Hold(uint64_t offset, absl::Span<const std::byte> data) {
+    std::lock_guard<std::mutex> lock(mu_);
+    held_[offset].assign(reinterpret_cast<const char*>(data.data()), data.size());
+  }
+  absl::Status Crashed() const {
+    return absl::UnavailableError(StrCat("writes to ", base_->path(),
+                                         " were lost in a simulated crash before they were durable"));
+  }
+  FaultyStorage* owner_;
+  std::unique_ptr<WritableFile> base_;
+  bool hold_;
+  uint64_t epoch_;
+  std::mutex mu_;
+  std::map<uint64_t, std::string> held_;
+};
+
+class FaultyStorage::Reader : public ReadableFile {
+ public:
+  Reader(FaultyStorage* owner, std::unique_ptr<ReadableFile> base) : owner_(owner), base_(std::move(base)) {}
+  uint64_t size() const override { return base_->size(); }
+  absl::Status ReadAt(uint64_t offset, absl::Span<std::byte> dst) override {
+    owner_->Delay();
+    absl::Status st = base_->ReadAt(offset, dst);
+    if (st.ok()) MaybeFlip(dst);
+    return st;
+  }
+  void ReadAsync(uint64_t offset, absl::Span<std::byte> dst, IoCallback done) override {
+    owner_->Delay();
+    base_->ReadAsync(offset, dst, [this, dst, done = std::move(done)](absl::Status st) mutable {
+      if (st.ok()) MaybeFlip(dst);
+      std::move(done)(st);
+    });
+  }
+  size_t direct_alignment() const override { return base_->direct_alignment(); }
+  const std::string& path() const override { return base_->path(); }
+
+ private:
+  void MaybeFlip(absl::Span<std::byte> dst) {
+    const FaultPlan plan = owner_->Plan();
+    if (plan.flip_read_every <= 0 || dst.empty() || !owner_->Affects(base_->path())) return;
+    if ((owner_->reads_.fetch_add(1) + 1) % plan.flip_read_every != 0) return;
+    dst[dst.size() / 2] ^= std::byte{0x10};
+    owner_->faults_.fetch_add(1);
+  }
+  FaultyStorage* owner_;
+  std::unique_ptr<ReadableFile> base_;
+};
+
+FaultyStorage::FaultyStorage(std::shared_ptr<Storage> base, FaultPlan plan, std::string uri)
+    : ForwardingStorage(std::move(base)), uri_(std::move(uri)), plan_(std::move(plan)) {}
+
+StorageCaps FaultyStorage::caps() const {
+  StorageCaps c = ForwardingStorage::caps();
+  c.engine = StrCat("faulty(", c.engine, ")");
+  c.registered_buffers = false;
+  return c;
+}
+
+FaultPlan FaultyStorage::Plan() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return plan_;
+}
+
+void FaultyStorage::SetPlan(FaultPlan plan) {
+  std::lock_guard<std::mutex> lock(mu_);
+  plan_ = std::move(plan);
+  written_ = 0;
+  writes_ = 0;
+  reads_ = 0;
+}
+
+void FaultyStorage::Crash() { crash_epoch_.fetch_add(1); }
+
+bool FaultyStorage::Affects(std::string_view path) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return plan_.match.empty() || path.find(plan_.match) != std::string_view::npos;
+}
+
+void FaultyStorage::Delay() const {
+  const double s = Plan().latency_s;
+  if (s > 0) std::this_thread::sleep_for(std::chrono::duration<double>(s));
+}
+
+absl::Status FaultyStorage::WriteFault(std::string_view path, uint64_t offset, size_t len, bool* short_write) {
+  *short_write = false;
+  if (!Affects(path)) return absl::OkStatus();
+  const FaultPlan plan = Plan();
+  const int64_t before = written_.fetch_add(static_cast<int64_t>(len));
+  const int64_t nth = writes_.fetch_add(1) + 1;
+  auto where = StrCat("write of ", len, " bytes at offset ", offset, " in ", path, " (injected)");
+  if (plan.enospc_after >= 0 && before + static_cast<int64_t>(len) > plan.enospc_after) {
+    faults_.fetch_add(1);
+    return ErrnoStatus(ENOSPC, where);
+  }
+  if (plan.eio_after >= 0 && before + static_cast<int64_t>(len) > plan.eio_after) {
+    faults_.fetch_add(1);
+    return ErrnoStatus(EIO, where);
+  }
+  if (plan.short_write_every > 0 && nth % plan.short_write_every == 0) {
+    faults_.fetch_add(1);
+    *short_write = true;
+    return absl::DataLossError(StrCat("short ", where, ": only ", len / 2, " bytes were stored"));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::unique_ptr<WritableFile>> FaultyStorage::OpenWritable(std::string_view path,
+                                                                          const WriteOptions& options) {
+  const bool hold = Plan().crash_mode;
+  WriteOptions o = options;
+  if (hold) o.direct = false;  // held copies are not aligned
+  CKPT_ASSIGN_OR_RETURN(std::unique_ptr<WritableFile> base, ForwardingStorage::OpenWritable(path, o));
+  return std::unique_ptr<WritableFile>(new Writer(this, std::move(base), hold));
+}
+
+absl::StatusOr<std::unique_ptr<ReadableFile>> FaultyStorage::OpenReadable(std::string_view path) {
+  CKPT_ASSIGN_OR_RETURN(std::unique_ptr<ReadableFile> base, ForwardingStorage::OpenReadable(path));
+  return std::unique_ptr<ReadableFile>(new Reader(this, std::move(base)));
+}
+
+absl::Status FaultyStorage::PutAtomic(std::string_view path, absl::Span<const std::byte> data) {
+  Delay();
+  bool short_write = false;
+  absl::Status fault = WriteFault(path, 0, data.size(), &short_write);
+  if (!fault.ok()) return fault;  // atomic: nothing of it lands
+  return ForwardingStorage::PutAtomic(path, data);
+}
+
+absl::StatusOr<std::shared_ptr<Storage>> OpenFaultyStorage(std::string_view uri) {
+  CKPT_ASSIGN_OR_RETURN(ParsedUri parsed, ParseUri(uri));
+  if (parsed.location.empty()) {
+    return absl::InvalidArgumentError(StrCat("storage URI '", uri, "': faulty:// needs the storage to wrap, "
+                                             "e.g. faulty:///data/ckpt?fault.enospc_after=64M"));
+  }
+  FaultPlan plan;
+  std::string inner_query;
+  for (const auto& [k, v] : parsed.params) {
+    if (!k.starts_with("fault.")) {
+      inner_query += StrCat(inner_query.empty() ? "?" : "&", EncodeUriValue(k), "=", EncodeUriValue(v));
+    }
+  }
+  CKPT_ASSIGN_OR_RETURN(plan.enospc_after, parsed.Bytes("fault.enospc_after", -1));
+  CKPT_ASSIGN_OR_RETURN(plan.eio_after, parsed.Bytes("fault.eio_after", -1));
+  CKPT_ASSIGN_OR_RETURN(plan.short_write_every, parsed.Int("fault.short_write_every", 0));
+  CKPT_ASSIGN_OR_RETURN(plan.latency_s, parsed.Seconds("fault.latency", 0));
+  CKPT_ASSIGN_OR_RETURN(plan.flip_read_every, parsed.Int("fault.flip_read_every", 0));
+  CKPT_ASSIGN_OR_RETURN(plan.crash_mode, parsed.Bool("fault.crash", false));
+  plan.match = parsed.Str("fault.match", "");
+  for (const auto& [k, v] : parsed.params) {
+    static const char* kKnown[] = {"fault.enospc_after", "fault.eio_after", "fault.short_write_every",
+                                   "fault.latency", "fault.flip_read_every", "fault.crash", "fault.match"};
+    if (k.starts_with("fault.") && std::find(std::begin(kKnown), std::end(kKnown), k) == std::end(kKnown)) {
+      return absl::InvalidArgumentError(StrCat("storage URI '", uri, "': unknown fault option '", k, "'"));
+    }
+  }
+  if (plan.short_write_every < 0 || plan.flip_read_every < 0) {
+    return absl::InvalidArgumentError(StrCat("storage URI '", uri, "': fault counts must be >= 0"));
+  }
+  CKPT_ASSIGN_OR_RETURN(std::shared_ptr<Storage> base, OpenStorage(parsed.location + inner_query));
+  return std::shared_ptr<Storage>(new FaultyStorage(std::move(base), std::move(plan), std::string(uri)));
+}
+
+}  // namespace ckpt

@@ -1,0 +1,343 @@
+// Backend behaviour beyond the conformance suite: plugins refused with clear
+// errors, whole checkpoints through a plugin, fault injection (ENOSPC, short
+// writes, bit flips, crashes), and the tiered backend's drain, eviction and
+// loss of the local tier, including a process killed before its drain.
+#include <signal.h>
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <filesystem>
+
+#include "ckpt/checkpointer.h"
+#include "ckpt/storage.h"
+#include "ckpt/verify.h"
+#include "storage/faulty_storage.h"
+#include "testutil/test_util.h"
+
+#ifndef CKPT_TEST_PLUGIN_DIR
+#error "CKPT_TEST_PLUGIN_DIR must name the directory of the built plugins"
+#endif
+
+extern char** environ;
+
+namespace ckpt::testing {
+namespace {
+
+bool Has(const std::string& s, std::string_view what) { return s.find(what) != std::string::npos; }
+bool Has(absl::string_view s, std::string_view what) { return Has(std::string(s), what); }
+
+const TensorSpec kSpec{"layers.0.mlp.weight", DType::kF32, {512, 256}};
+
+// Saves `step` with data of seed `step` through `cp`; returns the status.
+absl::Status SaveStep(Checkpointer& cp, int64_t step) {
+  std::vector<OwnedShard> in = {MakeShard(kSpec, Box::Whole(kSpec.shape), static_cast<uint64_t>(step))};
+  State state = StateOf(in);
+  auto h = cp.Save(step, state);
+  if (!h.ok()) return h.status();
+  return h->Wait();
+}
+
+// Loads `step` (or the latest) and returns how many elements differ from the
+// generator with seed `seed`; -1 when the load fails.
+int64_t LoadAndCount(Storage& storage, int64_t step, uint64_t seed, absl::Status* status = nullptr) {
+  std::vector<OwnedShard> out = {EmptyShard(kSpec, Box::Whole(kSpec.shape))};
+  State target = StateOf(out);
+  auto st = LoadCheckpoint(storage, target, step);
+  if (status != nullptr) *status = st.status();
+  if (!st.ok()) return -1;
+  return Mismatches(out[0], seed);
+}
+
+std::unique_ptr<Checkpointer> OpenCp(std::shared_ptr<Storage> storage, int64_t block = 64 << 10) {
+  CheckpointerOptions o;
+  o.storage = std::move(storage);
+  o.engine_options.block_size = static_cast<size_t>(block);
+  auto cp = Checkpointer::Open(o);
+  EXPECT_TRUE(cp.ok()) << cp.status();
+  return cp.ok() ? std::move(*cp) : nullptr;
+}
+
+// ---------------------------------------------------------------------------
+// Plugins.
+
+TEST(Plugins, BrokenPluginsAreRefusedWithTheReason) {
+  const std::string dir = CKPT_TEST_BAD_PLUGIN_DIR;
+  PluginInfo wrong = LoadStoragePlugin(dir + "/libckpt-bad-wrong_abi.so");
+  EXPECT_EQ(wrong.table, nullptr);
+  EXPECT_TRUE(Has(wrong.error, "libckpt-bad-wrong_abi.so")) << wrong.error;
+  EXPECT_TRUE(Has(wrong.error, "ABI version 42")) << wrong.error;
+  PluginInfo none = LoadStoragePlugin(dir + "/libckpt-bad-no_entry.so");
+  EXPECT_TRUE(Has(none.error, "does not export ckpt_storage_plugin_entry")) << none.error;
+  PluginInfo partial = LoadStoragePlugin(dir + "/libckpt-bad-incomplete.so");
+  EXPECT_TRUE(Has(partial.error, "empty entries")) << partial.error;
+  PluginInfo missing = LoadStoragePlugin(dir + "/libckpt-nowhere.so");
+  EXPECT_TRUE(Has(missing.error, "cannot load")) << missing.error;
+  TempDir t;
+  WriteFile(t.Join("libgarbage.so"), "this is not an ELF file");
+  PluginInfo garbage = LoadStoragePlugin(t.Join("libgarbage.so"));
+  EXPECT_TRUE(Has(garbage.error, t.Join("libgarbage.so"))) << garbage.error;
+
+  // On the path, they do not hide the working plugin, and an unknown scheme
+  // names them.
+  setenv("CKPT_PLUGIN_PATH", (dir + ":" + t.path() + ":" + CKPT_TEST_PLUGIN_DIR).c_str(), 1);
+  auto s = OpenStorage("nosuch://x");
+  ASSERT_FALSE(s.ok());
+  EXPECT_TRUE(Has(s.status().message(), "ABI version 42")) << s.status();
+  EXPECT_TRUE(Has(s.status().message(), "libgarbage.so")) << s.status();
+  auto ok = OpenStorage("localfs://" + t.Join("root"));
+  ASSERT_OK(ok);
+  EXPECT_EQ((*ok)->caps().engine, "plugin:localfs");
+}
+
+TEST(Plugins, CheckpointThroughAPluginLoadsAndVerifies) {
+  setenv("CKPT_PLUGIN_PATH", CKPT_TEST_PLUGIN_DIR, 1);
+  TempDir dir;
+  auto s = OpenStorage("localfs://" + dir.Join("root"));
+  ASSERT_OK(s);
+  auto cp = OpenCp(*s);
+  ASSERT_NE(cp, nullptr);
+  ASSERT_OK(SaveStep(*cp, 5));
+  ASSERT_OK(SaveStep(*cp, 6));
+  EXPECT_EQ(LoadAndCount(**s, 5, 5), 0);
+  EXPECT_EQ(LoadAndCount(**s, kLatestStep, 6), 0);
+  auto report = VerifyStep(**s, 6);
+  ASSERT_OK(report);
+  EXPECT_TRUE(report->ok());
+  // The files are plain files: the file backend reads the same root.
+  auto plain = OpenStorage(dir.Join("root"));
+  ASSERT_OK(plain);
+  EXPECT_EQ(LoadAndCount(**plain, 6, 6), 0);
+}
+
+// ---------------------------------------------------------------------------
+// faulty://
+
+std::shared_ptr<FaultyStorage> Faulty(const std::string& uri) {
+  auto s = OpenStorage(uri);
+  EXPECT_TRUE(s.ok()) << s.status();
+  return s.ok() ? std::dynamic_pointer_cast<FaultyStorage>(*s) : nullptr;
+}
+
+TEST(Faulty, RejectsUnknownOptions) {
+  EXPECT_FALSE(OpenStorage("faulty://mem://x?fault.bogus=1").ok());
+  EXPECT_FALSE(OpenStorage("faulty://mem://x?fault.enospc_after=lots").ok());
+  EXPECT_FALSE(OpenStorage("faulty://").ok());
+}
+
+TEST(Faulty, EnospcMidSaveFailsCleanlyAndTheNextSaveSucceeds) {
+  TempDir dir;
+  auto f = Faulty("faulty://" + dir.Join("root"));
+  ASSERT_NE(f, nullptr);
+  auto cp = OpenCp(f);
+  ASSERT_OK(SaveStep(*cp, 1));
+
+  FaultPlan full;
+  full.enospc_after = 200 << 10;  // a quarter of the next save's data
+  f->SetPlan(full);
+  absl::Status st = SaveStep(*cp, 2);
+  ASSERT_FALSE(st.ok());
+  EXPECT_TRUE(Has(st.message(), "No space left on device")) << st;
+  EXPECT_TRUE(Has(st.message(), "step-0000000002")) << st;
+  EXPECT_GT(f->faults_injected(), 0);
+
+  // The earlier checkpoint is intact and still the latest.
+  f->Heal();
+  auto latest = LatestCommittedStep(*f);
+  ASSERT_OK(latest);
+  EXPECT_EQ(*latest, 1);
+  auto report = VerifyStep(*f, 1);
+  ASSERT_OK(report);
+  EXPECT_TRUE(report->ok());
+  EXPECT_EQ(LoadAndCount(*f, kLatestStep, 1), 0);
+
+  // Space again: the next save works and becomes the latest.
+  ASSERT_OK(SaveStep(*cp, 3));
+  EXPECT_EQ(LoadAndCount(*f, kLatestStep, 3), 0);
+}
+
+TEST(Faulty, ShortWritesAndEioFailTheSave) {
+  for (const char* query : {"?fault.short_write_every=3", "?fault.eio_after=100K"}) {
+    TempDir dir;
+    auto f = Faulty("faulty://" + dir.Join("root") + query);
+    ASSERT_NE(f, nullptr);
+    auto cp = OpenCp(f);
+    absl::Status st = SaveStep(*cp, 1);
+    EXPECT_FALSE(st.ok()) << query;
+    EXPECT_TRUE(Has(st.message(), "injected")) << st;
+    f->Heal();
+    EXPECT_FALSE(LatestCommittedStep(*f).ok()) << query;  // nothing was published
+  }
+}
+
+TEST(Faulty, BitFlipsOnReadAreCaughtByChecksums) {
+  TempDir dir;
+  auto f = Faulty("faulty://" + dir.Join("root"));
+  auto cp = OpenCp(f);
+  ASSERT_OK(SaveStep(*cp, 1));
+  FaultPlan flips;
+  flips.flip_read_every = 2;  // the block index reads clean, the data does not
+  flips.match = ".ckd";       // data files only: the manifest reads clean
+  f->SetPlan(flips);
+  absl::Status st;
+  EXPECT_EQ(LoadAndCount(*f, 1, 1, &st), -1);
+  EXPECT_TRUE(Has(st.message(), "checksum")) << st;
+  EXPECT_TRUE(Has(st.message(), kSpec.fqn)) << st;
+  f->Heal();
+  EXPECT_EQ(LoadAndCount(*f, 1, 1), 0);  // the data on disk was never damaged
+}
+
+TEST(Faulty, CrashDropsWhatWasNotDurable) {
+  TempDir dir;
+  auto f = Faulty("faulty://" + dir.Join("root") + "?fault.crash=1");
+  auto cp = OpenCp(f, 64 << 10);
+  ASSERT_OK(SaveStep(*cp, 1));
+  FaultPlan slow;
+  slow.crash_mode = true;
+  slow.latency_s = 0.05;  // each of the 8 blocks waits: the crash lands mid-save
+  f->SetPlan(slow);
+  std::vector<OwnedShard> in = {MakeShard(kSpec, Box::Whole(kSpec.shape), 2)};
+  State state = StateOf(in);
+  auto h = cp->Save(2, state);
+  ASSERT_OK(h);
+  f->Crash();
+  absl::Status st = h->Wait();
+  EXPECT_FALSE(st.ok());
+  EXPECT_TRUE(Has(st.message(), "simulated crash")) << st;
+  FaultPlan plain;
+  plain.crash_mode = true;
+  f->SetPlan(plain);
+  auto latest = LatestCommittedStep(*f);
+  ASSERT_OK(latest);
+  EXPECT_EQ(*latest, 1);
+  EXPECT_EQ(LoadAndCount(*f, kLatestStep, 1), 0);
+  ASSERT_OK(SaveStep(*cp, 3));
+  EXPECT_EQ(LoadAndCount(*f, kLatestStep, 3), 0);
+}
+
+// ---------------------------------------------------------------------------
+// tiered://
+
+std::string TieredUri(const TempDir& dir, const std::string& extra = "") {
+  return "tiered://?local=" + dir.Join("local") + "&durable=" + dir.Join("durable") + extra;
+}
+
+TEST(Tiered, DrainsInOrderAndSurvivesLosingTheLocalTier) {
+  TempDir dir;
+  {
+    auto s = OpenStorage(TieredUri(dir));
+    ASSERT_OK(s);
+    auto cp = OpenCp(*s);
+    for (int64_t step : {10, 20}) {
+      std::vector<OwnedShard> in = {MakeShard(kSpec, Box::Whole(kSpec.shape), static_cast<uint64_t>(step))};
+      State state = StateOf(in);
+      auto h = cp->Save(step, state);
+      ASSERT_OK(h);
+      ASSERT_OK(h->WaitReplicated());
+    }
+    // The durable tier alone is a complete root holding both steps.
+    auto durable = OpenStorage(dir.Join("durable"));
+    ASSERT_OK(durable);
+    auto latest = LatestCommittedStep(**durable);
+    ASSERT_OK(latest);
+    EXPECT_EQ(*latest, 20);
+    for (int64_t step : {10, 20}) {
+      auto report = VerifyStep(**durable, step);
+      ASSERT_OK(report);
+      EXPECT_TRUE(report->ok()) << step;
+    }
+  }
+  // The node is replaced: the local tier is gone.
+  std::filesystem::remove_all(dir.Join("local"));
+  auto s = OpenStorage(TieredUri(dir));
+  ASSERT_OK(s);
+  EXPECT_EQ(LoadAndCount(**s, kLatestStep, 20), 0);
+  EXPECT_EQ(LoadAndCount(**s, 10, 10), 0);
+}
+
+TEST(Tiered, KeepLocalEvictsOlderDrainedSteps) {
+  TempDir dir;
+  auto s = OpenStorage(TieredUri(dir, "&keep_local=1"));
+  ASSERT_OK(s);
+  auto cp = OpenCp(*s);
+  for (int64_t step : {1, 2, 3}) ASSERT_OK(SaveStep(*cp, step));
+  ASSERT_OK((*s)->WaitReplicated());
+  std::vector<std::string> local;
+  for (const auto& e : std::filesystem::directory_iterator(dir.Join("local"))) {
+    if (e.is_directory()) local.push_back(e.path().filename().string());
+  }
+  ASSERT_EQ(local.size(), 1u);
+  EXPECT_EQ(local[0], "step-0000000003");
+  // Evicted steps still load, from the durable tier.
+  EXPECT_EQ(LoadAndCount(**s, 1, 1), 0);
+  EXPECT_EQ(LoadAndCount(**s, kLatestStep, 3), 0);
+}
+
+TEST(Tiered, DrainErrorsReachWaitReplicated) {
+  TempDir dir;
+  auto s = OpenStorage("tiered://?local=" + dir.Join("local") + "&durable=faulty://" + dir.Join("durable") +
+                       "%3Ffault.enospc_after%3D0");
+  ASSERT_OK(s);
+  auto cp = OpenCp(*s);
+  std::vector<OwnedShard> in = {MakeShard(kSpec, Box::Whole(kSpec.shape), 1)};
+  State state = StateOf(in);
+  auto h = cp->Save(1, state);
+  ASSERT_OK(h);
+  ASSERT_OK(h->Wait());  // the local commit is fine
+  absl::Status st = h->WaitReplicated();
+  EXPECT_FALSE(st.ok());
+  EXPECT_TRUE(Has(st.message(), "durable tier")) << st;
+  EXPECT_TRUE(Has(st.message(), "No space")) << st;
+  EXPECT_EQ(LoadAndCount(**s, kLatestStep, 1), 0);  // still loads from local
+}
+
+// A process that commits on the local tier and is killed while its drain to
+// a slow durable tier is still running: the local commit loads, and the
+// durable tier holds no step it cannot load.
+TEST(Tiered, KilledBeforeTheDrainCompletes) {
+  TempDir dir;
+  const std::string uri = "tiered://?local=" + dir.Join("local") + "&durable=faulty://" + dir.Join("durable") +
+                          "%3Ffault.latency%3D200ms";
+  int out[2];
+  ASSERT_EQ(pipe(out), 0);
+  posix_spawn_file_actions_t actions;
+  posix_spawn_file_actions_init(&actions);
+  posix_spawn_file_actions_adddup2(&actions, out[1], 1);
+  posix_spawn_file_actions_addclose(&actions, out[0]);
+  std::string bin = CKPT_BIN;
+  std::vector<std::string> args = {bin, "synth", "--out", uri, "--params", "4M", "--block-size", "256K",
+                                   "--step", "7", "--json"};
+  std::vector<char*> argv;
+  for (std::string& a : args) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  pid_t pid;
+  ASSERT_EQ(posix_spawn(&pid, bin.c_str(), &actions, nullptr, argv.data(), environ), 0);
+  close(out[1]);
+  // synth prints its JSON once the step is committed (locally), then drains.
+  std::string got;
+  char buf[4096];
+  ssize_t n;
+  while (got.find('\n') == std::string::npos && (n = read(out[0], buf, sizeof(buf))) > 0) got.append(buf, n);
+  ASSERT_TRUE(Has(got, "\"step\":7")) << got;
+  kill(pid, SIGKILL);
+  int wstatus;
+  waitpid(pid, &wstatus, 0);
+  close(out[0]);
+  ASSERT_TRUE(WIFSIGNALED(wstatus)) << "synth finished its drain before the kill";
+
+  auto local = OpenStorage(dir.Join("local"));
+  ASSERT_OK(local);
+  auto latest = LatestCommittedStep(**local);
+  ASSERT_OK(latest);
+  EXPECT_EQ(*latest, 7);
+  auto report = VerifyStep(**local, 7);
+  ASSERT_OK(report);
+  EXPECT_TRUE(report->ok());
+  auto durable = OpenStorage(dir.Join("durable"));
+  ASSERT_OK(durable);
+  EXPECT_FALSE(LatestCommittedStep(**durable).ok()) << "the durable tier published an undrained step";
+}
+
+}  // namespace
+}  // namespace ckpt::testing
