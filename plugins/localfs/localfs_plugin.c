@@ -20,6 +20,11 @@
 
 #include "ckpt/plugin_abi.h"
 
+/* The scheme served; a copy built elsewhere can serve another name. */
+#ifndef LOCALFS_SCHEME
+#define LOCALFS_SCHEME "localfs"
+#endif
+
 struct ckpt_storage {
   char root[PATH_MAX];
   int fsync;
@@ -97,9 +102,9 @@ static int sync_parent(const char* path) {
 }
 
 static ckpt_code lf_open(const char* uri, ckpt_storage** out, char* err) {
-  const char* prefix = "localfs://";
+  const char* prefix = LOCALFS_SCHEME "://";
   if (strncmp(uri, prefix, strlen(prefix)) != 0) {
-    return fail(err, CKPT_ERR_INVALID, "'%s' is not a localfs:// URI", uri);
+    return fail(err, CKPT_ERR_INVALID, "'%s' is not a %s URI", uri, prefix);
   }
   const char* loc = uri + strlen(prefix);
   if (loc[0] != '/') return fail(err, CKPT_ERR_INVALID, "'%s': the root must be an absolute path", uri);
@@ -331,7 +336,7 @@ static ckpt_code lf_sync_dir(ckpt_storage* s, const char* dir, char* err) {
 static const ckpt_storage_plugin kPlugin = {
     .abi_version = CKPT_PLUGIN_ABI_VERSION,
     .struct_size = sizeof(ckpt_storage_plugin),
-    .scheme = "localfs",
+    .scheme = LOCALFS_SCHEME,
     .description = "plain files through pread/pwrite, written in C against the plugin ABI",
     .version = "1.0",
     .caps = CKPT_CAP_ATOMIC_RENAME | CKPT_CAP_RANGED_READS | CKPT_CAP_DURABLE,

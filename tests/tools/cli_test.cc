@@ -19,8 +19,8 @@ struct CliRun {
   std::string out;
 };
 
-CliRun Ckpt(const std::string& args) {
-  std::string cmd = std::string(CKPT_BIN) + " " + args + " 2>&1";
+CliRun Ckpt(const std::string& args, const std::string& env = "") {
+  std::string cmd = env + std::string(CKPT_BIN) + " " + args + " 2>&1";
   FILE* p = popen(cmd.c_str(), "r");
   std::string out;
   char buf[4096];
@@ -33,7 +33,7 @@ CliRun Ckpt(const std::string& args) {
 bool Has(const std::string& s, const std::string& what) { return s.find(what) != std::string::npos; }
 
 TEST(Cli, HelpOnEverySubcommand) {
-  for (const char* sub : {"demo", "synth", "restore-check", "verify", "inspect", "plan", "interval"}) {
+  for (const char* sub : {"demo", "synth", "restore-check", "verify", "inspect", "plan", "interval", "plugins"}) {
     CliRun r = Ckpt(std::string(sub) + " --help");
     EXPECT_EQ(r.code, 0) << sub;
     EXPECT_TRUE(Has(r.out, std::string("usage: ckpt ") + sub)) << r.out;
@@ -223,6 +223,43 @@ TEST(Cli, IntervalRejectsBadInput) {
   EXPECT_TRUE(Has(g.out, dir.Join("garbage") + ": line 2:")) << g.out;
   WriteFile(dir.Join("nocosts.json"), "{\"step\":3}");
   EXPECT_EQ(Ckpt("interval --mtbf 1h --costs " + dir.Join("nocosts.json")).code, 2);
+}
+
+}  // namespace
+}  // namespace ckpt::testing
+
+namespace ckpt::testing {
+namespace {
+
+TEST(Cli, PluginsListsBackendsAndRefusedPlugins) {
+  const std::string good = std::string("CKPT_PLUGIN_PATH=") + CKPT_TEST_PLUGIN_DIR + " ";
+  CliRun r = Ckpt("plugins --json", good);
+  ASSERT_EQ(r.code, 0) << r.out;
+  for (const char* scheme : {"file", "posix", "mem", "tiered", "faulty", "localfs"}) {
+    EXPECT_TRUE(Has(r.out, std::string("\"scheme\":\"") + scheme + "\"")) << scheme << " in " << r.out;
+  }
+  EXPECT_TRUE(Has(r.out, "\"abi_version\":1")) << r.out;
+  EXPECT_TRUE(Has(r.out, "libckpt-localfs.so")) << r.out;
+
+  // A plugin of another ABI version on the path: listed with the reason, exit 1.
+  const std::string bad = std::string("CKPT_PLUGIN_PATH=") + CKPT_TEST_BAD_PLUGIN_DIR + ":" +
+                          CKPT_TEST_PLUGIN_DIR + " ";
+  CliRun b = Ckpt("plugins", bad);
+  EXPECT_EQ(b.code, 1) << b.out;
+  EXPECT_TRUE(Has(b.out, "libckpt-bad-wrong_abi.so was built for plugin ABI version 42")) << b.out;
+  EXPECT_TRUE(Has(b.out, "localfs")) << b.out;
+
+  // A whole save, resharded restore and verify through the plugin.
+  TempDir dir;
+  const std::string uri = "localfs://" + dir.Join("root");
+  ASSERT_EQ(Ckpt("synth --out " + uri + " --params 1M --mesh tp=2", good).code, 0);
+  CliRun rc = Ckpt("restore-check " + uri + " --mesh tp=3", good);
+  EXPECT_EQ(rc.code, 0) << rc.out;
+  EXPECT_EQ(Ckpt("verify " + uri, good).code, 0);
+  // Without the plugin path the scheme is unknown: exit 2 with the reason.
+  CliRun missing = Ckpt("verify nosuchscheme://" + dir.Join("root"));
+  EXPECT_EQ(missing.code, 2) << missing.out;
+  EXPECT_TRUE(Has(missing.out, "no storage backend for scheme 'nosuchscheme'")) << missing.out;
 }
 
 }  // namespace
