@@ -5,9 +5,10 @@
 set -euo pipefail
 
 packages=(g++ cmake ninja-build pkg-config liburing-dev libzstd-dev libxxhash-dev
-          libabsl-dev libgtest-dev libgmock-dev libbenchmark-dev libopenmpi-dev openmpi-bin)
+          libabsl-dev libgtest-dev libgmock-dev libbenchmark-dev libopenmpi-dev openmpi-bin
+          libhdf5-dev)
 if [[ "${1:-}" == "--test" ]]; then
-  packages+=(clang libclang-rt-14-dev fio)
+  packages+=(clang libclang-rt-14-dev fio python3 python3-h5py python3-numpy hdf5-tools)
 fi
 
 missing=()

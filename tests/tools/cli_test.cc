@@ -33,7 +33,7 @@ CliRun Ckpt(const std::string& args, const std::string& env = "") {
 bool Has(const std::string& s, const std::string& what) { return s.find(what) != std::string::npos; }
 
 TEST(Cli, HelpOnEverySubcommand) {
-  for (const char* sub : {"demo", "synth", "restore-check", "verify", "inspect", "plan", "interval", "plugins"}) {
+  for (const char* sub : {"demo", "synth", "restore-check", "verify", "inspect", "plan", "interval", "plugins", "export", "import"}) {
     CliRun r = Ckpt(std::string(sub) + " --help");
     EXPECT_EQ(r.code, 0) << sub;
     EXPECT_TRUE(Has(r.out, std::string("usage: ckpt ") + sub)) << r.out;

@@ -13,6 +13,8 @@ int DemoMain(int argc, char** argv, int first);
 int PlanMain(int argc, char** argv, int first);
 int IntervalMain(int argc, char** argv, int first);
 int PluginsMain(int argc, char** argv, int first);
+int ExportMain(int argc, char** argv, int first);
+int ImportMain(int argc, char** argv, int first);
 
 }  // namespace ckpt::tools
 

@@ -29,6 +29,10 @@ constexpr Command kCommands[] = {
      "plan a save and a resharded load at any scale, without tensor data"},
     {"interval", ckpt::tools::IntervalMain,
      "how often to checkpoint, from a failure rate and save costs"},
+    {"export", ckpt::tools::ExportMain,
+     "write a step as one HDF5 file with whole tensors (for h5py, h5dump)"},
+    {"import", ckpt::tools::ImportMain,
+     "save the datasets of an HDF5 file as a checkpoint"},
     {"plugins", ckpt::tools::PluginsMain,
      "list the storage backends and plugins, with their capabilities"},
 };

@@ -1,0 +1,339 @@
+// ckpt export / ckpt import: a checkpoint step as one HDF5 file with every
+// tensor whole (its global shape), so h5py and h5dump users can open a
+// checkpoint without ckpt, and back.
+//
+// Layout of the HDF5 file:
+//   /                       attributes ckpt_step (i64), ckpt_version (string)
+//   /<tensor fqn>           dataset of the global shape; attribute ckpt_dtype
+//                           ("bf16", ...). f64/f32/f16 and the integer types
+//                           are HDF5's own types; bf16, fp8 and bool are
+//                           stored as their raw unsigned integers.
+//   /_ckpt_blobs/<name>     global blobs, u8 datasets
+//   /_ckpt_blobs/rank-N/<name>  per-rank blobs
+// A '/' in a tensor name makes groups, as in HDF5 paths.
+#include <hdf5.h>
+
+#include <cstdio>
+#include <map>
+#include <memory>
+#include <vector>
+
+#include "ckpt/checkpointer.h"
+#include "ckpt/storage.h"
+#include "ckpt/verify.h"
+#include "ckpt/version.h"
+#include "cli.h"
+#include "commands.h"
+#include "synth_job.h"
+#include "util/strings.h"
+
+namespace ckpt::tools {
+namespace {
+
+constexpr const char* kBlobGroup = "_ckpt_blobs";
+
+// Owns an hid_t and closes it with the matching H5*close.
+class Hid {
+ public:
+  Hid() = default;
+  Hid(hid_t id, herr_t (*close)(hid_t)) : id_(id), close_(close) {}
+  Hid(Hid&& o) noexcept : id_(o.id_), close_(o.close_) { o.id_ = -1; }
+  Hid& operator=(Hid&& o) noexcept {
+    std::swap(id_, o.id_);
+    std::swap(close_, o.close_);
+    return *this;
+  }
+  ~Hid() {
+    if (id_ >= 0 && close_ != nullptr) close_(id_);
+  }
+  hid_t get() const { return id_; }
+  bool ok() const { return id_ >= 0; }
+
+ private:
+  hid_t id_ = -1;
+  herr_t (*close_)(hid_t) = nullptr;
+};
+
+// The HDF5 type a dtype is stored as.
+Hid FileType(DType d) {
+  switch (d) {
+    case DType::kF64: return Hid(H5Tcopy(H5T_IEEE_F64LE), H5Tclose);
+    case DType::kF32: return Hid(H5Tcopy(H5T_IEEE_F32LE), H5Tclose);
+    case DType::kF16: {
+      // IEEE half: what h5py and numpy read as float16.
+      hid_t t = H5Tcopy(H5T_IEEE_F32LE);
+      H5Tset_fields(t, 15, 10, 5, 0, 10);
+      H5Tset_size(t, 2);
+      H5Tset_ebias(t, 15);
+      return Hid(t, H5Tclose);
+    }
+    case DType::kI64: return Hid(H5Tcopy(H5T_STD_I64LE), H5Tclose);
+    case DType::kI32: return Hid(H5Tcopy(H5T_STD_I32LE), H5Tclose);
+    case DType::kI16: return Hid(H5Tcopy(H5T_STD_I16LE), H5Tclose);
+    case DType::kI8: return Hid(H5Tcopy(H5T_STD_I8LE), H5Tclose);
+    case DType::kBF16: return Hid(H5Tcopy(H5T_STD_U16LE), H5Tclose);
+    case DType::kF8E4M3:
+    case DType::kF8E5M2:
+    case DType::kU8:
+    case DType::kBool: return Hid(H5Tcopy(H5T_STD_U8LE), H5Tclose);
+  }
+  return Hid();
+}
+
+// The dtype of a dataset written by something other than ckpt export.
+std::optional<DType> InferDType(hid_t type) {
+  const H5T_class_t cls = H5Tget_class(type);
+  const size_t size = H5Tget_size(type);
+  if (cls == H5T_FLOAT) {
+    if (size == 8) return DType::kF64;
+    if (size == 4) return DType::kF32;
+    if (size == 2) return DType::kF16;
+  } else if (cls == H5T_INTEGER) {
+    const bool is_signed = H5Tget_sign(type) == H5T_SGN_2;
+    if (size == 8 && is_signed) return DType::kI64;
+    if (size == 4 && is_signed) return DType::kI32;
+    if (size == 2 && is_signed) return DType::kI16;
+    if (size == 1) return is_signed ? DType::kI8 : DType::kU8;
+  } else if (cls == H5T_ENUM && size == 1) {
+    return DType::kBool;  // h5py's bool
+  }
+  return std::nullopt;
+}
+
+bool WriteStringAttr(hid_t obj, const char* name, const std::string& value) {
+  Hid type(H5Tcopy(H5T_C_S1), H5Tclose);
+  H5Tset_size(type.get(), std::max<size_t>(1, value.size()));
+  Hid space(H5Screate(H5S_SCALAR), H5Sclose);
+  Hid attr(H5Acreate2(obj, name, type.get(), space.get(), H5P_DEFAULT, H5P_DEFAULT), H5Aclose);
+  return attr.ok() && H5Awrite(attr.get(), type.get(), value.c_str()) >= 0;
+}
+
+std::optional<std::string> ReadStringAttr(hid_t obj, const char* name) {
+  if (H5Aexists(obj, name) <= 0) return std::nullopt;
+  Hid attr(H5Aopen(obj, name, H5P_DEFAULT), H5Aclose);
+  Hid type(H5Aget_type(attr.get()), H5Tclose);
+  if (H5Tget_class(type.get()) != H5T_STRING || H5Tis_variable_str(type.get()) > 0) return std::nullopt;
+  std::string s(H5Tget_size(type.get()), '\0');
+  if (H5Aread(attr.get(), type.get(), s.data()) < 0) return std::nullopt;
+  while (!s.empty() && s.back() == '\0') s.pop_back();
+  return s;
+}
+
+bool WriteIntAttr(hid_t obj, const char* name, int64_t v) {
+  Hid space(H5Screate(H5S_SCALAR), H5Sclose);
+  Hid attr(H5Acreate2(obj, name, H5T_STD_I64LE, space.get(), H5P_DEFAULT, H5P_DEFAULT), H5Aclose);
+  return attr.ok() && H5Awrite(attr.get(), H5T_NATIVE_INT64, &v) >= 0;
+}
+
+bool WriteDataset(hid_t file, const std::string& name, hid_t type, const std::vector<hsize_t>& dims,
+                  const void* data, const std::string& dtype_attr, int64_t rank_attr = -2) {
+  Hid lcpl(H5Pcreate(H5P_LINK_CREATE), H5Pclose);
+  H5Pset_create_intermediate_group(lcpl.get(), 1);
+  Hid space(dims.empty() ? H5Screate(H5S_SCALAR) : H5Screate_simple(static_cast<int>(dims.size()), dims.data(), nullptr),
+            H5Sclose);
+  Hid ds(H5Dcreate2(file, name.c_str(), type, space.get(), lcpl.get(), H5P_DEFAULT, H5P_DEFAULT), H5Dclose);
+  if (!ds.ok()) return false;
+  bool empty = false;
+  for (hsize_t d : dims) empty = empty || d == 0;
+  if (!empty && H5Dwrite(ds.get(), type, H5S_ALL, H5S_ALL, H5P_DEFAULT, data) < 0) return false;
+  if (!dtype_attr.empty() && !WriteStringAttr(ds.get(), "ckpt_dtype", dtype_attr)) return false;
+  if (rank_attr >= -1 && !WriteIntAttr(ds.get(), "ckpt_rank", rank_attr)) return false;
+  return true;
+}
+
+}  // namespace
+
+int ExportMain(int argc, char** argv, int first) {
+  int64_t step = kLatestStep;
+  std::string to, dir;
+  Args args("export", "DIR [--step S] --to out.h5",
+            "Writes one committed step as a single HDF5 file with every tensor whole (its\n"
+            "global shape), readable by h5py and h5dump without ckpt. Every block is\n"
+            "verified on the way. Tensors are loaded one at a time, so memory peaks at the\n"
+            "largest tensor.");
+  args.Positional("DIR", &dir, "checkpoint root (path or storage URI)");
+  args.Int("step", &step, "step to export (default: the latest committed)");
+  args.String("to", &to, "HDF5 file to write (replaced)");
+  int exit = 0;
+  if (!args.Parse(argc, argv, first, &exit)) return exit;
+  auto usage = [](const std::string& m) {
+    std::fprintf(stderr, "ckpt export: %s\n", m.c_str());
+    return kExitUsage;
+  };
+  if (to.empty()) return usage("give --to FILE (see --help)");
+  auto storage = OpenStorage(dir);
+  if (!storage.ok()) return usage(std::string(storage.status().message()));
+  if (step == kLatestStep) {
+    auto latest = LatestCommittedStep(**storage);
+    if (!latest.ok()) return usage(std::string(latest.status().message()));
+    step = *latest;
+  }
+  auto summary = SummarizeStep(**storage, step);
+  if (!summary.ok()) return usage(std::string(summary.status().message()));
+
+  H5Eset_auto2(H5E_DEFAULT, nullptr, nullptr);  // errors are reported here, by name
+  Hid file(H5Fcreate(to.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT), H5Fclose);
+  if (!file.ok()) return usage(StrCat("cannot create ", to));
+  WriteIntAttr(file.get(), "ckpt_step", step);
+  WriteStringAttr(file.get(), "ckpt_version", CKPT_VERSION_STRING);
+
+  int64_t bytes = 0;
+  for (const TensorSummary& t : summary->tensors) {
+    const TensorSpec spec{t.fqn, t.dtype, t.shape};
+    std::vector<char> buf(static_cast<size_t>(spec.NumElements()) * DTypeSize(t.dtype));
+    State target;
+    if (absl::Status st = target.AddTensor(spec, buf.data()); !st.ok()) {
+      std::fprintf(stderr, "ckpt export: %s\n", std::string(st.message()).c_str());
+      return kExitProblem;
+    }
+    auto loaded = LoadCheckpoint(**storage, target, step);
+    if (!loaded.ok()) {
+      std::fprintf(stderr, "ckpt export: %s\n", std::string(loaded.status().message()).c_str());
+      return kExitProblem;
+    }
+    std::vector<hsize_t> dims(t.shape.begin(), t.shape.end());
+    Hid type = FileType(t.dtype);
+    if (!WriteDataset(file.get(), t.fqn, type.get(), dims, buf.data(), std::string(DTypeName(t.dtype)))) {
+      std::fprintf(stderr, "ckpt export: cannot write dataset '%s' to %s\n", t.fqn.c_str(), to.c_str());
+      return kExitProblem;
+    }
+    bytes += static_cast<int64_t>(buf.size());
+  }
+  for (const BlobSummary& b : summary->blobs) {
+    std::string value;
+    State target;
+    (void)target.AddBlobOut(b.name, &value, b.rank < 0 ? BlobScope::kGlobal : BlobScope::kRank, b.rank);
+    auto loaded = LoadCheckpoint(**storage, target, step, std::max(0, b.rank));
+    if (!loaded.ok()) {
+      std::fprintf(stderr, "ckpt export: %s\n", std::string(loaded.status().message()).c_str());
+      return kExitProblem;
+    }
+    const std::string name = b.rank < 0 ? StrCat(kBlobGroup, "/", b.name)
+                                        : StrCat(kBlobGroup, "/rank-", b.rank, "/", b.name);
+    if (!WriteDataset(file.get(), name, H5T_STD_U8LE, {static_cast<hsize_t>(value.size())}, value.data(), "",
+                      b.rank)) {
+      std::fprintf(stderr, "ckpt export: cannot write blob '%s' to %s\n", b.name.c_str(), to.c_str());
+      return kExitProblem;
+    }
+  }
+  if (H5Fflush(file.get(), H5F_SCOPE_GLOBAL) < 0) return usage(StrCat("cannot flush ", to));
+  std::printf("exported step %lld: %zu tensors (%s), %zu blobs to %s\n", static_cast<long long>(step),
+              summary->tensors.size(), HumanBytes(static_cast<double>(bytes)).c_str(), summary->blobs.size(), to.c_str());
+  return kExitOk;
+}
+
+namespace {
+
+struct Found {
+  std::vector<std::string> datasets;
+};
+
+herr_t Collect(hid_t, const char* name, const H5O_info_t* info, void* data) {
+  if (info->type == H5O_TYPE_DATASET) static_cast<Found*>(data)->datasets.push_back(name);
+  return 0;
+}
+
+}  // namespace
+
+int ImportMain(int argc, char** argv, int first) {
+  int64_t step = -1;
+  std::string out, in;
+  Args args("import", "in.h5 --out DIR [--step S]",
+            "Saves the datasets of an HDF5 file as a ckpt checkpoint (one rank, whole\n"
+            "tensors): the reverse of ckpt export, and a way in for weights from other\n"
+            "tools. Dataset paths become tensor names; numeric types map to ckpt dtypes,\n"
+            "and a ckpt_dtype attribute (written by export) restores bf16 and fp8.");
+  args.Positional("in.h5", &in, "HDF5 file to read");
+  args.String("out", &out, "checkpoint root (path or storage URI)");
+  args.Int("step", &step, "step to save as (default: the file's ckpt_step, else 0)");
+  int exit = 0;
+  if (!args.Parse(argc, argv, first, &exit)) return exit;
+  auto usage = [](const std::string& m) {
+    std::fprintf(stderr, "ckpt import: %s\n", m.c_str());
+    return kExitUsage;
+  };
+  if (out.empty()) return usage("give --out DIR (see --help)");
+  H5Eset_auto2(H5E_DEFAULT, nullptr, nullptr);
+  Hid file(H5Fopen(in.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT), H5Fclose);
+  if (!file.ok()) return usage(StrCat(in, " is not a readable HDF5 file"));
+  if (step < 0) {
+    step = 0;
+    if (H5Aexists(file.get(), "ckpt_step") > 0) {
+      Hid attr(H5Aopen(file.get(), "ckpt_step", H5P_DEFAULT), H5Aclose);
+      H5Aread(attr.get(), H5T_NATIVE_INT64, &step);
+    }
+  }
+  Found found;
+  if (H5Ovisit2(file.get(), H5_INDEX_NAME, H5_ITER_INC, Collect, &found, H5O_INFO_BASIC) < 0) {
+    return usage(StrCat("cannot list the datasets of ", in));
+  }
+
+  std::vector<std::vector<char>> buffers;
+  std::vector<std::string> blob_values;
+  State state;
+  buffers.reserve(found.datasets.size());
+  blob_values.reserve(found.datasets.size());
+  for (const std::string& name : found.datasets) {
+    Hid ds(H5Dopen2(file.get(), name.c_str(), H5P_DEFAULT), H5Dclose);
+    Hid type(H5Dget_type(ds.get()), H5Tclose);
+    Hid space(H5Dget_space(ds.get()), H5Sclose);
+    const int rank = H5Sget_simple_extent_ndims(space.get());
+    std::vector<hsize_t> dims(static_cast<size_t>(std::max(rank, 0)));
+    if (rank < 0 || (rank > 0 && H5Sget_simple_extent_dims(space.get(), dims.data(), nullptr) < 0)) {
+      return usage(StrCat(in, ": dataset '", name, "' has no simple shape"));
+    }
+    int64_t count = 1;
+    for (hsize_t d : dims) count *= static_cast<int64_t>(d);
+    if (name.starts_with(std::string(kBlobGroup) + "/")) {
+      std::string value(static_cast<size_t>(count), '\0');
+      if (count > 0 && H5Dread(ds.get(), H5T_STD_U8LE, H5S_ALL, H5S_ALL, H5P_DEFAULT, value.data()) < 0) {
+        return usage(StrCat(in, ": cannot read blob dataset '", name, "'"));
+      }
+      const std::string rest = name.substr(std::string(kBlobGroup).size() + 1);
+      if (rest.starts_with("rank-")) {
+        if (!rest.starts_with("rank-0/")) continue;  // one rank is imported: rank 0's blobs
+        blob_values.push_back(std::move(value));
+        (void)state.AddBlob(rest.substr(7), blob_values.back().data(), blob_values.back().size(), BlobScope::kRank);
+      } else {
+        blob_values.push_back(std::move(value));
+        (void)state.AddBlob(rest, blob_values.back().data(), blob_values.back().size(), BlobScope::kGlobal);
+      }
+      continue;
+    }
+    std::optional<DType> dtype;
+    if (auto attr = ReadStringAttr(ds.get(), "ckpt_dtype")) {
+      dtype = ParseDType(*attr);
+      if (!dtype) return usage(StrCat(in, ": dataset '", name, "' has unknown ckpt_dtype '", *attr, "'"));
+    } else {
+      dtype = InferDType(type.get());
+      if (!dtype) return usage(StrCat(in, ": dataset '", name, "' has a type ckpt cannot import"));
+    }
+    Hid mem = FileType(*dtype);
+    if (*dtype == DType::kBool && H5Tget_class(type.get()) == H5T_ENUM) mem = Hid(H5Tcopy(type.get()), H5Tclose);
+    buffers.emplace_back(static_cast<size_t>(count) * DTypeSize(*dtype));
+    if (count > 0 && H5Dread(ds.get(), mem.get(), H5S_ALL, H5S_ALL, H5P_DEFAULT, buffers.back().data()) < 0) {
+      return usage(StrCat(in, ": cannot read dataset '", name, "' as ", DTypeName(*dtype)));
+    }
+    Shape shape;
+    for (hsize_t d : dims) shape.push_back(static_cast<int64_t>(d));
+    const TensorSpec spec{name, *dtype, shape};
+    if (absl::Status st = state.AddTensor(spec, buffers.back().data()); !st.ok()) {
+      return usage(StrCat(in, ": ", st.message()));
+    }
+  }
+  CheckpointerOptions o;
+  o.uri = out;
+  auto cp = Checkpointer::Open(o);
+  if (!cp.ok()) return usage(std::string(cp.status().message()));
+  auto h = (*cp)->Save(step, state);
+  absl::Status st = h.ok() ? h->Wait() : h.status();
+  if (!st.ok()) {
+    std::fprintf(stderr, "ckpt import: %s\n", std::string(st.message()).c_str());
+    return kExitProblem;
+  }
+  std::printf("imported %zu datasets from %s as step %lld of %s\n", found.datasets.size(), in.c_str(),
+              static_cast<long long>(step), out.c_str());
+  return kExitOk;
+}
+
+}  // namespace ckpt::tools
