@@ -32,6 +32,9 @@ struct StorageCaps {
   bool ranged_reads = true;       ///< ReadAt reads only the requested range
   bool registered_buffers = false;  ///< RegisterBuffers avoids per-I/O mapping
   bool durable = true;            ///< Finish/PutAtomic survive power loss
+  /// Data-file container the checkpointer should write: "" for ckpt's own
+  /// files, "hdf5" for HDF5 files h5py can read (hdf5:// roots).
+  std::string container;
 };
 
 /// Completion callback of an asynchronous I/O. Runs exactly once, on a
@@ -94,6 +97,9 @@ class ReadableFile {
 struct WriteOptions {
   /// Try to bypass the page cache; silently buffered where unsupported.
   bool direct = true;
+  /// Empty an existing file first. False keeps its bytes (and length until
+  /// Finish), for writing into a file another library laid out.
+  bool truncate = true;
 };
 
 /// An entry of List().
@@ -158,6 +164,10 @@ class Storage {
   /// storage's most durable tier (tiered://: drained), and returns the first
   /// error met on the way. Single-tier backends return OK at once.
   virtual absl::Status WaitReplicated() { return absl::OkStatus(); }
+
+  /// The local filesystem path of `path`, for libraries that must open the
+  /// file themselves (libhdf5); empty when the backend has none.
+  virtual std::string LocalPath(std::string_view path) { return {}; }
 };
 
 /// Forwards every call to another storage; decorators (fault injection,
@@ -198,6 +208,7 @@ class ForwardingStorage : public Storage {
   }
   void UnregisterBuffers(uint64_t token) override { base_->UnregisterBuffers(token); }
   absl::Status WaitReplicated() override { return base_->WaitReplicated(); }
+  std::string LocalPath(std::string_view path) override { return base_->LocalPath(path); }
 
   Storage& base() { return *base_; }
 

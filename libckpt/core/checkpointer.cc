@@ -17,6 +17,7 @@
 #include "core/collective_plan.h"
 #include "core/root.h"
 #include "core/save_handle.h"
+#include "format/hdf5_container.h"
 #include "format/layout.h"
 #include "format/manifest.h"
 #include "pipeline/loader.h"
@@ -103,11 +104,13 @@ class Checkpointer::Impl {
 
     auto job = std::make_shared<SaveJob>();
     job->storage = storage_;
-    job->data_path = StrCat(dir, "/", DataFileName(options_.rank));
+    const bool hdf5 = storage_->caps().container == "hdf5";
+    job->hdf5 = hdf5;
+    job->data_path = StrCat(dir, "/", hdf5 ? Hdf5DataFileName(options_.rank) : DataFileName(options_.rank));
     job->rank = options_.rank;
     job->step = step;
     job->save_id = RandomId();
-    job->codec = options_.codec;
+    job->codec = hdf5 ? Codec::kNone : options_.codec;  // h5py reads raw datasets
     job->zstd_level = options_.zstd_level;
     job->direct = options_.direct_io;
     job->handle = shared;
@@ -129,7 +132,7 @@ class Checkpointer::Impl {
       // are contiguous in memory.
       const bool rows_contiguous = s.strides.empty() || s.strides.back() == 1;
       std::vector<Box> boxes =
-          rows_contiguous ? ColumnTiles(s.box, es, engine_->block_size(), options_.max_column_tiles)
+          rows_contiguous ? ColumnTiles(s.box, es, engine_->block_size(), hdf5 ? 1 : options_.max_column_tiles)
                           : std::vector<Box>{s.box};
       std::vector<int64_t> strides = s.strides;
       if (strides.empty()) {
@@ -164,6 +167,8 @@ class Checkpointer::Impl {
       if (b.out != nullptr && b.data == nullptr) continue;  // a load target
       SavePiece p;
       p.blob = static_cast<const std::byte*>(b.data);
+      p.blob_name = b.name;
+      p.blob_rank = b.scope == BlobScope::kGlobal ? -1 : options_.rank;
       p.dtype = DType::kU8;
       p.bytes = b.size;
       pieces.push_back(p);
@@ -176,7 +181,7 @@ class Checkpointer::Impl {
     report->world_size = options_.world_size;
     report->created_unix_ns = UnixNanos();
     report->library_version = LibraryVersion();
-    report->codec = options_.codec;
+    report->codec = job->codec;
     report->mesh = options_.mesh;
     report->metadata = save_options.metadata;
 
@@ -324,7 +329,7 @@ class Checkpointer::Impl {
         report_ready_.erase(report.get());
       }
       ManifestFile f;
-      f.name = DataFileName(j.rank);
+      f.name = j.hdf5 ? Hdf5DataFileName(j.rank) : DataFileName(j.rank);
       f.rank = j.rank;
       f.size = j.file_size;
       f.index_offset = j.index_offset;

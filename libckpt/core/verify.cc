@@ -8,6 +8,7 @@
 #include "codec/codec.h"
 #include "core/root.h"
 #include "format/frame_check.h"
+#include "format/hdf5_container.h"
 #include "format/layout.h"
 #include "pipeline/frame_reader.h"
 #include "plan/cover.h"
@@ -174,6 +175,16 @@ class Verifier {
   }
 
   bool CheckHeaderAndFooter(ReadableFile& f, const ManifestFile& mf, const std::string& path) {
+    if (IsHdf5DataFile(mf.name)) {
+      // An HDF5 container has no ckpt header or footer; its size must match.
+      if (f.size() != mf.size) {
+        Problem(StrCat(path, ": ", f.size() < mf.size ? "truncated to " : "grew to ", f.size(),
+                       " bytes (manifest records ", mf.size, ")"),
+                "", "", path, static_cast<int64_t>(std::min<uint64_t>(f.size(), mf.size)));
+        return false;
+      }
+      return true;
+    }
     if (f.size() < kDataHeaderSize + kFooterSize) {
       Problem(StrCat(path, ": truncated to ", f.size(), " bytes (manifest records ", mf.size, ")"),
               "", "", path, static_cast<int64_t>(f.size()));

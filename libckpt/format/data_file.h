@@ -54,6 +54,11 @@ struct FrameTrailer {
 };
 
 /// One index entry per frame, in block-id order.
+/// Index entry flag: a bare block (HDF5 containers) has no trailer or
+/// padding; its frame is exactly its stored bytes, stored uncompressed, and
+/// the index entry alone carries its checksum.
+constexpr uint16_t kFlagBareBlock = 0x2;
+
 struct IndexEntry {
   uint64_t offset = 0;  ///< frame start in the file (multiple of 4096)
   uint32_t raw_len = 0;

@@ -5,6 +5,7 @@
 #include "absl/strings/str_cat.h"
 #include "util/strings.h"
 #include "codec/codec.h"
+#include "format/hdf5_container.h"
 #include "util/hash.h"
 
 namespace ckpt {
@@ -24,6 +25,18 @@ absl::Status CheckFrame(absl::Span<const std::byte> frame, const IndexEntry& e,
                                             e.offset + at, ": block ", block_id,
                                             ": ", why));
   };
+  if ((e.flags & kFlagBareBlock) != 0) {
+    // HDF5 container: the raw bytes alone, checked against the index.
+    if (e.frame_len != e.stored_len || frame.size() != e.frame_len || e.codec != 0 ||
+        e.raw_len != e.stored_len) {
+      return corrupt(0, "bare block does not match the index");
+    }
+    const uint64_t h = Xxh3(frame.data(), e.stored_len);
+    if (h != e.stored_hash) {
+      return corrupt(0, StrCat("checksum mismatch (xxh3 ", Hex(h), ", expected ", Hex(e.stored_hash), ")"));
+    }
+    return absl::OkStatus();
+  }
   if (e.frame_len != FrameLength(e.stored_len) || frame.size() != e.frame_len) {
     return corrupt(0, StrCat("frame length ", frame.size(),
                                    " does not match the index (stored ",
@@ -85,9 +98,10 @@ absl::StatusOr<std::vector<IndexEntry>> ReadFileIndex(ReadableFile& f,
         file, ": ", f.size() < mf.size ? "truncated" : "grew", ": ", f.size(),
         " bytes, the manifest records ", mf.size));
   }
-  if (mf.index_offset < kDataHeaderSize || mf.index_offset > mf.size ||
+  const bool bare = IsHdf5DataFile(mf.name);
+  if ((!bare && mf.index_offset < kDataHeaderSize) || mf.index_offset > mf.size ||
       mf.index_len > mf.size - mf.index_offset ||
-      mf.index_offset + mf.index_len + kFooterSize != mf.size) {
+      (!bare && mf.index_offset + mf.index_len + kFooterSize != mf.size)) {
     return absl::DataLossError(StrCat(
         file, ": manifest gives an impossible index range ", mf.index_offset,
         "+", mf.index_len, " for a file of ", mf.size, " bytes"));
@@ -109,6 +123,29 @@ absl::StatusOr<std::vector<IndexEntry>> ReadFileIndex(ReadableFile& f,
     return absl::DataLossError(StrCat(
         file, " at byte offset ", mf.index_offset, ": index has ",
         entries->size(), " blocks, the manifest records ", mf.block_count));
+  }
+  if (bare) {
+    // HDF5 container: bare blocks inside the file, apart from each other
+    // and from the index (libhdf5's own metadata is in between).
+    std::vector<std::pair<uint64_t, uint64_t>> spans = {{mf.index_offset, mf.index_offset + mf.index_len}};
+    for (size_t i = 0; i < entries->size(); ++i) {
+      const IndexEntry& e = (*entries)[i];
+      if ((e.flags & kFlagBareBlock) == 0 || e.codec != 0 || e.frame_len != e.stored_len ||
+          e.raw_len != e.stored_len || e.raw_len > kMaxBlockBytes || e.offset > mf.size ||
+          e.frame_len > mf.size - e.offset) {
+        return absl::DataLossError(StrCat(
+            file, " at byte offset ", mf.index_offset + kIndexHeaderSize + i * kIndexEntrySize,
+            ": index entry of block ", i, " is malformed"));
+      }
+      spans.push_back({e.offset, e.offset + e.frame_len});
+    }
+    std::sort(spans.begin(), spans.end());
+    for (size_t i = 1; i < spans.size(); ++i) {
+      if (spans[i].first < spans[i - 1].second) {
+        return absl::DataLossError(StrCat(file, " at byte offset ", spans[i].first, ": blocks overlap"));
+      }
+    }
+    return entries;
   }
   // Frames must tile [header, index) exactly.
   std::vector<std::pair<uint64_t, uint64_t>> spans;

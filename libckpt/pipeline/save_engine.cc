@@ -5,12 +5,14 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <filesystem>
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
 #include "util/strings.h"
 #include "codec/codec.h"
 #include "core/save_handle.h"
+#include "format/hdf5_container.h"
 #include "layout/box_copy.h"
 #include "util/errors.h"
 #include "util/hash.h"
@@ -143,8 +145,10 @@ absl::Status SaveEngine::Run(std::shared_ptr<SaveJob> job,
                              std::vector<SavePiece>& pieces) {
   SaveJob& j = *job;
   j.block_size = options_.block_size;
-  CKPT_ASSIGN_OR_RETURN(j.file, j.storage->OpenWritable(j.data_path, WriteOptions{j.direct}));
-  if (j.file->alignment() > kFrameAlign || kFrameAlign % j.file->alignment() != 0) {
+  if (!j.hdf5) {
+    CKPT_ASSIGN_OR_RETURN(j.file, j.storage->OpenWritable(j.data_path, WriteOptions{j.direct}));
+  }
+  if (!j.hdf5 && (j.file->alignment() > kFrameAlign || kFrameAlign % j.file->alignment() != 0)) {
     return absl::FailedPreconditionError(StrCat(
         j.data_path, ": storage requires ", j.file->alignment(),
         "-byte alignment, more than the format's 4096"));
@@ -167,6 +171,49 @@ absl::Status SaveEngine::Run(std::shared_ptr<SaveJob> job,
   j.index.assign(nblocks, IndexEntry{});
   j.handle->blocks_total = static_cast<int64_t>(nblocks);
 
+  if (j.hdf5) {
+    // libhdf5 lays the file out (metadata, one contiguous dataset per
+    // piece); the blocks are then written into the datasets' ranges.
+    const std::string local = j.storage->LocalPath(j.data_path);
+    if (local.empty()) {
+      return absl::FailedPreconditionError(StrCat(j.storage->uri(), ": an HDF5 container needs a local file"));
+    }
+    std::error_code ec;
+    std::filesystem::create_directories(std::filesystem::path(local).parent_path(), ec);
+    std::vector<Hdf5Chunk> chunks;
+    for (const SavePiece& p : pieces) {
+      Hdf5Chunk c;
+      if (p.shard != nullptr) {
+        c.path = Hdf5ChunkPath(p.shard->spec.fqn, p.shard->box);
+        c.dtype = p.shard->spec.dtype;
+        c.global_shape = p.shard->spec.shape;
+        c.box = p.shard->box;
+      } else {
+        c.is_blob = true;
+        c.path = Hdf5BlobPath(p.blob_name, p.blob_rank);
+        c.bytes = p.bytes;
+      }
+      chunks.push_back(std::move(c));
+    }
+    CKPT_ASSIGN_OR_RETURN(Hdf5Container container,
+                          CreateHdf5Container(local, chunks, kIndexHeaderSize + nblocks * kIndexEntrySize,
+                                              j.step, j.rank));
+    j.block_offsets.resize(nblocks);
+    for (size_t i = 0; i < pieces.size(); ++i) {
+      for (uint64_t b = 0; b < pieces[i].block_count; ++b) {
+        j.block_offsets[pieces[i].first_block + b] = container.offsets[i] + b * options_.block_size;
+      }
+    }
+    j.index_offset = container.index_offset;
+    j.file_size = container.file_size;
+    WriteOptions wo;
+    wo.direct = false;
+    wo.truncate = false;
+    CKPT_ASSIGN_OR_RETURN(j.file, j.storage->OpenWritable(j.data_path, wo));
+    std::lock_guard<std::mutex> lock(j.mu);
+    j.outstanding = 0;
+  } else {
+
   CKPT_ASSIGN_OR_RETURN(j.header, AlignedBuffer::Allocate(kDataHeaderSize, false));
   DataFileHeader hdr;
   hdr.step = j.step;
@@ -186,6 +233,7 @@ absl::Status SaveEngine::Run(std::shared_ptr<SaveJob> job,
                        }
                        BlockDone(job);
                      });
+  }
 
   for (size_t pi = 0; pi < pieces.size();) {
     const SavePiece& p = pieces[pi];
@@ -357,6 +405,26 @@ void SaveEngine::ProcessBlock(WorkItem& item, BlockCodec& codec) {
   bool is_slot = true;
   t.codec = static_cast<uint8_t>(Codec::kNone);
   t.stored_len = item.raw_len;
+  if (job->hdf5) {
+    // A bare block: the raw bytes at the dataset's place, nothing else.
+    t.stored_hash = t.raw_hash;
+    {
+      std::lock_guard<std::mutex> lock(job->mu);
+      IndexEntry& e = job->index[item.block_id];
+      e.offset = job->block_offsets[item.block_id];
+      e.raw_len = t.raw_len;
+      e.stored_len = t.raw_len;
+      e.raw_hash = t.raw_hash;
+      e.stored_hash = t.raw_hash;
+      e.codec = t.codec;
+      e.elem_width = t.elem_width;
+      e.flags = kFlagBareBlock;
+      e.frame_len = t.raw_len;
+      job->bytes_stored += t.raw_len;
+    }
+    SubmitFrame(job, item.block_id, item.slot, item.raw_len, true);
+    return;
+  }
   if (job->codec != Codec::kNone) {
     std::byte* out = AcquireOutBuffer();
     codec.set_level(job->zstd_level);
@@ -476,7 +544,19 @@ void SaveEngine::Finalize(SaveJob& job) {
     std::lock_guard<std::mutex> lock(job.mu);
     status = job.error;
   }
-  if (status.ok()) {
+  if (status.ok() && job.hdf5) {
+    // The index goes into its dataset; libhdf5 wrote everything else.
+    std::string index = EncodeIndex(job.index);
+    job.index_len = index.size();
+    job.index_hash = Xxh3(index);
+    absl::Status write_status;
+    job.file->WriteAsync(job.index_offset,
+                         absl::Span<const std::byte>(reinterpret_cast<const std::byte*>(index.data()), index.size()),
+                         [&write_status](absl::Status s) { write_status = s; });
+    status = job.file->Drain();
+    if (status.ok()) status = write_status;
+    if (status.ok()) status = job.file->Finish(job.file_size);
+  } else if (status.ok()) {
     std::string index = EncodeIndex(job.index);
     job.index_offset = job.next_offset;
     job.index_len = index.size();

@@ -37,6 +37,9 @@ struct SavePiece {
   /// (whose last dimension is contiguous in memory) are staged together in
   /// one pass over the parent's rows, so memory is read sequentially.
   const Shard* parent = nullptr;
+  /// Blobs in an HDF5 container: their name and rank (-1: global).
+  std::string blob_name;
+  int blob_rank = -1;
   // Filled by Run:
   uint64_t first_block = 0;
   uint64_t block_count = 0;
@@ -54,6 +57,9 @@ struct SaveJob {
   Codec codec = Codec::kNone;
   int zstd_level = 1;
   bool direct = true;
+  /// Write an HDF5 container (format/hdf5_container.h) instead of a ckpt
+  /// data file: raw blocks at fixed places, no header, trailers or footer.
+  bool hdf5 = false;
   std::shared_ptr<SaveHandle::Shared> handle;
   /// Runs on the engine's finalizer thread once the data file is durable
   /// (status OK) or the job failed. The data file is removed on failure.
@@ -73,6 +79,7 @@ struct SaveJob {
   std::mutex mu;
   absl::Status error;
   uint64_t next_offset = 0;
+  std::vector<uint64_t> block_offsets;  ///< hdf5: where each block goes
   int64_t outstanding = 0;
   bool staging_done = false;
   std::unique_ptr<WritableFile> file;

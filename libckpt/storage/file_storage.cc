@@ -284,7 +284,7 @@ class FileStorage final : public Storage {
     CKPT_RETURN_IF_ERROR(CheckRelative(path));
     std::string full = Full(path);
     CKPT_RETURN_IF_ERROR(MakeDirs(ParentOf(full)));
-    const int base = O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC;
+    const int base = O_WRONLY | O_CREAT | O_CLOEXEC | (options.truncate ? O_TRUNC : 0);
     bool direct = direct_ && options.direct;
     int fd = -1;
     if (direct) {
@@ -295,6 +295,10 @@ class FileStorage final : public Storage {
     if (fd < 0) return ErrnoStatus(errno, StrCat("create ", full));
     return std::unique_ptr<WritableFile>(std::make_unique<FileWritable>(
         engine_.get(), fd, direct, std::move(full), std::string(path)));
+  }
+
+  std::string LocalPath(std::string_view path) override {
+    return CheckRelative(path).ok() ? Full(path) : std::string();
   }
 
   absl::StatusOr<std::unique_ptr<ReadableFile>> OpenReadable(

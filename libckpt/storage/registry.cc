@@ -16,6 +16,38 @@
 namespace ckpt {
 namespace {
 
+// hdf5:///path: files as file:// (buffered), with data files written as
+// HDF5 containers by the checkpointer (format/hdf5_container.h).
+class Hdf5Storage : public ForwardingStorage {
+ public:
+  Hdf5Storage(std::shared_ptr<Storage> base, std::string uri)
+      : ForwardingStorage(std::move(base)), uri_(std::move(uri)) {}
+  std::string uri() const override { return uri_; }
+  StorageCaps caps() const override {
+    StorageCaps c = ForwardingStorage::caps();
+    c.engine = StrCat("hdf5(", c.engine, ")");
+    c.container = "hdf5";
+    c.direct_io = false;
+    c.registered_buffers = false;
+    return c;
+  }
+  uint64_t RegisterBuffers(const std::vector<absl::Span<std::byte>>&) override { return 0; }
+  void UnregisterBuffers(uint64_t) override {}
+
+ private:
+  std::string uri_;
+};
+
+absl::StatusOr<std::shared_ptr<Storage>> OpenHdf5Storage(std::string_view uri) {
+  CKPT_ASSIGN_OR_RETURN(ParsedUri parsed, ParseUri(uri));
+  std::string inner = StrCat("file://", parsed.location, "?direct=0");
+  for (const auto& [k, v] : parsed.params) {
+    if (k != "direct") inner += StrCat("&", EncodeUriValue(k), "=", EncodeUriValue(v));
+  }
+  CKPT_ASSIGN_OR_RETURN(std::shared_ptr<Storage> base, OpenFileStorage(inner));
+  return std::shared_ptr<Storage>(new Hdf5Storage(std::move(base), std::string(uri)));
+}
+
 struct Entry {
   BackendInfo info;
   StorageFactory factory;
@@ -52,6 +84,10 @@ Registry& GetRegistry() {
         OpenMemStorage);
     add("tiered", "commit on a fast local tier, drain to a durable tier in the background",
         Caps("tiered", true, true, true), OpenTieredStorage);
+    StorageCaps h5 = Caps("hdf5", false, true, true);
+    h5.container = "hdf5";
+    add("hdf5", "files as file://, each rank's data an HDF5 file that h5py and h5dump read", h5,
+        OpenHdf5Storage);
     add("faulty", "wraps another backend and injects errors, latency, bit flips and crashes",
         Caps("faulty", false, true, true), OpenFaultyStorage);
     return r;

@@ -232,6 +232,7 @@ INSTANTIATE_TEST_SUITE_P(
                       BackendCase{"tiered_keep_local", "tiered", "&keep_local=1"},
                       BackendCase{"faulty_file", "faulty", "?fault.latency=50us"},
                       BackendCase{"faulty_mem", "faulty-mem", ""},
+                      BackendCase{"hdf5", "hdf5", ""},
                       BackendCase{"localfs_plugin", "localfs", ""}),
     [](const ::testing::TestParamInfo<BackendCase>& info) { return info.param.name; });
 

@@ -235,7 +235,7 @@ TEST(Cli, PluginsListsBackendsAndRefusedPlugins) {
   const std::string good = std::string("CKPT_PLUGIN_PATH=") + CKPT_TEST_PLUGIN_DIR + " ";
   CliRun r = Ckpt("plugins --json", good);
   ASSERT_EQ(r.code, 0) << r.out;
-  for (const char* scheme : {"file", "posix", "mem", "tiered", "faulty", "localfs"}) {
+  for (const char* scheme : {"file", "posix", "mem", "tiered", "faulty", "hdf5", "localfs"}) {
     EXPECT_TRUE(Has(r.out, std::string("\"scheme\":\"") + scheme + "\"")) << scheme << " in " << r.out;
   }
   EXPECT_TRUE(Has(r.out, "\"abi_version\":1")) << r.out;

@@ -151,6 +151,54 @@ TEST(Hdf5, H5pyReadsAnExportAndImportRoundTrips) {
   EXPECT_EQ(config, "{\"lr\": 0.001}");
 }
 
+// hdf5:// roots: every chunk is a dataset h5py reads in place, and ckpt
+// loads, reshards and verifies them like any checkpoint.
+TEST(Hdf5, ContainerRootsAreReadByH5pyAndReshardedByCkpt) {
+  TempDir dir;
+  Tensors t;
+  SaveSharded("hdf5://" + dir.Join("root"), t);
+  const std::string step_dir = dir.Join("root/step-0000000042");
+  ShellRun py = Sh(std::string("/usr/bin/python3 ") + CHECK_EXPORT_PY + " " + step_dir);
+  EXPECT_EQ(py.code, 0) << py.out;
+  EXPECT_NE(py.out.find("checked 4 tensors: ok"), std::string::npos) << py.out;
+  ShellRun dump = Sh("h5dump -H -A " + step_dir + "/rank-000001.h5");
+  EXPECT_EQ(dump.code, 0) << dump.out;
+  EXPECT_NE(dump.out.find("chunk_48_0"), std::string::npos) << dump.out;
+
+  // Loaded through the plain file:// backend, cut differently.
+  auto storage = OpenStorage(dir.Join("root"));
+  ASSERT_OK(storage);
+  Tensors back;
+  std::fill(back.embed.begin(), back.embed.end(), -1.0f);
+  State s;
+  for (int part = 0; part < 3; ++part) {
+    Box box = Box::Whole(kEmbed.shape);
+    box.offsets[0] = part * 32;
+    box.sizes[0] = 32;
+    ASSERT_OK(s.AddShard(kEmbed, box, back.embed.data() + part * 32 * 40));
+  }
+  ASSERT_OK(s.AddTensor(kAttn, back.attn.data()));
+  ASSERT_OK(s.AddTensor(kNorm, back.norm.data()));
+  ASSERT_OK(s.AddTensor(kCounts, back.counts.data()));
+  ASSERT_OK(LoadCheckpoint(**storage, s, 42));
+  EXPECT_EQ(back.embed, t.embed);
+  EXPECT_EQ(back.attn, t.attn);
+  EXPECT_EQ(back.norm, t.norm);
+  EXPECT_EQ(back.counts, t.counts);
+  ShellRun v = Sh(std::string(CKPT_BIN) + " verify " + dir.Join("root"));
+  EXPECT_EQ(v.code, 0) << v.out;
+
+  // A flipped byte inside a dataset is found, with the file and offset.
+  std::string data = ReadFile(step_dir + "/rank-000000.h5");
+  const size_t at = data.find(std::string(reinterpret_cast<const char*>(t.embed.data() + 100), 16));
+  ASSERT_NE(at, std::string::npos);
+  FlipBit(step_dir + "/rank-000000.h5", at, 3);
+  ShellRun bad = Sh(std::string(CKPT_BIN) + " verify " + dir.Join("root"));
+  EXPECT_EQ(bad.code, 1) << bad.out;
+  EXPECT_NE(bad.out.find("rank-000000.h5"), std::string::npos) << bad.out;
+  EXPECT_NE(bad.out.find("checksum mismatch"), std::string::npos) << bad.out;
+}
+
 TEST(Hdf5, BadInputIsAUsageError) {
   TempDir dir;
   WriteFile(dir.Join("not.h5"), "plain text, not HDF5");
