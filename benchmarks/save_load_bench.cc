@@ -22,6 +22,7 @@
 
 #include "ckpt/checkpointer.h"
 #include "ckpt/synthetic.h"
+#include "bench_util.h"
 #include "cli.h"
 #include "synth_job.h"
 #include "util/aligned_buffer.h"
@@ -30,106 +31,6 @@
 
 namespace ckpt::bench {
 namespace {
-
-struct Samples {
-  std::vector<double> v;
-  void Add(double x) { v.push_back(x); }
-  double Median() const {
-    if (v.empty()) return 0;
-    auto s = v;
-    std::sort(s.begin(), s.end());
-    return s.size() % 2 ? s[s.size() / 2] : (s[s.size() / 2 - 1] + s[s.size() / 2]) / 2;
-  }
-  double Min() const { return v.empty() ? 0 : *std::min_element(v.begin(), v.end()); }
-  double Max() const { return v.empty() ? 0 : *std::max_element(v.begin(), v.end()); }
-};
-
-bool HaveFio() { return std::system("command -v fio > /dev/null 2>&1") == 0; }
-
-// fio's bandwidth in bytes/s from its JSON output, or -1.
-double RunFio(const std::string& file, int64_t size, bool write) {
-  std::string cmd = "fio --name=ceiling --filename=" + file + " --rw=" +
-                    (write ? "write" : "read") + " --bs=4m --size=" + std::to_string(size) +
-                    " --direct=1 --ioengine=io_uring --iodepth=64 --numjobs=1 --fallocate=none" +
-                    (write ? " --end_fsync=1" : "") +
-                    " --output-format=json 2>/dev/null";
-  FILE* p = popen(cmd.c_str(), "r");
-  if (!p) return -1;
-  std::string out;
-  char buf[4096];
-  size_t n;
-  while ((n = fread(buf, 1, sizeof(buf), p)) > 0) out.append(buf, n);
-  pclose(p);
-  // The per-direction section, not the "rw" option that names it.
-  const std::string key = write ? "\"write\" : {" : "\"read\" : {";
-  size_t at = out.find(key);
-  if (at == std::string::npos) return -1;
-  at = out.find("\"bw_bytes\"", at);
-  if (at == std::string::npos) return -1;
-  at = out.find(':', at);
-  return std::strtod(out.c_str() + at + 1, nullptr);
-}
-
-// Plain O_DIRECT sequential writer/reader, 4 MiB requests, when fio is absent.
-double DirectIo(const std::string& file, int64_t size, bool write) {
-  auto buf = AlignedBuffer::Allocate(4 << 20, true);
-  if (!buf.ok()) return -1;
-  std::memset(buf->data(), 0x5a, buf->size());
-  int fd = open(file.c_str(), (write ? O_WRONLY | O_CREAT | O_TRUNC : O_RDONLY) | O_DIRECT, 0644);
-  if (fd < 0) return -1;
-  const double t0 = NowSeconds();
-  for (int64_t off = 0; off < size; off += 4 << 20) {
-    ssize_t r = write ? pwrite(fd, buf->data(), 4 << 20, off) : pread(fd, buf->data(), 4 << 20, off);
-    if (r != (4 << 20)) {
-      close(fd);
-      return -1;
-    }
-  }
-  if (write) fsync(fd);
-  const double dt = NowSeconds() - t0;
-  close(fd);
-  return static_cast<double>(size) / dt;
-}
-
-// One pass, like the stall it is compared with (after a pass that warms the
-// buffers): a best-of-n would flatter the ceiling.
-double MemcpyBandwidth(int64_t size) {
-  auto src = AlignedBuffer::Allocate(size, true);
-  auto dst = AlignedBuffer::Allocate(size, true);
-  if (!src.ok() || !dst.ok()) return -1;
-  std::memset(src->data(), 1, size);
-  std::memcpy(dst->data(), src->data(), size);
-  const double t0 = NowSeconds();
-  std::memcpy(dst->data(), src->data(), size);
-  return static_cast<double>(size) / (NowSeconds() - t0);
-}
-
-struct StateBuffers {
-  std::vector<TensorSpec> specs;
-  std::vector<std::vector<std::byte>> data;
-  std::vector<std::vector<std::byte>> out;
-  int64_t bytes = 0;
-};
-
-// Transformer-like weights: 64 MiB tensors of `dtype` filling `size` bytes.
-StateBuffers MakeState(int64_t size, DType dtype) {
-  StateBuffers s;
-  const int64_t es = static_cast<int64_t>(DTypeSize(dtype));
-  const int64_t per = std::min<int64_t>(64 << 20, size);
-  int i = 0;
-  for (int64_t done = 0; done < size; done += per, ++i) {
-    const int64_t bytes = std::min(per, size - done);
-    const int64_t cols = 4096;
-    const int64_t rows = std::max<int64_t>(1, bytes / es / cols);
-    TensorSpec spec{"model.layers." + std::to_string(i) + ".mlp.up_proj.weight", dtype, {rows, cols}};
-    s.specs.push_back(spec);
-    s.data.emplace_back(static_cast<size_t>(spec.NumElements() * es));
-    FillSynthetic(spec, Box::Whole(spec.shape), 1, s.data.back().data());
-    s.out.emplace_back(s.data.back().size());
-    s.bytes += static_cast<int64_t>(s.data.back().size());
-  }
-  return s;
-}
 
 struct CodecFigures {
   Samples stall_s, save_s, load_s;
