@@ -112,6 +112,46 @@ TEST(Plugins, CheckpointThroughAPluginLoadsAndVerifies) {
 }
 
 // ---------------------------------------------------------------------------
+// file:// where the sandbox refuses io_uring: the posix engine takes over,
+// said once, and checkpoints stay interchangeable.
+
+std::string Capture(const std::string& cmd, int* code) {
+  FILE* p = popen((cmd + " 2>&1").c_str(), "r");
+  std::string out;
+  char buf[4096];
+  size_t n;
+  while ((n = fread(buf, 1, sizeof(buf), p)) > 0) out.append(buf, n);
+  const int status = pclose(p);
+  *code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  return out;
+}
+
+TEST(FileBackend, FallsBackToThreadsWhereIoUringIsRefused) {
+  TempDir dir;
+  const std::string root = dir.Join("root");
+  int code = 0;
+  std::string out = Capture(std::string(NO_URING_BIN) + " " + CKPT_BIN + " synth --out " + root +
+                                " --params 2M --mesh tp=2 --codec zstd",
+                            &code);
+  ASSERT_EQ(code, 0) << out;
+  const size_t first = out.find("io_uring unavailable");
+  ASSERT_NE(first, std::string::npos) << out;
+  EXPECT_EQ(out.find("io_uring unavailable", first + 1), std::string::npos) << "said more than once: " << out;
+  EXPECT_TRUE(Has(out, "using the threads engine")) << out;
+  // Read back both in the sandbox and with io_uring.
+  out = Capture(std::string(NO_URING_BIN) + " " + CKPT_BIN + " restore-check " + root + " --mesh tp=3", &code);
+  EXPECT_EQ(code, 0) << out;
+  out = Capture(std::string(CKPT_BIN) + " verify " + root, &code);
+  EXPECT_EQ(code, 0) << out;
+  EXPECT_FALSE(Has(out, "io_uring unavailable")) << out;
+  // Asking for io_uring explicitly is an error there, not a silent fallback.
+  out = Capture(std::string(NO_URING_BIN) + " " + CKPT_BIN + " verify 'file://" + root + "?engine=io_uring'",
+                &code);
+  EXPECT_EQ(code, 2) << out;
+  EXPECT_TRUE(Has(out, "io_uring requested but unavailable")) << out;
+}
+
+// ---------------------------------------------------------------------------
 // faulty://
 
 std::shared_ptr<FaultyStorage> Faulty(const std::string& uri) {
