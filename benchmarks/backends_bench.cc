@@ -159,14 +159,18 @@ int Main(int argc, char** argv) {
     j.EndObject();
   }
   j.EndArray().EndObject();
-  auto ratio = [&](const std::string& a, const std::string& b, auto get) {
+  auto ratio = [&](const char* what, const std::string& a, const std::string& b, auto get) {
     if (!figs.count(a) || !figs.count(b)) return;
-    std::printf("%s / %s: %.3f\n", a.c_str(), b.c_str(), get(figs[a]) / get(figs[b]));
+    std::printf("%-34s %.3f\n", what, get(figs[a]) / get(figs[b]));
   };
   std::printf("\n");
-  ratio("tiered", "file", [](const Figures& f) { return f.stall_s.Median(); });
-  ratio("tiered", "file", [](const Figures& f) { return f.commit_s.Median(); });
-  ratio("file", "posix", [](const Figures& f) { return f.commit_s.Median(); });
+  auto stall = [](const Figures& f) { return f.stall_s.Median(); };
+  auto commit = [](const Figures& f) { return f.commit_s.Median(); };
+  ratio("stall, tiered / file", "tiered", "file", stall);
+  ratio("local commit time, tiered / file", "tiered", "file", commit);
+  ratio("save throughput, posix / file", "file", "posix", commit);
+  ratio("save throughput, localfs / file", "file", "localfs", commit);
+  ratio("save throughput, hdf5 / file", "file", "hdf5", commit);
   if (!json_path.empty()) {
     FILE* f = std::fopen(json_path.c_str(), "w");
     if (f) {
