@@ -33,7 +33,7 @@ CliRun Ckpt(const std::string& args, const std::string& env = "") {
 bool Has(const std::string& s, const std::string& what) { return s.find(what) != std::string::npos; }
 
 TEST(Cli, HelpOnEverySubcommand) {
-  for (const char* sub : {"demo", "synth", "restore-check", "verify", "inspect", "plan", "interval", "plugins", "export", "import"}) {
+  for (const char* sub : {"demo", "synth", "restore-check", "verify", "inspect", "plan", "interval", "plugins", "export", "import", "stats", "diff", "list", "gc"}) {
     CliRun r = Ckpt(std::string(sub) + " --help");
     EXPECT_EQ(r.code, 0) << sub;
     EXPECT_TRUE(Has(r.out, std::string("usage: ckpt ") + sub)) << r.out;
@@ -260,6 +260,59 @@ TEST(Cli, PluginsListsBackendsAndRefusedPlugins) {
   CliRun missing = Ckpt("verify nosuchscheme://" + dir.Join("root"));
   EXPECT_EQ(missing.code, 2) << missing.out;
   EXPECT_TRUE(Has(missing.out, "no storage backend for scheme 'nosuchscheme'")) << missing.out;
+}
+
+}  // namespace
+}  // namespace ckpt::testing
+
+namespace ckpt::testing {
+namespace {
+
+TEST(Cli, DiffStatsListAndGc) {
+  TempDir dir;
+  const std::string a = dir.Join("a"), b = dir.Join("b");
+  for (int step : {10, 20, 30}) {
+    ASSERT_EQ(Ckpt("synth --out " + a + " --params 1M --mesh tp=2 --step " + std::to_string(step)).code, 0);
+  }
+  ASSERT_EQ(Ckpt("synth --out " + b + " --params 1M --mesh tp=4 --step 30 --codec zstd").code, 0);
+
+  // The same synthetic state saved on another mesh with another codec.
+  CliRun same = Ckpt("diff " + a + " " + b + " --json");
+  EXPECT_EQ(same.code, 0) << same.out;
+  EXPECT_TRUE(Has(same.out, "\"different\":0")) << same.out;
+  // Steps of one root: the generator's values do not depend on the step.
+  CliRun steps = Ckpt("diff " + a + " " + a + " --step-a 10 --step-b 30");
+  EXPECT_EQ(steps.code, 0) << steps.out;
+  EXPECT_TRUE(Has(steps.out, "by checksum")) << steps.out;
+  // A different seed changes everything.
+  ASSERT_EQ(Ckpt("synth --out " + dir.Join("c") + " --params 1M --step 1 --seed 7").code, 0);
+  CliRun other = Ckpt("diff " + a + " " + dir.Join("c") + " --tensor '*.mlp.*'");
+  EXPECT_EQ(other.code, 1) << other.out;
+  EXPECT_TRUE(Has(other.out, "changed")) << other.out;
+  EXPECT_FALSE(Has(other.out, "self_attn")) << other.out;
+  EXPECT_EQ(Ckpt("diff " + a + " /nonexistent/root").code, 2);
+
+  CliRun stats = Ckpt("stats " + a + " --gate --json");
+  EXPECT_EQ(stats.code, 0) << stats.out;
+  EXPECT_TRUE(Has(stats.out, "\"previous_step\":20")) << stats.out;
+  EXPECT_TRUE(Has(stats.out, "\"ok\":true")) << stats.out;
+
+  CliRun list = Ckpt("list " + a + " --json");
+  EXPECT_EQ(list.code, 0) << list.out;
+  EXPECT_TRUE(Has(list.out, "\"latest\":30")) << list.out;
+  EXPECT_TRUE(Has(list.out, "\"step\":10")) << list.out;
+
+  // gc is a dry run unless --yes.
+  CliRun dry = Ckpt("gc " + a + " --keep-last 1");
+  EXPECT_EQ(dry.code, 0) << dry.out;
+  EXPECT_TRUE(Has(dry.out, "would remove committed step 10")) << dry.out;
+  EXPECT_TRUE(std::filesystem::exists(a + "/step-0000000010"));
+  CliRun real = Ckpt("gc " + a + " --keep-last 1 --yes --json");
+  EXPECT_EQ(real.code, 0) << real.out;
+  EXPECT_TRUE(Has(real.out, "\"removed_steps\":[10,20]")) << real.out;
+  EXPECT_FALSE(std::filesystem::exists(a + "/step-0000000010"));
+  EXPECT_EQ(Ckpt("verify " + a).code, 0);
+  EXPECT_EQ(Ckpt("gc /nonexistent/root").code, 2);
 }
 
 }  // namespace

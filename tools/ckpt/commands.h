@@ -15,6 +15,10 @@ int IntervalMain(int argc, char** argv, int first);
 int PluginsMain(int argc, char** argv, int first);
 int ExportMain(int argc, char** argv, int first);
 int ImportMain(int argc, char** argv, int first);
+int StatsMain(int argc, char** argv, int first);
+int DiffMain(int argc, char** argv, int first);
+int ListMain(int argc, char** argv, int first);
+int GcMain(int argc, char** argv, int first);
 
 }  // namespace ckpt::tools
 

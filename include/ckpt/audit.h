@@ -1,0 +1,84 @@
+// Numerical audits of committed checkpoints: per-tensor statistics with a
+// health gate, and differences between two steps (also across meshes).
+// Both stream each tensor in slabs of rows, so memory does not grow with the
+// checkpoint; every byte read is checksum-verified as in any load.
+#ifndef CKPT_AUDIT_H_
+#define CKPT_AUDIT_H_
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "ckpt/storage.h"
+#include "ckpt/tensor.h"
+
+namespace ckpt {
+
+struct TensorStats {
+  std::string fqn;
+  DType dtype = DType::kF32;
+  Shape shape;
+  int64_t elements = 0;
+  int64_t nan = 0;
+  int64_t inf = 0;
+  int64_t zeros = 0;
+  double min = 0;   ///< over finite values (0 when none)
+  double max = 0;
+  double mean = 0;  ///< over finite values
+  double l2 = 0;    ///< sqrt of the sum of squares of finite values
+  double ZeroFraction() const { return elements > 0 ? static_cast<double>(zeros) / elements : 0; }
+};
+
+struct AuditOptions {
+  /// Only tensors whose name matches this glob ('*', '?'); empty: all.
+  std::string tensor_glob;
+  /// Memory per slab of rows read at once (per checkpoint).
+  int64_t slab_bytes = 64 << 20;
+  /// Called after each tensor with (done, total) bytes, for progress bars.
+  std::function<void(int64_t, int64_t)> progress;
+};
+
+/// Statistics of every tensor of `step` (kLatestStep: the latest).
+absl::StatusOr<std::vector<TensorStats>> ComputeStats(Storage& storage, int64_t step,
+                                                      const AuditOptions& options = {});
+
+/// Health gate over the statistics of a step and, optionally, of the step
+/// before it. Returns one line per problem: NaN or Inf present, a tensor
+/// that is all zeros, an L2 norm that moved by more than
+/// `max_norm_change` (relative) since `previous`.
+struct GateOptions {
+  double max_norm_change = 0.5;
+  bool allow_all_zero = false;
+};
+std::vector<std::string> GateProblems(const std::vector<TensorStats>& current,
+                                      const std::vector<TensorStats>* previous, const GateOptions& options = {});
+
+struct TensorDiff {
+  enum class Kind { kIdentical, kChanged, kOnlyInA, kOnlyInB, kMismatch };
+  std::string fqn;
+  Kind kind = Kind::kIdentical;
+  /// kIdentical: decided from the stored block checksums, no data read.
+  bool by_checksum = false;
+  int64_t elements = 0;
+  int64_t differing = 0;
+  int64_t first_index = -1;  ///< row-major index of the first difference
+  double max_abs = 0;        ///< over elements finite in both
+  double rel_l2 = 0;         ///< ||a - b|| / ||a|| (||a - b|| when ||a|| = 0)
+  std::string note;          ///< kMismatch: what differs (shape, dtype)
+};
+
+const char* DiffKindName(TensorDiff::Kind kind);
+
+/// Compares every tensor of two steps (possibly of different roots and
+/// meshes) as global tensors. NaNs at the same place count as equal.
+absl::StatusOr<std::vector<TensorDiff>> DiffSteps(Storage& a, int64_t step_a, Storage& b, int64_t step_b,
+                                                  const AuditOptions& options = {});
+
+/// Shell-style glob match ('*' any run, '?' one character).
+bool GlobMatch(std::string_view pattern, std::string_view text);
+
+}  // namespace ckpt
+
+#endif  // CKPT_AUDIT_H_

@@ -1,0 +1,211 @@
+// Numerical audits: stats and the health gate, diff across cuts, the
+// checksum shortcut, and one changed element found at its index.
+#include <cmath>
+#include <limits>
+#include <map>
+
+#include "ckpt/audit.h"
+#include "ckpt/checkpointer.h"
+#include "ckpt/synthetic.h"
+#include "testutil/test_util.h"
+
+namespace ckpt::testing {
+namespace {
+
+const TensorSpec kW{"layers.0.mlp.weight", DType::kF32, {300, 70}};
+const TensorSpec kB{"layers.0.mlp.bias", DType::kBF16, {70}};
+
+std::shared_ptr<Storage> Open(const std::string& uri) {
+  auto s = OpenStorage(uri);
+  EXPECT_TRUE(s.ok()) << s.status();
+  return *s;
+}
+
+// Saves w (as `parts` row blocks) and b at `step`.
+void Save(const std::shared_ptr<Storage>& storage, int64_t step, std::vector<float>& w, std::vector<uint16_t>& b,
+          int parts = 1, int64_t slab_block = 64 << 10) {
+  CheckpointerOptions o;
+  o.storage = storage;
+  o.engine_options.block_size = static_cast<size_t>(slab_block);
+  auto cp = Checkpointer::Open(o);
+  ASSERT_OK(cp);
+  State s;
+  const int64_t rows = kW.shape[0] / parts;
+  for (int p = 0; p < parts; ++p) {
+    Box box = Box::Whole(kW.shape);
+    box.offsets[0] = p * rows;
+    box.sizes[0] = p == parts - 1 ? kW.shape[0] - p * rows : rows;
+    ASSERT_OK(s.AddShard(kW, box, w.data() + p * rows * kW.shape[1]));
+  }
+  ASSERT_OK(s.AddTensor(kB, b.data()));
+  auto h = (*cp)->Save(step, s);
+  ASSERT_OK(h);
+  ASSERT_OK(h->Wait());
+}
+
+struct Data {
+  std::vector<float> w = std::vector<float>(300 * 70);
+  std::vector<uint16_t> b = std::vector<uint16_t>(70);
+  Data() {
+    for (size_t i = 0; i < w.size(); ++i) w[i] = std::sin(static_cast<float>(i)) * 0.02f;
+    for (size_t i = 0; i < b.size(); ++i) b[i] = FloatToBF16(1.0f + 0.01f * static_cast<float>(i));
+  }
+};
+
+TEST(Audit, GlobMatch) {
+  EXPECT_TRUE(GlobMatch("*.mlp.*", "layers.0.mlp.weight"));
+  EXPECT_TRUE(GlobMatch("layers.?.mlp.bias", "layers.0.mlp.bias"));
+  EXPECT_FALSE(GlobMatch("*.attn.*", "layers.0.mlp.weight"));
+  EXPECT_TRUE(GlobMatch("*", ""));
+  EXPECT_FALSE(GlobMatch("a*b", "acbx"));
+}
+
+TEST(Audit, StatsAreExactAndStreamed) {
+  TempDir dir;
+  auto s = Open(dir.Join("root"));
+  Data d;
+  Save(s, 1, d.w, d.b);
+  AuditOptions o;
+  o.slab_bytes = 4096;  // many slabs per tensor
+  auto stats = ComputeStats(*s, kLatestStep, o);
+  ASSERT_OK(stats);
+  ASSERT_EQ(stats->size(), 2u);
+  const TensorStats& w = (*stats)[1].fqn == kW.fqn ? (*stats)[1] : (*stats)[0];
+  double sum = 0, sq = 0, mn = 1e9, mx = -1e9;
+  int64_t zeros = 0;
+  for (float v : d.w) {
+    sum += v;
+    sq += static_cast<double>(v) * v;
+    mn = std::min<double>(mn, v);
+    mx = std::max<double>(mx, v);
+    zeros += v == 0;
+  }
+  EXPECT_EQ(w.elements, 21000);
+  EXPECT_EQ(w.nan, 0);
+  EXPECT_EQ(w.zeros, zeros);
+  EXPECT_DOUBLE_EQ(w.min, mn);
+  EXPECT_DOUBLE_EQ(w.max, mx);
+  EXPECT_NEAR(w.mean, sum / 21000, 1e-12);
+  EXPECT_NEAR(w.l2, std::sqrt(sq), 1e-9);
+}
+
+TEST(Audit, GateCatchesNanZerosAndNormJumps) {
+  TempDir dir;
+  auto s = Open(dir.Join("root"));
+  Data d;
+  Save(s, 1, d.w, d.b);
+  auto clean = ComputeStats(*s, 1);
+  ASSERT_OK(clean);
+  EXPECT_TRUE(GateProblems(*clean, nullptr).empty());
+
+  // A NaN saved through the library API.
+  Data bad = d;
+  bad.w[12345] = std::numeric_limits<float>::quiet_NaN();
+  bad.w[7] = std::numeric_limits<float>::infinity();
+  Save(s, 2, bad.w, bad.b);
+  auto st = ComputeStats(*s, 2);
+  ASSERT_OK(st);
+  auto problems = GateProblems(*st, &*clean);
+  ASSERT_EQ(problems.size(), 1u);
+  EXPECT_NE(problems[0].find(kW.fqn), std::string::npos) << problems[0];
+  EXPECT_NE(problems[0].find("1 NaN and 1 Inf"), std::string::npos) << problems[0];
+
+  // All zeros, and a norm that tripled.
+  Data odd = d;
+  std::fill(odd.b.begin(), odd.b.end(), 0);
+  for (float& v : odd.w) v *= 3;
+  Save(s, 3, odd.w, odd.b);
+  auto third = ComputeStats(*s, 3);
+  ASSERT_OK(third);
+  problems = GateProblems(*third, &*clean);
+  ASSERT_EQ(problems.size(), 3u);  // the zeroed bias's norm moved 100% too
+  std::string all = problems[0] + "\n" + problems[1] + "\n" + problems[2];
+  EXPECT_NE(all.find(kB.fqn + ": L2 norm moved 100.0%"), std::string::npos) << all;
+  EXPECT_NE(all.find(kB.fqn + ": all 70 elements are zero"), std::string::npos) << all;
+  EXPECT_NE(all.find(kW.fqn + ": L2 norm moved 200.0%"), std::string::npos) << all;
+  GateOptions lenient;
+  lenient.max_norm_change = 3;
+  lenient.allow_all_zero = true;
+  EXPECT_TRUE(GateProblems(*third, &*clean, lenient).empty());
+}
+
+TEST(Audit, DiffIdenticalByChecksumAcrossCutsAndOneChangedElement) {
+  TempDir dir;
+  auto a = Open(dir.Join("a"));
+  auto b = Open(dir.Join("b"));
+  auto c = Open(dir.Join("c"));
+  Data d;
+  Save(a, 1, d.w, d.b);
+  Save(b, 1, d.w, d.b);
+  auto same = DiffSteps(*a, 1, *b, 1);
+  ASSERT_OK(same);
+  for (const TensorDiff& t : *same) {
+    EXPECT_EQ(t.kind, TensorDiff::Kind::kIdentical) << t.fqn;
+    EXPECT_TRUE(t.by_checksum) << t.fqn;
+  }
+  // Another cut (3 row blocks) of the same values: identical by value.
+  Save(c, 1, d.w, d.b, 3);
+  auto cut = DiffSteps(*a, 1, *c, 1);
+  ASSERT_OK(cut);
+  for (const TensorDiff& t : *cut) {
+    EXPECT_EQ(t.kind, TensorDiff::Kind::kIdentical) << t.fqn;
+    if (t.fqn == kW.fqn) {
+      EXPECT_FALSE(t.by_checksum);
+    }
+  }
+  // One element changed, in the second checkpoint's step 2.
+  Data e = d;
+  e.w[4321] += 0.5f;
+  Save(c, 2, e.w, e.b, 3);
+  AuditOptions o;
+  o.slab_bytes = 8192;
+  auto one = DiffSteps(*a, 1, *c, 2, o);
+  ASSERT_OK(one);
+  bool found = false;
+  for (const TensorDiff& t : *one) {
+    if (t.fqn != kW.fqn) {
+      EXPECT_EQ(t.kind, TensorDiff::Kind::kIdentical);
+      continue;
+    }
+    found = true;
+    EXPECT_EQ(t.kind, TensorDiff::Kind::kChanged);
+    EXPECT_EQ(t.differing, 1);
+    EXPECT_EQ(t.first_index, 4321);
+    EXPECT_NEAR(t.max_abs, 0.5, 1e-6);
+    EXPECT_GT(t.rel_l2, 0);
+  }
+  EXPECT_TRUE(found);
+}
+
+TEST(Audit, DiffReportsMissingAndMismatchedTensors) {
+  TempDir dir;
+  auto a = Open(dir.Join("a"));
+  auto b = Open(dir.Join("b"));
+  Data d;
+  Save(a, 1, d.w, d.b);
+  {
+    CheckpointerOptions o;
+    o.storage = b;
+    auto cp = Checkpointer::Open(o);
+    ASSERT_OK(cp);
+    const TensorSpec other{"layers.0.mlp.weight", DType::kF32, {70, 300}};  // transposed
+    const TensorSpec extra{"layers.1.mlp.weight", DType::kF32, {10}};
+    std::vector<float> x(21000), y(10);
+    State s;
+    ASSERT_OK(s.AddTensor(other, x.data()));
+    ASSERT_OK(s.AddTensor(extra, y.data()));
+    auto h = (*cp)->Save(1, s);
+    ASSERT_OK(h);
+    ASSERT_OK(h->Wait());
+  }
+  auto diffs = DiffSteps(*a, 1, *b, 1);
+  ASSERT_OK(diffs);
+  std::map<std::string, TensorDiff::Kind> kinds;
+  for (const TensorDiff& t : *diffs) kinds[t.fqn] = t.kind;
+  EXPECT_EQ(kinds["layers.0.mlp.weight"], TensorDiff::Kind::kMismatch);
+  EXPECT_EQ(kinds["layers.0.mlp.bias"], TensorDiff::Kind::kOnlyInA);
+  EXPECT_EQ(kinds["layers.1.mlp.weight"], TensorDiff::Kind::kOnlyInB);
+}
+
+}  // namespace
+}  // namespace ckpt::testing

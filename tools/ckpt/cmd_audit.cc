@@ -1,0 +1,338 @@
+// ckpt stats, diff, list, gc: numerical health, differences between steps,
+// and housekeeping of a checkpoint root.
+#include <cmath>
+#include <cstdio>
+#include <ctime>
+
+#include "ckpt/audit.h"
+#include "ckpt/checkpointer.h"
+#include "ckpt/storage.h"
+#include "cli.h"
+#include "commands.h"
+#include "core/root.h"
+#include "format/layout.h"
+#include "storage/uri.h"
+#include "synth_job.h"
+#include "util/json.h"
+#include "util/strings.h"
+
+namespace ckpt::tools {
+namespace {
+
+int Fail(const char* cmd, const absl::Status& s) {
+  std::fprintf(stderr, "ckpt %s: %s\n", cmd, std::string(s.message()).c_str());
+  return kExitUsage;
+}
+
+}  // namespace
+
+int StatsMain(int argc, char** argv, int first) {
+  std::string dir, glob;
+  int64_t step = kLatestStep;
+  bool json = false, gate = false, allow_zero = false;
+  double max_change = 0.5;
+  Args args("stats", "DIR [--step S] [--tensor GLOB] [--gate] [--json]",
+            "Per tensor: NaN and Inf counts, min, max, mean, L2 norm and the fraction of\n"
+            "zeros, streamed in slabs (memory does not grow with the checkpoint), every\n"
+            "block checksum-verified. --gate exits 1 when a tensor has NaN or Inf, is all\n"
+            "zeros, or its L2 norm moved more than --max-norm-change since the previous\n"
+            "committed step, printing why: a check to run before promoting a checkpoint.");
+  args.Positional("DIR", &dir, "checkpoint root (path or storage URI)");
+  args.Int("step", &step, "step (default: the latest committed)");
+  args.String("tensor", &glob, "only tensors matching this glob, e.g. '*.mlp.*'");
+  args.Switch("gate", &gate, "fail (exit 1) on NaN/Inf, all-zero tensors or norm jumps");
+  args.Double("max-norm-change", &max_change, "gate: largest relative L2 change allowed (default 0.5)");
+  args.Switch("allow-zero", &allow_zero, "gate: all-zero tensors are fine");
+  args.Switch("json", &json, "print JSON");
+  int exit = 0;
+  if (!args.Parse(argc, argv, first, &exit)) return exit;
+  auto storage = OpenStorage(dir);
+  if (!storage.ok()) return Fail("stats", storage.status());
+  if (step == kLatestStep) {
+    auto latest = LatestCommittedStep(**storage);
+    if (!latest.ok()) return Fail("stats", latest.status());
+    step = *latest;
+  }
+  AuditOptions o;
+  o.tensor_glob = glob;
+  ProgressBar bar("stats");
+  o.progress = [&](int64_t d, int64_t t) { bar.Update(d, t); };
+  auto stats = ComputeStats(**storage, step, o);
+  bar.Finish();
+  if (!stats.ok()) return Fail("stats", stats.status());
+
+  std::vector<std::string> problems;
+  int64_t previous_step = -1;
+  if (gate) {
+    std::vector<TensorStats> before;
+    auto steps = ListCheckpointSteps(**storage);
+    if (steps.ok()) {
+      for (const StepInfo& s : *steps) {
+        if (s.committed && s.step < step) previous_step = s.step;
+      }
+    }
+    if (previous_step >= 0) {
+      AuditOptions po;
+      po.tensor_glob = glob;
+      auto prev = ComputeStats(**storage, previous_step, po);
+      if (!prev.ok()) return Fail("stats", prev.status());
+      before = std::move(prev).value();
+    }
+    GateOptions g;
+    g.max_norm_change = max_change;
+    g.allow_all_zero = allow_zero;
+    problems = GateProblems(*stats, previous_step >= 0 ? &before : nullptr, g);
+  }
+
+  if (json) {
+    JsonWriter w;
+    w.BeginObject().Field("step", step);
+    w.Key("tensors").BeginArray();
+    for (const TensorStats& t : *stats) {
+      w.BeginObject()
+          .Field("name", t.fqn)
+          .Field("dtype", DTypeName(t.dtype))
+          .Field("shape", ShapeToString(t.shape))
+          .Field("elements", t.elements)
+          .Field("nan", t.nan)
+          .Field("inf", t.inf)
+          .Field("zero_fraction", t.ZeroFraction())
+          .Field("min", t.min)
+          .Field("max", t.max)
+          .Field("mean", t.mean)
+          .Field("l2", t.l2)
+          .EndObject();
+    }
+    w.EndArray();
+    if (gate) {
+      w.Field("previous_step", previous_step).Field("ok", problems.empty());
+      w.Key("problems").BeginArray();
+      for (const std::string& p : problems) w.String(p);
+      w.EndArray();
+    }
+    w.EndObject();
+    std::printf("%s\n", w.str().c_str());
+  } else {
+    std::printf("step %lld: %zu tensors\n", static_cast<long long>(step), stats->size());
+    std::printf("%-48s %6s %6s %8s %12s %12s %12s %12s\n", "tensor", "nan", "inf", "zeros", "min", "max", "mean",
+                "l2");
+    for (const TensorStats& t : *stats) {
+      std::printf("%-48s %6lld %6lld %7.1f%% %12.5g %12.5g %12.5g %12.5g\n", t.fqn.c_str(),
+                  static_cast<long long>(t.nan), static_cast<long long>(t.inf), 100 * t.ZeroFraction(), t.min, t.max,
+                  t.mean, t.l2);
+    }
+    if (gate) {
+      if (problems.empty()) {
+        std::printf("gate: ok%s\n", previous_step >= 0 ? StrCat(" (norms against step ", previous_step, ")").c_str()
+                                                       : " (no earlier step to compare norms with)");
+      } else {
+        std::printf("gate: FAILED\n");
+        for (const std::string& p : problems) std::printf("  %s\n", p.c_str());
+      }
+    }
+  }
+  return problems.empty() ? kExitOk : kExitProblem;
+}
+
+int DiffMain(int argc, char** argv, int first) {
+  std::string a, b, glob;
+  int64_t step_a = kLatestStep, step_b = kLatestStep;
+  bool json = false, all = false;
+  Args args("diff", "A B [--step-a S] [--step-b S] [--tensor GLOB] [--json]",
+            "Compares two checkpoints tensor by tensor as global tensors, so they may come\n"
+            "from different meshes. A tensor is identical (decided from the stored block\n"
+            "checksums without reading data when both were cut the same way) or changed:\n"
+            "the count of differing elements, the first one's row-major index, the largest\n"
+            "absolute difference and the relative L2 difference. Tensors only in one side\n"
+            "and shape or dtype changes are listed. A and B may be the same root with\n"
+            "different steps. Exit 0 identical, 1 differences found, 2 unreadable.");
+  args.Positional("A", &a, "first checkpoint root");
+  args.Positional("B", &b, "second checkpoint root");
+  args.Int("step-a", &step_a, "step of A (default: latest)");
+  args.Int("step-b", &step_b, "step of B (default: latest)");
+  args.String("tensor", &glob, "only tensors matching this glob");
+  args.Switch("all", &all, "also list identical tensors");
+  args.Switch("json", &json, "print JSON");
+  int exit = 0;
+  if (!args.Parse(argc, argv, first, &exit)) return exit;
+  auto sa = OpenStorage(a);
+  if (!sa.ok()) return Fail("diff", sa.status());
+  auto sb = OpenStorage(b);
+  if (!sb.ok()) return Fail("diff", sb.status());
+  AuditOptions o;
+  o.tensor_glob = glob;
+  ProgressBar bar("diff");
+  o.progress = [&](int64_t d, int64_t t) { bar.Update(d, t); };
+  auto diffs = DiffSteps(**sa, step_a, **sb, step_b, o);
+  bar.Finish();
+  if (!diffs.ok()) return Fail("diff", diffs.status());
+  int64_t identical = 0, by_checksum = 0, different = 0;
+  for (const TensorDiff& d : *diffs) {
+    if (d.kind == TensorDiff::Kind::kIdentical) {
+      ++identical;
+      by_checksum += d.by_checksum;
+    } else {
+      ++different;
+    }
+  }
+  if (json) {
+    JsonWriter w;
+    w.BeginObject()
+        .Field("identical", identical)
+        .Field("identical_by_checksum", by_checksum)
+        .Field("different", different);
+    w.Key("tensors").BeginArray();
+    for (const TensorDiff& d : *diffs) {
+      if (d.kind == TensorDiff::Kind::kIdentical && !all) continue;
+      w.BeginObject().Field("name", d.fqn).Field("kind", DiffKindName(d.kind)).Field("elements", d.elements);
+      if (d.kind == TensorDiff::Kind::kChanged) {
+        w.Field("differing", d.differing)
+            .Field("first_index", d.first_index)
+            .Field("max_abs", d.max_abs)
+            .Field("rel_l2", d.rel_l2);
+      }
+      if (!d.note.empty()) w.Field("note", d.note);
+      w.EndObject();
+    }
+    w.EndArray().EndObject();
+    std::printf("%s\n", w.str().c_str());
+  } else {
+    for (const TensorDiff& d : *diffs) {
+      switch (d.kind) {
+        case TensorDiff::Kind::kIdentical:
+          if (all) std::printf("  identical  %s%s\n", d.fqn.c_str(), d.by_checksum ? " (by checksum)" : "");
+          break;
+        case TensorDiff::Kind::kChanged:
+          std::printf("  changed    %s: %lld of %lld elements differ (first at index %lld), max |a-b| %.6g, "
+                      "relative L2 %.3g\n",
+                      d.fqn.c_str(), static_cast<long long>(d.differing), static_cast<long long>(d.elements),
+                      static_cast<long long>(d.first_index), d.max_abs, d.rel_l2);
+          break;
+        case TensorDiff::Kind::kOnlyInA: std::printf("  only in A  %s\n", d.fqn.c_str()); break;
+        case TensorDiff::Kind::kOnlyInB: std::printf("  only in B  %s\n", d.fqn.c_str()); break;
+        case TensorDiff::Kind::kMismatch: std::printf("  mismatch   %s: %s\n", d.fqn.c_str(), d.note.c_str()); break;
+      }
+    }
+    std::printf("%lld identical (%lld by checksum), %lld different\n", static_cast<long long>(identical),
+                static_cast<long long>(by_checksum), static_cast<long long>(different));
+  }
+  return different > 0 ? kExitProblem : kExitOk;
+}
+
+int ListMain(int argc, char** argv, int first) {
+  std::string dir;
+  bool json = false;
+  Args args("list", "DIR [--json]",
+            "Lists the steps of a root: committed or partial, size, age, and for a\n"
+            "tiered:// root which tiers hold each step.");
+  args.Positional("DIR", &dir, "checkpoint root (path or storage URI)");
+  args.Switch("json", &json, "print JSON");
+  int exit = 0;
+  if (!args.Parse(argc, argv, first, &exit)) return exit;
+  auto storage = OpenStorage(dir);
+  if (!storage.ok()) return Fail("list", storage.status());
+  auto steps = ListCheckpointSteps(**storage);
+  if (!steps.ok()) return Fail("list", steps.status());
+  auto latest = LatestCommittedStep(**storage);
+  // Tiers of a tiered root, opened on their own.
+  std::shared_ptr<Storage> local, durable;
+  if (auto parsed = ParseUri(dir); parsed.ok() && parsed->scheme == "tiered") {
+    if (auto l = OpenStorage(parsed->Str("local", "")); l.ok()) local = *l;
+    if (auto d = OpenStorage(parsed->Str("durable", "")); d.ok()) durable = *d;
+  }
+  auto tiers = [&](int64_t step) -> std::string {
+    if (!local || !durable) return "";
+    const std::string m = StrCat(StepDir(step), "/", kManifestName);
+    const bool l = local->FileSize(m).ok(), d = durable->FileSize(m).ok();
+    return l && d ? "local+durable" : l ? "local" : d ? "durable" : "-";
+  };
+  const double now = static_cast<double>(std::time(nullptr));
+  JsonWriter w;
+  w.BeginObject().Field("root", dir).Field("latest", latest.ok() ? *latest : -1);
+  w.Key("steps").BeginArray();
+  if (!json) std::printf("%-12s %-10s %10s %10s %s\n", "step", "state", "size", "age", local ? "tiers" : "");
+  for (const StepInfo& s : *steps) {
+    const double age = s.created_unix_ns > 0 ? now - static_cast<double>(s.created_unix_ns) / 1e9 : -1;
+    const std::string state = s.committed ? (latest.ok() && *latest == s.step ? "latest" : "committed") : "partial";
+    if (json) {
+      w.BeginObject()
+          .Field("step", s.step)
+          .Field("state", state)
+          .Field("bytes", s.bytes)
+          .Field("age_s", age);
+      if (local) w.Field("tiers", tiers(s.step));
+      w.EndObject();
+    } else {
+      std::string age_text = "-";
+      if (age >= 0) {
+        char b[32];
+        if (age < 120) {
+          std::snprintf(b, sizeof(b), "%.0f s", age);
+        } else if (age < 7200) {
+          std::snprintf(b, sizeof(b), "%.0f min", age / 60);
+        } else if (age < 3 * 86400) {
+          std::snprintf(b, sizeof(b), "%.1f h", age / 3600);
+        } else {
+          std::snprintf(b, sizeof(b), "%.1f d", age / 86400);
+        }
+        age_text = b;
+      }
+      std::printf("%-12lld %-10s %10s %10s %s\n", static_cast<long long>(s.step), state.c_str(),
+                  HumanBytes(static_cast<double>(s.bytes)).c_str(), age_text.c_str(), tiers(s.step).c_str());
+    }
+  }
+  w.EndArray().EndObject();
+  if (json) std::printf("%s\n", w.str().c_str());
+  return kExitOk;
+}
+
+int GcMain(int argc, char** argv, int first) {
+  std::string dir;
+  int64_t keep_last = 0, keep_every = 0;
+  bool yes = false, json = false, partial = false;
+  Args args("gc", "DIR [--keep-last N] [--keep-every N] [--yes] [--json]",
+            "Applies retention and removes uncommitted leftovers. A dry run unless --yes:\n"
+            "it prints what it would remove. The latest committed step is always kept.\n"
+            "--newer-partial also removes uncommitted steps newer than the latest one\n"
+            "(only when no job is saving into the root).");
+  args.Positional("DIR", &dir, "checkpoint root (path or storage URI)");
+  args.Int("keep-last", &keep_last, "keep the newest N committed steps (0: all)");
+  args.Int("keep-every", &keep_every, "also keep steps that are multiples of N");
+  args.Switch("newer-partial", &partial, "also remove uncommitted steps newer than the latest");
+  args.Switch("yes", &yes, "really remove");
+  args.Switch("json", &json, "print JSON");
+  int exit = 0;
+  if (!args.Parse(argc, argv, first, &exit)) return exit;
+  if (keep_last < 0 || keep_every < 0) return Fail("gc", absl::InvalidArgumentError("counts must be >= 0"));
+  auto storage = OpenStorage(dir);
+  if (!storage.ok()) return Fail("gc", storage.status());
+  if (!ListCheckpointSteps(**storage).ok()) {
+    return Fail("gc", absl::NotFoundError(StrCat("checkpoint root ", dir, " does not exist")));
+  }
+  GcOptions o;
+  o.retention.keep_last = static_cast<int>(keep_last);
+  o.retention.keep_every = keep_every;
+  o.dry_run = !yes;
+  o.remove_newer_partial = partial;
+  auto report = CollectGarbageIn(**storage, o);
+  if (!report.ok()) return Fail("gc", report.status());
+  if (json) {
+    JsonWriter w;
+    w.BeginObject().Field("dry_run", !yes);
+    w.Key("removed_steps").BeginArray();
+    for (int64_t s : report->removed_steps) w.Int(s);
+    w.EndArray().Key("removed_partial").BeginArray();
+    for (int64_t s : report->removed_partial) w.Int(s);
+    w.EndArray().Field("bytes_freed", report->bytes_freed).EndObject();
+    std::printf("%s\n", w.str().c_str());
+    return kExitOk;
+  }
+  const char* verb = yes ? "removed" : "would remove";
+  for (int64_t s : report->removed_steps) std::printf("%s committed step %lld\n", verb, static_cast<long long>(s));
+  for (int64_t s : report->removed_partial) std::printf("%s partial step %lld\n", verb, static_cast<long long>(s));
+  std::printf("%s %s%s\n", yes ? "freed" : "would free", HumanBytes(static_cast<double>(report->bytes_freed)).c_str(),
+              yes ? "" : " (dry run: add --yes to remove)");
+  return kExitOk;
+}
+
+}  // namespace ckpt::tools
