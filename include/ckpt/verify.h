@@ -90,6 +90,23 @@ struct CheckpointSummary {
   std::vector<BlobSummary> blobs;
 };
 
+struct RepairReport {
+  int64_t step = 0;
+  std::vector<std::string> repaired;  ///< what was rewritten, from where
+  std::vector<std::string> lost;      ///< problems no intact copy could fix
+  int64_t bytes_rewritten = 0;
+  bool ok() const { return lost.empty(); }
+};
+
+/// Repairs `step` in `damaged` from `source`, another copy of the same save
+/// (the other tier of a tiered root, or a replicated root): each damaged or
+/// missing file whose copy in `source` verifies is made byte-identical to
+/// it (only the differing ranges are rewritten; a damaged MANIFEST is
+/// replaced), then `damaged` is verified again. Problems that remain, or
+/// whose source copy is damaged too, are listed in `lost`. With `dry_run`
+/// nothing is written and `repaired` says what would be.
+absl::StatusOr<RepairReport> RepairStep(Storage& damaged, Storage& source, int64_t step, bool dry_run = false);
+
 /// Summarizes a committed step from its manifest and file indexes.
 absl::StatusOr<CheckpointSummary> SummarizeStep(Storage& storage, int64_t step);
 

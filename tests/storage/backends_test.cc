@@ -332,6 +332,55 @@ TEST(Tiered, DrainErrorsReachWaitReplicated) {
   EXPECT_EQ(LoadAndCount(**s, kLatestStep, 1), 0);  // still loads from local
 }
 
+TEST(Tiered, RepairRestoresAFlippedBlockFromTheOtherTier) {
+  TempDir dir;
+  auto s = OpenStorage(TieredUri(dir));
+  ASSERT_OK(s);
+  {
+    auto cp = OpenCp(*s);
+    ASSERT_OK(SaveStep(*cp, 4));
+  }
+  ASSERT_OK((*s)->WaitReplicated());
+  auto local = OpenStorage(dir.Join("local"));
+  auto durable = OpenStorage(dir.Join("durable"));
+  ASSERT_OK(local);
+  ASSERT_OK(durable);
+  const std::string data = dir.Join("local/step-0000000004/rank-000000.ckd");
+  FlipBit(data, 3 * 4096 + 17, 2);
+  auto before = VerifyStep(**local, 4);
+  ASSERT_OK(before);
+  ASSERT_FALSE(before->ok());
+
+  auto dry = RepairStep(**local, **durable, 4, /*dry_run=*/true);
+  ASSERT_OK(dry);
+  EXPECT_TRUE(dry->ok());
+  ASSERT_EQ(dry->repaired.size(), 1u);
+  EXPECT_FALSE(VerifyStep(**local, 4)->ok()) << "a dry run wrote";
+
+  auto fixed = RepairStep(**local, **durable, 4);
+  ASSERT_OK(fixed);
+  EXPECT_TRUE(fixed->ok()) << fixed->lost.size();
+  EXPECT_LE(fixed->bytes_rewritten, 1 << 20);  // the differing piece, not the file
+  EXPECT_TRUE(VerifyStep(**local, 4)->ok());
+  EXPECT_EQ(ReadFile(data), ReadFile(dir.Join("durable/step-0000000004/rank-000000.ckd")));
+
+  // A damaged MANIFEST is replaced.
+  FlipBit(dir.Join("local/step-0000000004/MANIFEST"), 60, 1);
+  auto manifest = RepairStep(**local, **durable, 4);
+  ASSERT_OK(manifest);
+  EXPECT_TRUE(manifest->ok());
+  EXPECT_TRUE(VerifyStep(**local, 4)->ok());
+
+  // The same block damaged in both tiers: reported as lost, with the place.
+  FlipBit(data, 3 * 4096 + 17, 2);
+  FlipBit(dir.Join("durable/step-0000000004/rank-000000.ckd"), 3 * 4096 + 17, 2);
+  auto lost = RepairStep(**local, **durable, 4);
+  ASSERT_OK(lost);
+  ASSERT_FALSE(lost->ok());
+  EXPECT_TRUE(Has(lost->lost[0], "rank-000000.ckd at byte offset")) << lost->lost[0];
+  EXPECT_TRUE(Has(lost->lost[0], "damaged too")) << lost->lost[0];
+}
+
 // A process that commits on the local tier and is killed while its drain to
 // a slow durable tier is still running: the local commit loads, and the
 // durable tier holds no step it cannot load.

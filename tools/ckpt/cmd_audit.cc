@@ -7,6 +7,7 @@
 #include "ckpt/audit.h"
 #include "ckpt/checkpointer.h"
 #include "ckpt/storage.h"
+#include "ckpt/verify.h"
 #include "cli.h"
 #include "commands.h"
 #include "core/root.h"
@@ -333,6 +334,84 @@ int GcMain(int argc, char** argv, int first) {
   std::printf("%s %s%s\n", yes ? "freed" : "would free", HumanBytes(static_cast<double>(report->bytes_freed)).c_str(),
               yes ? "" : " (dry run: add --yes to remove)");
   return kExitOk;
+}
+
+}  // namespace ckpt::tools
+
+namespace ckpt::tools {
+
+int RepairMain(int argc, char** argv, int first) {
+  std::string dir, from;
+  int64_t step = kLatestStep;
+  bool dry_run = false, json = false;
+  Args args("repair", "ROOT [--step S] [--from OTHER_ROOT] [--dry-run] [--json]",
+            "Repairs a step from another copy of the same save: the other tier of a\n"
+            "tiered:// root (each tier is repaired from the other), or --from a replica\n"
+            "root. Damaged or missing files are made byte-identical to an intact copy\n"
+            "(only differing ranges are rewritten), then verified again. What no intact\n"
+            "copy covers is listed precisely and the exit status is 1.");
+  args.Positional("ROOT", &dir, "checkpoint root (path or storage URI)");
+  args.Int("step", &step, "step to repair (default: the latest committed)");
+  args.String("from", &from, "a replica root holding the same save");
+  args.Switch("dry-run", &dry_run, "say what would be rewritten, write nothing");
+  args.Switch("json", &json, "print JSON");
+  int exit = 0;
+  if (!args.Parse(argc, argv, first, &exit)) return exit;
+  std::vector<std::pair<std::shared_ptr<Storage>, std::shared_ptr<Storage>>> pairs;  // (damaged, source)
+  std::vector<std::string> labels;
+  auto parsed = ParseUri(dir);
+  if (!parsed.ok()) return Fail("repair", parsed.status());
+  if (parsed->scheme == "tiered" && from.empty()) {
+    auto l = OpenStorage(parsed->Str("local", ""));
+    auto d = OpenStorage(parsed->Str("durable", ""));
+    if (!l.ok()) return Fail("repair", l.status());
+    if (!d.ok()) return Fail("repair", d.status());
+    pairs = {{*l, *d}, {*d, *l}};
+    labels = {"local tier (from the durable tier)", "durable tier (from the local tier)"};
+  } else {
+    if (from.empty()) {
+      return Fail("repair", absl::InvalidArgumentError("give --from OTHER_ROOT, or a tiered:// root"));
+    }
+    auto a = OpenStorage(dir);
+    auto b = OpenStorage(from);
+    if (!a.ok()) return Fail("repair", a.status());
+    if (!b.ok()) return Fail("repair", b.status());
+    pairs = {{*a, *b}};
+    labels = {dir + " (from " + from + ")"};
+  }
+  if (step == kLatestStep) {
+    auto latest = LatestCommittedStep(*pairs[0].first);
+    if (!latest.ok()) latest = LatestCommittedStep(*pairs[0].second);
+    if (!latest.ok()) return Fail("repair", latest.status());
+    step = *latest;
+  }
+  bool ok = true;
+  JsonWriter w;
+  w.BeginObject().Field("step", step).Field("dry_run", dry_run);
+  w.Key("copies").BeginArray();
+  for (size_t i = 0; i < pairs.size(); ++i) {
+    auto r = RepairStep(*pairs[i].first, *pairs[i].second, step, dry_run);
+    if (!r.ok()) return Fail("repair", r.status());
+    ok = ok && r->ok();
+    w.BeginObject().Field("copy", labels[i]).Field("ok", r->ok()).Field("bytes_rewritten", r->bytes_rewritten);
+    w.Key("repaired").BeginArray();
+    for (const std::string& s : r->repaired) w.String(s);
+    w.EndArray().Key("lost").BeginArray();
+    for (const std::string& s : r->lost) w.String(s);
+    w.EndArray().EndObject();
+    if (!json) {
+      std::printf("step %lld, %s: %s\n", static_cast<long long>(step), labels[i].c_str(),
+                  r->repaired.empty() && r->lost.empty() ? "intact"
+                  : !r->ok()                               ? "NOT fully repairable"
+                  : dry_run                                ? "repairable"
+                                                           : "repaired");
+      for (const std::string& s : r->repaired) std::printf("  %s %s\n", dry_run ? "would fix" : "fixed", s.c_str());
+      for (const std::string& s : r->lost) std::printf("  lost: %s\n", s.c_str());
+    }
+  }
+  w.EndArray().Field("ok", ok).EndObject();
+  if (json) std::printf("%s\n", w.str().c_str());
+  return ok ? kExitOk : kExitProblem;
 }
 
 }  // namespace ckpt::tools

@@ -3,6 +3,8 @@
 
 #include "ckpt/verify.h"
 #include "cli.h"
+#include "storage/uri.h"
+#include "util/strings.h"
 #include "commands.h"
 #include "synth_job.h"
 #include "util/json.h"
@@ -47,49 +49,74 @@ int VerifyMain(int argc, char** argv, int first) {
     std::fprintf(stderr, "ckpt verify: %s\n", std::string(storage.status().message()).c_str());
     return kExitUsage;
   }
-  Storage& st = **storage;
-  std::vector<int64_t> steps;
-  std::optional<VerifyProblem> latest_problem = CheckLatestPointer(st);
-  if (all) {
-    auto list = ListCheckpointSteps(st);
-    if (!list.ok()) {
-      std::fprintf(stderr, "ckpt verify: %s\n", std::string(list.status().message()).c_str());
-      return kExitUsage;
+  // A tiered root is verified tier by tier: each must hold intact copies of
+  // the steps it has.
+  std::vector<std::pair<std::string, std::shared_ptr<Storage>>> targets = {{"", *storage}};
+  if (auto parsed = ParseUri(dir); parsed.ok() && parsed->scheme == "tiered") {
+    targets.clear();
+    for (const char* tier : {"local", "durable"}) {
+      auto t = OpenStorage(parsed->Str(tier, ""));
+      if (!t.ok()) {
+        std::fprintf(stderr, "ckpt verify: %s tier: %s\n", tier, std::string(t.status().message()).c_str());
+        return kExitUsage;
+      }
+      targets.emplace_back(tier, *t);
     }
-    for (const StepInfo& s : *list) {
-      if (s.committed) steps.push_back(s.step);
-    }
-    if (steps.empty()) {
-      std::fprintf(stderr, "ckpt verify: no committed step under %s\n", dir.c_str());
-      return kExitUsage;
-    }
-  } else if (step == kLatestStep) {
-    auto latest = LatestCommittedStep(st);
-    if (!latest.ok()) {
-      std::fprintf(stderr, "ckpt verify: %s\n", std::string(latest.status().message()).c_str());
-      return kExitUsage;
-    }
-    steps.push_back(*latest);
-  } else {
-    steps.push_back(step);
   }
-
-  bool ok = !latest_problem.has_value();
-  std::vector<VerifyReport> reports;
-  for (int64_t s : steps) {
-    VerifyOptions vo;
-    vo.deep = !fast;
-    vo.worker_threads = static_cast<int>(threads);
-    ProgressBar bar("verify step " + std::to_string(s));
-    vo.progress = [&bar](int64_t done, int64_t total) { bar.Update(done, total); };
-    auto rep = VerifyStep(st, s, vo);
-    bar.Finish();
-    if (!rep.ok()) {
-      std::fprintf(stderr, "ckpt verify: %s\n", std::string(rep.status().message()).c_str());
-      return kExitUsage;
+  bool ok = true;
+  std::optional<VerifyProblem> latest_problem;
+  std::vector<std::pair<std::string, VerifyReport>> reports;
+  for (const auto& [tier, target] : targets) {
+    Storage& st = *target;
+    const std::string where = tier.empty() ? dir : StrCat(dir, " (", tier, " tier)");
+    std::vector<int64_t> steps;
+    if (auto lp = CheckLatestPointer(st)) {
+      if (!latest_problem) latest_problem = lp;
+      ok = false;
     }
-    ok = ok && rep->ok();
-    reports.push_back(std::move(rep).value());
+    if (all || !tier.empty()) {
+      auto list = ListCheckpointSteps(st);
+      if (!list.ok()) {
+        if (!tier.empty() && absl::IsNotFound(list.status())) continue;  // an empty tier
+        std::fprintf(stderr, "ckpt verify: %s\n", std::string(list.status().message()).c_str());
+        return kExitUsage;
+      }
+      for (const StepInfo& s : *list) {
+        if (!s.committed) continue;
+        if (all || (step != kLatestStep && s.step == step)) steps.push_back(s.step);
+      }
+      if (!all && step == kLatestStep && !tier.empty()) {
+        if (auto latest = LatestCommittedStep(st); latest.ok()) steps.push_back(*latest);
+      }
+      if (steps.empty() && tier.empty()) {
+        std::fprintf(stderr, "ckpt verify: no committed step under %s\n", where.c_str());
+        return kExitUsage;
+      }
+    } else if (step == kLatestStep) {
+      auto latest = LatestCommittedStep(st);
+      if (!latest.ok()) {
+        std::fprintf(stderr, "ckpt verify: %s\n", std::string(latest.status().message()).c_str());
+        return kExitUsage;
+      }
+      steps.push_back(*latest);
+    } else {
+      steps.push_back(step);
+    }
+    for (int64_t s : steps) {
+      VerifyOptions vo;
+      vo.deep = !fast;
+      vo.worker_threads = static_cast<int>(threads);
+      ProgressBar bar(StrCat("verify step ", s, tier.empty() ? "" : StrCat(" (", tier, ")")));
+      vo.progress = [&bar](int64_t done, int64_t total) { bar.Update(done, total); };
+      auto rep = VerifyStep(st, s, vo);
+      bar.Finish();
+      if (!rep.ok()) {
+        std::fprintf(stderr, "ckpt verify: %s\n", std::string(rep.status().message()).c_str());
+        return kExitUsage;
+      }
+      ok = ok && rep->ok();
+      reports.emplace_back(tier, std::move(rep).value());
+    }
   }
   if (json) {
     JsonWriter w;
@@ -99,9 +126,10 @@ int VerifyMain(int argc, char** argv, int first) {
       ProblemJson(w, *latest_problem);
     }
     w.Key("steps").BeginArray();
-    for (const VerifyReport& r : reports) {
-      w.BeginObject()
-          .Field("step", r.step)
+    for (const auto& [tier, r] : reports) {
+      w.BeginObject().Field("step", r.step);
+      if (!tier.empty()) w.Field("tier", tier);
+      w
           .Field("ok", r.ok())
           .Field("deep", r.deep)
           .Field("files", r.files)
@@ -119,16 +147,17 @@ int VerifyMain(int argc, char** argv, int first) {
     std::printf("%s\n", w.str().c_str());
   } else {
     if (latest_problem) std::printf("LATEST: %s\n", latest_problem->message.c_str());
-    for (const VerifyReport& r : reports) {
+    for (const auto& [tier, r] : reports) {
+      const std::string label = tier.empty() ? "" : StrCat(" (", tier, ")");
       if (r.ok()) {
-        std::printf("step %lld: ok (%s) %lld files, %lld tensors, %lld chunks, %lld blocks, "
+        std::printf("step %lld%s: ok (%s) %lld files, %lld tensors, %lld chunks, %lld blocks, "
                     "%s read in %.2f s\n",
-                    static_cast<long long>(r.step), r.deep ? "deep" : "fast",
+                    static_cast<long long>(r.step), label.c_str(), r.deep ? "deep" : "fast",
                     static_cast<long long>(r.files), static_cast<long long>(r.tensors),
                     static_cast<long long>(r.chunks), static_cast<long long>(r.blocks),
                     HumanBytes(static_cast<double>(r.bytes_read)).c_str(), r.seconds);
       } else {
-        std::printf("step %lld: %zu problem(s)\n", static_cast<long long>(r.step),
+        std::printf("step %lld%s: %zu problem(s)\n", static_cast<long long>(r.step), label.c_str(),
                     r.problems.size());
         for (const VerifyProblem& p : r.problems) std::printf("  %s\n", p.message.c_str());
       }

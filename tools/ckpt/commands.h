@@ -19,6 +19,7 @@ int StatsMain(int argc, char** argv, int first);
 int DiffMain(int argc, char** argv, int first);
 int ListMain(int argc, char** argv, int first);
 int GcMain(int argc, char** argv, int first);
+int RepairMain(int argc, char** argv, int first);
 
 }  // namespace ckpt::tools
 

@@ -30,6 +30,7 @@ constexpr Command kCommands[] = {
     {"diff", ckpt::tools::DiffMain,
      "compare two checkpoints tensor by tensor, across meshes"},
     {"list", ckpt::tools::ListMain, "steps of a root: state, size, age, tiers"},
+    {"repair", ckpt::tools::RepairMain, "rewrite damaged files of a step from another tier or replica"},
     {"gc", ckpt::tools::GcMain, "apply retention and remove leftovers (dry run unless --yes)"},
     {"plan", ckpt::tools::PlanMain,
      "plan a save and a resharded load at any scale, without tensor data"},

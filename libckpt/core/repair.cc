@@ -1,0 +1,146 @@
+#include <algorithm>
+#include <map>
+#include <set>
+
+#include "ckpt/verify.h"
+#include "format/layout.h"
+#include "util/errors.h"
+#include "util/strings.h"
+
+namespace ckpt {
+namespace {
+
+// Makes `path` in `dst` byte-identical to `path` in `src`, rewriting only
+// the 1 MiB pieces that differ. Returns the bytes written.
+absl::StatusOr<int64_t> SyncFile(Storage& dst, Storage& src, const std::string& path, bool dry_run) {
+  CKPT_ASSIGN_OR_RETURN(std::unique_ptr<ReadableFile> in, src.OpenReadable(path));
+  std::unique_ptr<ReadableFile> old;
+  if (auto o = dst.OpenReadable(path); o.ok()) old = std::move(o).value();
+  const uint64_t size = in->size();
+  constexpr uint64_t kPiece = 1 << 20;
+  std::vector<std::pair<uint64_t, uint64_t>> ranges;
+  std::string a(kPiece, '\0'), b(kPiece, '\0');
+  for (uint64_t off = 0; off < size; off += kPiece) {
+    const uint64_t n = std::min(kPiece, size - off);
+    CKPT_RETURN_IF_ERROR(in->ReadAt(off, absl::Span<std::byte>(reinterpret_cast<std::byte*>(a.data()), n)));
+    bool same = old != nullptr && off + n <= old->size() &&
+                old->ReadAt(off, absl::Span<std::byte>(reinterpret_cast<std::byte*>(b.data()), n)).ok() &&
+                std::equal(a.begin(), a.begin() + static_cast<int64_t>(n), b.begin());
+    if (!same) ranges.push_back({off, n});
+  }
+  const bool resize = old == nullptr || old->size() != size;
+  old.reset();
+  int64_t written = 0;
+  for (const auto& r : ranges) written += static_cast<int64_t>(r.second);
+  if (dry_run || (ranges.empty() && !resize)) return written;
+  WriteOptions wo;
+  wo.direct = false;
+  wo.truncate = false;
+  CKPT_ASSIGN_OR_RETURN(std::unique_ptr<WritableFile> out, dst.OpenWritable(path, wo));
+  absl::Status write_status;
+  for (const auto& [off, n] : ranges) {
+    CKPT_RETURN_IF_ERROR(in->ReadAt(off, absl::Span<std::byte>(reinterpret_cast<std::byte*>(a.data()), n)));
+    out->WriteAsync(off, absl::Span<const std::byte>(reinterpret_cast<const std::byte*>(a.data()), n),
+                    [&write_status](absl::Status s) {
+                      if (!s.ok() && write_status.ok()) write_status = s;
+                    });
+    CKPT_RETURN_IF_ERROR(out->Drain());  // `a` is reused
+  }
+  CKPT_RETURN_IF_ERROR(write_status);
+  CKPT_RETURN_IF_ERROR(out->Finish(size));
+  return written;
+}
+
+}  // namespace
+
+absl::StatusOr<RepairReport> RepairStep(Storage& damaged, Storage& source, int64_t step, bool dry_run) {
+  RepairReport report;
+  report.step = step;
+  const std::string dir = StepDir(step);
+  const std::string manifest = StrCat(dir, "/", kManifestName);
+
+  auto source_check = VerifyStep(source, step);
+  auto check = VerifyStep(damaged, step);
+  if (!check.ok()) {
+    // The manifest itself is missing or undecodable here.
+    if (!source_check.ok()) {
+      report.lost.push_back(StrCat("step ", step, ": ", check.status().message(), "; the other copy: ",
+                                   source_check.status().message()));
+      return report;
+    }
+    CKPT_ASSIGN_OR_RETURN(std::string bytes, source.GetAll(manifest));
+    if (!dry_run) {
+      CKPT_RETURN_IF_ERROR(damaged.PutAtomic(
+          manifest, absl::Span<const std::byte>(reinterpret_cast<const std::byte*>(bytes.data()), bytes.size())));
+    }
+    report.repaired.push_back(StrCat(manifest, ": replaced (", check.status().message(), ")"));
+    report.bytes_rewritten += static_cast<int64_t>(bytes.size());
+    if (dry_run) return report;
+    check = VerifyStep(damaged, step);
+    if (!check.ok()) return check.status();
+  }
+  if (check->ok()) return report;
+
+  // A manifest that decodes but fails its checksums: replace it first when
+  // the other copy's is intact.
+  auto in_manifest = [&](const VerifyReport& r) {
+    return std::any_of(r.problems.begin(), r.problems.end(),
+                       [&](const VerifyProblem& p) { return p.file == manifest; });
+  };
+  if (in_manifest(*check) && source_check.ok() && !in_manifest(*source_check)) {
+    CKPT_ASSIGN_OR_RETURN(std::string bytes, source.GetAll(manifest));
+    report.repaired.push_back(StrCat(manifest, ": replaced"));
+    report.bytes_rewritten += static_cast<int64_t>(bytes.size());
+    if (dry_run) return report;
+    CKPT_RETURN_IF_ERROR(damaged.PutAtomic(
+        manifest, absl::Span<const std::byte>(reinterpret_cast<const std::byte*>(bytes.data()), bytes.size())));
+    check = VerifyStep(damaged, step);
+    if (!check.ok()) return check.status();
+    if (check->ok()) return report;
+  }
+
+  // Both copies must be of the same save.
+  auto mine = damaged.GetAll(manifest);
+  auto theirs = source.GetAll(manifest);
+  if (!mine.ok() || !theirs.ok() || *mine != *theirs) {
+    for (const VerifyProblem& p : check->problems) {
+      report.lost.push_back(StrCat(p.message, " (the other copy holds a different save of step ", step, ")"));
+    }
+    return report;
+  }
+  std::map<std::string, std::vector<const VerifyProblem*>> by_file;
+  for (const VerifyProblem& p : check->problems) by_file[p.file].push_back(&p);
+  std::set<std::string> source_bad, unfixable;
+  if (source_check.ok()) {
+    for (const VerifyProblem& p : source_check->problems) source_bad.insert(p.file);
+  }
+  for (const auto& [file, problems] : by_file) {
+    if (file.empty() || !source_check.ok() || source_bad.count(file)) {
+      unfixable.insert(file);
+      for (const VerifyProblem* p : problems) {
+        report.lost.push_back(StrCat(p->message, file.empty() ? "" : " (the other copy of this file is damaged too)"));
+      }
+      continue;
+    }
+    const std::string path = file.find('/') == std::string::npos ? StrCat(dir, "/", file) : file;
+    auto n = SyncFile(damaged, source, path, dry_run);
+    if (!n.ok()) {
+      report.lost.push_back(StrCat(path, ": could not be rewritten: ", n.status().message()));
+      continue;
+    }
+    report.bytes_rewritten += *n;
+    report.repaired.push_back(StrCat(path, ": ", *n, " bytes ", dry_run ? "would be " : "", "rewritten (",
+                                     problems.size(), " problem(s), first: ", problems[0]->message, ")"));
+  }
+  if (dry_run) return report;
+  auto again = VerifyStep(damaged, step);
+  if (!again.ok()) return again.status();
+  for (const VerifyProblem& p : again->problems) {
+    if (unfixable.count(p.file)) continue;  // already listed
+    const std::string m = StrCat("still damaged after repair: ", p.message);
+    if (std::find(report.lost.begin(), report.lost.end(), m) == report.lost.end()) report.lost.push_back(m);
+  }
+  return report;
+}
+
+}  // namespace ckpt
