@@ -45,11 +45,7 @@ int Main(int argc, char** argv) {
   args.String("backends", &backends_text, "backends to measure (default file,posix,localfs,hdf5,tiered)");
   args.String("json", &json_path, "also write the figures as JSON to this file");
   int exit = 0;
-  if (!args.Parse(argc, argv, 1, &exit)) return exit;
-  if (dir.empty()) {
-    std::fprintf(stderr, "--dir is required\n");
-    return 2;
-  }
+  if (!ParseBenchArgs(args, argc, argv, dir, &exit)) return exit;
   if (durable.empty()) durable = dir + "/durable-tier";
   if (std::getenv("CKPT_PLUGIN_PATH") == nullptr && std::string(CKPT_BENCH_PLUGIN_DIR).size() > 0) {
     setenv("CKPT_PLUGIN_PATH", CKPT_BENCH_PLUGIN_DIR, 1);
@@ -171,13 +167,7 @@ int Main(int argc, char** argv) {
   ratio("save throughput, posix / file", "file", "posix", commit);
   ratio("save throughput, localfs / file", "file", "localfs", commit);
   ratio("save throughput, hdf5 / file", "file", "hdf5", commit);
-  if (!json_path.empty()) {
-    FILE* f = std::fopen(json_path.c_str(), "w");
-    if (f) {
-      std::fprintf(f, "%s\n", j.str().c_str());
-      std::fclose(f);
-    }
-  }
+  WriteTextFile(json_path, j.str());
   return 0;
 }
 

@@ -102,6 +102,24 @@ StateBuffers MakeState(int64_t size, DType dtype) {
   return s;
 }
 
+bool ParseBenchArgs(tools::Args& args, int argc, char** argv, const std::string& dir, int* code) {
+  if (!args.Parse(argc, argv, 1, code)) return false;
+  if (dir.empty()) {
+    std::fprintf(stderr, "--dir is required\n");
+    *code = 2;
+    return false;
+  }
+  return true;
+}
+
+void WriteTextFile(const std::string& path, const std::string& text) {
+  if (path.empty()) return;
+  if (FILE* f = std::fopen(path.c_str(), "w")) {
+    std::fprintf(f, "%s\n", text.c_str());
+    std::fclose(f);
+  }
+}
+
 double DiskCeiling(const std::string& file, int64_t size, bool write) {
   const double bw = HaveFio() ? RunFio(file, size, write) : -1;
   return bw > 0 ? bw : DirectIo(file, size, write);

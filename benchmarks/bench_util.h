@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "ckpt/tensor.h"
+#include "cli.h"
 
 namespace ckpt::bench {
 
@@ -36,6 +37,13 @@ struct StateBuffers {
   std::vector<std::vector<std::byte>> out;
   int64_t bytes = 0;
 };
+
+/// Parses the benchmark's flags; `dir` (the --dir value) is required.
+/// Returns false when the benchmark should exit with `*code`.
+bool ParseBenchArgs(tools::Args& args, int argc, char** argv, const std::string& dir, int* code);
+
+/// Writes `text` and a newline to `path` (no-op for an empty path).
+void WriteTextFile(const std::string& path, const std::string& text);
 
 /// Transformer-like weights: 64 MiB tensors of `dtype` filling `size` bytes.
 StateBuffers MakeState(int64_t size, DType dtype);

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "ckpt/checkpointer.h"
+#include "bench_util.h"
 #include "cli.h"
 #include "synth_job.h"
 #include "util/clock.h"
@@ -84,8 +85,7 @@ int Main(int argc, char** argv) {
   args.Int("layers", &layers, "transformer layers (default: from --params)");
   args.String("json", &json_path, "also write the figures as JSON");
   int exit = 0;
-  if (!args.Parse(argc, argv, 1, &exit)) return exit;
-  if (dir.empty()) return 2;
+  if (!ParseBenchArgs(args, argc, argv, dir, &exit)) return exit;
   auto from = Mesh::Parse(from_text);
   if (!from.ok()) return 2;
   std::vector<Mesh> targets = {*from};
@@ -156,12 +156,7 @@ int Main(int argc, char** argv) {
         .EndObject();
   }
   j.EndArray().EndObject();
-  if (!json_path.empty()) {
-    if (FILE* fp = std::fopen(json_path.c_str(), "w")) {
-      std::fprintf(fp, "%s\n", j.str().c_str());
-      std::fclose(fp);
-    }
-  }
+  WriteTextFile(json_path, j.str());
   std::filesystem::remove_all(root);
   return 0;
 }

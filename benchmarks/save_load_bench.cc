@@ -52,11 +52,7 @@ int Main(int argc, char** argv) {
   args.String("dtype", &dtype_text, "tensor dtype (default bf16)");
   args.String("json", &json_path, "also write the figures as JSON to this file");
   int exit = 0;
-  if (!args.Parse(argc, argv, 1, &exit)) return exit;
-  if (dir.empty()) {
-    std::fprintf(stderr, "--dir is required\n");
-    return 2;
-  }
+  if (!ParseBenchArgs(args, argc, argv, dir, &exit)) return exit;
   auto dtype = ParseDType(dtype_text);
   if (!dtype) return 2;
   std::vector<Codec> codecs;
@@ -221,13 +217,7 @@ int Main(int argc, char** argv) {
         .EndObject();
   }
   j.EndArray().EndObject();
-  if (!json_path.empty()) {
-    FILE* f = std::fopen(json_path.c_str(), "w");
-    if (f) {
-      std::fprintf(f, "%s\n", j.str().c_str());
-      std::fclose(f);
-    }
-  }
+  WriteTextFile(json_path, j.str());
   return 0;
 }
 
