@@ -22,12 +22,13 @@ namespace {
 
 int Main(int argc, char** argv) {
   std::string dir, json_path;
-  int64_t size = int64_t{1} << 30, runs = 3;
+  int64_t size = int64_t{1} << 30, runs = 3, slab = 64 << 20;
   tools::Args args("audit_bench", "--dir DIR [--size 1G] [--runs 3] [--json FILE]",
                    "Measures verify, stats and diff throughput and the read ceiling in one run.");
   args.String("dir", &dir, "directory on the disk to measure (required)");
   args.Size("size", &size, "state size (default 1G)", true);
   args.Int("runs", &runs, "runs per figure; the median is reported (default 3)");
+  args.Size("slab", &slab, "stats/diff memory per checkpoint (default 64M)", true);
   args.String("json", &json_path, "also write the figures as JSON to this file");
   int exit = 0;
   if (!ParseBenchArgs(args, argc, argv, dir, &exit)) return exit;
@@ -70,14 +71,16 @@ int Main(int argc, char** argv) {
     verify_x.Add(static_cast<double>(v->bytes_read) / dt / c);
 
     t0 = NowSeconds();
-    auto st = ComputeStats(**a, 1);
+    AuditOptions ao;
+    ao.slab_bytes = slab;
+    auto st = ComputeStats(**a, 1, ao);
     dt = NowSeconds() - t0;
     if (!st.ok()) return 1;
     stats_bw.Add(static_cast<double>(bytes) / dt);
     stats_x.Add(static_cast<double>(bytes) / dt / c);
 
     t0 = NowSeconds();
-    auto d = DiffSteps(**a, 1, **b, 1);
+    auto d = DiffSteps(**a, 1, **b, 1, ao);
     dt = NowSeconds() - t0;
     if (!d.ok()) return 1;
     for (const TensorDiff& t : *d) {

@@ -4,6 +4,7 @@
 #include <cmath>
 #include <limits>
 #include <cstring>
+#include <future>
 #include <map>
 
 #include "ckpt/checkpointer.h"
@@ -95,9 +96,20 @@ void ForEachValue(DType dtype, const std::byte* p, int64_t n, F&& f) {
     }
     case DType::kBF16: {
       for (int64_t i = 0; i < n; ++i) {
-        uint16_t v;
-        std::memcpy(&v, p + 2 * i, 2);
-        f(i, static_cast<double>(BF16ToFloat(v)));
+        uint16_t h;
+        std::memcpy(&h, p + 2 * i, 2);
+        const uint32_t u = static_cast<uint32_t>(h) << 16;  // bf16 is the top half of an f32
+        float v;
+        std::memcpy(&v, &u, 4);
+        f(i, static_cast<double>(v));
+      }
+      return;
+    }
+    case DType::kF64: {
+      for (int64_t i = 0; i < n; ++i) {
+        double v;
+        std::memcpy(&v, p + 8 * i, 8);
+        f(i, v);
       }
       return;
     }
@@ -114,18 +126,18 @@ struct StatsAcc {
   double sum = 0, sumsq = 0;
   void Add(double v) {
     ++elements;
-    if (std::isnan(v)) {
-      ++nan;
-      return;
-    }
-    if (std::isinf(v)) {
-      ++inf;
+    if (!std::isfinite(v)) [[unlikely]] {
+      if (std::isnan(v)) {
+        ++nan;
+      } else {
+        ++inf;
+      }
       return;
     }
     ++finite;
-    if (v == 0) ++zeros;
-    min = std::min(min, v);
-    max = std::max(max, v);
+    zeros += v == 0;
+    min = v < min ? v : min;
+    max = v > max ? v : max;
     sum += v;
     sumsq += v * v;
   }
@@ -206,10 +218,21 @@ absl::StatusOr<std::vector<TensorStats>> ComputeStats(Storage& storage, int64_t 
   std::map<std::string, StatsAcc> acc;
   int64_t total = 0, done = 0;
   for (const TensorSpec* s : specs) total += s->NumElements() * static_cast<int64_t>(DTypeSize(s->dtype));
-  std::vector<std::byte> buf;
-  for (const std::vector<Slab>& batch : PlanBatches(specs, options.slab_bytes)) {
-    CKPT_RETURN_IF_ERROR(LoadBatch(storage, step, batch, buf));
-    for (const Slab& s : batch) {
+  // Two buffers: the next batch loads while this one is summarised.
+  const std::vector<std::vector<Slab>> batches = PlanBatches(specs, std::max<int64_t>(1, options.slab_bytes / 2));
+  std::vector<std::byte> bufs[2];
+  std::future<absl::Status> next;
+  if (!batches.empty()) {
+    next = std::async(std::launch::async, [&] { return LoadBatch(storage, step, batches[0], bufs[0]); });
+  }
+  for (size_t bi = 0; bi < batches.size(); ++bi) {
+    CKPT_RETURN_IF_ERROR(next.get());
+    if (bi + 1 < batches.size()) {
+      next = std::async(std::launch::async,
+                        [&, bi] { return LoadBatch(storage, step, batches[bi + 1], bufs[(bi + 1) % 2]); });
+    }
+    const std::vector<std::byte>& buf = bufs[bi % 2];
+    for (const Slab& s : batches[bi]) {
       StatsAcc& a = acc[s.spec->fqn];
       ForEachValue(s.spec->dtype, buf.data() + s.offset, s.elements(), [&](int64_t, double v) { a.Add(v); });
       done += s.elements() * static_cast<int64_t>(DTypeSize(s.spec->dtype));
@@ -313,11 +336,28 @@ absl::StatusOr<std::vector<TensorDiff>> DiffSteps(Storage& a, int64_t step_a, St
   std::map<std::string, DiffAcc> acc;
   int64_t total = 0, done = 0;
   for (const TensorSpec* s : compare) total += s->NumElements() * static_cast<int64_t>(DTypeSize(s->dtype));
-  std::vector<std::byte> buf_a, buf_b;
-  for (const std::vector<Slab>& batch : PlanBatches(compare, std::max<int64_t>(1, options.slab_bytes / 2))) {
-    CKPT_RETURN_IF_ERROR(Annotate(LoadBatch(a, step_a, batch, buf_a), "A"));
-    CKPT_RETURN_IF_ERROR(Annotate(LoadBatch(b, step_b, batch, buf_b), "B"));
-    for (const Slab& s : batch) {
+  // Both sides load in parallel, one batch ahead of the comparison.
+  const std::vector<std::vector<Slab>> batches =
+      PlanBatches(compare, std::max<int64_t>(1, options.slab_bytes / 4));
+  std::vector<std::byte> bufs_a[2], bufs_b[2];
+  auto launch = [&](size_t bi) {
+    return std::make_pair(
+        std::async(std::launch::async,
+                   [&, bi] { return Annotate(LoadBatch(a, step_a, batches[bi], bufs_a[bi % 2]), "A"); }),
+        std::async(std::launch::async,
+                   [&, bi] { return Annotate(LoadBatch(b, step_b, batches[bi], bufs_b[bi % 2]), "B"); }));
+  };
+  std::pair<std::future<absl::Status>, std::future<absl::Status>> next;
+  if (!batches.empty()) next = launch(0);
+  for (size_t bi = 0; bi < batches.size(); ++bi) {
+    const absl::Status la = next.first.get();
+    const absl::Status lb = next.second.get();
+    CKPT_RETURN_IF_ERROR(la);
+    CKPT_RETURN_IF_ERROR(lb);
+    if (bi + 1 < batches.size()) next = launch(bi + 1);
+    const std::vector<std::byte>& buf_a = bufs_a[bi % 2];
+    const std::vector<std::byte>& buf_b = bufs_b[bi % 2];
+    for (const Slab& s : batches[bi]) {
       TensorDiff& d = diffs[s.spec->fqn];
       DiffAcc& x = acc[s.spec->fqn];
       const size_t es = DTypeSize(s.spec->dtype);
