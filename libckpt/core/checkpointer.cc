@@ -463,6 +463,9 @@ class Checkpointer::Impl {
   absl::Status AwaitOutcome(int64_t step) {
     const std::string dir = StepDir(step);
     const double deadline = NowSeconds() + options_.commit_timeout_s + 30;
+    // Every waiting rank polls the shared storage: back off further the more
+    // ranks there are (16k ranks at 50 ms would be 650k lookups a second).
+    const double max_delay = std::clamp(0.05 * options_.world_size / 256.0, 0.05, 2.0);
     double delay = 0.001;
     while (true) {
       if (storage_->FileSize(StrCat(dir, "/", kManifestName)).ok()) {
@@ -479,7 +482,7 @@ class Checkpointer::Impl {
             options_.commit_timeout_s, " s"));
       }
       std::this_thread::sleep_for(std::chrono::duration<double>(delay));
-      delay = std::min(delay * 2, 0.05);
+      delay = std::min(delay * 2, max_delay);
     }
   }
 
