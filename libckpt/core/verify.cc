@@ -93,7 +93,7 @@ class Verifier {
   void CheckFiles() {
     owners_.resize(m_.files.size());
     indexes_.resize(m_.files.size());
-    readers_.resize(m_.files.size());
+    indexed_.assign(m_.files.size(), false);
     for (size_t fi = 0; fi < m_.files.size(); ++fi) {
       const ManifestFile& mf = m_.files[fi];
       owners_[fi].assign(mf.block_count, BlockOwner{});
@@ -169,7 +169,7 @@ class Verifier {
         }
       }
       indexes_[fi] = std::move(index).value();
-      readers_[fi] = std::move(f).value();
+      indexed_[fi] = true;  // the file is closed here: roots can have more files than fds
       report_.blocks += static_cast<int64_t>(mf.block_count);
     }
   }
@@ -241,44 +241,60 @@ class Verifier {
   }
 
   void CheckBlocks() {
-    std::vector<FrameTask> tasks;
     int64_t total = 0;
     for (size_t fi = 0; fi < m_.files.size(); ++fi) {
-      if (!readers_[fi]) continue;
-      for (uint64_t k = 0; k < indexes_[fi].size(); ++k) {
-        tasks.push_back(FrameTask{readers_[fi].get(), &indexes_[fi][k], k, &owners_[fi][k]});
-        total += indexes_[fi][k].frame_len;
-      }
+      if (!indexed_[fi]) continue;
+      for (const IndexEntry& e : indexes_[fi]) total += e.frame_len;
     }
-    std::sort(tasks.begin(), tasks.end(), [](const FrameTask& a, const FrameTask& b) {
-      if (a.file != b.file) return a.file < b.file;
-      return a.entry->offset < b.entry->offset;
-    });
     FrameReaderOptions fo;
     fo.worker_threads = options_.worker_threads;
     fo.buffer_bytes = options_.read_buffer_bytes;
     fo.stop_on_error = false;
     std::atomic<int64_t> done{0};
-    (void)ReadFrames(
-        tasks, fo,
-        [&](const FrameTask& t, absl::Span<const std::byte> frame, BlockCodec& codec,
-            std::vector<std::byte>& scratch) -> absl::Status {
-          CKPT_RETURN_IF_ERROR(CheckFrame(frame, *t.entry, t.block_id, t.file->path()));
-          auto raw = DecodeFrame(codec, frame, *t.entry, scratch, t.file->path());
-          return raw.status();
-        },
-        [&](const FrameTask& t, const absl::Status& s) {
-          const BlockOwner& o = *static_cast<const BlockOwner*>(t.tag);
-          int64_t off = OffsetIn(s.message());
-          if (off < 0) off = static_cast<int64_t>(t.entry->offset);
-          // Called under the reader's lock; Problem takes its own.
-          Problem(StrCat(Owner(o), " block ", t.block_id, ": ", s.message()), OwnerName(o),
-                  OwnerBox(o), t.file->path(), off);
-        },
-        [&](const FrameTask& t) {
-          int64_t d = done.fetch_add(t.entry->frame_len) + t.entry->frame_len;
-          if (options_.progress) options_.progress(d, total);
-        });
+    // At most 64 files (each with an O_DIRECT twin) open at a time.
+    constexpr size_t kOpenFiles = 64;
+    for (size_t first = 0; first < m_.files.size(); first += kOpenFiles) {
+      const size_t last = std::min(m_.files.size(), first + kOpenFiles);
+      std::vector<std::unique_ptr<ReadableFile>> readers(last - first);
+      std::vector<FrameTask> tasks;
+      for (size_t fi = first; fi < last; ++fi) {
+        if (!indexed_[fi]) continue;
+        const std::string path = StrCat(dir_, "/", m_.files[fi].name);
+        auto f = storage_.OpenReadable(path);
+        if (!f.ok()) {
+          Problem(StrCat("data file ", path, " became unreadable: ", f.status().message()), "", "", path, -1);
+          continue;
+        }
+        readers[fi - first] = std::move(f).value();
+        for (uint64_t k = 0; k < indexes_[fi].size(); ++k) {
+          tasks.push_back(FrameTask{readers[fi - first].get(), &indexes_[fi][k], k, &owners_[fi][k]});
+        }
+      }
+      std::sort(tasks.begin(), tasks.end(), [](const FrameTask& a, const FrameTask& b) {
+        if (a.file != b.file) return a.file < b.file;
+        return a.entry->offset < b.entry->offset;
+      });
+      (void)ReadFrames(
+          tasks, fo,
+          [&](const FrameTask& t, absl::Span<const std::byte> frame, BlockCodec& codec,
+              std::vector<std::byte>& scratch) -> absl::Status {
+            CKPT_RETURN_IF_ERROR(CheckFrame(frame, *t.entry, t.block_id, t.file->path()));
+            auto raw = DecodeFrame(codec, frame, *t.entry, scratch, t.file->path());
+            return raw.status();
+          },
+          [&](const FrameTask& t, const absl::Status& s) {
+            const BlockOwner& o = *static_cast<const BlockOwner*>(t.tag);
+            int64_t off = OffsetIn(s.message());
+            if (off < 0) off = static_cast<int64_t>(t.entry->offset);
+            // Called under the reader's lock; Problem takes its own.
+            Problem(StrCat(Owner(o), " block ", t.block_id, ": ", s.message()), OwnerName(o),
+                    OwnerBox(o), t.file->path(), off);
+          },
+          [&](const FrameTask& t) {
+            int64_t d = done.fetch_add(t.entry->frame_len) + t.entry->frame_len;
+            if (options_.progress) options_.progress(d, total);
+          });
+    }
     report_.bytes_read = done;
   }
 
@@ -291,7 +307,7 @@ class Verifier {
   std::mutex mu_;
   std::vector<std::vector<BlockOwner>> owners_;
   std::vector<std::vector<IndexEntry>> indexes_;
-  std::vector<std::unique_ptr<ReadableFile>> readers_;
+  std::vector<bool> indexed_;  ///< per file: its index was read and checked
 };
 
 }  // namespace

@@ -4,7 +4,10 @@
 #include <limits>
 #include <map>
 
+#include <sys/resource.h>
+
 #include "ckpt/audit.h"
+#include "ckpt/verify.h"
 #include "ckpt/checkpointer.h"
 #include "ckpt/synthetic.h"
 #include "testutil/test_util.h"
@@ -205,6 +208,52 @@ TEST(Audit, DiffReportsMissingAndMismatchedTensors) {
   EXPECT_EQ(kinds["layers.0.mlp.weight"], TensorDiff::Kind::kMismatch);
   EXPECT_EQ(kinds["layers.0.mlp.bias"], TensorDiff::Kind::kOnlyInA);
   EXPECT_EQ(kinds["layers.1.mlp.weight"], TensorDiff::Kind::kOnlyInB);
+}
+
+// A root with more data files than the process may hold open: verify opens
+// a bounded number at a time (16k-rank checkpoints met "Too many open files").
+TEST(Audit, VerifyHoldsFewFilesOpen) {
+  TempDir dir;
+  auto storage = Open(dir.Join("root"));
+  constexpr int kRanks = 300;
+  const TensorSpec spec{"t", DType::kF32, {kRanks, 16}};
+  std::vector<float> rows(kRanks * 16);
+  for (size_t i = 0; i < rows.size(); ++i) rows[i] = static_cast<float>(i);
+  std::vector<std::unique_ptr<Checkpointer>> open;  // each waits for the leader when closed
+  for (int i = 1; i <= kRanks; ++i) {
+    const int rank = i % kRanks;  // the leader last
+    CheckpointerOptions o;
+    o.storage = storage;
+    o.rank = rank;
+    o.world_size = kRanks;
+    o.gc_on_open = false;
+    o.engine_options.staging_bytes = 1 << 20;
+    auto cp = Checkpointer::Open(o);
+    ASSERT_OK(cp);
+    State s;
+    Box box = Box::Whole(spec.shape);
+    box.offsets[0] = rank;
+    box.sizes[0] = 1;
+    ASSERT_OK(s.AddShard(spec, box, rows.data() + rank * 16));
+    auto h = (*cp)->Save(1, s);
+    ASSERT_OK(h);
+    ASSERT_OK(rank == 0 ? h->Wait() : h->WaitDurable());
+    open.push_back(std::move(cp).value());
+  }
+  open.clear();
+  rlimit saved;
+  ASSERT_EQ(getrlimit(RLIMIT_NOFILE, &saved), 0);
+  rlimit low = saved;
+  low.rlim_cur = 200;  // fewer than the 300 files (and their O_DIRECT twins)
+  ASSERT_EQ(setrlimit(RLIMIT_NOFILE, &low), 0);
+  auto fast = VerifyStep(*storage, 1, VerifyOptions{.deep = false});
+  auto deep = VerifyStep(*storage, 1);
+  setrlimit(RLIMIT_NOFILE, &saved);
+  ASSERT_OK(fast);
+  ASSERT_OK(deep);
+  EXPECT_TRUE(fast->ok()) << (fast->problems.empty() ? "" : fast->problems[0].message);
+  EXPECT_TRUE(deep->ok()) << (deep->problems.empty() ? "" : deep->problems[0].message);
+  EXPECT_EQ(deep->files, kRanks);
 }
 
 }  // namespace
