@@ -116,14 +116,9 @@ TEST(Plugins, CheckpointThroughAPluginLoadsAndVerifies) {
 // said once, and checkpoints stay interchangeable.
 
 std::string Capture(const std::string& cmd, int* code) {
-  FILE* p = popen((cmd + " 2>&1").c_str(), "r");
-  std::string out;
-  char buf[4096];
-  size_t n;
-  while ((n = fread(buf, 1, sizeof(buf), p)) > 0) out.append(buf, n);
-  const int status = pclose(p);
-  *code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  return out;
+  CommandResult r = RunCommand(cmd);
+  *code = r.code;
+  return r.out;
 }
 
 TEST(FileBackend, FallsBackToThreadsWhereIoUringIsRefused) {

@@ -1,5 +1,7 @@
 #include "testutil/test_util.h"
 
+#include <sys/wait.h>
+
 #include <stdlib.h>
 #include <unistd.h>
 
@@ -70,6 +72,16 @@ void FlipBit(const std::string& path, uint64_t offset, int bit) {
   ASSERT_LT(offset, data.size()) << path;
   data[offset] = static_cast<char>(data[offset] ^ (1 << bit));
   WriteFile(path, data);
+}
+
+CommandResult RunCommand(const std::string& command) {
+  FILE* p = popen((command + " 2>&1").c_str(), "r");
+  std::string out;
+  char buf[4096];
+  size_t n;
+  while ((n = fread(buf, 1, sizeof(buf), p)) > 0) out.append(buf, n);
+  const int status = pclose(p);
+  return CommandResult{WIFEXITED(status) ? WEXITSTATUS(status) : -1, out};
 }
 
 }  // namespace ckpt::testing

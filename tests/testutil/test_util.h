@@ -51,6 +51,13 @@ void WriteFile(const std::string& path, const std::string& data);
 /// Flips bit `bit` of byte `offset` in a file.
 void FlipBit(const std::string& path, uint64_t offset, int bit);
 
+struct CommandResult {
+  int code;         ///< exit status; -1 when killed by a signal
+  std::string out;  ///< stdout and stderr together
+};
+/// Runs a shell command line and captures its output.
+CommandResult RunCommand(const std::string& command);
+
 #define ASSERT_OK(expr)                                  \
   do {                                                   \
     const ::absl::Status ckpt_s_ = ::ckpt::testing::AsStatus(expr); \

@@ -20,14 +20,8 @@ struct CliRun {
 };
 
 CliRun Ckpt(const std::string& args, const std::string& env = "") {
-  std::string cmd = env + std::string(CKPT_BIN) + " " + args + " 2>&1";
-  FILE* p = popen(cmd.c_str(), "r");
-  std::string out;
-  char buf[4096];
-  size_t n;
-  while ((n = fread(buf, 1, sizeof(buf), p)) > 0) out.append(buf, n);
-  int status = pclose(p);
-  return CliRun{WIFEXITED(status) ? WEXITSTATUS(status) : -1, out};
+  CommandResult r = RunCommand(env + std::string(CKPT_BIN) + " " + args);
+  return CliRun{r.code, r.out};
 }
 
 bool Has(const std::string& s, const std::string& what) { return s.find(what) != std::string::npos; }

@@ -13,6 +13,7 @@
 #include "ckpt/checkpointer.h"
 #include "ckpt/communicator.h"
 #include "testutil/test_util.h"
+#include "util/errors.h"
 
 #ifndef CKPT_BIN
 #error "CKPT_BIN must name the ckpt executable"
@@ -20,21 +21,6 @@
 
 namespace ckpt::testing {
 namespace {
-
-struct ShellRun {
-  int code;
-  std::string out;
-};
-
-ShellRun Sh(const std::string& cmd) {
-  FILE* p = popen((cmd + " 2>&1").c_str(), "r");
-  std::string out;
-  char buf[4096];
-  size_t n;
-  while ((n = fread(buf, 1, sizeof(buf), p)) > 0) out.append(buf, n);
-  const int status = pclose(p);
-  return ShellRun{WIFEXITED(status) ? WEXITSTATUS(status) : -1, out};
-}
 
 uint16_t ToBf16(float f) {
   uint32_t u;
@@ -109,45 +95,54 @@ void SaveSharded(const std::string& root, Tensors& t) {
   for (const absl::Status& st : results) ASSERT_OK(st);
 }
 
-TEST(Hdf5, H5pyReadsAnExportAndImportRoundTrips) {
-  TempDir dir;
-  Tensors t;
-  SaveSharded(dir.Join("root"), t);
-  const std::string h5 = dir.Join("out.h5");
-  ShellRun e = Sh(std::string(CKPT_BIN) + " export " + dir.Join("root") + " --to " + h5);
-  ASSERT_EQ(e.code, 0) << e.out;
-  EXPECT_NE(e.out.find("4 tensors"), std::string::npos) << e.out;
-
-  ShellRun py = Sh(std::string("/usr/bin/python3 ") + CHECK_EXPORT_PY + " " + h5);
-  EXPECT_EQ(py.code, 0) << py.out;
-  EXPECT_NE(py.out.find("checked 4 tensors: ok"), std::string::npos) << py.out;
-
-  ShellRun i = Sh(std::string(CKPT_BIN) + " import " + h5 + " --out " + dir.Join("imported"));
-  ASSERT_EQ(i.code, 0) << i.out;
-  auto storage = OpenStorage(dir.Join("imported"));
-  ASSERT_OK(storage);
-  // Load onto a different cut: rows in thirds of the f32 tensor.
-  Tensors back;
-  std::fill(back.embed.begin(), back.embed.end(), -1.0f);
-  std::fill(back.attn.begin(), back.attn.end(), 0);
+// Loads step 42 of `storage` cut differently from the save (the f32 tensor in
+// thirds of its rows), with the config blob.
+absl::Status LoadBack(Storage& storage, Tensors* back, std::string* config) {
+  std::fill(back->embed.begin(), back->embed.end(), -1.0f);
+  std::fill(back->attn.begin(), back->attn.end(), 0);
   State s;
   for (int part = 0; part < 3; ++part) {
     Box box = Box::Whole(kEmbed.shape);
     box.offsets[0] = part * 32;
     box.sizes[0] = 32;
-    ASSERT_OK(s.AddShard(kEmbed, box, back.embed.data() + part * 32 * 40));
+    CKPT_RETURN_IF_ERROR(s.AddShard(kEmbed, box, back->embed.data() + part * 32 * 40));
   }
-  ASSERT_OK(s.AddTensor(kAttn, back.attn.data()));
-  ASSERT_OK(s.AddTensor(kNorm, back.norm.data()));
-  ASSERT_OK(s.AddTensor(kCounts, back.counts.data()));
+  CKPT_RETURN_IF_ERROR(s.AddTensor(kAttn, back->attn.data()));
+  CKPT_RETURN_IF_ERROR(s.AddTensor(kNorm, back->norm.data()));
+  CKPT_RETURN_IF_ERROR(s.AddTensor(kCounts, back->counts.data()));
+  CKPT_RETURN_IF_ERROR(s.AddBlobOut("config", config, BlobScope::kGlobal));
+  return LoadCheckpoint(storage, s, 42).status();
+}
+
+void ExpectSameValues(const Tensors& got, const Tensors& want) {
+  EXPECT_EQ(got.embed, want.embed);
+  EXPECT_EQ(got.attn, want.attn);
+  EXPECT_EQ(got.norm, want.norm);
+  EXPECT_EQ(got.counts, want.counts);
+}
+
+TEST(Hdf5, H5pyReadsAnExportAndImportRoundTrips) {
+  TempDir dir;
+  Tensors t;
+  SaveSharded(dir.Join("root"), t);
+  const std::string h5 = dir.Join("out.h5");
+  CommandResult e = RunCommand(std::string(CKPT_BIN) + " export " + dir.Join("root") + " --to " + h5);
+  ASSERT_EQ(e.code, 0) << e.out;
+  EXPECT_NE(e.out.find("4 tensors"), std::string::npos) << e.out;
+
+  CommandResult py = RunCommand(std::string("/usr/bin/python3 ") + CHECK_EXPORT_PY + " " + h5);
+  EXPECT_EQ(py.code, 0) << py.out;
+  EXPECT_NE(py.out.find("checked 4 tensors: ok"), std::string::npos) << py.out;
+
+  CommandResult i = RunCommand(std::string(CKPT_BIN) + " import " + h5 + " --out " + dir.Join("imported"));
+  ASSERT_EQ(i.code, 0) << i.out;
+  auto storage = OpenStorage(dir.Join("imported"));
+  ASSERT_OK(storage);
+  // Load onto a different cut: rows in thirds of the f32 tensor.
+  Tensors back;
   std::string config;
-  ASSERT_OK(s.AddBlobOut("config", &config, BlobScope::kGlobal));
-  auto loaded = LoadCheckpoint(**storage, s, 42);
-  ASSERT_OK(loaded);
-  EXPECT_EQ(back.embed, t.embed);
-  EXPECT_EQ(back.attn, t.attn);
-  EXPECT_EQ(back.norm, t.norm);
-  EXPECT_EQ(back.counts, t.counts);
+  ASSERT_OK(LoadBack(**storage, &back, &config));
+  ExpectSameValues(back, t);
   EXPECT_EQ(config, "{\"lr\": 0.001}");
 }
 
@@ -158,10 +153,10 @@ TEST(Hdf5, ContainerRootsAreReadByH5pyAndReshardedByCkpt) {
   Tensors t;
   SaveSharded("hdf5://" + dir.Join("root"), t);
   const std::string step_dir = dir.Join("root/step-0000000042");
-  ShellRun py = Sh(std::string("/usr/bin/python3 ") + CHECK_EXPORT_PY + " " + step_dir);
+  CommandResult py = RunCommand(std::string("/usr/bin/python3 ") + CHECK_EXPORT_PY + " " + step_dir);
   EXPECT_EQ(py.code, 0) << py.out;
   EXPECT_NE(py.out.find("checked 4 tensors: ok"), std::string::npos) << py.out;
-  ShellRun dump = Sh("h5dump -H -A " + step_dir + "/rank-000001.h5");
+  CommandResult dump = RunCommand("h5dump -H -A " + step_dir + "/rank-000001.h5");
   EXPECT_EQ(dump.code, 0) << dump.out;
   EXPECT_NE(dump.out.find("chunk_48_0"), std::string::npos) << dump.out;
 
@@ -169,23 +164,10 @@ TEST(Hdf5, ContainerRootsAreReadByH5pyAndReshardedByCkpt) {
   auto storage = OpenStorage(dir.Join("root"));
   ASSERT_OK(storage);
   Tensors back;
-  std::fill(back.embed.begin(), back.embed.end(), -1.0f);
-  State s;
-  for (int part = 0; part < 3; ++part) {
-    Box box = Box::Whole(kEmbed.shape);
-    box.offsets[0] = part * 32;
-    box.sizes[0] = 32;
-    ASSERT_OK(s.AddShard(kEmbed, box, back.embed.data() + part * 32 * 40));
-  }
-  ASSERT_OK(s.AddTensor(kAttn, back.attn.data()));
-  ASSERT_OK(s.AddTensor(kNorm, back.norm.data()));
-  ASSERT_OK(s.AddTensor(kCounts, back.counts.data()));
-  ASSERT_OK(LoadCheckpoint(**storage, s, 42));
-  EXPECT_EQ(back.embed, t.embed);
-  EXPECT_EQ(back.attn, t.attn);
-  EXPECT_EQ(back.norm, t.norm);
-  EXPECT_EQ(back.counts, t.counts);
-  ShellRun v = Sh(std::string(CKPT_BIN) + " verify " + dir.Join("root"));
+  std::string config;
+  ASSERT_OK(LoadBack(**storage, &back, &config));
+  ExpectSameValues(back, t);
+  CommandResult v = RunCommand(std::string(CKPT_BIN) + " verify " + dir.Join("root"));
   EXPECT_EQ(v.code, 0) << v.out;
 
   // A flipped byte inside a dataset is found, with the file and offset.
@@ -193,7 +175,7 @@ TEST(Hdf5, ContainerRootsAreReadByH5pyAndReshardedByCkpt) {
   const size_t at = data.find(std::string(reinterpret_cast<const char*>(t.embed.data() + 100), 16));
   ASSERT_NE(at, std::string::npos);
   FlipBit(step_dir + "/rank-000000.h5", at, 3);
-  ShellRun bad = Sh(std::string(CKPT_BIN) + " verify " + dir.Join("root"));
+  CommandResult bad = RunCommand(std::string(CKPT_BIN) + " verify " + dir.Join("root"));
   EXPECT_EQ(bad.code, 1) << bad.out;
   EXPECT_NE(bad.out.find("rank-000000.h5"), std::string::npos) << bad.out;
   EXPECT_NE(bad.out.find("checksum mismatch"), std::string::npos) << bad.out;
@@ -202,12 +184,12 @@ TEST(Hdf5, ContainerRootsAreReadByH5pyAndReshardedByCkpt) {
 TEST(Hdf5, BadInputIsAUsageError) {
   TempDir dir;
   WriteFile(dir.Join("not.h5"), "plain text, not HDF5");
-  ShellRun r = Sh(std::string(CKPT_BIN) + " import " + dir.Join("not.h5") + " --out " + dir.Join("x"));
+  CommandResult r = RunCommand(std::string(CKPT_BIN) + " import " + dir.Join("not.h5") + " --out " + dir.Join("x"));
   EXPECT_EQ(r.code, 2) << r.out;
   EXPECT_NE(r.out.find("not a readable HDF5 file"), std::string::npos) << r.out;
-  ShellRun e = Sh(std::string(CKPT_BIN) + " export " + dir.Join("nothing") + " --to " + dir.Join("o.h5"));
+  CommandResult e = RunCommand(std::string(CKPT_BIN) + " export " + dir.Join("nothing") + " --to " + dir.Join("o.h5"));
   EXPECT_EQ(e.code, 2) << e.out;
-  EXPECT_EQ(Sh(std::string(CKPT_BIN) + " export " + dir.Join("nothing")).code, 2);  // no --to
+  EXPECT_EQ(RunCommand(std::string(CKPT_BIN) + " export " + dir.Join("nothing")).code, 2);  // no --to
 }
 
 }  // namespace
