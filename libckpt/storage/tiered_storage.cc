@@ -95,6 +95,7 @@ class TieredStorage : public Storage, public std::enable_shared_from_this<Tiered
     return out;
   }
   absl::Status Remove(std::string_view path) override {
+    Quiesce(path, /*tree=*/false);
     absl::Status a = local_->Remove(path);
     absl::Status b = durable_->Remove(path);
     if (absl::IsNotFound(a) && absl::IsNotFound(b)) return a;
@@ -103,6 +104,7 @@ class TieredStorage : public Storage, public std::enable_shared_from_this<Tiered
     return absl::OkStatus();
   }
   absl::Status RemoveAll(std::string_view dir) override {
+    Quiesce(dir, /*tree=*/true);
     CKPT_RETURN_IF_ERROR(local_->RemoveAll(dir));
     return durable_->RemoveAll(dir);
   }
@@ -140,6 +142,26 @@ class TieredStorage : public Storage, public std::enable_shared_from_this<Tiered
     bool atomic;
   };
 
+  // Before a removal: drops queued copies of `path` (or of everything under
+  // it) and waits for such a copy in flight, so the drain cannot bring a
+  // removed file back on the durable tier.
+  void Quiesce(std::string_view path, bool tree) {
+    auto matches = [&](const std::string& p) {
+      return p == path || (tree && (path.empty() || (p.size() > path.size() && p.starts_with(path) &&
+                                                      p[path.size()] == '/')));
+    };
+    std::unique_lock<std::mutex> lock(mu_);
+    for (auto it = queue_.begin(); it != queue_.end();) {
+      if (matches(it->path)) {
+        if (--pending_in_[TopDir(it->path)] == 0) pending_in_.erase(TopDir(it->path));
+        it = queue_.erase(it);
+      } else {
+        ++it;
+      }
+    }
+    idle_.wait(lock, [&] { return !busy_ || !matches(current_); });
+  }
+
   void Enqueue(std::string path, bool atomic) {
     {
       std::lock_guard<std::mutex> lock(mu_);
@@ -159,6 +181,7 @@ class TieredStorage : public Storage, public std::enable_shared_from_this<Tiered
         job = std::move(queue_.front());
         queue_.pop_front();
         busy_ = true;
+        current_ = job.path;
       }
       absl::Status st = Copy(job);
       {
@@ -172,6 +195,7 @@ class TieredStorage : public Storage, public std::enable_shared_from_this<Tiered
       {
         std::lock_guard<std::mutex> lock(mu_);
         busy_ = false;
+        current_.clear();
       }
       idle_.notify_all();
     }
@@ -262,6 +286,7 @@ class TieredStorage : public Storage, public std::enable_shared_from_this<Tiered
   std::deque<Job> queue_;
   std::map<std::string, int64_t> pending_in_;
   bool busy_ = false;
+  std::string current_;  ///< the path being copied while busy_
   bool stop_ = false;
   absl::Status first_error_;
   std::thread drainer_;
