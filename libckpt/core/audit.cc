@@ -13,6 +13,7 @@
 #include "core/root.h"
 #include "format/frame_check.h"
 #include "format/layout.h"
+#include "pipeline/loader.h"
 #include "util/errors.h"
 #include "util/strings.h"
 
@@ -65,7 +66,9 @@ std::vector<std::vector<Slab>> PlanBatches(const std::vector<const TensorSpec*>&
   return batches;
 }
 
-absl::Status LoadBatch(Storage& storage, int64_t step, const std::vector<Slab>& batch, std::vector<std::byte>& buf) {
+// Loads one batch with the manifest read once per audit, not once per batch.
+absl::Status LoadBatch(Storage& storage, const Manifest& m, const std::vector<Slab>& batch,
+                       std::vector<std::byte>& buf) {
   size_t need = 0;
   for (const Slab& s : batch) {
     need = std::max(need, s.offset + static_cast<size_t>(s.elements()) * DTypeSize(s.spec->dtype));
@@ -75,7 +78,7 @@ absl::Status LoadBatch(Storage& storage, int64_t step, const std::vector<Slab>& 
   for (const Slab& s : batch) {
     CKPT_RETURN_IF_ERROR(state.AddShard(*s.spec, s.box(), buf.data() + s.offset));
   }
-  return LoadCheckpoint(storage, state, step).status();
+  return LoadFromManifest(storage, m, state, /*rank=*/0, LoadOptions{}).status();
 }
 
 absl::StatusOr<int64_t> Resolve(Storage& storage, int64_t step) {
@@ -223,13 +226,13 @@ absl::StatusOr<std::vector<TensorStats>> ComputeStats(Storage& storage, int64_t 
   std::vector<std::byte> bufs[2];
   std::future<absl::Status> next;
   if (!batches.empty()) {
-    next = std::async(std::launch::async, [&] { return LoadBatch(storage, step, batches[0], bufs[0]); });
+    next = std::async(std::launch::async, [&] { return LoadBatch(storage, m, batches[0], bufs[0]); });
   }
   for (size_t bi = 0; bi < batches.size(); ++bi) {
     CKPT_RETURN_IF_ERROR(next.get());
     if (bi + 1 < batches.size()) {
       next = std::async(std::launch::async,
-                        [&, bi] { return LoadBatch(storage, step, batches[bi + 1], bufs[(bi + 1) % 2]); });
+                        [&, bi] { return LoadBatch(storage, m, batches[bi + 1], bufs[(bi + 1) % 2]); });
     }
     const std::vector<std::byte>& buf = bufs[bi % 2];
     for (const Slab& s : batches[bi]) {
@@ -343,9 +346,9 @@ absl::StatusOr<std::vector<TensorDiff>> DiffSteps(Storage& a, int64_t step_a, St
   auto launch = [&](size_t bi) {
     return std::make_pair(
         std::async(std::launch::async,
-                   [&, bi] { return Annotate(LoadBatch(a, step_a, batches[bi], bufs_a[bi % 2]), "A"); }),
+                   [&, bi] { return Annotate(LoadBatch(a, ma, batches[bi], bufs_a[bi % 2]), "A"); }),
         std::async(std::launch::async,
-                   [&, bi] { return Annotate(LoadBatch(b, step_b, batches[bi], bufs_b[bi % 2]), "B"); }));
+                   [&, bi] { return Annotate(LoadBatch(b, mb, batches[bi], bufs_b[bi % 2]), "B"); }));
   };
   std::pair<std::future<absl::Status>, std::future<absl::Status>> next;
   if (!batches.empty()) next = launch(0);

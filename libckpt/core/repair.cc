@@ -59,8 +59,9 @@ absl::StatusOr<RepairReport> RepairStep(Storage& damaged, Storage& source, int64
   const std::string dir = StepDir(step);
   const std::string manifest = StrCat(dir, "/", kManifestName);
 
-  auto source_check = VerifyStep(source, step);
   auto check = VerifyStep(damaged, step);
+  if (check.ok() && check->ok()) return report;  // intact: the source is not read
+  auto source_check = VerifyStep(source, step);
   if (!check.ok()) {
     // The manifest itself is missing or undecodable here.
     if (!source_check.ok()) {

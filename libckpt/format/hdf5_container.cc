@@ -7,55 +7,46 @@
 #include <mutex>
 
 #include "ckpt/dtype.h"
+#include "format/hdf5_util.h"
 #include "util/strings.h"
 
 namespace ckpt {
 namespace {
 
-class Hid {
- public:
-  Hid(hid_t id, herr_t (*close)(hid_t)) : id_(id), close_(close) {}
-  Hid(const Hid&) = delete;
-  Hid& operator=(const Hid&) = delete;
-  ~Hid() {
-    if (id_ >= 0) close_(id_);
-  }
-  hid_t get() const { return id_; }
-  bool ok() const { return id_ >= 0; }
+absl::Status Fail(const std::string& path, std::string_view what) {
+  return absl::InternalError(StrCat("HDF5 container ", path, ": ", what));
+}
 
- private:
-  hid_t id_;
-  herr_t (*close_)(hid_t);
-};
+}  // namespace
 
-hid_t NewFileType(DType d) {
+Hid Hdf5TypeOf(DType d) {
   switch (d) {
-    case DType::kF64: return H5Tcopy(H5T_IEEE_F64LE);
-    case DType::kF32: return H5Tcopy(H5T_IEEE_F32LE);
+    case DType::kF64: return Hid(H5Tcopy(H5T_IEEE_F64LE), H5Tclose);
+    case DType::kF32: return Hid(H5Tcopy(H5T_IEEE_F32LE), H5Tclose);
     case DType::kF16: {
       hid_t t = H5Tcopy(H5T_IEEE_F32LE);
       H5Tset_fields(t, 15, 10, 5, 0, 10);
       H5Tset_size(t, 2);
       H5Tset_ebias(t, 15);
-      return t;
+      return Hid(t, H5Tclose);
     }
-    case DType::kI64: return H5Tcopy(H5T_STD_I64LE);
-    case DType::kI32: return H5Tcopy(H5T_STD_I32LE);
-    case DType::kI16: return H5Tcopy(H5T_STD_I16LE);
-    case DType::kI8: return H5Tcopy(H5T_STD_I8LE);
-    case DType::kBF16: return H5Tcopy(H5T_STD_U16LE);
-    default: return H5Tcopy(H5T_STD_U8LE);  // u8, bool, fp8
+    case DType::kI64: return Hid(H5Tcopy(H5T_STD_I64LE), H5Tclose);
+    case DType::kI32: return Hid(H5Tcopy(H5T_STD_I32LE), H5Tclose);
+    case DType::kI16: return Hid(H5Tcopy(H5T_STD_I16LE), H5Tclose);
+    case DType::kI8: return Hid(H5Tcopy(H5T_STD_I8LE), H5Tclose);
+    case DType::kBF16: return Hid(H5Tcopy(H5T_STD_U16LE), H5Tclose);
+    default: return Hid(H5Tcopy(H5T_STD_U8LE), H5Tclose);  // u8, bool, fp8
   }
 }
 
-bool I64ArrayAttr(hid_t obj, const char* name, const std::vector<int64_t>& v) {
+bool WriteHdf5I64Attr(hid_t obj, const char* name, const std::vector<int64_t>& v) {
   const hsize_t n = v.size();
   Hid space(v.empty() ? H5Screate(H5S_NULL) : H5Screate_simple(1, &n, nullptr), H5Sclose);
   Hid attr(H5Acreate2(obj, name, H5T_STD_I64LE, space.get(), H5P_DEFAULT, H5P_DEFAULT), H5Aclose);
   return attr.ok() && (v.empty() || H5Awrite(attr.get(), H5T_NATIVE_INT64, v.data()) >= 0);
 }
 
-bool StringAttr(hid_t obj, const char* name, std::string_view value) {
+bool WriteHdf5StringAttr(hid_t obj, const char* name, std::string_view value) {
   Hid type(H5Tcopy(H5T_C_S1), H5Tclose);
   H5Tset_size(type.get(), std::max<size_t>(1, value.size()));
   Hid space(H5Screate(H5S_SCALAR), H5Sclose);
@@ -63,12 +54,6 @@ bool StringAttr(hid_t obj, const char* name, std::string_view value) {
   std::string v(value);
   return attr.ok() && H5Awrite(attr.get(), type.get(), v.c_str()) >= 0;
 }
-
-absl::Status Fail(const std::string& path, std::string_view what) {
-  return absl::InternalError(StrCat("HDF5 container ", path, ": ", what));
-}
-
-}  // namespace
 
 std::string Hdf5ChunkPath(std::string_view fqn, const Box& box) {
   std::string p = StrCat("/", fqn, "/chunk");
@@ -103,7 +88,7 @@ absl::StatusOr<Hdf5Container> CreateHdf5Container(const std::string& local_path,
   {
   Hid file(H5Fcreate(local_path.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, fapl.get()), H5Fclose);
   if (!file.ok()) return Fail(local_path, "cannot create the file");
-  if (!I64ArrayAttr(file.get(), "ckpt_step", {step}) || !I64ArrayAttr(file.get(), "ckpt_rank", {rank})) {
+  if (!WriteHdf5I64Attr(file.get(), "ckpt_step", {step}) || !WriteHdf5I64Attr(file.get(), "ckpt_rank", {rank})) {
     return Fail(local_path, "cannot write the file attributes");
   }
   Hid lcpl(H5Pcreate(H5P_LINK_CREATE), H5Pclose);
@@ -135,15 +120,15 @@ absl::StatusOr<Hdf5Container> CreateHdf5Container(const std::string& local_path,
       if (!ds.ok()) return ds.status();
       H5Dclose(*ds);
     } else {
-      Hid type(NewFileType(c.dtype), H5Tclose);
+      Hid type = Hdf5TypeOf(c.dtype);
       std::vector<hsize_t> dims(c.box.sizes.begin(), c.box.sizes.end());
       auto ds = create(c.path, type.get(), dims, &offset);
       if (!ds.ok()) return ds.status();
       Hid d(*ds, H5Dclose);
       std::vector<int64_t> shape(c.global_shape.begin(), c.global_shape.end());
       std::vector<int64_t> offs(c.box.offsets.begin(), c.box.offsets.end());
-      if (!I64ArrayAttr(d.get(), "global_shape", shape) || !I64ArrayAttr(d.get(), "offsets", offs) ||
-          !StringAttr(d.get(), "ckpt_dtype", DTypeName(c.dtype))) {
+      if (!WriteHdf5I64Attr(d.get(), "global_shape", shape) || !WriteHdf5I64Attr(d.get(), "offsets", offs) ||
+          !WriteHdf5StringAttr(d.get(), "ckpt_dtype", DTypeName(c.dtype))) {
         return Fail(local_path, StrCat("cannot write the attributes of ", c.path));
       }
     }

@@ -407,25 +407,8 @@ void SaveEngine::ProcessBlock(WorkItem& item, BlockCodec& codec) {
   t.stored_len = item.raw_len;
   if (job->hdf5) {
     // A bare block: the raw bytes at the dataset's place, nothing else.
-    t.stored_hash = t.raw_hash;
-    {
-      std::lock_guard<std::mutex> lock(job->mu);
-      IndexEntry& e = job->index[item.block_id];
-      e.offset = job->block_offsets[item.block_id];
-      e.raw_len = t.raw_len;
-      e.stored_len = t.raw_len;
-      e.raw_hash = t.raw_hash;
-      e.stored_hash = t.raw_hash;
-      e.codec = t.codec;
-      e.elem_width = t.elem_width;
-      e.flags = kFlagBareBlock;
-      e.frame_len = t.raw_len;
-      job->bytes_stored += t.raw_len;
-    }
-    SubmitFrame(job, item.block_id, item.slot, item.raw_len, true);
-    return;
-  }
-  if (job->codec != Codec::kNone) {
+    t.flags = kFlagBareBlock;
+  } else if (job->codec != Codec::kNone) {
     std::byte* out = AcquireOutBuffer();
     codec.set_level(job->zstd_level);
     auto enc = codec.Encode(job->codec, item.dtype,
@@ -456,16 +439,22 @@ void SaveEngine::ProcessBlock(WorkItem& item, BlockCodec& codec) {
   t.stored_hash = t.codec == static_cast<uint8_t>(Codec::kNone)
                       ? t.raw_hash
                       : Xxh3(frame, t.stored_len);
-  const uint64_t frame_len = FrameLength(t.stored_len);
-  EncodeTrailer(t, frame + t.stored_len);
-  std::memset(frame + t.stored_len + kTrailerSize, 0,
-              frame_len - t.stored_len - kTrailerSize);
+  const uint64_t frame_len = job->hdf5 ? t.stored_len : FrameLength(t.stored_len);
+  if (!job->hdf5) {
+    EncodeTrailer(t, frame + t.stored_len);
+    std::memset(frame + t.stored_len + kTrailerSize, 0,
+                frame_len - t.stored_len - kTrailerSize);
+  }
 
   uint64_t offset;
   {
     std::lock_guard<std::mutex> lock(job->mu);
-    offset = job->next_offset;
-    job->next_offset += frame_len;
+    if (job->hdf5) {
+      offset = job->block_offsets[item.block_id];  // fixed by the container
+    } else {
+      offset = job->next_offset;
+      job->next_offset += frame_len;
+    }
     IndexEntry& e = job->index[item.block_id];
     e.offset = offset;
     e.raw_len = t.raw_len;

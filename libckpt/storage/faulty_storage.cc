@@ -128,7 +128,6 @@ FaultyStorage::FaultyStorage(std::shared_ptr<Storage> base, FaultPlan plan, std:
 StorageCaps FaultyStorage::caps() const {
   StorageCaps c = ForwardingStorage::caps();
   c.engine = StrCat("faulty(", c.engine, ")");
-  c.registered_buffers = false;
   return c;
 }
 

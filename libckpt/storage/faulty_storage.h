@@ -51,8 +51,6 @@ class FaultyStorage : public ForwardingStorage {
                                                              const WriteOptions& options = {}) override;
   absl::StatusOr<std::unique_ptr<ReadableFile>> OpenReadable(std::string_view path) override;
   absl::Status PutAtomic(std::string_view path, absl::Span<const std::byte> data) override;
-  uint64_t RegisterBuffers(const std::vector<absl::Span<std::byte>>&) override { return 0; }
-  void UnregisterBuffers(uint64_t) override {}
 
   /// Replaces the plan and resets the byte and operation counters.
   void SetPlan(FaultPlan plan);

@@ -28,11 +28,8 @@ class Hdf5Storage : public ForwardingStorage {
     c.engine = StrCat("hdf5(", c.engine, ")");
     c.container = "hdf5";
     c.direct_io = false;
-    c.registered_buffers = false;
     return c;
   }
-  uint64_t RegisterBuffers(const std::vector<absl::Span<std::byte>>&) override { return 0; }
-  void UnregisterBuffers(uint64_t) override {}
 
  private:
   std::string uri_;

@@ -23,6 +23,9 @@
 #include "ckpt/verify.h"
 #include "ckpt/version.h"
 #include "cli.h"
+#include "core/root.h"
+#include "format/hdf5_util.h"
+#include "pipeline/loader.h"
 #include "commands.h"
 #include "synth_job.h"
 #include "util/strings.h"
@@ -31,54 +34,6 @@ namespace ckpt::tools {
 namespace {
 
 constexpr const char* kBlobGroup = "_ckpt_blobs";
-
-// Owns an hid_t and closes it with the matching H5*close.
-class Hid {
- public:
-  Hid() = default;
-  Hid(hid_t id, herr_t (*close)(hid_t)) : id_(id), close_(close) {}
-  Hid(Hid&& o) noexcept : id_(o.id_), close_(o.close_) { o.id_ = -1; }
-  Hid& operator=(Hid&& o) noexcept {
-    std::swap(id_, o.id_);
-    std::swap(close_, o.close_);
-    return *this;
-  }
-  ~Hid() {
-    if (id_ >= 0 && close_ != nullptr) close_(id_);
-  }
-  hid_t get() const { return id_; }
-  bool ok() const { return id_ >= 0; }
-
- private:
-  hid_t id_ = -1;
-  herr_t (*close_)(hid_t) = nullptr;
-};
-
-// The HDF5 type a dtype is stored as.
-Hid FileType(DType d) {
-  switch (d) {
-    case DType::kF64: return Hid(H5Tcopy(H5T_IEEE_F64LE), H5Tclose);
-    case DType::kF32: return Hid(H5Tcopy(H5T_IEEE_F32LE), H5Tclose);
-    case DType::kF16: {
-      // IEEE half: what h5py and numpy read as float16.
-      hid_t t = H5Tcopy(H5T_IEEE_F32LE);
-      H5Tset_fields(t, 15, 10, 5, 0, 10);
-      H5Tset_size(t, 2);
-      H5Tset_ebias(t, 15);
-      return Hid(t, H5Tclose);
-    }
-    case DType::kI64: return Hid(H5Tcopy(H5T_STD_I64LE), H5Tclose);
-    case DType::kI32: return Hid(H5Tcopy(H5T_STD_I32LE), H5Tclose);
-    case DType::kI16: return Hid(H5Tcopy(H5T_STD_I16LE), H5Tclose);
-    case DType::kI8: return Hid(H5Tcopy(H5T_STD_I8LE), H5Tclose);
-    case DType::kBF16: return Hid(H5Tcopy(H5T_STD_U16LE), H5Tclose);
-    case DType::kF8E4M3:
-    case DType::kF8E5M2:
-    case DType::kU8:
-    case DType::kBool: return Hid(H5Tcopy(H5T_STD_U8LE), H5Tclose);
-  }
-  return Hid();
-}
 
 // The dtype of a dataset written by something other than ckpt export.
 std::optional<DType> InferDType(hid_t type) {
@@ -100,14 +55,6 @@ std::optional<DType> InferDType(hid_t type) {
   return std::nullopt;
 }
 
-bool WriteStringAttr(hid_t obj, const char* name, const std::string& value) {
-  Hid type(H5Tcopy(H5T_C_S1), H5Tclose);
-  H5Tset_size(type.get(), std::max<size_t>(1, value.size()));
-  Hid space(H5Screate(H5S_SCALAR), H5Sclose);
-  Hid attr(H5Acreate2(obj, name, type.get(), space.get(), H5P_DEFAULT, H5P_DEFAULT), H5Aclose);
-  return attr.ok() && H5Awrite(attr.get(), type.get(), value.c_str()) >= 0;
-}
-
 std::optional<std::string> ReadStringAttr(hid_t obj, const char* name) {
   if (H5Aexists(obj, name) <= 0) return std::nullopt;
   Hid attr(H5Aopen(obj, name, H5P_DEFAULT), H5Aclose);
@@ -117,12 +64,6 @@ std::optional<std::string> ReadStringAttr(hid_t obj, const char* name) {
   if (H5Aread(attr.get(), type.get(), s.data()) < 0) return std::nullopt;
   while (!s.empty() && s.back() == '\0') s.pop_back();
   return s;
-}
-
-bool WriteIntAttr(hid_t obj, const char* name, int64_t v) {
-  Hid space(H5Screate(H5S_SCALAR), H5Sclose);
-  Hid attr(H5Acreate2(obj, name, H5T_STD_I64LE, space.get(), H5P_DEFAULT, H5P_DEFAULT), H5Aclose);
-  return attr.ok() && H5Awrite(attr.get(), H5T_NATIVE_INT64, &v) >= 0;
 }
 
 bool WriteDataset(hid_t file, const std::string& name, hid_t type, const std::vector<hsize_t>& dims,
@@ -136,8 +77,8 @@ bool WriteDataset(hid_t file, const std::string& name, hid_t type, const std::ve
   bool empty = false;
   for (hsize_t d : dims) empty = empty || d == 0;
   if (!empty && H5Dwrite(ds.get(), type, H5S_ALL, H5S_ALL, H5P_DEFAULT, data) < 0) return false;
-  if (!dtype_attr.empty() && !WriteStringAttr(ds.get(), "ckpt_dtype", dtype_attr)) return false;
-  if (rank_attr >= -1 && !WriteIntAttr(ds.get(), "ckpt_rank", rank_attr)) return false;
+  if (!dtype_attr.empty() && !WriteHdf5StringAttr(ds.get(), "ckpt_dtype", dtype_attr)) return false;
+  if (rank_attr >= -1 && !WriteHdf5I64Attr(ds.get(), "ckpt_rank", {rank_attr})) return false;
   return true;
 }
 
@@ -170,12 +111,15 @@ int ExportMain(int argc, char** argv, int first) {
   }
   auto summary = SummarizeStep(**storage, step);
   if (!summary.ok()) return usage(std::string(summary.status().message()));
+  // Read once; each tensor and blob is then loaded against it.
+  auto manifest = ReadManifest(**storage, step);
+  if (!manifest.ok()) return usage(std::string(manifest.status().message()));
 
   H5Eset_auto2(H5E_DEFAULT, nullptr, nullptr);  // errors are reported here, by name
   Hid file(H5Fcreate(to.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT), H5Fclose);
   if (!file.ok()) return usage(StrCat("cannot create ", to));
-  WriteIntAttr(file.get(), "ckpt_step", step);
-  WriteStringAttr(file.get(), "ckpt_version", CKPT_VERSION_STRING);
+  WriteHdf5I64Attr(file.get(), "ckpt_step", {step});
+  WriteHdf5StringAttr(file.get(), "ckpt_version", CKPT_VERSION_STRING);
 
   int64_t bytes = 0;
   for (const TensorSummary& t : summary->tensors) {
@@ -186,13 +130,13 @@ int ExportMain(int argc, char** argv, int first) {
       std::fprintf(stderr, "ckpt export: %s\n", std::string(st.message()).c_str());
       return kExitProblem;
     }
-    auto loaded = LoadCheckpoint(**storage, target, step);
+    auto loaded = LoadFromManifest(**storage, *manifest, target, /*rank=*/0, LoadOptions{});
     if (!loaded.ok()) {
       std::fprintf(stderr, "ckpt export: %s\n", std::string(loaded.status().message()).c_str());
       return kExitProblem;
     }
     std::vector<hsize_t> dims(t.shape.begin(), t.shape.end());
-    Hid type = FileType(t.dtype);
+    Hid type = Hdf5TypeOf(t.dtype);
     if (!WriteDataset(file.get(), t.fqn, type.get(), dims, buf.data(), std::string(DTypeName(t.dtype)))) {
       std::fprintf(stderr, "ckpt export: cannot write dataset '%s' to %s\n", t.fqn.c_str(), to.c_str());
       return kExitProblem;
@@ -203,7 +147,7 @@ int ExportMain(int argc, char** argv, int first) {
     std::string value;
     State target;
     (void)target.AddBlobOut(b.name, &value, b.rank < 0 ? BlobScope::kGlobal : BlobScope::kRank, b.rank);
-    auto loaded = LoadCheckpoint(**storage, target, step, std::max(0, b.rank));
+    auto loaded = LoadFromManifest(**storage, *manifest, target, std::max(0, b.rank), LoadOptions{});
     if (!loaded.ok()) {
       std::fprintf(stderr, "ckpt export: %s\n", std::string(loaded.status().message()).c_str());
       return kExitProblem;
@@ -308,7 +252,7 @@ int ImportMain(int argc, char** argv, int first) {
       dtype = InferDType(type.get());
       if (!dtype) return usage(StrCat(in, ": dataset '", name, "' has a type ckpt cannot import"));
     }
-    Hid mem = FileType(*dtype);
+    Hid mem = Hdf5TypeOf(*dtype);
     if (*dtype == DType::kBool && H5Tget_class(type.get()) == H5T_ENUM) mem = Hid(H5Tcopy(type.get()), H5Tclose);
     buffers.emplace_back(static_cast<size_t>(count) * DTypeSize(*dtype));
     if (count > 0 && H5Dread(ds.get(), mem.get(), H5S_ALL, H5S_ALL, H5P_DEFAULT, buffers.back().data()) < 0) {
