@@ -1,7 +1,8 @@
 // Numerical audits of committed checkpoints: per-tensor statistics with a
 // health gate, and differences between two steps (also across meshes).
-// Both stream each tensor in slabs of rows, so memory does not grow with the
-// checkpoint; every byte read is checksum-verified as in any load.
+// Both stream blocks in file order (diff of tensors cut differently in the
+// two steps: slabs of rows), so memory does not grow with the checkpoint;
+// every byte read is checksum-verified as in any load.
 #ifndef CKPT_AUDIT_H_
 #define CKPT_AUDIT_H_
 
@@ -34,8 +35,9 @@ struct TensorStats {
 struct AuditOptions {
   /// Only tensors whose name matches this glob ('*', '?'); empty: all.
   std::string tensor_glob;
-  /// Memory per slab of rows read at once (per checkpoint).
-  int64_t slab_bytes = 64 << 20;
+  /// Read memory per checkpoint: blocks in flight while streaming, or the
+  /// slabs of rows loaded when two steps cut a tensor differently (diff).
+  int64_t slab_bytes = 128 << 20;
   /// Called after each tensor with (done, total) bytes, for progress bars.
   std::function<void(int64_t, int64_t)> progress;
 };

@@ -6,13 +6,19 @@
 #include <cstring>
 #include <future>
 #include <map>
+#include <mutex>
+#include <thread>
+
+#include "absl/strings/match.h"
 
 #include "ckpt/checkpointer.h"
 #include "ckpt/state.h"
 #include "ckpt/synthetic.h"
 #include "core/root.h"
+#include "core/value_tally.h"
 #include "format/frame_check.h"
 #include "format/layout.h"
+#include "pipeline/block_stream.h"
 #include "pipeline/loader.h"
 #include "util/errors.h"
 #include "util/strings.h"
@@ -86,73 +92,55 @@ absl::StatusOr<int64_t> Resolve(Storage& storage, int64_t step) {
   return LatestCommittedStep(storage);
 }
 
-template <typename F>
-void ForEachValue(DType dtype, const std::byte* p, int64_t n, F&& f) {
-  switch (dtype) {
-    case DType::kF32: {
-      for (int64_t i = 0; i < n; ++i) {
-        float v;
-        std::memcpy(&v, p + 4 * i, 4);
-        f(i, static_cast<double>(v));
-      }
-      return;
-    }
-    case DType::kBF16: {
-      for (int64_t i = 0; i < n; ++i) {
-        uint16_t h;
-        std::memcpy(&h, p + 2 * i, 2);
-        const uint32_t u = static_cast<uint32_t>(h) << 16;  // bf16 is the top half of an f32
-        float v;
-        std::memcpy(&v, &u, 4);
-        f(i, static_cast<double>(v));
-      }
-      return;
-    }
-    case DType::kF64: {
-      for (int64_t i = 0; i < n; ++i) {
-        double v;
-        std::memcpy(&v, p + 8 * i, 8);
-        f(i, v);
-      }
-      return;
-    }
-    default: {
-      const size_t es = DTypeSize(dtype);
-      for (int64_t i = 0; i < n; ++i) f(i, ElementToDouble(dtype, p + es * i));
-    }
-  }
-}
-
-struct StatsAcc {
-  int64_t elements = 0, nan = 0, inf = 0, zeros = 0, finite = 0;
-  double min = std::numeric_limits<double>::infinity(), max = -std::numeric_limits<double>::infinity();
-  double sum = 0, sumsq = 0;
-  void Add(double v) {
-    ++elements;
-    if (!std::isfinite(v)) [[unlikely]] {
-      if (std::isnan(v)) {
-        ++nan;
-      } else {
-        ++inf;
-      }
-      return;
-    }
-    ++finite;
-    zeros += v == 0;
-    min = v < min ? v : min;
-    max = v > max ? v : max;
-    sum += v;
-    sumsq += v * v;
-  }
-};
-
-std::vector<const TensorSpec*> Selected(const Manifest& m, const std::string& glob) {
-  std::vector<const TensorSpec*> out;
+std::vector<const ManifestTensor*> Selected(const Manifest& m, const std::string& glob) {
+  std::vector<const ManifestTensor*> out;
   for (const ManifestTensor& t : m.tensors) {
-    if (glob.empty() || GlobMatch(glob, t.spec.fqn)) out.push_back(&t.spec);
+    if (glob.empty() || GlobMatch(glob, t.spec.fqn)) out.push_back(&t);
   }
   return out;
 }
+
+std::string BoxKey(const Box& box) {
+  std::string key;
+  for (int d = 0; d < box.ndim(); ++d) StrAppend(&key, box.offsets[d], "+", box.sizes[d], ",");
+  return key;
+}
+
+// Row-major index in a tensor of `shape` of element `local` of the
+// row-major stream of `box`.
+int64_t GlobalIndex(const Shape& shape, const Box& box, int64_t local) {
+  int64_t g = 0, stride = 1;
+  for (int d = box.ndim() - 1; d >= 0; --d) {
+    const int64_t i = local % box.sizes[d];
+    local /= box.sizes[d];
+    g += (box.offsets[d] + i) * stride;
+    stride *= shape[d];
+  }
+  return g;
+}
+
+// Folds per-block results into per-tensor ones in stream order, whatever
+// order the workers finish in, so that sums come out the same every run.
+// Holds at most the blocks in flight. Thread-safe.
+template <typename Partial>
+class OrderedFold {
+ public:
+  template <typename F>
+  void Add(size_t sequence, const ManifestTensor* tensor, Partial p, F&& fold) {
+    std::lock_guard<std::mutex> lock(mu_);
+    pending_.emplace(sequence, std::make_pair(tensor, std::move(p)));
+    while (!pending_.empty() && pending_.begin()->first == next_) {
+      fold(pending_.begin()->second.first, pending_.begin()->second.second);
+      pending_.erase(pending_.begin());
+      ++next_;
+    }
+  }
+
+ private:
+  std::mutex mu_;
+  std::map<size_t, std::pair<const ManifestTensor*, Partial>> pending_;
+  size_t next_ = 0;
+};
 
 // Per chunk: its box and the raw-byte checksums of its blocks, or nothing
 // when the files cannot be indexed (the caller then compares values).
@@ -217,39 +205,35 @@ const char* DiffKindName(TensorDiff::Kind kind) {
 absl::StatusOr<std::vector<TensorStats>> ComputeStats(Storage& storage, int64_t step, const AuditOptions& options) {
   CKPT_ASSIGN_OR_RETURN(step, Resolve(storage, step));
   CKPT_ASSIGN_OR_RETURN(Manifest m, ReadManifest(storage, step));
-  std::vector<const TensorSpec*> specs = Selected(m, options.tensor_glob);
-  std::map<std::string, StatsAcc> acc;
+  const std::vector<const ManifestTensor*> tensors = Selected(m, options.tensor_glob);
+  std::map<const ManifestTensor*, ValueTally> acc;
   int64_t total = 0, done = 0;
-  for (const TensorSpec* s : specs) total += s->NumElements() * static_cast<int64_t>(DTypeSize(s->dtype));
-  // Two buffers: the next batch loads while this one is summarised.
-  const std::vector<std::vector<Slab>> batches = PlanBatches(specs, std::max<int64_t>(1, options.slab_bytes / 2));
-  std::vector<std::byte> bufs[2];
-  std::future<absl::Status> next;
-  if (!batches.empty()) {
-    next = std::async(std::launch::async, [&] { return LoadBatch(storage, m, batches[0], bufs[0]); });
-  }
-  for (size_t bi = 0; bi < batches.size(); ++bi) {
-    CKPT_RETURN_IF_ERROR(next.get());
-    if (bi + 1 < batches.size()) {
-      next = std::async(std::launch::async,
-                        [&, bi] { return LoadBatch(storage, m, batches[bi + 1], bufs[(bi + 1) % 2]); });
-    }
-    const std::vector<std::byte>& buf = bufs[bi % 2];
-    for (const Slab& s : batches[bi]) {
-      StatsAcc& a = acc[s.spec->fqn];
-      ForEachValue(s.spec->dtype, buf.data() + s.offset, s.elements(), [&](int64_t, double v) { a.Add(v); });
-      done += s.elements() * static_cast<int64_t>(DTypeSize(s.spec->dtype));
-    }
-    if (options.progress) options.progress(done, total);
-  }
+  for (const ManifestTensor* t : tensors) total += t->spec.NumElements() * static_cast<int64_t>(DTypeSize(t->spec.dtype));
+  // Every block is summarised where it was decoded; the per-block results
+  // are folded in file order.
+  StepFiles files(storage, m);
+  FrameReaderOptions fo;
+  fo.buffer_bytes = static_cast<size_t>(std::max<int64_t>(options.slab_bytes, 1));
+  OrderedFold<ValueTally> fold;
+  CKPT_RETURN_IF_ERROR(StreamTensorBlocks(files, tensors, fo, [&](const StreamedBlock& b) {
+    const DType dtype = b.tensor->spec.dtype;
+    ValueTally t;
+    TallyValues(dtype, b.raw.data(), static_cast<int64_t>(b.raw.size() / DTypeSize(dtype)), t);
+    fold.Add(b.sequence, b.tensor, t, [&](const ManifestTensor* tensor, const ValueTally& part) {
+      acc[tensor].Merge(part);
+      done += static_cast<int64_t>(part.elements * DTypeSize(tensor->spec.dtype));
+      if (options.progress) options.progress(done, total);
+    });
+    return absl::OkStatus();
+  }));
   std::vector<TensorStats> out;
-  for (const TensorSpec* s : specs) {
-    const StatsAcc& a = acc[s->fqn];
+  for (const ManifestTensor* s : tensors) {
+    const ValueTally& a = acc[s];
     TensorStats t;
-    t.fqn = s->fqn;
-    t.dtype = s->dtype;
-    t.shape = s->shape;
-    t.elements = s->NumElements();
+    t.fqn = s->spec.fqn;
+    t.dtype = s->spec.dtype;
+    t.shape = s->spec.shape;
+    t.elements = s->spec.NumElements();
     t.nan = a.nan;
     t.inf = a.inf;
     t.zeros = a.zeros;
@@ -302,8 +286,12 @@ absl::StatusOr<std::vector<TensorDiff>> DiffSteps(Storage& a, int64_t step_a, St
   auto hb = HashesOf(b, mb);
 
   std::map<std::string, TensorDiff> diffs;
-  std::vector<const TensorSpec*> compare;
-  for (const TensorSpec* s : Selected(ma, options.tensor_glob)) {
+  // Tensors whose values must be compared: cut the same way in both steps
+  // (streamed block by block), or differently (loaded in slabs of rows).
+  std::vector<const ManifestTensor*> aligned, recut;
+  std::map<const ManifestTensor*, std::map<std::string, const ManifestChunk*>> b_chunks;
+  for (const ManifestTensor* t : Selected(ma, options.tensor_glob)) {
+    const TensorSpec* s = &t->spec;
     TensorDiff& d = diffs[s->fqn];
     d.fqn = s->fqn;
     d.elements = s->NumElements();
@@ -322,26 +310,97 @@ absl::StatusOr<std::vector<TensorDiff>> DiffSteps(Storage& a, int64_t step_a, St
       d.by_checksum = true;  // same cut, same block checksums
       continue;
     }
-    compare.push_back(s);
+    std::map<std::string, const ManifestChunk*>& by_box = b_chunks[t];
+    for (const ManifestChunk& c : other->chunks) by_box[BoxKey(c.box)] = &c;
+    bool same_cut = by_box.size() == t->chunks.size();
+    for (const ManifestChunk& c : t->chunks) same_cut = same_cut && by_box.count(BoxKey(c.box)) > 0;
+    (same_cut ? aligned : recut).push_back(t);
   }
-  for (const TensorSpec* s : Selected(mb, options.tensor_glob)) {
-    if (ma.FindTensor(s->fqn) == nullptr) {
-      TensorDiff& d = diffs[s->fqn];
-      d.fqn = s->fqn;
+  for (const ManifestTensor* t : Selected(mb, options.tensor_glob)) {
+    if (ma.FindTensor(t->spec.fqn) == nullptr) {
+      TensorDiff& d = diffs[t->spec.fqn];
+      d.fqn = t->spec.fqn;
       d.kind = TensorDiff::Kind::kOnlyInB;
-      d.elements = s->NumElements();
+      d.elements = t->spec.NumElements();
     }
   }
 
-  struct DiffAcc {
-    double sum_sq_diff = 0, sum_sq_a = 0;
+  struct TensorComparison {
+    ValueComparison c;
+    int64_t first = -1;  // row-major index in the tensor
+    int64_t bytes = 0;   // of A compared
   };
-  std::map<std::string, DiffAcc> acc;
+  std::map<std::string, TensorComparison> acc;
   int64_t total = 0, done = 0;
-  for (const TensorSpec* s : compare) total += s->NumElements() * static_cast<int64_t>(DTypeSize(s->dtype));
-  // Both sides load in parallel, one batch ahead of the comparison.
+  for (const auto* list : {&aligned, &recut}) {
+    for (const ManifestTensor* t : *list) {
+      total += t->spec.NumElements() * static_cast<int64_t>(DTypeSize(t->spec.dtype));
+      acc[t->spec.fqn];
+    }
+  }
+  auto note_first = [](TensorComparison& x, int64_t index) {
+    if (index >= 0 && (x.first < 0 || index < x.first)) x.first = index;
+  };
+
+  // Same cut: stream A's blocks; each worker reads the matching bytes of B
+  // block by block, keeping B's last block for A's next one.
+  {
+    StepFiles files_a(a, ma), files_b(b, mb);
+    std::mutex fetchers_mu;
+    std::map<std::thread::id, std::unique_ptr<BlockFetcher>> fetchers;
+    FrameReaderOptions fo;
+    fo.buffer_bytes = static_cast<size_t>(std::max<int64_t>(options.slab_bytes / 2, 1));
+    fo.worker_threads = 4;  // B is read synchronously on the workers: keep several reads in flight
+    OrderedFold<TensorComparison> fold;
+    absl::Status s = StreamTensorBlocks(files_a, aligned, fo, [&](const StreamedBlock& blk) -> absl::Status {
+      BlockFetcher* fetcher;
+      {
+        std::lock_guard<std::mutex> lock(fetchers_mu);
+        std::unique_ptr<BlockFetcher>& f = fetchers[std::this_thread::get_id()];
+        if (!f) f = std::make_unique<BlockFetcher>(files_b);
+        fetcher = f.get();
+      }
+      const ManifestTensor& ta = *blk.tensor;
+      const ManifestTensor& tb = *mb.FindTensor(ta.spec.fqn);
+      const ManifestChunk& cb = *b_chunks[&ta].at(BoxKey(blk.chunk->box));
+      const DType dtype = ta.spec.dtype;
+      const int64_t es = static_cast<int64_t>(DTypeSize(dtype));
+      const int64_t bs_b = static_cast<int64_t>(mb.files[cb.file].block_size);
+      const int64_t end = blk.first_element + static_cast<int64_t>(blk.raw.size()) / es;
+      TensorComparison part;
+      part.bytes = static_cast<int64_t>(blk.raw.size());
+      for (int64_t pos = blk.first_element; pos < end;) {
+        const uint64_t block_b = static_cast<uint64_t>(pos * es / bs_b);
+        auto raw_b = fetcher->Fetch(tb, cb, block_b);
+        if (!raw_b.ok()) return Annotate(raw_b.status(), "B");
+        const int64_t start_b = static_cast<int64_t>(block_b) * bs_b / es;
+        const int64_t stop = std::min(end, start_b + static_cast<int64_t>(raw_b->size()) / es);
+        if (stop <= pos) return absl::DataLossError(StrCat("B: tensor '", ta.spec.fqn, "' ends early"));
+        ValueComparison c;
+        CompareValues(dtype, blk.raw.data() + (pos - blk.first_element) * es, raw_b->data() + (pos - start_b) * es,
+                      stop - pos, c);
+        if (c.first >= 0) note_first(part, GlobalIndex(ta.spec.shape, blk.chunk->box, pos + c.first));
+        part.c.Merge(c);
+        pos = stop;
+      }
+      fold.Add(blk.sequence, &ta, part, [&](const ManifestTensor* t, const TensorComparison& p) {
+        TensorComparison& x = acc[t->spec.fqn];
+        x.c.Merge(p.c);
+        note_first(x, p.first);
+        done += p.bytes;
+        if (options.progress) options.progress(done, total);
+      });
+      return absl::OkStatus();
+    });
+    if (!s.ok()) return absl::StartsWith(s.message(), "B: ") ? s : Annotate(s, "A");
+  }
+
+  // Different cuts: both sides load the same slabs of rows, in parallel, one
+  // batch ahead of the comparison.
+  std::vector<const TensorSpec*> recut_specs;
+  for (const ManifestTensor* t : recut) recut_specs.push_back(&t->spec);
   const std::vector<std::vector<Slab>> batches =
-      PlanBatches(compare, std::max<int64_t>(1, options.slab_bytes / 4));
+      PlanBatches(recut_specs, std::max<int64_t>(1, options.slab_bytes / 4));
   std::vector<std::byte> bufs_a[2], bufs_b[2];
   auto launch = [&](size_t bi) {
     return std::make_pair(
@@ -358,44 +417,27 @@ absl::StatusOr<std::vector<TensorDiff>> DiffSteps(Storage& a, int64_t step_a, St
     CKPT_RETURN_IF_ERROR(la);
     CKPT_RETURN_IF_ERROR(lb);
     if (bi + 1 < batches.size()) next = launch(bi + 1);
-    const std::vector<std::byte>& buf_a = bufs_a[bi % 2];
-    const std::vector<std::byte>& buf_b = bufs_b[bi % 2];
     for (const Slab& s : batches[bi]) {
-      TensorDiff& d = diffs[s.spec->fqn];
-      DiffAcc& x = acc[s.spec->fqn];
-      const size_t es = DTypeSize(s.spec->dtype);
-      const std::byte* pa = buf_a.data() + s.offset;
-      const std::byte* pb = buf_b.data() + s.offset;
-      const int64_t base = s.row0 * s.row_elems;
-      const int64_t n = s.elements();
-      if (std::memcmp(pa, pb, static_cast<size_t>(n) * es) == 0) {
-        ForEachValue(s.spec->dtype, pa, n, [&](int64_t, double v) {
-          if (std::isfinite(v)) x.sum_sq_a += v * v;
-        });
-      } else {
-        for (int64_t i = 0; i < n; ++i) {
-          const double va = ElementToDouble(s.spec->dtype, pa + es * i);
-          const double vb = ElementToDouble(s.spec->dtype, pb + es * i);
-          if (std::isfinite(va)) x.sum_sq_a += va * va;
-          const bool same = va == vb || (std::isnan(va) && std::isnan(vb));
-          if (same) continue;
-          if (d.differing++ == 0) d.first_index = base + i;
-          if (std::isfinite(va) && std::isfinite(vb)) {
-            const double diff = va - vb;
-            d.max_abs = std::max(d.max_abs, std::fabs(diff));
-            x.sum_sq_diff += diff * diff;
-          }
-        }
-      }
-      done += n * static_cast<int64_t>(es);
+      TensorComparison& x = acc[s.spec->fqn];
+      ValueComparison c;
+      CompareValues(s.spec->dtype, bufs_a[bi % 2].data() + s.offset, bufs_b[bi % 2].data() + s.offset, s.elements(),
+                    c);
+      if (c.first >= 0) note_first(x, s.row0 * s.row_elems + c.first);
+      x.c.Merge(c);
+      done += s.elements() * static_cast<int64_t>(DTypeSize(s.spec->dtype));
     }
     if (options.progress) options.progress(done, total);
   }
+
   std::vector<TensorDiff> out;
   for (auto& [fqn, d] : diffs) {
-    if (acc.count(fqn)) {
-      const DiffAcc& x = acc[fqn];
-      d.kind = d.differing > 0 ? TensorDiff::Kind::kChanged : TensorDiff::Kind::kIdentical;
+    auto it = acc.find(fqn);
+    if (it != acc.end()) {
+      const ValueComparison& x = it->second.c;
+      d.kind = x.differing > 0 ? TensorDiff::Kind::kChanged : TensorDiff::Kind::kIdentical;
+      d.differing = x.differing;
+      d.first_index = it->second.first;
+      d.max_abs = x.max_abs;
       d.rel_l2 = x.sum_sq_a > 0 ? std::sqrt(x.sum_sq_diff / x.sum_sq_a) : std::sqrt(x.sum_sq_diff);
     }
     out.push_back(std::move(d));

@@ -1,6 +1,7 @@
 // Numerical audits: stats and the health gate, diff across cuts, the
 // checksum shortcut, and one changed element found at its index.
 #include <cmath>
+#include <cstdio>
 #include <limits>
 #include <map>
 
@@ -24,21 +25,36 @@ std::shared_ptr<Storage> Open(const std::string& uri) {
   return *s;
 }
 
-// Saves w (as `parts` row blocks) and b at `step`.
+// Saves w (as `parts` row blocks, or column blocks) and b at `step`.
 void Save(const std::shared_ptr<Storage>& storage, int64_t step, std::vector<float>& w, std::vector<uint16_t>& b,
-          int parts = 1, int64_t slab_block = 64 << 10) {
+          int parts = 1, int64_t slab_block = 64 << 10, bool by_columns = false) {
   CheckpointerOptions o;
   o.storage = storage;
   o.engine_options.block_size = static_cast<size_t>(slab_block);
   auto cp = Checkpointer::Open(o);
   ASSERT_OK(cp);
   State s;
-  const int64_t rows = kW.shape[0] / parts;
-  for (int p = 0; p < parts; ++p) {
-    Box box = Box::Whole(kW.shape);
+  const TensorSpec w_spec{kW.fqn, DType::kF32, {static_cast<int64_t>(w.size()) / 70, 70}};
+  const int64_t rows = w_spec.shape[0] / parts;
+  std::vector<std::vector<float>> columns;
+  for (int p = 0; by_columns && p < parts; ++p) {
+    // Column block p as its own packed buffer.
+    const int64_t cols = w_spec.shape[1] / parts, c0 = p * cols;
+    const int64_t width = p == parts - 1 ? w_spec.shape[1] - c0 : cols;
+    std::vector<float>& col = columns.emplace_back();
+    for (int64_t r = 0; r < w_spec.shape[0]; ++r) {
+      for (int64_t c = 0; c < width; ++c) col.push_back(w[r * w_spec.shape[1] + c0 + c]);
+    }
+    Box box = Box::Whole(w_spec.shape);
+    box.offsets[1] = c0;
+    box.sizes[1] = width;
+    ASSERT_OK(s.AddShard(w_spec, box, col.data()));
+  }
+  for (int p = 0; !by_columns && p < parts; ++p) {
+    Box box = Box::Whole(w_spec.shape);
     box.offsets[0] = p * rows;
-    box.sizes[0] = p == parts - 1 ? kW.shape[0] - p * rows : rows;
-    ASSERT_OK(s.AddShard(kW, box, w.data() + p * rows * kW.shape[1]));
+    box.sizes[0] = p == parts - 1 ? w_spec.shape[0] - p * rows : rows;
+    ASSERT_OK(s.AddShard(w_spec, box, w.data() + p * rows * w_spec.shape[1]));
   }
   ASSERT_OK(s.AddTensor(kB, b.data()));
   auto h = (*cp)->Save(step, s);
@@ -47,9 +63,9 @@ void Save(const std::shared_ptr<Storage>& storage, int64_t step, std::vector<flo
 }
 
 struct Data {
-  std::vector<float> w = std::vector<float>(300 * 70);
+  std::vector<float> w;
   std::vector<uint16_t> b = std::vector<uint16_t>(70);
-  Data() {
+  explicit Data(int64_t rows = 300) : w(static_cast<size_t>(rows) * 70) {
     for (size_t i = 0; i < w.size(); ++i) w[i] = std::sin(static_cast<float>(i)) * 0.02f;
     for (size_t i = 0; i < b.size(); ++i) b[i] = FloatToBF16(1.0f + 0.01f * static_cast<float>(i));
   }
@@ -178,6 +194,89 @@ TEST(Audit, DiffIdenticalByChecksumAcrossCutsAndOneChangedElement) {
     EXPECT_GT(t.rel_l2, 0);
   }
   EXPECT_TRUE(found);
+}
+
+// Two saves cut the same way but into blocks of other sizes: values are
+// compared block against block, and differences keep their global index.
+TEST(Audit, DiffSameCutOtherBlockSizesLocatesChanges) {
+  TempDir dir;
+  auto a = Open(dir.Join("a"));
+  auto b = Open(dir.Join("b"));
+  Data d(3000);  // 820 KiB: chunks of several blocks
+  for (bool by_columns : {false, true}) {
+    const int64_t step = by_columns ? 2 : 1;
+    Save(a, step, d.w, d.b, 3, 192 << 10, by_columns);
+    Data e = d;
+    e.w[4321] -= 0.25f;   // row 61, column 51: the last column block
+    e.w[e.w.size() - 1] += 1.0f;
+    e.w[75] = std::numeric_limits<float>::quiet_NaN();
+    Save(b, step, e.w, e.b, 3, 64 << 10, by_columns);
+    AuditOptions o;
+    o.slab_bytes = 256 << 10;
+    auto diffs = DiffSteps(*a, step, *b, step, o);
+    ASSERT_OK(diffs);
+    ASSERT_EQ(diffs->size(), 2u);
+    for (const TensorDiff& t : *diffs) {
+      EXPECT_FALSE(t.by_checksum) << t.fqn;
+      if (t.fqn == kB.fqn) {
+        EXPECT_EQ(t.kind, TensorDiff::Kind::kIdentical);
+        continue;
+      }
+      EXPECT_EQ(t.kind, TensorDiff::Kind::kChanged) << by_columns;
+      EXPECT_EQ(t.differing, 3) << by_columns;
+      EXPECT_EQ(t.first_index, 75) << by_columns;
+      EXPECT_NEAR(t.max_abs, 1.0, 1e-6) << by_columns;
+    }
+  }
+}
+
+// A block of B that fails its checksum stops the diff with its location.
+TEST(Audit, DiffNamesTheSideAndBlockThatFails) {
+  TempDir dir;
+  auto a = Open(dir.Join("a"));
+  auto b = Open(dir.Join("b"));
+  Data d(3000);
+  Save(a, 1, d.w, d.b, 1, 128 << 10);
+  Save(b, 1, d.w, d.b, 1, 64 << 10);
+  const std::string file = dir.Join("b/step-0000000001/rank-000000.ckd");
+  {
+    std::FILE* f = std::fopen(file.c_str(), "r+b");
+    ASSERT_NE(f, nullptr);
+    std::fseek(f, 70000, SEEK_SET);  // inside the second frame's payload
+    const int c = std::fgetc(f);
+    std::fseek(f, 70000, SEEK_SET);
+    std::fputc(c ^ 0x10, f);
+    std::fclose(f);
+  }
+  auto diffs = DiffSteps(*a, 1, *b, 1);
+  ASSERT_FALSE(diffs.ok());
+  const std::string msg(diffs.status().message());
+  EXPECT_EQ(msg.rfind("B: ", 0), 0u) << msg;
+  EXPECT_NE(msg.find("tensor '"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("rank-000000.ckd"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("offset"), std::string::npos) << msg;
+}
+
+// Per-block results are folded in file order: the same step gives the same
+// bits every time, however the workers interleave.
+TEST(Audit, StatsRepeatExactly) {
+  TempDir dir;
+  auto s = Open(dir.Join("root"));
+  Data d(3000);
+  Save(s, 1, d.w, d.b, 4, 64 << 10);
+  AuditOptions o;
+  o.slab_bytes = 256 << 10;
+  auto first = ComputeStats(*s, 1, o);
+  ASSERT_OK(first);
+  for (int i = 0; i < 10; ++i) {
+    auto again = ComputeStats(*s, 1, o);
+    ASSERT_OK(again);
+    ASSERT_EQ(again->size(), first->size());
+    for (size_t t = 0; t < first->size(); ++t) {
+      EXPECT_EQ((*again)[t].mean, (*first)[t].mean);
+      EXPECT_EQ((*again)[t].l2, (*first)[t].l2);
+    }
+  }
 }
 
 TEST(Audit, DiffReportsMissingAndMismatchedTensors) {

@@ -34,8 +34,8 @@ int StatsMain(int argc, char** argv, int first) {
   double max_change = 0.5;
   Args args("stats", "DIR [--step S] [--tensor GLOB] [--gate] [--json]",
             "Per tensor: NaN and Inf counts, min, max, mean, L2 norm and the fraction of\n"
-            "zeros, streamed in slabs (memory does not grow with the checkpoint), every\n"
-            "block checksum-verified. --gate exits 1 when a tensor has NaN or Inf, is all\n"
+            "zeros, streamed block by block (memory does not grow with the checkpoint),\n"
+            "every block checksum-verified. --gate exits 1 when a tensor has NaN or Inf, is all\n"
             "zeros, or its L2 norm moved more than --max-norm-change since the previous\n"
             "committed step, printing why: a check to run before promoting a checkpoint.");
   args.Positional("DIR", &dir, "checkpoint root (path or storage URI)");
