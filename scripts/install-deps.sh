@@ -6,7 +6,7 @@ set -euo pipefail
 
 packages=(g++ cmake ninja-build pkg-config liburing-dev libzstd-dev libxxhash-dev
           libabsl-dev libgtest-dev libgmock-dev libbenchmark-dev libopenmpi-dev openmpi-bin
-          libhdf5-dev)
+          libhdf5-dev libboost-dev libssl-dev)
 if [[ "${1:-}" == "--test" ]]; then
   packages+=(clang libclang-rt-14-dev fio python3 python3-h5py python3-numpy hdf5-tools)
 fi

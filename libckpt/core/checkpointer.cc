@@ -5,6 +5,7 @@
 #include <condition_variable>
 #include <deque>
 #include <functional>
+#include <cstring>
 #include <map>
 #include <mutex>
 #include <random>
@@ -26,6 +27,7 @@
 #include "util/bytes.h"
 #include "util/clock.h"
 #include "util/errors.h"
+#include "util/hash.h"
 #include "util/strings.h"
 
 namespace ckpt {
@@ -38,6 +40,39 @@ uint64_t RandomId() {
   static thread_local std::mt19937_64 rng(std::random_device{}() ^
                                           static_cast<uint64_t>(UnixNanos()));
   return rng();
+}
+
+// xxh3 over a shard's rows in row-major order, chained: the same values
+// give the same hash whatever the shard's strides.
+uint64_t HashShard(const Shard& s) {
+  const int nd = s.box.ndim();
+  const size_t es = DTypeSize(s.spec.dtype);
+  if (nd == 0) return Xxh3Seeded(s.data, es, 0);
+  std::vector<int64_t> strides = s.strides;
+  if (strides.empty()) {
+    strides.assign(nd, 1);
+    for (int d = nd - 2; d >= 0; --d) strides[d] = strides[d + 1] * s.box.sizes[d + 1];
+  }
+  const int64_t row = s.box.sizes[nd - 1];
+  int64_t rows = 1;
+  for (int d = 0; d + 1 < nd; ++d) rows *= s.box.sizes[d];
+  uint64_t h = 0;
+  const bool contiguous_rows = strides[nd - 1] == 1;
+  std::vector<std::byte> packed(contiguous_rows ? 0 : static_cast<size_t>(row) * es);
+  for (int64_t r = 0; r < rows; ++r) {
+    int64_t off = 0, rest = r;
+    for (int d = nd - 2; d >= 0; --d) {
+      off += (rest % s.box.sizes[d]) * strides[d];
+      rest /= s.box.sizes[d];
+    }
+    const std::byte* p = static_cast<const std::byte*>(s.data) + off * static_cast<int64_t>(es);
+    if (!contiguous_rows) {
+      for (int64_t i = 0; i < row; ++i) std::memcpy(&packed[i * es], p + i * strides[nd - 1] * es, es);
+      p = packed.data();
+    }
+    h = Xxh3Seeded(p, static_cast<size_t>(row) * es, h);
+  }
+  return h;
 }
 
 }  // namespace
@@ -121,6 +156,16 @@ class Checkpointer::Impl {
       CKPT_ASSIGN_OR_RETURN(writes, AgreeOnWriters(*options_.communicator, state,
                                                    options_.collective_timeout_s, &writer_cache_));
     }
+    // Replica hashes for the arbiter's silent-data-corruption check, taken
+    // now, while the shards cannot change.
+    auto replicas = std::make_shared<std::vector<ReplicaHash>>();
+    if (options_.arbiter && options_.hash_replicas) {
+      for (size_t si = 0; si < state.shards().size(); ++si) {
+        const Shard& s = state.shards()[si];
+        if (s.box.Empty()) continue;
+        replicas->push_back(ReplicaHash{StrCat(s.spec.fqn, s.box.ToString()), HashShard(s), writes[si]});
+      }
+    }
     // Pieces: non-empty shards (large ones as column tiles), then blobs.
     std::deque<Shard> tiles;  // stable addresses for the engine
     std::vector<const Shard*> parents;  // per tile: its shard when tiled
@@ -185,8 +230,8 @@ class Checkpointer::Impl {
     report->mesh = options_.mesh;
     report->metadata = save_options.metadata;
 
-    job->on_finished = [this, shared, report](SaveJob& j, absl::Status s) {
-      OnDataFinished(j, std::move(s), shared, report);
+    job->on_finished = [this, shared, report, replicas](SaveJob& j, absl::Status s) {
+      OnDataFinished(j, std::move(s), shared, report, std::move(*replicas));
     };
     {
       std::lock_guard<std::mutex> lock(mu_);
@@ -319,7 +364,7 @@ class Checkpointer::Impl {
   // Engine finalizer thread: this rank's data file is durable (or failed).
   void OnDataFinished(SaveJob& j, absl::Status s,
                       std::shared_ptr<SaveHandle::Shared> shared,
-                      std::shared_ptr<Manifest> report) {
+                      std::shared_ptr<Manifest> report, std::vector<ReplicaHash> replicas) {
     const std::string dir = StepDir(j.step);
     const double write_s = NowSeconds() - shared->t_start;
     if (s.ok()) {
@@ -355,6 +400,20 @@ class Checkpointer::Impl {
     } else {
       std::lock_guard<std::mutex> lock(report_mu_);
       report_ready_.erase(report.get());
+    }
+    if (options_.arbiter) {
+      SaveVote vote;
+      vote.ok = s.ok();
+      vote.error = std::string(s.message());
+      vote.write_s = write_s;
+      vote.bytes = static_cast<int64_t>(j.file_size);
+      vote.replicas = std::move(replicas);
+      {
+        std::lock_guard<std::mutex> lock(report_mu_);
+        vote.stall_s = report->stall_s;
+      }
+      absl::Status v = options_.arbiter->Vote(j.rank, j.step, vote);
+      if (s.ok() && !v.ok()) s = Annotate(v, "voting on the commit");
     }
     if (!s.ok()) {
       (void)storage_->PutAtomic(StrCat(dir, "/", FailedName(j.rank)),
@@ -394,6 +453,17 @@ class Checkpointer::Impl {
   // Leader: waits for every rank's report, writes the manifest, moves
   // LATEST, applies retention.
   absl::Status CollectAndPublish(int64_t step) {
+    if (options_.arbiter) {
+      // Every rank's report is on the storage before its vote is cast.
+      absl::Status decided = options_.arbiter->AwaitDecision(step, options_.commit_timeout_s);
+      if (!decided.ok()) return Abort(step, decided);
+      absl::Status published = Publish(step);
+      absl::Status told = options_.arbiter->Published(step, published);
+      if (published.ok() && !told.ok()) {
+        return Annotate(told, StrCat("step ", step, " is committed, but telling the arbiter failed"));
+      }
+      return published;
+    }
     const std::string dir = StepDir(step);
     const double deadline = NowSeconds() + options_.commit_timeout_s;
     const int world = options_.world_size;
@@ -427,6 +497,14 @@ class Checkpointer::Impl {
       std::this_thread::sleep_for(std::chrono::duration<double>(delay));
       delay = std::min(delay * 2, 0.05);
     }
+    return Publish(step);
+  }
+
+  // Leader, every report present: merges them into the manifest, moves
+  // LATEST, applies retention.
+  absl::Status Publish(int64_t step) {
+    const std::string dir = StepDir(step);
+    const int world = options_.world_size;
     std::vector<Manifest> reports;
     reports.reserve(world);
     for (int r = 0; r < world; ++r) {
@@ -461,6 +539,7 @@ class Checkpointer::Impl {
 
   // Non-leader: waits until the leader committed or aborted the step.
   absl::Status AwaitOutcome(int64_t step) {
+    if (options_.arbiter) return options_.arbiter->AwaitOutcome(step, options_.commit_timeout_s + 30);
     const std::string dir = StepDir(step);
     const double deadline = NowSeconds() + options_.commit_timeout_s + 30;
     // Every waiting rank polls the shared storage: back off further the more

@@ -20,6 +20,8 @@ int DiffMain(int argc, char** argv, int first);
 int ListMain(int argc, char** argv, int first);
 int GcMain(int argc, char** argv, int first);
 int RepairMain(int argc, char** argv, int first);
+int CoordinatorMain(int argc, char** argv, int first);
+int WorkerMain(int argc, char** argv, int first);
 
 }  // namespace ckpt::tools
 

@@ -40,6 +40,10 @@ constexpr Command kCommands[] = {
      "write a step as one HDF5 file with whole tensors (for h5py, h5dump)"},
     {"import", ckpt::tools::ImportMain,
      "save the datasets of an HDF5 file as a checkpoint"},
+    {"coordinator", ckpt::tools::CoordinatorMain,
+     "run the elastic-restart coordinator (or: coordinator status)"},
+    {"worker", ckpt::tools::WorkerMain,
+     "one process of an elastic training job driven by the coordinator"},
     {"plugins", ckpt::tools::PluginsMain,
      "list the storage backends and plugins, with their capabilities"},
 };

@@ -1,0 +1,113 @@
+// The elastic-restart coordinator: a control-plane service (Boost.Asio, one
+// TCP port) that forms generations of workers, detects dead ones by missed
+// heartbeats, relays the small collectives of Save and Load, arbitrates the
+// two-phase commit and compares replica hashes. Tensors never pass through
+// it. Protocol: docs/protocol.md. Library: ckpt::ckpt_coordinator.
+//
+//   auto client = ckpt::CoordinatorClient::Connect({.address = "127.0.0.1:7070",
+//                                                   .token = token, .job = "run-7"});
+//   auto a = (*client)->Join(600);                // blocks until a generation forms
+//   opts.rank = a->first_rank; opts.world_size = a->world_size;
+//   opts.communicator = (*client)->communicator(0);
+//   opts.arbiter = (*client)->arbiter();
+//   ... if ((*client)->stop_requested()) re-join and restore a->restore_step
+#ifndef CKPT_COORDINATOR_H_
+#define CKPT_COORDINATOR_H_
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "ckpt/checkpointer.h"
+#include "ckpt/communicator.h"
+
+namespace ckpt {
+
+struct CoordinatorOptions {
+  /// HOST:PORT to listen on; port 0 picks a free one (see port()).
+  std::string listen = "127.0.0.1:0";
+  /// Where the journal lives (generations, commits, SDC alerts). Required.
+  std::string state_dir;
+  /// Shared secret of the job; joining proves knowledge of it (HMAC).
+  std::string token;
+  /// A generation forms once `min_nodes` members wait and either
+  /// `max_nodes` are there or `join_timeout_s` passed since the last join.
+  int min_nodes = 1;
+  int max_nodes = 1 << 20;
+  double join_timeout_s = 2;
+  /// A member that sent no heartbeat for heartbeat_s * dead_after is dead.
+  double heartbeat_s = 1;
+  int dead_after = 5;
+  /// Frames larger than this are refused (the connection is closed).
+  uint32_t max_frame_bytes = 64u << 20;
+  /// Optional checkpoint root: the step named for a restore is the latest
+  /// committed one whose manifest passes `verify --fast`.
+  std::string root;
+  /// Log lines (joins, deaths, refusals, SDC alerts); default: stderr.
+  std::function<void(const std::string&)> log;
+};
+
+/// A running coordinator, serving on its own thread until destroyed.
+class Coordinator {
+ public:
+  /// Replays the journal in state_dir, binds and starts serving.
+  static absl::StatusOr<std::unique_ptr<Coordinator>> Start(const CoordinatorOptions& options);
+  virtual ~Coordinator() = default;
+  virtual int port() const = 0;
+  /// The same JSON that `ckpt coordinator status` prints.
+  virtual std::string StatusJson() = 0;
+};
+
+struct CoordinatorClientOptions {
+  std::string address;  ///< HOST:PORT
+  std::string token;
+  std::string job = "default";
+  std::string host;     ///< default: gethostname() and the pid
+  int local_ranks = 1;  ///< ranks this worker runs (consecutive ranks)
+  double heartbeat_s = 1;
+  /// How long to keep reconnecting (with backoff) when the coordinator is
+  /// unreachable, before failing every call.
+  double reconnect_timeout_s = 60;
+};
+
+/// What a generation gives a member.
+struct Assignment {
+  int64_t generation = 0;
+  int first_rank = 0;
+  int local_ranks = 1;
+  int world_size = 1;
+  int members = 1;
+  /// Step every rank restores (-1: none committed yet).
+  int64_t restore_step = -1;
+};
+
+/// A worker's connection: joins, heartbeats on a background thread,
+/// reconnects after a coordinator restart, and provides the Communicator
+/// and CommitArbiter of the current generation. Thread-safe.
+class CoordinatorClient {
+ public:
+  static absl::StatusOr<std::unique_ptr<CoordinatorClient>> Connect(const CoordinatorClientOptions& options);
+  virtual ~CoordinatorClient() = default;
+
+  /// Joins (or re-joins) and blocks until a generation that includes this
+  /// member forms. Clears stop_requested().
+  virtual absl::StatusOr<Assignment> Join(double timeout_s) = 0;
+  /// Collectives among the ranks of the current generation; `local_rank`
+  /// in [0, local_ranks). Calls fail with Aborted once the generation ends.
+  virtual std::shared_ptr<Communicator> communicator(int local_rank) = 0;
+  virtual std::shared_ptr<CommitArbiter> arbiter() = 0;
+  /// True once the coordinator ended this member's generation (a member
+  /// died): stop training, Join again, restore.
+  virtual bool stop_requested() const = 0;
+  virtual std::string stop_reason() const = 0;
+  /// The coordinator's status JSON.
+  virtual absl::StatusOr<std::string> Status() = 0;
+  /// Leaves for good (the job finished on this member).
+  virtual absl::Status Leave() = 0;
+};
+
+}  // namespace ckpt
+
+#endif  // CKPT_COORDINATOR_H_

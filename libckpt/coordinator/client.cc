@@ -1,0 +1,683 @@
+// The worker side: one TCP connection, a reader thread that matches replies
+// to requests and reconnects (with backoff) when the connection drops, and a
+// heartbeat thread. Requests the coordinator treats idempotently
+// (collectives, votes, decisions) are sent again after a reconnect.
+#include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cerrno>
+#include <condition_variable>
+#include <cstring>
+#include <map>
+#include <mutex>
+#include <optional>
+#include <thread>
+
+#include "ckpt/coordinator.h"
+#include "coordinator/protocol.h"
+#include "util/bytes.h"
+#include "util/errors.h"
+#include "util/clock.h"
+#include "util/strings.h"
+
+namespace ckpt {
+namespace coord {
+namespace {
+
+uint64_t DoubleBits(double v) {
+  uint64_t u;
+  std::memcpy(&u, &v, 8);
+  return u;
+}
+
+struct Reply {
+  MsgType type = MsgType::kAck;
+  std::string payload;
+};
+
+absl::Status DecodeError(std::string_view payload) {
+  ByteReader r(payload, "error reply");
+  const auto code = static_cast<absl::StatusCode>(r.Var());
+  std::string message = r.Str();
+  if (!r.ok()) return r.status();
+  return absl::Status(code == absl::StatusCode::kOk ? absl::StatusCode::kUnknown : code,
+                      StrCat("coordinator: ", message));
+}
+
+absl::Status DecodeDecision(std::string_view payload) {
+  ByteReader r(payload, "decision");
+  const bool ok = r.U8() != 0;
+  const auto code = static_cast<absl::StatusCode>(r.Var());
+  std::string message = r.Str();
+  if (!r.ok()) return r.status();
+  if (ok) return absl::OkStatus();
+  return absl::Status(code == absl::StatusCode::kOk ? absl::StatusCode::kAborted : code, message);
+}
+
+class ClientImpl;
+
+class CoordinatorComm final : public Communicator {
+ public:
+  CoordinatorComm(ClientImpl& client, int local_rank) : client_(client), local_rank_(local_rank) {}
+  int rank() const override;
+  int size() const override;
+  absl::StatusOr<std::vector<std::string>> Gather(std::string_view mine, double timeout_s) override;
+  absl::StatusOr<std::string> Scatter(const std::vector<std::string>& from_leader, double timeout_s) override;
+  absl::StatusOr<std::string> Broadcast(std::string_view from_leader, double timeout_s) override;
+  absl::Status Barrier(double timeout_s) override;
+
+ private:
+  absl::StatusOr<std::string> Run(uint8_t op, std::string part, double timeout_s);
+  ClientImpl& client_;
+  int local_rank_;
+  int64_t generation_ = -1;
+  uint64_t seq_ = 0;
+};
+
+class CoordinatorArbiter final : public CommitArbiter {
+ public:
+  explicit CoordinatorArbiter(ClientImpl& client) : client_(client) {}
+  absl::Status Vote(int rank, int64_t step, const SaveVote& vote) override;
+  absl::Status AwaitDecision(int64_t step, double timeout_s) override;
+  absl::Status Published(int64_t step, const absl::Status& outcome) override;
+  absl::Status AwaitOutcome(int64_t step, double timeout_s) override;
+
+ private:
+  ClientImpl& client_;
+};
+
+class ClientImpl final : public CoordinatorClient {
+ public:
+  explicit ClientImpl(CoordinatorClientOptions o) : options_(std::move(o)) {
+    if (options_.host.empty()) {
+      char name[256] = {};
+      gethostname(name, sizeof(name) - 1);
+      options_.host = StrCat(name, ":", getpid());
+    }
+  }
+
+  ~ClientImpl() override {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      shutting_down_ = true;
+    }
+    cv_.notify_all();
+    CloseSocket();
+    if (heartbeat_.joinable()) heartbeat_.join();
+    if (reader_.joinable()) reader_.join();
+  }
+
+  absl::Status Start() {
+    CKPT_RETURN_IF_ERROR(ConnectOnce());
+    reader_ = std::thread([this] { ReadLoop(); });
+    heartbeat_ = std::thread([this] { HeartbeatLoop(); });
+    return absl::OkStatus();
+  }
+
+  // ---------------- CoordinatorClient ----------------
+  absl::StatusOr<Assignment> Join(double timeout_s) override {
+    const double deadline = NowSeconds() + timeout_s;
+    while (true) {
+      std::string nonce;
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        nonce = nonce_;
+      }
+      ByteWriter w;
+      w.Str(options_.job);
+      w.Str(options_.host);
+      w.Var(static_cast<uint64_t>(options_.local_ranks));
+      w.Var(member_id_.load());
+      w.SVar(-1);
+      w.U8(0);
+      const auto mac = Hmac(options_.token, JoinChallenge(nonce, options_.job, options_.host));
+      w.Str(std::string_view(reinterpret_cast<const char*>(mac.data()), mac.size()));
+      auto reply = Call(MsgType::kJoin, w.Take(), deadline - NowSeconds(), /*resend=*/false);
+      if (!reply.ok()) {
+        if (absl::IsUnavailable(reply.status()) && NowSeconds() < deadline) continue;  // reconnected: sign again
+        return reply.status();
+      }
+      auto a = ParseAssign(reply->payload);
+      if (!a.ok()) return a.status();
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        assignment_ = *a;
+        joined_ = true;
+        stop_requested_ = false;
+        stop_reason_.clear();
+      }
+      return *a;
+    }
+  }
+
+  std::shared_ptr<Communicator> communicator(int local_rank) override {
+    return std::make_shared<CoordinatorComm>(*this, local_rank);
+  }
+  std::shared_ptr<CommitArbiter> arbiter() override { return std::make_shared<CoordinatorArbiter>(*this); }
+
+  bool stop_requested() const override {
+    std::lock_guard<std::mutex> lock(mu_);
+    return stop_requested_;
+  }
+  std::string stop_reason() const override {
+    std::lock_guard<std::mutex> lock(mu_);
+    return stop_reason_;
+  }
+
+  absl::StatusOr<std::string> Status() override {
+    CKPT_ASSIGN_OR_RETURN(Reply r, Call(MsgType::kStatus, "", 10, false));
+    ByteReader br(r.payload, "status reply");
+    std::string json = br.Str(1 << 26);
+    if (!br.ok()) return br.status();
+    return json;
+  }
+
+  absl::Status Leave() override {
+    ByteWriter w;
+    w.Var(member_id_.load());
+    auto r = Call(MsgType::kLeave, w.Take(), 10, false);
+    std::lock_guard<std::mutex> lock(mu_);
+    joined_ = false;
+    return r.status();
+  }
+
+  // ---------------- used by the communicator and arbiter ----------------
+  Assignment assignment() const {
+    std::lock_guard<std::mutex> lock(mu_);
+    return assignment_;
+  }
+
+  absl::StatusOr<Reply> Call(MsgType type, std::string payload, double timeout_s, bool resend) {
+    auto p = std::make_shared<Pending>();
+    uint64_t id;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      id = next_id_++;
+      p->type = type;
+      p->payload = std::move(payload);
+      p->resend = resend;
+      pending_[id] = p;
+    }
+    (void)SendFrame(EncodeFrame(type, id, p->payload));  // a failed send waits for the reconnect
+    std::unique_lock<std::mutex> lock(mu_);
+    const bool done = cv_.wait_for(lock, std::chrono::duration<double>(std::max(0.0, timeout_s)),
+                                   [&] { return p->reply.has_value() || !p->failure.ok() || shutting_down_; });
+    pending_.erase(id);
+    if (!p->failure.ok()) return p->failure;
+    if (!done || !p->reply) {
+      if (shutting_down_) return absl::CancelledError("the coordinator client is closing");
+      return absl::DeadlineExceededError(
+          StrCat(MsgTypeName(type), " to the coordinator at ", options_.address, ": no reply within ", timeout_s, " s"));
+    }
+    if (p->reply->type == MsgType::kError) return DecodeError(p->reply->payload);
+    return std::move(*p->reply);
+  }
+
+  /// Votes are kept until their step's outcome is known: a restarted
+  /// coordinator gets them again.
+  void RememberVote(int rank, int64_t step, const std::string& payload) {
+    std::lock_guard<std::mutex> lock(mu_);
+    votes_[{step, rank}] = payload;
+  }
+  void ForgetVotes(int64_t step) {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (auto it = votes_.begin(); it != votes_.end();) {
+      it = it->first.first <= step ? votes_.erase(it) : std::next(it);
+    }
+  }
+
+ private:
+  struct Pending {
+    MsgType type;
+    std::string payload;
+    bool resend = false;
+    std::optional<Reply> reply;
+    absl::Status failure;
+  };
+
+  absl::StatusOr<Assignment> ParseAssign(std::string_view payload) {
+    ByteReader r(payload, "assign");
+    const uint8_t status = r.U8();
+    std::string message = r.Str();
+    if (status == 1) return absl::PermissionDeniedError(StrCat("coordinator: ", message));
+    if (status == 2) return absl::AbortedError(StrCat("coordinator: ", message));
+    Assignment a;
+    const uint64_t id = r.Var();
+    a.generation = r.SVar();
+    a.first_rank = static_cast<int>(r.Var());
+    a.local_ranks = static_cast<int>(r.Var());
+    a.world_size = static_cast<int>(r.Var());
+    a.members = static_cast<int>(r.Var());
+    a.restore_step = r.SVar();
+    (void)r.Var();  // heartbeat interval
+    if (!r.ok()) return r.status();
+    member_id_ = id;
+    return a;
+  }
+
+  // Connects and exchanges hellos; with a current assignment, resumes it.
+  absl::Status ConnectOnce() {
+    const size_t colon = options_.address.rfind(':');
+    if (colon == std::string::npos) {
+      return absl::InvalidArgumentError(StrCat("coordinator address wants HOST:PORT, got '", options_.address, "'"));
+    }
+    const std::string host = options_.address.substr(0, colon), port = options_.address.substr(colon + 1);
+    addrinfo hints{};
+    hints.ai_family = AF_UNSPEC;
+    hints.ai_socktype = SOCK_STREAM;
+    addrinfo* res = nullptr;
+    if (int e = getaddrinfo(host.c_str(), port.c_str(), &hints, &res); e != 0) {
+      return absl::UnavailableError(StrCat("resolving ", options_.address, ": ", gai_strerror(e)));
+    }
+    int fd = -1;
+    int err = 0;
+    for (addrinfo* a = res; a != nullptr && fd < 0; a = a->ai_next) {
+      fd = socket(a->ai_family, a->ai_socktype | SOCK_CLOEXEC, a->ai_protocol);
+      if (fd < 0) continue;
+      if (connect(fd, a->ai_addr, a->ai_addrlen) != 0) {
+        err = errno;
+        close(fd);
+        fd = -1;
+      }
+    }
+    freeaddrinfo(res);
+    if (fd < 0) return absl::UnavailableError(StrCat("connecting to ", options_.address, ": ", std::strerror(err)));
+    int one = 1;
+    setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+    // Hello, then (when joined before) resume, synchronously on this fd.
+    auto exchange = [&](MsgType type, std::string_view payload) -> absl::StatusOr<Reply> {
+      const std::string frame = EncodeFrame(type, 0, payload);
+      if (!WriteAll(fd, frame)) return absl::UnavailableError("connection lost");
+      return ReadFrame(fd, 10);
+    };
+    auto hello = exchange(MsgType::kHello, "");
+    if (!hello.ok()) {
+      close(fd);
+      return hello.status();
+    }
+    ByteReader hr(hello->payload, "hello");
+    std::string nonce = hr.Str(256);
+    if (!hr.ok() || hello->type != MsgType::kHello) {
+      close(fd);
+      return absl::DataLossError(StrCat(options_.address, " did not answer like a ckpt coordinator"));
+    }
+    bool resumed = false, lost_generation = false;
+    std::string lost_reason;
+    Assignment a;
+    bool joined;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      joined = joined_;
+      a = assignment_;
+    }
+    if (joined) {
+      ByteWriter w;
+      w.Str(options_.job);
+      w.Str(options_.host);
+      w.Var(static_cast<uint64_t>(options_.local_ranks));
+      w.Var(member_id_.load());
+      w.SVar(a.generation);
+      w.U8(1);
+      const auto mac = Hmac(options_.token, JoinChallenge(nonce, options_.job, options_.host));
+      w.Str(std::string_view(reinterpret_cast<const char*>(mac.data()), mac.size()));
+      auto r = exchange(MsgType::kJoin, w.Take());
+      if (!r.ok()) {
+        close(fd);
+        return r.status();
+      }
+      auto parsed = ParseAssign(r->payload);
+      if (parsed.ok() && parsed->generation == a.generation) {
+        resumed = true;
+      } else {
+        lost_generation = true;
+        lost_reason = parsed.ok() ? "a new generation formed" : std::string(parsed.status().message());
+      }
+    }
+    std::vector<std::string> resend;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      fd_ = fd;
+      nonce_ = nonce;
+      connected_ = true;
+      if (lost_generation) {
+        joined_ = false;
+        stop_requested_ = true;
+        stop_reason_ = lost_reason;
+      }
+      for (auto& [id, p] : pending_) {
+        if (p->reply) continue;
+        if (p->resend && resumed) {
+          resend.push_back(EncodeFrame(p->type, id, p->payload));
+        } else if (p->type != MsgType::kStatus && p->type != MsgType::kHeartbeat) {
+          p->failure = lost_generation ? absl::AbortedError(StrCat("coordinator: ", lost_reason))
+                                       : absl::UnavailableError("the connection to the coordinator was lost");
+        }
+      }
+      if (resumed) {
+        for (auto& [key, payload] : votes_) resend.push_back(EncodeFrame(MsgType::kVote, next_id_++, payload));
+      }
+    }
+    cv_.notify_all();
+    for (const std::string& f : resend) (void)SendFrame(f);
+    return absl::OkStatus();
+  }
+
+  static bool WriteAll(int fd, std::string_view data) {
+    while (!data.empty()) {
+      const ssize_t n = send(fd, data.data(), data.size(), MSG_NOSIGNAL);
+      if (n < 0) {
+        if (errno == EINTR) continue;
+        return false;
+      }
+      data.remove_prefix(static_cast<size_t>(n));
+    }
+    return true;
+  }
+
+  static bool ReadAll(int fd, char* p, size_t n, double timeout_s) {
+    const double deadline = timeout_s > 0 ? NowSeconds() + timeout_s : 0;
+    while (n > 0) {
+      if (deadline > 0) {
+        pollfd pfd{fd, POLLIN, 0};
+        const int left = static_cast<int>(std::max(0.0, deadline - NowSeconds()) * 1000);
+        if (poll(&pfd, 1, left) <= 0) return false;
+      }
+      const ssize_t got = recv(fd, p, n, 0);
+      if (got < 0 && errno == EINTR) continue;
+      if (got <= 0) return false;
+      p += got;
+      n -= static_cast<size_t>(got);
+    }
+    return true;
+  }
+
+  absl::StatusOr<Reply> ReadFrame(int fd, double timeout_s, uint64_t* request_id = nullptr) {
+    uint8_t header[kHeaderSize];
+    if (!ReadAll(fd, reinterpret_cast<char*>(header), kHeaderSize, timeout_s)) {
+      return absl::UnavailableError("the connection to the coordinator was lost");
+    }
+    CKPT_ASSIGN_OR_RETURN(FrameHeader h, ParseHeader(header, kDefaultMaxPayload * 4));
+    Reply r;
+    r.type = h.type;
+    r.payload.resize(h.length);
+    if (!ReadAll(fd, r.payload.data(), h.length, timeout_s)) {
+      return absl::UnavailableError("the connection to the coordinator was lost");
+    }
+    CKPT_RETURN_IF_ERROR(CheckPayload(h, r.payload));
+    if (request_id != nullptr) *request_id = h.request_id;
+    return r;
+  }
+
+  bool SendFrame(const std::string& frame) {
+    std::lock_guard<std::mutex> wl(write_mu_);
+    int fd;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (!connected_) return false;
+      fd = fd_;
+    }
+    return WriteAll(fd, frame);
+  }
+
+  void CloseSocket() {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (fd_ >= 0) shutdown(fd_, SHUT_RDWR);
+  }
+
+  void ReadLoop() {
+    while (true) {
+      int fd;
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        if (shutting_down_) return;
+        fd = fd_;
+      }
+      uint64_t id = 0;
+      auto frame = ReadFrame(fd, 0, &id);
+      if (frame.ok()) {
+        Dispatch(id, std::move(frame).value());
+        continue;
+      }
+      // Lost: reconnect with backoff, resuming where possible.
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        connected_ = false;
+        close(fd_);
+        fd_ = -1;
+        for (auto& [pid, p] : pending_) {
+          if (!p->resend && !p->reply && p->failure.ok()) {
+            p->failure = absl::UnavailableError("the connection to the coordinator was lost");
+          }
+        }
+      }
+      cv_.notify_all();
+      const double give_up = NowSeconds() + options_.reconnect_timeout_s;
+      double delay = 0.05;
+      while (true) {
+        {
+          std::unique_lock<std::mutex> lock(mu_);
+          if (cv_.wait_for(lock, std::chrono::duration<double>(delay), [&] { return shutting_down_; })) return;
+        }
+        if (ConnectOnce().ok()) break;
+        delay = std::min(delay * 2, 2.0);
+        if (NowSeconds() > give_up) {
+          std::lock_guard<std::mutex> lock(mu_);
+          for (auto& [pid, p] : pending_) {
+            if (!p->reply && p->failure.ok()) {
+              p->failure = absl::UnavailableError(StrCat("the coordinator at ", options_.address,
+                                                         " is unreachable for ", options_.reconnect_timeout_s, " s"));
+            }
+          }
+          stop_requested_ = true;
+          stop_reason_ = "the coordinator is unreachable";
+          cv_.notify_all();
+          // Keep trying in the background; calls fail meanwhile.
+          break;
+        }
+      }
+      std::lock_guard<std::mutex> lock(mu_);
+      if (!connected_) {
+        // Gave up for now: poll again later.
+        fd_ = -1;
+      }
+    }
+  }
+
+  void Dispatch(uint64_t id, Reply r) {
+    if (r.type == MsgType::kStop) {
+      ByteReader br(r.payload, "stop");
+      (void)br.SVar();
+      std::string reason = br.Str();
+      std::lock_guard<std::mutex> lock(mu_);
+      stop_requested_ = true;
+      stop_reason_ = reason;
+      joined_ = false;
+      cv_.notify_all();
+      return;
+    }
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = pending_.find(id);
+    if (it == pending_.end()) return;  // answered after its caller gave up, or a resent vote
+    it->second->reply = std::move(r);
+    cv_.notify_all();
+  }
+
+  void HeartbeatLoop() {
+    while (true) {
+      {
+        std::unique_lock<std::mutex> lock(mu_);
+        if (cv_.wait_for(lock, std::chrono::duration<double>(options_.heartbeat_s), [&] { return shutting_down_; })) {
+          return;
+        }
+        if (!connected_ || member_id_ == 0) continue;
+      }
+      ByteWriter w;
+      w.Var(member_id_.load());
+      w.SVar(assignment().generation);
+      auto r = Call(MsgType::kHeartbeat, w.Take(), options_.heartbeat_s * 2, false);
+      if (!r.ok() || r->type != MsgType::kHeartbeatAck) continue;
+      ByteReader br(r->payload, "heartbeat ack");
+      (void)br.SVar();
+      const bool stop = br.U8() != 0;
+      std::string reason = br.Str();
+      std::lock_guard<std::mutex> lock(mu_);
+      if (stop && joined_) {
+        stop_requested_ = true;
+        stop_reason_ = reason;
+        joined_ = false;
+        cv_.notify_all();
+      }
+    }
+  }
+
+  CoordinatorClientOptions options_;
+  mutable std::mutex mu_;
+  std::condition_variable cv_;
+  std::mutex write_mu_;  // one frame at a time on the socket
+  int fd_ = -1;
+  bool connected_ = false;
+  bool shutting_down_ = false;
+  std::string nonce_;
+  std::atomic<uint64_t> member_id_{0};
+  bool joined_ = false;
+  Assignment assignment_;
+  bool stop_requested_ = false;
+  std::string stop_reason_;
+  uint64_t next_id_ = 1;
+  std::map<uint64_t, std::shared_ptr<Pending>> pending_;
+  std::map<std::pair<int64_t, int>, std::string> votes_;
+  std::thread reader_, heartbeat_;
+};
+
+int CoordinatorComm::rank() const {
+  const Assignment a = client_.assignment();
+  return a.first_rank + local_rank_;
+}
+int CoordinatorComm::size() const { return client_.assignment().world_size; }
+
+absl::StatusOr<std::string> CoordinatorComm::Run(uint8_t op, std::string part, double timeout_s) {
+  const Assignment a = client_.assignment();
+  if (a.generation != generation_) {
+    generation_ = a.generation;
+    seq_ = 0;
+  }
+  ByteWriter w;
+  w.SVar(a.generation);
+  w.Var(static_cast<uint64_t>(a.first_rank + local_rank_));
+  w.Var(seq_++);
+  w.U8(op);
+  w.Var(static_cast<uint64_t>(timeout_s * 1000));
+  w.Str(part);
+  CKPT_ASSIGN_OR_RETURN(Reply r, client_.Call(MsgType::kCollective, w.Take(), timeout_s + 5, true));
+  return std::move(r.payload);
+}
+
+absl::StatusOr<std::vector<std::string>> CoordinatorComm::Gather(std::string_view mine, double timeout_s) {
+  CKPT_ASSIGN_OR_RETURN(std::string reply, Run(0, std::string(mine), timeout_s));
+  ByteReader r(reply, "gather result");
+  const uint64_t n = r.Count(1 << 24, "messages");
+  std::vector<std::string> out;
+  for (uint64_t i = 0; i < n && r.ok(); ++i) out.push_back(r.Str(uint64_t{1} << 30));
+  if (!r.ok()) return r.status();
+  return out;
+}
+
+absl::StatusOr<std::string> CoordinatorComm::Scatter(const std::vector<std::string>& from_leader, double timeout_s) {
+  std::string part;
+  if (rank() == 0) {
+    if (static_cast<int>(from_leader.size()) != size()) {
+      return absl::InvalidArgumentError(StrCat("scatter needs ", size(), " messages, got ", from_leader.size()));
+    }
+    ByteWriter w;
+    w.Var(from_leader.size());
+    for (const std::string& s : from_leader) w.Str(s);
+    part = w.Take();
+  }
+  CKPT_ASSIGN_OR_RETURN(std::string reply, Run(1, std::move(part), timeout_s));
+  ByteReader r(reply, "scatter result");
+  std::string mine = r.Str(uint64_t{1} << 30);
+  if (!r.ok()) return r.status();
+  return mine;
+}
+
+absl::StatusOr<std::string> CoordinatorComm::Broadcast(std::string_view from_leader, double timeout_s) {
+  CKPT_ASSIGN_OR_RETURN(std::string reply, Run(2, rank() == 0 ? std::string(from_leader) : std::string(), timeout_s));
+  ByteReader r(reply, "broadcast result");
+  std::string out = r.Str(uint64_t{1} << 30);
+  if (!r.ok()) return r.status();
+  return out;
+}
+
+absl::Status CoordinatorComm::Barrier(double timeout_s) { return Run(3, "", timeout_s).status(); }
+
+absl::Status CoordinatorArbiter::Vote(int rank, int64_t step, const SaveVote& vote) {
+  ByteWriter w;
+  w.SVar(client_.assignment().generation);
+  w.Var(static_cast<uint64_t>(rank));
+  w.SVar(step);
+  w.U8(vote.ok ? 1 : 0);
+  w.Str(vote.error);
+  w.U64(DoubleBits(vote.stall_s));
+  w.U64(DoubleBits(vote.write_s));
+  w.SVar(vote.bytes);
+  w.Var(vote.replicas.size());
+  for (const ReplicaHash& h : vote.replicas) {
+    w.Str(h.key);
+    w.U64(h.hash);
+    w.U8(h.written ? 1 : 0);
+  }
+  std::string payload = w.Take();
+  client_.RememberVote(rank, step, payload);
+  return client_.Call(MsgType::kVote, std::move(payload), 60, true).status();
+}
+
+absl::Status CoordinatorArbiter::AwaitDecision(int64_t step, double timeout_s) {
+  ByteWriter w;
+  w.SVar(client_.assignment().generation);
+  w.SVar(step);
+  w.Var(static_cast<uint64_t>(timeout_s * 1000));
+  auto r = client_.Call(MsgType::kDecide, w.Take(), timeout_s + 5, true);
+  if (!r.ok()) return r.status();
+  absl::Status d = DecodeDecision(r->payload);
+  if (!d.ok()) client_.ForgetVotes(step);
+  return d;
+}
+
+absl::Status CoordinatorArbiter::Published(int64_t step, const absl::Status& outcome) {
+  ByteWriter w;
+  w.SVar(client_.assignment().generation);
+  w.SVar(step);
+  w.U8(outcome.ok() ? 1 : 0);
+  w.Str(std::string(outcome.message()));
+  auto r = client_.Call(MsgType::kPublished, w.Take(), 60, true);
+  client_.ForgetVotes(step);
+  return r.status();
+}
+
+absl::Status CoordinatorArbiter::AwaitOutcome(int64_t step, double timeout_s) {
+  ByteWriter w;
+  w.SVar(client_.assignment().generation);
+  w.SVar(step);
+  w.Var(static_cast<uint64_t>(timeout_s * 1000));
+  auto r = client_.Call(MsgType::kAwaitOutcome, w.Take(), timeout_s + 5, true);
+  if (!r.ok()) return r.status();
+  client_.ForgetVotes(step);
+  return DecodeDecision(r->payload);
+}
+
+}  // namespace
+}  // namespace coord
+
+absl::StatusOr<std::unique_ptr<CoordinatorClient>> CoordinatorClient::Connect(const CoordinatorClientOptions& options) {
+  auto c = std::make_unique<coord::ClientImpl>(options);
+  if (absl::Status s = c->Start(); !s.ok()) return s;
+  return std::unique_ptr<CoordinatorClient>(std::move(c));
+}
+
+}  // namespace ckpt

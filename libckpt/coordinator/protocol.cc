@@ -1,0 +1,105 @@
+#include "coordinator/protocol.h"
+
+#include <openssl/evp.h>
+#include <openssl/hmac.h>
+
+#include "util/bytes.h"
+#include "util/hash.h"
+#include "util/strings.h"
+
+namespace ckpt::coord {
+
+const char* MsgTypeName(MsgType t) {
+  switch (t) {
+    case MsgType::kHello: return "hello";
+    case MsgType::kJoin: return "join";
+    case MsgType::kAssign: return "assign";
+    case MsgType::kHeartbeat: return "heartbeat";
+    case MsgType::kHeartbeatAck: return "heartbeat-ack";
+    case MsgType::kStop: return "stop";
+    case MsgType::kCollective: return "collective";
+    case MsgType::kCollectiveResult: return "collective-result";
+    case MsgType::kVote: return "vote";
+    case MsgType::kDecide: return "decide";
+    case MsgType::kDecision: return "decision";
+    case MsgType::kPublished: return "published";
+    case MsgType::kAwaitOutcome: return "await-outcome";
+    case MsgType::kOutcome: return "outcome";
+    case MsgType::kStatus: return "status";
+    case MsgType::kStatusReply: return "status-reply";
+    case MsgType::kAck: return "ack";
+    case MsgType::kError: return "error";
+    case MsgType::kLeave: return "leave";
+  }
+  return "unknown";
+}
+
+std::string EncodeFrame(MsgType type, uint64_t request_id, std::string_view payload) {
+  ByteWriter w;
+  w.U32(kFrameMagic);
+  w.U8(kProtocolVersion);
+  w.U8(0);  // flags, reserved
+  w.U16(static_cast<uint16_t>(type));
+  w.U64(request_id);
+  w.U32(static_cast<uint32_t>(payload.size()));
+  w.U32(static_cast<uint32_t>(Xxh3(payload)));
+  w.Raw(payload.data(), payload.size());
+  return w.Take();
+}
+
+absl::StatusOr<FrameHeader> ParseHeader(const uint8_t* b, uint32_t max_payload) {
+  if (LoadLE32(b) != kFrameMagic) {
+    return absl::InvalidArgumentError(StrCat("not a ckpt coordinator frame (magic 0x", absl::Hex(LoadLE32(b)), ")"));
+  }
+  FrameHeader h;
+  h.version = b[4];
+  if (h.version != kProtocolVersion) {
+    return absl::InvalidArgumentError(
+        StrCat("protocol version ", h.version, " is not supported (this side speaks ", kProtocolVersion, ")"));
+  }
+  if (b[5] != 0) return absl::InvalidArgumentError(StrCat("unknown frame flags 0x", absl::Hex(b[5])));
+  h.type = static_cast<MsgType>(LoadLE16(b + 6));
+  if (static_cast<uint16_t>(h.type) < 1 || static_cast<uint16_t>(h.type) > 19) {
+    return absl::InvalidArgumentError(StrCat("unknown message type ", LoadLE16(b + 6)));
+  }
+  h.request_id = LoadLE64(b + 8);
+  h.length = LoadLE32(b + 16);
+  h.checksum = LoadLE32(b + 20);
+  if (h.length > max_payload) {
+    return absl::InvalidArgumentError(
+        StrCat(MsgTypeName(h.type), " frame of ", h.length, " bytes exceeds the limit of ", max_payload));
+  }
+  return h;
+}
+
+absl::Status CheckPayload(const FrameHeader& h, std::string_view payload) {
+  if (static_cast<uint32_t>(Xxh3(payload)) != h.checksum) {
+    return absl::InvalidArgumentError(StrCat(MsgTypeName(h.type), " frame: payload checksum mismatch"));
+  }
+  return absl::OkStatus();
+}
+
+std::array<uint8_t, kMacSize> Hmac(std::string_view key, std::string_view message) {
+  std::array<uint8_t, kMacSize> out{};
+  unsigned int len = 0;
+  HMAC(EVP_sha256(), key.data(), static_cast<int>(key.size()), reinterpret_cast<const unsigned char*>(message.data()),
+       message.size(), out.data(), &len);
+  return out;
+}
+
+std::string JoinChallenge(std::string_view nonce, std::string_view job, std::string_view host) {
+  ByteWriter w;
+  w.Str("ckpt-join-v1");
+  w.Str(nonce);
+  w.Str(job);
+  w.Str(host);
+  return w.Take();
+}
+
+bool MacEqual(const uint8_t* a, const uint8_t* b) {
+  uint8_t diff = 0;
+  for (size_t i = 0; i < kMacSize; ++i) diff |= a[i] ^ b[i];
+  return diff == 0;
+}
+
+}  // namespace ckpt::coord

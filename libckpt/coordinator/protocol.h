@@ -1,0 +1,77 @@
+// The coordinator's wire protocol (docs/protocol.md): length-prefixed
+// frames with a fixed header, a version and a payload checksum. Payloads are
+// encoded with ByteWriter (little-endian, varints) per message type.
+#ifndef CKPT_COORDINATOR_PROTOCOL_H_
+#define CKPT_COORDINATOR_PROTOCOL_H_
+
+#include <array>
+#include <cstdint>
+#include <string>
+#include <string_view>
+
+#include "absl/status/statusor.h"
+
+namespace ckpt::coord {
+
+inline constexpr uint32_t kFrameMagic = 0x4f434b43;  // "CKCO" little-endian
+inline constexpr uint8_t kProtocolVersion = 1;
+inline constexpr size_t kHeaderSize = 24;
+/// Largest payload either side accepts unless configured otherwise.
+inline constexpr uint32_t kDefaultMaxPayload = 16u << 20;
+inline constexpr size_t kNonceSize = 32;
+inline constexpr size_t kMacSize = 32;
+
+enum class MsgType : uint16_t {
+  kHello = 1,          ///< S->C on connect: nonce, coordinator id
+  kJoin = 2,           ///< C->S: job, host, local ranks, previous member id, HMAC
+  kAssign = 3,         ///< S->C: membership of a new generation (or a refusal)
+  kHeartbeat = 4,      ///< C->S: member, generation
+  kHeartbeatAck = 5,   ///< S->C: current generation, whether to stop
+  kStop = 6,           ///< S->C push: the generation ended (a member died)
+  kCollective = 7,     ///< C->S: one rank's part of a gather/scatter/broadcast/barrier
+  kCollectiveResult = 8,
+  kVote = 9,           ///< C->S: phase 1 of the commit, one per rank and step
+  kDecide = 10,        ///< C->S (leader): wait for the commit decision
+  kDecision = 11,
+  kPublished = 12,     ///< C->S (leader): the manifest is published (or not)
+  kAwaitOutcome = 13,  ///< C->S: wait until the step is committed or aborted
+  kOutcome = 14,
+  kStatus = 15,        ///< C->S: the coordinator's state, as JSON
+  kStatusReply = 16,
+  kAck = 17,
+  kError = 18,         ///< S->C: the request failed (status code, message)
+  kLeave = 19,         ///< C->S: the member leaves for good
+};
+
+const char* MsgTypeName(MsgType t);
+
+struct FrameHeader {
+  uint8_t version = kProtocolVersion;
+  MsgType type = MsgType::kAck;
+  uint64_t request_id = 0;  ///< echoed in the reply; 0 for pushes
+  uint32_t length = 0;
+  uint32_t checksum = 0;    ///< low 32 bits of xxh3 of the payload
+};
+
+/// A whole frame: header and payload.
+std::string EncodeFrame(MsgType type, uint64_t request_id, std::string_view payload);
+
+/// Parses a header. Errors (bad magic, unknown version, payload larger than
+/// `max_payload`) are InvalidArgument and say what was wrong.
+absl::StatusOr<FrameHeader> ParseHeader(const uint8_t* bytes, uint32_t max_payload);
+
+/// Checks a payload against its header's checksum.
+absl::Status CheckPayload(const FrameHeader& h, std::string_view payload);
+
+/// HMAC-SHA256(key, message).
+std::array<uint8_t, kMacSize> Hmac(std::string_view key, std::string_view message);
+
+/// What a joining member signs: the coordinator's nonce, the job and host.
+std::string JoinChallenge(std::string_view nonce, std::string_view job, std::string_view host);
+
+/// Constant-time comparison.
+bool MacEqual(const uint8_t* a, const uint8_t* b);
+
+}  // namespace ckpt::coord
+
+#endif  // CKPT_COORDINATOR_PROTOCOL_H_

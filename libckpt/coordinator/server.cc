@@ -1,0 +1,1229 @@
+// The coordinator service. Everything runs on one Asio thread: sessions,
+// timers and the state they share need no locks. Durable decisions are
+// journaled (and fsynced) before anyone is told of them.
+#include <algorithm>
+#include <utility>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <deque>
+#include <future>
+#include <map>
+#include <memory>
+#include <optional>
+#include <random>
+#include <set>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <boost/asio.hpp>
+
+#include "absl/strings/str_join.h"
+
+#include "ckpt/checkpointer.h"
+#include "ckpt/coordinator.h"
+#include "ckpt/storage.h"
+#include "ckpt/verify.h"
+#include "coordinator/journal.h"
+#include "coordinator/protocol.h"
+#include "util/bytes.h"
+#include "util/clock.h"
+#include "util/json.h"
+#include "util/strings.h"
+
+namespace ckpt {
+namespace coord {
+namespace {
+
+namespace asio = boost::asio;
+using asio::ip::tcp;
+
+enum class JournalKind : uint8_t { kGeneration = 1, kEnded = 2, kCommitted = 3, kAborted = 4, kSdc = 5 };
+enum class CollectiveOp : uint8_t { kGather = 0, kScatter = 1, kBroadcast = 2, kBarrier = 3 };
+
+double BitsDouble(uint64_t u) {
+  double v;
+  std::memcpy(&v, &u, 8);
+  return v;
+}
+
+std::string RandomBytes(size_t n) {
+  std::random_device rd;
+  std::string s(n, '\0');
+  for (char& c : s) c = static_cast<char>(rd());
+  return s;
+}
+
+class Session;
+
+struct Member {
+  uint64_t id = 0;
+  std::string host;
+  int local_ranks = 1;
+  int first_rank = -1;
+  double last_seen = 0;
+  int late_intervals = 0;  // heartbeat intervals missed so far (metrics)
+  std::weak_ptr<Session> session;
+};
+
+struct Waiter {
+  std::weak_ptr<Session> session;
+  uint64_t request_id = 0;
+  double deadline = 0;
+};
+
+struct Collective {
+  CollectiveOp op = CollectiveOp::kBarrier;
+  std::map<int, std::string> parts;     // rank -> its contribution
+  std::map<int, Waiter> waiters;        // rank -> who to answer
+  double deadline = 0;
+};
+
+struct StepState {
+  int64_t generation = 0;
+  std::map<int, SaveVote> votes;
+  std::optional<absl::Status> decision;  // OK: commit
+  std::optional<absl::Status> outcome;   // set once published (OK) or aborted
+  std::vector<Waiter> decide_waiters;
+  std::vector<Waiter> outcome_waiters;
+};
+
+struct SdcAlert {
+  int64_t step = 0;
+  std::string key;
+  std::string detail;
+};
+
+class CoordinatorImpl;
+
+class Session : public std::enable_shared_from_this<Session> {
+ public:
+  Session(tcp::socket socket, CoordinatorImpl& owner) : socket_(std::move(socket)), owner_(owner) {
+    boost::system::error_code ec;
+    auto ep = socket_.remote_endpoint(ec);
+    peer_ = ec ? std::string("?") : StrCat(ep.address().to_string(), ":", ep.port());
+    nonce_ = RandomBytes(kNonceSize);
+  }
+  void Start();
+  void Send(std::string frame);
+  void Reply(uint64_t request_id, MsgType type, std::string payload) {
+    Send(EncodeFrame(type, request_id, payload));
+  }
+  void ReplyError(uint64_t request_id, const absl::Status& s) {
+    ByteWriter w;
+    w.Var(static_cast<uint64_t>(s.code()));
+    w.Str(std::string(s.message()));
+    Reply(request_id, MsgType::kError, w.Take());
+  }
+  void Close(const std::string& why);
+  const std::string& peer() const { return peer_; }
+  const std::string& nonce() const { return nonce_; }
+  uint64_t member_id = 0;  // authenticated member on this connection (0: none)
+
+ private:
+  void ReadHeaderRest();
+  void ReadPayload(FrameHeader h);
+  void ServeHttp();
+  void WriteNext();
+
+  tcp::socket socket_;
+  CoordinatorImpl& owner_;
+  std::string peer_;
+  std::string nonce_;
+  uint8_t header_[kHeaderSize];
+  std::string payload_;
+  asio::streambuf http_;
+  std::deque<std::string> outbox_;
+  bool closed_ = false;
+  bool closed_after_write_ = false;
+};
+
+class CoordinatorImpl final : public Coordinator {
+ public:
+  explicit CoordinatorImpl(const CoordinatorOptions& o) : options_(o), acceptor_(io_), tick_(io_), form_timer_(io_) {}
+
+  ~CoordinatorImpl() override {
+    asio::post(io_, [this] {
+      boost::system::error_code ec;
+      acceptor_.close(ec);
+      tick_.cancel();
+      form_timer_.cancel();
+      for (auto& w : sessions_) {
+        if (auto s = w.lock()) s->Close("coordinator shutting down");
+      }
+      io_.stop();
+    });
+    if (thread_.joinable()) thread_.join();
+  }
+
+  absl::Status Init() {
+    if (options_.state_dir.empty()) return absl::InvalidArgumentError("the coordinator needs a state dir");
+    if (options_.token.empty()) return absl::InvalidArgumentError("the coordinator needs a token");
+    uint64_t torn = 0;
+    absl::Status s = journal_.Open(options_.state_dir, [this](std::string_view r) { return Replay(r); }, &torn);
+    if (!s.ok()) return s;
+    if (torn > 0) Log(StrCat("journal ", journal_.path(), ": cut a torn tail of ", torn, " bytes"));
+    while (steps_.size() > 256) steps_.erase(steps_.begin());
+    if (running_) {
+      // Members get the usual grace to reconnect after a restart.
+      for (auto& [id, m] : members_) m.last_seen = NowSeconds();
+      Log(StrCat("resuming generation ", generation_, " (", members_.size(), " members, world ", world_,
+                 ") from the journal"));
+    }
+    const size_t colon = options_.listen.rfind(':');
+    if (colon == std::string::npos) {
+      return absl::InvalidArgumentError(StrCat("--listen wants HOST:PORT, got '", options_.listen, "'"));
+    }
+    boost::system::error_code ec;
+    const auto addr = asio::ip::make_address(options_.listen.substr(0, colon), ec);
+    if (ec) return absl::InvalidArgumentError(StrCat("--listen: bad address in '", options_.listen, "'"));
+    int port = 0;
+    try {
+      port = std::stoi(options_.listen.substr(colon + 1));
+    } catch (...) {
+      return absl::InvalidArgumentError(StrCat("--listen: bad port in '", options_.listen, "'"));
+    }
+    tcp::endpoint ep(addr, static_cast<unsigned short>(port));
+    acceptor_.open(ep.protocol(), ec);
+    if (!ec) acceptor_.set_option(tcp::acceptor::reuse_address(true), ec);
+    if (!ec) acceptor_.bind(ep, ec);
+    if (!ec) acceptor_.listen(asio::socket_base::max_listen_connections, ec);
+    if (ec) return absl::UnavailableError(StrCat("listening on ", options_.listen, ": ", ec.message()));
+    port_ = acceptor_.local_endpoint().port();
+    Accept();
+    Tick();
+    thread_ = std::thread([this] { io_.run(); });
+    Log(StrCat("listening on ", addr.to_string(), ":", port_, ", state in ", options_.state_dir));
+    return absl::OkStatus();
+  }
+
+  int port() const override { return port_; }
+
+  std::string StatusJson() override {
+    std::promise<std::string> p;
+    auto f = p.get_future();
+    asio::post(io_, [&] { p.set_value(BuildStatus()); });
+    return f.get();
+  }
+
+  // --- called by sessions, on the io thread ---
+
+  std::string StatusOnIoThread() { return BuildStatus(); }
+
+  uint32_t max_frame() const { return options_.max_frame_bytes; }
+  void Log(const std::string& line) {
+    if (options_.log) {
+      options_.log(line);
+    } else {
+      std::fprintf(stderr, "ckpt coordinator: %s\n", line.c_str());
+    }
+  }
+  void Track(const std::shared_ptr<Session>& s) {
+    sessions_.erase(std::remove_if(sessions_.begin(), sessions_.end(), [](auto& w) { return w.expired(); }),
+                    sessions_.end());
+    sessions_.push_back(s);
+  }
+  void CountBadFrame() { ++bad_frames_; }
+
+  absl::Status Handle(const std::shared_ptr<Session>& s, const FrameHeader& h, std::string_view payload) {
+    ByteReader r(payload, StrCat(MsgTypeName(h.type), " frame from ", s->peer()));
+    switch (h.type) {
+      case MsgType::kHello: {
+        ByteWriter w;
+        w.Str(s->nonce());
+        w.Str(coordinator_id_);
+        w.Var(options_.max_frame_bytes);
+        s->Reply(h.request_id, MsgType::kHello, w.Take());
+        return absl::OkStatus();
+      }
+      case MsgType::kStatus:
+        s->Reply(h.request_id, MsgType::kStatusReply, [&] {
+          ByteWriter w;
+          w.Str(BuildStatus());
+          return w.Take();
+        }());
+        return absl::OkStatus();
+      case MsgType::kJoin: return OnJoin(s, h, r);
+      default: break;
+    }
+    if (s->member_id == 0) {
+      return absl::PermissionDeniedError(StrCat(MsgTypeName(h.type), " before a successful join"));
+    }
+    switch (h.type) {
+      case MsgType::kHeartbeat: return OnHeartbeat(s, h, r);
+      case MsgType::kCollective: return OnCollective(s, h, r);
+      case MsgType::kVote: return OnVote(s, h, r);
+      case MsgType::kDecide: return OnDecide(s, h, r);
+      case MsgType::kPublished: return OnPublished(s, h, r);
+      case MsgType::kAwaitOutcome: return OnAwaitOutcome(s, h, r);
+      case MsgType::kLeave: return OnLeave(s, h, r);
+      default:
+        return absl::InvalidArgumentError(StrCat("a coordinator does not take ", MsgTypeName(h.type), " frames"));
+    }
+  }
+
+  std::string Metrics() {
+    std::string m;
+    auto gauge = [&](const char* name, const char* help, double v) {
+      StrAppend(&m, "# HELP ", name, " ", help, "\n# TYPE ", name, " gauge\n", name, " ", v, "\n");
+    };
+    auto counter = [&](const char* name, const char* help, double v) {
+      StrAppend(&m, "# HELP ", name, " ", help, "\n# TYPE ", name, " counter\n", name, " ", v, "\n");
+    };
+    gauge("ckpt_coordinator_generation", "Current generation number.", static_cast<double>(generation_));
+    gauge("ckpt_coordinator_running", "1 while a generation is running.", running_ ? 1 : 0);
+    gauge("ckpt_coordinator_world_size", "Ranks in the current generation.", world_);
+    gauge("ckpt_coordinator_members", "Members in the current generation.", static_cast<double>(InGeneration()));
+    gauge("ckpt_coordinator_waiting_members", "Members waiting for the next generation.",
+          static_cast<double>(waiting_.size()));
+    gauge("ckpt_coordinator_last_committed_step", "Latest committed step (-1: none).",
+          static_cast<double>(last_committed_));
+    counter("ckpt_coordinator_commits_total", "Steps committed.", static_cast<double>(commits_));
+    counter("ckpt_coordinator_aborts_total", "Steps aborted.", static_cast<double>(aborts_));
+    counter("ckpt_coordinator_heartbeat_misses_total", "Heartbeat intervals missed by members.",
+            static_cast<double>(heartbeat_misses_));
+    counter("ckpt_coordinator_deaths_total", "Members declared dead.", static_cast<double>(deaths_));
+    counter("ckpt_coordinator_sdc_alerts_total", "Replica disagreements (silent data corruption).",
+            static_cast<double>(sdc_.size()));
+    counter("ckpt_coordinator_refused_joins_total", "Joins refused (wrong token).", static_cast<double>(refused_));
+    counter("ckpt_coordinator_bad_frames_total", "Connections closed for malformed frames.",
+            static_cast<double>(bad_frames_));
+    if (!last_save_.empty()) {
+      StrAppend(&m, "# HELP ckpt_coordinator_save_seconds Per-rank durations of the last committed save.\n",
+                "# TYPE ckpt_coordinator_save_seconds summary\n");
+      for (const auto& [what, values] : last_save_) {
+        std::vector<double> v = values;
+        std::sort(v.begin(), v.end());
+        for (double q : {0.5, 0.9, 1.0}) {
+          const double x = v[std::min(v.size() - 1, static_cast<size_t>(q * static_cast<double>(v.size() - 1) + 0.5))];
+          StrAppend(&m, "ckpt_coordinator_save_seconds{phase=\"", what, "\",quantile=\"", q, "\"} ", x, "\n");
+        }
+      }
+      gauge("ckpt_coordinator_stragglers", "Ranks flagged as stragglers in the last committed save.",
+            static_cast<double>(stragglers_.size()));
+    }
+    return m;
+  }
+
+ private:
+  // ---------------- journal ----------------
+  absl::Status Replay(std::string_view rec) {
+    ByteReader r(rec, "journal record");
+    const auto kind = static_cast<JournalKind>(r.U8());
+    switch (kind) {
+      case JournalKind::kGeneration: {
+        generation_ = r.SVar();
+        world_ = static_cast<int>(r.Var());
+        restore_step_ = r.SVar();
+        const uint64_t n = r.Count(1 << 24, "members");
+        members_.clear();
+        order_.clear();
+        for (uint64_t i = 0; i < n && r.ok(); ++i) {
+          Member m;
+          m.id = r.Var();
+          m.host = r.Str();
+          m.first_rank = static_cast<int>(r.Var());
+          m.local_ranks = static_cast<int>(r.Var());
+          next_member_id_ = std::max(next_member_id_, m.id + 1);
+          order_.push_back(m.id);
+          members_[m.id] = m;
+        }
+        running_ = true;
+        break;
+      }
+      case JournalKind::kEnded:
+        (void)r.SVar();
+        running_ = false;
+        members_.clear();
+        order_.clear();
+        break;
+      case JournalKind::kCommitted: {
+        const int64_t step = r.SVar();
+        last_committed_ = std::max(last_committed_, step);
+        steps_[step].outcome = absl::OkStatus();
+        ++commits_;
+        break;
+      }
+      case JournalKind::kAborted: {
+        const int64_t step = r.SVar();
+        steps_[step].outcome = absl::AbortedError(StrCat("step ", step, " was aborted"));
+        ++aborts_;
+        break;
+      }
+      case JournalKind::kSdc: {
+        SdcAlert a;
+        a.step = r.SVar();
+        a.key = r.Str();
+        a.detail = r.Str();
+        sdc_.push_back(std::move(a));
+        break;
+      }
+      default:
+        return absl::DataLossError(StrCat("unknown journal record kind ", static_cast<int>(kind)));
+    }
+    return r.status();
+  }
+
+  void Journaled(const std::string& rec) {
+    absl::Status s = journal_.Append(rec);
+    if (!s.ok()) Log(StrCat("JOURNAL WRITE FAILED (state may be lost on restart): ", s.message()));
+  }
+
+  // ---------------- rendezvous ----------------
+  absl::Status OnJoin(const std::shared_ptr<Session>& s, const FrameHeader& h, ByteReader& r) {
+    const std::string job = r.Str(4096);
+    const std::string host = r.Str(4096);
+    const int local = static_cast<int>(r.Count(1 << 20, "local ranks"));
+    const uint64_t previous = r.Var();
+    const int64_t previous_gen = r.SVar();
+    const bool resume = r.U8() != 0;
+    const std::string mac = r.Str(64);
+    if (!r.ok()) return r.status();
+    const auto expect = Hmac(options_.token, JoinChallenge(s->nonce(), job, host));
+    if (mac.size() != kMacSize || !MacEqual(expect.data(), reinterpret_cast<const uint8_t*>(mac.data()))) {
+      ++refused_;
+      Log(StrCat("refused a join from ", s->peer(), " (host '", host, "', job '", job, "'): wrong token"));
+      ByteWriter w;
+      w.U8(1);
+      w.Str("refused: the join was not signed with the job's token");
+      s->Reply(h.request_id, MsgType::kAssign, w.Take());
+      return absl::OkStatus();
+    }
+    if (local < 1) return absl::InvalidArgumentError("a member needs at least one local rank");
+    // A member of the running generation reconnecting (the coordinator
+    // restarted, or the network dropped): it keeps its place.
+    if (resume && running_ && previous_gen == generation_ && members_.count(previous)) {
+      Member& m = members_[previous];
+      m.session = s;
+      m.last_seen = NowSeconds();
+      s->member_id = previous;
+      s->Reply(h.request_id, MsgType::kAssign, AssignPayload(m));
+      Log(StrCat("member ", previous, " (", m.host, ") reconnected to generation ", generation_));
+      return absl::OkStatus();
+    }
+    if (resume) {
+      // Its generation is over (or unknown here): it must join afresh.
+      ByteWriter w;
+      w.U8(2);
+      w.Str(StrCat("generation ", previous_gen, " is over (current: ", generation_, "); join again"));
+      s->Reply(h.request_id, MsgType::kAssign, w.Take());
+      return absl::OkStatus();
+    }
+    uint64_t id = previous;  // a member keeps its id across generations
+    if (id == 0) id = next_member_id_++;
+    next_member_id_ = std::max(next_member_id_, id + 1);
+    if (running_ && members_.count(id)) {
+      // Its previous incarnation is gone: the generation cannot go on.
+      EndGeneration(StrCat("member ", id, " (", members_[id].host, ") re-joined: its previous process is gone"));
+    }
+    s->member_id = id;
+    Member m;
+    m.id = id;
+    m.host = host;
+    m.local_ranks = local;
+    m.session = s;
+    m.last_seen = NowSeconds();
+    waiting_[id] = m;
+    if (std::find(waiting_order_.begin(), waiting_order_.end(), id) == waiting_order_.end()) {
+      waiting_order_.push_back(id);
+    }
+    pending_joins_[id] = Waiter{s, h.request_id, 0};
+    Log(StrCat("member ", id, " (", host, ", ", local, " rank(s)) joined; ", waiting_.size(), " waiting"));
+    MaybeForm(false);
+    return absl::OkStatus();
+  }
+
+  std::string AssignPayload(const Member& m) {
+    ByteWriter w;
+    w.U8(0);
+    w.Str("");
+    w.Var(m.id);
+    w.SVar(generation_);
+    w.Var(static_cast<uint64_t>(m.first_rank));
+    w.Var(static_cast<uint64_t>(m.local_ranks));
+    w.Var(static_cast<uint64_t>(world_));
+    w.Var(members_.size());
+    w.SVar(restore_step_);
+    w.Var(static_cast<uint64_t>(options_.heartbeat_s * 1000));
+    return w.Take();
+  }
+
+  void MaybeForm(bool timer_fired) {
+    if (running_) return;  // newcomers wait as spares for the next generation
+    // Waiting members whose connection is gone are forgotten.
+    for (auto it = waiting_.begin(); it != waiting_.end();) {
+      if (it->second.session.expired()) {
+        pending_joins_.erase(it->first);
+        waiting_order_.erase(std::remove(waiting_order_.begin(), waiting_order_.end(), it->first),
+                             waiting_order_.end());
+        it = waiting_.erase(it);
+      } else {
+        ++it;
+      }
+    }
+    const int n = static_cast<int>(waiting_.size());
+    if (n >= options_.max_nodes || (timer_fired && n >= options_.min_nodes)) {
+      Form();
+      return;
+    }
+    if (n >= options_.min_nodes) {
+      // Wait a little for more; every join restarts the wait.
+      form_timer_.expires_after(std::chrono::milliseconds(static_cast<int64_t>(options_.join_timeout_s * 1000)));
+      form_timer_.async_wait([this](const boost::system::error_code& ec) {
+        if (!ec) MaybeForm(true);
+      });
+    }
+  }
+
+  void Form() {
+    form_timer_.cancel();
+    // Survivors keep their order (by their old ranks); newcomers follow in
+    // the order they joined.
+    std::vector<uint64_t> ids;
+    for (uint64_t id : waiting_order_) {
+      if (waiting_.count(id)) ids.push_back(id);
+    }
+    std::stable_sort(ids.begin(), ids.end(), [&](uint64_t a, uint64_t b) {
+      const int ra = previous_rank_.count(a) ? previous_rank_[a] : INT32_MAX;
+      const int rb = previous_rank_.count(b) ? previous_rank_[b] : INT32_MAX;
+      return ra < rb;
+    });
+    if (static_cast<int>(ids.size()) > options_.max_nodes) ids.resize(static_cast<size_t>(options_.max_nodes));
+    ++generation_;
+    members_.clear();
+    order_.clear();
+    int rank = 0;
+    for (uint64_t id : ids) {
+      Member m = waiting_[id];
+      m.first_rank = rank;
+      m.last_seen = NowSeconds();
+      m.late_intervals = 0;
+      rank += m.local_ranks;
+      members_[id] = m;
+      order_.push_back(id);
+      waiting_.erase(id);
+      waiting_order_.erase(std::remove(waiting_order_.begin(), waiting_order_.end(), id), waiting_order_.end());
+    }
+    world_ = rank;
+    running_ = true;
+    collectives_.clear();
+    restore_step_ = PickRestoreStep();
+    ByteWriter w;
+    w.U8(static_cast<uint8_t>(JournalKind::kGeneration));
+    w.SVar(generation_);
+    w.Var(static_cast<uint64_t>(world_));
+    w.SVar(restore_step_);
+    w.Var(order_.size());
+    for (uint64_t id : order_) {
+      const Member& m = members_[id];
+      w.Var(m.id);
+      w.Str(m.host);
+      w.Var(static_cast<uint64_t>(m.first_rank));
+      w.Var(static_cast<uint64_t>(m.local_ranks));
+    }
+    Journaled(w.Take());
+    generation_started_ = NowSeconds();
+    Log(StrCat("generation ", generation_, " formed: ", members_.size(), " member(s), world size ", world_,
+               restore_step_ >= 0 ? StrCat(", restore step ", restore_step_) : std::string(", nothing to restore")));
+    for (uint64_t id : order_) {
+      auto it = pending_joins_.find(id);
+      if (it == pending_joins_.end()) continue;
+      if (auto s = it->second.session.lock()) s->Reply(it->second.request_id, MsgType::kAssign, AssignPayload(members_[id]));
+      pending_joins_.erase(it);
+    }
+  }
+
+  int64_t PickRestoreStep() {
+    if (last_committed_ < 0 || options_.root.empty()) return last_committed_;
+    auto storage = OpenStorage(options_.root);
+    if (!storage.ok()) {
+      Log(StrCat("cannot open ", options_.root, " to check the restore step: ", storage.status().message()));
+      return last_committed_;
+    }
+    auto steps = ListCheckpointSteps(**storage);
+    if (!steps.ok()) return last_committed_;
+    std::vector<int64_t> committed;
+    for (const StepInfo& st : *steps) {
+      if (st.committed && st.step <= last_committed_) committed.push_back(st.step);
+    }
+    std::sort(committed.rbegin(), committed.rend());
+    VerifyOptions vo;
+    vo.deep = false;
+    for (int64_t step : committed) {
+      auto report = VerifyStep(**storage, step, vo);
+      if (report.ok() && report->ok()) return step;
+      Log(StrCat("step ", step, " fails verification; not restoring it: ",
+                 report.ok() ? report->problems.front().message : std::string(report.status().message())));
+    }
+    return -1;
+  }
+
+  void EndGeneration(const std::string& reason) {
+    if (!running_) return;
+    ByteWriter w;
+    w.U8(static_cast<uint8_t>(JournalKind::kEnded));
+    w.SVar(generation_);
+    Journaled(w.Take());
+    Log(StrCat("generation ", generation_, " ended: ", reason));
+    running_ = false;
+    const absl::Status why = absl::AbortedError(StrCat("generation ", generation_, " ended: ", reason));
+    for (auto& [seq, c] : collectives_) {
+      for (auto& [rank, wt] : c.waiters) {
+        if (auto s = wt.session.lock()) s->ReplyError(wt.request_id, why);
+      }
+    }
+    collectives_.clear();
+    for (auto& [step, st] : steps_) {
+      if (st.generation == generation_ && !st.outcome) Abort(step, st, why);
+    }
+    for (uint64_t id : order_) {
+      previous_rank_[id] = members_[id].first_rank;
+      if (auto s = members_[id].session.lock()) {
+        ByteWriter p;
+        p.SVar(generation_);
+        p.Str(reason);
+        s->Send(EncodeFrame(MsgType::kStop, 0, p.Take()));
+      }
+    }
+    members_.clear();
+    order_.clear();
+    world_ = 0;
+    MaybeForm(false);
+  }
+
+  // ---------------- heartbeats and failure detection ----------------
+  absl::Status OnHeartbeat(const std::shared_ptr<Session>& s, const FrameHeader& h, ByteReader& r) {
+    const uint64_t id = r.Var();
+    const int64_t gen = r.SVar();
+    if (!r.ok()) return r.status();
+    ByteWriter w;
+    w.SVar(generation_);
+    auto it = members_.find(id);
+    if (running_ && gen == generation_ && it != members_.end() && id == s->member_id) {
+      it->second.last_seen = NowSeconds();
+      it->second.late_intervals = 0;
+      w.U8(0);
+      w.Str("");
+    } else if (waiting_.count(id)) {
+      waiting_[id].last_seen = NowSeconds();
+      w.U8(0);
+      w.Str("");
+    } else {
+      w.U8(1);
+      w.Str(StrCat("generation ", gen, " is over (current: ", generation_, "); join again"));
+    }
+    s->Reply(h.request_id, MsgType::kHeartbeatAck, w.Take());
+    return absl::OkStatus();
+  }
+
+  void Tick() {
+    tick_.expires_after(std::chrono::milliseconds(50));
+    tick_.async_wait([this](const boost::system::error_code& ec) {
+      if (ec) return;
+      const double now = NowSeconds();
+      if (running_) {
+        std::string dead;
+        for (uint64_t id : order_) {
+          Member& m = members_[id];
+          const double silent = now - m.last_seen;
+          const int late = static_cast<int>(silent / options_.heartbeat_s);
+          if (late > m.late_intervals) {
+            heartbeat_misses_ += static_cast<uint64_t>(late - m.late_intervals);
+            m.late_intervals = late;
+          }
+          if (silent > options_.heartbeat_s * options_.dead_after && dead.empty()) {
+            ++deaths_;
+            dead = StrCat("member ", id, " (", m.host, ", ranks ", m.first_rank, "..",
+                          m.first_rank + m.local_ranks - 1, ") sent no heartbeat for ", silent, " s");
+          }
+        }
+        if (!dead.empty()) EndGeneration(dead);
+      }
+      ExpireWaiters(now);
+      Tick();
+    });
+  }
+
+  void ExpireWaiters(double now) {
+    for (auto it = collectives_.begin(); it != collectives_.end();) {
+      Collective& c = it->second;
+      if (c.deadline > 0 && now > c.deadline) {
+        std::vector<int> missing;
+        for (int r = 0; r < world_ && missing.size() < 16; ++r) {
+          if (!c.parts.count(r)) missing.push_back(r);
+        }
+        const absl::Status why = absl::DeadlineExceededError(
+            StrCat("collective ", it->first, ": rank(s) ", absl::StrJoin(missing, ", "), " did not arrive in time"));
+        for (auto& [rank, wt] : c.waiters) {
+          if (auto s = wt.session.lock()) s->ReplyError(wt.request_id, why);
+        }
+        it = collectives_.erase(it);
+      } else {
+        ++it;
+      }
+    }
+    for (auto& [step, st] : steps_) {
+      for (auto* list : {&st.decide_waiters, &st.outcome_waiters}) {
+        for (auto it = list->begin(); it != list->end();) {
+          if (it->deadline > 0 && now > it->deadline) {
+            if (auto s = it->session.lock()) {
+              s->ReplyError(it->request_id, absl::DeadlineExceededError(StrCat(
+                                                "step ", step, ": no decision within the deadline; ",
+                                                st.votes.size(), " of ", world_, " ranks voted")));
+            }
+            it = list->erase(it);
+          } else {
+            ++it;
+          }
+        }
+      }
+    }
+  }
+
+  absl::Status OnLeave(const std::shared_ptr<Session>& s, const FrameHeader& h, ByteReader& r) {
+    const uint64_t id = r.Var();
+    if (!r.ok()) return r.status();
+    if (id != s->member_id) return absl::PermissionDeniedError("a member can only leave for itself");
+    waiting_.erase(id);
+    pending_joins_.erase(id);
+    waiting_order_.erase(std::remove(waiting_order_.begin(), waiting_order_.end(), id), waiting_order_.end());
+    if (members_.count(id)) {
+      // Leaving ends the generation only when others would wait for it.
+      members_[id].last_seen = 1e300;  // never declared dead
+      left_.insert(id);
+      bool all_left = true;
+      for (uint64_t m : order_) all_left = all_left && left_.count(m);
+      if (all_left) {
+        EndGeneration("every member left: the job finished");
+        left_.clear();
+      }
+    }
+    s->Reply(h.request_id, MsgType::kAck, "");
+    return absl::OkStatus();
+  }
+
+  // ---------------- collectives ----------------
+  absl::Status CheckRank(const std::shared_ptr<Session>& s, int64_t gen, int rank) {
+    if (!running_ || gen != generation_) {
+      return absl::AbortedError(StrCat("generation ", gen, " is over (current: ", generation_, "); join again"));
+    }
+    auto it = members_.find(s->member_id);
+    if (it == members_.end() || rank < it->second.first_rank ||
+        rank >= it->second.first_rank + it->second.local_ranks) {
+      return absl::PermissionDeniedError(StrCat("rank ", rank, " does not belong to member ", s->member_id));
+    }
+    return absl::OkStatus();
+  }
+
+  absl::Status OnCollective(const std::shared_ptr<Session>& s, const FrameHeader& h, ByteReader& r) {
+    const int64_t gen = r.SVar();
+    const int rank = static_cast<int>(r.Var());
+    const uint64_t seq = r.Var();
+    const auto op = static_cast<CollectiveOp>(r.U8());
+    const double timeout = static_cast<double>(r.Var()) / 1000.0;
+    const std::string part = r.Str(options_.max_frame_bytes);
+    if (!r.ok()) return r.status();
+    if (static_cast<uint8_t>(op) > 3) return absl::InvalidArgumentError("unknown collective");
+    if (absl::Status st = CheckRank(s, gen, rank); !st.ok()) {
+      s->ReplyError(h.request_id, st);
+      return absl::OkStatus();
+    }
+    Collective& c = collectives_[seq];
+    if (c.parts.empty()) c.op = op;
+    if (c.op != op) {
+      s->ReplyError(h.request_id, absl::FailedPreconditionError(StrCat(
+                                      "collective ", seq, ": rank ", rank, " called a different collective")));
+      return absl::OkStatus();
+    }
+    c.parts[rank] = part;  // a resend after a reconnect replaces the first
+    c.waiters[rank] = Waiter{s, h.request_id, 0};
+    const double deadline = NowSeconds() + timeout;
+    c.deadline = c.deadline == 0 ? deadline : std::max(c.deadline, deadline);
+    if (static_cast<int>(c.parts.size()) < world_) return absl::OkStatus();
+    // Everyone arrived: answer each rank.
+    std::vector<std::string> pieces;
+    if (op == CollectiveOp::kScatter) {
+      ByteReader lr(c.parts[0], "scatter from the leader");
+      const uint64_t n = lr.Count(1 << 24, "messages");
+      for (uint64_t i = 0; i < n && lr.ok(); ++i) pieces.push_back(lr.Str(options_.max_frame_bytes));
+      if (!lr.ok() || static_cast<int>(pieces.size()) != world_) pieces.assign(static_cast<size_t>(world_), "");
+    }
+    for (auto& [rk, wt] : c.waiters) {
+      auto ws = wt.session.lock();
+      if (!ws) continue;
+      ByteWriter w;
+      switch (op) {
+        case CollectiveOp::kGather:
+          if (rk == 0) {
+            w.Var(static_cast<uint64_t>(world_));
+            for (auto& [pr, p] : c.parts) w.Str(p);
+          } else {
+            w.Var(0);
+          }
+          break;
+        case CollectiveOp::kScatter: w.Str(pieces[static_cast<size_t>(rk)]); break;
+        case CollectiveOp::kBroadcast: w.Str(c.parts[0]); break;
+        case CollectiveOp::kBarrier: break;
+      }
+      ws->Reply(wt.request_id, MsgType::kCollectiveResult, w.Take());
+    }
+    collectives_.erase(seq);
+    return absl::OkStatus();
+  }
+
+  // ---------------- two-phase commit ----------------
+  absl::Status OnVote(const std::shared_ptr<Session>& s, const FrameHeader& h, ByteReader& r) {
+    const int64_t gen = r.SVar();
+    const int rank = static_cast<int>(r.Var());
+    const int64_t step = r.SVar();
+    SaveVote v;
+    v.ok = r.U8() != 0;
+    v.error = r.Str(1 << 16);
+    v.stall_s = BitsDouble(r.U64());
+    v.write_s = BitsDouble(r.U64());
+    v.bytes = r.SVar();
+    const uint64_t n = r.Count(1 << 24, "replica hashes");
+    for (uint64_t i = 0; i < n && r.ok(); ++i) {
+      ReplicaHash rh;
+      rh.key = r.Str(1 << 16);
+      rh.hash = r.U64();
+      rh.written = r.U8() != 0;
+      v.replicas.push_back(std::move(rh));
+    }
+    if (!r.ok()) return r.status();
+    if (absl::Status st = CheckRank(s, gen, rank); !st.ok()) {
+      s->ReplyError(h.request_id, st);
+      return absl::OkStatus();
+    }
+    StepState& st = steps_[step];
+    if (st.votes.empty() && !st.outcome) st.generation = gen;
+    s->Reply(h.request_id, MsgType::kAck, "");
+    if (st.outcome || st.decision) return absl::OkStatus();
+    st.votes[rank] = std::move(v);
+    if (!st.votes[rank].ok) {
+      Decide(step, st, absl::AbortedError(StrCat("rank ", rank, " failed to save step ", step, ": ",
+                                                 st.votes[rank].error)));
+      return absl::OkStatus();
+    }
+    if (static_cast<int>(st.votes.size()) == world_) Decide(step, st, CheckReplicas(step, st));
+    return absl::OkStatus();
+  }
+
+  // Replicas of one box must agree. A disagreement raises an alert naming the
+  // ranks outside the majority; the step commits only if the copy that was
+  // written is the majority's.
+  absl::Status CheckReplicas(int64_t step, StepState& st) {
+    struct Copy {
+      int rank;
+      uint64_t hash;
+      bool written;
+    };
+    std::map<std::string, std::vector<Copy>> by_key;
+    for (const auto& [rank, v] : st.votes) {
+      for (const ReplicaHash& rh : v.replicas) by_key[rh.key].push_back(Copy{rank, rh.hash, rh.written});
+    }
+    absl::Status verdict;
+    for (const auto& [key, copies] : by_key) {
+      if (copies.size() < 2) continue;
+      std::map<uint64_t, std::vector<int>> groups;
+      for (const Copy& c : copies) groups[c.hash].push_back(c.rank);
+      if (groups.size() == 1) continue;
+      uint64_t major = 0;
+      size_t best = 0;
+      for (const auto& [hash, ranks] : groups) {
+        if (ranks.size() > best) {
+          best = ranks.size();
+          major = hash;
+        }
+      }
+      const bool strict = best * 2 > copies.size();
+      std::vector<int> minority;
+      for (const auto& [hash, ranks] : groups) {
+        if (hash != major || !strict) minority.insert(minority.end(), ranks.begin(), ranks.end());
+      }
+      std::sort(minority.begin(), minority.end());
+      int writer = -1;
+      uint64_t written_hash = 0;
+      for (const Copy& c : copies) {
+        if (c.written) {
+          writer = c.rank;
+          written_hash = c.hash;
+        }
+      }
+      SdcAlert alert;
+      alert.step = step;
+      alert.key = key;
+      alert.detail = strict ? StrCat("rank(s) ", absl::StrJoin(minority, ", "), " disagree with the other ",
+                                     best, " of ", copies.size(), " replicas")
+                            : StrCat("no majority among ", copies.size(), " replicas");
+      ByteWriter w;
+      w.U8(static_cast<uint8_t>(JournalKind::kSdc));
+      w.SVar(step);
+      w.Str(alert.key);
+      w.Str(alert.detail);
+      Journaled(w.Take());
+      Log(StrCat("SDC ALERT step ", step, " ", key, ": ", alert.detail));
+      sdc_.push_back(std::move(alert));
+      if ((!strict || written_hash != major) && verdict.ok()) {
+        verdict = absl::DataLossError(StrCat("silent data corruption in ", key, " at step ", step, ": the copy of rank ",
+                                             writer, " that was written ",
+                                             strict ? "disagrees with the majority" : "has no majority",
+                                             "; the step is not committed"));
+      }
+    }
+    return verdict;
+  }
+
+  void Decide(int64_t step, StepState& st, absl::Status decision) {
+    st.decision = decision;
+    if (!decision.ok()) {
+      Abort(step, st, decision);
+      return;
+    }
+    for (Waiter& w : st.decide_waiters) {
+      if (auto s = w.session.lock()) s->Reply(w.request_id, MsgType::kDecision, DecisionPayload(absl::OkStatus()));
+    }
+    st.decide_waiters.clear();
+  }
+
+  static std::string DecisionPayload(const absl::Status& s) {
+    ByteWriter w;
+    w.U8(s.ok() ? 1 : 0);
+    w.Var(static_cast<uint64_t>(s.code()));
+    w.Str(std::string(s.message()));
+    return w.Take();
+  }
+
+  void Abort(int64_t step, StepState& st, const absl::Status& why) {
+    if (st.outcome) return;
+    st.decision = why;
+    st.outcome = why;
+    ++aborts_;
+    ByteWriter w;
+    w.U8(static_cast<uint8_t>(JournalKind::kAborted));
+    w.SVar(step);
+    Journaled(w.Take());
+    Log(StrCat("step ", step, " aborted: ", why.message()));
+    for (auto* list : {&st.decide_waiters, &st.outcome_waiters}) {
+      for (Waiter& w2 : *list) {
+        if (auto s = w2.session.lock()) {
+          s->Reply(w2.request_id, list == &st.decide_waiters ? MsgType::kDecision : MsgType::kOutcome,
+                   DecisionPayload(why));
+        }
+      }
+      list->clear();
+    }
+  }
+
+  absl::Status OnDecide(const std::shared_ptr<Session>& s, const FrameHeader& h, ByteReader& r) {
+    const int64_t gen = r.SVar();
+    const int64_t step = r.SVar();
+    const double timeout = static_cast<double>(r.Var()) / 1000.0;
+    if (!r.ok()) return r.status();
+    if (absl::Status st = CheckRank(s, gen, 0); !st.ok()) {
+      s->ReplyError(h.request_id, st);
+      return absl::OkStatus();
+    }
+    StepState& st = steps_[step];
+    if (st.decision) {
+      s->Reply(h.request_id, MsgType::kDecision, DecisionPayload(*st.decision));
+      return absl::OkStatus();
+    }
+    st.decide_waiters.push_back(Waiter{s, h.request_id, NowSeconds() + timeout});
+    return absl::OkStatus();
+  }
+
+  absl::Status OnPublished(const std::shared_ptr<Session>& s, const FrameHeader& h, ByteReader& r) {
+    const int64_t gen = r.SVar();
+    const int64_t step = r.SVar();
+    const bool ok = r.U8() != 0;
+    const std::string message = r.Str(1 << 16);
+    if (!r.ok()) return r.status();
+    if (absl::Status st = CheckRank(s, gen, 0); !st.ok()) {
+      s->ReplyError(h.request_id, st);
+      return absl::OkStatus();
+    }
+    StepState& st = steps_[step];
+    if (!st.decision || !st.decision->ok()) {
+      s->ReplyError(h.request_id, absl::FailedPreconditionError(StrCat("step ", step, " was not decided for commit")));
+      return absl::OkStatus();
+    }
+    if (!ok) {
+      Abort(step, st, absl::AbortedError(StrCat("the leader could not publish step ", step, ": ", message)));
+      s->Reply(h.request_id, MsgType::kAck, "");
+      return absl::OkStatus();
+    }
+    if (!st.outcome) {
+      ByteWriter w;
+      w.U8(static_cast<uint8_t>(JournalKind::kCommitted));
+      w.SVar(step);
+      Journaled(w.Take());
+      st.outcome = absl::OkStatus();
+      last_committed_ = std::max(last_committed_, step);
+      ++commits_;
+      RecordDurations(step, st);
+      for (Waiter& w2 : st.outcome_waiters) {
+        if (auto ws = w2.session.lock()) ws->Reply(w2.request_id, MsgType::kOutcome, DecisionPayload(absl::OkStatus()));
+      }
+      st.outcome_waiters.clear();
+      st.votes.clear();  // the durations are kept in last_save_
+    }
+    s->Reply(h.request_id, MsgType::kAck, "");
+    // Old steps' states are not needed once decided (the journal keeps
+    // their outcome).
+    while (steps_.size() > 256 && steps_.begin()->second.outcome) steps_.erase(steps_.begin());
+    return absl::OkStatus();
+  }
+
+  // Per-rank save durations; stragglers by median and MAD.
+  void RecordDurations(int64_t step, const StepState& st) {
+    std::vector<double> stall, write;
+    std::vector<std::pair<int, double>> by_rank;
+    for (const auto& [rank, v] : st.votes) {
+      stall.push_back(v.stall_s);
+      write.push_back(v.write_s);
+      by_rank.emplace_back(rank, v.write_s);
+    }
+    last_save_ = {{"stall", stall}, {"write", write}};
+    std::vector<double> w = write;
+    std::sort(w.begin(), w.end());
+    const double median = w.empty() ? 0 : w[w.size() / 2];
+    std::vector<double> dev;
+    for (double x : w) dev.push_back(std::fabs(x - median));
+    std::sort(dev.begin(), dev.end());
+    const double mad = dev.empty() ? 0 : dev[dev.size() / 2];
+    stragglers_.clear();
+    // A rank is a straggler when it took far longer than the typical rank:
+    // beyond 5 scaled MADs and at least 1.5x the median (and 10 ms).
+    const double limit = std::max({median + 5 * 1.4826 * mad, 1.5 * median, median + 0.01});
+    for (const auto& [rank, x] : by_rank) {
+      if (w.size() >= 3 && x > limit) stragglers_.push_back({rank, x});
+    }
+    if (!stragglers_.empty()) {
+      std::string list;
+      for (const auto& [rank, x] : stragglers_) StrAppend(&list, list.empty() ? "" : ", ", "rank ", rank, " ", x, " s");
+      Log(StrCat("step ", step, ": stragglers (median write ", median, " s): ", list));
+    }
+    straggler_step_ = step;
+  }
+
+  absl::Status OnAwaitOutcome(const std::shared_ptr<Session>& s, const FrameHeader& h, ByteReader& r) {
+    const int64_t gen = r.SVar();
+    const int64_t step = r.SVar();
+    const double timeout = static_cast<double>(r.Var()) / 1000.0;
+    if (!r.ok()) return r.status();
+    (void)gen;
+    StepState& st = steps_[step];
+    if (st.outcome) {
+      s->Reply(h.request_id, MsgType::kOutcome, DecisionPayload(*st.outcome));
+      return absl::OkStatus();
+    }
+    st.outcome_waiters.push_back(Waiter{s, h.request_id, NowSeconds() + timeout});
+    return absl::OkStatus();
+  }
+
+  // ---------------- status ----------------
+  int InGeneration() const { return running_ ? static_cast<int>(members_.size()) : 0; }
+
+  std::string BuildStatus() {
+    JsonWriter j;
+    j.BeginObject()
+        .Field("generation", generation_)
+        .Field("running", running_)
+        .Field("world_size", world_)
+        .Field("restore_step", restore_step_)
+        .Field("last_committed_step", last_committed_)
+        .Field("commits", commits_)
+        .Field("aborts", aborts_)
+        .Field("deaths", deaths_)
+        .Field("heartbeat_misses", heartbeat_misses_)
+        .Field("refused_joins", refused_)
+        .Field("bad_frames", bad_frames_);
+    j.Key("members").BeginArray();
+    const double now = NowSeconds();
+    for (uint64_t id : order_) {
+      const Member& m = members_[id];
+      j.BeginObject()
+          .Field("id", m.id)
+          .Field("host", m.host)
+          .Field("first_rank", m.first_rank)
+          .Field("local_ranks", m.local_ranks)
+          .Field("last_heartbeat_s_ago", m.last_seen > 1e299 ? 0.0 : now - m.last_seen)
+          .Field("connected", !m.session.expired())
+          .EndObject();
+    }
+    j.EndArray();
+    j.Key("waiting").BeginArray();
+    for (uint64_t id : waiting_order_) {
+      if (!waiting_.count(id)) continue;
+      j.BeginObject().Field("id", id).Field("host", waiting_[id].host).EndObject();
+    }
+    j.EndArray();
+    j.Key("stragglers").BeginObject().Field("step", straggler_step_);
+    j.Key("ranks").BeginArray();
+    for (const auto& [rank, x] : stragglers_) j.BeginObject().Field("rank", rank).Field("write_s", x).EndObject();
+    j.EndArray().EndObject();
+    j.Key("sdc_alerts").BeginArray();
+    for (const SdcAlert& a : sdc_) {
+      j.BeginObject().Field("step", a.step).Field("chunk", a.key).Field("detail", a.detail).EndObject();
+    }
+    j.EndArray();
+    j.EndObject();
+    return j.str();
+  }
+
+  void Accept() {
+    acceptor_.async_accept([this](const boost::system::error_code& ec, tcp::socket socket) {
+      if (ec) {
+        if (ec != asio::error::operation_aborted) Accept();
+        return;
+      }
+      boost::system::error_code ignored;
+      socket.set_option(tcp::no_delay(true), ignored);
+      auto s = std::make_shared<Session>(std::move(socket), *this);
+      Track(s);
+      s->Start();
+      Accept();
+    });
+  }
+
+  CoordinatorOptions options_;
+  asio::io_context io_;
+  tcp::acceptor acceptor_;
+  asio::steady_timer tick_;
+  asio::steady_timer form_timer_;
+  std::thread thread_;
+  int port_ = 0;
+  Journal journal_;
+  std::string coordinator_id_ = StrCat("ckpt-coordinator/", kProtocolVersion);
+  std::vector<std::weak_ptr<Session>> sessions_;
+
+  int64_t generation_ = 0;
+  bool running_ = false;
+  int world_ = 0;
+  int64_t restore_step_ = -1;
+  int64_t last_committed_ = -1;
+  double generation_started_ = 0;
+  std::map<uint64_t, Member> members_;  // of the current generation
+  std::vector<uint64_t> order_;         // members_ by rank
+  std::map<uint64_t, int> previous_rank_;
+  std::set<uint64_t> left_;
+  std::map<uint64_t, Member> waiting_;
+  std::vector<uint64_t> waiting_order_;
+  std::map<uint64_t, Waiter> pending_joins_;
+  uint64_t next_member_id_ = 1;
+  std::map<uint64_t, Collective> collectives_;
+  std::map<int64_t, StepState> steps_;
+  std::vector<SdcAlert> sdc_;
+  std::vector<std::pair<std::string, std::vector<double>>> last_save_;
+  std::vector<std::pair<int, double>> stragglers_;
+  int64_t straggler_step_ = -1;
+  uint64_t commits_ = 0, aborts_ = 0, deaths_ = 0, heartbeat_misses_ = 0, refused_ = 0, bad_frames_ = 0;
+};
+
+void Session::Start() {
+  // The first four bytes tell a frame ("CKCO") from an HTTP request ("GET ").
+  auto self = shared_from_this();
+  asio::async_read(socket_, asio::buffer(header_, 4), [this, self](const boost::system::error_code& ec, size_t) {
+    if (ec) return Close("");
+    if (std::memcmp(header_, "GET ", 4) == 0) return ServeHttp();
+    ReadHeaderRest();
+  });
+}
+
+void Session::ReadHeaderRest() {
+  auto self = shared_from_this();
+  asio::async_read(socket_, asio::buffer(header_ + 4, kHeaderSize - 4),
+                   [this, self](const boost::system::error_code& ec, size_t) {
+                     if (ec) return Close("");
+                     auto h = ParseHeader(header_, owner_.max_frame());
+                     if (!h.ok()) {
+                       owner_.CountBadFrame();
+                       return Close(std::string(h.status().message()));
+                     }
+                     ReadPayload(*h);
+                   });
+}
+
+void Session::ReadPayload(FrameHeader h) {
+  payload_.resize(h.length);
+  auto self = shared_from_this();
+  asio::async_read(socket_, asio::buffer(payload_.data(), payload_.size()),
+                   [this, self, h](const boost::system::error_code& ec, size_t) {
+                     if (ec) return Close("");
+                     absl::Status s = CheckPayload(h, payload_);
+                     if (s.ok()) s = owner_.Handle(self, h, payload_);
+                     if (!s.ok()) {
+                       owner_.CountBadFrame();
+                       ReplyError(h.request_id, s);
+                       return Close(std::string(s.message()));
+                     }
+                     asio::async_read(socket_, asio::buffer(header_, 4),
+                                      [this, self](const boost::system::error_code& ec2, size_t) {
+                                        if (ec2) return Close("");
+                                        ReadHeaderRest();
+                                      });
+                   });
+}
+
+void Session::ServeHttp() {
+  auto self = shared_from_this();
+  asio::async_read_until(socket_, http_, "\r\n\r\n", [this, self](const boost::system::error_code& ec, size_t) {
+    if (ec || http_.size() > 8192) return Close("");
+    std::string req(asio::buffers_begin(http_.data()), asio::buffers_end(http_.data()));
+    const std::string path = req.substr(0, req.find(' '));
+    std::string body, status = "200 OK", type = "text/plain; version=0.0.4";
+    if (path == "/metrics") {
+      body = owner_.Metrics();
+    } else if (path == "/status") {
+      body = owner_.StatusOnIoThread();
+      type = "application/json";
+    } else {
+      status = "404 Not Found";
+      body = "try /metrics or /status\n";
+    }
+    Send(StrCat("HTTP/1.0 ", status, "\r\nContent-Type: ", type, "\r\nContent-Length: ", body.size(),
+                "\r\nConnection: close\r\n\r\n", body));
+    closed_after_write_ = true;
+  });
+}
+
+void Session::Send(std::string frame) {
+  if (closed_) return;
+  outbox_.push_back(std::move(frame));
+  if (outbox_.size() == 1) WriteNext();
+}
+
+void Session::WriteNext() {
+  auto self = shared_from_this();
+  asio::async_write(socket_, asio::buffer(outbox_.front()), [this, self](const boost::system::error_code& ec, size_t) {
+    if (ec) return Close("");
+    outbox_.pop_front();
+    if (!outbox_.empty()) {
+      WriteNext();
+    } else if (closed_after_write_) {
+      Close("");
+    }
+  });
+}
+
+void Session::Close(const std::string& why) {
+  if (closed_) return;
+  closed_ = true;
+  if (!why.empty()) owner_.Log(StrCat("closing the connection from ", peer_, ": ", why));
+  boost::system::error_code ec;
+  socket_.shutdown(tcp::socket::shutdown_both, ec);
+  socket_.close(ec);
+}
+
+}  // namespace
+}  // namespace coord
+
+absl::StatusOr<std::unique_ptr<Coordinator>> Coordinator::Start(const CoordinatorOptions& options) {
+  auto c = std::make_unique<coord::CoordinatorImpl>(options);
+  if (absl::Status s = c->Init(); !s.ok()) return s;
+  return std::unique_ptr<Coordinator>(std::move(c));
+}
+
+}  // namespace ckpt

@@ -1,0 +1,148 @@
+// ckpt coordinator: the elastic-restart service, and `status` to query one.
+#include <csignal>
+#include <cstdio>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <thread>
+
+#include "ckpt/coordinator.h"
+#include "cli.h"
+#include "commands.h"
+
+namespace ckpt::tools {
+namespace {
+
+volatile std::sig_atomic_t g_stop = 0;
+void OnSignal(int) { g_stop = 1; }
+
+// "1s", "500ms", "2.5" (seconds).
+bool ParseDuration(const std::string& text, double* out) {
+  std::string t = text;
+  double scale = 1;
+  if (t.size() > 2 && t.compare(t.size() - 2, 2, "ms") == 0) {
+    scale = 1e-3;
+    t.resize(t.size() - 2);
+  } else if (!t.empty() && t.back() == 's') {
+    t.pop_back();
+  }
+  try {
+    size_t used = 0;
+    const double v = std::stod(t, &used);
+    if (used != t.size() || v <= 0) return false;
+    *out = v * scale;
+    return true;
+  } catch (...) {
+    return false;
+  }
+}
+
+int StatusMain(int argc, char** argv, int first) {
+  std::string connect = "127.0.0.1:7070";
+  bool json = false;
+  Args args("coordinator status", "[--connect HOST:PORT] [--json]",
+            "Asks a running coordinator for its state: generation, members and their last\n"
+            "heartbeat, the latest committed step, stragglers of the last save and SDC\n"
+            "alerts. Needs no token (read-only).");
+  args.String("connect", &connect, "coordinator address (default 127.0.0.1:7070)");
+  args.Switch("json", &json, "print the coordinator's JSON as is");
+  int exit = 0;
+  if (!args.Parse(argc, argv, first, &exit)) return exit;
+  CoordinatorClientOptions o;
+  o.address = connect;
+  o.reconnect_timeout_s = 1;
+  auto client = CoordinatorClient::Connect(o);
+  if (!client.ok()) {
+    std::fprintf(stderr, "ckpt coordinator status: %s\n", std::string(client.status().message()).c_str());
+    return kExitUsage;
+  }
+  auto status = (*client)->Status();
+  if (!status.ok()) {
+    std::fprintf(stderr, "ckpt coordinator status: %s\n", std::string(status.status().message()).c_str());
+    return kExitUsage;
+  }
+  std::printf("%s\n", status->c_str());
+  (void)json;  // the JSON is the status; a text view would only reformat it
+  return kExitOk;
+}
+
+}  // namespace
+
+int CoordinatorMain(int argc, char** argv, int first) {
+  if (first < argc && std::string(argv[first]) == "status") return StatusMain(argc, argv, first + 1);
+  std::string listen = "127.0.0.1:7070", state_dir, token_file, root, heartbeat = "1s", join_timeout = "2s",
+              port_file;
+  int64_t min_nodes = 1, max_nodes = 1 << 20, dead_after = 5, max_frame = 64 << 20;
+  Args args("coordinator",
+            "--state-dir DIR --token-file F [--listen HOST:PORT] [--min-nodes A --max-nodes B]\n"
+            "       [--heartbeat 1s --dead-after 5] [--join-timeout 2s] [--root URI]\n"
+            "   or: ckpt coordinator status [--connect HOST:PORT]",
+            "Runs the elastic-restart coordinator until SIGINT or SIGTERM. Workers join with\n"
+            "the job's token (challenge-response, never sent); once between --min-nodes and\n"
+            "--max-nodes are present (or --join-timeout passed since the last join with at\n"
+            "least the minimum), a generation forms: ranks assigned, step to restore named.\n"
+            "A worker that misses --dead-after heartbeats is dead: the others are told to\n"
+            "stop and a new generation forms from the survivors and spares. Saves commit\n"
+            "only when every rank of the generation voted yes and data-parallel replicas\n"
+            "agree. State is journaled in --state-dir: a restart loses nothing. Prometheus\n"
+            "metrics: GET /metrics on the same port. Protocol: docs/protocol.md.");
+  args.String("listen", &listen, "HOST:PORT to serve on (default 127.0.0.1:7070; port 0 picks one)");
+  args.String("state-dir", &state_dir, "directory for the journal (required)");
+  args.String("token-file", &token_file, "file holding the job's shared token (required)");
+  args.Int("min-nodes", &min_nodes, "fewest members a generation may have (default 1)");
+  args.Int("max-nodes", &max_nodes, "most members a generation may have (default unlimited)");
+  args.String("heartbeat", &heartbeat, "heartbeat interval expected from workers (default 1s)");
+  args.Int("dead-after", &dead_after, "missed heartbeats before a worker is dead (default 5)");
+  args.String("join-timeout", &join_timeout, "wait for more members after the minimum joined (default 2s)");
+  args.String("root", &root, "checkpoint root: restore only a step whose manifest verifies");
+  args.Size("max-frame", &max_frame, "largest frame accepted (default 64M)", true);
+  args.String("port-file", &port_file, "write the port listened on to this file once serving");
+  int exit = 0;
+  if (!args.Parse(argc, argv, first, &exit)) return exit;
+  CoordinatorOptions o;
+  o.listen = listen;
+  o.state_dir = state_dir;
+  o.root = root;
+  o.min_nodes = static_cast<int>(min_nodes);
+  o.max_nodes = static_cast<int>(max_nodes);
+  o.dead_after = static_cast<int>(dead_after);
+  o.max_frame_bytes = static_cast<uint32_t>(max_frame);
+  if (state_dir.empty() || token_file.empty()) {
+    std::fprintf(stderr, "ckpt coordinator: --state-dir and --token-file are required\n%s", args.Usage().c_str());
+    return kExitUsage;
+  }
+  if (!ParseDuration(heartbeat, &o.heartbeat_s) || !ParseDuration(join_timeout, &o.join_timeout_s)) {
+    std::fprintf(stderr, "ckpt coordinator: durations look like 1s, 500ms or 2.5\n");
+    return kExitUsage;
+  }
+  if (min_nodes < 1 || max_nodes < min_nodes || dead_after < 1) {
+    std::fprintf(stderr, "ckpt coordinator: need 1 <= --min-nodes <= --max-nodes and --dead-after >= 1\n");
+    return kExitUsage;
+  }
+  std::ifstream tf(token_file);
+  std::stringstream ts;
+  ts << tf.rdbuf();
+  o.token = ts.str();
+  while (!o.token.empty() && (o.token.back() == '\n' || o.token.back() == '\r')) o.token.pop_back();
+  if (!tf || o.token.empty()) {
+    std::fprintf(stderr, "ckpt coordinator: cannot read a token from %s\n", token_file.c_str());
+    return kExitUsage;
+  }
+  std::signal(SIGINT, OnSignal);
+  std::signal(SIGTERM, OnSignal);
+  auto c = Coordinator::Start(o);
+  if (!c.ok()) {
+    std::fprintf(stderr, "ckpt coordinator: %s\n", std::string(c.status().message()).c_str());
+    return kExitUsage;
+  }
+  if (!port_file.empty()) {
+    const std::string tmp = port_file + ".tmp";
+    std::ofstream(tmp) << (*c)->port() << "\n";
+    std::rename(tmp.c_str(), port_file.c_str());
+  }
+  while (!g_stop) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  std::fprintf(stderr, "ckpt coordinator: stopping\n");
+  return kExitOk;
+}
+
+}  // namespace ckpt::tools

@@ -1,0 +1,185 @@
+// ckpt worker: one process of an elastic training job driven by the
+// coordinator. It trains a small synthetic model whose update is a pure
+// function of (step, global index), so the state after N steps is known
+// exactly whatever the mesh was, and a restore can be checked bit for bit.
+// The demo and the failure tests run several of these and kill some.
+#include "elastic_model.h"
+
+#include <signal.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <optional>
+#include <cstdio>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <thread>
+
+#include "ckpt/checkpointer.h"
+#include "ckpt/coordinator.h"
+#include "cli.h"
+#include "commands.h"
+#include "util/strings.h"
+
+namespace ckpt::tools {
+namespace {
+
+struct WorkerConfig {
+  std::string connect, token, root, log_file, job = "elastic";
+  int64_t steps = 40, save_every = 5, step_ms = 10;
+  int64_t kill_during_save = -1;  // SIGKILL itself right after Save(step) returned
+  int64_t kill_after_commit = -1; // SIGKILL itself once step is committed
+  double join_timeout_s = 120;
+  double heartbeat_s = 0.2;
+};
+
+// A failed collective or commit often arrives just before the coordinator's
+// stop notice: give the notice a moment.
+bool Stopped(CoordinatorClient& client) {
+  for (int i = 0; i < 40 && !client.stop_requested(); ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  return client.stop_requested();
+}
+
+void Log(const WorkerConfig& c, const std::string& line) {
+  if (c.log_file.empty()) {
+    std::printf("%s\n", line.c_str());
+    std::fflush(stdout);
+    return;
+  }
+  std::ofstream(c.log_file, std::ios::app) << line << "\n";
+}
+
+// One generation: open, restore, train and save until done or stopped.
+// Returns true when the job finished.
+absl::StatusOr<bool> RunGeneration(const WorkerConfig& c, CoordinatorClient& client, const Assignment& a) {
+  const int rank = a.first_rank;
+  ElasticShard shard(rank, a.world_size);
+  CheckpointerOptions o;
+  o.uri = c.root;
+  o.rank = rank;
+  o.world_size = a.world_size;
+  o.communicator = client.communicator(0);
+  o.arbiter = client.arbiter();
+  o.hash_replicas = true;
+  o.collective_timeout_s = 60;
+  o.commit_timeout_s = 60;
+  o.engine_options.staging_bytes = 8 << 20;
+  o.engine_options.block_size = 64 << 10;
+  auto cp = Checkpointer::Open(o);
+  if (!cp.ok()) return Stopped(client) ? absl::StatusOr<bool>(false) : cp.status();
+  int64_t step = 0;
+  if (a.restore_step >= 0) {
+    State target = shard.state();
+    auto loaded = (*cp)->Load(target, a.restore_step);
+    if (!loaded.ok()) return Stopped(client) ? absl::StatusOr<bool>(false) : loaded.status();
+    step = a.restore_step;
+  } else {
+    shard.Init();
+  }
+  Log(c, StrCat("generation=", a.generation, " rank=", rank, " world=", a.world_size, " restore=", a.restore_step));
+  std::optional<SaveHandle> last;
+  while (step < c.steps) {
+    if (client.stop_requested()) {
+      Log(c, StrCat("rank=", rank, " stop at step ", step, ": ", client.stop_reason()));
+      return false;
+    }
+    ++step;
+    shard.Train(step);
+    std::this_thread::sleep_for(std::chrono::milliseconds(c.step_ms));
+    if (step % c.save_every != 0 && step != c.steps) continue;
+    if (last) {
+      absl::Status prev = last->Wait();
+      if (!prev.ok()) {
+        Log(c, StrCat("rank=", rank, " save failed: ", prev.message()));
+        return Stopped(client) ? absl::StatusOr<bool>(false) : prev;
+      }
+      if (last->Stats().step == c.kill_after_commit) kill(getpid(), SIGKILL);
+    }
+    auto h = (*cp)->Save(step, shard.state());
+    if (!h.ok()) {
+      Log(c, StrCat("rank=", rank, " save of step ", step, " refused: ", h.status().message()));
+      return Stopped(client) ? absl::StatusOr<bool>(false) : h.status();
+    }
+    if (step == c.kill_during_save) kill(getpid(), SIGKILL);
+    last = std::move(h).value();
+  }
+  if (last) {
+    absl::Status s = last->Wait();
+    if (!s.ok()) {
+      Log(c, StrCat("rank=", rank, " final save failed: ", s.message()));
+      return Stopped(client) ? absl::StatusOr<bool>(false) : s;
+    }
+  }
+  Log(c, StrCat("rank=", rank, " done at step ", step));
+  return true;
+}
+
+}  // namespace
+
+int WorkerMain(int argc, char** argv, int first) {
+  WorkerConfig c;
+  std::string token_file;
+  double heartbeat_ms = 200;
+  Args args("worker", "--connect HOST:PORT --token-file F --root DIR [--steps N --save-every K]",
+            "One process of an elastic training job: joins the coordinator, restores the\n"
+            "step it names (resharded onto the new world size), trains a small synthetic\n"
+            "model and saves asynchronously every K steps through the coordinator's\n"
+            "two-phase commit; when the coordinator ends the generation (a worker died) it\n"
+            "joins again and carries on. Used by `ckpt demo` and the failure tests.");
+  args.String("connect", &c.connect, "coordinator address");
+  args.String("token-file", &token_file, "file holding the job's token");
+  args.String("root", &c.root, "checkpoint root shared by the workers");
+  args.Int("steps", &c.steps, "train until this step (default 40)");
+  args.Int("save-every", &c.save_every, "save every K steps (default 5)");
+  args.Int("step-ms", &c.step_ms, "milliseconds of 'compute' per step (default 10)");
+  args.Double("heartbeat-ms", &heartbeat_ms, "heartbeat interval (default 200)");
+  args.Int("kill-during-save", &c.kill_during_save, "SIGKILL this process right after Save(step) returns");
+  args.Int("kill-after-commit", &c.kill_after_commit, "SIGKILL this process once step is committed");
+  args.String("log", &c.log_file, "append progress lines to this file (default stdout)");
+  int exit = 0;
+  if (!args.Parse(argc, argv, first, &exit)) return exit;
+  if (c.connect.empty() || token_file.empty() || c.root.empty()) {
+    std::fprintf(stderr, "ckpt worker: --connect, --token-file and --root are required\n");
+    return kExitUsage;
+  }
+  std::ifstream tf(token_file);
+  std::stringstream ts;
+  ts << tf.rdbuf();
+  c.token = ts.str();
+  while (!c.token.empty() && (c.token.back() == '\n' || c.token.back() == '\r')) c.token.pop_back();
+  CoordinatorClientOptions co;
+  co.address = c.connect;
+  co.token = c.token;
+  co.job = c.job;
+  co.heartbeat_s = heartbeat_ms / 1000.0;
+  auto client = CoordinatorClient::Connect(co);
+  if (!client.ok()) {
+    std::fprintf(stderr, "ckpt worker: %s\n", std::string(client.status().message()).c_str());
+    return kExitUsage;
+  }
+  for (int attempt = 0; attempt < 20; ++attempt) {
+    auto a = (*client)->Join(c.join_timeout_s);
+    if (!a.ok()) {
+      std::fprintf(stderr, "ckpt worker: join: %s\n", std::string(a.status().message()).c_str());
+      return absl::IsPermissionDenied(a.status()) ? kExitUsage : kExitProblem;
+    }
+    auto done = RunGeneration(c, **client, *a);
+    if (!done.ok()) {
+      std::fprintf(stderr, "ckpt worker: %s\n", std::string(done.status().message()).c_str());
+      if (!Stopped(**client)) return kExitProblem;
+      continue;
+    }
+    if (*done) {
+      (void)(*client)->Leave();
+      return kExitOk;
+    }
+  }
+  std::fprintf(stderr, "ckpt worker: gave up after 20 generations\n");
+  return kExitProblem;
+}
+
+}  // namespace ckpt::tools
