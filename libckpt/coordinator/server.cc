@@ -341,13 +341,16 @@ class CoordinatorImpl final : public Coordinator {
       case JournalKind::kCommitted: {
         const int64_t step = r.SVar();
         last_committed_ = std::max(last_committed_, step);
+        steps_[step].generation = r.SVar();
         steps_[step].outcome = absl::OkStatus();
         ++commits_;
         break;
       }
       case JournalKind::kAborted: {
         const int64_t step = r.SVar();
-        steps_[step].outcome = absl::AbortedError(StrCat("step ", step, " was aborted"));
+        steps_[step].generation = r.SVar();
+        steps_[step].decision = steps_[step].outcome =
+            absl::AbortedError(StrCat("step ", step, " was aborted in generation ", steps_[step].generation));
         ++aborts_;
         break;
       }
@@ -773,6 +776,19 @@ class CoordinatorImpl final : public Coordinator {
   }
 
   // ---------------- two-phase commit ----------------
+
+  // The state of `step` as generation `gen` sees it. A step aborted in an
+  // earlier generation is saved again from scratch by the new one; a
+  // committed step stays committed.
+  StepState& StepFor(int64_t step, int64_t gen) {
+    StepState& st = steps_[step];
+    const bool committed = st.outcome && st.outcome->ok();
+    if (st.generation != gen && !committed && st.decide_waiters.empty() && st.outcome_waiters.empty()) {
+      st = StepState{};
+      st.generation = gen;
+    }
+    return st;
+  }
   absl::Status OnVote(const std::shared_ptr<Session>& s, const FrameHeader& h, ByteReader& r) {
     const int64_t gen = r.SVar();
     const int rank = static_cast<int>(r.Var());
@@ -796,8 +812,7 @@ class CoordinatorImpl final : public Coordinator {
       s->ReplyError(h.request_id, st);
       return absl::OkStatus();
     }
-    StepState& st = steps_[step];
-    if (st.votes.empty() && !st.outcome) st.generation = gen;
+    StepState& st = StepFor(step, gen);
     s->Reply(h.request_id, MsgType::kAck, "");
     if (st.outcome || st.decision) return absl::OkStatus();
     st.votes[rank] = std::move(v);
@@ -903,6 +918,7 @@ class CoordinatorImpl final : public Coordinator {
     ByteWriter w;
     w.U8(static_cast<uint8_t>(JournalKind::kAborted));
     w.SVar(step);
+    w.SVar(st.generation);
     Journaled(w.Take());
     Log(StrCat("step ", step, " aborted: ", why.message()));
     for (auto* list : {&st.decide_waiters, &st.outcome_waiters}) {
@@ -925,7 +941,7 @@ class CoordinatorImpl final : public Coordinator {
       s->ReplyError(h.request_id, st);
       return absl::OkStatus();
     }
-    StepState& st = steps_[step];
+    StepState& st = StepFor(step, gen);
     if (st.decision) {
       s->Reply(h.request_id, MsgType::kDecision, DecisionPayload(*st.decision));
       return absl::OkStatus();
@@ -944,7 +960,7 @@ class CoordinatorImpl final : public Coordinator {
       s->ReplyError(h.request_id, st);
       return absl::OkStatus();
     }
-    StepState& st = steps_[step];
+    StepState& st = StepFor(step, gen);
     if (!st.decision || !st.decision->ok()) {
       s->ReplyError(h.request_id, absl::FailedPreconditionError(StrCat("step ", step, " was not decided for commit")));
       return absl::OkStatus();
@@ -958,6 +974,7 @@ class CoordinatorImpl final : public Coordinator {
       ByteWriter w;
       w.U8(static_cast<uint8_t>(JournalKind::kCommitted));
       w.SVar(step);
+      w.SVar(st.generation);
       Journaled(w.Take());
       st.outcome = absl::OkStatus();
       last_committed_ = std::max(last_committed_, step);
@@ -1013,8 +1030,7 @@ class CoordinatorImpl final : public Coordinator {
     const int64_t step = r.SVar();
     const double timeout = static_cast<double>(r.Var()) / 1000.0;
     if (!r.ok()) return r.status();
-    (void)gen;
-    StepState& st = steps_[step];
+    StepState& st = StepFor(step, gen);
     if (st.outcome) {
       s->Reply(h.request_id, MsgType::kOutcome, DecisionPayload(*st.outcome));
       return absl::OkStatus();

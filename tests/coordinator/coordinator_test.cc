@@ -1,0 +1,569 @@
+// The coordinator with real processes and real TCP on loopback: workers
+// SIGKILLed mid-save and between saves, the coordinator itself SIGKILLed and
+// restarted, a wrong token, garbage on the socket, replicas that disagree,
+// and 1,024 lightweight simulated members.
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <sys/resource.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <mutex>
+#include <optional>
+#include <cstring>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "ckpt/coordinator.h"
+#include "coordinator/protocol.h"
+#include "elastic_model.h"
+#include "testutil/test_util.h"
+#include "util/bytes.h"
+
+namespace ckpt::testing {
+namespace {
+
+using tools::ElasticShard;
+using tools::kElasticBias;
+using tools::kElasticWeight;
+
+constexpr char kToken[] = "coordinator-test-token";
+
+pid_t Spawn(const std::vector<std::string>& args, const std::string& out) {
+  const pid_t pid = fork();
+  if (pid == 0) {
+    const int fd = ::open(out.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
+    dup2(fd, 1);
+    dup2(fd, 2);
+    std::vector<char*> argv;
+    for (const std::string& a : args) argv.push_back(const_cast<char*>(a.c_str()));
+    argv.push_back(nullptr);
+    execv(argv[0], argv.data());
+    _exit(127);
+  }
+  return pid;
+}
+
+int WaitExit(pid_t pid) {
+  int status = 0;
+  waitpid(pid, &status, 0);
+  return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+}
+
+int ReadPort(const std::string& file) {
+  for (int i = 0; i < 200; ++i) {
+    std::ifstream f(file);
+    int port = 0;
+    if (f >> port && port > 0) return port;
+    std::this_thread::sleep_for(std::chrono::milliseconds(25));
+  }
+  return 0;
+}
+
+struct CoordinatorProcess {
+  pid_t pid = -1;
+  int port = 0;
+  std::vector<std::string> args;
+  std::string log;
+  void Start(const TempDir& dir, const std::string& listen, int min_nodes, int max_nodes) {
+    const std::string port_file = dir.Join("port");
+    std::remove(port_file.c_str());
+    args = {CKPT_BIN, "coordinator", "--listen", listen, "--port-file", port_file, "--state-dir",
+            dir.Join("state"), "--token-file", dir.Join("token"), "--min-nodes", std::to_string(min_nodes),
+            "--max-nodes", std::to_string(max_nodes), "--heartbeat", "200ms", "--dead-after", "3",
+            "--join-timeout", "500ms", "--root", dir.Join("root")};
+    log = dir.Join("coordinator.log");
+    pid = Spawn(args, log);
+    port = ReadPort(port_file);
+  }
+  void Kill() {
+    kill(pid, SIGKILL);
+    WaitExit(pid);
+  }
+  void Stop() {
+    kill(pid, SIGTERM);
+    WaitExit(pid);
+  }
+};
+
+std::string Status(int port) {
+  CoordinatorClientOptions o;
+  o.address = StrCat("127.0.0.1:", port);
+  o.reconnect_timeout_s = 2;
+  auto c = CoordinatorClient::Connect(o);
+  if (!c.ok()) return "";
+  auto s = (*c)->Status();
+  return s.ok() ? *s : "";
+}
+
+// The final checkpoint equals the model trained without interruption.
+void ExpectFinalStateExact(const std::string& root, int64_t steps) {
+  auto storage = OpenStorage(root);
+  ASSERT_OK(storage);
+  auto latest = LatestCommittedStep(**storage);
+  ASSERT_OK(latest);
+  EXPECT_EQ(*latest, steps);
+  std::vector<float> w(static_cast<size_t>(kElasticWeight.NumElements())), b(64);
+  State target;
+  ASSERT_OK(target.AddTensor(kElasticWeight, w.data()));
+  ASSERT_OK(target.AddTensor(kElasticBias, b.data()));
+  ASSERT_OK(LoadCheckpoint(**storage, target, steps));
+  const ElasticShard expected = ElasticShard::Expected(steps);
+  EXPECT_EQ(0, std::memcmp(w.data(), expected.weight().data(), w.size() * 4)) << "weight differs";
+  EXPECT_EQ(0, std::memcmp(b.data(), expected.bias().data(), b.size() * 4)) << "bias differs";
+}
+
+std::vector<std::string> WorkerArgs(const TempDir& dir, int port, int i, int64_t steps) {
+  return {CKPT_BIN, "worker", "--connect", StrCat("127.0.0.1:", port), "--token-file", dir.Join("token"),
+          "--root", dir.Join("root"), "--steps", std::to_string(steps), "--save-every", "5",
+          "--log", dir.Join(StrCat("worker", i, ".log"))};
+}
+
+std::string AllLogs(const TempDir& dir, int n) {
+  std::string all;
+  for (int i = 0; i < n; ++i) all += ReadFile(dir.Join(StrCat("worker", i, ".log")));
+  return all;
+}
+
+// 8 workers; one SIGKILLs itself while its save of step 15 is in flight, one
+// after step 25 committed. Step 15 of generation 1 is not committed, the
+// survivors restore step 10 on 7 ranks, later step 25 on 6 ranks, and the
+// final state is exactly the uninterrupted one.
+TEST(Coordinator, WorkersKilledMidSaveAndBetweenSaves) {
+  TempDir dir;
+  WriteFile(dir.Join("token"), kToken);
+  CoordinatorProcess coord;
+  coord.Start(dir, "127.0.0.1:0", 4, 8);
+  ASSERT_GT(coord.port, 0) << ReadFile(coord.log);
+  std::vector<pid_t> workers;
+  for (int i = 0; i < 8; ++i) {
+    std::vector<std::string> args = WorkerArgs(dir, coord.port, i, 40);
+    if (i == 3) args.insert(args.end(), {"--kill-during-save", "15"});
+    if (i == 6) args.insert(args.end(), {"--kill-after-commit", "25"});
+    workers.push_back(Spawn(args, dir.Join(StrCat("worker", i, ".out"))));
+  }
+  for (int i = 0; i < 8; ++i) {
+    const int rc = WaitExit(workers[i]);
+    if (i == 3 || i == 6) {
+      EXPECT_EQ(rc, 128 + SIGKILL) << i;
+    } else {
+      EXPECT_EQ(rc, 0) << "worker " << i << ": " << ReadFile(dir.Join(StrCat("worker", i, ".out")));
+    }
+  }
+  const std::string logs = AllLogs(dir, 8);
+  const std::string status = Status(coord.port);
+  coord.Stop();
+  const std::string clog = ReadFile(coord.log);
+  EXPECT_NE(clog.find("step 15 aborted"), std::string::npos) << clog;
+  EXPECT_NE(logs.find("generation=2 rank=0 world=7 restore=10"), std::string::npos) << logs;
+  EXPECT_NE(logs.find("generation=3 rank=0 world=6 restore=25"), std::string::npos) << logs;
+  EXPECT_NE(status.find("\"deaths\":2"), std::string::npos) << status;
+  ExpectFinalStateExact(dir.Join("root"), 40);
+}
+
+// The coordinator is SIGKILLed while the job runs and restarted on the same
+// port and state dir: the workers reconnect, resume their generation and
+// finish; nothing committed is lost.
+TEST(Coordinator, CoordinatorKilledAndRestartedMidRun) {
+  TempDir dir;
+  WriteFile(dir.Join("token"), kToken);
+  CoordinatorProcess coord;
+  coord.Start(dir, "127.0.0.1:0", 3, 3);
+  ASSERT_GT(coord.port, 0);
+  const int port = coord.port;
+  std::vector<pid_t> workers;
+  for (int i = 0; i < 3; ++i) {
+    std::vector<std::string> args = WorkerArgs(dir, port, i, 60);
+    args.insert(args.end(), {"--step-ms", "30"});
+    workers.push_back(Spawn(args, dir.Join(StrCat("worker", i, ".out"))));
+  }
+  // Kill it once a few steps are committed.
+  auto storage = OpenStorage(dir.Join("root"));
+  ASSERT_OK(storage);
+  for (int i = 0; i < 400; ++i) {
+    auto latest = LatestCommittedStep(**storage);
+    if (latest.ok() && *latest >= 15) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(25));
+  }
+  coord.Kill();
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  coord.Start(dir, StrCat("127.0.0.1:", port), 3, 3);
+  ASSERT_EQ(coord.port, port) << ReadFile(coord.log);
+  for (int i = 0; i < 3; ++i) {
+    EXPECT_EQ(WaitExit(workers[i]), 0) << ReadFile(dir.Join(StrCat("worker", i, ".out")));
+  }
+  const std::string status = Status(port);
+  coord.Stop();
+  const std::string clog = ReadFile(coord.log);
+  EXPECT_NE(clog.find("resuming generation 1"), std::string::npos) << clog;
+  EXPECT_NE(clog.find("reconnected to generation 1"), std::string::npos) << clog;
+  EXPECT_NE(status.find("\"last_committed_step\":60"), std::string::npos) << status;
+  ExpectFinalStateExact(dir.Join("root"), 60);
+}
+
+CoordinatorOptions InProcess(const TempDir& dir, int nodes) {
+  CoordinatorOptions o;
+  o.state_dir = dir.Join("state");
+  o.token = kToken;
+  o.min_nodes = o.max_nodes = nodes;
+  o.heartbeat_s = 0.2;
+  o.dead_after = 5;
+  o.log = [](const std::string&) {};
+  return o;
+}
+
+TEST(Coordinator, WrongTokenIsRefused) {
+  TempDir dir;
+  std::vector<std::string> lines;
+  std::mutex mu;
+  CoordinatorOptions o = InProcess(dir, 1);
+  o.log = [&](const std::string& l) {
+    std::lock_guard<std::mutex> lock(mu);
+    lines.push_back(l);
+  };
+  auto coord = Coordinator::Start(o);
+  ASSERT_OK(coord);
+  CoordinatorClientOptions co;
+  co.address = StrCat("127.0.0.1:", (*coord)->port());
+  co.token = "not-the-token";
+  auto client = CoordinatorClient::Connect(co);
+  ASSERT_OK(client);
+  auto a = (*client)->Join(5);
+  ASSERT_FALSE(a.ok());
+  EXPECT_TRUE(absl::IsPermissionDenied(a.status())) << a.status();
+  EXPECT_NE((*coord)->StatusJson().find("\"refused_joins\":1"), std::string::npos);
+  std::lock_guard<std::mutex> lock(mu);
+  bool logged = false;
+  for (const std::string& l : lines) logged = logged || l.find("wrong token") != std::string::npos;
+  EXPECT_TRUE(logged);
+}
+
+int RawConnect(int port) {
+  const int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_port = htons(static_cast<uint16_t>(port));
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  if (connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)) != 0) return -1;
+  return fd;
+}
+
+// True when the peer closed the connection (read returns 0 or an error).
+bool ClosedByPeer(int fd) {
+  timeval tv{5, 0};
+  setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+  char buf[4096];
+  while (true) {
+    const ssize_t n = recv(fd, buf, sizeof(buf), 0);
+    if (n <= 0) return n == 0 || errno != EAGAIN;
+  }
+}
+
+// Garbage, an oversized frame, a bad checksum and a request before joining
+// each close their own connection; two members doing collectives meanwhile
+// are not disturbed.
+TEST(Coordinator, GarbageClosesOnlyThatConnection) {
+  TempDir dir;
+  auto coord = Coordinator::Start(InProcess(dir, 2));
+  ASSERT_OK(coord);
+  const int port = (*coord)->port();
+  std::vector<std::unique_ptr<CoordinatorClient>> clients;
+  for (int i = 0; i < 2; ++i) {
+    CoordinatorClientOptions co;
+    co.address = StrCat("127.0.0.1:", port);
+    co.token = kToken;
+    co.heartbeat_s = 0.1;
+    auto c = CoordinatorClient::Connect(co);
+    ASSERT_OK(c);
+    clients.push_back(std::move(c).value());
+  }
+  std::vector<std::thread> threads;
+  std::atomic<int> ok{0};
+  for (int i = 0; i < 2; ++i) {
+    threads.emplace_back([&, i] {
+      auto a = clients[i]->Join(10);
+      if (!a.ok()) return;
+      auto comm = clients[i]->communicator(0);
+      for (int round = 0; round < 50; ++round) {
+        auto g = comm->Gather(StrCat("r", comm->rank(), "-", round), 10);
+        if (!g.ok()) return;
+        if (comm->rank() == 0 && (g->size() != 2 || (*g)[1] != StrCat("r1-", round))) return;
+        std::this_thread::sleep_for(std::chrono::milliseconds(10));
+      }
+      ok += 1;
+    });
+  }
+  // Meanwhile, misbehaving peers.
+  {
+    const int fd = RawConnect(port);
+    const std::string junk = "\x01\x02garbage that is not a frame at all................";
+    ASSERT_GT(send(fd, junk.data(), junk.size(), MSG_NOSIGNAL), 0);
+    EXPECT_TRUE(ClosedByPeer(fd));
+    close(fd);
+  }
+  {
+    const int fd = RawConnect(port);
+    ByteWriter w;
+    w.U32(coord::kFrameMagic);
+    w.U8(coord::kProtocolVersion);
+    w.U8(0);
+    w.U16(static_cast<uint16_t>(coord::MsgType::kHello));
+    w.U64(1);
+    w.U32(0xfffffff0u);  // a 4 GiB payload
+    w.U32(0);
+    ASSERT_GT(send(fd, w.str().data(), w.size(), MSG_NOSIGNAL), 0);
+    EXPECT_TRUE(ClosedByPeer(fd));
+    close(fd);
+  }
+  {
+    const int fd = RawConnect(port);
+    std::string frame = coord::EncodeFrame(coord::MsgType::kStatus, 1, "abc");
+    frame.back() ^= 1;  // payload no longer matches its checksum
+    ASSERT_GT(send(fd, frame.data(), frame.size(), MSG_NOSIGNAL), 0);
+    EXPECT_TRUE(ClosedByPeer(fd));
+    close(fd);
+  }
+  {
+    const int fd = RawConnect(port);
+    const std::string frame = coord::EncodeFrame(coord::MsgType::kVote, 1, "");
+    ASSERT_GT(send(fd, frame.data(), frame.size(), MSG_NOSIGNAL), 0);
+    EXPECT_TRUE(ClosedByPeer(fd));  // a vote before joining
+    close(fd);
+  }
+  {
+    const int fd = RawConnect(port);
+    const std::string frame = coord::EncodeFrame(coord::MsgType::kHello, 1, "");
+    ASSERT_GT(send(fd, frame.data(), frame.size() / 2, MSG_NOSIGNAL), 0);
+    close(fd);  // truncated, then gone
+  }
+  for (auto& t : threads) t.join();
+  EXPECT_EQ(ok.load(), 2);
+  const std::string status = (*coord)->StatusJson();
+  EXPECT_NE(status.find("\"bad_frames\":4"), std::string::npos) << status;
+  EXPECT_NE(status.find("\"generation\":1"), std::string::npos) << status;
+}
+
+// Replicas of one box that disagree raise an alert naming the minority; a
+// step whose written copy is the minority's is not committed.
+TEST(Coordinator, ReplicaDisagreementIsCaught) {
+  TempDir dir;
+  auto coord = Coordinator::Start(InProcess(dir, 3));
+  ASSERT_OK(coord);
+  std::vector<std::unique_ptr<CoordinatorClient>> clients(3);
+  std::vector<std::thread> joins;
+  for (int i = 0; i < 3; ++i) {
+    joins.emplace_back([&, i] {
+      CoordinatorClientOptions co;
+      co.address = StrCat("127.0.0.1:", (*coord)->port());
+      co.token = kToken;
+      auto c = CoordinatorClient::Connect(co);
+      ASSERT_OK(c);
+      ASSERT_OK((*c)->Join(10));
+      clients[i] = std::move(c).value();
+    });
+  }
+  for (auto& t : joins) t.join();
+  auto vote = [&](int64_t step, int writer, int odd) {
+    std::vector<std::thread> ts;
+    for (auto& c : clients) {
+      ts.emplace_back([&, step, writer, odd, client = c.get()] {
+        auto comm = client->communicator(0);
+        const int rank = comm->rank();
+        SaveVote v;
+        v.replicas.push_back(ReplicaHash{"model.bias[0:64]", rank == odd ? uint64_t{0xbad} : uint64_t{0x600d}, rank == writer});
+        ASSERT_OK(client->arbiter()->Vote(rank, step, v));
+      });
+    }
+    for (auto& t : ts) t.join();
+    CoordinatorClient* leader = nullptr;
+    for (auto& c : clients) {
+      if (c->communicator(0)->rank() == 0) leader = c.get();
+    }
+    return leader->arbiter()->AwaitDecision(step, 10);
+  };
+  // The writer (rank 0) agrees with the majority: committed, rank 2 named.
+  EXPECT_OK(vote(1, 0, 2));
+  // The writer (rank 1) holds the odd copy: not committed.
+  absl::Status s = vote(2, 1, 1);
+  EXPECT_TRUE(absl::IsDataLoss(s)) << s;
+  EXPECT_NE(s.message().find("silent data corruption"), absl::string_view::npos) << s;
+  const std::string status = (*coord)->StatusJson();
+  EXPECT_NE(status.find("rank(s) 2 disagree with the other 2 of 3 replicas"), std::string::npos) << status;
+  EXPECT_NE(status.find("rank(s) 1 disagree"), std::string::npos) << status;
+}
+
+// A light member speaking the protocol directly on a blocking socket, so a
+// test can run a thousand of them from one thread.
+class SimMember {
+ public:
+  bool Connect(int port) {
+    fd_ = RawConnect(port);
+    if (fd_ < 0) return false;
+    auto hello = Request(coord::MsgType::kHello, "");
+    if (!hello) return false;
+    ByteReader r(hello->second, "hello");
+    nonce_ = r.Str();
+    return r.ok();
+  }
+  bool SendJoin(const std::string& host) {
+    ByteWriter w;
+    w.Str("sim");
+    w.Str(host);
+    w.Var(1);
+    w.Var(0);
+    w.SVar(-1);
+    w.U8(0);
+    const auto mac = coord::Hmac(kToken, coord::JoinChallenge(nonce_, "sim", host));
+    w.Str(std::string_view(reinterpret_cast<const char*>(mac.data()), mac.size()));
+    return Send(coord::MsgType::kJoin, w.Take());
+  }
+  bool ReadAssign() {
+    auto f = Read();
+    if (!f || f->first != coord::MsgType::kAssign) return false;
+    ByteReader r(f->second, "assign");
+    if (r.U8() != 0) return false;
+    (void)r.Str();
+    member_ = r.Var();
+    generation_ = r.SVar();
+    rank_ = static_cast<int>(r.Var());
+    return r.ok();
+  }
+  bool Heartbeat() {
+    ByteWriter w;
+    w.Var(member_);
+    w.SVar(generation_);
+    auto f = Request(coord::MsgType::kHeartbeat, w.Take());
+    return f && f->first == coord::MsgType::kHeartbeatAck;
+  }
+  bool SendVote(int64_t step) {
+    ByteWriter w;
+    w.SVar(generation_);
+    w.Var(static_cast<uint64_t>(rank_));
+    w.SVar(step);
+    w.U8(1);
+    w.Str("");
+    w.U64(0);
+    w.U64(0);
+    w.SVar(0);
+    w.Var(0);
+    return Send(coord::MsgType::kVote, w.Take());
+  }
+  bool SendDecide(int64_t step) {
+    ByteWriter w;
+    w.SVar(generation_);
+    w.SVar(step);
+    w.Var(10000);
+    return Send(coord::MsgType::kDecide, w.Take());
+  }
+  bool SendBarrier(uint64_t seq) {
+    ByteWriter w;
+    w.SVar(generation_);
+    w.Var(static_cast<uint64_t>(rank_));
+    w.Var(seq);
+    w.U8(3);
+    w.Var(10000);
+    w.Str("");
+    return Send(coord::MsgType::kCollective, w.Take());
+  }
+  std::optional<std::pair<coord::MsgType, std::string>> Read() {
+    uint8_t h[coord::kHeaderSize];
+    if (!ReadAll(reinterpret_cast<char*>(h), sizeof(h))) return std::nullopt;
+    auto header = coord::ParseHeader(h, 1 << 26);
+    if (!header.ok()) return std::nullopt;
+    std::string payload(header->length, '\0');
+    if (!ReadAll(payload.data(), payload.size())) return std::nullopt;
+    return std::make_pair(header->type, payload);
+  }
+  int rank() const { return rank_; }
+  ~SimMember() {
+    if (fd_ >= 0) close(fd_);
+  }
+
+ private:
+  bool Send(coord::MsgType t, std::string_view payload) {
+    const std::string f = coord::EncodeFrame(t, ++id_, payload);
+    return send(fd_, f.data(), f.size(), MSG_NOSIGNAL) == static_cast<ssize_t>(f.size());
+  }
+  std::optional<std::pair<coord::MsgType, std::string>> Request(coord::MsgType t, std::string_view payload) {
+    if (!Send(t, payload)) return std::nullopt;
+    return Read();
+  }
+  bool ReadAll(char* p, size_t n) {
+    while (n > 0) {
+      const ssize_t got = recv(fd_, p, n, 0);
+      if (got <= 0) return false;
+      p += got;
+      n -= static_cast<size_t>(got);
+    }
+    return true;
+  }
+  int fd_ = -1;
+  uint64_t id_ = 0, member_ = 0;
+  int64_t generation_ = 0;
+  int rank_ = -1;
+  std::string nonce_;
+};
+
+// 1,024 members join, heartbeat, pass a barrier and commit a step.
+TEST(Coordinator, ThousandSimulatedMembers) {
+  constexpr int kMembers = 1024;
+  rlimit lim{};
+  getrlimit(RLIMIT_NOFILE, &lim);
+  if (lim.rlim_cur < 2 * kMembers + 64) {
+    lim.rlim_cur = std::min<rlim_t>(lim.rlim_max, 2 * kMembers + 64);
+    setrlimit(RLIMIT_NOFILE, &lim);
+  }
+  ASSERT_GE(lim.rlim_cur, static_cast<rlim_t>(2 * kMembers + 64)) << "needs more file descriptors";
+  TempDir dir;
+  CoordinatorOptions o = InProcess(dir, kMembers);
+  o.heartbeat_s = 1;
+  o.dead_after = 30;
+  auto coord = Coordinator::Start(o);
+  ASSERT_OK(coord);
+  std::vector<std::unique_ptr<SimMember>> m(kMembers);
+  for (int i = 0; i < kMembers; ++i) {
+    m[i] = std::make_unique<SimMember>();
+    ASSERT_TRUE(m[i]->Connect((*coord)->port())) << i;
+    ASSERT_TRUE(m[i]->SendJoin(StrCat("sim-", i))) << i;
+  }
+  std::vector<bool> ranks(kMembers, false);
+  for (int i = 0; i < kMembers; ++i) {
+    ASSERT_TRUE(m[i]->ReadAssign()) << i;
+    ASSERT_GE(m[i]->rank(), 0);
+    ASSERT_LT(m[i]->rank(), kMembers);
+    EXPECT_FALSE(ranks[m[i]->rank()]);
+    ranks[m[i]->rank()] = true;
+  }
+  for (auto& s : m) ASSERT_TRUE(s->Heartbeat());
+  for (auto& s : m) ASSERT_TRUE(s->SendBarrier(0));
+  for (auto& s : m) {
+    auto f = s->Read();
+    ASSERT_TRUE(f && f->first == coord::MsgType::kCollectiveResult);
+  }
+  SimMember* leader = nullptr;
+  for (auto& s : m) {
+    ASSERT_TRUE(s->SendVote(7));
+    if (s->rank() == 0) leader = s.get();
+  }
+  for (auto& s : m) {
+    auto f = s->Read();  // the vote's ack
+    ASSERT_TRUE(f && f->first == coord::MsgType::kAck);
+  }
+  ASSERT_TRUE(leader->SendDecide(7));
+  auto decision = leader->Read();
+  ASSERT_TRUE(decision && decision->first == coord::MsgType::kDecision);
+  EXPECT_EQ(decision->second[0], 1) << "not decided for commit";
+  const std::string status = (*coord)->StatusJson();
+  EXPECT_NE(status.find(StrCat("\"world_size\":", kMembers)), std::string::npos);
+}
+
+}  // namespace
+}  // namespace ckpt::testing
