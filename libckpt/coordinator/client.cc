@@ -492,9 +492,10 @@ class ClientImpl final : public CoordinatorClient {
   void Dispatch(uint64_t id, Reply r) {
     if (r.type == MsgType::kStop) {
       ByteReader br(r.payload, "stop");
-      (void)br.SVar();
+      const int64_t generation = br.SVar();
       std::string reason = br.Str();
       std::lock_guard<std::mutex> lock(mu_);
+      if (generation != assignment_.generation) return;  // about one this member already left
       stop_requested_ = true;
       stop_reason_ = reason;
       joined_ = false;
@@ -517,9 +518,10 @@ class ClientImpl final : public CoordinatorClient {
         }
         if (!connected_ || member_id_ == 0) continue;
       }
+      const int64_t generation = assignment().generation;
       ByteWriter w;
       w.Var(member_id_.load());
-      w.SVar(assignment().generation);
+      w.SVar(generation);
       auto r = Call(MsgType::kHeartbeat, w.Take(), options_.heartbeat_s * 2, false);
       if (!r.ok() || r->type != MsgType::kHeartbeatAck) continue;
       ByteReader br(r->payload, "heartbeat ack");
@@ -527,7 +529,8 @@ class ClientImpl final : public CoordinatorClient {
       const bool stop = br.U8() != 0;
       std::string reason = br.Str();
       std::lock_guard<std::mutex> lock(mu_);
-      if (stop && joined_) {
+      // A stop about a generation this member has since left is stale.
+      if (stop && joined_ && assignment_.generation == generation) {
         stop_requested_ = true;
         stop_reason_ = reason;
         joined_ = false;

@@ -39,7 +39,7 @@ namespace {
 namespace asio = boost::asio;
 using asio::ip::tcp;
 
-enum class JournalKind : uint8_t { kGeneration = 1, kEnded = 2, kCommitted = 3, kAborted = 4, kSdc = 5 };
+enum class JournalKind : uint8_t { kGeneration = 1, kEnded = 2, kCommitted = 3, kAborted = 4, kSdc = 5, kDecided = 6 };
 enum class CollectiveOp : uint8_t { kGather = 0, kScatter = 1, kBroadcast = 2, kBarrier = 3 };
 
 double BitsDouble(uint64_t u) {
@@ -352,6 +352,12 @@ class CoordinatorImpl final : public Coordinator {
         steps_[step].decision = steps_[step].outcome =
             absl::AbortedError(StrCat("step ", step, " was aborted in generation ", steps_[step].generation));
         ++aborts_;
+        break;
+      }
+      case JournalKind::kDecided: {
+        const int64_t step = r.SVar();
+        steps_[step].generation = r.SVar();
+        steps_[step].decision = absl::OkStatus();
         break;
       }
       case JournalKind::kSdc: {
@@ -896,6 +902,13 @@ class CoordinatorImpl final : public Coordinator {
       Abort(step, st, decision);
       return;
     }
+    // Journaled first: after a restart the leader's report that it
+    // published must still find the decision.
+    ByteWriter w;
+    w.U8(static_cast<uint8_t>(JournalKind::kDecided));
+    w.SVar(step);
+    w.SVar(st.generation);
+    Journaled(w.Take());
     for (Waiter& w : st.decide_waiters) {
       if (auto s = w.session.lock()) s->Reply(w.request_id, MsgType::kDecision, DecisionPayload(absl::OkStatus()));
     }

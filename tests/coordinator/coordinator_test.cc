@@ -24,6 +24,7 @@
 
 #include "ckpt/coordinator.h"
 #include "coordinator/protocol.h"
+#include "coordinator/sim_member.h"
 #include "elastic_model.h"
 #include "testutil/test_util.h"
 #include "util/bytes.h"
@@ -400,118 +401,6 @@ TEST(Coordinator, ReplicaDisagreementIsCaught) {
   EXPECT_NE(status.find("rank(s) 1 disagree"), std::string::npos) << status;
 }
 
-// A light member speaking the protocol directly on a blocking socket, so a
-// test can run a thousand of them from one thread.
-class SimMember {
- public:
-  bool Connect(int port) {
-    fd_ = RawConnect(port);
-    if (fd_ < 0) return false;
-    auto hello = Request(coord::MsgType::kHello, "");
-    if (!hello) return false;
-    ByteReader r(hello->second, "hello");
-    nonce_ = r.Str();
-    return r.ok();
-  }
-  bool SendJoin(const std::string& host) {
-    ByteWriter w;
-    w.Str("sim");
-    w.Str(host);
-    w.Var(1);
-    w.Var(0);
-    w.SVar(-1);
-    w.U8(0);
-    const auto mac = coord::Hmac(kToken, coord::JoinChallenge(nonce_, "sim", host));
-    w.Str(std::string_view(reinterpret_cast<const char*>(mac.data()), mac.size()));
-    return Send(coord::MsgType::kJoin, w.Take());
-  }
-  bool ReadAssign() {
-    auto f = Read();
-    if (!f || f->first != coord::MsgType::kAssign) return false;
-    ByteReader r(f->second, "assign");
-    if (r.U8() != 0) return false;
-    (void)r.Str();
-    member_ = r.Var();
-    generation_ = r.SVar();
-    rank_ = static_cast<int>(r.Var());
-    return r.ok();
-  }
-  bool Heartbeat() {
-    ByteWriter w;
-    w.Var(member_);
-    w.SVar(generation_);
-    auto f = Request(coord::MsgType::kHeartbeat, w.Take());
-    return f && f->first == coord::MsgType::kHeartbeatAck;
-  }
-  bool SendVote(int64_t step) {
-    ByteWriter w;
-    w.SVar(generation_);
-    w.Var(static_cast<uint64_t>(rank_));
-    w.SVar(step);
-    w.U8(1);
-    w.Str("");
-    w.U64(0);
-    w.U64(0);
-    w.SVar(0);
-    w.Var(0);
-    return Send(coord::MsgType::kVote, w.Take());
-  }
-  bool SendDecide(int64_t step) {
-    ByteWriter w;
-    w.SVar(generation_);
-    w.SVar(step);
-    w.Var(10000);
-    return Send(coord::MsgType::kDecide, w.Take());
-  }
-  bool SendBarrier(uint64_t seq) {
-    ByteWriter w;
-    w.SVar(generation_);
-    w.Var(static_cast<uint64_t>(rank_));
-    w.Var(seq);
-    w.U8(3);
-    w.Var(10000);
-    w.Str("");
-    return Send(coord::MsgType::kCollective, w.Take());
-  }
-  std::optional<std::pair<coord::MsgType, std::string>> Read() {
-    uint8_t h[coord::kHeaderSize];
-    if (!ReadAll(reinterpret_cast<char*>(h), sizeof(h))) return std::nullopt;
-    auto header = coord::ParseHeader(h, 1 << 26);
-    if (!header.ok()) return std::nullopt;
-    std::string payload(header->length, '\0');
-    if (!ReadAll(payload.data(), payload.size())) return std::nullopt;
-    return std::make_pair(header->type, payload);
-  }
-  int rank() const { return rank_; }
-  ~SimMember() {
-    if (fd_ >= 0) close(fd_);
-  }
-
- private:
-  bool Send(coord::MsgType t, std::string_view payload) {
-    const std::string f = coord::EncodeFrame(t, ++id_, payload);
-    return send(fd_, f.data(), f.size(), MSG_NOSIGNAL) == static_cast<ssize_t>(f.size());
-  }
-  std::optional<std::pair<coord::MsgType, std::string>> Request(coord::MsgType t, std::string_view payload) {
-    if (!Send(t, payload)) return std::nullopt;
-    return Read();
-  }
-  bool ReadAll(char* p, size_t n) {
-    while (n > 0) {
-      const ssize_t got = recv(fd_, p, n, 0);
-      if (got <= 0) return false;
-      p += got;
-      n -= static_cast<size_t>(got);
-    }
-    return true;
-  }
-  int fd_ = -1;
-  uint64_t id_ = 0, member_ = 0;
-  int64_t generation_ = 0;
-  int rank_ = -1;
-  std::string nonce_;
-};
-
 // 1,024 members join, heartbeat, pass a barrier and commit a step.
 TEST(Coordinator, ThousandSimulatedMembers) {
   constexpr int kMembers = 1024;
@@ -528,11 +417,11 @@ TEST(Coordinator, ThousandSimulatedMembers) {
   o.dead_after = 30;
   auto coord = Coordinator::Start(o);
   ASSERT_OK(coord);
-  std::vector<std::unique_ptr<SimMember>> m(kMembers);
+  std::vector<std::unique_ptr<coord::SimMember>> m(kMembers);
   for (int i = 0; i < kMembers; ++i) {
-    m[i] = std::make_unique<SimMember>();
+    m[i] = std::make_unique<coord::SimMember>();
     ASSERT_TRUE(m[i]->Connect((*coord)->port())) << i;
-    ASSERT_TRUE(m[i]->SendJoin(StrCat("sim-", i))) << i;
+    ASSERT_TRUE(m[i]->SendJoin(kToken, StrCat("sim-", i))) << i;
   }
   std::vector<bool> ranks(kMembers, false);
   for (int i = 0; i < kMembers; ++i) {
@@ -548,7 +437,7 @@ TEST(Coordinator, ThousandSimulatedMembers) {
     auto f = s->Read();
     ASSERT_TRUE(f && f->first == coord::MsgType::kCollectiveResult);
   }
-  SimMember* leader = nullptr;
+  coord::SimMember* leader = nullptr;
   for (auto& s : m) {
     ASSERT_TRUE(s->SendVote(7));
     if (s->rank() == 0) leader = s.get();

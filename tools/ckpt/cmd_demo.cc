@@ -1,12 +1,23 @@
 // ckpt demo: a small synthetic training job on a local directory.
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
 #include <chrono>
+#include <cstring>
+#include <fstream>
+#include <vector>
 #include <cstdio>
 #include <filesystem>
 #include <thread>
 
+#include "ckpt/coordinator.h"
 #include "ckpt/verify.h"
 #include "cli.h"
 #include "commands.h"
+#include "elastic_model.h"
 #include "format/layout.h"
 #include "synth_job.h"
 #include "util/clock.h"
@@ -16,7 +27,8 @@ namespace ckpt::tools {
 namespace {
 
 // The demo owns its directory: it may reuse one that holds only a checkpoint
-// root (LATEST, step-*), and refuses anything else.
+// root (LATEST, step-*) and what the elastic part writes, and refuses
+// anything else.
 bool PrepareDir(const std::string& dir, std::string* why) {
   namespace fs = std::filesystem;
   std::error_code ec;
@@ -24,6 +36,11 @@ bool PrepareDir(const std::string& dir, std::string* why) {
   for (const auto& e : fs::directory_iterator(dir, ec)) {
     const std::string name = e.path().filename().string();
     if (name.rfind("LATEST", 0) == 0 || ParseStepDir(name).has_value()) continue;
+    // What the elastic part leaves.
+    if (name == "elastic" || name == "coordinator" || name == "token" ||
+        (name.rfind("worker", 0) == 0 && name.size() > 4 && name.substr(name.size() - 4) == ".log")) {
+      continue;
+    }
     *why = "it holds '" + name + "', which is not part of a checkpoint root";
     return false;
   }
@@ -40,18 +57,107 @@ void Print(const char* fmt, auto... args) {
   std::fflush(stdout);
 }
 
+pid_t SpawnSelf(const std::vector<std::string>& args, const std::string& out) {
+  const pid_t pid = fork();
+  if (pid == 0) {
+    const int fd = ::open(out.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+    if (fd >= 0) {
+      dup2(fd, 1);
+      dup2(fd, 2);
+    }
+    std::vector<char*> argv;
+    for (const std::string& a : args) argv.push_back(const_cast<char*>(a.c_str()));
+    argv.push_back(nullptr);
+    execv("/proc/self/exe", argv.data());
+    _exit(127);
+  }
+  return pid;
+}
+
+// The elastic part: a coordinator and `workers` worker processes train the
+// small model of `ckpt worker`; one is SIGKILLed in the middle of a save.
+// The coordinator notices, aborts that step, forms a smaller generation
+// that restores the previous step (resharded), and the job finishes with
+// the exact state of an uninterrupted run.
+bool RunElastic(const std::string& dir, int workers, int64_t steps) {
+  const std::string root = dir + "/elastic", token_file = dir + "/token";
+  std::ofstream(token_file) << "demo-" << getpid() << "-" << NowSeconds() << "\n";
+  std::string token;
+  std::ifstream(token_file) >> token;
+  CoordinatorOptions co;
+  co.state_dir = dir + "/coordinator";
+  co.token = token;
+  co.min_nodes = 2;
+  co.max_nodes = workers;
+  co.heartbeat_s = 0.2;
+  co.dead_after = 3;
+  co.join_timeout_s = 0.5;
+  co.root = root;
+  co.log = [](const std::string& line) { Print("  coordinator: %s\n", line.c_str()); };
+  Print("elastic restart: a coordinator and %d worker processes (heartbeat 200 ms, dead after 3 missed)\n",
+        workers);
+  auto coord = Coordinator::Start(co);
+  if (!coord.ok()) {
+    Print("  coordinator FAILED to start: %s\n", std::string(coord.status().message()).c_str());
+    return false;
+  }
+  const std::string address = StrCat("127.0.0.1:", (*coord)->port());
+  const int64_t victim_step = std::max<int64_t>(5, (steps / 2) / 5 * 5);
+  std::vector<pid_t> pids;
+  for (int i = 0; i < workers; ++i) {
+    std::vector<std::string> args = {"ckpt", "worker", "--connect", address, "--token-file", token_file, "--root",
+                                     root, "--steps", std::to_string(steps), "--save-every", "5",
+                                     "--step-ms", "20"};
+    if (i == workers - 1) args.insert(args.end(), {"--kill-during-save", std::to_string(victim_step)});
+    pids.push_back(SpawnSelf(args, StrCat(dir, "/worker", i, ".log")));
+  }
+  Print("  worker %d will be SIGKILLed while its save of step %lld is in flight\n", workers - 1,
+        static_cast<long long>(victim_step));
+  bool ok = true;
+  for (int i = 0; i < workers; ++i) {
+    int status = 0;
+    waitpid(pids[i], &status, 0);
+    const bool killed = WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL;
+    if (i == workers - 1 ? !killed : !(WIFEXITED(status) && WEXITSTATUS(status) == 0)) {
+      Print("  worker %d ended unexpectedly (see %s/worker%d.log)\n", i, dir.c_str(), i);
+      ok = false;
+    }
+  }
+  auto storage = OpenStorage(root);
+  if (!storage.ok()) return false;
+  std::vector<float> w(static_cast<size_t>(kElasticWeight.NumElements())), b(64);
+  State target;
+  (void)target.AddTensor(kElasticWeight, w.data());
+  (void)target.AddTensor(kElasticBias, b.data());
+  auto loaded = LoadCheckpoint(**storage, target, steps);
+  if (!loaded.ok()) {
+    Print("  loading the final step FAILED: %s\n", std::string(loaded.status().message()).c_str());
+    return false;
+  }
+  const ElasticShard expected = ElasticShard::Expected(steps);
+  const bool exact = std::memcmp(w.data(), expected.weight().data(), w.size() * 4) == 0 &&
+                     std::memcmp(b.data(), expected.bias().data(), b.size() * 4) == 0;
+  Print("  final step %lld: %s\n", static_cast<long long>(steps),
+        exact ? "bit-identical to an uninterrupted run" : "DIFFERS from an uninterrupted run");
+  return ok && exact;
+}
+
 }  // namespace
 
 int DemoMain(int argc, char** argv, int first) {
   std::string dir = "ckpt-demo", mesh_text = "dp=2,tp=2", restore_text = "tp=4",
               codec_name = "shuffle-zstd";
-  int64_t params = 8000000, steps = 12, every = 4, keep = 2, step_ms = 60;
+  int64_t params = 8000000, steps = 12, every = 4, keep = 2, step_ms = 60, workers = 4;
+  bool no_elastic = false;
   Args args("demo", "[--dir DIR] [options]",
             "Runs a small synthetic training job: each step 'computes' for a while, every few\n"
             "steps the state is saved asynchronously (training goes on while blocks are\n"
             "checksummed, compressed and written), old steps are retired by retention, then a\n"
             "node loss is simulated: the latest checkpoint is restored onto a different mesh\n"
-            "and every element compared, and all kept steps are verified.");
+            "and every element compared, and all kept steps are verified. Then the elastic\n"
+            "story: a coordinator and worker processes train, one is SIGKILLed mid-save, the\n"
+            "others are stopped, a smaller generation restores the last committed step\n"
+            "(resharded) and finishes; the final state is checked bit for bit.");
   args.String("dir", &dir, "checkpoint root (default ./ckpt-demo, recreated each run)");
   args.Size("params", &params, "parameter count (default 8M)", false);
   args.String("mesh", &mesh_text, "training mesh (default dp=2,tp=2)");
@@ -61,6 +167,8 @@ int DemoMain(int argc, char** argv, int first) {
   args.Int("every", &every, "save every N steps (default 4)");
   args.Int("keep", &keep, "retention: keep the newest K steps (default 2)");
   args.Int("step-ms", &step_ms, "simulated compute per step in ms (default 60)");
+  args.Int("workers", &workers, "worker processes of the elastic part (default 4)");
+  args.Switch("no-elastic", &no_elastic, "skip the elastic part (coordinator and workers)");
   int exit = 0;
   if (!args.Parse(argc, argv, first, &exit)) return exit;
   auto mesh = Mesh::Parse(mesh_text);
@@ -183,6 +291,7 @@ int DemoMain(int argc, char** argv, int first) {
       }
     }
   }
+  if (!no_elastic) ok = RunElastic(dir, static_cast<int>(std::max<int64_t>(workers, 2)), 40) && ok;
   Print("%s in %.1f s\n", ok ? "done" : "FAILED", NowSeconds() - t0);
   return ok ? kExitOk : kExitProblem;
 }
