@@ -210,6 +210,40 @@ TEST(Coordinator, CoordinatorKilledAndRestartedMidRun) {
   ExpectFinalStateExact(dir.Join("root"), 60);
 }
 
+// A worker's copy of a replicated tensor is corrupted while it saves: the
+// coordinator raises an SDC alert naming that rank; training carries on and
+// the final state is exact.
+TEST(Coordinator, CorruptReplicaRaisesAlertEndToEnd) {
+  TempDir dir;
+  WriteFile(dir.Join("token"), kToken);
+  CoordinatorProcess coord;
+  coord.Start(dir, "127.0.0.1:0", 3, 3);
+  ASSERT_GT(coord.port, 0);
+  std::vector<pid_t> workers;
+  for (int i = 0; i < 3; ++i) {
+    std::vector<std::string> args = WorkerArgs(dir, coord.port, i, 20);
+    if (i == 1) args.insert(args.end(), {"--corrupt-replica-at", "10"});
+    workers.push_back(Spawn(args, dir.Join(StrCat("worker", i, ".out"))));
+  }
+  for (int i = 0; i < 3; ++i) {
+    EXPECT_EQ(WaitExit(workers[i]), 0) << ReadFile(dir.Join(StrCat("worker", i, ".out")));
+  }
+  const std::string status = Status(coord.port);
+  coord.Stop();
+  const std::string logs = AllLogs(dir, 3);
+  // Which rank worker 1 got is in its log.
+  const std::string w1 = ReadFile(dir.Join("worker1.log"));
+  const size_t at = w1.find(" rank=");
+  ASSERT_NE(at, std::string::npos) << w1;
+  const int rank = std::stoi(w1.substr(at + 6));
+  EXPECT_NE(status.find(StrCat("\"chunk\":\"model.bias[0:64]\",\"detail\":\"rank(s) ", rank,
+                               " disagree with the other 2 of 3 replicas\"")),
+            std::string::npos)
+      << status;
+  EXPECT_NE(status.find("\"step\":10,\"chunk\""), std::string::npos) << status;
+  ExpectFinalStateExact(dir.Join("root"), 20);
+}
+
 CoordinatorOptions InProcess(const TempDir& dir, int nodes) {
   CoordinatorOptions o;
   o.state_dir = dir.Join("state");
@@ -219,6 +253,20 @@ CoordinatorOptions InProcess(const TempDir& dir, int nodes) {
   o.dead_after = 5;
   o.log = [](const std::string&) {};
   return o;
+}
+
+int RawConnect(int port);
+
+std::string HttpGet(int port, const std::string& path) {
+  const int fd = RawConnect(port);
+  const std::string req = "GET " + path + " HTTP/1.0\r\nHost: x\r\n\r\n";
+  if (send(fd, req.data(), req.size(), MSG_NOSIGNAL) < 0) return "";
+  std::string out;
+  char buf[4096];
+  ssize_t n;
+  while ((n = recv(fd, buf, sizeof(buf), 0)) > 0) out.append(buf, static_cast<size_t>(n));
+  close(fd);
+  return out;
 }
 
 TEST(Coordinator, WrongTokenIsRefused) {
@@ -245,6 +293,12 @@ TEST(Coordinator, WrongTokenIsRefused) {
   bool logged = false;
   for (const std::string& l : lines) logged = logged || l.find("wrong token") != std::string::npos;
   EXPECT_TRUE(logged);
+  // The refusal is visible to Prometheus on the same port.
+  const std::string metrics = HttpGet((*coord)->port(), "/metrics");
+  EXPECT_NE(metrics.find("HTTP/1.0 200 OK"), std::string::npos) << metrics;
+  EXPECT_NE(metrics.find("\nckpt_coordinator_refused_joins_total 1\n"), std::string::npos) << metrics;
+  EXPECT_NE(metrics.find("# TYPE ckpt_coordinator_generation gauge"), std::string::npos) << metrics;
+  EXPECT_NE(HttpGet((*coord)->port(), "/nope").find("404"), std::string::npos);
 }
 
 int RawConnect(int port) {

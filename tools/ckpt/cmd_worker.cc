@@ -31,6 +31,7 @@ struct WorkerConfig {
   int64_t steps = 40, save_every = 5, step_ms = 10;
   int64_t kill_during_save = -1;  // SIGKILL itself right after Save(step) returned
   int64_t kill_after_commit = -1; // SIGKILL itself once step is committed
+  int64_t corrupt_replica_at = -1;  // flip a bit of its bias copy while saving this step
   double join_timeout_s = 120;
   double heartbeat_s = 0.2;
 };
@@ -93,13 +94,19 @@ absl::StatusOr<bool> RunGeneration(const WorkerConfig& c, CoordinatorClient& cli
     if (step % c.save_every != 0 && step != c.steps) continue;
     if (last) {
       absl::Status prev = last->Wait();
-      if (!prev.ok()) {
+      if (absl::IsDataLoss(prev)) {
+        // Not committed (replicas disagreed); training goes on.
+        Log(c, StrCat("rank=", rank, " step ", last->Stats().step, " not committed: ", prev.message()));
+      } else if (!prev.ok()) {
         Log(c, StrCat("rank=", rank, " save failed: ", prev.message()));
         return Stopped(client) ? absl::StatusOr<bool>(false) : prev;
       }
       if (last->Stats().step == c.kill_after_commit) kill(getpid(), SIGKILL);
     }
+    const bool corrupt = step == c.corrupt_replica_at;
+    if (corrupt) shard.FlipBiasBit();
     auto h = (*cp)->Save(step, shard.state());
+    if (corrupt) shard.FlipBiasBit();  // Save has copied and hashed it
     if (!h.ok()) {
       Log(c, StrCat("rank=", rank, " save of step ", step, " refused: ", h.status().message()));
       return Stopped(client) ? absl::StatusOr<bool>(false) : h.status();
@@ -139,6 +146,8 @@ int WorkerMain(int argc, char** argv, int first) {
   args.Double("heartbeat-ms", &heartbeat_ms, "heartbeat interval (default 200)");
   args.Int("kill-during-save", &c.kill_during_save, "SIGKILL this process right after Save(step) returns");
   args.Int("kill-after-commit", &c.kill_after_commit, "SIGKILL this process once step is committed");
+  args.Int("corrupt-replica-at", &c.corrupt_replica_at,
+           "flip a bit of this rank's bias copy while saving this step (SDC drill)");
   args.String("log", &c.log_file, "append progress lines to this file (default stdout)");
   int exit = 0;
   if (!args.Parse(argc, argv, first, &exit)) return exit;

@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <vector>
 
 #include "ckpt/state.h"
@@ -54,6 +55,15 @@ class ElasticShard {
     (void)s.AddShard(kElasticWeight, box, w_.data());
     (void)s.AddTensor(kElasticBias, b_.data());
     return s;
+  }
+
+  /// Flips one bit of this rank's copy of the bias (a marginal chip), and
+  /// back: for silent-data-corruption drills.
+  void FlipBiasBit() {
+    uint32_t u;
+    std::memcpy(&u, b_.data(), 4);
+    u ^= 1u << 3;
+    std::memcpy(b_.data(), &u, 4);
   }
 
   const std::vector<float>& weight() const { return w_; }
