@@ -655,21 +655,18 @@ class CoordinatorImpl final : public Coordinator {
   }
 
   void ExpireWaiters(double now) {
-    for (auto it = collectives_.begin(); it != collectives_.end();) {
-      Collective& c = it->second;
+    // A collective past its deadline means ranks that heartbeat but no
+    // longer move together (a hung rank, or replies lost when the
+    // coordinator died mid-answer): the generation cannot go on.
+    for (auto& [seq, c] : collectives_) {
       if (c.deadline > 0 && now > c.deadline) {
         std::vector<int> missing;
         for (int r = 0; r < world_ && missing.size() < 16; ++r) {
           if (!c.parts.count(r)) missing.push_back(r);
         }
-        const absl::Status why = absl::DeadlineExceededError(
-            StrCat("collective ", it->first, ": rank(s) ", absl::StrJoin(missing, ", "), " did not arrive in time"));
-        for (auto& [rank, wt] : c.waiters) {
-          if (auto s = wt.session.lock()) s->ReplyError(wt.request_id, why);
-        }
-        it = collectives_.erase(it);
-      } else {
-        ++it;
+        EndGeneration(StrCat("collective ", seq, " timed out: rank(s) ", absl::StrJoin(missing, ", "),
+                             " did not take part"));
+        break;  // EndGeneration answered and cleared every collective
       }
     }
     for (auto& [step, st] : steps_) {

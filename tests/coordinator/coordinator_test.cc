@@ -406,6 +406,38 @@ TEST(Coordinator, GarbageClosesOnlyThatConnection) {
   EXPECT_NE(status.find("\"generation\":1"), std::string::npos) << status;
 }
 
+// A rank that heartbeats but never joins a collective (hung in its own
+// code) ends the generation at the collective's deadline: the others are
+// told to stop rather than wait forever.
+TEST(Coordinator, CollectiveDeadlineEndsTheGeneration) {
+  TempDir dir;
+  auto coord = Coordinator::Start(InProcess(dir, 2));
+  ASSERT_OK(coord);
+  std::vector<std::unique_ptr<CoordinatorClient>> clients(2);
+  std::vector<std::thread> joins;
+  for (int i = 0; i < 2; ++i) {
+    joins.emplace_back([&, i] {
+      CoordinatorClientOptions co;
+      co.address = StrCat("127.0.0.1:", (*coord)->port());
+      co.token = kToken;
+      co.heartbeat_s = 0.1;
+      auto c = CoordinatorClient::Connect(co);
+      ASSERT_OK(c);
+      ASSERT_OK((*c)->Join(10));
+      clients[i] = std::move(c).value();
+    });
+  }
+  for (auto& t : joins) t.join();
+  absl::Status s = clients[0]->communicator(0)->Barrier(0.5);
+  EXPECT_TRUE(absl::IsAborted(s)) << s;
+  EXPECT_NE(s.message().find("did not take part"), absl::string_view::npos) << s;
+  for (int i = 0; i < 50 && !(clients[0]->stop_requested() && clients[1]->stop_requested()); ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  EXPECT_TRUE(clients[0]->stop_requested());
+  EXPECT_TRUE(clients[1]->stop_requested());
+}
+
 // Replicas of one box that disagree raise an alert naming the minority; a
 // step whose written copy is the minority's is not committed.
 TEST(Coordinator, ReplicaDisagreementIsCaught) {
