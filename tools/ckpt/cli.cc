@@ -5,7 +5,9 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <fstream>
 #include <mutex>
+#include <sstream>
 
 #include "synth_job.h"
 #include "util/clock.h"
@@ -195,6 +197,19 @@ void ProgressBar::Finish() {
     std::fflush(stderr);
   }
   drawn_ = false;
+}
+
+}  // namespace ckpt::tools
+
+namespace ckpt::tools {
+
+bool ReadTokenFile(const std::string& path, std::string* token) {
+  std::ifstream f(path);
+  std::stringstream ss;
+  ss << f.rdbuf();
+  *token = ss.str();
+  while (!token->empty() && (token->back() == '\n' || token->back() == '\r')) token->pop_back();
+  return !token->empty();
 }
 
 }  // namespace ckpt::tools

@@ -2,7 +2,6 @@
 #include <csignal>
 #include <cstdio>
 #include <fstream>
-#include <sstream>
 #include <string>
 #include <thread>
 
@@ -119,12 +118,7 @@ int CoordinatorMain(int argc, char** argv, int first) {
     std::fprintf(stderr, "ckpt coordinator: need 1 <= --min-nodes <= --max-nodes and --dead-after >= 1\n");
     return kExitUsage;
   }
-  std::ifstream tf(token_file);
-  std::stringstream ts;
-  ts << tf.rdbuf();
-  o.token = ts.str();
-  while (!o.token.empty() && (o.token.back() == '\n' || o.token.back() == '\r')) o.token.pop_back();
-  if (!tf || o.token.empty()) {
+  if (!ReadTokenFile(token_file, &o.token)) {
     std::fprintf(stderr, "ckpt coordinator: cannot read a token from %s\n", token_file.c_str());
     return kExitUsage;
   }

@@ -13,7 +13,6 @@
 #include <optional>
 #include <cstdio>
 #include <fstream>
-#include <sstream>
 #include <string>
 #include <thread>
 
@@ -155,11 +154,10 @@ int WorkerMain(int argc, char** argv, int first) {
     std::fprintf(stderr, "ckpt worker: --connect, --token-file and --root are required\n");
     return kExitUsage;
   }
-  std::ifstream tf(token_file);
-  std::stringstream ts;
-  ts << tf.rdbuf();
-  c.token = ts.str();
-  while (!c.token.empty() && (c.token.back() == '\n' || c.token.back() == '\r')) c.token.pop_back();
+  if (!ReadTokenFile(token_file, &c.token)) {
+    std::fprintf(stderr, "ckpt worker: cannot read a token from %s\n", token_file.c_str());
+    return kExitUsage;
+  }
   CoordinatorClientOptions co;
   co.address = c.connect;
   co.token = c.token;
