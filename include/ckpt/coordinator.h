@@ -102,8 +102,8 @@ class CoordinatorClient {
   /// died): stop training, Join again, restore.
   virtual bool stop_requested() const = 0;
   virtual std::string stop_reason() const = 0;
-  /// The coordinator's status JSON.
-  virtual absl::StatusOr<std::string> Status() = 0;
+  /// The coordinator's status: JSON, or lines of text for people.
+  virtual absl::StatusOr<std::string> Status(bool text = false) = 0;
   /// Leaves for good (the job finished on this member).
   virtual absl::Status Leave() = 0;
 };

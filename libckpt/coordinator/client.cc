@@ -170,8 +170,10 @@ class ClientImpl final : public CoordinatorClient {
     return stop_reason_;
   }
 
-  absl::StatusOr<std::string> Status() override {
-    CKPT_ASSIGN_OR_RETURN(Reply r, Call(MsgType::kStatus, "", 10, false));
+  absl::StatusOr<std::string> Status(bool text) override {
+    ByteWriter w;
+    w.U8(text ? 1 : 0);
+    CKPT_ASSIGN_OR_RETURN(Reply r, Call(MsgType::kStatus, w.Take(), 10, false));
     ByteReader br(r.payload, "status reply");
     std::string json = br.Str(1 << 26);
     if (!br.ok()) return br.status();

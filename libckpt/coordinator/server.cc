@@ -237,13 +237,13 @@ class CoordinatorImpl final : public Coordinator {
         s->Reply(h.request_id, MsgType::kHello, w.Take());
         return absl::OkStatus();
       }
-      case MsgType::kStatus:
-        s->Reply(h.request_id, MsgType::kStatusReply, [&] {
-          ByteWriter w;
-          w.Str(BuildStatus());
-          return w.Take();
-        }());
+      case MsgType::kStatus: {
+        const bool text = !payload.empty() && r.U8() == 1;  // older clients send nothing: JSON
+        ByteWriter w;
+        w.Str(text ? BuildStatusText() : BuildStatus());
+        s->Reply(h.request_id, MsgType::kStatusReply, w.Take());
         return absl::OkStatus();
+      }
       case MsgType::kJoin: return OnJoin(s, h, r);
       default: break;
     }
@@ -1051,6 +1051,32 @@ class CoordinatorImpl final : public Coordinator {
 
   // ---------------- status ----------------
   int InGeneration() const { return running_ ? static_cast<int>(members_.size()) : 0; }
+
+  std::string BuildStatusText() {
+    std::string t;
+    StrAppend(&t, "generation ", generation_, running_ ? " running" : " not running", ", world size ", world_,
+              ", restore step ", restore_step_, ", last committed step ", last_committed_, "\n");
+    StrAppend(&t, "commits ", commits_, ", aborts ", aborts_, ", deaths ", deaths_, ", heartbeat misses ",
+              heartbeat_misses_, ", refused joins ", refused_, ", bad frames ", bad_frames_, "\n");
+    const double now = NowSeconds();
+    StrAppend(&t, "members:\n");
+    for (uint64_t id : order_) {
+      const Member& m = members_[id];
+      char ago[32];
+      std::snprintf(ago, sizeof(ago), "%.2f", m.last_seen > 1e299 ? 0.0 : now - m.last_seen);
+      StrAppend(&t, "  ", id, "  ", m.host, "  ranks ", m.first_rank, "..", m.first_rank + m.local_ranks - 1,
+                "  last heartbeat ", ago, " s ago", m.session.expired() ? "  (disconnected)" : "", "\n");
+    }
+    if (order_.empty()) StrAppend(&t, "  (none)\n");
+    for (uint64_t id : waiting_order_) {
+      if (waiting_.count(id)) StrAppend(&t, "waiting: ", id, "  ", waiting_[id].host, "\n");
+    }
+    for (const auto& [rank, x] : stragglers_) {
+      StrAppend(&t, "straggler in step ", straggler_step_, ": rank ", rank, " wrote for ", x, " s\n");
+    }
+    for (const SdcAlert& a : sdc_) StrAppend(&t, "SDC alert, step ", a.step, " ", a.key, ": ", a.detail, "\n");
+    return t;
+  }
 
   std::string BuildStatus() {
     JsonWriter j;
