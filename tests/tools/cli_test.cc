@@ -27,7 +27,7 @@ CliRun Ckpt(const std::string& args, const std::string& env = "") {
 bool Has(const std::string& s, const std::string& what) { return s.find(what) != std::string::npos; }
 
 TEST(Cli, HelpOnEverySubcommand) {
-  for (const char* sub : {"demo", "synth", "restore-check", "verify", "inspect", "plan", "interval", "plugins", "export", "import", "stats", "diff", "list", "gc"}) {
+  for (const char* sub : {"demo", "synth", "restore-check", "verify", "inspect", "plan", "interval", "plugins", "export", "import", "stats", "diff", "list", "gc", "repair", "coordinator", "coordinator status", "worker"}) {
     CliRun r = Ckpt(std::string(sub) + " --help");
     EXPECT_EQ(r.code, 0) << sub;
     EXPECT_TRUE(Has(r.out, std::string("usage: ckpt ") + sub)) << r.out;
@@ -43,6 +43,9 @@ TEST(Cli, HelpOnEverySubcommand) {
 
 TEST(Cli, UsageErrorsExitTwo) {
   EXPECT_EQ(Ckpt("synth").code, 2);                        // --out missing
+  EXPECT_EQ(Ckpt("coordinator").code, 2);                  // --state-dir, --token-file missing
+  EXPECT_EQ(Ckpt("worker --connect 127.0.0.1:1").code, 2);  // --token-file, --root missing
+  EXPECT_EQ(Ckpt("coordinator status --connect 127.0.0.1:1").code, 2);  // nobody there
   EXPECT_EQ(Ckpt("synth --out /tmp/x --mesh dp=0").code, 2);
   EXPECT_EQ(Ckpt("synth --out /tmp/x --codec lz4").code, 2);
   EXPECT_EQ(Ckpt("verify").code, 2);                       // DIR missing
