@@ -1,10 +1,14 @@
 #include "storage/faulty_storage.h"
 
+#include <signal.h>
+#include <unistd.h>
+
 #include <cerrno>
 #include <chrono>
 #include <map>
 #include <thread>
 
+#include "absl/strings/str_split.h"
 #include "storage/uri.h"
 #include "util/errors.h"
 #include "util/strings.h"
@@ -18,6 +22,10 @@ class FaultyStorage::Writer : public WritableFile {
 
   void WriteAsync(uint64_t offset, absl::Span<const std::byte> data, IoCallback done) override {
     owner_->Delay();
+    if (absl::Status op = owner_->OpFault("write", base_->path(), true); !op.ok()) {
+      std::move(done)(op);
+      return;
+    }
     if (hold_ && owner_->crash_epoch_.load() != epoch_) {
       std::move(done)(Crashed());
       return;
@@ -52,6 +60,7 @@ class FaultyStorage::Writer : public WritableFile {
   absl::Status Drain() override { return base_->Drain(); }
 
   absl::Status Finish(uint64_t final_size) override {
+    CKPT_RETURN_IF_ERROR(owner_->OpFault("finish", base_->path(), true));
     if (hold_) {
       if (owner_->crash_epoch_.load() != epoch_) return Crashed();
       // The held writes reach the base now, then it makes them durable.
@@ -96,12 +105,17 @@ class FaultyStorage::Reader : public ReadableFile {
   uint64_t size() const override { return base_->size(); }
   absl::Status ReadAt(uint64_t offset, absl::Span<std::byte> dst) override {
     owner_->Delay();
+    CKPT_RETURN_IF_ERROR(owner_->OpFault("read", base_->path(), false));
     absl::Status st = base_->ReadAt(offset, dst);
     if (st.ok()) MaybeFlip(dst);
     return st;
   }
   void ReadAsync(uint64_t offset, absl::Span<std::byte> dst, IoCallback done) override {
     owner_->Delay();
+    if (absl::Status op = owner_->OpFault("read", base_->path(), false); !op.ok()) {
+      std::move(done)(op);
+      return;
+    }
     base_->ReadAsync(offset, dst, [this, dst, done = std::move(done)](absl::Status st) mutable {
       if (st.ok()) MaybeFlip(dst);
       std::move(done)(st);
@@ -142,6 +156,22 @@ void FaultyStorage::SetPlan(FaultPlan plan) {
   written_ = 0;
   writes_ = 0;
   reads_ = 0;
+  ops_ = 0;
+  failing_ops_ = 0;
+}
+
+absl::Status FaultyStorage::OpFault(std::string_view kind, std::string_view path, bool mutating) {
+  const FaultPlan plan = Plan();
+  if (!Affects(path)) return absl::OkStatus();
+  if (mutating && plan.kill_at_op > 0 && ops_.fetch_add(1) + 1 == plan.kill_at_op) {
+    ::kill(::getpid(), SIGKILL);
+  } else if (mutating && plan.kill_at_op <= 0) {
+    ops_.fetch_add(1);
+  }
+  if (plan.fail_on.count(std::string(kind)) == 0) return absl::OkStatus();
+  if (failing_ops_.fetch_add(1) + 1 < plan.fail_after) return absl::OkStatus();
+  faults_.fetch_add(1);
+  return ErrnoStatus(plan.fail_errno, StrCat(kind, " of ", path, " (injected)"));
 }
 
 void FaultyStorage::Crash() { crash_epoch_.fetch_add(1); }
@@ -195,10 +225,31 @@ absl::StatusOr<std::unique_ptr<ReadableFile>> FaultyStorage::OpenReadable(std::s
 
 absl::Status FaultyStorage::PutAtomic(std::string_view path, absl::Span<const std::byte> data) {
   Delay();
+  CKPT_RETURN_IF_ERROR(OpFault("put", path, true));
   bool short_write = false;
   absl::Status fault = WriteFault(path, 0, data.size(), &short_write);
   if (!fault.ok()) return fault;  // atomic: nothing of it lands
   return ForwardingStorage::PutAtomic(path, data);
+}
+
+absl::StatusOr<std::vector<DirEntry>> FaultyStorage::List(std::string_view dir) {
+  CKPT_RETURN_IF_ERROR(OpFault("list", dir, false));
+  return ForwardingStorage::List(dir);
+}
+
+absl::Status FaultyStorage::Remove(std::string_view path) {
+  CKPT_RETURN_IF_ERROR(OpFault("remove", path, true));
+  return ForwardingStorage::Remove(path);
+}
+
+absl::Status FaultyStorage::RemoveAll(std::string_view dir) {
+  CKPT_RETURN_IF_ERROR(OpFault("remove", dir, true));
+  return ForwardingStorage::RemoveAll(dir);
+}
+
+absl::Status FaultyStorage::SyncDir(std::string_view dir) {
+  CKPT_RETURN_IF_ERROR(OpFault("sync_dir", dir, true));
+  return ForwardingStorage::SyncDir(dir);
 }
 
 absl::StatusOr<std::shared_ptr<Storage>> OpenFaultyStorage(std::string_view uri) {
@@ -221,9 +272,30 @@ absl::StatusOr<std::shared_ptr<Storage>> OpenFaultyStorage(std::string_view uri)
   CKPT_ASSIGN_OR_RETURN(plan.flip_read_every, parsed.Int("fault.flip_read_every", 0));
   CKPT_ASSIGN_OR_RETURN(plan.crash_mode, parsed.Bool("fault.crash", false));
   plan.match = parsed.Str("fault.match", "");
+  CKPT_ASSIGN_OR_RETURN(plan.fail_after, parsed.Int("fault.fail_after", 1));
+  CKPT_ASSIGN_OR_RETURN(plan.kill_at_op, parsed.Int("fault.kill_at_op", 0));
+  const std::vector<std::string> kinds = absl::StrSplit(parsed.Str("fault.fail_on", ""), ',', absl::SkipEmpty());
+  for (const std::string& kind : kinds) {
+    static const char* kKinds[] = {"write", "finish", "put", "read", "list", "remove", "sync_dir"};
+    if (std::find(std::begin(kKinds), std::end(kKinds), kind) == std::end(kKinds)) {
+      return absl::InvalidArgumentError(StrCat("storage URI '", uri, "': fault.fail_on: unknown operation '", kind,
+                                               "' (write, finish, put, read, list, remove, sync_dir)"));
+    }
+    plan.fail_on.insert(kind);
+  }
+  const std::string err = parsed.Str("fault.errno", "EIO");
+  if (err == "EIO") {
+    plan.fail_errno = EIO;
+  } else if (err == "ENOSPC") {
+    plan.fail_errno = ENOSPC;
+  } else {
+    return absl::InvalidArgumentError(StrCat("storage URI '", uri, "': fault.errno must be EIO or ENOSPC"));
+  }
   for (const auto& [k, v] : parsed.params) {
     static const char* kKnown[] = {"fault.enospc_after", "fault.eio_after", "fault.short_write_every",
-                                   "fault.latency", "fault.flip_read_every", "fault.crash", "fault.match"};
+                                   "fault.latency",      "fault.flip_read_every", "fault.crash",
+                                   "fault.match",        "fault.fail_on",   "fault.errno",
+                                   "fault.fail_after",   "fault.kill_at_op"};
     if (k.starts_with("fault.") && std::find(std::begin(kKnown), std::end(kKnown), k) == std::end(kKnown)) {
       return absl::InvalidArgumentError(StrCat("storage URI '", uri, "': unknown fault option '", k, "'"));
     }

@@ -16,6 +16,15 @@
 //   fault.match=TEXT           only files whose path contains TEXT are affected
 //   fault.crash=1              hold writes back until Finish, so Crash() can
 //                              drop everything not yet made durable
+//   fault.fail_on=KINDS        operations of these kinds fail: any of write,
+//                              finish (the fsync), put (atomic replace), read,
+//                              list, remove, sync_dir (comma-separated)
+//   fault.errno=EIO|ENOSPC     the error they fail with (default EIO)
+//   fault.fail_after=N         ... from the Nth such operation on (default 1)
+//   fault.kill_at_op=N         SIGKILL this process at the Nth operation that
+//                              changes the storage (write, finish, put, remove,
+//                              remove_all, sync_dir), before it runs: a crash at
+//                              an exact point of a save, commit or GC
 #ifndef CKPT_STORAGE_FAULTY_STORAGE_H_
 #define CKPT_STORAGE_FAULTY_STORAGE_H_
 
@@ -39,6 +48,10 @@ struct FaultPlan {
   int64_t flip_read_every = 0;
   std::string match;
   bool crash_mode = false;
+  std::set<std::string> fail_on;  ///< operation kinds that fail
+  int fail_errno = 5;             ///< EIO
+  int64_t fail_after = 1;
+  int64_t kill_at_op = 0;         ///< 0: never
 };
 
 class FaultyStorage : public ForwardingStorage {
@@ -51,6 +64,10 @@ class FaultyStorage : public ForwardingStorage {
                                                              const WriteOptions& options = {}) override;
   absl::StatusOr<std::unique_ptr<ReadableFile>> OpenReadable(std::string_view path) override;
   absl::Status PutAtomic(std::string_view path, absl::Span<const std::byte> data) override;
+  absl::StatusOr<std::vector<DirEntry>> List(std::string_view dir) override;
+  absl::Status Remove(std::string_view path) override;
+  absl::Status RemoveAll(std::string_view dir) override;
+  absl::Status SyncDir(std::string_view dir) override;
 
   /// Replaces the plan and resets the byte and operation counters.
   void SetPlan(FaultPlan plan);
@@ -62,6 +79,8 @@ class FaultyStorage : public ForwardingStorage {
 
   int64_t bytes_written() const { return written_.load(); }
   int64_t faults_injected() const { return faults_.load(); }
+  /// Operations that changed the storage so far (what kill_at_op counts).
+  int64_t mutating_ops() const { return ops_.load(); }
 
  private:
   class Writer;
@@ -73,11 +92,16 @@ class FaultyStorage : public ForwardingStorage {
   /// The error a data write of `len` bytes to `path` meets, or OK.
   absl::Status WriteFault(std::string_view path, uint64_t offset, size_t len, bool* short_write);
   void Delay() const;
+  /// Counts an operation of `kind` on `path`: kills the process at
+  /// kill_at_op (mutating kinds), returns the injected error for fail_on.
+  absl::Status OpFault(std::string_view kind, std::string_view path, bool mutating);
 
   std::string uri_;
   mutable std::mutex mu_;
   FaultPlan plan_;
   std::atomic<int64_t> written_{0};
+  std::atomic<int64_t> ops_{0};
+  std::atomic<int64_t> failing_ops_{0};
   std::atomic<int64_t> writes_{0};
   std::atomic<int64_t> reads_{0};
   std::atomic<int64_t> faults_{0};

@@ -1,4 +1,6 @@
 // Every damaged byte is caught, by load or by verify, and located.
+#include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <random>
 
@@ -218,20 +220,35 @@ TEST_F(CorruptionTest, RandomBitFlipsAnywhereAreAllDetected) {
   ASSERT_GE(files.size(), 4u);
   std::mt19937_64 rng(2024);
   int detected = 0;
-  const int kFlips = 120;
+  // CKPT_FLIPS raises the count for long campaigns (scripts/reliability-campaign.sh).
+  const int kFlips = std::getenv("CKPT_FLIPS") ? std::atoi(std::getenv("CKPT_FLIPS")) : 256;
+  int located = 0;
   for (int i = 0; i < kFlips; ++i) {
     const std::string& f = files[rng() % files.size()];
+    const std::string name = std::filesystem::path(f).filename().string();
     const uint64_t size = std::filesystem::file_size(f);
     const uint64_t off = rng() % size;
     const int bit = static_cast<int>(rng() % 8);
     FlipBit(f, off, bit);
     auto v = Verify();
-    const bool found = (v.ok() && !v->ok()) || !v.ok() || CheckLatestPointer(*storage_).has_value();
+    const auto latest = CheckLatestPointer(*storage_);
+    const bool found = (v.ok() && !v->ok()) || !v.ok() || latest.has_value();
     EXPECT_TRUE(found) << f << " offset " << off << " bit " << bit;
     detected += found;
+    // The report names the damaged file.
+    std::string where = v.ok() ? "" : std::string(v.status().message());
+    if (v.ok()) {
+      for (const VerifyProblem& p : v->problems) where += p.file + " " + p.message + "\n";
+    }
+    if (latest) where += latest->file + " " + latest->message;
+    const bool named = Has(where, name);
+    EXPECT_TRUE(named) << f << " offset " << off << ": " << where;
+    located += named;
     FlipBit(f, off, bit);  // restore
   }
   EXPECT_EQ(detected, kFlips);
+  EXPECT_EQ(located, kFlips);
+  std::printf("bit flips: %d injected, %d detected, %d located in their file\n", kFlips, detected, located);
   auto clean = Verify();
   ASSERT_OK(clean);
   EXPECT_TRUE(clean->ok());
