@@ -27,12 +27,22 @@ CC=clang CXX=clang++ cmake -S . -B build-fuzz -G Ninja -DCMAKE_BUILD_TYPE=RelWit
   -DCKPT_FUZZ=ON -DCKPT_SANITIZE=address,undefined -DCKPT_BUILD_TESTS=OFF \
   -DCKPT_BUILD_BENCHMARKS=OFF -DCKPT_BUILD_TOOLS=OFF
 cmake --build build-fuzz
-for target in manifest data_file frame latest; do
+for target in manifest data_file frame latest coordinator; do
   corpus=$(mktemp -d)
   cp tests/fuzz/corpus/"$target"/* "$corpus"/
   log=$(mktemp)
-  if ! build-fuzz/tests/fuzz/fuzz_"$target" -max_total_time="$fuzz_seconds" -max_len=65536 \
-      -print_final_stats=1 "$corpus" > "$log" 2>&1; then
+  extra=()
+  leaks=1
+  if [[ "$target" == coordinator ]]; then
+    # OpenSSL 3 keeps per-thread state (904 bytes in each thread that ran an
+    # HMAC) until the thread exits, and the coordinator's thread outlives
+    # LeakSanitizer's exit check. The coordinator's own leaks are checked by
+    # coordinator_test under ASan above.
+    extra=(-detect_leaks=0)
+    leaks=0
+  fi
+  if ! ASAN_OPTIONS="detect_leaks=$leaks" build-fuzz/tests/fuzz/fuzz_"$target" -max_total_time="$fuzz_seconds" -max_len=65536 \
+      -print_final_stats=1 "${extra[@]}" "$corpus" > "$log" 2>&1; then
     tail -n 60 "$log"
     echo "fuzz_$target found a crash; the reproducer is in the working directory (crash-*)"
     exit 1

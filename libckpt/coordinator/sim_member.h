@@ -7,6 +7,7 @@
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
+#include <poll.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -128,6 +129,19 @@ class SimMember {
     return Send(MsgType::kHeartbeat, w.Take());
   }
   int rank() const { return rank_; }
+  /// Bytes as they are, framed or not.
+  bool SendRaw(std::string_view bytes) {
+    return bytes.empty() || send(fd_, bytes.data(), bytes.size(), MSG_NOSIGNAL) == static_cast<ssize_t>(bytes.size());
+  }
+  void CloseWrite() { shutdown(fd_, SHUT_WR); }
+  /// Reads whatever comes until the peer closes or `timeout_s` passes.
+  void Drain(double timeout_s) {
+    char buf[4096];
+    pollfd p{fd_, POLLIN, 0};
+    while (poll(&p, 1, static_cast<int>(timeout_s * 1000)) > 0) {
+      if (recv(fd_, buf, sizeof(buf), 0) <= 0) return;
+    }
+  }
   ~SimMember() {
     if (fd_ >= 0) close(fd_);
   }
