@@ -2,7 +2,8 @@
 # Installs what is missing, builds, and runs the whole test suite:
 #   1. release build: every test (unit, end to end, crash, install)
 #   2. AddressSanitizer + UndefinedBehaviorSanitizer build: every test
-#   3. libFuzzer build (clang): each fuzzer for a bounded time on its corpus
+#   3. ThreadSanitizer build: the tests of the concurrent parts
+#   4. libFuzzer build (clang): each fuzzer for a bounded time on its corpus
 # FUZZ_SECONDS (default 30) bounds each fuzzer.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -21,6 +22,17 @@ cmake -S . -B build-asan -G Ninja -DCMAKE_BUILD_TYPE=Debug -DCKPT_SANITIZE=addre
 cmake --build build-asan
 ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1 \
   ctest --test-dir build-asan --output-on-failure -j "$jobs" -LE "install|mpi"
+
+echo "== ThreadSanitizer: the tests of the concurrent parts"
+# The save pipeline, commit protocol, backends, audits and the coordinator
+# are where threads meet; the pure-logic tests add nothing under TSan.
+tsan_tests=(commit_test roundtrip_test backends_test audit_test coordinator_test)
+cmake -S . -B build-tsan -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCKPT_SANITIZE=thread \
+  -DCKPT_BUILD_BENCHMARKS=OFF
+cmake --build build-tsan --target "${tsan_tests[@]}" ckpt_cli crash_saver
+for t in "${tsan_tests[@]}"; do
+  TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1" build-tsan/tests/"$t" --gtest_brief=1
+done
 
 echo "== fuzzing (${fuzz_seconds}s per target)"
 CC=clang CXX=clang++ cmake -S . -B build-fuzz -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
