@@ -8,6 +8,7 @@
 #include <cstring>
 
 #include "ckpt/synthetic.h"
+#include "util/tsan.h"
 
 namespace ckpt {
 namespace {
@@ -98,7 +99,13 @@ template <typename T>
 // One entry per dtype, each built for AVX2 and for the baseline, picked at
 // load time. (Sums from the two builds may differ in their last bits; one
 // machine always takes the same one.)
+// Not under ThreadSanitizer: the clones are chosen by an ifunc resolver that
+// runs during relocation, before the sanitizer's runtime is up.
+#ifdef CKPT_TSAN
+#define CKPT_VECTOR_CLONES
+#else
 #define CKPT_VECTOR_CLONES [[gnu::target_clones("avx2", "default")]]
+#endif
 CKPT_VECTOR_CLONES void TallyF32(const std::byte* p, int64_t n, ValueTally& t) { TallyTyped<F32>(p, n, t); }
 CKPT_VECTOR_CLONES void TallyBf16(const std::byte* p, int64_t n, ValueTally& t) { TallyTyped<Bf16>(p, n, t); }
 CKPT_VECTOR_CLONES void TallyF64(const std::byte* p, int64_t n, ValueTally& t) { TallyTyped<F64>(p, n, t); }

@@ -16,6 +16,7 @@
 #include "absl/strings/str_cat.h"
 #include "util/strings.h"
 #include "util/errors.h"
+#include "util/tsan.h"
 
 namespace ckpt {
 
@@ -169,6 +170,7 @@ class UringEngine final : public IoEngine {
         io_uring_prep_read(sqe, r->fd, buf, len, off);
       }
     }
+    TsanRelease(r);  // the reaper takes it back from the kernel
     io_uring_sqe_set_data(sqe, r);
   }
 
@@ -222,6 +224,7 @@ class UringEngine final : public IoEngine {
       int rc = io_uring_wait_cqe(&ring_, &cqe);
       if (rc < 0) continue;  // -EINTR/-EAGAIN: wait again
       IoRequest* r = static_cast<IoRequest*>(io_uring_cqe_get_data(cqe));
+      if (r != nullptr) TsanAcquire(r);
       const int res = cqe->res;
       io_uring_cqe_seen(&ring_, cqe);
       if (r == nullptr) return;  // shutdown
