@@ -31,4 +31,10 @@ export CKPT_PLUGIN_PATH="$work/plugin"
 "$ckpt" restore-check "extfs://$work/ext" --mesh tp=3 | grep -q "all elements match"
 "$ckpt" verify "extfs://$work/ext"
 test -f "$work/ext/step-0000000003/MANIFEST"
-echo "install, find_package and an out-of-tree plugin: ok"
+# A plain C program against the installed C API: with find_package (the
+# consumer project builds capi_consumer) and with gcc and pkg-config.
+"$work/consumer/capi_consumer" "$work/capi-cmake"
+export PKG_CONFIG_PATH="$work/prefix/lib/pkgconfig:$work/prefix/lib/x86_64-linux-gnu/pkgconfig"
+gcc -std=c11 -Wall -Werror -o "$work/capi_pc" "$src/../capi/capi_roundtrip.c" $(pkg-config --cflags --libs ckpt-c)
+"$work/capi_pc" "$work/capi-pkgconfig"
+echo "install, find_package, the C API and an out-of-tree plugin: ok"

@@ -1,0 +1,130 @@
+/* The C API of ckpt: opaque handles, integer error codes and a message per
+ * failed call; no C++ types. Link libckpt_c (find_package(ckpt) target
+ * ckpt::ckpt_c, or pkg-config ckpt-c).
+ *
+ *   ckpt_options o;
+ *   ckpt_options_init(&o);
+ *   o.uri = "/nvme/ckpt";
+ *   ckpt_checkpointer* cp;
+ *   if (ckpt_open(&o, &cp) != CKPT_OK) fprintf(stderr, "%s\n", ckpt_last_error());
+ *   ckpt_state* st;
+ *   ckpt_state_new(&st);
+ *   ckpt_state_add_shard(st, "w", CKPT_F32, 2, shape, offsets, sizes, ptr);
+ *   ckpt_save* s;
+ *   ckpt_save_start(cp, step, st, &s);   // returns once the shards are copied
+ *   ...                                  // keep training
+ *   ckpt_save_wait(s);                   // committed, or the error
+ *   ckpt_save_free(s);
+ *   ckpt_load(cp, CKPT_LATEST, st);      // fills the registered buffers
+ *
+ * Thread-safety: a checkpointer may be used from several threads; a state
+ * must not change while a save or load of it runs. Errors: every function
+ * returns CKPT_OK or an error code; ckpt_last_error() gives the message of
+ * the last failure on the calling thread (it names the tensor, file and
+ * offset where known).
+ */
+#ifndef CKPT_CKPT_H_
+#define CKPT_CKPT_H_
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/** Version of this interface; ckpt_api_version() gives the library's. */
+#define CKPT_API_VERSION 1
+
+#if defined(__GNUC__)
+#define CKPT_C_EXPORT __attribute__((visibility("default")))
+#else
+#define CKPT_C_EXPORT
+#endif
+
+/** Error codes. */
+enum {
+  CKPT_OK = 0,
+  CKPT_INVALID_ARGUMENT = 1, /**< bad input: boxes, names, options */
+  CKPT_NOT_FOUND = 2,        /**< no such step, tensor or blob */
+  CKPT_DATA_LOSS = 3,        /**< corruption or truncation detected */
+  CKPT_UNAVAILABLE = 4,      /**< I/O error that retrying may fix (EIO) */
+  CKPT_RESOURCE_EXHAUSTED = 5, /**< e.g. the disk is full */
+  CKPT_ABORTED = 6,          /**< the step was aborted (a rank failed) */
+  CKPT_DEADLINE_EXCEEDED = 7,
+  CKPT_FAILED_PRECONDITION = 8, /**< e.g. the step is already committed */
+  CKPT_INTERNAL = 9
+};
+
+/** Element types (the values of ckpt::DType). */
+enum {
+  CKPT_F64 = 1, CKPT_F32 = 2, CKPT_F16 = 3, CKPT_BF16 = 4, CKPT_F8E4M3 = 5, CKPT_F8E5M2 = 6,
+  CKPT_I64 = 7, CKPT_I32 = 8, CKPT_I16 = 9, CKPT_I8 = 10, CKPT_U8 = 11, CKPT_BOOL = 12
+};
+
+/** Codecs. */
+enum { CKPT_CODEC_NONE = 0, CKPT_CODEC_ZSTD = 1, CKPT_CODEC_SHUFFLE_ZSTD = 2 };
+
+/** ckpt_load's step for the latest committed one. */
+#define CKPT_LATEST (-1)
+
+typedef struct ckpt_checkpointer ckpt_checkpointer;
+typedef struct ckpt_state ckpt_state;
+typedef struct ckpt_save ckpt_save;
+
+typedef struct ckpt_options {
+  const char* uri;      /**< root: a path or a storage URI (required) */
+  int rank;             /**< default 0 */
+  int world_size;       /**< default 1 */
+  int codec;            /**< CKPT_CODEC_*, default none */
+  int zstd_level;       /**< default 1 */
+  size_t staging_bytes; /**< staging arena budget, default 256 MiB */
+  int keep_last;        /**< retention: keep the newest k steps; 0 keeps all */
+  double commit_timeout_s; /**< how long the leader waits for every rank, default 600 */
+} ckpt_options;
+
+CKPT_C_EXPORT int ckpt_api_version(void);
+/** The message of the last failed call on this thread ("" if none). */
+CKPT_C_EXPORT const char* ckpt_last_error(void);
+
+CKPT_C_EXPORT void ckpt_options_init(ckpt_options* options);
+CKPT_C_EXPORT int ckpt_open(const ckpt_options* options, ckpt_checkpointer** out);
+/** Waits for the saves in flight, then frees. NULL is ignored. */
+CKPT_C_EXPORT void ckpt_close(ckpt_checkpointer* cp);
+
+CKPT_C_EXPORT int ckpt_state_new(ckpt_state** out);
+CKPT_C_EXPORT void ckpt_state_free(ckpt_state* state);
+/** A shard of a tensor: its global shape, the box this rank holds (offsets
+ * and sizes per dimension) and the box's packed row-major data, which must
+ * stay valid while a save copies it or a load fills it. The name is copied. */
+CKPT_C_EXPORT int ckpt_state_add_shard(ckpt_state* state, const char* name, int dtype, int ndim,
+                                       const int64_t* global_shape, const int64_t* offsets,
+                                       const int64_t* sizes, void* data);
+/** A blob to save; `global` nonzero: one for the job, else one per rank. */
+CKPT_C_EXPORT int ckpt_state_add_blob(ckpt_state* state, const char* name, const void* data, size_t size,
+                                      int global);
+/** A blob to load into `buffer` (capacity bytes); *size receives its length.
+ * A blob longer than the buffer fails the load with CKPT_INVALID_ARGUMENT. */
+CKPT_C_EXPORT int ckpt_state_add_blob_out(ckpt_state* state, const char* name, void* buffer, size_t capacity,
+                                          size_t* size, int global);
+
+/** Starts an asynchronous save: returns once the shards are copied. */
+CKPT_C_EXPORT int ckpt_save_start(ckpt_checkpointer* cp, int64_t step, const ckpt_state* state, ckpt_save** out);
+/** *done = 1 once the save finished; then returns its outcome. */
+CKPT_C_EXPORT int ckpt_save_poll(ckpt_save* save, int* done);
+/** Blocks until the step is committed (CKPT_OK) or failed. */
+CKPT_C_EXPORT int ckpt_save_wait(ckpt_save* save);
+/** Stall and total seconds of a finished save (either may be NULL). */
+CKPT_C_EXPORT int ckpt_save_times(ckpt_save* save, double* stall_s, double* commit_s);
+CKPT_C_EXPORT void ckpt_save_free(ckpt_save* save);
+
+/** Fills the state's shards and blob buffers from `step` (CKPT_LATEST: the
+ * newest committed); the saved cut may differ from the state's. */
+CKPT_C_EXPORT int ckpt_load(ckpt_checkpointer* cp, int64_t step, ckpt_state* state);
+CKPT_C_EXPORT int ckpt_latest_step(ckpt_checkpointer* cp, int64_t* step);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* CKPT_CKPT_H_ */

@@ -1,0 +1,194 @@
+// The C API (include/ckpt/ckpt.h) over the C++ one. Built into its own
+// library with hidden visibility: only the ckpt_* functions are exported.
+#include "ckpt/ckpt.h"
+
+#include <cstring>
+#include <deque>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "ckpt/checkpointer.h"
+#include "ckpt/state.h"
+
+namespace {
+
+thread_local std::string g_last_error;
+
+int Fail(const absl::Status& s) {
+  g_last_error = std::string(s.message());
+  switch (s.code()) {
+    case absl::StatusCode::kOk: return CKPT_OK;
+    case absl::StatusCode::kInvalidArgument:
+    case absl::StatusCode::kOutOfRange: return CKPT_INVALID_ARGUMENT;
+    case absl::StatusCode::kNotFound: return CKPT_NOT_FOUND;
+    case absl::StatusCode::kDataLoss: return CKPT_DATA_LOSS;
+    case absl::StatusCode::kUnavailable: return CKPT_UNAVAILABLE;
+    case absl::StatusCode::kResourceExhausted: return CKPT_RESOURCE_EXHAUSTED;
+    case absl::StatusCode::kAborted: return CKPT_ABORTED;
+    case absl::StatusCode::kDeadlineExceeded: return CKPT_DEADLINE_EXCEEDED;
+    case absl::StatusCode::kFailedPrecondition:
+    case absl::StatusCode::kAlreadyExists: return CKPT_FAILED_PRECONDITION;
+    default: return CKPT_INTERNAL;
+  }
+}
+
+int Result(const absl::Status& s) { return s.ok() ? CKPT_OK : Fail(s); }
+
+int Invalid(const char* what) { return Fail(absl::InvalidArgumentError(what)); }
+
+}  // namespace
+
+struct ckpt_checkpointer {
+  std::unique_ptr<ckpt::Checkpointer> cp;
+};
+
+struct ckpt_state {
+  struct BlobOut {
+    std::string name;
+    bool global;
+    void* buffer;
+    size_t capacity;
+    size_t* size;
+    std::string bytes;
+  };
+  ckpt::State state;
+  std::deque<BlobOut> outs;  // stable addresses: the State points at `bytes`
+};
+
+struct ckpt_save {
+  ckpt::SaveHandle handle;
+};
+
+extern "C" {
+
+int ckpt_api_version(void) { return CKPT_API_VERSION; }
+
+const char* ckpt_last_error(void) { return g_last_error.c_str(); }
+
+void ckpt_options_init(ckpt_options* o) {
+  if (o == nullptr) return;
+  std::memset(o, 0, sizeof(*o));
+  o->world_size = 1;
+  o->zstd_level = 1;
+  o->staging_bytes = size_t{256} << 20;
+  o->commit_timeout_s = 600;
+}
+
+int ckpt_open(const ckpt_options* o, ckpt_checkpointer** out) {
+  if (o == nullptr || out == nullptr || o->uri == nullptr) return Invalid("ckpt_open: options, uri and out are required");
+  if (o->codec < CKPT_CODEC_NONE || o->codec > CKPT_CODEC_SHUFFLE_ZSTD) return Invalid("ckpt_open: unknown codec");
+  ckpt::CheckpointerOptions co;
+  co.uri = o->uri;
+  co.rank = o->rank;
+  co.world_size = o->world_size;
+  co.codec = static_cast<ckpt::Codec>(o->codec);
+  co.zstd_level = o->zstd_level;
+  if (o->staging_bytes > 0) co.engine_options.staging_bytes = o->staging_bytes;
+  co.retention.keep_last = o->keep_last;
+  if (o->commit_timeout_s > 0) co.commit_timeout_s = o->commit_timeout_s;
+  auto cp = ckpt::Checkpointer::Open(co);
+  if (!cp.ok()) return Fail(cp.status());
+  *out = new ckpt_checkpointer{std::move(cp).value()};
+  return CKPT_OK;
+}
+
+void ckpt_close(ckpt_checkpointer* cp) {
+  if (cp == nullptr) return;
+  (void)cp->cp->WaitAll();
+  delete cp;
+}
+
+int ckpt_state_new(ckpt_state** out) {
+  if (out == nullptr) return Invalid("ckpt_state_new: out is required");
+  *out = new ckpt_state;
+  return CKPT_OK;
+}
+
+void ckpt_state_free(ckpt_state* state) { delete state; }
+
+int ckpt_state_add_shard(ckpt_state* state, const char* name, int dtype, int ndim, const int64_t* global_shape,
+                         const int64_t* offsets, const int64_t* sizes, void* data) {
+  if (state == nullptr || name == nullptr) return Invalid("ckpt_state_add_shard: state and name are required");
+  if (dtype < CKPT_F64 || dtype > CKPT_BOOL) return Invalid("ckpt_state_add_shard: unknown dtype");
+  if (ndim < 0 || ndim > 32 || (ndim > 0 && (global_shape == nullptr || offsets == nullptr || sizes == nullptr))) {
+    return Invalid("ckpt_state_add_shard: ndim must be 0..32 with shape, offsets and sizes for each dimension");
+  }
+  ckpt::TensorSpec spec{name, static_cast<ckpt::DType>(dtype), ckpt::Shape(global_shape, global_shape + ndim)};
+  ckpt::Box box;
+  box.offsets.assign(offsets, offsets + ndim);
+  box.sizes.assign(sizes, sizes + ndim);
+  return Result(state->state.AddShard(spec, box, data));
+}
+
+int ckpt_state_add_blob(ckpt_state* state, const char* name, const void* data, size_t size, int global) {
+  if (state == nullptr || name == nullptr) return Invalid("ckpt_state_add_blob: state and name are required");
+  return Result(state->state.AddBlob(name, data, size, global ? ckpt::BlobScope::kGlobal : ckpt::BlobScope::kRank));
+}
+
+int ckpt_state_add_blob_out(ckpt_state* state, const char* name, void* buffer, size_t capacity, size_t* size,
+                            int global) {
+  if (state == nullptr || name == nullptr || (buffer == nullptr && capacity > 0)) {
+    return Invalid("ckpt_state_add_blob_out: state, name and a buffer are required");
+  }
+  state->outs.push_back(ckpt_state::BlobOut{name, global != 0, buffer, capacity, size, {}});
+  ckpt_state::BlobOut& o = state->outs.back();
+  absl::Status s =
+      state->state.AddBlobOut(name, &o.bytes, global ? ckpt::BlobScope::kGlobal : ckpt::BlobScope::kRank);
+  if (!s.ok()) state->outs.pop_back();
+  return Result(s);
+}
+
+int ckpt_save_start(ckpt_checkpointer* cp, int64_t step, const ckpt_state* state, ckpt_save** out) {
+  if (cp == nullptr || state == nullptr || out == nullptr) return Invalid("ckpt_save_start: cp, state and out are required");
+  auto h = cp->cp->Save(step, state->state);
+  if (!h.ok()) return Fail(h.status());
+  *out = new ckpt_save{std::move(h).value()};
+  return CKPT_OK;
+}
+
+int ckpt_save_poll(ckpt_save* save, int* done) {
+  if (save == nullptr || done == nullptr) return Invalid("ckpt_save_poll: save and done are required");
+  *done = save->handle.Done() ? 1 : 0;
+  return *done ? Result(save->handle.Wait()) : CKPT_OK;
+}
+
+int ckpt_save_wait(ckpt_save* save) {
+  if (save == nullptr) return Invalid("ckpt_save_wait: save is required");
+  return Result(save->handle.Wait());
+}
+
+int ckpt_save_times(ckpt_save* save, double* stall_s, double* commit_s) {
+  if (save == nullptr) return Invalid("ckpt_save_times: save is required");
+  const ckpt::SaveStats st = save->handle.Stats();
+  if (stall_s != nullptr) *stall_s = st.stall_s;
+  if (commit_s != nullptr) *commit_s = st.commit_s;
+  return CKPT_OK;
+}
+
+void ckpt_save_free(ckpt_save* save) { delete save; }
+
+int ckpt_load(ckpt_checkpointer* cp, int64_t step, ckpt_state* state) {
+  if (cp == nullptr || state == nullptr) return Invalid("ckpt_load: cp and state are required");
+  auto loaded = cp->cp->Load(state->state, step < 0 ? ckpt::kLatestStep : step);
+  if (!loaded.ok()) return Fail(loaded.status());
+  for (ckpt_state::BlobOut& o : state->outs) {
+    if (o.bytes.size() > o.capacity) {
+      return Fail(absl::InvalidArgumentError("blob '" + o.name + "' holds " + std::to_string(o.bytes.size()) +
+                                             " bytes, the buffer " + std::to_string(o.capacity)));
+    }
+    if (!o.bytes.empty()) std::memcpy(o.buffer, o.bytes.data(), o.bytes.size());
+    if (o.size != nullptr) *o.size = o.bytes.size();
+  }
+  return CKPT_OK;
+}
+
+int ckpt_latest_step(ckpt_checkpointer* cp, int64_t* step) {
+  if (cp == nullptr || step == nullptr) return Invalid("ckpt_latest_step: cp and step are required");
+  auto latest = cp->cp->LatestStep();
+  if (!latest.ok()) return Fail(latest.status());
+  *step = *latest;
+  return CKPT_OK;
+}
+
+}  // extern "C"

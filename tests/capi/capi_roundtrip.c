@@ -1,0 +1,109 @@
+/* A plain C program (no C++) against the C API: save a tensor and blobs
+ * asynchronously, load them back cut differently, and check the errors.
+ *
+ *   capi_roundtrip DIR      exit 0 when every check passes
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ckpt/ckpt.h"
+
+static int failures = 0;
+
+#define CHECK(cond, ...)                                  \
+  do {                                                    \
+    if (!(cond)) {                                        \
+      fprintf(stderr, "%s:%d: ", __FILE__, __LINE__);     \
+      fprintf(stderr, __VA_ARGS__);                       \
+      fprintf(stderr, " (last error: %s)\n", ckpt_last_error()); \
+      ++failures;                                         \
+    }                                                     \
+  } while (0)
+
+int main(int argc, char** argv) {
+  if (argc < 2) {
+    fprintf(stderr, "usage: capi_roundtrip DIR\n");
+    return 2;
+  }
+  CHECK(ckpt_api_version() == CKPT_API_VERSION, "api version %d", ckpt_api_version());
+
+  enum { ROWS = 300, COLS = 70 };
+  const int64_t shape[2] = {ROWS, COLS};
+  float* w = malloc(sizeof(float) * ROWS * COLS);
+  for (int i = 0; i < ROWS * COLS; ++i) w[i] = (float)i * 0.5f - 3.0f;
+  const char rng[] = "rng-state-bytes";
+
+  ckpt_options o;
+  ckpt_options_init(&o);
+  o.uri = argv[1];
+  o.codec = CKPT_CODEC_ZSTD;
+  o.keep_last = 2;
+  ckpt_checkpointer* cp = NULL;
+  CHECK(ckpt_open(&o, &cp) == CKPT_OK, "open");
+  if (cp == NULL) return 1;
+
+  ckpt_state* st = NULL;
+  CHECK(ckpt_state_new(&st) == CKPT_OK, "state");
+  const int64_t zero[2] = {0, 0};
+  CHECK(ckpt_state_add_shard(st, "model.w", CKPT_F32, 2, shape, zero, shape, w) == CKPT_OK, "add shard");
+  CHECK(ckpt_state_add_blob(st, "rng", rng, sizeof(rng), 0) == CKPT_OK, "add blob");
+  for (int64_t step = 1; step <= 3; ++step) {
+    ckpt_save* s = NULL;
+    CHECK(ckpt_save_start(cp, step, st, &s) == CKPT_OK, "save %lld", (long long)step);
+    if (s == NULL) continue;
+    int done = 0;
+    CHECK(ckpt_save_poll(s, &done) == CKPT_OK || done, "poll");
+    CHECK(ckpt_save_wait(s) == CKPT_OK, "wait %lld", (long long)step);
+    double stall = -1, commit = -1;
+    CHECK(ckpt_save_times(s, &stall, &commit) == CKPT_OK && stall >= 0 && commit >= stall, "times");
+    CHECK(ckpt_save_poll(s, &done) == CKPT_OK && done == 1, "poll after wait");
+    ckpt_save_free(s);
+  }
+  int64_t latest = 0;
+  CHECK(ckpt_latest_step(cp, &latest) == CKPT_OK && latest == 3, "latest %lld", (long long)latest);
+
+  /* Saving a committed step again is refused. */
+  ckpt_save* again = NULL;
+  int rc = ckpt_save_start(cp, 3, st, &again);
+  if (rc == CKPT_OK) {
+    rc = ckpt_save_wait(again);
+    ckpt_save_free(again);
+  }
+  CHECK(rc == CKPT_FAILED_PRECONDITION || rc == CKPT_INVALID_ARGUMENT, "re-saving step 3 gave %d", rc);
+  CHECK(strlen(ckpt_last_error()) > 0, "no message");
+
+  /* Load into two row halves, and the blob into a buffer. */
+  float* top = calloc(ROWS / 2 * COLS, sizeof(float));
+  float* bottom = calloc(ROWS / 2 * COLS, sizeof(float));
+  char blob[64];
+  size_t blob_size = 0;
+  ckpt_state* target = NULL;
+  CHECK(ckpt_state_new(&target) == CKPT_OK, "target");
+  const int64_t half[2] = {ROWS / 2, COLS};
+  const int64_t second[2] = {ROWS / 2, 0};
+  CHECK(ckpt_state_add_shard(target, "model.w", CKPT_F32, 2, shape, zero, half, top) == CKPT_OK, "top");
+  CHECK(ckpt_state_add_shard(target, "model.w", CKPT_F32, 2, shape, second, half, bottom) == CKPT_OK, "bottom");
+  CHECK(ckpt_state_add_blob_out(target, "rng", blob, sizeof(blob), &blob_size, 0) == CKPT_OK, "blob out");
+  CHECK(ckpt_load(cp, CKPT_LATEST, target) == CKPT_OK, "load");
+  CHECK(memcmp(top, w, sizeof(float) * ROWS / 2 * COLS) == 0, "top half differs");
+  CHECK(memcmp(bottom, w + ROWS / 2 * COLS, sizeof(float) * ROWS / 2 * COLS) == 0, "bottom half differs");
+  CHECK(blob_size == sizeof(rng) && memcmp(blob, rng, sizeof(rng)) == 0, "blob differs");
+
+  /* Errors: a missing step, a bad box, a null argument. */
+  CHECK(ckpt_load(cp, 99, target) == CKPT_NOT_FOUND, "missing step");
+  CHECK(strstr(ckpt_last_error(), "99") != NULL, "message does not name the step: %s", ckpt_last_error());
+  const int64_t too_big[2] = {ROWS + 1, COLS};
+  CHECK(ckpt_state_add_shard(target, "other", CKPT_F32, 2, shape, zero, too_big, top) == CKPT_INVALID_ARGUMENT,
+        "a box outside the shape");
+  CHECK(ckpt_open(NULL, &cp) == CKPT_INVALID_ARGUMENT, "null options");
+
+  ckpt_state_free(target);
+  ckpt_state_free(st);
+  ckpt_close(cp);
+  free(top);
+  free(bottom);
+  free(w);
+  if (failures == 0) printf("capi_roundtrip: all checks passed\n");
+  return failures == 0 ? 0 : 1;
+}
