@@ -1,0 +1,189 @@
+"""PyTorch integration: save and restore a model, its optimizer (Adam
+moments and step), an LR scheduler, every RNG (torch, numpy, Python) and
+user extras, asynchronously, with bit-identical resume.
+
+    from ckpt.torch import CheckpointManager
+    manager = CheckpointManager("/nvme/run7", model, optimizer, scheduler,
+                                interval=100, keep_last=3)
+    start = manager.load_latest() or 0          # restores everything it saved
+    for step in range(start + 1, steps + 1):
+        train_one_step()
+        manager.step(step)                      # saves every `interval` steps
+    manager.close()
+
+Tensors are registered by address (no copy); `save` returns once they are
+copied into ckpt's staging memory, so training may change them right away.
+Everything that is not a tensor (optimizer hyper-parameters, scheduler
+fields, RNG tuples, extras) travels in one pickled blob: as with
+`torch.load`, only restore checkpoints you trust.
+"""
+import pickle
+import random
+
+import numpy as np
+import torch
+
+from . import _ckpt
+
+_TREE_BLOB = "torch.tree"
+
+
+class _TensorRef:
+    """Where a tensor of the saved tree went, with its shape and dtype."""
+
+    def __init__(self, name, tensor):
+        self.name = name
+        self.shape = tuple(tensor.shape)
+        self.dtype = str(tensor.dtype).replace("torch.", "")
+
+
+def _dtype_name(t):
+    return str(t.dtype).replace("torch.", "")
+
+
+def _register(state, name, tensor, keep):
+    if tensor.device.type != "cpu":
+        tensor = tensor.detach().cpu()
+    t = tensor.detach()
+    if not t.is_contiguous():
+        t = t.contiguous()
+    keep.append(t)
+    shape = list(t.shape)
+    state.add_shard(name, _dtype_name(t), shape, [0] * len(shape), shape, t.data_ptr(), t)
+
+
+def _flatten(obj, prefix, state, keep):
+    """The tree with every tensor replaced by a _TensorRef, registering the
+    tensors in `state` under their path."""
+    if torch.is_tensor(obj):
+        _register(state, prefix, obj, keep)
+        return _TensorRef(prefix, obj)
+    if isinstance(obj, dict):
+        return {k: _flatten(v, f"{prefix}/{k}", state, keep) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        items = [_flatten(v, f"{prefix}/{i}", state, keep) for i, v in enumerate(obj)]
+        return items if isinstance(obj, list) else tuple(items)
+    return obj
+
+
+def _unflatten(obj, state, keep, targets):
+    """The tree with every _TensorRef replaced by a tensor registered for the
+    load: the caller's own tensor when `targets` has one (loaded in place),
+    else a new one."""
+    if isinstance(obj, _TensorRef):
+        t = targets.get(obj.name)
+        if t is None or tuple(t.shape) != obj.shape or _dtype_name(t) != obj.dtype or not t.is_contiguous():
+            t = torch.empty(obj.shape, dtype=getattr(torch, obj.dtype))
+        keep.append(t)
+        shape = list(t.shape)
+        state.add_shard(obj.name, _dtype_name(t), shape, [0] * len(shape), shape, t.data_ptr(), t)
+        return t
+    if isinstance(obj, dict):
+        return {k: _unflatten(v, state, keep, targets) for k, v in obj.items()}
+    if isinstance(obj, list):
+        return [_unflatten(v, state, keep, targets) for v in obj]
+    if isinstance(obj, tuple):
+        return tuple(_unflatten(v, state, keep, targets) for v in obj)
+    return obj
+
+
+def rng_state():
+    """Every RNG a training loop draws from."""
+    return {"torch": torch.get_rng_state(), "numpy": np.random.get_state(), "python": random.getstate()}
+
+
+def set_rng_state(s):
+    torch.set_rng_state(s["torch"])
+    np.random.set_state(s["numpy"])
+    random.setstate(s["python"])
+
+
+def save(checkpointer, step, model=None, optimizer=None, scheduler=None, extra=None, rng=True):
+    """Starts an asynchronous save of everything given; returns the handle
+    (wait() for the commit). The tensors may change once this returns."""
+    tree = {}
+    if model is not None:
+        tree["model"] = model.state_dict()
+    if optimizer is not None:
+        tree["optimizer"] = optimizer.state_dict()
+    if scheduler is not None:
+        tree["scheduler"] = scheduler.state_dict()
+    if rng:
+        tree["rng"] = rng_state()
+    if extra is not None:
+        tree["extra"] = extra
+    state = _ckpt.State()
+    keep = []
+    skeleton = _flatten(tree, "t", state, keep)
+    state.add_blob(_TREE_BLOB, pickle.dumps(skeleton), True)
+    return checkpointer.save(step, state)
+
+
+def load(checkpointer, model=None, optimizer=None, scheduler=None, step=_ckpt.LATEST, rng=True):
+    """Restores what a `save` stored into the given objects (the model's
+    tensors in place); returns (step, extra)."""
+    probe = _ckpt.State()
+    probe.want_blob(_TREE_BLOB, True)
+    step = checkpointer.load(probe, step)
+    skeleton = pickle.loads(probe.blob(_TREE_BLOB))
+    targets = {}
+    if model is not None and "model" in skeleton:
+        targets = {f"t/model/{k}": v for k, v in model.state_dict().items()}
+    state = _ckpt.State()
+    keep = []
+    tree = _unflatten(skeleton, state, keep, targets)
+    checkpointer.load(state, step)
+    if model is not None and "model" in tree:
+        # In place already where the shapes matched; this also covers the rest.
+        model.load_state_dict(tree["model"])
+    if optimizer is not None and "optimizer" in tree:
+        optimizer.load_state_dict(tree["optimizer"])
+    if scheduler is not None and "scheduler" in tree:
+        scheduler.load_state_dict(tree["scheduler"])
+    if rng and "rng" in tree:
+        set_rng_state(tree["rng"])
+    return step, tree.get("extra")
+
+
+class CheckpointManager:
+    """Saves every `interval` steps (asynchronously: the previous save must
+    have committed before the next starts), keeps the newest `keep_last`,
+    and restores the latest on start."""
+
+    def __init__(self, root, model, optimizer=None, scheduler=None, interval=100, keep_last=3,
+                 codec="none", async_save=True, staging_bytes=256 << 20):
+        self.checkpointer = _ckpt.Checkpointer(root, codec=codec, keep_last=keep_last,
+                                               staging_bytes=staging_bytes)
+        self.model, self.optimizer, self.scheduler = model, optimizer, scheduler
+        self.interval = interval
+        self.async_save = async_save
+        self._pending = None
+
+    def load_latest(self):
+        """Restores the latest committed step; returns it (None when none)."""
+        if self.checkpointer.latest_step() is None:
+            return None
+        step, self.extra = load(self.checkpointer, self.model, self.optimizer, self.scheduler)
+        return step
+
+    def save(self, step, extra=None):
+        self.wait()
+        self._pending = save(self.checkpointer, step, self.model, self.optimizer, self.scheduler, extra)
+        if not self.async_save:
+            self.wait()
+        return self._pending
+
+    def step(self, step, extra=None):
+        """Call after every training step: saves when `step` is a multiple of the interval."""
+        if step % self.interval == 0:
+            return self.save(step, extra)
+        return None
+
+    def wait(self):
+        if self._pending is not None:
+            pending, self._pending = self._pending, None
+            pending.wait()
+
+    def close(self):
+        self.wait()
+        self.checkpointer.wait_all()

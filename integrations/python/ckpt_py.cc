@@ -1,0 +1,174 @@
+// The Python module's native part (`ckpt._ckpt`): checkpointers, states
+// that point at existing buffers (numpy arrays, torch tensors) without
+// copying, asynchronous save handles. The GIL is released while ckpt works.
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "ckpt/checkpointer.h"
+#include "ckpt/state.h"
+
+namespace py = pybind11;
+
+namespace {
+
+void Check(const absl::Status& s) {
+  if (s.ok()) return;
+  switch (s.code()) {
+    case absl::StatusCode::kNotFound: throw py::key_error(std::string(s.message()));
+    case absl::StatusCode::kInvalidArgument: throw py::value_error(std::string(s.message()));
+    default: throw std::runtime_error(std::string(s.message()));
+  }
+}
+
+ckpt::DType ParseDType(const std::string& name) {
+  static const std::map<std::string, ckpt::DType> kNames = {
+      {"float64", ckpt::DType::kF64}, {"float32", ckpt::DType::kF32}, {"float16", ckpt::DType::kF16},
+      {"bfloat16", ckpt::DType::kBF16}, {"int64", ckpt::DType::kI64}, {"int32", ckpt::DType::kI32},
+      {"int16", ckpt::DType::kI16},   {"int8", ckpt::DType::kI8},     {"uint8", ckpt::DType::kU8},
+      {"bool", ckpt::DType::kBool}};
+  auto it = kNames.find(name);
+  if (it == kNames.end()) throw py::value_error("unsupported dtype '" + name + "'");
+  return it->second;
+}
+
+// A State plus what keeps its buffers alive and the blobs it will receive.
+struct PyState {
+  ckpt::State state;
+  std::vector<py::object> owners;
+  std::map<std::string, std::unique_ptr<std::string>> blob_outs;
+  std::vector<std::unique_ptr<std::string>> blob_ins;
+};
+
+}  // namespace
+
+PYBIND11_MODULE(_ckpt, m) {
+  m.doc() = "ckpt: asynchronous sharded checkpoints (native part)";
+  m.attr("LATEST") = ckpt::kLatestStep;
+
+  py::class_<PyState>(m, "State")
+      .def(py::init<>())
+      .def(
+          "add_shard",
+          [](PyState& s, const std::string& name, const std::string& dtype, std::vector<int64_t> global_shape,
+             std::vector<int64_t> offsets, std::vector<int64_t> sizes, uintptr_t data, py::object owner) {
+            if (offsets.size() != global_shape.size() || sizes.size() != global_shape.size()) {
+              throw py::value_error("tensor '" + name + "': shape, offsets and sizes need one entry per dimension");
+            }
+            ckpt::TensorSpec spec{name, ParseDType(dtype), ckpt::Shape(global_shape.begin(), global_shape.end())};
+            ckpt::Box box;
+            box.offsets.assign(offsets.begin(), offsets.end());
+            box.sizes.assign(sizes.begin(), sizes.end());
+            Check(s.state.AddShard(spec, box, reinterpret_cast<void*>(data)));
+            s.owners.push_back(std::move(owner));
+          },
+          py::arg("name"), py::arg("dtype"), py::arg("global_shape"), py::arg("offsets"), py::arg("sizes"),
+          py::arg("data_ptr"), py::arg("owner"),
+          "A packed row-major buffer at data_ptr holding the box [offsets, offsets+sizes) of a tensor; "
+          "`owner` is kept alive with the state.")
+      .def(
+          "add_blob",
+          [](PyState& s, const std::string& name, py::bytes data, bool global) {
+            s.blob_ins.push_back(std::make_unique<std::string>(data));
+            const std::string& b = *s.blob_ins.back();
+            Check(s.state.AddBlob(name, b.data(), b.size(), global ? ckpt::BlobScope::kGlobal : ckpt::BlobScope::kRank));
+          },
+          py::arg("name"), py::arg("data"), py::arg("global_") = false)
+      .def(
+          "want_blob",
+          [](PyState& s, const std::string& name, bool global) {
+            auto& out = s.blob_outs[name];
+            out = std::make_unique<std::string>();
+            Check(s.state.AddBlobOut(name, out.get(), global ? ckpt::BlobScope::kGlobal : ckpt::BlobScope::kRank));
+          },
+          py::arg("name"), py::arg("global_") = false, "Asks a load to fill this blob; read it with blob().")
+      .def("blob", [](const PyState& s, const std::string& name) {
+        auto it = s.blob_outs.find(name);
+        if (it == s.blob_outs.end()) throw py::key_error("no blob '" + name + "' was asked for");
+        return py::bytes(*it->second);
+      });
+
+  py::class_<ckpt::SaveHandle>(m, "SaveHandle")
+      .def("wait",
+           [](const ckpt::SaveHandle& h) {
+             absl::Status s;
+             {
+               py::gil_scoped_release release;
+               s = h.Wait();
+             }
+             Check(s);
+           },
+           "Blocks until the step is committed; raises if it failed.")
+      .def("done", &ckpt::SaveHandle::Done)
+      .def_property_readonly("stall_s", [](const ckpt::SaveHandle& h) { return h.Stats().stall_s; })
+      .def_property_readonly("commit_s", [](const ckpt::SaveHandle& h) { return h.Stats().commit_s; })
+      .def_property_readonly("bytes_stored", [](const ckpt::SaveHandle& h) { return h.Stats().bytes_stored; });
+
+  py::class_<ckpt::Checkpointer>(m, "Checkpointer")
+      .def(py::init([](const std::string& uri, int rank, int world_size, const std::string& codec, int keep_last,
+                       int64_t staging_bytes, bool direct_io) {
+             ckpt::CheckpointerOptions o;
+             o.uri = uri;
+             o.rank = rank;
+             o.world_size = world_size;
+             auto c = ckpt::ParseCodec(codec);
+             if (!c) throw py::value_error("codec must be none, zstd or shuffle-zstd");
+             o.codec = *c;
+             o.retention.keep_last = keep_last;
+             o.engine_options.staging_bytes = static_cast<size_t>(staging_bytes);
+             o.direct_io = direct_io;
+             absl::StatusOr<std::unique_ptr<ckpt::Checkpointer>> cp;
+             {
+               py::gil_scoped_release release;
+               cp = ckpt::Checkpointer::Open(o);
+             }
+             Check(cp.status());
+             return std::move(cp).value();
+           }),
+           py::arg("uri"), py::arg("rank") = 0, py::arg("world_size") = 1, py::arg("codec") = "none",
+           py::arg("keep_last") = 0, py::arg("staging_bytes") = int64_t{256} << 20, py::arg("direct_io") = true)
+      .def(
+          "save",
+          [](ckpt::Checkpointer& cp, int64_t step, PyState& state) {
+            absl::StatusOr<ckpt::SaveHandle> h;
+            {
+              py::gil_scoped_release release;
+              h = cp.Save(step, state.state);
+            }
+            Check(h.status());
+            return std::move(h).value();
+          },
+          py::arg("step"), py::arg("state"),
+          "Copies the state's buffers and returns a SaveHandle; the rest happens in the background.")
+      .def(
+          "load",
+          [](ckpt::Checkpointer& cp, PyState& state, int64_t step) {
+            absl::StatusOr<ckpt::LoadStats> st;
+            {
+              py::gil_scoped_release release;
+              st = cp.Load(state.state, step);
+            }
+            Check(st.status());
+            return st->step;
+          },
+          py::arg("state"), py::arg("step") = ckpt::kLatestStep, "Fills the state's buffers; returns the step.")
+      .def("latest_step",
+           [](ckpt::Checkpointer& cp) -> py::object {
+             auto s = cp.LatestStep();
+             if (absl::IsNotFound(s.status())) return py::none();
+             Check(s.status());
+             return py::int_(*s);
+           })
+      .def("wait_all", [](ckpt::Checkpointer& cp) {
+        absl::Status s;
+        {
+          py::gil_scoped_release release;
+          s = cp.WaitAll();
+        }
+        Check(s);
+      });
+}
