@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "ckpt/checkpointer.h"
+#include "ckpt/communicator.h"
 #include "ckpt/state.h"
 
 namespace py = pybind11;
@@ -44,11 +45,71 @@ struct PyState {
   std::vector<std::unique_ptr<std::string>> blob_ins;
 };
 
+// A Communicator implemented in Python (e.g. over torch.distributed). Called
+// from ckpt's threads with the GIL released; each call takes the GIL.
+class PyCommunicator : public ckpt::Communicator {
+ public:
+  PyCommunicator(int rank, int size) : rank_(rank), size_(size) {}
+  int rank() const override { return rank_; }
+  int size() const override { return size_; }
+
+  absl::StatusOr<std::vector<std::string>> Gather(std::string_view mine, double timeout_s) override {
+    return Call<std::vector<std::string>>("gather", py::bytes(std::string(mine)), timeout_s);
+  }
+  absl::StatusOr<std::string> Scatter(const std::vector<std::string>& from_leader, double timeout_s) override {
+    py::gil_scoped_acquire gil;
+    py::list l;
+    for (const std::string& x : from_leader) l.append(py::bytes(x));
+    return CallLocked<std::string>("scatter", l, timeout_s);
+  }
+  absl::StatusOr<std::string> Broadcast(std::string_view from_leader, double timeout_s) override {
+    return Call<std::string>("broadcast", py::bytes(std::string(from_leader)), timeout_s);
+  }
+  absl::Status Barrier(double timeout_s) override {
+    py::gil_scoped_acquire gil;
+    py::function f = py::get_override(static_cast<const ckpt::Communicator*>(this), "barrier");
+    if (!f) return absl::UnimplementedError("the communicator has no barrier()");
+    try {
+      f(timeout_s);
+    } catch (py::error_already_set& e) {
+      return absl::UnavailableError(std::string("barrier: ") + e.what());
+    }
+    return absl::OkStatus();
+  }
+
+ private:
+  template <typename T, typename... Args>
+  absl::StatusOr<T> Call(const char* name, Args&&... args) {
+    py::gil_scoped_acquire gil;
+    return CallLocked<T>(name, std::forward<Args>(args)...);
+  }
+  template <typename T, typename... Args>
+  absl::StatusOr<T> CallLocked(const char* name, Args&&... args) {
+    py::function f = py::get_override(static_cast<const ckpt::Communicator*>(this), name);
+    if (!f) return absl::UnimplementedError(std::string("the communicator has no ") + name + "()");
+    try {
+      return f(std::forward<Args>(args)...).template cast<T>();
+    } catch (py::error_already_set& e) {
+      return absl::UnavailableError(std::string(name) + ": " + e.what());
+    } catch (py::cast_error& e) {
+      return absl::InvalidArgumentError(std::string(name) + " returned the wrong type: " + e.what());
+    }
+  }
+  int rank_, size_;
+};
+
 }  // namespace
 
 PYBIND11_MODULE(_ckpt, m) {
   m.doc() = "ckpt: asynchronous sharded checkpoints (native part)";
   m.attr("LATEST") = ckpt::kLatestStep;
+
+  py::class_<ckpt::Communicator, PyCommunicator, std::shared_ptr<ckpt::Communicator>>(m, "Communicator")
+      .def(py::init<int, int>(), py::arg("rank"), py::arg("size"),
+           "Subclass and define gather(bytes, timeout) -> list[bytes] (rank 0; [] elsewhere), "
+           "scatter(list[bytes], timeout) -> bytes, broadcast(bytes, timeout) -> bytes, barrier(timeout).")
+      .def_property_readonly("rank", &ckpt::Communicator::rank)
+      .def_property_readonly("size", &ckpt::Communicator::size);
 
   py::class_<PyState>(m, "State")
       .def(py::init<>())
@@ -110,11 +171,16 @@ PYBIND11_MODULE(_ckpt, m) {
 
   py::class_<ckpt::Checkpointer>(m, "Checkpointer")
       .def(py::init([](const std::string& uri, int rank, int world_size, const std::string& codec, int keep_last,
-                       int64_t staging_bytes, bool direct_io) {
+                       int64_t staging_bytes, bool direct_io, std::shared_ptr<ckpt::Communicator> communicator) {
              ckpt::CheckpointerOptions o;
              o.uri = uri;
              o.rank = rank;
              o.world_size = world_size;
+             if (communicator) {
+               o.communicator = communicator;
+               o.rank = communicator->rank();
+               o.world_size = communicator->size();
+             }
              auto c = ckpt::ParseCodec(codec);
              if (!c) throw py::value_error("codec must be none, zstd or shuffle-zstd");
              o.codec = *c;
@@ -130,7 +196,8 @@ PYBIND11_MODULE(_ckpt, m) {
              return std::move(cp).value();
            }),
            py::arg("uri"), py::arg("rank") = 0, py::arg("world_size") = 1, py::arg("codec") = "none",
-           py::arg("keep_last") = 0, py::arg("staging_bytes") = int64_t{256} << 20, py::arg("direct_io") = true)
+           py::arg("keep_last") = 0, py::arg("staging_bytes") = int64_t{256} << 20, py::arg("direct_io") = true,
+           py::arg("communicator") = nullptr, py::keep_alive<1, 9>())
       .def(
           "save",
           [](ckpt::Checkpointer& cp, int64_t step, PyState& state) {

@@ -187,3 +187,95 @@ class CheckpointManager:
     def close(self):
         self.wait()
         self.checkpointer.wait_all()
+
+
+# --------------------------------------------------------------------------
+# Distributed: ranks coordinate through a torch.distributed process group.
+
+
+class ProcessGroupCommunicator(_ckpt.Communicator):
+    """ckpt's collectives over a torch.distributed process group (gloo on
+    CPU works): which replica writes a box held by several ranks, and the
+    per-rank load plans rank 0 hands out. Only small messages pass."""
+
+    def __init__(self, group=None):
+        import torch.distributed as dist
+
+        self._dist, self._group = dist, group
+        super().__init__(dist.get_rank(group), dist.get_world_size(group))
+
+    def gather(self, mine, timeout):
+        out = [None] * self.size if self.rank == 0 else None
+        self._dist.gather_object(mine, out, dst=0, group=self._group)
+        return out if self.rank == 0 else []
+
+    def scatter(self, messages, timeout):
+        out = [None]
+        self._dist.scatter_object_list(out, list(messages) if self.rank == 0 else None, src=0, group=self._group)
+        return out[0]
+
+    def broadcast(self, message, timeout):
+        box = [message]
+        self._dist.broadcast_object_list(box, src=0, group=self._group)
+        return box[0]
+
+    def barrier(self, timeout):
+        self._dist.barrier(group=self._group)
+
+
+class Shard:
+    """The part of a global tensor this rank holds: `local` is the box at
+    `offsets` of a tensor of `global_shape`."""
+
+    def __init__(self, local, global_shape, offsets):
+        self.local, self.global_shape, self.offsets = local, list(global_shape), list(offsets)
+
+
+def shard_rows(tensor, rank, world):
+    """This rank's rows of `tensor` split along dim 0 the way torch.chunk
+    splits (FSDP-style); a view, not a copy."""
+    rows = tensor.shape[0]
+    per = -(-rows // world)
+    start = min(rows, rank * per)
+    stop = min(rows, start + per)
+    return Shard(tensor[start:stop], tensor.shape, [start] + [0] * (tensor.dim() - 1))
+
+
+def distributed_checkpointer(root, group=None, **kwargs):
+    """A Checkpointer for this rank of an initialised process group; every
+    rank must call save_tensors / load_tensors together."""
+    return _ckpt.Checkpointer(root, communicator=ProcessGroupCommunicator(group), **kwargs)
+
+
+def _add(state, name, value, keep):
+    if isinstance(value, Shard):
+        t = value.local.detach()
+        if not t.is_contiguous():
+            raise ValueError(f"{name}: the local shard must be contiguous")
+        keep.append(t)
+        state.add_shard(name, _dtype_name(t), value.global_shape, value.offsets, list(t.shape), t.data_ptr(), t)
+    else:
+        _register(state, name, value, keep)
+
+
+def save_tensors(checkpointer, step, tensors):
+    """Saves {name: tensor or Shard}: whole tensors that several ranks hold
+    are replicas (written once), Shards are this rank's part."""
+    state = _ckpt.State()
+    keep = []
+    for name, value in tensors.items():
+        _add(state, name, value, keep)
+    return checkpointer.save(step, state)
+
+
+def load_tensors(checkpointer, tensors, step=_ckpt.LATEST):
+    """Fills {name: tensor or Shard} in place from `step`, whatever mesh
+    saved it (resharded); returns the step."""
+    state = _ckpt.State()
+    keep = []
+    for name, value in tensors.items():
+        t = value.local if isinstance(value, Shard) else value
+        if not t.is_contiguous():
+            raise ValueError(f"{name}: load targets must be contiguous")
+        _add(state, name, value, keep)
+    return checkpointer.load(state, step)
