@@ -11,6 +11,7 @@
 
 #include "ckpt/checkpointer.h"
 #include "ckpt/communicator.h"
+#include "ckpt/interval.h"
 #include "ckpt/state.h"
 
 namespace py = pybind11;
@@ -110,6 +111,31 @@ PYBIND11_MODULE(_ckpt, m) {
            "scatter(list[bytes], timeout) -> bytes, broadcast(bytes, timeout) -> bytes, barrier(timeout).")
       .def_property_readonly("rank", &ckpt::Communicator::rank)
       .def_property_readonly("size", &ckpt::Communicator::size);
+
+  py::class_<ckpt::IntervalPolicy>(m, "IntervalPolicy")
+      .def(py::init([](double mtbf_s, double restart_s, double stall_s, double write_s, double min_interval_s,
+                       double max_interval_s) {
+             ckpt::IntervalPolicyOptions o;
+             o.mtbf_s = mtbf_s;
+             o.restart_s = restart_s;
+             o.stall_s = stall_s;
+             o.write_s = write_s;
+             o.min_interval_s = min_interval_s;
+             o.max_interval_s = max_interval_s;
+             return std::make_unique<ckpt::IntervalPolicy>(o);
+           }),
+           py::arg("mtbf_s") = 24 * 3600.0, py::arg("restart_s") = 600.0, py::arg("stall_s") = 1.0,
+           py::arg("write_s") = 30.0, py::arg("min_interval_s") = 60.0, py::arg("max_interval_s") = 24 * 3600.0,
+           "How often to checkpoint, from the failure rate and the measured save costs (docs/interval.md).")
+      .def("should_checkpoint", &ckpt::IntervalPolicy::ShouldCheckpoint, py::arg("now_s"),
+           py::arg("previous_durable") = true)
+      .def("save_started", &ckpt::IntervalPolicy::SaveStarted, py::arg("now_s"))
+      .def("record_save", [](ckpt::IntervalPolicy& p, const ckpt::SaveHandle& h) { p.RecordSave(h.Stats()); },
+           py::arg("handle"), "Folds a finished save's measured stall and write time into the estimates.")
+      .def("set_mtbf", &ckpt::IntervalPolicy::SetMtbf)
+      .def_property_readonly("interval_s", &ckpt::IntervalPolicy::interval_s)
+      .def_property_readonly("stall_s", &ckpt::IntervalPolicy::stall_s)
+      .def_property_readonly("write_s", &ckpt::IntervalPolicy::write_s);
 
   py::class_<PyState>(m, "State")
       .def(py::init<>())

@@ -12,9 +12,9 @@ restores PyTorch models, optimizers, schedulers and RNG states with it.
     ...
     handle.wait()                                # committed, or raises
 """
-from ._ckpt import LATEST, Checkpointer, SaveHandle, State
+from ._ckpt import LATEST, Checkpointer, IntervalPolicy, SaveHandle, State
 
-__all__ = ["LATEST", "Checkpointer", "SaveHandle", "State", "add_array"]
+__all__ = ["LATEST", "Checkpointer", "IntervalPolicy", "SaveHandle", "State", "add_array"]
 
 
 def add_array(state, name, array, global_shape=None, offsets=None):

@@ -19,11 +19,13 @@ fields, RNG tuples, extras) travels in one pickled blob: as with
 """
 import pickle
 import random
+import time
 
 import numpy as np
 import torch
 
 from . import _ckpt
+from ._ckpt import IntervalPolicy  # noqa: F401  (re-exported for CheckpointManager(policy=...))
 
 _TREE_BLOB = "torch.tree"
 
@@ -146,18 +148,21 @@ def load(checkpointer, model=None, optimizer=None, scheduler=None, step=_ckpt.LA
 
 
 class CheckpointManager:
-    """Saves every `interval` steps (asynchronously: the previous save must
-    have committed before the next starts), keeps the newest `keep_last`,
-    and restores the latest on start."""
+    """Saves every `interval` steps, or when an `IntervalPolicy` says so
+    (from the failure rate and the save costs it measures), asynchronously:
+    the previous save must have committed before the next starts. Keeps the
+    newest `keep_last` and restores the latest on start."""
 
     def __init__(self, root, model, optimizer=None, scheduler=None, interval=100, keep_last=3,
-                 codec="none", async_save=True, staging_bytes=256 << 20):
+                 codec="none", async_save=True, staging_bytes=256 << 20, policy=None):
         self.checkpointer = _ckpt.Checkpointer(root, codec=codec, keep_last=keep_last,
                                                staging_bytes=staging_bytes)
         self.model, self.optimizer, self.scheduler = model, optimizer, scheduler
         self.interval = interval
+        self.policy = policy
         self.async_save = async_save
         self._pending = None
+        self.saves = 0
 
     def load_latest(self):
         """Restores the latest committed step; returns it (None when none)."""
@@ -168,13 +173,22 @@ class CheckpointManager:
 
     def save(self, step, extra=None):
         self.wait()
+        if self.policy is not None:
+            self.policy.save_started(time.monotonic())
         self._pending = save(self.checkpointer, step, self.model, self.optimizer, self.scheduler, extra)
+        self.saves += 1
         if not self.async_save:
             self.wait()
         return self._pending
 
     def step(self, step, extra=None):
-        """Call after every training step: saves when `step` is a multiple of the interval."""
+        """Call after every training step: saves when `step` is a multiple of
+        the interval, or when the policy says it is time."""
+        if self.policy is not None:
+            durable = self._pending is None or self._pending.done()
+            if self.policy.should_checkpoint(time.monotonic(), durable):
+                return self.save(step, extra)
+            return None
         if step % self.interval == 0:
             return self.save(step, extra)
         return None
@@ -183,6 +197,8 @@ class CheckpointManager:
         if self._pending is not None:
             pending, self._pending = self._pending, None
             pending.wait()
+            if self.policy is not None:
+                self.policy.record_save(pending)
 
     def close(self):
         self.wait()
