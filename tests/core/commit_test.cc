@@ -249,6 +249,20 @@ TEST_F(CommitTest, BackToBackSavesAreSerialized) {
 #error "CRASH_SAVER_PATH must name the crash_saver helper"
 #endif
 
+// Opening `root` as the leader (keep-last 2) leaves only committed steps,
+// at most two.
+void ExpectReopenLeavesOnlyKeptSteps(const std::string& root) {
+  CheckpointerOptions o;
+  o.uri = root;
+  o.retention.keep_last = 2;
+  auto cp = Checkpointer::Open(o);
+  ASSERT_OK(cp);
+  auto steps = (*cp)->ListSteps();
+  ASSERT_OK(steps);
+  EXPECT_LE(steps->size(), 2u);
+  for (const StepInfo& s : *steps) EXPECT_TRUE(s.committed) << s.step;
+}
+
 // A saver process SIGKILLed at random points of its save loop: after every
 // kill the latest committed step loads and verifies, no half-written step is
 // ever listed as committed, and reopening collects the leftovers.
@@ -316,15 +330,7 @@ TEST(CrashTest, SigkillDuringSaveLeavesLatestLoadable) {
     EXPECT_FALSE(CheckLatestPointer(**storage).has_value());
   }
   // Reopening as leader removes every leftover; retention bounds disk use.
-  CheckpointerOptions o;
-  o.uri = root;
-  o.retention.keep_last = 2;
-  auto cp = Checkpointer::Open(o);
-  ASSERT_OK(cp);
-  auto steps = (*cp)->ListSteps();
-  ASSERT_OK(steps);
-  EXPECT_LE(steps->size(), 2u);
-  for (const StepInfo& s : *steps) EXPECT_TRUE(s.committed) << s.step;
+  ExpectReopenLeavesOnlyKeptSteps(root);
 }
 
 // Bytes of every file under `dir`.
@@ -431,15 +437,7 @@ TEST_P(CrashCampaign, KillsAtEveryPhaseLeaveTheLatestStepLoadable) {
     max_use = std::max(max_use, DiskUse(root));
   }
   // Reopening as the leader removes every leftover.
-  CheckpointerOptions o;
-  o.uri = root;
-  o.retention.keep_last = 2;
-  auto cp = Checkpointer::Open(o);
-  ASSERT_OK(cp);
-  auto steps = (*cp)->ListSteps();
-  ASSERT_OK(steps);
-  EXPECT_LE(steps->size(), 2u);
-  for (const StepInfo& st : *steps) EXPECT_TRUE(st.committed) << st.step;
+  ExpectReopenLeavesOnlyKeptSteps(root);
   // Two kept steps, one in flight and one leftover at most, each ~1 MiB.
   EXPECT_LT(max_use, uint64_t{6} << 20) << "disk use grew over the rounds";
   std::printf("%s: %d kills, latest step %lld, peak disk use %.1f MiB; where they landed:\n",
