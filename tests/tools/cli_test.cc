@@ -4,6 +4,7 @@
 #include <cstdio>
 #include <filesystem>
 
+#include "ckpt/checkpointer.h"
 #include "format/layout.h"
 #include "testutil/test_util.h"
 
@@ -27,7 +28,7 @@ CliRun Ckpt(const std::string& args, const std::string& env = "") {
 bool Has(const std::string& s, const std::string& what) { return s.find(what) != std::string::npos; }
 
 TEST(Cli, HelpOnEverySubcommand) {
-  for (const char* sub : {"demo", "synth", "restore-check", "verify", "inspect", "plan", "interval", "plugins", "export", "import", "stats", "diff", "list", "gc", "repair", "coordinator", "coordinator status", "worker"}) {
+  for (const char* sub : {"demo", "synth", "restore-check", "verify", "inspect", "plan", "interval", "plugins", "export", "import", "stats", "diff", "list", "gc", "repair", "coordinator", "coordinator status", "worker", "bench"}) {
     CliRun r = Ckpt(std::string(sub) + " --help");
     EXPECT_EQ(r.code, 0) << sub;
     EXPECT_TRUE(Has(r.out, std::string("usage: ckpt ") + sub)) << r.out;
@@ -203,6 +204,30 @@ TEST(Cli, IntervalFromRatesLogsAndMeasuredCosts) {
   ASSERT_EQ(costs.code, 0) << costs.out;
   EXPECT_NEAR(JsonField(costs.out, "stall_s"), JsonField(synth.out, "stall_s"), 1e-9);
   EXPECT_NEAR(JsonField(costs.out, "checkpoint_cost_s"), JsonField(synth.out, "commit_s"), 1e-9);
+}
+
+// ckpt bench measures a root and its costs file feeds ckpt interval.
+TEST(Cli, BenchWritesCostsThatIntervalReads) {
+  TempDir dir;
+  const std::string root = dir.Join("root"), costs = dir.Join("costs.json");
+  CliRun b = Ckpt("bench --out " + root + " --size 4M --runs 2 --costs " + costs);
+  ASSERT_EQ(b.code, 0) << b.out;
+  EXPECT_TRUE(Has(b.out, "stall (training blocked)")) << b.out;
+  const std::string json = ReadFile(costs);
+  for (const char* key : {"\"stall_s\":", "\"write_s\":", "\"commit_s\":", "\"load_s\":", "\"verify_s\":"}) {
+    EXPECT_TRUE(Has(json, key)) << json;
+  }
+  CliRun i = Ckpt("interval --costs " + costs + " --mtbf 24h --json");
+  EXPECT_EQ(i.code, 0) << i.out;
+  EXPECT_TRUE(Has(i.out, "\"optimum_s\":") && Has(i.out, "\"async\":")) << i.out;
+  // The measured steps are gone; a root holding checkpoints is refused.
+  auto storage = OpenStorage(root);
+  ASSERT_OK(storage);
+  auto steps = ListCheckpointSteps(**storage);
+  ASSERT_OK(steps);
+  EXPECT_TRUE(steps->empty());
+  ASSERT_EQ(Ckpt("synth --out " + root + " --params 100K --step 1").code, 0);
+  EXPECT_EQ(Ckpt("bench --out " + root + " --size 4M").code, 2);
 }
 
 TEST(Cli, IntervalRejectsBadInput) {

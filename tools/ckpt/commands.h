@@ -22,6 +22,7 @@ int GcMain(int argc, char** argv, int first);
 int RepairMain(int argc, char** argv, int first);
 int CoordinatorMain(int argc, char** argv, int first);
 int WorkerMain(int argc, char** argv, int first);
+int BenchMain(int argc, char** argv, int first);
 
 }  // namespace ckpt::tools
 

@@ -34,6 +34,8 @@ constexpr Command kCommands[] = {
     {"gc", ckpt::tools::GcMain, "apply retention and remove leftovers (dry run unless --yes)"},
     {"plan", ckpt::tools::PlanMain,
      "plan a save and a resharded load at any scale, without tensor data"},
+    {"bench", ckpt::tools::BenchMain,
+     "measure save, load and verify costs on a storage; write costs for interval"},
     {"interval", ckpt::tools::IntervalMain,
      "how often to checkpoint, from a failure rate and save costs"},
     {"export", ckpt::tools::ExportMain,
