@@ -479,14 +479,10 @@ class ClientImpl final : public CoordinatorClient {
           stop_requested_ = true;
           stop_reason_ = "the coordinator is unreachable";
           cv_.notify_all();
-          // Keep trying in the background; calls fail meanwhile.
+          // Keep trying in the background (the next round of this loop);
+          // calls fail meanwhile.
           break;
         }
-      }
-      std::lock_guard<std::mutex> lock(mu_);
-      if (!connected_) {
-        // Gave up for now: poll again later.
-        fd_ = -1;
       }
     }
   }

@@ -64,6 +64,7 @@ struct Member {
   int first_rank = -1;
   double last_seen = 0;
   int late_intervals = 0;  // heartbeat intervals missed so far (metrics)
+  bool left = false;       // finished: no longer expected to heartbeat
   std::weak_ptr<Session> session;
 };
 
@@ -532,7 +533,6 @@ class CoordinatorImpl final : public Coordinator {
       w.Var(static_cast<uint64_t>(m.local_ranks));
     }
     Journaled(w.Take());
-    generation_started_ = NowSeconds();
     Log(StrCat("generation ", generation_, " formed: ", members_.size(), " member(s), world size ", world_,
                restore_step_ >= 0 ? StrCat(", restore step ", restore_step_) : std::string(", nothing to restore")));
     for (uint64_t id : order_) {
@@ -635,6 +635,7 @@ class CoordinatorImpl final : public Coordinator {
         std::string dead;
         for (uint64_t id : order_) {
           Member& m = members_[id];
+          if (m.left) continue;
           const double silent = now - m.last_seen;
           const int late = static_cast<int>(silent / options_.heartbeat_s);
           if (late > m.late_intervals) {
@@ -696,14 +697,10 @@ class CoordinatorImpl final : public Coordinator {
     waiting_order_.erase(std::remove(waiting_order_.begin(), waiting_order_.end(), id), waiting_order_.end());
     if (members_.count(id)) {
       // Leaving ends the generation only when others would wait for it.
-      members_[id].last_seen = 1e300;  // never declared dead
-      left_.insert(id);
+      members_[id].left = true;  // never declared dead
       bool all_left = true;
-      for (uint64_t m : order_) all_left = all_left && left_.count(m);
-      if (all_left) {
-        EndGeneration("every member left: the job finished");
-        left_.clear();
-      }
+      for (uint64_t m : order_) all_left = all_left && members_[m].left;
+      if (all_left) EndGeneration("every member left: the job finished");
     }
     s->Reply(h.request_id, MsgType::kAck, "");
     return absl::OkStatus();
@@ -1063,7 +1060,7 @@ class CoordinatorImpl final : public Coordinator {
     for (uint64_t id : order_) {
       const Member& m = members_[id];
       char ago[32];
-      std::snprintf(ago, sizeof(ago), "%.2f", m.last_seen > 1e299 ? 0.0 : now - m.last_seen);
+      std::snprintf(ago, sizeof(ago), "%.2f", now - m.last_seen);
       StrAppend(&t, "  ", id, "  ", m.host, "  ranks ", m.first_rank, "..", m.first_rank + m.local_ranks - 1,
                 "  last heartbeat ", ago, " s ago", m.session.expired() ? "  (disconnected)" : "", "\n");
     }
@@ -1101,7 +1098,7 @@ class CoordinatorImpl final : public Coordinator {
           .Field("host", m.host)
           .Field("first_rank", m.first_rank)
           .Field("local_ranks", m.local_ranks)
-          .Field("last_heartbeat_s_ago", m.last_seen > 1e299 ? 0.0 : now - m.last_seen)
+          .Field("last_heartbeat_s_ago", now - m.last_seen)
           .Field("connected", !m.session.expired())
           .EndObject();
     }
@@ -1156,11 +1153,9 @@ class CoordinatorImpl final : public Coordinator {
   int world_ = 0;
   int64_t restore_step_ = -1;
   int64_t last_committed_ = -1;
-  double generation_started_ = 0;
   std::map<uint64_t, Member> members_;  // of the current generation
   std::vector<uint64_t> order_;         // members_ by rank
   std::map<uint64_t, int> previous_rank_;
-  std::set<uint64_t> left_;
   std::map<uint64_t, Member> waiting_;
   std::vector<uint64_t> waiting_order_;
   std::map<uint64_t, Waiter> pending_joins_;

@@ -362,7 +362,7 @@ absl::StatusOr<std::vector<TensorDiff>> DiffSteps(Storage& a, int64_t step_a, St
       }
       const ManifestTensor& ta = *blk.tensor;
       const ManifestTensor& tb = *mb.FindTensor(ta.spec.fqn);
-      const ManifestChunk& cb = *b_chunks[&ta].at(BoxKey(blk.chunk->box));
+      const ManifestChunk& cb = *b_chunks.at(&ta).at(BoxKey(blk.chunk->box));  // read-only on workers
       const DType dtype = ta.spec.dtype;
       const int64_t es = static_cast<int64_t>(DTypeSize(dtype));
       const int64_t bs_b = static_cast<int64_t>(mb.files[cb.file].block_size);

@@ -119,11 +119,10 @@ absl::Status StreamTensorBlocks(StepFiles& files, const std::vector<const Manife
       [&](const FrameTask& t, absl::Span<const std::byte> frame, BlockCodec& codec,
           std::vector<std::byte>& scratch) -> absl::Status {
         const BlockTag& tag = *static_cast<const BlockTag*>(t.tag);
-        const std::string name = ChunkName(*tag.tensor, *tag.chunk);
         absl::Status st = CheckFrame(frame, *t.entry, t.block_id, *tag.path);
-        if (!st.ok()) return Annotate(st, name);
+        if (!st.ok()) return Annotate(st, ChunkName(*tag.tensor, *tag.chunk));
         auto raw = DecodeFrame(codec, frame, *t.entry, scratch, *tag.path);
-        if (!raw.ok()) return Annotate(raw.status(), name);
+        if (!raw.ok()) return Annotate(raw.status(), ChunkName(*tag.tensor, *tag.chunk));
         const uint64_t bs = files.manifest().files[tag.chunk->file].block_size;
         StreamedBlock b;
         b.tensor = tag.tensor;

@@ -162,12 +162,8 @@ void FaultyStorage::SetPlan(FaultPlan plan) {
 
 absl::Status FaultyStorage::OpFault(std::string_view kind, std::string_view path, bool mutating) {
   const FaultPlan plan = Plan();
-  if (!Affects(path)) return absl::OkStatus();
-  if (mutating && plan.kill_at_op > 0 && ops_.fetch_add(1) + 1 == plan.kill_at_op) {
-    ::kill(::getpid(), SIGKILL);
-  } else if (mutating && plan.kill_at_op <= 0) {
-    ops_.fetch_add(1);
-  }
+  if (!plan.match.empty() && path.find(plan.match) == std::string_view::npos) return absl::OkStatus();
+  if (mutating && ops_.fetch_add(1) + 1 == plan.kill_at_op) ::kill(::getpid(), SIGKILL);
   if (plan.fail_on.count(std::string(kind)) == 0) return absl::OkStatus();
   if (failing_ops_.fetch_add(1) + 1 < plan.fail_after) return absl::OkStatus();
   faults_.fetch_add(1);

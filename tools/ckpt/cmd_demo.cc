@@ -81,9 +81,8 @@ pid_t SpawnSelf(const std::vector<std::string>& args, const std::string& out) {
 // the exact state of an uninterrupted run.
 bool RunElastic(const std::string& dir, int workers, int64_t steps) {
   const std::string root = dir + "/elastic", token_file = dir + "/token";
-  std::ofstream(token_file) << "demo-" << getpid() << "-" << NowSeconds() << "\n";
-  std::string token;
-  std::ifstream(token_file) >> token;
+  const std::string token = StrCat("demo-", getpid(), "-", NowSeconds());
+  std::ofstream(token_file) << token << "\n";
   CoordinatorOptions co;
   co.state_dir = dir + "/coordinator";
   co.token = token;

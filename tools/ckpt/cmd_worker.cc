@@ -32,7 +32,6 @@ struct WorkerConfig {
   int64_t kill_after_commit = -1; // SIGKILL itself once step is committed
   int64_t corrupt_replica_at = -1;  // flip a bit of its bias copy while saving this step
   double join_timeout_s = 120;
-  double heartbeat_s = 0.2;
 };
 
 // A failed collective or commit often arrives just before the coordinator's

@@ -136,8 +136,13 @@ def load(checkpointer, model=None, optimizer=None, scheduler=None, step=_ckpt.LA
     tree = _unflatten(skeleton, state, keep, targets)
     checkpointer.load(state, step)
     if model is not None and "model" in tree:
-        # In place already where the shapes matched; this also covers the rest.
-        model.load_state_dict(tree["model"])
+        saved = tree["model"]
+        if saved.keys() != model.state_dict().keys():
+            model.load_state_dict(saved)  # raises, naming the missing and unexpected keys
+        # Loaded in place where the model's own tensor could take it; copy the rest.
+        rest = {k: v for k, v in saved.items() if v is not targets.get(f"t/model/{k}")}
+        if rest:
+            model.load_state_dict(rest, strict=False)
     if optimizer is not None and "optimizer" in tree:
         optimizer.load_state_dict(tree["optimizer"])
     if scheduler is not None and "scheduler" in tree:
