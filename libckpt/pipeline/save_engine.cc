@@ -66,6 +66,7 @@ absl::Status SaveEngine::Init() {
   CKPT_ASSIGN_OR_RETURN(out_arena_, AlignedBuffer::Allocate(outs * out_bytes_, false));
   for (size_t i = 0; i < slots; ++i) free_slots_.push_back(arena_.data() + i * slot_bytes_);
   slot_count_ = slots;
+  slot_refs_.assign(slots, 0);
   for (size_t i = 0; i < outs; ++i) free_out_.push_back(out_arena_.data() + i * out_bytes_);
   for (int i = 0; i < workers; ++i) workers_.emplace_back([this] { WorkerLoop(); });
   finalizer_ = std::thread([this] { FinalizerLoop(); });
@@ -109,18 +110,57 @@ void SaveEngine::RegisterWith(const std::shared_ptr<Storage>& storage) {
   });
 }
 
-std::byte* SaveEngine::AcquireSlot() {
-  std::unique_lock<std::mutex> lock(pool_mu_);
-  slot_cv_.wait(lock, [&] { return !free_slots_.empty(); });
+std::byte* SaveEngine::TakeFreeSlotLocked(std::unique_lock<std::mutex>& lock) {
+  slot_cv_.wait(lock, [&] {
+    if (!free_slots_.empty()) return true;
+    // A packing slot whose blocks have all been written is given back
+    // rather than held while a whole one is awaited.
+    if (packing_ != nullptr) {
+      const size_t i = static_cast<size_t>(packing_ - arena_.data()) / slot_bytes_;
+      if (slot_refs_[i] == 1) {
+        slot_refs_[i] = 0;
+        free_slots_.push_back(packing_);
+        packing_ = nullptr;
+        return true;
+      }
+    }
+    return false;
+  });
   std::byte* s = free_slots_.back();
   free_slots_.pop_back();
+  slot_refs_[static_cast<size_t>(s - arena_.data()) / slot_bytes_] = 1;
   return s;
+}
+
+std::byte* SaveEngine::AcquireSlot(uint64_t raw_len) {
+  // Frames start on kFrameAlign boundaries (O_DIRECT writes them in place).
+  const size_t need = FrameLength(raw_len);
+  std::unique_lock<std::mutex> lock(pool_mu_);
+  const bool fits = packing_ != nullptr && packed_ + need <= slot_bytes_;
+  if (!fits) {
+    // Full blocks, and short ones too long to be worth a fresh packing
+    // slot, get a slot of their own.
+    if (need > slot_bytes_ / 2) return TakeFreeSlotLocked(lock);
+    if (packing_ != nullptr) {
+      const size_t i = static_cast<size_t>(packing_ - arena_.data()) / slot_bytes_;
+      packing_ = nullptr;
+      if (--slot_refs_[i] == 0) free_slots_.push_back(arena_.data() + i * slot_bytes_);
+    }
+    packing_ = TakeFreeSlotLocked(lock);  // holds the packer's reference
+    packed_ = 0;
+  }
+  std::byte* p = packing_ + packed_;
+  packed_ += need;
+  ++slot_refs_[static_cast<size_t>(packing_ - arena_.data()) / slot_bytes_];
+  return p;
 }
 
 void SaveEngine::ReleaseSlot(std::byte* slot) {
   {
     std::lock_guard<std::mutex> lock(pool_mu_);
-    free_slots_.push_back(slot);
+    const size_t i = static_cast<size_t>(slot - arena_.data()) / slot_bytes_;
+    if (--slot_refs_[i] != 0) return;
+    free_slots_.push_back(arena_.data() + i * slot_bytes_);
   }
   slot_cv_.notify_one();
 }
@@ -255,7 +295,7 @@ absl::Status SaveEngine::Run(std::shared_ptr<SaveJob> job,
     for (uint64_t b = 0; b < p.block_count; ++b) {
       const uint64_t begin = b * options_.block_size;
       const uint64_t len = std::min<uint64_t>(options_.block_size, p.bytes - begin);
-      std::byte* slot = AcquireSlot();
+      std::byte* slot = AcquireSlot(len);
       if (p.shard != nullptr) {
         GatherPacked(*p.shard, static_cast<int64_t>(begin / es),
                      static_cast<int64_t>(len / es), slot);
@@ -319,6 +359,7 @@ void SaveEngine::StageTiles(const std::shared_ptr<SaveJob>& job, std::vector<Sav
     uint64_t block = 0;
     uint64_t seg = 0;
     uint64_t col_offset = 0;  // bytes from the row start
+    uint64_t left = 0;        // bytes of the tile not yet handed to workers
   };
   std::vector<Stream> streams(ntiles);
   const int nd = parent.box.ndim();
@@ -328,33 +369,43 @@ void SaveEngine::StageTiles(const std::shared_ptr<SaveJob>& job, std::vector<Sav
     streams[t].col_offset =
         static_cast<uint64_t>(tile.box.offsets[nd - 1] - parent.box.offsets[nd - 1]) * es;
     streams[t].block = pieces[first + t].first_block;
+    streams[t].left = pieces[first + t].bytes;
   }
   bool ok = true;
   auto flush = [&](Stream& st, DType dtype) {
     ok = Enqueue(job, st.block++, st.slot, st.fill, dtype) && ok;
+    st.left -= st.fill;
     st.slot = nullptr;
     st.fill = 0;
   };
+  // Rows are read in order and each tile's segment is appended to its
+  // slot in whole cache lines (see StreamAppender).
+  std::vector<StreamAppender> out(ntiles);
   ForEachRow(parent, [&](const std::byte* row) {
-    if (!ok) return false;
-    for (Stream& st : streams) {
+    for (size_t t = 0; t < ntiles && ok; ++t) {
+      Stream& st = streams[t];
       const std::byte* src = row + st.col_offset;
       uint64_t left = st.seg;
       while (left > 0) {
-        if (st.slot == nullptr) st.slot = AcquireSlot();
+        if (st.slot == nullptr) {
+          st.slot = AcquireSlot(std::min(bs, st.left));
+          out[t].Reset(st.slot);
+        }
         const uint64_t n = std::min(left, bs - st.fill);
-        StreamCopyNoFence(st.slot + st.fill, src, n);
+        out[t].Append(src, n);
         st.fill += n;
         src += n;
         left -= n;
         if (st.fill == bs) {
           StreamFence();
           flush(st, parent.spec.dtype);
+          if (!ok) break;
         }
       }
     }
     return ok;
   });
+  for (StreamAppender& a : out) a.Finish();
   StreamFence();
   for (Stream& st : streams) {
     if (st.slot != nullptr) {

@@ -115,8 +115,16 @@ class SaveEngine {
 
   explicit SaveEngine(const SaveEngineOptions& options);
   absl::Status Init();
-  std::byte* AcquireSlot();
+  /// Room in the arena for one block of `raw_len` bytes and its frame
+  /// (blocking while the arena is full). Full blocks get a slot of their
+  /// own; short ones (the last block of a piece) are packed several to a
+  /// slot, so a state of many small tensors fits an arena of its size.
+  std::byte* AcquireSlot(uint64_t raw_len);
+  /// Gives back what AcquireSlot returned; a packed slot is free once all
+  /// of its blocks are.
   void ReleaseSlot(std::byte* slot);
+  /// With pool_mu_ held: a whole free slot, waiting for one if needed.
+  std::byte* TakeFreeSlotLocked(std::unique_lock<std::mutex>& lock);
   std::byte* AcquireOutBuffer();
   void ReleaseOutBuffer(std::byte* buf);
   void WorkerLoop();
@@ -147,6 +155,9 @@ class SaveEngine {
   std::condition_variable out_cv_;
   std::vector<std::byte*> free_slots_;
   std::vector<std::byte*> free_out_;
+  std::vector<uint32_t> slot_refs_;  ///< per slot: blocks in it, +1 while it is being packed
+  std::byte* packing_ = nullptr;     ///< the slot short blocks are packed into
+  size_t packed_ = 0;                ///< bytes of packing_ handed out
 
   std::mutex queue_mu_;
   std::condition_variable queue_cv_;

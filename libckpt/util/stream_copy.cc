@@ -1,5 +1,6 @@
 #include "util/stream_copy.h"
 
+#include <algorithm>
 #include <cstdint>
 #include <cstring>
 
@@ -45,6 +46,16 @@ size_t StreamSse2(char* d, const char* s, size_t n) {
 
 const bool kHaveAvx2 = __builtin_cpu_supports("avx2");
 
+// Whole lines: n a multiple of 64, d 64-byte aligned.
+__attribute__((target("avx2"))) void StreamLinesAvx2(char* d, const char* s, size_t n) {
+  for (size_t i = 0; i < n; i += 64) {
+    const __m256i a = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(s + i));
+    const __m256i b = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(s + i + 32));
+    _mm256_stream_si256(reinterpret_cast<__m256i*>(d + i), a);
+    _mm256_stream_si256(reinterpret_cast<__m256i*>(d + i + 32), b);
+  }
+}
+
 }  // namespace
 #endif
 
@@ -77,6 +88,49 @@ void StreamCopyNoFence(void* dst_v, const void* src_v, size_t n) {
   }
 #endif
   std::memcpy(dst_v, src_v, n);
+}
+
+namespace {
+
+void StreamLines(std::byte* dst, const std::byte* src, size_t n) {
+  char* d = reinterpret_cast<char*>(dst);
+  const char* s = reinterpret_cast<const char*>(src);
+#if defined(__x86_64__)
+  if (kHaveAvx2) {
+    StreamLinesAvx2(d, s, n);
+  } else {
+    StreamSse2(d, s, n);
+  }
+#else
+  std::memcpy(d, s, n);
+#endif
+}
+
+}  // namespace
+
+void StreamAppender::Append(const std::byte* src, size_t n) {
+  if (const size_t held = pos_ % kLine; held != 0) {
+    const size_t k = std::min(kLine - held, n);
+    std::memcpy(line_ + held, src, k);
+    pos_ += k;
+    src += k;
+    n -= k;
+    if (pos_ % kLine != 0) return;
+    StreamLines(dst_ + pos_ - kLine, line_, kLine);
+  }
+  const size_t body = n / kLine * kLine;
+  if (body > 0) {
+    StreamLines(dst_ + pos_, src, body);
+    pos_ += body;
+  }
+  if (n > body) {
+    std::memcpy(line_, src + body, n - body);
+    pos_ += n - body;
+  }
+}
+
+void StreamAppender::Finish() {
+  if (const size_t held = pos_ % kLine; held != 0) std::memcpy(dst_ + pos_ - held, line_, held);
 }
 
 }  // namespace ckpt

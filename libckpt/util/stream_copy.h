@@ -22,6 +22,32 @@ void StreamCopy(void* dst, const void* src, size_t n);
 void StreamCopyNoFence(void* dst, const void* src, size_t n);
 void StreamFence();
 
+/// Appends many short runs (rows of a column tile) to one destination with
+/// streaming stores in whole cache lines only: the bytes of an unfinished
+/// line wait in a line buffer until the next run completes it. Streaming
+/// each short run directly leaves a partial line at both of its ends,
+/// which the CPU turns into slow partial writes (2.2 against 7.3 GB/s for
+/// 1072-byte runs on the benchmark machine). Call StreamFence() after
+/// Finish(), before handing the memory to another thread.
+class StreamAppender {
+ public:
+  static constexpr size_t kLine = 64;
+  /// Starts appending at `dst`, which must be kLine-aligned.
+  void Reset(std::byte* dst) {
+    dst_ = dst;
+    pos_ = 0;
+  }
+  void Append(const std::byte* src, size_t n);
+  /// Writes the unfinished last line (ordinary stores).
+  void Finish();
+  size_t size() const { return pos_; }
+
+ private:
+  std::byte* dst_ = nullptr;
+  size_t pos_ = 0;
+  alignas(kLine) std::byte line_[kLine];
+};
+
 }  // namespace ckpt
 
 #endif  // CKPT_UTIL_STREAM_COPY_H_

@@ -7,6 +7,7 @@
 #include "ckpt/plan.h"
 #include "ckpt/synthetic.h"
 #include "layout/box_copy.h"
+#include "util/aligned_buffer.h"
 #include "util/stream_copy.h"
 #include "testutil/test_util.h"
 
@@ -100,6 +101,40 @@ TEST(StreamCopy, MatchesMemcpyAtEverySizeAndAlignment) {
         EXPECT_EQ(dst[dalign + n], 0xee);
       }
     }
+  }
+}
+
+TEST(StreamAppender, RunsOfAnyLengthLandContiguously) {
+  std::vector<uint8_t> src(1 << 20);
+  for (size_t i = 0; i < src.size(); ++i) src[i] = static_cast<uint8_t>(i * 131 + 7);
+  // Run lengths that leave every offset within a cache line, short runs
+  // that never finish one, and runs of several lines.
+  for (const std::vector<size_t>& runs : std::vector<std::vector<size_t>>{
+           {1072, 1072, 1072, 1072, 1072}, {1, 2, 3, 5, 7, 11, 13, 63, 64, 65, 127, 129},
+           {64, 128, 4096}, {17}, {0, 0, 31}, {5000, 3, 70000, 61}}) {
+    size_t total = 0;
+    for (size_t n : runs) total += n;
+    auto dst = AlignedBuffer::Allocate(total + 128, true);
+    ASSERT_OK(dst);
+    std::memset(dst->data(), 0xee, total + 128);
+    StreamAppender a;
+    a.Reset(dst->data());
+    size_t at = 0;
+    for (size_t n : runs) {
+      a.Append(reinterpret_cast<const std::byte*>(src.data()) + at * 3 % 1000, n);
+      at += n;
+    }
+    a.Finish();
+    StreamFence();
+    EXPECT_EQ(a.size(), total);
+    size_t off = 0;
+    at = 0;
+    for (size_t n : runs) {
+      ASSERT_EQ(std::memcmp(dst->data() + off, src.data() + at * 3 % 1000, n), 0) << "run at " << off;
+      off += n;
+      at += n;
+    }
+    EXPECT_EQ(static_cast<uint8_t>(dst->data()[total]), 0xee);  // nothing past the end
   }
 }
 

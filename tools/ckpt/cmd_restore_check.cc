@@ -89,6 +89,7 @@ int RestoreCheckMain(int argc, char** argv, int first) {
         .Field("bytes_needed", res->bytes_needed)
         .Field("read_amplification", amp)
         .Field("seconds", res->seconds)
+        .Field("load_seconds", res->load_seconds)
         .Field("ok", res->mismatches == 0);
     if (!res->first_mismatch.empty()) w.Field("first_mismatch", res->first_mismatch);
     w.EndObject();

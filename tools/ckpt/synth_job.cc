@@ -218,7 +218,9 @@ absl::Status CheckRank(const SyntheticModel& model, const Mesh& mesh, int64_t r,
                       std::byte{0xA5});
     CKPT_RETURN_IF_ERROR(target.AddShard(*boxes[i].first, boxes[i].second, buffers[i].data()));
   }
+  const double l0 = NowSeconds();
   CKPT_ASSIGN_OR_RETURN(LoadStats ls, load(target));
+  res->load_seconds += NowSeconds() - l0;
   res->bytes_read += ls.bytes_read;
   res->bytes_decoded += ls.bytes_decoded;
   res->bytes_needed += ls.bytes_needed;
@@ -263,9 +265,10 @@ absl::StatusOr<RestoreCheckResult> RestoreCheck(Storage& storage, int64_t step,
     CKPT_ASSIGN_OR_RETURN(step, LatestCommittedStep(storage));
   }
   CKPT_ASSIGN_OR_RETURN(Manifest manifest, ReadManifest(storage, step));
+  RestoreCheckResult res;
+  res.load_seconds = NowSeconds() - t0;  // finding and reading the manifest is part of a load
   CKPT_ASSIGN_OR_RETURN(SynthMeta meta, MetaFrom(manifest.metadata, step));
   CKPT_ASSIGN_OR_RETURN(SyntheticModel model, ModelFor(meta, mesh, manifest.tensors.size(), step));
-  RestoreCheckResult res;
   res.step = step;
   res.ranks = static_cast<int>(mesh.NumRanks());
   res.tensors = static_cast<int64_t>(model.tensors.size());

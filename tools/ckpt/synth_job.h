@@ -93,7 +93,8 @@ struct RestoreCheckResult {
   int64_t bytes_read = 0;
   int64_t bytes_decoded = 0;
   int64_t bytes_needed = 0;
-  double seconds = 0;
+  double seconds = 0;       ///< the whole check: loads and comparisons
+  double load_seconds = 0;  ///< the load calls alone (target buffers already allocated)
   std::string first_mismatch;  ///< tensor, box and index of the first one
   std::string saved_mesh;
 };

@@ -1,0 +1,151 @@
+// One measured operation per process, for benchmarks/run: the runner starts
+// each contender as its own process so that its peak RSS is its own, and
+// reads the figures from the JSON line printed here.
+//
+//   bench_probe memcpy --size 256M
+//   bench_probe save --root DIR --params 128M --dtype bf16 --codec none --mesh dp=1
+//   bench_probe load --root DIR --step 1 --mesh tp=2
+#include <algorithm>
+#include <cstdio>
+#include <string>
+
+#include "bench_util.h"
+#include "cli.h"
+#include "synth_job.h"
+#include "util/json.h"
+
+namespace ckpt::bench {
+namespace {
+
+int Fail(const std::string& what, const absl::Status& s) {
+  std::fprintf(stderr, "bench_probe %s: %s\n", what.c_str(), std::string(s.message()).c_str());
+  return tools::kExitProblem;
+}
+
+int Memcpy(int argc, char** argv) {
+  int64_t size = int64_t{256} << 20;
+  tools::Args args("memcpy", "[--size 256M]",
+                   "Single-thread memcpy bandwidth of --size bytes (after a warming pass).");
+  args.Size("size", &size, "bytes copied (default 256M)", true);
+  int exit = 0;
+  if (!args.Parse(argc, argv, 2, &exit)) return exit;
+  JsonWriter j;
+  j.BeginObject().Field("bytes", size).Field("bytes_per_s", MemcpyBandwidth(size)).EndObject();
+  std::printf("%s\n", j.str().c_str());
+  return tools::kExitOk;
+}
+
+// A warm-up save (step 0: maps and registers the staging arena, as a
+// trainer's first save would) and the measured one (step 1).
+int Save(int argc, char** argv) {
+  std::string root, dtype = "bf16", codec = "none", mesh_text = "dp=1";
+  int64_t params = int64_t{128} << 20, staging = 0, layers = 0;
+  tools::Args args("save", "--root DIR [--params 128M] [--dtype bf16] [--codec none] [--mesh dp=1] [--staging B]",
+                   "Saves a synthetic transformer-like state twice (a warm-up, then step 1, "
+                   "measured) and prints the stall, the time until durable and until committed.");
+  args.String("root", &root, "checkpoint root (required)");
+  args.Size("params", &params, "parameters (default 128M)", false);
+  args.String("dtype", &dtype, "bf16, f32 or f16 (default bf16)");
+  args.String("codec", &codec, "none, zstd or shuffle-zstd (default none)");
+  args.String("mesh", &mesh_text, "mesh of simulated ranks, threads of this process (default dp=1)");
+  args.Size("staging", &staging, "staging arena (default: the state plus 16 MiB)", true);
+  args.Int("layers", &layers, "transformer layers (default: from --params)");
+  int exit = 0;
+  if (!args.Parse(argc, argv, 2, &exit)) return exit;
+  auto mesh = Mesh::Parse(mesh_text);
+  auto dt = ParseDType(dtype);
+  auto c = ParseCodec(codec);
+  if (root.empty() || !mesh.ok() || !dt || !c) {
+    std::fprintf(stderr, "bench_probe save: needs --root and a valid --mesh, --dtype and --codec\n");
+    return tools::kExitUsage;
+  }
+  tools::SynthJobOptions o;
+  o.uri = root;
+  o.mesh = *mesh;
+  o.model.params = params;
+  o.model.dtype = *dt;
+  o.model.layers = static_cast<int>(layers);
+  o.codec = *c;
+  // The exact state size is known once the model is built; size the arena
+  // from it unless told.
+  auto model = BuildSyntheticModel(o.model, o.mesh);
+  if (!model.ok()) return Fail("save", model.status());
+  const int64_t state_bytes = model->params * static_cast<int64_t>(DTypeSize(*dt));
+  o.engine.staging_bytes = static_cast<size_t>(staging > 0 ? staging : state_bytes + (16 << 20));
+  auto job = tools::SyntheticJob::Create(o);
+  if (!job.ok()) return Fail("save", job.status());
+  tools::SynthSaveResult res;
+  for (int64_t step = 0; step <= 1; ++step) {
+    absl::Status s = (*job)->SaveAsync(step, 1);
+    if (!s.ok()) return Fail("save", s);
+    auto r = (*job)->Finish();
+    if (!r.ok()) return Fail("save", r.status());
+    res = *r;
+  }
+  JsonWriter j;
+  j.BeginObject()
+      .Field("bytes", res.bytes_logical)
+      .Field("bytes_stored", res.bytes_stored)
+      .Field("state_bytes", state_bytes)
+      .Field("staging_bytes", static_cast<int64_t>(o.engine.staging_bytes))
+      .Field("ranks", res.ranks)
+      .Field("stall_s", res.stall_max_s)
+      .Field("durable_s", res.write_s)
+      .Field("commit_s", res.commit_s)
+      .EndObject();
+  std::printf("%s\n", j.str().c_str());
+  return tools::kExitOk;
+}
+
+int Load(int argc, char** argv) {
+  std::string root, mesh_text = "dp=1";
+  int64_t step = 1;
+  tools::Args args("load", "--root DIR [--step 1] [--mesh dp=1]",
+                   "Loads a step written by `save` onto --mesh (ranks one after another), times "
+                   "the loads alone, then compares every element with the generator.");
+  args.String("root", &root, "checkpoint root (required)");
+  args.Int("step", &step, "step to load (default 1)");
+  args.String("mesh", &mesh_text, "target mesh (default dp=1)");
+  int exit = 0;
+  if (!args.Parse(argc, argv, 2, &exit)) return exit;
+  auto mesh = Mesh::Parse(mesh_text);
+  if (root.empty() || !mesh.ok()) {
+    std::fprintf(stderr, "bench_probe load: needs --root and a valid --mesh\n");
+    return tools::kExitUsage;
+  }
+  auto storage = OpenStorage(root);
+  if (!storage.ok()) return Fail("load", storage.status());
+  auto res = tools::RestoreCheck(**storage, step, *mesh);
+  if (!res.ok()) return Fail("load", res.status());
+  if (res->mismatches != 0) {
+    std::fprintf(stderr, "bench_probe load: %lld elements differ; first: %s\n",
+                 static_cast<long long>(res->mismatches), res->first_mismatch.c_str());
+    return tools::kExitProblem;
+  }
+  JsonWriter j;
+  j.BeginObject()
+      .Field("ranks", res->ranks)
+      .Field("elements", res->elements)
+      .Field("bytes_read", res->bytes_read)
+      .Field("bytes_decoded", res->bytes_decoded)
+      .Field("bytes_needed", res->bytes_needed)
+      .Field("load_s", res->load_seconds)
+      .EndObject();
+  std::printf("%s\n", j.str().c_str());
+  return tools::kExitOk;
+}
+
+int Main(int argc, char** argv) {
+  const std::string what = argc > 1 ? argv[1] : "";
+  if (what == "memcpy") return Memcpy(argc, argv);
+  if (what == "save") return Save(argc, argv);
+  if (what == "load") return Load(argc, argv);
+  std::fprintf(what == "--help" ? stdout : stderr,
+               "usage: bench_probe memcpy|save|load [options]   (--help after one for its options)\n");
+  return what == "--help" ? tools::kExitOk : tools::kExitUsage;
+}
+
+}  // namespace
+}  // namespace ckpt::bench
+
+int main(int argc, char** argv) { return ckpt::bench::Main(argc, argv); }
