@@ -2,6 +2,7 @@
 # Installs the Debian 12 packages ckpt needs that are not installed yet.
 #   scripts/install-deps.sh          build and run
 #   scripts/install-deps.sh --test   also what the test suite and fuzzers use
+#   scripts/install-deps.sh --bench  also what benchmarks/run compares with
 set -euo pipefail
 
 packages=(g++ cmake ninja-build pkg-config liburing-dev libzstd-dev libxxhash-dev
@@ -9,6 +10,8 @@ packages=(g++ cmake ninja-build pkg-config liburing-dev libzstd-dev libxxhash-de
           libhdf5-dev libboost-dev libssl-dev python3-dev python3-pybind11 pybind11-dev)
 if [[ "${1:-}" == "--test" ]]; then
   packages+=(clang libclang-rt-14-dev fio python3 python3-h5py python3-numpy hdf5-tools python3-torch)
+elif [[ "${1:-}" == "--bench" ]]; then
+  packages+=(fio python3 python3-h5py python3-numpy python3-torch)
 fi
 
 missing=()

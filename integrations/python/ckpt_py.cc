@@ -13,6 +13,7 @@
 #include "ckpt/communicator.h"
 #include "ckpt/interval.h"
 #include "ckpt/state.h"
+#include "ckpt/synthetic.h"
 
 namespace py = pybind11;
 
@@ -136,6 +137,38 @@ PYBIND11_MODULE(_ckpt, m) {
       .def_property_readonly("interval_s", &ckpt::IntervalPolicy::interval_s)
       .def_property_readonly("stall_s", &ckpt::IntervalPolicy::stall_s)
       .def_property_readonly("write_s", &ckpt::IntervalPolicy::write_s);
+
+  // The deterministic transformer-like state of `ckpt synth`, for comparing
+  // other savers on the same bytes (benchmarks/run).
+  m.def(
+      "synthetic_tensors",
+      [](int64_t params, const std::string& dtype, int layers) {
+        ckpt::SyntheticOptions o;
+        o.params = params;
+        o.dtype = ParseDType(dtype);
+        o.layers = layers;
+        auto mesh = ckpt::Mesh::Parse("dp=1");
+        Check(mesh.status());
+        auto model = ckpt::BuildSyntheticModel(o, *mesh);
+        Check(model.status());
+        std::vector<std::pair<std::string, std::vector<int64_t>>> out;
+        for (const ckpt::TensorLayout& t : model->tensors) {
+          out.emplace_back(t.spec.fqn, std::vector<int64_t>(t.spec.shape.begin(), t.spec.shape.end()));
+        }
+        return out;
+      },
+      py::arg("params"), py::arg("dtype") = "bfloat16", py::arg("layers") = 0,
+      "(name, shape) of each tensor of the synthetic model of `ckpt synth --params`.");
+  m.def(
+      "fill_synthetic",
+      [](const std::string& name, const std::string& dtype, std::vector<int64_t> shape, uint64_t seed,
+         uintptr_t data) {
+        ckpt::TensorSpec spec{name, ParseDType(dtype), ckpt::Shape(shape.begin(), shape.end())};
+        py::gil_scoped_release release;
+        ckpt::FillSynthetic(spec, ckpt::Box::Whole(spec.shape), seed, reinterpret_cast<void*>(data));
+      },
+      py::arg("name"), py::arg("dtype"), py::arg("shape"), py::arg("seed"), py::arg("data_ptr"),
+      "Writes the synthetic values of a whole tensor into the packed buffer at data_ptr.");
 
   py::class_<PyState>(m, "State")
       .def(py::init<>())

@@ -88,14 +88,16 @@ absl::Status SyntheticJob::SaveAsync(int64_t step, uint64_t seed) {
   so.metadata[kMesh] = options_.mesh.ToString();
   so.metadata[kLayers] = std::to_string(model_.layers);
   so.metadata[kExperts] = std::to_string(options_.model.experts);
-  t_start_ = NowSeconds();
   rank_start_.clear();
-  std::vector<std::vector<std::byte>> buffers;
+  // The values live on like a trainer's state: a single rank's buffers stay
+  // allocated (and resident) across saves; with several simulated ranks
+  // only the rank being staged holds memory.
+  std::vector<std::vector<std::byte>>& buffers = buffers_;
   for (size_t local = 0; local < ranks_.size(); ++local) {
     const int r = rank_ids_[local];
     const double g0 = NowSeconds();
     State state;
-    buffers.clear();
+    if (ranks_.size() > 1) buffers.clear();
     buffers.resize(plan_.by_rank[r].size());
     for (size_t i = 0; i < plan_.by_rank[r].size(); ++i) {
       const ChunkAssignment& c = plan_.chunks[plan_.by_rank[r][i]];
@@ -140,8 +142,9 @@ absl::StatusOr<SynthSaveResult> SyntheticJob::Finish() {
     absl::Status s = handles_[r].Wait();
     if (first.ok()) first = s;
     const SaveStats st = handles_[r].Stats();
-    // Per-rank times count from that rank's Save call; shift to the job's.
-    const double offset = rank_start_[r] - t_start_;
+    // Per-rank times count from that rank's Save call; shift to the first
+    // rank's (generating the first rank's values is not part of the save).
+    const double offset = rank_start_[r] - rank_start_.front();
     pending_.write_s = std::max(pending_.write_s, offset + st.write_s);
     pending_.commit_s = std::max(pending_.commit_s, offset + st.commit_s);
     pending_.bytes_stored += st.bytes_stored;

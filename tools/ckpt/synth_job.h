@@ -46,9 +46,9 @@ struct SynthSaveResult {
   int64_t bytes_written = 0;
   double stall_max_s = 0;    ///< longest single-rank stall
   double stall_total_s = 0;  ///< sum over ranks (they share one process here)
-  double write_s = 0;        ///< first Save call to the last rank durable
-  double commit_s = 0;       ///< first Save call to the step committed
-                             ///< (both include generating later ranks)
+  double write_s = 0;        ///< first rank's Save call to the last rank durable
+  double commit_s = 0;       ///< first rank's Save call to the step committed
+                             ///< (both include generating later ranks' values)
   double generate_s = 0;     ///< time spent producing the synthetic values
 };
 
@@ -80,8 +80,8 @@ class SyntheticJob {
   std::vector<int> rank_ids_;  // mesh rank of each entry of ranks_
   std::vector<SaveHandle> handles_;
   SynthSaveResult pending_;
-  double t_start_ = 0;
   std::vector<double> rank_start_;
+  std::vector<std::vector<std::byte>> buffers_;  // the values being saved
 };
 
 struct RestoreCheckResult {

@@ -1,0 +1,632 @@
+"""The benchmark suite: ckpt next to the hardware ceilings and to what users
+would pick instead, on this machine and storage, in one run.
+
+Started by benchmarks/run (which installs and builds first). Every contender
+runs as its own process (its peak RSS is its own) and the contenders are
+interleaved: each run visits every group in an order rotated from the last
+run's, so drift of a shared disk hits all of them alike. Each figure is the
+median of --runs with its range, and each ratio is the median of the per-run
+ratios to the ceiling measured in the same run.
+
+Writes results.json, chart.svg and report.md to --out; --update-docs also
+rewrites the generated part of docs/performance.md and docs/performance-run.svg.
+"""
+import argparse
+import datetime
+import json
+import os
+import platform
+import shutil
+import statistics
+import subprocess
+import sys
+import time
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+PYTHON = "/usr/bin/python3"  # Debian's, where python3-torch and python3-h5py live
+CODECS = ["none", "zstd", "shuffle-zstd"]
+DTYPES = ["bf16", "f32"]
+DTYPE_BYTES = {"bf16": 2, "f32": 4}
+SAVE_MESH, RESHARD_MESHES = "tp=4", ["tp=2", "tp=3"]
+PLAN_ARGS = ["--ranks-from", "dp=128,tp=8,pp=16", "--ranks-to", "dp=64,tp=8,pp=32", "--params", "70G",
+             "--layers", "80", "--optimizer", "adam", "--zero"]
+BEGIN, END = "<!-- BEGIN benchmarks/run -->", "<!-- END benchmarks/run -->"
+
+
+def parse_size(text):
+    units = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
+    t = text.strip().upper().rstrip("B").rstrip("I")
+    return int(float(t[:-1]) * units[t[-1]]) if t and t[-1] in units else int(t)
+
+
+def human(n):
+    for unit in ["B", "KiB", "MiB", "GiB", "TiB"]:
+        if abs(n) < 1024 or unit == "TiB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+
+
+def spawn_and_wait(argv, env):
+    """Runs argv; returns (returncode, stdout, stderr, wall seconds, peak RSS bytes)."""
+    t0 = time.perf_counter()
+    p = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env, text=True)
+    # Read the pipes without reaping, then reap with wait4 for the rusage.
+    out, err = p.stdout.read(), p.stderr.read()
+    _, status, usage = os.wait4(p.pid, 0)
+    p.returncode = os.waitstatus_to_exitcode(status)
+    wall = time.perf_counter() - t0
+    return p.returncode, out, err, wall, usage.ru_maxrss * 1024
+
+
+class Suite:
+    def __init__(self, a):
+        self.a = a
+        self.build = os.path.abspath(a.build)
+        self.ckpt = os.path.join(self.build, "tools", "ckpt")
+        self.probe = os.path.join(self.build, "benchmarks", "bench_probe")
+        self.contenders = os.path.join(REPO, "benchmarks", "contenders.py")
+        self.env = dict(os.environ, PYTHONPATH=os.path.join(self.build, "integrations", "python"))
+        self.dir = os.path.abspath(a.dir)
+        self.tty = sys.stderr.isatty()
+        self.step = 0
+        self.steps = 0
+
+    # -- running one contender ------------------------------------------
+    def run(self, label, argv, parse_json=True):
+        self.step += 1
+        if self.tty:
+            sys.stderr.write(f"\r\033[K[{self.step}/{self.steps}] run {self.run_index + 1}: {label}")
+            sys.stderr.flush()
+        rc, out, err, wall, rss = spawn_and_wait(argv, self.env)
+        if rc != 0:
+            raise RuntimeError(f"{label} failed (exit {rc}): {' '.join(argv)}\n{err.strip()}")
+        fig = {}
+        if parse_json:
+            try:
+                fig = json.loads(out)  # fio: one document over many lines
+            except ValueError:
+                lines = [l for l in out.splitlines() if l.startswith("{")]
+                if not lines:
+                    raise RuntimeError(f"{label}: no JSON in its output:\n{out}\n{err}")
+                fig = json.loads(lines[-1])
+        fig["wall_s"] = wall
+        fig["peak_rss_bytes"] = rss
+        return fig
+
+    def fio(self, path, write):
+        argv = ["fio", "--name=ceiling", f"--filename={path}", f"--rw={'write' if write else 'read'}",
+                "--bs=4m", f"--size={self.bytes}", "--direct=1", "--ioengine=io_uring", "--iodepth=64",
+                "--numjobs=1", "--fallocate=none", "--output-format=json"]
+        if write:
+            argv.append("--end_fsync=1")
+        fig = self.run(f"fio {'write' if write else 'read'}", argv)
+        job = fig["jobs"][0]["write" if write else "read"]
+        return {"bytes_per_s": float(job["bw_bytes"]), "peak_rss_bytes": fig["peak_rss_bytes"]}
+
+    # -- the groups of one run ------------------------------------------
+    def params(self, dtype):
+        return str(self.bytes // DTYPE_BYTES[dtype])
+
+    def group_ceilings(self, r):
+        path = os.path.join(self.dir, "ceiling.bin")
+        r["fio_write"] = self.fio(path, True)
+        r["fio_read"] = self.fio(path, False)
+        os.remove(path)
+        r["memcpy"] = self.run("memcpy", [self.probe, "memcpy", "--size", str(min(self.bytes, 1 << 30))])
+
+    def group_ckpt(self, r, dtype, codec):
+        root = os.path.join(self.dir, f"ckpt-{dtype}-{codec}")
+        shutil.rmtree(root, ignore_errors=True)
+        key = f"ckpt/{dtype}/{codec}"
+        r[key + "/save"] = self.run(f"ckpt save {dtype} {codec}", [
+            self.probe, "save", "--root", root, "--params", self.params(dtype), "--dtype", dtype,
+            "--codec", codec])
+        r[key + "/load"] = self.run(f"ckpt load {dtype} {codec}", [
+            self.probe, "load", "--root", root, "--step", "1", "--mesh", "dp=1"])
+        r[key + "/verify"] = self.run(f"ckpt verify {dtype} {codec}", [
+            self.ckpt, "verify", root, "--step", "1", "--json"])
+        shutil.rmtree(root, ignore_errors=True)
+
+    def group_reshard(self, r):
+        root = os.path.join(self.dir, "ckpt-reshard")
+        shutil.rmtree(root, ignore_errors=True)
+        r["reshard/save"] = self.run(f"ckpt save on {SAVE_MESH}", [
+            self.probe, "save", "--root", root, "--params", self.params("bf16"), "--mesh", SAVE_MESH])
+        # The same mesh first and the others after, alternating, so the host
+        # cache a read warms does not favour one side.
+        meshes = [SAVE_MESH] + RESHARD_MESHES
+        if self.run_index % 2:
+            meshes = RESHARD_MESHES + [SAVE_MESH]
+        for mesh in meshes:
+            r[f"reshard/load/{mesh}"] = self.run(f"ckpt load onto {mesh}", [
+                self.probe, "load", "--root", root, "--step", "1", "--mesh", mesh])
+        shutil.rmtree(root, ignore_errors=True)
+
+    def group_python(self, r, dtype, tool):
+        path = os.path.join(self.dir, f"{tool}-{dtype}.{'pt' if tool == 'torch' else 'h5'}")
+        common = ["--params", self.params(dtype), "--dtype", dtype]
+        r[f"{tool}/{dtype}/save"] = self.run(f"{tool} save {dtype}", [
+            PYTHON, self.contenders, f"{tool}-save", "--file", path] + common)
+        r[f"{tool}/{dtype}/load"] = self.run(f"{tool} load {dtype}", [
+            PYTHON, self.contenders, f"{tool}-load", "--file", path] + common)
+        os.remove(path)
+
+    def group_ckpt_py(self, r, dtype):
+        root = os.path.join(self.dir, f"ckpt-py-{dtype}")
+        shutil.rmtree(root, ignore_errors=True)
+        r[f"ckpt-py/{dtype}/save"] = self.run(f"ckpt.torch save {dtype}", [
+            PYTHON, self.contenders, "ckpt-py-save", "--root", root, "--params", self.params(dtype),
+            "--dtype", dtype])
+        shutil.rmtree(root, ignore_errors=True)
+
+    def group_plan(self, r):
+        r["plan"] = self.run("ckpt plan at 16,384 ranks", [self.ckpt, "plan"] + PLAN_ARGS + ["--json"])
+
+    def groups(self):
+        g = [("ceilings", self.group_ceilings, 4)]
+        for dtype in DTYPES:
+            for codec in CODECS:
+                g.append((f"ckpt {dtype} {codec}", lambda r, d=dtype, c=codec: self.group_ckpt(r, d, c), 3))
+        g.append(("reshard", self.group_reshard, 2 + len(RESHARD_MESHES)))
+        for dtype in DTYPES:
+            g.append((f"torch {dtype}", lambda r, d=dtype: self.group_python(r, d, "torch"), 2))
+            g.append((f"h5py {dtype}", lambda r, d=dtype: self.group_python(r, d, "h5py"), 2))
+            g.append((f"ckpt.torch {dtype}", lambda r, d=dtype: self.group_ckpt_py(r, d), 1))
+        g.append(("plan", self.group_plan, 1))
+        return g
+
+    def measure(self):
+        self.bytes = self.a.size
+        os.makedirs(self.dir, exist_ok=True)
+        groups = self.groups()
+        self.steps = sum(n for _, _, n in groups) * self.a.runs
+        runs = []
+        t0 = time.time()
+        for i in range(self.a.runs):
+            self.run_index = i
+            r = {}
+            k = (i * 5) % len(groups)  # a different group leads each run
+            for _, fn, _ in groups[k:] + groups[:k]:
+                fn(r)
+            runs.append(r)
+        if self.tty:
+            sys.stderr.write("\r\033[K")
+        return runs, time.time() - t0
+
+
+# -- figures --------------------------------------------------------------
+
+def stat(values):
+    v = [x for x in values if x is not None]
+    if not v:
+        return None
+    return {"median": statistics.median(v), "min": min(v), "max": max(v), "n": len(v)}
+
+
+def summarize(runs, size):
+    """Medians, ranges and per-run ratios of everything measured."""
+    s = {}
+
+    def per_run(fn):
+        out = []
+        for r in runs:
+            try:
+                out.append(fn(r))
+            except (KeyError, ZeroDivisionError):
+                out.append(None)
+        return stat(out)
+
+    s["write_ceiling"] = per_run(lambda r: r["fio_write"]["bytes_per_s"])
+    s["read_ceiling"] = per_run(lambda r: r["fio_read"]["bytes_per_s"])
+    s["memcpy"] = per_run(lambda r: r["memcpy"]["bytes_per_s"])
+    for dtype in DTYPES:
+        alt_save = lambda r, d=dtype: min(r[f"torch/{d}/save"]["seconds"], r[f"h5py/{d}/save"]["seconds"])
+        alt_load = lambda r, d=dtype: min(r[f"torch/{d}/load"]["seconds"], r[f"h5py/{d}/load"]["seconds"])
+        for codec in CODECS:
+            k = f"ckpt/{dtype}/{codec}"
+            d = s[k] = {}
+            d["bytes"] = runs[0][k + "/save"]["bytes"]
+            d["stored_ratio"] = runs[0][k + "/save"]["bytes_stored"] / d["bytes"]
+            d["stall_s"] = per_run(lambda r: r[k + "/save"]["stall_s"])
+            d["commit_s"] = per_run(lambda r: r[k + "/save"]["commit_s"])
+            d["load_s"] = per_run(lambda r: r[k + "/load"]["load_s"])
+            d["verify_s"] = per_run(lambda r: r[k + "/verify"]["wall_s"])
+            d["save_bps"] = per_run(lambda r: r[k + "/save"]["bytes"] / r[k + "/save"]["commit_s"])
+            d["load_bps"] = per_run(lambda r: r[k + "/load"]["bytes_needed"] / r[k + "/load"]["load_s"])
+            d["stall_x_memcpy"] = per_run(
+                lambda r: r[k + "/save"]["bytes"] / r[k + "/save"]["stall_s"] / r["memcpy"]["bytes_per_s"])
+            d["save_x_write"] = per_run(
+                lambda r: r[k + "/save"]["bytes"] / r[k + "/save"]["commit_s"] / r["fio_write"]["bytes_per_s"])
+            # Stored bytes off the disk per second, against fio reading.
+            d["load_x_read"] = per_run(
+                lambda r: r[k + "/load"]["bytes_read"] / r[k + "/load"]["load_s"] / r["fio_read"]["bytes_per_s"])
+            d["verify_x_read"] = per_run(
+                lambda r: r[k + "/save"]["bytes_stored"] / r[k + "/verify"]["wall_s"] / r["fio_read"]["bytes_per_s"])
+            d["save_speedup_vs_best_alt"] = per_run(lambda r: alt_save(r) / r[k + "/save"]["commit_s"])
+            d["load_speedup_vs_best_alt"] = per_run(lambda r: alt_load(r) / r[k + "/load"]["load_s"])
+            d["stall_over_torch_save"] = per_run(
+                lambda r: r[k + "/save"]["stall_s"] / r[f"torch/{dtype}/save"]["seconds"])
+            d["save_speedup_vs_torch"] = per_run(
+                lambda r: r[f"torch/{dtype}/save"]["seconds"] / r[k + "/save"]["commit_s"])
+            d["load_speedup_vs_torch"] = per_run(
+                lambda r: r[f"torch/{dtype}/load"]["seconds"] / r[k + "/load"]["load_s"])
+            d["peak_rss_save"] = per_run(lambda r: r[k + "/save"]["peak_rss_bytes"])
+            d["peak_rss_load"] = per_run(lambda r: r[k + "/load"]["peak_rss_bytes"])
+            d["peak_rss_verify"] = per_run(lambda r: r[k + "/verify"]["peak_rss_bytes"])
+            sv = runs[0][k + "/save"]
+            d["rss_budget"] = sv["state_bytes"] + sv["staging_bytes"]
+            d["rss_x_budget"] = per_run(lambda r: r[k + "/save"]["peak_rss_bytes"] / d["rss_budget"])
+        for tool in ["torch", "h5py"]:
+            k = f"{tool}/{dtype}"
+            s[k] = {
+                "save_s": per_run(lambda r: r[k + "/save"]["seconds"]),
+                "load_s": per_run(lambda r: r[k + "/load"]["seconds"]),
+                "save_bps": per_run(lambda r: r[k + "/save"]["bytes"] / r[k + "/save"]["seconds"]),
+                "load_bps": per_run(lambda r: r[k + "/load"]["bytes"] / r[k + "/load"]["seconds"]),
+                "save_x_write": per_run(
+                    lambda r: r[k + "/save"]["bytes"] / r[k + "/save"]["seconds"] / r["fio_write"]["bytes_per_s"]),
+                "load_x_read": per_run(
+                    lambda r: r[k + "/load"]["bytes"] / r[k + "/load"]["seconds"] / r["fio_read"]["bytes_per_s"]),
+                "peak_rss_save": per_run(lambda r: r[k + "/save"]["peak_rss_bytes"]),
+                "peak_rss_load": per_run(lambda r: r[k + "/load"]["peak_rss_bytes"]),
+            }
+        k = f"ckpt-py/{dtype}"
+        s[k] = {
+            "stall_s": per_run(lambda r: r[k + "/save"]["stall_s"]),
+            "commit_s": per_run(lambda r: r[k + "/save"]["commit_s"]),
+            "save_bps": per_run(lambda r: r[k + "/save"]["bytes"] / r[k + "/save"]["commit_s"]),
+            "save_x_write": per_run(
+                lambda r: r[k + "/save"]["bytes"] / r[k + "/save"]["commit_s"] / r["fio_write"]["bytes_per_s"]),
+            "stall_over_torch_save": per_run(
+                lambda r: r[k + "/save"]["stall_s"] / r[f"torch/{dtype}/save"]["seconds"]),
+            "save_speedup_vs_torch": per_run(
+                lambda r: r[f"torch/{dtype}/save"]["seconds"] / r[k + "/save"]["commit_s"]),
+            "peak_rss_save": per_run(lambda r: r[k + "/save"]["peak_rss_bytes"]),
+        }
+    same = f"reshard/load/{SAVE_MESH}"
+    s["reshard"] = {"saved_on": SAVE_MESH, "same_mesh_s": per_run(lambda r: r[same]["load_s"])}
+    for mesh in RESHARD_MESHES:
+        k = f"reshard/load/{mesh}"
+        s["reshard"][mesh] = {
+            "load_s": per_run(lambda r: r[k]["load_s"]),
+            "x_same_mesh": per_run(lambda r: r[k]["load_s"] / r[same]["load_s"]),
+            "read_amplification": per_run(lambda r: r[k]["bytes_decoded"] / r[k]["bytes_needed"]),
+            "peak_rss": per_run(lambda r: r[k]["peak_rss_bytes"]),
+        }
+    s["plan"] = {
+        "wall_s": per_run(lambda r: r["plan"]["wall_s"]),
+        "peak_rss": per_run(lambda r: r["plan"]["peak_rss_bytes"]),
+        "json": runs[0]["plan"],
+    }
+    return s
+
+
+def targets(s):
+    """Each target of the suite: (name, figure text, met)."""
+    out = []
+
+    def add(name, value, ok, text):
+        out.append({"target": name, "value": value, "met": bool(ok), "figure": text})
+
+    for dtype in DTYPES:
+        n = s[f"ckpt/{dtype}/none"]
+        x = n["save_x_write"]["median"]
+        add(f"durable save (none, {dtype}) >= 0.9x write ceiling", x, x >= 0.9, f"{x:.2f}x")
+        sp = n["save_speedup_vs_torch"]["median"]
+        add(f"durable save (none, {dtype}) >= 1.3x faster than torch.save + fsync", sp, sp >= 1.3, f"{sp:.2f}x")
+        st = n["stall_x_memcpy"]["median"]
+        add(f"stall ({dtype}) >= 0.7x memcpy bandwidth", st, st >= 0.7, f"{st:.2f}x")
+        so = n["stall_over_torch_save"]["median"]
+        add(f"stall ({dtype}) <= 1/20 of torch.save's wall time", so, so <= 0.05, f"1/{1 / so:.0f}")
+        lx = n["load_x_read"]["median"]
+        add(f"load ({dtype}) >= 0.85x read ceiling", lx, lx >= 0.85, f"{lx:.2f}x")
+        lt = n["load_speedup_vs_torch"]["median"]
+        add(f"load ({dtype}) faster than torch.load", lt, lt > 1.0, f"{lt:.2f}x")
+    sz = s["ckpt/bf16/shuffle-zstd"]["save_x_write"]["median"]
+    add("shuffle-zstd on bf16: logical throughput >= 1.3x the raw write ceiling", sz, sz >= 1.3, f"{sz:.2f}x")
+    worst = max(s["reshard"][m]["x_same_mesh"]["median"] for m in RESHARD_MESHES)
+    add(f"resharded load ({'/'.join(RESHARD_MESHES)} from {SAVE_MESH}) <= 1.25x same-mesh", worst, worst <= 1.25,
+        f"{worst:.2f}x")
+    rss = max(s[f"ckpt/{d}/{c}"]["rss_x_budget"]["max"] for d in DTYPES for c in CODECS)
+    add("peak RSS during save <= state + staging budget + 10%", rss, rss <= 1.10, f"{rss:.2f}x of state + staging")
+    return out
+
+
+# -- machine --------------------------------------------------------------
+
+def sh(cmd):
+    try:
+        return subprocess.run(cmd, shell=True, capture_output=True, text=True, timeout=20).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return ""
+
+
+def machine(dirpath):
+    cpu = ""
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    cpu = line.split(":", 1)[1].strip()
+                    break
+    except OSError:
+        pass
+    mem = 0
+    try:
+        with open("/proc/meminfo") as f:
+            mem = int(f.readline().split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+
+    def pkg(name):
+        return sh(f"dpkg-query -W -f='${{Version}}' {name} 2>/dev/null")
+
+    src = sh(f"df --output=source,fstype {dirpath} | tail -1").split()
+    return {
+        "cpu": cpu,
+        "cores": os.cpu_count(),
+        "memory_bytes": mem,
+        "kernel": platform.release(),
+        "os": sh(". /etc/os-release && echo $PRETTY_NAME"),
+        "dir": dirpath,
+        "device": src[0] if src else "",
+        "filesystem": src[1] if len(src) > 1 else "",
+        "packages": {k: pkg(k) for k in ["g++", "liburing-dev", "libzstd-dev", "libxxhash-dev", "fio",
+                                         "python3-torch", "python3-h5py", "libhdf5-dev"]},
+        "python": sh(f"{PYTHON} -c 'import sys; print(sys.version.split()[0])'"),
+    }
+
+
+# -- output ---------------------------------------------------------------
+
+def chart_svg(s, size):
+    """Grouped horizontal bars (GB/s) with min-max whiskers, bf16 and f32."""
+    rows = [("save", None, None)]
+    rows.append(("write ceiling (fio O_DIRECT)", s["write_ceiling"], s["write_ceiling"]))
+    for codec in CODECS:
+        rows.append((f"ckpt save, {codec}", s[f"ckpt/bf16/{codec}"]["save_bps"], s[f"ckpt/f32/{codec}"]["save_bps"]))
+    rows.append(("ckpt.torch async save", s["ckpt-py/bf16"]["save_bps"], s["ckpt-py/f32"]["save_bps"]))
+    rows.append(("torch.save + fsync", s["torch/bf16"]["save_bps"], s["torch/f32"]["save_bps"]))
+    rows.append(("h5py write + fsync", s["h5py/bf16"]["save_bps"], s["h5py/f32"]["save_bps"]))
+    rows.append(("load", None, None))
+    rows.append(("read ceiling (fio O_DIRECT)", s["read_ceiling"], s["read_ceiling"]))
+    for codec in CODECS:
+        rows.append((f"ckpt load, {codec}", s[f"ckpt/bf16/{codec}"]["load_bps"], s[f"ckpt/f32/{codec}"]["load_bps"]))
+    rows.append(("torch.load", s["torch/bf16"]["load_bps"], s["torch/f32"]["load_bps"]))
+    rows.append(("h5py read", s["h5py/bf16"]["load_bps"], s["h5py/f32"]["load_bps"]))
+    vmax = max((st["max"] for _, a, b in rows for st in (a, b) if st), default=1) / 1e9
+    vmax = max(0.1, vmax * 1.08)
+    left, width, bar, gap, top = 230, 520, 9, 8, 46
+    y = top
+    parts = []
+    for label, a, b in rows:
+        if a is None and b is None:
+            y += 6
+            parts.append(f'<text x="10" y="{y + 12}" font-weight="bold">{label} (GB/s)</text>')
+            y += 20
+            continue
+        parts.append(f'<text x="{left - 8}" y="{y + bar + 4}" text-anchor="end">{label}</text>')
+        for i, (st, color) in enumerate(((a, "#3b6fb6"), (b, "#e08a2c"))):
+            if not st:
+                continue
+            yy = y + i * (bar + 1)
+            w = st["median"] / 1e9 / vmax * width
+            x0, x1 = left + st["min"] / 1e9 / vmax * width, left + st["max"] / 1e9 / vmax * width
+            parts.append(f'<rect x="{left}" y="{yy}" width="{w:.1f}" height="{bar}" fill="{color}"/>')
+            parts.append(f'<line x1="{x0:.1f}" y1="{yy + bar / 2}" x2="{x1:.1f}" y2="{yy + bar / 2}" stroke="#222"/>')
+            parts.append(f'<text x="{left + w + 4 + max(0, x1 - left - w):.1f}" y="{yy + bar - 1}" font-size="9">'
+                         f'{st["median"] / 1e9:.2f}</text>')
+        y += 2 * bar + gap
+    # Axis ticks.
+    step = 0.1 if vmax <= 1 else 0.25 if vmax <= 2.5 else 0.5 if vmax <= 5 else 1 if vmax <= 10 else 5
+    t = 0.0
+    while t <= vmax + 1e-9:
+        x = left + t / vmax * width
+        parts.append(f'<line x1="{x:.1f}" y1="{top - 4}" x2="{x:.1f}" y2="{y}" stroke="#ddd"/>')
+        parts.append(f'<text x="{x:.1f}" y="{y + 14}" text-anchor="middle" font-size="9">{t:g}</text>')
+        t += step
+    height = y + 40
+    legend = (f'<rect x="{left}" y="{height - 18}" width="10" height="10" fill="#3b6fb6"/>'
+              f'<text x="{left + 14}" y="{height - 9}">bf16</text>'
+              f'<rect x="{left + 60}" y="{height - 18}" width="10" height="10" fill="#e08a2c"/>'
+              f'<text x="{left + 74}" y="{height - 9}">f32</text>'
+              f'<text x="{left + 120}" y="{height - 9}" font-size="9">bars: median; whiskers: min to max</text>')
+    title = (f'<text x="10" y="20" font-size="14" font-weight="bold">ckpt against the disk and the alternatives: '
+             f'{human(size)} state</text>')
+    grid = "".join(p for p in parts if p.startswith("<line") and 'stroke="#ddd"' in p)
+    rest = "".join(p for p in parts if not (p.startswith("<line") and 'stroke="#ddd"' in p))
+    return (f'<svg xmlns="http://www.w3.org/2000/svg" width="{left + width + 60}" height="{height}" '
+            f'font-family="sans-serif" font-size="11">'
+            f'<rect width="100%" height="100%" fill="white"/>{title}{grid}{rest}{legend}</svg>\n')
+
+
+def fmt(st, scale=1.0, digits=3):
+    if not st:
+        return "n/a"
+    m, lo, hi = st["median"] * scale, st["min"] * scale, st["max"] * scale
+    return f"{m:.{digits}f} [{lo:.{digits}f}–{hi:.{digits}f}]"
+
+
+def report_md(s, t, mach, a, elapsed, command, svg_name):
+    gb = 1e-9
+    L = []
+    L.append(f"Measured {datetime.datetime.utcnow().strftime('%Y-%m-%d')} with")
+    L.append("")
+    L.append("```")
+    L.append(command)
+    L.append("```")
+    L.append("")
+    L.append(f"({a.runs} interleaved runs, {human(a.size)} state per contender, {elapsed / 60:.1f} minutes.) "
+             "Figures are medians with [min–max] over the runs; every ratio is the median of the "
+             "per-run ratios to the ceiling measured in the same run.")
+    L.append("")
+    L.append("### Machine")
+    L.append("")
+    p = mach["packages"]
+    L.append(f"- {mach['cpu']}, {mach['cores']} cores, {human(mach['memory_bytes'])} memory; {mach['os']}, "
+             f"Linux {mach['kernel']}")
+    L.append(f"- storage measured: `{mach['dir']}` on {mach['device']} ({mach['filesystem']})")
+    L.append(f"- g++ {p.get('g++')}, liburing {p.get('liburing-dev')}, zstd {p.get('libzstd-dev')}, "
+             f"xxHash {p.get('libxxhash-dev')}, fio {p.get('fio')}, torch {p.get('python3-torch')}, "
+             f"h5py {p.get('python3-h5py')} (Python {mach['python']})")
+    L.append("")
+    L.append("### Ceilings")
+    L.append("")
+    L.append("| ceiling | GB/s |")
+    L.append("|---|---:|")
+    L.append(f"| sequential write, fio io_uring O_DIRECT QD64 4 MiB, fsync at end | {fmt(s['write_ceiling'], gb)} |")
+    L.append(f"| sequential read of the file just written, same settings | {fmt(s['read_ceiling'], gb)} |")
+    L.append(f"| single-thread memcpy | {fmt(s['memcpy'], gb, 2)} |")
+    L.append("")
+    L.append("### Targets")
+    L.append("")
+    L.append("| target | figure | met |")
+    L.append("|---|---:|:---:|")
+    for x in t:
+        L.append(f"| {x['target']} | {x['figure']} | {'yes' if x['met'] else '**no**'} |")
+    L.append("")
+    L.append(f"![save and load throughput]({svg_name})")
+    L.append("")
+    for dtype in DTYPES:
+        L.append(f"### ckpt on {dtype}")
+        L.append("")
+        L.append("| codec | stored/logical | stall s (x memcpy) | durable + committed GB/s (x write) | "
+                 "load GB/s (x read) | deep verify s (x read) | peak RSS save / budget |")
+        L.append("|---|---:|---:|---:|---:|---:|---:|")
+        for codec in CODECS:
+            d = s[f"ckpt/{dtype}/{codec}"]
+            L.append(f"| {codec} | {d['stored_ratio']:.3f} | {fmt(d['stall_s'])} ({d['stall_x_memcpy']['median']:.2f}) | "
+                     f"{fmt(d['save_bps'], gb)} ({d['save_x_write']['median']:.2f}) | "
+                     f"{fmt(d['load_bps'], gb)} ({d['load_x_read']['median']:.2f}) | "
+                     f"{fmt(d['verify_s'])} ({d['verify_x_read']['median']:.2f}) | "
+                     f"{human(d['peak_rss_save']['max'])} / {human(d['rss_budget'])} |")
+        L.append("")
+    L.append("### Against what users would pick instead")
+    L.append("")
+    L.append("Same tensors, same bytes. torch.save and h5py write to one file, then fsync it and its "
+             "directory; their loads start with the file dropped from the page cache. The ckpt rows are "
+             "the uncompressed save (until committed) and load from above; ckpt.torch is the Python "
+             "module saving the same torch tensors asynchronously.")
+    L.append("")
+    L.append("| dtype | contender | save s | blocked s | load s | save GB/s (x write) | load GB/s (x read) | "
+             "peak RSS save |")
+    L.append("|---|---|---:|---:|---:|---:|---:|---:|")
+    for dtype in DTYPES:
+        d = s[f"ckpt/{dtype}/none"]
+        L.append(f"| {dtype} | ckpt (C++) | {fmt(d['commit_s'])} | {fmt(d['stall_s'])} | {fmt(d['load_s'])} | "
+                 f"{d['save_bps']['median'] * gb:.3f} ({d['save_x_write']['median']:.2f}) | "
+                 f"{d['load_bps']['median'] * gb:.3f} ({d['load_x_read']['median']:.2f}) | "
+                 f"{human(d['peak_rss_save']['max'])} |")
+        py = s[f"ckpt-py/{dtype}"]
+        L.append(f"| {dtype} | ckpt.torch (Python) | {fmt(py['commit_s'])} | {fmt(py['stall_s'])} | | "
+                 f"{py['save_bps']['median'] * gb:.3f} ({py['save_x_write']['median']:.2f}) | | "
+                 f"{human(py['peak_rss_save']['max'])} |")
+        for tool, name in [("torch", "torch.save / torch.load"), ("h5py", "h5py")]:
+            x = s[f"{tool}/{dtype}"]
+            L.append(f"| {dtype} | {name} | {fmt(x['save_s'])} | {fmt(x['save_s'])} | {fmt(x['load_s'])} | "
+                     f"{x['save_bps']['median'] * gb:.3f} ({x['save_x_write']['median']:.2f}) | "
+                     f"{x['load_bps']['median'] * gb:.3f} ({x['load_x_read']['median']:.2f}) | "
+                     f"{human(x['peak_rss_save']['max'])} |")
+    L.append("")
+    L.append("Ratios of ckpt (none) to the best alternative in the same run (higher is better for ckpt):")
+    L.append("")
+    L.append("| dtype | save speed-up | load speed-up | stall / torch.save wall time | "
+             "ckpt.torch blocked / torch.save |")
+    L.append("|---|---:|---:|---:|---:|")
+    for dtype in DTYPES:
+        d = s[f"ckpt/{dtype}/none"]
+        py = s[f"ckpt-py/{dtype}"]
+        L.append(f"| {dtype} | {d['save_speedup_vs_best_alt']['median']:.2f}x | "
+                 f"{d['load_speedup_vs_best_alt']['median']:.2f}x | {d['stall_over_torch_save']['median']:.3f} | "
+                 f"{py['stall_over_torch_save']['median']:.3f} |")
+    L.append("")
+    L.append(f"### Resharded load")
+    L.append("")
+    rs = s["reshard"]
+    L.append(f"The bf16 state saved on `{SAVE_MESH}` (one process, a thread per rank) and loaded onto each mesh, "
+             "ranks one after another; the same mesh and the others alternate in order between runs.")
+    L.append("")
+    L.append("| load onto | seconds | x same-mesh | bytes decoded / needed |")
+    L.append("|---|---:|---:|---:|")
+    L.append(f"| {SAVE_MESH} (same) | {fmt(rs['same_mesh_s'])} | 1.00 | |")
+    for mesh in RESHARD_MESHES:
+        m = rs[mesh]
+        L.append(f"| {mesh} | {fmt(m['load_s'])} | {m['x_same_mesh']['median']:.2f} | "
+                 f"{m['read_amplification']['median']:.3f} |")
+    L.append("")
+    L.append("### Planning at 16,384 ranks")
+    L.append("")
+    L.append(f"`ckpt plan {' '.join(PLAN_ARGS)}`: {fmt(s['plan']['wall_s'])} s wall, "
+             f"peak RSS {human(s['plan']['peak_rss']['max'])}.")
+    L.append("")
+    return "\n".join(L)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0],
+                                 formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__)
+    ap.add_argument("--dir", default="/var/tmp/ckpt-bench", help="directory on the storage to measure")
+    ap.add_argument("--size", default="256M", help="state size per contender (default 256M)")
+    ap.add_argument("--runs", type=int, default=3, help="interleaved runs; medians are reported (default 3)")
+    ap.add_argument("--build", default=os.path.join(REPO, "build"), help="the build directory")
+    ap.add_argument("--out", default=None, help="results directory (default BUILD/bench-results)")
+    ap.add_argument("--update-docs", action="store_true",
+                    help="rewrite the generated part of docs/performance.md and docs/performance-run.svg")
+    ap.add_argument("--json", action="store_true", help="print the results JSON instead of the report")
+    ap.add_argument("--strict", action="store_true", help="exit 1 when a target is missed")
+    ap.add_argument("--command", default=None, help=argparse.SUPPRESS)
+    a = ap.parse_args()
+    try:
+        a.size = parse_size(a.size)
+    except ValueError:
+        ap.error(f"bad --size {a.size!r}")
+    if a.runs < 1 or a.size < (16 << 20):
+        ap.error("--runs must be >= 1 and --size >= 16M")
+    a.out = os.path.abspath(a.out or os.path.join(a.build, "bench-results"))
+    for tool in ["fio"]:
+        if shutil.which(tool) is None:
+            ap.error(f"{tool} is not installed (benchmarks/run installs it)")
+    suite = Suite(a)
+    for f in [suite.ckpt, suite.probe]:
+        if not os.path.exists(f):
+            ap.error(f"{f} is missing: build first (benchmarks/run does)")
+    command = a.command or "benchmarks/run " + " ".join(sys.argv[1:])
+    print(f"measuring {human(a.size)} states on {os.path.abspath(a.dir)}, {a.runs} runs ...", file=sys.stderr)
+    runs, elapsed = suite.measure()
+    shutil.rmtree(suite.dir, ignore_errors=True)
+    s = summarize(runs, a.size)
+    t = targets(s)
+    mach = machine(os.path.dirname(os.path.abspath(a.dir)) if not os.path.exists(a.dir) else a.dir)
+    os.makedirs(a.out, exist_ok=True)
+    results = {"command": command, "date": datetime.datetime.utcnow().isoformat() + "Z", "size_bytes": a.size,
+               "runs": a.runs, "elapsed_s": elapsed, "machine": mach, "summary": s, "targets": t, "raw": runs}
+    with open(os.path.join(a.out, "results.json"), "w") as f:
+        json.dump(results, f, indent=1)
+    svg = chart_svg(s, a.size)
+    with open(os.path.join(a.out, "chart.svg"), "w") as f:
+        f.write(svg)
+    report = report_md(s, t, mach, a, elapsed, command, "chart.svg")
+    with open(os.path.join(a.out, "report.md"), "w") as f:
+        f.write(report + "\n")
+    if a.update_docs:
+        doc = os.path.join(REPO, "docs", "performance.md")
+        with open(doc) as f:
+            text = f.read()
+        if BEGIN not in text or END not in text:
+            sys.exit(f"{doc} has no {BEGIN} ... {END} section to replace")
+        gen = report_md(s, t, mach, a, elapsed, command, "performance-run.svg")
+        text = text[:text.index(BEGIN) + len(BEGIN)] + "\n" + gen + "\n" + text[text.index(END):]
+        with open(doc, "w") as f:
+            f.write(text)
+        with open(os.path.join(REPO, "docs", "performance-run.svg"), "w") as f:
+            f.write(svg)
+    if a.json:
+        print(json.dumps(results, indent=1))
+    else:
+        print(report)
+        print(f"\nresults: {a.out}/results.json, {a.out}/chart.svg, {a.out}/report.md")
+    return 1 if a.strict and not all(x["met"] for x in t) else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
