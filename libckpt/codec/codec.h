@@ -58,9 +58,13 @@ class BlockCodec {
  private:
   size_t CompressPlane(absl::Span<const std::byte> in, std::byte* out,
                        size_t cap);
+  /// One byte plane of a shuffled block (see kPlaneLevel).
+  size_t CompressBytePlane(absl::Span<const std::byte> in, std::byte* out, size_t cap);
 
   int level_;
   ZSTD_CCtx_s* cctx_ = nullptr;
+  ZSTD_CCtx_s* plane_cctx_ = nullptr;
+  bool plane_ready_ = false;
   ZSTD_DCtx_s* dctx_ = nullptr;
   std::vector<std::byte> planes_;
 };
