@@ -68,7 +68,7 @@ int Main(int argc, char** argv) {
   const bool fio = HaveFio();
   std::printf("state: %s of %s weights; %lld runs; ceilings by %s\n",
               tools::HumanBytes(static_cast<double>(size)).c_str(), dtype_text.c_str(),
-              static_cast<long long>(runs), fio ? "fio (io_uring, O_DIRECT, QD64, 4 MiB, no preallocation)" : "O_DIRECT pwrite/pread");
+              static_cast<long long>(runs), fio ? "fio (io_uring, O_DIRECT, QD64, 4 MiB, file preallocated)" : "O_DIRECT pwrite/pread");
   std::fflush(stdout);
   StateBuffers state = MakeState(size, *dtype);
 

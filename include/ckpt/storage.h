@@ -60,6 +60,12 @@ class WritableFile {
   /// Waits until every queued write has completed; returns the first error.
   virtual absl::Status Drain() = 0;
 
+  /// A hint that the file will be written up to about `bytes`: a backend
+  /// may allocate the space now, so that later writes do not extend the
+  /// file (on ext4 and XFS, extending O_DIRECT writes serialize on the
+  /// inode). Finish still sets the final length. Failures are not errors.
+  virtual void Reserve(uint64_t bytes) { (void)bytes; }
+
   /// Drains, sets the file length to `final_size` (dropping alignment
   /// padding), makes data and length durable, and closes. After a failure
   /// the file content is unspecified; the caller removes it.

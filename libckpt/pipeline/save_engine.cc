@@ -59,7 +59,9 @@ absl::Status SaveEngine::Init() {
   const size_t slots = std::max<size_t>(2, options_.staging_bytes / slot_bytes_);
   out_bytes_ = AlignUp(BlockCodec::MaxStoredBytes(options_.block_size) + kTrailerSize,
                        kFrameAlign);
-  const size_t outs = 2 * static_cast<size_t>(workers) + 2;
+  // One output buffer per worker: a block is encoded into it and copied back
+  // into its slot, which is what gets written.
+  const size_t outs = static_cast<size_t>(workers);
   CKPT_ASSIGN_OR_RETURN(arena_, AlignedBuffer::Allocate(slots * slot_bytes_, true));
   // Output buffers are touched on first use only: a save without
   // compression never needs them.
@@ -102,9 +104,7 @@ void SaveEngine::RegisterWith(const std::shared_ptr<Storage>& storage) {
   registrars_.emplace_back([this, weak, key] {
     std::shared_ptr<Storage> s = weak.lock();
     if (!s) return;
-    uint64_t token = s->RegisterBuffers(
-        {absl::Span<std::byte>(arena_.data(), arena_.size()),
-         absl::Span<std::byte>(out_arena_.data(), out_arena_.size())});
+    uint64_t token = s->RegisterBuffers({absl::Span<std::byte>(arena_.data(), arena_.size())});
     std::lock_guard<std::mutex> l(reg_mu_);
     registered_[key].second = token;
   });
@@ -210,6 +210,18 @@ absl::Status SaveEngine::Run(std::shared_ptr<SaveJob> job,
   }
   j.index.assign(nblocks, IndexEntry{});
   j.handle->blocks_total = static_cast<int64_t>(nblocks);
+  if (!j.hdf5) {
+    // The most the frames can take (compressed ones take less; Finish cuts
+    // the file to its length): writes inside the file's length do not
+    // serialize on the inode the way appending ones do.
+    uint64_t frames = kDataHeaderSize;
+    for (const SavePiece& p : pieces) {
+      if (p.block_count == 0) continue;
+      frames += (p.block_count - 1) * FrameLength(options_.block_size) +
+                FrameLength(p.bytes - (p.block_count - 1) * options_.block_size);
+    }
+    j.file->Reserve(frames);
+  }
 
   if (j.hdf5) {
     // libhdf5 lays the file out (metadata, one contiguous dataset per
@@ -453,7 +465,6 @@ void SaveEngine::ProcessBlock(WorkItem& item, BlockCodec& codec) {
   t.raw_hash = Xxh3(item.slot, item.raw_len);
 
   std::byte* frame = item.slot;
-  bool is_slot = true;
   t.codec = static_cast<uint8_t>(Codec::kNone);
   t.stored_len = item.raw_len;
   if (job->hdf5) {
@@ -476,9 +487,12 @@ void SaveEngine::ProcessBlock(WorkItem& item, BlockCodec& codec) {
       return;
     }
     if (enc->codec != Codec::kNone) {
-      ReleaseSlot(item.slot);
-      frame = out;
-      is_slot = false;
+      // The encoded bytes go back into the slot (they are fewer than the
+      // raw ones, and the slot's frame room is sized for the raw block), so
+      // the few output buffers never bound how many writes are in flight:
+      // the disk wants deep queues.
+      std::memcpy(item.slot, out, enc->stored_len);
+      ReleaseOutBuffer(out);
       t.codec = static_cast<uint8_t>(enc->codec);
       t.stored_len = enc->stored_len;
       t.flags = enc->flags;
@@ -518,12 +532,12 @@ void SaveEngine::ProcessBlock(WorkItem& item, BlockCodec& codec) {
     e.frame_len = static_cast<uint32_t>(frame_len);
     job->bytes_stored += t.stored_len;
   }
-  SubmitFrame(job, item.block_id, frame, frame_len, is_slot);
+  SubmitFrame(job, item.block_id, frame, frame_len);
 }
 
 void SaveEngine::SubmitFrame(const std::shared_ptr<SaveJob>& job,
                              uint32_t block_id, std::byte* buf,
-                             uint64_t frame_len, bool is_slot) {
+                             uint64_t frame_len) {
   uint64_t offset;
   {
     std::lock_guard<std::mutex> lock(job->mu);
@@ -531,12 +545,8 @@ void SaveEngine::SubmitFrame(const std::shared_ptr<SaveJob>& job,
   }
   job->file->WriteAsync(
       offset, absl::Span<const std::byte>(buf, frame_len),
-      [this, job, buf, is_slot, frame_len](absl::Status s) {
-        if (is_slot) {
-          ReleaseSlot(buf);
-        } else {
-          ReleaseOutBuffer(buf);
-        }
+      [this, job, buf, frame_len](absl::Status s) {
+        ReleaseSlot(buf);
         if (!s.ok()) {
           std::lock_guard<std::mutex> lock(job->mu);
           if (job->error.ok()) job->error = s;

@@ -131,7 +131,7 @@ class SaveEngine {
   void FinalizerLoop();
   void ProcessBlock(WorkItem& item, class BlockCodec& codec);
   void SubmitFrame(const std::shared_ptr<SaveJob>& job, uint32_t block_id,
-                   std::byte* buf, uint64_t frame_len, bool is_slot);
+                   std::byte* buf, uint64_t frame_len);
   void BlockDone(const std::shared_ptr<SaveJob>& job);
   void Finalize(SaveJob& job);
   void RegisterWith(const std::shared_ptr<Storage>& storage);

@@ -59,6 +59,8 @@ class FaultyStorage::Writer : public WritableFile {
 
   absl::Status Drain() override { return base_->Drain(); }
 
+  void Reserve(uint64_t bytes) override { base_->Reserve(bytes); }
+
   absl::Status Finish(uint64_t final_size) override {
     CKPT_RETURN_IF_ERROR(owner_->OpFault("finish", base_->path(), true));
     if (hold_) {

@@ -142,6 +142,12 @@ class FileWritable final : public WritableFile {
     return first_error_;
   }
 
+  void Reserve(uint64_t bytes) override {
+    // Filesystems without fallocate, or without the space, simply get
+    // appending writes (a lack of space is then reported by the write).
+    if (fd_ >= 0 && bytes > 0) (void)fallocate(fd_, 0, 0, static_cast<off_t>(bytes));
+  }
+
   absl::Status Finish(uint64_t final_size) override {
     CKPT_RETURN_IF_ERROR(Drain());
     if (fd_ < 0) return absl::FailedPreconditionError("file already finished");

@@ -124,6 +124,7 @@ class TieredStorage : public Storage, public std::enable_shared_from_this<Tiered
       base_->WriteAsync(offset, data, std::move(done));
     }
     absl::Status Drain() override { return base_->Drain(); }
+    void Reserve(uint64_t bytes) override { base_->Reserve(bytes); }
     absl::Status Finish(uint64_t final_size) override {
       CKPT_RETURN_IF_ERROR(base_->Finish(final_size));
       owner_->Enqueue(base_->path(), /*atomic=*/false);
