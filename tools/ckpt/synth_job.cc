@@ -97,13 +97,15 @@ absl::Status SyntheticJob::SaveAsync(int64_t step, uint64_t seed) {
     const int r = rank_ids_[local];
     const double g0 = NowSeconds();
     State state;
+    // A single rank's values are generated again only for another seed.
+    const bool fill = ranks_.size() > 1 || !buffers_seed_ || *buffers_seed_ != seed;
     if (ranks_.size() > 1) buffers.clear();
     buffers.resize(plan_.by_rank[r].size());
     for (size_t i = 0; i < plan_.by_rank[r].size(); ++i) {
       const ChunkAssignment& c = plan_.chunks[plan_.by_rank[r][i]];
       const TensorSpec& spec = model_.tensors[c.tensor].spec;
       buffers[i].resize(static_cast<size_t>(c.box.Volume()) * DTypeSize(spec.dtype));
-      FillSynthetic(spec, c.box, seed, buffers[i].data());
+      if (fill) FillSynthetic(spec, c.box, seed, buffers[i].data());
       CKPT_RETURN_IF_ERROR(state.AddShard(spec, c.box, buffers[i].data()));
     }
     const std::string rng = StrCat("rng-state rank ", r, " seed ", seed);
@@ -112,6 +114,7 @@ absl::Status SyntheticJob::SaveAsync(int64_t step, uint64_t seed) {
       CKPT_RETURN_IF_ERROR(state.AddBlob("data_position", &step, sizeof(step), BlobScope::kGlobal));
     }
     pending_.generate_s += NowSeconds() - g0;
+    if (ranks_.size() == 1) buffers_seed_ = seed;
     rank_start_.push_back(NowSeconds());
     auto h = ranks_[local]->Save(step, state, so);
     if (!h.ok()) {

@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -82,6 +83,7 @@ class SyntheticJob {
   SynthSaveResult pending_;
   std::vector<double> rank_start_;
   std::vector<std::vector<std::byte>> buffers_;  // the values being saved
+  std::optional<uint64_t> buffers_seed_;         // what buffers_ hold (one rank)
 };
 
 struct RestoreCheckResult {
