@@ -415,8 +415,11 @@ def chart_svg(s, size):
             parts.append(f'<text x="10" y="{y + 12}" font-weight="bold">{label} (GB/s)</text>')
             y += 20
             continue
-        parts.append(f'<text x="{left - 8}" y="{y + bar + 4}" text-anchor="end">{label}</text>')
-        for i, (st, color) in enumerate(((a, "#3b6fb6"), (b, "#e08a2c"))):
+        shared = a is b  # a ceiling: one bar for both dtypes
+        parts.append(f'<text x="{left - 8}" y="{y + (bar / 2 + 4 if shared else bar + 4)}" '
+                     f'text-anchor="end">{label}</text>')
+        bars = ((a, "#8c8c8c"),) if shared else ((a, "#3b6fb6"), (b, "#e08a2c"))
+        for i, (st, color) in enumerate(bars):
             if not st:
                 continue
             yy = y + i * (bar + 1)
@@ -440,7 +443,9 @@ def chart_svg(s, size):
               f'<text x="{left + 14}" y="{height - 9}">bf16</text>'
               f'<rect x="{left + 60}" y="{height - 18}" width="10" height="10" fill="#e08a2c"/>'
               f'<text x="{left + 74}" y="{height - 9}">f32</text>'
-              f'<text x="{left + 120}" y="{height - 9}" font-size="9">bars: median; whiskers: min to max</text>')
+              f'<rect x="{left + 110}" y="{height - 18}" width="10" height="10" fill="#8c8c8c"/>'
+              f'<text x="{left + 124}" y="{height - 9}">ceiling</text>'
+              f'<text x="{left + 180}" y="{height - 9}" font-size="9">bars: median; whiskers: min to max</text>')
     title = (f'<text x="10" y="20" font-size="14" font-weight="bold">ckpt against the disk and the alternatives: '
              f'{human(size)} state</text>')
     grid = "".join(p for p in parts if p.startswith("<line") and 'stroke="#ddd"' in p)
@@ -587,6 +592,7 @@ def main():
     ap.add_argument("--out", default=None, help="results directory (default BUILD/bench-results)")
     ap.add_argument("--update-docs", action="store_true",
                     help="rewrite the generated part of docs/performance.md and docs/performance-run.svg")
+    ap.add_argument("--docs", default=os.path.join(REPO, "docs"), help="the docs directory --update-docs writes")
     ap.add_argument("--json", action="store_true", help="print the results JSON instead of the report")
     ap.add_argument("--strict", action="store_true", help="exit 1 when a target is missed")
     ap.add_argument("--command", default=None, help=argparse.SUPPRESS)
@@ -624,7 +630,7 @@ def main():
     with open(os.path.join(a.out, "report.md"), "w") as f:
         f.write(report + "\n")
     if a.update_docs:
-        doc = os.path.join(REPO, "docs", "performance.md")
+        doc = os.path.join(a.docs, "performance.md")
         with open(doc) as f:
             text = f.read()
         if BEGIN not in text or END not in text:
@@ -633,7 +639,7 @@ def main():
         text = text[:text.index(BEGIN) + len(BEGIN)] + "\n" + gen + "\n" + text[text.index(END):]
         with open(doc, "w") as f:
             f.write(text)
-        with open(os.path.join(REPO, "docs", "performance-run.svg"), "w") as f:
+        with open(os.path.join(a.docs, "performance-run.svg"), "w") as f:
             f.write(svg)
     if a.json:
         print(json.dumps(results, indent=1))
