@@ -417,7 +417,11 @@ void SaveEngine::StageTiles(const std::shared_ptr<SaveJob>& job, std::vector<Sav
     }
     return ok;
   });
-  for (StreamAppender& a : out) a.Finish();
+  // Only slots still held get their unfinished last line (a flushed
+  // slot ended on a line boundary and belongs to the workers now).
+  for (size_t t = 0; t < ntiles; ++t) {
+    if (streams[t].slot != nullptr) out[t].Finish();
+  }
   StreamFence();
   for (Stream& st : streams) {
     if (st.slot != nullptr) {
