@@ -72,34 +72,45 @@ def fsync_dir(path):
         os.close(fd)
 
 
-def check_equal(expected, got, what):
-    for name, t in expected.items():
-        g = got[name]
-        if tuple(g.shape) != tuple(t.shape) or not torch.equal(g, t):
-            sys.exit(f"{what}: tensor '{name}' differs from what was saved")
-
-
-def torch_save(a):
+def timed_save(a, write):
+    """Times write(path) plus fsync of the file and its directory, then drops
+    the file from the page cache for the load that follows."""
     state = synthetic_state(a.params, a.dtype)
     t0 = time.perf_counter()
-    with open(a.file, "wb") as f:
-        torch.save(state, f)
-        f.flush()
-        os.fsync(f.fileno())
+    write(state, a.file)
+    fsync_file(a.file)
     fsync_dir(a.file)
     seconds = time.perf_counter() - t0
     drop_cache(a.file)
     return {"seconds": seconds, "bytes": state_bytes(state), "file_bytes": os.path.getsize(a.file)}
 
 
-def torch_load(a):
+def timed_load(a, read, check):
+    """Times read(path) from a cold page cache, then check(expected, got)."""
     drop_cache(a.file)
     t0 = time.perf_counter()
-    got = torch.load(a.file, map_location="cpu")
+    got = read(a.file)
     seconds = time.perf_counter() - t0
     expected = synthetic_state(a.params, a.dtype)
-    check_equal(expected, got, "torch.load")
+    check(expected, got)
     return {"seconds": seconds, "bytes": state_bytes(expected)}
+
+
+def torch_save(a):
+    def write(state, path):
+        with open(path, "wb") as f:
+            torch.save(state, f)
+
+    return timed_save(a, write)
+
+
+def torch_load(a):
+    def check(expected, got):
+        for name, t in expected.items():
+            if tuple(got[name].shape) != tuple(t.shape) or not torch.equal(got[name], t):
+                sys.exit(f"torch.load: tensor '{name}' differs from what was saved")
+
+    return timed_load(a, lambda path: torch.load(path, map_location="cpu"), check)
 
 
 def h5_array(t):
@@ -110,36 +121,33 @@ def h5_array(t):
 def h5py_save(a):
     import h5py
 
-    state = synthetic_state(a.params, a.dtype)
-    arrays = {name: h5_array(t) for name, t in state.items()}
-    t0 = time.perf_counter()
-    with h5py.File(a.file, "w") as f:
-        for name, arr in arrays.items():
-            f.create_dataset(name, data=arr)
-    fsync_file(a.file)
-    fsync_dir(a.file)
-    seconds = time.perf_counter() - t0
-    drop_cache(a.file)
-    return {"seconds": seconds, "bytes": state_bytes(state), "file_bytes": os.path.getsize(a.file)}
+    def write(state, path):
+        arrays = {name: h5_array(t) for name, t in state.items()}
+        with h5py.File(path, "w") as f:
+            for name, arr in arrays.items():
+                f.create_dataset(name, data=arr)
+
+    return timed_save(a, write)
 
 
 def h5py_load(a):
     import h5py
 
-    drop_cache(a.file)
-    t0 = time.perf_counter()
-    got = {}
-    with h5py.File(a.file, "r") as f:
-        def visit(name, obj):
-            if isinstance(obj, h5py.Dataset):
-                got[name] = obj[...]
-        f.visititems(visit)
-    seconds = time.perf_counter() - t0
-    expected = synthetic_state(a.params, a.dtype)
-    for name, t in expected.items():
-        if not np.array_equal(got[name], h5_array(t)):
-            sys.exit(f"h5py: dataset '{name}' differs from what was saved")
-    return {"seconds": seconds, "bytes": state_bytes(expected)}
+    def read(path):
+        got = {}
+        with h5py.File(path, "r") as f:
+            def visit(name, obj):
+                if isinstance(obj, h5py.Dataset):
+                    got[name] = obj[...]
+            f.visititems(visit)
+        return got
+
+    def check(expected, got):
+        for name, t in expected.items():
+            if not np.array_equal(got[name], h5_array(t)):
+                sys.exit(f"h5py: dataset '{name}' differs from what was saved")
+
+    return timed_load(a, read, check)
 
 
 def ckpt_py_save(a):
