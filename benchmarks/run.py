@@ -592,7 +592,7 @@ def report_md(s, t, mach, a, elapsed, command, svg_name, date):
 
 
 def main():
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0],
+    ap = argparse.ArgumentParser(prog="benchmarks/run", description=__doc__.split("\n")[0],
                                  formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__)
     ap.add_argument("--dir", default="/var/tmp/ckpt-bench", help="directory on the storage to measure")
     ap.add_argument("--size", default="256M", help="state size per contender (default 256M)")
