@@ -46,28 +46,14 @@ def state_bytes(state):
     return sum(t.numel() * t.element_size() for t in state.values())
 
 
-def drop_cache(path):
-    """Writes back and evicts `path` from the page cache."""
+def fsync(path, evict=False):
+    """fsyncs a file or directory; with `evict`, also drops the file from the
+    page cache."""
     fd = os.open(path, os.O_RDONLY)
     try:
         os.fsync(fd)
-        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
-    finally:
-        os.close(fd)
-
-
-def fsync_file(path):
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-def fsync_dir(path):
-    fd = os.open(os.path.dirname(os.path.abspath(path)), os.O_RDONLY)
-    try:
-        os.fsync(fd)
+        if evict:
+            os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
     finally:
         os.close(fd)
 
@@ -78,16 +64,16 @@ def timed_save(a, write):
     state = synthetic_state(a.params, a.dtype)
     t0 = time.perf_counter()
     write(state, a.file)
-    fsync_file(a.file)
-    fsync_dir(a.file)
+    fsync(a.file)
+    fsync(os.path.dirname(os.path.abspath(a.file)))
     seconds = time.perf_counter() - t0
-    drop_cache(a.file)
+    fsync(a.file, evict=True)
     return {"seconds": seconds, "bytes": state_bytes(state), "file_bytes": os.path.getsize(a.file)}
 
 
 def timed_load(a, read, check):
     """Times read(path) from a cold page cache, then check(expected, got)."""
-    drop_cache(a.file)
+    fsync(a.file, evict=True)
     t0 = time.perf_counter()
     got = read(a.file)
     seconds = time.perf_counter() - t0

@@ -20,6 +20,7 @@ import shutil
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -49,12 +50,17 @@ def human(n):
 def spawn_and_wait(argv, env):
     """Runs argv; returns (returncode, stdout, stderr, wall seconds, peak RSS bytes)."""
     t0 = time.perf_counter()
-    p = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env, text=True)
-    # Read the pipes without reaping, then reap with wait4 for the rusage.
-    out, err = p.stdout.read(), p.stderr.read()
-    _, status, usage = os.wait4(p.pid, 0)
-    p.returncode = os.waitstatus_to_exitcode(status)
-    wall = time.perf_counter() - t0
+    # stderr goes to a file, so a chatty child cannot block on a full pipe
+    # while stdout is read; the child is reaped with wait4 for its rusage.
+    with tempfile.TemporaryFile("w+") as errf:
+        p = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=errf, env=env, text=True)
+        out = p.stdout.read()
+        p.stdout.close()
+        _, status, usage = os.wait4(p.pid, 0)
+        p.returncode = os.waitstatus_to_exitcode(status)
+        wall = time.perf_counter() - t0
+        errf.seek(0)
+        err = errf.read()
     return p.returncode, out, err, wall, usage.ru_maxrss * 1024
 
 
@@ -72,7 +78,7 @@ class Suite:
         self.steps = 0
 
     # -- running one contender ------------------------------------------
-    def run(self, label, argv, parse_json=True):
+    def run(self, label, argv):
         self.step += 1
         if self.tty:
             sys.stderr.write(f"\r\033[K[{self.step}/{self.steps}] run {self.run_index + 1}: {label}")
@@ -80,15 +86,13 @@ class Suite:
         rc, out, err, wall, rss = spawn_and_wait(argv, self.env)
         if rc != 0:
             raise RuntimeError(f"{label} failed (exit {rc}): {' '.join(argv)}\n{err.strip()}")
-        fig = {}
-        if parse_json:
-            try:
-                fig = json.loads(out)  # fio: one document over many lines
-            except ValueError:
-                lines = [l for l in out.splitlines() if l.startswith("{")]
-                if not lines:
-                    raise RuntimeError(f"{label}: no JSON in its output:\n{out}\n{err}")
-                fig = json.loads(lines[-1])
+        try:
+            fig = json.loads(out)  # fio: one document over many lines
+        except ValueError:
+            lines = [l for l in out.splitlines() if l.startswith("{")]
+            if not lines:
+                raise RuntimeError(f"{label}: no JSON in its output:\n{out}\n{err}")
+            fig = json.loads(lines[-1])
         fig["wall_s"] = wall
         fig["peak_rss_bytes"] = rss
         return fig
@@ -209,7 +213,7 @@ def stat(values):
     return {"median": statistics.median(v), "min": min(v), "max": max(v), "n": len(v)}
 
 
-def summarize(runs, size):
+def summarize(runs):
     """Medians, ranges and per-run ratios of everything measured."""
     s = {}
 
@@ -635,11 +639,16 @@ def main():
                 ap.error(f"{f} is missing: build first (benchmarks/run does)")
         command = a.command or "benchmarks/run " + " ".join(sys.argv[1:])
         print(f"measuring {human(a.size)} states on {os.path.abspath(a.dir)}, {a.runs} runs ...", file=sys.stderr)
-        runs, elapsed = suite.measure()
-        date = datetime.datetime.utcnow().isoformat() + "Z"
-        mach = machine(suite.dir)
-        shutil.rmtree(suite.dir, ignore_errors=True)
-    s = summarize(runs, a.size)
+        try:
+            runs, elapsed = suite.measure()
+            date = datetime.datetime.utcnow().isoformat() + "Z"
+            mach = machine(suite.dir)
+        except (RuntimeError, OSError) as e:
+            print(f"\nbenchmarks/run: {e}", file=sys.stderr)
+            return 1
+        finally:
+            shutil.rmtree(suite.dir, ignore_errors=True)
+    s = summarize(runs)
     t = targets(s)
     os.makedirs(a.out, exist_ok=True)
     results = {"command": command, "date": date, "size_bytes": a.size,

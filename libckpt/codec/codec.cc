@@ -120,6 +120,13 @@ double SampledEntropyBits(absl::Span<const std::byte> data) {
 BlockCodec::BlockCodec(int zstd_level) : level_(zstd_level) {
   cctx_ = ZSTD_createCCtx();
   dctx_ = ZSTD_createDCtx();
+  // Contexts allocate their workspace on first use, so a codec that only
+  // decodes pays nothing for this one.
+  plane_cctx_ = ZSTD_createCCtx();
+  plane_ready_ =
+      plane_cctx_ != nullptr &&
+      !ZSTD_isError(ZSTD_CCtx_setParameter(plane_cctx_, ZSTD_c_compressionLevel, kPlaneLevel)) &&
+      !ZSTD_isError(ZSTD_CCtx_setParameter(plane_cctx_, ZSTD_c_literalCompressionMode, ZSTD_ps_enable));
 }
 
 BlockCodec::~BlockCodec() {
@@ -140,18 +147,9 @@ size_t BlockCodec::CompressPlane(absl::Span<const std::byte> in,
 }
 
 size_t BlockCodec::CompressBytePlane(absl::Span<const std::byte> in, std::byte* out, size_t cap) {
-  // Levels above the default ask for ratio: they apply to planes too.
-  if (level_ > 1) return CompressPlane(in, out, cap);
-  if (plane_cctx_ == nullptr) {
-    plane_cctx_ = ZSTD_createCCtx();
-    if (plane_cctx_ == nullptr ||
-        ZSTD_isError(ZSTD_CCtx_setParameter(plane_cctx_, ZSTD_c_compressionLevel, kPlaneLevel)) ||
-        ZSTD_isError(ZSTD_CCtx_setParameter(plane_cctx_, ZSTD_c_literalCompressionMode, ZSTD_ps_enable))) {
-      return CompressPlane(in, out, cap);  // plane_cctx_ stays, unused
-    }
-    plane_ready_ = true;
-  }
-  if (!plane_ready_) return CompressPlane(in, out, cap);
+  // Levels above the default ask for ratio: they apply to planes too. A
+  // library that refused the plane parameters gets the plain level.
+  if (level_ > 1 || !plane_ready_) return CompressPlane(in, out, cap);
   const size_t r = ZSTD_compress2(plane_cctx_, out, cap, in.data(), in.size());
   return ZSTD_isError(r) ? SIZE_MAX : r;
 }

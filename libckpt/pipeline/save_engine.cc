@@ -59,18 +59,17 @@ absl::Status SaveEngine::Init() {
   const size_t slots = std::max<size_t>(2, options_.staging_bytes / slot_bytes_);
   out_bytes_ = AlignUp(BlockCodec::MaxStoredBytes(options_.block_size) + kTrailerSize,
                        kFrameAlign);
-  // One output buffer per worker: a block is encoded into it and copied back
-  // into its slot, which is what gets written.
-  const size_t outs = static_cast<size_t>(workers);
   CKPT_ASSIGN_OR_RETURN(arena_, AlignedBuffer::Allocate(slots * slot_bytes_, true));
-  // Output buffers are touched on first use only: a save without
-  // compression never needs them.
-  CKPT_ASSIGN_OR_RETURN(out_arena_, AlignedBuffer::Allocate(outs * out_bytes_, false));
+  // One output buffer per worker: a block is encoded into it and copied back
+  // into its slot, which is what gets written. Touched on first use only: a
+  // save without compression never needs them.
+  CKPT_ASSIGN_OR_RETURN(out_arena_, AlignedBuffer::Allocate(workers * out_bytes_, false));
   for (size_t i = 0; i < slots; ++i) free_slots_.push_back(arena_.data() + i * slot_bytes_);
   slot_count_ = slots;
   slot_refs_.assign(slots, 0);
-  for (size_t i = 0; i < outs; ++i) free_out_.push_back(out_arena_.data() + i * out_bytes_);
-  for (int i = 0; i < workers; ++i) workers_.emplace_back([this] { WorkerLoop(); });
+  for (int i = 0; i < workers; ++i) {
+    workers_.emplace_back([this, out = out_arena_.data() + i * out_bytes_] { WorkerLoop(out); });
+  }
   finalizer_ = std::thread([this] { FinalizerLoop(); });
   return absl::OkStatus();
 }
@@ -115,20 +114,14 @@ std::byte* SaveEngine::TakeFreeSlotLocked(std::unique_lock<std::mutex>& lock) {
     if (!free_slots_.empty()) return true;
     // A packing slot whose blocks have all been written is given back
     // rather than held while a whole one is awaited.
-    if (packing_ != nullptr) {
-      const size_t i = static_cast<size_t>(packing_ - arena_.data()) / slot_bytes_;
-      if (slot_refs_[i] == 1) {
-        slot_refs_[i] = 0;
-        free_slots_.push_back(packing_);
-        packing_ = nullptr;
-        return true;
-      }
-    }
-    return false;
+    if (packing_ == nullptr || slot_refs_[SlotIndex(packing_)] != 1) return false;
+    DropRefLocked(packing_);
+    packing_ = nullptr;
+    return true;
   });
   std::byte* s = free_slots_.back();
   free_slots_.pop_back();
-  slot_refs_[static_cast<size_t>(s - arena_.data()) / slot_bytes_] = 1;
+  slot_refs_[SlotIndex(s)] = 1;
   return s;
 }
 
@@ -142,43 +135,32 @@ std::byte* SaveEngine::AcquireSlot(uint64_t raw_len) {
     // slot, get a slot of their own.
     if (need > slot_bytes_ / 2) return TakeFreeSlotLocked(lock);
     if (packing_ != nullptr) {
-      const size_t i = static_cast<size_t>(packing_ - arena_.data()) / slot_bytes_;
-      packing_ = nullptr;
-      if (--slot_refs_[i] == 0) free_slots_.push_back(arena_.data() + i * slot_bytes_);
+      DropRefLocked(packing_);
+      packing_ = nullptr;  // before waiting: the wait may reclaim packing_
     }
     packing_ = TakeFreeSlotLocked(lock);  // holds the packer's reference
     packed_ = 0;
   }
   std::byte* p = packing_ + packed_;
   packed_ += need;
-  ++slot_refs_[static_cast<size_t>(packing_ - arena_.data()) / slot_bytes_];
+  ++slot_refs_[SlotIndex(packing_)];
   return p;
 }
 
+bool SaveEngine::DropRefLocked(const std::byte* p) {
+  const size_t i = SlotIndex(p);
+  if (--slot_refs_[i] != 0) return false;
+  free_slots_.push_back(arena_.data() + i * slot_bytes_);
+  return true;
+}
+
 void SaveEngine::ReleaseSlot(std::byte* slot) {
+  bool freed;
   {
     std::lock_guard<std::mutex> lock(pool_mu_);
-    const size_t i = static_cast<size_t>(slot - arena_.data()) / slot_bytes_;
-    if (--slot_refs_[i] != 0) return;
-    free_slots_.push_back(arena_.data() + i * slot_bytes_);
+    freed = DropRefLocked(slot);
   }
-  slot_cv_.notify_one();
-}
-
-std::byte* SaveEngine::AcquireOutBuffer() {
-  std::unique_lock<std::mutex> lock(pool_mu_);
-  out_cv_.wait(lock, [&] { return !free_out_.empty(); });
-  std::byte* b = free_out_.back();
-  free_out_.pop_back();
-  return b;
-}
-
-void SaveEngine::ReleaseOutBuffer(std::byte* buf) {
-  {
-    std::lock_guard<std::mutex> lock(pool_mu_);
-    free_out_.push_back(buf);
-  }
-  out_cv_.notify_one();
+  if (freed) slot_cv_.notify_one();
 }
 
 absl::Status SaveEngine::Run(std::shared_ptr<SaveJob> job,
@@ -434,7 +416,7 @@ void SaveEngine::StageTiles(const std::shared_ptr<SaveJob>& job, std::vector<Sav
   }
 }
 
-void SaveEngine::WorkerLoop() {
+void SaveEngine::WorkerLoop(std::byte* out) {
   LowerThreadPriority(options_.background_nice);
   BlockCodec codec;
   while (true) {
@@ -446,11 +428,11 @@ void SaveEngine::WorkerLoop() {
       item = std::move(queue_.front());
       queue_.pop_front();
     }
-    ProcessBlock(item, codec);
+    ProcessBlock(item, codec, out);
   }
 }
 
-void SaveEngine::ProcessBlock(WorkItem& item, BlockCodec& codec) {
+void SaveEngine::ProcessBlock(WorkItem& item, BlockCodec& codec, std::byte* out) {
   const std::shared_ptr<SaveJob>& job = item.job;
   bool failed;
   {
@@ -468,20 +450,18 @@ void SaveEngine::ProcessBlock(WorkItem& item, BlockCodec& codec) {
   t.elem_width = static_cast<uint8_t>(DTypeSize(item.dtype));
   t.raw_hash = Xxh3(item.slot, item.raw_len);
 
-  std::byte* frame = item.slot;
+  std::byte* frame = item.slot;  // compressed bytes are copied back into it
   t.codec = static_cast<uint8_t>(Codec::kNone);
   t.stored_len = item.raw_len;
   if (job->hdf5) {
     // A bare block: the raw bytes at the dataset's place, nothing else.
     t.flags = kFlagBareBlock;
   } else if (job->codec != Codec::kNone) {
-    std::byte* out = AcquireOutBuffer();
     codec.set_level(job->zstd_level);
     auto enc = codec.Encode(job->codec, item.dtype,
                             absl::Span<const std::byte>(item.slot, item.raw_len),
                             absl::Span<std::byte>(out, out_bytes_ - kTrailerSize));
     if (!enc.ok()) {
-      ReleaseOutBuffer(out);
       ReleaseSlot(item.slot);
       {
         std::lock_guard<std::mutex> lock(job->mu);
@@ -493,16 +473,13 @@ void SaveEngine::ProcessBlock(WorkItem& item, BlockCodec& codec) {
     if (enc->codec != Codec::kNone) {
       // The encoded bytes go back into the slot (they are fewer than the
       // raw ones, and the slot's frame room is sized for the raw block), so
-      // the few output buffers never bound how many writes are in flight:
-      // the disk wants deep queues.
-      std::memcpy(item.slot, out, enc->stored_len);
-      ReleaseOutBuffer(out);
+      // the output buffers never bound how many writes are in flight: the
+      // disk wants deep queues.
+      std::memcpy(frame, out, enc->stored_len);
       t.codec = static_cast<uint8_t>(enc->codec);
       t.stored_len = enc->stored_len;
       t.flags = enc->flags;
       t.elem_width = enc->elem_width;
-    } else {
-      ReleaseOutBuffer(out);
     }
   }
   t.stored_hash = t.codec == static_cast<uint8_t>(Codec::kNone)

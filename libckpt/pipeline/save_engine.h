@@ -125,11 +125,17 @@ class SaveEngine {
   void ReleaseSlot(std::byte* slot);
   /// With pool_mu_ held: a whole free slot, waiting for one if needed.
   std::byte* TakeFreeSlotLocked(std::unique_lock<std::mutex>& lock);
-  std::byte* AcquireOutBuffer();
-  void ReleaseOutBuffer(std::byte* buf);
-  void WorkerLoop();
+  /// With pool_mu_ held: drops one reference to the slot holding `p`;
+  /// true when that freed it.
+  bool DropRefLocked(const std::byte* p);
+  /// The slot that `p` (anywhere inside it) belongs to.
+  size_t SlotIndex(const std::byte* p) const {
+    return static_cast<size_t>(p - arena_.data()) / slot_bytes_;
+  }
+  /// `out`: this worker's buffer for encoded blocks.
+  void WorkerLoop(std::byte* out);
   void FinalizerLoop();
-  void ProcessBlock(WorkItem& item, class BlockCodec& codec);
+  void ProcessBlock(WorkItem& item, class BlockCodec& codec, std::byte* out);
   void SubmitFrame(const std::shared_ptr<SaveJob>& job, uint32_t block_id,
                    std::byte* buf, uint64_t frame_len);
   void BlockDone(const std::shared_ptr<SaveJob>& job);
@@ -152,9 +158,7 @@ class SaveEngine {
 
   std::mutex pool_mu_;
   std::condition_variable slot_cv_;
-  std::condition_variable out_cv_;
   std::vector<std::byte*> free_slots_;
-  std::vector<std::byte*> free_out_;
   std::vector<uint32_t> slot_refs_;  ///< per slot: blocks in it, +1 while it is being packed
   std::byte* packing_ = nullptr;     ///< the slot short blocks are packed into
   size_t packed_ = 0;                ///< bytes of packing_ handed out

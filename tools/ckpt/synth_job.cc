@@ -92,21 +92,20 @@ absl::Status SyntheticJob::SaveAsync(int64_t step, uint64_t seed) {
   // The values live on like a trainer's state: a single rank's buffers stay
   // allocated (and resident) across saves; with several simulated ranks
   // only the rank being staged holds memory.
-  std::vector<std::vector<std::byte>>& buffers = buffers_;
   for (size_t local = 0; local < ranks_.size(); ++local) {
     const int r = rank_ids_[local];
     const double g0 = NowSeconds();
     State state;
     // A single rank's values are generated again only for another seed.
     const bool fill = ranks_.size() > 1 || !buffers_seed_ || *buffers_seed_ != seed;
-    if (ranks_.size() > 1) buffers.clear();
-    buffers.resize(plan_.by_rank[r].size());
+    if (ranks_.size() > 1) buffers_.clear();
+    buffers_.resize(plan_.by_rank[r].size());
     for (size_t i = 0; i < plan_.by_rank[r].size(); ++i) {
       const ChunkAssignment& c = plan_.chunks[plan_.by_rank[r][i]];
       const TensorSpec& spec = model_.tensors[c.tensor].spec;
-      buffers[i].resize(static_cast<size_t>(c.box.Volume()) * DTypeSize(spec.dtype));
-      if (fill) FillSynthetic(spec, c.box, seed, buffers[i].data());
-      CKPT_RETURN_IF_ERROR(state.AddShard(spec, c.box, buffers[i].data()));
+      buffers_[i].resize(static_cast<size_t>(c.box.Volume()) * DTypeSize(spec.dtype));
+      if (fill) FillSynthetic(spec, c.box, seed, buffers_[i].data());
+      CKPT_RETURN_IF_ERROR(state.AddShard(spec, c.box, buffers_[i].data()));
     }
     const std::string rng = StrCat("rng-state rank ", r, " seed ", seed);
     CKPT_RETURN_IF_ERROR(state.AddBlob("rng", rng.data(), rng.size(), BlobScope::kRank));
