@@ -27,7 +27,7 @@
 namespace ckpt::bench {
 namespace {
 
-constexpr char kToken[] = "bench-token";
+constexpr char kToken[] = "bench-token-0123456789";
 
 int Main(int argc, char** argv) {
   std::string dir = "/tmp/ckpt-coordinator-bench", json_path;

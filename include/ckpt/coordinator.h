@@ -30,7 +30,8 @@ struct CoordinatorOptions {
   std::string listen = "127.0.0.1:0";
   /// Where the journal lives (generations, commits, SDC alerts). Required.
   std::string state_dir;
-  /// Shared secret of the job; joining proves knowledge of it (HMAC).
+  /// Shared secret of the job; joining proves knowledge of it (HMAC). At
+  /// least 16 bytes, not only whitespace.
   std::string token;
   /// A generation forms once `min_nodes` members wait and either
   /// `max_nodes` are there or `join_timeout_s` passed since the last join.
@@ -40,14 +41,31 @@ struct CoordinatorOptions {
   /// A member that sent no heartbeat for heartbeat_s * dead_after is dead.
   double heartbeat_s = 1;
   int dead_after = 5;
-  /// Frames larger than this are refused (the connection is closed).
+  /// Frames larger than this are refused (the connection is closed). Before
+  /// a connection has joined, its frames may not exceed 16 KiB whatever this
+  /// says, and a payload's buffer grows only as its bytes arrive.
   uint32_t max_frame_bytes = 64u << 20;
+  /// Connections that have not joined (status readers, members mid-handshake,
+  /// HTTP scrapes) held at once; past it the oldest such one is dropped.
+  int max_unauthenticated = 256;
+  /// Seconds a connection has to join, or to finish its status or HTTP
+  /// request, before it is dropped.
+  double handshake_timeout_s = 10;
+  /// A joined connection that sends nothing for this long is dropped (a
+  /// member waiting for its generation to form is exempt). 0: the larger of
+  /// 30 s and 4 x heartbeat_s x dead_after.
+  double idle_timeout_s = 0;
   /// Optional checkpoint root: the step named for a restore is the latest
   /// committed one whose manifest passes `verify --fast`.
   std::string root;
   /// Log lines (joins, deaths, refusals, SDC alerts); default: stderr.
   std::function<void(const std::string&)> log;
 };
+
+/// The job token in the file at `path`, without trailing newlines. Refuses,
+/// with the fix in the message, a file that group or others may access and
+/// a token shorter than 16 bytes or only whitespace.
+absl::StatusOr<std::string> ReadJobToken(const std::string& path);
 
 /// A running coordinator, serving on its own thread until destroyed.
 class Coordinator {

@@ -122,6 +122,7 @@ class ClientImpl final : public CoordinatorClient {
 
   // ---------------- CoordinatorClient ----------------
   absl::StatusOr<Assignment> Join(double timeout_s) override {
+    CKPT_RETURN_IF_ERROR(CheckTokenStrength(options_.token));
     const double deadline = NowSeconds() + timeout_s;
     while (true) {
       std::string nonce;

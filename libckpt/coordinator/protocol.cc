@@ -1,5 +1,15 @@
 #include "coordinator/protocol.h"
 
+#include "ckpt/coordinator.h"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+
 #include <openssl/evp.h>
 #include <openssl/hmac.h>
 
@@ -96,6 +106,19 @@ std::string JoinChallenge(std::string_view nonce, std::string_view job, std::str
   return w.Take();
 }
 
+absl::Status CheckTokenStrength(std::string_view token) {
+  constexpr char kHowTo[] =
+      "make one with: (umask 077; head -c 32 /dev/urandom | base64 > TOKEN_FILE)";
+  if (token.find_first_not_of(" \t\r\n\v\f") == std::string_view::npos) {
+    return absl::InvalidArgumentError(StrCat("the job token is only whitespace (", kHowTo, ")"));
+  }
+  if (token.size() < kMinTokenBytes) {
+    return absl::InvalidArgumentError(StrCat("the job token has ", token.size(), " byte(s); at least ",
+                                             kMinTokenBytes, " are required (", kHowTo, ")"));
+  }
+  return absl::OkStatus();
+}
+
 bool MacEqual(const uint8_t* a, const uint8_t* b) {
   uint8_t diff = 0;
   for (size_t i = 0; i < kMacSize; ++i) diff |= a[i] ^ b[i];
@@ -103,3 +126,35 @@ bool MacEqual(const uint8_t* a, const uint8_t* b) {
 }
 
 }  // namespace ckpt::coord
+
+namespace ckpt {
+
+absl::StatusOr<std::string> ReadJobToken(const std::string& path) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return absl::InvalidArgumentError(StrCat("cannot read the token file ", path, ": ", std::strerror(errno)));
+  struct stat st {};
+  std::string token;
+  bool ok = ::fstat(fd, &st) == 0;
+  if (ok && (st.st_mode & 077) == 0) {
+    char buf[4096];
+    ssize_t n;
+    while ((n = ::read(fd, buf, sizeof(buf))) > 0 && token.size() < (1u << 20)) token.append(buf, static_cast<size_t>(n));
+    ok = n >= 0;
+  }
+  const int err = errno;
+  ::close(fd);
+  if (!ok) return absl::InvalidArgumentError(StrCat("cannot read the token file ", path, ": ", std::strerror(err)));
+  if ((st.st_mode & 077) != 0) {
+    char mode[8];
+    std::snprintf(mode, sizeof(mode), "%04o", static_cast<unsigned>(st.st_mode & 07777));
+    return absl::PermissionDeniedError(StrCat("the token file ", path, " has mode ", mode,
+                                              ": group and others must have no access (chmod 600 ", path, ")"));
+  }
+  while (!token.empty() && (token.back() == '\n' || token.back() == '\r')) token.pop_back();
+  if (absl::Status s = coord::CheckTokenStrength(token); !s.ok()) {
+    return absl::InvalidArgumentError(StrCat(path, ": ", s.message()));
+  }
+  return token;
+}
+
+}  // namespace ckpt

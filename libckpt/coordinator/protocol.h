@@ -20,6 +20,14 @@ inline constexpr size_t kHeaderSize = 24;
 inline constexpr uint32_t kDefaultMaxPayload = 16u << 20;
 inline constexpr size_t kNonceSize = 32;
 inline constexpr size_t kMacSize = 32;
+/// Largest payload accepted on a connection that has not joined: a join
+/// (job and host of at most 4 KiB each, the MAC) fits, nothing bigger is
+/// ever needed before the token is proven.
+inline constexpr uint32_t kMaxPreAuthPayload = 16u << 10;
+/// Largest HTTP request (request line and headers) the coordinator reads.
+inline constexpr size_t kMaxHttpRequest = 8u << 10;
+/// Shortest job token accepted, in bytes.
+inline constexpr size_t kMinTokenBytes = 16;
 
 enum class MsgType : uint16_t {
   kHello = 1,          ///< S->C on connect: nonce, coordinator id
@@ -68,6 +76,10 @@ std::array<uint8_t, kMacSize> Hmac(std::string_view key, std::string_view messag
 
 /// What a joining member signs: the coordinator's nonce, the job and host.
 std::string JoinChallenge(std::string_view nonce, std::string_view job, std::string_view host);
+
+/// Refuses a token that is shorter than kMinTokenBytes or only whitespace,
+/// saying how to make a good one.
+absl::Status CheckTokenStrength(std::string_view token);
 
 /// Constant-time comparison.
 bool MacEqual(const uint8_t* a, const uint8_t* b);

@@ -2,12 +2,14 @@
 // timers and the state they share need no locks. Durable decisions are
 // journaled (and fsynced) before anyone is told of them.
 #include <algorithm>
+#include <cerrno>
 #include <utility>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <deque>
 #include <future>
+#include <list>
 #include <map>
 #include <memory>
 #include <optional>
@@ -17,8 +19,15 @@
 #include <thread>
 #include <vector>
 
+#include <fcntl.h>
+#include <poll.h>
+#include <sys/resource.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
 #include <boost/asio.hpp>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_join.h"
 
 #include "ckpt/checkpointer.h"
@@ -29,6 +38,7 @@
 #include "coordinator/protocol.h"
 #include "util/bytes.h"
 #include "util/clock.h"
+#include "util/errors.h"
 #include "util/json.h"
 #include "util/strings.h"
 
@@ -98,13 +108,50 @@ struct SdcAlert {
 
 class CoordinatorImpl;
 
+// Why a connection was dropped: a label of
+// ckpt_coordinator_dropped_connections_total and a log line at most once a
+// minute each.
+enum class DropReason : uint8_t {
+  kBadFrame,
+  kHandshakeTimeout,
+  kIdleTimeout,
+  kUnauthenticatedLimit,
+  kDescriptors,
+  kHttpTooLarge,
+  kRefusedJoin,
+  kCount
+};
+
+const char* DropReasonName(DropReason r) {
+  switch (r) {
+    case DropReason::kBadFrame: return "bad_frame";
+    case DropReason::kHandshakeTimeout: return "handshake_timeout";
+    case DropReason::kIdleTimeout: return "idle_timeout";
+    case DropReason::kUnauthenticatedLimit: return "unauthenticated_limit";
+    case DropReason::kDescriptors: return "descriptors";
+    case DropReason::kHttpTooLarge: return "http_too_large";
+    case DropReason::kRefusedJoin: return "refused_join";
+    case DropReason::kCount: break;
+  }
+  return "unknown";
+}
+
+// One TCP connection. Until it proves the token in a join it holds at most a
+// 24-byte header, a payload of kMaxPreAuthPayload or an HTTP request of
+// kMaxHttpRequest, and one reply: the next frame is not read while a reply
+// is unsent. It must join (or finish its status or HTTP request) within the
+// handshake timeout; once joined it is dropped after the idle timeout
+// without a frame. A payload's buffer grows only as its bytes arrive.
+// REQUIRES: every method runs on the coordinator's io thread.
 class Session : public std::enable_shared_from_this<Session> {
  public:
-  Session(tcp::socket socket, CoordinatorImpl& owner) : socket_(std::move(socket)), owner_(owner) {
+  Session(tcp::socket socket, CoordinatorImpl& owner)
+      : socket_(std::move(socket)), owner_(owner), deadline_(socket_.get_executor()) {
     boost::system::error_code ec;
     auto ep = socket_.remote_endpoint(ec);
     peer_ = ec ? std::string("?") : StrCat(ep.address().to_string(), ":", ep.port());
     nonce_ = RandomBytes(kNonceSize);
+    opened_ = last_frame_ = NowSeconds();
   }
   void Start();
   void Send(std::string frame);
@@ -117,25 +164,43 @@ class Session : public std::enable_shared_from_this<Session> {
     w.Str(std::string(s.message()));
     Reply(request_id, MsgType::kError, w.Take());
   }
+  /// Closes the connection; `why` (if any) is logged once.
   void Close(const std::string& why);
+  /// Counts, logs (throttled) and closes.
+  void Drop(DropReason reason, const std::string& why);
+  /// Closes once everything queued is written.
+  void CloseAfterWrite();
   const std::string& peer() const { return peer_; }
   const std::string& nonce() const { return nonce_; }
-  uint64_t member_id = 0;  // authenticated member on this connection (0: none)
+  bool closed() const { return closed_; }
+  double opened() const { return opened_; }
+  uint64_t member_id = 0;  // member on this connection (0: none)
+  bool authenticated = false;  // proved the token in a join
+  /// Position in the coordinator's list of unauthenticated sessions.
+  std::optional<std::list<std::weak_ptr<Session>>::iterator> unauthenticated;
 
  private:
+  void ReadNext();
   void ReadHeaderRest();
-  void ReadPayload(FrameHeader h);
+  void ReadPayload(FrameHeader h, size_t have);
+  void OnFrame(const FrameHeader& h);
   void ServeHttp();
   void WriteNext();
+  void ArmDeadline(double at);
+  void OnDeadline();
 
   tcp::socket socket_;
   CoordinatorImpl& owner_;
+  asio::steady_timer deadline_;
   std::string peer_;
   std::string nonce_;
+  double opened_ = 0;
+  double last_frame_ = 0;
   uint8_t header_[kHeaderSize];
   std::string payload_;
-  asio::streambuf http_;
+  asio::streambuf http_{kMaxHttpRequest};
   std::deque<std::string> outbox_;
+  bool read_paused_ = false;  // waiting for the outbox to drain
   bool closed_ = false;
   bool closed_after_write_ = false;
 };
@@ -148,6 +213,7 @@ class CoordinatorImpl final : public Coordinator {
     asio::post(io_, [this] {
       boost::system::error_code ec;
       acceptor_.close(ec);
+      accept_pause_.cancel();
       tick_.cancel();
       form_timer_.cancel();
       for (auto& w : sessions_) {
@@ -156,11 +222,23 @@ class CoordinatorImpl final : public Coordinator {
       io_.stop();
     });
     if (thread_.joinable()) thread_.join();
+    if (reserve_fd_ >= 0) ::close(reserve_fd_);
   }
 
   absl::Status Init() {
     if (options_.state_dir.empty()) return absl::InvalidArgumentError("the coordinator needs a state dir");
     if (options_.token.empty()) return absl::InvalidArgumentError("the coordinator needs a token");
+    CKPT_RETURN_IF_ERROR(CheckTokenStrength(options_.token));
+    if (options_.handshake_timeout_s <= 0 || options_.idle_timeout_s < 0 || options_.max_unauthenticated < 1) {
+      return absl::InvalidArgumentError(
+          "the handshake timeout must be positive, the idle timeout not negative and at least one unauthenticated "
+          "connection allowed");
+    }
+    idle_timeout_s_ = options_.idle_timeout_s > 0
+                          ? options_.idle_timeout_s
+                          : std::max(30.0, 4 * options_.heartbeat_s * std::max(1, options_.dead_after));
+    RaiseDescriptorLimit();
+    reserve_fd_ = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
     uint64_t torn = 0;
     absl::Status s = journal_.Open(options_.state_dir, [this](std::string_view r) { return Replay(r); }, &torn);
     if (!s.ok()) return s;
@@ -220,12 +298,68 @@ class CoordinatorImpl final : public Coordinator {
       std::fprintf(stderr, "ckpt coordinator: %s\n", line.c_str());
     }
   }
+  double handshake_timeout() const { return options_.handshake_timeout_s; }
+  double idle_timeout() const { return idle_timeout_s_; }
+
+  // A new connection starts unauthenticated; past the limit the oldest
+  // unauthenticated one makes room.
   void Track(const std::shared_ptr<Session>& s) {
     sessions_.erase(std::remove_if(sessions_.begin(), sessions_.end(), [](auto& w) { return w.expired(); }),
                     sessions_.end());
     sessions_.push_back(s);
+    s->unauthenticated = unauthenticated_.insert(unauthenticated_.end(), s);
+    while (unauthenticated_.size() > static_cast<size_t>(std::max(1, options_.max_unauthenticated))) {
+      auto oldest = unauthenticated_.front().lock();
+      if (!oldest) {
+        unauthenticated_.pop_front();
+        continue;
+      }
+      oldest->Drop(DropReason::kUnauthenticatedLimit,
+                   StrCat(options_.max_unauthenticated, " connections are waiting to join; the oldest is dropped"));
+    }
   }
-  void CountBadFrame() { ++bad_frames_; }
+  void Untrack(Session& s) {
+    if (s.unauthenticated) unauthenticated_.erase(*s.unauthenticated);
+    s.unauthenticated.reset();
+  }
+  // The session proved the token: it no longer counts against the
+  // unauthenticated limit and its deadline becomes the idle timeout.
+  void Authenticated(Session& s) {
+    s.authenticated = true;
+    Untrack(s);
+  }
+  // A member waiting for its generation to form sends nothing meanwhile.
+  bool AwaitingAssignment(const Session& s) const {
+    auto it = pending_joins_.find(s.member_id);
+    return it != pending_joins_.end() && it->second.session.lock().get() == &s;
+  }
+  uint64_t bad_frames() const { return drops_[static_cast<size_t>(DropReason::kBadFrame)]; }
+  size_t JoinedConnections() const {
+    size_t n = 0;
+    for (const auto& w : sessions_) {
+      auto s = w.lock();
+      if (s && !s->closed() && s->member_id != 0) ++n;
+    }
+    return n;
+  }
+  void CountDrop(DropReason reason, const std::string& line) {
+    const auto i = static_cast<size_t>(reason);
+    ++drops_[i];
+    LogThrottled(i, line);
+  }
+  // Logs a line of kind `kind` at most once a minute, saying how many were
+  // left out since.
+  void LogThrottled(size_t kind, const std::string& line) {
+    Throttle& t = throttles_[kind];
+    const double now = NowSeconds();
+    if (t.last > 0 && now - t.last < 60) {
+      ++t.suppressed;
+      return;
+    }
+    Log(t.suppressed > 0 ? StrCat(line, " (and ", t.suppressed, " more like it in the last minute)") : line);
+    t.last = now;
+    t.suppressed = 0;
+  }
 
   absl::Status Handle(const std::shared_ptr<Session>& s, const FrameHeader& h, std::string_view payload) {
     ByteReader r(payload, StrCat(MsgTypeName(h.type), " frame from ", s->peer()));
@@ -289,7 +423,17 @@ class CoordinatorImpl final : public Coordinator {
             static_cast<double>(sdc_.size()));
     counter("ckpt_coordinator_refused_joins_total", "Joins refused (wrong token).", static_cast<double>(refused_));
     counter("ckpt_coordinator_bad_frames_total", "Connections closed for malformed frames.",
-            static_cast<double>(bad_frames_));
+            static_cast<double>(bad_frames()));
+    StrAppend(&m, "# HELP ckpt_coordinator_dropped_connections_total Connections dropped or refused, by reason.\n",
+              "# TYPE ckpt_coordinator_dropped_connections_total counter\n");
+    for (size_t i = 0; i < static_cast<size_t>(DropReason::kCount); ++i) {
+      StrAppend(&m, "ckpt_coordinator_dropped_connections_total{reason=\"", DropReasonName(static_cast<DropReason>(i)),
+                "\"} ", drops_[i], "\n");
+    }
+    StrAppend(&m, "# HELP ckpt_coordinator_connections Open connections, by whether they joined.\n",
+              "# TYPE ckpt_coordinator_connections gauge\n",
+              "ckpt_coordinator_connections{state=\"unauthenticated\"} ", unauthenticated_.size(), "\n",
+              "ckpt_coordinator_connections{state=\"joined\"} ", JoinedConnections(), "\n");
     if (!last_save_.empty()) {
       StrAppend(&m, "# HELP ckpt_coordinator_save_seconds Per-rank durations of the last committed save.\n",
                 "# TYPE ckpt_coordinator_save_seconds summary\n");
@@ -393,13 +537,16 @@ class CoordinatorImpl final : public Coordinator {
     const auto expect = Hmac(options_.token, JoinChallenge(s->nonce(), job, host));
     if (mac.size() != kMacSize || !MacEqual(expect.data(), reinterpret_cast<const uint8_t*>(mac.data()))) {
       ++refused_;
-      Log(StrCat("refused a join from ", s->peer(), " (host '", host, "', job '", job, "'): wrong token"));
+      CountDrop(DropReason::kRefusedJoin,
+                StrCat("refused a join from ", s->peer(), " (host '", host, "', job '", job, "'): wrong token"));
       ByteWriter w;
       w.U8(1);
       w.Str("refused: the join was not signed with the job's token");
       s->Reply(h.request_id, MsgType::kAssign, w.Take());
+      s->CloseAfterWrite();  // one guess per connection
       return absl::OkStatus();
     }
+    Authenticated(*s);
     if (local < 1) return absl::InvalidArgumentError("a member needs at least one local rank");
     // A member of the running generation reconnecting (the coordinator
     // restarted, or the network dropped): it keeps its place.
@@ -1054,7 +1201,7 @@ class CoordinatorImpl final : public Coordinator {
     StrAppend(&t, "generation ", generation_, running_ ? " running" : " not running", ", world size ", world_,
               ", restore step ", restore_step_, ", last committed step ", last_committed_, "\n");
     StrAppend(&t, "commits ", commits_, ", aborts ", aborts_, ", deaths ", deaths_, ", heartbeat misses ",
-              heartbeat_misses_, ", refused joins ", refused_, ", bad frames ", bad_frames_, "\n");
+              heartbeat_misses_, ", refused joins ", refused_, ", bad frames ", bad_frames(), "\n");
     const double now = NowSeconds();
     StrAppend(&t, "members:\n");
     for (uint64_t id : order_) {
@@ -1088,7 +1235,13 @@ class CoordinatorImpl final : public Coordinator {
         .Field("deaths", deaths_)
         .Field("heartbeat_misses", heartbeat_misses_)
         .Field("refused_joins", refused_)
-        .Field("bad_frames", bad_frames_);
+        .Field("bad_frames", bad_frames());
+    j.Key("dropped_connections").BeginObject();
+    for (size_t i = 0; i < static_cast<size_t>(DropReason::kCount); ++i) {
+      j.Field(DropReasonName(static_cast<DropReason>(i)), drops_[i]);
+    }
+    j.EndObject();
+    j.Field("unauthenticated_connections", unauthenticated_.size());
     j.Key("members").BeginArray();
     const double now = NowSeconds();
     for (uint64_t id : order_) {
@@ -1122,10 +1275,58 @@ class CoordinatorImpl final : public Coordinator {
     return j.str();
   }
 
+  // The soft limit on descriptors is raised to the hard one: each member
+  // holds one connection, and the unauthenticated ones are capped.
+  void RaiseDescriptorLimit() {
+    rlimit rl{};
+    if (getrlimit(RLIMIT_NOFILE, &rl) != 0) return;
+    if (rl.rlim_cur < rl.rlim_max) {
+      rlimit raised = rl;
+      raised.rlim_cur = rl.rlim_max;
+      if (setrlimit(RLIMIT_NOFILE, &raised) == 0) rl = raised;
+    }
+    Log(StrCat("descriptor limit ", rl.rlim_cur, " (hard ", rl.rlim_max, "); at most ",
+               options_.max_unauthenticated, " connections may wait to join, for ", options_.handshake_timeout_s,
+               " s each; joined connections idle for ", idle_timeout_s_, " s are dropped"));
+  }
+
+  // Out of descriptors: the oldest connection that has not joined makes
+  // room; with none, the reserve descriptor is given up to accept the
+  // newcomer and close it, and accepting pauses briefly. Never a busy loop.
+  void OnAcceptOutOfDescriptors(const boost::system::error_code& ec) {
+    if (auto oldest = unauthenticated_.empty() ? nullptr : unauthenticated_.front().lock()) {
+      oldest->Drop(DropReason::kDescriptors, StrCat("out of descriptors (", ec.message(),
+                                                     "): the oldest connection that has not joined makes room"));
+      Accept();
+      return;
+    }
+    if (reserve_fd_ >= 0) {
+      ::close(reserve_fd_);
+      pollfd p{acceptor_.native_handle(), POLLIN, 0};
+      if (::poll(&p, 1, 0) == 1) {
+        const int fd = ::accept4(acceptor_.native_handle(), nullptr, nullptr, SOCK_CLOEXEC);
+        if (fd >= 0) {
+          ::close(fd);
+          CountDrop(DropReason::kDescriptors,
+                    StrCat("out of descriptors (", ec.message(), "): refused a connection; every open one has joined"));
+        }
+      }
+      reserve_fd_ = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
+    }
+    accept_pause_.expires_after(std::chrono::milliseconds(100));
+    accept_pause_.async_wait([this](const boost::system::error_code& e) {
+      if (!e) Accept();
+    });
+  }
+
   void Accept() {
     acceptor_.async_accept([this](const boost::system::error_code& ec, tcp::socket socket) {
+      if (ec == asio::error::operation_aborted) return;
+      if (ec.value() == EMFILE || ec.value() == ENFILE || ec.value() == ENOBUFS || ec.value() == ENOMEM) {
+        return OnAcceptOutOfDescriptors(ec);
+      }
       if (ec) {
-        if (ec != asio::error::operation_aborted) Accept();
+        Accept();  // the peer went away before it was accepted
         return;
       }
       boost::system::error_code ignored;
@@ -1147,6 +1348,16 @@ class CoordinatorImpl final : public Coordinator {
   Journal journal_;
   std::string coordinator_id_ = StrCat("ckpt-coordinator/", kProtocolVersion);
   std::vector<std::weak_ptr<Session>> sessions_;
+  std::list<std::weak_ptr<Session>> unauthenticated_;  // oldest first
+  double idle_timeout_s_ = 30;
+  int reserve_fd_ = -1;  // given up to accept (and close) a connection when descriptors run out
+  asio::steady_timer accept_pause_{io_};
+  uint64_t drops_[static_cast<size_t>(DropReason::kCount)] = {};
+  struct Throttle {
+    double last = 0;
+    uint64_t suppressed = 0;
+  };
+  Throttle throttles_[static_cast<size_t>(DropReason::kCount)];
 
   int64_t generation_ = 0;
   bool running_ = false;
@@ -1166,15 +1377,20 @@ class CoordinatorImpl final : public Coordinator {
   std::vector<std::pair<std::string, std::vector<double>>> last_save_;
   std::vector<std::pair<int, double>> stragglers_;
   int64_t straggler_step_ = -1;
-  uint64_t commits_ = 0, aborts_ = 0, deaths_ = 0, heartbeat_misses_ = 0, refused_ = 0, bad_frames_ = 0;
+  uint64_t commits_ = 0, aborts_ = 0, deaths_ = 0, heartbeat_misses_ = 0, refused_ = 0;
 };
 
 void Session::Start() {
+  ArmDeadline(opened_ + owner_.handshake_timeout());
+  ReadNext();
+}
+
+void Session::ReadNext() {
   // The first four bytes tell a frame ("CKCO") from an HTTP request ("GET ").
   auto self = shared_from_this();
   asio::async_read(socket_, asio::buffer(header_, 4), [this, self](const boost::system::error_code& ec, size_t) {
-    if (ec) return Close("");
-    if (std::memcmp(header_, "GET ", 4) == 0) return ServeHttp();
+    if (ec || closed_) return Close("");
+    if (!authenticated && std::memcmp(header_, "GET ", 4) == 0) return ServeHttp();
     ReadHeaderRest();
   });
 }
@@ -1183,56 +1399,92 @@ void Session::ReadHeaderRest() {
   auto self = shared_from_this();
   asio::async_read(socket_, asio::buffer(header_ + 4, kHeaderSize - 4),
                    [this, self](const boost::system::error_code& ec, size_t) {
-                     if (ec) return Close("");
-                     auto h = ParseHeader(header_, owner_.max_frame());
+                     if (ec || closed_) return Close("");
+                     // Before the join only small frames exist.
+                     const uint32_t limit = !authenticated ? std::min(kMaxPreAuthPayload, owner_.max_frame())
+                                                           : owner_.max_frame();
+                     auto h = ParseHeader(header_, limit);
                      if (!h.ok()) {
-                       owner_.CountBadFrame();
-                       return Close(std::string(h.status().message()));
+                       std::string why(h.status().message());
+                       if (!authenticated && absl::StrContains(why, "exceeds the limit")) {
+                         StrAppend(&why, " (before a join)");
+                       }
+                       return Drop(DropReason::kBadFrame, why);
                      }
-                     ReadPayload(*h);
+                     payload_.clear();
+                     ReadPayload(*h, 0);
                    });
 }
 
-void Session::ReadPayload(FrameHeader h) {
-  payload_.resize(h.length);
+void Session::ReadPayload(FrameHeader h, size_t have) {
+  if (have == h.length) return OnFrame(h);
+  // Grow by what has arrived (at least 64 KiB): a header that declares a
+  // large payload and sends nothing costs nothing.
+  const size_t chunk = std::min<size_t>(h.length - have, std::max<size_t>(have, 64u << 10));
+  payload_.resize(have + chunk);
   auto self = shared_from_this();
-  asio::async_read(socket_, asio::buffer(payload_.data(), payload_.size()),
-                   [this, self, h](const boost::system::error_code& ec, size_t) {
-                     if (ec) return Close("");
-                     absl::Status s = CheckPayload(h, payload_);
-                     if (s.ok()) s = owner_.Handle(self, h, payload_);
-                     if (!s.ok()) {
-                       owner_.CountBadFrame();
-                       ReplyError(h.request_id, s);
-                       return Close(std::string(s.message()));
-                     }
-                     asio::async_read(socket_, asio::buffer(header_, 4),
-                                      [this, self](const boost::system::error_code& ec2, size_t) {
-                                        if (ec2) return Close("");
-                                        ReadHeaderRest();
-                                      });
+  asio::async_read(socket_, asio::buffer(payload_.data() + have, chunk),
+                   [this, self, h, have](const boost::system::error_code& ec, size_t n) {
+                     if (ec || closed_) return Close("");
+                     ReadPayload(h, have + n);
                    });
+}
+
+void Session::OnFrame(const FrameHeader& h) {
+  last_frame_ = NowSeconds();
+  auto self = shared_from_this();
+  absl::Status s = CheckPayload(h, payload_);
+  if (s.ok()) s = owner_.Handle(self, h, payload_);
+  if (payload_.capacity() > (1u << 20)) {
+    std::string().swap(payload_);  // do not keep a large frame's buffer
+  }
+  if (!s.ok()) {
+    ReplyError(h.request_id, s);
+    return Drop(DropReason::kBadFrame, std::string(s.message()));
+  }
+  if (closed_ || closed_after_write_) return;
+  // Before the join, a peer that does not read its replies stops being read.
+  if (!authenticated && !outbox_.empty()) {
+    read_paused_ = true;
+    return;
+  }
+  ReadNext();
 }
 
 void Session::ServeHttp() {
   auto self = shared_from_this();
   asio::async_read_until(socket_, http_, "\r\n\r\n", [this, self](const boost::system::error_code& ec, size_t) {
-    if (ec || http_.size() > 8192) return Close("");
-    std::string req(asio::buffers_begin(http_.data()), asio::buffers_end(http_.data()));
-    const std::string path = req.substr(0, req.find(' '));
-    std::string body, status = "200 OK", type = "text/plain; version=0.0.4";
-    if (path == "/metrics") {
-      body = owner_.Metrics();
-    } else if (path == "/status") {
-      body = owner_.StatusOnIoThread();
-      type = "application/json";
+    if (closed_) return;
+    std::string status = "200 OK", type = "text/plain; version=0.0.4", body;
+    if (ec == asio::error::not_found) {
+      // The buffer is full (kMaxHttpRequest) and the headers have not ended.
+      owner_.CountDrop(DropReason::kHttpTooLarge, StrCat("an HTTP request from ", peer_, " exceeds ",
+                                                        kMaxHttpRequest, " bytes without ending its headers"));
+      status = "431 Request Header Fields Too Large";
+      body = StrCat("request headers are limited to ", kMaxHttpRequest, " bytes\n");
+    } else if (ec) {
+      return Close("");
     } else {
-      status = "404 Not Found";
-      body = "try /metrics or /status\n";
+      std::string req(asio::buffers_begin(http_.data()), asio::buffers_end(http_.data()));
+      const size_t space = req.find(' ');
+      const std::string path = req.substr(0, space);
+      if (space == std::string::npos || req.compare(space, 6, " HTTP/") != 0) {
+        status = "400 Bad Request";
+        body = "expected GET /metrics HTTP/1.x or GET /status HTTP/1.x\n";
+      } else if (path == "/metrics") {
+        body = owner_.Metrics();
+      } else if (path == "/status") {
+        body = owner_.StatusOnIoThread();
+        type = "application/json";
+      } else {
+        status = "404 Not Found";
+        body = "try /metrics or /status\n";
+      }
     }
+    http_.consume(http_.size());
     Send(StrCat("HTTP/1.0 ", status, "\r\nContent-Type: ", type, "\r\nContent-Length: ", body.size(),
                 "\r\nConnection: close\r\n\r\n", body));
-    closed_after_write_ = true;
+    CloseAfterWrite();
   });
 }
 
@@ -1242,17 +1494,54 @@ void Session::Send(std::string frame) {
   if (outbox_.size() == 1) WriteNext();
 }
 
+void Session::CloseAfterWrite() {
+  closed_after_write_ = true;
+  if (outbox_.empty()) Close("");
+}
+
 void Session::WriteNext() {
   auto self = shared_from_this();
   asio::async_write(socket_, asio::buffer(outbox_.front()), [this, self](const boost::system::error_code& ec, size_t) {
-    if (ec) return Close("");
+    if (ec || closed_) return Close("");
     outbox_.pop_front();
     if (!outbox_.empty()) {
       WriteNext();
     } else if (closed_after_write_) {
       Close("");
+    } else if (read_paused_) {
+      read_paused_ = false;
+      ReadNext();
     }
   });
+}
+
+void Session::ArmDeadline(double at) {
+  auto self = shared_from_this();
+  deadline_.expires_after(std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+      std::chrono::duration<double>(std::max(0.0, at - NowSeconds()))));
+  deadline_.async_wait([this, self](const boost::system::error_code& ec) {
+    if (!ec && !closed_) OnDeadline();
+  });
+}
+
+void Session::OnDeadline() {
+  const double now = NowSeconds();
+  if (!authenticated) {
+    const double due = opened_ + owner_.handshake_timeout();
+    if (now < due) return ArmDeadline(due);
+    return Drop(DropReason::kHandshakeTimeout,
+                StrCat("no join within ", owner_.handshake_timeout(), " s of connecting"));
+  }
+  const double due = last_frame_ + owner_.idle_timeout();
+  if (now < due) return ArmDeadline(due);
+  if (owner_.AwaitingAssignment(*this)) return ArmDeadline(now + owner_.idle_timeout());
+  Drop(DropReason::kIdleTimeout, StrCat("member ", member_id, " sent nothing for ", now - last_frame_, " s"));
+}
+
+void Session::Drop(DropReason reason, const std::string& why) {
+  if (closed_) return;
+  owner_.CountDrop(reason, StrCat("dropped the connection from ", peer_, ": ", why));
+  Close("");
 }
 
 void Session::Close(const std::string& why) {
@@ -1260,8 +1549,10 @@ void Session::Close(const std::string& why) {
   closed_ = true;
   if (!why.empty()) owner_.Log(StrCat("closing the connection from ", peer_, ": ", why));
   boost::system::error_code ec;
+  deadline_.cancel();
   socket_.shutdown(tcp::socket::shutdown_both, ec);
   socket_.close(ec);
+  owner_.Untrack(*this);
 }
 
 }  // namespace

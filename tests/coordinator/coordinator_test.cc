@@ -8,6 +8,7 @@
 #include <signal.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -26,6 +27,7 @@
 #include "coordinator/protocol.h"
 #include "coordinator/sim_member.h"
 #include "elastic_model.h"
+#include "coordinator/harness.h"
 #include "testutil/test_util.h"
 #include "util/bytes.h"
 
@@ -35,65 +37,6 @@ namespace {
 using tools::ElasticShard;
 using tools::kElasticBias;
 using tools::kElasticWeight;
-
-constexpr char kToken[] = "coordinator-test-token";
-
-pid_t Spawn(const std::vector<std::string>& args, const std::string& out) {
-  const pid_t pid = fork();
-  if (pid == 0) {
-    const int fd = ::open(out.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
-    dup2(fd, 1);
-    dup2(fd, 2);
-    std::vector<char*> argv;
-    for (const std::string& a : args) argv.push_back(const_cast<char*>(a.c_str()));
-    argv.push_back(nullptr);
-    execv(argv[0], argv.data());
-    _exit(127);
-  }
-  return pid;
-}
-
-int WaitExit(pid_t pid) {
-  int status = 0;
-  waitpid(pid, &status, 0);
-  return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-}
-
-int ReadPort(const std::string& file) {
-  for (int i = 0; i < 200; ++i) {
-    std::ifstream f(file);
-    int port = 0;
-    if (f >> port && port > 0) return port;
-    std::this_thread::sleep_for(std::chrono::milliseconds(25));
-  }
-  return 0;
-}
-
-struct CoordinatorProcess {
-  pid_t pid = -1;
-  int port = 0;
-  std::vector<std::string> args;
-  std::string log;
-  void Start(const TempDir& dir, const std::string& listen, int min_nodes, int max_nodes) {
-    const std::string port_file = dir.Join("port");
-    std::remove(port_file.c_str());
-    args = {CKPT_BIN, "coordinator", "--listen", listen, "--port-file", port_file, "--state-dir",
-            dir.Join("state"), "--token-file", dir.Join("token"), "--min-nodes", std::to_string(min_nodes),
-            "--max-nodes", std::to_string(max_nodes), "--heartbeat", "200ms", "--dead-after", "3",
-            "--join-timeout", "500ms", "--root", dir.Join("root")};
-    log = dir.Join("coordinator.log");
-    pid = Spawn(args, log);
-    port = ReadPort(port_file);
-  }
-  void Kill() {
-    kill(pid, SIGKILL);
-    WaitExit(pid);
-  }
-  void Stop() {
-    kill(pid, SIGTERM);
-    WaitExit(pid);
-  }
-};
 
 std::string Status(int port) {
   CoordinatorClientOptions o;
@@ -140,7 +83,7 @@ std::string AllLogs(const TempDir& dir, int n) {
 // final state is exactly the uninterrupted one.
 TEST(Coordinator, WorkersKilledMidSaveAndBetweenSaves) {
   TempDir dir;
-  WriteFile(dir.Join("token"), kToken);
+  WriteToken(dir);
   CoordinatorProcess coord;
   coord.Start(dir, "127.0.0.1:0", 4, 8);
   ASSERT_GT(coord.port, 0) << ReadFile(coord.log);
@@ -175,7 +118,7 @@ TEST(Coordinator, WorkersKilledMidSaveAndBetweenSaves) {
 // finish; nothing committed is lost.
 TEST(Coordinator, CoordinatorKilledAndRestartedMidRun) {
   TempDir dir;
-  WriteFile(dir.Join("token"), kToken);
+  WriteToken(dir);
   CoordinatorProcess coord;
   coord.Start(dir, "127.0.0.1:0", 3, 3);
   ASSERT_GT(coord.port, 0);
@@ -215,7 +158,7 @@ TEST(Coordinator, CoordinatorKilledAndRestartedMidRun) {
 // the final state is exact.
 TEST(Coordinator, CorruptReplicaRaisesAlertEndToEnd) {
   TempDir dir;
-  WriteFile(dir.Join("token"), kToken);
+  WriteToken(dir);
   CoordinatorProcess coord;
   coord.Start(dir, "127.0.0.1:0", 3, 3);
   ASSERT_GT(coord.port, 0);
@@ -244,31 +187,6 @@ TEST(Coordinator, CorruptReplicaRaisesAlertEndToEnd) {
   ExpectFinalStateExact(dir.Join("root"), 20);
 }
 
-CoordinatorOptions InProcess(const TempDir& dir, int nodes) {
-  CoordinatorOptions o;
-  o.state_dir = dir.Join("state");
-  o.token = kToken;
-  o.min_nodes = o.max_nodes = nodes;
-  o.heartbeat_s = 0.2;
-  o.dead_after = 5;
-  o.log = [](const std::string&) {};
-  return o;
-}
-
-int RawConnect(int port);
-
-std::string HttpGet(int port, const std::string& path) {
-  const int fd = RawConnect(port);
-  const std::string req = "GET " + path + " HTTP/1.0\r\nHost: x\r\n\r\n";
-  if (send(fd, req.data(), req.size(), MSG_NOSIGNAL) < 0) return "";
-  std::string out;
-  char buf[4096];
-  ssize_t n;
-  while ((n = recv(fd, buf, sizeof(buf), 0)) > 0) out.append(buf, static_cast<size_t>(n));
-  close(fd);
-  return out;
-}
-
 TEST(Coordinator, WrongTokenIsRefused) {
   TempDir dir;
   std::vector<std::string> lines;
@@ -282,7 +200,7 @@ TEST(Coordinator, WrongTokenIsRefused) {
   ASSERT_OK(coord);
   CoordinatorClientOptions co;
   co.address = StrCat("127.0.0.1:", (*coord)->port());
-  co.token = "not-the-token";
+  co.token = "not-the-job-token-at-all";
   auto client = CoordinatorClient::Connect(co);
   ASSERT_OK(client);
   auto a = (*client)->Join(5);
@@ -299,27 +217,6 @@ TEST(Coordinator, WrongTokenIsRefused) {
   EXPECT_NE(metrics.find("\nckpt_coordinator_refused_joins_total 1\n"), std::string::npos) << metrics;
   EXPECT_NE(metrics.find("# TYPE ckpt_coordinator_generation gauge"), std::string::npos) << metrics;
   EXPECT_NE(HttpGet((*coord)->port(), "/nope").find("404"), std::string::npos);
-}
-
-int RawConnect(int port) {
-  const int fd = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_port = htons(static_cast<uint16_t>(port));
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  if (connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)) != 0) return -1;
-  return fd;
-}
-
-// True when the peer closed the connection (read returns 0 or an error).
-bool ClosedByPeer(int fd) {
-  timeval tv{5, 0};
-  setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
-  char buf[4096];
-  while (true) {
-    const ssize_t n = recv(fd, buf, sizeof(buf), 0);
-    if (n <= 0) return n == 0 || errno != EAGAIN;
-  }
 }
 
 // Garbage, an oversized frame, a bad checksum and a request before joining

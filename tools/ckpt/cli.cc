@@ -201,15 +201,3 @@ void ProgressBar::Finish() {
 
 }  // namespace ckpt::tools
 
-namespace ckpt::tools {
-
-bool ReadTokenFile(const std::string& path, std::string* token) {
-  std::ifstream f(path);
-  std::stringstream ss;
-  ss << f.rdbuf();
-  *token = ss.str();
-  while (!token->empty() && (token->back() == '\n' || token->back() == '\r')) token->pop_back();
-  return !token->empty();
-}
-
-}  // namespace ckpt::tools

@@ -58,10 +58,6 @@ class Args {
 /// Parses "512", "64K", "4M", "1.5G" (1024-based when binary).
 std::optional<int64_t> ParseSize(const std::string& text, bool binary);
 
-/// The contents of a secret file (a job token) without trailing newlines.
-/// False when it cannot be read or is empty.
-bool ReadTokenFile(const std::string& path, std::string* token);
-
 /// True when stderr is a terminal (progress bars go there).
 bool StderrIsTty();
 

@@ -1,4 +1,5 @@
 // ckpt coordinator: the elastic-restart service, and `status` to query one.
+#include <algorithm>
 #include <csignal>
 #include <cstdio>
 #include <fstream>
@@ -69,8 +70,8 @@ int StatusMain(int argc, char** argv, int first) {
 int CoordinatorMain(int argc, char** argv, int first) {
   if (first < argc && std::string(argv[first]) == "status") return StatusMain(argc, argv, first + 1);
   std::string listen = "127.0.0.1:7070", state_dir, token_file, root, heartbeat = "1s", join_timeout = "2s",
-              port_file;
-  int64_t min_nodes = 1, max_nodes = 1 << 20, dead_after = 5, max_frame = 64 << 20;
+              port_file, handshake_timeout = "10s", idle_timeout;
+  int64_t min_nodes = 1, max_nodes = 1 << 20, dead_after = 5, max_frame = 64 << 20, max_unauthenticated = 256;
   Args args("coordinator",
             "--state-dir DIR --token-file F [--listen HOST:PORT] [--min-nodes A --max-nodes B]\n"
             "       [--heartbeat 1s --dead-after 5] [--join-timeout 2s] [--root URI]\n"
@@ -95,6 +96,12 @@ int CoordinatorMain(int argc, char** argv, int first) {
   args.String("root", &root, "checkpoint root: restore only a step whose manifest verifies");
   args.Size("max-frame", &max_frame, "largest frame accepted (default 64M)", true);
   args.String("port-file", &port_file, "write the port listened on to this file once serving");
+  args.Int("max-unauthenticated", &max_unauthenticated,
+           "connections that have not joined held at once; the oldest is dropped past it (default 256)");
+  args.String("handshake-timeout", &handshake_timeout,
+              "time a connection has to join or finish its status/HTTP request (default 10s)");
+  args.String("idle-timeout", &idle_timeout,
+              "drop a joined connection silent this long (default max(30s, 4 x heartbeat x dead-after))");
   int exit = 0;
   if (!args.Parse(argc, argv, first, &exit)) return exit;
   CoordinatorOptions o;
@@ -109,7 +116,10 @@ int CoordinatorMain(int argc, char** argv, int first) {
     std::fprintf(stderr, "ckpt coordinator: --state-dir and --token-file are required\n%s", args.Usage().c_str());
     return kExitUsage;
   }
-  if (!ParseDuration(heartbeat, &o.heartbeat_s) || !ParseDuration(join_timeout, &o.join_timeout_s)) {
+  o.max_unauthenticated = static_cast<int>(std::clamp<int64_t>(max_unauthenticated, 0, 1 << 30));
+  if (!ParseDuration(heartbeat, &o.heartbeat_s) || !ParseDuration(join_timeout, &o.join_timeout_s) ||
+      !ParseDuration(handshake_timeout, &o.handshake_timeout_s) ||
+      (!idle_timeout.empty() && !ParseDuration(idle_timeout, &o.idle_timeout_s))) {
     std::fprintf(stderr, "ckpt coordinator: durations look like 1s, 500ms or 2.5\n");
     return kExitUsage;
   }
@@ -117,10 +127,12 @@ int CoordinatorMain(int argc, char** argv, int first) {
     std::fprintf(stderr, "ckpt coordinator: need 1 <= --min-nodes <= --max-nodes and --dead-after >= 1\n");
     return kExitUsage;
   }
-  if (!ReadTokenFile(token_file, &o.token)) {
-    std::fprintf(stderr, "ckpt coordinator: cannot read a token from %s\n", token_file.c_str());
+  auto token = ReadJobToken(token_file);
+  if (!token.ok()) {
+    std::fprintf(stderr, "ckpt coordinator: %s\n", std::string(token.status().message()).c_str());
     return kExitUsage;
   }
+  o.token = *token;
   std::signal(SIGINT, OnSignal);
   std::signal(SIGTERM, OnSignal);
   auto c = Coordinator::Start(o);

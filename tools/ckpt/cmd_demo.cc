@@ -11,6 +11,7 @@
 #include <vector>
 #include <cstdio>
 #include <filesystem>
+#include <random>
 #include <thread>
 
 #include "ckpt/coordinator.h"
@@ -81,8 +82,19 @@ pid_t SpawnSelf(const std::vector<std::string>& args, const std::string& out) {
 // the exact state of an uninterrupted run.
 bool RunElastic(const std::string& dir, int workers, int64_t steps) {
   const std::string root = dir + "/elastic", token_file = dir + "/token";
-  const std::string token = StrCat("demo-", getpid(), "-", NowSeconds());
-  std::ofstream(token_file) << token << "\n";
+  std::string token;
+  {
+    std::random_device rd;
+    for (int i = 0; i < 32; ++i) token += "0123456789abcdef"[rd() % 16];
+    std::remove(token_file.c_str());
+    const int fd = ::open(token_file.c_str(), O_WRONLY | O_CREAT | O_EXCL, 0600);
+    if (fd < 0 || ::write(fd, (token + "\n").data(), token.size() + 1) != static_cast<ssize_t>(token.size() + 1)) {
+      Print("  cannot write the token file %s\n", token_file.c_str());
+      if (fd >= 0) ::close(fd);
+      return false;
+    }
+    ::close(fd);
+  }
   CoordinatorOptions co;
   co.state_dir = dir + "/coordinator";
   co.token = token;

@@ -153,10 +153,12 @@ int WorkerMain(int argc, char** argv, int first) {
     std::fprintf(stderr, "ckpt worker: --connect, --token-file and --root are required\n");
     return kExitUsage;
   }
-  if (!ReadTokenFile(token_file, &c.token)) {
-    std::fprintf(stderr, "ckpt worker: cannot read a token from %s\n", token_file.c_str());
+  auto token = ReadJobToken(token_file);
+  if (!token.ok()) {
+    std::fprintf(stderr, "ckpt worker: %s\n", std::string(token.status().message()).c_str());
     return kExitUsage;
   }
+  c.token = *token;
   CoordinatorClientOptions co;
   co.address = c.connect;
   co.token = c.token;

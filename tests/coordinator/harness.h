@@ -1,0 +1,190 @@
+// Helpers shared by the coordinator's tests: the coordinator and workers as
+// real processes, raw sockets on loopback, and what /proc says of a process.
+#ifndef CKPT_TESTS_COORDINATOR_HARNESS_H_
+#define CKPT_TESTS_COORDINATOR_HARNESS_H_
+
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <sys/resource.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <chrono>
+#include <cstdio>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "ckpt/coordinator.h"
+#include "testutil/test_util.h"
+#include "util/strings.h"
+
+namespace ckpt::testing {
+
+inline constexpr char kToken[] = "coordinator-test-token";
+
+/// The job token, in a file only its owner may read (the coordinator and the
+/// workers refuse any other).
+inline void WriteToken(const TempDir& dir) {
+  WriteFile(dir.Join("token"), kToken);
+  chmod(dir.Join("token").c_str(), 0600);
+}
+
+/// Starts `args` with stdout and stderr appended to `out`; with
+/// `max_descriptors` > 0 the child's soft and hard RLIMIT_NOFILE are set to it.
+inline pid_t Spawn(const std::vector<std::string>& args, const std::string& out, rlim_t max_descriptors = 0) {
+  const pid_t pid = fork();
+  if (pid == 0) {
+    const int fd = ::open(out.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
+    dup2(fd, 1);
+    dup2(fd, 2);
+    if (max_descriptors > 0) {
+      rlimit rl{max_descriptors, max_descriptors};
+      if (setrlimit(RLIMIT_NOFILE, &rl) != 0) _exit(126);
+    }
+    std::vector<char*> argv;
+    for (const std::string& a : args) argv.push_back(const_cast<char*>(a.c_str()));
+    argv.push_back(nullptr);
+    execv(argv[0], argv.data());
+    _exit(127);
+  }
+  return pid;
+}
+
+inline int WaitExit(pid_t pid) {
+  int status = 0;
+  waitpid(pid, &status, 0);
+  return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+}
+
+inline int ReadPort(const std::string& file) {
+  for (int i = 0; i < 200; ++i) {
+    std::ifstream f(file);
+    int port = 0;
+    if (f >> port && port > 0) return port;
+    std::this_thread::sleep_for(std::chrono::milliseconds(25));
+  }
+  return 0;
+}
+
+/// `ckpt coordinator` as its own process.
+struct CoordinatorProcess {
+  pid_t pid = -1;
+  int port = 0;
+  std::vector<std::string> args;
+  std::string log;
+  void Start(const TempDir& dir, const std::string& listen, int min_nodes, int max_nodes,
+             const std::vector<std::string>& extra = {}, rlim_t max_descriptors = 0) {
+    const std::string port_file = dir.Join("port");
+    std::remove(port_file.c_str());
+    args = {CKPT_BIN, "coordinator", "--listen", listen, "--port-file", port_file, "--state-dir",
+            dir.Join("state"), "--token-file", dir.Join("token"), "--min-nodes", std::to_string(min_nodes),
+            "--max-nodes", std::to_string(max_nodes), "--heartbeat", "200ms", "--dead-after", "3",
+            "--join-timeout", "500ms", "--root", dir.Join("root")};
+    args.insert(args.end(), extra.begin(), extra.end());
+    log = dir.Join("coordinator.log");
+    pid = Spawn(args, log, max_descriptors);
+    port = ReadPort(port_file);
+  }
+  void Kill() {
+    kill(pid, SIGKILL);
+    WaitExit(pid);
+  }
+  void Stop() {
+    kill(pid, SIGTERM);
+    WaitExit(pid);
+  }
+};
+
+/// Options of an in-process coordinator for `nodes` members.
+inline CoordinatorOptions InProcess(const TempDir& dir, int nodes) {
+  CoordinatorOptions o;
+  o.state_dir = dir.Join("state");
+  o.token = kToken;
+  o.min_nodes = o.max_nodes = nodes;
+  o.heartbeat_s = 0.2;
+  o.dead_after = 5;
+  o.log = [](const std::string&) {};
+  return o;
+}
+
+/// A blocking TCP connection to 127.0.0.1:port (-1 on failure).
+inline int RawConnect(int port) {
+  const int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_port = htons(static_cast<uint16_t>(port));
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  if (connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)) != 0) {
+    close(fd);
+    return -1;
+  }
+  return fd;
+}
+
+/// The whole answer to an HTTP GET of `path`.
+inline std::string HttpGet(int port, const std::string& path) {
+  const int fd = RawConnect(port);
+  if (fd < 0) return "";
+  timeval tv{10, 0};
+  setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+  const std::string req = "GET " + path + " HTTP/1.0\r\nHost: x\r\n\r\n";
+  std::string out;
+  if (send(fd, req.data(), req.size(), MSG_NOSIGNAL) >= 0) {
+    char buf[4096];
+    ssize_t n;
+    while ((n = recv(fd, buf, sizeof(buf), 0)) > 0) out.append(buf, static_cast<size_t>(n));
+  }
+  close(fd);
+  return out;
+}
+
+/// True when the peer closed the connection within `timeout_s` (read
+/// returns 0 or an error other than a timeout); what arrives before is read
+/// and discarded.
+inline bool ClosedByPeer(int fd, double timeout_s = 5) {
+  timeval tv{static_cast<time_t>(timeout_s), static_cast<suseconds_t>((timeout_s - static_cast<double>(
+                                                                           static_cast<time_t>(timeout_s))) * 1e6)};
+  setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+  char buf[4096];
+  while (true) {
+    const ssize_t n = recv(fd, buf, sizeof(buf), 0);
+    if (n <= 0) return n == 0 || (errno != EAGAIN && errno != EWOULDBLOCK);
+  }
+}
+
+/// A line of /proc/PID/status ("VmHWM", "VmRSS") in KiB; -1 if missing.
+inline int64_t ProcStatusKib(pid_t pid, const std::string& key) {
+  std::ifstream f(StrCat("/proc/", pid, "/status"));
+  std::string line;
+  while (std::getline(f, line)) {
+    if (line.rfind(key + ":", 0) == 0) return std::stoll(line.substr(key.size() + 1));
+  }
+  return -1;
+}
+
+/// User + system CPU seconds the process has used so far.
+inline double ProcCpuSeconds(pid_t pid) {
+  std::ifstream f(StrCat("/proc/", pid, "/stat"));
+  std::string all((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+  const size_t close_paren = all.rfind(')');
+  if (close_paren == std::string::npos) return -1;
+  std::istringstream rest(all.substr(close_paren + 2));
+  std::string field;
+  double ticks = 0;
+  for (int i = 3; i <= 15 && rest >> field; ++i) {
+    if (i == 14 || i == 15) ticks += std::stod(field);  // utime, stime
+  }
+  return ticks / static_cast<double>(sysconf(_SC_CLK_TCK));
+}
+
+}  // namespace ckpt::testing
+
+#endif  // CKPT_TESTS_COORDINATOR_HARNESS_H_
