@@ -194,6 +194,11 @@ class SaveHandle {
 struct SaveOptions {
   /// Key/value pairs recorded in the manifest.
   std::map<std::string, std::string> metadata;
+  /// Save a step at or below the latest committed one (a branch from an
+  /// older step, a re-run). Refused otherwise, since it usually means two
+  /// jobs or a restart counting from the wrong place. Such a step is never
+  /// removed by the retention of its own commit.
+  bool allow_older_step = false;
 };
 
 struct LoadOptions {
@@ -204,6 +209,13 @@ struct LoadOptions {
   /// Tensors of the target that the checkpoint lacks are skipped instead of
   /// failing the load.
   bool allow_missing = false;
+  /// When the latest step is asked for and the newest committed step is
+  /// damaged (neither MANIFEST nor its copy decodes), restore the newest
+  /// intact step instead, and say so in LoadStats and on stderr. Off by
+  /// default: going back silently changes the training trajectory, and
+  /// single-file damage to the manifest is already covered by its copy, so
+  /// what is left deserves a decision (docs/reliability.md).
+  bool allow_fallback = false;
 };
 
 struct LoadStats {
@@ -213,22 +225,50 @@ struct LoadStats {
   int64_t bytes_needed = 0;   ///< raw bytes the target asked for
   int64_t blocks_read = 0;
   double seconds = 0;
+  /// What stood in the way of the step asked for and what was done about
+  /// it: the damaged step passed over (with allow_fallback), a manifest read
+  /// from its copy. Empty when nothing was.
+  std::string damage_note;
+  /// The damaged step passed over with allow_fallback, else -1.
+  int64_t fell_back_from = -1;
   /// bytes_decoded / bytes_needed (1.0 when nothing was needed).
   double ReadAmplification() const;
 };
 
+/// What a step directory is. A step is committed once its MANIFEST exists
+/// (the atomic rename is the commit point) or, if that is lost, its copy
+/// MANIFEST.copy (written only after the rename); whether they decode does
+/// not change that.
+enum class StepState : uint8_t {
+  kPartial,    ///< neither MANIFEST nor its copy: a save that never committed
+  kCommitted,  ///< MANIFEST decodes and its copy is intact
+  kDamaged,    ///< committed, but MANIFEST or its copy is missing or does not decode
+};
+std::string_view StepStateName(StepState state);
+
 /// A step found under the root.
 struct StepInfo {
   int64_t step = 0;
-  bool committed = false;  ///< has a valid manifest
+  StepState state = StepState::kPartial;
+  /// A manifest of the step decodes (from MANIFEST or its copy): it can be
+  /// loaded and verified. True for every committed step, and for a damaged
+  /// one whose other manifest copy is intact.
+  bool committed = false;
+  /// For a damaged step: what is wrong, naming the file and byte offset.
+  std::string damage;
   int64_t bytes = 0;       ///< sum of file sizes
   int64_t created_unix_ns = 0;
 };
 
-/// The result of a garbage-collection pass.
+/// The result of a garbage-collection pass. Damaged steps are never removed
+/// unless asked for by name (GcOptions in core/root.h, `ckpt gc --damaged`).
 struct GcReport {
   std::vector<int64_t> removed_steps;     ///< committed steps past retention
   std::vector<int64_t> removed_partial;   ///< uncommitted leftovers
+  std::vector<int64_t> removed_damaged;   ///< damaged steps, only when asked for
+  std::vector<int64_t> kept_damaged;      ///< damaged steps left in place
+  /// One line per step removed or kept for damage, with the reason.
+  std::vector<std::string> reasons;
   int64_t bytes_freed = 0;
 };
 

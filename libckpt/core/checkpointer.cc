@@ -13,7 +13,9 @@
 
 #include "absl/strings/str_cat.h"
 #include "util/strings.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
 #include "ckpt/version.h"
 #include "core/collective_plan.h"
 #include "core/root.h"
@@ -77,6 +79,14 @@ uint64_t HashShard(const Shard& s) {
 
 }  // namespace
 
+// What a load met on its way to the step it read, on stderr: the trainer's
+// log is where an operator looks at 3 a.m.
+static void ReportDamage(const LoadableStep& found, const std::string& uri = "") {
+  if (found.note.empty()) return;
+  std::fprintf(stderr, "ckpt: loading step %lld%s%s: %s\n", static_cast<long long>(found.step),
+               uri.empty() ? "" : " of ", uri.c_str(), found.note.c_str());
+}
+
 class Checkpointer::Impl {
  public:
   explicit Impl(CheckpointerOptions options) : options_(std::move(options)) {}
@@ -123,9 +133,25 @@ class Checkpointer::Impl {
     }
     std::lock_guard<std::mutex> save_lock(save_mu_);
     const std::string dir = StepDir(step);
-    if (storage_->FileSize(StrCat(dir, "/", kManifestName)).ok()) {
-      return absl::AlreadyExistsError(StrCat(
-          "step ", step, " is already committed under ", storage_->uri()));
+    for (std::string_view name : {kManifestName, kManifestCopyName}) {
+      auto size = storage_->FileSize(StrCat(dir, "/", name));
+      if (size.ok() || !absl::IsNotFound(size.status())) {
+        return absl::AlreadyExistsError(StrCat("step ", step, " is already committed under ", storage_->uri(),
+                                               " (", dir, "/", name, " exists)"));
+      }
+    }
+    // A step at or below the latest is usually a second job, or a restart
+    // counting from the wrong place; it must be asked for. Every rank reads
+    // the same LATEST, so all of them refuse together.
+    if (!save_options.allow_older_step) {
+      if (auto text = storage_->GetAll(kLatestName); text.ok()) {
+        if (auto latest = DecodeLatest(*text); latest.ok() && *latest >= step) {
+          return absl::FailedPreconditionError(StrCat(
+              "step ", step, " is not newer than the latest committed step ", *latest, " under ", storage_->uri(),
+              "; to save it anyway (a branch from an older step), pass SaveOptions::allow_older_step "
+              "(ckpt synth --allow-older)"));
+        }
+      }
     }
     // Leftovers of an earlier attempt at this step by this rank.
     (void)storage_->Remove(StrCat(dir, "/", ReportName(options_.rank)));
@@ -303,17 +329,14 @@ class Checkpointer::Impl {
     Manifest manifest;
     std::string verdict;
     if (comm.rank() == 0) {
-      absl::Status s;
-      if (step == kLatestStep) {
-        auto latest = ResolveLatest(*storage_);
-        if (latest.ok()) step = *latest; else s = latest.status();
+      auto found = ResolveLoadable(*storage_, step, options.allow_fallback);
+      if (found.ok()) {
+        manifest = std::move(found->manifest);
+        verdict = StrCat("ok ", found->step, " ", found->fell_back_from, " ", found->note);
+        ReportDamage(*found);
+      } else {
+        verdict = StrCat("!", static_cast<int>(found.status().code()), " ", found.status().message());
       }
-      if (s.ok()) {
-        auto m = ReadManifest(*storage_, step);
-        if (m.ok()) manifest = std::move(m).value(); else s = m.status();
-      }
-      verdict = s.ok() ? StrCat("ok ", step)
-                       : StrCat("!", static_cast<int>(s.code()), " ", s.message());
     }
     CKPT_ASSIGN_OR_RETURN(verdict, comm.Broadcast(verdict, timeout));
     if (!verdict.empty() && verdict[0] == '!') {
@@ -322,11 +345,19 @@ class Checkpointer::Impl {
       ParseInt64(std::string_view(verdict).substr(1, sp - 1), &code);
       return absl::Status(static_cast<absl::StatusCode>(code), verdict.substr(sp + 1));
     }
+    // "ok STEP FELL_BACK_FROM NOTE"
+    std::vector<std::string> parts = absl::StrSplit(verdict, absl::MaxSplits(' ', 3));
+    int64_t fell_back_from = -1;
+    if (parts.size() >= 3) ParseInt64(parts[2], &fell_back_from);
+    const std::string note = parts.size() >= 4 ? parts[3] : "";
     CKPT_ASSIGN_OR_RETURN(std::string plan,
                           DistributeLoadPlan(comm, target, comm.rank() == 0 ? &manifest : nullptr,
                                              timeout));
     CKPT_ASSIGN_OR_RETURN(Manifest mine, DecodeManifest(plan, "load plan from the leader"));
-    return LoadFromManifest(*storage_, mine, target, options_.rank, options);
+    CKPT_ASSIGN_OR_RETURN(LoadStats stats, LoadFromManifest(*storage_, mine, target, options_.rank, options));
+    stats.damage_note = note;
+    stats.fell_back_from = fell_back_from;
+    return stats;
   }
 
   absl::Status WaitAll() {
@@ -348,10 +379,18 @@ class Checkpointer::Impl {
     return first;
   }
 
-  absl::StatusOr<GcReport> CollectGarbage(bool dry_run) {
+  absl::StatusOr<GcReport> CollectGarbage(bool dry_run, int64_t just_committed = -1) {
     GcOptions gc;
     gc.retention = options_.retention;
     gc.dry_run = dry_run;
+    if (just_committed >= 0) gc.protect.insert(just_committed);
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      for (const auto& h : inflight_) {
+        std::lock_guard<std::mutex> hl(h->mu);
+        if (!h->done) gc.protect.insert(h->step);
+      }
+    }
     return CollectGarbageIn(*storage_, gc);
   }
 
@@ -517,15 +556,24 @@ class Checkpointer::Impl {
     }
     auto merged = MergeReports(reports);
     if (!merged.ok()) return Abort(step, merged.status());
-    absl::Status s = storage_->PutAtomic(StrCat(dir, "/", kManifestName),
-                                         AsBytesView(EncodeManifest(*merged)));
+    const std::string bytes = EncodeManifest(*merged);
+    absl::Status s = storage_->PutAtomic(StrCat(dir, "/", kManifestName), AsBytesView(bytes));
     if (!s.ok()) return Abort(step, s);
+    // Committed. The copy makes the step's metadata survive damage to either
+    // file; if writing it fails, the next Open writes it.
+    if (absl::Status c = storage_->PutAtomic(StrCat(dir, "/", kManifestCopyName), AsBytesView(bytes)); !c.ok()) {
+      std::fprintf(stderr, "ckpt: step %lld is committed, but writing %s/%s failed: %s\n",
+                   static_cast<long long>(step), dir.c_str(), std::string(kManifestCopyName).c_str(),
+                   std::string(c.message()).c_str());
+    }
     s = PublishLatest(*storage_, step);
     if (!s.ok()) return s;  // committed; LATEST is repaired by the next commit
     for (int r = 0; r < world; ++r) {
       (void)storage_->Remove(StrCat(dir, "/", ReportName(r)));
     }
-    auto gc = CollectGarbage(false);
+    // Retention never removes the step just committed, nor a save of this
+    // process still in flight.
+    auto gc = CollectGarbage(false, step);
     (void)gc;
     return absl::OkStatus();
   }
@@ -588,12 +636,25 @@ absl::StatusOr<std::unique_ptr<Checkpointer>> Checkpointer::Open(
   auto impl = std::make_unique<Impl>(std::move(options));
   CKPT_RETURN_IF_ERROR(impl->Init());
   if (impl->IsLeader() && impl->options().gc_on_open) {
-    // A new job: uncommitted steps are leftovers of crashed saves.
+    // A new job. First the copies of manifests whose save (or removal)
+    // stopped half-way, then uncommitted steps: leftovers of crashed saves.
+    auto healed = HealManifestCopies(impl->storage());
+    if (healed.ok()) {
+      for (int64_t step : *healed) {
+        std::fprintf(stderr, "ckpt: wrote the missing %s of step %lld\n", std::string(kManifestCopyName).c_str(),
+                     static_cast<long long>(step));
+      }
+    }
     GcOptions gc;
     gc.retention = impl->options().retention;
     gc.remove_newer_partial = true;
     auto report = CollectGarbageIn(impl->storage(), gc);
     if (!report.ok() && !absl::IsNotFound(report.status())) return report.status();
+    if (report.ok()) {
+      for (const std::string& why : report->reasons) {
+        if (absl::StartsWith(why, "kept")) std::fprintf(stderr, "ckpt: %s\n", why.c_str());
+      }
+    }
   }
   if (impl->options().communicator && impl->options().gc_on_open) {
     // No rank may start writing before the leader's cleanup is done.
@@ -609,16 +670,12 @@ absl::StatusOr<int64_t> LatestCommittedStep(Storage& storage) {
 absl::StatusOr<LoadStats> LoadCheckpoint(Storage& storage, const State& target,
                                          int64_t step, int rank,
                                          const LoadOptions& options) {
-  if (step == kLatestStep) {
-    std::string note;
-    CKPT_ASSIGN_OR_RETURN(step, ResolveLatest(storage, &note));
-    if (!note.empty()) {
-      std::fprintf(stderr, "ckpt: loading step %lld of %s (%s)\n", static_cast<long long>(step),
-                   storage.uri().c_str(), note.c_str());
-    }
-  }
-  CKPT_ASSIGN_OR_RETURN(Manifest m, ReadManifest(storage, step));
-  return LoadFromManifest(storage, m, target, rank, options);
+  CKPT_ASSIGN_OR_RETURN(LoadableStep found, ResolveLoadable(storage, step, options.allow_fallback));
+  ReportDamage(found, storage.uri());
+  CKPT_ASSIGN_OR_RETURN(LoadStats stats, LoadFromManifest(storage, found.manifest, target, rank, options));
+  stats.damage_note = found.note;
+  stats.fell_back_from = found.fell_back_from;
+  return stats;
 }
 
 absl::StatusOr<std::vector<StepInfo>> ListCheckpointSteps(Storage& storage) {

@@ -3,6 +3,7 @@
 #include <set>
 
 #include "ckpt/verify.h"
+#include "core/root.h"
 #include "format/layout.h"
 #include "util/errors.h"
 #include "util/strings.h"
@@ -61,6 +62,16 @@ absl::StatusOr<RepairReport> RepairStep(Storage& damaged, Storage& source, int64
 
   auto check = VerifyStep(damaged, step);
   if (check.ok() && check->ok()) return report;  // intact: the source is not read
+  // Metadata first from the step's own copy: MANIFEST and MANIFEST.copy
+  // stand in for each other.
+  if (check.ok()) {
+    std::vector<std::string> lost;
+    CKPT_RETURN_IF_ERROR(RepairStepMetadata(damaged, step, dry_run, &report.repaired, &lost));
+    if (!report.repaired.empty() && !dry_run) {
+      check = VerifyStep(damaged, step);
+      if (check.ok() && check->ok()) return report;
+    }
+  }
   auto source_check = VerifyStep(source, step);
   if (!check.ok()) {
     // The manifest itself is missing or undecodable here.
@@ -84,26 +95,34 @@ absl::StatusOr<RepairReport> RepairStep(Storage& damaged, Storage& source, int64
 
   // A manifest that decodes but fails its checksums: replace it first when
   // the other copy's is intact.
-  auto in_manifest = [&](const VerifyReport& r) {
+  const std::string manifest_copy = StrCat(dir, "/", kManifestCopyName);
+  auto problem_in = [&](const VerifyReport& r, const std::string& file) {
     return std::any_of(r.problems.begin(), r.problems.end(),
-                       [&](const VerifyProblem& p) { return p.file == manifest; });
+                       [&](const VerifyProblem& p) { return p.file == file; });
   };
-  if (in_manifest(*check) && source_check.ok() && !in_manifest(*source_check)) {
-    CKPT_ASSIGN_OR_RETURN(std::string bytes, source.GetAll(manifest));
-    report.repaired.push_back(StrCat(manifest, ": replaced"));
+  auto theirs_ex = ExamineStep(source, step);
+  const bool theirs_intact = theirs_ex.ok() && theirs_ex->manifest.has_value();
+  bool replaced = false;
+  for (const std::string& file : {manifest, manifest_copy}) {
+    if (!problem_in(*check, file) || !theirs_intact) continue;
+    const std::string& bytes = theirs_ex->intact_bytes;
+    report.repaired.push_back(StrCat(file, ": replaced from the other copy"));
     report.bytes_rewritten += static_cast<int64_t>(bytes.size());
-    if (dry_run) return report;
+    replaced = true;
+    if (dry_run) continue;
     CKPT_RETURN_IF_ERROR(damaged.PutAtomic(
-        manifest, absl::Span<const std::byte>(reinterpret_cast<const std::byte*>(bytes.data()), bytes.size())));
+        file, absl::Span<const std::byte>(reinterpret_cast<const std::byte*>(bytes.data()), bytes.size())));
+  }
+  if (replaced) {
+    if (dry_run) return report;
     check = VerifyStep(damaged, step);
     if (!check.ok()) return check.status();
     if (check->ok()) return report;
   }
 
   // Both copies must be of the same save.
-  auto mine = damaged.GetAll(manifest);
-  auto theirs = source.GetAll(manifest);
-  if (!mine.ok() || !theirs.ok() || *mine != *theirs) {
+  auto mine_ex = ExamineStep(damaged, step);
+  if (!mine_ex.ok() || !mine_ex->manifest || !theirs_intact || mine_ex->intact_bytes != theirs_ex->intact_bytes) {
     for (const VerifyProblem& p : check->problems) {
       report.lost.push_back(StrCat(p.message, " (the other copy holds a different save of step ", step, ")"));
     }

@@ -14,23 +14,12 @@
 
 namespace ckpt {
 
-absl::StatusOr<Manifest> ReadManifest(Storage& storage, int64_t step) {
-  const std::string dir = StepDir(step);
-  const std::string path = StrCat(dir, "/", kManifestName);
-  auto bytes = storage.GetAll(path);
-  if (!bytes.ok()) {
-    if (absl::IsNotFound(bytes.status())) {
-      if (storage.List(dir).ok()) {
-        return absl::NotFoundError(StrCat(
-            "step ", step, " was never committed (", dir,
-            " has no MANIFEST; a save was interrupted or aborted)"));
-      }
-      return absl::NotFoundError(
-          StrCat("step ", step, " not found under ", storage.uri()));
-    }
-    return bytes.status();
-  }
-  auto m = DecodeManifest(*bytes, path);
+namespace {
+
+// Decodes the manifest bytes found at `path` and checks that they describe
+// `step`. The message names the file.
+absl::StatusOr<Manifest> DecodeStepManifest(std::string_view bytes, const std::string& path, int64_t step) {
+  auto m = DecodeManifest(bytes, path);
   if (!m.ok()) return m.status();
   if (m->kind != Manifest::Kind::kManifest || m->step != step) {
     return absl::DataLossError(StrCat(
@@ -41,6 +30,116 @@ absl::StatusOr<Manifest> ReadManifest(Storage& storage, int64_t step) {
   return m;
 }
 
+// True when the file exists (an I/O error other than NotFound counts as
+// existing: it must not make a committed step look partial).
+bool Exists(Storage& storage, const std::string& path) {
+  auto size = storage.FileSize(path);
+  return size.ok() || !absl::IsNotFound(size.status());
+}
+
+}  // namespace
+
+std::string_view StepStateName(StepState state) {
+  switch (state) {
+    case StepState::kPartial: return "partial";
+    case StepState::kCommitted: return "committed";
+    case StepState::kDamaged: return "damaged";
+  }
+  return "unknown";
+}
+
+absl::StatusOr<StepExamination> ExamineStep(Storage& storage, int64_t step) {
+  const std::string dir = StepDir(step);
+  const std::string primary = StrCat(dir, "/", kManifestName);
+  const std::string copy = StrCat(dir, "/", kManifestCopyName);
+  StepExamination ex;
+  ex.info.step = step;
+  auto a = storage.GetAll(primary);
+  auto b = storage.GetAll(copy);
+  const bool has_a = a.ok() || !absl::IsNotFound(a.status());
+  const bool has_b = b.ok() || !absl::IsNotFound(b.status());
+  if (!has_a && !has_b) {
+    auto files = storage.List(dir);
+    if (!files.ok()) {
+      if (absl::IsNotFound(files.status())) {
+        return absl::NotFoundError(StrCat("step ", step, " not found under ", storage.uri()));
+      }
+      return files.status();
+    }
+    ex.info.state = StepState::kPartial;
+    for (const DirEntry& f : *files) {
+      auto size = storage.FileSize(StrCat(dir, "/", f.name));
+      if (size.ok()) ex.info.bytes += static_cast<int64_t>(*size);
+    }
+    return ex;
+  }
+  // Committed. Decode what is there; an intact MANIFEST wins.
+  absl::StatusOr<Manifest> ma = absl::NotFoundError("");
+  if (has_a) {
+    ma = a.ok() ? DecodeStepManifest(*a, primary, step) : absl::StatusOr<Manifest>(a.status());
+    if (!ma.ok()) ex.manifest_problem = StrCat(primary, ": ", ma.status().message());
+  } else {
+    ex.manifest_problem = StrCat(primary, " is missing (its copy proves the step was committed)");
+  }
+  if (has_b) {
+    if (ma.ok() && b.ok() && *b == *a) {
+      // Byte-identical to an intact MANIFEST: intact too.
+    } else if (b.ok()) {
+      auto mb = DecodeStepManifest(*b, copy, step);
+      if (!mb.ok()) {
+        ex.copy_problem = StrCat(copy, ": ", mb.status().message());
+      } else if (ma.ok()) {
+        ex.copy_problem = StrCat(copy, " decodes but differs from ", kManifestName,
+                                 " (both cannot be the commit of one save)");
+      } else {
+        ma = std::move(mb);
+        ex.from_copy = true;
+      }
+    } else {
+      ex.copy_problem = StrCat(copy, ": ", b.status().message());
+    }
+  } else if (!ma.ok() || ma->format_version >= 2) {
+    // Manifests of version 1 were written without a copy.
+    ex.copy_problem = StrCat(copy, " is missing (the save stopped between its commit and the copy, or it was "
+                             "removed; the next open or `ckpt repair` writes it)");
+  }
+  if (ma.ok()) {
+    ex.info.committed = true;
+    ex.info.created_unix_ns = ma->created_unix_ns;
+    for (const ManifestFile& f : ma->files) ex.info.bytes += static_cast<int64_t>(f.size);
+    ex.intact_bytes = ex.from_copy ? *b : *a;
+    ex.manifest = std::move(ma).value();
+  }
+  const bool damaged = !ex.manifest_problem.empty() || !ex.copy_problem.empty();
+  ex.info.state = damaged ? StepState::kDamaged : StepState::kCommitted;
+  if (damaged) {
+    std::string what = ex.manifest_problem;
+    if (!ex.copy_problem.empty()) what = what.empty() ? ex.copy_problem : StrCat(what, "; ", ex.copy_problem);
+    ex.info.damage = what;
+  }
+  return ex;
+}
+
+absl::StatusOr<Manifest> ReadManifest(Storage& storage, int64_t step, std::string* note) {
+  auto ex = ExamineStep(storage, step);
+  if (!ex.ok()) return ex.status();
+  if (ex->info.state == StepState::kPartial) {
+    return absl::NotFoundError(StrCat("step ", step, " was never committed (", StepDir(step),
+                                      " has no MANIFEST; a save was interrupted or aborted)"));
+  }
+  if (!ex->manifest) {
+    return absl::DataLossError(StrCat("step ", step, " is committed but damaged: ", ex->info.damage));
+  }
+  if (note != nullptr) {
+    note->clear();
+    if (ex->from_copy) {
+      *note = StrCat("step ", step, " is damaged (", ex->manifest_problem, "); its manifest was read from ",
+                     kManifestCopyName);
+    }
+  }
+  return std::move(*ex->manifest);
+}
+
 absl::StatusOr<std::vector<StepInfo>> ListStepsIn(Storage& storage) {
   CKPT_ASSIGN_OR_RETURN(std::vector<DirEntry> entries, storage.List(""));
   std::vector<StepInfo> out;
@@ -48,23 +147,17 @@ absl::StatusOr<std::vector<StepInfo>> ListStepsIn(Storage& storage) {
     if (!e.is_dir) continue;
     std::optional<int64_t> step = ParseStepDir(e.name);
     if (!step) continue;
-    StepInfo info;
-    info.step = *step;
-    auto m = ReadManifest(storage, *step);
-    if (m.ok()) {
-      info.committed = true;
-      info.created_unix_ns = m->created_unix_ns;
-      for (const ManifestFile& f : m->files) info.bytes += static_cast<int64_t>(f.size);
-    } else {
-      auto files = storage.List(e.name);
-      if (files.ok()) {
-        for (const DirEntry& f : *files) {
-          auto size = storage.FileSize(StrCat(e.name, "/", f.name));
-          if (size.ok()) info.bytes += static_cast<int64_t>(*size);
-        }
-      }
+    auto ex = ExamineStep(storage, *step);
+    if (!ex.ok()) {
+      if (absl::IsNotFound(ex.status())) continue;  // removed meanwhile
+      StepInfo info;
+      info.step = *step;
+      info.state = StepState::kDamaged;
+      info.damage = std::string(ex.status().message());
+      out.push_back(info);
+      continue;
     }
-    out.push_back(info);
+    out.push_back(ex->info);
   }
   std::sort(out.begin(), out.end(),
             [](const StepInfo& a, const StepInfo& b) { return a.step < b.step; });
@@ -72,9 +165,10 @@ absl::StatusOr<std::vector<StepInfo>> ListStepsIn(Storage& storage) {
 }
 
 absl::StatusOr<int64_t> ResolveLatest(Storage& storage, std::string* note) {
-  // The commit point of a step is its manifest; LATEST is a pointer written
-  // just after it, so it can lag by one step after a crash. The latest
-  // committed step is the highest one whose manifest decodes.
+  // The commit point of a step is its MANIFEST (its copy stands in when
+  // MANIFEST is lost); LATEST is a pointer written just after, so it can lag
+  // by one step after a crash. Whether the newest committed step decodes is
+  // for the loader to find out and report, never a reason to skip it.
   auto entries = storage.List("");
   if (!entries.ok()) {
     if (absl::IsNotFound(entries.status())) {
@@ -89,17 +183,12 @@ absl::StatusOr<int64_t> ResolveLatest(Storage& storage, std::string* note) {
   }
   std::sort(steps.rbegin(), steps.rend());
   std::optional<int64_t> best;
-  std::string skipped;
-  absl::Status first_damage;
   for (int64_t step : steps) {
-    if (!storage.FileSize(StrCat(StepDir(step), "/", kManifestName)).ok()) continue;
-    auto m = ReadManifest(storage, step);
-    if (m.ok()) {
+    const std::string dir = StepDir(step);
+    if (Exists(storage, StrCat(dir, "/", kManifestName)) || Exists(storage, StrCat(dir, "/", kManifestCopyName))) {
       best = step;
       break;
     }
-    if (first_damage.ok()) first_damage = m.status();
-    if (skipped.empty()) skipped = StrCat("step ", step, " skipped: ", m.status().message());
   }
   if (note) {
     note->clear();
@@ -115,13 +204,94 @@ absl::StatusOr<int64_t> ResolveLatest(Storage& storage, std::string* note) {
     } else if (best && !absl::IsNotFound(text.status())) {
       *note = std::string(text.status().message());
     }
-    if (!skipped.empty()) *note = note->empty() ? skipped : StrCat(*note, "; ", skipped);
   }
-  if (!best) {
-    if (!first_damage.ok()) return first_damage;  // committed, but damaged
-    return absl::NotFoundError(StrCat("no committed checkpoint under ", storage.uri()));
-  }
+  if (!best) return absl::NotFoundError(StrCat("no committed checkpoint under ", storage.uri()));
   return *best;
+}
+
+absl::StatusOr<LoadableStep> ResolveLoadable(Storage& storage, int64_t step, bool allow_fallback) {
+  LoadableStep out;
+  const bool latest = step == kLatestStep;
+  if (latest) {
+    std::string note;
+    CKPT_ASSIGN_OR_RETURN(step, ResolveLatest(storage, &note));
+    out.note = note;
+  }
+  std::string copy_note;
+  auto m = ReadManifest(storage, step, &copy_note);
+  if (m.ok()) {
+    out.step = step;
+    out.manifest = std::move(m).value();
+    if (!copy_note.empty()) out.note = out.note.empty() ? copy_note : StrCat(out.note, "; ", copy_note);
+    return out;
+  }
+  if (!latest || !absl::IsDataLoss(m.status())) return m.status();
+  // The newest committed step is damaged beyond its copy.
+  CKPT_ASSIGN_OR_RETURN(std::vector<StepInfo> steps, ListStepsIn(storage));
+  const StepInfo* older = nullptr;
+  for (const StepInfo& s : steps) {
+    if (s.step < step && s.committed) older = &s;
+  }
+  if (!allow_fallback || older == nullptr) {
+    return absl::DataLossError(StrCat(
+        m.status().message(), older == nullptr
+                                  ? std::string("; no older intact step exists")
+                                  : StrCat("; the newest intact step is ", older->step,
+                                           " (allow falling back to restore it: LoadOptions::allow_fallback, "
+                                           "--fallback), or `ckpt repair` the damaged one")));
+  }
+  std::string older_note;
+  CKPT_ASSIGN_OR_RETURN(out.manifest, ReadManifest(storage, older->step, &older_note));
+  out.fell_back_from = step;
+  out.step = older->step;
+  out.note = StrCat(m.status().message(), "; restored step ", older->step, " instead");
+  if (!older_note.empty()) out.note = StrCat(out.note, "; ", older_note);
+  return out;
+}
+
+absl::StatusOr<std::vector<int64_t>> HealManifestCopies(Storage& storage) {
+  std::vector<int64_t> healed;
+  auto steps = ListStepsIn(storage);
+  if (!steps.ok()) {
+    if (absl::IsNotFound(steps.status())) return healed;
+    return steps.status();
+  }
+  for (const StepInfo& s : *steps) {
+    if (s.state != StepState::kDamaged) continue;
+    auto ex = ExamineStep(storage, s.step);
+    if (!ex.ok() || !ex->manifest || ex->from_copy || !ex->manifest_problem.empty()) continue;
+    const std::string copy = StrCat(StepDir(s.step), "/", kManifestCopyName);
+    if (Exists(storage, copy)) continue;  // damaged, not missing: for `ckpt repair`
+    CKPT_RETURN_IF_ERROR(storage.PutAtomic(copy, AsBytesView(ex->intact_bytes)));
+    healed.push_back(s.step);
+  }
+  return healed;
+}
+
+absl::Status RepairStepMetadata(Storage& storage, int64_t step, bool dry_run,
+                                std::vector<std::string>* repaired, std::vector<std::string>* lost) {
+  CKPT_ASSIGN_OR_RETURN(StepExamination ex, ExamineStep(storage, step));
+  if (ex.info.state != StepState::kDamaged) return absl::OkStatus();
+  if (!ex.manifest) {
+    lost->push_back(StrCat("step ", step, ": neither manifest decodes (", ex.info.damage,
+                           "); a copy of the step from another tier is needed (ckpt repair --from)"));
+    return absl::OkStatus();
+  }
+  const std::string dir = StepDir(step);
+  const std::string primary = StrCat(dir, "/", kManifestName);
+  const std::string copy = StrCat(dir, "/", kManifestCopyName);
+  // The copy first when MANIFEST is the bad one: the step stays committed
+  // throughout (each write is atomic).
+  if (!ex.manifest_problem.empty()) {
+    if (!dry_run) CKPT_RETURN_IF_ERROR(storage.PutAtomic(primary, AsBytesView(ex.intact_bytes)));
+    repaired->push_back(StrCat(primary, ": rewritten from ", kManifestCopyName, " (", ex.manifest_problem, ")"));
+  }
+  if (!ex.copy_problem.empty()) {
+    if (!dry_run) CKPT_RETURN_IF_ERROR(storage.PutAtomic(copy, AsBytesView(ex.intact_bytes)));
+    repaired->push_back(StrCat(copy, ": rewritten from ", ex.from_copy ? kManifestCopyName : kManifestName, " (",
+                               ex.copy_problem, ")"));
+  }
+  return absl::OkStatus();
 }
 
 absl::StatusOr<Manifest> MergeReports(const std::vector<Manifest>& reports) {
@@ -197,7 +367,8 @@ absl::Status PublishLatest(Storage& storage, int64_t step) {
   if (text.ok()) {
     auto current = DecodeLatest(*text);
     if (current.ok() && *current > step &&
-        storage.FileSize(StrCat(StepDir(*current), "/", kManifestName)).ok()) {
+        (Exists(storage, StrCat(StepDir(*current), "/", kManifestName)) ||
+         Exists(storage, StrCat(StepDir(*current), "/", kManifestCopyName)))) {
       return absl::OkStatus();
     }
   }
@@ -212,39 +383,67 @@ absl::StatusOr<GcReport> CollectGarbageIn(Storage& storage,
     if (absl::IsNotFound(steps.status())) return report;
     return steps.status();
   }
-  std::vector<int64_t> committed;
+  // Retention counts intact committed steps only: a damaged step neither
+  // takes the place of an intact one nor is removed by it.
+  std::vector<int64_t> intact;
+  int64_t newest = -1;  // newest committed step, damaged or not
   for (const StepInfo& s : *steps) {
-    if (s.committed) committed.push_back(s.step);
+    if (s.state == StepState::kCommitted) intact.push_back(s.step);
+    if (s.state != StepState::kPartial) newest = std::max(newest, s.step);
   }
-  std::set<int64_t> keep(committed.begin(), committed.end());
+  std::set<int64_t> keep(intact.begin(), intact.end());
   const RetentionPolicy& rp = options.retention;
   if (rp.keep_last > 0 || rp.keep_every > 0) {
     keep.clear();
-    for (size_t i = 0; i < committed.size(); ++i) {
-      const bool recent = rp.keep_last > 0 &&
-                          i + static_cast<size_t>(rp.keep_last) >= committed.size();
-      const bool milestone = rp.keep_every > 0 && committed[i] % rp.keep_every == 0;
-      if (recent || milestone) keep.insert(committed[i]);
+    for (size_t i = 0; i < intact.size(); ++i) {
+      const bool recent = rp.keep_last > 0 && i + static_cast<size_t>(rp.keep_last) >= intact.size();
+      const bool milestone = rp.keep_every > 0 && intact[i] % rp.keep_every == 0;
+      if (recent || milestone) keep.insert(intact[i]);
     }
   }
-  std::string note;
-  auto latest = ResolveLatest(storage, &note);
-  if (latest.ok()) keep.insert(*latest);
-  const int64_t newest = committed.empty() ? -1 : committed.back();
+  if (newest >= 0) keep.insert(newest);
+  if (auto text = storage.GetAll(kLatestName); text.ok()) {
+    if (auto pointed = DecodeLatest(*text); pointed.ok()) keep.insert(*pointed);
+  }
+  keep.insert(options.protect.begin(), options.protect.end());
+  const char* removes = options.dry_run ? "would remove" : "removed";
   for (const StepInfo& s : *steps) {
     const std::string dir = StepDir(s.step);
-    if (s.committed) {
-      if (keep.count(s.step)) continue;
-      report.removed_steps.push_back(s.step);
-    } else {
-      if (s.step > newest && !options.remove_newer_partial) continue;
-      report.removed_partial.push_back(s.step);
+    if (options.protect.count(s.step)) continue;
+    switch (s.state) {
+      case StepState::kCommitted:
+        if (keep.count(s.step)) continue;
+        report.removed_steps.push_back(s.step);
+        report.reasons.push_back(StrCat(removes, " committed step ", s.step, ": past retention"));
+        break;
+      case StepState::kDamaged:
+        if (!options.remove_damaged) {
+          report.kept_damaged.push_back(s.step);
+          report.reasons.push_back(StrCat("kept damaged step ", s.step, ": ", s.damage,
+                                          "; repair it (ckpt repair), or remove it explicitly (ckpt gc --damaged)"));
+          continue;
+        }
+        report.removed_damaged.push_back(s.step);
+        report.reasons.push_back(StrCat(removes, " damaged step ", s.step, " as asked: ", s.damage));
+        break;
+      case StepState::kPartial:
+        if (s.step > newest && !options.remove_newer_partial) continue;
+        report.removed_partial.push_back(s.step);
+        report.reasons.push_back(
+            StrCat(removes, " partial step ", s.step, ": never committed (no ", kManifestName, " nor ", kManifestCopyName, "), ",
+                   s.step > newest ? "newer than every committed step, left by a save that stopped"
+                                   : StrCat("older than committed step ", newest)));
+        break;
     }
     report.bytes_freed += s.bytes;
     if (options.dry_run) continue;
-    // Un-commit first so a crash mid-removal leaves an uncommitted step.
-    if (s.committed) {
-      CKPT_RETURN_IF_ERROR(storage.Remove(StrCat(dir, "/", kManifestName)));
+    // Un-commit first (the copy, then MANIFEST) so a crash mid-removal
+    // leaves a partial step, never a damaged one.
+    if (s.state != StepState::kPartial) {
+      for (std::string_view name : {kManifestCopyName, kManifestName}) {
+        absl::Status r = storage.Remove(StrCat(dir, "/", name));
+        if (!r.ok() && !absl::IsNotFound(r)) return r;
+      }
       CKPT_RETURN_IF_ERROR(storage.SyncDir(dir));
     }
     CKPT_RETURN_IF_ERROR(storage.RemoveAll(dir));
@@ -258,7 +457,8 @@ absl::StatusOr<GcReport> CollectGarbageIn(Storage& storage,
       }
     }
   }
-  if (!options.dry_run && (!report.removed_steps.empty() || !report.removed_partial.empty())) {
+  if (!options.dry_run && (!report.removed_steps.empty() || !report.removed_partial.empty() ||
+                           !report.removed_damaged.empty())) {
     CKPT_RETURN_IF_ERROR(storage.SyncDir(""));
   }
   return report;

@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -15,18 +16,63 @@
 
 namespace ckpt {
 
-/// Reads and decodes the manifest of `step`. NotFound when the step does not
-/// exist or was never committed (the message says which).
-absl::StatusOr<Manifest> ReadManifest(Storage& storage, int64_t step);
+/// What the manifests of one step directory say. The step is committed when
+/// MANIFEST or MANIFEST.copy exists, whether or not they decode.
+struct StepExamination {
+  StepInfo info;
+  /// Decoded from MANIFEST, or from the copy when MANIFEST is damaged.
+  std::optional<Manifest> manifest;
+  bool from_copy = false;
+  /// What is wrong with each manifest file (empty: present and intact).
+  std::string manifest_problem;
+  std::string copy_problem;
+  /// The bytes of the intact one (for repairs).
+  std::string intact_bytes;
+};
 
-/// The latest committed step: LATEST when it is valid and its manifest
-/// exists; otherwise the highest step with a manifest. NotFound when none.
-/// When LATEST was unusable `*note` (if given) says why.
-absl::StatusOr<int64_t> ResolveLatest(Storage& storage,
-                                      std::string* note = nullptr);
+/// Examines `step`: NotFound when its directory does not exist; otherwise a
+/// state (partial, committed, damaged) and, when either manifest decodes,
+/// the manifest. The one place that decides what a step is: listing,
+/// verification, garbage collection, retention and loads all use it.
+absl::StatusOr<StepExamination> ExamineStep(Storage& storage, int64_t step);
 
-/// Every step directory, ascending. NotFound when the root does not exist.
+/// Reads and decodes the manifest of `step`, from its copy when MANIFEST is
+/// damaged (then `*note`, if given, says so). NotFound when the step does
+/// not exist or was never committed (the message says which); DataLoss when
+/// it is committed but neither manifest decodes.
+absl::StatusOr<Manifest> ReadManifest(Storage& storage, int64_t step, std::string* note = nullptr);
+
+/// The latest committed step: the highest step whose MANIFEST (or its copy)
+/// exists, damaged or not. LATEST only speeds the search up; when it names
+/// another step `*note` (if given) says so. NotFound when none.
+absl::StatusOr<int64_t> ResolveLatest(Storage& storage, std::string* note = nullptr);
+
+/// The step a load of "the latest" reads and its manifest: the latest
+/// committed step; when that one is damaged beyond its copy, the newest
+/// intact one if `allow_fallback`, else DataLoss naming both.
+struct LoadableStep {
+  int64_t step = -1;
+  Manifest manifest;
+  std::string note;          ///< damage met on the way, for LoadStats and logs
+  int64_t fell_back_from = -1;
+};
+absl::StatusOr<LoadableStep> ResolveLoadable(Storage& storage, int64_t step, bool allow_fallback);
+
+/// Every step directory, ascending, with its state. NotFound when the root
+/// does not exist.
 absl::StatusOr<std::vector<StepInfo>> ListStepsIn(Storage& storage);
+
+/// Writes the missing MANIFEST.copy of committed steps whose MANIFEST is
+/// intact (a save that crashed between its commit and the copy). Returns the
+/// steps healed. Damaged copies are left for `ckpt repair`.
+absl::StatusOr<std::vector<int64_t>> HealManifestCopies(Storage& storage);
+
+/// Rebuilds the metadata of `step` from itself: a damaged or missing
+/// MANIFEST from an intact copy, or the copy from an intact MANIFEST,
+/// byte-identically. Lists what it rewrote in `repaired` and what it could
+/// not in `lost`.
+absl::Status RepairStepMetadata(Storage& storage, int64_t step, bool dry_run,
+                                std::vector<std::string>* repaired, std::vector<std::string>* lost);
 
 /// Merges one report per rank (index = rank) into the step's manifest and
 /// checks it: one data file per rank, consistent tensor specs, unique
@@ -42,10 +88,17 @@ struct GcOptions {
   /// Also remove uncommitted steps newer than the latest committed one
   /// (safe only when no save is running, e.g. when a job starts).
   bool remove_newer_partial = false;
+  /// Remove damaged steps too. Never implied: a damaged step is a committed
+  /// checkpoint that may still be repaired.
+  bool remove_damaged = false;
+  /// Steps never removed (saves of this process in flight or just made).
+  std::set<int64_t> protect;
 };
 
-/// Applies retention to committed steps and removes uncommitted leftovers.
-/// The latest committed step is always kept.
+/// Applies retention to intact committed steps and removes uncommitted
+/// leftovers; damaged steps are kept (and listed) unless `remove_damaged`.
+/// The latest committed step is always kept. Each removal is un-committed
+/// first (copy, then MANIFEST), so a crash mid-way leaves a partial step.
 absl::StatusOr<GcReport> CollectGarbageIn(Storage& storage,
                                           const GcOptions& options);
 

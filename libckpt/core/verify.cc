@@ -53,15 +53,25 @@ class Verifier {
     report_.step = step_;
     report_.deep = options_.deep;
     dir_ = StepDir(step_);
-    auto m = ReadManifest(storage_, step_);
-    if (!m.ok()) {
-      if (absl::IsNotFound(m.status())) return m.status();
-      Problem(std::string(m.status().message()), "", "", StrCat(dir_, "/", kManifestName),
-              OffsetIn(m.status().message()));
+    auto ex = ExamineStep(storage_, step_);
+    if (!ex.ok()) return ex.status();
+    if (ex->info.state == StepState::kPartial) {
+      return absl::NotFoundError(StrCat("step ", step_, " was never committed (", dir_,
+                                        " has no MANIFEST; a save was interrupted or aborted)"));
+    }
+    // Damage to either manifest file is a problem of its own, named by file;
+    // the data is then checked against whichever of the two is intact.
+    if (!ex->manifest_problem.empty()) {
+      Problem(ex->manifest_problem, "", "", StrCat(dir_, "/", kManifestName), OffsetIn(ex->manifest_problem));
+    }
+    if (!ex->copy_problem.empty()) {
+      Problem(ex->copy_problem, "", "", StrCat(dir_, "/", kManifestCopyName), OffsetIn(ex->copy_problem));
+    }
+    if (!ex->manifest) {
       report_.seconds = NowSeconds() - t0;
       return report_;
     }
-    m_ = std::move(m).value();
+    m_ = std::move(*ex->manifest);
     report_.files = static_cast<int64_t>(m_.files.size());
     report_.tensors = static_cast<int64_t>(m_.tensors.size());
     CheckCover();
@@ -319,20 +329,42 @@ absl::StatusOr<VerifyReport> VerifyStep(Storage& storage, int64_t step,
 }
 
 std::optional<VerifyProblem> CheckLatestPointer(Storage& storage) {
+  const std::string latest_name(kLatestName);
+  // Committed steps, newest first (damaged ones count: they are committed).
+  std::vector<int64_t> committed;
+  if (auto steps = ListStepsIn(storage); steps.ok()) {
+    for (const StepInfo& s : *steps) {
+      if (s.state != StepState::kPartial) committed.push_back(s.step);
+    }
+  }
+  std::sort(committed.rbegin(), committed.rend());
   auto text = storage.GetAll(kLatestName);
   if (!text.ok()) {
-    if (absl::IsNotFound(text.status())) return std::nullopt;
-    return VerifyProblem{StrCat("LATEST unreadable: ", text.status().message()), "", "",
-                         std::string(kLatestName), -1};
+    if (!absl::IsNotFound(text.status())) {
+      return VerifyProblem{StrCat("LATEST unreadable: ", text.status().message()), "", "", latest_name, -1};
+    }
+    // Before the first commit's pointer is written LATEST may be missing;
+    // once two steps are committed it must exist.
+    if (committed.size() >= 2) {
+      return VerifyProblem{StrCat("LATEST is missing although ", committed.size(),
+                                  " steps are committed (`ckpt repair` rewrites it)"),
+                           "", "", latest_name, -1};
+    }
+    return std::nullopt;
   }
   auto step = DecodeLatest(*text);
   if (!step.ok()) {
-    return VerifyProblem{std::string(step.status().message()), "", "",
-                         std::string(kLatestName), OffsetIn(step.status().message())};
+    return VerifyProblem{std::string(step.status().message()), "", "", latest_name, OffsetIn(step.status().message())};
   }
-  if (!storage.FileSize(StrCat(StepDir(*step), "/", kManifestName)).ok()) {
-    return VerifyProblem{StrCat("LATEST names step ", *step, ", which is not committed"), "", "",
-                         std::string(kLatestName), -1};
+  if (std::find(committed.begin(), committed.end(), *step) == committed.end()) {
+    return VerifyProblem{StrCat("LATEST names step ", *step, ", which is not committed"), "", "", latest_name, -1};
+  }
+  // After a crash between a commit and the pointer's move, LATEST lags by
+  // one committed step; further behind it was damaged or rewritten.
+  if (committed.size() >= 3 && *step < committed[1]) {
+    return VerifyProblem{StrCat("LATEST names step ", *step, " but steps ", committed[1], " and ", committed[0],
+                                " are committed after it (`ckpt repair` rewrites it)"),
+                         "", "", latest_name, -1};
   }
   return std::nullopt;
 }

@@ -23,6 +23,7 @@ std::optional<int64_t> ParseStepDir(std::string_view name) {
   }
   int64_t step = 0;
   if (!ParseInt64(name, &step)) return std::nullopt;
+  if (StepDir(step).size() != name.size() + 5) return std::nullopt;  // not canonical
   return step;
 }
 

@@ -2,6 +2,7 @@
 //
 //   ROOT/LATEST
 //   ROOT/step-0000000100/MANIFEST
+//   ROOT/step-0000000100/MANIFEST.copy       the same bytes, written after it
 //   ROOT/step-0000000100/rank-000000.ckd     data file of rank 0
 //   ROOT/step-0000000100/rank-000000.report  rank 0's report (until commit)
 //   ROOT/step-0000000100/rank-000000.failed  rank 0 could not save
@@ -20,10 +21,15 @@ namespace ckpt {
 
 inline constexpr std::string_view kLatestName = "LATEST";
 inline constexpr std::string_view kManifestName = "MANIFEST";
+/// A byte-identical copy of MANIFEST, written right after the commit (the
+/// rename of MANIFEST), so that either alone proves and describes the step.
+inline constexpr std::string_view kManifestCopyName = "MANIFEST.copy";
 inline constexpr std::string_view kAbortedName = "ABORTED";
 
 std::string StepDir(int64_t step);
-/// The step of a directory name "step-<digits>", or nullopt.
+/// The step of a directory name written by StepDir ("step-" and at least ten
+/// digits, no leading zeros beyond those), or nullopt: "step-200" and
+/// "step-0000000200" do not both name step 200.
 std::optional<int64_t> ParseStepDir(std::string_view name);
 std::string DataFileName(int rank);
 std::string ReportName(int rank);

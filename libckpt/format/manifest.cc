@@ -103,7 +103,7 @@ std::string EncodeManifest(const Manifest& m) {
 
   std::string out(kManifestHeaderSize, '\0');
   std::memcpy(out.data(), kManifestMagic, 8);
-  StoreLE32(out.data() + 8, kManifestVersion);
+  StoreLE32(out.data() + 8, m.format_version);
   StoreLE32(out.data() + 12, 0);
   StoreLE64(out.data() + 16, body.size());
   StoreLE64(out.data() + 24, Xxh3(body));
@@ -154,6 +154,7 @@ absl::StatusOr<Manifest> DecodeManifest(std::string_view bytes,
 
   ByteReader r(body, std::string(what), kManifestHeaderSize);
   Manifest m;
+  m.format_version = version;
   uint8_t kind = r.U8();
   if (kind > 1) r.Fail(StrCat("unknown manifest kind ", kind));
   m.kind = static_cast<Manifest::Kind>(kind);

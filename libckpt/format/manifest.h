@@ -17,7 +17,9 @@
 
 namespace ckpt {
 
-constexpr uint32_t kManifestVersion = 1;
+/// 1: the original format. 2: the same bytes; a committed step also holds
+/// MANIFEST.copy, byte-identical, so a missing copy is damage only from 2 on.
+constexpr uint32_t kManifestVersion = 2;
 constexpr size_t kManifestHeaderSize = 48;
 
 /// A data file of the step.
@@ -59,6 +61,8 @@ struct ManifestBlob {
 struct Manifest {
   enum class Kind : uint8_t { kManifest = 0, kRankReport = 1 };
   Kind kind = Kind::kManifest;
+  /// The format version it was decoded from (encoding writes the newest).
+  uint32_t format_version = kManifestVersion;
   int64_t step = 0;
   int32_t world_size = 1;
   int64_t created_unix_ns = 0;

@@ -171,16 +171,25 @@ TEST_F(CorruptionTest, FlipInIndexFooterAndHeader) {
   EXPECT_EQ(v->problems[0].offset, 3000);
 }
 
-TEST_F(CorruptionTest, FlipInManifestFailsLoadAndVerify) {
+// A damaged MANIFEST is named by verify while the step still loads from
+// its copy; with the copy damaged too the load fails naming both files.
+TEST_F(CorruptionTest, FlipInManifestIsNamedAndTheCopyStandsIn) {
   const std::string path = root_ + "/" + StepDir(5) + "/MANIFEST";
   FlipBit(path, 100, 4);
-  absl::Status s = LoadW();
-  ASSERT_TRUE(absl::IsDataLoss(s)) << s;
-  EXPECT_TRUE(Has(s.message(), "MANIFEST")) << s;
+  EXPECT_OK(LoadW());
   auto v = Verify();
   ASSERT_OK(v);
   ASSERT_EQ(v->problems.size(), 1u);
-  EXPECT_TRUE(Has(v->problems[0].file, "MANIFEST"));
+  EXPECT_EQ(v->problems[0].file, StepDir(5) + "/MANIFEST");
+  FlipBit(path + ".copy", 100, 4);
+  absl::Status s = LoadW();
+  ASSERT_TRUE(absl::IsDataLoss(s)) << s;
+  EXPECT_TRUE(Has(s.message(), "MANIFEST:")) << s;
+  EXPECT_TRUE(Has(s.message(), "MANIFEST.copy:")) << s;
+  v = Verify();
+  ASSERT_OK(v);
+  ASSERT_EQ(v->problems.size(), 2u);
+  EXPECT_EQ(v->problems[1].file, StepDir(5) + "/MANIFEST.copy");
 }
 
 TEST_F(CorruptionTest, DamagedLatestFallsBackAndIsReported) {

@@ -15,6 +15,7 @@
 #include "storage/uri.h"
 #include "synth_job.h"
 #include "util/json.h"
+#include "util/bytes.h"
 #include "util/strings.h"
 
 namespace ckpt::tools {
@@ -252,15 +253,20 @@ int ListMain(int argc, char** argv, int first) {
   w.BeginObject().Field("root", dir).Field("latest", latest.ok() ? *latest : -1);
   w.Key("steps").BeginArray();
   if (!json) std::printf("%-12s %-10s %10s %10s %s\n", "step", "state", "size", "age", local ? "tiers" : "");
+  bool any_damaged = false;
+  for (const StepInfo& s : *steps) any_damaged = any_damaged || s.state == StepState::kDamaged;
   for (const StepInfo& s : *steps) {
     const double age = s.created_unix_ns > 0 ? now - static_cast<double>(s.created_unix_ns) / 1e9 : -1;
-    const std::string state = s.committed ? (latest.ok() && *latest == s.step ? "latest" : "committed") : "partial";
+    const bool is_latest = latest.ok() && *latest == s.step;
+    const std::string state(StepStateName(s.state));
     if (json) {
       w.BeginObject()
           .Field("step", s.step)
           .Field("state", state)
+          .Field("latest", is_latest)
           .Field("bytes", s.bytes)
           .Field("age_s", age);
+      if (!s.damage.empty()) w.Field("damage", s.damage);
       if (local) w.Field("tiers", tiers(s.step));
       w.EndObject();
     } else {
@@ -278,28 +284,38 @@ int ListMain(int argc, char** argv, int first) {
         }
         age_text = b;
       }
-      std::printf("%-12lld %-10s %10s %10s %s\n", static_cast<long long>(s.step), state.c_str(),
+      std::printf("%-12lld %-10s %10s %10s %s\n", static_cast<long long>(s.step),
+                  is_latest ? (state + " *").c_str() : state.c_str(),
                   HumanBytes(static_cast<double>(s.bytes)).c_str(), age_text.c_str(), tiers(s.step).c_str());
+      if (!s.damage.empty()) std::printf("             %s\n", s.damage.c_str());
     }
   }
   w.EndArray().EndObject();
   if (json) std::printf("%s\n", w.str().c_str());
-  return kExitOk;
+  if (!json && latest.ok()) std::printf("(* the latest committed step)\n");
+  if (!json && any_damaged) {
+    std::printf("damaged steps are kept by every cleanup; `ckpt verify DIR --all` details them, "
+                "`ckpt repair DIR` rebuilds damaged manifests\n");
+  }
+  return any_damaged ? kExitProblem : kExitOk;
 }
 
 int GcMain(int argc, char** argv, int first) {
   std::string dir;
   int64_t keep_last = 0, keep_every = 0;
-  bool yes = false, json = false, partial = false;
-  Args args("gc", "DIR [--keep-last N] [--keep-every N] [--yes] [--json]",
+  bool yes = false, json = false, partial = false, damaged = false;
+  Args args("gc", "DIR [--keep-last N] [--keep-every N] [--damaged] [--yes] [--json]",
             "Applies retention and removes uncommitted leftovers. A dry run unless --yes:\n"
-            "it prints what it would remove. The latest committed step is always kept.\n"
+            "it prints what it would remove, and why. The latest committed step is always\n"
+            "kept. Damaged steps (committed, but a manifest is missing or fails its\n"
+            "checksums) are kept and listed unless --damaged asks for their removal.\n"
             "--newer-partial also removes uncommitted steps newer than the latest one\n"
             "(only when no job is saving into the root).");
   args.Positional("DIR", &dir, "checkpoint root (path or storage URI)");
   args.Int("keep-last", &keep_last, "keep the newest N committed steps (0: all)");
   args.Int("keep-every", &keep_every, "also keep steps that are multiples of N");
   args.Switch("newer-partial", &partial, "also remove uncommitted steps newer than the latest");
+  args.Switch("damaged", &damaged, "also remove damaged steps (committed checkpoints: repair them first if you can)");
   args.Switch("yes", &yes, "really remove");
   args.Switch("json", &json, "print JSON");
   int exit = 0;
@@ -315,6 +331,7 @@ int GcMain(int argc, char** argv, int first) {
   o.retention.keep_every = keep_every;
   o.dry_run = !yes;
   o.remove_newer_partial = partial;
+  o.remove_damaged = damaged;
   auto report = CollectGarbageIn(**storage, o);
   if (!report.ok()) return Fail("gc", report.status());
   if (json) {
@@ -324,13 +341,17 @@ int GcMain(int argc, char** argv, int first) {
     for (int64_t s : report->removed_steps) w.Int(s);
     w.EndArray().Key("removed_partial").BeginArray();
     for (int64_t s : report->removed_partial) w.Int(s);
+    w.EndArray().Key("removed_damaged").BeginArray();
+    for (int64_t s : report->removed_damaged) w.Int(s);
+    w.EndArray().Key("kept_damaged").BeginArray();
+    for (int64_t s : report->kept_damaged) w.Int(s);
+    w.EndArray().Key("reasons").BeginArray();
+    for (const std::string& r : report->reasons) w.String(r);
     w.EndArray().Field("bytes_freed", report->bytes_freed).EndObject();
     std::printf("%s\n", w.str().c_str());
     return kExitOk;
   }
-  const char* verb = yes ? "removed" : "would remove";
-  for (int64_t s : report->removed_steps) std::printf("%s committed step %lld\n", verb, static_cast<long long>(s));
-  for (int64_t s : report->removed_partial) std::printf("%s partial step %lld\n", verb, static_cast<long long>(s));
+  for (const std::string& r : report->reasons) std::printf("%s\n", r.c_str());
   std::printf("%s %s%s\n", yes ? "freed" : "would free", HumanBytes(static_cast<double>(report->bytes_freed)).c_str(),
               yes ? "" : " (dry run: add --yes to remove)");
   return kExitOk;
@@ -340,14 +361,63 @@ int GcMain(int argc, char** argv, int first) {
 
 namespace ckpt::tools {
 
+namespace {
+
+// `ckpt repair ROOT` with no other copy: manifests from their copies (and
+// back), LATEST from the steps.
+int RepairMetadataOnly(const std::string& dir, int64_t step, bool dry_run, bool json) {
+  auto storage = OpenStorage(dir);
+  if (!storage.ok()) return Fail("repair", storage.status());
+  auto steps = ListCheckpointSteps(**storage);
+  if (!steps.ok()) return Fail("repair", steps.status());
+  std::vector<std::string> repaired, lost;
+  int64_t newest = -1;
+  for (const StepInfo& s : *steps) {
+    if (s.state == StepState::kPartial) continue;
+    newest = std::max(newest, s.step);
+    if (step != kLatestStep && s.step != step) continue;
+    if (absl::Status r = RepairStepMetadata(**storage, s.step, dry_run, &repaired, &lost); !r.ok()) {
+      return Fail("repair", r);
+    }
+  }
+  if (auto problem = CheckLatestPointer(**storage); problem && newest >= 0) {
+    repaired.push_back(StrCat("LATEST: rewritten to name step ", newest, " (", problem->message, ")"));
+    if (!dry_run) {
+      if (absl::Status r = (*storage)->PutAtomic(kLatestName, AsBytesView(EncodeLatest(newest))); !r.ok()) {
+        return Fail("repair", r);
+      }
+    }
+  }
+  if (json) {
+    JsonWriter w;
+    w.BeginObject().Field("root", dir).Field("dry_run", dry_run).Field("ok", lost.empty());
+    w.Key("repaired").BeginArray();
+    for (const std::string& r : repaired) w.String(r);
+    w.EndArray().Key("lost").BeginArray();
+    for (const std::string& r : lost) w.String(r);
+    w.EndArray().EndObject();
+    std::printf("%s\n", w.str().c_str());
+  } else {
+    if (repaired.empty() && lost.empty()) std::printf("%s: metadata intact\n", dir.c_str());
+    for (const std::string& r : repaired) std::printf("%s %s\n", dry_run ? "would fix" : "fixed", r.c_str());
+    for (const std::string& r : lost) std::printf("lost: %s\n", r.c_str());
+  }
+  return lost.empty() ? kExitOk : kExitProblem;
+}
+
+}  // namespace
+
 int RepairMain(int argc, char** argv, int first) {
   std::string dir, from;
   int64_t step = kLatestStep;
   bool dry_run = false, json = false;
   Args args("repair", "ROOT [--step S] [--from OTHER_ROOT] [--dry-run] [--json]",
-            "Repairs a step from another copy of the same save: the other tier of a\n"
-            "tiered:// root (each tier is repaired from the other), or --from a replica\n"
-            "root. Damaged or missing files are made byte-identical to an intact copy\n"
+            "Without --from, on a plain root: rebuilds the metadata of every committed\n"
+            "step (or --step S) from itself, a damaged or missing MANIFEST from its copy or\n"
+            "the copy from MANIFEST, byte-identically, and a damaged LATEST.\n"
+            "With another copy of the same save, the other tier of a tiered:// root (each\n"
+            "tier is repaired from the other) or --from a replica root, it also repairs\n"
+            "data: damaged or missing files are made byte-identical to an intact copy\n"
             "(only differing ranges are rewritten), then verified again. What no intact\n"
             "copy covers is listed precisely and the exit status is 1.");
   args.Positional("ROOT", &dir, "checkpoint root (path or storage URI)");
@@ -369,9 +439,7 @@ int RepairMain(int argc, char** argv, int first) {
     pairs = {{*l, *d}, {*d, *l}};
     labels = {"local tier (from the durable tier)", "durable tier (from the local tier)"};
   } else {
-    if (from.empty()) {
-      return Fail("repair", absl::InvalidArgumentError("give --from OTHER_ROOT, or a tiered:// root"));
-    }
+    if (from.empty()) return RepairMetadataOnly(dir, step, dry_run, json);
     auto a = OpenStorage(dir);
     auto b = OpenStorage(from);
     if (!a.ok()) return Fail("repair", a.status());

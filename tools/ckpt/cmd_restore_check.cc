@@ -12,18 +12,21 @@ namespace ckpt::tools {
 int RestoreCheckMain(int argc, char** argv, int first) {
   std::string dir, mesh_text;
   int64_t step = kLatestStep, threads = 0;
-  bool json = false, procs = false;
+  bool json = false, procs = false, fallback = false;
   Args args("restore-check", "DIR --mesh MESH [--step S] [--json]",
             "Loads a checkpoint written by `ckpt synth` onto MESH, which may differ from the\n"
             "mesh it was saved from (splits need not be even: tp=3 over a dimension not\n"
             "divisible by 3 is cut torch.chunk-style), one simulated rank at a time, and\n"
-            "compares every element with the generator. Exit 0 only if all are equal.");
+            "compares every element with the generator. Exit 0 only if all are equal and no\n"
+            "damage was met on the way (it is reported on stderr).");
   args.Positional("DIR", &dir, "checkpoint root (path or storage URI)");
   args.String("mesh", &mesh_text, "target mesh, e.g. dp=3,tp=4,pp=1");
   args.Int("step", &step, "step to load (default: latest committed)");
   args.Int("threads", &threads, "decode threads (default min(4, cores))");
   args.Switch("procs", &procs, "one process per rank under mpirun; the leader hands out load plans");
   args.Switch("json", &json, "print a JSON object instead of text");
+  args.Switch("fallback", &fallback,
+              "if the latest committed step is damaged beyond its manifest's copy, restore the newest intact one");
   int exit = 0;
   if (!args.Parse(argc, argv, first, &exit)) return exit;
   if (mesh_text.empty()) {
@@ -43,6 +46,7 @@ int RestoreCheckMain(int argc, char** argv, int first) {
   }
   LoadOptions lo;
   lo.worker_threads = static_cast<int>(threads);
+  lo.allow_fallback = fallback;
   std::shared_ptr<Communicator> comm;
   if (procs) {
     if (!HaveMpi()) {
@@ -71,6 +75,7 @@ int RestoreCheckMain(int argc, char** argv, int first) {
                ? kExitUsage
                : kExitProblem;
   }
+  if (!res->damage_note.empty()) std::fprintf(stderr, "ckpt restore-check: %s\n", res->damage_note.c_str());
   const double amp = res->bytes_needed
                          ? static_cast<double>(res->bytes_decoded) / res->bytes_needed
                          : 1.0;
@@ -92,6 +97,7 @@ int RestoreCheckMain(int argc, char** argv, int first) {
         .Field("load_seconds", res->load_seconds)
         .Field("ok", res->mismatches == 0);
     if (!res->first_mismatch.empty()) w.Field("first_mismatch", res->first_mismatch);
+    if (!res->damage_note.empty()) w.Field("damage", res->damage_note);
     w.EndObject();
     std::printf("%s\n", w.str().c_str());
   } else {
@@ -110,7 +116,9 @@ int RestoreCheckMain(int argc, char** argv, int first) {
                   static_cast<long long>(res->mismatches), res->first_mismatch.c_str());
     }
   }
-  return res->mismatches == 0 ? kExitOk : kExitProblem;
+  // Damage met on the way (a manifest read from its copy, a step passed
+  // over) is a problem even when every element matched.
+  return res->mismatches == 0 && res->damage_note.empty() ? kExitOk : kExitProblem;
 }
 
 }  // namespace ckpt::tools

@@ -14,7 +14,7 @@ int SynthMain(int argc, char** argv, int first) {
   std::string out, dtype = "bf16", mesh_text = "dp=1", codec_name = "none", optimizer;
   int64_t params = 1000000, step = 0, seed = 0, zstd_level = 1, keep_last = 0;
   int64_t block = 1 << 20, staging = 256 << 20, workers = 0, layers = 0, experts = 0;
-  bool zero = false, json = false, no_direct = false, procs = false;
+  bool zero = false, json = false, no_direct = false, procs = false, allow_older = false;
   Args args("synth", "--out DIR [options]",
             "Builds a deterministic transformer-like state (embedding, attention and MLP\n"
             "matrices per layer, norms), shards it over the mesh the way TP/PP/DP would, and\n"
@@ -38,6 +38,7 @@ int SynthMain(int argc, char** argv, int first) {
   args.Int("threads", &workers, "codec worker threads (default min(4, cores))");
   args.Int("keep-last", &keep_last, "retention: keep the newest K steps (default all)");
   args.Switch("no-direct", &no_direct, "do not use O_DIRECT");
+  args.Switch("allow-older", &allow_older, "save a step at or below the latest committed one (refused otherwise)");
   args.Switch("procs", &procs, "one process per rank under mpirun instead of threads");
   args.Switch("json", &json, "print a JSON object instead of text");
   int exit = 0;
@@ -71,6 +72,7 @@ int SynthMain(int argc, char** argv, int first) {
   o.engine.worker_threads = static_cast<int>(workers);
   o.retention.keep_last = static_cast<int>(keep_last);
   o.direct_io = !no_direct;
+  o.allow_older_step = allow_older;
 
   if (procs) {
     if (!HaveMpi()) return usage("--procs needs a build with MPI (libopenmpi-dev)");

@@ -8,6 +8,7 @@
 #include "commands.h"
 #include "synth_job.h"
 #include "util/json.h"
+#include "format/layout.h"
 
 namespace ckpt::tools {
 namespace {
@@ -31,10 +32,14 @@ int VerifyMain(int argc, char** argv, int first) {
             "Reads every block of a committed step, checks both checksums (stored and\n"
             "decoded bytes), the trailers, padding, file headers, footers and indexes against\n"
             "the manifest, and that each tensor's chunks cover it exactly once. Problems name\n"
-            "the tensor, chunk, file and byte offset. --fast skips reading the blocks.");
+            "the tensor, chunk, file and byte offset. --fast skips reading the blocks.\n"
+            "Without --step it checks the step LATEST names and the newest committed step;\n"
+            "--all checks every committed and damaged step and lists partial ones. A damaged\n"
+            "step (MANIFEST or its copy missing or failing its checksums) is a problem.\n"
+            "Exit status: 0 all intact, 1 a problem found, 2 unreadable or usage.");
   args.Positional("DIR", &dir, "checkpoint root (path or storage URI)");
-  args.Int("step", &step, "step to verify (default: latest committed)");
-  args.Switch("all", &all, "verify every committed step");
+  args.Int("step", &step, "step to verify (default: LATEST's and the newest committed)");
+  args.Switch("all", &all, "verify every committed and damaged step, list partial ones");
   args.Switch("fast", &fast, "metadata, sizes, indexes and exact cover only");
   args.Int("threads", &threads, "checking threads (default min(4, cores))");
   args.Switch("json", &json, "print a JSON report");
@@ -65,57 +70,80 @@ int VerifyMain(int argc, char** argv, int first) {
   }
   bool ok = true;
   std::optional<VerifyProblem> latest_problem;
-  std::vector<std::pair<std::string, VerifyReport>> reports;
+  struct Checked {
+    std::string tier;
+    StepState state = StepState::kCommitted;
+    VerifyReport report;
+  };
+  std::vector<Checked> reports;
   for (const auto& [tier, target] : targets) {
     Storage& st = *target;
     const std::string where = tier.empty() ? dir : StrCat(dir, " (", tier, " tier)");
-    std::vector<int64_t> steps;
     if (auto lp = CheckLatestPointer(st)) {
       if (!latest_problem) latest_problem = lp;
       ok = false;
     }
-    if (all || !tier.empty()) {
-      auto list = ListCheckpointSteps(st);
-      if (!list.ok()) {
-        if (!tier.empty() && absl::IsNotFound(list.status())) continue;  // an empty tier
-        std::fprintf(stderr, "ckpt verify: %s\n", std::string(list.status().message()).c_str());
-        return kExitUsage;
-      }
-      for (const StepInfo& s : *list) {
-        if (!s.committed) continue;
-        if (all || (step != kLatestStep && s.step == step)) steps.push_back(s.step);
-      }
-      if (!all && step == kLatestStep && !tier.empty()) {
-        if (auto latest = LatestCommittedStep(st); latest.ok()) steps.push_back(*latest);
-      }
-      if (steps.empty() && tier.empty()) {
-        std::fprintf(stderr, "ckpt verify: no committed step under %s\n", where.c_str());
-        return kExitUsage;
-      }
-    } else if (step == kLatestStep) {
-      auto latest = LatestCommittedStep(st);
-      if (!latest.ok()) {
-        std::fprintf(stderr, "ckpt verify: %s\n", std::string(latest.status().message()).c_str());
-        return kExitUsage;
-      }
-      steps.push_back(*latest);
-    } else {
-      steps.push_back(step);
+    auto list = ListCheckpointSteps(st);
+    if (!list.ok()) {
+      if (!tier.empty() && absl::IsNotFound(list.status())) continue;  // an empty tier
+      std::fprintf(stderr, "ckpt verify: %s\n", std::string(list.status().message()).c_str());
+      return kExitUsage;
     }
-    for (int64_t s : steps) {
+    // Which steps: every one (--all), the one asked for, or the step LATEST
+    // names and the newest committed step (damaged or not).
+    std::vector<const StepInfo*> chosen;
+    const StepInfo* newest = nullptr;
+    for (const StepInfo& s : *list) {
+      if (s.state != StepState::kPartial) newest = &s;
+    }
+    if (all) {
+      for (const StepInfo& s : *list) chosen.push_back(&s);
+    } else if (step != kLatestStep) {
+      for (const StepInfo& s : *list) {
+        if (s.step == step) chosen.push_back(&s);
+      }
+      if (chosen.empty() && tier.empty()) {
+        std::fprintf(stderr, "ckpt verify: step %lld not found under %s\n", static_cast<long long>(step),
+                     where.c_str());
+        return kExitUsage;
+      }
+    } else {
+      if (auto text = st.GetAll("LATEST"); text.ok()) {
+        if (auto named = DecodeLatest(*text); named.ok()) {
+          for (const StepInfo& s : *list) {
+            if (s.step == *named && s.state != StepState::kPartial && &s != newest) chosen.push_back(&s);
+          }
+        }
+      }
+      if (newest != nullptr) chosen.push_back(newest);
+    }
+    if (newest == nullptr && tier.empty() && !all) {
+      std::fprintf(stderr, "ckpt verify: no committed step under %s\n", where.c_str());
+      return kExitUsage;
+    }
+    for (const StepInfo* info : chosen) {
+      Checked c;
+      c.tier = tier;
+      c.state = info->state;
+      if (info->state == StepState::kPartial) {
+        c.report.step = info->step;
+        reports.push_back(std::move(c));
+        continue;
+      }
       VerifyOptions vo;
       vo.deep = !fast;
       vo.worker_threads = static_cast<int>(threads);
-      ProgressBar bar(StrCat("verify step ", s, tier.empty() ? "" : StrCat(" (", tier, ")")));
+      ProgressBar bar(StrCat("verify step ", info->step, tier.empty() ? "" : StrCat(" (", tier, ")")));
       vo.progress = [&bar](int64_t done, int64_t total) { bar.Update(done, total); };
-      auto rep = VerifyStep(st, s, vo);
+      auto rep = VerifyStep(st, info->step, vo);
       bar.Finish();
       if (!rep.ok()) {
         std::fprintf(stderr, "ckpt verify: %s\n", std::string(rep.status().message()).c_str());
         return kExitUsage;
       }
       ok = ok && rep->ok();
-      reports.emplace_back(tier, std::move(rep).value());
+      c.report = std::move(rep).value();
+      reports.push_back(std::move(c));
     }
   }
   if (json) {
@@ -126,9 +154,14 @@ int VerifyMain(int argc, char** argv, int first) {
       ProblemJson(w, *latest_problem);
     }
     w.Key("steps").BeginArray();
-    for (const auto& [tier, r] : reports) {
-      w.BeginObject().Field("step", r.step);
-      if (!tier.empty()) w.Field("tier", tier);
+    for (const Checked& c : reports) {
+      const VerifyReport& r = c.report;
+      w.BeginObject().Field("step", r.step).Field("state", std::string(StepStateName(c.state)));
+      if (!c.tier.empty()) w.Field("tier", c.tier);
+      if (c.state == StepState::kPartial) {
+        w.Field("ok", true).EndObject();
+        continue;
+      }
       w
           .Field("ok", r.ok())
           .Field("deep", r.deep)
@@ -147,9 +180,13 @@ int VerifyMain(int argc, char** argv, int first) {
     std::printf("%s\n", w.str().c_str());
   } else {
     if (latest_problem) std::printf("LATEST: %s\n", latest_problem->message.c_str());
-    for (const auto& [tier, r] : reports) {
-      const std::string label = tier.empty() ? "" : StrCat(" (", tier, ")");
-      if (r.ok()) {
+    for (const Checked& c : reports) {
+      const VerifyReport& r = c.report;
+      const std::string label = c.tier.empty() ? "" : StrCat(" (", c.tier, ")");
+      if (c.state == StepState::kPartial) {
+        std::printf("step %lld%s: partial (never committed: a save that stopped; `ckpt gc` removes it)\n",
+                    static_cast<long long>(r.step), label.c_str());
+      } else if (r.ok()) {
         std::printf("step %lld%s: ok (%s) %lld files, %lld tensors, %lld chunks, %lld blocks, "
                     "%s read in %.2f s\n",
                     static_cast<long long>(r.step), label.c_str(), r.deep ? "deep" : "fast",
@@ -157,8 +194,8 @@ int VerifyMain(int argc, char** argv, int first) {
                     static_cast<long long>(r.chunks), static_cast<long long>(r.blocks),
                     HumanBytes(static_cast<double>(r.bytes_read)).c_str(), r.seconds);
       } else {
-        std::printf("step %lld%s: %zu problem(s)\n", static_cast<long long>(r.step), label.c_str(),
-                    r.problems.size());
+        std::printf("step %lld%s: %s, %zu problem(s)\n", static_cast<long long>(r.step), label.c_str(),
+                    c.state == StepState::kDamaged ? "DAMAGED" : "committed", r.problems.size());
         for (const VerifyProblem& p : r.problems) std::printf("  %s\n", p.message.c_str());
       }
     }

@@ -80,6 +80,7 @@ absl::Status SyntheticJob::SaveAsync(int64_t step, uint64_t seed) {
   pending_.step = step;
   pending_.ranks = static_cast<int>(ranks_.size());
   SaveOptions so;
+  so.allow_older_step = options_.allow_older_step;
   so.metadata[kParams] = std::to_string(options_.model.params);
   so.metadata[kDType] = std::string(DTypeName(options_.model.dtype));
   so.metadata[kAdam] = options_.model.adam ? "1" : "0";
@@ -266,11 +267,11 @@ absl::StatusOr<SyntheticOptions> SyntheticOptionsOf(const std::map<std::string, 
 absl::StatusOr<RestoreCheckResult> RestoreCheck(Storage& storage, int64_t step,
                                                 const Mesh& mesh, const LoadOptions& options) {
   const double t0 = NowSeconds();
-  if (step == kLatestStep) {
-    CKPT_ASSIGN_OR_RETURN(step, LatestCommittedStep(storage));
-  }
-  CKPT_ASSIGN_OR_RETURN(Manifest manifest, ReadManifest(storage, step));
+  CKPT_ASSIGN_OR_RETURN(LoadableStep found, ResolveLoadable(storage, step, options.allow_fallback));
+  step = found.step;
+  const Manifest manifest = std::move(found.manifest);
   RestoreCheckResult res;
+  res.damage_note = found.note;
   res.load_seconds = NowSeconds() - t0;  // finding and reading the manifest is part of a load
   CKPT_ASSIGN_OR_RETURN(SynthMeta meta, MetaFrom(manifest.metadata, step));
   CKPT_ASSIGN_OR_RETURN(SyntheticModel model, ModelFor(meta, mesh, manifest.tensors.size(), step));

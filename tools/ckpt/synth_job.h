@@ -30,6 +30,8 @@ struct SynthJobOptions {
   RetentionPolicy retention;
   bool direct_io = true;
   double commit_timeout_s = 600;
+  /// Saves may name a step at or below the latest committed one.
+  bool allow_older_step = false;
   /// >= 0: this process is that rank only (one process per rank, e.g. under
   /// mpirun); -1: every rank of the mesh, as threads of this process.
   int only_rank = -1;
@@ -99,6 +101,7 @@ struct RestoreCheckResult {
   double load_seconds = 0;  ///< the load calls alone (target buffers already allocated)
   std::string first_mismatch;  ///< tensor, box and index of the first one
   std::string saved_mesh;
+  std::string damage_note;     ///< damage met on the way to the step (LoadStats::damage_note)
 };
 
 /// Loads `step` (kLatestStep for the latest) of a checkpoint written by
