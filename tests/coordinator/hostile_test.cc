@@ -99,10 +99,14 @@ size_t CountLines(const std::string& text, const std::string& needle) {
   return n;
 }
 
+// The worker must stay a member while floods compete for the two cores (and
+// under sanitizers): a death here would be the test's, not the attack's.
+constexpr const char* kPatientHeartbeat[] = {"--heartbeat", "250ms", "--dead-after", "20"};
+
 std::vector<std::string> LongWorker(const TempDir& dir, int port) {
   return {CKPT_BIN,   "worker",  "--connect", StrCat("127.0.0.1:", port), "--token-file", dir.Join("token"),
           "--root",   dir.Join("root"), "--steps", "1000000", "--save-every", "5", "--step-ms", "20",
-          "--log",    dir.Join("worker.log")};
+          "--heartbeat-ms", "250", "--log", dir.Join("worker.log")};
 }
 
 // 500 connections declare maximal frames before joining, 32 joined spares
@@ -115,7 +119,8 @@ TEST(Hostile, FloodsStayWithinTheMemoryBoundWhileAWorkerCommits) {
   TempDir dir;
   WriteToken(dir);
   CoordinatorProcess coord;
-  coord.Start(dir, "127.0.0.1:0", 1, 1, {"--max-frame", "64M"});
+  coord.Start(dir, "127.0.0.1:0", 1, 1, {"--max-frame", "64M", kPatientHeartbeat[0], kPatientHeartbeat[1],
+                                         kPatientHeartbeat[2], kPatientHeartbeat[3]});
   ASSERT_GT(coord.port, 0) << ReadFile(coord.log);
   const pid_t worker = Spawn(LongWorker(dir, coord.port), dir.Join("worker.out"));
   ASSERT_TRUE(WaitForCommits(coord.port, 1, 60)) << ReadFile(coord.log) << ReadFile(dir.Join("worker.log"));
@@ -229,7 +234,10 @@ TEST(Hostile, DescriptorExhaustionNeitherSpinsNorStopsMembers) {
   CoordinatorProcess coord;
   constexpr rlim_t kLimit = 128;
   const double handshake_s = 3;
-  coord.Start(dir, "127.0.0.1:0", 1, 1, {"--handshake-timeout", "3s"}, kLimit);
+  coord.Start(dir, "127.0.0.1:0", 1, 1,
+              {"--handshake-timeout", "3s", kPatientHeartbeat[0], kPatientHeartbeat[1], kPatientHeartbeat[2],
+               kPatientHeartbeat[3]},
+              kLimit);
   ASSERT_GT(coord.port, 0) << ReadFile(coord.log);
   const pid_t worker = Spawn(LongWorker(dir, coord.port), dir.Join("worker.out"));
   ASSERT_TRUE(WaitForCommits(coord.port, 1, 60)) << ReadFile(coord.log) << ReadFile(dir.Join("worker.log"));
