@@ -1,21 +1,27 @@
 #!/usr/bin/env bash
 # Long reliability campaigns on an existing build (scripts/test.sh builds
 # one): thousands of kills at exact storage operations (SIGKILL and power
-# loss), thousands of bit flips, and longer fuzzing runs.
+# loss), thousands of bit flips, a damage campaign over a root of committed
+# steps (flips, truncations and deletions of every file, each followed by
+# verify, a save with retention, repair and verify), and longer fuzzing runs.
 #
-#   scripts/reliability-campaign.sh [KILLS] [FLIPS] [FUZZ_SECONDS]
-#   scripts/reliability-campaign.sh 5000 5000 600
+#   scripts/reliability-campaign.sh [KILLS] [FLIPS] [FUZZ_SECONDS] [DAMAGE_ROUNDS]
+#   scripts/reliability-campaign.sh 5000 5000 600 2000
 set -euo pipefail
 cd "$(dirname "$0")/.."
 kills=${1:-2000}
 flips=${2:-2000}
 fuzz_seconds=${3:-300}
+damage_rounds=${4:-1100}
 build=${BUILD_DIR:-build}
 
 echo "== crash campaign: $kills kills per mode"
 CKPT_CRASH_ROUNDS=$kills "$build"/tests/commit_test --gtest_filter='Modes/CrashCampaign.*'
 echo "== bit-flip campaign: $flips flips"
 CKPT_FLIPS=$flips "$build"/tests/corruption_test --gtest_filter='*RandomBitFlips*'
+echo "== damage campaign: $damage_rounds rounds per backend (file, hdf5, tiered)"
+CKPT_INTEGRITY_ROUNDS=$damage_rounds "$build"/tests/integrity_test --gtest_filter='Backends/DamageCampaign.*' |
+  grep -E 'campaign:|FAILED|Failure'
 echo "== fault matrix"
 "$build"/tests/backends_test --gtest_filter='Faulty.*'
 if [[ -d build-fuzz ]]; then

@@ -37,6 +37,12 @@ bool Exists(Storage& storage, const std::string& path) {
   return size.ok() || !absl::IsNotFound(size.status());
 }
 
+// "PATH: message", unless the message already starts with the path.
+std::string Located(const std::string& path, absl::string_view message) {
+  if (absl::StartsWith(message, path)) return std::string(message);
+  return StrCat(path, ": ", message);
+}
+
 }  // namespace
 
 std::string_view StepStateName(StepState state) {
@@ -77,7 +83,7 @@ absl::StatusOr<StepExamination> ExamineStep(Storage& storage, int64_t step) {
   absl::StatusOr<Manifest> ma = absl::NotFoundError("");
   if (has_a) {
     ma = a.ok() ? DecodeStepManifest(*a, primary, step) : absl::StatusOr<Manifest>(a.status());
-    if (!ma.ok()) ex.manifest_problem = StrCat(primary, ": ", ma.status().message());
+    if (!ma.ok()) ex.manifest_problem = Located(primary, ma.status().message());
   } else {
     ex.manifest_problem = StrCat(primary, " is missing (its copy proves the step was committed)");
   }
@@ -87,7 +93,7 @@ absl::StatusOr<StepExamination> ExamineStep(Storage& storage, int64_t step) {
     } else if (b.ok()) {
       auto mb = DecodeStepManifest(*b, copy, step);
       if (!mb.ok()) {
-        ex.copy_problem = StrCat(copy, ": ", mb.status().message());
+        ex.copy_problem = Located(copy, mb.status().message());
       } else if (ma.ok()) {
         ex.copy_problem = StrCat(copy, " decodes but differs from ", kManifestName,
                                  " (both cannot be the commit of one save)");
@@ -96,7 +102,7 @@ absl::StatusOr<StepExamination> ExamineStep(Storage& storage, int64_t step) {
         ex.from_copy = true;
       }
     } else {
-      ex.copy_problem = StrCat(copy, ": ", b.status().message());
+      ex.copy_problem = Located(copy, b.status().message());
     }
   } else if (!ma.ok() || ma->format_version >= 2) {
     // Manifests of version 1 were written without a copy.

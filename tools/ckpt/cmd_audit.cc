@@ -3,6 +3,7 @@
 #include <cmath>
 #include <cstdio>
 #include <ctime>
+#include <set>
 
 #include "ckpt/audit.h"
 #include "ckpt/checkpointer.h"
@@ -363,6 +364,18 @@ namespace ckpt::tools {
 
 namespace {
 
+// Rewrites a LATEST that CheckLatestPointer finds wrong to name the newest
+// committed step.
+absl::Status RepairLatest(Storage& storage, bool dry_run, std::vector<std::string>* repaired) {
+  auto problem = CheckLatestPointer(storage);
+  if (!problem) return absl::OkStatus();
+  auto newest = ResolveLatest(storage);
+  if (!newest.ok()) return absl::IsNotFound(newest.status()) ? absl::OkStatus() : newest.status();
+  repaired->push_back(StrCat("LATEST: rewritten to name step ", *newest, " (", problem->message, ")"));
+  if (dry_run) return absl::OkStatus();
+  return storage.PutAtomic(kLatestName, AsBytesView(EncodeLatest(*newest)));
+}
+
 // `ckpt repair ROOT` with no other copy: manifests from their copies (and
 // back), LATEST from the steps.
 int RepairMetadataOnly(const std::string& dir, int64_t step, bool dry_run, bool json) {
@@ -380,14 +393,7 @@ int RepairMetadataOnly(const std::string& dir, int64_t step, bool dry_run, bool 
       return Fail("repair", r);
     }
   }
-  if (auto problem = CheckLatestPointer(**storage); problem && newest >= 0) {
-    repaired.push_back(StrCat("LATEST: rewritten to name step ", newest, " (", problem->message, ")"));
-    if (!dry_run) {
-      if (absl::Status r = (*storage)->PutAtomic(kLatestName, AsBytesView(EncodeLatest(newest))); !r.ok()) {
-        return Fail("repair", r);
-      }
-    }
-  }
+  if (absl::Status r = RepairLatest(**storage, dry_run, &repaired); !r.ok()) return Fail("repair", r);
   if (json) {
     JsonWriter w;
     w.BeginObject().Field("root", dir).Field("dry_run", dry_run).Field("ok", lost.empty());
@@ -421,7 +427,7 @@ int RepairMain(int argc, char** argv, int first) {
             "(only differing ranges are rewritten), then verified again. What no intact\n"
             "copy covers is listed precisely and the exit status is 1.");
   args.Positional("ROOT", &dir, "checkpoint root (path or storage URI)");
-  args.Int("step", &step, "step to repair (default: the latest committed)");
+  args.Int("step", &step, "step to repair (default: every committed step the root holds)");
   args.String("from", &from, "a replica root holding the same save");
   args.Switch("dry-run", &dry_run, "say what would be rewritten, write nothing");
   args.Switch("json", &json, "print JSON");
@@ -447,28 +453,53 @@ int RepairMain(int argc, char** argv, int first) {
     pairs = {{*a, *b}};
     labels = {dir + " (from " + from + ")"};
   }
-  if (step == kLatestStep) {
-    auto latest = LatestCommittedStep(*pairs[0].first);
-    if (!latest.ok()) latest = LatestCommittedStep(*pairs[0].second);
-    if (!latest.ok()) return Fail("repair", latest.status());
-    step = *latest;
+  // Every committed step either copy holds, unless one is named.
+  std::set<int64_t> steps;
+  if (step != kLatestStep) {
+    steps.insert(step);
+  } else {
+    for (const auto& [a, b] : pairs) {
+      for (Storage* st : {a.get(), b.get()}) {
+        auto list = ListCheckpointSteps(*st);
+        if (!list.ok()) continue;
+        for (const StepInfo& s : *list) {
+          if (s.state != StepState::kPartial) steps.insert(s.step);
+        }
+      }
+    }
+    if (steps.empty()) return Fail("repair", absl::NotFoundError(StrCat("no committed step under ", dir)));
   }
   bool ok = true;
   JsonWriter w;
-  w.BeginObject().Field("step", step).Field("dry_run", dry_run);
+  w.BeginObject().Field("dry_run", dry_run);
   w.Key("copies").BeginArray();
   for (size_t i = 0; i < pairs.size(); ++i) {
-    auto r = RepairStep(*pairs[i].first, *pairs[i].second, step, dry_run);
+   // Without --step, only the steps this copy holds (a tier that keeps
+   // fewer steps is not refilled).
+   std::set<int64_t> held;
+   if (step == kLatestStep) {
+     if (auto list = ListCheckpointSteps(*pairs[i].first); list.ok()) {
+       for (const StepInfo& s : *list) {
+         if (s.state != StepState::kPartial) held.insert(s.step);
+       }
+     }
+   }
+   for (int64_t each : steps) {
+    if (step == kLatestStep && !held.count(each)) continue;
+    auto r = RepairStep(*pairs[i].first, *pairs[i].second, each, dry_run);
+    if (absl::IsNotFound(r.status())) continue;  // not in this copy, nor the other
     if (!r.ok()) return Fail("repair", r.status());
     ok = ok && r->ok();
-    w.BeginObject().Field("copy", labels[i]).Field("ok", r->ok()).Field("bytes_rewritten", r->bytes_rewritten);
+    if (r->repaired.empty() && r->lost.empty() && step == kLatestStep) continue;  // intact: said once below
+    w.BeginObject().Field("copy", labels[i]).Field("step", each).Field("ok", r->ok())
+        .Field("bytes_rewritten", r->bytes_rewritten);
     w.Key("repaired").BeginArray();
     for (const std::string& s : r->repaired) w.String(s);
     w.EndArray().Key("lost").BeginArray();
     for (const std::string& s : r->lost) w.String(s);
     w.EndArray().EndObject();
     if (!json) {
-      std::printf("step %lld, %s: %s\n", static_cast<long long>(step), labels[i].c_str(),
+      std::printf("step %lld, %s: %s\n", static_cast<long long>(each), labels[i].c_str(),
                   r->repaired.empty() && r->lost.empty() ? "intact"
                   : !r->ok()                               ? "NOT fully repairable"
                   : dry_run                                ? "repairable"
@@ -476,7 +507,17 @@ int RepairMain(int argc, char** argv, int first) {
       for (const std::string& s : r->repaired) std::printf("  %s %s\n", dry_run ? "would fix" : "fixed", s.c_str());
       for (const std::string& s : r->lost) std::printf("  lost: %s\n", s.c_str());
     }
+   }
+    // The copy's LATEST, from its own steps.
+    std::vector<std::string> latest_fixed;
+    if (absl::Status l = RepairLatest(*pairs[i].first, dry_run, &latest_fixed); !l.ok()) return Fail("repair", l);
+    for (const std::string& f : latest_fixed) {
+      w.BeginObject().Field("copy", labels[i]).Field("ok", true).Key("repaired").BeginArray().String(f);
+      w.EndArray().EndObject();
+      if (!json) std::printf("%s: %s %s\n", labels[i].c_str(), dry_run ? "would fix" : "fixed", f.c_str());
+    }
   }
+  if (!json && ok) std::printf("%zu step(s) checked: %s\n", steps.size(), dry_run ? "nothing lost" : "intact or repaired");
   w.EndArray().Field("ok", ok).EndObject();
   if (json) std::printf("%s\n", w.str().c_str());
   return ok ? kExitOk : kExitProblem;

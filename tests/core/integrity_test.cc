@@ -1,0 +1,372 @@
+// Nothing committed is lost, nothing wrong is loaded: damage to any file of
+// a root of committed steps is found and named by `ckpt verify --all`, no
+// following save or cleanup removes a committed or damaged step that
+// retention keeps, and damaged metadata is rebuilt by `ckpt repair`. Each
+// test is named after the way a committed checkpoint used to be lost.
+//
+// CKPT_INTEGRITY_ROUNDS scales the damage campaign
+// (scripts/reliability-campaign.sh runs it long).
+#include <algorithm>
+#include <cstdlib>
+#include <filesystem>
+#include <map>
+#include <random>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "ckpt/checkpointer.h"
+#include "ckpt/verify.h"
+#include "core/root.h"
+#include "format/layout.h"
+#include "testutil/test_util.h"
+#include "util/errors.h"
+#include "util/strings.h"
+
+namespace ckpt::testing {
+namespace {
+
+namespace fs = std::filesystem;
+
+const TensorSpec kWeight{"model.w", DType::kF32, {128, 256}};
+const TensorSpec kBias{"model.b", DType::kBF16, {256}};
+
+std::string Ckpt(const std::string& args) { return StrCat(CKPT_BIN, " ", args, " 2>&1"); }
+
+// Saves `step` with values seeded by it, through a fresh Checkpointer (as a
+// restarted job would).
+absl::Status SaveOne(const std::string& uri, int64_t step, int keep_last = 0, bool allow_older = false) {
+  CheckpointerOptions o;
+  o.uri = uri;
+  o.codec = Codec::kZstd;
+  o.engine_options.block_size = 64 << 10;
+  o.engine_options.staging_bytes = 4 << 20;
+  o.retention.keep_last = keep_last;
+  CKPT_ASSIGN_OR_RETURN(auto cp, Checkpointer::Open(o));
+  std::vector<OwnedShard> shards = {MakeShard(kWeight, Box::Whole(kWeight.shape), static_cast<uint64_t>(step)),
+                                    MakeShard(kBias, Box::Whole(kBias.shape), static_cast<uint64_t>(step))};
+  State state = StateOf(shards);
+  const std::string pos = std::to_string(step);
+  CKPT_RETURN_IF_ERROR(state.AddBlob("position", pos.data(), pos.size(), BlobScope::kGlobal));
+  SaveOptions so;
+  so.allow_older_step = allow_older;
+  so.metadata["run"] = "integrity";
+  CKPT_ASSIGN_OR_RETURN(SaveHandle h, cp->Save(step, state, so));
+  return h.Wait();
+}
+
+// Step -> state of every step directory of a root. With `as_opened`, a
+// step whose only damage is a missing MANIFEST.copy counts as committed:
+// opening a Checkpointer writes the copy (HealManifestCopies) before its
+// cleanup runs.
+std::map<int64_t, StepState> States(const std::string& uri, bool as_opened = false) {
+  std::map<int64_t, StepState> out;
+  auto storage = OpenStorage(uri);
+  if (!storage.ok()) return out;
+  auto steps = ListCheckpointSteps(**storage);
+  if (!steps.ok()) return out;
+  for (const StepInfo& s : *steps) {
+    const bool healable = s.state == StepState::kDamaged &&
+                          // MANIFEST's own problem would come first
+                          s.damage.rfind(StrCat(StepDir(s.step), "/MANIFEST.copy is missing"), 0) == 0;
+    out[s.step] = as_opened && healable ? StepState::kCommitted : s.state;
+  }
+  return out;
+}
+
+// A root of committed steps 10, 20, ..., 120 plus the leftovers of two
+// killed saves (an older and a newer partial step).
+void MakeRoot(const std::string& uri, const std::string& dir) {
+  for (int64_t step = 10; step <= 120; step += 10) ASSERT_OK(SaveOne(uri, step));
+  for (int64_t partial : {55, 130}) {
+    const std::string sd = StrCat(dir, "/", StepDir(partial));
+    fs::create_directories(sd);
+    WriteFile(StrCat(sd, "/", DataFileName(0)), std::string(20000, 'p'));
+    WriteFile(StrCat(sd, "/", ReportName(0)), "half a report");
+  }
+}
+
+// Every regular file of committed steps, and LATEST.
+std::vector<std::string> CommittedFiles(const std::string& dir) {
+  std::vector<std::string> files;
+  for (const auto& e : fs::recursive_directory_iterator(dir)) {
+    if (!e.is_regular_file()) continue;
+    const std::string parent = e.path().parent_path().filename().string();
+    const auto step = ParseStepDir(parent);
+    if (step && (*step == 55 || *step == 130)) continue;  // partial: not a checkpoint
+    files.push_back(e.path().string());
+  }
+  std::sort(files.begin(), files.end());
+  return files;
+}
+
+bool IsMetadata(const std::string& name) {
+  return name == "MANIFEST" || name == "MANIFEST.copy" || name == "LATEST";
+}
+
+void CopyTree(const std::string& from, const std::string& to) {
+  fs::remove_all(to);
+  fs::copy(from, to, fs::copy_options::recursive);
+}
+
+struct CampaignFigures {
+  int flips = 0, truncations = 0, deletions = 0;
+  int found = 0, named = 0, repaired = 0, data_left_reported = 0;
+};
+
+// One root layout per backend: where its files live on disk (`dir`, the
+// tier that is damaged) and the URI that opens it.
+struct Backend {
+  std::string name;
+  std::string uri;      // what jobs and the CLI open
+  std::string dir;      // the directory whose files are damaged
+  std::string verify;   // what `ckpt verify`/`repair` are given
+};
+
+Backend MakeBackend(const std::string& kind, const TempDir& tmp) {
+  if (kind == "hdf5") return {kind, "hdf5://" + tmp.Join("root"), tmp.Join("root"), "hdf5://" + tmp.Join("root")};
+  if (kind == "tiered") {
+    const std::string uri = "tiered://?local=" + tmp.Join("root") + "&durable=" + tmp.Join("durable");
+    return {kind, uri, tmp.Join("root"), uri};
+  }
+  return {kind, tmp.Join("root"), tmp.Join("root"), tmp.Join("root")};
+}
+
+class DamageCampaign : public ::testing::TestWithParam<std::string> {};
+
+// Random single-bit flips, truncations and deletions of every file of every
+// committed step and of LATEST, each on a fresh copy of the root: verify
+// --all exits 1 and names the file; a following save (keep the newest 4)
+// and its cleanup remove no damaged step and none that retention keeps;
+// metadata damage is repaired by `ckpt repair` and verify --all exits 0.
+TEST_P(DamageCampaign, EveryDamageIsFoundNamedKeptAndMetadataRepaired) {
+  const std::string kind = GetParam();
+  TempDir tmp;
+  Backend b = MakeBackend(kind, tmp);
+  MakeRoot(b.uri, b.dir);
+  if (kind == "tiered") {
+    auto s = OpenStorage(b.uri);
+    ASSERT_OK(s);
+    ASSERT_OK((*s)->WaitReplicated());
+  }
+  const std::string pristine = tmp.Join("pristine"), pristine_durable = tmp.Join("pristine-durable");
+  CopyTree(b.dir, pristine);
+  if (kind == "tiered") CopyTree(tmp.Join("durable"), pristine_durable);
+  const std::map<int64_t, StepState> before = States(b.uri);
+  ASSERT_EQ(before.size(), 14u);
+  const std::vector<std::string> files = CommittedFiles(b.dir);
+  ASSERT_GE(files.size(), 12u * 3 + 1);
+
+  // CI runs a short campaign; scripts/reliability-campaign.sh a long one.
+  const int default_rounds = kind == "file" ? 220 : 40;
+  const int rounds = std::getenv("CKPT_INTEGRITY_ROUNDS") ? std::atoi(std::getenv("CKPT_INTEGRITY_ROUNDS"))
+                                                          : default_rounds;
+  std::mt19937_64 rng(kind == "file" ? 16 : kind == "hdf5" ? 17 : 18);
+  CampaignFigures fig;
+  for (int round = 0; round < rounds; ++round) {
+    CopyTree(pristine, b.dir);
+    if (kind == "tiered") CopyTree(pristine_durable, tmp.Join("durable"));
+    const std::string& f = files[rng() % files.size()];
+    const std::string name = fs::path(f).filename().string();
+    const std::string rel = fs::relative(f, b.dir).string();
+    const uint64_t size = fs::file_size(f);
+    // Ten flips for every truncation or deletion.
+    const int what = static_cast<int>(rng() % 11);
+    std::string damage;
+    if (what < 9 || size == 0) {
+      const uint64_t off = rng() % std::max<uint64_t>(size, 1);
+      const int bit = static_cast<int>(rng() % 8);
+      FlipBit(f, off, bit);
+      damage = StrCat("bit ", bit, " of byte ", off);
+      ++fig.flips;
+    } else if (what == 9) {
+      const uint64_t keep = rng() % size;
+      fs::resize_file(f, keep);
+      damage = StrCat("truncated to ", keep, " bytes");
+      ++fig.truncations;
+    } else {
+      fs::remove(f);
+      damage = "deleted";
+      ++fig.deletions;
+    }
+    const std::string where = StrCat("round ", round, ": ", rel, " ", damage);
+
+    // 1. verify --all finds it and names the file (metadata damage is
+    //    found without reading the blocks).
+    auto v = RunCommand(Ckpt(StrCat("verify '", b.verify, "' --all", IsMetadata(name) ? " --fast" : "")));
+    EXPECT_EQ(v.code, 1) << where << "\n" << v.out;
+    fig.found += v.code == 1;
+    const bool named = v.out.find(name == "LATEST" ? "LATEST" : rel) != std::string::npos ||
+                       v.out.find(name) != std::string::npos;
+    EXPECT_TRUE(named) << where << "\n" << v.out;
+    fig.named += named;
+
+    // 2. A following save and its cleanup keep every damaged step and the
+    //    newest intact ones.
+    const std::map<int64_t, StepState> damaged_view = States(b.uri, /*as_opened=*/true);
+    ASSERT_OK(SaveOne(b.uri, 200, /*keep_last=*/4));
+    const std::map<int64_t, StepState> after = States(b.uri);
+    std::vector<int64_t> intact;
+    for (const auto& [step, state] : damaged_view) {
+      if (state == StepState::kDamaged) {
+        EXPECT_TRUE(after.count(step)) << where << ": damaged step " << step << " was removed";
+      }
+      if (state == StepState::kCommitted) intact.push_back(step);
+    }
+    // Step 200 is one of the four kept.
+    for (size_t i = intact.size() >= 3 ? intact.size() - 3 : 0; i < intact.size(); ++i) {
+      EXPECT_TRUE(after.count(intact[i])) << where << ": kept step " << intact[i] << " was removed";
+    }
+    EXPECT_FALSE(after.count(55)) << where << ": the older leftover was not collected";
+    EXPECT_EQ(after.count(200), 1u) << where;
+
+    // 3. Metadata is rebuilt from itself (a tiered root rebuilds data from
+    //    its other tier too); other data damage stays reported, unless
+    //    retention removed the step that held it.
+    auto r = RunCommand(Ckpt(StrCat("repair '", b.verify, "' --json")));
+    auto again = RunCommand(Ckpt(StrCat("verify '", b.verify, "' --all")));
+    const auto damaged_step = ParseStepDir(fs::path(f).parent_path().filename().string());
+    const bool gone = damaged_step && !after.count(*damaged_step);
+    if (IsMetadata(name) || kind == "tiered" || gone) {
+      EXPECT_EQ(again.code, 0) << where << "\nrepair: " << r.out << "\nverify: " << again.out;
+      fig.repaired += again.code == 0;
+    } else {
+      EXPECT_EQ(again.code, 1) << where << "\n" << again.out;
+      fig.data_left_reported += again.code == 1;
+    }
+  }
+  std::printf("%s campaign: %d flips, %d truncations, %d deletions: %d found (exit 1), %d named their file, "
+              "%d metadata repairs verified, %d data damages still reported after repair\n",
+              kind.c_str(), fig.flips, fig.truncations, fig.deletions, fig.found, fig.named, fig.repaired,
+              fig.data_left_reported);
+  EXPECT_EQ(fig.found, rounds);
+  EXPECT_EQ(fig.named, rounds);
+}
+
+INSTANTIATE_TEST_SUITE_P(Backends, DamageCampaign, ::testing::Values("file", "hdf5", "tiered"),
+                         [](const ::testing::TestParamInfo<std::string>& i) { return i.param; });
+
+// Regression: one flipped bit in an older step's MANIFEST made `verify
+// --all` leave that step out and exit 0.
+TEST(Integrity, VerifyAllReportsADamagedOlderStep) {
+  TempDir tmp;
+  const std::string root = tmp.Join("root");
+  for (int64_t step = 1; step <= 11; ++step) ASSERT_OK(SaveOne(root, step));
+  FlipBit(StrCat(root, "/", StepDir(7), "/MANIFEST"), 70, 3);
+  auto v = RunCommand(Ckpt(StrCat("verify ", root, " --all --json")));
+  EXPECT_EQ(v.code, 1) << v.out;
+  EXPECT_NE(v.out.find("\"step\":7,\"state\":\"damaged\""), std::string::npos) << v.out;
+  EXPECT_NE(v.out.find(StrCat(StepDir(7), "/MANIFEST")), std::string::npos) << v.out;
+  auto list = RunCommand(Ckpt(StrCat("list ", root)));
+  EXPECT_EQ(list.code, 1) << list.out;
+  EXPECT_NE(list.out.find("damaged"), std::string::npos) << list.out;
+}
+
+// Regression: one flipped bit in the MANIFEST of the step LATEST names made
+// `verify` check the step before and exit 0, `list` call the step partial,
+// and the next save delete it. Both manifests damaged now: verify exits 1,
+// a restore refuses to go back silently, and nothing removes the step.
+TEST(Integrity, DamagedLatestStepIsLoudAndNeverCollected) {
+  TempDir tmp;
+  const std::string root = tmp.Join("root");
+  for (int64_t step = 1; step <= 11; ++step) ASSERT_OK(SaveOne(root, step));
+  const std::string sd = StrCat(root, "/", StepDir(11));
+  FlipBit(sd + "/MANIFEST", 70, 3);
+  auto v = RunCommand(Ckpt(StrCat("verify ", root)));
+  EXPECT_EQ(v.code, 1) << v.out;
+  EXPECT_NE(v.out.find("step 11: DAMAGED"), std::string::npos) << v.out;
+  // The copy stands in: the step loads, and says what it met.
+  std::vector<OwnedShard> out = {EmptyShard(kWeight, Box::Whole(kWeight.shape))};
+  State target = StateOf(out);
+  auto storage = OpenStorage(root);
+  ASSERT_OK(storage);
+  auto loaded = LoadCheckpoint(**storage, target);
+  ASSERT_OK(loaded);
+  EXPECT_EQ(loaded->step, 11);
+  EXPECT_NE(loaded->damage_note.find("read from MANIFEST.copy"), std::string::npos) << loaded->damage_note;
+  EXPECT_EQ(Mismatches(out[0], 11), 0);
+  FlipBit(sd + "/MANIFEST.copy", 70, 3);
+  auto refused = LoadCheckpoint(**storage, target);
+  ASSERT_TRUE(absl::IsDataLoss(refused.status())) << refused.status();
+  EXPECT_NE(refused.status().message().find("step 11 is committed but damaged"), std::string::npos);
+  LoadOptions fallback;
+  fallback.allow_fallback = true;
+  auto older = LoadCheckpoint(**storage, target, kLatestStep, 0, fallback);
+  ASSERT_OK(older);
+  EXPECT_EQ(older->step, 10);
+  EXPECT_EQ(older->fell_back_from, 11);
+  // The next save (with retention) and an explicit gc keep it.
+  ASSERT_OK(SaveOne(root, 12, /*keep_last=*/2));
+  EXPECT_TRUE(fs::exists(sd + "/" + DataFileName(0)));
+  auto gc = RunCommand(Ckpt(StrCat("gc ", root, " --keep-last 1 --yes")));
+  EXPECT_EQ(gc.code, 0) << gc.out;
+  EXPECT_NE(gc.out.find("kept damaged step 11"), std::string::npos) << gc.out;
+  EXPECT_TRUE(fs::exists(sd + "/" + DataFileName(0)));
+  // Removed only when asked for.
+  gc = RunCommand(Ckpt(StrCat("gc ", root, " --damaged --yes")));
+  EXPECT_EQ(gc.code, 0) << gc.out;
+  EXPECT_NE(gc.out.find("removed damaged step 11 as asked"), std::string::npos) << gc.out;
+  EXPECT_FALSE(fs::exists(sd));
+}
+
+// Metadata survives its own damage: a deleted MANIFEST and a deleted LATEST
+// are rebuilt bit-identically from what the root holds.
+TEST(Integrity, RepairRebuildsManifestAndLatestBitIdentically) {
+  TempDir tmp;
+  const std::string root = tmp.Join("root");
+  for (int64_t step = 1; step <= 3; ++step) ASSERT_OK(SaveOne(root, step));
+  const std::string m = StrCat(root, "/", StepDir(2), "/MANIFEST");
+  const std::string manifest = ReadFile(m), latest = ReadFile(root + "/LATEST");
+  fs::remove(m);
+  fs::remove(root + "/LATEST");
+  EXPECT_EQ(States(root)[2], StepState::kDamaged);  // still committed: the copy proves it
+  auto v = RunCommand(Ckpt(StrCat("verify ", root, " --all")));
+  EXPECT_EQ(v.code, 1) << v.out;
+  EXPECT_NE(v.out.find("LATEST is missing"), std::string::npos) << v.out;
+  auto dry = RunCommand(Ckpt(StrCat("repair ", root, " --dry-run")));
+  EXPECT_EQ(dry.code, 0) << dry.out;
+  EXPECT_FALSE(fs::exists(m));
+  auto r = RunCommand(Ckpt(StrCat("repair ", root)));
+  EXPECT_EQ(r.code, 0) << r.out;
+  EXPECT_EQ(ReadFile(m), manifest);
+  EXPECT_EQ(ReadFile(root + "/LATEST"), latest);
+  EXPECT_EQ(RunCommand(Ckpt(StrCat("verify ", root, " --all"))).code, 0);
+}
+
+// Regression: saving step 150 after 200 with keep-last 1 printed
+// "committed" and the step was gone, removed by its own retention.
+TEST(Integrity, AnOlderStepIsRefusedUnlessAskedAndThenKept) {
+  TempDir tmp;
+  const std::string root = tmp.Join("root");
+  ASSERT_OK(SaveOne(root, 100));
+  ASSERT_OK(SaveOne(root, 200));
+  absl::Status refused = SaveOne(root, 150, /*keep_last=*/1);
+  ASSERT_TRUE(absl::IsFailedPrecondition(refused)) << refused;
+  EXPECT_NE(refused.message().find("not newer than the latest committed step 200"), std::string::npos);
+  EXPECT_FALSE(fs::exists(StrCat(root, "/", StepDir(150))));
+  ASSERT_OK(SaveOne(root, 150, /*keep_last=*/1, /*allow_older=*/true));
+  EXPECT_EQ(States(root)[150], StepState::kCommitted);
+  EXPECT_EQ(States(root)[200], StepState::kCommitted);  // the latest is always kept
+  auto synth = RunCommand(Ckpt(StrCat("synth --out ", root, " --params 1M --step 120 --keep-last 1")));
+  EXPECT_NE(synth.code, 0) << synth.out;
+  EXPECT_NE(synth.out.find("--allow-older"), std::string::npos) << synth.out;
+}
+
+// Regression: "step-200" and "step-0000000200" both parsed as step 200.
+TEST(Integrity, OnlyCanonicalStepDirectoriesAreSteps) {
+  EXPECT_EQ(ParseStepDir("step-0000000200"), std::optional<int64_t>(200));
+  EXPECT_EQ(ParseStepDir("step-200"), std::nullopt);
+  EXPECT_EQ(ParseStepDir("step-00000000200"), std::nullopt);
+  EXPECT_EQ(ParseStepDir(StepDir(12345678901)), std::optional<int64_t>(12345678901));
+  TempDir tmp;
+  const std::string root = tmp.Join("root");
+  ASSERT_OK(SaveOne(root, 200));
+  fs::create_directories(root + "/step-200");
+  WriteFile(root + "/step-200/notes", "not a step");
+  EXPECT_EQ(States(root).size(), 1u);
+  ASSERT_OK(SaveOne(root, 300, /*keep_last=*/1));
+  EXPECT_TRUE(fs::exists(root + "/step-200/notes"));  // not ours: never touched
+}
+
+}  // namespace
+}  // namespace ckpt::testing
