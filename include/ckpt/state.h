@@ -45,13 +45,19 @@ struct Blob {
   int source_rank = -1;
 };
 
+/// Largest blob saved or loaded (1 TiB): checked where a blob enters, from a
+/// caller or a manifest, before anything is allocated for it.
+inline constexpr uint64_t kMaxBlobBytes = uint64_t{1} << 40;
+
 /// An ordered collection of shards and blobs. Not thread-safe; cheap to
 /// build per call, holds no tensor memory itself.
 class State {
  public:
-  /// Adds a shard. Fails (InvalidArgument, naming the tensor) when the box
-  /// does not fit the shape, strides have the wrong rank, data is null for a
-  /// non-empty box, or the same tensor already has an overlapping shard.
+  /// Adds a shard. Fails (InvalidArgument, naming the tensor) when the spec
+  /// breaks a limit (CheckTensorSpec: rank above 32, more than 2^50
+  /// elements), the box does not fit the shape, strides have the wrong rank,
+  /// data is null for a non-empty box, or the same tensor already has an
+  /// overlapping shard.
   absl::Status AddShard(const TensorSpec& spec, const Box& box, void* data,
                         std::vector<int64_t> strides = {});
   /// Convenience: the whole tensor, contiguous.

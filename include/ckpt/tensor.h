@@ -7,11 +7,19 @@
 #include <vector>
 
 #include "absl/container/inlined_vector.h"
+#include "absl/status/status.h"
 #include "ckpt/dtype.h"
 
 namespace ckpt {
 
 using Shape = std::vector<int64_t>;
+
+/// Limits every shape and box is checked against where it enters (State,
+/// the C and Python APIs, manifests, HDF5 imports), before anything is
+/// allocated for it.
+inline constexpr int kMaxTensorRank = 32;
+/// 2^50 elements: 8 PiB of f64, far beyond any tensor, far below overflow.
+inline constexpr int64_t kMaxTensorElements = int64_t{1} << 50;
 
 /// Per-dimension coordinates, stored inline for up to 4 dimensions: plans at
 /// frontier scale hold millions of boxes.
@@ -54,9 +62,15 @@ struct TensorSpec {
   DType dtype = DType::kF32;
   Shape shape;
 
+  /// Product of the shape (saturating; see CheckTensorSpec).
   int64_t NumElements() const;
   bool operator==(const TensorSpec& other) const = default;
 };
+
+/// InvalidArgument naming the tensor when its name is empty, its rank is
+/// above kMaxTensorRank, a dimension is negative, or it has more than
+/// kMaxTensorElements elements.
+absl::Status CheckTensorSpec(const TensorSpec& spec);
 
 /// "[4096, 1024]".
 std::string ShapeToString(const Shape& shape);

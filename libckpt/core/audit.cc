@@ -15,6 +15,7 @@
 #include "ckpt/state.h"
 #include "ckpt/synthetic.h"
 #include "core/root.h"
+#include "plan/cover.h"
 #include "core/value_tally.h"
 #include "format/frame_check.h"
 #include "format/layout.h"
@@ -202,9 +203,29 @@ const char* DiffKindName(TensorDiff::Kind kind) {
   return "?";
 }
 
+namespace {
+
+// Every tensor's chunks must tile it before a byte of it is summarised or
+// compared: overlapping or gapped chunks would count some elements twice
+// and others never.
+absl::Status CheckGeometry(const Manifest& m) {
+  for (const ManifestTensor& t : m.tensors) {
+    std::vector<Box> boxes;
+    boxes.reserve(t.chunks.size());
+    for (const ManifestChunk& c : t.chunks) boxes.push_back(c.box);
+    if (absl::Status s = CheckExactCover(t.spec, boxes); !s.ok()) {
+      return absl::DataLossError(StrCat("step ", m.step, ": ", s.message()));
+    }
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
 absl::StatusOr<std::vector<TensorStats>> ComputeStats(Storage& storage, int64_t step, const AuditOptions& options) {
   CKPT_ASSIGN_OR_RETURN(step, Resolve(storage, step));
   CKPT_ASSIGN_OR_RETURN(Manifest m, ReadManifest(storage, step));
+  CKPT_RETURN_IF_ERROR(CheckGeometry(m));
   const std::vector<const ManifestTensor*> tensors = Selected(m, options.tensor_glob);
   std::map<const ManifestTensor*, ValueTally> acc;
   int64_t total = 0, done = 0;
@@ -282,6 +303,8 @@ absl::StatusOr<std::vector<TensorDiff>> DiffSteps(Storage& a, int64_t step_a, St
   CKPT_ASSIGN_OR_RETURN(step_b, Resolve(b, step_b));
   CKPT_ASSIGN_OR_RETURN(Manifest ma, ReadManifest(a, step_a));
   CKPT_ASSIGN_OR_RETURN(Manifest mb, ReadManifest(b, step_b));
+  CKPT_RETURN_IF_ERROR(CheckGeometry(ma));
+  CKPT_RETURN_IF_ERROR(CheckGeometry(mb));
   auto ha = HashesOf(a, ma);
   auto hb = HashesOf(b, mb);
 

@@ -1,5 +1,7 @@
 #include "format/manifest.h"
 
+#include "ckpt/state.h"
+
 #include <algorithm>
 #include <bit>
 #include <cstring>
@@ -15,7 +17,7 @@ namespace {
 
 constexpr char kManifestMagic[8] = {'C', 'K', 'P', 'T', 'M', 'A', 'N', 'I'};
 constexpr uint64_t kMaxCount = uint64_t{1} << 32;
-constexpr int kMaxRank = 32;
+constexpr int kMaxRank = kMaxTensorRank;
 
 }  // namespace
 
@@ -206,6 +208,9 @@ absl::StatusOr<Manifest> DecodeManifest(std::string_view bytes,
     for (uint64_t d = 0; d < nd && r.ok(); ++d) {
       t.spec.shape.push_back(static_cast<int64_t>(r.Count(uint64_t{1} << 48, "dimension")));
     }
+    if (r.ok()) {
+      if (absl::Status s = CheckTensorSpec(t.spec); !s.ok()) r.Fail(std::string(s.message()));
+    }
     uint64_t nchunks = r.Count(kMaxCount, "chunk count");
     for (uint64_t c = 0; c < nchunks && r.ok(); ++c) {
       ManifestChunk ch;
@@ -242,7 +247,7 @@ absl::StatusOr<Manifest> DecodeManifest(std::string_view bytes,
     ManifestBlob b;
     b.name = r.Str(65536);
     b.rank = static_cast<int32_t>(r.SVar());
-    b.size = r.Var();
+    b.size = r.Count(kMaxBlobBytes, "blob size");
     b.file = static_cast<uint32_t>(r.Count(nfiles, "blob file"));
     b.first_block = r.Var();
     b.block_count = r.Var();

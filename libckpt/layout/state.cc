@@ -26,18 +26,12 @@ absl::Status State::AddShard(const TensorSpec& spec, const Box& box,
   if (spec.fqn.empty()) {
     return absl::InvalidArgumentError("tensor name (fqn) is empty");
   }
-  if (DTypeSize(spec.dtype) == 0) {
+  if (!IsValidDType(static_cast<uint8_t>(spec.dtype)) || DTypeSize(spec.dtype) == 0) {
     return absl::InvalidArgumentError(
         StrCat("tensor '", spec.fqn, "': invalid dtype ",
                      static_cast<int>(spec.dtype)));
   }
-  for (int64_t d : spec.shape) {
-    if (d < 0) {
-      return absl::InvalidArgumentError(StrCat(
-          "tensor '", spec.fqn, "': negative dimension in shape ",
-          ShapeToString(spec.shape)));
-    }
-  }
+  if (absl::Status s = CheckTensorSpec(spec); !s.ok()) return s;
   if (!BoxWithin(box, spec.shape)) {
     return absl::InvalidArgumentError(
         StrCat("tensor '", spec.fqn, "': box ", box.ToString(),
@@ -88,9 +82,9 @@ absl::Status State::AddBlob(std::string name, const void* data, size_t size,
     return absl::InvalidArgumentError(
         StrCat("blob '", name, "': null data"));
   }
-  if (size > (uint64_t{1} << 40)) {
+  if (size > kMaxBlobBytes) {
     return absl::InvalidArgumentError(
-        StrCat("blob '", name, "': ", size, " bytes is too large"));
+        StrCat("blob '", name, "': ", size, " bytes exceeds the limit of ", kMaxBlobBytes));
   }
   for (const Blob& b : blobs_) {
     if (b.name == name) {

@@ -13,11 +13,25 @@ Box Box::Whole(const Shape& shape) {
   return Box(Dims(shape.size(), 0), Dims(shape.begin(), shape.end()));
 }
 
-int64_t Box::Volume() const {
+namespace {
+
+// Product of `dims`, saturating at INT64_MAX (an empty dimension wins).
+// Shapes and boxes are checked against kMaxTensorElements where they enter,
+// so saturation only keeps an unchecked one from being undefined behaviour.
+template <typename Range>
+int64_t SaturatingProduct(const Range& dims) {
   int64_t v = 1;
-  for (int64_t s : sizes) v *= s;
-  return v;
+  bool overflow = false;
+  for (int64_t s : dims) {
+    if (s == 0) return 0;
+    if (!overflow && __builtin_mul_overflow(v, s, &v)) overflow = true;
+  }
+  return overflow ? std::numeric_limits<int64_t>::max() : v;
 }
+
+}  // namespace
+
+int64_t Box::Volume() const { return SaturatingProduct(sizes); }
 
 std::string Box::ToString() const {
   std::string out = "[";
@@ -56,10 +70,36 @@ Box Intersect(const Box& a, const Box& b) {
   return out;
 }
 
-int64_t TensorSpec::NumElements() const {
-  int64_t v = 1;
-  for (int64_t s : shape) v *= s;
-  return v;
+int64_t TensorSpec::NumElements() const { return SaturatingProduct(shape); }
+
+absl::Status CheckTensorSpec(const TensorSpec& spec) {
+  if (spec.fqn.empty()) return absl::InvalidArgumentError("tensor name (fqn) is empty");
+  if (spec.shape.size() > static_cast<size_t>(kMaxTensorRank)) {
+    return absl::InvalidArgumentError(StrCat("tensor '", spec.fqn, "': rank ", spec.shape.size(),
+                                             " exceeds the limit of ", kMaxTensorRank, " dimensions"));
+  }
+  int64_t elements = 1;
+  for (int64_t d : spec.shape) {
+    if (d < 0) {
+      return absl::InvalidArgumentError(
+          StrCat("tensor '", spec.fqn, "': negative dimension in shape ", ShapeToString(spec.shape)));
+    }
+    if (d > kMaxTensorElements) {
+      return absl::InvalidArgumentError(StrCat("tensor '", spec.fqn, "': dimension ", d, " of shape ",
+                                               ShapeToString(spec.shape), " exceeds the limit of ",
+                                               kMaxTensorElements, " elements"));
+    }
+  }
+  for (int64_t d : spec.shape) {
+    if (d == 0) return absl::OkStatus();
+  }
+  for (int64_t d : spec.shape) {
+    if (__builtin_mul_overflow(elements, d, &elements) || elements > kMaxTensorElements) {
+      return absl::InvalidArgumentError(StrCat("tensor '", spec.fqn, "': shape ", ShapeToString(spec.shape),
+                                               " has more than ", kMaxTensorElements, " elements"));
+    }
+  }
+  return absl::OkStatus();
 }
 
 std::string ShapeToString(const Shape& shape) {

@@ -159,8 +159,20 @@ class Loader {
         for (const ManifestChunk& c : t->chunks) b->push_back(c.box);
         idx = std::make_unique<ChunkIndex>(*b);
       }
+      // Geometry, not counts: the chunks must tile the target box (an
+      // overlap and a gap of equal size would balance a count).
+      const std::vector<int64_t> hits = idx->Query(shard.box);
+      {
+        std::vector<const Box*> hit_boxes;
+        hit_boxes.reserve(hits.size());
+        for (int64_t ci : hits) hit_boxes.push_back(&t->chunks[ci].box);
+        if (absl::Status cover = CheckExactCoverOf(t->spec, shard.box, hit_boxes); !cover.ok()) {
+          return absl::DataLossError(StrCat("step ", m_.step, ": ", cover.message(), " (loading box ",
+                                            shard.box.ToString(), ")"));
+        }
+      }
       int64_t covered = 0;
-      for (int64_t ci : idx->Query(shard.box)) {
+      for (int64_t ci : hits) {
         const ManifestChunk* c = &t->chunks[ci];
         Box inter = Intersect(c->box, shard.box);
         covered += inter.Volume();

@@ -10,9 +10,10 @@
 namespace ckpt {
 namespace {
 
+// Checks that the parts of `boxes` inside `region` tile it exactly.
 class CoverChecker {
  public:
-  explicit CoverChecker(const TensorSpec& spec) : spec_(spec) {}
+  CoverChecker(const TensorSpec& spec, const Box& region) : spec_(spec), region_(region) {}
 
   absl::Status Check(std::vector<const Box*> boxes, int d) {
     const int nd = static_cast<int>(spec_.shape.size());
@@ -28,11 +29,11 @@ class CoverChecker {
           ": elements ", Region(), " are covered twice, by chunks ",
           boxes[0]->ToString(), " and ", boxes[1]->ToString()));
     }
-    const int64_t extent = spec_.shape[d];
-    std::vector<int64_t> cuts = {0, extent};
+    const int64_t lo = region_.offsets[d], hi = lo + region_.sizes[d];
+    std::vector<int64_t> cuts = {lo, hi};
     for (const Box* b : boxes) {
-      cuts.push_back(b->offsets[d]);
-      cuts.push_back(b->offsets[d] + b->sizes[d]);
+      cuts.push_back(std::clamp(b->offsets[d], lo, hi));
+      cuts.push_back(std::clamp(b->offsets[d] + b->sizes[d], lo, hi));
     }
     std::sort(cuts.begin(), cuts.end());
     cuts.erase(std::unique(cuts.begin(), cuts.end()), cuts.end());
@@ -76,13 +77,14 @@ class CoverChecker {
       if (i < prefix_.size()) {
         StrAppend(&out, prefix_[i].first, ":", prefix_[i].second);
       } else {
-        StrAppend(&out, 0, ":", spec_.shape[i]);
+        StrAppend(&out, region_.offsets[i], ":", region_.offsets[i] + region_.sizes[i]);
       }
     }
     return out + "]";
   }
 
   const TensorSpec& spec_;
+  const Box& region_;
   std::vector<std::pair<int64_t, int64_t>> prefix_;
 };
 
@@ -102,7 +104,21 @@ absl::Status CheckExactCover(const TensorSpec& spec,
   if (spec.NumElements() == 0) {
     return absl::OkStatus();  // nothing to cover; empty chunks only
   }
-  return CoverChecker(spec).Check(std::move(live), 0);
+  const Box whole = Box::Whole(spec.shape);
+  return CoverChecker(spec, whole).Check(std::move(live), 0);
+}
+
+absl::Status CheckExactCoverOf(const TensorSpec& spec, const Box& region, const std::vector<const Box*>& boxes) {
+  if (region.Empty()) return absl::OkStatus();
+  std::vector<const Box*> live;
+  for (const Box* b : boxes) {
+    if (b->ndim() != region.ndim()) {
+      return absl::DataLossError(StrCat("tensor '", spec.fqn, "' ", ShapeToString(spec.shape), ": chunk ",
+                                        b->ToString(), " has another rank than the tensor"));
+    }
+    if (!Intersect(*b, region).Empty()) live.push_back(b);
+  }
+  return CoverChecker(spec, region).Check(std::move(live), 0);
 }
 
 ChunkIndex::ChunkIndex(const std::vector<Box>& boxes) : boxes_(&boxes) {

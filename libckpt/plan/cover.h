@@ -18,6 +18,12 @@ namespace ckpt {
 absl::Status CheckExactCover(const TensorSpec& spec,
                              const std::vector<Box>& boxes);
 
+/// OK when the parts of `boxes` inside `region` tile it exactly (a load's
+/// target box: what covers it twice or not at all is refused before any byte
+/// is placed). Otherwise DataLoss naming the tensor, the region of elements
+/// and the chunks.
+absl::Status CheckExactCoverOf(const TensorSpec& spec, const Box& region, const std::vector<const Box*>& boxes);
+
 /// Finds the boxes that intersect a query box. Built once per tensor; boxes
 /// are expected not to overlap (queries stay correct if they do, only
 /// slower).

@@ -7,6 +7,7 @@
 // CKPT_INTEGRITY_ROUNDS scales the damage campaign
 // (scripts/reliability-campaign.sh runs it long).
 #include <algorithm>
+#include <limits>
 #include <cstdlib>
 #include <filesystem>
 #include <map>
@@ -19,6 +20,7 @@
 #include "ckpt/verify.h"
 #include "core/root.h"
 #include "format/layout.h"
+#include "format/manifest.h"
 #include "testutil/test_util.h"
 #include "util/errors.h"
 #include "util/strings.h"
@@ -366,6 +368,136 @@ TEST(Integrity, OnlyCanonicalStepDirectoriesAreSteps) {
   EXPECT_EQ(States(root).size(), 1u);
   ASSERT_OK(SaveOne(root, 300, /*keep_last=*/1));
   EXPECT_TRUE(fs::exists(root + "/step-200/notes"));  // not ours: never touched
+}
+
+
+// Regression: a shard of rank 40 was accepted and the save failed at commit
+// ("tensor rank = 40 exceeds the limit 32"); sizes that overflow int64 made
+// Box::Volume undefined behaviour. Limits are checked where a shard enters.
+TEST(Integrity, ShardLimitsAreCheckedWhereTheShardEnters) {
+  std::vector<float> x(1);
+  State state;
+  TensorSpec deep{"deep", DType::kF32, Shape(40, 1)};
+  absl::Status s = state.AddShard(deep, Box::Whole(deep.shape), x.data());
+  ASSERT_TRUE(absl::IsInvalidArgument(s)) << s;
+  EXPECT_NE(s.message().find("tensor 'deep': rank 40 exceeds the limit of 32"), std::string::npos) << s;
+  TensorSpec huge{"huge", DType::kF32, {int64_t{1} << 31, int64_t{1} << 31, 4}};
+  s = state.AddShard(huge, Box({0, 0, 0}, {1, 1, 1}), x.data());
+  ASSERT_TRUE(absl::IsInvalidArgument(s)) << s;
+  EXPECT_NE(s.message().find("more than"), std::string::npos) << s;
+  TensorSpec ok{"ok", DType::kF32, {4}};
+  s = state.AddShard(ok, Box({2}, {4}), x.data());
+  ASSERT_TRUE(absl::IsInvalidArgument(s)) << s;
+  EXPECT_NE(s.message().find("does not fit shape"), std::string::npos) << s;
+  EXPECT_EQ(Box({0, 0}, {int64_t{1} << 40, int64_t{1} << 40}).Volume(), std::numeric_limits<int64_t>::max());
+  EXPECT_EQ(Box({0, 0}, {int64_t{1} << 62, 0}).Volume(), 0);
+}
+
+// Regression: a well-formed manifest whose chunk 1 lay on chunk 0 (some rows
+// covered twice, others never) loaded wrong values: the load counted
+// elements instead of checking boxes. Load, stats and export refuse it,
+// naming the tensor and the boxes.
+TEST(Integrity, OverlappingChunksAreRefusedBeforeAnyByteIsPlaced) {
+  TempDir tmp;
+  const std::string root = tmp.Join("root");
+  {
+    CheckpointerOptions o;
+    o.uri = root;
+    auto cp = Checkpointer::Open(o);
+    ASSERT_OK(cp);
+    std::vector<OwnedShard> halves = {MakeShard(kWeight, Box({0, 0}, {64, 256}), 1),
+                                      MakeShard(kWeight, Box({64, 0}, {64, 256}), 1)};
+    State st = StateOf(halves);
+    auto h = (*cp)->Save(1, st);
+    ASSERT_OK(h);
+    ASSERT_OK(h->Wait());
+  }
+  auto storage = OpenStorage(root);
+  ASSERT_OK(storage);
+  auto m = ReadManifest(**storage, 1);
+  ASSERT_OK(m);
+  ASSERT_EQ(m->tensors[0].chunks.size(), 2u);
+  m->tensors[0].chunks[1].box = Box({32, 0}, {64, 256});  // rows 32..96: 32..64 twice, 96..128 never
+  const std::string bytes = EncodeManifest(*m);
+  for (const char* name : {"MANIFEST", "MANIFEST.copy"}) WriteFile(StrCat(root, "/", StepDir(1), "/", name), bytes);
+  std::vector<OwnedShard> out = {EmptyShard(kWeight, Box::Whole(kWeight.shape))};
+  State target = StateOf(out);
+  auto loaded = LoadCheckpoint(**storage, target);
+  ASSERT_TRUE(absl::IsDataLoss(loaded.status())) << loaded.status();
+  EXPECT_NE(loaded.status().message().find("tensor 'model.w'"), std::string::npos) << loaded.status();
+  EXPECT_NE(loaded.status().message().find("covered twice"), std::string::npos) << loaded.status();
+  // A box that only the intact part covers still loads.
+  std::vector<OwnedShard> top = {EmptyShard(kWeight, Box({0, 0}, {32, 256}))};
+  State top_target = StateOf(top);
+  EXPECT_OK(LoadCheckpoint(**storage, top_target));
+  EXPECT_EQ(Mismatches(top[0], 1), 0);
+  auto stats = RunCommand(Ckpt(StrCat("stats ", root)));
+  EXPECT_NE(stats.code, 0) << stats.out;
+  EXPECT_NE(stats.out.find("covered twice"), std::string::npos) << stats.out;
+  auto exported = RunCommand(Ckpt(StrCat("export ", root, " --to ", tmp.Join("x.h5"))));
+  EXPECT_NE(exported.code, 0) << exported.out;
+  EXPECT_NE(exported.out.find("covered twice"), std::string::npos) << exported.out;
+  EXPECT_EQ(RunCommand(Ckpt(StrCat("verify ", root))).code, 1);
+}
+
+// Regression: hostile sizes aborted the CLI (std::bad_alloc, exit 134) or
+// wrapped to zero and were accepted; a u8 dataset tagged bf16 was
+// reinterpreted. Each is now exit 2 with a message.
+TEST(Integrity, HostileSizesAndTagsGetExitTwoAndAMessage) {
+  TempDir tmp;
+  const std::string make = tmp.Join("make.py");
+  WriteFile(make, R"(import sys, h5py, numpy as np
+d = sys.argv[1]
+with h5py.File(d + '/huge.h5', 'w') as f:
+    f.create_dataset('x', shape=(2**40,), dtype='u1')
+with h5py.File(d + '/wrap.h5', 'w') as f:
+    f.create_dataset('x', shape=(2**31, 2**31, 4), dtype='f4', chunks=(1, 1, 4))
+with h5py.File(d + '/tagged.h5', 'w') as f:
+    ds = f.create_dataset('x', data=np.arange(8, dtype='u1'))
+    ds.attrs['ckpt_dtype'] = np.bytes_('bf16')
+with h5py.File(d + '/blob.h5', 'w') as f:
+    f.create_dataset('_ckpt_blobs/b', shape=(2**42,), dtype='u1')
+)");
+  auto made = RunCommand(StrCat("/usr/bin/python3 ", make, " ", tmp.path(), " 2>&1"));
+  ASSERT_EQ(made.code, 0) << made.out;
+  EXPECT_LT(fs::file_size(tmp.Join("huge.h5")), 100000u);
+  struct Case {
+    const char* file;
+    const char* expect;
+  };
+  for (const Case& c : {Case{"huge.h5", "more than this machine's memory"}, Case{"wrap.h5", "elements"},
+                        Case{"tagged.h5", "tagged ckpt_dtype=bf16 but stored as 1-byte"},
+                        Case{"blob.h5", "must be 1-d bytes, at most"}}) {
+    auto r = RunCommand(Ckpt(StrCat("import ", tmp.Join(c.file), " --out ", tmp.Join(StrCat("root-", c.file)))));
+    EXPECT_EQ(r.code, 2) << c.file << ": " << r.out;
+    EXPECT_NE(r.out.find(c.expect), std::string::npos) << c.file << ": " << r.out;
+  }
+  // A manifest with a 2^47-element dimension or a 2^62-byte blob (valid
+  // checksums): refused with a message, never an abort.
+  const std::string root = tmp.Join("root");
+  ASSERT_OK(SaveOne(root, 1));
+  auto storage = OpenStorage(root);
+  ASSERT_OK(storage);
+  auto m = ReadManifest(**storage, 1);
+  ASSERT_OK(m);
+  Manifest wide = *m;
+  wide.tensors[0].spec.shape = {kBias.shape[0], int64_t{1} << 47};  // model.b gets a second dimension
+  for (ManifestChunk& c : wide.tensors[0].chunks) {
+    c.box = Box({c.box.offsets[0], 0}, {c.box.sizes[0], 1});
+  }
+  for (const char* name : {"MANIFEST", "MANIFEST.copy"}) {
+    WriteFile(StrCat(root, "/", StepDir(1), "/", name), EncodeManifest(wide));
+  }
+  auto r = RunCommand(Ckpt(StrCat("export ", root, " --to ", tmp.Join("w.h5"))));
+  EXPECT_EQ(r.code, 2) << r.out;
+  EXPECT_NE(r.out.find("model.b"), std::string::npos) << r.out;
+  Manifest big_blob = *m;
+  ASSERT_FALSE(big_blob.blobs.empty());
+  big_blob.blobs[0].size = uint64_t{1} << 62;
+  const std::string encoded = EncodeManifest(big_blob);
+  auto decoded = DecodeManifest(encoded, "MANIFEST");
+  ASSERT_FALSE(decoded.ok());
+  EXPECT_NE(decoded.status().message().find("blob size"), std::string::npos) << decoded.status();
 }
 
 }  // namespace

@@ -11,6 +11,8 @@
 //   /_ckpt_blobs/<name>     global blobs, u8 datasets
 //   /_ckpt_blobs/rank-N/<name>  per-rank blobs
 // A '/' in a tensor name makes groups, as in HDF5 paths.
+#include <unistd.h>
+
 #include <hdf5.h>
 
 #include <cstdio>
@@ -124,7 +126,13 @@ int ExportMain(int argc, char** argv, int first) {
   int64_t bytes = 0;
   for (const TensorSummary& t : summary->tensors) {
     const TensorSpec spec{t.fqn, t.dtype, t.shape};
-    std::vector<char> buf(static_cast<size_t>(spec.NumElements()) * DTypeSize(t.dtype));
+    const uint64_t need = static_cast<uint64_t>(spec.NumElements()) * DTypeSize(t.dtype);
+    const uint64_t memory = static_cast<uint64_t>(sysconf(_SC_PHYS_PAGES)) * static_cast<uint64_t>(sysconf(_SC_PAGESIZE));
+    if (need > memory) {
+      return usage(StrCat("tensor '", t.fqn, "' ", ShapeToString(t.shape), " needs ", need,
+                          " bytes, more than this machine's memory (", memory, "); export holds one tensor at a time"));
+    }
+    std::vector<char> buf(static_cast<size_t>(need));
     State target;
     if (absl::Status st = target.AddTensor(spec, buf.data()); !st.ok()) {
       std::fprintf(stderr, "ckpt export: %s\n", std::string(st.message()).c_str());
@@ -226,9 +234,26 @@ int ImportMain(int argc, char** argv, int first) {
     if (rank < 0 || (rank > 0 && H5Sget_simple_extent_dims(space.get(), dims.data(), nullptr) < 0)) {
       return usage(StrCat(in, ": dataset '", name, "' has no simple shape"));
     }
-    int64_t count = 1;
-    for (hsize_t d : dims) count *= static_cast<int64_t>(d);
+    // Sizes are checked before anything is allocated for them.
+    Shape shape;
+    for (hsize_t d : dims) {
+      if (d > static_cast<hsize_t>(kMaxTensorElements)) {
+        return usage(StrCat(in, ": dataset '", name, "' has a dimension of ", d, " elements, beyond the limit of ",
+                            kMaxTensorElements));
+      }
+      shape.push_back(static_cast<int64_t>(d));
+    }
+    if (absl::Status st = CheckTensorSpec(TensorSpec{name, DType::kU8, shape}); !st.ok()) {
+      return usage(StrCat(in, ": ", st.message()));
+    }
+    const int64_t count = TensorSpec{name, DType::kU8, shape}.NumElements();
     if (name.starts_with(std::string(kBlobGroup) + "/")) {
+      const uint64_t memory =
+          static_cast<uint64_t>(sysconf(_SC_PHYS_PAGES)) * static_cast<uint64_t>(sysconf(_SC_PAGESIZE));
+      if (dims.size() != 1 || static_cast<uint64_t>(count) > std::min<uint64_t>(kMaxBlobBytes, memory)) {
+        return usage(StrCat(in, ": blob dataset '", name, "' must be 1-d bytes, at most ",
+                            std::min<uint64_t>(kMaxBlobBytes, memory), " (it declares ", count, ")"));
+      }
       std::string value(static_cast<size_t>(count), '\0');
       if (count > 0 && H5Dread(ds.get(), H5T_STD_U8LE, H5S_ALL, H5S_ALL, H5P_DEFAULT, value.data()) < 0) {
         return usage(StrCat(in, ": cannot read blob dataset '", name, "'"));
@@ -248,19 +273,37 @@ int ImportMain(int argc, char** argv, int first) {
     if (auto attr = ReadStringAttr(ds.get(), "ckpt_dtype")) {
       dtype = ParseDType(*attr);
       if (!dtype) return usage(StrCat(in, ": dataset '", name, "' has unknown ckpt_dtype '", *attr, "'"));
+      // The tag must describe what is stored: export writes each dtype as
+      // one HDF5 type (bool also as h5py's enum).
+      Hid expect = Hdf5TypeOf(*dtype);
+      const bool h5py_bool = *dtype == DType::kBool && H5Tget_class(type.get()) == H5T_ENUM &&
+                             H5Tget_size(type.get()) == 1;
+      if (!h5py_bool && H5Tequal(type.get(), expect.get()) <= 0) {
+        return usage(StrCat(in, ": dataset '", name, "' is tagged ckpt_dtype=", *attr, " but stored as ",
+                            H5Tget_size(type.get()), "-byte ",
+                            H5Tget_class(type.get()) == H5T_FLOAT ? "floats" : "values of another type",
+                            "; refusing to reinterpret it"));
+      }
     } else {
       dtype = InferDType(type.get());
       if (!dtype) return usage(StrCat(in, ": dataset '", name, "' has a type ckpt cannot import"));
     }
     Hid mem = Hdf5TypeOf(*dtype);
     if (*dtype == DType::kBool && H5Tget_class(type.get()) == H5T_ENUM) mem = Hid(H5Tcopy(type.get()), H5Tclose);
-    buffers.emplace_back(static_cast<size_t>(count) * DTypeSize(*dtype));
+    const TensorSpec spec{name, *dtype, shape};
+    // A dataset is read whole: one larger than this machine's memory is
+    // refused before the buffer is made (an HDF5 header may declare any
+    // size and let fill values stand in for the rest).
+    const uint64_t bytes = static_cast<uint64_t>(count) * DTypeSize(*dtype);
+    const uint64_t memory = static_cast<uint64_t>(sysconf(_SC_PHYS_PAGES)) * static_cast<uint64_t>(sysconf(_SC_PAGESIZE));
+    if (bytes > memory) {
+      return usage(StrCat(in, ": dataset '", name, "' ", ShapeToString(shape), " ", DTypeName(*dtype), " needs ", bytes,
+                          " bytes, more than this machine's memory (", memory, ")"));
+    }
+    buffers.emplace_back(static_cast<size_t>(bytes));
     if (count > 0 && H5Dread(ds.get(), mem.get(), H5S_ALL, H5S_ALL, H5P_DEFAULT, buffers.back().data()) < 0) {
       return usage(StrCat(in, ": cannot read dataset '", name, "' as ", DTypeName(*dtype)));
     }
-    Shape shape;
-    for (hsize_t d : dims) shape.push_back(static_cast<int64_t>(d));
-    const TensorSpec spec{name, *dtype, shape};
     if (absl::Status st = state.AddTensor(spec, buffers.back().data()); !st.ok()) {
       return usage(StrCat(in, ": ", st.message()));
     }

@@ -1,6 +1,8 @@
 // ckpt: one command-line tool with git-style subcommands.
 #include <cstdio>
 #include <cstring>
+#include <new>
+#include <stdexcept>
 #include <string>
 
 #include "ckpt/version.h"
@@ -85,7 +87,19 @@ int main(int argc, char** argv) {
     return 0;
   }
   for (const Command& c : kCommands) {
-    if (cmd == c.name) return c.main(argc, argv, 2);
+    if (cmd != c.name) continue;
+    // Sizes from files are checked before they are allocated; this is the
+    // last line for any that a check missed: a message and exit 2, never
+    // an abort.
+    try {
+      return c.main(argc, argv, 2);
+    } catch (const std::bad_alloc&) {
+      std::fprintf(stderr, "ckpt %s: out of memory: the input declares more than can be allocated\n", c.name);
+      return 2;
+    } catch (const std::length_error& e) {
+      std::fprintf(stderr, "ckpt %s: a size in the input is too large (%s)\n", c.name, e.what());
+      return 2;
+    }
   }
   std::fprintf(stderr, "ckpt: unknown command '%s'\n\n", cmd.c_str());
   PrintHelp(stderr);
