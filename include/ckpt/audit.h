@@ -78,6 +78,18 @@ const char* DiffKindName(TensorDiff::Kind kind);
 absl::StatusOr<std::vector<TensorDiff>> DiffSteps(Storage& a, int64_t step_a, Storage& b, int64_t step_b,
                                                   const AuditOptions& options = {});
 
+/// A blob (by name and owning rank) or a metadata entry of two steps.
+struct ItemDiff {
+  enum class Kind { kIdentical, kChanged, kOnlyInA, kOnlyInB };
+  std::string what;  ///< "blob 'rng' (rank 2)", "blob 'config' (global)", "metadata 'lr'"
+  Kind kind = Kind::kIdentical;
+  std::string note;  ///< kChanged: the sizes, or the first differing byte
+};
+
+/// Compares the blobs (by name and rank, byte for byte) and the metadata of
+/// two steps. Sorted: blobs, then metadata.
+absl::StatusOr<std::vector<ItemDiff>> DiffBlobsAndMetadata(Storage& a, int64_t step_a, Storage& b, int64_t step_b);
+
 /// Shell-style glob match ('*' any run, '?' one character).
 bool GlobMatch(std::string_view pattern, std::string_view text);
 

@@ -468,4 +468,71 @@ absl::StatusOr<std::vector<TensorDiff>> DiffSteps(Storage& a, int64_t step_a, St
   return out;
 }
 
+namespace {
+
+std::string BlobLabel(const ManifestBlob& b) {
+  return StrCat("blob '", b.name, "' (", b.rank < 0 ? std::string("global") : StrCat("rank ", b.rank), ")");
+}
+
+absl::StatusOr<std::string> ReadBlob(Storage& storage, const Manifest& m, const ManifestBlob& b) {
+  std::string value;
+  State target;
+  CKPT_RETURN_IF_ERROR(target.AddBlobOut(b.name, &value, b.rank < 0 ? BlobScope::kGlobal : BlobScope::kRank));
+  CKPT_RETURN_IF_ERROR(LoadFromManifest(storage, m, target, std::max(0, b.rank), LoadOptions{}).status());
+  return value;
+}
+
+}  // namespace
+
+absl::StatusOr<std::vector<ItemDiff>> DiffBlobsAndMetadata(Storage& a, int64_t step_a, Storage& b, int64_t step_b) {
+  CKPT_ASSIGN_OR_RETURN(step_a, Resolve(a, step_a));
+  CKPT_ASSIGN_OR_RETURN(step_b, Resolve(b, step_b));
+  CKPT_ASSIGN_OR_RETURN(Manifest ma, ReadManifest(a, step_a));
+  CKPT_ASSIGN_OR_RETURN(Manifest mb, ReadManifest(b, step_b));
+  std::vector<ItemDiff> out;
+  std::map<std::pair<std::string, int32_t>, const ManifestBlob*> blobs_a, blobs_b;
+  for (const ManifestBlob& x : ma.blobs) blobs_a[{x.name, x.rank}] = &x;
+  for (const ManifestBlob& x : mb.blobs) blobs_b[{x.name, x.rank}] = &x;
+  for (const auto& [key, x] : blobs_a) {
+    ItemDiff d;
+    d.what = BlobLabel(*x);
+    auto other = blobs_b.find(key);
+    if (other == blobs_b.end()) {
+      d.kind = ItemDiff::Kind::kOnlyInA;
+    } else {
+      CKPT_ASSIGN_OR_RETURN(std::string va, ReadBlob(a, ma, *x));
+      CKPT_ASSIGN_OR_RETURN(std::string vb, ReadBlob(b, mb, *other->second));
+      if (va != vb) {
+        d.kind = ItemDiff::Kind::kChanged;
+        if (va.size() != vb.size()) {
+          d.note = StrCat(va.size(), " bytes in A, ", vb.size(), " in B");
+        } else {
+          const auto at = std::mismatch(va.begin(), va.end(), vb.begin()).first - va.begin();
+          d.note = StrCat(va.size(), " bytes, first difference at byte ", at);
+        }
+      }
+    }
+    out.push_back(std::move(d));
+  }
+  for (const auto& [key, x] : blobs_b) {
+    if (!blobs_a.count(key)) out.push_back(ItemDiff{BlobLabel(*x), ItemDiff::Kind::kOnlyInB, ""});
+  }
+  for (const auto& [key, value] : ma.metadata) {
+    ItemDiff d{StrCat("metadata '", key, "'"), ItemDiff::Kind::kIdentical, ""};
+    auto other = mb.metadata.find(key);
+    if (other == mb.metadata.end()) {
+      d.kind = ItemDiff::Kind::kOnlyInA;
+    } else if (other->second != value) {
+      d.kind = ItemDiff::Kind::kChanged;
+      d.note = value.size() + other->second.size() <= 160 ? StrCat("'", value, "' in A, '", other->second, "' in B")
+                                                          : StrCat(value.size(), " bytes in A, ", other->second.size(), " in B");
+    }
+    out.push_back(std::move(d));
+  }
+  for (const auto& [key, value] : mb.metadata) {
+    if (!ma.metadata.count(key)) out.push_back(ItemDiff{StrCat("metadata '", key, "'"), ItemDiff::Kind::kOnlyInB, ""});
+  }
+  return out;
+}
+
 }  // namespace ckpt

@@ -298,12 +298,17 @@ TEST(Cli, DiffStatsListAndGc) {
   }
   ASSERT_EQ(Ckpt("synth --out " + b + " --params 1M --mesh tp=4 --step 30 --codec zstd").code, 0);
 
-  // The same synthetic state saved on another mesh with another codec.
-  CliRun same = Ckpt("diff " + a + " " + b + " --json");
+  // The same synthetic state saved on another mesh with another codec: the
+  // tensors are identical; the per-rank blobs and the mesh entry are not.
+  CliRun same = Ckpt("diff " + a + " " + b + " --json --tensors-only");
   EXPECT_EQ(same.code, 0) << same.out;
   EXPECT_TRUE(Has(same.out, "\"different\":0")) << same.out;
+  CliRun whole = Ckpt("diff " + a + " " + b);
+  EXPECT_EQ(whole.code, 1) << whole.out;
+  EXPECT_TRUE(Has(whole.out, "only in B  blob 'rng' (rank 3)")) << whole.out;
+  EXPECT_TRUE(Has(whole.out, "changed    metadata 'synth.mesh': 'tp=2' in A, 'tp=4' in B")) << whole.out;
   // Steps of one root: the generator's values do not depend on the step.
-  CliRun steps = Ckpt("diff " + a + " " + a + " --step-a 10 --step-b 30");
+  CliRun steps = Ckpt("diff " + a + " " + a + " --step-a 10 --step-b 30 --tensors-only");
   EXPECT_EQ(steps.code, 0) << steps.out;
   EXPECT_TRUE(Has(steps.out, "by checksum")) << steps.out;
   // A different seed changes everything.

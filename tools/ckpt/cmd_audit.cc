@@ -140,21 +140,24 @@ int StatsMain(int argc, char** argv, int first) {
 int DiffMain(int argc, char** argv, int first) {
   std::string a, b, glob;
   int64_t step_a = kLatestStep, step_b = kLatestStep;
-  bool json = false, all = false;
-  Args args("diff", "A B [--step-a S] [--step-b S] [--tensor GLOB] [--json]",
+  bool json = false, all = false, tensors_only = false;
+  Args args("diff", "A B [--step-a S] [--step-b S] [--tensor GLOB] [--tensors-only] [--json]",
             "Compares two checkpoints tensor by tensor as global tensors, so they may come\n"
             "from different meshes. A tensor is identical (decided from the stored block\n"
             "checksums without reading data when both were cut the same way) or changed:\n"
             "the count of differing elements, the first one's row-major index, the largest\n"
             "absolute difference and the relative L2 difference. Tensors only in one side\n"
             "and shape or dtype changes are listed. A and B may be the same root with\n"
-            "different steps. Exit 0 identical, 1 differences found, 2 unreadable.");
+            "different steps. Blobs (by name and rank) and metadata entries are compared\n"
+            "too (--tensors-only leaves them out, e.g. across meshes, whose per-rank blobs\n"
+            "differ by construction). Exit 0 identical, 1 differences found, 2 unreadable.");
   args.Positional("A", &a, "first checkpoint root");
   args.Positional("B", &b, "second checkpoint root");
   args.Int("step-a", &step_a, "step of A (default: latest)");
   args.Int("step-b", &step_b, "step of B (default: latest)");
   args.String("tensor", &glob, "only tensors matching this glob");
   args.Switch("all", &all, "also list identical tensors");
+  args.Switch("tensors-only", &tensors_only, "compare tensors only, not blobs and metadata");
   args.Switch("json", &json, "print JSON");
   int exit = 0;
   if (!args.Parse(argc, argv, first, &exit)) return exit;
@@ -169,6 +172,20 @@ int DiffMain(int argc, char** argv, int first) {
   auto diffs = DiffSteps(**sa, step_a, **sb, step_b, o);
   bar.Finish();
   if (!diffs.ok()) return Fail("diff", diffs.status());
+  auto items = tensors_only ? absl::StatusOr<std::vector<ItemDiff>>(std::vector<ItemDiff>{})
+                            : DiffBlobsAndMetadata(**sa, step_a, **sb, step_b);
+  if (!items.ok()) return Fail("diff", items.status());
+  int64_t items_identical = 0, items_different = 0;
+  for (const ItemDiff& d : *items) (d.kind == ItemDiff::Kind::kIdentical ? items_identical : items_different) += 1;
+  auto item_kind = [](ItemDiff::Kind k) {
+    switch (k) {
+      case ItemDiff::Kind::kIdentical: return "identical";
+      case ItemDiff::Kind::kChanged: return "changed";
+      case ItemDiff::Kind::kOnlyInA: return "only_in_a";
+      case ItemDiff::Kind::kOnlyInB: return "only_in_b";
+    }
+    return "?";
+  };
   int64_t identical = 0, by_checksum = 0, different = 0;
   for (const TensorDiff& d : *diffs) {
     if (d.kind == TensorDiff::Kind::kIdentical) {
@@ -197,6 +214,15 @@ int DiffMain(int argc, char** argv, int first) {
       if (!d.note.empty()) w.Field("note", d.note);
       w.EndObject();
     }
+    w.EndArray();
+    w.Field("blobs_and_metadata_identical", items_identical).Field("blobs_and_metadata_different", items_different);
+    w.Key("blobs_and_metadata").BeginArray();
+    for (const ItemDiff& d : *items) {
+      if (d.kind == ItemDiff::Kind::kIdentical && !all) continue;
+      w.BeginObject().Field("name", d.what).Field("kind", item_kind(d.kind));
+      if (!d.note.empty()) w.Field("note", d.note);
+      w.EndObject();
+    }
     w.EndArray().EndObject();
     std::printf("%s\n", w.str().c_str());
   } else {
@@ -216,10 +242,21 @@ int DiffMain(int argc, char** argv, int first) {
         case TensorDiff::Kind::kMismatch: std::printf("  mismatch   %s: %s\n", d.fqn.c_str(), d.note.c_str()); break;
       }
     }
-    std::printf("%lld identical (%lld by checksum), %lld different\n", static_cast<long long>(identical),
-                static_cast<long long>(by_checksum), static_cast<long long>(different));
+    for (const ItemDiff& d : *items) {
+      if (d.kind == ItemDiff::Kind::kIdentical && !all) continue;
+      const char* label = d.kind == ItemDiff::Kind::kIdentical ? "identical"
+                          : d.kind == ItemDiff::Kind::kChanged ? "changed  "
+                          : d.kind == ItemDiff::Kind::kOnlyInA ? "only in A"
+                                                               : "only in B";
+      std::printf("  %s  %s%s%s\n", label, d.what.c_str(), d.note.empty() ? "" : ": ", d.note.c_str());
+    }
+    std::printf("%lld identical (%lld by checksum), %lld different tensors; %lld identical, %lld different blobs "
+                "and metadata entries\n",
+                static_cast<long long>(identical), static_cast<long long>(by_checksum),
+                static_cast<long long>(different), static_cast<long long>(items_identical),
+                static_cast<long long>(items_different));
   }
-  return different > 0 ? kExitProblem : kExitOk;
+  return different > 0 || items_different > 0 ? kExitProblem : kExitOk;
 }
 
 int ListMain(int argc, char** argv, int first) {

@@ -16,6 +16,7 @@
 #include <hdf5.h>
 
 #include <cstdio>
+#include <deque>
 #include <map>
 #include <memory>
 #include <vector>
@@ -36,6 +37,9 @@ namespace ckpt::tools {
 namespace {
 
 constexpr const char* kBlobGroup = "_ckpt_blobs";
+// The step's metadata: datasets "0", "1", ... holding each value as bytes,
+// with the key in a string attribute "key" (keys may hold any character).
+constexpr const char* kMetadataGroup = "_ckpt_metadata";
 
 // The dtype of a dataset written by something other than ckpt export.
 std::optional<DType> InferDType(hid_t type) {
@@ -168,9 +172,21 @@ int ExportMain(int argc, char** argv, int first) {
       return kExitProblem;
     }
   }
+  int index = 0;
+  for (const auto& [key, value] : manifest->metadata) {
+    const std::string name = StrCat(kMetadataGroup, "/", index++);
+    if (!WriteDataset(file.get(), name, H5T_STD_U8LE, {static_cast<hsize_t>(value.size())}, value.data(), "")) {
+      return usage(StrCat("cannot write metadata '", key, "' to ", to));
+    }
+    Hid ds(H5Dopen2(file.get(), name.c_str(), H5P_DEFAULT), H5Dclose);
+    if (!ds.ok() || !WriteHdf5StringAttr(ds.get(), "key", key)) {
+      return usage(StrCat("cannot write metadata '", key, "' to ", to));
+    }
+  }
   if (H5Fflush(file.get(), H5F_SCOPE_GLOBAL) < 0) return usage(StrCat("cannot flush ", to));
-  std::printf("exported step %lld: %zu tensors (%s), %zu blobs to %s\n", static_cast<long long>(step),
-              summary->tensors.size(), HumanBytes(static_cast<double>(bytes)).c_str(), summary->blobs.size(), to.c_str());
+  std::printf("exported step %lld: %zu tensors (%s), %zu blobs, %zu metadata entries to %s\n",
+              static_cast<long long>(step), summary->tensors.size(), HumanBytes(static_cast<double>(bytes)).c_str(),
+              summary->blobs.size(), manifest->metadata.size(), to.c_str());
   return kExitOk;
 }
 
@@ -221,10 +237,14 @@ int ImportMain(int argc, char** argv, int first) {
   }
 
   std::vector<std::vector<char>> buffers;
-  std::vector<std::string> blob_values;
-  State state;
+  std::deque<std::string> blob_values;  // stable addresses for the states
+  // Rank 0 saves the tensors, the global blobs and its own; rank r > 0 its
+  // per-rank blobs: the checkpoint has as many ranks as the export had blob
+  // owners.
+  std::map<int, State> states;
+  states[0];
+  std::map<std::string, std::string> metadata;
   buffers.reserve(found.datasets.size());
-  blob_values.reserve(found.datasets.size());
   for (const std::string& name : found.datasets) {
     Hid ds(H5Dopen2(file.get(), name.c_str(), H5P_DEFAULT), H5Dclose);
     Hid type(H5Dget_type(ds.get()), H5Tclose);
@@ -247,6 +267,18 @@ int ImportMain(int argc, char** argv, int first) {
       return usage(StrCat(in, ": ", st.message()));
     }
     const int64_t count = TensorSpec{name, DType::kU8, shape}.NumElements();
+    if (name.starts_with(std::string(kMetadataGroup) + "/")) {
+      auto key = ReadStringAttr(ds.get(), "key");
+      if (!key || dims.size() != 1 || count > (int64_t{1} << 30)) {
+        return usage(StrCat(in, ": metadata dataset '", name, "' needs a 'key' attribute and at most 1 GiB of bytes"));
+      }
+      std::string value(static_cast<size_t>(count), '\0');
+      if (count > 0 && H5Dread(ds.get(), H5T_STD_U8LE, H5S_ALL, H5S_ALL, H5P_DEFAULT, value.data()) < 0) {
+        return usage(StrCat(in, ": cannot read metadata dataset '", name, "'"));
+      }
+      metadata[*key] = std::move(value);
+      continue;
+    }
     if (name.starts_with(std::string(kBlobGroup) + "/")) {
       const uint64_t memory =
           static_cast<uint64_t>(sysconf(_SC_PHYS_PAGES)) * static_cast<uint64_t>(sysconf(_SC_PAGESIZE));
@@ -259,14 +291,21 @@ int ImportMain(int argc, char** argv, int first) {
         return usage(StrCat(in, ": cannot read blob dataset '", name, "'"));
       }
       const std::string rest = name.substr(std::string(kBlobGroup).size() + 1);
+      blob_values.push_back(std::move(value));
+      const std::string& v = blob_values.back();
+      absl::Status added;
       if (rest.starts_with("rank-")) {
-        if (!rest.starts_with("rank-0/")) continue;  // one rank is imported: rank 0's blobs
-        blob_values.push_back(std::move(value));
-        (void)state.AddBlob(rest.substr(7), blob_values.back().data(), blob_values.back().size(), BlobScope::kRank);
+        const size_t slash = rest.find('/');
+        int64_t rank = -1;
+        if (slash == std::string::npos || !ParseInt64(rest.substr(5, slash - 5), &rank) || rank < 0 ||
+            rank >= (1 << 20)) {
+          return usage(StrCat(in, ": blob dataset '", name, "' is not under ", kBlobGroup, "/rank-N/"));
+        }
+        added = states[static_cast<int>(rank)].AddBlob(rest.substr(slash + 1), v.data(), v.size(), BlobScope::kRank);
       } else {
-        blob_values.push_back(std::move(value));
-        (void)state.AddBlob(rest, blob_values.back().data(), blob_values.back().size(), BlobScope::kGlobal);
+        added = states[0].AddBlob(rest, v.data(), v.size(), BlobScope::kGlobal);
       }
+      if (!added.ok()) return usage(StrCat(in, ": ", added.message()));
       continue;
     }
     std::optional<DType> dtype;
@@ -304,22 +343,39 @@ int ImportMain(int argc, char** argv, int first) {
     if (count > 0 && H5Dread(ds.get(), mem.get(), H5S_ALL, H5S_ALL, H5P_DEFAULT, buffers.back().data()) < 0) {
       return usage(StrCat(in, ": cannot read dataset '", name, "' as ", DTypeName(*dtype)));
     }
-    if (absl::Status st = state.AddTensor(spec, buffers.back().data()); !st.ok()) {
+    if (absl::Status st = states[0].AddTensor(spec, buffers.back().data()); !st.ok()) {
       return usage(StrCat(in, ": ", st.message()));
     }
   }
-  CheckpointerOptions o;
-  o.uri = out;
-  auto cp = Checkpointer::Open(o);
-  if (!cp.ok()) return usage(std::string(cp.status().message()));
-  auto h = (*cp)->Save(step, state);
-  absl::Status st = h.ok() ? h->Wait() : h.status();
+  const int world = states.rbegin()->first + 1;
+  std::vector<std::unique_ptr<Checkpointer>> ranks;
+  std::vector<SaveHandle> handles;
+  SaveOptions so;
+  so.metadata = metadata;
+  for (int r = 0; r < world; ++r) {
+    CheckpointerOptions o;
+    o.uri = out;
+    o.rank = r;
+    o.world_size = world;
+    auto cp = Checkpointer::Open(o);
+    if (!cp.ok()) return usage(std::string(cp.status().message()));
+    ranks.push_back(std::move(cp).value());
+  }
+  absl::Status st;
+  for (int r = 0; r < world && st.ok(); ++r) {
+    auto h = ranks[static_cast<size_t>(r)]->Save(step, states[r], so);
+    if (h.ok()) handles.push_back(std::move(h).value()); else st = h.status();
+  }
+  for (SaveHandle& h : handles) {
+    absl::Status w = h.Wait();
+    if (st.ok()) st = w;
+  }
   if (!st.ok()) {
     std::fprintf(stderr, "ckpt import: %s\n", std::string(st.message()).c_str());
     return kExitProblem;
   }
-  std::printf("imported %zu datasets from %s as step %lld of %s\n", found.datasets.size(), in.c_str(),
-              static_cast<long long>(step), out.c_str());
+  std::printf("imported %zu datasets from %s as step %lld of %s (%d rank(s), %zu metadata entries)\n",
+              found.datasets.size(), in.c_str(), static_cast<long long>(step), out.c_str(), world, metadata.size());
   return kExitOk;
 }
 
