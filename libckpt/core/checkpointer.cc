@@ -422,6 +422,7 @@ class Checkpointer::Impl {
       f.block_count = j.index.size();
       f.block_size = j.block_size;
       f.save_id = j.save_id;
+      f.container_hash = j.container_hash;
       report->files = {f};
       report->write_s = write_s;
       report->bytes_logical = j.bytes_logical;

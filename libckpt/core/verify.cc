@@ -7,6 +7,7 @@
 
 #include "codec/codec.h"
 #include "core/root.h"
+#include "util/hash.h"
 #include "format/frame_check.h"
 #include "format/hdf5_container.h"
 #include "format/layout.h"
@@ -178,9 +179,31 @@ class Verifier {
                   OwnerName(o), OwnerBox(o), path, static_cast<int64_t>((*index)[k].offset));
         }
       }
+      if (IsHdf5DataFile(mf.name) && m_.format_version >= 2) CheckContainer(**f, mf, *index, path);
       indexes_[fi] = std::move(index).value();
       indexed_[fi] = true;  // the file is closed here: roots can have more files than fds
       report_.blocks += static_cast<int64_t>(mf.block_count);
+    }
+  }
+
+  // The bytes of an HDF5 container that libhdf5 wrote (outside the blocks
+  // and the index) against the hash the manifest recorded.
+  void CheckContainer(ReadableFile& f, const ManifestFile& mf, const std::vector<IndexEntry>& index,
+                      const std::string& path) {
+    std::vector<std::pair<uint64_t, uint64_t>> used = {{mf.index_offset, mf.index_len}};
+    for (const IndexEntry& e : index) used.push_back({e.offset, e.frame_len});
+    auto hash = Hdf5MetadataHash(Hdf5MetadataRanges(std::move(used), mf.size),
+                                 [&](uint64_t offset, uint64_t length, char* out) {
+                                   return f.ReadAt(offset, absl::Span<std::byte>(reinterpret_cast<std::byte*>(out),
+                                                                                 length));
+                                 });
+    if (!hash.ok()) {
+      Problem(StrCat(path, ": ", hash.status().message()), "", "", path, -1);
+    } else if (*hash != mf.container_hash) {
+      char got[19], want[19];
+      Problem(StrCat(path, ": the HDF5 structures (the bytes outside the blocks and the index) fail their checksum "
+                     "(xxh3 ", HexHashTo(*hash, got), ", expected ", HexHashTo(mf.container_hash, want), ")"),
+              "", "", path, -1);
     }
   }
 

@@ -1,4 +1,7 @@
 #include "format/hdf5_container.h"
+#include "util/errors.h"
+#include "util/hash.h"
+#include <algorithm>
 
 #include <hdf5.h>
 #include <sys/stat.h>
@@ -66,6 +69,38 @@ std::string Hdf5BlobPath(std::string_view name, int rank) {
 }
 
 bool IsHdf5DataFile(std::string_view name) { return name.ends_with(".h5"); }
+
+std::vector<std::pair<uint64_t, uint64_t>> Hdf5MetadataRanges(std::vector<std::pair<uint64_t, uint64_t>> used,
+                                                              uint64_t file_size) {
+  std::sort(used.begin(), used.end());
+  std::vector<std::pair<uint64_t, uint64_t>> gaps;
+  uint64_t at = 0;
+  for (const auto& [offset, length] : used) {
+    if (length == 0) continue;
+    if (offset > at) gaps.push_back({at, std::min(offset, file_size) - at});
+    at = std::max(at, offset + length);
+    if (at >= file_size) break;
+  }
+  if (at < file_size) gaps.push_back({at, file_size - at});
+  return gaps;
+}
+
+absl::StatusOr<uint64_t> Hdf5MetadataHash(
+    const std::vector<std::pair<uint64_t, uint64_t>>& ranges,
+    const std::function<absl::Status(uint64_t, uint64_t, char*)>& read) {
+  uint64_t total = 0;
+  for (const auto& r : ranges) total += r.second;
+  if (total > (uint64_t{1} << 32)) {
+    return absl::DataLossError(StrCat("the container's own structures span ", total, " bytes; that is not a ckpt container"));
+  }
+  std::string bytes(static_cast<size_t>(total), '\0');
+  size_t at = 0;
+  for (const auto& [offset, length] : ranges) {
+    CKPT_RETURN_IF_ERROR(read(offset, length, bytes.data() + at));
+    at += static_cast<size_t>(length);
+  }
+  return Xxh3(bytes);
+}
 
 std::string Hdf5DataFileName(int rank) {
   char b[32];

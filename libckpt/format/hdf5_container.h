@@ -12,7 +12,9 @@
 #define CKPT_FORMAT_HDF5_CONTAINER_H_
 
 #include <cstdint>
+#include <functional>
 #include <string>
+#include <utility>
 #include <string_view>
 #include <vector>
 
@@ -48,6 +50,18 @@ std::string Hdf5BlobPath(std::string_view name, int rank);
 absl::StatusOr<Hdf5Container> CreateHdf5Container(const std::string& local_path,
                                                   const std::vector<Hdf5Chunk>& chunks,
                                                   uint64_t index_bytes, int64_t step, int rank);
+
+/// The byte ranges of a container that libhdf5 wrote: everything in
+/// [0, file_size) outside `used` (the blocks and the index), ascending.
+std::vector<std::pair<uint64_t, uint64_t>> Hdf5MetadataRanges(std::vector<std::pair<uint64_t, uint64_t>> used,
+                                                              uint64_t file_size);
+
+/// xxh3 of the bytes of `ranges` of a container, concatenated in order, read
+/// through `read(offset, length, out)`. It covers every byte ckpt's own
+/// checksums do not (the manifest records it as the file's container_hash).
+absl::StatusOr<uint64_t> Hdf5MetadataHash(
+    const std::vector<std::pair<uint64_t, uint64_t>>& ranges,
+    const std::function<absl::Status(uint64_t, uint64_t, char*)>& read);
 
 /// Data files of hdf5:// roots end in ".h5".
 bool IsHdf5DataFile(std::string_view name);

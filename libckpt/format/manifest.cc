@@ -72,6 +72,7 @@ std::string EncodeManifest(const Manifest& m) {
     w.Var(f.block_count);
     w.Var(f.block_size);
     w.U64(f.save_id);
+    if (m.format_version >= 2) w.U64(f.container_hash);
   }
   w.Var(m.tensors.size());
   for (const ManifestTensor& t : m.tensors) {
@@ -193,6 +194,7 @@ absl::StatusOr<Manifest> DecodeManifest(std::string_view bytes,
     f.block_count = r.Count(kMaxCount, "block count");
     f.block_size = r.Count(kMaxBlockBytes, "block size");
     f.save_id = r.U64();
+    if (version >= 2) f.container_hash = r.U64();
     m.files.push_back(std::move(f));
   }
   uint64_t ntensors = r.Count(kMaxCount, "tensor count");

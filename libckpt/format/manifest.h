@@ -33,6 +33,10 @@ struct ManifestFile {
   uint64_t block_count = 0;
   uint64_t block_size = 0;  ///< raw bytes per block (the last of a chunk less)
   uint64_t save_id = 0;
+  /// HDF5 containers (version 2 on): xxh3 of every byte libhdf5 wrote, the
+  /// ranges outside the blocks and the index, concatenated in file order.
+  /// 0 for .ckd files, whose every byte has a checksum of its own.
+  uint64_t container_hash = 0;
 };
 
 /// A saved box of a tensor: blocks [first_block, first_block + block_count)

@@ -1,5 +1,9 @@
 #include "pipeline/save_engine.h"
 
+#include <cerrno>
+
+#include <fcntl.h>
+
 #include <sys/resource.h>
 #include <sys/syscall.h>
 #include <unistd.h>
@@ -240,6 +244,26 @@ absl::Status SaveEngine::Run(std::shared_ptr<SaveJob> job,
     }
     j.index_offset = container.index_offset;
     j.file_size = container.file_size;
+    // libhdf5's own bytes get a checksum too: everything outside the data
+    // regions (written later, block by block) and the index.
+    {
+      const uint64_t index_bytes = kIndexHeaderSize + nblocks * kIndexEntrySize;
+      std::vector<std::pair<uint64_t, uint64_t>> used = {{container.index_offset, index_bytes}};
+      for (size_t i = 0; i < pieces.size(); ++i) used.push_back({container.offsets[i], pieces[i].bytes});
+      const int fd = ::open(local.c_str(), O_RDONLY | O_CLOEXEC);
+      if (fd < 0) return absl::InternalError(StrCat("reopening ", local, ": ", std::strerror(errno)));
+      auto hash = Hdf5MetadataHash(Hdf5MetadataRanges(std::move(used), container.file_size),
+                                   [&](uint64_t offset, uint64_t length, char* out) -> absl::Status {
+                                     const ssize_t n = ::pread(fd, out, length, static_cast<off_t>(offset));
+                                     if (n != static_cast<ssize_t>(length)) {
+                                       return absl::DataLossError(StrCat(local, ": short read at byte offset ", offset));
+                                     }
+                                     return absl::OkStatus();
+                                   });
+      ::close(fd);
+      if (!hash.ok()) return hash.status();
+      j.container_hash = *hash;
+    }
     WriteOptions wo;
     wo.direct = false;
     wo.truncate = false;

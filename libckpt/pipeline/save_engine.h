@@ -54,6 +54,8 @@ struct SaveJob {
   int rank = 0;
   int64_t step = 0;
   uint64_t save_id = 0;
+  /// HDF5 containers: xxh3 of the bytes libhdf5 wrote (Hdf5MetadataHash).
+  uint64_t container_hash = 0;
   Codec codec = Codec::kNone;
   int zstd_level = 1;
   bool direct = true;
