@@ -43,6 +43,7 @@ ckpt::DType ParseDType(const std::string& name) {
 struct PyState {
   ckpt::State state;
   std::vector<py::object> owners;
+  std::vector<std::string> read_only;  // shards a load must not write
   std::map<std::string, std::unique_ptr<std::string>> blob_outs;
   std::vector<std::unique_ptr<std::string>> blob_ins;
 };
@@ -175,7 +176,8 @@ PYBIND11_MODULE(_ckpt, m) {
       .def(
           "add_shard",
           [](PyState& s, const std::string& name, const std::string& dtype, std::vector<int64_t> global_shape,
-             std::vector<int64_t> offsets, std::vector<int64_t> sizes, uintptr_t data, py::object owner) {
+             std::vector<int64_t> offsets, std::vector<int64_t> sizes, uintptr_t data, py::object owner,
+             int64_t nbytes, bool writable) {
             if (offsets.size() != global_shape.size() || sizes.size() != global_shape.size()) {
               throw py::value_error("tensor '" + name + "': shape, offsets and sizes need one entry per dimension");
             }
@@ -183,13 +185,37 @@ PYBIND11_MODULE(_ckpt, m) {
             ckpt::Box box;
             box.offsets.assign(offsets.begin(), offsets.end());
             box.sizes.assign(sizes.begin(), sizes.end());
+            Check(ckpt::CheckTensorSpec(spec));
+            if (nbytes < 0) {
+              // The owner says how large the buffer is: numpy arrays and
+              // other buffers by the buffer protocol, torch tensors by
+              // numel() and element_size().
+              if (py::isinstance<py::buffer>(owner)) {
+                py::buffer_info info = owner.cast<py::buffer>().request();
+                nbytes = static_cast<int64_t>(info.size) * static_cast<int64_t>(info.itemsize);
+                writable = writable && !info.readonly;
+              } else if (py::hasattr(owner, "numel") && py::hasattr(owner, "element_size")) {
+                nbytes = owner.attr("numel")().cast<int64_t>() * owner.attr("element_size")().cast<int64_t>();
+              } else {
+                throw py::value_error("tensor '" + name +
+                                      "': pass nbytes (the size of the buffer at data_ptr) or an owner that knows it");
+              }
+            }
+            const int64_t need = box.Volume() * static_cast<int64_t>(ckpt::DTypeSize(spec.dtype));
+            if (need > nbytes) {
+              throw py::value_error("tensor '" + name + "': box " + box.ToString() + " of " + dtype + " needs " +
+                                    std::to_string(need) + " bytes, the buffer holds " + std::to_string(nbytes));
+            }
             Check(s.state.AddShard(spec, box, reinterpret_cast<void*>(data)));
             s.owners.push_back(std::move(owner));
+            if (!writable) s.read_only.push_back(name);
           },
           py::arg("name"), py::arg("dtype"), py::arg("global_shape"), py::arg("offsets"), py::arg("sizes"),
-          py::arg("data_ptr"), py::arg("owner"),
+          py::arg("data_ptr"), py::arg("owner"), py::arg("nbytes") = -1, py::arg("writable") = true,
           "A packed row-major buffer at data_ptr holding the box [offsets, offsets+sizes) of a tensor; "
-          "`owner` is kept alive with the state.")
+          "`owner` is kept alive with the state. The box must fit the buffer: `nbytes`, or what the owner "
+          "reports (buffer protocol, or numel() * element_size()). A state with a read-only shard can be "
+          "saved but not loaded into.")
       .def(
           "add_blob",
           [](PyState& s, const std::string& name, py::bytes data, bool global) {
@@ -273,6 +299,10 @@ PYBIND11_MODULE(_ckpt, m) {
       .def(
           "load",
           [](ckpt::Checkpointer& cp, PyState& state, int64_t step) {
+            if (!state.read_only.empty()) {
+              throw py::value_error("tensor '" + state.read_only.front() +
+                                    "': its buffer is read-only; a load writes into the buffers it is given");
+            }
             absl::StatusOr<ckpt::LoadStats> st;
             {
               py::gil_scoped_release release;

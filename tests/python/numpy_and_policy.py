@@ -41,6 +41,44 @@ def main():
     except (ValueError, RuntimeError) as e:
         assert "3" in str(e), e
 
+    # Buffers the library must not write or misread (regressions: a load
+    # wrote into an immutable bytes object and crashed on a read-only
+    # memmap; a big-endian array was saved as native floats).
+    frozen = np.frombuffer(bytes(a.tobytes()), dtype=np.float32).reshape(a.shape)
+    assert not frozen.flags["WRITEABLE"]
+    r = ckpt.State()
+    ckpt.add_array(r, "a", frozen)
+    cp.save(4, r).wait()  # saving from a read-only array is fine
+    try:
+        cp.load(r, 4)
+        raise AssertionError("a load into a read-only array was accepted")
+    except ValueError as e:
+        assert "'a'" in str(e) and "read-only" in str(e), e
+    np.save(f"{work}/m.npy", a)
+    mm = np.load(f"{work}/m.npy", mmap_mode="r")
+    m = ckpt.State()
+    ckpt.add_array(m, "a", mm)
+    try:
+        cp.load(m, 4)
+        raise AssertionError("a load into a read-only memmap was accepted")
+    except ValueError as e:
+        assert "read-only" in str(e), e
+    try:
+        ckpt.add_array(ckpt.State(), "be", a.astype(">f4"))
+        raise AssertionError("a big-endian array was accepted")
+    except ValueError as e:
+        assert str(e).startswith("be:") and "byte order" in str(e), e
+    try:
+        ckpt.State().add_shard("raw", "float32", [64, 33], [0, 0], [64, 33], a.ctypes.data, None, nbytes=100)
+        raise AssertionError("a box larger than its buffer was accepted")
+    except ValueError as e:
+        assert "raw" in str(e) and "8448 bytes" in str(e), e
+    try:
+        ckpt.State().add_shard("deep", "float32", [1] * 40, [0] * 40, [1] * 40, a.ctypes.data, a)
+        raise AssertionError("a tensor of rank 40 was accepted")
+    except (ValueError, RuntimeError) as e:
+        assert "rank 40 exceeds the limit of 32" in str(e), e
+
     torch.manual_seed(0)
     model = torch.nn.Linear(256, 256)
     policy = ckpt.IntervalPolicy(mtbf_s=3600, restart_s=1, stall_s=0.001, write_s=0.01,
