@@ -14,6 +14,7 @@
 #include <random>
 #include <set>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "ckpt/checkpointer.h"
@@ -22,6 +23,7 @@
 #include "format/layout.h"
 #include "format/manifest.h"
 #include "testutil/test_util.h"
+#include "util/clock.h"
 #include "util/errors.h"
 #include "util/strings.h"
 
@@ -539,6 +541,55 @@ TEST(Integrity, ExportImportKeepsBlobsPerRankAndMetadataAndDiffSeesThem) {
   diff = RunCommand(Ckpt(StrCat("diff ", a, " ", b)));
   EXPECT_EQ(diff.code, 1) << diff.out;
   EXPECT_NE(diff.out.find("only in B  metadata 'note'"), std::string::npos) << diff.out;
+}
+
+
+// Regression: with several ranks, saving an older step with keep-last 1 made
+// the leader's retention remove the step just committed, and the other
+// ranks waited 630 s for a MANIFEST that was gone. Now every rank refuses at
+// once without the option, and with it every rank learns the commit.
+TEST(Integrity, EveryRankLearnsTheOutcomeOfAnOlderStepAtOnce) {
+  TempDir tmp;
+  const std::string root = tmp.Join("root");
+  auto save_all = [&](int64_t step, bool allow_older) -> std::vector<absl::Status> {
+    std::vector<absl::Status> out(2);
+    std::vector<std::thread> threads;
+    for (int r = 0; r < 2; ++r) {
+      threads.emplace_back([&, r] {
+        CheckpointerOptions o;
+        o.uri = root;
+        o.rank = r;
+        o.world_size = 2;
+        o.commit_timeout_s = 20;
+        o.retention.keep_last = 1;
+        o.gc_on_open = false;  // two ranks open concurrently, without a communicator
+        auto cp = Checkpointer::Open(o);
+        if (!cp.ok()) {
+          out[r] = cp.status();
+          return;
+        }
+        std::vector<OwnedShard> half = {MakeShard(kWeight, Box({64 * r, 0}, {64, 256}), static_cast<uint64_t>(step))};
+        State st = StateOf(half);
+        SaveOptions so;
+        so.allow_older_step = allow_older;
+        auto h = (*cp)->Save(step, st, so);
+        out[r] = h.ok() ? h->Wait() : h.status();
+      });
+    }
+    for (auto& t : threads) t.join();
+    return out;
+  };
+  for (int64_t step : {100, 200}) {
+    for (const absl::Status& s : save_all(step, false)) ASSERT_OK(s);
+  }
+  const double t0 = NowSeconds();
+  for (const absl::Status& s : save_all(150, false)) {
+    EXPECT_TRUE(absl::IsFailedPrecondition(s)) << s;
+  }
+  for (const absl::Status& s : save_all(150, true)) EXPECT_OK(s);
+  EXPECT_LT(NowSeconds() - t0, 10) << "a rank waited for an outcome";
+  EXPECT_EQ(States(root)[150], StepState::kCommitted);
+  EXPECT_EQ(States(root)[200], StepState::kCommitted);
 }
 
 }  // namespace
