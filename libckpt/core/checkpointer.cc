@@ -652,9 +652,8 @@ absl::StatusOr<std::unique_ptr<Checkpointer>> Checkpointer::Open(
     auto report = CollectGarbageIn(impl->storage(), gc);
     if (!report.ok() && !absl::IsNotFound(report.status())) return report.status();
     if (report.ok()) {
-      for (const std::string& why : report->reasons) {
-        if (absl::StartsWith(why, "kept")) std::fprintf(stderr, "ckpt: %s\n", why.c_str());
-      }
+      // Every removal, and every damaged step kept, with its reason.
+      for (const std::string& why : report->reasons) std::fprintf(stderr, "ckpt: %s\n", why.c_str());
     }
   }
   if (impl->options().communicator && impl->options().gc_on_open) {

@@ -279,6 +279,12 @@ TEST(Integrity, DamagedLatestStepIsLoudAndNeverCollected) {
   auto v = RunCommand(Ckpt(StrCat("verify ", root)));
   EXPECT_EQ(v.code, 1) << v.out;
   EXPECT_NE(v.out.find("step 11: DAMAGED"), std::string::npos) << v.out;
+  // Every command that reads the step says so.
+  for (const char* cmd : {"inspect", "stats"}) {
+    auto r = RunCommand(Ckpt(StrCat(cmd, " ", root)));
+    EXPECT_NE(r.out.find(StrCat("ckpt ", cmd, ": step 11 is damaged")), std::string::npos) << r.out;
+    EXPECT_NE(r.out.find("read from MANIFEST.copy"), std::string::npos) << r.out;
+  }
   // The copy stands in: the step loads, and says what it met.
   std::vector<OwnedShard> out = {EmptyShard(kWeight, Box::Whole(kWeight.shape))};
   State target = StateOf(out);

@@ -9,6 +9,7 @@
 #include <mutex>
 #include <sstream>
 
+#include "core/root.h"
 #include "synth_job.h"
 #include "util/clock.h"
 #include "util/strings.h"
@@ -201,3 +202,15 @@ void ProgressBar::Finish() {
 
 }  // namespace ckpt::tools
 
+namespace ckpt::tools {
+
+void WarnIfDamaged(Storage& storage, int64_t step, const char* command) {
+  auto ex = ExamineStep(storage, step);
+  if (!ex.ok() || ex->info.state != StepState::kDamaged) return;
+  std::fprintf(stderr, "ckpt %s: step %lld is damaged (%s)%s\n", command, static_cast<long long>(step),
+               ex->info.damage.c_str(),
+               !ex->manifest ? "" : ex->from_copy ? "; its manifest was read from MANIFEST.copy"
+                                                  : "; `ckpt repair` rebuilds it");
+}
+
+}  // namespace ckpt::tools

@@ -8,6 +8,8 @@
 #include <string>
 #include <vector>
 
+#include "ckpt/storage.h"
+
 namespace ckpt::tools {
 
 /// Exit codes of every subcommand (docs/cli.md).
@@ -57,6 +59,12 @@ class Args {
 
 /// Parses "512", "64K", "4M", "1.5G" (1024-based when binary).
 std::optional<int64_t> ParseSize(const std::string& text, bool binary);
+
+/// Says on stderr, as "ckpt COMMAND: ...", when the step a command reads is
+/// damaged (its manifest then comes from the copy): a restore or an audit
+/// never meets damage silently. Steps that cannot be examined say nothing
+/// here; the command's own read reports them.
+void WarnIfDamaged(Storage& storage, int64_t step, const char* command);
 
 /// True when stderr is a terminal (progress bars go there).
 bool StderrIsTty();

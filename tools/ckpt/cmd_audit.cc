@@ -56,6 +56,7 @@ int StatsMain(int argc, char** argv, int first) {
     if (!latest.ok()) return Fail("stats", latest.status());
     step = *latest;
   }
+  WarnIfDamaged(**storage, step, "stats");
   AuditOptions o;
   o.tensor_glob = glob;
   ProgressBar bar("stats");
@@ -169,6 +170,14 @@ int DiffMain(int argc, char** argv, int first) {
   o.tensor_glob = glob;
   ProgressBar bar("diff");
   o.progress = [&](int64_t d, int64_t t) { bar.Update(d, t); };
+  for (auto [st, which] : {std::pair{sa->get(), step_a}, std::pair{sb->get(), step_b}}) {
+    if (which == kLatestStep) {
+      auto latest = LatestCommittedStep(*st);
+      if (!latest.ok()) continue;  // DiffSteps reports it
+      which = *latest;
+    }
+    WarnIfDamaged(*st, which, "diff");
+  }
   auto diffs = DiffSteps(**sa, step_a, **sb, step_b, o);
   bar.Finish();
   if (!diffs.ok()) return Fail("diff", diffs.status());

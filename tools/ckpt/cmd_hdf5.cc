@@ -115,6 +115,7 @@ int ExportMain(int argc, char** argv, int first) {
     if (!latest.ok()) return usage(std::string(latest.status().message()));
     step = *latest;
   }
+  WarnIfDamaged(**storage, step, "export");
   auto summary = SummarizeStep(**storage, step);
   if (!summary.ok()) return usage(std::string(summary.status().message()));
   // Read once; each tensor and blob is then loaded against it.

@@ -57,6 +57,7 @@ int InspectMain(int argc, char** argv, int first) {
     }
     step = *latest;
   }
+  WarnIfDamaged(**storage, step, "inspect");
   auto sum = SummarizeStep(**storage, step);
   if (!sum.ok()) {
     std::fprintf(stderr, "ckpt inspect: %s\n", std::string(sum.status().message()).c_str());
