@@ -55,6 +55,14 @@ struct VerifyReport {
 absl::StatusOr<VerifyReport> VerifyStep(Storage& storage, int64_t step,
                                         const VerifyOptions& options = {});
 
+/// The newest committed step at or below `at_most` (any step when negative)
+/// that passes a fast verification, for restarts: damage to one of its two
+/// manifest files alone does not disqualify it (the other describes it). -1
+/// when none. `log` gets a line for each step passed over, and for one
+/// restored from its intact manifest.
+int64_t NewestRestorableStep(Storage& storage, int64_t at_most,
+                             const std::function<void(const std::string&)>& log);
+
 /// Checks the root's LATEST pointer: nullopt when fine or absent, else what
 /// is wrong with it.
 std::optional<VerifyProblem> CheckLatestPointer(Storage& storage);

@@ -697,22 +697,7 @@ class CoordinatorImpl final : public Coordinator {
       Log(StrCat("cannot open ", options_.root, " to check the restore step: ", storage.status().message()));
       return last_committed_;
     }
-    auto steps = ListCheckpointSteps(**storage);
-    if (!steps.ok()) return last_committed_;
-    std::vector<int64_t> committed;
-    for (const StepInfo& st : *steps) {
-      if (st.committed && st.step <= last_committed_) committed.push_back(st.step);
-    }
-    std::sort(committed.rbegin(), committed.rend());
-    VerifyOptions vo;
-    vo.deep = false;
-    for (int64_t step : committed) {
-      auto report = VerifyStep(**storage, step, vo);
-      if (report.ok() && report->ok()) return step;
-      Log(StrCat("step ", step, " fails verification; not restoring it: ",
-                 report.ok() ? report->problems.front().message : std::string(report.status().message())));
-    }
-    return -1;
+    return NewestRestorableStep(**storage, last_committed_, [this](const std::string& line) { Log(line); });
   }
 
   void EndGeneration(const std::string& reason) {

@@ -351,6 +351,41 @@ absl::StatusOr<VerifyReport> VerifyStep(Storage& storage, int64_t step,
   return v.Run();
 }
 
+int64_t NewestRestorableStep(Storage& storage, int64_t at_most,
+                             const std::function<void(const std::string&)>& log) {
+  auto steps = ListStepsIn(storage);
+  if (!steps.ok()) return -1;
+  std::vector<int64_t> candidates;
+  for (const StepInfo& st : *steps) {
+    if (st.committed && (at_most < 0 || st.step <= at_most)) candidates.push_back(st.step);
+  }
+  std::sort(candidates.rbegin(), candidates.rend());
+  VerifyOptions vo;
+  vo.deep = false;
+  for (int64_t step : candidates) {
+    auto report = VerifyStep(storage, step, vo);
+    std::vector<const VerifyProblem*> blocking;
+    std::string metadata_only;
+    if (report.ok()) {
+      for (const VerifyProblem& p : report->problems) {
+        const bool manifest_file = p.file.ends_with("/MANIFEST") || p.file.ends_with("/MANIFEST.copy");
+        if (manifest_file && report->files > 0) {
+          metadata_only = p.message;
+        } else {
+          blocking.push_back(&p);
+        }
+      }
+    }
+    if (report.ok() && blocking.empty()) {
+      if (!metadata_only.empty()) log(StrCat("restoring step ", step, " from its intact manifest: ", metadata_only));
+      return step;
+    }
+    log(StrCat("step ", step, " fails verification; not restoring it: ",
+               report.ok() ? blocking.front()->message : std::string(report.status().message())));
+  }
+  return -1;
+}
+
 std::optional<VerifyProblem> CheckLatestPointer(Storage& storage) {
   const std::string latest_name(kLatestName);
   // Committed steps, newest first (damaged ones count: they are committed).

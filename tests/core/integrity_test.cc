@@ -598,5 +598,28 @@ TEST(Integrity, EveryRankLearnsTheOutcomeOfAnOlderStepAtOnce) {
   EXPECT_EQ(States(root)[200], StepState::kCommitted);
 }
 
+
+// A restart picks the newest step whose data verifies: a step that only
+// lost one of its two manifest files (its leader died between them) is not
+// passed over for an older one; a step with damaged data is.
+TEST(Integrity, RestartsRestoreAStepWithOneIntactManifest) {
+  TempDir tmp;
+  const std::string root = tmp.Join("root");
+  for (int64_t step : {5, 10}) ASSERT_OK(SaveOne(root, step));
+  fs::remove(StrCat(root, "/", StepDir(10), "/MANIFEST.copy"));
+  auto storage = OpenStorage(root);
+  ASSERT_OK(storage);
+  std::vector<std::string> log;
+  auto keep = [&](const std::string& l) { log.push_back(l); };
+  EXPECT_EQ(NewestRestorableStep(**storage, -1, keep), 10);
+  ASSERT_EQ(log.size(), 1u);
+  EXPECT_NE(log[0].find("restoring step 10 from its intact manifest"), std::string::npos) << log[0];
+  fs::resize_file(StrCat(root, "/", StepDir(10), "/", DataFileName(0)), 100);
+  log.clear();
+  EXPECT_EQ(NewestRestorableStep(**storage, -1, keep), 5);
+  EXPECT_NE(log[0].find("step 10 fails verification"), std::string::npos) << log[0];
+  EXPECT_EQ(NewestRestorableStep(**storage, 4, keep), -1);
+}
+
 }  // namespace
 }  // namespace ckpt::testing
