@@ -92,6 +92,12 @@ int SynthMain(int argc, char** argv, int first) {
     return absl::IsInvalidArgument(job.status()) ? kExitUsage : kExitProblem;
   }
   absl::Status s = (*job)->SaveAsync(step, static_cast<uint64_t>(seed));
+  if (absl::IsFailedPrecondition(s) || absl::IsAlreadyExists(s)) {
+    // The step given does not fit the root (committed, or not newer than
+    // the latest): a usage error, refused before anything was written.
+    std::fprintf(stderr, "ckpt synth: %s\n", std::string(s.message()).c_str());
+    return kExitUsage;
+  }
   auto res = s.ok() ? (*job)->Finish() : absl::StatusOr<SynthSaveResult>(s);
   if (!res.ok()) {
     std::fprintf(stderr, "ckpt synth: save failed: %s\n",
