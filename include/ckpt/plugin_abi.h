@@ -47,7 +47,8 @@ typedef enum ckpt_code {
   CKPT_ERR_NO_SPACE = 5,      /* ENOSPC, quota */
   CKPT_ERR_PERMISSION = 6,
   CKPT_ERR_UNAVAILABLE = 7,   /* transient: worth retrying */
-  CKPT_ERR_INTERNAL = 8
+  CKPT_ERR_INTERNAL = 8,
+  CKPT_ERR_EXISTS = 9         /* put_if_absent: the name is taken */
 } ckpt_code;
 
 /* Capability bits reported by `ckpt plugins`. */
@@ -107,7 +108,20 @@ typedef struct ckpt_storage_plugin {
   ckpt_code (*remove_all)(ckpt_storage* storage, const char* dir, char* err);
   /* Makes a directory's entries durable (may be a no-op where meaningless). */
   ckpt_code (*sync_dir)(ckpt_storage* storage, const char* dir, char* err);
+
+  /* Optional, after every required entry: tables built before it existed
+   * end before it (their struct_size says so) and still load. Creates
+   * `path` with `data` only if no file of that name exists, atomically and
+   * durably; CKPT_ERR_EXISTS when one does. Of several callers racing for
+   * one name exactly one succeeds. Without it the backend cannot take part
+   * in one-writer-per-step claims. */
+  ckpt_code (*put_if_absent)(ckpt_storage* storage, const char* path, const void* data, size_t len,
+                             char* err);
 } ckpt_storage_plugin;
+
+/* The size of a table with every required entry and none of the optional
+ * ones: the smallest struct_size the host accepts. */
+#define CKPT_PLUGIN_REQUIRED_SIZE offsetof(ckpt_storage_plugin, put_if_absent)
 
 typedef const ckpt_storage_plugin* (*ckpt_storage_plugin_entry_fn)(uint32_t host_abi);
 

@@ -137,6 +137,13 @@ class Storage {
   virtual absl::Status PutAtomic(std::string_view path,
                                  absl::Span<const std::byte> data) = 0;
 
+  /// Creates `path` with `data` only if no file of that name exists,
+  /// atomically and durably: of several callers racing for one name exactly
+  /// one succeeds, the others get AlreadyExists and the file keeps the
+  /// winner's bytes. (The claim a save will make on its step.) Backends
+  /// that cannot do this return Unimplemented (the default).
+  virtual absl::Status PutIfAbsent(std::string_view path, absl::Span<const std::byte> data);
+
   /// Reads a whole (small) file.
   virtual absl::StatusOr<std::string> GetAll(std::string_view path);
 
@@ -196,6 +203,9 @@ class ForwardingStorage : public Storage {
   absl::Status PutAtomic(std::string_view path,
                          absl::Span<const std::byte> data) override {
     return base_->PutAtomic(path, data);
+  }
+  absl::Status PutIfAbsent(std::string_view path, absl::Span<const std::byte> data) override {
+    return base_->PutIfAbsent(path, data);
   }
   absl::StatusOr<std::string> GetAll(std::string_view path) override {
     return base_->GetAll(path);

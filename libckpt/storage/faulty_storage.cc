@@ -230,6 +230,15 @@ absl::Status FaultyStorage::PutAtomic(std::string_view path, absl::Span<const st
   return ForwardingStorage::PutAtomic(path, data);
 }
 
+absl::Status FaultyStorage::PutIfAbsent(std::string_view path, absl::Span<const std::byte> data) {
+  Delay();
+  CKPT_RETURN_IF_ERROR(OpFault("put", path, true));
+  bool short_write = false;
+  absl::Status fault = WriteFault(path, 0, data.size(), &short_write);
+  if (!fault.ok()) return fault;  // atomic: nothing of it lands
+  return ForwardingStorage::PutIfAbsent(path, data);
+}
+
 absl::StatusOr<std::vector<DirEntry>> FaultyStorage::List(std::string_view dir) {
   CKPT_RETURN_IF_ERROR(OpFault("list", dir, false));
   return ForwardingStorage::List(dir);

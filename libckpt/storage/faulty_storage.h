@@ -64,6 +64,7 @@ class FaultyStorage : public ForwardingStorage {
                                                              const WriteOptions& options = {}) override;
   absl::StatusOr<std::unique_ptr<ReadableFile>> OpenReadable(std::string_view path) override;
   absl::Status PutAtomic(std::string_view path, absl::Span<const std::byte> data) override;
+  absl::Status PutIfAbsent(std::string_view path, absl::Span<const std::byte> data) override;
   absl::StatusOr<std::vector<DirEntry>> List(std::string_view dir) override;
   absl::Status Remove(std::string_view path) override;
   absl::Status RemoveAll(std::string_view dir) override;

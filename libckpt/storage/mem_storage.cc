@@ -124,6 +124,17 @@ class MemStorage final : public Storage {
     return absl::OkStatus();
   }
 
+  absl::Status PutIfAbsent(std::string_view path, absl::Span<const std::byte> data) override {
+    CKPT_RETURN_IF_ERROR(Check(path));
+    auto file = std::make_shared<MemFile>();
+    file->data.assign(reinterpret_cast<const char*>(data.data()), data.size());
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!files_.emplace(std::string(path), std::move(file)).second) {
+      return absl::AlreadyExistsError(StrCat("mem:", path, " already exists"));
+    }
+    return absl::OkStatus();
+  }
+
   absl::StatusOr<uint64_t> FileSize(std::string_view path) override {
     std::shared_ptr<MemFile> f;
     {

@@ -2,6 +2,8 @@
 // ABI, and adapting their C function table to the Storage interface.
 #include "storage/plugin_storage.h"
 
+#include <cstddef>
+
 #include <dirent.h>
 #include <dlfcn.h>
 
@@ -37,6 +39,7 @@ absl::Status FromCode(ckpt_code code, const char* err, std::string_view what) {
     case CKPT_ERR_NO_SPACE: return absl::ResourceExhaustedError(msg);
     case CKPT_ERR_PERMISSION: return absl::PermissionDeniedError(msg);
     case CKPT_ERR_UNAVAILABLE: return absl::UnavailableError(msg);
+    case CKPT_ERR_EXISTS: return absl::AlreadyExistsError(msg);
     default: return absl::InternalError(msg);
   }
 }
@@ -242,6 +245,17 @@ class PluginStorage : public Storage {
     return FromCode(s_->table->put_atomic(s_->handle, p.c_str(), data.data(), data.size(), err), err,
                     StrCat("atomic write of ", p));
   }
+  absl::Status PutIfAbsent(std::string_view path, absl::Span<const std::byte> data) override {
+    CKPT_RETURN_IF_ERROR(CheckPath(path));
+    const ckpt_storage_plugin* t = s_->table;
+    const bool has = t->struct_size >= offsetof(ckpt_storage_plugin, put_if_absent) + sizeof(t->put_if_absent) &&
+                     t->put_if_absent != nullptr;
+    if (!has) return Storage::PutIfAbsent(path, data);
+    const std::string p(path);
+    char err[CKPT_ERROR_BYTES] = {0};
+    return FromCode(t->put_if_absent(s_->handle, p.c_str(), data.data(), data.size(), err), err,
+                    StrCat("exclusive create of ", p));
+  }
   absl::StatusOr<uint64_t> FileSize(std::string_view path) override {
     CKPT_RETURN_IF_ERROR(CheckPath(path));
     const std::string p(path);
@@ -344,9 +358,9 @@ PluginInfo LoadLocked(const std::string& file) {
                         "; this libckpt speaks version ", CKPT_PLUGIN_ABI_VERSION);
     return info;
   }
-  if (table->struct_size < sizeof(ckpt_storage_plugin)) {
+  if (table->struct_size < CKPT_PLUGIN_REQUIRED_SIZE) {
     info.error = StrCat(file, ": its function table is ", table->struct_size, " bytes, ABI version ",
-                        CKPT_PLUGIN_ABI_VERSION, " needs ", sizeof(ckpt_storage_plugin));
+                        CKPT_PLUGIN_ABI_VERSION, " needs ", CKPT_PLUGIN_REQUIRED_SIZE);
     return info;
   }
   if (!TableComplete(table)) {

@@ -94,6 +94,12 @@ Registry& GetRegistry() {
 
 }  // namespace
 
+absl::Status Storage::PutIfAbsent(std::string_view path, absl::Span<const std::byte> data) {
+  (void)data;
+  return absl::UnimplementedError(StrCat(uri(), ": this backend cannot create ", path,
+                                         " only if it is absent (an atomic create-if-absent)"));
+}
+
 absl::StatusOr<std::string> Storage::GetAll(std::string_view path) {
   CKPT_ASSIGN_OR_RETURN(std::unique_ptr<ReadableFile> f, OpenReadable(path));
   std::string out(f->size(), '\0');

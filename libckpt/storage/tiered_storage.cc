@@ -69,6 +69,16 @@ class TieredStorage : public Storage, public std::enable_shared_from_this<Tiered
     Enqueue(std::string(path), /*atomic=*/true);
     return absl::OkStatus();
   }
+  // Writers meet on the local tier; a name the durable tier already holds
+  // (a step drained and dropped locally) counts as taken too.
+  absl::Status PutIfAbsent(std::string_view path, absl::Span<const std::byte> data) override {
+    auto there = durable_->FileSize(path);
+    if (there.ok()) return absl::AlreadyExistsError(StrCat(path, " already exists on the durable tier"));
+    if (!absl::IsNotFound(there.status())) return there.status();
+    CKPT_RETURN_IF_ERROR(local_->PutIfAbsent(path, data));
+    Enqueue(std::string(path), /*atomic=*/true);
+    return absl::OkStatus();
+  }
   absl::StatusOr<uint64_t> FileSize(std::string_view path) override {
     auto s = local_->FileSize(path);
     if (s.ok() || !absl::IsNotFound(s.status())) return s;

@@ -231,6 +231,36 @@ static void lf_close_readable(ckpt_rfile* f) {
   free(f);
 }
 
+#ifndef LOCALFS_REQUIRED_ENTRIES_ONLY
+/* The bytes go to a temporary file, then link(2) names them only if the
+ * name is free: atomic and exclusive. */
+static ckpt_code lf_put_if_absent(ckpt_storage* s, const char* path, const void* data, size_t len, char* err) {
+  static unsigned long counter = 0;
+  const unsigned long n = __atomic_fetch_add(&counter, 1, __ATOMIC_RELAXED);
+  char full[PATH_MAX], tmp[PATH_MAX + 64], rel_tmp[PATH_MAX + 64];
+  if (!full_path(s, path, full) || make_parents(full) != 0) return sys_fail(err, "creating the directory of", path);
+  snprintf(tmp, sizeof(tmp), "%s.tmp-%ld-%lu", full, (long)getpid(), n);
+  snprintf(rel_tmp, sizeof(rel_tmp), "%s.tmp-%ld-%lu", path, (long)getpid(), n);
+  ckpt_wfile* f = NULL;
+  ckpt_code c = lf_open_writable(s, rel_tmp, &f, err);
+  if (c != CKPT_OK) return c;
+  c = lf_write_at(f, 0, data, len, err);
+  if (c != CKPT_OK) {
+    lf_abort(f);
+    unlink(tmp);
+    return c;
+  }
+  c = lf_finish(f, len, err);
+  if (c == CKPT_OK && link(tmp, full) != 0) {
+    c = errno == EEXIST ? fail(err, CKPT_ERR_EXISTS, "%s already exists", full) : sys_fail(err, "linking", full);
+  }
+  unlink(tmp);
+  if (c != CKPT_OK) return c;
+  if (s->fsync && sync_parent(full) != 0) return sys_fail(err, "syncing the directory of", full);
+  return CKPT_OK;
+}
+#endif
+
 static ckpt_code lf_put_atomic(ckpt_storage* s, const char* path, const void* data, size_t len, char* err) {
   char full[PATH_MAX], tmp[PATH_MAX + 32];
   if (!full_path(s, path, full) || make_parents(full) != 0) return sys_fail(err, "creating the directory of", path);
@@ -335,7 +365,13 @@ static ckpt_code lf_sync_dir(ckpt_storage* s, const char* dir, char* err) {
 
 static const ckpt_storage_plugin kPlugin = {
     .abi_version = CKPT_PLUGIN_ABI_VERSION,
+#ifdef LOCALFS_REQUIRED_ENTRIES_ONLY
+    /* Built as a plugin from before the optional entries (a test of the
+     * host's compatibility): its table ends after sync_dir. */
+    .struct_size = CKPT_PLUGIN_REQUIRED_SIZE,
+#else
     .struct_size = sizeof(ckpt_storage_plugin),
+#endif
     .scheme = LOCALFS_SCHEME,
     .description = "plain files through pread/pwrite, written in C against the plugin ABI",
     .version = "1.0",
@@ -355,6 +391,9 @@ static const ckpt_storage_plugin kPlugin = {
     .remove = lf_remove,
     .remove_all = lf_remove_all,
     .sync_dir = lf_sync_dir,
+#ifndef LOCALFS_REQUIRED_ENTRIES_ONLY
+    .put_if_absent = lf_put_if_absent,
+#endif
 };
 
 __attribute__((visibility("default"))) const ckpt_storage_plugin* ckpt_storage_plugin_entry(uint32_t host_abi) {

@@ -14,6 +14,7 @@
 #include "ckpt/storage.h"
 #include "ckpt/verify.h"
 #include "storage/faulty_storage.h"
+#include "ckpt/plugin_abi.h"
 #include "testutil/test_util.h"
 
 #ifndef CKPT_TEST_PLUGIN_DIR
@@ -91,6 +92,28 @@ TEST(Plugins, BrokenPluginsAreRefusedWithTheReason) {
   auto ok = OpenStorage("localfs://" + t.Join("root"));
   ASSERT_OK(ok);
   EXPECT_EQ((*ok)->caps().engine, "plugin:localfs");
+}
+
+// A plugin built before the optional entries existed (its table ends after
+// sync_dir) still loads and serves checkpoints; it only cannot create a
+// file exclusively.
+TEST(Plugins, TablesWithoutOptionalEntriesStillLoad) {
+  const std::string dir = CKPT_TEST_BAD_PLUGIN_DIR;
+  PluginInfo old = LoadStoragePlugin(dir + "/libckpt-localfs-abi1.so");
+  ASSERT_NE(old.table, nullptr) << old.error;
+  EXPECT_EQ(old.table->struct_size, CKPT_PLUGIN_REQUIRED_SIZE);
+  setenv("CKPT_PLUGIN_PATH", dir.c_str(), 1);
+  TempDir t;
+  auto s = OpenStorage("localfs1://" + t.Join("root"));
+  ASSERT_OK(s);
+  const std::string v = "claim";
+  absl::Status claim = (*s)->PutIfAbsent(
+      "CLAIM", absl::Span<const std::byte>(reinterpret_cast<const std::byte*>(v.data()), v.size()));
+  EXPECT_TRUE(absl::IsUnimplemented(claim)) << claim;
+  auto cp = OpenCp(*s);
+  ASSERT_NE(cp, nullptr);
+  ASSERT_OK(SaveStep(*cp, 1));
+  EXPECT_EQ(LoadAndCount(**s, 1, 1), 0);
 }
 
 TEST(Plugins, CheckpointThroughAPluginLoadsAndVerifies) {

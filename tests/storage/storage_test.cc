@@ -164,6 +164,45 @@ TEST_P(StorageConformance, PutAtomicReplacesWhole) {
   EXPECT_EQ((*entries)[0].name, "LATEST");
 }
 
+// The claim a save makes on its step: created once; of racing creators
+// exactly one wins and the file holds the winner's bytes.
+TEST_P(StorageConformance, PutIfAbsentCreatesOnceAcrossRacingCallers) {
+  ASSERT_OK(storage_->PutIfAbsent("c/CLAIM", AsSpan("first")));
+  absl::Status again = storage_->PutIfAbsent("c/CLAIM", AsSpan("second"));
+  EXPECT_TRUE(absl::IsAlreadyExists(again)) << again;
+  auto v = storage_->GetAll("c/CLAIM");
+  ASSERT_OK(v);
+  EXPECT_EQ(*v, "first");
+  constexpr int kRacers = 8;
+  for (int round = 0; round < 5; ++round) {
+    const std::string name = "race/CLAIM" + std::to_string(round);
+    std::vector<std::thread> threads;
+    std::vector<absl::Status> results(kRacers);
+    std::vector<std::string> payloads(kRacers);
+    for (int i = 0; i < kRacers; ++i) {
+      payloads[i] = "writer " + std::to_string(i) + std::string(1000, 'x');
+      threads.emplace_back([&, i] { results[i] = storage_->PutIfAbsent(name, AsSpan(payloads[i])); });
+    }
+    for (auto& t : threads) t.join();
+    int winners = 0, winner = -1;
+    for (int i = 0; i < kRacers; ++i) {
+      if (results[i].ok()) {
+        ++winners;
+        winner = i;
+      } else {
+        EXPECT_TRUE(absl::IsAlreadyExists(results[i])) << results[i];
+      }
+    }
+    ASSERT_EQ(winners, 1) << name;
+    auto got = storage_->GetAll(name);
+    ASSERT_OK(got);
+    EXPECT_EQ(*got, payloads[winner]);
+  }
+  auto entries = storage_->List("race");
+  ASSERT_OK(entries);
+  EXPECT_EQ(entries->size(), 5u) << "no temporary file left behind";
+}
+
 TEST_P(StorageConformance, ListRemoveAndMissing) {
   WriteWhole("d/b", "2");
   WriteWhole("d/a", "1");
