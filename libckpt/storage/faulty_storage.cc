@@ -221,21 +221,20 @@ absl::StatusOr<std::unique_ptr<ReadableFile>> FaultyStorage::OpenReadable(std::s
   return std::unique_ptr<ReadableFile>(new Reader(this, std::move(base)));
 }
 
-absl::Status FaultyStorage::PutAtomic(std::string_view path, absl::Span<const std::byte> data) {
+absl::Status FaultyStorage::PutFault(std::string_view path, size_t bytes) {
   Delay();
   CKPT_RETURN_IF_ERROR(OpFault("put", path, true));
   bool short_write = false;
-  absl::Status fault = WriteFault(path, 0, data.size(), &short_write);
-  if (!fault.ok()) return fault;  // atomic: nothing of it lands
+  return WriteFault(path, 0, bytes, &short_write);  // atomic: on a fault nothing of it lands
+}
+
+absl::Status FaultyStorage::PutAtomic(std::string_view path, absl::Span<const std::byte> data) {
+  CKPT_RETURN_IF_ERROR(PutFault(path, data.size()));
   return ForwardingStorage::PutAtomic(path, data);
 }
 
 absl::Status FaultyStorage::PutIfAbsent(std::string_view path, absl::Span<const std::byte> data) {
-  Delay();
-  CKPT_RETURN_IF_ERROR(OpFault("put", path, true));
-  bool short_write = false;
-  absl::Status fault = WriteFault(path, 0, data.size(), &short_write);
-  if (!fault.ok()) return fault;  // atomic: nothing of it lands
+  CKPT_RETURN_IF_ERROR(PutFault(path, data.size()));
   return ForwardingStorage::PutIfAbsent(path, data);
 }
 

@@ -84,6 +84,8 @@ class FaultyStorage : public ForwardingStorage {
   int64_t mutating_ops() const { return ops_.load(); }
 
  private:
+  // The faults of one atomic put (put_atomic and put_if_absent alike).
+  absl::Status PutFault(std::string_view path, size_t bytes);
   class Writer;
   class Reader;
   friend class Writer;

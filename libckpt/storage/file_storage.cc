@@ -332,47 +332,31 @@ class FileStorage final : public Storage {
   absl::Status PutAtomic(std::string_view path,
                          absl::Span<const std::byte> data) override {
     CKPT_RETURN_IF_ERROR(CheckRelative(path));
-    std::string full = Full(path);
-    std::string parent = ParentOf(full);
-    CKPT_RETURN_IF_ERROR(MakeDirs(parent));
-    std::string tmp = StrCat(full, ".tmp.", getpid(), ".",
-                                   tmp_counter_.fetch_add(1));
-    int fd = open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-    if (fd < 0) return ErrnoStatus(errno, StrCat("create ", tmp));
-    absl::Status s = WriteAll(fd, data.data(), data.size(), tmp);
-    if (s.ok() && fsync(fd) != 0) s = ErrnoStatus(errno, StrCat("fsync ", tmp));
-    if (close(fd) != 0 && s.ok()) s = ErrnoStatus(errno, StrCat("close ", tmp));
-    if (s.ok() && rename(tmp.c_str(), full.c_str()) != 0) {
-      s = ErrnoStatus(errno, StrCat("rename ", tmp, " to ", full));
-    }
-    if (!s.ok()) {
+    const std::string full = Full(path);
+    CKPT_ASSIGN_OR_RETURN(std::string tmp, WriteTempBeside(full, data));
+    if (rename(tmp.c_str(), full.c_str()) != 0) {
+      absl::Status s = ErrnoStatus(errno, StrCat("rename ", tmp, " to ", full));
       unlink(tmp.c_str());
       return s;
     }
-    return FsyncPath(parent, true);
+    return FsyncPath(ParentOf(full), true);
   }
 
-  // The bytes go to a temporary file first, then link(2) gives them the
-  // name only if nothing has it: atomic and exclusive on local and shared
-  // POSIX filesystems (NFS included), never a partial file under the name.
+  // link(2) gives the temporary file the name only if nothing has it:
+  // atomic and exclusive on local and shared POSIX filesystems (NFS
+  // included), never a partial file under the name.
   absl::Status PutIfAbsent(std::string_view path, absl::Span<const std::byte> data) override {
     CKPT_RETURN_IF_ERROR(CheckRelative(path));
-    std::string full = Full(path);
-    std::string parent = ParentOf(full);
-    CKPT_RETURN_IF_ERROR(MakeDirs(parent));
-    std::string tmp = StrCat(full, ".tmp.", getpid(), ".", tmp_counter_.fetch_add(1));
-    int fd = open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-    if (fd < 0) return ErrnoStatus(errno, StrCat("create ", tmp));
-    absl::Status s = WriteAll(fd, data.data(), data.size(), tmp);
-    if (s.ok() && fsync(fd) != 0) s = ErrnoStatus(errno, StrCat("fsync ", tmp));
-    if (close(fd) != 0 && s.ok()) s = ErrnoStatus(errno, StrCat("close ", tmp));
-    if (s.ok() && link(tmp.c_str(), full.c_str()) != 0) {
+    const std::string full = Full(path);
+    CKPT_ASSIGN_OR_RETURN(std::string tmp, WriteTempBeside(full, data));
+    absl::Status s;
+    if (link(tmp.c_str(), full.c_str()) != 0) {
       s = errno == EEXIST ? absl::AlreadyExistsError(StrCat(full, " already exists"))
                           : ErrnoStatus(errno, StrCat("link ", tmp, " to ", full));
     }
     unlink(tmp.c_str());
     if (!s.ok()) return s;
-    return FsyncPath(parent, true);
+    return FsyncPath(ParentOf(full), true);
   }
 
   absl::StatusOr<uint64_t> FileSize(std::string_view path) override {
@@ -433,6 +417,23 @@ class FileStorage final : public Storage {
   }
 
  private:
+  // Writes `data` durably to a fresh temporary file next to `full` (creating
+  // the directory) and returns its path; the caller names or removes it.
+  absl::StatusOr<std::string> WriteTempBeside(const std::string& full, absl::Span<const std::byte> data) {
+    CKPT_RETURN_IF_ERROR(MakeDirs(ParentOf(full)));
+    std::string tmp = StrCat(full, ".tmp.", getpid(), ".", tmp_counter_.fetch_add(1));
+    int fd = open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    if (fd < 0) return ErrnoStatus(errno, StrCat("create ", tmp));
+    absl::Status s = WriteAll(fd, data.data(), data.size(), tmp);
+    if (s.ok() && fsync(fd) != 0) s = ErrnoStatus(errno, StrCat("fsync ", tmp));
+    if (close(fd) != 0 && s.ok()) s = ErrnoStatus(errno, StrCat("close ", tmp));
+    if (!s.ok()) {
+      unlink(tmp.c_str());
+      return s;
+    }
+    return tmp;
+  }
+
   static absl::Status RemoveTree(const std::string& path) {
     struct stat st;
     if (lstat(path.c_str(), &st) != 0) {

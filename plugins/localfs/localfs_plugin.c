@@ -231,15 +231,15 @@ static void lf_close_readable(ckpt_rfile* f) {
   free(f);
 }
 
-#ifndef LOCALFS_REQUIRED_ENTRIES_ONLY
-/* The bytes go to a temporary file, then link(2) names them only if the
- * name is free: atomic and exclusive. */
-static ckpt_code lf_put_if_absent(ckpt_storage* s, const char* path, const void* data, size_t len, char* err) {
+/* Writes `data` durably to a fresh temporary file next to `path`; its full
+ * name goes to `tmp` (PATH_MAX + 64 bytes). The caller names or removes it. */
+static ckpt_code write_temp(ckpt_storage* s, const char* path, const void* data, size_t len, char* full,
+                            char* tmp, char* err) {
   static unsigned long counter = 0;
   const unsigned long n = __atomic_fetch_add(&counter, 1, __ATOMIC_RELAXED);
-  char full[PATH_MAX], tmp[PATH_MAX + 64], rel_tmp[PATH_MAX + 64];
+  char rel_tmp[PATH_MAX + 64];
   if (!full_path(s, path, full) || make_parents(full) != 0) return sys_fail(err, "creating the directory of", path);
-  snprintf(tmp, sizeof(tmp), "%s.tmp-%ld-%lu", full, (long)getpid(), n);
+  snprintf(tmp, PATH_MAX + 64, "%s.tmp-%ld-%lu", full, (long)getpid(), n);
   snprintf(rel_tmp, sizeof(rel_tmp), "%s.tmp-%ld-%lu", path, (long)getpid(), n);
   ckpt_wfile* f = NULL;
   ckpt_code c = lf_open_writable(s, rel_tmp, &f, err);
@@ -251,7 +251,18 @@ static ckpt_code lf_put_if_absent(ckpt_storage* s, const char* path, const void*
     return c;
   }
   c = lf_finish(f, len, err);
-  if (c == CKPT_OK && link(tmp, full) != 0) {
+  if (c != CKPT_OK) unlink(tmp);
+  return c;
+}
+
+#ifndef LOCALFS_REQUIRED_ENTRIES_ONLY
+/* link(2) names the temporary file only if the name is free: atomic and
+ * exclusive. */
+static ckpt_code lf_put_if_absent(ckpt_storage* s, const char* path, const void* data, size_t len, char* err) {
+  char full[PATH_MAX], tmp[PATH_MAX + 64];
+  ckpt_code c = write_temp(s, path, data, len, full, tmp, err);
+  if (c != CKPT_OK) return c;
+  if (link(tmp, full) != 0) {
     c = errno == EEXIST ? fail(err, CKPT_ERR_EXISTS, "%s already exists", full) : sys_fail(err, "linking", full);
   }
   unlink(tmp);
@@ -262,25 +273,9 @@ static ckpt_code lf_put_if_absent(ckpt_storage* s, const char* path, const void*
 #endif
 
 static ckpt_code lf_put_atomic(ckpt_storage* s, const char* path, const void* data, size_t len, char* err) {
-  char full[PATH_MAX], tmp[PATH_MAX + 32];
-  if (!full_path(s, path, full) || make_parents(full) != 0) return sys_fail(err, "creating the directory of", path);
-  snprintf(tmp, sizeof(tmp), "%s.tmp-%ld", full, (long)getpid());
-  ckpt_wfile* f = NULL;
-  char rel_tmp[PATH_MAX + 32];
-  snprintf(rel_tmp, sizeof(rel_tmp), "%s.tmp-%ld", path, (long)getpid());
-  ckpt_code c = lf_open_writable(s, rel_tmp, &f, err);
+  char full[PATH_MAX], tmp[PATH_MAX + 64];
+  ckpt_code c = write_temp(s, path, data, len, full, tmp, err);
   if (c != CKPT_OK) return c;
-  c = lf_write_at(f, 0, data, len, err);
-  if (c != CKPT_OK) {
-    lf_abort(f);
-    unlink(tmp);
-    return c;
-  }
-  c = lf_finish(f, len, err);
-  if (c != CKPT_OK) {
-    unlink(tmp);
-    return c;
-  }
   if (rename(tmp, full) != 0) {
     c = sys_fail(err, "renaming over", full);
     unlink(tmp);
