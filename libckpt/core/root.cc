@@ -37,6 +37,31 @@ bool Exists(Storage& storage, const std::string& path) {
   return size.ok() || !absl::IsNotFound(size.status());
 }
 
+// The commit mark of a step: its MANIFEST, or the copy standing in for it.
+bool HasCommitMark(Storage& storage, int64_t step) {
+  const std::string dir = StepDir(step);
+  return Exists(storage, StrCat(dir, "/", kManifestName)) || Exists(storage, StrCat(dir, "/", kManifestCopyName));
+}
+
+// Step directories under the root, newest first; NotFound when the root
+// does not exist.
+absl::StatusOr<std::vector<int64_t>> StepDirsNewestFirst(Storage& storage) {
+  auto entries = storage.List("");
+  if (!entries.ok()) {
+    if (absl::IsNotFound(entries.status())) {
+      return absl::NotFoundError(StrCat("checkpoint root ", storage.uri(), " does not exist"));
+    }
+    return entries.status();
+  }
+  std::vector<int64_t> steps;
+  for (const DirEntry& e : *entries) {
+    std::optional<int64_t> step = ParseStepDir(e.name);
+    if (step && e.is_dir) steps.push_back(*step);
+  }
+  std::sort(steps.rbegin(), steps.rend());
+  return steps;
+}
+
 // "PATH: message", unless the message already starts with the path.
 std::string Located(const std::string& path, absl::string_view message) {
   if (absl::StartsWith(message, path)) return std::string(message);
@@ -175,23 +200,10 @@ absl::StatusOr<int64_t> ResolveLatest(Storage& storage, std::string* note) {
   // MANIFEST is lost); LATEST is a pointer written just after, so it can lag
   // by one step after a crash. Whether the newest committed step decodes is
   // for the loader to find out and report, never a reason to skip it.
-  auto entries = storage.List("");
-  if (!entries.ok()) {
-    if (absl::IsNotFound(entries.status())) {
-      return absl::NotFoundError(StrCat("checkpoint root ", storage.uri(), " does not exist"));
-    }
-    return entries.status();
-  }
-  std::vector<int64_t> steps;
-  for (const DirEntry& e : *entries) {
-    std::optional<int64_t> step = ParseStepDir(e.name);
-    if (step && e.is_dir) steps.push_back(*step);
-  }
-  std::sort(steps.rbegin(), steps.rend());
+  CKPT_ASSIGN_OR_RETURN(std::vector<int64_t> steps, StepDirsNewestFirst(storage));
   std::optional<int64_t> best;
   for (int64_t step : steps) {
-    const std::string dir = StepDir(step);
-    if (Exists(storage, StrCat(dir, "/", kManifestName)) || Exists(storage, StrCat(dir, "/", kManifestCopyName))) {
+    if (HasCommitMark(storage, step)) {
       best = step;
       break;
     }
@@ -213,6 +225,12 @@ absl::StatusOr<int64_t> ResolveLatest(Storage& storage, std::string* note) {
   }
   if (!best) return absl::NotFoundError(StrCat("no committed checkpoint under ", storage.uri()));
   return *best;
+}
+
+absl::StatusOr<std::vector<int64_t>> CommittedStepsNewestFirst(Storage& storage) {
+  CKPT_ASSIGN_OR_RETURN(std::vector<int64_t> steps, StepDirsNewestFirst(storage));
+  std::erase_if(steps, [&](int64_t step) { return !HasCommitMark(storage, step); });
+  return steps;
 }
 
 absl::StatusOr<LoadableStep> ResolveLoadable(Storage& storage, int64_t step, bool allow_fallback) {
@@ -257,20 +275,22 @@ absl::StatusOr<LoadableStep> ResolveLoadable(Storage& storage, int64_t step, boo
 
 absl::StatusOr<std::vector<int64_t>> HealManifestCopies(Storage& storage) {
   std::vector<int64_t> healed;
-  auto steps = ListStepsIn(storage);
+  auto steps = StepDirsNewestFirst(storage);
   if (!steps.ok()) {
     if (absl::IsNotFound(steps.status())) return healed;
     return steps.status();
   }
-  for (const StepInfo& s : *steps) {
-    if (s.state != StepState::kDamaged) continue;
-    auto ex = ExamineStep(storage, s.step);
-    if (!ex.ok() || !ex->manifest || ex->from_copy || !ex->manifest_problem.empty()) continue;
-    const std::string copy = StrCat(StepDir(s.step), "/", kManifestCopyName);
-    if (Exists(storage, copy)) continue;  // damaged, not missing: for `ckpt repair`
+  // Only a MANIFEST without its copy is read; existence is checked first.
+  for (int64_t step : *steps) {
+    const std::string dir = StepDir(step);
+    const std::string copy = StrCat(dir, "/", kManifestCopyName);
+    if (!Exists(storage, StrCat(dir, "/", kManifestName)) || Exists(storage, copy)) continue;
+    auto ex = ExamineStep(storage, step);
+    if (!ex.ok() || !ex->manifest || ex->from_copy || ex->copy_problem.empty()) continue;  // v1, or damaged
     CKPT_RETURN_IF_ERROR(storage.PutAtomic(copy, AsBytesView(ex->intact_bytes)));
-    healed.push_back(s.step);
+    healed.push_back(step);
   }
+  std::sort(healed.begin(), healed.end());
   return healed;
 }
 
@@ -372,9 +392,7 @@ absl::Status PublishLatest(Storage& storage, int64_t step) {
   auto text = storage.GetAll(kLatestName);
   if (text.ok()) {
     auto current = DecodeLatest(*text);
-    if (current.ok() && *current > step &&
-        (Exists(storage, StrCat(StepDir(*current), "/", kManifestName)) ||
-         Exists(storage, StrCat(StepDir(*current), "/", kManifestCopyName)))) {
+    if (current.ok() && *current > step && HasCommitMark(storage, *current)) {
       return absl::OkStatus();
     }
   }

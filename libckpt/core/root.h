@@ -47,6 +47,11 @@ absl::StatusOr<Manifest> ReadManifest(Storage& storage, int64_t step, std::strin
 /// another step `*note` (if given) says so. NotFound when none.
 absl::StatusOr<int64_t> ResolveLatest(Storage& storage, std::string* note = nullptr);
 
+/// Committed steps (MANIFEST or its copy exists, decodable or not), newest
+/// first, found without reading a manifest. NotFound when the root does not
+/// exist.
+absl::StatusOr<std::vector<int64_t>> CommittedStepsNewestFirst(Storage& storage);
+
 /// The step a load of "the latest" reads and its manifest: the latest
 /// committed step; when that one is damaged beyond its copy, the newest
 /// intact one if `allow_fallback`, else DataLoss naming both.

@@ -388,14 +388,10 @@ int64_t NewestRestorableStep(Storage& storage, int64_t at_most,
 
 std::optional<VerifyProblem> CheckLatestPointer(Storage& storage) {
   const std::string latest_name(kLatestName);
-  // Committed steps, newest first (damaged ones count: they are committed).
+  // Committed steps, newest first (damaged ones count: they are committed);
+  // which exist is enough, no manifest is read.
   std::vector<int64_t> committed;
-  if (auto steps = ListStepsIn(storage); steps.ok()) {
-    for (const StepInfo& s : *steps) {
-      if (s.state != StepState::kPartial) committed.push_back(s.step);
-    }
-  }
-  std::sort(committed.rbegin(), committed.rend());
+  if (auto steps = CommittedStepsNewestFirst(storage); steps.ok()) committed = std::move(steps).value();
   auto text = storage.GetAll(kLatestName);
   if (!text.ok()) {
     if (!absl::IsNotFound(text.status())) {

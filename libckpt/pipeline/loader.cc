@@ -171,11 +171,9 @@ class Loader {
                                             shard.box.ToString(), ")"));
         }
       }
-      int64_t covered = 0;
       for (int64_t ci : hits) {
         const ManifestChunk* c = &t->chunks[ci];
         Box inter = Intersect(c->box, shard.box);
-        covered += inter.Volume();
         ChunkWork*& w = by_chunk[c];
         if (w == nullptr) {
           work_.push_back(std::make_unique<ChunkWork>());
@@ -187,12 +185,6 @@ class Loader {
           w->stream_bytes = static_cast<uint64_t>(c->box.Volume()) * DTypeSize(t->spec.dtype);
         }
         w->pieces.push_back(Piece{&shard, std::move(inter)});
-      }
-      if (covered != shard.box.Volume()) {
-        return absl::DataLossError(StrCat(
-            "tensor '", shard.spec.fqn, "' box ", shard.box.ToString(), ": step ",
-            m_.step, " covers ", covered, " of its ", shard.box.Volume(),
-            " elements"));
       }
       stats_.bytes_needed += shard.PackedBytes();
     }

@@ -430,10 +430,8 @@ int RepairMetadataOnly(const std::string& dir, int64_t step, bool dry_run, bool 
   auto steps = ListCheckpointSteps(**storage);
   if (!steps.ok()) return Fail("repair", steps.status());
   std::vector<std::string> repaired, lost;
-  int64_t newest = -1;
   for (const StepInfo& s : *steps) {
     if (s.state == StepState::kPartial) continue;
-    newest = std::max(newest, s.step);
     if (step != kLatestStep && s.step != step) continue;
     if (absl::Status r = RepairStepMetadata(**storage, s.step, dry_run, &repaired, &lost); !r.ok()) {
       return Fail("repair", r);

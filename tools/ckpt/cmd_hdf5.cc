@@ -41,6 +41,12 @@ constexpr const char* kBlobGroup = "_ckpt_blobs";
 // with the key in a string attribute "key" (keys may hold any character).
 constexpr const char* kMetadataGroup = "_ckpt_metadata";
 
+// Physical memory: export and import hold one whole tensor (or blob) at a
+// time and refuse one larger than this before allocating it.
+uint64_t MachineMemoryBytes() {
+  return static_cast<uint64_t>(sysconf(_SC_PHYS_PAGES)) * static_cast<uint64_t>(sysconf(_SC_PAGESIZE));
+}
+
 // The dtype of a dataset written by something other than ckpt export.
 std::optional<DType> InferDType(hid_t type) {
   const H5T_class_t cls = H5Tget_class(type);
@@ -132,7 +138,7 @@ int ExportMain(int argc, char** argv, int first) {
   for (const TensorSummary& t : summary->tensors) {
     const TensorSpec spec{t.fqn, t.dtype, t.shape};
     const uint64_t need = static_cast<uint64_t>(spec.NumElements()) * DTypeSize(t.dtype);
-    const uint64_t memory = static_cast<uint64_t>(sysconf(_SC_PHYS_PAGES)) * static_cast<uint64_t>(sysconf(_SC_PAGESIZE));
+    const uint64_t memory = MachineMemoryBytes();
     if (need > memory) {
       return usage(StrCat("tensor '", t.fqn, "' ", ShapeToString(t.shape), " needs ", need,
                           " bytes, more than this machine's memory (", memory, "); export holds one tensor at a time"));
@@ -281,8 +287,7 @@ int ImportMain(int argc, char** argv, int first) {
       continue;
     }
     if (name.starts_with(std::string(kBlobGroup) + "/")) {
-      const uint64_t memory =
-          static_cast<uint64_t>(sysconf(_SC_PHYS_PAGES)) * static_cast<uint64_t>(sysconf(_SC_PAGESIZE));
+      const uint64_t memory = MachineMemoryBytes();
       if (dims.size() != 1 || static_cast<uint64_t>(count) > std::min<uint64_t>(kMaxBlobBytes, memory)) {
         return usage(StrCat(in, ": blob dataset '", name, "' must be 1-d bytes, at most ",
                             std::min<uint64_t>(kMaxBlobBytes, memory), " (it declares ", count, ")"));
@@ -335,7 +340,7 @@ int ImportMain(int argc, char** argv, int first) {
     // refused before the buffer is made (an HDF5 header may declare any
     // size and let fill values stand in for the rest).
     const uint64_t bytes = static_cast<uint64_t>(count) * DTypeSize(*dtype);
-    const uint64_t memory = static_cast<uint64_t>(sysconf(_SC_PHYS_PAGES)) * static_cast<uint64_t>(sysconf(_SC_PAGESIZE));
+    const uint64_t memory = MachineMemoryBytes();
     if (bytes > memory) {
       return usage(StrCat(in, ": dataset '", name, "' ", ShapeToString(shape), " ", DTypeName(*dtype), " needs ", bytes,
                           " bytes, more than this machine's memory (", memory, ")"));
