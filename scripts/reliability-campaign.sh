@@ -5,14 +5,17 @@
 # steps (flips, truncations and deletions of every file, each followed by
 # verify, a save with retention, repair and verify), and longer fuzzing runs.
 #
-#   scripts/reliability-campaign.sh [KILLS] [FLIPS] [FUZZ_SECONDS] [DAMAGE_ROUNDS]
-#   scripts/reliability-campaign.sh 5000 5000 600 2000
+# and rounds of two `ckpt synth` jobs racing to save one step.
+#
+#   scripts/reliability-campaign.sh [KILLS] [FLIPS] [FUZZ_SECONDS] [DAMAGE_ROUNDS] [WRITER_ROUNDS]
+#   scripts/reliability-campaign.sh 5000 5000 600 2000 200
 set -euo pipefail
 cd "$(dirname "$0")/.."
 kills=${1:-2000}
 flips=${2:-2000}
 fuzz_seconds=${3:-300}
 damage_rounds=${4:-1100}
+writer_rounds=${5:-100}
 build=${BUILD_DIR:-build}
 
 echo "== crash campaign: $kills kills per mode"
@@ -22,10 +25,13 @@ CKPT_FLIPS=$flips "$build"/tests/corruption_test --gtest_filter='*RandomBitFlips
 echo "== damage campaign: $damage_rounds rounds per backend (file, hdf5, tiered)"
 CKPT_INTEGRITY_ROUNDS=$damage_rounds "$build"/tests/integrity_test --gtest_filter='Backends/DamageCampaign.*' |
   grep -E 'campaign:|FAILED|Failure'
+echo "== two writers of one step: $writer_rounds rounds (60M params, dp=2,tp=2)"
+CKPT_WRITER_ROUNDS=$writer_rounds CKPT_WRITER_PARAMS=60M "$build"/tests/claim_test \
+  --gtest_filter='Claims.TwoSynthProcessesOnOneStepNeverMix' | grep -E 'two writers:|FAILED|Failure'
 echo "== fault matrix"
 "$build"/tests/backends_test --gtest_filter='Faulty.*'
 if [[ -d build-fuzz ]]; then
-  for target in manifest data_file frame latest coordinator; do
+  for target in manifest data_file frame latest claim coordinator; do
     corpus=$(mktemp -d)
     cp tests/fuzz/corpus/"$target"/* "$corpus"/
     leaks=1

@@ -154,6 +154,7 @@ struct SaveStats {
   int64_t bytes_stored = 0;   ///< after compression
   int64_t bytes_written = 0;  ///< file bytes including framing and index
   int64_t blocks = 0;
+  uint64_t save_id = 0;       ///< the identity in the step's CLAIM
 };
 
 struct SaveProgress {
@@ -199,6 +200,17 @@ struct SaveOptions {
   /// jobs or a restart counting from the wrong place. Such a step is never
   /// removed by the retention of its own commit.
   bool allow_older_step = false;
+  /// The save's identity, shared by every rank: it is written into the
+  /// step's CLAIM, every data file and every report, and the leader commits
+  /// only files that carry it. 0: chosen by the save. With a communicator
+  /// the leader chooses it and every rank learns it (this field is read on
+  /// the leader only). Without one, ranks in separate processes or threads
+  /// should pass the same nonzero id, unique per attempt (a random number
+  /// agreed at job start, mixed with the step and the attempt): each rank
+  /// then checks the claim against it before writing and a second job's
+  /// ranks fail at once. With 0 there, a non-leader adopts whichever claim
+  /// it finds, which proves one writer only while one job writes the root.
+  uint64_t save_id = 0;
 };
 
 struct LoadOptions {
@@ -267,6 +279,9 @@ struct GcReport {
   std::vector<int64_t> removed_partial;   ///< uncommitted leftovers
   std::vector<int64_t> removed_damaged;   ///< damaged steps, only when asked for
   std::vector<int64_t> kept_damaged;      ///< damaged steps left in place
+  /// Uncommitted steps kept because their claim names a save still running
+  /// on this host (a live process); claims from other hosts are not kept.
+  std::vector<int64_t> kept_running;
   /// One line per step removed or kept for damage, with the reason.
   std::vector<std::string> reasons;
   int64_t bytes_freed = 0;

@@ -8,12 +8,16 @@
 #include <cstring>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <random>
 #include <thread>
+
+#include <unistd.h>
 
 #include "absl/strings/str_cat.h"
 #include "util/strings.h"
 #include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "ckpt/version.h"
@@ -41,7 +45,40 @@ namespace {
 uint64_t RandomId() {
   static thread_local std::mt19937_64 rng(std::random_device{}() ^
                                           static_cast<uint64_t>(UnixNanos()));
-  return rng();
+  uint64_t id = 0;
+  while (id == 0) id = rng();
+  return id;
+}
+
+std::string IdText(uint64_t id) {
+  char hex[19];
+  return std::string(HexHashTo(id, hex));
+}
+
+// FAILED and ABORTED markers name the save they belong to, so that a rank
+// of one save never acts on another's: "save 0x<16 hex>: <reason>".
+std::string TagMarker(uint64_t id, absl::string_view why) { return StrCat("save ", IdText(id), ": ", why); }
+
+// The save a marker names (0 for markers without one) and its reason.
+uint64_t UntagMarker(std::string_view text, std::string* why) {
+  std::string_view rest = text;
+  uint64_t id = 0;
+  if (ConsumePrefix(&rest, "save 0x") && rest.size() >= 18 && rest.substr(16, 2) == ": ") {
+    for (char c : rest.substr(0, 16)) {
+      const int d = c >= '0' && c <= '9' ? c - '0' : (c >= 'a' && c <= 'f' ? c - 'a' + 10 : -1);
+      if (d < 0) {
+        id = 0;
+        rest = text;
+        break;
+      }
+      id = (id << 4) | static_cast<uint64_t>(d);
+    }
+    if (id != 0) rest.remove_prefix(18);
+  } else {
+    rest = text;
+  }
+  *why = std::string(rest);
+  return id;
 }
 
 // xxh3 over a shard's rows in row-major order, chained: the same values
@@ -133,26 +170,8 @@ class Checkpointer::Impl {
     }
     std::lock_guard<std::mutex> save_lock(save_mu_);
     const std::string dir = StepDir(step);
-    for (std::string_view name : {kManifestName, kManifestCopyName}) {
-      auto size = storage_->FileSize(StrCat(dir, "/", name));
-      if (size.ok() || !absl::IsNotFound(size.status())) {
-        return absl::AlreadyExistsError(StrCat("step ", step, " is already committed under ", storage_->uri(),
-                                               " (", dir, "/", name, " exists)"));
-      }
-    }
-    // A step at or below the latest is usually a second job, or a restart
-    // counting from the wrong place; it must be asked for. Every rank reads
-    // the same LATEST, so all of them refuse together.
-    if (!save_options.allow_older_step) {
-      if (auto text = storage_->GetAll(kLatestName); text.ok()) {
-        if (auto latest = DecodeLatest(*text); latest.ok() && *latest >= step) {
-          return absl::FailedPreconditionError(StrCat(
-              "step ", step, " is not newer than the latest committed step ", *latest, " under ", storage_->uri(),
-              "; to save it anyway (a branch from an older step), pass SaveOptions::allow_older_step "
-              "(ckpt synth --allow-older)"));
-        }
-      }
-    }
+    // The step's one writer: no byte is written before the claim is ours.
+    CKPT_ASSIGN_OR_RETURN(const uint64_t save_id, ClaimStep(step, save_options));
     // Leftovers of an earlier attempt at this step by this rank.
     (void)storage_->Remove(StrCat(dir, "/", ReportName(options_.rank)));
     (void)storage_->Remove(StrCat(dir, "/", FailedName(options_.rank)));
@@ -170,7 +189,7 @@ class Checkpointer::Impl {
     job->data_path = StrCat(dir, "/", hdf5 ? Hdf5DataFileName(options_.rank) : DataFileName(options_.rank));
     job->rank = options_.rank;
     job->step = step;
-    job->save_id = RandomId();
+    job->save_id = save_id;
     job->codec = hdf5 ? Codec::kNone : options_.codec;  // h5py reads raw datasets
     job->zstd_level = options_.zstd_level;
     job->direct = options_.direct_io;
@@ -311,6 +330,7 @@ class Checkpointer::Impl {
     {
       std::lock_guard<std::mutex> lock(shared->mu);
       shared->stats.step = step;
+      shared->stats.save_id = save_id;
       shared->stats.stall_s = stall;
       shared->stats.bytes_logical = state.LogicalBytes();
     }
@@ -400,12 +420,186 @@ class Checkpointer::Impl {
   const CheckpointerOptions& options() const { return options_; }
 
  private:
+  // ---- The step's claim: one save writes a step. ----
+
+  std::string ClaimPath(int64_t step) const { return StrCat(StepDir(step), "/", kClaimName); }
+
+  absl::Status ClaimedByOther(int64_t step, const StepClaim& other) const {
+    return absl::AbortedError(StrCat(
+        "step ", step, " under ", storage_->uri(), " is claimed by another ", DescribeClaim(other, UnixNanos()),
+        "; a step has one writer, so this save stops without writing into it. If that save is no longer "
+        "running, its leftovers are removed when the next job opens the root (or by `ckpt gc`)"));
+  }
+
+  // A committed step, or one at or below the latest unless that is asked
+  // for: refused before anything is claimed or written.
+  absl::Status CheckStepIsNew(int64_t step, const SaveOptions& save_options) {
+    const std::string dir = StepDir(step);
+    for (std::string_view name : {kManifestName, kManifestCopyName}) {
+      auto size = storage_->FileSize(StrCat(dir, "/", name));
+      if (size.ok() || !absl::IsNotFound(size.status())) {
+        return absl::AlreadyExistsError(StrCat("step ", step, " is already committed under ", storage_->uri(),
+                                               " (", dir, "/", name, " exists)"));
+      }
+    }
+    // A step at or below the latest is usually a second job, or a restart
+    // counting from the wrong place; it must be asked for.
+    if (!save_options.allow_older_step) {
+      if (auto text = storage_->GetAll(kLatestName); text.ok()) {
+        if (auto latest = DecodeLatest(*text); latest.ok() && *latest >= step) {
+          return absl::FailedPreconditionError(StrCat(
+              "step ", step, " is not newer than the latest committed step ", *latest, " under ", storage_->uri(),
+              "; to save it anyway (a branch from an older step), pass SaveOptions::allow_older_step "
+              "(ckpt synth --allow-older)"));
+        }
+      }
+    }
+    return absl::OkStatus();
+  }
+
+  // Leader: creates the step's CLAIM, exclusively.
+  absl::Status TakeClaim(int64_t step, uint64_t id) {
+    StepClaim claim;
+    claim.save_id = id;
+    claim.world_size = options_.world_size;
+    claim.host = ThisHostName();
+    claim.pid = getpid();
+    claim.pid_start = ProcessStartTicks(claim.pid);
+    claim.claimed_unix_ns = UnixNanos();
+    const std::string text = EncodeClaim(claim);
+    const std::string path = ClaimPath(step);
+    absl::Status s = storage_->PutIfAbsent(path, AsBytesView(text));
+    // The step directory removed under the claim (a job opening the root
+    // collected it as a leftover): claim again, in a new directory.
+    for (int retry = 0; retry < 3 && absl::IsNotFound(s); ++retry) {
+      s = storage_->PutIfAbsent(path, AsBytesView(text));
+    }
+    if (absl::IsUnimplemented(s)) {
+      // A backend without an atomic create-if-absent: check, then write.
+      // Two saves starting together may both get here; the re-reads of the
+      // claim before each report and before the commit stop all but one.
+      static std::once_flag warned;
+      std::call_once(warned, [&] {
+        std::fprintf(stderr,
+                     "ckpt: %s cannot create a file only if it is absent; one writer per step is checked "
+                     "before each commit, not proven at the claim (docs/plugins.md)\n",
+                     storage_->uri().c_str());
+      });
+      auto size = storage_->FileSize(path);
+      if (size.ok()) {
+        s = absl::AlreadyExistsError(path);
+      } else if (absl::IsNotFound(size.status())) {
+        s = storage_->PutAtomic(path, AsBytesView(text));
+      } else {
+        s = size.status();
+      }
+    }
+    if (s.ok()) return s;
+    if (!absl::IsAlreadyExists(s)) return Annotate(s, StrCat("claiming step ", step));
+    auto other = ReadStepClaim(*storage_, step);
+    if (!other.ok()) {
+      return absl::AbortedError(StrCat("step ", step, " under ", storage_->uri(),
+                                       " is claimed by another save whose claim does not read (",
+                                             other.status().message(), "); this save stops without writing"));
+    }
+    if (other->save_id == id) return absl::OkStatus();  // this save's own claim
+    return ClaimedByOther(step, *other);
+  }
+
+  // Non-leader without a communicator: waits for the leader's claim and
+  // checks it against the shared id (adopts it when none was given).
+  absl::StatusOr<uint64_t> AwaitClaim(int64_t step, uint64_t expected) {
+    const double deadline = NowSeconds() + options_.commit_timeout_s;
+    const double max_delay = std::clamp(0.05 * options_.world_size / 256.0, 0.05, 2.0);
+    double delay = 0.001;
+    while (true) {
+      auto claim = ReadStepClaim(*storage_, step);
+      if (claim.ok()) {
+        if (expected != 0 && claim->save_id != expected) return ClaimedByOther(step, *claim);
+        return claim->save_id;
+      }
+      if (!absl::IsNotFound(claim.status())) {
+        return Annotate(claim.status(), StrCat("rank ", options_.rank, ": reading the claim of step ", step));
+      }
+      if (NowSeconds() > deadline) {
+        return absl::DeadlineExceededError(StrCat(
+            "rank ", options_.rank, ": the leader (rank 0) did not claim step ", step, " within ",
+            options_.commit_timeout_s, " s; nothing was written"));
+      }
+      std::this_thread::sleep_for(std::chrono::duration<double>(delay));
+      delay = std::min(delay * 2, max_delay);
+    }
+  }
+
+  // Every rank of one save agrees on its id, or all of them fail together
+  // with the leader's reason.
+  absl::StatusOr<uint64_t> ClaimStep(int64_t step, const SaveOptions& save_options) {
+    Communicator* comm = options_.communicator.get();
+    if (comm == nullptr) {
+      CKPT_RETURN_IF_ERROR(CheckStepIsNew(step, save_options));
+      if (!IsLeader()) return AwaitClaim(step, save_options.save_id);
+      const uint64_t id = save_options.save_id != 0 ? save_options.save_id : RandomId();
+      CKPT_RETURN_IF_ERROR(TakeClaim(step, id));
+      return id;
+    }
+    // The leader decides alone (ranks reading LATEST at different moments
+    // could disagree) and tells everyone: "ok <id>" or "!<code> <message>".
+    std::string verdict;
+    if (comm->rank() == 0) {
+      const uint64_t id = save_options.save_id != 0 ? save_options.save_id : RandomId();
+      absl::Status s = CheckStepIsNew(step, save_options);
+      if (s.ok()) s = TakeClaim(step, id);
+      verdict = s.ok() ? StrCat("ok ", id) : StrCat("!", static_cast<int>(s.code()), " ", s.message());
+    }
+    CKPT_ASSIGN_OR_RETURN(verdict, comm->Broadcast(verdict, options_.collective_timeout_s));
+    if (!verdict.empty() && verdict[0] == '!') {
+      const size_t sp = verdict.find(' ');
+      int64_t code = static_cast<int64_t>(absl::StatusCode::kUnknown);
+      ParseInt64(std::string_view(verdict).substr(1, sp - 1), &code);
+      return absl::Status(static_cast<absl::StatusCode>(code),
+                          sp == std::string::npos ? verdict : verdict.substr(sp + 1));
+    }
+    uint64_t id = 0;
+    if (!absl::StartsWith(verdict, "ok ") || !absl::SimpleAtoi(verdict.substr(3), &id) || id == 0) {
+      return absl::InternalError(StrCat("step ", step, ": malformed claim verdict from the leader"));
+    }
+    return id;
+  }
+
+  // Whether `step` is still claimed by this save: OK, or Aborted when the
+  // claim is gone or another save's (then this save must not write into
+  // the step), or the error reading it.
+  absl::Status CheckOwnClaim(int64_t step, uint64_t id, std::string* text = nullptr) {
+    const std::string path = ClaimPath(step);
+    auto bytes = storage_->GetAll(path);
+    absl::StatusOr<StepClaim> claim = bytes.ok() ? DecodeClaim(*bytes, path) : bytes.status();
+    if (claim.ok() && claim->save_id == id) {
+      if (text != nullptr) *text = std::move(bytes).value();
+      return absl::OkStatus();
+    }
+    if (claim.ok()) {
+      return absl::AbortedError(StrCat("step ", step, ": another ", DescribeClaim(*claim, UnixNanos()),
+                                       " claimed the step while this save (save ", IdText(id),
+                                       ") was writing it; nothing of this save is committed"));
+    }
+    if (absl::IsNotFound(claim.status())) {
+      return absl::AbortedError(StrCat("step ", step, ": the claim of this save (save ", IdText(id),
+                                       ") was removed while it was writing (a job opening the root removes "
+                                       "uncommitted steps of saves it cannot see running); nothing of this save "
+                                       "is committed"));
+    }
+    return Annotate(claim.status(), StrCat("re-reading the claim of step ", step));
+  }
+
+  static bool LostClaim(const absl::Status& s) { return absl::IsAborted(s); }
+
   // Engine finalizer thread: this rank's data file is durable (or failed).
   void OnDataFinished(SaveJob& j, absl::Status s,
                       std::shared_ptr<SaveHandle::Shared> shared,
                       std::shared_ptr<Manifest> report, std::vector<ReplicaHash> replicas) {
     const std::string dir = StepDir(j.step);
     const double write_s = NowSeconds() - shared->t_start;
+    bool lost_claim = false;
     if (s.ok()) {
       {
         std::unique_lock<std::mutex> lock(report_mu_);
@@ -433,10 +627,14 @@ class Checkpointer::Impl {
         shared->stats.bytes_written = static_cast<int64_t>(j.file_size);
         shared->stats.blocks = static_cast<int64_t>(j.index.size());
       }
+      // Nothing goes into a step this save no longer holds.
+      s = CheckOwnClaim(j.step, j.save_id);
+      lost_claim = LostClaim(s);
       // The report's atomic write also makes the data file's directory
       // entry durable (same directory).
-      s = storage_->PutAtomic(StrCat(dir, "/", ReportName(j.rank)),
-                              AsBytesView(EncodeManifest(*report)));
+      if (s.ok()) {
+        s = storage_->PutAtomic(StrCat(dir, "/", ReportName(j.rank)), AsBytesView(EncodeManifest(*report)));
+      }
     } else {
       std::lock_guard<std::mutex> lock(report_mu_);
       report_ready_.erase(report.get());
@@ -456,21 +654,19 @@ class Checkpointer::Impl {
       if (s.ok() && !v.ok()) s = Annotate(v, "voting on the commit");
     }
     if (!s.ok()) {
-      (void)storage_->PutAtomic(StrCat(dir, "/", FailedName(j.rank)),
-                                AsBytesView(std::string(s.message())));
-      if (IsLeader()) {
-        (void)storage_->PutAtomic(
-            StrCat(dir, "/", kAbortedName),
-            AsBytesView(StrCat("leader failed: ", s.message())));
+      if (!lost_claim) {
+        (void)storage_->PutAtomic(StrCat(dir, "/", FailedName(j.rank)), AsBytesView(TagMarker(j.save_id, s.message())));
+        if (IsLeader()) (void)Abort(j.step, j.save_id, absl::AbortedError(StrCat("leader failed: ", s.message())));
       }
       shared->SetDone(s, NowSeconds() - shared->t_start);
       return;
     }
     shared->SetDurable(absl::OkStatus(), write_s);
     const int64_t step = j.step;
+    const uint64_t id = j.save_id;
     std::lock_guard<std::mutex> lock(mu_);
-    tasks_.push_back([this, step, shared] {
-      absl::Status st = IsLeader() ? CollectAndPublish(step) : AwaitOutcome(step);
+    tasks_.push_back([this, step, id, shared] {
+      absl::Status st = IsLeader() ? CollectAndPublish(step, id) : AwaitOutcome(step, id);
       shared->SetDone(st, NowSeconds() - shared->t_start);
     });
     cv_.notify_all();
@@ -492,12 +688,12 @@ class Checkpointer::Impl {
 
   // Leader: waits for every rank's report, writes the manifest, moves
   // LATEST, applies retention.
-  absl::Status CollectAndPublish(int64_t step) {
+  absl::Status CollectAndPublish(int64_t step, uint64_t id) {
     if (options_.arbiter) {
       // Every rank's report is on the storage before its vote is cast.
       absl::Status decided = options_.arbiter->AwaitDecision(step, options_.commit_timeout_s);
-      if (!decided.ok()) return Abort(step, decided);
-      absl::Status published = Publish(step);
+      if (!decided.ok()) return Abort(step, id, decided);
+      absl::Status published = Publish(step, id);
       absl::Status told = options_.arbiter->Published(step, published);
       if (published.ok() && !told.ok()) {
         return Annotate(told, StrCat("step ", step, " is committed, but telling the arbiter failed"));
@@ -510,15 +706,21 @@ class Checkpointer::Impl {
     double delay = 0.001;
     std::vector<int> missing;
     while (true) {
+      // A save that lost its step stops at once instead of waiting for
+      // ranks that will never report.
+      if (absl::Status own = CheckOwnClaim(step, id); LostClaim(own)) return own;
       auto entries = storage_->List(dir);
-      if (!entries.ok()) return Abort(step, Annotate(entries.status(), "listing reports"));
+      if (!entries.ok()) return Abort(step, id, Annotate(entries.status(), "listing reports"));
       std::vector<bool> have(world, false);
       for (const DirEntry& e : *entries) {
         if (auto r = ParseRankFile(e.name, "failed"); r && *r < world) {
-          auto why = storage_->GetAll(StrCat(dir, "/", e.name));
-          return Abort(step, absl::AbortedError(StrCat(
-                                 "rank ", *r, " failed to save step ", step, ": ",
-                                 why.ok() ? *why : std::string("(reason unreadable)"))));
+          auto text = storage_->GetAll(StrCat(dir, "/", e.name));
+          std::string why = "(reason unreadable)";
+          if (text.ok()) {
+            const uint64_t tag = UntagMarker(*text, &why);
+            if (tag != 0 && tag != id) continue;  // another save's
+          }
+          return Abort(step, id, absl::AbortedError(StrCat("rank ", *r, " failed to save step ", step, ": ", why)));
         }
         if (auto r = ParseRankFile(e.name, "report"); r && *r < world) have[*r] = true;
       }
@@ -529,20 +731,20 @@ class Checkpointer::Impl {
       if (missing.empty()) break;
       if (NowSeconds() > deadline) {
         if (missing.size() > 16) missing.resize(16);
-        return Abort(step, absl::DeadlineExceededError(StrCat(
-                               "step ", step, ": rank(s) ", absl::StrJoin(missing, ", "),
-                               " did not report within ", options_.commit_timeout_s,
-                               " s; the step is not committed")));
+        return Abort(step, id, absl::DeadlineExceededError(StrCat(
+                                   "step ", step, ": rank(s) ", absl::StrJoin(missing, ", "),
+                                   " did not report within ", options_.commit_timeout_s,
+                                   " s; the step is not committed")));
       }
       std::this_thread::sleep_for(std::chrono::duration<double>(delay));
       delay = std::min(delay * 2, 0.05);
     }
-    return Publish(step);
+    return Publish(step, id);
   }
 
   // Leader, every report present: merges them into the manifest, moves
   // LATEST, applies retention.
-  absl::Status Publish(int64_t step) {
+  absl::Status Publish(int64_t step, uint64_t id) {
     const std::string dir = StepDir(step);
     const int world = options_.world_size;
     std::vector<Manifest> reports;
@@ -550,16 +752,29 @@ class Checkpointer::Impl {
     for (int r = 0; r < world; ++r) {
       const std::string path = StrCat(dir, "/", ReportName(r));
       auto bytes = storage_->GetAll(path);
-      if (!bytes.ok()) return Abort(step, bytes.status());
+      if (!bytes.ok()) return Abort(step, id, bytes.status());
       auto rep = DecodeManifest(*bytes, path);
-      if (!rep.ok()) return Abort(step, rep.status());
+      if (!rep.ok()) return Abort(step, id, rep.status());
+      // Only this save's files are committed.
+      for (const ManifestFile& f : rep->files) {
+        if (f.save_id != id) {
+          return Abort(step, id, absl::AbortedError(StrCat(
+                                     path, " describes ", f.name, " of save ", IdText(f.save_id),
+                                     ", not of this save (save ", IdText(id), "); the step is not committed")));
+        }
+      }
       reports.push_back(std::move(rep).value());
     }
     auto merged = MergeReports(reports);
-    if (!merged.ok()) return Abort(step, merged.status());
+    if (!merged.ok()) return Abort(step, id, merged.status());
+    // The last look at the claim before the commit; the manifest keeps its
+    // bytes, so the claim is bound to (and rebuilt from) the commit.
+    if (absl::Status own = CheckOwnClaim(step, id, &merged->claim); !own.ok()) {
+      return LostClaim(own) ? own : Abort(step, id, own);
+    }
     const std::string bytes = EncodeManifest(*merged);
     absl::Status s = storage_->PutAtomic(StrCat(dir, "/", kManifestName), AsBytesView(bytes));
-    if (!s.ok()) return Abort(step, s);
+    if (!s.ok()) return Abort(step, id, s);
     // Committed. The copy makes the step's metadata survive damage to either
     // file; if writing it fails, the next Open writes it.
     if (absl::Status c = storage_->PutAtomic(StrCat(dir, "/", kManifestCopyName), AsBytesView(bytes)); !c.ok()) {
@@ -567,8 +782,14 @@ class Checkpointer::Impl {
                    static_cast<long long>(step), dir.c_str(), std::string(kManifestCopyName).c_str(),
                    std::string(c.message()).c_str());
     }
+    // The step is committed whatever happens to LATEST, which only speeds
+    // up finding it (loads, `ckpt repair` and the next commit mend it).
     s = PublishLatest(*storage_, step);
-    if (!s.ok()) return s;  // committed; LATEST is repaired by the next commit
+    if (!s.ok()) s = PublishLatest(*storage_, step);
+    if (!s.ok()) {
+      std::fprintf(stderr, "ckpt: step %lld is committed, but moving %s to it failed: %s\n",
+                   static_cast<long long>(step), std::string(kLatestName).c_str(), std::string(s.message()).c_str());
+    }
     for (int r = 0; r < world; ++r) {
       (void)storage_->Remove(StrCat(dir, "/", ReportName(r)));
     }
@@ -579,15 +800,19 @@ class Checkpointer::Impl {
     return absl::OkStatus();
   }
 
-  absl::Status Abort(int64_t step, absl::Status why) {
+  // The leader gives up on the step: ABORTED tells the other ranks, and the
+  // claim is released so that the step can be saved again. Nothing is
+  // written into a step another save holds.
+  absl::Status Abort(int64_t step, uint64_t id, absl::Status why) {
+    if (absl::Status own = CheckOwnClaim(step, id); LostClaim(own)) return why;
     const std::string dir = StepDir(step);
-    (void)storage_->PutAtomic(StrCat(dir, "/", kAbortedName),
-                              AsBytesView(std::string(why.message())));
+    (void)storage_->PutAtomic(StrCat(dir, "/", kAbortedName), AsBytesView(TagMarker(id, why.message())));
+    (void)storage_->Remove(ClaimPath(step));
     return why;
   }
 
   // Non-leader: waits until the leader committed or aborted the step.
-  absl::Status AwaitOutcome(int64_t step) {
+  absl::Status AwaitOutcome(int64_t step, uint64_t id) {
     if (options_.arbiter) return options_.arbiter->AwaitOutcome(step, options_.commit_timeout_s + 30);
     const std::string dir = StepDir(step);
     const double deadline = NowSeconds() + options_.commit_timeout_s + 30;
@@ -595,14 +820,30 @@ class Checkpointer::Impl {
     // ranks there are (16k ranks at 50 ms would be 650k lookups a second).
     const double max_delay = std::clamp(0.05 * options_.world_size / 256.0, 0.05, 2.0);
     double delay = 0.001;
+    // This save's ABORTED, if there is one.
+    auto aborted = [&]() -> std::optional<std::string> {
+      auto text = storage_->GetAll(StrCat(dir, "/", kAbortedName));
+      if (!text.ok()) return std::nullopt;
+      std::string why;
+      const uint64_t tag = UntagMarker(*text, &why);
+      if (tag != 0 && tag != id) return std::nullopt;
+      return why;
+    };
     while (true) {
       if (storage_->FileSize(StrCat(dir, "/", kManifestName)).ok()) {
-        return absl::OkStatus();
+        absl::Status own = CheckOwnClaim(step, id);
+        if (own.ok()) return own;
+        return absl::AbortedError(StrCat("step ", step, " was committed, but not by this save: ", own.message()));
       }
-      auto aborted = storage_->GetAll(StrCat(dir, "/", kAbortedName));
-      if (aborted.ok()) {
-        return absl::AbortedError(StrCat("step ", step,
-                                               " was aborted by the leader: ", *aborted));
+      if (auto why = aborted()) {
+        return absl::AbortedError(StrCat("step ", step, " was aborted by the leader: ", *why));
+      }
+      if (absl::Status own = CheckOwnClaim(step, id); LostClaim(own)) {
+        // The leader releases the claim right after writing ABORTED.
+        if (auto why = aborted()) {
+          return absl::AbortedError(StrCat("step ", step, " was aborted by the leader: ", *why));
+        }
+        return own;
       }
       if (NowSeconds() > deadline) {
         return absl::DeadlineExceededError(StrCat(

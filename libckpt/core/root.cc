@@ -1,6 +1,12 @@
 #include "core/root.h"
 
+#include <signal.h>
+#include <unistd.h>
+
 #include <algorithm>
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
 #include <map>
 #include <set>
 
@@ -10,6 +16,7 @@
 #include "format/layout.h"
 #include "plan/cover.h"
 #include "util/bytes.h"
+#include "util/clock.h"
 #include "util/errors.h"
 
 namespace ckpt {
@@ -297,13 +304,24 @@ absl::StatusOr<std::vector<int64_t>> HealManifestCopies(Storage& storage) {
 absl::Status RepairStepMetadata(Storage& storage, int64_t step, bool dry_run,
                                 std::vector<std::string>* repaired, std::vector<std::string>* lost) {
   CKPT_ASSIGN_OR_RETURN(StepExamination ex, ExamineStep(storage, step));
+  const std::string dir = StepDir(step);
+  // A damaged or missing CLAIM of a committed step, from the manifest's
+  // record of it.
+  if (ex.manifest && !ex.manifest->claim.empty()) {
+    const std::string path = StrCat(dir, "/", kClaimName);
+    auto text = storage.GetAll(path);
+    if (!text.ok() || *text != ex.manifest->claim) {
+      if (!dry_run) CKPT_RETURN_IF_ERROR(storage.PutAtomic(path, AsBytesView(ex.manifest->claim)));
+      repaired->push_back(StrCat(path, ": rewritten from the manifest (",
+                                 text.ok() ? "it differed" : std::string(text.status().message()), ")"));
+    }
+  }
   if (ex.info.state != StepState::kDamaged) return absl::OkStatus();
   if (!ex.manifest) {
     lost->push_back(StrCat("step ", step, ": neither manifest decodes (", ex.info.damage,
                            "); a copy of the step from another tier is needed (ckpt repair --from)"));
     return absl::OkStatus();
   }
-  const std::string dir = StepDir(step);
   const std::string primary = StrCat(dir, "/", kManifestName);
   const std::string copy = StrCat(dir, "/", kManifestCopyName);
   // The copy first when MANIFEST is the bad one: the step stays committed
@@ -399,6 +417,73 @@ absl::Status PublishLatest(Storage& storage, int64_t step) {
   return storage.PutAtomic(kLatestName, AsBytesView(EncodeLatest(step)));
 }
 
+absl::StatusOr<StepClaim> ReadStepClaim(Storage& storage, int64_t step) {
+  const std::string path = StrCat(StepDir(step), "/", kClaimName);
+  CKPT_ASSIGN_OR_RETURN(std::string text, storage.GetAll(path));
+  return DecodeClaim(text, path);
+}
+
+std::string ThisHostName() {
+  char name[256] = {0};
+  if (gethostname(name, sizeof(name) - 1) != 0 || name[0] == 0) return "?";
+  return name;
+}
+
+namespace {
+
+// State letter and start time (clock ticks since boot) of a process from
+// /proc/PID/stat; false when it does not exist (or /proc cannot say).
+bool ReadProcStat(int64_t pid, char* state, int64_t* start_ticks) {
+  FILE* f = std::fopen(StrCat("/proc/", pid, "/stat").c_str(), "r");
+  if (f == nullptr) return false;
+  char buf[1024];
+  const size_t n = std::fread(buf, 1, sizeof(buf) - 1, f);
+  std::fclose(f);
+  buf[n] = 0;
+  // "PID (COMM) STATE f4 ... f22=starttime"; COMM may hold spaces and ')'.
+  const char* p = std::strrchr(buf, ')');
+  if (p == nullptr || p[1] != ' ') return false;
+  *state = p[2];
+  p += 3;
+  for (int field = 4; field <= 22 && *p; ++field) {
+    while (*p == ' ') ++p;
+    const char* end = p;
+    while (*end && *end != ' ') ++end;
+    if (field == 22) {
+      int64_t v = 0;
+      if (!ParseInt64(std::string_view(p, static_cast<size_t>(end - p)), &v)) return false;
+      *start_ticks = v;
+      return true;
+    }
+    p = end;
+  }
+  return false;
+}
+
+}  // namespace
+
+int64_t ProcessStartTicks(int64_t pid) {
+  char state = 0;
+  int64_t start = 0;
+  return ReadProcStat(pid, &state, &start) ? start : 0;
+}
+
+bool ClaimIsRunningHere(const StepClaim& claim) {
+  if (claim.pid <= 0 || claim.pid > (int64_t{1} << 31) || claim.host != ThisHostName()) return false;
+  // This process's own saves in flight are protected by their Checkpointer
+  // (GcOptions::protect); an old claim of this pid is a leftover.
+  if (claim.pid == getpid()) return false;
+  char state = 0;
+  int64_t start = 0;
+  if (ReadProcStat(claim.pid, &state, &start)) {
+    // A zombie (killed, not yet reaped) is gone; another process that got
+    // the same pid is not the claimant.
+    if (state == 'Z' || state == 'X') return false;
+    return claim.pid_start == 0 || start == claim.pid_start;
+  }
+  return kill(static_cast<pid_t>(claim.pid), 0) == 0 || errno == EPERM;
+}
+
 absl::StatusOr<GcReport> CollectGarbageIn(Storage& storage,
                                           const GcOptions& options) {
   GcReport report;
@@ -452,6 +537,13 @@ absl::StatusOr<GcReport> CollectGarbageIn(Storage& storage,
         break;
       case StepState::kPartial:
         if (s.step > newest && !options.remove_newer_partial) continue;
+        // A save another process on this host is still writing.
+        if (auto claim = ReadStepClaim(storage, s.step); claim.ok() && ClaimIsRunningHere(*claim)) {
+          report.kept_running.push_back(s.step);
+          report.reasons.push_back(StrCat("kept partial step ", s.step, ": claimed by a save still running, ",
+                                          DescribeClaim(*claim, UnixNanos())));
+          continue;
+        }
         report.removed_partial.push_back(s.step);
         report.reasons.push_back(
             StrCat(removes, " partial step ", s.step, ": never committed (no ", kManifestName, " nor ", kManifestCopyName, "), ",
@@ -469,6 +561,10 @@ absl::StatusOr<GcReport> CollectGarbageIn(Storage& storage,
         if (!r.ok() && !absl::IsNotFound(r)) return r;
       }
       CKPT_RETURN_IF_ERROR(storage.SyncDir(dir));
+      // Then the claim, so that what a failed removal leaves is never taken
+      // for a save still running.
+      absl::Status r = storage.Remove(StrCat(dir, "/", kClaimName));
+      if (!r.ok() && !absl::IsNotFound(r)) return r;
     }
     CKPT_RETURN_IF_ERROR(storage.RemoveAll(dir));
   }
@@ -477,6 +573,15 @@ absl::StatusOr<GcReport> CollectGarbageIn(Storage& storage,
   if (entries.ok() && !options.dry_run) {
     for (const DirEntry& e : *entries) {
       if (!e.is_dir && absl::StartsWith(e.name, StrCat(kLatestName, ".tmp."))) {
+        // "LATEST.tmp.<pid>.<n>": a process of this host still running may
+        // be about to rename it.
+        std::string_view rest = std::string_view(e.name).substr(kLatestName.size() + 5);
+        int64_t pid = 0;
+        const size_t dot = rest.find('.');
+        if (dot != std::string_view::npos && ParseInt64(rest.substr(0, dot), &pid) && pid > 0 &&
+            pid < (int64_t{1} << 31) && pid != getpid() && (kill(static_cast<pid_t>(pid), 0) == 0 || errno == EPERM)) {
+          continue;
+        }
         (void)storage.Remove(e.name);
       }
     }

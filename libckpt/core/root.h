@@ -12,6 +12,7 @@
 
 #include "absl/status/statusor.h"
 #include "ckpt/checkpointer.h"
+#include "format/layout.h"
 #include "format/manifest.h"
 
 namespace ckpt {
@@ -86,6 +87,21 @@ absl::StatusOr<Manifest> MergeReports(const std::vector<Manifest>& reports);
 
 /// Points LATEST at `step` unless it already names a newer committed step.
 absl::Status PublishLatest(Storage& storage, int64_t step);
+
+/// The claim of `step` (its CLAIM file): NotFound when there is none,
+/// DataLoss when it does not decode.
+absl::StatusOr<StepClaim> ReadStepClaim(Storage& storage, int64_t step);
+
+/// This machine's host name, as claims record it.
+std::string ThisHostName();
+
+/// When process `pid` started (clock ticks since boot), 0 when unknown.
+int64_t ProcessStartTicks(int64_t pid);
+
+/// True when `claim` was made on this host by another process that is
+/// still alive. Claims from other hosts cannot be checked; this process's
+/// own saves are protected by their Checkpointer.
+bool ClaimIsRunningHere(const StepClaim& claim);
 
 struct GcOptions {
   RetentionPolicy retention;

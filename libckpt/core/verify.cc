@@ -75,6 +75,7 @@ class Verifier {
     m_ = std::move(*ex->manifest);
     report_.files = static_cast<int64_t>(m_.files.size());
     report_.tensors = static_cast<int64_t>(m_.tensors.size());
+    CheckClaim();
     CheckCover();
     CheckFiles();
     if (options_.deep) CheckBlocks();
@@ -89,6 +90,43 @@ class Verifier {
     if (report_.problems.size() >= 1000) return;
     report_.problems.push_back(VerifyProblem{std::move(message), std::move(tensor),
                                              std::move(chunk), std::move(file), offset});
+  }
+
+  // Version 3: the CLAIM on the storage is the one the manifest committed,
+  // and every data file carries its save id.
+  void CheckClaim() {
+    if (m_.format_version < 3) return;
+    const std::string path = StrCat(dir_, "/", kClaimName);
+    auto committed = DecodeClaim(m_.claim, StrCat(dir_, "/", kManifestName, " (its record of ", kClaimName, ")"));
+    if (!committed.ok()) {
+      Problem(std::string(committed.status().message()), "", "", StrCat(dir_, "/", kManifestName), -1);
+      return;
+    }
+    char a[19], b[19];
+    for (const ManifestFile& mf : m_.files) {
+      if (mf.save_id != committed->save_id) {
+        Problem(StrCat(dir_, "/", mf.name, " is recorded as written by save ", HexHashTo(mf.save_id, a),
+                       ", but the step was claimed by save ", HexHashTo(committed->save_id, b),
+                       " (the files of two saves)"),
+                "", "", StrCat(dir_, "/", mf.name), -1);
+      }
+    }
+    auto text = storage_.GetAll(path);
+    if (!text.ok()) {
+      Problem(StrCat(path, absl::IsNotFound(text.status())
+                               ? " is missing (`ckpt repair` rewrites it from the manifest)"
+                               : StrCat(" is unreadable: ", text.status().message())),
+              "", "", path, -1);
+      return;
+    }
+    if (*text == m_.claim) return;
+    size_t at = 0;
+    while (at < text->size() && at < m_.claim.size() && (*text)[at] == m_.claim[at]) ++at;
+    auto found = DecodeClaim(*text, path);
+    Problem(found.ok() ? StrCat(path, " at byte offset ", at, ": names ", DescribeClaim(*found, UnixNanos()),
+                                ", not the claim the manifest committed (`ckpt repair` rewrites it)")
+                       : StrCat(found.status().message(), " (`ckpt repair` rewrites it from the manifest)"),
+            "", "", path, found.ok() ? static_cast<int64_t>(at) : OffsetIn(found.status().message()));
   }
 
   void CheckCover() {

@@ -106,10 +106,25 @@ absl::StatusOr<std::vector<IndexEntry>> ReadFileIndex(ReadableFile& f,
         file, ": manifest gives an impossible index range ", mf.index_offset,
         "+", mf.index_len, " for a file of ", mf.size, " bytes"));
   }
-  std::string bytes(mf.index_len, '\0');
+  // A ckpt data file's footer follows its index: read both at once, so the
+  // file is tied to the save the manifest names, not only to its index.
+  std::string bytes(mf.index_len + (bare ? 0 : kFooterSize), '\0');
   absl::Status s = f.ReadAt(mf.index_offset,
                             absl::Span<std::byte>(reinterpret_cast<std::byte*>(bytes.data()), bytes.size()));
   if (!s.ok()) return s;
+  if (!bare) {
+    const uint64_t at = mf.index_offset + mf.index_len;
+    auto footer = DecodeFooter(reinterpret_cast<const std::byte*>(bytes.data()) + mf.index_len, file, at);
+    if (!footer.ok()) return footer.status();
+    if (footer->save_id != mf.save_id || footer->index_offset != mf.index_offset ||
+        footer->index_len != mf.index_len || footer->index_hash != mf.index_hash ||
+        footer->block_count != mf.block_count) {
+      return absl::DataLossError(StrCat(file, " at byte offset ", at, ": footer disagrees with the manifest (",
+                                        footer->save_id != mf.save_id ? "a file of another save" : "another index",
+                                        ")"));
+    }
+    bytes.resize(mf.index_len);
+  }
   const uint64_t h = Xxh3(bytes);
   if (h != mf.index_hash) {
     return absl::DataLossError(StrCat(

@@ -80,4 +80,90 @@ absl::StatusOr<int64_t> DecodeLatest(std::string_view text) {
   return step;
 }
 
+namespace {
+
+bool ClaimHostByte(char c) { return c > ' ' && c < 0x7f; }
+
+// The next "<key> <value>\n" line of `rest`, or false.
+bool NextField(std::string_view* rest, std::string_view key, std::string_view* value) {
+  std::string_view r = *rest;
+  if (!ConsumePrefix(&r, key) || !ConsumePrefix(&r, " ")) return false;
+  const size_t nl = r.find('\n');
+  if (nl == std::string_view::npos || nl == 0) return false;
+  *value = r.substr(0, nl);
+  r.remove_prefix(nl + 1);
+  *rest = r;
+  return true;
+}
+
+bool ParseHex64(std::string_view text, uint64_t* out) {
+  if (!ConsumePrefix(&text, "0x") || text.size() != 16) return false;
+  uint64_t v = 0;
+  for (char c : text) {
+    int d = c >= '0' && c <= '9' ? c - '0' : (c >= 'a' && c <= 'f' ? c - 'a' + 10 : -1);
+    if (d < 0) return false;
+    v = (v << 4) | static_cast<uint64_t>(d);
+  }
+  *out = v;
+  return true;
+}
+
+}  // namespace
+
+std::string EncodeClaim(const StepClaim& claim) {
+  std::string host(claim.host.empty() ? std::string_view("?")
+                                       : std::string_view(claim.host).substr(0, kMaxClaimHostBytes));
+  for (char& c : host) {
+    if (!ClaimHostByte(c)) c = '?';
+  }
+  char id[19];
+  std::string body = StrCat("ckpt-claim 1\nsave ", HexHashTo(claim.save_id, id), "\nworld ", claim.world_size,
+                            "\nhost ", host, "\npid ", claim.pid, "\npid_start ", claim.pid_start, "\ntime ", claim.claimed_unix_ns,
+                            "\n");
+  char hex[19];
+  return StrCat(body, "xxh3 ", HexHashTo(Xxh3(body), hex), "\n");
+}
+
+absl::StatusOr<StepClaim> DecodeClaim(std::string_view text, std::string_view where) {
+  const size_t pos = text.rfind("xxh3 ");
+  if (!text.starts_with("ckpt-claim ") || pos == std::string_view::npos) {
+    return absl::DataLossError(StrCat(where, ": not a claim file (bad header)"));
+  }
+  std::string_view body = text.substr(0, pos);
+  char hex[19];
+  if (text.substr(pos) != StrCat("xxh3 ", HexHashTo(Xxh3(body), hex), "\n")) {
+    return absl::DataLossError(StrCat(where, " at byte offset ", pos, ": checksum mismatch or trailing bytes"));
+  }
+  if (!ConsumePrefix(&body, "ckpt-claim 1\n")) {
+    return absl::FailedPreconditionError(StrCat(where, ": unknown claim version (upgrade ckpt)"));
+  }
+  StepClaim c;
+  std::string_view v;
+  auto bad = [&](std::string_view field) {
+    return absl::DataLossError(
+        StrCat(where, " at byte offset ", body.data() - text.data(), ": malformed ", field, " line"));
+  };
+  if (!NextField(&body, "save", &v) || !ParseHex64(v, &c.save_id) || c.save_id == 0) return bad("save");
+  if (!NextField(&body, "world", &v) || !ParseInt64(v, &c.world_size) || c.world_size < 1) return bad("world");
+  if (!NextField(&body, "host", &v) || v.size() > kMaxClaimHostBytes) return bad("host");
+  for (char ch : v) {
+    if (!ClaimHostByte(ch)) return bad("host");
+  }
+  c.host = std::string(v);
+  if (!NextField(&body, "pid", &v) || !ParseInt64(v, &c.pid) || c.pid < 0) return bad("pid");
+  if (!NextField(&body, "pid_start", &v) || !ParseInt64(v, &c.pid_start) || c.pid_start < 0) return bad("pid_start");
+  if (!NextField(&body, "time", &v) || !ParseInt64(v, &c.claimed_unix_ns) || c.claimed_unix_ns < 0) {
+    return bad("time");
+  }
+  if (!body.empty()) return bad("final");
+  return c;
+}
+
+std::string DescribeClaim(const StepClaim& claim, int64_t now_unix_ns) {
+  char id[19];
+  const double ago = static_cast<double>(now_unix_ns - claim.claimed_unix_ns) / 1e9;
+  return absl::StrFormat("save %s (host %s, pid %d, %d rank%s, claimed %.1f s ago)", HexHashTo(claim.save_id, id),
+                         claim.host, claim.pid, claim.world_size, claim.world_size == 1 ? "" : "s", ago);
+}
+
 }  // namespace ckpt

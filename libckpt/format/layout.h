@@ -7,6 +7,7 @@
 //   ROOT/step-0000000100/rank-000000.report  rank 0's report (until commit)
 //   ROOT/step-0000000100/rank-000000.failed  rank 0 could not save
 //   ROOT/step-0000000100/ABORTED             the leader gave up on the step
+//   ROOT/step-0000000100/CLAIM               the one save that may write the step
 #ifndef CKPT_FORMAT_LAYOUT_H_
 #define CKPT_FORMAT_LAYOUT_H_
 
@@ -25,6 +26,9 @@ inline constexpr std::string_view kManifestName = "MANIFEST";
 /// rename of MANIFEST), so that either alone proves and describes the step.
 inline constexpr std::string_view kManifestCopyName = "MANIFEST.copy";
 inline constexpr std::string_view kAbortedName = "ABORTED";
+/// Created exclusively (Storage::PutIfAbsent) by a save's leader before any
+/// rank writes: the step's one writer. Kept after the commit.
+inline constexpr std::string_view kClaimName = "CLAIM";
 
 std::string StepDir(int64_t step);
 /// The step of a directory name written by StepDir ("step-" and at least ten
@@ -41,6 +45,30 @@ std::optional<int> ParseRankFile(std::string_view name, std::string_view ext);
 ///   "ckpt-latest 1\nstep <n>\nxxh3 0x<hex of the lines above>\n"
 std::string EncodeLatest(int64_t step);
 absl::StatusOr<int64_t> DecodeLatest(std::string_view text);
+
+/// Who claimed a step: the save's identity (shared by every rank's data file
+/// and report, and recorded in the manifest's files) and where it ran.
+struct StepClaim {
+  uint64_t save_id = 0;
+  int64_t world_size = 0;
+  std::string host;  ///< 1-255 bytes of printable ASCII, no spaces
+  int64_t pid = 0;
+  /// When that process started (/proc/PID/stat, clock ticks since boot; 0
+  /// unknown), so that a reused pid is not taken for the claimant.
+  int64_t pid_start = 0;
+  int64_t claimed_unix_ns = 0;
+};
+inline constexpr size_t kMaxClaimHostBytes = 255;
+
+/// CLAIM is a short text file that carries its own checksum:
+///   "ckpt-claim 1\nsave 0x<16 hex>\nworld <n>\nhost <name>\npid <n>\n"
+///   "pid_start <ticks>\ntime <unix ns>\nxxh3 0x<hex of the lines above>\n"
+/// A host name outside the allowed bytes is written with '?' in their place.
+std::string EncodeClaim(const StepClaim& claim);
+/// `where` names the file in messages.
+absl::StatusOr<StepClaim> DecodeClaim(std::string_view text, std::string_view where);
+/// "save 0x.. (host H, pid P, N ranks, claimed T ago)".
+std::string DescribeClaim(const StepClaim& claim, int64_t now_unix_ns);
 
 }  // namespace ckpt
 

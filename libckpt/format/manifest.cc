@@ -102,6 +102,7 @@ std::string EncodeManifest(const Manifest& m) {
   w.U64(std::bit_cast<uint64_t>(m.write_s));
   w.SVar(m.bytes_logical);
   w.SVar(m.bytes_stored);
+  if (m.format_version >= 3) w.Str(m.claim);
   std::string body = w.Take();
 
   std::string out(kManifestHeaderSize, '\0');
@@ -263,6 +264,7 @@ absl::StatusOr<Manifest> DecodeManifest(std::string_view bytes,
   m.write_s = std::bit_cast<double>(r.U64());
   m.bytes_logical = r.SVar();
   m.bytes_stored = r.SVar();
+  if (version >= 3) m.claim = r.Str(kMaxClaimBytes);
   if (r.ok() && !r.AtEnd()) r.Fail("trailing bytes after the manifest body");
   if (!r.ok()) return r.status();
   return m;

@@ -19,7 +19,11 @@ namespace ckpt {
 
 /// 1: the original format. 2: the same bytes; a committed step also holds
 /// MANIFEST.copy, byte-identical, so a missing copy is damage only from 2 on.
-constexpr uint32_t kManifestVersion = 2;
+/// 3: the manifest ends with the step's CLAIM, byte for byte, and every file
+/// it commits carries that claim's save id.
+constexpr uint32_t kManifestVersion = 3;
+/// The longest CLAIM a manifest may hold.
+constexpr size_t kMaxClaimBytes = 1024;
 constexpr size_t kManifestHeaderSize = 48;
 
 /// A data file of the step.
@@ -82,6 +86,9 @@ struct Manifest {
   double write_s = 0;
   int64_t bytes_logical = 0;
   int64_t bytes_stored = 0;
+  /// Version 3 manifests: the bytes of the step's CLAIM when it was
+  /// committed (empty in rank reports).
+  std::string claim;
 
   const ManifestTensor* FindTensor(std::string_view fqn) const;
   int64_t LogicalBytes() const;

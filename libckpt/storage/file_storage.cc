@@ -421,7 +421,10 @@ class FileStorage final : public Storage {
   // the directory) and returns its path; the caller names or removes it.
   absl::StatusOr<std::string> WriteTempBeside(const std::string& full, absl::Span<const std::byte> data) {
     CKPT_RETURN_IF_ERROR(MakeDirs(ParentOf(full)));
-    std::string tmp = StrCat(full, ".tmp.", getpid(), ".", tmp_counter_.fetch_add(1));
+    // Unique in the process, whichever storage object writes: two roots
+    // opened on one directory by two Checkpointers share temporary names.
+    static std::atomic<uint64_t> counter{0};
+    std::string tmp = StrCat(full, ".tmp.", getpid(), ".", counter.fetch_add(1));
     int fd = open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
     if (fd < 0) return ErrnoStatus(errno, StrCat("create ", tmp));
     absl::Status s = WriteAll(fd, data.data(), data.size(), tmp);
@@ -465,7 +468,6 @@ class FileStorage final : public Storage {
   std::string root_;
   bool direct_;
   std::unique_ptr<IoEngine> engine_;
-  std::atomic<uint64_t> tmp_counter_{0};
 };
 
 absl::StatusOr<std::shared_ptr<Storage>> OpenLocal(std::string_view uri,

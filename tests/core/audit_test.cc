@@ -4,6 +4,7 @@
 #include <cstdio>
 #include <limits>
 #include <map>
+#include <optional>
 
 #include <sys/resource.h>
 
@@ -319,8 +320,8 @@ TEST(Audit, VerifyHoldsFewFilesOpen) {
   std::vector<float> rows(kRanks * 16);
   for (size_t i = 0; i < rows.size(); ++i) rows[i] = static_cast<float>(i);
   std::vector<std::unique_ptr<Checkpointer>> open;  // each waits for the leader when closed
-  for (int i = 1; i <= kRanks; ++i) {
-    const int rank = i % kRanks;  // the leader last
+  std::optional<SaveHandle> leader;  // claims the step first; commits once every rank reported
+  for (int rank = 0; rank < kRanks; ++rank) {
     CheckpointerOptions o;
     o.storage = storage;
     o.rank = rank;
@@ -336,9 +337,11 @@ TEST(Audit, VerifyHoldsFewFilesOpen) {
     ASSERT_OK(s.AddShard(spec, box, rows.data() + rank * 16));
     auto h = (*cp)->Save(1, s);
     ASSERT_OK(h);
-    ASSERT_OK(rank == 0 ? h->Wait() : h->WaitDurable());
+    ASSERT_OK(h->WaitDurable());
+    if (rank == 0) leader = *h;
     open.push_back(std::move(cp).value());
   }
+  ASSERT_OK(leader->Wait());
   open.clear();
   rlimit saved;
   ASSERT_EQ(getrlimit(RLIMIT_NOFILE, &saved), 0);

@@ -105,7 +105,7 @@ std::vector<std::string> CommittedFiles(const std::string& dir) {
 }
 
 bool IsMetadata(const std::string& name) {
-  return name == "MANIFEST" || name == "MANIFEST.copy" || name == "LATEST";
+  return name == "MANIFEST" || name == "MANIFEST.copy" || name == "LATEST" || name == "CLAIM";
 }
 
 void CopyTree(const std::string& from, const std::string& to) {

@@ -4,6 +4,7 @@
 #include <bit>
 #include <functional>
 #include <map>
+#include <random>
 #include <cstdio>
 
 #include "absl/strings/numbers.h"
@@ -26,6 +27,13 @@ constexpr char kSeed[] = "synth.seed";
 constexpr char kMesh[] = "synth.mesh";
 constexpr char kLayers[] = "synth.layers";
 constexpr char kExperts[] = "synth.experts";
+
+uint64_t SaveIdFor(int64_t step) {
+  static std::mt19937_64 rng(std::random_device{}() ^ static_cast<uint64_t>(UnixNanos()));
+  uint64_t id = 0;
+  while (id == 0) id = rng() ^ static_cast<uint64_t>(step);
+  return id;
+}
 
 }  // namespace
 
@@ -81,6 +89,10 @@ absl::Status SyntheticJob::SaveAsync(int64_t step, uint64_t seed) {
   pending_.ranks = static_cast<int>(ranks_.size());
   SaveOptions so;
   so.allow_older_step = options_.allow_older_step;
+  // The simulated ranks of this process are one save: they share its id,
+  // so a second job's ranks cannot join it. (With a communicator the
+  // leader chooses it.)
+  if (!options_.communicator) so.save_id = SaveIdFor(step);
   so.metadata[kParams] = std::to_string(options_.model.params);
   so.metadata[kDType] = std::string(DTypeName(options_.model.dtype));
   so.metadata[kAdam] = options_.model.adam ? "1" : "0";

@@ -1,0 +1,471 @@
+// One writer per step: a save claims its step (CLAIM, created exclusively)
+// before any rank writes, every file and report carries the claim's save
+// id, and the leader commits only files of its own save. A second save of
+// the same step fails at once naming the first and writes nothing into it.
+//
+// CKPT_WRITER_ROUNDS and CKPT_WRITER_PARAMS scale the rounds of two real
+// `ckpt synth` processes racing for one step and their size
+// (scripts/reliability-campaign.sh runs it long).
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstdlib>
+#include <filesystem>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "ckpt/checkpointer.h"
+#include "ckpt/communicator.h"
+#include "ckpt/verify.h"
+#include "core/root.h"
+#include "format/layout.h"
+#include "format/manifest.h"
+#include "testutil/test_util.h"
+#include "util/bytes.h"
+#include "util/clock.h"
+#include "util/strings.h"
+
+namespace ckpt::testing {
+namespace {
+
+namespace fs = std::filesystem;
+
+const TensorSpec kWeight{"model.w", DType::kF32, {128, 256}};
+
+std::string Ckpt(const std::string& args) { return StrCat(CKPT_BIN, " ", args, " 2>&1"); }
+
+bool Has(std::string_view text, std::string_view part) { return text.find(part) != std::string_view::npos; }
+bool Has(absl::string_view text, std::string_view part) { return Has(std::string_view(text.data(), text.size()), part); }
+bool Has(const std::string& text, std::string_view part) { return Has(std::string_view(text), part); }
+
+CheckpointerOptions Options(const std::string& uri, int rank, int world) {
+  CheckpointerOptions o;
+  o.uri = uri;
+  o.rank = rank;
+  o.world_size = world;
+  o.engine_options.block_size = 64 << 10;
+  o.engine_options.staging_bytes = 4 << 20;
+  o.commit_timeout_s = 60;
+  return o;
+}
+
+// Rows [64 r, 64 r + 64) of kWeight, valued by `seed`.
+std::vector<OwnedShard> Half(int rank, uint64_t seed) {
+  return {MakeShard(kWeight, Box({64 * rank, 0}, {64, 256}), seed)};
+}
+
+// Elements of the committed `step` that are not the values of `seed`.
+int64_t WrongElements(const std::string& uri, int64_t step, uint64_t seed) {
+  auto storage = OpenStorage(uri);
+  if (!storage.ok()) return -1;
+  std::vector<OwnedShard> out = {EmptyShard(kWeight, Box::Whole(kWeight.shape))};
+  State t = StateOf(out);
+  auto st = LoadCheckpoint(**storage, t, step);
+  if (!st.ok()) return -1;
+  return Mismatches(out[0], seed);
+}
+
+StepClaim ForeignClaim(const std::string& host, int64_t pid) {
+  StepClaim c;
+  c.save_id = 0x5eed0000cafe0001ull;
+  c.world_size = 2;
+  c.host = host;
+  c.pid = pid;
+  c.claimed_unix_ns = UnixNanos();
+  return c;
+}
+
+TEST(Claims, ClaimFilesRoundTripAndEveryFlippedBitIsRefused) {
+  StepClaim c = ForeignClaim("node-17.cluster", 4242);
+  const std::string text = EncodeClaim(c);
+  auto back = DecodeClaim(text, "step-0000000001/CLAIM");
+  ASSERT_OK(back);
+  EXPECT_EQ(back->save_id, c.save_id);
+  EXPECT_EQ(back->world_size, 2);
+  EXPECT_EQ(back->host, "node-17.cluster");
+  EXPECT_EQ(back->pid, 4242);
+  EXPECT_EQ(back->claimed_unix_ns, c.claimed_unix_ns);
+  for (size_t byte = 0; byte < text.size(); ++byte) {
+    for (int bit = 0; bit < 8; ++bit) {
+      std::string bad = text;
+      bad[byte] = static_cast<char>(bad[byte] ^ (1 << bit));
+      auto d = DecodeClaim(bad, "step-0000000001/CLAIM");
+      EXPECT_FALSE(d.ok()) << "byte " << byte << " bit " << bit;
+      if (!d.ok()) {
+        EXPECT_TRUE(Has(d.status().message(), "step-0000000001/CLAIM")) << d.status();
+      }
+    }
+  }
+  EXPECT_FALSE(DecodeClaim(text.substr(0, text.size() - 1), "CLAIM").ok());
+  EXPECT_FALSE(DecodeClaim("", "CLAIM").ok());
+  // Host names are written with printable bytes only.
+  c.host = "bad host\nname";
+  auto odd = DecodeClaim(EncodeClaim(c), "CLAIM");
+  ASSERT_OK(odd);
+  EXPECT_EQ(odd->host, "bad?host?name");
+}
+
+// The case: two `ckpt synth` jobs (dp=2,tp=2: four ranks each) save
+// the same step with different seeds, started together. One commits; the
+// other fails at once naming it (or, when it starts after the commit, is
+// refused as a committed step); the committed step holds only the winner's
+// values on a restore onto another mesh.
+TEST(Claims, TwoSynthProcessesOnOneStepNeverMix) {
+  const int rounds = std::getenv("CKPT_WRITER_ROUNDS") ? std::atoi(std::getenv("CKPT_WRITER_ROUNDS")) : 6;
+  const std::string params = std::getenv("CKPT_WRITER_PARAMS") ? std::getenv("CKPT_WRITER_PARAMS") : "8M";
+  int claimed = 0, after_commit = 0;
+  double slowest_loser = 0;
+  for (int round = 0; round < rounds; ++round) {
+    TempDir tmp;
+    const std::string root = tmp.Join("root");
+    struct Run {
+      uint64_t seed;
+      CommandResult result;
+      double seconds = 0;
+    };
+    std::vector<Run> runs = {{1000u + round, {}, 0}, {2000u + round, {}, 0}};
+    std::atomic<bool> go{false};
+    std::vector<std::thread> threads;
+    for (int w = 0; w < 2; ++w) {
+      threads.emplace_back([&, w] {
+        while (!go.load()) std::this_thread::yield();
+        // The second writer starts up to 60 ms later: simultaneous starts,
+        // and starts while the first is writing.
+        if (w == 1) std::this_thread::sleep_for(std::chrono::milliseconds(round * 60 / std::max(1, rounds - 1)));
+        const double t0 = NowSeconds();
+        runs[w].result = RunCommand(Ckpt(StrCat("synth --out ", root, " --params ", params, " --mesh dp=2,tp=2 --step 500 --seed ",
+                                                runs[w].seed)));
+        runs[w].seconds = NowSeconds() - t0;
+      });
+    }
+    go = true;
+    for (auto& t : threads) t.join();
+    const std::string where = StrCat("round ", round, "\nA: ", runs[0].result.out, "\nB: ", runs[1].result.out);
+    const int winners = (runs[0].result.code == 0) + (runs[1].result.code == 0);
+    ASSERT_EQ(winners, 1) << where;
+    const Run& win = runs[0].result.code == 0 ? runs[0] : runs[1];
+    const Run& lose = runs[0].result.code == 0 ? runs[1] : runs[0];
+    // Stopped by the other's claim, before writing or (a start that found
+    // the other's step directory without its claim yet and collected it)
+    // while writing.
+    if (Has(lose.result.out, "claimed by another save") || Has(lose.result.out, "claimed the step while this save")) {
+      EXPECT_EQ(lose.result.code, 1) << where;
+      ++claimed;
+    } else {
+      EXPECT_TRUE(Has(lose.result.out, "already committed") || Has(lose.result.out, "not newer than")) << where;
+      EXPECT_EQ(lose.result.code, 2) << where;
+      ++after_commit;
+    }
+    slowest_loser = std::max(slowest_loser, lose.seconds);
+    EXPECT_LT(lose.seconds, 30) << "the losing writer waited\n" << where;
+    // Only the winner's save is in the step, and it holds only its values.
+    auto storage = OpenStorage(root);
+    ASSERT_OK(storage);
+    auto m = ReadManifest(**storage, 500);
+    ASSERT_OK(m);
+    EXPECT_EQ(m->metadata["synth.seed"], std::to_string(win.seed)) << where;
+    auto claim = ReadStepClaim(**storage, 500);
+    ASSERT_OK(claim);
+    for (const ManifestFile& f : m->files) EXPECT_EQ(f.save_id, claim->save_id) << f.name;
+    auto v = RunCommand(Ckpt(StrCat("verify ", root, " --step 500")));
+    EXPECT_EQ(v.code, 0) << v.out << where;
+    auto rc = RunCommand(Ckpt(StrCat("restore-check ", root, " --step 500 --mesh dp=1,tp=4")));
+    EXPECT_EQ(rc.code, 0) << rc.out << where;
+    // Nothing of the loser is left behind.
+    for (const auto& e : fs::directory_iterator(StrCat(root, "/", StepDir(500)))) {
+      const std::string name = e.path().filename().string();
+      EXPECT_FALSE(name.ends_with(".failed") || name.ends_with(".report") || name == "ABORTED") << name << where;
+    }
+  }
+  std::printf("two writers: %d rounds, %d losers stopped by the claim, %d refused after the commit, "
+              "slowest loser %.2f s\n",
+              rounds, claimed, after_commit, slowest_loser);
+}
+
+class ClaimBackends : public ::testing::TestWithParam<std::string> {};
+
+std::string BackendUri(const std::string& kind, const TempDir& tmp) {
+  if (kind == "hdf5") return "hdf5://" + tmp.Join("root");
+  if (kind == "tiered") return "tiered://?local=" + tmp.Join("root") + "&durable=" + tmp.Join("durable");
+  if (kind == "posix") return "posix://" + tmp.Join("root");
+  return tmp.Join("root");
+}
+
+// Two jobs of two ranks each (a communicator per job) save one step at the
+// same moment: every rank of one job learns the outcome of its leader's
+// claim at once, and exactly one job commits, with its own values only.
+TEST_P(ClaimBackends, RanksOfTheLosingJobAllFailAtOnce) {
+  TempDir tmp;
+  const std::string uri = BackendUri(GetParam(), tmp);
+  int contested = 0;
+  for (int round = 0; round < 8; ++round) {
+    const int64_t step = 10 * (round + 1);
+    std::vector<absl::Status> status(4);
+    std::vector<double> seconds(4);
+    std::vector<std::thread> threads;
+    std::atomic<bool> go{false};
+    for (int job = 0; job < 2; ++job) {
+      auto comms = CreateLocalCommunicators(2);
+      for (int r = 0; r < 2; ++r) {
+        threads.emplace_back([&, job, r, comm = comms[r]] {
+          CheckpointerOptions o = Options(uri, r, 2);
+          o.communicator = comm;
+          o.gc_on_open = false;
+          auto cp = Checkpointer::Open(o);
+          if (!cp.ok()) {
+            status[job * 2 + r] = cp.status();
+            return;
+          }
+          std::vector<OwnedShard> half = Half(r, 100u * job + static_cast<uint64_t>(step));
+          State st = StateOf(half);
+          while (!go.load()) std::this_thread::yield();
+          const double t0 = NowSeconds();
+          auto h = (*cp)->Save(step, st);
+          status[job * 2 + r] = h.ok() ? h->Wait() : h.status();
+          seconds[job * 2 + r] = NowSeconds() - t0;
+        });
+      }
+    }
+    go = true;
+    for (auto& t : threads) t.join();
+    const bool a = status[0].ok() && status[1].ok();
+    const bool b = status[2].ok() && status[3].ok();
+    ASSERT_NE(a, b) << status[0] << " / " << status[1] << " / " << status[2] << " / " << status[3];
+    const int loser = a ? 1 : 0;
+    for (int r = 0; r < 2; ++r) {
+      const absl::Status& s = status[loser * 2 + r];
+      // Claimed by the other job, or (it started late) committed by it.
+      EXPECT_TRUE(absl::IsAborted(s) || absl::IsAlreadyExists(s) || absl::IsFailedPrecondition(s)) << s;
+      contested += absl::IsAborted(s) && r == 0;
+      if (absl::IsAborted(s)) {
+        EXPECT_TRUE(Has(s.message(), "claimed by another save") || Has(s.message(), "claimed the step while this save"))
+            << s;
+      }
+      EXPECT_LT(seconds[loser * 2 + r], 10) << s;
+    }
+    EXPECT_EQ(WrongElements(uri, step, 100u * (1 - loser) + static_cast<uint64_t>(step)), 0) << "round " << round;
+    auto storage = OpenStorage(uri);
+    ASSERT_OK(storage);
+    auto v = VerifyStep(**storage, step);
+    ASSERT_OK(v);
+    EXPECT_TRUE(v->ok()) << (v->problems.empty() ? "" : v->problems[0].message);
+  }
+  std::printf("%s: %d of 8 rounds decided by the claim\n", GetParam().c_str(), contested);
+}
+
+INSTANTIATE_TEST_SUITE_P(Backends, ClaimBackends, ::testing::Values("file", "posix", "hdf5", "tiered"),
+                         [](const ::testing::TestParamInfo<std::string>& i) { return i.param; });
+
+// Without a communicator, ranks given a save id check the claim against it
+// before writing: a rank of another save writes nothing into the step.
+TEST(Claims, ARankOfAnotherSaveWritesNothing) {
+  TempDir tmp;
+  const std::string root = tmp.Join("root");
+  CheckpointerOptions lo = Options(root, 0, 2);
+  lo.commit_timeout_s = 1;
+  auto leader = Checkpointer::Open(lo);
+  ASSERT_OK(leader);
+  CheckpointerOptions ro = Options(root, 1, 2);
+  ro.gc_on_open = false;
+  auto stranger = Checkpointer::Open(ro);
+  ASSERT_OK(stranger);
+  std::vector<OwnedShard> a = Half(0, 1), b = Half(1, 2);
+  State sa = StateOf(a), sb = StateOf(b);
+  SaveOptions mine, theirs;
+  mine.save_id = 0x1111;
+  theirs.save_id = 0x2222;
+  auto h0 = (*leader)->Save(7, sa, mine);
+  ASSERT_OK(h0);
+  EXPECT_EQ(h0->Stats().save_id, 0x1111u);
+  const double t0 = NowSeconds();
+  auto h1 = (*stranger)->Save(7, sb, theirs);
+  ASSERT_FALSE(h1.ok());
+  EXPECT_TRUE(absl::IsAborted(h1.status())) << h1.status();
+  EXPECT_TRUE(Has(h1.status().message(), "claimed by another save 0x0000000000001111")) << h1.status();
+  EXPECT_LT(NowSeconds() - t0, 1);
+  EXPECT_FALSE(fs::exists(StrCat(root, "/", StepDir(7), "/", DataFileName(1))));
+  // The leader gives up on its missing rank; its claim is released, so the
+  // step can be saved again.
+  absl::Status s = h0->Wait();
+  EXPECT_TRUE(absl::IsDeadlineExceeded(s)) << s;
+  EXPECT_FALSE(fs::exists(StrCat(root, "/", StepDir(7), "/CLAIM")));
+  EXPECT_TRUE(fs::exists(StrCat(root, "/", StepDir(7), "/ABORTED")));
+  auto solo = Checkpointer::Open(Options(root, 0, 1));
+  ASSERT_OK(solo);
+  std::vector<OwnedShard> whole = {MakeShard(kWeight, Box::Whole(kWeight.shape), 3)};
+  State sw = StateOf(whole);
+  auto again = (*solo)->Save(7, sw);
+  ASSERT_OK(again);
+  ASSERT_OK(again->Wait());
+  EXPECT_EQ(WrongElements(root, 7, 3), 0);
+}
+
+// A save whose claim is replaced while it writes (a new job's start removed
+// its step) stops at once and writes nothing more into the step.
+TEST(Claims, ALostClaimStopsTheSaveAtOnce) {
+  TempDir tmp;
+  const std::string root = tmp.Join("root");
+  auto leader = Checkpointer::Open(Options(root, 0, 2));  // rank 1 never reports
+  ASSERT_OK(leader);
+  std::vector<OwnedShard> a = Half(0, 1);
+  State sa = StateOf(a);
+  auto h = (*leader)->Save(3, sa);
+  ASSERT_OK(h);
+  ASSERT_OK(h->WaitDurable());
+  const std::string claim = StrCat(root, "/", StepDir(3), "/CLAIM");
+  const std::string other = EncodeClaim(ForeignClaim("elsewhere", 99));
+  WriteFile(claim, other);
+  const double t0 = NowSeconds();
+  absl::Status s = h->Wait();
+  EXPECT_TRUE(absl::IsAborted(s)) << s;
+  EXPECT_TRUE(Has(s.message(), "claimed the step while this save")) << s;
+  EXPECT_LT(NowSeconds() - t0, 5);
+  EXPECT_EQ(ReadFile(claim), other);  // the other save's claim is left alone
+  EXPECT_FALSE(fs::exists(StrCat(root, "/", StepDir(3), "/ABORTED")));
+}
+
+// The open-time cleanup removes the claims of saves that are gone (another
+// host's, or a dead process's on this one) and keeps a live process's; a
+// save of a step a live process holds fails at once naming it.
+TEST(Claims, StaleClaimsAreCollectedAndLiveOnesKept) {
+  TempDir tmp;
+  const std::string root = tmp.Join("root");
+  {
+    auto cp = Checkpointer::Open(Options(root, 0, 1));
+    ASSERT_OK(cp);
+    std::vector<OwnedShard> w = {MakeShard(kWeight, Box::Whole(kWeight.shape), 1)};
+    State st = StateOf(w);
+    auto h = (*cp)->Save(1, st);
+    ASSERT_OK(h);
+    ASSERT_OK(h->Wait());
+  }
+  std::fflush(nullptr);  // the children must not print this process's buffers
+  const pid_t live = fork();
+  ASSERT_GE(live, 0);
+  if (live == 0) {
+    pause();
+    _exit(0);
+  }
+  const pid_t dead = fork();
+  ASSERT_GE(dead, 0);
+  if (dead == 0) _exit(0);
+  ASSERT_EQ(waitpid(dead, nullptr, 0), dead);
+  auto plant = [&](int64_t step, const std::string& host, int64_t pid) {
+    fs::create_directories(StrCat(root, "/", StepDir(step)));
+    WriteFile(StrCat(root, "/", StepDir(step), "/CLAIM"), EncodeClaim(ForeignClaim(host, pid)));
+    WriteFile(StrCat(root, "/", StepDir(step), "/", DataFileName(0)), std::string(4096, 'x'));
+  };
+  plant(2, "another-host", live);    // cannot be checked from here: a leftover
+  plant(3, ThisHostName(), live);    // a save still running here
+  plant(4, ThisHostName(), dead);    // a save that died here
+  {
+    auto cp = Checkpointer::Open(Options(root, 0, 1));
+    ASSERT_OK(cp);
+    EXPECT_FALSE(fs::exists(StrCat(root, "/", StepDir(2))));
+    EXPECT_TRUE(fs::exists(StrCat(root, "/", StepDir(3), "/CLAIM")));
+    EXPECT_FALSE(fs::exists(StrCat(root, "/", StepDir(4))));
+    auto storage = OpenStorage(root);
+    ASSERT_OK(storage);
+    GcOptions gc;
+    gc.dry_run = true;
+    gc.remove_newer_partial = true;  // as when a job opens the root
+    auto report = CollectGarbageIn(**storage, gc);
+    ASSERT_OK(report);
+    EXPECT_EQ(report->kept_running, std::vector<int64_t>{3});
+    std::vector<OwnedShard> w = {MakeShard(kWeight, Box::Whole(kWeight.shape), 3)};
+    State st = StateOf(w);
+    auto h = (*cp)->Save(3, st);
+    ASSERT_FALSE(h.ok());
+    EXPECT_TRUE(absl::IsAborted(h.status())) << h.status();
+    EXPECT_TRUE(Has(h.status().message(), StrCat("pid ", live))) << h.status();
+  }
+  kill(live, SIGKILL);
+  ASSERT_EQ(waitpid(live, nullptr, 0), live);
+  auto cp = Checkpointer::Open(Options(root, 0, 1));
+  ASSERT_OK(cp);
+  EXPECT_FALSE(fs::exists(StrCat(root, "/", StepDir(3))));
+  std::vector<OwnedShard> w = {MakeShard(kWeight, Box::Whole(kWeight.shape), 3)};
+  State st = StateOf(w);
+  auto h = (*cp)->Save(3, st);
+  ASSERT_OK(h);
+  ASSERT_OK(h->Wait());
+  EXPECT_EQ(WrongElements(root, 3, 3), 0);
+}
+
+// The manifest commits the claim: a CLAIM replaced after the commit is
+// found by verify and rewritten, byte for byte, by repair.
+TEST(Claims, TheManifestBindsTheClaim) {
+  TempDir tmp;
+  const std::string root = tmp.Join("root");
+  auto cp = Checkpointer::Open(Options(root, 0, 1));
+  ASSERT_OK(cp);
+  std::vector<OwnedShard> w = {MakeShard(kWeight, Box::Whole(kWeight.shape), 5)};
+  State st = StateOf(w);
+  auto h = (*cp)->Save(5, st);
+  ASSERT_OK(h);
+  ASSERT_OK(h->Wait());
+  const std::string claim = StrCat(root, "/", StepDir(5), "/CLAIM");
+  const std::string original = ReadFile(claim);
+  auto decoded = DecodeClaim(original, "CLAIM");
+  ASSERT_OK(decoded);
+  EXPECT_EQ(decoded->save_id, h->Stats().save_id);
+  EXPECT_EQ(decoded->pid, getpid());
+  EXPECT_EQ(decoded->host, ThisHostName());
+  WriteFile(claim, EncodeClaim(ForeignClaim("elsewhere", 1)));
+  auto v = RunCommand(Ckpt(StrCat("verify ", root, " --step 5")));
+  EXPECT_EQ(v.code, 1) << v.out;
+  EXPECT_TRUE(Has(v.out, StrCat(StepDir(5), "/CLAIM"))) << v.out;
+  EXPECT_TRUE(Has(v.out, "not the claim the manifest committed")) << v.out;
+  auto r = RunCommand(Ckpt(StrCat("repair ", root)));
+  EXPECT_EQ(r.code, 0) << r.out;
+  EXPECT_EQ(ReadFile(claim), original);
+  v = RunCommand(Ckpt(StrCat("verify ", root, " --step 5")));
+  EXPECT_EQ(v.code, 0) << v.out;
+  // A committed step cannot be claimed again.
+  auto again = (*cp)->Save(5, st, SaveOptions{.allow_older_step = true});
+  ASSERT_FALSE(again.ok());
+  EXPECT_TRUE(absl::IsAlreadyExists(again.status())) << again.status();
+}
+
+}  // namespace
+}  // namespace ckpt::testing
+
+namespace ckpt::testing {
+namespace {
+
+// The same values saved twice give the same blocks and index; only the save
+// id tells the two files apart. A file of the other save, put in place of
+// the committed one, fails verify and Load.
+TEST(Claims, AFileOfAnotherSaveFailsVerifyAndLoad) {
+  TempDir tmp;
+  for (const char* name : {"a", "b"}) {
+    auto cp = Checkpointer::Open(Options(tmp.Join(name), 0, 1));
+    ASSERT_OK(cp);
+    std::vector<OwnedShard> w = {MakeShard(kWeight, Box::Whole(kWeight.shape), 9)};
+    State st = StateOf(w);
+    auto h = (*cp)->Save(9, st);
+    ASSERT_OK(h);
+    ASSERT_OK(h->Wait());
+  }
+  const std::string rel = StrCat("/", StepDir(9), "/", DataFileName(0));
+  fs::copy_file(tmp.Join("b") + rel, tmp.Join("a") + rel, fs::copy_options::overwrite_existing);
+  EXPECT_EQ(WrongElements(tmp.Join("a"), 9, 9), -1);  // refused
+  auto storage = OpenStorage(tmp.Join("a"));
+  ASSERT_OK(storage);
+  std::vector<OwnedShard> out = {EmptyShard(kWeight, Box::Whole(kWeight.shape))};
+  State t = StateOf(out);
+  auto st = LoadCheckpoint(**storage, t, 9);
+  ASSERT_FALSE(st.ok());
+  EXPECT_TRUE(Has(st.status().message(), "a file of another save")) << st.status();
+  EXPECT_TRUE(Has(st.status().message(), DataFileName(0))) << st.status();
+  auto v = VerifyStep(**storage, 9);
+  ASSERT_OK(v);
+  EXPECT_FALSE(v->ok());
+}
+
+}  // namespace
+}  // namespace ckpt::testing
