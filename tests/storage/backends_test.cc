@@ -114,6 +114,11 @@ TEST(Plugins, TablesWithoutOptionalEntriesStillLoad) {
   ASSERT_NE(cp, nullptr);
   ASSERT_OK(SaveStep(*cp, 1));
   EXPECT_EQ(LoadAndCount(**s, 1, 1), 0);
+  // The claim is checked, then written: still there, still bound.
+  EXPECT_TRUE(std::filesystem::exists(t.Join("root/step-0000000001/CLAIM")));
+  auto report = VerifyStep(**s, 1);
+  ASSERT_OK(report);
+  EXPECT_TRUE(report->ok()) << (report->problems.empty() ? "" : report->problems[0].message);
 }
 
 TEST(Plugins, CheckpointThroughAPluginLoadsAndVerifies) {
@@ -134,6 +139,14 @@ TEST(Plugins, CheckpointThroughAPluginLoadsAndVerifies) {
   auto plain = OpenStorage(dir.Join("root"));
   ASSERT_OK(plain);
   EXPECT_EQ(LoadAndCount(**plain, 6, 6), 0);
+  // A step another save holds is refused through the plugin's exclusive
+  // create, before anything is written.
+  const std::string other = "held by another save";
+  ASSERT_OK((*s)->PutIfAbsent("step-0000000007/CLAIM",
+                              absl::Span<const std::byte>(reinterpret_cast<const std::byte*>(other.data()), other.size())));
+  absl::Status held = SaveStep(*cp, 7);
+  EXPECT_TRUE(absl::IsAborted(held)) << held;
+  EXPECT_FALSE(std::filesystem::exists(dir.Join("root/step-0000000007/rank-000000.ckd")));
 }
 
 // ---------------------------------------------------------------------------
