@@ -20,42 +20,15 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "ckpt/codec.h"
 #include "ckpt/communicator.h"
 #include "ckpt/mesh.h"
+#include "ckpt/options.h"
 #include "ckpt/state.h"
 #include "ckpt/storage.h"
 
 namespace ckpt {
 
-/// Block codec. The numeric values are part of the on-disk format.
-enum class Codec : uint8_t {
-  kNone = 0,         ///< stored as is
-  kZstd = 1,         ///< Zstandard over the whole block
-  kShuffleZstd = 2,  ///< byte planes by element width, each zstd or raw
-};
-std::string_view CodecName(Codec codec);
-std::optional<Codec> ParseCodec(std::string_view name);
-
-/// Which steps survive after a new one commits. Zero values disable a rule;
-/// with both zero every step is kept.
-struct RetentionPolicy {
-  int keep_last = 0;       ///< keep the newest k committed steps
-  int64_t keep_every = 0;  ///< also keep steps that are multiples of n
-};
-
-/// Staging memory and background threads. One engine may serve several
-/// Checkpointers (ranks) of a process; it is thread-safe.
-struct SaveEngineOptions {
-  size_t staging_bytes = size_t{256} << 20;  ///< arena budget
-  /// Raw bytes per block: the unit of checksums, compression and reads. 1 MiB
-  /// keeps a partial read of a chunk close to what it needs while writes stay
-  /// as fast as with larger blocks (measured in docs/performance.md).
-  size_t block_size = size_t{1} << 20;
-  int worker_threads = 0;                    ///< 0: min(4, hardware threads)
-  /// Nice value added to the background threads so they yield to the
-  /// trainer's threads (0 leaves them at the caller's priority).
-  int background_nice = 10;
-};
 class SaveEngine;
 absl::StatusOr<std::shared_ptr<SaveEngine>> CreateSaveEngine(
     const SaveEngineOptions& options);
@@ -144,26 +117,6 @@ struct CheckpointerOptions {
   bool gc_on_open = true;
 };
 
-/// Measured costs of one save, for the interval optimiser.
-struct SaveStats {
-  int64_t step = 0;
-  double stall_s = 0;   ///< time Save blocked the caller
-  double write_s = 0;   ///< Save start until this rank's data was durable
-  double commit_s = 0;  ///< Save start until the step was committed
-  int64_t bytes_logical = 0;  ///< tensor and blob bytes
-  int64_t bytes_stored = 0;   ///< after compression
-  int64_t bytes_written = 0;  ///< file bytes including framing and index
-  int64_t blocks = 0;
-  uint64_t save_id = 0;       ///< the identity in the step's CLAIM
-};
-
-struct SaveProgress {
-  int64_t blocks_total = 0;
-  int64_t blocks_written = 0;
-  int64_t bytes_staged = 0;
-  int64_t bytes_written = 0;
-};
-
 /// Tracks one asynchronous save. Thread-safe; copies share state.
 class SaveHandle {
  public:
@@ -190,61 +143,6 @@ class SaveHandle {
 
  private:
   std::shared_ptr<Shared> shared_;
-};
-
-struct SaveOptions {
-  /// Key/value pairs recorded in the manifest.
-  std::map<std::string, std::string> metadata;
-  /// Save a step at or below the latest committed one (a branch from an
-  /// older step, a re-run). Refused otherwise, since it usually means two
-  /// jobs or a restart counting from the wrong place. Such a step is never
-  /// removed by the retention of its own commit.
-  bool allow_older_step = false;
-  /// The save's identity, shared by every rank: it is written into the
-  /// step's CLAIM, every data file and every report, and the leader commits
-  /// only files that carry it. 0: chosen by the save. With a communicator
-  /// the leader chooses it and every rank learns it (this field is read on
-  /// the leader only). Without one, ranks in separate processes or threads
-  /// should pass the same nonzero id, unique per attempt (a random number
-  /// agreed at job start, mixed with the step and the attempt): each rank
-  /// then checks the claim against it before writing and a second job's
-  /// ranks fail at once. With 0 there, a non-leader adopts whichever claim
-  /// it finds, which proves one writer only while one job writes the root.
-  uint64_t save_id = 0;
-};
-
-struct LoadOptions {
-  int worker_threads = 0;                       ///< 0: min(4, hardware)
-  /// Read memory in flight (never more than the load needs); adjacent
-  /// blocks are read with one request.
-  size_t read_buffer_bytes = size_t{64} << 20;
-  /// Tensors of the target that the checkpoint lacks are skipped instead of
-  /// failing the load.
-  bool allow_missing = false;
-  /// When the latest step is asked for and the newest committed step is
-  /// damaged (neither MANIFEST nor its copy decodes), restore the newest
-  /// intact step instead, and say so in LoadStats and on stderr. Off by
-  /// default: going back silently changes the training trajectory, and
-  /// single-file damage to the manifest is already covered by its copy, so
-  /// what is left deserves a decision (docs/reliability.md).
-  bool allow_fallback = false;
-};
-
-struct LoadStats {
-  int64_t step = 0;
-  int64_t bytes_read = 0;     ///< stored bytes read from storage
-  int64_t bytes_decoded = 0;  ///< raw bytes of the blocks read
-  int64_t bytes_needed = 0;   ///< raw bytes the target asked for
-  int64_t blocks_read = 0;
-  double seconds = 0;
-  /// What stood in the way of the step asked for and what was done about
-  /// it: the damaged step passed over (with allow_fallback), a manifest read
-  /// from its copy. Empty when nothing was.
-  std::string damage_note;
-  /// The damaged step passed over with allow_fallback, else -1.
-  int64_t fell_back_from = -1;
-  /// bytes_decoded / bytes_needed (1.0 when nothing was needed).
-  double ReadAmplification() const;
 };
 
 /// What a step directory is. A step is committed once its MANIFEST exists

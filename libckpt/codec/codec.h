@@ -11,7 +11,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
-#include "ckpt/checkpointer.h"
+#include "ckpt/codec.h"
 #include "ckpt/dtype.h"
 
 struct ZSTD_CCtx_s;

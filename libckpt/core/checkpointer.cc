@@ -193,7 +193,7 @@ class Checkpointer::Impl {
     job->codec = hdf5 ? Codec::kNone : options_.codec;  // h5py reads raw datasets
     job->zstd_level = options_.zstd_level;
     job->direct = options_.direct_io;
-    job->handle = shared;
+    job->counters = shared->counters;
 
     // With a communicator, replicas agree which of them writes each box.
     std::vector<bool> writes(state.shards().size(), true);

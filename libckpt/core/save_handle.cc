@@ -73,10 +73,10 @@ bool SaveHandle::Done() const {
 
 SaveProgress SaveHandle::Progress() const {
   SaveProgress p;
-  p.blocks_total = shared_->blocks_total.load();
-  p.blocks_written = shared_->blocks_written.load();
-  p.bytes_staged = shared_->bytes_staged.load();
-  p.bytes_written = shared_->bytes_written.load();
+  p.blocks_total = shared_->counters->blocks_total.load();
+  p.blocks_written = shared_->counters->blocks_written.load();
+  p.bytes_staged = shared_->counters->bytes_staged.load();
+  p.bytes_written = shared_->counters->bytes_written.load();
   return p;
 }
 

@@ -7,6 +7,7 @@
 #include <mutex>
 
 #include "ckpt/checkpointer.h"
+#include "pipeline/save_engine.h"
 
 namespace ckpt {
 
@@ -14,10 +15,8 @@ struct SaveHandle::Shared {
   int64_t step = 0;
   double t_start = 0;
 
-  std::atomic<int64_t> blocks_total{0};
-  std::atomic<int64_t> blocks_written{0};
-  std::atomic<int64_t> bytes_staged{0};
-  std::atomic<int64_t> bytes_written{0};
+  /// Written by the save engine.
+  std::shared_ptr<SaveCounters> counters = std::make_shared<SaveCounters>();
 
   mutable std::mutex mu;
   std::condition_variable cv;

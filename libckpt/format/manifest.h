@@ -11,7 +11,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "ckpt/checkpointer.h"
+#include "ckpt/codec.h"
 #include "ckpt/mesh.h"
 #include "ckpt/tensor.h"
 

@@ -5,7 +5,9 @@
 #define CKPT_PIPELINE_LOADER_H_
 
 #include "absl/status/statusor.h"
-#include "ckpt/checkpointer.h"
+#include "ckpt/options.h"
+#include "ckpt/state.h"
+#include "ckpt/storage.h"
 #include "format/manifest.h"
 
 namespace ckpt {

@@ -15,7 +15,6 @@
 #include "absl/strings/str_cat.h"
 #include "util/strings.h"
 #include "codec/codec.h"
-#include "core/save_handle.h"
 #include "format/hdf5_container.h"
 #include "layout/box_copy.h"
 #include "util/errors.h"
@@ -195,7 +194,7 @@ absl::Status SaveEngine::Run(std::shared_ptr<SaveJob> job,
         " blocks exceed one file's limit; raise the block size"));
   }
   j.index.assign(nblocks, IndexEntry{});
-  j.handle->blocks_total = static_cast<int64_t>(nblocks);
+  j.counters->blocks_total = static_cast<int64_t>(nblocks);
   if (!j.hdf5) {
     // The most the frames can take (compressed ones take less; Finish cuts
     // the file to its length): writes inside the file's length do not
@@ -342,7 +341,7 @@ absl::Status SaveEngine::Run(std::shared_ptr<SaveJob> job,
 
 bool SaveEngine::Enqueue(const std::shared_ptr<SaveJob>& job, uint64_t block_id,
                          std::byte* slot, uint64_t len, DType dtype) {
-  job->handle->bytes_staged += static_cast<int64_t>(len);
+  job->counters->bytes_staged += static_cast<int64_t>(len);
   bool failed;
   {
     std::lock_guard<std::mutex> lock(job->mu);
@@ -556,8 +555,8 @@ void SaveEngine::SubmitFrame(const std::shared_ptr<SaveJob>& job,
           std::lock_guard<std::mutex> lock(job->mu);
           if (job->error.ok()) job->error = s;
         } else {
-          job->handle->blocks_written += 1;
-          job->handle->bytes_written += static_cast<int64_t>(frame_len);
+          job->counters->blocks_written += 1;
+          job->counters->bytes_written += static_cast<int64_t>(frame_len);
         }
         BlockDone(job);
       });

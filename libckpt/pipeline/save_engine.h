@@ -8,6 +8,7 @@
 #ifndef CKPT_PIPELINE_SAVE_ENGINE_H_
 #define CKPT_PIPELINE_SAVE_ENGINE_H_
 
+#include <atomic>
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
@@ -20,12 +21,23 @@
 #include <vector>
 
 #include "absl/status/status.h"
-#include "ckpt/checkpointer.h"
+#include "ckpt/codec.h"
+#include "ckpt/options.h"
+#include "ckpt/storage.h"
 #include "ckpt/state.h"
 #include "format/data_file.h"
 #include "util/aligned_buffer.h"
 
 namespace ckpt {
+
+/// How far one job has come, read by SaveHandle::Progress while the engine
+/// writes.
+struct SaveCounters {
+  std::atomic<int64_t> blocks_total{0};
+  std::atomic<int64_t> blocks_written{0};
+  std::atomic<int64_t> bytes_staged{0};
+  std::atomic<int64_t> bytes_written{0};
+};
 
 /// One packed byte stream to save: a shard or a blob.
 struct SavePiece {
@@ -62,7 +74,7 @@ struct SaveJob {
   /// Write an HDF5 container (format/hdf5_container.h) instead of a ckpt
   /// data file: raw blocks at fixed places, no header, trailers or footer.
   bool hdf5 = false;
-  std::shared_ptr<SaveHandle::Shared> handle;
+  std::shared_ptr<SaveCounters> counters;
   /// Runs on the engine's finalizer thread once the data file is durable
   /// (status OK) or the job failed. The data file is removed on failure.
   std::function<void(SaveJob&, absl::Status)> on_finished;

@@ -1,0 +1,22 @@
+// The block codecs a checkpoint may use.
+#ifndef CKPT_CODEC_H_
+#define CKPT_CODEC_H_
+
+#include <cstdint>
+#include <optional>
+#include <string_view>
+
+namespace ckpt {
+
+/// Block codec. The numeric values are part of the on-disk format.
+enum class Codec : uint8_t {
+  kNone = 0,         ///< stored as is
+  kZstd = 1,         ///< Zstandard over the whole block
+  kShuffleZstd = 2,  ///< byte planes by element width, each zstd or raw
+};
+std::string_view CodecName(Codec codec);
+std::optional<Codec> ParseCodec(std::string_view name);
+
+}  // namespace ckpt
+
+#endif  // CKPT_CODEC_H_

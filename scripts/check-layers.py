@@ -1,0 +1,183 @@
+#!/usr/bin/env python3
+"""Fails when an #include points up the layers of the tree.
+
+    scripts/check-layers.py [ROOT]       check the tree (default: this checkout)
+    scripts/check-layers.py --self-test  plant violations in a scratch tree
+
+Layers, lowest first (a file may include its own folder and lower layers):
+
+    0  util                     and the value headers ckpt/codec.h, options.h,
+                                communicator.h, version.h
+    1  layout, codec            ckpt/dtype.h, tensor.h, mesh.h, state.h, synthetic.h
+    2  format, storage          ckpt/storage.h, plugin_abi.h
+    3  plan                     ckpt/plan.h
+    4  pipeline
+    5  core, comm, policy       ckpt/checkpointer.h, verify.h, audit.h, mpi.h, interval.h
+    6  coordinator              ckpt/coordinator.h
+    7  integrations, tools      ckpt/ckpt.h (the C API)
+
+Benchmarks and tests sit on top, but benchmarks may not reach into the
+command-line tool (tools/ckpt) nor into test doubles. Exit status: 0 clean,
+1 violations found (listed), 2 usage.
+"""
+import os
+import re
+import sys
+import tempfile
+
+FOLDER_LAYER = {
+    "util": 0,
+    "layout": 1, "codec": 1,
+    "format": 2, "storage": 2,
+    "plan": 3,
+    "pipeline": 4,
+    "core": 5, "comm": 5, "policy": 5,
+    "coordinator": 6,
+}
+
+PUBLIC_LAYER = {
+    "codec.h": 0, "options.h": 0, "communicator.h": 0, "version.h": 0,
+    "dtype.h": 1, "tensor.h": 1, "mesh.h": 1, "state.h": 1, "synthetic.h": 1,
+    "storage.h": 2, "plugin_abi.h": 2,
+    "plan.h": 3,
+    "checkpointer.h": 5, "verify.h": 5, "audit.h": 5, "mpi.h": 5, "interval.h": 5,
+    "coordinator.h": 6,
+    "ckpt.h": 7,
+}
+
+# Headers of the command-line tool and test doubles: not for benchmarks.
+TOOL_HEADERS = {"cli.h", "synth_job.h", "commands.h", "elastic_model.h", "mpi_support.h", "svg_plot.h"}
+TEST_DOUBLES = {"coordinator/sim_member.h"}
+
+INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"')
+
+
+def includes(path):
+    with open(path, encoding="utf-8", errors="replace") as f:
+        for number, line in enumerate(f, 1):
+            m = INCLUDE.match(line)
+            if m:
+                yield number, m.group(1)
+
+
+def target_layer(name):
+    """Layer of an included name, or None for names outside the layering."""
+    if name.startswith("ckpt/"):
+        return PUBLIC_LAYER.get(name[len("ckpt/"):])
+    folder = name.split("/", 1)[0]
+    if "/" in name and folder in FOLDER_LAYER:
+        return FOLDER_LAYER[folder]
+    return None
+
+
+def sources(root, sub):
+    top = os.path.join(root, sub)
+    for dirpath, _, files in os.walk(top):
+        for f in sorted(files):
+            if f.endswith((".h", ".cc", ".c")):
+                yield os.path.join(dirpath, f)
+
+
+def check(root):
+    problems = []
+
+    def complain(path, number, text):
+        problems.append(f"{os.path.relpath(path, root)}:{number}: {text}")
+
+    for path in sources(root, "libckpt"):
+        rel = os.path.relpath(path, os.path.join(root, "libckpt"))
+        folder = rel.split(os.sep, 1)[0]
+        if folder not in FOLDER_LAYER:
+            continue
+        mine = FOLDER_LAYER[folder]
+        for number, name in includes(path):
+            if name in TEST_DOUBLES and folder != name.split("/", 1)[0]:
+                complain(path, number, f'includes the test double "{name}"')
+            layer = target_layer(name)
+            if layer is None:
+                continue
+            other = name.split("/", 1)[0]
+            if layer > mine:
+                complain(path, number, f'{folder} (layer {mine}) includes "{name}" (layer {layer})')
+            elif layer == mine and other != "ckpt" and other != folder:
+                complain(path, number, f'{folder} includes "{name}", a sibling of the same layer')
+    for path in sources(root, "include/ckpt"):
+        mine = PUBLIC_LAYER.get(os.path.basename(path))
+        if mine is None:
+            complain(path, 1, "a public header without a layer (add it to scripts/check-layers.py)")
+            continue
+        for number, name in includes(path):
+            layer = target_layer(name)
+            if name.startswith("ckpt/") and layer is None:
+                complain(path, number, f'includes "{name}", which has no layer')
+            elif layer is not None and layer > mine:
+                complain(path, number, f'public header of layer {mine} includes "{name}" (layer {layer})')
+            elif not name.startswith("ckpt/") and not name.startswith("absl/"):
+                complain(path, number, f'public header includes the internal "{name}"')
+    for path in sources(root, "benchmarks"):
+        for number, name in includes(path):
+            if os.path.basename(name) in TOOL_HEADERS:
+                complain(path, number, f'benchmark includes the command-line tool\'s "{name}"')
+            if name in TEST_DOUBLES:
+                complain(path, number, f'benchmark includes the test double "{name}"')
+    return problems
+
+
+# Faults known when the check was written, each removed by the redesign
+# (issue 18); anything else found is new and fails at once.
+KNOWN = {
+    "benchmarks/audit_bench.cc", "benchmarks/backends_bench.cc", "benchmarks/coordinator_bench.cc",
+    "benchmarks/manyrank_bench.cc", "benchmarks/reshard_bench.cc", "benchmarks/save_load_bench.cc",
+    "benchmarks/bench_probe.cc", "benchmarks/bench_util.h",
+}
+
+
+def self_test():
+    with tempfile.TemporaryDirectory() as root:
+        def write(rel, text):
+            path = os.path.join(root, rel)
+            os.makedirs(os.path.dirname(path), exist_ok=True)
+            with open(path, "w") as f:
+                f.write(text)
+        write("libckpt/format/manifest.h", '#include "ckpt/codec.h"\n#include "util/bytes.h"\n')
+        write("include/ckpt/codec.h", "#include <cstdint>\n")
+        assert check(root) == [], check(root)
+        write("libckpt/format/bad.cc", '#include "ckpt/checkpointer.h"\n')
+        write("libckpt/pipeline/up.cc", '#include "core/root.h"\n')
+        write("libckpt/layout/side.cc", '#include "codec/codec.h"\n')
+        write("include/ckpt/new.h", "\n")
+        write("include/ckpt/mesh.h", '#include "util/strings.h"\n')
+        write("benchmarks/b.cc", '#include "cli.h"\n#include "coordinator/sim_member.h"\n')
+        found = check(root)
+        expect = ["libckpt/format/bad.cc:1", "libckpt/pipeline/up.cc:1", "libckpt/layout/side.cc:1",
+                  "include/ckpt/new.h:1", "include/ckpt/mesh.h:1", "benchmarks/b.cc:1", "benchmarks/b.cc:2"]
+        for e in expect:
+            assert any(p.startswith(e) for p in found), (e, found)
+        assert len(found) == len(expect), found
+    print("check-layers self-test: 7 planted violations found, a clean tree passes")
+    return 0
+
+
+def main(argv):
+    if len(argv) > 1 and argv[1] in ("-h", "--help"):
+        print(__doc__)
+        return 0
+    if len(argv) > 1 and argv[1] == "--self-test":
+        return self_test()
+    root = argv[1] if len(argv) > 1 else os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
+    if not os.path.isdir(os.path.join(root, "libckpt")):
+        print(f"check-layers: {root} is not a ckpt checkout", file=sys.stderr)
+        return 2
+    problems = check(root)
+    new = [p for p in problems if p.split(":", 1)[0] not in KNOWN]
+    known = len(problems) - len(new)
+    for p in new:
+        print(p)
+    fixed = sorted(k for k in KNOWN if not any(p.startswith(k + ":") for p in problems))
+    print(f"check-layers: {len(new)} new violation(s), {known} known (issue 18)"
+          + (f"; no longer violating, drop from KNOWN: {', '.join(fixed)}" if fixed else ""))
+    return 1 if new or fixed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))
