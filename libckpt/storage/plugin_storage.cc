@@ -27,19 +27,19 @@
 namespace ckpt {
 namespace {
 
-absl::Status FromCode(ckpt_code code, const char* err, std::string_view what) {
+absl::Status FromCode(ckpt_plugin_code code, const char* err, std::string_view what) {
   std::string msg(err[0] != '\0' ? err : "no message");
   msg = StrCat(what, ": ", msg);
   switch (code) {
-    case CKPT_OK: return absl::OkStatus();
-    case CKPT_ERR_NOT_FOUND: return absl::NotFoundError(msg);
-    case CKPT_ERR_INVALID: return absl::InvalidArgumentError(msg);
-    case CKPT_ERR_OUT_OF_RANGE: return absl::OutOfRangeError(msg);
-    case CKPT_ERR_IO: return absl::DataLossError(msg);
-    case CKPT_ERR_NO_SPACE: return absl::ResourceExhaustedError(msg);
-    case CKPT_ERR_PERMISSION: return absl::PermissionDeniedError(msg);
-    case CKPT_ERR_UNAVAILABLE: return absl::UnavailableError(msg);
-    case CKPT_ERR_EXISTS: return absl::AlreadyExistsError(msg);
+    case CKPT_PLUGIN_OK: return absl::OkStatus();
+    case CKPT_PLUGIN_ERR_NOT_FOUND: return absl::NotFoundError(msg);
+    case CKPT_PLUGIN_ERR_INVALID: return absl::InvalidArgumentError(msg);
+    case CKPT_PLUGIN_ERR_OUT_OF_RANGE: return absl::OutOfRangeError(msg);
+    case CKPT_PLUGIN_ERR_IO: return absl::DataLossError(msg);
+    case CKPT_PLUGIN_ERR_NO_SPACE: return absl::ResourceExhaustedError(msg);
+    case CKPT_PLUGIN_ERR_PERMISSION: return absl::PermissionDeniedError(msg);
+    case CKPT_PLUGIN_ERR_UNAVAILABLE: return absl::UnavailableError(msg);
+    case CKPT_PLUGIN_ERR_EXISTS: return absl::AlreadyExistsError(msg);
     default: return absl::InternalError(msg);
   }
 }
@@ -115,8 +115,8 @@ class PluginWritable : public WritableFile {
       ++pending_;
     }
     s_->pool.Submit([this, offset, data, done = std::move(done)]() mutable {
-      char err[CKPT_ERROR_BYTES] = {0};
-      const ckpt_code code = s_->table->write_at(f_, offset, data.data(), data.size(), err);
+      char err[CKPT_PLUGIN_ERROR_BYTES] = {0};
+      const ckpt_plugin_code code = s_->table->write_at(f_, offset, data.data(), data.size(), err);
       absl::Status st = FromCode(code, err, StrCat("write of ", data.size(), " bytes at offset ",
                                                    offset, " in ", path_));
       {
@@ -141,7 +141,7 @@ class PluginWritable : public WritableFile {
       s_->table->abort(f);
       return st;
     }
-    char err[CKPT_ERROR_BYTES] = {0};
+    char err[CKPT_PLUGIN_ERROR_BYTES] = {0};
     return FromCode(s_->table->finish(f, final_size, err), err, StrCat("finishing ", path_));
   }
   size_t alignment() const override { return 1; }
@@ -176,7 +176,7 @@ class PluginReadable : public ReadableFile {
       return absl::OutOfRangeError(StrCat(path_, " is truncated: ", dst.size(), " bytes at offset ",
                                           offset, " are past its end (", size_, " bytes)"));
     }
-    char err[CKPT_ERROR_BYTES] = {0};
+    char err[CKPT_PLUGIN_ERROR_BYTES] = {0};
     return FromCode(s_->table->read_at(f_, offset, dst.data(), dst.size(), err), err,
                     StrCat("read of ", dst.size(), " bytes at offset ", offset, " in ", path_));
   }
@@ -212,17 +212,17 @@ class PluginStorage : public Storage {
   StorageCaps caps() const override {
     StorageCaps c;
     c.engine = StrCat("plugin:", s_->table->scheme);
-    c.direct_io = (s_->table->caps & CKPT_CAP_DIRECT_IO) != 0;
-    c.atomic_rename = (s_->table->caps & CKPT_CAP_ATOMIC_RENAME) != 0;
-    c.ranged_reads = (s_->table->caps & CKPT_CAP_RANGED_READS) != 0;
-    c.durable = (s_->table->caps & CKPT_CAP_DURABLE) != 0;
+    c.direct_io = (s_->table->caps & CKPT_PLUGIN_CAP_DIRECT_IO) != 0;
+    c.atomic_rename = (s_->table->caps & CKPT_PLUGIN_CAP_ATOMIC_RENAME) != 0;
+    c.ranged_reads = (s_->table->caps & CKPT_PLUGIN_CAP_RANGED_READS) != 0;
+    c.durable = (s_->table->caps & CKPT_PLUGIN_CAP_DURABLE) != 0;
     return c;
   }
   absl::StatusOr<std::unique_ptr<WritableFile>> OpenWritable(std::string_view path,
                                                              const WriteOptions&) override {
     CKPT_RETURN_IF_ERROR(CheckPath(path));
     const std::string p(path);
-    char err[CKPT_ERROR_BYTES] = {0};
+    char err[CKPT_PLUGIN_ERROR_BYTES] = {0};
     ckpt_wfile* f = nullptr;
     CKPT_RETURN_IF_ERROR(FromCode(s_->table->open_writable(s_->handle, p.c_str(), &f, err), err,
                                   StrCat("creating ", p)));
@@ -231,7 +231,7 @@ class PluginStorage : public Storage {
   absl::StatusOr<std::unique_ptr<ReadableFile>> OpenReadable(std::string_view path) override {
     CKPT_RETURN_IF_ERROR(CheckPath(path));
     const std::string p(path);
-    char err[CKPT_ERROR_BYTES] = {0};
+    char err[CKPT_PLUGIN_ERROR_BYTES] = {0};
     ckpt_rfile* f = nullptr;
     uint64_t size = 0;
     CKPT_RETURN_IF_ERROR(FromCode(s_->table->open_readable(s_->handle, p.c_str(), &f, &size, err),
@@ -241,7 +241,7 @@ class PluginStorage : public Storage {
   absl::Status PutAtomic(std::string_view path, absl::Span<const std::byte> data) override {
     CKPT_RETURN_IF_ERROR(CheckPath(path));
     const std::string p(path);
-    char err[CKPT_ERROR_BYTES] = {0};
+    char err[CKPT_PLUGIN_ERROR_BYTES] = {0};
     return FromCode(s_->table->put_atomic(s_->handle, p.c_str(), data.data(), data.size(), err), err,
                     StrCat("atomic write of ", p));
   }
@@ -252,14 +252,14 @@ class PluginStorage : public Storage {
                      t->put_if_absent != nullptr;
     if (!has) return Storage::PutIfAbsent(path, data);
     const std::string p(path);
-    char err[CKPT_ERROR_BYTES] = {0};
+    char err[CKPT_PLUGIN_ERROR_BYTES] = {0};
     return FromCode(t->put_if_absent(s_->handle, p.c_str(), data.data(), data.size(), err), err,
                     StrCat("exclusive create of ", p));
   }
   absl::StatusOr<uint64_t> FileSize(std::string_view path) override {
     CKPT_RETURN_IF_ERROR(CheckPath(path));
     const std::string p(path);
-    char err[CKPT_ERROR_BYTES] = {0};
+    char err[CKPT_PLUGIN_ERROR_BYTES] = {0};
     uint64_t size = 0;
     CKPT_RETURN_IF_ERROR(FromCode(s_->table->file_size(s_->handle, p.c_str(), &size, err), err,
                                   StrCat("size of ", p)));
@@ -268,7 +268,7 @@ class PluginStorage : public Storage {
   absl::StatusOr<std::vector<DirEntry>> List(std::string_view dir) override {
     CKPT_RETURN_IF_ERROR(CheckPath(dir, /*allow_empty=*/true));
     const std::string p(dir);
-    char err[CKPT_ERROR_BYTES] = {0};
+    char err[CKPT_PLUGIN_ERROR_BYTES] = {0};
     std::vector<DirEntry> out;
     auto emit = [](void* ctx, const char* name, int is_dir) {
       static_cast<std::vector<DirEntry>*>(ctx)->push_back(DirEntry{name, is_dir != 0});
@@ -281,19 +281,19 @@ class PluginStorage : public Storage {
   absl::Status Remove(std::string_view path) override {
     CKPT_RETURN_IF_ERROR(CheckPath(path));
     const std::string p(path);
-    char err[CKPT_ERROR_BYTES] = {0};
+    char err[CKPT_PLUGIN_ERROR_BYTES] = {0};
     return FromCode(s_->table->remove(s_->handle, p.c_str(), err), err, StrCat("removing ", p));
   }
   absl::Status RemoveAll(std::string_view dir) override {
     CKPT_RETURN_IF_ERROR(CheckPath(dir));
     const std::string p(dir);
-    char err[CKPT_ERROR_BYTES] = {0};
+    char err[CKPT_PLUGIN_ERROR_BYTES] = {0};
     return FromCode(s_->table->remove_all(s_->handle, p.c_str(), err), err, StrCat("removing ", p));
   }
   absl::Status SyncDir(std::string_view dir) override {
     CKPT_RETURN_IF_ERROR(CheckPath(dir, /*allow_empty=*/true));
     const std::string p(dir);
-    char err[CKPT_ERROR_BYTES] = {0};
+    char err[CKPT_PLUGIN_ERROR_BYTES] = {0};
     return FromCode(s_->table->sync_dir(s_->handle, p.c_str(), err), err, StrCat("syncing ", p));
   }
 
@@ -371,10 +371,10 @@ PluginInfo LoadLocked(const std::string& file) {
   info.description = table->description != nullptr ? table->description : "";
   info.version = table->version != nullptr ? table->version : "";
   info.caps.engine = StrCat("plugin:", info.scheme);
-  info.caps.direct_io = (table->caps & CKPT_CAP_DIRECT_IO) != 0;
-  info.caps.atomic_rename = (table->caps & CKPT_CAP_ATOMIC_RENAME) != 0;
-  info.caps.ranged_reads = (table->caps & CKPT_CAP_RANGED_READS) != 0;
-  info.caps.durable = (table->caps & CKPT_CAP_DURABLE) != 0;
+  info.caps.direct_io = (table->caps & CKPT_PLUGIN_CAP_DIRECT_IO) != 0;
+  info.caps.atomic_rename = (table->caps & CKPT_PLUGIN_CAP_ATOMIC_RENAME) != 0;
+  info.caps.ranged_reads = (table->caps & CKPT_PLUGIN_CAP_RANGED_READS) != 0;
+  info.caps.durable = (table->caps & CKPT_PLUGIN_CAP_DURABLE) != 0;
   info.table = table;
   return info;
 }
@@ -437,7 +437,7 @@ absl::StatusOr<std::shared_ptr<Storage>> OpenPluginStorage(const PluginInfo& plu
     return absl::InvalidArgumentError(StrCat("storage URI '", uri, "': io_threads must be 1..256"));
   }
   const std::string u(uri);
-  char err[CKPT_ERROR_BYTES] = {0};
+  char err[CKPT_PLUGIN_ERROR_BYTES] = {0};
   ckpt_storage* handle = nullptr;
   CKPT_RETURN_IF_ERROR(FromCode(plugin.table->open(u.c_str(), &handle, err), err,
                                 StrCat("opening '", u, "' with plugin ", plugin.file)));

@@ -41,31 +41,31 @@ struct ckpt_rfile {
   char path[PATH_MAX];
 };
 
-static ckpt_code fail(char* err, ckpt_code code, const char* fmt, ...) {
+static ckpt_plugin_code fail(char* err, ckpt_plugin_code code, const char* fmt, ...) {
   va_list ap;
   va_start(ap, fmt);
-  vsnprintf(err, CKPT_ERROR_BYTES, fmt, ap);
+  vsnprintf(err, CKPT_PLUGIN_ERROR_BYTES, fmt, ap);
   va_end(ap);
   return code;
 }
 
-static ckpt_code from_errno(int e) {
+static ckpt_plugin_code from_errno(int e) {
   switch (e) {
-    case ENOENT: return CKPT_ERR_NOT_FOUND;
+    case ENOENT: return CKPT_PLUGIN_ERR_NOT_FOUND;
     case ENOSPC:
-    case EDQUOT: return CKPT_ERR_NO_SPACE;
+    case EDQUOT: return CKPT_PLUGIN_ERR_NO_SPACE;
     case EACCES:
     case EPERM:
-    case EROFS: return CKPT_ERR_PERMISSION;
+    case EROFS: return CKPT_PLUGIN_ERR_PERMISSION;
     case EINVAL:
-    case ENAMETOOLONG: return CKPT_ERR_INVALID;
+    case ENAMETOOLONG: return CKPT_PLUGIN_ERR_INVALID;
     case EAGAIN:
-    case EINTR: return CKPT_ERR_UNAVAILABLE;
-    default: return CKPT_ERR_IO;
+    case EINTR: return CKPT_PLUGIN_ERR_UNAVAILABLE;
+    default: return CKPT_PLUGIN_ERR_IO;
   }
 }
 
-static ckpt_code sys_fail(char* err, const char* what, const char* path) {
+static ckpt_plugin_code sys_fail(char* err, const char* what, const char* path) {
   const int e = errno;
   return fail(err, from_errno(e), "%s %s: %s", what, path, strerror(e));
 }
@@ -101,19 +101,19 @@ static int sync_parent(const char* path) {
   return r;
 }
 
-static ckpt_code lf_open(const char* uri, ckpt_storage** out, char* err) {
+static ckpt_plugin_code lf_open(const char* uri, ckpt_storage** out, char* err) {
   const char* prefix = LOCALFS_SCHEME "://";
   if (strncmp(uri, prefix, strlen(prefix)) != 0) {
-    return fail(err, CKPT_ERR_INVALID, "'%s' is not a %s URI", uri, prefix);
+    return fail(err, CKPT_PLUGIN_ERR_INVALID, "'%s' is not a %s URI", uri, prefix);
   }
   const char* loc = uri + strlen(prefix);
-  if (loc[0] != '/') return fail(err, CKPT_ERR_INVALID, "'%s': the root must be an absolute path", uri);
+  if (loc[0] != '/') return fail(err, CKPT_PLUGIN_ERR_INVALID, "'%s': the root must be an absolute path", uri);
   ckpt_storage* s = calloc(1, sizeof(*s));
-  if (s == NULL) return fail(err, CKPT_ERR_INTERNAL, "out of memory");
+  if (s == NULL) return fail(err, CKPT_PLUGIN_ERR_INTERNAL, "out of memory");
   const size_t n = strcspn(loc, "?");
   if (n >= sizeof(s->root)) {
     free(s);
-    return fail(err, CKPT_ERR_INVALID, "'%s': path too long", uri);
+    return fail(err, CKPT_PLUGIN_ERR_INVALID, "'%s': path too long", uri);
   }
   memcpy(s->root, loc, n);
   while (n > 1 && s->root[strlen(s->root) - 1] == '/') s->root[strlen(s->root) - 1] = '\0';
@@ -121,36 +121,36 @@ static ckpt_code lf_open(const char* uri, ckpt_storage** out, char* err) {
   char probe[PATH_MAX];
   snprintf(probe, sizeof(probe), "%s/x", s->root);
   if (make_parents(probe) != 0) {
-    const ckpt_code c = sys_fail(err, "creating", s->root);
+    const ckpt_plugin_code c = sys_fail(err, "creating", s->root);
     free(s);
     return c;
   }
   *out = s;
-  return CKPT_OK;
+  return CKPT_PLUGIN_OK;
 }
 
 static void lf_close(ckpt_storage* s) { free(s); }
 
-static ckpt_code lf_open_writable(ckpt_storage* s, const char* path, ckpt_wfile** out, char* err) {
+static ckpt_plugin_code lf_open_writable(ckpt_storage* s, const char* path, ckpt_wfile** out, char* err) {
   ckpt_wfile* f = calloc(1, sizeof(*f));
-  if (f == NULL) return fail(err, CKPT_ERR_INTERNAL, "out of memory");
+  if (f == NULL) return fail(err, CKPT_PLUGIN_ERR_INTERNAL, "out of memory");
   if (!full_path(s, path, f->path) || make_parents(f->path) != 0) {
-    const ckpt_code c = sys_fail(err, "creating the directory of", path);
+    const ckpt_plugin_code c = sys_fail(err, "creating the directory of", path);
     free(f);
     return c;
   }
   f->fd = open(f->path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (f->fd < 0) {
-    const ckpt_code c = sys_fail(err, "creating", f->path);
+    const ckpt_plugin_code c = sys_fail(err, "creating", f->path);
     free(f);
     return c;
   }
   f->fsync = s->fsync;
   *out = f;
-  return CKPT_OK;
+  return CKPT_PLUGIN_OK;
 }
 
-static ckpt_code lf_write_at(ckpt_wfile* f, uint64_t offset, const void* data, size_t len, char* err) {
+static ckpt_plugin_code lf_write_at(ckpt_wfile* f, uint64_t offset, const void* data, size_t len, char* err) {
   const char* p = data;
   while (len > 0) {
     const ssize_t n = pwrite(f->fd, p, len, (off_t)offset);
@@ -164,18 +164,18 @@ static ckpt_code lf_write_at(ckpt_wfile* f, uint64_t offset, const void* data, s
     offset += (uint64_t)n;
     len -= (size_t)n;
   }
-  return CKPT_OK;
+  return CKPT_PLUGIN_OK;
 }
 
-static ckpt_code lf_finish(ckpt_wfile* f, uint64_t final_size, char* err) {
-  ckpt_code c = CKPT_OK;
+static ckpt_plugin_code lf_finish(ckpt_wfile* f, uint64_t final_size, char* err) {
+  ckpt_plugin_code c = CKPT_PLUGIN_OK;
   if (ftruncate(f->fd, (off_t)final_size) != 0) {
     c = sys_fail(err, "truncating", f->path);
   } else if (f->fsync && fsync(f->fd) != 0) {
     c = sys_fail(err, "fsync of", f->path);
   }
-  if (close(f->fd) != 0 && c == CKPT_OK) c = sys_fail(err, "closing", f->path);
-  if (c == CKPT_OK && f->fsync && sync_parent(f->path) != 0) c = sys_fail(err, "syncing the directory of", f->path);
+  if (close(f->fd) != 0 && c == CKPT_PLUGIN_OK) c = sys_fail(err, "closing", f->path);
+  if (c == CKPT_PLUGIN_OK && f->fsync && sync_parent(f->path) != 0) c = sys_fail(err, "syncing the directory of", f->path);
   free(f);
   return c;
 }
@@ -185,27 +185,27 @@ static void lf_abort(ckpt_wfile* f) {
   free(f);
 }
 
-static ckpt_code lf_open_readable(ckpt_storage* s, const char* path, ckpt_rfile** out, uint64_t* size, char* err) {
+static ckpt_plugin_code lf_open_readable(ckpt_storage* s, const char* path, ckpt_rfile** out, uint64_t* size, char* err) {
   ckpt_rfile* f = calloc(1, sizeof(*f));
-  if (f == NULL) return fail(err, CKPT_ERR_INTERNAL, "out of memory");
+  if (f == NULL) return fail(err, CKPT_PLUGIN_ERR_INTERNAL, "out of memory");
   if (!full_path(s, path, f->path)) {
     free(f);
-    return fail(err, CKPT_ERR_INVALID, "path too long: %s", path);
+    return fail(err, CKPT_PLUGIN_ERR_INVALID, "path too long: %s", path);
   }
   f->fd = open(f->path, O_RDONLY | O_CLOEXEC);
   struct stat st;
   if (f->fd < 0 || fstat(f->fd, &st) != 0) {
-    const ckpt_code c = sys_fail(err, "opening", f->path);
+    const ckpt_plugin_code c = sys_fail(err, "opening", f->path);
     if (f->fd >= 0) close(f->fd);
     free(f);
     return c;
   }
   *size = (uint64_t)st.st_size;
   *out = f;
-  return CKPT_OK;
+  return CKPT_PLUGIN_OK;
 }
 
-static ckpt_code lf_read_at(ckpt_rfile* f, uint64_t offset, void* dst, size_t len, char* err) {
+static ckpt_plugin_code lf_read_at(ckpt_rfile* f, uint64_t offset, void* dst, size_t len, char* err) {
   char* p = dst;
   while (len > 0) {
     const ssize_t n = pread(f->fd, p, len, (off_t)offset);
@@ -216,14 +216,14 @@ static ckpt_code lf_read_at(ckpt_rfile* f, uint64_t offset, void* dst, size_t le
                   strerror(e));
     }
     if (n == 0) {
-      return fail(err, CKPT_ERR_OUT_OF_RANGE, "%s is truncated at offset %llu", f->path,
+      return fail(err, CKPT_PLUGIN_ERR_OUT_OF_RANGE, "%s is truncated at offset %llu", f->path,
                   (unsigned long long)offset);
     }
     p += n;
     offset += (uint64_t)n;
     len -= (size_t)n;
   }
-  return CKPT_OK;
+  return CKPT_PLUGIN_OK;
 }
 
 static void lf_close_readable(ckpt_rfile* f) {
@@ -233,7 +233,7 @@ static void lf_close_readable(ckpt_rfile* f) {
 
 /* Writes `data` durably to a fresh temporary file next to `path`; its full
  * name goes to `tmp` (PATH_MAX + 64 bytes). The caller names or removes it. */
-static ckpt_code write_temp(ckpt_storage* s, const char* path, const void* data, size_t len, char* full,
+static ckpt_plugin_code write_temp(ckpt_storage* s, const char* path, const void* data, size_t len, char* full,
                             char* tmp, char* err) {
   static unsigned long counter = 0;
   const unsigned long n = __atomic_fetch_add(&counter, 1, __ATOMIC_RELAXED);
@@ -242,61 +242,61 @@ static ckpt_code write_temp(ckpt_storage* s, const char* path, const void* data,
   snprintf(tmp, PATH_MAX + 64, "%s.tmp-%ld-%lu", full, (long)getpid(), n);
   snprintf(rel_tmp, sizeof(rel_tmp), "%s.tmp-%ld-%lu", path, (long)getpid(), n);
   ckpt_wfile* f = NULL;
-  ckpt_code c = lf_open_writable(s, rel_tmp, &f, err);
-  if (c != CKPT_OK) return c;
+  ckpt_plugin_code c = lf_open_writable(s, rel_tmp, &f, err);
+  if (c != CKPT_PLUGIN_OK) return c;
   c = lf_write_at(f, 0, data, len, err);
-  if (c != CKPT_OK) {
+  if (c != CKPT_PLUGIN_OK) {
     lf_abort(f);
     unlink(tmp);
     return c;
   }
   c = lf_finish(f, len, err);
-  if (c != CKPT_OK) unlink(tmp);
+  if (c != CKPT_PLUGIN_OK) unlink(tmp);
   return c;
 }
 
 #ifndef LOCALFS_REQUIRED_ENTRIES_ONLY
 /* link(2) names the temporary file only if the name is free: atomic and
  * exclusive. */
-static ckpt_code lf_put_if_absent(ckpt_storage* s, const char* path, const void* data, size_t len, char* err) {
+static ckpt_plugin_code lf_put_if_absent(ckpt_storage* s, const char* path, const void* data, size_t len, char* err) {
   char full[PATH_MAX], tmp[PATH_MAX + 64];
-  ckpt_code c = write_temp(s, path, data, len, full, tmp, err);
-  if (c != CKPT_OK) return c;
+  ckpt_plugin_code c = write_temp(s, path, data, len, full, tmp, err);
+  if (c != CKPT_PLUGIN_OK) return c;
   if (link(tmp, full) != 0) {
-    c = errno == EEXIST ? fail(err, CKPT_ERR_EXISTS, "%s already exists", full) : sys_fail(err, "linking", full);
+    c = errno == EEXIST ? fail(err, CKPT_PLUGIN_ERR_EXISTS, "%s already exists", full) : sys_fail(err, "linking", full);
   }
   unlink(tmp);
-  if (c != CKPT_OK) return c;
+  if (c != CKPT_PLUGIN_OK) return c;
   if (s->fsync && sync_parent(full) != 0) return sys_fail(err, "syncing the directory of", full);
-  return CKPT_OK;
+  return CKPT_PLUGIN_OK;
 }
 #endif
 
-static ckpt_code lf_put_atomic(ckpt_storage* s, const char* path, const void* data, size_t len, char* err) {
+static ckpt_plugin_code lf_put_atomic(ckpt_storage* s, const char* path, const void* data, size_t len, char* err) {
   char full[PATH_MAX], tmp[PATH_MAX + 64];
-  ckpt_code c = write_temp(s, path, data, len, full, tmp, err);
-  if (c != CKPT_OK) return c;
+  ckpt_plugin_code c = write_temp(s, path, data, len, full, tmp, err);
+  if (c != CKPT_PLUGIN_OK) return c;
   if (rename(tmp, full) != 0) {
     c = sys_fail(err, "renaming over", full);
     unlink(tmp);
     return c;
   }
   if (s->fsync && sync_parent(full) != 0) return sys_fail(err, "syncing the directory of", full);
-  return CKPT_OK;
+  return CKPT_PLUGIN_OK;
 }
 
-static ckpt_code lf_file_size(ckpt_storage* s, const char* path, uint64_t* size, char* err) {
+static ckpt_plugin_code lf_file_size(ckpt_storage* s, const char* path, uint64_t* size, char* err) {
   char full[PATH_MAX];
   struct stat st;
   if (!full_path(s, path, full) || stat(full, &st) != 0) return sys_fail(err, "stat of", path);
-  if (S_ISDIR(st.st_mode)) return fail(err, CKPT_ERR_INVALID, "%s is a directory", full);
+  if (S_ISDIR(st.st_mode)) return fail(err, CKPT_PLUGIN_ERR_INVALID, "%s is a directory", full);
   *size = (uint64_t)st.st_size;
-  return CKPT_OK;
+  return CKPT_PLUGIN_OK;
 }
 
-static ckpt_code lf_list(ckpt_storage* s, const char* dir, ckpt_list_fn emit, void* ctx, char* err) {
+static ckpt_plugin_code lf_list(ckpt_storage* s, const char* dir, ckpt_list_fn emit, void* ctx, char* err) {
   char full[PATH_MAX];
-  if (!full_path(s, dir, full)) return fail(err, CKPT_ERR_INVALID, "path too long: %s", dir);
+  if (!full_path(s, dir, full)) return fail(err, CKPT_PLUGIN_ERR_INVALID, "path too long: %s", dir);
   DIR* d = opendir(full);
   if (d == NULL) return sys_fail(err, "listing", full);
   struct dirent* e;
@@ -310,13 +310,13 @@ static ckpt_code lf_list(ckpt_storage* s, const char* dir, ckpt_list_fn emit, vo
     emit(ctx, e->d_name, is_dir);
   }
   closedir(d);
-  return CKPT_OK;
+  return CKPT_PLUGIN_OK;
 }
 
-static ckpt_code lf_remove(ckpt_storage* s, const char* path, char* err) {
+static ckpt_plugin_code lf_remove(ckpt_storage* s, const char* path, char* err) {
   char full[PATH_MAX];
   if (!full_path(s, path, full) || unlink(full) != 0) return sys_fail(err, "removing", path);
-  return CKPT_OK;
+  return CKPT_PLUGIN_OK;
 }
 
 static int remove_tree(const char* full) {
@@ -340,22 +340,22 @@ static int remove_tree(const char* full) {
   return r;
 }
 
-static ckpt_code lf_remove_all(ckpt_storage* s, const char* dir, char* err) {
+static ckpt_plugin_code lf_remove_all(ckpt_storage* s, const char* dir, char* err) {
   char full[PATH_MAX];
   if (!full_path(s, dir, full) || remove_tree(full) != 0) return sys_fail(err, "removing", dir);
-  return CKPT_OK;
+  return CKPT_PLUGIN_OK;
 }
 
-static ckpt_code lf_sync_dir(ckpt_storage* s, const char* dir, char* err) {
+static ckpt_plugin_code lf_sync_dir(ckpt_storage* s, const char* dir, char* err) {
   char full[PATH_MAX];
-  if (!s->fsync) return CKPT_OK;
-  if (!full_path(s, dir, full)) return fail(err, CKPT_ERR_INVALID, "path too long: %s", dir);
+  if (!s->fsync) return CKPT_PLUGIN_OK;
+  if (!full_path(s, dir, full)) return fail(err, CKPT_PLUGIN_ERR_INVALID, "path too long: %s", dir);
   const int fd = open(full, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
   if (fd < 0) return sys_fail(err, "opening", full);
   const int r = fsync(fd);
   close(fd);
   if (r != 0) return sys_fail(err, "fsync of", full);
-  return CKPT_OK;
+  return CKPT_PLUGIN_OK;
 }
 
 static const ckpt_storage_plugin kPlugin = {
@@ -370,7 +370,7 @@ static const ckpt_storage_plugin kPlugin = {
     .scheme = LOCALFS_SCHEME,
     .description = "plain files through pread/pwrite, written in C against the plugin ABI",
     .version = "1.0",
-    .caps = CKPT_CAP_ATOMIC_RENAME | CKPT_CAP_RANGED_READS | CKPT_CAP_DURABLE,
+    .caps = CKPT_PLUGIN_CAP_ATOMIC_RENAME | CKPT_PLUGIN_CAP_RANGED_READS | CKPT_PLUGIN_CAP_DURABLE,
     .open = lf_open,
     .close = lf_close,
     .open_writable = lf_open_writable,

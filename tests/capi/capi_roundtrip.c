@@ -8,6 +8,8 @@
 #include <string.h>
 
 #include "ckpt/ckpt.h"
+/* The two C headers of the project can be used together. */
+#include "ckpt/plugin_abi.h"
 
 static int failures = 0;
 
@@ -27,6 +29,7 @@ int main(int argc, char** argv) {
     return 2;
   }
   CHECK(ckpt_api_version() == CKPT_API_VERSION, "api version %d", ckpt_api_version());
+  CHECK(CKPT_NOT_FOUND == 2 && CKPT_PLUGIN_ERR_NOT_FOUND == 1, "error codes of the two headers mixed up");
 
   enum { ROWS = 300, COLS = 70 };
   const int64_t shape[2] = {ROWS, COLS};

@@ -6,11 +6,11 @@
 #if defined(BAD_NO_ENTRY)
 int ckpt_not_the_entry_point(void) { return 0; }
 #else
-static ckpt_code no_open(const char* uri, ckpt_storage** out, char* err) {
+static ckpt_plugin_code no_open(const char* uri, ckpt_storage** out, char* err) {
   (void)uri;
   (void)out;
   (void)err;
-  return CKPT_ERR_INTERNAL;
+  return CKPT_PLUGIN_ERR_INTERNAL;
 }
 static ckpt_storage_plugin table = {
 #if defined(BAD_WRONG_ABI)
