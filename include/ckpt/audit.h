@@ -90,9 +90,6 @@ struct ItemDiff {
 /// two steps. Sorted: blobs, then metadata.
 absl::StatusOr<std::vector<ItemDiff>> DiffBlobsAndMetadata(Storage& a, int64_t step_a, Storage& b, int64_t step_b);
 
-/// Shell-style glob match ('*' any run, '?' one character).
-bool GlobMatch(std::string_view pattern, std::string_view text);
-
 }  // namespace ckpt
 
 #endif  // CKPT_AUDIT_H_

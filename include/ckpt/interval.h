@@ -93,12 +93,6 @@ absl::StatusOr<WeibullFit> FitWeibull(const std::vector<double>& inter_failure_s
 /// inter-failure times in seconds.
 absl::StatusOr<std::vector<double>> ParseFailureLog(const std::string& text, bool intervals);
 
-/// Durations: "90", "90s", "15m", "24h", "2d", "1.5h".
-absl::StatusOr<double> ParseDuration(const std::string& text);
-
-/// Quantile of the chi-square distribution with `dof` degrees of freedom.
-double ChiSquareQuantile(double p, double dof);
-
 // ---------------------------------------------------------------------------
 // Monte Carlo.
 

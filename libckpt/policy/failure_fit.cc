@@ -5,6 +5,7 @@
 #include <numeric>
 
 #include "ckpt/interval.h"
+#include "policy/failure_fit.h"
 #include "util/strings.h"
 
 namespace ckpt {
@@ -115,29 +116,6 @@ absl::StatusOr<WeibullFit> FitWeibull(const std::vector<double>& gaps) {
   return fit;
 }
 
-absl::StatusOr<double> ParseDuration(const std::string& text_in) {
-  std::string_view text = text_in;
-  while (!text.empty() && std::isspace(static_cast<unsigned char>(text.back()))) text.remove_suffix(1);
-  while (!text.empty() && std::isspace(static_cast<unsigned char>(text.front()))) text.remove_prefix(1);
-  double mult = 1;
-  if (ConsumeSuffix(&text, "ms")) {
-    mult = 1e-3;
-  } else if (ConsumeSuffix(&text, "s")) {
-    mult = 1;
-  } else if (ConsumeSuffix(&text, "m")) {
-    mult = 60;
-  } else if (ConsumeSuffix(&text, "h")) {
-    mult = 3600;
-  } else if (ConsumeSuffix(&text, "d")) {
-    mult = 86400;
-  }
-  double v;
-  if (!ParseDouble(text, &v) || v < 0 || !std::isfinite(v)) {
-    return absl::InvalidArgumentError(StrCat("bad duration '", text_in,
-                                             "' (a number with s, m, h or d, e.g. 24h)"));
-  }
-  return v * mult;
-}
 
 namespace {
 
@@ -237,7 +215,10 @@ absl::StatusOr<std::vector<double>> ParseFailureLog(const std::string& text, boo
   if (intervals) {
     for (size_t i = 0; i < fields.size(); ++i) {
       auto d = ParseDuration(fields[i]);
-      if (!d.ok()) return absl::InvalidArgumentError(StrCat(where[i], ": ", d.status().message()));
+      if (!d) {
+        return absl::InvalidArgumentError(
+            StrCat(where[i], ": bad duration '", fields[i], "' (a number with s, m, h or d, e.g. 24h)"));
+      }
       out.push_back(*d);
     }
   } else {

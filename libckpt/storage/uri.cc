@@ -98,24 +98,12 @@ absl::StatusOr<int64_t> ParsedUri::Int(std::string_view key, int64_t def) const 
 absl::StatusOr<int64_t> ParsedUri::Bytes(std::string_view key, int64_t def) const {
   auto it = params.find(std::string(key));
   if (it == params.end()) return def;
-  std::string_view v = it->second;
-  int64_t mult = 1;
-  if (!v.empty()) {
-    switch (absl::ascii_toupper(v.back())) {
-      case 'K': mult = int64_t{1} << 10; break;
-      case 'M': mult = int64_t{1} << 20; break;
-      case 'G': mult = int64_t{1} << 30; break;
-      case 'T': mult = int64_t{1} << 40; break;
-      default: break;
-    }
-    if (mult != 1) v.remove_suffix(1);
-  }
-  int64_t n;
-  if (!ParseInt64(v, &n) || n < 0 || n > (int64_t{1} << 62) / mult) {
+  auto n = ParseByteCount(it->second, /*binary=*/true);
+  if (!n) {
     return absl::InvalidArgumentError(
         StrCat("URI parameter ", key, "=", it->second, " is not a byte count (e.g. 64M)"));
   }
-  return n * mult;
+  return *n;
 }
 
 absl::StatusOr<double> ParsedUri::Double(std::string_view key, double def) const {
@@ -131,21 +119,12 @@ absl::StatusOr<double> ParsedUri::Double(std::string_view key, double def) const
 absl::StatusOr<double> ParsedUri::Seconds(std::string_view key, double def) const {
   auto it = params.find(std::string(key));
   if (it == params.end()) return def;
-  std::string_view v = it->second;
-  double scale = 1;
-  if (ConsumeSuffix(&v, "us")) {
-    scale = 1e-6;
-  } else if (ConsumeSuffix(&v, "ms")) {
-    scale = 1e-3;
-  } else if (ConsumeSuffix(&v, "s")) {
-    scale = 1;
-  }
-  double d;
-  if (!ParseDouble(v, &d) || d < 0) {
+  auto d = ParseDuration(it->second);
+  if (!d) {
     return absl::InvalidArgumentError(
         StrCat("URI parameter ", key, "=", it->second, " is not a duration (e.g. 5ms)"));
   }
-  return d * scale;
+  return *d;
 }
 
 std::string ParsedUri::Str(std::string_view key, std::string_view def) const {

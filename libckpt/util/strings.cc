@@ -1,6 +1,8 @@
 #include "util/strings.h"
 
 #include <charconv>
+#include <cctype>
+#include <cmath>
 #include <cstdlib>
 
 namespace ckpt {
@@ -15,6 +17,79 @@ bool ParseDouble(std::string_view s, double* out) {
   if (s.empty()) return false;
   auto [p, ec] = std::from_chars(s.data(), s.data() + s.size(), *out);
   return ec == std::errc() && p == s.data() + s.size();
+}
+
+namespace {
+
+std::string_view Trim(std::string_view t) {
+  while (!t.empty() && std::isspace(static_cast<unsigned char>(t.back()))) t.remove_suffix(1);
+  while (!t.empty() && std::isspace(static_cast<unsigned char>(t.front()))) t.remove_prefix(1);
+  return t;
+}
+
+}  // namespace
+
+std::optional<double> ParseDuration(std::string_view text) {
+  std::string_view t = Trim(text);
+  double scale = 1;
+  if (ConsumeSuffix(&t, "us")) {
+    scale = 1e-6;
+  } else if (ConsumeSuffix(&t, "ms")) {
+    scale = 1e-3;
+  } else if (ConsumeSuffix(&t, "s")) {
+    scale = 1;
+  } else if (ConsumeSuffix(&t, "m")) {
+    scale = 60;
+  } else if (ConsumeSuffix(&t, "h")) {
+    scale = 3600;
+  } else if (ConsumeSuffix(&t, "d")) {
+    scale = 86400;
+  }
+  double v = 0;
+  if (!ParseDouble(t, &v) || v < 0 || !std::isfinite(v)) return std::nullopt;
+  return v * scale;
+}
+
+std::optional<int64_t> ParseByteCount(std::string_view text, bool binary) {
+  std::string_view t = Trim(text);
+  if (!ConsumeSuffix(&t, "iB") && !ConsumeSuffix(&t, "B")) {
+    (void)ConsumeSuffix(&t, "b");
+  }
+  const double base = binary ? 1024.0 : 1000.0;
+  double mult = 1;
+  if (!t.empty()) {
+    switch (std::toupper(static_cast<unsigned char>(t.back()))) {
+      case 'K': mult = base; break;
+      case 'M': mult = base * base; break;
+      case 'G': mult = base * base * base; break;
+      case 'T': mult = base * base * base * base; break;
+      default: break;
+    }
+    if (mult != 1) t.remove_suffix(1);
+  }
+  double v = 0;
+  if (!ParseDouble(t, &v) || v < 0 || !std::isfinite(v) || v * mult > 0x1p62) return std::nullopt;
+  return static_cast<int64_t>(std::llround(v * mult));
+}
+
+bool GlobMatch(std::string_view pattern, std::string_view text) {
+  size_t p = 0, t = 0, star = std::string_view::npos, mark = 0;
+  while (t < text.size()) {
+    if (p < pattern.size() && (pattern[p] == '?' || pattern[p] == text[t])) {
+      ++p;
+      ++t;
+    } else if (p < pattern.size() && pattern[p] == '*') {
+      star = p++;
+      mark = t;
+    } else if (star != std::string_view::npos) {
+      p = star + 1;
+      t = ++mark;
+    } else {
+      return false;
+    }
+  }
+  while (p < pattern.size() && pattern[p] == '*') ++p;
+  return p == pattern.size();
 }
 
 }  // namespace ckpt

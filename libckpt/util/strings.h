@@ -4,6 +4,7 @@
 #define CKPT_UTIL_STRINGS_H_
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <string_view>
 
@@ -49,6 +50,20 @@ inline bool ConsumeSuffix(std::string_view* s, std::string_view suffix) {
 bool ParseInt64(std::string_view s, int64_t* out);
 /// Parses a whole decimal number.
 bool ParseDouble(std::string_view s, double* out);
+
+/// The one duration syntax of the tree (CLI flags, URI parameters, failure
+/// logs): a non-negative number of seconds with an optional unit us, ms, s,
+/// m, h or d ("500ms", "2.5", "15m", "24h"); surrounding spaces are ignored.
+std::optional<double> ParseDuration(std::string_view text);
+
+/// The one byte-count syntax: a non-negative number with an optional K, M,
+/// G or T, optionally followed by "iB" or "B" ("64M", "1.5GiB", "4096").
+/// The multipliers are powers of 1024 when `binary`, else of 1000 (counts
+/// such as "125M" parameters). nullopt beyond 2^62 or when malformed.
+std::optional<int64_t> ParseByteCount(std::string_view text, bool binary = true);
+
+/// Shell-style glob match ('*' any run, '?' one character).
+bool GlobMatch(std::string_view pattern, std::string_view text);
 
 }  // namespace ckpt
 

@@ -13,6 +13,7 @@
 #include "ckpt/checkpointer.h"
 #include "ckpt/synthetic.h"
 #include "testutil/test_util.h"
+#include "util/strings.h"
 
 namespace ckpt::testing {
 namespace {

@@ -4,6 +4,8 @@
 #include <random>
 
 #include "ckpt/interval.h"
+#include "policy/failure_fit.h"
+#include "util/strings.h"
 #include "testutil/test_util.h"
 
 namespace ckpt::testing {
@@ -116,11 +118,40 @@ TEST(Failures, ParsesLogsAndDurations) {
   EXPECT_EQ(*intervals, (std::vector<double>{3 * kHour, 45 * kMin, 1800}));
   EXPECT_FALSE(ParseFailureLog("2024-05-01T00:00:00Z\n", false).ok());
   EXPECT_FALSE(ParseFailureLog("yesterday\ntoday\n", false).ok());
+  auto bad = ParseFailureLog("3h\nsoon\n", true);
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("line 2: bad duration 'soon'"), std::string::npos) << bad.status();
+}
+
+// One duration syntax for flags, URI parameters and failure logs.
+TEST(Parsers, Durations) {
   EXPECT_DOUBLE_EQ(*ParseDuration("1.5h"), 5400);
   EXPECT_DOUBLE_EQ(*ParseDuration("2d"), 172800);
   EXPECT_DOUBLE_EQ(*ParseDuration("90"), 90);
-  EXPECT_FALSE(ParseDuration("soon").ok());
-  EXPECT_FALSE(ParseDuration("-5m").ok());
+  EXPECT_DOUBLE_EQ(*ParseDuration(" 15m "), 900);
+  EXPECT_DOUBLE_EQ(*ParseDuration("500ms"), 0.5);
+  EXPECT_DOUBLE_EQ(*ParseDuration("250us"), 250e-6);
+  EXPECT_DOUBLE_EQ(*ParseDuration("2.5s"), 2.5);
+  for (const char* bad : {"soon", "-5m", "", "s", "1x", "inf", "nan", "1e400", "5 m s"}) {
+    EXPECT_FALSE(ParseDuration(bad).has_value()) << bad;
+  }
+}
+
+// One byte-count syntax for flags and URI parameters.
+TEST(Parsers, ByteCounts) {
+  EXPECT_EQ(*ParseByteCount("4096"), 4096);
+  EXPECT_EQ(*ParseByteCount("64M"), int64_t{64} << 20);
+  EXPECT_EQ(*ParseByteCount("64MiB"), int64_t{64} << 20);
+  EXPECT_EQ(*ParseByteCount("1.5G"), int64_t{3} << 29);
+  EXPECT_EQ(*ParseByteCount("2k"), 2048);
+  EXPECT_EQ(*ParseByteCount("1T"), int64_t{1} << 40);
+  EXPECT_EQ(*ParseByteCount("125M", /*binary=*/false), 125000000);
+  EXPECT_EQ(*ParseByteCount("1KB", /*binary=*/false), 1000);
+  EXPECT_EQ(*ParseByteCount("4096B"), 4096);
+  EXPECT_EQ(*ParseByteCount("0"), 0);
+  for (const char* bad : {"", "M", "-1M", "lots", "1Q", "1e30", "5000000T", "inf", "1 M B"}) {
+    EXPECT_FALSE(ParseByteCount(bad).has_value()) << bad;
+  }
 }
 
 TEST(Simulation, BlockingMatchesDalysModel) {

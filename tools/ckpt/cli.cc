@@ -44,7 +44,7 @@ void Args::Double(const std::string& name, double* out, const std::string& help)
 
 void Args::Size(const std::string& name, int64_t* out, const std::string& help, bool binary) {
   flags_.push_back(Flag{name, help, [out, binary](const std::string& v) {
-                          auto s = ParseSize(v, binary);
+                          auto s = ParseByteCount(v, binary);
                           if (!s) return false;
                           *out = *s;
                           return true;
@@ -146,29 +146,6 @@ bool Args::Parse(int argc, char** argv, int first, int* exit) {
   return true;
 }
 
-std::optional<int64_t> ParseSize(const std::string& text, bool binary) {
-  if (text.empty()) return std::nullopt;
-  std::string num = text;
-  double mult = 1;
-  const double base = binary ? 1024.0 : 1000.0;
-  char last = static_cast<char>(std::toupper(static_cast<unsigned char>(num.back())));
-  if (last == 'B' && num.size() > 1) {
-    num.pop_back();
-    if (!num.empty() && (num.back() == 'i' || num.back() == 'I')) num.pop_back();
-    last = static_cast<char>(std::toupper(static_cast<unsigned char>(num.back())));
-  }
-  switch (last) {
-    case 'K': mult = base; break;
-    case 'M': mult = base * base; break;
-    case 'G': mult = base * base * base; break;
-    case 'T': mult = base * base * base * base; break;
-    default: break;
-  }
-  if (mult != 1) num.pop_back();
-  double v;
-  if (!ParseDouble(num, &v) || v < 0 || !std::isfinite(v)) return std::nullopt;
-  return static_cast<int64_t>(std::llround(v * mult));
-}
 
 bool StderrIsTty() { return isatty(STDERR_FILENO) == 1; }
 

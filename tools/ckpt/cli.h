@@ -57,9 +57,6 @@ class Args {
   std::vector<Pos> positionals_;
 };
 
-/// Parses "512", "64K", "4M", "1.5G" (1024-based when binary).
-std::optional<int64_t> ParseSize(const std::string& text, bool binary);
-
 /// Says on stderr, as "ckpt COMMAND: ...", when the step a command reads is
 /// damaged (its manifest then comes from the copy): a restore or an audit
 /// never meets damage silently. Steps that cannot be examined say nothing

@@ -8,6 +8,7 @@
 
 #include "ckpt/coordinator.h"
 #include "cli.h"
+#include "util/strings.h"
 #include "commands.h"
 
 namespace ckpt::tools {
@@ -16,25 +17,12 @@ namespace {
 volatile std::sig_atomic_t g_stop = 0;
 void OnSignal(int) { g_stop = 1; }
 
-// "1s", "500ms", "2.5" (seconds).
-bool ParseDuration(const std::string& text, double* out) {
-  std::string t = text;
-  double scale = 1;
-  if (t.size() > 2 && t.compare(t.size() - 2, 2, "ms") == 0) {
-    scale = 1e-3;
-    t.resize(t.size() - 2);
-  } else if (!t.empty() && t.back() == 's') {
-    t.pop_back();
-  }
-  try {
-    size_t used = 0;
-    const double v = std::stod(t, &used);
-    if (used != t.size() || v <= 0) return false;
-    *out = v * scale;
-    return true;
-  } catch (...) {
-    return false;
-  }
+// A positive duration (util/strings.h: "1s", "500ms", "2.5").
+bool ParsePositiveDuration(const std::string& text, double* out) {
+  auto d = ParseDuration(text);
+  if (!d || *d <= 0) return false;
+  *out = *d;
+  return true;
 }
 
 int StatusMain(int argc, char** argv, int first) {
@@ -117,9 +105,9 @@ int CoordinatorMain(int argc, char** argv, int first) {
     return kExitUsage;
   }
   o.max_unauthenticated = static_cast<int>(std::clamp<int64_t>(max_unauthenticated, 0, 1 << 30));
-  if (!ParseDuration(heartbeat, &o.heartbeat_s) || !ParseDuration(join_timeout, &o.join_timeout_s) ||
-      !ParseDuration(handshake_timeout, &o.handshake_timeout_s) ||
-      (!idle_timeout.empty() && !ParseDuration(idle_timeout, &o.idle_timeout_s))) {
+  if (!ParsePositiveDuration(heartbeat, &o.heartbeat_s) || !ParsePositiveDuration(join_timeout, &o.join_timeout_s) ||
+      !ParsePositiveDuration(handshake_timeout, &o.handshake_timeout_s) ||
+      (!idle_timeout.empty() && !ParsePositiveDuration(idle_timeout, &o.idle_timeout_s))) {
     std::fprintf(stderr, "ckpt coordinator: durations look like 1s, 500ms or 2.5\n");
     return kExitUsage;
   }

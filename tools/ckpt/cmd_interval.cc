@@ -93,8 +93,11 @@ int IntervalMain(int argc, char** argv, int first) {
   };
   auto dur = [&](const std::string& text, const char* what) -> absl::StatusOr<double> {
     auto d = ParseDuration(text);
-    if (!d.ok()) return absl::InvalidArgumentError(StrCat(what, ": ", d.status().message()));
-    return d;
+    if (!d) {
+      return absl::InvalidArgumentError(
+          StrCat(what, ": bad duration '", text, "' (a number with s, m, h or d, e.g. 24h)"));
+    }
+    return *d;
   };
 
   // Failure rate.
@@ -118,7 +121,7 @@ int IntervalMain(int argc, char** argv, int first) {
         per = 86400;
       } else if (unit == "hour" || unit == "h") {
         per = 3600;
-      } else if (auto d = ParseDuration(unit); d.ok() && *d > 0) {
+      } else if (auto d = ParseDuration(unit); d && *d > 0) {
         per = *d;  // e.g. 0.3/30d
       } else {
         return usage("--node-failure-rate unit must be /day, /hour or a duration such as /30d");
