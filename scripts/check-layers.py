@@ -7,7 +7,7 @@
 Layers, lowest first (a file may include its own folder and lower layers):
 
     0  util                     and the value headers ckpt/codec.h, options.h,
-                                communicator.h, version.h
+                                communicator.h, version.h, experimental/commit_arbiter.h
     1  layout, codec            ckpt/dtype.h, tensor.h, mesh.h, state.h, synthetic.h
     2  format, storage          ckpt/storage.h, plugin_abi.h
     3  plan                     ckpt/plan.h
@@ -41,6 +41,7 @@ PUBLIC_LAYER = {
     "storage.h": 2, "plugin_abi.h": 2,
     "plan.h": 3,
     "checkpointer.h": 5, "verify.h": 5, "audit.h": 5, "mpi.h": 5, "interval.h": 5,
+    "experimental/commit_arbiter.h": 0,
     "coordinator.h": 6,
     "ckpt.h": 7,
 }
@@ -102,7 +103,7 @@ def check(root):
             elif layer == mine and other != "ckpt" and other != folder:
                 complain(path, number, f'{folder} includes "{name}", a sibling of the same layer')
     for path in sources(root, "include/ckpt"):
-        mine = PUBLIC_LAYER.get(os.path.basename(path))
+        mine = PUBLIC_LAYER.get(os.path.relpath(path, os.path.join(root, "include/ckpt")))
         if mine is None:
             complain(path, 1, "a public header without a layer (add it to scripts/check-layers.py)")
             continue

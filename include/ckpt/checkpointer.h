@@ -33,45 +33,9 @@ class SaveEngine;
 absl::StatusOr<std::shared_ptr<SaveEngine>> CreateSaveEngine(
     const SaveEngineOptions& options);
 
-/// A rank's copy of a shard that other ranks hold too (data-parallel
-/// replicas), hashed at Save so that an arbiter can catch silent data
-/// corruption: replicas of one box must agree.
-struct ReplicaHash {
-  std::string key;       ///< tensor fqn and box, e.g. "w[0:4096,0:512]"
-  uint64_t hash = 0;     ///< xxh3 of the packed bytes
-  bool written = false;  ///< this rank's copy is the one saved
-};
-
-/// One rank's phase-1 vote on a step.
-struct SaveVote {
-  bool ok = true;
-  std::string error;  ///< when !ok
-  double stall_s = 0;
-  double write_s = 0;
-  int64_t bytes = 0;
-  std::vector<ReplicaHash> replicas;
-};
-
-/// Two-phase commit through an outside arbiter (the elastic coordinator)
-/// instead of the shared storage: every rank votes once its data is durable
-/// (or failed); the leader publishes the manifest only after the arbiter
-/// decided to commit (every rank of the generation voted yes, none died,
-/// replicas agree), then reports the outcome; the other ranks learn it from
-/// the arbiter. Thread-safe.
-class CommitArbiter {
- public:
-  virtual ~CommitArbiter() = default;
-  /// Phase 1, every rank.
-  virtual absl::Status Vote(int rank, int64_t step, const SaveVote& vote) = 0;
-  /// Leader: blocks until the arbiter decides. OK: publish; otherwise the
-  /// step is aborted and the error says why (a rank failed or died, replicas
-  /// disagree, the deadline passed).
-  virtual absl::Status AwaitDecision(int64_t step, double timeout_s) = 0;
-  /// Leader: whether the manifest was published.
-  virtual absl::Status Published(int64_t step, const absl::Status& outcome) = 0;
-  /// Other ranks: blocks until the step is committed (OK) or aborted.
-  virtual absl::Status AwaitOutcome(int64_t step, double timeout_s) = 0;
-};
+/// Two-phase commit through an outside arbiter; experimental
+/// (ckpt/experimental/commit_arbiter.h).
+class CommitArbiter;
 
 struct CheckpointerOptions {
   /// Root of the checkpoints: a path or a storage URI.
@@ -120,9 +84,6 @@ struct CheckpointerOptions {
 /// Tracks one asynchronous save. Thread-safe; copies share state.
 class SaveHandle {
  public:
-  struct Shared;
-  explicit SaveHandle(std::shared_ptr<Shared> shared);
-
   int64_t step() const;
   /// Blocks until the step is committed (or failed). On a non-leader rank it
   /// waits for the leader's outcome.
@@ -142,6 +103,9 @@ class SaveHandle {
   SaveStats Stats() const;
 
  private:
+  friend class Checkpointer;  // the only maker of handles
+  struct Shared;              // core/save_handle.h
+  explicit SaveHandle(std::shared_ptr<Shared> shared);
   std::shared_ptr<Shared> shared_;
 };
 
@@ -235,9 +199,8 @@ class Checkpointer {
   Storage& storage();
   const CheckpointerOptions& options() const;
 
-  class Impl;
-
  private:
+  class Impl;
   explicit Checkpointer(std::unique_ptr<Impl> impl);
   std::unique_ptr<Impl> impl_;
 };

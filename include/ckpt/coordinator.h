@@ -21,6 +21,7 @@
 
 #include "absl/status/statusor.h"
 #include "ckpt/checkpointer.h"
+#include "ckpt/experimental/commit_arbiter.h"
 #include "ckpt/communicator.h"
 
 namespace ckpt {

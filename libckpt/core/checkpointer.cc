@@ -1,4 +1,5 @@
 #include "ckpt/checkpointer.h"
+#include "ckpt/experimental/commit_arbiter.h"
 
 #include <algorithm>
 #include <cstdio>
