@@ -22,9 +22,11 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "ckpt/version.h"
+#include "core/claim.h"
 #include "core/collective_plan.h"
 #include "core/root.h"
 #include "core/save_handle.h"
+#include "core/storage_arbiter.h"
 #include "format/hdf5_container.h"
 #include "format/layout.h"
 #include "format/manifest.h"
@@ -42,45 +44,6 @@ namespace ckpt {
 const char* LibraryVersion() { return CKPT_VERSION_STRING; }
 
 namespace {
-
-uint64_t RandomId() {
-  static thread_local std::mt19937_64 rng(std::random_device{}() ^
-                                          static_cast<uint64_t>(UnixNanos()));
-  uint64_t id = 0;
-  while (id == 0) id = rng();
-  return id;
-}
-
-std::string IdText(uint64_t id) {
-  char hex[19];
-  return std::string(HexHashTo(id, hex));
-}
-
-// FAILED and ABORTED markers name the save they belong to, so that a rank
-// of one save never acts on another's: "save 0x<16 hex>: <reason>".
-std::string TagMarker(uint64_t id, absl::string_view why) { return StrCat("save ", IdText(id), ": ", why); }
-
-// The save a marker names (0 for markers without one) and its reason.
-uint64_t UntagMarker(std::string_view text, std::string* why) {
-  std::string_view rest = text;
-  uint64_t id = 0;
-  if (ConsumePrefix(&rest, "save 0x") && rest.size() >= 18 && rest.substr(16, 2) == ": ") {
-    for (char c : rest.substr(0, 16)) {
-      const int d = c >= '0' && c <= '9' ? c - '0' : (c >= 'a' && c <= 'f' ? c - 'a' + 10 : -1);
-      if (d < 0) {
-        id = 0;
-        rest = text;
-        break;
-      }
-      id = (id << 4) | static_cast<uint64_t>(d);
-    }
-    if (id != 0) rest.remove_prefix(18);
-  } else {
-    rest = text;
-  }
-  *why = std::string(rest);
-  return id;
-}
 
 // xxh3 over a shard's rows in row-major order, chained: the same values
 // give the same hash whatever the shard's strides.
@@ -159,6 +122,8 @@ class Checkpointer::Impl {
     } else {
       CKPT_ASSIGN_OR_RETURN(engine_, SaveEngine::Create(options_.engine_options));
     }
+    arbiter_ = options_.arbiter ? options_.arbiter
+                                : std::make_shared<StorageArbiter>(storage_, options_.world_size);
     committer_ = std::thread([this] { CommitLoop(); });
     return absl::OkStatus();
   }
@@ -421,16 +386,7 @@ class Checkpointer::Impl {
   const CheckpointerOptions& options() const { return options_; }
 
  private:
-  // ---- The step's claim: one save writes a step. ----
-
-  std::string ClaimPath(int64_t step) const { return StrCat(StepDir(step), "/", kClaimName); }
-
-  absl::Status ClaimedByOther(int64_t step, const StepClaim& other) const {
-    return absl::AbortedError(StrCat(
-        "step ", step, " under ", storage_->uri(), " is claimed by another ", DescribeClaim(other, UnixNanos()),
-        "; a step has one writer, so this save stops without writing into it. If that save is no longer "
-        "running, its leftovers are removed when the next job opens the root (or by `ckpt gc`)"));
-  }
+  // ---- The step's claim: one save writes a step (core/claim.h). ----
 
   // A committed step, or one at or below the latest unless that is asked
   // for: refused before anything is claimed or written.
@@ -458,99 +414,27 @@ class Checkpointer::Impl {
     return absl::OkStatus();
   }
 
-  // Leader: creates the step's CLAIM, exclusively.
-  absl::Status TakeClaim(int64_t step, uint64_t id) {
-    StepClaim claim;
-    claim.save_id = id;
-    claim.world_size = options_.world_size;
-    claim.host = ThisHostName();
-    claim.pid = getpid();
-    claim.pid_start = ProcessStartTicks(claim.pid);
-    claim.claimed_unix_ns = UnixNanos();
-    const std::string text = EncodeClaim(claim);
-    const std::string path = ClaimPath(step);
-    absl::Status s = storage_->PutIfAbsent(path, AsBytesView(text));
-    // The step directory removed under the claim (a job opening the root
-    // collected it as a leftover): claim again, in a new directory.
-    for (int retry = 0; retry < 3 && absl::IsNotFound(s); ++retry) {
-      s = storage_->PutIfAbsent(path, AsBytesView(text));
-    }
-    if (absl::IsUnimplemented(s)) {
-      // A backend without an atomic create-if-absent: check, then write.
-      // Two saves starting together may both get here; the re-reads of the
-      // claim before each report and before the commit stop all but one.
-      static std::once_flag warned;
-      std::call_once(warned, [&] {
-        std::fprintf(stderr,
-                     "ckpt: %s cannot create a file only if it is absent; one writer per step is checked "
-                     "before each commit, not proven at the claim (docs/plugins.md)\n",
-                     storage_->uri().c_str());
-      });
-      auto size = storage_->FileSize(path);
-      if (size.ok()) {
-        s = absl::AlreadyExistsError(path);
-      } else if (absl::IsNotFound(size.status())) {
-        s = storage_->PutAtomic(path, AsBytesView(text));
-      } else {
-        s = size.status();
-      }
-    }
-    if (s.ok()) return s;
-    if (!absl::IsAlreadyExists(s)) return Annotate(s, StrCat("claiming step ", step));
-    auto other = ReadStepClaim(*storage_, step);
-    if (!other.ok()) {
-      return absl::AbortedError(StrCat("step ", step, " under ", storage_->uri(),
-                                       " is claimed by another save whose claim does not read (",
-                                             other.status().message(), "); this save stops without writing"));
-    }
-    if (other->save_id == id) return absl::OkStatus();  // this save's own claim
-    return ClaimedByOther(step, *other);
-  }
-
-  // Non-leader without a communicator: waits for the leader's claim and
-  // checks it against the shared id (adopts it when none was given).
-  absl::StatusOr<uint64_t> AwaitClaim(int64_t step, uint64_t expected) {
-    const double deadline = NowSeconds() + options_.commit_timeout_s;
-    const double max_delay = std::clamp(0.05 * options_.world_size / 256.0, 0.05, 2.0);
-    double delay = 0.001;
-    while (true) {
-      auto claim = ReadStepClaim(*storage_, step);
-      if (claim.ok()) {
-        if (expected != 0 && claim->save_id != expected) return ClaimedByOther(step, *claim);
-        return claim->save_id;
-      }
-      if (!absl::IsNotFound(claim.status())) {
-        return Annotate(claim.status(), StrCat("rank ", options_.rank, ": reading the claim of step ", step));
-      }
-      if (NowSeconds() > deadline) {
-        return absl::DeadlineExceededError(StrCat(
-            "rank ", options_.rank, ": the leader (rank 0) did not claim step ", step, " within ",
-            options_.commit_timeout_s, " s; nothing was written"));
-      }
-      std::this_thread::sleep_for(std::chrono::duration<double>(delay));
-      delay = std::min(delay * 2, max_delay);
-    }
-  }
-
   // Every rank of one save agrees on its id, or all of them fail together
   // with the leader's reason.
   absl::StatusOr<uint64_t> ClaimStep(int64_t step, const SaveOptions& save_options) {
     Communicator* comm = options_.communicator.get();
+    const uint64_t mine = save_options.save_id != 0 ? save_options.save_id : NewSaveId();
     if (comm == nullptr) {
       CKPT_RETURN_IF_ERROR(CheckStepIsNew(step, save_options));
-      if (!IsLeader()) return AwaitClaim(step, save_options.save_id);
-      const uint64_t id = save_options.save_id != 0 ? save_options.save_id : RandomId();
-      CKPT_RETURN_IF_ERROR(TakeClaim(step, id));
-      return id;
+      if (!IsLeader()) {
+        return AwaitClaim(*storage_, step, save_options.save_id, options_.rank, options_.world_size,
+                          options_.commit_timeout_s);
+      }
+      CKPT_RETURN_IF_ERROR(TakeClaim(*storage_, step, mine, options_.world_size));
+      return mine;
     }
     // The leader decides alone (ranks reading LATEST at different moments
     // could disagree) and tells everyone: "ok <id>" or "!<code> <message>".
     std::string verdict;
     if (comm->rank() == 0) {
-      const uint64_t id = save_options.save_id != 0 ? save_options.save_id : RandomId();
       absl::Status s = CheckStepIsNew(step, save_options);
-      if (s.ok()) s = TakeClaim(step, id);
-      verdict = s.ok() ? StrCat("ok ", id) : StrCat("!", static_cast<int>(s.code()), " ", s.message());
+      if (s.ok()) s = TakeClaim(*storage_, step, mine, options_.world_size);
+      verdict = s.ok() ? StrCat("ok ", mine) : StrCat("!", static_cast<int>(s.code()), " ", s.message());
     }
     CKPT_ASSIGN_OR_RETURN(verdict, comm->Broadcast(verdict, options_.collective_timeout_s));
     if (!verdict.empty() && verdict[0] == '!') {
@@ -566,33 +450,6 @@ class Checkpointer::Impl {
     }
     return id;
   }
-
-  // Whether `step` is still claimed by this save: OK, or Aborted when the
-  // claim is gone or another save's (then this save must not write into
-  // the step), or the error reading it.
-  absl::Status CheckOwnClaim(int64_t step, uint64_t id, std::string* text = nullptr) {
-    const std::string path = ClaimPath(step);
-    auto bytes = storage_->GetAll(path);
-    absl::StatusOr<StepClaim> claim = bytes.ok() ? DecodeClaim(*bytes, path) : bytes.status();
-    if (claim.ok() && claim->save_id == id) {
-      if (text != nullptr) *text = std::move(bytes).value();
-      return absl::OkStatus();
-    }
-    if (claim.ok()) {
-      return absl::AbortedError(StrCat("step ", step, ": another ", DescribeClaim(*claim, UnixNanos()),
-                                       " claimed the step while this save (save ", IdText(id),
-                                       ") was writing it; nothing of this save is committed"));
-    }
-    if (absl::IsNotFound(claim.status())) {
-      return absl::AbortedError(StrCat("step ", step, ": the claim of this save (save ", IdText(id),
-                                       ") was removed while it was writing (a job opening the root removes "
-                                       "uncommitted steps of saves it cannot see running); nothing of this save "
-                                       "is committed"));
-    }
-    return Annotate(claim.status(), StrCat("re-reading the claim of step ", step));
-  }
-
-  static bool LostClaim(const absl::Status& s) { return absl::IsAborted(s); }
 
   // Engine finalizer thread: this rank's data file is durable (or failed).
   void OnDataFinished(SaveJob& j, absl::Status s,
@@ -629,7 +486,7 @@ class Checkpointer::Impl {
         shared->stats.blocks = static_cast<int64_t>(j.index.size());
       }
       // Nothing goes into a step this save no longer holds.
-      s = CheckOwnClaim(j.step, j.save_id);
+      s = CheckOwnClaim(*storage_, j.step, j.save_id);
       lost_claim = LostClaim(s);
       // The report's atomic write also makes the data file's directory
       // entry durable (same directory).
@@ -640,9 +497,10 @@ class Checkpointer::Impl {
       std::lock_guard<std::mutex> lock(report_mu_);
       report_ready_.erase(report.get());
     }
-    if (options_.arbiter) {
+    {
       SaveVote vote;
       vote.ok = s.ok();
+      vote.save_id = j.save_id;
       vote.error = std::string(s.message());
       vote.write_s = write_s;
       vote.bytes = static_cast<int64_t>(j.file_size);
@@ -651,12 +509,13 @@ class Checkpointer::Impl {
         std::lock_guard<std::mutex> lock(report_mu_);
         vote.stall_s = report->stall_s;
       }
-      absl::Status v = options_.arbiter->Vote(j.rank, j.step, vote);
+      absl::Status v = arbiter_->Vote(j.rank, j.step, vote);
       if (s.ok() && !v.ok()) s = Annotate(v, "voting on the commit");
     }
     if (!s.ok()) {
       if (!lost_claim) {
-        (void)storage_->PutAtomic(StrCat(dir, "/", FailedName(j.rank)), AsBytesView(TagMarker(j.save_id, s.message())));
+        (void)storage_->PutAtomic(StrCat(dir, "/", FailedName(j.rank)),
+                                  AsBytesView(TagMarker(j.save_id, std::string_view(s.message().data(), s.message().size()))));
         if (IsLeader()) (void)Abort(j.step, j.save_id, absl::AbortedError(StrCat("leader failed: ", s.message())));
       }
       shared->SetDone(s, NowSeconds() - shared->t_start);
@@ -667,7 +526,7 @@ class Checkpointer::Impl {
     const uint64_t id = j.save_id;
     std::lock_guard<std::mutex> lock(mu_);
     tasks_.push_back([this, step, id, shared] {
-      absl::Status st = IsLeader() ? CollectAndPublish(step, id) : AwaitOutcome(step, id);
+      absl::Status st = IsLeader() ? CollectAndPublish(step, id) : AwaitOutcome(step);
       shared->SetDone(st, NowSeconds() - shared->t_start);
     });
     cv_.notify_all();
@@ -687,60 +546,17 @@ class Checkpointer::Impl {
     }
   }
 
-  // Leader: waits for every rank's report, writes the manifest, moves
-  // LATEST, applies retention.
+  // Leader: waits for the arbiter's decision (every rank's report on the
+  // storage, or the coordinator's votes), then commits and says so.
   absl::Status CollectAndPublish(int64_t step, uint64_t id) {
-    if (options_.arbiter) {
-      // Every rank's report is on the storage before its vote is cast.
-      absl::Status decided = options_.arbiter->AwaitDecision(step, options_.commit_timeout_s);
-      if (!decided.ok()) return Abort(step, id, decided);
-      absl::Status published = Publish(step, id);
-      absl::Status told = options_.arbiter->Published(step, published);
-      if (published.ok() && !told.ok()) {
-        return Annotate(told, StrCat("step ", step, " is committed, but telling the arbiter failed"));
-      }
-      return published;
+    absl::Status decided = arbiter_->AwaitDecision(step, options_.commit_timeout_s);
+    if (!decided.ok()) return Abort(step, id, decided);
+    absl::Status published = Publish(step, id);
+    absl::Status told = arbiter_->Published(step, published);
+    if (published.ok() && !told.ok()) {
+      return Annotate(told, StrCat("step ", step, " is committed, but telling the arbiter failed"));
     }
-    const std::string dir = StepDir(step);
-    const double deadline = NowSeconds() + options_.commit_timeout_s;
-    const int world = options_.world_size;
-    double delay = 0.001;
-    std::vector<int> missing;
-    while (true) {
-      // A save that lost its step stops at once instead of waiting for
-      // ranks that will never report.
-      if (absl::Status own = CheckOwnClaim(step, id); LostClaim(own)) return own;
-      auto entries = storage_->List(dir);
-      if (!entries.ok()) return Abort(step, id, Annotate(entries.status(), "listing reports"));
-      std::vector<bool> have(world, false);
-      for (const DirEntry& e : *entries) {
-        if (auto r = ParseRankFile(e.name, "failed"); r && *r < world) {
-          auto text = storage_->GetAll(StrCat(dir, "/", e.name));
-          std::string why = "(reason unreadable)";
-          if (text.ok()) {
-            const uint64_t tag = UntagMarker(*text, &why);
-            if (tag != 0 && tag != id) continue;  // another save's
-          }
-          return Abort(step, id, absl::AbortedError(StrCat("rank ", *r, " failed to save step ", step, ": ", why)));
-        }
-        if (auto r = ParseRankFile(e.name, "report"); r && *r < world) have[*r] = true;
-      }
-      missing.clear();
-      for (int r = 0; r < world; ++r) {
-        if (!have[r]) missing.push_back(r);
-      }
-      if (missing.empty()) break;
-      if (NowSeconds() > deadline) {
-        if (missing.size() > 16) missing.resize(16);
-        return Abort(step, id, absl::DeadlineExceededError(StrCat(
-                                   "step ", step, ": rank(s) ", absl::StrJoin(missing, ", "),
-                                   " did not report within ", options_.commit_timeout_s,
-                                   " s; the step is not committed")));
-      }
-      std::this_thread::sleep_for(std::chrono::duration<double>(delay));
-      delay = std::min(delay * 2, 0.05);
-    }
-    return Publish(step, id);
+    return published;
   }
 
   // Leader, every report present: merges them into the manifest, moves
@@ -760,8 +576,8 @@ class Checkpointer::Impl {
       for (const ManifestFile& f : rep->files) {
         if (f.save_id != id) {
           return Abort(step, id, absl::AbortedError(StrCat(
-                                     path, " describes ", f.name, " of save ", IdText(f.save_id),
-                                     ", not of this save (save ", IdText(id), "); the step is not committed")));
+                                     path, " describes ", f.name, " of save ", SaveIdText(f.save_id),
+                                     ", not of this save (save ", SaveIdText(id), "); the step is not committed")));
         }
       }
       reports.push_back(std::move(rep).value());
@@ -770,7 +586,7 @@ class Checkpointer::Impl {
     if (!merged.ok()) return Abort(step, id, merged.status());
     // The last look at the claim before the commit; the manifest keeps its
     // bytes, so the claim is bound to (and rebuilt from) the commit.
-    if (absl::Status own = CheckOwnClaim(step, id, &merged->claim); !own.ok()) {
+    if (absl::Status own = CheckOwnClaim(*storage_, step, id, &merged->claim); !own.ok()) {
       return LostClaim(own) ? own : Abort(step, id, own);
     }
     const std::string bytes = EncodeManifest(*merged);
@@ -805,59 +621,23 @@ class Checkpointer::Impl {
   // claim is released so that the step can be saved again. Nothing is
   // written into a step another save holds.
   absl::Status Abort(int64_t step, uint64_t id, absl::Status why) {
-    if (absl::Status own = CheckOwnClaim(step, id); LostClaim(own)) return why;
+    if (absl::Status own = CheckOwnClaim(*storage_, step, id); LostClaim(own)) return why;
     const std::string dir = StepDir(step);
-    (void)storage_->PutAtomic(StrCat(dir, "/", kAbortedName), AsBytesView(TagMarker(id, why.message())));
-    (void)storage_->Remove(ClaimPath(step));
+    (void)storage_->PutAtomic(StrCat(dir, "/", kAbortedName),
+                              AsBytesView(TagMarker(id, std::string_view(why.message().data(), why.message().size()))));
+    (void)storage_->Remove(StrCat(dir, "/", kClaimName));
     return why;
   }
 
   // Non-leader: waits until the leader committed or aborted the step.
-  absl::Status AwaitOutcome(int64_t step, uint64_t id) {
-    if (options_.arbiter) return options_.arbiter->AwaitOutcome(step, options_.commit_timeout_s + 30);
-    const std::string dir = StepDir(step);
-    const double deadline = NowSeconds() + options_.commit_timeout_s + 30;
-    // Every waiting rank polls the shared storage: back off further the more
-    // ranks there are (16k ranks at 50 ms would be 650k lookups a second).
-    const double max_delay = std::clamp(0.05 * options_.world_size / 256.0, 0.05, 2.0);
-    double delay = 0.001;
-    // This save's ABORTED, if there is one.
-    auto aborted = [&]() -> std::optional<std::string> {
-      auto text = storage_->GetAll(StrCat(dir, "/", kAbortedName));
-      if (!text.ok()) return std::nullopt;
-      std::string why;
-      const uint64_t tag = UntagMarker(*text, &why);
-      if (tag != 0 && tag != id) return std::nullopt;
-      return why;
-    };
-    while (true) {
-      if (storage_->FileSize(StrCat(dir, "/", kManifestName)).ok()) {
-        absl::Status own = CheckOwnClaim(step, id);
-        if (own.ok()) return own;
-        return absl::AbortedError(StrCat("step ", step, " was committed, but not by this save: ", own.message()));
-      }
-      if (auto why = aborted()) {
-        return absl::AbortedError(StrCat("step ", step, " was aborted by the leader: ", *why));
-      }
-      if (absl::Status own = CheckOwnClaim(step, id); LostClaim(own)) {
-        // The leader releases the claim right after writing ABORTED.
-        if (auto why = aborted()) {
-          return absl::AbortedError(StrCat("step ", step, " was aborted by the leader: ", *why));
-        }
-        return own;
-      }
-      if (NowSeconds() > deadline) {
-        return absl::DeadlineExceededError(StrCat(
-            "step ", step, ": the leader neither committed nor aborted within ",
-            options_.commit_timeout_s, " s"));
-      }
-      std::this_thread::sleep_for(std::chrono::duration<double>(delay));
-      delay = std::min(delay * 2, max_delay);
-    }
+  absl::Status AwaitOutcome(int64_t step) {
+    return arbiter_->AwaitOutcome(step, options_.commit_timeout_s + 30);
   }
 
   CheckpointerOptions options_;
   std::shared_ptr<Storage> storage_;
+  /// The coordinator's, or the shared storage's (StorageArbiter).
+  std::shared_ptr<CommitArbiter> arbiter_;
   std::shared_ptr<SaveEngine> engine_;
   std::mutex save_mu_;
   WriterCache writer_cache_;  // REQUIRES: save_mu_

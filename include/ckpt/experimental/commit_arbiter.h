@@ -24,6 +24,7 @@ struct ReplicaHash {
 /// One rank's phase-1 vote on a step.
 struct SaveVote {
   bool ok = true;
+  uint64_t save_id = 0;  ///< the save's identity (its CLAIM)
   std::string error;  ///< when !ok
   double stall_s = 0;
   double write_s = 0;

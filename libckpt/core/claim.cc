@@ -1,0 +1,152 @@
+#include "core/claim.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <mutex>
+#include <random>
+#include <thread>
+
+#include "core/root.h"
+#include "util/bytes.h"
+#include "util/clock.h"
+#include "util/errors.h"
+#include "util/hash.h"
+#include "util/strings.h"
+
+namespace ckpt {
+
+uint64_t NewSaveId() {
+  static thread_local std::mt19937_64 rng(std::random_device{}() ^ static_cast<uint64_t>(UnixNanos()));
+  uint64_t id = 0;
+  while (id == 0) id = rng();
+  return id;
+}
+
+std::string SaveIdText(uint64_t id) {
+  char hex[19];
+  return std::string(HexHashTo(id, hex));
+}
+
+std::string TagMarker(uint64_t id, std::string_view why) { return StrCat("save ", SaveIdText(id), ": ", why); }
+
+uint64_t UntagMarker(std::string_view text, std::string* why) {
+  std::string_view rest = text;
+  uint64_t id = 0;
+  if (ConsumePrefix(&rest, "save 0x") && rest.size() >= 18 && rest.substr(16, 2) == ": ") {
+    for (char c : rest.substr(0, 16)) {
+      const int d = c >= '0' && c <= '9' ? c - '0' : (c >= 'a' && c <= 'f' ? c - 'a' + 10 : -1);
+      if (d < 0) {
+        id = 0;
+        break;
+      }
+      id = (id << 4) | static_cast<uint64_t>(d);
+    }
+  }
+  *why = std::string(id != 0 ? rest.substr(18) : text);
+  return id;
+}
+
+double PollCeiling(int world_size) { return std::clamp(0.05 * world_size / 256.0, 0.05, 2.0); }
+
+absl::Status ClaimedByOther(Storage& storage, int64_t step, const StepClaim& other) {
+  return absl::AbortedError(StrCat(
+      "step ", step, " under ", storage.uri(), " is claimed by another ", DescribeClaim(other, UnixNanos()),
+      "; a step has one writer, so this save stops without writing into it. If that save is no longer "
+      "running, its leftovers are removed when the next job opens the root (or by `ckpt gc`)"));
+}
+
+absl::Status TakeClaim(Storage& storage, int64_t step, uint64_t id, int world_size) {
+  StepClaim claim;
+  claim.save_id = id;
+  claim.world_size = world_size;
+  claim.host = ThisHostName();
+  claim.pid = getpid();
+  claim.pid_start = ProcessStartTicks(claim.pid);
+  claim.claimed_unix_ns = UnixNanos();
+  const std::string text = EncodeClaim(claim);
+  const std::string path = StrCat(StepDir(step), "/", kClaimName);
+  absl::Status s = storage.PutIfAbsent(path, AsBytesView(text));
+  // The step directory removed under the claim (a job opening the root
+  // collected it as a leftover): claim again, in a new directory.
+  for (int retry = 0; retry < 3 && absl::IsNotFound(s); ++retry) s = storage.PutIfAbsent(path, AsBytesView(text));
+  if (absl::IsUnimplemented(s)) {
+    // A backend without an atomic create-if-absent: check, then write. Two
+    // saves starting together may both get here; the re-reads of the claim
+    // before each report and before the commit stop all but one.
+    static std::once_flag warned;
+    std::call_once(warned, [&] {
+      std::fprintf(stderr,
+                   "ckpt: %s cannot create a file only if it is absent; one writer per step is checked "
+                   "before each commit, not proven at the claim (docs/plugins.md)\n",
+                   storage.uri().c_str());
+    });
+    auto size = storage.FileSize(path);
+    if (size.ok()) {
+      s = absl::AlreadyExistsError(path);
+    } else if (absl::IsNotFound(size.status())) {
+      s = storage.PutAtomic(path, AsBytesView(text));
+    } else {
+      s = size.status();
+    }
+  }
+  if (s.ok()) return s;
+  if (!absl::IsAlreadyExists(s)) return Annotate(s, StrCat("claiming step ", step));
+  auto other = ReadStepClaim(storage, step);
+  if (!other.ok()) {
+    return absl::AbortedError(StrCat("step ", step, " under ", storage.uri(),
+                                     " is claimed by another save whose claim does not read (",
+                                     other.status().message(), "); this save stops without writing"));
+  }
+  if (other->save_id == id) return absl::OkStatus();  // this save's own claim
+  return ClaimedByOther(storage, step, *other);
+}
+
+absl::StatusOr<uint64_t> AwaitClaim(Storage& storage, int64_t step, uint64_t expected, int rank, int world_size,
+                                    double timeout_s) {
+  const double deadline = NowSeconds() + timeout_s;
+  const double max_delay = PollCeiling(world_size);
+  double delay = 0.001;
+  while (true) {
+    auto claim = ReadStepClaim(storage, step);
+    if (claim.ok()) {
+      if (expected != 0 && claim->save_id != expected) return ClaimedByOther(storage, step, *claim);
+      return claim->save_id;
+    }
+    if (!absl::IsNotFound(claim.status())) {
+      return Annotate(claim.status(), StrCat("rank ", rank, ": reading the claim of step ", step));
+    }
+    if (NowSeconds() > deadline) {
+      return absl::DeadlineExceededError(StrCat("rank ", rank, ": the leader (rank 0) did not claim step ", step,
+                                                " within ", timeout_s, " s; nothing was written"));
+    }
+    std::this_thread::sleep_for(std::chrono::duration<double>(delay));
+    delay = std::min(delay * 2, max_delay);
+  }
+}
+
+absl::Status CheckOwnClaim(Storage& storage, int64_t step, uint64_t id, std::string* text) {
+  const std::string path = StrCat(StepDir(step), "/", kClaimName);
+  auto bytes = storage.GetAll(path);
+  absl::StatusOr<StepClaim> claim = bytes.ok() ? DecodeClaim(*bytes, path) : bytes.status();
+  if (claim.ok() && claim->save_id == id) {
+    if (text != nullptr) *text = std::move(bytes).value();
+    return absl::OkStatus();
+  }
+  if (claim.ok()) {
+    return absl::AbortedError(StrCat("step ", step, ": another ", DescribeClaim(*claim, UnixNanos()),
+                                     " claimed the step while this save (save ", SaveIdText(id),
+                                     ") was writing it; nothing of this save is committed"));
+  }
+  if (absl::IsNotFound(claim.status())) {
+    return absl::AbortedError(StrCat("step ", step, ": the claim of this save (save ", SaveIdText(id),
+                                     ") was removed while it was writing (a job opening the root removes "
+                                     "uncommitted steps of saves it cannot see running); nothing of this save "
+                                     "is committed"));
+  }
+  return Annotate(claim.status(), StrCat("re-reading the claim of step ", step));
+}
+
+}  // namespace ckpt
