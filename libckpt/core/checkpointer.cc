@@ -30,6 +30,7 @@
 #include "format/hdf5_container.h"
 #include "format/layout.h"
 #include "format/manifest.h"
+#include "layout/box_copy.h"
 #include "pipeline/loader.h"
 #include "pipeline/save_engine.h"
 #include "plan/tiles.h"
@@ -44,39 +45,6 @@ namespace ckpt {
 const char* LibraryVersion() { return CKPT_VERSION_STRING; }
 
 namespace {
-
-// xxh3 over a shard's rows in row-major order, chained: the same values
-// give the same hash whatever the shard's strides.
-uint64_t HashShard(const Shard& s) {
-  const int nd = s.box.ndim();
-  const size_t es = DTypeSize(s.spec.dtype);
-  if (nd == 0) return Xxh3Seeded(s.data, es, 0);
-  std::vector<int64_t> strides = s.strides;
-  if (strides.empty()) {
-    strides.assign(nd, 1);
-    for (int d = nd - 2; d >= 0; --d) strides[d] = strides[d + 1] * s.box.sizes[d + 1];
-  }
-  const int64_t row = s.box.sizes[nd - 1];
-  int64_t rows = 1;
-  for (int d = 0; d + 1 < nd; ++d) rows *= s.box.sizes[d];
-  uint64_t h = 0;
-  const bool contiguous_rows = strides[nd - 1] == 1;
-  std::vector<std::byte> packed(contiguous_rows ? 0 : static_cast<size_t>(row) * es);
-  for (int64_t r = 0; r < rows; ++r) {
-    int64_t off = 0, rest = r;
-    for (int d = nd - 2; d >= 0; --d) {
-      off += (rest % s.box.sizes[d]) * strides[d];
-      rest /= s.box.sizes[d];
-    }
-    const std::byte* p = static_cast<const std::byte*>(s.data) + off * static_cast<int64_t>(es);
-    if (!contiguous_rows) {
-      for (int64_t i = 0; i < row; ++i) std::memcpy(&packed[i * es], p + i * strides[nd - 1] * es, es);
-      p = packed.data();
-    }
-    h = Xxh3Seeded(p, static_cast<size_t>(row) * es, h);
-  }
-  return h;
-}
 
 }  // namespace
 
@@ -174,7 +142,7 @@ class Checkpointer::Impl {
       for (size_t si = 0; si < state.shards().size(); ++si) {
         const Shard& s = state.shards()[si];
         if (s.box.Empty()) continue;
-        replicas->push_back(ReplicaHash{StrCat(s.spec.fqn, s.box.ToString()), HashShard(s), writes[si]});
+        replicas->push_back(ReplicaHash{StrCat(s.spec.fqn, s.box.ToString()), HashPacked(s), writes[si]});
       }
     }
     // Pieces: non-empty shards (large ones as column tiles), then blobs.
@@ -183,29 +151,11 @@ class Checkpointer::Impl {
     for (size_t si = 0; si < state.shards().size(); ++si) {
       const Shard& s = state.shards()[si];
       if (s.box.Empty() || !writes[si]) continue;
-      const uint64_t es = DTypeSize(s.spec.dtype);
-      // Tiles are staged by walking the shard's rows, which needs rows that
-      // are contiguous in memory.
-      const bool rows_contiguous = s.strides.empty() || s.strides.back() == 1;
-      std::vector<Box> boxes =
-          rows_contiguous ? ColumnTiles(s.box, es, engine_->block_size(), hdf5 ? 1 : options_.max_column_tiles)
-                          : std::vector<Box>{s.box};
-      std::vector<int64_t> strides = s.strides;
-      if (strides.empty()) {
-        strides.assign(s.box.ndim(), 1);
-        for (int d = s.box.ndim() - 2; d >= 0; --d) strides[d] = strides[d + 1] * s.box.sizes[d + 1];
-      }
-      for (const Box& b : boxes) {
-        Shard t = s;
-        if (boxes.size() > 1) {
-          int64_t off = 0;
-          for (int d = 0; d < b.ndim(); ++d) off += (b.offsets[d] - s.box.offsets[d]) * strides[d];
-          t.box = b;
-          t.data = static_cast<std::byte*>(s.data) + off * static_cast<int64_t>(es);
-          t.strides = strides;
-        }
+      std::vector<Shard> cut = TileShard(s, engine_->block_size(), hdf5 ? 1 : options_.max_column_tiles);
+      const bool split = cut.size() > 1;
+      for (Shard& t : cut) {
         tiles.push_back(std::move(t));
-        parents.push_back(boxes.size() > 1 ? &s : nullptr);
+        parents.push_back(split ? &s : nullptr);
       }
     }
     std::vector<SavePiece> pieces;

@@ -1,5 +1,6 @@
 #include "layout/box_copy.h"
 
+#include "util/hash.h"
 #include "util/stream_copy.h"
 
 #include <algorithm>
@@ -98,6 +99,29 @@ void ScatterPacked(const Shard& shard, int64_t first, int64_t count,
                         }
                       }
                     });
+}
+
+uint64_t HashPacked(const Shard& shard) {
+  const int nd = shard.box.ndim();
+  const size_t es = DTypeSize(shard.spec.dtype);
+  if (nd == 0) return Xxh3Seeded(shard.data, es, 0);
+  const int64_t row = shard.box.sizes[nd - 1];
+  const size_t row_bytes = static_cast<size_t>(row) * es;
+  uint64_t h = 0;
+  if (shard.strides.empty() || shard.strides.back() == 1) {
+    ForEachRow(shard, [&](const std::byte* p) {
+      h = Xxh3Seeded(p, row_bytes, h);
+      return true;
+    });
+    return h;
+  }
+  std::vector<std::byte> packed(row_bytes);
+  const int64_t rows = shard.box.Volume() / row;
+  for (int64_t r = 0; r < rows; ++r) {
+    GatherPacked(shard, r * row, row, packed.data());
+    h = Xxh3Seeded(packed.data(), row_bytes, h);
+  }
+  return h;
 }
 
 }  // namespace ckpt

@@ -55,6 +55,11 @@ void ForEachRow(const Shard& shard, Fn&& fn) {
   }
 }
 
+/// xxh3 of the shard's packed row-major bytes, chained row by row (each
+/// row's hash seeds the next): the same values give the same hash whatever
+/// the shard's strides. REQUIRES: box non-empty.
+uint64_t HashPacked(const Shard& shard);
+
 }  // namespace ckpt
 
 #endif  // CKPT_LAYOUT_BOX_COPY_H_

@@ -35,4 +35,29 @@ std::vector<Box> ColumnTiles(const Box& box, uint64_t elem_size, uint64_t block_
   return tiles;
 }
 
+std::vector<Shard> TileShard(const Shard& shard, uint64_t block_size, int max_tiles) {
+  const uint64_t es = DTypeSize(shard.spec.dtype);
+  const bool rows_contiguous = shard.strides.empty() || shard.strides.back() == 1;
+  if (!rows_contiguous) return {shard};
+  const std::vector<Box> boxes = ColumnTiles(shard.box, es, block_size, max_tiles);
+  if (boxes.size() == 1) return {shard};
+  std::vector<int64_t> strides = shard.strides;
+  if (strides.empty()) {
+    strides.assign(shard.box.ndim(), 1);
+    for (int d = shard.box.ndim() - 2; d >= 0; --d) strides[d] = strides[d + 1] * shard.box.sizes[d + 1];
+  }
+  std::vector<Shard> tiles;
+  tiles.reserve(boxes.size());
+  for (const Box& b : boxes) {
+    Shard t = shard;
+    int64_t off = 0;
+    for (int d = 0; d < b.ndim(); ++d) off += (b.offsets[d] - shard.box.offsets[d]) * strides[d];
+    t.box = b;
+    t.data = static_cast<std::byte*>(shard.data) + off * static_cast<int64_t>(es);
+    t.strides = strides;
+    tiles.push_back(std::move(t));
+  }
+  return tiles;
+}
+
 }  // namespace ckpt

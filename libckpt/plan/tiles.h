@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "ckpt/state.h"
 #include "ckpt/tensor.h"
 
 namespace ckpt {
@@ -20,6 +21,12 @@ namespace ckpt {
 /// Returns {box} when no split qualifies (1-d boxes, small shards).
 std::vector<Box> ColumnTiles(const Box& box, uint64_t elem_size, uint64_t block_size,
                              int max_tiles);
+
+/// `shard` as its column tiles (ColumnTiles of its box), each a Shard that
+/// views the same memory with the parent's strides; {shard} when it is not
+/// split, or when its rows are not contiguous in memory (tiles are staged by
+/// walking the parent's rows).
+std::vector<Shard> TileShard(const Shard& shard, uint64_t block_size, int max_tiles);
 
 }  // namespace ckpt
 

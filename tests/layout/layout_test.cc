@@ -8,6 +8,7 @@
 #include "ckpt/synthetic.h"
 #include "layout/box_copy.h"
 #include "util/aligned_buffer.h"
+#include "util/hash.h"
 #include "util/stream_copy.h"
 #include "testutil/test_util.h"
 
@@ -81,6 +82,31 @@ TEST(BoxCopy, GatherAndScatterStrided) {
   EXPECT_EQ(mem[20], -1);
   EXPECT_EQ(mem[21], 21);  // outside the box's row
   EXPECT_EQ(mem[11], 11);
+}
+
+// The replica hash depends on the values only: a strided view and a packed
+// copy of the same box hash alike, a changed element does not.
+TEST(BoxCopy, HashPackedIgnoresStrides) {
+  std::vector<int32_t> mem(5 * 8);
+  for (size_t i = 0; i < mem.size(); ++i) mem[i] = static_cast<int32_t>(i * 7);
+  const TensorSpec spec{"t", DType::kI32, {3, 4}};
+  Shard strided{spec, Box({0, 0}, {3, 4}), mem.data() + 9, {8, 1}};
+  std::vector<int32_t> packed(12);
+  GatherPacked(strided, 0, 12, reinterpret_cast<std::byte*>(packed.data()));
+  Shard dense{spec, Box({0, 0}, {3, 4}), packed.data(), {}};
+  EXPECT_EQ(HashPacked(strided), HashPacked(dense));
+  // Columns strided too (rows not contiguous): packed row by row.
+  std::vector<int32_t> wide(3 * 8);
+  for (int r = 0; r < 3; ++r) {
+    for (int c = 0; c < 4; ++c) wide[r * 8 + c * 2] = packed[r * 4 + c];
+  }
+  Shard gapped{spec, Box({0, 0}, {3, 4}), wide.data(), {8, 2}};
+  EXPECT_EQ(HashPacked(gapped), HashPacked(dense));
+  packed[5] += 1;
+  EXPECT_NE(HashPacked(strided), HashPacked(dense));
+  // One row hashes as the row's bytes.
+  Shard row{TensorSpec{"r", DType::kI32, {4}}, Box({0}, {4}), packed.data(), {}};
+  EXPECT_EQ(HashPacked(row), Xxh3Seeded(packed.data(), 16, 0));
 }
 
 TEST(StreamCopy, MatchesMemcpyAtEverySizeAndAlignment) {

@@ -171,5 +171,28 @@ TEST(ColumnTiles, SplitsLargeShardsEvenly) {
   EXPECT_EQ(ColumnTiles(Box({0, 0}, {8192, 16384}), 4, 4 << 20, 1).size(), 1u);
 }
 
+// Tiles view the parent's memory: each tile's packed bytes are the
+// parent's columns of that tile.
+TEST(ColumnTiles, TileShardsViewTheParentsMemory) {
+  const TensorSpec spec{"w", DType::kF32, {512, 1024}};
+  std::vector<float> mem(512 * 1024);
+  for (size_t i = 0; i < mem.size(); ++i) mem[i] = static_cast<float>(i);
+  Shard whole{spec, Box::Whole(spec.shape), mem.data(), {}};
+  std::vector<Shard> tiles = TileShard(whole, 64 << 10, 4);
+  ASSERT_EQ(tiles.size(), 4u);
+  for (size_t i = 0; i < tiles.size(); ++i) {
+    EXPECT_EQ(tiles[i].box, Box({0, static_cast<int64_t>(256 * i)}, {512, 256}));
+    EXPECT_EQ(tiles[i].strides, (std::vector<int64_t>{1024, 1}));
+    EXPECT_EQ(static_cast<const float*>(tiles[i].data)[0], static_cast<float>(256 * i));
+    EXPECT_EQ(static_cast<const float*>(tiles[i].data)[3 * 1024 + 5], static_cast<float>(3 * 1024 + 256 * i + 5));
+  }
+  // Rows that are not contiguous are not cut.
+  Shard gapped = whole;
+  gapped.box = Box({0, 0}, {512, 512});
+  gapped.strides = {1024, 2};
+  EXPECT_EQ(TileShard(gapped, 64 << 10, 4).size(), 1u);
+  EXPECT_EQ(TileShard(whole, 64 << 10, 1).size(), 1u);
+}
+
 }  // namespace
 }  // namespace ckpt::testing
