@@ -19,24 +19,32 @@ namespace py = pybind11;
 
 namespace {
 
-void Check(const absl::Status& s) {
-  if (s.ok()) return;
-  switch (s.code()) {
-    case absl::StatusCode::kNotFound: throw py::key_error(std::string(s.message()));
-    case absl::StatusCode::kInvalidArgument: throw py::value_error(std::string(s.message()));
-    default: throw std::runtime_error(std::string(s.message()));
-  }
+// The Python classes of ckpt/errors.py, by status code (set by the package's
+// __init__ through _set_error_classes before anything can fail).
+std::map<int, py::handle>& ErrorClasses() {
+  static auto* classes = new std::map<int, py::handle>();  // outlives the interpreter's teardown
+  return *classes;
 }
 
+[[noreturn]] void Raise(absl::StatusCode code, const std::string& message) {
+  auto& classes = ErrorClasses();
+  auto it = classes.find(static_cast<int>(code));
+  if (it == classes.end()) it = classes.find(static_cast<int>(absl::StatusCode::kUnknown));
+  if (it == classes.end()) throw std::runtime_error(message);
+  PyErr_SetString(it->second.ptr(), message.c_str());
+  throw py::error_already_set();
+}
+
+void Check(const absl::Status& s) {
+  if (!s.ok()) Raise(s.code(), std::string(s.message()));
+}
+
+// The library's own table: every dtype (fp8 included) and its aliases,
+// numpy's names among them.
 ckpt::DType ParseDType(const std::string& name) {
-  static const std::map<std::string, ckpt::DType> kNames = {
-      {"float64", ckpt::DType::kF64}, {"float32", ckpt::DType::kF32}, {"float16", ckpt::DType::kF16},
-      {"bfloat16", ckpt::DType::kBF16}, {"int64", ckpt::DType::kI64}, {"int32", ckpt::DType::kI32},
-      {"int16", ckpt::DType::kI16},   {"int8", ckpt::DType::kI8},     {"uint8", ckpt::DType::kU8},
-      {"bool", ckpt::DType::kBool}};
-  auto it = kNames.find(name);
-  if (it == kNames.end()) throw py::value_error("unsupported dtype '" + name + "'");
-  return it->second;
+  auto dt = ckpt::ParseDType(name);
+  if (!dt) Raise(absl::StatusCode::kInvalidArgument, "unsupported dtype '" + name + "'");
+  return *dt;
 }
 
 // A State plus what keeps its buffers alive and the blobs it will receive.
@@ -106,6 +114,15 @@ class PyCommunicator : public ckpt::Communicator {
 PYBIND11_MODULE(_ckpt, m) {
   m.doc() = "ckpt: asynchronous sharded checkpoints (native part)";
   m.attr("LATEST") = ckpt::kLatestStep;
+  m.def(
+      "_set_error_classes",
+      [](py::dict classes) {
+        for (auto [code, cls] : classes) ErrorClasses()[code.cast<int>()] = cls.inc_ref();
+      },
+      "Called once by the package: status code -> exception class.");
+  m.def(
+      "dtype_size", [](const std::string& name) { return ckpt::DTypeSize(ParseDType(name)); }, py::arg("dtype"),
+      "Bytes per element of a dtype name (any the library knows: f32, bfloat16, float8_e4m3fn, ...).");
 
   py::class_<ckpt::Communicator, PyCommunicator, std::shared_ptr<ckpt::Communicator>>(m, "Communicator")
       .def(py::init<int, int>(), py::arg("rank"), py::arg("size"),
@@ -179,7 +196,7 @@ PYBIND11_MODULE(_ckpt, m) {
              std::vector<int64_t> offsets, std::vector<int64_t> sizes, uintptr_t data, py::object owner,
              int64_t nbytes, bool writable) {
             if (offsets.size() != global_shape.size() || sizes.size() != global_shape.size()) {
-              throw py::value_error("tensor '" + name + "': shape, offsets and sizes need one entry per dimension");
+              Raise(absl::StatusCode::kInvalidArgument, "tensor '" + name + "': shape, offsets and sizes need one entry per dimension");
             }
             ckpt::TensorSpec spec{name, ParseDType(dtype), ckpt::Shape(global_shape.begin(), global_shape.end())};
             ckpt::Box box;
@@ -197,13 +214,13 @@ PYBIND11_MODULE(_ckpt, m) {
               } else if (py::hasattr(owner, "numel") && py::hasattr(owner, "element_size")) {
                 nbytes = owner.attr("numel")().cast<int64_t>() * owner.attr("element_size")().cast<int64_t>();
               } else {
-                throw py::value_error("tensor '" + name +
+                Raise(absl::StatusCode::kInvalidArgument, "tensor '" + name +
                                       "': pass nbytes (the size of the buffer at data_ptr) or an owner that knows it");
               }
             }
             const int64_t need = box.Volume() * static_cast<int64_t>(ckpt::DTypeSize(spec.dtype));
             if (need > nbytes) {
-              throw py::value_error("tensor '" + name + "': box " + box.ToString() + " of " + dtype + " needs " +
+              Raise(absl::StatusCode::kInvalidArgument, "tensor '" + name + "': box " + box.ToString() + " of " + dtype + " needs " +
                                     std::to_string(need) + " bytes, the buffer holds " + std::to_string(nbytes));
             }
             Check(s.state.AddShard(spec, box, reinterpret_cast<void*>(data)));
@@ -234,7 +251,7 @@ PYBIND11_MODULE(_ckpt, m) {
           py::arg("name"), py::arg("global_") = false, "Asks a load to fill this blob; read it with blob().")
       .def("blob", [](const PyState& s, const std::string& name) {
         auto it = s.blob_outs.find(name);
-        if (it == s.blob_outs.end()) throw py::key_error("no blob '" + name + "' was asked for");
+        if (it == s.blob_outs.end()) Raise(absl::StatusCode::kNotFound, "no blob '" + name + "' was asked for");
         return py::bytes(*it->second);
       });
 
@@ -252,7 +269,8 @@ PYBIND11_MODULE(_ckpt, m) {
       .def("done", &ckpt::SaveHandle::Done)
       .def_property_readonly("stall_s", [](const ckpt::SaveHandle& h) { return h.Stats().stall_s; })
       .def_property_readonly("commit_s", [](const ckpt::SaveHandle& h) { return h.Stats().commit_s; })
-      .def_property_readonly("bytes_stored", [](const ckpt::SaveHandle& h) { return h.Stats().bytes_stored; });
+      .def_property_readonly("bytes_stored", [](const ckpt::SaveHandle& h) { return h.Stats().bytes_stored; })
+      .def_property_readonly("save_id", [](const ckpt::SaveHandle& h) { return h.Stats().save_id; });
 
   py::class_<ckpt::Checkpointer>(m, "Checkpointer")
       .def(py::init([](const std::string& uri, int rank, int world_size, const std::string& codec, int keep_last,
@@ -267,7 +285,7 @@ PYBIND11_MODULE(_ckpt, m) {
                o.world_size = communicator->size();
              }
              auto c = ckpt::ParseCodec(codec);
-             if (!c) throw py::value_error("codec must be none, zstd or shuffle-zstd");
+             if (!c) Raise(absl::StatusCode::kInvalidArgument, "codec must be none, zstd or shuffle-zstd");
              o.codec = *c;
              o.retention.keep_last = keep_last;
              o.engine_options.staging_bytes = static_cast<size_t>(staging_bytes);
@@ -285,22 +303,31 @@ PYBIND11_MODULE(_ckpt, m) {
            py::arg("communicator") = nullptr, py::keep_alive<1, 9>())
       .def(
           "save",
-          [](ckpt::Checkpointer& cp, int64_t step, PyState& state) {
+          [](ckpt::Checkpointer& cp, int64_t step, PyState& state, std::map<std::string, std::string> metadata,
+             bool allow_older_step, uint64_t save_id) {
+            ckpt::SaveOptions so;
+            so.metadata = std::move(metadata);
+            so.allow_older_step = allow_older_step;
+            so.save_id = save_id;
             absl::StatusOr<ckpt::SaveHandle> h;
             {
               py::gil_scoped_release release;
-              h = cp.Save(step, state.state);
+              h = cp.Save(step, state.state, so);
             }
             Check(h.status());
             return std::move(h).value();
           },
-          py::arg("step"), py::arg("state"),
-          "Copies the state's buffers and returns a SaveHandle; the rest happens in the background.")
+          py::arg("step"), py::arg("state"), py::arg("metadata") = std::map<std::string, std::string>{},
+          py::arg("allow_older_step") = false, py::arg("save_id") = uint64_t{0},
+          "Copies the state's buffers and returns a SaveHandle; the rest happens in the background. "
+          "metadata is recorded in the manifest; allow_older_step saves a step at or below the latest; "
+          "save_id (nonzero, the same on every rank, unique per attempt) ties the ranks of one save "
+          "together when they have no communicator.")
       .def(
           "load",
           [](ckpt::Checkpointer& cp, PyState& state, int64_t step) {
             if (!state.read_only.empty()) {
-              throw py::value_error("tensor '" + state.read_only.front() +
+              Raise(absl::StatusCode::kInvalidArgument, "tensor '" + state.read_only.front() +
                                     "': its buffer is read-only; a load writes into the buffers it is given");
             }
             absl::StatusOr<ckpt::LoadStats> st;

@@ -33,13 +33,14 @@ def main():
     try:
         cp.load(t, 99)
         raise AssertionError("loading a missing step succeeded")
-    except KeyError as e:
-        assert "99" in str(e), e
+    except ckpt.NotFoundError as e:
+        assert isinstance(e, KeyError) and isinstance(e, ckpt.Error) and e.code == "NOT_FOUND", type(e)
+        assert "99" in str(e) and not str(e).startswith("'"), str(e)
     try:
         cp.save(3, s).wait()
         raise AssertionError("saving a committed step again succeeded")
-    except (ValueError, RuntimeError) as e:
-        assert "3" in str(e), e
+    except ckpt.AlreadyExistsError as e:
+        assert "step 3 is already committed" in str(e), e
 
     # Buffers the library must not write or misread (regressions: a load
     # wrote into an immutable bytes object and crashed on a read-only
@@ -52,7 +53,8 @@ def main():
     try:
         cp.load(r, 4)
         raise AssertionError("a load into a read-only array was accepted")
-    except ValueError as e:
+    except ckpt.InvalidArgumentError as e:
+        assert isinstance(e, ValueError)
         assert "'a'" in str(e) and "read-only" in str(e), e
     np.save(f"{work}/m.npy", a)
     mm = np.load(f"{work}/m.npy", mmap_mode="r")
@@ -76,8 +78,75 @@ def main():
     try:
         ckpt.State().add_shard("deep", "float32", [1] * 40, [0] * 40, [1] * 40, a.ctypes.data, a)
         raise AssertionError("a tensor of rank 40 was accepted")
-    except (ValueError, RuntimeError) as e:
+    except ckpt.InvalidArgumentError as e:
         assert "rank 40 exceeds the limit of 32" in str(e), e
+
+    # Every dtype of the library, fp8 included (numpy has no fp8 type: the
+    # bytes travel in uint8 arrays named by dtype=).
+    f8 = np.arange(256, dtype=np.uint8).reshape(16, 16)
+    s8 = ckpt.State()
+    ckpt.add_array(s8, "f8", f8, dtype="float8_e4m3fn")
+    cp.save(10, s8).wait()
+    back = np.zeros_like(f8)
+    t8 = ckpt.State()
+    ckpt.add_array(t8, "f8", back, dtype="float8_e4m3fn")
+    assert cp.load(t8, 10) == 10 and np.array_equal(back, f8)
+    try:
+        ckpt.add_array(ckpt.State(), "f8", f8, dtype="float32")
+        raise AssertionError("a dtype of another size was accepted")
+    except ckpt.InvalidArgumentError as e:
+        assert "4-byte" in str(e), e
+    wrong = ckpt.State()
+    ckpt.add_array(wrong, "f8", back, dtype="float8_e5m2")
+    try:
+        cp.load(wrong, 10)
+        raise AssertionError("a load into another fp8 type was accepted")
+    except ckpt.Error as e:
+        assert "f8" in str(e), e
+
+    # Damage is a DataLossError naming the file.
+    import glob
+    data = sorted(glob.glob(f"{work}/np/step-0000000010/rank-*.ckd"))[0]
+    with open(data, "r+b") as f:
+        f.seek(4096 + 40)
+        byte = f.read(1)
+        f.seek(4096 + 40)
+        f.write(bytes([byte[0] ^ 0x10]))
+    try:
+        cp.load(t8, 10)
+        raise AssertionError("a load of a damaged block succeeded")
+    except ckpt.DataLossError as e:
+        assert e.code == "DATA_LOSS" and "rank-000000.ckd" in str(e), e
+
+    # SaveOptions reach Python; the save id is the step's CLAIM.
+    h = cp.save(11, s8, metadata={"run": "numpy"}, save_id=0x1234)
+    h.wait()
+    assert h.save_id == 0x1234, h.save_id
+    with open(f"{work}/np/step-0000000011/CLAIM") as f:
+        assert "save 0x0000000000001234" in f.read()
+    try:
+        cp.save(7, s8)
+        raise AssertionError("an older step was saved without allow_older_step")
+    except ckpt.FailedPreconditionError as e:
+        assert "allow_older_step" in str(e), e
+    cp.save(7, s8, allow_older_step=True).wait()
+
+    # The stubs describe the native module exactly: every name on both sides.
+    import ast
+    import os
+    stub = ast.parse(open(os.path.join(os.path.dirname(ckpt.__file__), "_ckpt.pyi")).read())
+    native = ckpt._ckpt
+    for node in stub.body:
+        if isinstance(node, ast.ClassDef):
+            cls = getattr(native, node.name)
+            declared = {n.name for n in node.body if isinstance(n, ast.FunctionDef)}
+            actual = {n for n in dir(cls) if not n.startswith("_")}
+            assert declared - {"__init__"} == actual, (node.name, declared ^ actual)
+        elif isinstance(node, ast.FunctionDef):
+            assert hasattr(native, node.name), node.name
+    public = {n for n in dir(native) if not n.startswith("__")}
+    stubbed = {n.name for n in stub.body if isinstance(n, (ast.ClassDef, ast.FunctionDef))} | {"LATEST"}
+    assert public == stubbed, public ^ stubbed
 
     torch.manual_seed(0)
     model = torch.nn.Linear(256, 256)

@@ -25,6 +25,7 @@ import numpy as np
 import torch
 
 from . import _ckpt
+from .errors import InvalidArgumentError
 from ._ckpt import IntervalPolicy  # noqa: F401  (re-exported for CheckpointManager(policy=...))
 
 _TREE_BLOB = "torch.tree"
@@ -272,7 +273,7 @@ def _add(state, name, value, keep):
     if isinstance(value, Shard):
         t = value.local.detach()
         if not t.is_contiguous():
-            raise ValueError(f"{name}: the local shard must be contiguous")
+            raise InvalidArgumentError(f"{name}: the local shard must be contiguous")
         keep.append(t)
         state.add_shard(name, _dtype_name(t), value.global_shape, value.offsets, list(t.shape), t.data_ptr(), t)
     else:
@@ -297,6 +298,6 @@ def load_tensors(checkpointer, tensors, step=_ckpt.LATEST):
     for name, value in tensors.items():
         t = value.local if isinstance(value, Shard) else value
         if not t.is_contiguous():
-            raise ValueError(f"{name}: load targets must be contiguous")
+            raise InvalidArgumentError(f"{name}: load targets must be contiguous")
         _add(state, name, value, keep)
     return checkpointer.load(state, step)
