@@ -16,6 +16,15 @@ cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo
 cmake --build build
 ctest --test-dir build --output-on-failure -j "$jobs"
 
+echo "== pip install . from scratch into a venv made from Debian's python3"
+venv=$(mktemp -d)
+/usr/bin/python3 -m venv --system-site-packages "$venv/venv"
+env -u CKPT_CMAKE_BUILD_DIR CMAKE_BUILD_PARALLEL_LEVEL="$jobs" \
+  "$venv/venv/bin/pip" install --quiet --no-build-isolation --no-deps --no-index .
+src=$PWD
+(cd "$venv" && "$venv/venv/bin/python" "$src/tests/python/installed_package.py" "$venv/venv")
+rm -rf "$venv"
+
 echo "== address + undefined-behaviour sanitizers"
 cmake -S . -B build-asan -G Ninja -DCMAKE_BUILD_TYPE=Debug -DCKPT_SANITIZE=address,undefined \
   -DCKPT_BUILD_BENCHMARKS=OFF
