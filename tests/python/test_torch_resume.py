@@ -3,7 +3,7 @@ a run SIGKILLed part-way and resumed from its last checkpoint ends with
 parameters, optimizer state, scheduler and RNG bit-identical to a run that
 was never interrupted.
 
-    /usr/bin/python3 torch_resume.py WORKDIR        (PYTHONPATH holds ckpt)
+    /usr/bin/python3 -m pytest test_torch_resume.py        (PYTHONPATH holds ckpt)
 """
 import os
 import signal
@@ -61,11 +61,8 @@ def equal(a, b, path="state"):
         assert a == b, f"{path}: {a} != {b}"
 
 
-def main():
-    if sys.argv[1] == "--train":
-        train(sys.argv[2], sys.argv[3], int(sys.argv[4]))
-        return
-    work = sys.argv[1]
+def test_killed_run_resumes_bit_exactly(tmp_path):
+    work = str(tmp_path)
     me = [sys.executable, __file__, "--train"]
     subprocess.run(me + [f"{work}/a", f"{work}/a.pt", "-1"], check=True)
     killed = subprocess.run(me + [f"{work}/b", f"{work}/b.pt", str(KILL_AT)])
@@ -80,4 +77,5 @@ def main():
 
 
 if __name__ == "__main__":
-    main()
+    # A training run of its own (the test starts three).
+    train(sys.argv[2], sys.argv[3], int(sys.argv[4]))

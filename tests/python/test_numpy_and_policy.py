@@ -3,9 +3,8 @@ array), errors surface as Python exceptions with the reason, and a
 CheckpointManager driven by an IntervalPolicy saves on its own and learns
 the measured save costs.
 
-    /usr/bin/python3 numpy_and_policy.py WORKDIR      (PYTHONPATH holds ckpt)
+    /usr/bin/python3 -m pytest test_numpy_and_policy.py      (PYTHONPATH holds ckpt)
 """
-import sys
 import time
 
 import numpy as np
@@ -15,8 +14,8 @@ import ckpt
 import ckpt.torch as ct
 
 
-def main():
-    work = sys.argv[1]
+def test_numpy_round_trip_errors_dtypes_and_interval_policy(tmp_path):
+    work = str(tmp_path)
     cp = ckpt.Checkpointer(f"{work}/np", codec="zstd")
     a = np.random.default_rng(0).standard_normal((64, 33)).astype(np.float32)
     s = ckpt.State()
@@ -166,6 +165,3 @@ def main():
     print(f"numpy round trip ok; policy-driven manager saved {manager.saves} times "
           f"(interval {policy.interval_s:.3f} s, measured write {policy.write_s:.4f} s)")
 
-
-if __name__ == "__main__":
-    main()

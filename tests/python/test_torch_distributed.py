@@ -2,7 +2,7 @@
 (FSDP-style) and its biases replicated; 2 ranks restore it (resharded) and
 the reassembled global state equals what was saved.
 
-    /usr/bin/python3 torch_distributed.py WORKDIR     (PYTHONPATH holds ckpt)
+    /usr/bin/python3 -m pytest test_torch_distributed.py     (PYTHONPATH holds ckpt)
 Ranks are launched as processes with env:// (torchrun is not used).
 """
 import os
@@ -59,11 +59,8 @@ def launch(mode, world, root, out):
         assert p.wait(timeout=240) == 0, f"a rank of '{mode}' failed"
 
 
-def main():
-    if sys.argv[1] == "--rank":
-        rank_main(sys.argv[2], sys.argv[3], sys.argv[4])
-        return
-    work = sys.argv[1]
+def test_gloo_ranks_save_sharded_and_restore_resharded(tmp_path):
+    work = str(tmp_path)
     launch("save", 4, f"{work}/root", f"{work}/unused")
     launch("load", 2, f"{work}/root", f"{work}/loaded")
     full = model().state_dict()
@@ -82,4 +79,5 @@ def main():
 
 
 if __name__ == "__main__":
-    main()
+    # One rank (the test launches them).
+    rank_main(sys.argv[2], sys.argv[3], sys.argv[4])
