@@ -18,8 +18,8 @@
 #include "ckpt/audit.h"
 #include "ckpt/checkpointer.h"
 #include "ckpt/verify.h"
-#include "cli.h"
-#include "synth_job.h"
+#include "common/cli.h"
+#include "common/synth_job.h"
 #include "util/clock.h"
 #include "util/json.h"
 

@@ -10,8 +10,8 @@
 #include <string>
 
 #include "bench_util.h"
-#include "cli.h"
-#include "synth_job.h"
+#include "common/cli.h"
+#include "common/synth_job.h"
 #include "util/json.h"
 
 namespace ckpt::bench {

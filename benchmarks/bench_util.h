@@ -9,7 +9,7 @@
 #include <vector>
 
 #include "ckpt/tensor.h"
-#include "cli.h"
+#include "common/cli.h"
 
 namespace ckpt::bench {
 

@@ -18,8 +18,8 @@
 
 #include "bench_util.h"
 #include "ckpt/coordinator.h"
-#include "cli.h"
-#include "coordinator/sim_member.h"
+#include "common/cli.h"
+#include "support/sim_member.h"
 #include "util/clock.h"
 #include "util/json.h"
 #include "util/strings.h"

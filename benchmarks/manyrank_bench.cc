@@ -13,7 +13,7 @@
 #include "bench_util.h"
 #include "ckpt/checkpointer.h"
 #include "ckpt/verify.h"
-#include "cli.h"
+#include "common/cli.h"
 #include "util/clock.h"
 #include "util/json.h"
 

@@ -16,8 +16,8 @@
 
 #include "ckpt/checkpointer.h"
 #include "bench_util.h"
-#include "cli.h"
-#include "synth_job.h"
+#include "common/cli.h"
+#include "common/synth_job.h"
 #include "util/clock.h"
 #include "util/json.h"
 

@@ -25,8 +25,8 @@
 
 #include "ckpt/coordinator.h"
 #include "coordinator/protocol.h"
-#include "coordinator/sim_member.h"
-#include "elastic_model.h"
+#include "support/sim_member.h"
+#include "common/elastic_model.h"
 #include "coordinator/harness.h"
 #include "testutil/test_util.h"
 #include "util/bytes.h"

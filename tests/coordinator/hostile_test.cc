@@ -22,7 +22,7 @@
 #include "ckpt/coordinator.h"
 #include "coordinator/harness.h"
 #include "coordinator/protocol.h"
-#include "coordinator/sim_member.h"
+#include "support/sim_member.h"
 #include "testutil/test_util.h"
 #include "util/bytes.h"
 #include "util/clock.h"

@@ -5,7 +5,7 @@
 #include "ckpt/plan.h"
 #include "ckpt/verify.h"
 #include "core/root.h"
-#include "synth_job.h"
+#include "common/synth_job.h"
 #include "testutil/test_util.h"
 
 namespace ckpt::testing {

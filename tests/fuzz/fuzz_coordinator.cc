@@ -21,7 +21,7 @@
 #include <string>
 
 #include "ckpt/coordinator.h"
-#include "coordinator/sim_member.h"
+#include "support/sim_member.h"
 
 namespace {
 

@@ -8,9 +8,9 @@
 
 #include "ckpt/verify.h"
 #include "format/layout.h"
-#include "cli.h"
+#include "common/cli.h"
 #include "commands.h"
-#include "synth_job.h"
+#include "common/synth_job.h"
 #include "util/clock.h"
 #include "util/json.h"
 #include "util/strings.h"

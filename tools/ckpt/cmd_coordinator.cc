@@ -7,7 +7,7 @@
 #include <thread>
 
 #include "ckpt/coordinator.h"
-#include "cli.h"
+#include "common/cli.h"
 #include "util/strings.h"
 #include "commands.h"
 

@@ -16,11 +16,11 @@
 
 #include "ckpt/coordinator.h"
 #include "ckpt/verify.h"
-#include "cli.h"
+#include "common/cli.h"
 #include "commands.h"
-#include "elastic_model.h"
+#include "common/elastic_model.h"
 #include "format/layout.h"
-#include "synth_job.h"
+#include "common/synth_job.h"
 #include "util/clock.h"
 #include "util/strings.h"
 

@@ -25,12 +25,12 @@
 #include "ckpt/storage.h"
 #include "ckpt/verify.h"
 #include "ckpt/version.h"
-#include "cli.h"
+#include "common/cli.h"
 #include "core/root.h"
 #include "format/hdf5_util.h"
 #include "pipeline/loader.h"
 #include "commands.h"
-#include "synth_job.h"
+#include "common/synth_job.h"
 #include "util/strings.h"
 
 namespace ckpt::tools {

@@ -3,9 +3,9 @@
 #include <ctime>
 
 #include "ckpt/verify.h"
-#include "cli.h"
+#include "common/cli.h"
 #include "commands.h"
-#include "synth_job.h"
+#include "common/synth_job.h"
 #include "util/json.h"
 #include "util/strings.h"
 

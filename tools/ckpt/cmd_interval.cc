@@ -5,10 +5,10 @@
 #include <sstream>
 
 #include "ckpt/interval.h"
-#include "cli.h"
+#include "common/cli.h"
 #include "commands.h"
-#include "svg_plot.h"
-#include "synth_job.h"
+#include "common/svg_plot.h"
+#include "common/synth_job.h"
 #include "util/json.h"
 #include "util/strings.h"
 

@@ -9,7 +9,7 @@
 #include "ckpt/plan.h"
 #include "ckpt/synthetic.h"
 #include "ckpt/version.h"
-#include "cli.h"
+#include "common/cli.h"
 #include "commands.h"
 #include "format/data_file.h"
 #include "format/layout.h"
@@ -17,7 +17,7 @@
 #include "plan/cover.h"
 #include "plan/load_plan.h"
 #include "plan/tiles.h"
-#include "synth_job.h"
+#include "common/synth_job.h"
 #include "util/clock.h"
 #include "util/json.h"
 

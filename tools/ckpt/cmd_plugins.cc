@@ -4,7 +4,7 @@
 
 #include "ckpt/plugin_abi.h"
 #include "ckpt/storage.h"
-#include "cli.h"
+#include "common/cli.h"
 #include "commands.h"
 #include "util/json.h"
 

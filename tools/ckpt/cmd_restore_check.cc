@@ -1,10 +1,10 @@
 // ckpt restore-check: load a synthetic checkpoint onto a mesh and compare.
 #include <cstdio>
 
-#include "cli.h"
-#include "mpi_support.h"
+#include "common/cli.h"
+#include "common/mpi_support.h"
 #include "commands.h"
-#include "synth_job.h"
+#include "common/synth_job.h"
 #include "util/json.h"
 
 namespace ckpt::tools {

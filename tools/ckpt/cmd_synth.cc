@@ -1,10 +1,10 @@
 // ckpt synth: save a synthetic transformer-like state over a mesh.
 #include <cstdio>
 
-#include "cli.h"
-#include "mpi_support.h"
+#include "common/cli.h"
+#include "common/mpi_support.h"
 #include "commands.h"
-#include "synth_job.h"
+#include "common/synth_job.h"
 #include "util/json.h"
 #include "util/strings.h"
 

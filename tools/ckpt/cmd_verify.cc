@@ -2,11 +2,11 @@
 #include <cstdio>
 
 #include "ckpt/verify.h"
-#include "cli.h"
+#include "common/cli.h"
 #include "storage/uri.h"
 #include "util/strings.h"
 #include "commands.h"
-#include "synth_job.h"
+#include "common/synth_job.h"
 #include "util/json.h"
 #include "format/layout.h"
 

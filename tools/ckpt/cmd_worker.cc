@@ -3,7 +3,7 @@
 // function of (step, global index), so the state after N steps is known
 // exactly whatever the mesh was, and a restore can be checked bit for bit.
 // The demo and the failure tests run several of these and kill some.
-#include "elastic_model.h"
+#include "common/elastic_model.h"
 
 #include <signal.h>
 #include <unistd.h>
@@ -18,7 +18,7 @@
 
 #include "ckpt/checkpointer.h"
 #include "ckpt/coordinator.h"
-#include "cli.h"
+#include "common/cli.h"
 #include "commands.h"
 #include "util/strings.h"
 

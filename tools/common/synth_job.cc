@@ -1,4 +1,4 @@
-#include "synth_job.h"
+#include "common/synth_job.h"
 
 #include <algorithm>
 #include <bit>

@@ -1,4 +1,4 @@
-#include "svg_plot.h"
+#include "common/svg_plot.h"
 
 #include <algorithm>
 #include <cmath>

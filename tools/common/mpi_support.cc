@@ -1,4 +1,4 @@
-#include "mpi_support.h"
+#include "common/mpi_support.h"
 
 #include <spawn.h>
 #include <sys/wait.h>

@@ -1,4 +1,4 @@
-#include "cli.h"
+#include "common/cli.h"
 
 #include <unistd.h>
 
@@ -10,7 +10,7 @@
 #include <sstream>
 
 #include "core/root.h"
-#include "synth_job.h"
+#include "common/synth_job.h"
 #include "util/clock.h"
 #include "util/strings.h"
 

@@ -1,8 +1,8 @@
 // A member that speaks the coordinator protocol directly on one blocking
 // socket, without threads: tests and benchmarks run thousands of them from
 // one thread. Every call reports failure as false / nullopt.
-#ifndef CKPT_COORDINATOR_SIM_MEMBER_H_
-#define CKPT_COORDINATOR_SIM_MEMBER_H_
+#ifndef CKPT_TESTS_SUPPORT_SIM_MEMBER_H_
+#define CKPT_TESTS_SUPPORT_SIM_MEMBER_H_
 
 #include <arpa/inet.h>
 #include <netinet/in.h>
@@ -173,4 +173,4 @@ class SimMember {
 
 }  // namespace ckpt::coord
 
-#endif  // CKPT_COORDINATOR_SIM_MEMBER_H_
+#endif  // CKPT_TESTS_SUPPORT_SIM_MEMBER_H_
