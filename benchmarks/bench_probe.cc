@@ -24,8 +24,7 @@ int Fail(const std::string& what, const absl::Status& s) {
 
 int Memcpy(int argc, char** argv) {
   int64_t size = int64_t{256} << 20;
-  tools::Args args("memcpy", "[--size 256M]",
-                   "Single-thread memcpy bandwidth of --size bytes (after a warming pass).");
+  tools::Args args("memcpy", "[--size 256M]", "Single-thread memcpy bandwidth of --size bytes (after a warming pass).");
   args.Size("size", &size, "bytes copied (default 256M)", true);
   int exit = 0;
   if (!args.Parse(argc, argv, 2, &exit)) return exit;
@@ -118,8 +117,8 @@ int Load(int argc, char** argv) {
   auto res = tools::RestoreCheck(**storage, step, *mesh);
   if (!res.ok()) return Fail("load", res.status());
   if (res->mismatches != 0) {
-    std::fprintf(stderr, "bench_probe load: %lld elements differ; first: %s\n",
-                 static_cast<long long>(res->mismatches), res->first_mismatch.c_str());
+    std::fprintf(stderr, "bench_probe load: %lld elements differ; first: %s\n", static_cast<long long>(res->mismatches),
+                 res->first_mismatch.c_str());
     return tools::kExitProblem;
   }
   JsonWriter j;

@@ -27,10 +27,9 @@ bool HaveFio() { return std::system("command -v fio > /dev/null 2>&1") == 0; }
 
 // fio's bandwidth in bytes/s from its JSON output, or -1.
 double RunFio(const std::string& file, int64_t size, bool write) {
-  std::string cmd = "fio --name=ceiling --filename=" + file + " --rw=" +
-                    (write ? "write" : "read") + " --bs=4m --size=" + std::to_string(size) +
-                    " --direct=1 --ioengine=io_uring --iodepth=64 --numjobs=1" +
-                    (write ? " --end_fsync=1" : "") +
+  std::string cmd = "fio --name=ceiling --filename=" + file + " --rw=" + (write ? "write" : "read") +
+                    " --bs=4m --size=" + std::to_string(size) +
+                    " --direct=1 --ioengine=io_uring --iodepth=64 --numjobs=1" + (write ? " --end_fsync=1" : "") +
                     " --output-format=json 2>/dev/null";
   FILE* p = popen(cmd.c_str(), "r");
   if (!p) return -1;

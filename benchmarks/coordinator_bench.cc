@@ -124,8 +124,8 @@ int Main(int argc, char** argv) {
   auto dc = Coordinator::Start(d);
   if (!dc.ok()) return 1;
   coord::SimMember a, b;
-  if (!a.Connect((*dc)->port()) || !b.Connect((*dc)->port()) || !a.SendJoin(kToken, "a") ||
-      !b.SendJoin(kToken, "b") || !a.ReadAssign() || !b.ReadAssign()) {
+  if (!a.Connect((*dc)->port()) || !b.Connect((*dc)->port()) || !a.SendJoin(kToken, "a") || !b.SendJoin(kToken, "b") ||
+      !a.ReadAssign() || !b.ReadAssign()) {
     return 1;
   }
   if (!a.Heartbeat()) return 1;
@@ -146,8 +146,7 @@ int Main(int argc, char** argv) {
     std::this_thread::sleep_for(std::chrono::duration<double>(heartbeat / 4));
   }
   const double bound = heartbeat * static_cast<double>(dead_after + 1);
-  std::printf("coordinator on loopback, %lld simulated ranks (one connection each)\n",
-              static_cast<long long>(ranks));
+  std::printf("coordinator on loopback, %lld simulated ranks (one connection each)\n", static_cast<long long>(ranks));
   std::printf("  rendezvous of all ranks: %.3f s\n", join_s);
   std::printf("  last vote -> leader has the decision: median %.1f ms (%.1f..%.1f), target <= 1000 ms\n",
               decide.Median() * 1e3, decide.Min() * 1e3, decide.Max() * 1e3);

@@ -14,8 +14,8 @@
 #include <string>
 #include <vector>
 
-#include "ckpt/checkpointer.h"
 #include "bench_util.h"
+#include "ckpt/checkpointer.h"
 #include "common/cli.h"
 #include "common/synth_job.h"
 #include "util/clock.h"
@@ -32,8 +32,7 @@ struct LoadFigure {
 
 // Loads every rank of `mesh` (boxes from the synthetic model) one after the
 // other into preallocated buffers.
-absl::StatusOr<LoadFigure> LoadMesh(Storage& storage, const SyntheticModel& model,
-                                    const Mesh& mesh) {
+absl::StatusOr<LoadFigure> LoadMesh(Storage& storage, const SyntheticModel& model, const Mesh& mesh) {
   LoadFigure fig;
   std::vector<std::vector<std::byte>> buffers;
   std::vector<State> states(mesh.NumRanks());
@@ -42,8 +41,7 @@ absl::StatusOr<LoadFigure> LoadMesh(Storage& storage, const SyntheticModel& mode
       auto box = RankBox(t, mesh, r);
       if (!box.ok()) return box.status();
       if (!box->has_value() || (*box)->Empty()) continue;
-      buffers.emplace_back(static_cast<size_t>((*box)->Volume()) * DTypeSize(t.spec.dtype),
-                           std::byte{1});
+      buffers.emplace_back(static_cast<size_t>((*box)->Volume()) * DTypeSize(t.spec.dtype), std::byte{1});
       absl::Status s = states[r].AddShard(t.spec, **box, buffers.back().data());
       if (!s.ok()) return s;
     }
@@ -123,8 +121,7 @@ int Main(int argc, char** argv) {
       const Mesh& m = targets[(k + run) % targets.size()];
       auto f = LoadMesh(**storage, models[m.ToString()], m);
       if (!f.ok()) {
-        std::fprintf(stderr, "load onto %s: %s\n", m.ToString().c_str(),
-                     std::string(f.status().message()).c_str());
+        std::fprintf(stderr, "load onto %s: %s\n", m.ToString().c_str(), std::string(f.status().message()).c_str());
         return 1;
       }
       figs[m.ToString()].push_back(*f);
@@ -136,17 +133,16 @@ int Main(int argc, char** argv) {
   };
   const LoadFigure same = median(figs[from->ToString()]);
   std::printf("%s of bf16 saved on %s; medians of %lld runs\n",
-              tools::HumanBytes(static_cast<double>(same.bytes_needed)).c_str(),
-              from->ToString().c_str(), static_cast<long long>(runs));
+              tools::HumanBytes(static_cast<double>(same.bytes_needed)).c_str(), from->ToString().c_str(),
+              static_cast<long long>(runs));
   std::printf("%-14s %9s %10s %12s %14s\n", "load onto", "seconds", "x same", "read/needed", "GB/s needed");
   JsonWriter j;
   j.BeginObject().Field("from", from->ToString()).Field("runs", runs);
   j.Key("targets").BeginArray();
   for (const Mesh& m : targets) {
     const LoadFigure f = median(figs[m.ToString()]);
-    std::printf("%-14s %9.3f %10.3f %12.3f %14.3f\n", m.ToString().c_str(), f.seconds,
-                f.seconds / same.seconds, static_cast<double>(f.bytes_read) / f.bytes_needed,
-                f.bytes_needed / f.seconds / 1e9);
+    std::printf("%-14s %9.3f %10.3f %12.3f %14.3f\n", m.ToString().c_str(), f.seconds, f.seconds / same.seconds,
+                static_cast<double>(f.bytes_read) / f.bytes_needed, f.bytes_needed / f.seconds / 1e9);
     j.BeginObject()
         .Field("mesh", m.ToString())
         .Field("seconds", f.seconds)

@@ -20,9 +20,9 @@
 #include <string>
 #include <vector>
 
+#include "bench_util.h"
 #include "ckpt/checkpointer.h"
 #include "ckpt/synthetic.h"
-#include "bench_util.h"
 #include "common/cli.h"
 #include "common/synth_job.h"
 #include "util/aligned_buffer.h"
@@ -67,8 +67,8 @@ int Main(int argc, char** argv) {
   std::filesystem::create_directories(dir);
   const bool fio = HaveFio();
   std::printf("state: %s of %s weights; %lld runs; ceilings by %s\n",
-              tools::HumanBytes(static_cast<double>(size)).c_str(), dtype_text.c_str(),
-              static_cast<long long>(runs), fio ? "fio (io_uring, O_DIRECT, QD64, 4 MiB, file preallocated)" : "O_DIRECT pwrite/pread");
+              tools::HumanBytes(static_cast<double>(size)).c_str(), dtype_text.c_str(), static_cast<long long>(runs),
+              fio ? "fio (io_uring, O_DIRECT, QD64, 4 MiB, file preallocated)" : "O_DIRECT pwrite/pread");
   std::fflush(stdout);
   StateBuffers state = MakeState(size, *dtype);
 
@@ -150,17 +150,14 @@ int Main(int argc, char** argv) {
       }
       for (size_t i = 0; i < state.specs.size(); ++i) {
         if (state.out[i] != state.data[i]) {
-          std::fprintf(stderr, "load returned different bytes for %s\n",
-                       state.specs[i].fqn.c_str());
+          std::fprintf(stderr, "load returned different bytes for %s\n", state.specs[i].fqn.c_str());
           return 1;
         }
       }
       // The read ceiling: the same bytes, read back by fio at full depth.
       const std::string data_file = root + "/step-0000000001/rank-000000.ckd";
-      const int64_t file_bytes =
-          static_cast<int64_t>(std::filesystem::file_size(data_file)) / (4 << 20) * (4 << 20);
-      const double r = fio ? RunFio(data_file, file_bytes, false)
-                           : DirectIo(data_file, file_bytes, false);
+      const int64_t file_bytes = static_cast<int64_t>(std::filesystem::file_size(data_file)) / (4 << 20) * (4 << 20);
+      const double r = fio ? RunFio(data_file, file_bytes, false) : DirectIo(data_file, file_bytes, false);
       read_ceiling.Add(r);
       f.load_s.Add(load);
       // Compare like for like: bytes that came off the disk per second.
@@ -173,14 +170,17 @@ int Main(int argc, char** argv) {
   const double gb = 1e9;
   const double wc = write_ceiling.Median(), rc = read_ceiling.Median();
   const double memcpy_bw = memcpy_ceiling.Median();
-  std::printf("\nceilings: memcpy %.2f GB/s [%.2f..%.2f], O_DIRECT write %.3f GB/s [%.3f..%.3f], read %.3f GB/s [%.3f..%.3f]\n\n",
-              memcpy_bw / gb, memcpy_ceiling.Min() / gb, memcpy_ceiling.Max() / gb, wc / gb, write_ceiling.Min() / gb, write_ceiling.Max() / gb, rc / gb,
-              read_ceiling.Min() / gb, read_ceiling.Max() / gb);
-  std::printf("medians of %lld runs; (x ...) is the median of per-run ratios to the paired ceiling;\n"
-              "load's ratio compares stored bytes read per second with fio reading the same file\n",
-              static_cast<long long>(runs));
-  std::printf("%-13s %6s  %22s  %24s  %24s\n", "codec", "ratio", "stall GB/s (x memcpy)",
-              "durable save GB/s (x wr)", "load GB/s (x rd)");
+  std::printf(
+      "\nceilings: memcpy %.2f GB/s [%.2f..%.2f], O_DIRECT write %.3f GB/s [%.3f..%.3f], read %.3f GB/s "
+      "[%.3f..%.3f]\n\n",
+      memcpy_bw / gb, memcpy_ceiling.Min() / gb, memcpy_ceiling.Max() / gb, wc / gb, write_ceiling.Min() / gb,
+      write_ceiling.Max() / gb, rc / gb, read_ceiling.Min() / gb, read_ceiling.Max() / gb);
+  std::printf(
+      "medians of %lld runs; (x ...) is the median of per-run ratios to the paired ceiling;\n"
+      "load's ratio compares stored bytes read per second with fio reading the same file\n",
+      static_cast<long long>(runs));
+  std::printf("%-13s %6s  %22s  %24s  %24s\n", "codec", "ratio", "stall GB/s (x memcpy)", "durable save GB/s (x wr)",
+              "load GB/s (x rd)");
   JsonWriter j;
   j.BeginObject()
       .Field("size_bytes", state.bytes)
@@ -198,10 +198,9 @@ int Main(int argc, char** argv) {
     const double load_bw = state.bytes / f.load_s.Median();
     std::printf("%-13s %6.3f  %8.2f (%.2f) [%.2f..%.2f]  %7.3f (%.2f) [%.3f..%.3f]  %7.3f (%.2f) [%.3f..%.3f]\n",
                 std::string(CodecName(codec)).c_str(), f.ratio, stall_bw / gb, f.stall_x.Median(),
-                state.bytes / f.stall_s.Max() / gb, state.bytes / f.stall_s.Min() / gb, save_bw / gb,
-                f.save_x.Median(), state.bytes / f.save_s.Max() / gb, state.bytes / f.save_s.Min() / gb,
-                load_bw / gb, f.load_x.Median(), state.bytes / f.load_s.Max() / gb,
-                state.bytes / f.load_s.Min() / gb);
+                state.bytes / f.stall_s.Max() / gb, state.bytes / f.stall_s.Min() / gb, save_bw / gb, f.save_x.Median(),
+                state.bytes / f.save_s.Max() / gb, state.bytes / f.save_s.Min() / gb, load_bw / gb, f.load_x.Median(),
+                state.bytes / f.load_s.Max() / gb, state.bytes / f.load_s.Min() / gb);
     j.BeginObject()
         .Field("codec", CodecName(codec))
         .Field("ratio", f.ratio)

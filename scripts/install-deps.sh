@@ -10,7 +10,7 @@ packages=(g++ cmake ninja-build pkg-config liburing-dev libzstd-dev libxxhash-de
           libhdf5-dev libboost-dev libssl-dev python3-dev python3-pybind11 pybind11-dev)
 if [[ "${1:-}" == "--test" ]]; then
   packages+=(clang libclang-rt-14-dev fio python3 python3-h5py python3-numpy hdf5-tools python3-torch
-            python3-pip python3-venv python3-setuptools python3-pytest)
+            python3-pip python3-venv python3-setuptools python3-pytest clang-format-14)
 elif [[ "${1:-}" == "--bench" ]]; then
   packages+=(fio python3 python3-h5py python3-numpy python3-torch)
 fi

@@ -25,7 +25,7 @@ struct TensorStats {
   int64_t nan = 0;
   int64_t inf = 0;
   int64_t zeros = 0;
-  double min = 0;   ///< over finite values (0 when none)
+  double min = 0;  ///< over finite values (0 when none)
   double max = 0;
   double mean = 0;  ///< over finite values
   double l2 = 0;    ///< sqrt of the sum of squares of finite values
@@ -43,8 +43,7 @@ struct AuditOptions {
 };
 
 /// Statistics of every tensor of `step` (kLatestStep: the latest).
-absl::StatusOr<std::vector<TensorStats>> ComputeStats(Storage& storage, int64_t step,
-                                                      const AuditOptions& options = {});
+absl::StatusOr<std::vector<TensorStats>> ComputeStats(Storage& storage, int64_t step, const AuditOptions& options = {});
 
 /// Health gate over the statistics of a step and, optionally, of the step
 /// before it. Returns one line per problem: NaN or Inf present, a tensor
@@ -54,8 +53,8 @@ struct GateOptions {
   double max_norm_change = 0.5;
   bool allow_all_zero = false;
 };
-std::vector<std::string> GateProblems(const std::vector<TensorStats>& current,
-                                      const std::vector<TensorStats>* previous, const GateOptions& options = {});
+std::vector<std::string> GateProblems(const std::vector<TensorStats>& current, const std::vector<TensorStats>* previous,
+                                      const GateOptions& options = {});
 
 struct TensorDiff {
   enum class Kind { kIdentical, kChanged, kOnlyInA, kOnlyInB, kMismatch };

@@ -30,8 +30,7 @@
 namespace ckpt {
 
 class SaveEngine;
-absl::StatusOr<std::shared_ptr<SaveEngine>> CreateSaveEngine(
-    const SaveEngineOptions& options);
+absl::StatusOr<std::shared_ptr<SaveEngine>> CreateSaveEngine(const SaveEngineOptions& options);
 
 /// Two-phase commit through an outside arbiter; experimental
 /// (ckpt/experimental/commit_arbiter.h).
@@ -130,17 +129,17 @@ struct StepInfo {
   bool committed = false;
   /// For a damaged step: what is wrong, naming the file and byte offset.
   std::string damage;
-  int64_t bytes = 0;       ///< sum of file sizes
+  int64_t bytes = 0;  ///< sum of file sizes
   int64_t created_unix_ns = 0;
 };
 
 /// The result of a garbage-collection pass. Damaged steps are never removed
 /// unless asked for by name (GcOptions in core/root.h, `ckpt gc --damaged`).
 struct GcReport {
-  std::vector<int64_t> removed_steps;     ///< committed steps past retention
-  std::vector<int64_t> removed_partial;   ///< uncommitted leftovers
-  std::vector<int64_t> removed_damaged;   ///< damaged steps, only when asked for
-  std::vector<int64_t> kept_damaged;      ///< damaged steps left in place
+  std::vector<int64_t> removed_steps;    ///< committed steps past retention
+  std::vector<int64_t> removed_partial;  ///< uncommitted leftovers
+  std::vector<int64_t> removed_damaged;  ///< damaged steps, only when asked for
+  std::vector<int64_t> kept_damaged;     ///< damaged steps left in place
   /// Uncommitted steps kept because their claim names a save still running
   /// on this host (a live process); claims from other hosts are not kept.
   std::vector<int64_t> kept_running;
@@ -157,9 +156,8 @@ absl::StatusOr<int64_t> LatestCommittedStep(Storage& storage);
 
 /// Loads `target` from a committed step without opening a Checkpointer (no
 /// side effects on the root). `rank` selects per-rank blobs.
-absl::StatusOr<LoadStats> LoadCheckpoint(Storage& storage, const State& target,
-                                         int64_t step = kLatestStep, int rank = 0,
-                                         const LoadOptions& options = {});
+absl::StatusOr<LoadStats> LoadCheckpoint(Storage& storage, const State& target, int64_t step = kLatestStep,
+                                         int rank = 0, const LoadOptions& options = {});
 
 /// All step directories under a root, ascending.
 absl::StatusOr<std::vector<StepInfo>> ListCheckpointSteps(Storage& storage);
@@ -169,21 +167,17 @@ absl::StatusOr<std::vector<StepInfo>> ListCheckpointSteps(Storage& storage);
 /// arena).
 class Checkpointer {
  public:
-  static absl::StatusOr<std::unique_ptr<Checkpointer>> Open(
-      CheckpointerOptions options);
+  static absl::StatusOr<std::unique_ptr<Checkpointer>> Open(CheckpointerOptions options);
   ~Checkpointer();
 
   /// Copies `state` into the staging arena and returns; the rest happens in
   /// the background. Fails fast on invalid input (bad boxes, a step that is
   /// already committed); later failures arrive through the handle.
-  absl::StatusOr<SaveHandle> Save(int64_t step, const State& state,
-                                  const SaveOptions& options = {});
+  absl::StatusOr<SaveHandle> Save(int64_t step, const State& state, const SaveOptions& options = {});
 
   /// Fills the target's shards and blobs from `step` (kLatestStep: the
   /// latest committed). The target may be cut differently from the save.
-  absl::StatusOr<LoadStats> Load(const State& target,
-                                 int64_t step = kLatestStep,
-                                 const LoadOptions& options = {});
+  absl::StatusOr<LoadStats> Load(const State& target, int64_t step = kLatestStep, const LoadOptions& options = {});
 
   /// Latest committed step; NotFound when there is none.
   absl::StatusOr<int64_t> LatestStep();

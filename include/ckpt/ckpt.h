@@ -45,12 +45,12 @@ extern "C" {
 /** Error codes. */
 enum {
   CKPT_OK = 0,
-  CKPT_INVALID_ARGUMENT = 1, /**< bad input: boxes, names, options */
-  CKPT_NOT_FOUND = 2,        /**< no such step, tensor or blob */
-  CKPT_DATA_LOSS = 3,        /**< corruption or truncation detected */
-  CKPT_UNAVAILABLE = 4,      /**< I/O error that retrying may fix (EIO) */
+  CKPT_INVALID_ARGUMENT = 1,   /**< bad input: boxes, names, options */
+  CKPT_NOT_FOUND = 2,          /**< no such step, tensor or blob */
+  CKPT_DATA_LOSS = 3,          /**< corruption or truncation detected */
+  CKPT_UNAVAILABLE = 4,        /**< I/O error that retrying may fix (EIO) */
   CKPT_RESOURCE_EXHAUSTED = 5, /**< e.g. the disk is full */
-  CKPT_ABORTED = 6,          /**< the step was aborted (a rank failed) */
+  CKPT_ABORTED = 6,            /**< the step was aborted (a rank failed) */
   CKPT_DEADLINE_EXCEEDED = 7,
   CKPT_FAILED_PRECONDITION = 8, /**< e.g. the step is already committed */
   CKPT_INTERNAL = 9
@@ -58,8 +58,18 @@ enum {
 
 /** Element types (the values of ckpt::DType). */
 enum {
-  CKPT_F64 = 1, CKPT_F32 = 2, CKPT_F16 = 3, CKPT_BF16 = 4, CKPT_F8E4M3 = 5, CKPT_F8E5M2 = 6,
-  CKPT_I64 = 7, CKPT_I32 = 8, CKPT_I16 = 9, CKPT_I8 = 10, CKPT_U8 = 11, CKPT_BOOL = 12
+  CKPT_F64 = 1,
+  CKPT_F32 = 2,
+  CKPT_F16 = 3,
+  CKPT_BF16 = 4,
+  CKPT_F8E4M3 = 5,
+  CKPT_F8E5M2 = 6,
+  CKPT_I64 = 7,
+  CKPT_I32 = 8,
+  CKPT_I16 = 9,
+  CKPT_I8 = 10,
+  CKPT_U8 = 11,
+  CKPT_BOOL = 12
 };
 
 /** Codecs. */
@@ -73,13 +83,13 @@ typedef struct ckpt_state ckpt_state;
 typedef struct ckpt_save ckpt_save;
 
 typedef struct ckpt_options {
-  const char* uri;      /**< root: a path or a storage URI (required) */
-  int rank;             /**< default 0 */
-  int world_size;       /**< default 1 */
-  int codec;            /**< CKPT_CODEC_*, default none */
-  int zstd_level;       /**< default 1 */
-  size_t staging_bytes; /**< staging arena budget, default 256 MiB */
-  int keep_last;        /**< retention: keep the newest k steps; 0 keeps all */
+  const char* uri;         /**< root: a path or a storage URI (required) */
+  int rank;                /**< default 0 */
+  int world_size;          /**< default 1 */
+  int codec;               /**< CKPT_CODEC_*, default none */
+  int zstd_level;          /**< default 1 */
+  size_t staging_bytes;    /**< staging arena budget, default 256 MiB */
+  int keep_last;           /**< retention: keep the newest k steps; 0 keeps all */
   double commit_timeout_s; /**< how long the leader waits for every rank, default 600 */
 } ckpt_options;
 
@@ -98,11 +108,10 @@ CKPT_C_EXPORT void ckpt_state_free(ckpt_state* state);
  * and sizes per dimension) and the box's packed row-major data, which must
  * stay valid while a save copies it or a load fills it. The name is copied. */
 CKPT_C_EXPORT int ckpt_state_add_shard(ckpt_state* state, const char* name, int dtype, int ndim,
-                                       const int64_t* global_shape, const int64_t* offsets,
-                                       const int64_t* sizes, void* data);
+                                       const int64_t* global_shape, const int64_t* offsets, const int64_t* sizes,
+                                       void* data);
 /** A blob to save; `global` nonzero: one for the job, else one per rank. */
-CKPT_C_EXPORT int ckpt_state_add_blob(ckpt_state* state, const char* name, const void* data, size_t size,
-                                      int global);
+CKPT_C_EXPORT int ckpt_state_add_blob(ckpt_state* state, const char* name, const void* data, size_t size, int global);
 /** A blob to load into `buffer` (capacity bytes); *size receives its length.
  * A blob longer than the buffer fails the load with CKPT_INVALID_ARGUMENT. */
 CKPT_C_EXPORT int ckpt_state_add_blob_out(ckpt_state* state, const char* name, void* buffer, size_t capacity,

@@ -27,14 +27,11 @@ class Communicator {
 
   /// The leader receives every rank's message, in rank order; the others
   /// receive an empty vector.
-  virtual absl::StatusOr<std::vector<std::string>> Gather(std::string_view mine,
-                                                          double timeout_s) = 0;
+  virtual absl::StatusOr<std::vector<std::string>> Gather(std::string_view mine, double timeout_s) = 0;
   /// The leader passes one message per rank; each rank receives its own.
-  virtual absl::StatusOr<std::string> Scatter(const std::vector<std::string>& from_leader,
-                                              double timeout_s) = 0;
+  virtual absl::StatusOr<std::string> Scatter(const std::vector<std::string>& from_leader, double timeout_s) = 0;
   /// Every rank receives the leader's message.
-  virtual absl::StatusOr<std::string> Broadcast(std::string_view from_leader,
-                                                double timeout_s) = 0;
+  virtual absl::StatusOr<std::string> Broadcast(std::string_view from_leader, double timeout_s) = 0;
   virtual absl::Status Barrier(double timeout_s) = 0;
 };
 

@@ -21,8 +21,8 @@
 
 #include "absl/status/statusor.h"
 #include "ckpt/checkpointer.h"
-#include "ckpt/experimental/commit_arbiter.h"
 #include "ckpt/communicator.h"
+#include "ckpt/experimental/commit_arbiter.h"
 
 namespace ckpt {
 

@@ -98,11 +98,11 @@ absl::StatusOr<std::vector<double>> ParseFailureLog(const std::string& text, boo
 
 struct SimulationConfig {
   bool async = false;
-  double work = 0;     ///< useful compute to finish
-  double interval = 0; ///< blocking: compute between checkpoints; async: period
-  double delta = 0;    ///< blocking checkpoint cost
-  double stall = 0;    ///< async
-  double write = 0;    ///< async
+  double work = 0;      ///< useful compute to finish
+  double interval = 0;  ///< blocking: compute between checkpoints; async: period
+  double delta = 0;     ///< blocking checkpoint cost
+  double stall = 0;     ///< async
+  double write = 0;     ///< async
   double restart = 0;
   double mtbf = 0;
   double weibull_shape = 1;  ///< 1: exponential failures
@@ -128,12 +128,12 @@ SimulationResult Simulate(const SimulationConfig& config);
 struct IntervalPolicyOptions {
   double mtbf_s = 24 * 3600;
   double restart_s = 600;
-  double stall_s = 1;       ///< starting estimate, refined by RecordSave
-  double write_s = 30;      ///< starting estimate (async)
+  double stall_s = 1;   ///< starting estimate, refined by RecordSave
+  double write_s = 30;  ///< starting estimate (async)
   bool async = true;
   double min_interval_s = 60;
   double max_interval_s = 24 * 3600;
-  double smoothing = 0.3;   ///< weight of each new measurement
+  double smoothing = 0.3;  ///< weight of each new measurement
 };
 
 /// Answers "checkpoint now?" each step, from the failure rate and the save

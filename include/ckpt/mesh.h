@@ -71,8 +71,7 @@ struct TensorLayout {
 /// The box of `layout.spec` that `rank` holds, or nullopt when the rank holds
 /// no part of it (another pipeline stage). The box may be empty when an
 /// uneven split leaves the rank nothing. Errors on inconsistent layouts.
-absl::StatusOr<std::optional<Box>> RankBox(const TensorLayout& layout,
-                                           const Mesh& mesh, int64_t rank);
+absl::StatusOr<std::optional<Box>> RankBox(const TensorLayout& layout, const Mesh& mesh, int64_t rank);
 
 /// RankBox for explicit mesh coordinates (one per mesh dimension).
 absl::StatusOr<std::optional<Box>> BoxAtCoords(const TensorLayout& layout, const Mesh& mesh,

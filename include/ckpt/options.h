@@ -25,7 +25,7 @@ struct SaveEngineOptions {
   /// keeps a partial read of a chunk close to what it needs while writes stay
   /// as fast as with larger blocks (measured in docs/performance.md).
   size_t block_size = size_t{1} << 20;
-  int worker_threads = 0;                    ///< 0: min(4, hardware threads)
+  int worker_threads = 0;  ///< 0: min(4, hardware threads)
   /// Nice value added to the background threads so they yield to the
   /// trainer's threads (0 leaves them at the caller's priority).
   int background_nice = 10;
@@ -53,7 +53,7 @@ struct SaveOptions {
 };
 
 struct LoadOptions {
-  int worker_threads = 0;                       ///< 0: min(4, hardware)
+  int worker_threads = 0;  ///< 0: min(4, hardware)
   /// Read memory in flight (never more than the load needs); adjacent
   /// blocks are read with one request.
   size_t read_buffer_bytes = size_t{64} << 20;
@@ -72,14 +72,14 @@ struct LoadOptions {
 /// Measured costs of one save, for the interval optimiser.
 struct SaveStats {
   int64_t step = 0;
-  double stall_s = 0;   ///< time Save blocked the caller
-  double write_s = 0;   ///< Save start until this rank's data was durable
-  double commit_s = 0;  ///< Save start until the step was committed
+  double stall_s = 0;         ///< time Save blocked the caller
+  double write_s = 0;         ///< Save start until this rank's data was durable
+  double commit_s = 0;        ///< Save start until the step was committed
   int64_t bytes_logical = 0;  ///< tensor and blob bytes
   int64_t bytes_stored = 0;   ///< after compression
   int64_t bytes_written = 0;  ///< file bytes including framing and index
   int64_t blocks = 0;
-  uint64_t save_id = 0;       ///< the identity in the step's CLAIM
+  uint64_t save_id = 0;  ///< the identity in the step's CLAIM
 };
 
 struct SaveProgress {

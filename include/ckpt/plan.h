@@ -32,8 +32,7 @@ struct SavePlan {
 /// Plans a save of `layouts` over `mesh`. Empty boxes are skipped. Writers
 /// are chosen greedily, largest chunk first, to the holder with the fewest
 /// bytes so far (ties to the lowest rank).
-absl::StatusOr<SavePlan> PlanSave(const std::vector<TensorLayout>& layouts,
-                                  const Mesh& mesh);
+absl::StatusOr<SavePlan> PlanSave(const std::vector<TensorLayout>& layouts, const Mesh& mesh);
 
 }  // namespace ckpt
 

@@ -40,15 +40,15 @@ extern "C" {
 
 typedef enum ckpt_plugin_code {
   CKPT_PLUGIN_OK = 0,
-  CKPT_PLUGIN_ERR_NOT_FOUND = 1,     /* the file or directory does not exist */
-  CKPT_PLUGIN_ERR_INVALID = 2,       /* bad URI or argument */
-  CKPT_PLUGIN_ERR_OUT_OF_RANGE = 3,  /* read past the end of a file */
-  CKPT_PLUGIN_ERR_IO = 4,            /* EIO and other I/O failures */
-  CKPT_PLUGIN_ERR_NO_SPACE = 5,      /* ENOSPC, quota */
+  CKPT_PLUGIN_ERR_NOT_FOUND = 1,    /* the file or directory does not exist */
+  CKPT_PLUGIN_ERR_INVALID = 2,      /* bad URI or argument */
+  CKPT_PLUGIN_ERR_OUT_OF_RANGE = 3, /* read past the end of a file */
+  CKPT_PLUGIN_ERR_IO = 4,           /* EIO and other I/O failures */
+  CKPT_PLUGIN_ERR_NO_SPACE = 5,     /* ENOSPC, quota */
   CKPT_PLUGIN_ERR_PERMISSION = 6,
-  CKPT_PLUGIN_ERR_UNAVAILABLE = 7,   /* transient: worth retrying */
+  CKPT_PLUGIN_ERR_UNAVAILABLE = 7, /* transient: worth retrying */
   CKPT_PLUGIN_ERR_INTERNAL = 8,
-  CKPT_PLUGIN_ERR_EXISTS = 9         /* put_if_absent: the name is taken */
+  CKPT_PLUGIN_ERR_EXISTS = 9 /* put_if_absent: the name is taken */
 } ckpt_plugin_code;
 
 /* Capability bits reported by `ckpt plugins`. */
@@ -57,9 +57,9 @@ typedef enum ckpt_plugin_code {
 #define CKPT_PLUGIN_CAP_RANGED_READS 0x4u  /* read_at reads only the requested range */
 #define CKPT_PLUGIN_CAP_DURABLE 0x8u       /* finish/put_atomic survive power loss */
 
-typedef struct ckpt_storage ckpt_storage;  /* plugin-defined */
-typedef struct ckpt_wfile ckpt_wfile;      /* plugin-defined */
-typedef struct ckpt_rfile ckpt_rfile;      /* plugin-defined */
+typedef struct ckpt_storage ckpt_storage; /* plugin-defined */
+typedef struct ckpt_wfile ckpt_wfile;     /* plugin-defined */
+typedef struct ckpt_rfile ckpt_rfile;     /* plugin-defined */
 
 /* Receives directory entries from `list`, in any order. */
 typedef void (*ckpt_list_fn)(void* ctx, const char* name, int is_dir);
@@ -69,8 +69,8 @@ typedef struct ckpt_storage_plugin {
   uint32_t struct_size; /* sizeof(ckpt_storage_plugin) as the plugin saw it */
   const char* scheme;   /* URI scheme served, e.g. "s3" */
   const char* description;
-  const char* version;  /* the plugin's own version string */
-  uint32_t caps;        /* CKPT_PLUGIN_CAP_* */
+  const char* version; /* the plugin's own version string */
+  uint32_t caps;       /* CKPT_PLUGIN_CAP_* */
   uint32_t reserved;
 
   /* Opens the storage named by the whole URI ("scheme://location?query"). */
@@ -90,15 +90,14 @@ typedef struct ckpt_storage_plugin {
   void (*abort)(ckpt_wfile* file);
 
   /* Opens an existing file; NOT_FOUND when absent. Sets *size. */
-  ckpt_plugin_code (*open_readable)(ckpt_storage* storage, const char* path, ckpt_rfile** out,
-                             uint64_t* size, char* err);
+  ckpt_plugin_code (*open_readable)(ckpt_storage* storage, const char* path, ckpt_rfile** out, uint64_t* size,
+                                    char* err);
   /* Reads exactly `len` bytes at `offset`; OUT_OF_RANGE past the end. */
   ckpt_plugin_code (*read_at)(ckpt_rfile* file, uint64_t offset, void* dst, size_t len, char* err);
   void (*close_readable)(ckpt_rfile* file);
 
   /* Replaces `path` with `data` atomically and durably. */
-  ckpt_plugin_code (*put_atomic)(ckpt_storage* storage, const char* path, const void* data, size_t len,
-                          char* err);
+  ckpt_plugin_code (*put_atomic)(ckpt_storage* storage, const char* path, const void* data, size_t len, char* err);
   ckpt_plugin_code (*file_size)(ckpt_storage* storage, const char* path, uint64_t* size, char* err);
   /* Entries of a directory ("" is the root); NOT_FOUND when absent. */
   ckpt_plugin_code (*list)(ckpt_storage* storage, const char* dir, ckpt_list_fn emit, void* ctx, char* err);
@@ -115,8 +114,7 @@ typedef struct ckpt_storage_plugin {
    * durably; CKPT_PLUGIN_ERR_EXISTS when one does. Of several callers racing for
    * one name exactly one succeeds. Without it the backend cannot take part
    * in one-writer-per-step claims. */
-  ckpt_plugin_code (*put_if_absent)(ckpt_storage* storage, const char* path, const void* data, size_t len,
-                             char* err);
+  ckpt_plugin_code (*put_if_absent)(ckpt_storage* storage, const char* path, const void* data, size_t len, char* err);
 } ckpt_storage_plugin;
 
 /* The size of a table with every required entry and none of the optional

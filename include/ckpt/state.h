@@ -58,18 +58,14 @@ class State {
   /// elements), the box does not fit the shape, strides have the wrong rank,
   /// data is null for a non-empty box, or the same tensor already has an
   /// overlapping shard.
-  absl::Status AddShard(const TensorSpec& spec, const Box& box, void* data,
-                        std::vector<int64_t> strides = {});
+  absl::Status AddShard(const TensorSpec& spec, const Box& box, void* data, std::vector<int64_t> strides = {});
   /// Convenience: the whole tensor, contiguous.
   absl::Status AddTensor(const TensorSpec& spec, void* data);
 
   /// Adds a blob to save.
-  absl::Status AddBlob(std::string name, const void* data, size_t size,
-                       BlobScope scope = BlobScope::kRank);
+  absl::Status AddBlob(std::string name, const void* data, size_t size, BlobScope scope = BlobScope::kRank);
   /// Asks Load to fill `out` with a blob.
-  absl::Status AddBlobOut(std::string name, std::string* out,
-                          BlobScope scope = BlobScope::kRank,
-                          int source_rank = -1);
+  absl::Status AddBlobOut(std::string name, std::string* out, BlobScope scope = BlobScope::kRank, int source_rank = -1);
 
   const std::vector<Shard>& shards() const { return shards_; }
   const std::vector<Blob>& blobs() const { return blobs_; }

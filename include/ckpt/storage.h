@@ -26,12 +26,12 @@ namespace ckpt {
 
 /// What a backend can do, as reported by `ckpt plugins`.
 struct StorageCaps {
-  std::string engine;             ///< "io_uring", "threads", "memory", ...
-  bool direct_io = false;         ///< writes bypass the page cache
-  bool atomic_rename = false;     ///< PutAtomic is a rename on one filesystem
-  bool ranged_reads = true;       ///< ReadAt reads only the requested range
+  std::string engine;               ///< "io_uring", "threads", "memory", ...
+  bool direct_io = false;           ///< writes bypass the page cache
+  bool atomic_rename = false;       ///< PutAtomic is a rename on one filesystem
+  bool ranged_reads = true;         ///< ReadAt reads only the requested range
   bool registered_buffers = false;  ///< RegisterBuffers avoids per-I/O mapping
-  bool durable = true;            ///< Finish/PutAtomic survive power loss
+  bool durable = true;              ///< Finish/PutAtomic survive power loss
   /// Data-file container the checkpointer should write: "" for ckpt's own
   /// files, "hdf5" for HDF5 files h5py can read (hdf5:// roots).
   std::string container;
@@ -54,8 +54,7 @@ class WritableFile {
   /// Queues a write of `data` at `offset`. The memory must stay valid and
   /// unmodified until `done` runs. Blocks while the backend queue is full.
   /// When alignment() > 1, offset, size and address must be multiples of it.
-  virtual void WriteAsync(uint64_t offset, absl::Span<const std::byte> data,
-                          IoCallback done) = 0;
+  virtual void WriteAsync(uint64_t offset, absl::Span<const std::byte> data, IoCallback done) = 0;
 
   /// Waits until every queued write has completed; returns the first error.
   virtual absl::Status Drain() = 0;
@@ -90,8 +89,7 @@ class ReadableFile {
   virtual absl::Status ReadAt(uint64_t offset, absl::Span<std::byte> dst) = 0;
 
   /// Asynchronous ReadAt; `dst` must stay valid until `done` runs.
-  virtual void ReadAsync(uint64_t offset, absl::Span<std::byte> dst,
-                         IoCallback done) = 0;
+  virtual void ReadAsync(uint64_t offset, absl::Span<std::byte> dst, IoCallback done) = 0;
 
   /// When offset, size and address are multiples of this, the backend may
   /// bypass caches (O_DIRECT). 0 when it never does.
@@ -125,17 +123,15 @@ class Storage {
   virtual StorageCaps caps() const = 0;
 
   /// Creates (or truncates) a file, creating parent directories.
-  virtual absl::StatusOr<std::unique_ptr<WritableFile>> OpenWritable(
-      std::string_view path, const WriteOptions& options = {}) = 0;
+  virtual absl::StatusOr<std::unique_ptr<WritableFile>> OpenWritable(std::string_view path,
+                                                                     const WriteOptions& options = {}) = 0;
 
   /// Opens an existing file. NotFound when it does not exist.
-  virtual absl::StatusOr<std::unique_ptr<ReadableFile>> OpenReadable(
-      std::string_view path) = 0;
+  virtual absl::StatusOr<std::unique_ptr<ReadableFile>> OpenReadable(std::string_view path) = 0;
 
   /// Replaces `path` with `data` atomically and durably: readers see the old
   /// content or the whole new content, never a mix, also after power loss.
-  virtual absl::Status PutAtomic(std::string_view path,
-                                 absl::Span<const std::byte> data) = 0;
+  virtual absl::Status PutAtomic(std::string_view path, absl::Span<const std::byte> data) = 0;
 
   /// Creates `path` with `data` only if no file of that name exists,
   /// atomically and durably: of several callers racing for one name exactly
@@ -167,10 +163,7 @@ class Storage {
   /// them once (io_uring fixed buffers). Returns a token for
   /// UnregisterBuffers; 0 when the backend ignores the hint. Regions must
   /// stay valid until unregistered and no I/O on them is in flight then.
-  virtual uint64_t RegisterBuffers(
-      const std::vector<absl::Span<std::byte>>& regions) {
-    return 0;
-  }
+  virtual uint64_t RegisterBuffers(const std::vector<absl::Span<std::byte>>& regions) { return 0; }
   virtual void UnregisterBuffers(uint64_t token) {}
 
   /// Blocks until every file finished or put so far has reached the
@@ -192,30 +185,22 @@ class ForwardingStorage : public Storage {
 
   std::string uri() const override { return base_->uri(); }
   StorageCaps caps() const override { return base_->caps(); }
-  absl::StatusOr<std::unique_ptr<WritableFile>> OpenWritable(
-      std::string_view path, const WriteOptions& options = {}) override {
+  absl::StatusOr<std::unique_ptr<WritableFile>> OpenWritable(std::string_view path,
+                                                             const WriteOptions& options = {}) override {
     return base_->OpenWritable(path, options);
   }
-  absl::StatusOr<std::unique_ptr<ReadableFile>> OpenReadable(
-      std::string_view path) override {
+  absl::StatusOr<std::unique_ptr<ReadableFile>> OpenReadable(std::string_view path) override {
     return base_->OpenReadable(path);
   }
-  absl::Status PutAtomic(std::string_view path,
-                         absl::Span<const std::byte> data) override {
+  absl::Status PutAtomic(std::string_view path, absl::Span<const std::byte> data) override {
     return base_->PutAtomic(path, data);
   }
   absl::Status PutIfAbsent(std::string_view path, absl::Span<const std::byte> data) override {
     return base_->PutIfAbsent(path, data);
   }
-  absl::StatusOr<std::string> GetAll(std::string_view path) override {
-    return base_->GetAll(path);
-  }
-  absl::StatusOr<uint64_t> FileSize(std::string_view path) override {
-    return base_->FileSize(path);
-  }
-  absl::StatusOr<std::vector<DirEntry>> List(std::string_view dir) override {
-    return base_->List(dir);
-  }
+  absl::StatusOr<std::string> GetAll(std::string_view path) override { return base_->GetAll(path); }
+  absl::StatusOr<uint64_t> FileSize(std::string_view path) override { return base_->FileSize(path); }
+  absl::StatusOr<std::vector<DirEntry>> List(std::string_view dir) override { return base_->List(dir); }
   absl::Status Remove(std::string_view path) override { return base_->Remove(path); }
   absl::Status RemoveAll(std::string_view dir) override { return base_->RemoveAll(dir); }
   absl::Status SyncDir(std::string_view dir) override { return base_->SyncDir(dir); }
@@ -233,15 +218,14 @@ class ForwardingStorage : public Storage {
 };
 
 /// Creates a storage for a URI whose scheme it was registered under.
-using StorageFactory =
-    std::function<absl::StatusOr<std::shared_ptr<Storage>>(std::string_view uri)>;
+using StorageFactory = std::function<absl::StatusOr<std::shared_ptr<Storage>>(std::string_view uri)>;
 
 /// A backend as `ckpt plugins` shows it.
 struct BackendInfo {
   std::string scheme;
   std::string origin;  ///< "built-in", "registered", or the plugin's file
   std::string description;
-  StorageCaps caps;    ///< what the backend can do at best (per URI it may do less)
+  StorageCaps caps;  ///< what the backend can do at best (per URI it may do less)
 };
 
 /// Registers a backend for `scheme` ("file", "mem", ...). Returns false when

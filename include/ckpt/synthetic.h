@@ -15,12 +15,12 @@
 namespace ckpt {
 
 struct SyntheticOptions {
-  int64_t params = 1 << 20;      ///< approximate parameter count
-  DType dtype = DType::kBF16;    ///< parameter dtype
-  bool adam = false;             ///< add fp32 exp_avg / exp_avg_sq and a step
-  bool zero = false;             ///< shard optimizer state over dp (ZeRO-1)
-  int layers = 0;                ///< transformer layers; 0 picks from params
-  int experts = 0;               ///< >0: a mixture-of-experts MLP per layer
+  int64_t params = 1 << 20;    ///< approximate parameter count
+  DType dtype = DType::kBF16;  ///< parameter dtype
+  bool adam = false;           ///< add fp32 exp_avg / exp_avg_sq and a step
+  bool zero = false;           ///< shard optimizer state over dp (ZeRO-1)
+  int layers = 0;              ///< transformer layers; 0 picks from params
+  int experts = 0;             ///< >0: a mixture-of-experts MLP per layer
 };
 
 /// A transformer-like model laid out over a mesh. Mesh dimensions named
@@ -37,21 +37,19 @@ struct SyntheticModel {
   int64_t params = 0;  ///< exact parameter count
 };
 
-absl::StatusOr<SyntheticModel> BuildSyntheticModel(
-    const SyntheticOptions& options, const Mesh& mesh);
+absl::StatusOr<SyntheticModel> BuildSyntheticModel(const SyntheticOptions& options, const Mesh& mesh);
 
 /// Writes the values of `box` of `spec` into `data` (row-major, packed).
 /// Floats are normal-like with a per-tensor scale chosen from the name
 /// (norm weights near 1, Adam moments small, exp_avg_sq non-negative);
 /// integer tensors named "...step" hold `seed`, other integers hash bits.
-void FillSynthetic(const TensorSpec& spec, const Box& box, uint64_t seed,
-                   void* data);
+void FillSynthetic(const TensorSpec& spec, const Box& box, uint64_t seed, void* data);
 
 /// Counts elements of `data` (row-major, packed `box`) that differ bitwise
 /// from FillSynthetic's. When `first_bad` is non-null it receives the
 /// row-major index within the box of the first mismatch (or -1).
-int64_t CheckSynthetic(const TensorSpec& spec, const Box& box, uint64_t seed,
-                       const void* data, int64_t* first_bad = nullptr);
+int64_t CheckSynthetic(const TensorSpec& spec, const Box& box, uint64_t seed, const void* data,
+                       int64_t* first_bad = nullptr);
 
 /// IEEE-754 rounding helpers used by the generator (round to nearest even).
 uint16_t FloatToBF16(float f);

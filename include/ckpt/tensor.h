@@ -32,8 +32,7 @@ struct Box {
   Dims sizes;
 
   Box() = default;
-  Box(Dims offsets_in, Dims sizes_in)
-      : offsets(std::move(offsets_in)), sizes(std::move(sizes_in)) {}
+  Box(Dims offsets_in, Dims sizes_in) : offsets(std::move(offsets_in)), sizes(std::move(sizes_in)) {}
   Box(std::initializer_list<int64_t> offsets_in, std::initializer_list<int64_t> sizes_in)
       : offsets(offsets_in), sizes(sizes_in) {}
   Box(const std::vector<int64_t>& offsets_in, const std::vector<int64_t>& sizes_in)

@@ -29,11 +29,11 @@ struct VerifyOptions {
 
 /// One thing found wrong, located as precisely as possible.
 struct VerifyProblem {
-  std::string message;   ///< full sentence, names everything known
-  std::string tensor;    ///< fqn, or blob name, when known
-  std::string chunk;     ///< chunk box, when known
-  std::string file;      ///< path relative to the root, when known
-  int64_t offset = -1;   ///< byte offset in `file`, when known
+  std::string message;  ///< full sentence, names everything known
+  std::string tensor;   ///< fqn, or blob name, when known
+  std::string chunk;    ///< chunk box, when known
+  std::string file;     ///< path relative to the root, when known
+  int64_t offset = -1;  ///< byte offset in `file`, when known
 };
 
 struct VerifyReport {
@@ -52,16 +52,14 @@ struct VerifyReport {
 /// Verifies one committed step. Problems found (corruption, truncation,
 /// missing files, gaps) are listed in the report; an error status means the
 /// step could not be examined at all (no such root or step).
-absl::StatusOr<VerifyReport> VerifyStep(Storage& storage, int64_t step,
-                                        const VerifyOptions& options = {});
+absl::StatusOr<VerifyReport> VerifyStep(Storage& storage, int64_t step, const VerifyOptions& options = {});
 
 /// The newest committed step at or below `at_most` (any step when negative)
 /// that passes a fast verification, for restarts: damage to one of its two
 /// manifest files alone does not disqualify it (the other describes it). -1
 /// when none. `log` gets a line for each step passed over, and for one
 /// restored from its intact manifest.
-int64_t NewestRestorableStep(Storage& storage, int64_t at_most,
-                             const std::function<void(const std::string&)>& log);
+int64_t NewestRestorableStep(Storage& storage, int64_t at_most, const std::function<void(const std::string&)>& log);
 
 /// Checks the root's LATEST pointer: nullopt when fine or absent, else what
 /// is wrong with it.

@@ -1,7 +1,5 @@
 // The C API (include/ckpt/ckpt.h) over the C++ one. Built into its own
 // library with hidden visibility: only the ckpt_* functions are exported.
-#include "ckpt/ckpt.h"
-
 #include <cstring>
 #include <deque>
 #include <memory>
@@ -9,6 +7,7 @@
 #include <vector>
 
 #include "ckpt/checkpointer.h"
+#include "ckpt/ckpt.h"
 #include "ckpt/state.h"
 
 namespace {
@@ -18,18 +17,28 @@ thread_local std::string g_last_error;
 int Fail(const absl::Status& s) {
   g_last_error = std::string(s.message());
   switch (s.code()) {
-    case absl::StatusCode::kOk: return CKPT_OK;
+    case absl::StatusCode::kOk:
+      return CKPT_OK;
     case absl::StatusCode::kInvalidArgument:
-    case absl::StatusCode::kOutOfRange: return CKPT_INVALID_ARGUMENT;
-    case absl::StatusCode::kNotFound: return CKPT_NOT_FOUND;
-    case absl::StatusCode::kDataLoss: return CKPT_DATA_LOSS;
-    case absl::StatusCode::kUnavailable: return CKPT_UNAVAILABLE;
-    case absl::StatusCode::kResourceExhausted: return CKPT_RESOURCE_EXHAUSTED;
-    case absl::StatusCode::kAborted: return CKPT_ABORTED;
-    case absl::StatusCode::kDeadlineExceeded: return CKPT_DEADLINE_EXCEEDED;
+    case absl::StatusCode::kOutOfRange:
+      return CKPT_INVALID_ARGUMENT;
+    case absl::StatusCode::kNotFound:
+      return CKPT_NOT_FOUND;
+    case absl::StatusCode::kDataLoss:
+      return CKPT_DATA_LOSS;
+    case absl::StatusCode::kUnavailable:
+      return CKPT_UNAVAILABLE;
+    case absl::StatusCode::kResourceExhausted:
+      return CKPT_RESOURCE_EXHAUSTED;
+    case absl::StatusCode::kAborted:
+      return CKPT_ABORTED;
+    case absl::StatusCode::kDeadlineExceeded:
+      return CKPT_DEADLINE_EXCEEDED;
     case absl::StatusCode::kFailedPrecondition:
-    case absl::StatusCode::kAlreadyExists: return CKPT_FAILED_PRECONDITION;
-    default: return CKPT_INTERNAL;
+    case absl::StatusCode::kAlreadyExists:
+      return CKPT_FAILED_PRECONDITION;
+    default:
+      return CKPT_INTERNAL;
   }
 }
 
@@ -76,7 +85,8 @@ void ckpt_options_init(ckpt_options* o) {
 }
 
 int ckpt_open(const ckpt_options* o, ckpt_checkpointer** out) {
-  if (o == nullptr || out == nullptr || o->uri == nullptr) return Invalid("ckpt_open: options, uri and out are required");
+  if (o == nullptr || out == nullptr || o->uri == nullptr)
+    return Invalid("ckpt_open: options, uri and out are required");
   if (o->codec < CKPT_CODEC_NONE || o->codec > CKPT_CODEC_SHUFFLE_ZSTD) return Invalid("ckpt_open: unknown codec");
   ckpt::CheckpointerOptions co;
   co.uri = o->uri;
@@ -133,14 +143,14 @@ int ckpt_state_add_blob_out(ckpt_state* state, const char* name, void* buffer, s
   }
   state->outs.push_back(ckpt_state::BlobOut{name, global != 0, buffer, capacity, size, {}});
   ckpt_state::BlobOut& o = state->outs.back();
-  absl::Status s =
-      state->state.AddBlobOut(name, &o.bytes, global ? ckpt::BlobScope::kGlobal : ckpt::BlobScope::kRank);
+  absl::Status s = state->state.AddBlobOut(name, &o.bytes, global ? ckpt::BlobScope::kGlobal : ckpt::BlobScope::kRank);
   if (!s.ok()) state->outs.pop_back();
   return Result(s);
 }
 
 int ckpt_save_start(ckpt_checkpointer* cp, int64_t step, const ckpt_state* state, ckpt_save** out) {
-  if (cp == nullptr || state == nullptr || out == nullptr) return Invalid("ckpt_save_start: cp, state and out are required");
+  if (cp == nullptr || state == nullptr || out == nullptr)
+    return Invalid("ckpt_save_start: cp, state and out are required");
   auto h = cp->cp->Save(step, state->state);
   if (!h.ok()) return Fail(h.status());
   *out = new ckpt_save{std::move(h).value()};

@@ -198,20 +198,27 @@ int main(int argc, char** argv) {
   Options opt;
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string k = argv[i], v = argv[i + 1];
-    if (k == "--root") opt.root = v;
-    else if (k == "--out") opt.out = v;
-    else if (k == "--ranks") opt.ranks = std::atoi(v.c_str());
-    else if (k == "--steps") opt.steps = std::atoll(v.c_str());
-    else if (k == "--save-every") opt.save_every = std::atoll(v.c_str());
-    else if (k == "--kill-at") opt.kill_at = std::atoll(v.c_str());
+    if (k == "--root")
+      opt.root = v;
+    else if (k == "--out")
+      opt.out = v;
+    else if (k == "--ranks")
+      opt.ranks = std::atoi(v.c_str());
+    else if (k == "--steps")
+      opt.steps = std::atoll(v.c_str());
+    else if (k == "--save-every")
+      opt.save_every = std::atoll(v.c_str());
+    else if (k == "--kill-at")
+      opt.kill_at = std::atoll(v.c_str());
     else {
       std::fprintf(stderr, "unknown option %s\n", k.c_str());
       return 2;
     }
   }
   if (opt.root.empty() || opt.ranks < 1 || opt.save_every < 1) {
-    std::fprintf(stderr, "usage: mlp_trainer --root DIR [--ranks 4] [--steps 200] [--save-every 20] "
-                         "[--kill-at S] [--out FILE]\n");
+    std::fprintf(stderr,
+                 "usage: mlp_trainer --root DIR [--ranks 4] [--steps 200] [--save-every 20] "
+                 "[--kill-at S] [--out FILE]\n");
     return 2;
   }
   auto comms = ckpt::CreateLocalCommunicators(opt.ranks);

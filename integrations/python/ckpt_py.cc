@@ -149,8 +149,9 @@ PYBIND11_MODULE(_ckpt, m) {
       .def("should_checkpoint", &ckpt::IntervalPolicy::ShouldCheckpoint, py::arg("now_s"),
            py::arg("previous_durable") = true)
       .def("save_started", &ckpt::IntervalPolicy::SaveStarted, py::arg("now_s"))
-      .def("record_save", [](ckpt::IntervalPolicy& p, const ckpt::SaveHandle& h) { p.RecordSave(h.Stats()); },
-           py::arg("handle"), "Folds a finished save's measured stall and write time into the estimates.")
+      .def(
+          "record_save", [](ckpt::IntervalPolicy& p, const ckpt::SaveHandle& h) { p.RecordSave(h.Stats()); },
+          py::arg("handle"), "Folds a finished save's measured stall and write time into the estimates.")
       .def("set_mtbf", &ckpt::IntervalPolicy::SetMtbf)
       .def_property_readonly("interval_s", &ckpt::IntervalPolicy::interval_s)
       .def_property_readonly("stall_s", &ckpt::IntervalPolicy::stall_s)
@@ -179,8 +180,7 @@ PYBIND11_MODULE(_ckpt, m) {
       "(name, shape) of each tensor of the synthetic model of `ckpt synth --params`.");
   m.def(
       "fill_synthetic",
-      [](const std::string& name, const std::string& dtype, std::vector<int64_t> shape, uint64_t seed,
-         uintptr_t data) {
+      [](const std::string& name, const std::string& dtype, std::vector<int64_t> shape, uint64_t seed, uintptr_t data) {
         ckpt::TensorSpec spec{name, ParseDType(dtype), ckpt::Shape(shape.begin(), shape.end())};
         py::gil_scoped_release release;
         ckpt::FillSynthetic(spec, ckpt::Box::Whole(spec.shape), seed, reinterpret_cast<void*>(data));
@@ -193,10 +193,11 @@ PYBIND11_MODULE(_ckpt, m) {
       .def(
           "add_shard",
           [](PyState& s, const std::string& name, const std::string& dtype, std::vector<int64_t> global_shape,
-             std::vector<int64_t> offsets, std::vector<int64_t> sizes, uintptr_t data, py::object owner,
-             int64_t nbytes, bool writable) {
+             std::vector<int64_t> offsets, std::vector<int64_t> sizes, uintptr_t data, py::object owner, int64_t nbytes,
+             bool writable) {
             if (offsets.size() != global_shape.size() || sizes.size() != global_shape.size()) {
-              Raise(absl::StatusCode::kInvalidArgument, "tensor '" + name + "': shape, offsets and sizes need one entry per dimension");
+              Raise(absl::StatusCode::kInvalidArgument,
+                    "tensor '" + name + "': shape, offsets and sizes need one entry per dimension");
             }
             ckpt::TensorSpec spec{name, ParseDType(dtype), ckpt::Shape(global_shape.begin(), global_shape.end())};
             ckpt::Box box;
@@ -214,14 +215,16 @@ PYBIND11_MODULE(_ckpt, m) {
               } else if (py::hasattr(owner, "numel") && py::hasattr(owner, "element_size")) {
                 nbytes = owner.attr("numel")().cast<int64_t>() * owner.attr("element_size")().cast<int64_t>();
               } else {
-                Raise(absl::StatusCode::kInvalidArgument, "tensor '" + name +
-                                      "': pass nbytes (the size of the buffer at data_ptr) or an owner that knows it");
+                Raise(absl::StatusCode::kInvalidArgument,
+                      "tensor '" + name +
+                          "': pass nbytes (the size of the buffer at data_ptr) or an owner that knows it");
               }
             }
             const int64_t need = box.Volume() * static_cast<int64_t>(ckpt::DTypeSize(spec.dtype));
             if (need > nbytes) {
-              Raise(absl::StatusCode::kInvalidArgument, "tensor '" + name + "': box " + box.ToString() + " of " + dtype + " needs " +
-                                    std::to_string(need) + " bytes, the buffer holds " + std::to_string(nbytes));
+              Raise(absl::StatusCode::kInvalidArgument, "tensor '" + name + "': box " + box.ToString() + " of " +
+                                                            dtype + " needs " + std::to_string(need) +
+                                                            " bytes, the buffer holds " + std::to_string(nbytes));
             }
             Check(s.state.AddShard(spec, box, reinterpret_cast<void*>(data)));
             s.owners.push_back(std::move(owner));
@@ -238,7 +241,8 @@ PYBIND11_MODULE(_ckpt, m) {
           [](PyState& s, const std::string& name, py::bytes data, bool global) {
             s.blob_ins.push_back(std::make_unique<std::string>(data));
             const std::string& b = *s.blob_ins.back();
-            Check(s.state.AddBlob(name, b.data(), b.size(), global ? ckpt::BlobScope::kGlobal : ckpt::BlobScope::kRank));
+            Check(
+                s.state.AddBlob(name, b.data(), b.size(), global ? ckpt::BlobScope::kGlobal : ckpt::BlobScope::kRank));
           },
           py::arg("name"), py::arg("data"), py::arg("global_") = false)
       .def(
@@ -256,16 +260,17 @@ PYBIND11_MODULE(_ckpt, m) {
       });
 
   py::class_<ckpt::SaveHandle>(m, "SaveHandle")
-      .def("wait",
-           [](const ckpt::SaveHandle& h) {
-             absl::Status s;
-             {
-               py::gil_scoped_release release;
-               s = h.Wait();
-             }
-             Check(s);
-           },
-           "Blocks until the step is committed; raises if it failed.")
+      .def(
+          "wait",
+          [](const ckpt::SaveHandle& h) {
+            absl::Status s;
+            {
+              py::gil_scoped_release release;
+              s = h.Wait();
+            }
+            Check(s);
+          },
+          "Blocks until the step is committed; raises if it failed.")
       .def("done", &ckpt::SaveHandle::Done)
       .def_property_readonly("stall_s", [](const ckpt::SaveHandle& h) { return h.Stats().stall_s; })
       .def_property_readonly("commit_s", [](const ckpt::SaveHandle& h) { return h.Stats().commit_s; })
@@ -327,8 +332,9 @@ PYBIND11_MODULE(_ckpt, m) {
           "load",
           [](ckpt::Checkpointer& cp, PyState& state, int64_t step) {
             if (!state.read_only.empty()) {
-              Raise(absl::StatusCode::kInvalidArgument, "tensor '" + state.read_only.front() +
-                                    "': its buffer is read-only; a load writes into the buffers it is given");
+              Raise(absl::StatusCode::kInvalidArgument,
+                    "tensor '" + state.read_only.front() +
+                        "': its buffer is read-only; a load writes into the buffers it is given");
             }
             absl::StatusOr<ckpt::LoadStats> st;
             {

@@ -9,8 +9,8 @@
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
-#include "util/strings.h"
 #include "util/bytes.h"
+#include "util/strings.h"
 
 namespace ckpt {
 namespace {
@@ -64,8 +64,7 @@ void JoinPlanes(const std::byte* in, size_t n, bool rotate, std::byte* out) {
   }
 }
 
-void Split(size_t width, const std::byte* in, size_t n, bool rotate,
-           std::byte* out) {
+void Split(size_t width, const std::byte* in, size_t n, bool rotate, std::byte* out) {
   switch (width) {
     case 2:
       SplitPlanes<uint16_t>(in, n, rotate, out);
@@ -81,8 +80,7 @@ void Split(size_t width, const std::byte* in, size_t n, bool rotate,
   }
 }
 
-void Join(size_t width, const std::byte* in, size_t n, bool rotate,
-          std::byte* out) {
+void Join(size_t width, const std::byte* in, size_t n, bool rotate, std::byte* out) {
   switch (width) {
     case 2:
       JoinPlanes<uint16_t>(in, n, rotate, out);
@@ -123,10 +121,9 @@ BlockCodec::BlockCodec(int zstd_level) : level_(zstd_level) {
   // Contexts allocate their workspace on first use, so a codec that only
   // decodes pays nothing for this one.
   plane_cctx_ = ZSTD_createCCtx();
-  plane_ready_ =
-      plane_cctx_ != nullptr &&
-      !ZSTD_isError(ZSTD_CCtx_setParameter(plane_cctx_, ZSTD_c_compressionLevel, kPlaneLevel)) &&
-      !ZSTD_isError(ZSTD_CCtx_setParameter(plane_cctx_, ZSTD_c_literalCompressionMode, ZSTD_ps_enable));
+  plane_ready_ = plane_cctx_ != nullptr &&
+                 !ZSTD_isError(ZSTD_CCtx_setParameter(plane_cctx_, ZSTD_c_compressionLevel, kPlaneLevel)) &&
+                 !ZSTD_isError(ZSTD_CCtx_setParameter(plane_cctx_, ZSTD_c_literalCompressionMode, ZSTD_ps_enable));
 }
 
 BlockCodec::~BlockCodec() {
@@ -139,8 +136,7 @@ size_t BlockCodec::MaxStoredBytes(size_t raw_len) {
   return ZSTD_compressBound(raw_len) + kShuffleHeader + 8 * kPlaneEntry + 64;
 }
 
-size_t BlockCodec::CompressPlane(absl::Span<const std::byte> in,
-                                 std::byte* out, size_t cap) {
+size_t BlockCodec::CompressPlane(absl::Span<const std::byte> in, std::byte* out, size_t cap) {
   size_t r = ZSTD_compressCCtx(cctx_, out, cap, in.data(), in.size(), level_);
   if (ZSTD_isError(r)) return SIZE_MAX;
   return r;
@@ -154,15 +150,13 @@ size_t BlockCodec::CompressBytePlane(absl::Span<const std::byte> in, std::byte* 
   return ZSTD_isError(r) ? SIZE_MAX : r;
 }
 
-absl::StatusOr<EncodedBlock> BlockCodec::Encode(Codec codec, DType dtype,
-                                                absl::Span<const std::byte> raw,
+absl::StatusOr<EncodedBlock> BlockCodec::Encode(Codec codec, DType dtype, absl::Span<const std::byte> raw,
                                                 absl::Span<std::byte> out) {
   EncodedBlock result;
   const size_t width = DTypeSize(dtype);
   result.elem_width = static_cast<uint8_t>(width);
   if (codec == Codec::kNone || raw.empty()) return result;
-  if (codec == Codec::kZstd ||
-      (codec == Codec::kShuffleZstd && (width <= 1 || raw.size() % width))) {
+  if (codec == Codec::kZstd || (codec == Codec::kShuffleZstd && (width <= 1 || raw.size() % width))) {
     size_t r = CompressPlane(raw, out.data(), out.size());
     if (r == SIZE_MAX) return absl::InternalError("zstd compression failed");
     if (r < raw.size()) {
@@ -172,8 +166,7 @@ absl::StatusOr<EncodedBlock> BlockCodec::Encode(Codec codec, DType dtype,
     return result;
   }
   if (codec != Codec::kShuffleZstd) {
-    return absl::InvalidArgumentError(
-        StrCat("unknown codec ", static_cast<int>(codec)));
+    return absl::InvalidArgumentError(StrCat("unknown codec ", static_cast<int>(codec)));
   }
   const size_t n = raw.size() / width;
   const bool rotate = IsFloatingPoint(dtype);
@@ -210,39 +203,30 @@ absl::StatusOr<EncodedBlock> BlockCodec::Encode(Codec codec, DType dtype,
   return result;
 }
 
-absl::Status BlockCodec::Decode(Codec codec, uint8_t elem_width,
-                                uint16_t flags,
-                                absl::Span<const std::byte> stored,
-                                absl::Span<std::byte> raw_out,
-                                std::string_view where) {
-  auto corrupt = [&](std::string_view why) {
-    return absl::DataLossError(StrCat(where, ": ", why));
-  };
+absl::Status BlockCodec::Decode(Codec codec, uint8_t elem_width, uint16_t flags, absl::Span<const std::byte> stored,
+                                absl::Span<std::byte> raw_out, std::string_view where) {
+  auto corrupt = [&](std::string_view why) { return absl::DataLossError(StrCat(where, ": ", why)); };
   switch (codec) {
     case Codec::kNone:
       if (stored.size() != raw_out.size()) {
-        return corrupt(StrCat("stored size ", stored.size(),
-                                    " != raw size ", raw_out.size()));
+        return corrupt(StrCat("stored size ", stored.size(), " != raw size ", raw_out.size()));
       }
       if (!stored.empty()) std::memcpy(raw_out.data(), stored.data(), stored.size());
       return absl::OkStatus();
     case Codec::kZstd: {
-      size_t r = ZSTD_decompressDCtx(dctx_, raw_out.data(), raw_out.size(),
-                                     stored.data(), stored.size());
+      size_t r = ZSTD_decompressDCtx(dctx_, raw_out.data(), raw_out.size(), stored.data(), stored.size());
       if (ZSTD_isError(r)) {
         return corrupt(StrCat("zstd: ", ZSTD_getErrorName(r)));
       }
       if (r != raw_out.size()) {
-        return corrupt(StrCat("zstd produced ", r, " bytes, expected ",
-                                    raw_out.size()));
+        return corrupt(StrCat("zstd produced ", r, " bytes, expected ", raw_out.size()));
       }
       return absl::OkStatus();
     }
     case Codec::kShuffleZstd: {
       if (stored.size() < kShuffleHeader) return corrupt("truncated shuffle header");
       const size_t width = static_cast<size_t>(stored[0]);
-      if (width != elem_width || width < 2 || width > 8 ||
-          raw_out.size() % width != 0 || stored[1] != std::byte{0} ||
+      if (width != elem_width || width < 2 || width > 8 || raw_out.size() % width != 0 || stored[1] != std::byte{0} ||
           stored[2] != std::byte{0} || stored[3] != std::byte{0}) {
         return corrupt(StrCat("bad shuffle header (width ", width, ")"));
       }
@@ -254,8 +238,7 @@ absl::Status BlockCodec::Decode(Codec codec, uint8_t elem_width,
         const std::byte* entry = stored.data() + kShuffleHeader + p * kPlaneEntry;
         const uint8_t mode = static_cast<uint8_t>(entry[0]);
         const uint32_t len = LoadLE32(entry + 4);
-        if (entry[1] != std::byte{0} || entry[2] != std::byte{0} ||
-            entry[3] != std::byte{0} || mode > 1) {
+        if (entry[1] != std::byte{0} || entry[2] != std::byte{0} || entry[3] != std::byte{0} || mode > 1) {
           return corrupt(StrCat("bad entry for plane ", p));
         }
         if (len > stored.size() - pos) return corrupt("plane runs past the block");
@@ -266,9 +249,7 @@ absl::Status BlockCodec::Decode(Codec codec, uint8_t elem_width,
         } else {
           size_t r = ZSTD_decompressDCtx(dctx_, dst, n, stored.data() + pos, len);
           if (ZSTD_isError(r) || r != n) {
-            return corrupt(StrCat("plane ", p, ": zstd ",
-                                        ZSTD_isError(r) ? ZSTD_getErrorName(r)
-                                                        : "size mismatch"));
+            return corrupt(StrCat("plane ", p, ": zstd ", ZSTD_isError(r) ? ZSTD_getErrorName(r) : "size mismatch"));
           }
         }
         pos += len;

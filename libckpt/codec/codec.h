@@ -45,19 +45,16 @@ class BlockCodec {
   /// Compresses `raw` into `out` (capacity >= MaxStoredBytes). Returns
   /// codec kNone, leaving `out` unspecified, when compression would not
   /// make the block smaller; the caller then stores `raw` itself.
-  absl::StatusOr<EncodedBlock> Encode(Codec codec, DType dtype,
-                                      absl::Span<const std::byte> raw,
+  absl::StatusOr<EncodedBlock> Encode(Codec codec, DType dtype, absl::Span<const std::byte> raw,
                                       absl::Span<std::byte> out);
 
   /// Decodes `stored` into exactly `raw_out.size()` bytes. `where` names the
   /// block (file, offset) in error messages.
-  absl::Status Decode(Codec codec, uint8_t elem_width, uint16_t flags,
-                      absl::Span<const std::byte> stored,
+  absl::Status Decode(Codec codec, uint8_t elem_width, uint16_t flags, absl::Span<const std::byte> stored,
                       absl::Span<std::byte> raw_out, std::string_view where);
 
  private:
-  size_t CompressPlane(absl::Span<const std::byte> in, std::byte* out,
-                       size_t cap);
+  size_t CompressPlane(absl::Span<const std::byte> in, std::byte* out, size_t cap);
   /// One byte plane of a shuffled block (see kPlaneLevel).
   size_t CompressBytePlane(absl::Span<const std::byte> in, std::byte* out, size_t cap);
 

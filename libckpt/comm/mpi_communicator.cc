@@ -1,10 +1,9 @@
-#include "ckpt/mpi.h"
-
 #include <chrono>
 #include <cstdint>
 #include <numeric>
 #include <thread>
 
+#include "ckpt/mpi.h"
 #include "util/errors.h"
 #include "util/strings.h"
 
@@ -26,8 +25,7 @@ class MpiCommunicator final : public Communicator {
   int rank() const override { return rank_; }
   int size() const override { return size_; }
 
-  absl::StatusOr<std::vector<std::string>> Gather(std::string_view mine,
-                                                  double timeout_s) override {
+  absl::StatusOr<std::vector<std::string>> Gather(std::string_view mine, double timeout_s) override {
     const double deadline = Now() + timeout_s;
     int64_t len = static_cast<int64_t>(mine.size());
     std::vector<int64_t> lens(rank_ == 0 ? size_ : 0);
@@ -50,8 +48,8 @@ class MpiCommunicator final : public Communicator {
       }
       all.resize(total);
     }
-    MPI_Igatherv(mine.data(), static_cast<int>(len), MPI_BYTE, all.data(), counts.data(),
-                 displs.data(), MPI_BYTE, 0, comm_, &req);
+    MPI_Igatherv(mine.data(), static_cast<int>(len), MPI_BYTE, all.data(), counts.data(), displs.data(), MPI_BYTE, 0,
+                 comm_, &req);
     CKPT_RETURN_IF_ERROR(WaitFor(&req, deadline, "gather"));
     std::vector<std::string> out;
     if (rank_ == 0) {
@@ -60,8 +58,7 @@ class MpiCommunicator final : public Communicator {
     return out;
   }
 
-  absl::StatusOr<std::string> Scatter(const std::vector<std::string>& from_leader,
-                                      double timeout_s) override {
+  absl::StatusOr<std::string> Scatter(const std::vector<std::string>& from_leader, double timeout_s) override {
     const double deadline = Now() + timeout_s;
     std::vector<int64_t> lens;
     std::vector<int> counts, displs;
@@ -82,14 +79,13 @@ class MpiCommunicator final : public Communicator {
     MPI_Iscatter(lens.data(), 1, MPI_INT64_T, &len, 1, MPI_INT64_T, 0, comm_, &req);
     CKPT_RETURN_IF_ERROR(WaitFor(&req, deadline, "scatter (sizes)"));
     std::string out(static_cast<size_t>(len), '\0');
-    MPI_Iscatterv(all.data(), counts.data(), displs.data(), MPI_BYTE, out.data(),
-                  static_cast<int>(len), MPI_BYTE, 0, comm_, &req);
+    MPI_Iscatterv(all.data(), counts.data(), displs.data(), MPI_BYTE, out.data(), static_cast<int>(len), MPI_BYTE, 0,
+                  comm_, &req);
     CKPT_RETURN_IF_ERROR(WaitFor(&req, deadline, "scatter"));
     return out;
   }
 
-  absl::StatusOr<std::string> Broadcast(std::string_view from_leader,
-                                        double timeout_s) override {
+  absl::StatusOr<std::string> Broadcast(std::string_view from_leader, double timeout_s) override {
     const double deadline = Now() + timeout_s;
     int64_t len = rank_ == 0 ? static_cast<int64_t>(from_leader.size()) : 0;
     MPI_Request req;
@@ -109,8 +105,7 @@ class MpiCommunicator final : public Communicator {
 
  private:
   static double Now() {
-    return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch())
-        .count();
+    return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
   }
 
   absl::Status WaitFor(MPI_Request* req, double deadline, const char* what) {
@@ -128,8 +123,8 @@ class MpiCommunicator final : public Communicator {
       if (done) return absl::OkStatus();
       if (Now() > deadline) {
         broken_ = true;
-        return absl::DeadlineExceededError(StrCat("MPI ", what, " on rank ", rank_,
-                                                  " did not complete in time; a rank may be dead"));
+        return absl::DeadlineExceededError(
+            StrCat("MPI ", what, " on rank ", rank_, " did not complete in time; a rank may be dead"));
       }
       std::this_thread::sleep_for(std::chrono::duration<double>(sleep));
       sleep = std::min(sleep * 2, 1e-3);

@@ -22,8 +22,8 @@
 #include "ckpt/coordinator.h"
 #include "coordinator/protocol.h"
 #include "util/bytes.h"
-#include "util/errors.h"
 #include "util/clock.h"
+#include "util/errors.h"
 #include "util/strings.h"
 
 namespace ckpt {
@@ -215,8 +215,8 @@ class ClientImpl final : public CoordinatorClient {
     if (!p->failure.ok()) return p->failure;
     if (!done || !p->reply) {
       if (shutting_down_) return absl::CancelledError("the coordinator client is closing");
-      return absl::DeadlineExceededError(
-          StrCat(MsgTypeName(type), " to the coordinator at ", options_.address, ": no reply within ", timeout_s, " s"));
+      return absl::DeadlineExceededError(StrCat(MsgTypeName(type), " to the coordinator at ", options_.address,
+                                                ": no reply within ", timeout_s, " s"));
     }
     if (p->reply->type == MsgType::kError) return DecodeError(p->reply->payload);
     return std::move(*p->reply);

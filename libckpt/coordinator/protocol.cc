@@ -1,8 +1,8 @@
 #include "coordinator/protocol.h"
 
-#include "ckpt/coordinator.h"
-
 #include <fcntl.h>
+#include <openssl/evp.h>
+#include <openssl/hmac.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -10,9 +10,7 @@
 #include <cstdio>
 #include <cstring>
 
-#include <openssl/evp.h>
-#include <openssl/hmac.h>
-
+#include "ckpt/coordinator.h"
 #include "util/bytes.h"
 #include "util/hash.h"
 #include "util/strings.h"
@@ -21,25 +19,44 @@ namespace ckpt::coord {
 
 const char* MsgTypeName(MsgType t) {
   switch (t) {
-    case MsgType::kHello: return "hello";
-    case MsgType::kJoin: return "join";
-    case MsgType::kAssign: return "assign";
-    case MsgType::kHeartbeat: return "heartbeat";
-    case MsgType::kHeartbeatAck: return "heartbeat-ack";
-    case MsgType::kStop: return "stop";
-    case MsgType::kCollective: return "collective";
-    case MsgType::kCollectiveResult: return "collective-result";
-    case MsgType::kVote: return "vote";
-    case MsgType::kDecide: return "decide";
-    case MsgType::kDecision: return "decision";
-    case MsgType::kPublished: return "published";
-    case MsgType::kAwaitOutcome: return "await-outcome";
-    case MsgType::kOutcome: return "outcome";
-    case MsgType::kStatus: return "status";
-    case MsgType::kStatusReply: return "status-reply";
-    case MsgType::kAck: return "ack";
-    case MsgType::kError: return "error";
-    case MsgType::kLeave: return "leave";
+    case MsgType::kHello:
+      return "hello";
+    case MsgType::kJoin:
+      return "join";
+    case MsgType::kAssign:
+      return "assign";
+    case MsgType::kHeartbeat:
+      return "heartbeat";
+    case MsgType::kHeartbeatAck:
+      return "heartbeat-ack";
+    case MsgType::kStop:
+      return "stop";
+    case MsgType::kCollective:
+      return "collective";
+    case MsgType::kCollectiveResult:
+      return "collective-result";
+    case MsgType::kVote:
+      return "vote";
+    case MsgType::kDecide:
+      return "decide";
+    case MsgType::kDecision:
+      return "decision";
+    case MsgType::kPublished:
+      return "published";
+    case MsgType::kAwaitOutcome:
+      return "await-outcome";
+    case MsgType::kOutcome:
+      return "outcome";
+    case MsgType::kStatus:
+      return "status";
+    case MsgType::kStatusReply:
+      return "status-reply";
+    case MsgType::kAck:
+      return "ack";
+    case MsgType::kError:
+      return "error";
+    case MsgType::kLeave:
+      return "leave";
   }
   return "unknown";
 }
@@ -107,14 +124,13 @@ std::string JoinChallenge(std::string_view nonce, std::string_view job, std::str
 }
 
 absl::Status CheckTokenStrength(std::string_view token) {
-  constexpr char kHowTo[] =
-      "make one with: (umask 077; head -c 32 /dev/urandom | base64 > TOKEN_FILE)";
+  constexpr char kHowTo[] = "make one with: (umask 077; head -c 32 /dev/urandom | base64 > TOKEN_FILE)";
   if (token.find_first_not_of(" \t\r\n\v\f") == std::string_view::npos) {
     return absl::InvalidArgumentError(StrCat("the job token is only whitespace (", kHowTo, ")"));
   }
   if (token.size() < kMinTokenBytes) {
-    return absl::InvalidArgumentError(StrCat("the job token has ", token.size(), " byte(s); at least ",
-                                             kMinTokenBytes, " are required (", kHowTo, ")"));
+    return absl::InvalidArgumentError(StrCat("the job token has ", token.size(), " byte(s); at least ", kMinTokenBytes,
+                                             " are required (", kHowTo, ")"));
   }
   return absl::OkStatus();
 }
@@ -131,14 +147,16 @@ namespace ckpt {
 
 absl::StatusOr<std::string> ReadJobToken(const std::string& path) {
   const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return absl::InvalidArgumentError(StrCat("cannot read the token file ", path, ": ", std::strerror(errno)));
+  if (fd < 0)
+    return absl::InvalidArgumentError(StrCat("cannot read the token file ", path, ": ", std::strerror(errno)));
   struct stat st {};
   std::string token;
   bool ok = ::fstat(fd, &st) == 0;
   if (ok && (st.st_mode & 077) == 0) {
     char buf[4096];
     ssize_t n;
-    while ((n = ::read(fd, buf, sizeof(buf))) > 0 && token.size() < (1u << 20)) token.append(buf, static_cast<size_t>(n));
+    while ((n = ::read(fd, buf, sizeof(buf))) > 0 && token.size() < (1u << 20))
+      token.append(buf, static_cast<size_t>(n));
     ok = n >= 0;
   }
   const int err = errno;

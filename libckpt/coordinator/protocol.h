@@ -30,25 +30,25 @@ inline constexpr size_t kMaxHttpRequest = 8u << 10;
 inline constexpr size_t kMinTokenBytes = 16;
 
 enum class MsgType : uint16_t {
-  kHello = 1,          ///< S->C on connect: nonce, coordinator id
-  kJoin = 2,           ///< C->S: job, host, local ranks, previous member id, HMAC
-  kAssign = 3,         ///< S->C: membership of a new generation (or a refusal)
-  kHeartbeat = 4,      ///< C->S: member, generation
-  kHeartbeatAck = 5,   ///< S->C: current generation, whether to stop
-  kStop = 6,           ///< S->C push: the generation ended (a member died)
-  kCollective = 7,     ///< C->S: one rank's part of a gather/scatter/broadcast/barrier
+  kHello = 1,         ///< S->C on connect: nonce, coordinator id
+  kJoin = 2,          ///< C->S: job, host, local ranks, previous member id, HMAC
+  kAssign = 3,        ///< S->C: membership of a new generation (or a refusal)
+  kHeartbeat = 4,     ///< C->S: member, generation
+  kHeartbeatAck = 5,  ///< S->C: current generation, whether to stop
+  kStop = 6,          ///< S->C push: the generation ended (a member died)
+  kCollective = 7,    ///< C->S: one rank's part of a gather/scatter/broadcast/barrier
   kCollectiveResult = 8,
-  kVote = 9,           ///< C->S: phase 1 of the commit, one per rank and step
-  kDecide = 10,        ///< C->S (leader): wait for the commit decision
+  kVote = 9,     ///< C->S: phase 1 of the commit, one per rank and step
+  kDecide = 10,  ///< C->S (leader): wait for the commit decision
   kDecision = 11,
   kPublished = 12,     ///< C->S (leader): the manifest is published (or not)
   kAwaitOutcome = 13,  ///< C->S: wait until the step is committed or aborted
   kOutcome = 14,
-  kStatus = 15,        ///< C->S: the coordinator's state, as JSON
+  kStatus = 15,  ///< C->S: the coordinator's state, as JSON
   kStatusReply = 16,
   kAck = 17,
-  kError = 18,         ///< S->C: the request failed (status code, message)
-  kLeave = 19,         ///< C->S: the member leaves for good
+  kError = 18,  ///< S->C: the request failed (status code, message)
+  kLeave = 19,  ///< C->S: the member leaves for good
 };
 
 const char* MsgTypeName(MsgType t);
@@ -58,7 +58,7 @@ struct FrameHeader {
   MsgType type = MsgType::kAck;
   uint64_t request_id = 0;  ///< echoed in the reply; 0 for pushes
   uint32_t length = 0;
-  uint32_t checksum = 0;    ///< low 32 bits of xxh3 of the payload
+  uint32_t checksum = 0;  ///< low 32 bits of xxh3 of the payload
 };
 
 /// A whole frame: header and payload.

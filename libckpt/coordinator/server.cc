@@ -1,9 +1,14 @@
 // The coordinator service. Everything runs on one Asio thread: sessions,
 // timers and the state they share need no locks. Durable decisions are
 // journaled (and fsynced) before anyone is told of them.
+#include <fcntl.h>
+#include <poll.h>
+#include <sys/resource.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <cerrno>
-#include <utility>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -17,19 +22,13 @@
 #include <set>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
-
-#include <fcntl.h>
-#include <poll.h>
-#include <sys/resource.h>
-#include <sys/socket.h>
-#include <unistd.h>
 
 #include <boost/asio.hpp>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_join.h"
-
 #include "ckpt/checkpointer.h"
 #include "ckpt/coordinator.h"
 #include "ckpt/storage.h"
@@ -86,8 +85,8 @@ struct Waiter {
 
 struct Collective {
   CollectiveOp op = CollectiveOp::kBarrier;
-  std::map<int, std::string> parts;     // rank -> its contribution
-  std::map<int, Waiter> waiters;        // rank -> who to answer
+  std::map<int, std::string> parts;  // rank -> its contribution
+  std::map<int, Waiter> waiters;     // rank -> who to answer
   double deadline = 0;
 };
 
@@ -124,14 +123,22 @@ enum class DropReason : uint8_t {
 
 const char* DropReasonName(DropReason r) {
   switch (r) {
-    case DropReason::kBadFrame: return "bad_frame";
-    case DropReason::kHandshakeTimeout: return "handshake_timeout";
-    case DropReason::kIdleTimeout: return "idle_timeout";
-    case DropReason::kUnauthenticatedLimit: return "unauthenticated_limit";
-    case DropReason::kDescriptors: return "descriptors";
-    case DropReason::kHttpTooLarge: return "http_too_large";
-    case DropReason::kRefusedJoin: return "refused_join";
-    case DropReason::kCount: break;
+    case DropReason::kBadFrame:
+      return "bad_frame";
+    case DropReason::kHandshakeTimeout:
+      return "handshake_timeout";
+    case DropReason::kIdleTimeout:
+      return "idle_timeout";
+    case DropReason::kUnauthenticatedLimit:
+      return "unauthenticated_limit";
+    case DropReason::kDescriptors:
+      return "descriptors";
+    case DropReason::kHttpTooLarge:
+      return "http_too_large";
+    case DropReason::kRefusedJoin:
+      return "refused_join";
+    case DropReason::kCount:
+      break;
   }
   return "unknown";
 }
@@ -155,9 +162,7 @@ class Session : public std::enable_shared_from_this<Session> {
   }
   void Start();
   void Send(std::string frame);
-  void Reply(uint64_t request_id, MsgType type, std::string payload) {
-    Send(EncodeFrame(type, request_id, payload));
-  }
+  void Reply(uint64_t request_id, MsgType type, std::string payload) { Send(EncodeFrame(type, request_id, payload)); }
   void ReplyError(uint64_t request_id, const absl::Status& s) {
     ByteWriter w;
     w.Var(static_cast<uint64_t>(s.code()));
@@ -174,7 +179,7 @@ class Session : public std::enable_shared_from_this<Session> {
   const std::string& nonce() const { return nonce_; }
   bool closed() const { return closed_; }
   double opened() const { return opened_; }
-  uint64_t member_id = 0;  // member on this connection (0: none)
+  uint64_t member_id = 0;      // member on this connection (0: none)
   bool authenticated = false;  // proved the token in a join
   /// Position in the coordinator's list of unauthenticated sessions.
   std::optional<std::list<std::weak_ptr<Session>>::iterator> unauthenticated;
@@ -240,7 +245,8 @@ class CoordinatorImpl final : public Coordinator {
     RaiseDescriptorLimit();
     reserve_fd_ = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
     uint64_t torn = 0;
-    absl::Status s = journal_.Open(options_.state_dir, [this](std::string_view r) { return Replay(r); }, &torn);
+    absl::Status s = journal_.Open(
+        options_.state_dir, [this](std::string_view r) { return Replay(r); }, &torn);
     if (!s.ok()) return s;
     if (torn > 0) Log(StrCat("journal ", journal_.path(), ": cut a torn tail of ", torn, " bytes"));
     while (steps_.size() > 256) steps_.erase(steps_.begin());
@@ -379,20 +385,29 @@ class CoordinatorImpl final : public Coordinator {
         s->Reply(h.request_id, MsgType::kStatusReply, w.Take());
         return absl::OkStatus();
       }
-      case MsgType::kJoin: return OnJoin(s, h, r);
-      default: break;
+      case MsgType::kJoin:
+        return OnJoin(s, h, r);
+      default:
+        break;
     }
     if (s->member_id == 0) {
       return absl::PermissionDeniedError(StrCat(MsgTypeName(h.type), " before a successful join"));
     }
     switch (h.type) {
-      case MsgType::kHeartbeat: return OnHeartbeat(s, h, r);
-      case MsgType::kCollective: return OnCollective(s, h, r);
-      case MsgType::kVote: return OnVote(s, h, r);
-      case MsgType::kDecide: return OnDecide(s, h, r);
-      case MsgType::kPublished: return OnPublished(s, h, r);
-      case MsgType::kAwaitOutcome: return OnAwaitOutcome(s, h, r);
-      case MsgType::kLeave: return OnLeave(s, h, r);
+      case MsgType::kHeartbeat:
+        return OnHeartbeat(s, h, r);
+      case MsgType::kCollective:
+        return OnCollective(s, h, r);
+      case MsgType::kVote:
+        return OnVote(s, h, r);
+      case MsgType::kDecide:
+        return OnDecide(s, h, r);
+      case MsgType::kPublished:
+        return OnPublished(s, h, r);
+      case MsgType::kAwaitOutcome:
+        return OnAwaitOutcome(s, h, r);
+      case MsgType::kLeave:
+        return OnLeave(s, h, r);
       default:
         return absl::InvalidArgumentError(StrCat("a coordinator does not take ", MsgTypeName(h.type), " frames"));
     }
@@ -431,9 +446,9 @@ class CoordinatorImpl final : public Coordinator {
                 "\"} ", drops_[i], "\n");
     }
     StrAppend(&m, "# HELP ckpt_coordinator_connections Open connections, by whether they joined.\n",
-              "# TYPE ckpt_coordinator_connections gauge\n",
-              "ckpt_coordinator_connections{state=\"unauthenticated\"} ", unauthenticated_.size(), "\n",
-              "ckpt_coordinator_connections{state=\"joined\"} ", JoinedConnections(), "\n");
+              "# TYPE ckpt_coordinator_connections gauge\n", "ckpt_coordinator_connections{state=\"unauthenticated\"} ",
+              unauthenticated_.size(), "\n", "ckpt_coordinator_connections{state=\"joined\"} ", JoinedConnections(),
+              "\n");
     if (!last_save_.empty()) {
       StrAppend(&m, "# HELP ckpt_coordinator_save_seconds Per-rank durations of the last committed save.\n",
                 "# TYPE ckpt_coordinator_save_seconds summary\n");
@@ -685,7 +700,8 @@ class CoordinatorImpl final : public Coordinator {
     for (uint64_t id : order_) {
       auto it = pending_joins_.find(id);
       if (it == pending_joins_.end()) continue;
-      if (auto s = it->second.session.lock()) s->Reply(it->second.request_id, MsgType::kAssign, AssignPayload(members_[id]));
+      if (auto s = it->second.session.lock())
+        s->Reply(it->second.request_id, MsgType::kAssign, AssignPayload(members_[id]));
       pending_joins_.erase(it);
     }
   }
@@ -776,8 +792,8 @@ class CoordinatorImpl final : public Coordinator {
           }
           if (silent > options_.heartbeat_s * options_.dead_after && dead.empty()) {
             ++deaths_;
-            dead = StrCat("member ", id, " (", m.host, ", ranks ", m.first_rank, "..",
-                          m.first_rank + m.local_ranks - 1, ") sent no heartbeat for ", silent, " s");
+            dead = StrCat("member ", id, " (", m.host, ", ranks ", m.first_rank, "..", m.first_rank + m.local_ranks - 1,
+                          ") sent no heartbeat for ", silent, " s");
           }
         }
         if (!dead.empty()) EndGeneration(dead);
@@ -797,8 +813,8 @@ class CoordinatorImpl final : public Coordinator {
         for (int r = 0; r < world_ && missing.size() < 16; ++r) {
           if (!c.parts.count(r)) missing.push_back(r);
         }
-        EndGeneration(StrCat("collective ", seq, " timed out: rank(s) ", absl::StrJoin(missing, ", "),
-                             " did not take part"));
+        EndGeneration(
+            StrCat("collective ", seq, " timed out: rank(s) ", absl::StrJoin(missing, ", "), " did not take part"));
         break;  // EndGeneration answered and cleared every collective
       }
     }
@@ -807,9 +823,9 @@ class CoordinatorImpl final : public Coordinator {
         for (auto it = list->begin(); it != list->end();) {
           if (it->deadline > 0 && now > it->deadline) {
             if (auto s = it->session.lock()) {
-              s->ReplyError(it->request_id, absl::DeadlineExceededError(StrCat(
-                                                "step ", step, ": no decision within the deadline; ",
-                                                st.votes.size(), " of ", world_, " ranks voted")));
+              s->ReplyError(it->request_id,
+                            absl::DeadlineExceededError(StrCat("step ", step, ": no decision within the deadline; ",
+                                                               st.votes.size(), " of ", world_, " ranks voted")));
             }
             it = list->erase(it);
           } else {
@@ -867,8 +883,8 @@ class CoordinatorImpl final : public Coordinator {
     Collective& c = collectives_[seq];
     if (c.parts.empty()) c.op = op;
     if (c.op != op) {
-      s->ReplyError(h.request_id, absl::FailedPreconditionError(StrCat(
-                                      "collective ", seq, ": rank ", rank, " called a different collective")));
+      s->ReplyError(h.request_id, absl::FailedPreconditionError(
+                                      StrCat("collective ", seq, ": rank ", rank, " called a different collective")));
       return absl::OkStatus();
     }
     c.parts[rank] = part;  // a resend after a reconnect replaces the first
@@ -897,9 +913,14 @@ class CoordinatorImpl final : public Coordinator {
             w.Var(0);
           }
           break;
-        case CollectiveOp::kScatter: w.Str(pieces[static_cast<size_t>(rk)]); break;
-        case CollectiveOp::kBroadcast: w.Str(c.parts[0]); break;
-        case CollectiveOp::kBarrier: break;
+        case CollectiveOp::kScatter:
+          w.Str(pieces[static_cast<size_t>(rk)]);
+          break;
+        case CollectiveOp::kBroadcast:
+          w.Str(c.parts[0]);
+          break;
+        case CollectiveOp::kBarrier:
+          break;
       }
       ws->Reply(wt.request_id, MsgType::kCollectiveResult, w.Take());
     }
@@ -949,8 +970,8 @@ class CoordinatorImpl final : public Coordinator {
     if (st.outcome || st.decision) return absl::OkStatus();
     st.votes[rank] = std::move(v);
     if (!st.votes[rank].ok) {
-      Decide(step, st, absl::AbortedError(StrCat("rank ", rank, " failed to save step ", step, ": ",
-                                                 st.votes[rank].error)));
+      Decide(step, st,
+             absl::AbortedError(StrCat("rank ", rank, " failed to save step ", step, ": ", st.votes[rank].error)));
       return absl::OkStatus();
     }
     if (static_cast<int>(st.votes.size()) == world_) Decide(step, st, CheckReplicas(step, st));
@@ -1001,8 +1022,8 @@ class CoordinatorImpl final : public Coordinator {
       SdcAlert alert;
       alert.step = step;
       alert.key = key;
-      alert.detail = strict ? StrCat("rank(s) ", absl::StrJoin(minority, ", "), " disagree with the other ",
-                                     best, " of ", copies.size(), " replicas")
+      alert.detail = strict ? StrCat("rank(s) ", absl::StrJoin(minority, ", "), " disagree with the other ", best,
+                                     " of ", copies.size(), " replicas")
                             : StrCat("no majority among ", copies.size(), " replicas");
       ByteWriter w;
       w.U8(static_cast<uint8_t>(JournalKind::kSdc));
@@ -1013,10 +1034,9 @@ class CoordinatorImpl final : public Coordinator {
       Log(StrCat("SDC ALERT step ", step, " ", key, ": ", alert.detail));
       sdc_.push_back(std::move(alert));
       if ((!strict || written_hash != major) && verdict.ok()) {
-        verdict = absl::DataLossError(StrCat("silent data corruption in ", key, " at step ", step, ": the copy of rank ",
-                                             writer, " that was written ",
-                                             strict ? "disagrees with the majority" : "has no majority",
-                                             "; the step is not committed"));
+        verdict = absl::DataLossError(StrCat(
+            "silent data corruption in ", key, " at step ", step, ": the copy of rank ", writer, " that was written ",
+            strict ? "disagrees with the majority" : "has no majority", "; the step is not committed"));
       }
     }
     return verdict;
@@ -1270,8 +1290,8 @@ class CoordinatorImpl final : public Coordinator {
       raised.rlim_cur = rl.rlim_max;
       if (setrlimit(RLIMIT_NOFILE, &raised) == 0) rl = raised;
     }
-    Log(StrCat("descriptor limit ", rl.rlim_cur, " (hard ", rl.rlim_max, "); at most ",
-               options_.max_unauthenticated, " connections may wait to join, for ", options_.handshake_timeout_s,
+    Log(StrCat("descriptor limit ", rl.rlim_cur, " (hard ", rl.rlim_max, "); at most ", options_.max_unauthenticated,
+               " connections may wait to join, for ", options_.handshake_timeout_s,
                " s each; joined connections idle for ", idle_timeout_s_, " s are dropped"));
   }
 
@@ -1281,7 +1301,7 @@ class CoordinatorImpl final : public Coordinator {
   void OnAcceptOutOfDescriptors(const boost::system::error_code& ec) {
     if (auto oldest = unauthenticated_.empty() ? nullptr : unauthenticated_.front().lock()) {
       oldest->Drop(DropReason::kDescriptors, StrCat("out of descriptors (", ec.message(),
-                                                     "): the oldest connection that has not joined makes room"));
+                                                    "): the oldest connection that has not joined makes room"));
       Accept();
       return;
     }
@@ -1382,23 +1402,22 @@ void Session::ReadNext() {
 
 void Session::ReadHeaderRest() {
   auto self = shared_from_this();
-  asio::async_read(socket_, asio::buffer(header_ + 4, kHeaderSize - 4),
-                   [this, self](const boost::system::error_code& ec, size_t) {
-                     if (ec || closed_) return Close("");
-                     // Before the join only small frames exist.
-                     const uint32_t limit = !authenticated ? std::min(kMaxPreAuthPayload, owner_.max_frame())
-                                                           : owner_.max_frame();
-                     auto h = ParseHeader(header_, limit);
-                     if (!h.ok()) {
-                       std::string why(h.status().message());
-                       if (!authenticated && absl::StrContains(why, "exceeds the limit")) {
-                         StrAppend(&why, " (before a join)");
-                       }
-                       return Drop(DropReason::kBadFrame, why);
-                     }
-                     payload_.clear();
-                     ReadPayload(*h, 0);
-                   });
+  asio::async_read(
+      socket_, asio::buffer(header_ + 4, kHeaderSize - 4), [this, self](const boost::system::error_code& ec, size_t) {
+        if (ec || closed_) return Close("");
+        // Before the join only small frames exist.
+        const uint32_t limit = !authenticated ? std::min(kMaxPreAuthPayload, owner_.max_frame()) : owner_.max_frame();
+        auto h = ParseHeader(header_, limit);
+        if (!h.ok()) {
+          std::string why(h.status().message());
+          if (!authenticated && absl::StrContains(why, "exceeds the limit")) {
+            StrAppend(&why, " (before a join)");
+          }
+          return Drop(DropReason::kBadFrame, why);
+        }
+        payload_.clear();
+        ReadPayload(*h, 0);
+      });
 }
 
 void Session::ReadPayload(FrameHeader h, size_t have) {
@@ -1443,8 +1462,8 @@ void Session::ServeHttp() {
     std::string status = "200 OK", type = "text/plain; version=0.0.4", body;
     if (ec == asio::error::not_found) {
       // The buffer is full (kMaxHttpRequest) and the headers have not ended.
-      owner_.CountDrop(DropReason::kHttpTooLarge, StrCat("an HTTP request from ", peer_, " exceeds ",
-                                                        kMaxHttpRequest, " bytes without ending its headers"));
+      owner_.CountDrop(DropReason::kHttpTooLarge, StrCat("an HTTP request from ", peer_, " exceeds ", kMaxHttpRequest,
+                                                         " bytes without ending its headers"));
       status = "431 Request Header Fields Too Large";
       body = StrCat("request headers are limited to ", kMaxHttpRequest, " bytes\n");
     } else if (ec) {

@@ -2,25 +2,24 @@
 
 #include <algorithm>
 #include <cmath>
-#include <limits>
 #include <cstring>
 #include <future>
+#include <limits>
 #include <map>
 #include <mutex>
 #include <thread>
 
 #include "absl/strings/match.h"
-
 #include "ckpt/checkpointer.h"
 #include "ckpt/state.h"
 #include "ckpt/synthetic.h"
 #include "core/root.h"
-#include "plan/cover.h"
 #include "core/value_tally.h"
 #include "format/frame_check.h"
 #include "format/layout.h"
 #include "pipeline/block_stream.h"
 #include "pipeline/loader.h"
+#include "plan/cover.h"
 #include "util/errors.h"
 #include "util/strings.h"
 
@@ -172,14 +171,18 @@ absl::StatusOr<std::map<std::string, ChunkHashes>> HashesOf(Storage& storage, co
 
 }  // namespace
 
-
 const char* DiffKindName(TensorDiff::Kind kind) {
   switch (kind) {
-    case TensorDiff::Kind::kIdentical: return "identical";
-    case TensorDiff::Kind::kChanged: return "changed";
-    case TensorDiff::Kind::kOnlyInA: return "only in A";
-    case TensorDiff::Kind::kOnlyInB: return "only in B";
-    case TensorDiff::Kind::kMismatch: return "mismatch";
+    case TensorDiff::Kind::kIdentical:
+      return "identical";
+    case TensorDiff::Kind::kChanged:
+      return "changed";
+    case TensorDiff::Kind::kOnlyInA:
+      return "only in A";
+    case TensorDiff::Kind::kOnlyInB:
+      return "only in B";
+    case TensorDiff::Kind::kMismatch:
+      return "mismatch";
   }
   return "?";
 }
@@ -210,7 +213,8 @@ absl::StatusOr<std::vector<TensorStats>> ComputeStats(Storage& storage, int64_t 
   const std::vector<const ManifestTensor*> tensors = Selected(m, options.tensor_glob);
   std::map<const ManifestTensor*, ValueTally> acc;
   int64_t total = 0, done = 0;
-  for (const ManifestTensor* t : tensors) total += t->spec.NumElements() * static_cast<int64_t>(DTypeSize(t->spec.dtype));
+  for (const ManifestTensor* t : tensors)
+    total += t->spec.NumElements() * static_cast<int64_t>(DTypeSize(t->spec.dtype));
   // Every block is summarised where it was decoded; the per-block results
   // are folded in file order.
   StepFiles files(storage, m);
@@ -250,8 +254,8 @@ absl::StatusOr<std::vector<TensorStats>> ComputeStats(Storage& storage, int64_t 
   return out;
 }
 
-std::vector<std::string> GateProblems(const std::vector<TensorStats>& current,
-                                      const std::vector<TensorStats>* previous, const GateOptions& options) {
+std::vector<std::string> GateProblems(const std::vector<TensorStats>& current, const std::vector<TensorStats>* previous,
+                                      const GateOptions& options) {
   std::vector<std::string> problems;
   std::map<std::string, const TensorStats*> before;
   if (previous != nullptr) {
@@ -403,15 +407,13 @@ absl::StatusOr<std::vector<TensorDiff>> DiffSteps(Storage& a, int64_t step_a, St
   // batch ahead of the comparison.
   std::vector<const TensorSpec*> recut_specs;
   for (const ManifestTensor* t : recut) recut_specs.push_back(&t->spec);
-  const std::vector<std::vector<Slab>> batches =
-      PlanBatches(recut_specs, std::max<int64_t>(1, options.slab_bytes / 4));
+  const std::vector<std::vector<Slab>> batches = PlanBatches(recut_specs, std::max<int64_t>(1, options.slab_bytes / 4));
   std::vector<std::byte> bufs_a[2], bufs_b[2];
   auto launch = [&](size_t bi) {
-    return std::make_pair(
-        std::async(std::launch::async,
-                   [&, bi] { return Annotate(LoadBatch(a, ma, batches[bi], bufs_a[bi % 2]), "A"); }),
-        std::async(std::launch::async,
-                   [&, bi] { return Annotate(LoadBatch(b, mb, batches[bi], bufs_b[bi % 2]), "B"); }));
+    return std::make_pair(std::async(std::launch::async,
+                                     [&, bi] { return Annotate(LoadBatch(a, ma, batches[bi], bufs_a[bi % 2]), "A"); }),
+                          std::async(std::launch::async,
+                                     [&, bi] { return Annotate(LoadBatch(b, mb, batches[bi], bufs_b[bi % 2]), "B"); }));
   };
   std::pair<std::future<absl::Status>, std::future<absl::Status>> next;
   if (!batches.empty()) next = launch(0);
@@ -424,8 +426,7 @@ absl::StatusOr<std::vector<TensorDiff>> DiffSteps(Storage& a, int64_t step_a, St
     for (const Slab& s : batches[bi]) {
       TensorComparison& x = acc[s.spec->fqn];
       ValueComparison c;
-      CompareValues(s.spec->dtype, bufs_a[bi % 2].data() + s.offset, bufs_b[bi % 2].data() + s.offset, s.elements(),
-                    c);
+      CompareValues(s.spec->dtype, bufs_a[bi % 2].data() + s.offset, bufs_b[bi % 2].data() + s.offset, s.elements(), c);
       if (c.first >= 0) note_first(x, s.row0 * s.row_elems + c.first);
       x.c.Merge(c);
       done += s.elements() * static_cast<int64_t>(DTypeSize(s.spec->dtype));
@@ -505,8 +506,9 @@ absl::StatusOr<std::vector<ItemDiff>> DiffBlobsAndMetadata(Storage& a, int64_t s
       d.kind = ItemDiff::Kind::kOnlyInA;
     } else if (other->second != value) {
       d.kind = ItemDiff::Kind::kChanged;
-      d.note = value.size() + other->second.size() <= 160 ? StrCat("'", value, "' in A, '", other->second, "' in B")
-                                                          : StrCat(value.size(), " bytes in A, ", other->second.size(), " in B");
+      d.note = value.size() + other->second.size() <= 160
+                   ? StrCat("'", value, "' in A, '", other->second, "' in B")
+                   : StrCat(value.size(), " bytes in A, ", other->second.size(), " in B");
     }
     out.push_back(std::move(d));
   }

@@ -1,26 +1,25 @@
 #include "ckpt/checkpointer.h"
-#include "ckpt/experimental/commit_arbiter.h"
+
+#include <unistd.h>
 
 #include <algorithm>
-#include <cstdio>
 #include <condition_variable>
+#include <cstdio>
+#include <cstring>
 #include <deque>
 #include <functional>
-#include <cstring>
 #include <map>
 #include <mutex>
 #include <optional>
 #include <random>
 #include <thread>
 
-#include <unistd.h>
-
-#include "absl/strings/str_cat.h"
-#include "util/strings.h"
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "ckpt/experimental/commit_arbiter.h"
 #include "ckpt/version.h"
 #include "core/claim.h"
 #include "core/collective_plan.h"
@@ -44,9 +43,7 @@ namespace ckpt {
 
 const char* LibraryVersion() { return CKPT_VERSION_STRING; }
 
-namespace {
-
-}  // namespace
+namespace {}  // namespace
 
 // What a load met on its way to the step it read, on stderr: the trainer's
 // log is where an operator looks at 3 a.m.
@@ -71,14 +68,12 @@ class Checkpointer::Impl {
   }
 
   absl::Status Init() {
-    if (options_.world_size < 1 || options_.rank < 0 ||
-        options_.rank >= options_.world_size) {
-      return absl::InvalidArgumentError(StrCat(
-          "rank ", options_.rank, " is not within world size ", options_.world_size));
+    if (options_.world_size < 1 || options_.rank < 0 || options_.rank >= options_.world_size) {
+      return absl::InvalidArgumentError(
+          StrCat("rank ", options_.rank, " is not within world size ", options_.world_size));
     }
     if (options_.zstd_level < -7 || options_.zstd_level > 22) {
-      return absl::InvalidArgumentError(StrCat(
-          "zstd level ", options_.zstd_level, " is outside -7..22"));
+      return absl::InvalidArgumentError(StrCat("zstd level ", options_.zstd_level, " is outside -7..22"));
     }
     if (options_.storage) {
       storage_ = options_.storage;
@@ -90,14 +85,12 @@ class Checkpointer::Impl {
     } else {
       CKPT_ASSIGN_OR_RETURN(engine_, SaveEngine::Create(options_.engine_options));
     }
-    arbiter_ = options_.arbiter ? options_.arbiter
-                                : std::make_shared<StorageArbiter>(storage_, options_.world_size);
+    arbiter_ = options_.arbiter ? options_.arbiter : std::make_shared<StorageArbiter>(storage_, options_.world_size);
     committer_ = std::thread([this] { CommitLoop(); });
     return absl::OkStatus();
   }
 
-  absl::StatusOr<SaveHandle> Save(int64_t step, const State& state,
-                                  const SaveOptions& save_options) {
+  absl::StatusOr<SaveHandle> Save(int64_t step, const State& state, const SaveOptions& save_options) {
     const double t0 = NowSeconds();
     if (step < 0) {
       return absl::InvalidArgumentError(StrCat("step ", step, " is negative"));
@@ -132,8 +125,8 @@ class Checkpointer::Impl {
     // With a communicator, replicas agree which of them writes each box.
     std::vector<bool> writes(state.shards().size(), true);
     if (options_.communicator) {
-      CKPT_ASSIGN_OR_RETURN(writes, AgreeOnWriters(*options_.communicator, state,
-                                                   options_.collective_timeout_s, &writer_cache_));
+      CKPT_ASSIGN_OR_RETURN(
+          writes, AgreeOnWriters(*options_.communicator, state, options_.collective_timeout_s, &writer_cache_));
     }
     // Replica hashes for the arbiter's silent-data-corruption check, taken
     // now, while the shards cannot change.
@@ -146,7 +139,7 @@ class Checkpointer::Impl {
       }
     }
     // Pieces: non-empty shards (large ones as column tiles), then blobs.
-    std::deque<Shard> tiles;  // stable addresses for the engine
+    std::deque<Shard> tiles;            // stable addresses for the engine
     std::vector<const Shard*> parents;  // per tile: its shard when tiled
     for (size_t si = 0; si < state.shards().size(); ++si) {
       const Shard& s = state.shards()[si];
@@ -253,8 +246,7 @@ class Checkpointer::Impl {
     return SaveHandle(shared);
   }
 
-  absl::StatusOr<LoadStats> Load(const State& target, int64_t step,
-                                 const LoadOptions& options) {
+  absl::StatusOr<LoadStats> Load(const State& target, int64_t step, const LoadOptions& options) {
     if (!options_.communicator) {
       return LoadCheckpoint(*storage_, target, step, options_.rank, options);
     }
@@ -287,8 +279,7 @@ class Checkpointer::Impl {
     if (parts.size() >= 3) ParseInt64(parts[2], &fell_back_from);
     const std::string note = parts.size() >= 4 ? parts[3] : "";
     CKPT_ASSIGN_OR_RETURN(std::string plan,
-                          DistributeLoadPlan(comm, target, comm.rank() == 0 ? &manifest : nullptr,
-                                             timeout));
+                          DistributeLoadPlan(comm, target, comm.rank() == 0 ? &manifest : nullptr, timeout));
     CKPT_ASSIGN_OR_RETURN(Manifest mine, DecodeManifest(plan, "load plan from the leader"));
     CKPT_ASSIGN_OR_RETURN(LoadStats stats, LoadFromManifest(*storage_, mine, target, options_.rank, options));
     stats.damage_note = note;
@@ -345,8 +336,8 @@ class Checkpointer::Impl {
     for (std::string_view name : {kManifestName, kManifestCopyName}) {
       auto size = storage_->FileSize(StrCat(dir, "/", name));
       if (size.ok() || !absl::IsNotFound(size.status())) {
-        return absl::AlreadyExistsError(StrCat("step ", step, " is already committed under ", storage_->uri(),
-                                               " (", dir, "/", name, " exists)"));
+        return absl::AlreadyExistsError(
+            StrCat("step ", step, " is already committed under ", storage_->uri(), " (", dir, "/", name, " exists)"));
       }
     }
     // A step at or below the latest is usually a second job, or a restart
@@ -402,8 +393,7 @@ class Checkpointer::Impl {
   }
 
   // Engine finalizer thread: this rank's data file is durable (or failed).
-  void OnDataFinished(SaveJob& j, absl::Status s,
-                      std::shared_ptr<SaveHandle::Shared> shared,
+  void OnDataFinished(SaveJob& j, absl::Status s, std::shared_ptr<SaveHandle::Shared> shared,
                       std::shared_ptr<Manifest> report, std::vector<ReplicaHash> replicas) {
     const std::string dir = StepDir(j.step);
     const double write_s = NowSeconds() - shared->t_start;
@@ -464,8 +454,9 @@ class Checkpointer::Impl {
     }
     if (!s.ok()) {
       if (!lost_claim) {
-        (void)storage_->PutAtomic(StrCat(dir, "/", FailedName(j.rank)),
-                                  AsBytesView(TagMarker(j.save_id, std::string_view(s.message().data(), s.message().size()))));
+        (void)storage_->PutAtomic(
+            StrCat(dir, "/", FailedName(j.rank)),
+            AsBytesView(TagMarker(j.save_id, std::string_view(s.message().data(), s.message().size()))));
         if (IsLeader()) (void)Abort(j.step, j.save_id, absl::AbortedError(StrCat("leader failed: ", s.message())));
       }
       shared->SetDone(s, NowSeconds() - shared->t_start);
@@ -525,9 +516,10 @@ class Checkpointer::Impl {
       // Only this save's files are committed.
       for (const ManifestFile& f : rep->files) {
         if (f.save_id != id) {
-          return Abort(step, id, absl::AbortedError(StrCat(
-                                     path, " describes ", f.name, " of save ", SaveIdText(f.save_id),
-                                     ", not of this save (save ", SaveIdText(id), "); the step is not committed")));
+          return Abort(
+              step, id,
+              absl::AbortedError(StrCat(path, " describes ", f.name, " of save ", SaveIdText(f.save_id),
+                                        ", not of this save (save ", SaveIdText(id), "); the step is not committed")));
         }
       }
       reports.push_back(std::move(rep).value());
@@ -545,9 +537,8 @@ class Checkpointer::Impl {
     // Committed. The copy makes the step's metadata survive damage to either
     // file; if writing it fails, the next Open writes it.
     if (absl::Status c = storage_->PutAtomic(StrCat(dir, "/", kManifestCopyName), AsBytesView(bytes)); !c.ok()) {
-      std::fprintf(stderr, "ckpt: step %lld is committed, but writing %s/%s failed: %s\n",
-                   static_cast<long long>(step), dir.c_str(), std::string(kManifestCopyName).c_str(),
-                   std::string(c.message()).c_str());
+      std::fprintf(stderr, "ckpt: step %lld is committed, but writing %s/%s failed: %s\n", static_cast<long long>(step),
+                   dir.c_str(), std::string(kManifestCopyName).c_str(), std::string(c.message()).c_str());
     }
     // The step is committed whatever happens to LATEST, which only speeds
     // up finding it (loads, `ckpt repair` and the next commit mend it).
@@ -580,9 +571,7 @@ class Checkpointer::Impl {
   }
 
   // Non-leader: waits until the leader committed or aborted the step.
-  absl::Status AwaitOutcome(int64_t step) {
-    return arbiter_->AwaitOutcome(step, options_.commit_timeout_s + 30);
-  }
+  absl::Status AwaitOutcome(int64_t step) { return arbiter_->AwaitOutcome(step, options_.commit_timeout_s + 30); }
 
   CheckpointerOptions options_;
   std::shared_ptr<Storage> storage_;
@@ -604,8 +593,7 @@ class Checkpointer::Impl {
   std::thread committer_;
 };
 
-absl::StatusOr<std::unique_ptr<Checkpointer>> Checkpointer::Open(
-    CheckpointerOptions options) {
+absl::StatusOr<std::unique_ptr<Checkpointer>> Checkpointer::Open(CheckpointerOptions options) {
   auto impl = std::make_unique<Impl>(std::move(options));
   CKPT_RETURN_IF_ERROR(impl->Init());
   if (impl->IsLeader() && impl->options().gc_on_open) {
@@ -635,12 +623,9 @@ absl::StatusOr<std::unique_ptr<Checkpointer>> Checkpointer::Open(
   return std::unique_ptr<Checkpointer>(new Checkpointer(std::move(impl)));
 }
 
-absl::StatusOr<int64_t> LatestCommittedStep(Storage& storage) {
-  return ResolveLatest(storage);
-}
+absl::StatusOr<int64_t> LatestCommittedStep(Storage& storage) { return ResolveLatest(storage); }
 
-absl::StatusOr<LoadStats> LoadCheckpoint(Storage& storage, const State& target,
-                                         int64_t step, int rank,
+absl::StatusOr<LoadStats> LoadCheckpoint(Storage& storage, const State& target, int64_t step, int rank,
                                          const LoadOptions& options) {
   CKPT_ASSIGN_OR_RETURN(LoadableStep found, ResolveLoadable(storage, step, options.allow_fallback));
   ReportDamage(found, storage.uri());
@@ -650,34 +635,24 @@ absl::StatusOr<LoadStats> LoadCheckpoint(Storage& storage, const State& target,
   return stats;
 }
 
-absl::StatusOr<std::vector<StepInfo>> ListCheckpointSteps(Storage& storage) {
-  return ListStepsIn(storage);
-}
+absl::StatusOr<std::vector<StepInfo>> ListCheckpointSteps(Storage& storage) { return ListStepsIn(storage); }
 
 Checkpointer::Checkpointer(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 Checkpointer::~Checkpointer() = default;
 
-absl::StatusOr<SaveHandle> Checkpointer::Save(int64_t step, const State& state,
-                                              const SaveOptions& options) {
+absl::StatusOr<SaveHandle> Checkpointer::Save(int64_t step, const State& state, const SaveOptions& options) {
   return impl_->Save(step, state, options);
 }
 
-absl::StatusOr<LoadStats> Checkpointer::Load(const State& target, int64_t step,
-                                             const LoadOptions& options) {
+absl::StatusOr<LoadStats> Checkpointer::Load(const State& target, int64_t step, const LoadOptions& options) {
   return impl_->Load(target, step, options);
 }
 
-absl::StatusOr<int64_t> Checkpointer::LatestStep() {
-  return ResolveLatest(impl_->storage());
-}
+absl::StatusOr<int64_t> Checkpointer::LatestStep() { return ResolveLatest(impl_->storage()); }
 
-absl::StatusOr<std::vector<StepInfo>> Checkpointer::ListSteps() {
-  return ListStepsIn(impl_->storage());
-}
+absl::StatusOr<std::vector<StepInfo>> Checkpointer::ListSteps() { return ListStepsIn(impl_->storage()); }
 
-absl::StatusOr<GcReport> Checkpointer::CollectGarbage(bool dry_run) {
-  return impl_->CollectGarbage(dry_run);
-}
+absl::StatusOr<GcReport> Checkpointer::CollectGarbage(bool dry_run) { return impl_->CollectGarbage(dry_run); }
 
 absl::Status Checkpointer::WaitAll() { return impl_->WaitAll(); }
 

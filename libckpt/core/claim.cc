@@ -52,10 +52,10 @@ uint64_t UntagMarker(std::string_view text, std::string* why) {
 double PollCeiling(int world_size) { return std::clamp(0.05 * world_size / 256.0, 0.05, 2.0); }
 
 absl::Status ClaimedByOther(Storage& storage, int64_t step, const StepClaim& other) {
-  return absl::AbortedError(StrCat(
-      "step ", step, " under ", storage.uri(), " is claimed by another ", DescribeClaim(other, UnixNanos()),
-      "; a step has one writer, so this save stops without writing into it. If that save is no longer "
-      "running, its leftovers are removed when the next job opens the root (or by `ckpt gc`)"));
+  return absl::AbortedError(
+      StrCat("step ", step, " under ", storage.uri(), " is claimed by another ", DescribeClaim(other, UnixNanos()),
+             "; a step has one writer, so this save stops without writing into it. If that save is no longer "
+             "running, its leftovers are removed when the next job opens the root (or by `ckpt gc`)"));
 }
 
 absl::Status TakeClaim(Storage& storage, int64_t step, uint64_t id, int world_size) {

@@ -80,8 +80,8 @@ std::string U64Bytes(uint64_t v) {
 
 }  // namespace
 
-absl::StatusOr<std::vector<bool>> AgreeOnWriters(Communicator& comm, const State& state,
-                                                 double timeout_s, WriterCache* cache) {
+absl::StatusOr<std::vector<bool>> AgreeOnWriters(Communicator& comm, const State& state, double timeout_s,
+                                                 WriterCache* cache) {
   const std::string mine = EncodeWants(state);
   const uint64_t hash = Xxh3(mine);
   CKPT_ASSIGN_OR_RETURN(std::vector<std::string> hashes, comm.Gather(U64Bytes(hash), timeout_s));
@@ -128,9 +128,8 @@ absl::StatusOr<std::vector<bool>> AgreeOnWriters(Communicator& comm, const State
         auto [it, fresh] = specs.try_emplace(s.spec.fqn, s.spec);
         if (!fresh && !(it->second == s.spec)) {
           leader_error = absl::InvalidArgumentError(StrCat(
-              "tensor '", s.spec.fqn, "': rank ", r, " has ", DTypeName(s.spec.dtype), " ",
-              ShapeToString(s.spec.shape), ", another rank ", DTypeName(it->second.dtype), " ",
-              ShapeToString(it->second.shape)));
+              "tensor '", s.spec.fqn, "': rank ", r, " has ", DTypeName(s.spec.dtype), " ", ShapeToString(s.spec.shape),
+              ", another rank ", DTypeName(it->second.dtype), " ", ShapeToString(it->second.shape)));
           break;
         }
         if (s.box.Empty()) continue;
@@ -245,8 +244,8 @@ Manifest RestrictManifest(const Manifest& m, const State& wants, int rank) {
   return out;
 }
 
-absl::StatusOr<std::string> DistributeLoadPlan(Communicator& comm, const State& target,
-                                               const Manifest* manifest, double timeout_s) {
+absl::StatusOr<std::string> DistributeLoadPlan(Communicator& comm, const State& target, const Manifest* manifest,
+                                               double timeout_s) {
   CKPT_ASSIGN_OR_RETURN(std::vector<std::string> all, comm.Gather(EncodeWants(target), timeout_s));
   std::vector<std::string> plans;
   if (comm.rank() == 0) {

@@ -28,15 +28,15 @@ struct WriterCache {
 /// it writes (mask over state.shards()). A box held identically by several
 /// ranks is written by one of them, chosen greedily (largest first) to
 /// balance bytes. Errors when ranks disagree on a tensor's dtype or shape.
-absl::StatusOr<std::vector<bool>> AgreeOnWriters(Communicator& comm, const State& state,
-                                                 double timeout_s, WriterCache* cache);
+absl::StatusOr<std::vector<bool>> AgreeOnWriters(Communicator& comm, const State& state, double timeout_s,
+                                                 WriterCache* cache);
 
 /// Collective: the leader reads nothing itself; it receives every rank's
 /// requested boxes and blobs and returns, per rank, the encoded manifest
 /// restricted to the chunks, files and blobs that rank needs. `manifest` is
 /// only read on the leader.
-absl::StatusOr<std::string> DistributeLoadPlan(Communicator& comm, const State& target,
-                                               const Manifest* manifest, double timeout_s);
+absl::StatusOr<std::string> DistributeLoadPlan(Communicator& comm, const State& target, const Manifest* manifest,
+                                               double timeout_s);
 
 /// The part of `m` that overlaps the given boxes and blobs (per-rank blobs
 /// of `rank` or of their source rank): a manifest LoadFromManifest accepts.

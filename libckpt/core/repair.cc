@@ -76,8 +76,8 @@ absl::StatusOr<RepairReport> RepairStep(Storage& damaged, Storage& source, int64
   if (!check.ok()) {
     // The manifest itself is missing or undecodable here.
     if (!source_check.ok()) {
-      report.lost.push_back(StrCat("step ", step, ": ", check.status().message(), "; the other copy: ",
-                                   source_check.status().message()));
+      report.lost.push_back(
+          StrCat("step ", step, ": ", check.status().message(), "; the other copy: ", source_check.status().message()));
       return report;
     }
     CKPT_ASSIGN_OR_RETURN(std::string bytes, source.GetAll(manifest));
@@ -97,8 +97,7 @@ absl::StatusOr<RepairReport> RepairStep(Storage& damaged, Storage& source, int64
   // the other copy's is intact.
   const std::string manifest_copy = StrCat(dir, "/", kManifestCopyName);
   auto problem_in = [&](const VerifyReport& r, const std::string& file) {
-    return std::any_of(r.problems.begin(), r.problems.end(),
-                       [&](const VerifyProblem& p) { return p.file == file; });
+    return std::any_of(r.problems.begin(), r.problems.end(), [&](const VerifyProblem& p) { return p.file == file; });
   };
   auto theirs_ex = ExamineStep(source, step);
   const bool theirs_intact = theirs_ex.ok() && theirs_ex->manifest.has_value();

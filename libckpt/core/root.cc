@@ -12,12 +12,12 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
-#include "util/strings.h"
 #include "format/layout.h"
 #include "plan/cover.h"
 #include "util/bytes.h"
 #include "util/clock.h"
 #include "util/errors.h"
+#include "util/strings.h"
 
 namespace ckpt {
 
@@ -29,10 +29,9 @@ absl::StatusOr<Manifest> DecodeStepManifest(std::string_view bytes, const std::s
   auto m = DecodeManifest(bytes, path);
   if (!m.ok()) return m.status();
   if (m->kind != Manifest::Kind::kManifest || m->step != step) {
-    return absl::DataLossError(StrCat(
-        path, ": describes step ", m->step,
-        m->kind != Manifest::Kind::kManifest ? " and is a rank report" : "",
-        ", expected the manifest of step ", step));
+    return absl::DataLossError(StrCat(path, ": describes step ", m->step,
+                                      m->kind != Manifest::Kind::kManifest ? " and is a rank report" : "",
+                                      ", expected the manifest of step ", step));
   }
   return m;
 }
@@ -79,9 +78,12 @@ std::string Located(const std::string& path, absl::string_view message) {
 
 std::string_view StepStateName(StepState state) {
   switch (state) {
-    case StepState::kPartial: return "partial";
-    case StepState::kCommitted: return "committed";
-    case StepState::kDamaged: return "damaged";
+    case StepState::kPartial:
+      return "partial";
+    case StepState::kCommitted:
+      return "committed";
+    case StepState::kDamaged:
+      return "damaged";
   }
   return "unknown";
 }
@@ -127,8 +129,8 @@ absl::StatusOr<StepExamination> ExamineStep(Storage& storage, int64_t step) {
       if (!mb.ok()) {
         ex.copy_problem = Located(copy, mb.status().message());
       } else if (ma.ok()) {
-        ex.copy_problem = StrCat(copy, " decodes but differs from ", kManifestName,
-                                 " (both cannot be the commit of one save)");
+        ex.copy_problem =
+            StrCat(copy, " decodes but differs from ", kManifestName, " (both cannot be the commit of one save)");
       } else {
         ma = std::move(mb);
         ex.from_copy = true;
@@ -138,7 +140,8 @@ absl::StatusOr<StepExamination> ExamineStep(Storage& storage, int64_t step) {
     }
   } else if (!ma.ok() || ma->format_version >= 2) {
     // Manifests of version 1 were written without a copy.
-    ex.copy_problem = StrCat(copy, " is missing (the save stopped between its commit and the copy, or it was "
+    ex.copy_problem = StrCat(copy,
+                             " is missing (the save stopped between its commit and the copy, or it was "
                              "removed; the next open or `ckpt repair` writes it)");
   }
   if (ma.ok()) {
@@ -197,8 +200,7 @@ absl::StatusOr<std::vector<StepInfo>> ListStepsIn(Storage& storage) {
     }
     out.push_back(ex->info);
   }
-  std::sort(out.begin(), out.end(),
-            [](const StepInfo& a, const StepInfo& b) { return a.step < b.step; });
+  std::sort(out.begin(), out.end(), [](const StepInfo& a, const StepInfo& b) { return a.step < b.step; });
   return out;
 }
 
@@ -264,12 +266,12 @@ absl::StatusOr<LoadableStep> ResolveLoadable(Storage& storage, int64_t step, boo
     if (s.step < step && s.committed) older = &s;
   }
   if (!allow_fallback || older == nullptr) {
-    return absl::DataLossError(StrCat(
-        m.status().message(), older == nullptr
-                                  ? std::string("; no older intact step exists")
-                                  : StrCat("; the newest intact step is ", older->step,
-                                           " (allow falling back to restore it: LoadOptions::allow_fallback, "
-                                           "--fallback), or `ckpt repair` the damaged one")));
+    return absl::DataLossError(
+        StrCat(m.status().message(), older == nullptr
+                                         ? std::string("; no older intact step exists")
+                                         : StrCat("; the newest intact step is ", older->step,
+                                                  " (allow falling back to restore it: LoadOptions::allow_fallback, "
+                                                  "--fallback), or `ckpt repair` the damaged one")));
   }
   std::string older_note;
   CKPT_ASSIGN_OR_RETURN(out.manifest, ReadManifest(storage, older->step, &older_note));
@@ -301,8 +303,8 @@ absl::StatusOr<std::vector<int64_t>> HealManifestCopies(Storage& storage) {
   return healed;
 }
 
-absl::Status RepairStepMetadata(Storage& storage, int64_t step, bool dry_run,
-                                std::vector<std::string>* repaired, std::vector<std::string>* lost) {
+absl::Status RepairStepMetadata(Storage& storage, int64_t step, bool dry_run, std::vector<std::string>* repaired,
+                                std::vector<std::string>* lost) {
   CKPT_ASSIGN_OR_RETURN(StepExamination ex, ExamineStep(storage, step));
   const std::string dir = StepDir(step);
   // A damaged or missing CLAIM of a committed step, from the manifest's
@@ -355,11 +357,10 @@ absl::StatusOr<Manifest> MergeReports(const std::vector<Manifest>& reports) {
   std::set<std::pair<std::string, int32_t>> blob_keys;
   for (size_t r = 0; r < reports.size(); ++r) {
     const Manifest& rep = reports[r];
-    if (rep.kind != Manifest::Kind::kRankReport || rep.step != m.step ||
-        rep.files.size() != 1 || rep.files[0].rank != static_cast<int32_t>(r)) {
-      return absl::DataLossError(StrCat(
-          "report of rank ", r, " for step ", m.step, " is inconsistent (step ",
-          rep.step, ", ", rep.files.size(), " files)"));
+    if (rep.kind != Manifest::Kind::kRankReport || rep.step != m.step || rep.files.size() != 1 ||
+        rep.files[0].rank != static_cast<int32_t>(r)) {
+      return absl::DataLossError(StrCat("report of rank ", r, " for step ", m.step, " is inconsistent (step ", rep.step,
+                                        ", ", rep.files.size(), " files)"));
     }
     const uint32_t file_index = static_cast<uint32_t>(m.files.size());
     m.files.push_back(rep.files[0]);
@@ -373,12 +374,10 @@ absl::StatusOr<Manifest> MergeReports(const std::vector<Manifest>& reports) {
         it->second.spec = t.spec;
         rank_of_tensor[t.spec.fqn] = static_cast<int>(r);
       } else if (!(it->second.spec == t.spec)) {
-        return absl::InvalidArgumentError(StrCat(
-            "tensor '", t.spec.fqn, "': rank ", r, " saved ",
-            DTypeName(t.spec.dtype), " ", ShapeToString(t.spec.shape),
-            " but rank ", rank_of_tensor[t.spec.fqn], " saved ",
-            DTypeName(it->second.spec.dtype), " ",
-            ShapeToString(it->second.spec.shape)));
+        return absl::InvalidArgumentError(
+            StrCat("tensor '", t.spec.fqn, "': rank ", r, " saved ", DTypeName(t.spec.dtype), " ",
+                   ShapeToString(t.spec.shape), " but rank ", rank_of_tensor[t.spec.fqn], " saved ",
+                   DTypeName(it->second.spec.dtype), " ", ShapeToString(it->second.spec.shape)));
       }
       for (ManifestChunk c : t.chunks) {
         c.file = file_index;
@@ -387,10 +386,9 @@ absl::StatusOr<Manifest> MergeReports(const std::vector<Manifest>& reports) {
     }
     for (ManifestBlob b : rep.blobs) {
       if (!blob_keys.insert({b.name, b.rank}).second) {
-        return absl::InvalidArgumentError(StrCat(
-            "blob '", b.name, "' (",
-            b.rank < 0 ? std::string("global") : StrCat("rank ", b.rank),
-            ") was saved twice; global blobs must come from one rank"));
+        return absl::InvalidArgumentError(StrCat("blob '", b.name, "' (",
+                                                 b.rank < 0 ? std::string("global") : StrCat("rank ", b.rank),
+                                                 ") was saved twice; global blobs must come from one rank"));
       }
       b.file = file_index;
       m.blobs.push_back(std::move(b));
@@ -484,8 +482,7 @@ bool ClaimIsRunningHere(const StepClaim& claim) {
   return kill(static_cast<pid_t>(claim.pid), 0) == 0 || errno == EPERM;
 }
 
-absl::StatusOr<GcReport> CollectGarbageIn(Storage& storage,
-                                          const GcOptions& options) {
+absl::StatusOr<GcReport> CollectGarbageIn(Storage& storage, const GcOptions& options) {
   GcReport report;
   auto steps = ListStepsIn(storage);
   if (!steps.ok()) {
@@ -545,10 +542,10 @@ absl::StatusOr<GcReport> CollectGarbageIn(Storage& storage,
           continue;
         }
         report.removed_partial.push_back(s.step);
-        report.reasons.push_back(
-            StrCat(removes, " partial step ", s.step, ": never committed (no ", kManifestName, " nor ", kManifestCopyName, "), ",
-                   s.step > newest ? "newer than every committed step, left by a save that stopped"
-                                   : StrCat("older than committed step ", newest)));
+        report.reasons.push_back(StrCat(removes, " partial step ", s.step, ": never committed (no ", kManifestName,
+                                        " nor ", kManifestCopyName, "), ",
+                                        s.step > newest ? "newer than every committed step, left by a save that stopped"
+                                                        : StrCat("older than committed step ", newest)));
         break;
     }
     report.bytes_freed += s.bytes;
@@ -586,8 +583,8 @@ absl::StatusOr<GcReport> CollectGarbageIn(Storage& storage,
       }
     }
   }
-  if (!options.dry_run && (!report.removed_steps.empty() || !report.removed_partial.empty() ||
-                           !report.removed_damaged.empty())) {
+  if (!options.dry_run &&
+      (!report.removed_steps.empty() || !report.removed_partial.empty() || !report.removed_damaged.empty())) {
     CKPT_RETURN_IF_ERROR(storage.SyncDir(""));
   }
   return report;

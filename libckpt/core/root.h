@@ -59,7 +59,7 @@ absl::StatusOr<std::vector<int64_t>> CommittedStepsNewestFirst(Storage& storage)
 struct LoadableStep {
   int64_t step = -1;
   Manifest manifest;
-  std::string note;          ///< damage met on the way, for LoadStats and logs
+  std::string note;  ///< damage met on the way, for LoadStats and logs
   int64_t fell_back_from = -1;
 };
 absl::StatusOr<LoadableStep> ResolveLoadable(Storage& storage, int64_t step, bool allow_fallback);
@@ -77,8 +77,8 @@ absl::StatusOr<std::vector<int64_t>> HealManifestCopies(Storage& storage);
 /// MANIFEST from an intact copy, or the copy from an intact MANIFEST,
 /// byte-identically. Lists what it rewrote in `repaired` and what it could
 /// not in `lost`.
-absl::Status RepairStepMetadata(Storage& storage, int64_t step, bool dry_run,
-                                std::vector<std::string>* repaired, std::vector<std::string>* lost);
+absl::Status RepairStepMetadata(Storage& storage, int64_t step, bool dry_run, std::vector<std::string>* repaired,
+                                std::vector<std::string>* lost);
 
 /// Merges one report per rank (index = rank) into the step's manifest and
 /// checks it: one data file per rank, consistent tensor specs, unique
@@ -120,8 +120,7 @@ struct GcOptions {
 /// leftovers; damaged steps are kept (and listed) unless `remove_damaged`.
 /// The latest committed step is always kept. Each removal is un-committed
 /// first (copy, then MANIFEST), so a crash mid-way leaves a partial step.
-absl::StatusOr<GcReport> CollectGarbageIn(Storage& storage,
-                                          const GcOptions& options);
+absl::StatusOr<GcReport> CollectGarbageIn(Storage& storage, const GcOptions& options);
 
 }  // namespace ckpt
 

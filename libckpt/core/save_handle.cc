@@ -34,8 +34,7 @@ void SaveHandle::Shared::SetDone(absl::Status s, double commit_s) {
   cv.notify_all();
 }
 
-SaveHandle::SaveHandle(std::shared_ptr<Shared> shared)
-    : shared_(std::move(shared)) {}
+SaveHandle::SaveHandle(std::shared_ptr<Shared> shared) : shared_(std::move(shared)) {}
 
 int64_t SaveHandle::step() const { return shared_->step; }
 
@@ -58,10 +57,8 @@ absl::Status SaveHandle::WaitDurable() const {
 
 absl::Status SaveHandle::WaitFor(double seconds) const {
   std::unique_lock<std::mutex> lock(shared_->mu);
-  if (!shared_->cv.wait_for(lock, std::chrono::duration<double>(seconds),
-                            [&] { return shared_->done; })) {
-    return absl::DeadlineExceededError(StrCat(
-        "save of step ", shared_->step, " still running after ", seconds, " s"));
+  if (!shared_->cv.wait_for(lock, std::chrono::duration<double>(seconds), [&] { return shared_->done; })) {
+    return absl::DeadlineExceededError(StrCat("save of step ", shared_->step, " still running after ", seconds, " s"));
   }
   return shared_->status;
 }

@@ -75,8 +75,7 @@ absl::Status StorageArbiter::AwaitDecision(int64_t step, double timeout_s) {
     if (NowSeconds() > deadline) {
       if (missing.size() > 16) missing.resize(16);
       return absl::DeadlineExceededError(StrCat("step ", step, ": rank(s) ", absl::StrJoin(missing, ", "),
-                                                " did not report within ", timeout_s,
-                                                " s; the step is not committed"));
+                                                " did not report within ", timeout_s, " s; the step is not committed"));
     }
     std::this_thread::sleep_for(std::chrono::duration<double>(delay));
     delay = std::min(delay * 2, 0.05);
@@ -113,8 +112,8 @@ absl::Status StorageArbiter::AwaitOutcome(int64_t step, double timeout_s) {
       return own;
     }
     if (NowSeconds() > deadline) {
-      return absl::DeadlineExceededError(StrCat("step ", step, ": the leader neither committed nor aborted within ",
-                                                timeout_s, " s"));
+      return absl::DeadlineExceededError(
+          StrCat("step ", step, ": the leader neither committed nor aborted within ", timeout_s, " s"));
     }
     std::this_thread::sleep_for(std::chrono::duration<double>(delay));
     delay = std::min(delay * 2, max_delay);

@@ -109,15 +109,11 @@ template <typename T>
 CKPT_VECTOR_CLONES void TallyF32(const std::byte* p, int64_t n, ValueTally& t) { TallyTyped<F32>(p, n, t); }
 CKPT_VECTOR_CLONES void TallyBf16(const std::byte* p, int64_t n, ValueTally& t) { TallyTyped<Bf16>(p, n, t); }
 CKPT_VECTOR_CLONES void TallyF64(const std::byte* p, int64_t n, ValueTally& t) { TallyTyped<F64>(p, n, t); }
-CKPT_VECTOR_CLONES void SumSquaresF32(const std::byte* p, int64_t n, double& out) {
-  SumSquaresFinite<F32>(p, n, out);
-}
+CKPT_VECTOR_CLONES void SumSquaresF32(const std::byte* p, int64_t n, double& out) { SumSquaresFinite<F32>(p, n, out); }
 CKPT_VECTOR_CLONES void SumSquaresBf16(const std::byte* p, int64_t n, double& out) {
   SumSquaresFinite<Bf16>(p, n, out);
 }
-CKPT_VECTOR_CLONES void SumSquaresF64(const std::byte* p, int64_t n, double& out) {
-  SumSquaresFinite<F64>(p, n, out);
-}
+CKPT_VECTOR_CLONES void SumSquaresF64(const std::byte* p, int64_t n, double& out) { SumSquaresFinite<F64>(p, n, out); }
 #undef CKPT_VECTOR_CLONES
 
 }  // namespace
@@ -154,9 +150,12 @@ void ValueTally::Merge(const ValueTally& o) {
 
 void TallyValues(DType dtype, const std::byte* p, int64_t n, ValueTally& t) {
   switch (dtype) {
-    case DType::kF32: return TallyF32(p, n, t);
-    case DType::kBF16: return TallyBf16(p, n, t);
-    case DType::kF64: return TallyF64(p, n, t);
+    case DType::kF32:
+      return TallyF32(p, n, t);
+    case DType::kBF16:
+      return TallyBf16(p, n, t);
+    case DType::kF64:
+      return TallyF64(p, n, t);
     default: {
       const size_t es = DTypeSize(dtype);
       for (int64_t i = 0; i < n; ++i) t.Add(ElementToDouble(dtype, p + es * i));
@@ -175,9 +174,12 @@ void CompareValues(DType dtype, const std::byte* a, const std::byte* b, int64_t 
   const size_t es = DTypeSize(dtype);
   if (std::memcmp(a, b, static_cast<size_t>(n) * es) == 0) {
     switch (dtype) {
-      case DType::kF32: return SumSquaresF32(a, n, c.sum_sq_a);
-      case DType::kBF16: return SumSquaresBf16(a, n, c.sum_sq_a);
-      case DType::kF64: return SumSquaresF64(a, n, c.sum_sq_a);
+      case DType::kF32:
+        return SumSquaresF32(a, n, c.sum_sq_a);
+      case DType::kBF16:
+        return SumSquaresBf16(a, n, c.sum_sq_a);
+      case DType::kF64:
+        return SumSquaresF64(a, n, c.sum_sq_a);
       default:
         for (int64_t i = 0; i < n; ++i) {
           const double v = ElementToDouble(dtype, a + es * i);

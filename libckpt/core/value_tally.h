@@ -30,10 +30,10 @@ void TallyValues(DType dtype, const std::byte* p, int64_t n, ValueTally& t);
 /// Element-wise comparison of two runs of the same dtype. NaN equals NaN.
 struct ValueComparison {
   int64_t differing = 0;
-  int64_t first = -1;     ///< index of the first differing element in the run
-  double max_abs = 0;     ///< over elements finite in both
+  int64_t first = -1;  ///< index of the first differing element in the run
+  double max_abs = 0;  ///< over elements finite in both
   double sum_sq_diff = 0;
-  double sum_sq_a = 0;    ///< over finite elements of `a`
+  double sum_sq_a = 0;  ///< over finite elements of `a`
 
   /// Adds `o`'s counts and sums; `first` is left to the caller, who knows
   /// where each run lies.

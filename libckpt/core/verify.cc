@@ -7,7 +7,6 @@
 
 #include "codec/codec.h"
 #include "core/root.h"
-#include "util/hash.h"
 #include "format/frame_check.h"
 #include "format/hdf5_container.h"
 #include "format/layout.h"
@@ -15,6 +14,7 @@
 #include "plan/cover.h"
 #include "util/clock.h"
 #include "util/errors.h"
+#include "util/hash.h"
 #include "util/strings.h"
 
 namespace ckpt {
@@ -84,12 +84,11 @@ class Verifier {
   }
 
  private:
-  void Problem(std::string message, std::string tensor, std::string chunk,
-               std::string file, int64_t offset) {
+  void Problem(std::string message, std::string tensor, std::string chunk, std::string file, int64_t offset) {
     std::lock_guard<std::mutex> lock(mu_);
     if (report_.problems.size() >= 1000) return;
-    report_.problems.push_back(VerifyProblem{std::move(message), std::move(tensor),
-                                             std::move(chunk), std::move(file), offset});
+    report_.problems.push_back(
+        VerifyProblem{std::move(message), std::move(tensor), std::move(chunk), std::move(file), offset});
   }
 
   // Version 3: the CLAIM on the storage is the one the manifest committed,
@@ -113,9 +112,8 @@ class Verifier {
     }
     auto text = storage_.GetAll(path);
     if (!text.ok()) {
-      Problem(StrCat(path, absl::IsNotFound(text.status())
-                               ? " is missing (`ckpt repair` rewrites it from the manifest)"
-                               : StrCat(" is unreadable: ", text.status().message())),
+      Problem(StrCat(path, absl::IsNotFound(text.status()) ? " is missing (`ckpt repair` rewrites it from the manifest)"
+                                                           : StrCat(" is unreadable: ", text.status().message())),
               "", "", path, -1);
       return;
     }
@@ -148,16 +146,16 @@ class Verifier {
       owners_[fi].assign(mf.block_count, BlockOwner{});
     }
     // Which chunk or blob owns each block.
-    auto claim = [&](uint32_t file, uint64_t first, uint64_t count, uint64_t stream_bytes,
-                     const ManifestTensor* t, const ManifestChunk* c, const ManifestBlob* b) {
+    auto claim = [&](uint32_t file, uint64_t first, uint64_t count, uint64_t stream_bytes, const ManifestTensor* t,
+                     const ManifestChunk* c, const ManifestBlob* b) {
       const ManifestFile& mf = m_.files[file];
       const std::string name = t ? t->spec.fqn : b->name;
       const std::string box = c ? c->box.ToString() : "";
       const uint64_t bs = mf.block_size;
       const uint64_t expect = bs ? (stream_bytes + bs - 1) / bs : 0;
       if (count != expect) {
-        Problem(StrCat(t ? "tensor '" : "blob '", name, "' ", box, ": ", count,
-                       " blocks recorded, ", expect, " expected for ", stream_bytes, " bytes"),
+        Problem(StrCat(t ? "tensor '" : "blob '", name, "' ", box, ": ", count, " blocks recorded, ", expect,
+                       " expected for ", stream_bytes, " bytes"),
                 name, box, StrCat(dir_, "/", mf.name), -1);
       }
       for (uint64_t k = 0; k < count; ++k) {
@@ -177,8 +175,8 @@ class Verifier {
     };
     for (const ManifestTensor& t : m_.tensors) {
       for (const ManifestChunk& c : t.chunks) {
-        claim(c.file, c.first_block, c.block_count,
-              static_cast<uint64_t>(c.box.Volume()) * DTypeSize(t.spec.dtype), &t, &c, nullptr);
+        claim(c.file, c.first_block, c.block_count, static_cast<uint64_t>(c.box.Volume()) * DTypeSize(t.spec.dtype), &t,
+              &c, nullptr);
       }
     }
     for (const ManifestBlob& b : m_.blobs) {
@@ -190,30 +188,26 @@ class Verifier {
       for (uint64_t k = 0; k < mf.block_count; ++k) {
         const BlockOwner& o = owners_[fi][k];
         if (o.tensor == nullptr && o.blob == nullptr) {
-          Problem(StrCat("block ", k, " of ", path, " belongs to no tensor or blob"), "", "",
-                  path, -1);
+          Problem(StrCat("block ", k, " of ", path, " belongs to no tensor or blob"), "", "", path, -1);
         }
       }
       auto f = storage_.OpenReadable(path);
       if (!f.ok()) {
-        Problem(StrCat("data file ", path, " of rank ", mf.rank, " is missing or unreadable: ",
-                       f.status().message()),
+        Problem(StrCat("data file ", path, " of rank ", mf.rank, " is missing or unreadable: ", f.status().message()),
                 "", "", path, -1);
         continue;
       }
       if (!CheckHeaderAndFooter(**f, mf, path)) continue;
       auto index = ReadFileIndex(**f, mf, path);
       if (!index.ok()) {
-        Problem(std::string(index.status().message()), "", "", path,
-                OffsetIn(index.status().message()));
+        Problem(std::string(index.status().message()), "", "", path, OffsetIn(index.status().message()));
         continue;
       }
       for (uint64_t k = 0; k < index->size(); ++k) {
         const BlockOwner& o = owners_[fi][k];
         if ((o.tensor || o.blob) && (*index)[k].raw_len != o.expect_raw) {
-          Problem(StrCat(Owner(o), ": block ", k, " of ", path, " at byte offset ",
-                         (*index)[k].offset, " holds ", (*index)[k].raw_len,
-                         " bytes, expected ", o.expect_raw),
+          Problem(StrCat(Owner(o), ": block ", k, " of ", path, " at byte offset ", (*index)[k].offset, " holds ",
+                         (*index)[k].raw_len, " bytes, expected ", o.expect_raw),
                   OwnerName(o), OwnerBox(o), path, static_cast<int64_t>((*index)[k].offset));
         }
       }
@@ -230,17 +224,18 @@ class Verifier {
                       const std::string& path) {
     std::vector<std::pair<uint64_t, uint64_t>> used = {{mf.index_offset, mf.index_len}};
     for (const IndexEntry& e : index) used.push_back({e.offset, e.frame_len});
-    auto hash = Hdf5MetadataHash(Hdf5MetadataRanges(std::move(used), mf.size),
-                                 [&](uint64_t offset, uint64_t length, char* out) {
-                                   return f.ReadAt(offset, absl::Span<std::byte>(reinterpret_cast<std::byte*>(out),
-                                                                                 length));
-                                 });
+    auto hash = Hdf5MetadataHash(
+        Hdf5MetadataRanges(std::move(used), mf.size), [&](uint64_t offset, uint64_t length, char* out) {
+          return f.ReadAt(offset, absl::Span<std::byte>(reinterpret_cast<std::byte*>(out), length));
+        });
     if (!hash.ok()) {
       Problem(StrCat(path, ": ", hash.status().message()), "", "", path, -1);
     } else if (*hash != mf.container_hash) {
       char got[19], want[19];
-      Problem(StrCat(path, ": the HDF5 structures (the bytes outside the blocks and the index) fail their checksum "
-                     "(xxh3 ", HexHashTo(*hash, got), ", expected ", HexHashTo(mf.container_hash, want), ")"),
+      Problem(StrCat(path,
+                     ": the HDF5 structures (the bytes outside the blocks and the index) fail their checksum "
+                     "(xxh3 ",
+                     HexHashTo(*hash, got), ", expected ", HexHashTo(mf.container_hash, want), ")"),
               "", "", path, -1);
     }
   }
@@ -257,8 +252,8 @@ class Verifier {
       return true;
     }
     if (f.size() < kDataHeaderSize + kFooterSize) {
-      Problem(StrCat(path, ": truncated to ", f.size(), " bytes (manifest records ", mf.size, ")"),
-              "", "", path, static_cast<int64_t>(f.size()));
+      Problem(StrCat(path, ": truncated to ", f.size(), " bytes (manifest records ", mf.size, ")"), "", "", path,
+              static_cast<int64_t>(f.size()));
       return false;
     }
     std::vector<std::byte> header(kDataHeaderSize);
@@ -267,11 +262,9 @@ class Verifier {
       auto h = DecodeDataHeader(header.data(), path);
       if (!h.ok()) {
         s = h.status();
-      } else if (h->step != step_ || static_cast<int32_t>(h->rank) != mf.rank ||
-                 h->save_id != mf.save_id) {
-        s = absl::DataLossError(StrCat(path, " at byte offset 16: header names step ", h->step,
-                                       " rank ", h->rank, ", expected step ", step_, " rank ",
-                                       mf.rank, " of this save"));
+      } else if (h->step != step_ || static_cast<int32_t>(h->rank) != mf.rank || h->save_id != mf.save_id) {
+        s = absl::DataLossError(StrCat(path, " at byte offset 16: header names step ", h->step, " rank ", h->rank,
+                                       ", expected step ", step_, " rank ", mf.rank, " of this save"));
       }
     }
     if (!s.ok()) {
@@ -286,10 +279,8 @@ class Verifier {
       if (!ft.ok()) {
         s = ft.status();
       } else if (ft->index_offset != mf.index_offset || ft->index_len != mf.index_len ||
-                 ft->index_hash != mf.index_hash || ft->block_count != mf.block_count ||
-                 ft->save_id != mf.save_id) {
-        s = absl::DataLossError(
-            StrCat(path, " at byte offset ", at, ": footer disagrees with the manifest"));
+                 ft->index_hash != mf.index_hash || ft->block_count != mf.block_count || ft->save_id != mf.save_id) {
+        s = absl::DataLossError(StrCat(path, " at byte offset ", at, ": footer disagrees with the manifest"));
       }
     }
     if (!s.ok()) {
@@ -302,9 +293,7 @@ class Verifier {
   static std::string OwnerName(const BlockOwner& o) {
     return o.tensor ? o.tensor->spec.fqn : (o.blob ? o.blob->name : "");
   }
-  static std::string OwnerBox(const BlockOwner& o) {
-    return o.chunk ? o.chunk->box.ToString() : "";
-  }
+  static std::string OwnerBox(const BlockOwner& o) { return o.chunk ? o.chunk->box.ToString() : ""; }
   static std::string Owner(const BlockOwner& o) {
     if (o.tensor) return StrCat("tensor '", o.tensor->spec.fqn, "' chunk ", o.chunk->box.ToString());
     if (o.blob) return StrCat("blob '", o.blob->name, "'");
@@ -358,8 +347,8 @@ class Verifier {
             int64_t off = OffsetIn(s.message());
             if (off < 0) off = static_cast<int64_t>(t.entry->offset);
             // Called under the reader's lock; Problem takes its own.
-            Problem(StrCat(Owner(o), " block ", t.block_id, ": ", s.message()), OwnerName(o),
-                    OwnerBox(o), t.file->path(), off);
+            Problem(StrCat(Owner(o), " block ", t.block_id, ": ", s.message()), OwnerName(o), OwnerBox(o),
+                    t.file->path(), off);
           },
           [&](const FrameTask& t) {
             int64_t d = done.fetch_add(t.entry->frame_len) + t.entry->frame_len;
@@ -383,14 +372,12 @@ class Verifier {
 
 }  // namespace
 
-absl::StatusOr<VerifyReport> VerifyStep(Storage& storage, int64_t step,
-                                        const VerifyOptions& options) {
+absl::StatusOr<VerifyReport> VerifyStep(Storage& storage, int64_t step, const VerifyOptions& options) {
   Verifier v(storage, step, options);
   return v.Run();
 }
 
-int64_t NewestRestorableStep(Storage& storage, int64_t at_most,
-                             const std::function<void(const std::string&)>& log) {
+int64_t NewestRestorableStep(Storage& storage, int64_t at_most, const std::function<void(const std::string&)>& log) {
   auto steps = ListStepsIn(storage);
   if (!steps.ok()) return -1;
   std::vector<int64_t> candidates;
@@ -438,9 +425,9 @@ std::optional<VerifyProblem> CheckLatestPointer(Storage& storage) {
     // Before the first commit's pointer is written LATEST may be missing;
     // once two steps are committed it must exist.
     if (committed.size() >= 2) {
-      return VerifyProblem{StrCat("LATEST is missing although ", committed.size(),
-                                  " steps are committed (`ckpt repair` rewrites it)"),
-                           "", "", latest_name, -1};
+      return VerifyProblem{
+          StrCat("LATEST is missing although ", committed.size(), " steps are committed (`ckpt repair` rewrites it)"),
+          "", "", latest_name, -1};
     }
     return std::nullopt;
   }

@@ -3,9 +3,9 @@
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
-#include "util/strings.h"
 #include "util/bytes.h"
 #include "util/hash.h"
+#include "util/strings.h"
 
 namespace ckpt {
 namespace {
@@ -15,18 +15,14 @@ constexpr char kIndexMagic[8] = {'C', 'K', 'P', 'T', 'I', 'N', 'D', 'X'};
 constexpr char kFooterMagic[8] = {'C', 'K', 'P', 'T', 'F', 'O', 'O', 'T'};
 constexpr uint32_t kTrailerMagic = 0x46424b43;  // "CKBF"
 
-absl::Status Corrupt(std::string_view file, uint64_t offset,
-                     std::string_view what) {
-  return absl::DataLossError(
-      StrCat(file, " at byte offset ", offset, ": ", what));
+absl::Status Corrupt(std::string_view file, uint64_t offset, std::string_view what) {
+  return absl::DataLossError(StrCat(file, " at byte offset ", offset, ": ", what));
 }
 
-absl::Status UnknownVersion(std::string_view file, uint64_t offset,
-                            std::string_view what, uint32_t version) {
-  return absl::FailedPreconditionError(StrCat(
-      file, " at byte offset ", offset, ": unknown ", what, " version ",
-      version, " (this library reads up to ", kDataFormatVersion,
-      "; upgrade ckpt)"));
+absl::Status UnknownVersion(std::string_view file, uint64_t offset, std::string_view what, uint32_t version) {
+  return absl::FailedPreconditionError(StrCat(file, " at byte offset ", offset, ": unknown ", what, " version ",
+                                              version, " (this library reads up to ", kDataFormatVersion,
+                                              "; upgrade ckpt)"));
 }
 
 }  // namespace
@@ -43,8 +39,7 @@ void EncodeDataHeader(const DataFileHeader& h, std::byte* out) {
   StoreLE64(out + 40, Xxh3(out, 40));
 }
 
-absl::StatusOr<DataFileHeader> DecodeDataHeader(const std::byte* in,
-                                                std::string_view file) {
+absl::StatusOr<DataFileHeader> DecodeDataHeader(const std::byte* in, std::string_view file) {
   if (std::memcmp(in, kHeaderMagic, 8) != 0) {
     return Corrupt(file, 0, "not a ckpt data file (bad header magic)");
   }
@@ -84,9 +79,7 @@ void EncodeTrailer(const FrameTrailer& t, std::byte* out) {
   StoreLE64(out + 40, Xxh3(out, 40));
 }
 
-absl::StatusOr<FrameTrailer> DecodeTrailer(const std::byte* in,
-                                           std::string_view file,
-                                           uint64_t offset) {
+absl::StatusOr<FrameTrailer> DecodeTrailer(const std::byte* in, std::string_view file, uint64_t offset) {
   if (LoadLE32(in) != kTrailerMagic) {
     return Corrupt(file, offset, "bad block trailer magic");
   }
@@ -127,11 +120,8 @@ std::string EncodeIndex(const std::vector<IndexEntry>& entries) {
   return w.Take();
 }
 
-absl::StatusOr<std::vector<IndexEntry>> DecodeIndex(std::string_view bytes,
-                                                    std::string_view file,
-                                                    uint64_t offset) {
-  if (bytes.size() < kIndexHeaderSize ||
-      std::memcmp(bytes.data(), kIndexMagic, 8) != 0) {
+absl::StatusOr<std::vector<IndexEntry>> DecodeIndex(std::string_view bytes, std::string_view file, uint64_t offset) {
+  if (bytes.size() < kIndexHeaderSize || std::memcmp(bytes.data(), kIndexMagic, 8) != 0) {
     return Corrupt(file, offset, "bad block index magic");
   }
   ByteReader r(bytes, StrCat(file, " block index"), offset);
@@ -143,8 +133,7 @@ absl::StatusOr<std::vector<IndexEntry>> DecodeIndex(std::string_view bytes,
   uint32_t count = r.U32();
   if (static_cast<uint64_t>(count) * kIndexEntrySize != r.remaining()) {
     return Corrupt(file, offset + 12,
-                   StrCat("block index claims ", count, " entries but ",
-                                r.remaining(), " bytes follow"));
+                   StrCat("block index claims ", count, " entries but ", r.remaining(), " bytes follow"));
   }
   std::vector<IndexEntry> entries(count);
   for (IndexEntry& e : entries) {
@@ -174,12 +163,9 @@ void EncodeFooter(const DataFileFooter& f, std::byte* out) {
   StoreLE64(out + 56, Xxh3(out, 56));
 }
 
-absl::StatusOr<DataFileFooter> DecodeFooter(const std::byte* in,
-                                            std::string_view file,
-                                            uint64_t offset) {
+absl::StatusOr<DataFileFooter> DecodeFooter(const std::byte* in, std::string_view file, uint64_t offset) {
   if (std::memcmp(in, kFooterMagic, 8) != 0) {
-    return Corrupt(file, offset,
-                   "bad footer magic (file truncated or not finished)");
+    return Corrupt(file, offset, "bad footer magic (file truncated or not finished)");
   }
   if (LoadLE64(in + 56) != Xxh3(in, 56)) {
     return Corrupt(file, offset, "footer checksum mismatch");

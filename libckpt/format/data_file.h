@@ -30,8 +30,7 @@ constexpr uint32_t kDataFormatVersion = 1;
 constexpr uint32_t kMaxBlockBytes = 64u << 20;
 
 inline uint64_t FrameLength(uint64_t stored_len) {
-  return (stored_len + kTrailerSize + kFrameAlign - 1) / kFrameAlign *
-         kFrameAlign;
+  return (stored_len + kTrailerSize + kFrameAlign - 1) / kFrameAlign * kFrameAlign;
 }
 
 struct DataFileHeader {
@@ -83,24 +82,17 @@ struct DataFileFooter {
 void EncodeDataHeader(const DataFileHeader& h, std::byte* out);  // 4096 bytes
 /// Checks magic, header checksum, version and zero padding. `file` names
 /// the file in messages.
-absl::StatusOr<DataFileHeader> DecodeDataHeader(const std::byte* in,
-                                                std::string_view file);
+absl::StatusOr<DataFileHeader> DecodeDataHeader(const std::byte* in, std::string_view file);
 
 void EncodeTrailer(const FrameTrailer& t, std::byte* out);  // 48 bytes
 /// Checks magic and trailer checksum; `offset` is where the trailer starts.
-absl::StatusOr<FrameTrailer> DecodeTrailer(const std::byte* in,
-                                           std::string_view file,
-                                           uint64_t offset);
+absl::StatusOr<FrameTrailer> DecodeTrailer(const std::byte* in, std::string_view file, uint64_t offset);
 
 std::string EncodeIndex(const std::vector<IndexEntry>& entries);
-absl::StatusOr<std::vector<IndexEntry>> DecodeIndex(std::string_view bytes,
-                                                    std::string_view file,
-                                                    uint64_t offset);
+absl::StatusOr<std::vector<IndexEntry>> DecodeIndex(std::string_view bytes, std::string_view file, uint64_t offset);
 
 void EncodeFooter(const DataFileFooter& f, std::byte* out);  // 64 bytes
-absl::StatusOr<DataFileFooter> DecodeFooter(const std::byte* in,
-                                            std::string_view file,
-                                            uint64_t offset);
+absl::StatusOr<DataFileFooter> DecodeFooter(const std::byte* in, std::string_view file, uint64_t offset);
 
 }  // namespace ckpt
 

@@ -3,10 +3,10 @@
 #include <algorithm>
 
 #include "absl/strings/str_cat.h"
-#include "util/strings.h"
 #include "codec/codec.h"
 #include "format/hdf5_container.h"
 #include "util/hash.h"
+#include "util/strings.h"
 
 namespace ckpt {
 namespace {
@@ -18,17 +18,14 @@ std::string Hex(uint64_t v) {
 
 }  // namespace
 
-absl::Status CheckFrame(absl::Span<const std::byte> frame, const IndexEntry& e,
-                        uint64_t block_id, std::string_view file) {
+absl::Status CheckFrame(absl::Span<const std::byte> frame, const IndexEntry& e, uint64_t block_id,
+                        std::string_view file) {
   auto corrupt = [&](uint64_t at, std::string_view why) {
-    return absl::DataLossError(StrCat(file, " at byte offset ",
-                                            e.offset + at, ": block ", block_id,
-                                            ": ", why));
+    return absl::DataLossError(StrCat(file, " at byte offset ", e.offset + at, ": block ", block_id, ": ", why));
   };
   if ((e.flags & kFlagBareBlock) != 0) {
     // HDF5 container: the raw bytes alone, checked against the index.
-    if (e.frame_len != e.stored_len || frame.size() != e.frame_len || e.codec != 0 ||
-        e.raw_len != e.stored_len) {
+    if (e.frame_len != e.stored_len || frame.size() != e.frame_len || e.codec != 0 || e.raw_len != e.stored_len) {
       return corrupt(0, "bare block does not match the index");
     }
     const uint64_t h = Xxh3(frame.data(), e.stored_len);
@@ -38,18 +35,16 @@ absl::Status CheckFrame(absl::Span<const std::byte> frame, const IndexEntry& e,
     return absl::OkStatus();
   }
   if (e.frame_len != FrameLength(e.stored_len) || frame.size() != e.frame_len) {
-    return corrupt(0, StrCat("frame length ", frame.size(),
-                                   " does not match the index (stored ",
-                                   e.stored_len, ", frame ", e.frame_len, ")"));
+    return corrupt(0, StrCat("frame length ", frame.size(), " does not match the index (stored ", e.stored_len,
+                             ", frame ", e.frame_len, ")"));
   }
   auto t = DecodeTrailer(frame.data() + e.stored_len, file, e.offset + e.stored_len);
   if (!t.ok()) {
     return corrupt(e.stored_len, StrCat(t.status().message(), " (block trailer)"));
   }
-  if (t->block_id != block_id || t->raw_len != e.raw_len ||
-      t->stored_len != e.stored_len || t->codec != e.codec ||
-      t->elem_width != e.elem_width || t->flags != e.flags ||
-      t->raw_hash != e.raw_hash || t->stored_hash != e.stored_hash) {
+  if (t->block_id != block_id || t->raw_len != e.raw_len || t->stored_len != e.stored_len || t->codec != e.codec ||
+      t->elem_width != e.elem_width || t->flags != e.flags || t->raw_hash != e.raw_hash ||
+      t->stored_hash != e.stored_hash) {
     return corrupt(e.stored_len, "block trailer disagrees with the block index");
   }
   for (size_t i = e.stored_len + kTrailerSize; i < frame.size(); ++i) {
@@ -57,15 +52,15 @@ absl::Status CheckFrame(absl::Span<const std::byte> frame, const IndexEntry& e,
   }
   const uint64_t h = Xxh3(frame.data(), e.stored_len);
   if (h != e.stored_hash) {
-    return corrupt(0, StrCat("checksum mismatch in stored bytes (xxh3 ",
-                                   Hex(h), ", expected ", Hex(e.stored_hash), ")"));
+    return corrupt(0,
+                   StrCat("checksum mismatch in stored bytes (xxh3 ", Hex(h), ", expected ", Hex(e.stored_hash), ")"));
   }
   return absl::OkStatus();
 }
 
-absl::StatusOr<absl::Span<const std::byte>> DecodeFrame(
-    BlockCodec& codec, absl::Span<const std::byte> frame, const IndexEntry& e,
-    std::vector<std::byte>& scratch, std::string_view file) {
+absl::StatusOr<absl::Span<const std::byte>> DecodeFrame(BlockCodec& codec, absl::Span<const std::byte> frame,
+                                                        const IndexEntry& e, std::vector<std::byte>& scratch,
+                                                        std::string_view file) {
   const std::string where = StrCat(file, " at byte offset ", e.offset);
   absl::Span<const std::byte> payload = frame.subspan(0, e.stored_len);
   if (e.codec > 2) {
@@ -78,47 +73,40 @@ absl::StatusOr<absl::Span<const std::byte>> DecodeFrame(
     return payload;
   }
   scratch.resize(e.raw_len);
-  absl::Status s = codec.Decode(static_cast<Codec>(e.codec), e.elem_width, e.flags,
-                                payload, absl::Span<std::byte>(scratch), where);
+  absl::Status s =
+      codec.Decode(static_cast<Codec>(e.codec), e.elem_width, e.flags, payload, absl::Span<std::byte>(scratch), where);
   if (!s.ok()) return s;
   const uint64_t h = Xxh3(scratch.data(), scratch.size());
   if (h != e.raw_hash) {
-    return absl::DataLossError(StrCat(
-        where, ": checksum mismatch in decoded bytes (xxh3 ", Hex(h),
-        ", expected ", Hex(e.raw_hash), ")"));
+    return absl::DataLossError(
+        StrCat(where, ": checksum mismatch in decoded bytes (xxh3 ", Hex(h), ", expected ", Hex(e.raw_hash), ")"));
   }
   return absl::Span<const std::byte>(scratch);
 }
 
-absl::StatusOr<std::vector<IndexEntry>> ReadFileIndex(ReadableFile& f,
-                                                      const ManifestFile& mf,
-                                                      std::string_view file) {
+absl::StatusOr<std::vector<IndexEntry>> ReadFileIndex(ReadableFile& f, const ManifestFile& mf, std::string_view file) {
   if (f.size() != mf.size) {
-    return absl::DataLossError(StrCat(
-        file, ": ", f.size() < mf.size ? "truncated" : "grew", ": ", f.size(),
-        " bytes, the manifest records ", mf.size));
+    return absl::DataLossError(StrCat(file, ": ", f.size() < mf.size ? "truncated" : "grew", ": ", f.size(),
+                                      " bytes, the manifest records ", mf.size));
   }
   const bool bare = IsHdf5DataFile(mf.name);
   if ((!bare && mf.index_offset < kDataHeaderSize) || mf.index_offset > mf.size ||
-      mf.index_len > mf.size - mf.index_offset ||
-      (!bare && mf.index_offset + mf.index_len + kFooterSize != mf.size)) {
-    return absl::DataLossError(StrCat(
-        file, ": manifest gives an impossible index range ", mf.index_offset,
-        "+", mf.index_len, " for a file of ", mf.size, " bytes"));
+      mf.index_len > mf.size - mf.index_offset || (!bare && mf.index_offset + mf.index_len + kFooterSize != mf.size)) {
+    return absl::DataLossError(StrCat(file, ": manifest gives an impossible index range ", mf.index_offset, "+",
+                                      mf.index_len, " for a file of ", mf.size, " bytes"));
   }
   // A ckpt data file's footer follows its index: read both at once, so the
   // file is tied to the save the manifest names, not only to its index.
   std::string bytes(mf.index_len + (bare ? 0 : kFooterSize), '\0');
-  absl::Status s = f.ReadAt(mf.index_offset,
-                            absl::Span<std::byte>(reinterpret_cast<std::byte*>(bytes.data()), bytes.size()));
+  absl::Status s =
+      f.ReadAt(mf.index_offset, absl::Span<std::byte>(reinterpret_cast<std::byte*>(bytes.data()), bytes.size()));
   if (!s.ok()) return s;
   if (!bare) {
     const uint64_t at = mf.index_offset + mf.index_len;
     auto footer = DecodeFooter(reinterpret_cast<const std::byte*>(bytes.data()) + mf.index_len, file, at);
     if (!footer.ok()) return footer.status();
-    if (footer->save_id != mf.save_id || footer->index_offset != mf.index_offset ||
-        footer->index_len != mf.index_len || footer->index_hash != mf.index_hash ||
-        footer->block_count != mf.block_count) {
+    if (footer->save_id != mf.save_id || footer->index_offset != mf.index_offset || footer->index_len != mf.index_len ||
+        footer->index_hash != mf.index_hash || footer->block_count != mf.block_count) {
       return absl::DataLossError(StrCat(file, " at byte offset ", at, ": footer disagrees with the manifest (",
                                         footer->save_id != mf.save_id ? "a file of another save" : "another index",
                                         ")"));
@@ -127,17 +115,15 @@ absl::StatusOr<std::vector<IndexEntry>> ReadFileIndex(ReadableFile& f,
   }
   const uint64_t h = Xxh3(bytes);
   if (h != mf.index_hash) {
-    return absl::DataLossError(StrCat(
-        file, " at byte offset ", mf.index_offset,
-        ": block index checksum mismatch (xxh3 ", Hex(h), ", expected ",
-        Hex(mf.index_hash), ")"));
+    return absl::DataLossError(StrCat(file, " at byte offset ", mf.index_offset,
+                                      ": block index checksum mismatch (xxh3 ", Hex(h), ", expected ",
+                                      Hex(mf.index_hash), ")"));
   }
   auto entries = DecodeIndex(bytes, file, mf.index_offset);
   if (!entries.ok()) return entries.status();
   if (entries->size() != mf.block_count) {
-    return absl::DataLossError(StrCat(
-        file, " at byte offset ", mf.index_offset, ": index has ",
-        entries->size(), " blocks, the manifest records ", mf.block_count));
+    return absl::DataLossError(StrCat(file, " at byte offset ", mf.index_offset, ": index has ", entries->size(),
+                                      " blocks, the manifest records ", mf.block_count));
   }
   if (bare) {
     // HDF5 container: bare blocks inside the file, apart from each other
@@ -145,12 +131,11 @@ absl::StatusOr<std::vector<IndexEntry>> ReadFileIndex(ReadableFile& f,
     std::vector<std::pair<uint64_t, uint64_t>> spans = {{mf.index_offset, mf.index_offset + mf.index_len}};
     for (size_t i = 0; i < entries->size(); ++i) {
       const IndexEntry& e = (*entries)[i];
-      if ((e.flags & kFlagBareBlock) == 0 || e.codec != 0 || e.frame_len != e.stored_len ||
-          e.raw_len != e.stored_len || e.raw_len > kMaxBlockBytes || e.offset > mf.size ||
-          e.frame_len > mf.size - e.offset) {
-        return absl::DataLossError(StrCat(
-            file, " at byte offset ", mf.index_offset + kIndexHeaderSize + i * kIndexEntrySize,
-            ": index entry of block ", i, " is malformed"));
+      if ((e.flags & kFlagBareBlock) == 0 || e.codec != 0 || e.frame_len != e.stored_len || e.raw_len != e.stored_len ||
+          e.raw_len > kMaxBlockBytes || e.offset > mf.size || e.frame_len > mf.size - e.offset) {
+        return absl::DataLossError(StrCat(file, " at byte offset ",
+                                          mf.index_offset + kIndexHeaderSize + i * kIndexEntrySize,
+                                          ": index entry of block ", i, " is malformed"));
       }
       spans.push_back({e.offset, e.offset + e.frame_len});
     }
@@ -167,11 +152,10 @@ absl::StatusOr<std::vector<IndexEntry>> ReadFileIndex(ReadableFile& f,
   spans.reserve(entries->size());
   for (size_t i = 0; i < entries->size(); ++i) {
     const IndexEntry& e = (*entries)[i];
-    if (e.frame_len != FrameLength(e.stored_len) || e.raw_len > kMaxBlockBytes ||
-        e.offset % kFrameAlign != 0) {
-      return absl::DataLossError(StrCat(
-          file, " at byte offset ", mf.index_offset + kIndexHeaderSize + i * kIndexEntrySize,
-          ": index entry of block ", i, " is malformed"));
+    if (e.frame_len != FrameLength(e.stored_len) || e.raw_len > kMaxBlockBytes || e.offset % kFrameAlign != 0) {
+      return absl::DataLossError(StrCat(file, " at byte offset ",
+                                        mf.index_offset + kIndexHeaderSize + i * kIndexEntrySize,
+                                        ": index entry of block ", i, " is malformed"));
     }
     spans.push_back({e.offset, e.offset + e.frame_len});
   }
@@ -179,16 +163,14 @@ absl::StatusOr<std::vector<IndexEntry>> ReadFileIndex(ReadableFile& f,
   uint64_t pos = kDataHeaderSize;
   for (const auto& [b, e] : spans) {
     if (b != pos) {
-      return absl::DataLossError(StrCat(
-          file, " at byte offset ", std::min(b, pos), ": frames ",
-          b < pos ? "overlap" : "leave a gap", " in the block index"));
+      return absl::DataLossError(StrCat(file, " at byte offset ", std::min(b, pos), ": frames ",
+                                        b < pos ? "overlap" : "leave a gap", " in the block index"));
     }
     pos = e;
   }
   if (pos != mf.index_offset) {
-    return absl::DataLossError(StrCat(
-        file, " at byte offset ", pos, ": frames end before the index at ",
-        mf.index_offset));
+    return absl::DataLossError(
+        StrCat(file, " at byte offset ", pos, ": frames end before the index at ", mf.index_offset));
   }
   return std::move(entries).value();
 }

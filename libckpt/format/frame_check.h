@@ -21,22 +21,20 @@ class BlockCodec;
 /// trailer magic and checksum, trailer fields equal to the index entry,
 /// zero padding, and the xxh3 of the stored bytes. Errors are DataLoss and
 /// give the file and byte offset.
-absl::Status CheckFrame(absl::Span<const std::byte> frame, const IndexEntry& e,
-                        uint64_t block_id, std::string_view file);
+absl::Status CheckFrame(absl::Span<const std::byte> frame, const IndexEntry& e, uint64_t block_id,
+                        std::string_view file);
 
 /// Decodes a checked frame's stored bytes and verifies the xxh3 of the raw
 /// bytes. Returns the raw bytes: the payload itself for codec none,
 /// otherwise `scratch`.
-absl::StatusOr<absl::Span<const std::byte>> DecodeFrame(
-    BlockCodec& codec, absl::Span<const std::byte> frame, const IndexEntry& e,
-    std::vector<std::byte>& scratch, std::string_view file);
+absl::StatusOr<absl::Span<const std::byte>> DecodeFrame(BlockCodec& codec, absl::Span<const std::byte> frame,
+                                                        const IndexEntry& e, std::vector<std::byte>& scratch,
+                                                        std::string_view file);
 
 /// Reads and checks a data file's block index: file size, index checksum
 /// against the manifest, entry count, and entries that lie in the data area
 /// without overlapping. `file` is the display name.
-absl::StatusOr<std::vector<IndexEntry>> ReadFileIndex(ReadableFile& f,
-                                                      const ManifestFile& mf,
-                                                      std::string_view file);
+absl::StatusOr<std::vector<IndexEntry>> ReadFileIndex(ReadableFile& f, const ManifestFile& mf, std::string_view file);
 
 }  // namespace ckpt
 

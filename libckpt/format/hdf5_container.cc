@@ -1,16 +1,16 @@
 #include "format/hdf5_container.h"
-#include "util/errors.h"
-#include "util/hash.h"
-#include <algorithm>
 
 #include <hdf5.h>
 #include <sys/stat.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <mutex>
 
 #include "ckpt/dtype.h"
 #include "format/hdf5_util.h"
+#include "util/errors.h"
+#include "util/hash.h"
 #include "util/strings.h"
 
 namespace ckpt {
@@ -24,8 +24,10 @@ absl::Status Fail(const std::string& path, std::string_view what) {
 
 Hid Hdf5TypeOf(DType d) {
   switch (d) {
-    case DType::kF64: return Hid(H5Tcopy(H5T_IEEE_F64LE), H5Tclose);
-    case DType::kF32: return Hid(H5Tcopy(H5T_IEEE_F32LE), H5Tclose);
+    case DType::kF64:
+      return Hid(H5Tcopy(H5T_IEEE_F64LE), H5Tclose);
+    case DType::kF32:
+      return Hid(H5Tcopy(H5T_IEEE_F32LE), H5Tclose);
     case DType::kF16: {
       hid_t t = H5Tcopy(H5T_IEEE_F32LE);
       H5Tset_fields(t, 15, 10, 5, 0, 10);
@@ -33,12 +35,18 @@ Hid Hdf5TypeOf(DType d) {
       H5Tset_ebias(t, 15);
       return Hid(t, H5Tclose);
     }
-    case DType::kI64: return Hid(H5Tcopy(H5T_STD_I64LE), H5Tclose);
-    case DType::kI32: return Hid(H5Tcopy(H5T_STD_I32LE), H5Tclose);
-    case DType::kI16: return Hid(H5Tcopy(H5T_STD_I16LE), H5Tclose);
-    case DType::kI8: return Hid(H5Tcopy(H5T_STD_I8LE), H5Tclose);
-    case DType::kBF16: return Hid(H5Tcopy(H5T_STD_U16LE), H5Tclose);
-    default: return Hid(H5Tcopy(H5T_STD_U8LE), H5Tclose);  // u8, bool, fp8
+    case DType::kI64:
+      return Hid(H5Tcopy(H5T_STD_I64LE), H5Tclose);
+    case DType::kI32:
+      return Hid(H5Tcopy(H5T_STD_I32LE), H5Tclose);
+    case DType::kI16:
+      return Hid(H5Tcopy(H5T_STD_I16LE), H5Tclose);
+    case DType::kI8:
+      return Hid(H5Tcopy(H5T_STD_I8LE), H5Tclose);
+    case DType::kBF16:
+      return Hid(H5Tcopy(H5T_STD_U16LE), H5Tclose);
+    default:
+      return Hid(H5Tcopy(H5T_STD_U8LE), H5Tclose);  // u8, bool, fp8
   }
 }
 
@@ -85,13 +93,13 @@ std::vector<std::pair<uint64_t, uint64_t>> Hdf5MetadataRanges(std::vector<std::p
   return gaps;
 }
 
-absl::StatusOr<uint64_t> Hdf5MetadataHash(
-    const std::vector<std::pair<uint64_t, uint64_t>>& ranges,
-    const std::function<absl::Status(uint64_t, uint64_t, char*)>& read) {
+absl::StatusOr<uint64_t> Hdf5MetadataHash(const std::vector<std::pair<uint64_t, uint64_t>>& ranges,
+                                          const std::function<absl::Status(uint64_t, uint64_t, char*)>& read) {
   uint64_t total = 0;
   for (const auto& r : ranges) total += r.second;
   if (total > (uint64_t{1} << 32)) {
-    return absl::DataLossError(StrCat("the container's own structures span ", total, " bytes; that is not a ckpt container"));
+    return absl::DataLossError(
+        StrCat("the container's own structures span ", total, " bytes; that is not a ckpt container"));
   }
   std::string bytes(static_cast<size_t>(total), '\0');
   size_t at = 0;
@@ -108,8 +116,7 @@ std::string Hdf5DataFileName(int rank) {
   return b;
 }
 
-absl::StatusOr<Hdf5Container> CreateHdf5Container(const std::string& local_path,
-                                                  const std::vector<Hdf5Chunk>& chunks,
+absl::StatusOr<Hdf5Container> CreateHdf5Container(const std::string& local_path, const std::vector<Hdf5Chunk>& chunks,
                                                   uint64_t index_bytes, int64_t step, int rank) {
   // Debian's libhdf5 is built without thread safety: one caller at a time
   // (ranks of one process save concurrently).
@@ -121,59 +128,59 @@ absl::StatusOr<Hdf5Container> CreateHdf5Container(const std::string& local_path,
   H5Pset_alignment(fapl.get(), 64 << 10, 4096);
   Hdf5Container out;
   {
-  Hid file(H5Fcreate(local_path.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, fapl.get()), H5Fclose);
-  if (!file.ok()) return Fail(local_path, "cannot create the file");
-  if (!WriteHdf5I64Attr(file.get(), "ckpt_step", {step}) || !WriteHdf5I64Attr(file.get(), "ckpt_rank", {rank})) {
-    return Fail(local_path, "cannot write the file attributes");
-  }
-  Hid lcpl(H5Pcreate(H5P_LINK_CREATE), H5Pclose);
-  H5Pset_create_intermediate_group(lcpl.get(), 1);
-  Hid dcpl(H5Pcreate(H5P_DATASET_CREATE), H5Pclose);
-  H5Pset_layout(dcpl.get(), H5D_CONTIGUOUS);
-  H5Pset_alloc_time(dcpl.get(), H5D_ALLOC_TIME_EARLY);
-  H5Pset_fill_time(dcpl.get(), H5D_FILL_TIME_NEVER);
-
-  auto create = [&](const std::string& path, hid_t type, const std::vector<hsize_t>& dims,
-                    uint64_t* offset) -> absl::StatusOr<hid_t> {
-    Hid space(dims.empty() ? H5Screate(H5S_SCALAR)
-                           : H5Screate_simple(static_cast<int>(dims.size()), dims.data(), nullptr),
-              H5Sclose);
-    hid_t ds = H5Dcreate2(file.get(), path.c_str(), type, space.get(), lcpl.get(), dcpl.get(), H5P_DEFAULT);
-    if (ds < 0) return Fail(local_path, StrCat("cannot create dataset ", path));
-    const haddr_t at = H5Dget_offset(ds);
-    if (at == HADDR_UNDEF) {
-      H5Dclose(ds);
-      return Fail(local_path, StrCat("dataset ", path, " has no contiguous storage"));
+    Hid file(H5Fcreate(local_path.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, fapl.get()), H5Fclose);
+    if (!file.ok()) return Fail(local_path, "cannot create the file");
+    if (!WriteHdf5I64Attr(file.get(), "ckpt_step", {step}) || !WriteHdf5I64Attr(file.get(), "ckpt_rank", {rank})) {
+      return Fail(local_path, "cannot write the file attributes");
     }
-    *offset = at;
-    return ds;
-  };
-  for (const Hdf5Chunk& c : chunks) {
-    uint64_t offset = 0;
-    if (c.is_blob) {
-      auto ds = create(c.path, H5T_STD_U8LE, {static_cast<hsize_t>(c.bytes)}, &offset);
+    Hid lcpl(H5Pcreate(H5P_LINK_CREATE), H5Pclose);
+    H5Pset_create_intermediate_group(lcpl.get(), 1);
+    Hid dcpl(H5Pcreate(H5P_DATASET_CREATE), H5Pclose);
+    H5Pset_layout(dcpl.get(), H5D_CONTIGUOUS);
+    H5Pset_alloc_time(dcpl.get(), H5D_ALLOC_TIME_EARLY);
+    H5Pset_fill_time(dcpl.get(), H5D_FILL_TIME_NEVER);
+
+    auto create = [&](const std::string& path, hid_t type, const std::vector<hsize_t>& dims,
+                      uint64_t* offset) -> absl::StatusOr<hid_t> {
+      Hid space(
+          dims.empty() ? H5Screate(H5S_SCALAR) : H5Screate_simple(static_cast<int>(dims.size()), dims.data(), nullptr),
+          H5Sclose);
+      hid_t ds = H5Dcreate2(file.get(), path.c_str(), type, space.get(), lcpl.get(), dcpl.get(), H5P_DEFAULT);
+      if (ds < 0) return Fail(local_path, StrCat("cannot create dataset ", path));
+      const haddr_t at = H5Dget_offset(ds);
+      if (at == HADDR_UNDEF) {
+        H5Dclose(ds);
+        return Fail(local_path, StrCat("dataset ", path, " has no contiguous storage"));
+      }
+      *offset = at;
+      return ds;
+    };
+    for (const Hdf5Chunk& c : chunks) {
+      uint64_t offset = 0;
+      if (c.is_blob) {
+        auto ds = create(c.path, H5T_STD_U8LE, {static_cast<hsize_t>(c.bytes)}, &offset);
+        if (!ds.ok()) return ds.status();
+        H5Dclose(*ds);
+      } else {
+        Hid type = Hdf5TypeOf(c.dtype);
+        std::vector<hsize_t> dims(c.box.sizes.begin(), c.box.sizes.end());
+        auto ds = create(c.path, type.get(), dims, &offset);
+        if (!ds.ok()) return ds.status();
+        Hid d(*ds, H5Dclose);
+        std::vector<int64_t> shape(c.global_shape.begin(), c.global_shape.end());
+        std::vector<int64_t> offs(c.box.offsets.begin(), c.box.offsets.end());
+        if (!WriteHdf5I64Attr(d.get(), "global_shape", shape) || !WriteHdf5I64Attr(d.get(), "offsets", offs) ||
+            !WriteHdf5StringAttr(d.get(), "ckpt_dtype", DTypeName(c.dtype))) {
+          return Fail(local_path, StrCat("cannot write the attributes of ", c.path));
+        }
+      }
+      out.offsets.push_back(offset);
+    }
+    {
+      auto ds = create("/_ckpt_index", H5T_STD_U8LE, {static_cast<hsize_t>(index_bytes)}, &out.index_offset);
       if (!ds.ok()) return ds.status();
       H5Dclose(*ds);
-    } else {
-      Hid type = Hdf5TypeOf(c.dtype);
-      std::vector<hsize_t> dims(c.box.sizes.begin(), c.box.sizes.end());
-      auto ds = create(c.path, type.get(), dims, &offset);
-      if (!ds.ok()) return ds.status();
-      Hid d(*ds, H5Dclose);
-      std::vector<int64_t> shape(c.global_shape.begin(), c.global_shape.end());
-      std::vector<int64_t> offs(c.box.offsets.begin(), c.box.offsets.end());
-      if (!WriteHdf5I64Attr(d.get(), "global_shape", shape) || !WriteHdf5I64Attr(d.get(), "offsets", offs) ||
-          !WriteHdf5StringAttr(d.get(), "ckpt_dtype", DTypeName(c.dtype))) {
-        return Fail(local_path, StrCat("cannot write the attributes of ", c.path));
-      }
     }
-    out.offsets.push_back(offset);
-  }
-  {
-    auto ds = create("/_ckpt_index", H5T_STD_U8LE, {static_cast<hsize_t>(index_bytes)}, &out.index_offset);
-    if (!ds.ok()) return ds.status();
-    H5Dclose(*ds);
-  }
   }  // closing the file writes the HDF5 metadata
   struct stat st;
   if (stat(local_path.c_str(), &st) != 0) return Fail(local_path, "cannot stat after closing");

@@ -14,8 +14,8 @@
 #include <cstdint>
 #include <functional>
 #include <string>
-#include <utility>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -25,7 +25,7 @@ namespace ckpt {
 
 /// One dataset of the container.
 struct Hdf5Chunk {
-  std::string path;    ///< HDF5 path, e.g. "/layers.0.w/chunk_0_128"
+  std::string path;  ///< HDF5 path, e.g. "/layers.0.w/chunk_0_128"
   DType dtype = DType::kU8;
   Shape global_shape;  ///< tensor chunks: the tensor's shape (attribute)
   Box box;             ///< tensor chunks: where the chunk sits (shape and attribute)
@@ -47,8 +47,7 @@ std::string Hdf5BlobPath(std::string_view name, int rank);
 /// Creates the container at `local_path` (replacing it) with the chunks and
 /// an `index_bytes` long "/_ckpt_index" dataset, and returns the byte
 /// ranges. Data regions are left unwritten.
-absl::StatusOr<Hdf5Container> CreateHdf5Container(const std::string& local_path,
-                                                  const std::vector<Hdf5Chunk>& chunks,
+absl::StatusOr<Hdf5Container> CreateHdf5Container(const std::string& local_path, const std::vector<Hdf5Chunk>& chunks,
                                                   uint64_t index_bytes, int64_t step, int rank);
 
 /// The byte ranges of a container that libhdf5 wrote: everything in
@@ -59,9 +58,8 @@ std::vector<std::pair<uint64_t, uint64_t>> Hdf5MetadataRanges(std::vector<std::p
 /// xxh3 of the bytes of `ranges` of a container, concatenated in order, read
 /// through `read(offset, length, out)`. It covers every byte ckpt's own
 /// checksums do not (the manifest records it as the file's container_hash).
-absl::StatusOr<uint64_t> Hdf5MetadataHash(
-    const std::vector<std::pair<uint64_t, uint64_t>>& ranges,
-    const std::function<absl::Status(uint64_t, uint64_t, char*)>& read);
+absl::StatusOr<uint64_t> Hdf5MetadataHash(const std::vector<std::pair<uint64_t, uint64_t>>& ranges,
+                                          const std::function<absl::Status(uint64_t, uint64_t, char*)>& read);
 
 /// Data files of hdf5:// roots end in ".h5".
 bool IsHdf5DataFile(std::string_view name);

@@ -5,16 +5,14 @@
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
-#include "util/strings.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/strip.h"
 #include "util/hash.h"
+#include "util/strings.h"
 
 namespace ckpt {
 
-std::string StepDir(int64_t step) {
-  return absl::StrFormat("step-%010d", step);
-}
+std::string StepDir(int64_t step) { return absl::StrFormat("step-%010d", step); }
 
 std::optional<int64_t> ParseStepDir(std::string_view name) {
   if (!ConsumePrefix(&name, "step-") || name.empty()) return std::nullopt;
@@ -27,15 +25,9 @@ std::optional<int64_t> ParseStepDir(std::string_view name) {
   return step;
 }
 
-std::string DataFileName(int rank) {
-  return absl::StrFormat("rank-%06d.ckd", rank);
-}
-std::string ReportName(int rank) {
-  return absl::StrFormat("rank-%06d.report", rank);
-}
-std::string FailedName(int rank) {
-  return absl::StrFormat("rank-%06d.failed", rank);
-}
+std::string DataFileName(int rank) { return absl::StrFormat("rank-%06d.ckd", rank); }
+std::string ReportName(int rank) { return absl::StrFormat("rank-%06d.report", rank); }
+std::string FailedName(int rank) { return absl::StrFormat("rank-%06d.failed", rank); }
 
 std::optional<int> ParseRankFile(std::string_view name, std::string_view ext) {
   if (!ConsumePrefix(&name, "rank-")) return std::nullopt;
@@ -64,17 +56,14 @@ absl::StatusOr<int64_t> DecodeLatest(std::string_view text) {
   char hex[19];
   std::string expect = StrCat("xxh3 ", HexHashTo(Xxh3(body), hex), "\n");
   if (text.substr(pos) != expect) {
-    return absl::DataLossError(StrCat(
-        "LATEST at byte offset ", pos, ": checksum mismatch or trailing bytes"));
+    return absl::DataLossError(StrCat("LATEST at byte offset ", pos, ": checksum mismatch or trailing bytes"));
   }
   if (!body.starts_with("ckpt-latest 1\n")) {
-    return absl::FailedPreconditionError(
-        "LATEST: unknown version (upgrade ckpt)");
+    return absl::FailedPreconditionError("LATEST: unknown version (upgrade ckpt)");
   }
   std::string_view rest = body.substr(14);
   int64_t step = -1;
-  if (!ConsumePrefix(&rest, "step ") || !ConsumeSuffix(&rest, "\n") ||
-      !ParseInt64(rest, &step) || step < 0) {
+  if (!ConsumePrefix(&rest, "step ") || !ConsumeSuffix(&rest, "\n") || !ParseInt64(rest, &step) || step < 0) {
     return absl::DataLossError("LATEST: malformed step line");
   }
   return step;
@@ -112,14 +101,14 @@ bool ParseHex64(std::string_view text, uint64_t* out) {
 
 std::string EncodeClaim(const StepClaim& claim) {
   std::string host(claim.host.empty() ? std::string_view("?")
-                                       : std::string_view(claim.host).substr(0, kMaxClaimHostBytes));
+                                      : std::string_view(claim.host).substr(0, kMaxClaimHostBytes));
   for (char& c : host) {
     if (!ClaimHostByte(c)) c = '?';
   }
   char id[19];
-  std::string body = StrCat("ckpt-claim 1\nsave ", HexHashTo(claim.save_id, id), "\nworld ", claim.world_size,
-                            "\nhost ", host, "\npid ", claim.pid, "\npid_start ", claim.pid_start, "\ntime ", claim.claimed_unix_ns,
-                            "\n");
+  std::string body =
+      StrCat("ckpt-claim 1\nsave ", HexHashTo(claim.save_id, id), "\nworld ", claim.world_size, "\nhost ", host,
+             "\npid ", claim.pid, "\npid_start ", claim.pid_start, "\ntime ", claim.claimed_unix_ns, "\n");
   char hex[19];
   return StrCat(body, "xxh3 ", HexHashTo(Xxh3(body), hex), "\n");
 }

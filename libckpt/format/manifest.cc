@@ -1,16 +1,15 @@
 #include "format/manifest.h"
 
-#include "ckpt/state.h"
-
 #include <algorithm>
 #include <bit>
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
-#include "util/strings.h"
+#include "ckpt/state.h"
 #include "format/data_file.h"
 #include "util/bytes.h"
 #include "util/hash.h"
+#include "util/strings.h"
 
 namespace ckpt {
 namespace {
@@ -22,9 +21,8 @@ constexpr int kMaxRank = kMaxTensorRank;
 }  // namespace
 
 const ManifestTensor* Manifest::FindTensor(std::string_view fqn) const {
-  auto it = std::lower_bound(
-      tensors.begin(), tensors.end(), fqn,
-      [](const ManifestTensor& t, std::string_view f) { return t.spec.fqn < f; });
+  auto it = std::lower_bound(tensors.begin(), tensors.end(), fqn,
+                             [](const ManifestTensor& t, std::string_view f) { return t.spec.fqn < f; });
   if (it == tensors.end() || it->spec.fqn != fqn) return nullptr;
   return &*it;
 }
@@ -117,43 +115,35 @@ std::string EncodeManifest(const Manifest& m) {
   return out;
 }
 
-absl::StatusOr<Manifest> DecodeManifest(std::string_view bytes,
-                                        std::string_view what) {
+absl::StatusOr<Manifest> DecodeManifest(std::string_view bytes, std::string_view what) {
   if (bytes.size() < kManifestHeaderSize) {
-    return absl::DataLossError(StrCat(
-        what, ": truncated: ", bytes.size(), " bytes, a manifest header alone is ",
-        kManifestHeaderSize));
+    return absl::DataLossError(
+        StrCat(what, ": truncated: ", bytes.size(), " bytes, a manifest header alone is ", kManifestHeaderSize));
   }
   const char* h = bytes.data();
   if (std::memcmp(h, kManifestMagic, 8) != 0) {
-    return absl::DataLossError(
-        StrCat(what, " at byte offset 0: bad manifest magic"));
+    return absl::DataLossError(StrCat(what, " at byte offset 0: bad manifest magic"));
   }
   if (LoadLE64(h + 40) != Xxh3(h, 40)) {
-    return absl::DataLossError(
-        StrCat(what, " at byte offset 0: manifest header checksum mismatch"));
+    return absl::DataLossError(StrCat(what, " at byte offset 0: manifest header checksum mismatch"));
   }
   const uint32_t version = LoadLE32(h + 8);
   if (version == 0 || version > kManifestVersion) {
-    return absl::FailedPreconditionError(StrCat(
-        what, ": unknown manifest version ", version,
-        " (this library reads up to ", kManifestVersion, "; upgrade ckpt)"));
+    return absl::FailedPreconditionError(StrCat(what, ": unknown manifest version ", version,
+                                                " (this library reads up to ", kManifestVersion, "; upgrade ckpt)"));
   }
   if (LoadLE32(h + 12) != 0 || LoadLE64(h + 32) != 0) {
-    return absl::DataLossError(
-        StrCat(what, " at byte offset 12: reserved field is not zero"));
+    return absl::DataLossError(StrCat(what, " at byte offset 12: reserved field is not zero"));
   }
   const uint64_t body_len = LoadLE64(h + 16);
   if (body_len != bytes.size() - kManifestHeaderSize) {
-    return absl::DataLossError(StrCat(
-        what, ": truncated or padded: header says ", body_len,
-        " body bytes, file has ", bytes.size() - kManifestHeaderSize));
+    return absl::DataLossError(StrCat(what, ": truncated or padded: header says ", body_len, " body bytes, file has ",
+                                      bytes.size() - kManifestHeaderSize));
   }
   std::string_view body = bytes.substr(kManifestHeaderSize);
   if (LoadLE64(h + 24) != Xxh3(body)) {
-    return absl::DataLossError(StrCat(
-        what, " at byte offset ", kManifestHeaderSize,
-        ": manifest body checksum mismatch"));
+    return absl::DataLossError(
+        StrCat(what, " at byte offset ", kManifestHeaderSize, ": manifest body checksum mismatch"));
   }
 
   ByteReader r(body, std::string(what), kManifestHeaderSize);
@@ -226,17 +216,14 @@ absl::StatusOr<Manifest> DecodeManifest(std::string_view bytes,
       for (uint64_t d = 0; d < nd; ++d) ch.box.sizes[d] = static_cast<int64_t>(r.Count(uint64_t{1} << 48, "size"));
       if (!r.ok()) break;
       if (ch.file >= nfiles) {
-        r.Fail(StrCat("tensor '", t.spec.fqn, "' chunk ", c,
-                            " names file ", ch.file, " of ", nfiles));
+        r.Fail(StrCat("tensor '", t.spec.fqn, "' chunk ", c, " names file ", ch.file, " of ", nfiles));
       } else if (!BoxWithin(ch.box, t.spec.shape)) {
-        r.Fail(StrCat("tensor '", t.spec.fqn, "' chunk ",
-                            ch.box.ToString(), " lies outside shape ",
-                            ShapeToString(t.spec.shape)));
+        r.Fail(StrCat("tensor '", t.spec.fqn, "' chunk ", ch.box.ToString(), " lies outside shape ",
+                      ShapeToString(t.spec.shape)));
       } else if (ch.first_block + ch.block_count < ch.first_block ||
                  ch.first_block + ch.block_count > m.files[ch.file].block_count) {
-        r.Fail(StrCat("tensor '", t.spec.fqn, "' chunk ",
-                            ch.box.ToString(), " references blocks beyond ",
-                            m.files[ch.file].name));
+        r.Fail(StrCat("tensor '", t.spec.fqn, "' chunk ", ch.box.ToString(), " references blocks beyond ",
+                      m.files[ch.file].name));
       }
       t.chunks.push_back(std::move(ch));
     }
@@ -254,8 +241,7 @@ absl::StatusOr<Manifest> DecodeManifest(std::string_view bytes,
     b.file = static_cast<uint32_t>(r.Count(nfiles, "blob file"));
     b.first_block = r.Var();
     b.block_count = r.Var();
-    if (r.ok() && (b.file >= nfiles ||
-                   b.first_block + b.block_count > m.files[b.file].block_count)) {
+    if (r.ok() && (b.file >= nfiles || b.first_block + b.block_count > m.files[b.file].block_count)) {
       r.Fail(StrCat("blob '", b.name, "' references a missing file or blocks"));
     }
     m.blobs.push_back(std::move(b));

@@ -98,14 +98,11 @@ std::string EncodeManifest(const Manifest& m);
 /// Decodes and checks everything that can be checked without the data
 /// files: magic, version, checksums, lengths, dtypes, boxes within shapes,
 /// file and block references. `what` names the object in messages.
-absl::StatusOr<Manifest> DecodeManifest(std::string_view bytes,
-                                        std::string_view what);
+absl::StatusOr<Manifest> DecodeManifest(std::string_view bytes, std::string_view what);
 
 /// Raw byte range [begin, end) of block `b` (relative to the chunk's first
 /// block) within a stream of `total` bytes cut into `block_size` blocks.
-inline uint64_t BlockBegin(uint64_t b, uint64_t block_size) {
-  return b * block_size;
-}
+inline uint64_t BlockBegin(uint64_t b, uint64_t block_size) { return b * block_size; }
 
 }  // namespace ckpt
 

@@ -1,11 +1,11 @@
 #include "layout/box_copy.h"
 
-#include "util/hash.h"
-#include "util/stream_copy.h"
-
 #include <algorithm>
 #include <cstring>
 #include <vector>
+
+#include "util/hash.h"
+#include "util/stream_copy.h"
 
 namespace ckpt {
 namespace {
@@ -14,8 +14,7 @@ namespace {
 // fn(packed_index, memory_element_offset, run_length, last_stride) per run
 // along the last dimension.
 template <typename Fn>
-void ForEachStridedRun(const Shard& shard, int64_t first, int64_t count,
-                       Fn&& fn) {
+void ForEachStridedRun(const Shard& shard, int64_t first, int64_t count, Fn&& fn) {
   const int nd = shard.box.ndim();
   if (nd == 0) {
     if (count > 0) fn(0, 0, 1, 1);
@@ -58,47 +57,43 @@ void ForEachStridedRun(const Shard& shard, int64_t first, int64_t count,
 
 }  // namespace
 
-void GatherPacked(const Shard& shard, int64_t first, int64_t count,
-                  std::byte* dst) {
+void GatherPacked(const Shard& shard, int64_t first, int64_t count, std::byte* dst) {
   const size_t es = DTypeSize(shard.spec.dtype);
   const std::byte* base = static_cast<const std::byte*>(shard.data);
   if (shard.Contiguous()) {
     StreamCopy(dst, base + first * es, count * es);
     return;
   }
-  ForEachStridedRun(shard, first, count,
-                    [&](int64_t packed, int64_t mem, int64_t run, int64_t last) {
-                      std::byte* out = dst + (packed - first) * es;
-                      if (last == 1) {
-                        StreamCopyNoFence(out, base + mem * es, run * es);
-                      } else {
-                        for (int64_t i = 0; i < run; ++i) {
-                          std::memcpy(out + i * es, base + (mem + i * last) * es, es);
-                        }
-                      }
-                    });
+  ForEachStridedRun(shard, first, count, [&](int64_t packed, int64_t mem, int64_t run, int64_t last) {
+    std::byte* out = dst + (packed - first) * es;
+    if (last == 1) {
+      StreamCopyNoFence(out, base + mem * es, run * es);
+    } else {
+      for (int64_t i = 0; i < run; ++i) {
+        std::memcpy(out + i * es, base + (mem + i * last) * es, es);
+      }
+    }
+  });
   StreamFence();
 }
 
-void ScatterPacked(const Shard& shard, int64_t first, int64_t count,
-                   const std::byte* src) {
+void ScatterPacked(const Shard& shard, int64_t first, int64_t count, const std::byte* src) {
   const size_t es = DTypeSize(shard.spec.dtype);
   std::byte* base = static_cast<std::byte*>(shard.data);
   if (shard.Contiguous()) {
     std::memcpy(base + first * es, src, count * es);
     return;
   }
-  ForEachStridedRun(shard, first, count,
-                    [&](int64_t packed, int64_t mem, int64_t run, int64_t last) {
-                      const std::byte* in = src + (packed - first) * es;
-                      if (last == 1) {
-                        std::memcpy(base + mem * es, in, run * es);
-                      } else {
-                        for (int64_t i = 0; i < run; ++i) {
-                          std::memcpy(base + (mem + i * last) * es, in + i * es, es);
-                        }
-                      }
-                    });
+  ForEachStridedRun(shard, first, count, [&](int64_t packed, int64_t mem, int64_t run, int64_t last) {
+    const std::byte* in = src + (packed - first) * es;
+    if (last == 1) {
+      std::memcpy(base + mem * es, in, run * es);
+    } else {
+      for (int64_t i = 0; i < run; ++i) {
+        std::memcpy(base + (mem + i * last) * es, in + i * es, es);
+      }
+    }
+  });
 }
 
 uint64_t HashPacked(const Shard& shard) {

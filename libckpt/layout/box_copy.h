@@ -13,13 +13,11 @@ namespace ckpt {
 /// Copies elements [first, first + count) of the packed row-major order of
 /// `shard.box` from the shard's memory into `dst` (staging memory: written
 /// with streaming stores).
-void GatherPacked(const Shard& shard, int64_t first, int64_t count,
-                  std::byte* dst);
+void GatherPacked(const Shard& shard, int64_t first, int64_t count, std::byte* dst);
 
 /// The inverse: writes packed elements [first, first + count) into the
 /// shard's memory.
-void ScatterPacked(const Shard& shard, int64_t first, int64_t count,
-                   const std::byte* src);
+void ScatterPacked(const Shard& shard, int64_t first, int64_t count, const std::byte* src);
 
 /// Calls fn(row) for each row of the shard's box in row-major order, `row`
 /// pointing at the row's first element; stops early when fn returns false.

@@ -4,10 +4,10 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
-#include "util/strings.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
 #include "util/errors.h"
+#include "util/strings.h"
 
 namespace ckpt {
 
@@ -15,29 +15,24 @@ absl::StatusOr<Mesh> Mesh::Parse(std::string_view text_in) {
   Mesh mesh;
   absl::string_view text = absl::StripAsciiWhitespace(AV(text_in));
   if (text.empty()) {
-    return absl::InvalidArgumentError(
-        "empty mesh; expected e.g. \"dp=2,tp=4,pp=1\"");
+    return absl::InvalidArgumentError("empty mesh; expected e.g. \"dp=2,tp=4,pp=1\"");
   }
   for (absl::string_view part : absl::StrSplit(text, ',')) {
     part = absl::StripAsciiWhitespace(part);
-    std::pair<absl::string_view, absl::string_view> kv =
-        absl::StrSplit(part, absl::MaxSplits('=', 1));
+    std::pair<absl::string_view, absl::string_view> kv = absl::StrSplit(part, absl::MaxSplits('=', 1));
     int64_t size = 0;
     if (kv.first.empty() || !absl::SimpleAtoi(kv.second, &size) || size < 1) {
-      return absl::InvalidArgumentError(StrCat(
-          "bad mesh dimension '", part, "' in '", text,
-          "'; expected name=size with size >= 1, e.g. \"dp=2,tp=4\""));
+      return absl::InvalidArgumentError(StrCat("bad mesh dimension '", part, "' in '", text,
+                                               "'; expected name=size with size >= 1, e.g. \"dp=2,tp=4\""));
     }
     if (mesh.DimIndex(SV(kv.first)) >= 0) {
-      return absl::InvalidArgumentError(StrCat(
-          "mesh dimension '", kv.first, "' appears twice in '", text, "'"));
+      return absl::InvalidArgumentError(StrCat("mesh dimension '", kv.first, "' appears twice in '", text, "'"));
     }
     mesh.names.emplace_back(kv.first);
     mesh.sizes.push_back(size);
   }
   if (mesh.NumRanks() > (int64_t{1} << 24)) {
-    return absl::InvalidArgumentError(
-        StrCat("mesh '", text, "' has more than 16M ranks"));
+    return absl::InvalidArgumentError(StrCat("mesh '", text, "' has more than 16M ranks"));
   }
   return mesh;
 }
@@ -94,37 +89,32 @@ std::vector<int64_t> ChunkBoundaries(int64_t extent, int64_t parts) {
   return bounds;
 }
 
-absl::StatusOr<std::optional<Box>> BoxAtCoords(const TensorLayout& layout,
-                                               const Mesh& mesh,
+absl::StatusOr<std::optional<Box>> BoxAtCoords(const TensorLayout& layout, const Mesh& mesh,
                                                const std::vector<int64_t>& coords) {
   const TensorSpec& spec = layout.spec;
   if (layout.placements.size() > mesh.sizes.size()) {
-    return absl::InvalidArgumentError(StrCat(
-        "tensor '", spec.fqn, "': ", layout.placements.size(),
-        " placements for a ", mesh.ndim(), "-d mesh"));
+    return absl::InvalidArgumentError(
+        StrCat("tensor '", spec.fqn, "': ", layout.placements.size(), " placements for a ", mesh.ndim(), "-d mesh"));
   }
   if (layout.owner_dim >= 0) {
     if (layout.owner_dim >= mesh.ndim()) {
-      return absl::InvalidArgumentError(StrCat(
-          "tensor '", spec.fqn, "': owner mesh dim ", layout.owner_dim,
-          " outside mesh ", mesh.ToString()));
+      return absl::InvalidArgumentError(
+          StrCat("tensor '", spec.fqn, "': owner mesh dim ", layout.owner_dim, " outside mesh ", mesh.ToString()));
     }
     if (coords[layout.owner_dim] != layout.owner_index) return std::nullopt;
   }
   Box box = Box::Whole(spec.shape);
   auto apply = [&](int md) -> absl::Status {
     if (md < 0 || md >= mesh.ndim()) {
-      return absl::InvalidArgumentError(StrCat(
-          "tensor '", spec.fqn, "': split order names mesh dim ", md,
-          " outside mesh ", mesh.ToString()));
+      return absl::InvalidArgumentError(
+          StrCat("tensor '", spec.fqn, "': split order names mesh dim ", md, " outside mesh ", mesh.ToString()));
     }
     if (md >= static_cast<int>(layout.placements.size())) return absl::OkStatus();
     const Placement& p = layout.placements[md];
     if (p.kind != Placement::Kind::kShard) return absl::OkStatus();
     if (p.dim < 0 || p.dim >= static_cast<int>(spec.shape.size())) {
-      return absl::InvalidArgumentError(StrCat(
-          "tensor '", spec.fqn, "' of shape ", ShapeToString(spec.shape),
-          ": Shard(", p.dim, ") names no dimension"));
+      return absl::InvalidArgumentError(StrCat("tensor '", spec.fqn, "' of shape ", ShapeToString(spec.shape),
+                                               ": Shard(", p.dim, ") names no dimension"));
     }
     const int64_t n = mesh.sizes[md];
     const int64_t len = box.sizes[p.dim];
@@ -136,12 +126,11 @@ absl::StatusOr<std::optional<Box>> BoxAtCoords(const TensorLayout& layout,
       hi = std::min((idx + 1) * chunk, len);
     } else {
       const std::vector<int64_t>& b = p.boundaries;
-      bool ok = static_cast<int64_t>(b.size()) == n + 1 && b.front() == 0 &&
-                b.back() == len && std::is_sorted(b.begin(), b.end());
+      bool ok = static_cast<int64_t>(b.size()) == n + 1 && b.front() == 0 && b.back() == len &&
+                std::is_sorted(b.begin(), b.end());
       if (!ok) {
-        return absl::InvalidArgumentError(StrCat(
-            "tensor '", spec.fqn, "': explicit boundaries along dim ", p.dim,
-            " must be ", n + 1, " non-decreasing values from 0 to ", len));
+        return absl::InvalidArgumentError(StrCat("tensor '", spec.fqn, "': explicit boundaries along dim ", p.dim,
+                                                 " must be ", n + 1, " non-decreasing values from 0 to ", len));
       }
       lo = b[idx];
       hi = b[idx + 1];
@@ -158,11 +147,9 @@ absl::StatusOr<std::optional<Box>> BoxAtCoords(const TensorLayout& layout,
   return box;
 }
 
-absl::StatusOr<std::optional<Box>> RankBox(const TensorLayout& layout,
-                                           const Mesh& mesh, int64_t rank) {
+absl::StatusOr<std::optional<Box>> RankBox(const TensorLayout& layout, const Mesh& mesh, int64_t rank) {
   if (rank < 0 || rank >= mesh.NumRanks()) {
-    return absl::InvalidArgumentError(StrCat(
-        "rank ", rank, " is outside mesh ", mesh.ToString()));
+    return absl::InvalidArgumentError(StrCat("rank ", rank, " is outside mesh ", mesh.ToString()));
   }
   return BoxAtCoords(layout, mesh, mesh.Coords(rank));
 }

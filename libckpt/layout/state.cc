@@ -17,54 +17,42 @@ bool Shard::Contiguous() const {
   return true;
 }
 
-int64_t Shard::PackedBytes() const {
-  return box.Volume() * static_cast<int64_t>(DTypeSize(spec.dtype));
-}
+int64_t Shard::PackedBytes() const { return box.Volume() * static_cast<int64_t>(DTypeSize(spec.dtype)); }
 
-absl::Status State::AddShard(const TensorSpec& spec, const Box& box,
-                             void* data, std::vector<int64_t> strides) {
+absl::Status State::AddShard(const TensorSpec& spec, const Box& box, void* data, std::vector<int64_t> strides) {
   if (spec.fqn.empty()) {
     return absl::InvalidArgumentError("tensor name (fqn) is empty");
   }
   if (!IsValidDType(static_cast<uint8_t>(spec.dtype)) || DTypeSize(spec.dtype) == 0) {
-    return absl::InvalidArgumentError(
-        StrCat("tensor '", spec.fqn, "': invalid dtype ",
-                     static_cast<int>(spec.dtype)));
+    return absl::InvalidArgumentError(StrCat("tensor '", spec.fqn, "': invalid dtype ", static_cast<int>(spec.dtype)));
   }
   if (absl::Status s = CheckTensorSpec(spec); !s.ok()) return s;
   if (!BoxWithin(box, spec.shape)) {
     return absl::InvalidArgumentError(
-        StrCat("tensor '", spec.fqn, "': box ", box.ToString(),
-                     " does not fit shape ", ShapeToString(spec.shape)));
+        StrCat("tensor '", spec.fqn, "': box ", box.ToString(), " does not fit shape ", ShapeToString(spec.shape)));
   }
   if (!strides.empty() && strides.size() != spec.shape.size()) {
-    return absl::InvalidArgumentError(StrCat(
-        "tensor '", spec.fqn, "': ", strides.size(), " strides for a ",
-        spec.shape.size(), "-d tensor"));
+    return absl::InvalidArgumentError(
+        StrCat("tensor '", spec.fqn, "': ", strides.size(), " strides for a ", spec.shape.size(), "-d tensor"));
   }
   for (int64_t s : strides) {
     if (s < 0) {
-      return absl::InvalidArgumentError(StrCat(
-          "tensor '", spec.fqn, "': negative strides are not supported"));
+      return absl::InvalidArgumentError(StrCat("tensor '", spec.fqn, "': negative strides are not supported"));
     }
   }
   if (data == nullptr && !box.Empty()) {
-    return absl::InvalidArgumentError(StrCat(
-        "tensor '", spec.fqn, "': null data for box ", box.ToString()));
+    return absl::InvalidArgumentError(StrCat("tensor '", spec.fqn, "': null data for box ", box.ToString()));
   }
   for (const Shard& other : shards_) {
     if (other.spec.fqn != spec.fqn) continue;
     if (!(other.spec == spec)) {
       return absl::InvalidArgumentError(StrCat(
-          "tensor '", spec.fqn, "': added with dtype ", DTypeName(spec.dtype),
-          " shape ", ShapeToString(spec.shape), " but earlier with dtype ",
-          DTypeName(other.spec.dtype), " shape ",
-          ShapeToString(other.spec.shape)));
+          "tensor '", spec.fqn, "': added with dtype ", DTypeName(spec.dtype), " shape ", ShapeToString(spec.shape),
+          " but earlier with dtype ", DTypeName(other.spec.dtype), " shape ", ShapeToString(other.spec.shape)));
     }
     if (!Intersect(other.box, box).Empty()) {
       return absl::InvalidArgumentError(
-          StrCat("tensor '", spec.fqn, "': box ", box.ToString(),
-                       " overlaps box ", other.box.ToString()));
+          StrCat("tensor '", spec.fqn, "': box ", box.ToString(), " overlaps box ", other.box.ToString()));
     }
   }
   shards_.push_back(Shard{spec, box, data, std::move(strides)});
@@ -75,12 +63,10 @@ absl::Status State::AddTensor(const TensorSpec& spec, void* data) {
   return AddShard(spec, Box::Whole(spec.shape), data);
 }
 
-absl::Status State::AddBlob(std::string name, const void* data, size_t size,
-                            BlobScope scope) {
+absl::Status State::AddBlob(std::string name, const void* data, size_t size, BlobScope scope) {
   if (name.empty()) return absl::InvalidArgumentError("blob name is empty");
   if (data == nullptr && size > 0) {
-    return absl::InvalidArgumentError(
-        StrCat("blob '", name, "': null data"));
+    return absl::InvalidArgumentError(StrCat("blob '", name, "': null data"));
   }
   if (size > kMaxBlobBytes) {
     return absl::InvalidArgumentError(
@@ -88,8 +74,7 @@ absl::Status State::AddBlob(std::string name, const void* data, size_t size,
   }
   for (const Blob& b : blobs_) {
     if (b.name == name) {
-      return absl::InvalidArgumentError(
-          StrCat("blob '", name, "' added twice"));
+      return absl::InvalidArgumentError(StrCat("blob '", name, "' added twice"));
     }
   }
   Blob blob;
@@ -101,12 +86,10 @@ absl::Status State::AddBlob(std::string name, const void* data, size_t size,
   return absl::OkStatus();
 }
 
-absl::Status State::AddBlobOut(std::string name, std::string* out,
-                               BlobScope scope, int source_rank) {
+absl::Status State::AddBlobOut(std::string name, std::string* out, BlobScope scope, int source_rank) {
   if (name.empty()) return absl::InvalidArgumentError("blob name is empty");
   if (out == nullptr) {
-    return absl::InvalidArgumentError(
-        StrCat("blob '", name, "': null output"));
+    return absl::InvalidArgumentError(StrCat("blob '", name, "': null output"));
   }
   Blob blob;
   blob.name = std::move(name);

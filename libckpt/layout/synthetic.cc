@@ -7,8 +7,8 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
-#include "util/strings.h"
 #include "util/hash.h"
+#include "util/strings.h"
 
 namespace ckpt {
 
@@ -22,9 +22,7 @@ uint16_t FloatToBF16(float f) {
   return static_cast<uint16_t>((bits + rounding) >> 16);
 }
 
-float BF16ToFloat(uint16_t h) {
-  return std::bit_cast<float>(static_cast<uint32_t>(h) << 16);
-}
+float BF16ToFloat(uint16_t h) { return std::bit_cast<float>(static_cast<uint32_t>(h) << 16); }
 
 namespace {
 
@@ -41,9 +39,7 @@ uint32_t EncodeSmallFloat(float f, int ebits, int mbits, bool ieee_inf) {
     return sign | (exp_all << mbits) | (ieee_inf ? (1u << (mbits - 1)) : man_all);
   }
   const double a = std::fabs(static_cast<double>(f));
-  const uint32_t max_finite =
-      ieee_inf ? (((exp_all - 1) << mbits) | man_all)
-               : ((exp_all << mbits) | (man_all - 1));
+  const uint32_t max_finite = ieee_inf ? (((exp_all - 1) << mbits) | man_all) : ((exp_all << mbits) | (man_all - 1));
   if (std::isinf(f)) return sign | (ieee_inf ? exp_all << mbits : max_finite);
   if (a == 0) return sign;
   int e = std::ilogb(a);
@@ -86,32 +82,19 @@ double DecodeSmallFloat(uint32_t v, int ebits, int mbits, bool ieee_inf) {
   } else if (ef == 0) {
     out = std::ldexp(static_cast<double>(mant), 1 - bias - mbits);
   } else {
-    out = std::ldexp(static_cast<double>(mant | (1u << mbits)),
-                     static_cast<int>(ef) - bias - mbits);
+    out = std::ldexp(static_cast<double>(mant | (1u << mbits)), static_cast<int>(ef) - bias - mbits);
   }
   return neg ? -out : out;
 }
 
 }  // namespace
 
-uint16_t FloatToF16(float f) {
-  return static_cast<uint16_t>(EncodeSmallFloat(f, 5, 10, true));
-}
-uint8_t FloatToF8E4M3(float f) {
-  return static_cast<uint8_t>(EncodeSmallFloat(f, 4, 3, false));
-}
-uint8_t FloatToF8E5M2(float f) {
-  return static_cast<uint8_t>(EncodeSmallFloat(f, 5, 2, true));
-}
-float F16ToFloat(uint16_t h) {
-  return static_cast<float>(DecodeSmallFloat(h, 5, 10, true));
-}
-float F8E4M3ToFloat(uint8_t v) {
-  return static_cast<float>(DecodeSmallFloat(v, 4, 3, false));
-}
-float F8E5M2ToFloat(uint8_t v) {
-  return static_cast<float>(DecodeSmallFloat(v, 5, 2, true));
-}
+uint16_t FloatToF16(float f) { return static_cast<uint16_t>(EncodeSmallFloat(f, 5, 10, true)); }
+uint8_t FloatToF8E4M3(float f) { return static_cast<uint8_t>(EncodeSmallFloat(f, 4, 3, false)); }
+uint8_t FloatToF8E5M2(float f) { return static_cast<uint8_t>(EncodeSmallFloat(f, 5, 2, true)); }
+float F16ToFloat(uint16_t h) { return static_cast<float>(DecodeSmallFloat(h, 5, 10, true)); }
+float F8E4M3ToFloat(uint8_t v) { return static_cast<float>(DecodeSmallFloat(v, 4, 3, false)); }
+float F8E5M2ToFloat(uint8_t v) { return static_cast<float>(DecodeSmallFloat(v, 5, 2, true)); }
 
 double ElementToDouble(DType dtype, const void* p) {
   switch (dtype) {
@@ -176,10 +159,8 @@ inline uint64_t Mix64(uint64_t z) {
 
 // Irwin-Hall sum of four 16-bit uniforms, scaled to unit variance.
 inline float NormalLike(uint64_t h) {
-  const int32_t s = static_cast<int32_t>(h & 0xffff) +
-                    static_cast<int32_t>((h >> 16) & 0xffff) +
-                    static_cast<int32_t>((h >> 32) & 0xffff) +
-                    static_cast<int32_t>(h >> 48);
+  const int32_t s = static_cast<int32_t>(h & 0xffff) + static_cast<int32_t>((h >> 16) & 0xffff) +
+                    static_cast<int32_t>((h >> 32) & 0xffff) + static_cast<int32_t>(h >> 48);
   constexpr float kInvSd = 1.0f / 37837.23f;  // 65536 * sqrt(1/3)
   return static_cast<float>(s - 131070) * kInvSd;
 }
@@ -229,14 +210,11 @@ inline float FloatValue(const TensorGen& g, uint64_t h) {
   return z + g.offset;
 }
 
-inline uint64_t IntBits(const TensorGen& g, uint64_t h) {
-  return g.kind == ValueKind::kStep ? g.seed : h;
-}
+inline uint64_t IntBits(const TensorGen& g, uint64_t h) { return g.kind == ValueKind::kStep ? g.seed : h; }
 
 // Writes elements [index, index + count) of the tensor (global row-major
 // indices) into `out`.
-void GenerateRun(const TensorGen& g, DType dtype, uint64_t index, int64_t count,
-                 void* out) {
+void GenerateRun(const TensorGen& g, DType dtype, uint64_t index, int64_t count, void* out) {
   switch (dtype) {
     case DType::kBF16: {
       uint16_t* o = static_cast<uint16_t*>(out);
@@ -258,8 +236,7 @@ void GenerateRun(const TensorGen& g, DType dtype, uint64_t index, int64_t count,
         uint64_t h = Mix64(g.key + (index + i));
         // Extra low-order bits so f64 mantissas are fully populated.
         o[i] = static_cast<double>(FloatValue(g, h)) +
-               static_cast<double>(g.scale) * 1e-9 *
-                   static_cast<double>(Mix64(h) >> 11) / 9007199254740992.0;
+               static_cast<double>(g.scale) * 1e-9 * static_cast<double>(Mix64(h) >> 11) / 9007199254740992.0;
       }
       break;
     }
@@ -354,18 +331,15 @@ void ForEachRun(const Shape& shape, const Box& box, Fn&& fn) {
 
 }  // namespace
 
-void FillSynthetic(const TensorSpec& spec, const Box& box, uint64_t seed,
-                   void* data) {
+void FillSynthetic(const TensorSpec& spec, const Box& box, uint64_t seed, void* data) {
   const TensorGen g = MakeGen(spec, seed);
   const size_t es = DTypeSize(spec.dtype);
   std::byte* out = static_cast<std::byte*>(data);
-  ForEachRun(spec.shape, box, [&](uint64_t gidx, int64_t bidx, int64_t n) {
-    GenerateRun(g, spec.dtype, gidx, n, out + bidx * es);
-  });
+  ForEachRun(spec.shape, box,
+             [&](uint64_t gidx, int64_t bidx, int64_t n) { GenerateRun(g, spec.dtype, gidx, n, out + bidx * es); });
 }
 
-int64_t CheckSynthetic(const TensorSpec& spec, const Box& box, uint64_t seed,
-                       const void* data, int64_t* first_bad) {
+int64_t CheckSynthetic(const TensorSpec& spec, const Box& box, uint64_t seed, const void* data, int64_t* first_bad) {
   const TensorGen g = MakeGen(spec, seed);
   const size_t es = DTypeSize(spec.dtype);
   const std::byte* in = static_cast<const std::byte*>(data);
@@ -390,16 +364,13 @@ int64_t CheckSynthetic(const TensorSpec& spec, const Box& box, uint64_t seed,
 // ---------------------------------------------------------------------------
 // Model.
 
-absl::StatusOr<SyntheticModel> BuildSyntheticModel(
-    const SyntheticOptions& options, const Mesh& mesh) {
+absl::StatusOr<SyntheticModel> BuildSyntheticModel(const SyntheticOptions& options, const Mesh& mesh) {
   if (options.params < 1000) {
-    return absl::InvalidArgumentError(StrCat(
-        "--params ", options.params, " is too small; use at least 1000"));
+    return absl::InvalidArgumentError(StrCat("--params ", options.params, " is too small; use at least 1000"));
   }
   if (!IsFloatingPoint(options.dtype)) {
     return absl::InvalidArgumentError(
-        StrCat("synthetic models need a floating-point dtype, not ",
-                     DTypeName(options.dtype)));
+        StrCat("synthetic models need a floating-point dtype, not ", DTypeName(options.dtype)));
   }
   const int tp = mesh.DimIndex("tp");
   const int pp = mesh.DimIndex("pp");
@@ -477,9 +448,7 @@ absl::StatusOr<SyntheticModel> BuildSyntheticModel(
           // ZeRO-1: the piece each rank holds after expert and tensor
           // parallelism is split again over dp, along the dimension tp
           // splits (dim 0 when tp does not split the tensor).
-          const int tp_dim = (tp >= 0 && t.placements[tp].kind == Placement::Kind::kShard)
-                                 ? t.placements[tp].dim
-                                 : 0;
+          const int tp_dim = (tp >= 0 && t.placements[tp].kind == Placement::Kind::kShard) ? t.placements[tp].dim : 0;
           t.placements[dp] = Placement::Shard(tp_dim);
           t.split_order.clear();
           if (ep >= 0) t.split_order.push_back(ep);

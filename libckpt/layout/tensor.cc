@@ -4,14 +4,12 @@
 #include <limits>
 
 #include "absl/strings/str_cat.h"
-#include "util/strings.h"
 #include "absl/strings/str_join.h"
+#include "util/strings.h"
 
 namespace ckpt {
 
-Box Box::Whole(const Shape& shape) {
-  return Box(Dims(shape.size(), 0), Dims(shape.begin(), shape.end()));
-}
+Box Box::Whole(const Shape& shape) { return Box(Dims(shape.size(), 0), Dims(shape.begin(), shape.end())); }
 
 namespace {
 
@@ -86,8 +84,8 @@ absl::Status CheckTensorSpec(const TensorSpec& spec) {
     }
     if (d > kMaxTensorElements) {
       return absl::InvalidArgumentError(StrCat("tensor '", spec.fqn, "': dimension ", d, " of shape ",
-                                               ShapeToString(spec.shape), " exceeds the limit of ",
-                                               kMaxTensorElements, " elements"));
+                                               ShapeToString(spec.shape), " exceeds the limit of ", kMaxTensorElements,
+                                               " elements"));
     }
   }
   for (int64_t d : spec.shape) {
@@ -102,8 +100,6 @@ absl::Status CheckTensorSpec(const TensorSpec& spec) {
   return absl::OkStatus();
 }
 
-std::string ShapeToString(const Shape& shape) {
-  return StrCat("[", absl::StrJoin(shape, ", "), "]");
-}
+std::string ShapeToString(const Shape& shape) { return StrCat("[", absl::StrJoin(shape, ", "), "]"); }
 
 }  // namespace ckpt

@@ -49,13 +49,12 @@ absl::StatusOr<const IndexEntry*> StepFiles::Entry(const ManifestTensor& tensor,
   const size_t es = DTypeSize(tensor.spec.dtype);
   const uint64_t stream = static_cast<uint64_t>(chunk.box.Volume()) * es;
   if (bs == 0 || bs % es != 0) {
-    return absl::DataLossError(
-        StrCat(ChunkName(tensor, chunk), ": file ", f->path, " has an invalid block size ", bs));
+    return absl::DataLossError(StrCat(ChunkName(tensor, chunk), ": file ", f->path, " has an invalid block size ", bs));
   }
   const uint64_t expect_blocks = (stream + bs - 1) / bs;
   if (chunk.block_count != expect_blocks) {
-    return absl::DataLossError(StrCat(ChunkName(tensor, chunk), ": manifest gives ", chunk.block_count,
-                                      " blocks, ", expect_blocks, " expected for ", stream, " bytes"));
+    return absl::DataLossError(StrCat(ChunkName(tensor, chunk), ": manifest gives ", chunk.block_count, " blocks, ",
+                                      expect_blocks, " expected for ", stream, " bytes"));
   }
   const uint64_t global = chunk.first_block + block;
   if (block >= chunk.block_count || global >= f->index.size()) {
@@ -65,9 +64,8 @@ absl::StatusOr<const IndexEntry*> StepFiles::Entry(const ManifestTensor& tensor,
   const IndexEntry& e = f->index[global];
   const uint64_t expect_raw = std::min<uint64_t>(bs, stream - block * bs);
   if (e.raw_len != expect_raw) {
-    return absl::DataLossError(StrCat(ChunkName(tensor, chunk), ": block ", global, " of ", f->path,
-                                      " at byte offset ", e.offset, " holds ", e.raw_len, " bytes, expected ",
-                                      expect_raw));
+    return absl::DataLossError(StrCat(ChunkName(tensor, chunk), ": block ", global, " of ", f->path, " at byte offset ",
+                                      e.offset, " holds ", e.raw_len, " bytes, expected ", expect_raw));
   }
   return &e;
 }

@@ -43,8 +43,7 @@ class StepFiles {
   /// The index entry of block `block` (relative to the chunk) of `chunk`,
   /// after checking that it exists and holds as many raw bytes as the
   /// chunk's stream needs there. Errors name the tensor, chunk and file.
-  absl::StatusOr<const IndexEntry*> Entry(const ManifestTensor& tensor, const ManifestChunk& chunk,
-                                          uint64_t block);
+  absl::StatusOr<const IndexEntry*> Entry(const ManifestTensor& tensor, const ManifestChunk& chunk, uint64_t block);
 
  private:
   Storage& storage_;

@@ -12,12 +12,11 @@
 
 namespace ckpt {
 
-absl::Status ReadFrames(
-    std::vector<FrameTask>& tasks, const FrameReaderOptions& options,
-    const std::function<absl::Status(const FrameTask&, absl::Span<const std::byte>,
-                                     BlockCodec&, std::vector<std::byte>&)>& process,
-    const std::function<void(const FrameTask&, const absl::Status&)>& on_error,
-    const std::function<void(const FrameTask&)>& on_done) {
+absl::Status ReadFrames(std::vector<FrameTask>& tasks, const FrameReaderOptions& options,
+                        const std::function<absl::Status(const FrameTask&, absl::Span<const std::byte>, BlockCodec&,
+                                                         std::vector<std::byte>&)>& process,
+                        const std::function<void(const FrameTask&, const absl::Status&)>& on_error,
+                        const std::function<void(const FrameTask&)>& on_done) {
   if (tasks.empty()) return absl::OkStatus();
   // Frames that follow each other in one file are read with one request of
   // up to max_read bytes: fewer, larger requests keep a device's queue full
@@ -36,8 +35,7 @@ absl::Status ReadFrames(
     if (!groups.empty()) {
       Group& g = groups.back();
       const FrameTask& prev = tasks[g.last - 1];
-      if (prev.file == t.file && g.offset + g.bytes == t.entry->offset &&
-          g.bytes + len <= options.max_read_bytes) {
+      if (prev.file == t.file && g.offset + g.bytes == t.entry->offset && g.bytes + len <= options.max_read_bytes) {
         g.last = i + 1;
         g.bytes += len;
         largest = std::max(largest, g.bytes);
@@ -50,9 +48,9 @@ absl::Status ReadFrames(
   uint64_t total = 0;
   for (const Group& g : groups) total += g.bytes;
   // The pool holds what is in flight, never more than the whole read.
-  const size_t nbuf = static_cast<size_t>(std::clamp<uint64_t>(
-      std::min<uint64_t>(options.buffer_bytes, total) / std::max<uint64_t>(largest, 1), 2,
-      std::max<size_t>(2, groups.size())));
+  const size_t nbuf = static_cast<size_t>(
+      std::clamp<uint64_t>(std::min<uint64_t>(options.buffer_bytes, total) / std::max<uint64_t>(largest, 1), 2,
+                           std::max<size_t>(2, groups.size())));
   CKPT_ASSIGN_OR_RETURN(AlignedBuffer pool, AlignedBuffer::Allocate(nbuf * largest, true));
 
   std::mutex mu;
@@ -90,10 +88,9 @@ absl::Status ReadFrames(
         const Group& g = *item.first;
         for (size_t k = g.first; k < g.last; ++k) {
           const FrameTask& t = tasks[k];
-          absl::Status st = process(
-              t, absl::Span<const std::byte>(item.second + (t.entry->offset - g.offset),
-                                             t.entry->frame_len),
-              codec, scratch);
+          absl::Status st =
+              process(t, absl::Span<const std::byte>(item.second + (t.entry->offset - g.offset), t.entry->frame_len),
+                      codec, scratch);
           std::lock_guard<std::mutex> lock(mu);
           if (!st.ok()) fail(t, st);
           if (on_done) on_done(t);
@@ -114,20 +111,19 @@ absl::Status ReadFrames(
       buf = free_bufs.back();
       free_bufs.pop_back();
     }
-    tasks[g.first].file->ReadAsync(
-        g.offset, absl::Span<std::byte>(buf, g.bytes), [&, gp = &g, buf](absl::Status s) {
-          std::lock_guard<std::mutex> lock(mu);
-          if (!s.ok()) {
-            for (size_t k = gp->first; k < gp->last; ++k) {
-              fail(tasks[k], s);
-              if (on_done) on_done(tasks[k]);
-            }
-            free_bufs.push_back(buf);
-          } else {
-            ready.emplace_back(gp, buf);
-          }
-          cv.notify_all();
-        });
+    tasks[g.first].file->ReadAsync(g.offset, absl::Span<std::byte>(buf, g.bytes), [&, gp = &g, buf](absl::Status s) {
+      std::lock_guard<std::mutex> lock(mu);
+      if (!s.ok()) {
+        for (size_t k = gp->first; k < gp->last; ++k) {
+          fail(tasks[k], s);
+          if (on_done) on_done(tasks[k]);
+        }
+        free_bufs.push_back(buf);
+      } else {
+        ready.emplace_back(gp, buf);
+      }
+      cv.notify_all();
+    });
   }
   {
     std::unique_lock<std::mutex> lock(mu);

@@ -23,9 +23,9 @@ struct FrameTask {
 };
 
 struct FrameReaderOptions {
-  int worker_threads = 0;                       ///< 0: min(4, hardware)
-  size_t buffer_bytes = size_t{64} << 20;       ///< bytes in flight (at most)
-  size_t max_read_bytes = size_t{8} << 20;      ///< adjacent frames per read
+  int worker_threads = 0;                   ///< 0: min(4, hardware)
+  size_t buffer_bytes = size_t{64} << 20;   ///< bytes in flight (at most)
+  size_t max_read_bytes = size_t{8} << 20;  ///< adjacent frames per read
   bool stop_on_error = true;
 };
 
@@ -36,12 +36,11 @@ struct FrameReaderOptions {
 /// the order given, adjacent frames of a file in one request. `on_done`
 /// (optional) sees each frame once processed.
 /// Returns the first error (or OK).
-absl::Status ReadFrames(
-    std::vector<FrameTask>& tasks, const FrameReaderOptions& options,
-    const std::function<absl::Status(const FrameTask&, absl::Span<const std::byte>,
-                                     BlockCodec&, std::vector<std::byte>&)>& process,
-    const std::function<void(const FrameTask&, const absl::Status&)>& on_error,
-    const std::function<void(const FrameTask&)>& on_done = nullptr);
+absl::Status ReadFrames(std::vector<FrameTask>& tasks, const FrameReaderOptions& options,
+                        const std::function<absl::Status(const FrameTask&, absl::Span<const std::byte>, BlockCodec&,
+                                                         std::vector<std::byte>&)>& process,
+                        const std::function<void(const FrameTask&, const absl::Status&)>& on_error,
+                        const std::function<void(const FrameTask&)>& on_done = nullptr);
 
 }  // namespace ckpt
 

@@ -10,7 +10,6 @@
 #include <thread>
 
 #include "absl/strings/str_cat.h"
-#include "util/strings.h"
 #include "codec/codec.h"
 #include "format/frame_check.h"
 #include "format/layout.h"
@@ -21,6 +20,7 @@
 #include "util/aligned_buffer.h"
 #include "util/clock.h"
 #include "util/errors.h"
+#include "util/strings.h"
 
 namespace ckpt {
 namespace {
@@ -61,8 +61,7 @@ std::vector<int64_t> PackedStrides(const Dims& sizes) {
 // elements [ChunkStart(k), ChunkStart(k) + run_len).
 class RunMap {
  public:
-  RunMap(const Box& chunk, const Box& shard, const Box& inter)
-      : chunk_(chunk), shard_(shard), inter_(inter) {
+  RunMap(const Box& chunk, const Box& shard, const Box& inter) : chunk_(chunk), shard_(shard), inter_(inter) {
     nd_ = inter.ndim();
     cstride_ = PackedStrides(chunk.sizes);
     sstride_ = PackedStrides(shard.sizes);
@@ -95,7 +94,10 @@ class RunMap {
       int64_t mid = lo + (hi - lo) / 2;
       int64_t c, s;
       Starts(mid, &c, &s);
-      if (c + run_len_ <= e) lo = mid + 1; else hi = mid;
+      if (c + run_len_ <= e)
+        lo = mid + 1;
+      else
+        hi = mid;
     }
     return lo;
   }
@@ -141,15 +143,13 @@ class Loader {
       const ManifestTensor* t = m_.FindTensor(shard.spec.fqn);
       if (t == nullptr) {
         if (options_.allow_missing) continue;
-        return absl::NotFoundError(StrCat(
-            "tensor '", shard.spec.fqn, "' is not in step ", m_.step));
+        return absl::NotFoundError(StrCat("tensor '", shard.spec.fqn, "' is not in step ", m_.step));
       }
       if (!(t->spec == shard.spec)) {
-        return absl::InvalidArgumentError(StrCat(
-            "tensor '", shard.spec.fqn, "': step ", m_.step, " has ",
-            DTypeName(t->spec.dtype), " ", ShapeToString(t->spec.shape),
-            ", the target asks for ", DTypeName(shard.spec.dtype), " ",
-            ShapeToString(shard.spec.shape)));
+        return absl::InvalidArgumentError(StrCat("tensor '", shard.spec.fqn, "': step ", m_.step, " has ",
+                                                 DTypeName(t->spec.dtype), " ", ShapeToString(t->spec.shape),
+                                                 ", the target asks for ", DTypeName(shard.spec.dtype), " ",
+                                                 ShapeToString(shard.spec.shape)));
       }
       if (shard.box.Empty()) continue;
       auto& idx = indexes[t];
@@ -167,8 +167,8 @@ class Loader {
         hit_boxes.reserve(hits.size());
         for (int64_t ci : hits) hit_boxes.push_back(&t->chunks[ci].box);
         if (absl::Status cover = CheckExactCoverOf(t->spec, shard.box, hit_boxes); !cover.ok()) {
-          return absl::DataLossError(StrCat("step ", m_.step, ": ", cover.message(), " (loading box ",
-                                            shard.box.ToString(), ")"));
+          return absl::DataLossError(
+              StrCat("step ", m_.step, ": ", cover.message(), " (loading box ", shard.box.ToString(), ")"));
         }
       }
       for (int64_t ci : hits) {
@@ -190,19 +190,16 @@ class Loader {
     }
     for (const Blob& blob : target.blobs()) {
       if (blob.out == nullptr) continue;
-      const int32_t want = blob.scope == BlobScope::kGlobal
-                               ? -1
-                               : (blob.source_rank >= 0 ? blob.source_rank : rank);
+      const int32_t want = blob.scope == BlobScope::kGlobal ? -1 : (blob.source_rank >= 0 ? blob.source_rank : rank);
       const ManifestBlob* found = nullptr;
       for (const ManifestBlob& b : m_.blobs) {
         if (b.name == blob.name && b.rank == want) found = &b;
       }
       if (found == nullptr) {
         if (options_.allow_missing) continue;
-        return absl::NotFoundError(StrCat(
-            "blob '", blob.name, "' (",
-            want < 0 ? std::string("global") : StrCat("rank ", want),
-            ") is not in step ", m_.step));
+        return absl::NotFoundError(StrCat("blob '", blob.name, "' (",
+                                          want < 0 ? std::string("global") : StrCat("rank ", want), ") is not in step ",
+                                          m_.step));
       }
       blob.out->assign(found->size, '\0');
       stats_.bytes_needed += static_cast<int64_t>(found->size);
@@ -222,9 +219,8 @@ class Loader {
       const uint64_t bs = m_.files[w->file].block_size;
       const size_t es = DTypeSize(w->tensor->spec.dtype);
       if (bs == 0 || bs % es != 0) {
-        return absl::DataLossError(StrCat(
-            ChunkName(*w), ": file ", m_.files[w->file].name,
-            " has an invalid block size ", bs));
+        return absl::DataLossError(
+            StrCat(ChunkName(*w), ": file ", m_.files[w->file].name, " has an invalid block size ", bs));
       }
       std::vector<std::pair<uint64_t, uint64_t>> ranges;
       for (const Piece& p : w->pieces) NeededBlocks(w->chunk->box, p.inter, es, bs, &ranges);
@@ -234,9 +230,8 @@ class Loader {
       }
       const uint64_t expect = (w->stream_bytes + bs - 1) / bs;
       if (w->chunk->block_count != expect) {
-        return absl::DataLossError(StrCat(
-            ChunkName(*w), ": manifest gives ", w->chunk->block_count,
-            " blocks, ", expect, " expected for ", w->stream_bytes, " bytes"));
+        return absl::DataLossError(StrCat(ChunkName(*w), ": manifest gives ", w->chunk->block_count, " blocks, ",
+                                          expect, " expected for ", w->stream_bytes, " bytes"));
       }
     }
     return absl::OkStatus();
@@ -267,16 +262,14 @@ class Loader {
       for (uint64_t b : w->blocks) {
         const uint64_t global = w->first_block + b;
         if (global >= f.index.size()) {
-          return absl::DataLossError(StrCat(ChunkName(*w), ": block ", global,
-                                            " is beyond the index of ", f.path));
+          return absl::DataLossError(StrCat(ChunkName(*w), ": block ", global, " is beyond the index of ", f.path));
         }
         const IndexEntry& e = f.index[global];
         const uint64_t bs = m_.files[w->file].block_size;
         const uint64_t expect_raw = std::min<uint64_t>(bs, w->stream_bytes - b * bs);
         if (e.raw_len != expect_raw) {
-          return absl::DataLossError(StrCat(
-              ChunkName(*w), ": block ", global, " of ", f.path, " at byte offset ",
-              e.offset, " holds ", e.raw_len, " bytes, expected ", expect_raw));
+          return absl::DataLossError(StrCat(ChunkName(*w), ": block ", global, " of ", f.path, " at byte offset ",
+                                            e.offset, " holds ", e.raw_len, " bytes, expected ", expect_raw));
         }
         blocks.push_back(BlockTask{w.get(), b, &e, f.path});
       }
@@ -289,8 +282,7 @@ class Loader {
     std::vector<FrameTask> tasks;
     tasks.reserve(blocks.size());
     for (const BlockTask& b : blocks) {
-      tasks.push_back(FrameTask{files_[b.work->file].file.get(), b.entry,
-                                b.work->first_block + b.rel_block, &b});
+      tasks.push_back(FrameTask{files_[b.work->file].file.get(), b.entry, b.work->first_block + b.rel_block, &b});
     }
     FrameReaderOptions fo;
     fo.worker_threads = options_.worker_threads;
@@ -298,8 +290,7 @@ class Loader {
     std::atomic<int64_t> bytes_read{0}, bytes_decoded{0}, nread{0};
     absl::Status s = ReadFrames(
         tasks, fo,
-        [&](const FrameTask& t, absl::Span<const std::byte> frame, BlockCodec& codec,
-            std::vector<std::byte>& scratch) {
+        [&](const FrameTask& t, absl::Span<const std::byte> frame, BlockCodec& codec, std::vector<std::byte>& scratch) {
           const BlockTask& b = *static_cast<const BlockTask*>(t.tag);
           absl::Status st = ProcessBlock(b, frame, codec, scratch);
           if (st.ok()) {
@@ -325,8 +316,8 @@ class Loader {
     return s;
   }
 
-  absl::Status ProcessBlock(const BlockTask& task, absl::Span<const std::byte> frame,
-                            BlockCodec& codec, std::vector<std::byte>& scratch) {
+  absl::Status ProcessBlock(const BlockTask& task, absl::Span<const std::byte> frame, BlockCodec& codec,
+                            std::vector<std::byte>& scratch) {
     const ChunkWork& w = *task.work;
     const IndexEntry& e = *task.entry;
     const uint64_t global = w.first_block + task.rel_block;
@@ -382,9 +373,7 @@ class Loader {
 
 }  // namespace
 
-absl::StatusOr<LoadStats> LoadFromManifest(Storage& storage,
-                                           const Manifest& manifest,
-                                           const State& target, int rank,
+absl::StatusOr<LoadStats> LoadFromManifest(Storage& storage, const Manifest& manifest, const State& target, int rank,
                                            const LoadOptions& options) {
   Loader loader(storage, manifest, options);
   return loader.Run(target, rank);

@@ -14,9 +14,7 @@ namespace ckpt {
 
 /// Fills `target` from the committed step described by `manifest`. `rank`
 /// selects per-rank blobs whose source rank is unspecified.
-absl::StatusOr<LoadStats> LoadFromManifest(Storage& storage,
-                                           const Manifest& manifest,
-                                           const State& target, int rank,
+absl::StatusOr<LoadStats> LoadFromManifest(Storage& storage, const Manifest& manifest, const State& target, int rank,
                                            const LoadOptions& options);
 
 }  // namespace ckpt

@@ -1,25 +1,23 @@
 #include "pipeline/save_engine.h"
 
-#include <cerrno>
-
 #include <fcntl.h>
-
 #include <sys/resource.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
 #include <algorithm>
-#include <filesystem>
+#include <cerrno>
 #include <cstring>
+#include <filesystem>
 
 #include "absl/strings/str_cat.h"
-#include "util/strings.h"
 #include "codec/codec.h"
 #include "format/hdf5_container.h"
 #include "layout/box_copy.h"
 #include "util/errors.h"
 #include "util/hash.h"
 #include "util/stream_copy.h"
+#include "util/strings.h"
 
 namespace ckpt {
 namespace {
@@ -33,21 +31,18 @@ void LowerThreadPriority(int nice) {
 
 }  // namespace
 
-absl::StatusOr<std::shared_ptr<SaveEngine>> SaveEngine::Create(
-    const SaveEngineOptions& options) {
+absl::StatusOr<std::shared_ptr<SaveEngine>> SaveEngine::Create(const SaveEngineOptions& options) {
   if (options.block_size < (64u << 10) || options.block_size > kMaxBlockBytes ||
       options.block_size % kFrameAlign != 0) {
-    return absl::InvalidArgumentError(StrCat(
-        "block size ", options.block_size,
-        " must be a multiple of 4096 between 64 KiB and 64 MiB"));
+    return absl::InvalidArgumentError(
+        StrCat("block size ", options.block_size, " must be a multiple of 4096 between 64 KiB and 64 MiB"));
   }
   std::shared_ptr<SaveEngine> engine(new SaveEngine(options));
   CKPT_RETURN_IF_ERROR(engine->Init());
   return engine;
 }
 
-absl::StatusOr<std::shared_ptr<SaveEngine>> CreateSaveEngine(
-    const SaveEngineOptions& options) {
+absl::StatusOr<std::shared_ptr<SaveEngine>> CreateSaveEngine(const SaveEngineOptions& options) {
   return SaveEngine::Create(options);
 }
 
@@ -60,8 +55,7 @@ absl::Status SaveEngine::Init() {
   }
   slot_bytes_ = options_.block_size + kFrameAlign;
   const size_t slots = std::max<size_t>(2, options_.staging_bytes / slot_bytes_);
-  out_bytes_ = AlignUp(BlockCodec::MaxStoredBytes(options_.block_size) + kTrailerSize,
-                       kFrameAlign);
+  out_bytes_ = AlignUp(BlockCodec::MaxStoredBytes(options_.block_size) + kTrailerSize, kFrameAlign);
   CKPT_ASSIGN_OR_RETURN(arena_, AlignedBuffer::Allocate(slots * slot_bytes_, true));
   // One output buffer per worker: a block is encoded into it and copied back
   // into its slot, which is what gets written. Touched on first use only: a
@@ -166,17 +160,15 @@ void SaveEngine::ReleaseSlot(std::byte* slot) {
   if (freed) slot_cv_.notify_one();
 }
 
-absl::Status SaveEngine::Run(std::shared_ptr<SaveJob> job,
-                             std::vector<SavePiece>& pieces) {
+absl::Status SaveEngine::Run(std::shared_ptr<SaveJob> job, std::vector<SavePiece>& pieces) {
   SaveJob& j = *job;
   j.block_size = options_.block_size;
   if (!j.hdf5) {
     CKPT_ASSIGN_OR_RETURN(j.file, j.storage->OpenWritable(j.data_path, WriteOptions{j.direct}));
   }
   if (!j.hdf5 && (j.file->alignment() > kFrameAlign || kFrameAlign % j.file->alignment() != 0)) {
-    return absl::FailedPreconditionError(StrCat(
-        j.data_path, ": storage requires ", j.file->alignment(),
-        "-byte alignment, more than the format's 4096"));
+    return absl::FailedPreconditionError(StrCat(j.data_path, ": storage requires ", j.file->alignment(),
+                                                "-byte alignment, more than the format's 4096"));
   }
   RegisterWith(j.storage);
 
@@ -189,9 +181,8 @@ absl::Status SaveEngine::Run(std::shared_ptr<SaveJob> job,
     j.bytes_logical += static_cast<int64_t>(p.bytes);
   }
   if (nblocks > UINT32_MAX) {
-    return absl::InvalidArgumentError(StrCat(
-        "rank ", j.rank, " step ", j.step, ": ", nblocks,
-        " blocks exceed one file's limit; raise the block size"));
+    return absl::InvalidArgumentError(StrCat("rank ", j.rank, " step ", j.step, ": ", nblocks,
+                                             " blocks exceed one file's limit; raise the block size"));
   }
   j.index.assign(nblocks, IndexEntry{});
   j.counters->blocks_total = static_cast<int64_t>(nblocks);
@@ -232,9 +223,9 @@ absl::Status SaveEngine::Run(std::shared_ptr<SaveJob> job,
       }
       chunks.push_back(std::move(c));
     }
-    CKPT_ASSIGN_OR_RETURN(Hdf5Container container,
-                          CreateHdf5Container(local, chunks, kIndexHeaderSize + nblocks * kIndexEntrySize,
-                                              j.step, j.rank));
+    CKPT_ASSIGN_OR_RETURN(
+        Hdf5Container container,
+        CreateHdf5Container(local, chunks, kIndexHeaderSize + nblocks * kIndexEntrySize, j.step, j.rank));
     j.block_offsets.resize(nblocks);
     for (size_t i = 0; i < pieces.size(); ++i) {
       for (uint64_t b = 0; b < pieces[i].block_count; ++b) {
@@ -251,14 +242,15 @@ absl::Status SaveEngine::Run(std::shared_ptr<SaveJob> job,
       for (size_t i = 0; i < pieces.size(); ++i) used.push_back({container.offsets[i], pieces[i].bytes});
       const int fd = ::open(local.c_str(), O_RDONLY | O_CLOEXEC);
       if (fd < 0) return absl::InternalError(StrCat("reopening ", local, ": ", std::strerror(errno)));
-      auto hash = Hdf5MetadataHash(Hdf5MetadataRanges(std::move(used), container.file_size),
-                                   [&](uint64_t offset, uint64_t length, char* out) -> absl::Status {
-                                     const ssize_t n = ::pread(fd, out, length, static_cast<off_t>(offset));
-                                     if (n != static_cast<ssize_t>(length)) {
-                                       return absl::DataLossError(StrCat(local, ": short read at byte offset ", offset));
-                                     }
-                                     return absl::OkStatus();
-                                   });
+      auto hash =
+          Hdf5MetadataHash(Hdf5MetadataRanges(std::move(used), container.file_size),
+                           [&](uint64_t offset, uint64_t length, char* out) -> absl::Status {
+                             const ssize_t n = ::pread(fd, out, length, static_cast<off_t>(offset));
+                             if (n != static_cast<ssize_t>(length)) {
+                               return absl::DataLossError(StrCat(local, ": short read at byte offset ", offset));
+                             }
+                             return absl::OkStatus();
+                           });
       ::close(fd);
       if (!hash.ok()) return hash.status();
       j.container_hash = *hash;
@@ -270,26 +262,24 @@ absl::Status SaveEngine::Run(std::shared_ptr<SaveJob> job,
     std::lock_guard<std::mutex> lock(j.mu);
     j.outstanding = 0;
   } else {
-
-  CKPT_ASSIGN_OR_RETURN(j.header, AlignedBuffer::Allocate(kDataHeaderSize, false));
-  DataFileHeader hdr;
-  hdr.step = j.step;
-  hdr.rank = static_cast<uint32_t>(j.rank);
-  hdr.save_id = j.save_id;
-  EncodeDataHeader(hdr, j.header.data());
-  {
-    std::lock_guard<std::mutex> lock(j.mu);
-    j.next_offset = kDataHeaderSize;
-    j.outstanding = 1;
-  }
-  j.file->WriteAsync(0, absl::Span<const std::byte>(j.header.data(), kDataHeaderSize),
-                     [this, job](absl::Status s) {
-                       if (!s.ok()) {
-                         std::lock_guard<std::mutex> lock(job->mu);
-                         if (job->error.ok()) job->error = s;
-                       }
-                       BlockDone(job);
-                     });
+    CKPT_ASSIGN_OR_RETURN(j.header, AlignedBuffer::Allocate(kDataHeaderSize, false));
+    DataFileHeader hdr;
+    hdr.step = j.step;
+    hdr.rank = static_cast<uint32_t>(j.rank);
+    hdr.save_id = j.save_id;
+    EncodeDataHeader(hdr, j.header.data());
+    {
+      std::lock_guard<std::mutex> lock(j.mu);
+      j.next_offset = kDataHeaderSize;
+      j.outstanding = 1;
+    }
+    j.file->WriteAsync(0, absl::Span<const std::byte>(j.header.data(), kDataHeaderSize), [this, job](absl::Status s) {
+      if (!s.ok()) {
+        std::lock_guard<std::mutex> lock(job->mu);
+        if (job->error.ok()) job->error = s;
+      }
+      BlockDone(job);
+    });
   }
 
   for (size_t pi = 0; pi < pieces.size();) {
@@ -314,8 +304,7 @@ absl::Status SaveEngine::Run(std::shared_ptr<SaveJob> job,
       const uint64_t len = std::min<uint64_t>(options_.block_size, p.bytes - begin);
       std::byte* slot = AcquireSlot(len);
       if (p.shard != nullptr) {
-        GatherPacked(*p.shard, static_cast<int64_t>(begin / es),
-                     static_cast<int64_t>(len / es), slot);
+        GatherPacked(*p.shard, static_cast<int64_t>(begin / es), static_cast<int64_t>(len / es), slot);
       } else {
         StreamCopy(slot, p.blob + begin, len);
       }
@@ -339,8 +328,8 @@ absl::Status SaveEngine::Run(std::shared_ptr<SaveJob> job,
   return absl::OkStatus();
 }
 
-bool SaveEngine::Enqueue(const std::shared_ptr<SaveJob>& job, uint64_t block_id,
-                         std::byte* slot, uint64_t len, DType dtype) {
+bool SaveEngine::Enqueue(const std::shared_ptr<SaveJob>& job, uint64_t block_id, std::byte* slot, uint64_t len,
+                         DType dtype) {
   job->counters->bytes_staged += static_cast<int64_t>(len);
   bool failed;
   {
@@ -363,8 +352,8 @@ bool SaveEngine::Enqueue(const std::shared_ptr<SaveJob>& job, uint64_t block_id,
   return !failed;
 }
 
-void SaveEngine::StageTiles(const std::shared_ptr<SaveJob>& job, std::vector<SavePiece>& pieces,
-                            size_t first, size_t last) {
+void SaveEngine::StageTiles(const std::shared_ptr<SaveJob>& job, std::vector<SavePiece>& pieces, size_t first,
+                            size_t last) {
   const Shard& parent = *pieces[first].parent;
   const uint64_t es = DTypeSize(parent.spec.dtype);
   const uint64_t bs = options_.block_size;
@@ -383,8 +372,7 @@ void SaveEngine::StageTiles(const std::shared_ptr<SaveJob>& job, std::vector<Sav
   for (size_t t = 0; t < ntiles; ++t) {
     const Shard& tile = *pieces[first + t].shard;
     streams[t].seg = static_cast<uint64_t>(tile.box.sizes[nd - 1]) * es;
-    streams[t].col_offset =
-        static_cast<uint64_t>(tile.box.offsets[nd - 1] - parent.box.offsets[nd - 1]) * es;
+    streams[t].col_offset = static_cast<uint64_t>(tile.box.offsets[nd - 1] - parent.box.offsets[nd - 1]) * es;
     streams[t].block = pieces[first + t].first_block;
     streams[t].left = pieces[first + t].bytes;
   }
@@ -481,8 +469,7 @@ void SaveEngine::ProcessBlock(WorkItem& item, BlockCodec& codec, std::byte* out)
     t.flags = kFlagBareBlock;
   } else if (job->codec != Codec::kNone) {
     codec.set_level(job->zstd_level);
-    auto enc = codec.Encode(job->codec, item.dtype,
-                            absl::Span<const std::byte>(item.slot, item.raw_len),
+    auto enc = codec.Encode(job->codec, item.dtype, absl::Span<const std::byte>(item.slot, item.raw_len),
                             absl::Span<std::byte>(out, out_bytes_ - kTrailerSize));
     if (!enc.ok()) {
       ReleaseSlot(item.slot);
@@ -505,14 +492,11 @@ void SaveEngine::ProcessBlock(WorkItem& item, BlockCodec& codec, std::byte* out)
       t.elem_width = enc->elem_width;
     }
   }
-  t.stored_hash = t.codec == static_cast<uint8_t>(Codec::kNone)
-                      ? t.raw_hash
-                      : Xxh3(frame, t.stored_len);
+  t.stored_hash = t.codec == static_cast<uint8_t>(Codec::kNone) ? t.raw_hash : Xxh3(frame, t.stored_len);
   const uint64_t frame_len = job->hdf5 ? t.stored_len : FrameLength(t.stored_len);
   if (!job->hdf5) {
     EncodeTrailer(t, frame + t.stored_len);
-    std::memset(frame + t.stored_len + kTrailerSize, 0,
-                frame_len - t.stored_len - kTrailerSize);
+    std::memset(frame + t.stored_len + kTrailerSize, 0, frame_len - t.stored_len - kTrailerSize);
   }
 
   uint64_t offset;
@@ -539,27 +523,25 @@ void SaveEngine::ProcessBlock(WorkItem& item, BlockCodec& codec, std::byte* out)
   SubmitFrame(job, item.block_id, frame, frame_len);
 }
 
-void SaveEngine::SubmitFrame(const std::shared_ptr<SaveJob>& job,
-                             uint32_t block_id, std::byte* buf,
+void SaveEngine::SubmitFrame(const std::shared_ptr<SaveJob>& job, uint32_t block_id, std::byte* buf,
                              uint64_t frame_len) {
   uint64_t offset;
   {
     std::lock_guard<std::mutex> lock(job->mu);
     offset = job->index[block_id].offset;
   }
-  job->file->WriteAsync(
-      offset, absl::Span<const std::byte>(buf, frame_len),
-      [this, job, buf, frame_len](absl::Status s) {
-        ReleaseSlot(buf);
-        if (!s.ok()) {
-          std::lock_guard<std::mutex> lock(job->mu);
-          if (job->error.ok()) job->error = s;
-        } else {
-          job->counters->blocks_written += 1;
-          job->counters->bytes_written += static_cast<int64_t>(frame_len);
-        }
-        BlockDone(job);
-      });
+  job->file->WriteAsync(offset, absl::Span<const std::byte>(buf, frame_len),
+                        [this, job, buf, frame_len](absl::Status s) {
+                          ReleaseSlot(buf);
+                          if (!s.ok()) {
+                            std::lock_guard<std::mutex> lock(job->mu);
+                            if (job->error.ok()) job->error = s;
+                          } else {
+                            job->counters->blocks_written += 1;
+                            job->counters->bytes_written += static_cast<int64_t>(frame_len);
+                          }
+                          BlockDone(job);
+                        });
 }
 
 void SaveEngine::BlockDone(const std::shared_ptr<SaveJob>& job) {
@@ -631,8 +613,7 @@ void SaveEngine::Finalize(SaveJob& job) {
       EncodeFooter(footer, buf->data() + index.size());
       std::memset(buf->data() + tail, 0, buf->size() - tail);
       absl::Status write_status;
-      job.file->WriteAsync(job.index_offset,
-                           absl::Span<const std::byte>(buf->data(), buf->size()),
+      job.file->WriteAsync(job.index_offset, absl::Span<const std::byte>(buf->data(), buf->size()),
                            [&write_status](absl::Status s) { write_status = s; });
       status = job.file->Drain();
       if (status.ok()) status = write_status;

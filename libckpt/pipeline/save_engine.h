@@ -23,8 +23,8 @@
 #include "absl/status/status.h"
 #include "ckpt/codec.h"
 #include "ckpt/options.h"
-#include "ckpt/storage.h"
 #include "ckpt/state.h"
+#include "ckpt/storage.h"
 #include "format/data_file.h"
 #include "util/aligned_buffer.h"
 
@@ -41,8 +41,8 @@ struct SaveCounters {
 
 /// One packed byte stream to save: a shard or a blob.
 struct SavePiece {
-  const Shard* shard = nullptr;      ///< tensor data (valid during Run)
-  const std::byte* blob = nullptr;   ///< or blob bytes
+  const Shard* shard = nullptr;     ///< tensor data (valid during Run)
+  const std::byte* blob = nullptr;  ///< or blob bytes
   DType dtype = DType::kU8;
   uint64_t bytes = 0;
   /// Column tiles of one shard: consecutive pieces with the same `parent`
@@ -102,8 +102,7 @@ struct SaveJob {
 
 class SaveEngine {
  public:
-  static absl::StatusOr<std::shared_ptr<SaveEngine>> Create(
-      const SaveEngineOptions& options);
+  static absl::StatusOr<std::shared_ptr<SaveEngine>> Create(const SaveEngineOptions& options);
   ~SaveEngine();
   SaveEngine(const SaveEngine&) = delete;
   SaveEngine& operator=(const SaveEngine&) = delete;
@@ -143,24 +142,19 @@ class SaveEngine {
   /// true when that freed it.
   bool DropRefLocked(const std::byte* p);
   /// The slot that `p` (anywhere inside it) belongs to.
-  size_t SlotIndex(const std::byte* p) const {
-    return static_cast<size_t>(p - arena_.data()) / slot_bytes_;
-  }
+  size_t SlotIndex(const std::byte* p) const { return static_cast<size_t>(p - arena_.data()) / slot_bytes_; }
   /// `out`: this worker's buffer for encoded blocks.
   void WorkerLoop(std::byte* out);
   void FinalizerLoop();
   void ProcessBlock(WorkItem& item, class BlockCodec& codec, std::byte* out);
-  void SubmitFrame(const std::shared_ptr<SaveJob>& job, uint32_t block_id,
-                   std::byte* buf, uint64_t frame_len);
+  void SubmitFrame(const std::shared_ptr<SaveJob>& job, uint32_t block_id, std::byte* buf, uint64_t frame_len);
   void BlockDone(const std::shared_ptr<SaveJob>& job);
   void Finalize(SaveJob& job);
   void RegisterWith(const std::shared_ptr<Storage>& storage);
   /// Hands a filled slot to the workers. Returns false when the job failed.
-  bool Enqueue(const std::shared_ptr<SaveJob>& job, uint64_t block_id, std::byte* slot,
-               uint64_t len, DType dtype);
+  bool Enqueue(const std::shared_ptr<SaveJob>& job, uint64_t block_id, std::byte* slot, uint64_t len, DType dtype);
   /// Stages pieces[first, last) (the column tiles of one parent shard).
-  void StageTiles(const std::shared_ptr<SaveJob>& job, std::vector<SavePiece>& pieces,
-                  size_t first, size_t last);
+  void StageTiles(const std::shared_ptr<SaveJob>& job, std::vector<SavePiece>& pieces, size_t first, size_t last);
 
   SaveEngineOptions options_;
   size_t slot_bytes_ = 0;

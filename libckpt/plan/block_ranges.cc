@@ -4,8 +4,7 @@
 
 namespace ckpt {
 
-void NeededBlocks(const Box& chunk, const Box& inter, uint64_t elem_size,
-                  uint64_t block_size,
+void NeededBlocks(const Box& chunk, const Box& inter, uint64_t elem_size, uint64_t block_size,
                   std::vector<std::pair<uint64_t, uint64_t>>* out) {
   if (inter.Empty()) return;
   const int nd = chunk.ndim();

@@ -16,8 +16,7 @@ namespace ckpt {
 /// non-adjacent inclusive ranges [first, last]. Runs of `inter` separated by
 /// less than a block are merged analytically, so the cost grows with the
 /// number of block ranges returned, not with the number of rows.
-void NeededBlocks(const Box& chunk, const Box& inter, uint64_t elem_size,
-                  uint64_t block_size,
+void NeededBlocks(const Box& chunk, const Box& inter, uint64_t elem_size, uint64_t block_size,
                   std::vector<std::pair<uint64_t, uint64_t>>* out);
 
 /// Sorts ranges and merges overlapping or adjacent ones.

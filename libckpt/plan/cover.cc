@@ -20,14 +20,12 @@ class CoverChecker {
     if (d == nd) {
       if (boxes.size() == 1) return absl::OkStatus();
       if (boxes.empty()) {
-        return absl::DataLossError(StrCat(
-            "tensor '", spec_.fqn, "' ", ShapeToString(spec_.shape),
-            ": elements ", Region(), " are not covered by any chunk"));
+        return absl::DataLossError(StrCat("tensor '", spec_.fqn, "' ", ShapeToString(spec_.shape), ": elements ",
+                                          Region(), " are not covered by any chunk"));
       }
-      return absl::DataLossError(StrCat(
-          "tensor '", spec_.fqn, "' ", ShapeToString(spec_.shape),
-          ": elements ", Region(), " are covered twice, by chunks ",
-          boxes[0]->ToString(), " and ", boxes[1]->ToString()));
+      return absl::DataLossError(StrCat("tensor '", spec_.fqn, "' ", ShapeToString(spec_.shape), ": elements ",
+                                        Region(), " are covered twice, by chunks ", boxes[0]->ToString(), " and ",
+                                        boxes[1]->ToString()));
     }
     const int64_t lo = region_.offsets[d], hi = lo + region_.sizes[d];
     std::vector<int64_t> cuts = {lo, hi};
@@ -37,18 +35,14 @@ class CoverChecker {
     }
     std::sort(cuts.begin(), cuts.end());
     cuts.erase(std::unique(cuts.begin(), cuts.end()), cuts.end());
-    std::sort(boxes.begin(), boxes.end(), [d](const Box* a, const Box* b) {
-      return a->offsets[d] < b->offsets[d];
-    });
+    std::sort(boxes.begin(), boxes.end(), [d](const Box* a, const Box* b) { return a->offsets[d] < b->offsets[d]; });
     std::vector<const Box*> active;
     std::vector<const Box*> checked;  // active set of the last recursion
     bool have_checked = false;
     size_t next = 0;
     for (size_t i = 0; i + 1 < cuts.size(); ++i) {
       const int64_t a = cuts[i], b = cuts[i + 1];
-      std::erase_if(active, [&](const Box* x) {
-        return x->offsets[d] + x->sizes[d] <= a;
-      });
+      std::erase_if(active, [&](const Box* x) { return x->offsets[d] + x->sizes[d] <= a; });
       while (next < boxes.size() && boxes[next]->offsets[d] <= a) {
         if (boxes[next]->offsets[d] + boxes[next]->sizes[d] > a) {
           active.push_back(boxes[next]);
@@ -90,14 +84,12 @@ class CoverChecker {
 
 }  // namespace
 
-absl::Status CheckExactCover(const TensorSpec& spec,
-                             const std::vector<Box>& boxes) {
+absl::Status CheckExactCover(const TensorSpec& spec, const std::vector<Box>& boxes) {
   std::vector<const Box*> live;
   for (const Box& b : boxes) {
     if (b.ndim() != static_cast<int>(spec.shape.size()) || !BoxWithin(b, spec.shape)) {
-      return absl::DataLossError(StrCat(
-          "tensor '", spec.fqn, "' ", ShapeToString(spec.shape), ": chunk ",
-          b.ToString(), " lies outside the tensor"));
+      return absl::DataLossError(StrCat("tensor '", spec.fqn, "' ", ShapeToString(spec.shape), ": chunk ", b.ToString(),
+                                        " lies outside the tensor"));
     }
     if (!b.Empty()) live.push_back(&b);
   }
@@ -136,9 +128,8 @@ ChunkIndex::ChunkIndex(const std::vector<Box>& boxes) : boxes_(&boxes) {
   }
   order_.resize(boxes.size());
   std::iota(order_.begin(), order_.end(), 0);
-  std::sort(order_.begin(), order_.end(), [&](int64_t a, int64_t b) {
-    return boxes[a].offsets[dim_] < boxes[b].offsets[dim_];
-  });
+  std::sort(order_.begin(), order_.end(),
+            [&](int64_t a, int64_t b) { return boxes[a].offsets[dim_] < boxes[b].offsets[dim_]; });
   starts_.reserve(order_.size());
   for (int64_t id : order_) {
     starts_.push_back(boxes[id].offsets[dim_]);
@@ -159,8 +150,7 @@ std::vector<int64_t> ChunkIndex::Query(const Box& query) const {
   const int64_t lo = query.offsets[dim_] - max_len_ + 1;
   const int64_t hi = query.offsets[dim_] + query.sizes[dim_];
   auto it = std::lower_bound(starts_.begin(), starts_.end(), lo);
-  for (size_t k = static_cast<size_t>(it - starts_.begin());
-       k < starts_.size() && starts_[k] < hi; ++k) {
+  for (size_t k = static_cast<size_t>(it - starts_.begin()); k < starts_.size() && starts_[k] < hi; ++k) {
     const int64_t id = order_[k];
     if (!boxes[id].Empty() && !Intersect(boxes[id], query).Empty()) out.push_back(id);
   }

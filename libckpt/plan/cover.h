@@ -15,8 +15,7 @@ namespace ckpt {
 /// OK when `boxes` (empty ones ignored) tile `spec.shape` exactly. Otherwise
 /// DataLoss naming the tensor and a region that is uncovered or covered
 /// twice (with the two boxes).
-absl::Status CheckExactCover(const TensorSpec& spec,
-                             const std::vector<Box>& boxes);
+absl::Status CheckExactCover(const TensorSpec& spec, const std::vector<Box>& boxes);
 
 /// OK when the parts of `boxes` inside `region` tile it exactly (a load's
 /// target box: what covers it twice or not at all is refused before any byte
@@ -35,9 +34,9 @@ class ChunkIndex {
 
  private:
   const std::vector<Box>* boxes_;
-  int dim_ = -1;                    ///< sweep dimension, -1 for scalars
-  std::vector<int64_t> order_;      ///< box ids sorted by offset on dim_
-  std::vector<int64_t> starts_;     ///< offsets on dim_, in order_
+  int dim_ = -1;                 ///< sweep dimension, -1 for scalars
+  std::vector<int64_t> order_;   ///< box ids sorted by offset on dim_
+  std::vector<int64_t> starts_;  ///< offsets on dim_, in order_
   int64_t max_len_ = 0;
 };
 

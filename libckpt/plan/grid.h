@@ -17,8 +17,7 @@ namespace ckpt {
 /// the tensor). Costs one box computation per distinct box, not per rank.
 absl::Status ForEachDistinctBox(
     const TensorLayout& layout, const Mesh& mesh,
-    const std::function<void(Box&& box, int64_t base_rank,
-                             const std::vector<int64_t>& replica_offsets)>& fn);
+    const std::function<void(Box&& box, int64_t base_rank, const std::vector<int64_t>& replica_offsets)>& fn);
 
 }  // namespace ckpt
 

@@ -10,8 +10,7 @@
 
 namespace ckpt {
 
-absl::StatusOr<LoadPlanStats> PlanMeshLoad(const Manifest& m,
-                                           const std::vector<TensorLayout>& target,
+absl::StatusOr<LoadPlanStats> PlanMeshLoad(const Manifest& m, const std::vector<TensorLayout>& target,
                                            const Mesh& mesh) {
   LoadPlanStats stats;
   stats.ranks = mesh.NumRanks();
@@ -22,11 +21,9 @@ absl::StatusOr<LoadPlanStats> PlanMeshLoad(const Manifest& m,
       return absl::NotFoundError(StrCat("tensor '", layout.spec.fqn, "' is not in step ", m.step));
     }
     if (!(t->spec == layout.spec)) {
-      return absl::InvalidArgumentError(StrCat("tensor '", layout.spec.fqn, "': step has ",
-                                               DTypeName(t->spec.dtype), " ",
-                                               ShapeToString(t->spec.shape), ", target asks ",
-                                               DTypeName(layout.spec.dtype), " ",
-                                               ShapeToString(layout.spec.shape)));
+      return absl::InvalidArgumentError(StrCat("tensor '", layout.spec.fqn, "': step has ", DTypeName(t->spec.dtype),
+                                               " ", ShapeToString(t->spec.shape), ", target asks ",
+                                               DTypeName(layout.spec.dtype), " ", ShapeToString(layout.spec.shape)));
     }
     std::vector<Box> boxes;
     boxes.reserve(t->chunks.size());
@@ -34,8 +31,8 @@ absl::StatusOr<LoadPlanStats> PlanMeshLoad(const Manifest& m,
     ChunkIndex index(boxes);
     const uint64_t es = DTypeSize(t->spec.dtype);
     const int64_t needed0 = stats.bytes_needed, read0 = stats.bytes_read;
-    CKPT_RETURN_IF_ERROR(ForEachDistinctBox(
-        layout, mesh, [&](Box&& box, int64_t, const std::vector<int64_t>& replicas) {
+    CKPT_RETURN_IF_ERROR(
+        ForEachDistinctBox(layout, mesh, [&](Box&& box, int64_t, const std::vector<int64_t>& replicas) {
           const int64_t holders = static_cast<int64_t>(replicas.size());
           ++stats.distinct_boxes;
           stats.bytes_needed += holders * box.Volume() * static_cast<int64_t>(es);

@@ -31,8 +31,7 @@ struct LoadPlanStats {
 /// distinct target box, the overlapping chunks (interval index) and the
 /// blocks holding the intersections; every rank holding the box counts. Fails
 /// when a target tensor is missing or differs in dtype or shape.
-absl::StatusOr<LoadPlanStats> PlanMeshLoad(const Manifest& m,
-                                           const std::vector<TensorLayout>& target,
+absl::StatusOr<LoadPlanStats> PlanMeshLoad(const Manifest& m, const std::vector<TensorLayout>& target,
                                            const Mesh& mesh);
 
 }  // namespace ckpt

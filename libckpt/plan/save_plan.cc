@@ -1,29 +1,26 @@
-#include "ckpt/plan.h"
-
-#include "plan/grid.h"
-
 #include <algorithm>
 #include <numeric>
 
+#include "ckpt/plan.h"
+#include "plan/grid.h"
 #include "util/errors.h"
 #include "util/strings.h"
 
 namespace ckpt {
 absl::Status ForEachDistinctBox(
     const TensorLayout& layout, const Mesh& mesh,
-    const std::function<void(Box&& box, int64_t base_rank,
-                             const std::vector<int64_t>& replica_offsets)>& fn) {
+    const std::function<void(Box&& box, int64_t base_rank, const std::vector<int64_t>& replica_offsets)>& fn) {
   if (layout.owner_dim >= mesh.ndim()) {
-    return absl::InvalidArgumentError(StrCat("tensor '", layout.spec.fqn, "': owner mesh dim ",
-                                             layout.owner_dim, " outside mesh ", mesh.ToString()));
+    return absl::InvalidArgumentError(
+        StrCat("tensor '", layout.spec.fqn, "': owner mesh dim ", layout.owner_dim, " outside mesh ", mesh.ToString()));
   }
   std::vector<int64_t> rank_stride(mesh.ndim(), 1);
   for (int d = mesh.ndim() - 2; d >= 0; --d) rank_stride[d] = rank_stride[d + 1] * mesh.sizes[d + 1];
   std::vector<int> shard_dims, replica_dims;
   for (int md = 0; md < mesh.ndim(); ++md) {
     if (md == layout.owner_dim) continue;
-    const bool shard = md < static_cast<int>(layout.placements.size()) &&
-                       layout.placements[md].kind == Placement::Kind::kShard;
+    const bool shard =
+        md < static_cast<int>(layout.placements.size()) && layout.placements[md].kind == Placement::Kind::kShard;
     (shard ? shard_dims : replica_dims).push_back(md);
   }
   std::vector<int64_t> offsets = {0};
@@ -56,8 +53,7 @@ absl::Status ForEachDistinctBox(
   return absl::OkStatus();
 }
 
-absl::StatusOr<SavePlan> PlanSave(const std::vector<TensorLayout>& layouts,
-                                  const Mesh& mesh) {
+absl::StatusOr<SavePlan> PlanSave(const std::vector<TensorLayout>& layouts, const Mesh& mesh) {
   SavePlan plan;
   plan.mesh = mesh;
   const int64_t nranks = mesh.NumRanks();
@@ -67,13 +63,13 @@ absl::StatusOr<SavePlan> PlanSave(const std::vector<TensorLayout>& layouts,
   // Distinct boxes come from the coordinates of the dimensions that shard a
   // tensor; the replicas of each box differ only in the other coordinates.
   // This visits each box once instead of once per rank.
-  std::vector<int64_t> base_rank;  // per chunk: its holder with replica coords 0
+  std::vector<int64_t> base_rank;   // per chunk: its holder with replica coords 0
   std::vector<int32_t> offsets_of;  // per chunk: index into replica_offsets
   std::vector<std::vector<int64_t>> replica_offsets;
   for (size_t t = 0; t < layouts.size(); ++t) {
     bool first = true;
-    CKPT_RETURN_IF_ERROR(ForEachDistinctBox(
-        layouts[t], mesh, [&](Box&& box, int64_t base, const std::vector<int64_t>& offsets) {
+    CKPT_RETURN_IF_ERROR(
+        ForEachDistinctBox(layouts[t], mesh, [&](Box&& box, int64_t base, const std::vector<int64_t>& offsets) {
           if (first) {
             replica_offsets.push_back(offsets);
             first = false;
@@ -91,13 +87,11 @@ absl::StatusOr<SavePlan> PlanSave(const std::vector<TensorLayout>& layouts,
   // Largest chunks first, each to its least-loaded holder (ties: lowest rank).
   std::vector<int64_t> bytes(plan.chunks.size());
   for (size_t c = 0; c < plan.chunks.size(); ++c) {
-    bytes[c] = plan.chunks[c].box.Volume() *
-               static_cast<int64_t>(DTypeSize(layouts[plan.chunks[c].tensor].spec.dtype));
+    bytes[c] = plan.chunks[c].box.Volume() * static_cast<int64_t>(DTypeSize(layouts[plan.chunks[c].tensor].spec.dtype));
   }
   std::vector<int64_t> order(plan.chunks.size());
   std::iota(order.begin(), order.end(), 0);
-  std::stable_sort(order.begin(), order.end(),
-                   [&](int64_t a, int64_t b) { return bytes[a] > bytes[b]; });
+  std::stable_sort(order.begin(), order.end(), [&](int64_t a, int64_t b) { return bytes[a] > bytes[b]; });
   for (int64_t c : order) {
     const std::vector<int64_t>& offs = replica_offsets[offsets_of[c]];
     int64_t best = base_rank[c] + offs.front();

@@ -8,8 +8,7 @@ constexpr uint64_t kMinTileRowBytes = 1024;
 
 }  // namespace
 
-std::vector<Box> ColumnTiles(const Box& box, uint64_t elem_size, uint64_t block_size,
-                             int max_tiles) {
+std::vector<Box> ColumnTiles(const Box& box, uint64_t elem_size, uint64_t block_size, int max_tiles) {
   const int nd = box.ndim();
   if (nd < 2 || box.Empty() || max_tiles < 2) return {box};
   const int64_t cols = box.sizes[nd - 1];

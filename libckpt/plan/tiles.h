@@ -19,8 +19,7 @@ namespace ckpt {
 /// power of two up to `max_tiles` that divides the last extent while each
 /// tile keeps rows of at least 1 KiB and at least one block of bytes.
 /// Returns {box} when no split qualifies (1-d boxes, small shards).
-std::vector<Box> ColumnTiles(const Box& box, uint64_t elem_size, uint64_t block_size,
-                             int max_tiles);
+std::vector<Box> ColumnTiles(const Box& box, uint64_t elem_size, uint64_t block_size, int max_tiles);
 
 /// `shard` as its column tiles (ColumnTiles of its box), each a Shard that
 /// views the same memory with the parent's strides; {shard} when it is not

@@ -1,3 +1,5 @@
+#include "policy/failure_fit.h"
+
 #include <algorithm>
 #include <cctype>
 #include <cmath>
@@ -5,7 +7,6 @@
 #include <numeric>
 
 #include "ckpt/interval.h"
-#include "policy/failure_fit.h"
 #include "util/strings.h"
 
 namespace ckpt {
@@ -116,7 +117,6 @@ absl::StatusOr<WeibullFit> FitWeibull(const std::vector<double>& gaps) {
   return fit;
 }
 
-
 namespace {
 
 // ISO-8601 "YYYY-MM-DDTHH:MM[:SS[.fff]][Z|+hh:mm|-hh:mm]" or Unix seconds.
@@ -205,7 +205,8 @@ absl::StatusOr<std::vector<double>> ParseFailureLog(const std::string& text, boo
       std::string first = line.substr(0, line.find(','));
       while (!first.empty() && std::isspace(static_cast<unsigned char>(first.front()))) first.erase(0, 1);
       if (first.size() >= 2 && first.front() == '"' && first.back() == '"') first = first.substr(1, first.size() - 2);
-      const bool numeric_start = !first.empty() && (std::isdigit(static_cast<unsigned char>(first[0])) || first[0] == '.');
+      const bool numeric_start =
+          !first.empty() && (std::isdigit(static_cast<unsigned char>(first[0])) || first[0] == '.');
       if (line_no == 1 && !numeric_start) continue;  // a header
       fields.push_back(first);
       where.push_back(StrCat("line ", line_no));

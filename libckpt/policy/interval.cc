@@ -1,7 +1,7 @@
+#include "ckpt/interval.h"
+
 #include <algorithm>
 #include <cmath>
-
-#include "ckpt/interval.h"
 
 namespace ckpt {
 namespace {
@@ -85,8 +85,7 @@ IntervalPolicy::IntervalPolicy(IntervalPolicyOptions options)
 
 void IntervalPolicy::Recompute() {
   const double m = std::max(options_.mtbf_s, 1e-9);
-  double interval = options_.async ? AsyncInterval(stall_, write_, m)
-                                   : ExactDalyInterval(stall_, m) + stall_;
+  double interval = options_.async ? AsyncInterval(stall_, write_, m) : ExactDalyInterval(stall_, m) + stall_;
   interval_ = std::clamp(interval, options_.min_interval_s, options_.max_interval_s);
 }
 

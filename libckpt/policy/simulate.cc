@@ -21,8 +21,7 @@ class FailureClock {
 
 // Restart after a failure at `t`, failures may strike during the restart.
 // Returns when the job runs again; counts the failures.
-double Restart(double t, double restart, FailureClock& clock, double* next_failure,
-               int64_t* failures) {
+double Restart(double t, double restart, FailureClock& clock, double* next_failure, int64_t* failures) {
   *next_failure = clock.Next(t);
   while (*next_failure - t < restart) {
     t = *next_failure;
@@ -101,8 +100,7 @@ SimulationResult Simulate(const SimulationConfig& config) {
   int64_t failures = 0;
   for (int64_t i = 0; i < config.runs; ++i) {
     FailureClock clock(config.mtbf, config.weibull_shape, config.seed * 1000003 + static_cast<uint64_t>(i));
-    const double t = config.async ? RunAsync(config, clock, &failures)
-                                  : RunBlocking(config, clock, &failures);
+    const double t = config.async ? RunAsync(config, clock, &failures) : RunBlocking(config, clock, &failures);
     const double g = config.work / t;
     sum += g;
     sum2 += g * g;

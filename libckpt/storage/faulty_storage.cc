@@ -72,8 +72,8 @@ class FaultyStorage::Writer : public WritableFile {
         held.swap(held_);
       }
       for (const auto& [off, bytes] : held) {
-        base_->WriteAsync(off, absl::Span<const std::byte>(reinterpret_cast<const std::byte*>(bytes.data()),
-                                                           bytes.size()),
+        base_->WriteAsync(off,
+                          absl::Span<const std::byte>(reinterpret_cast<const std::byte*>(bytes.data()), bytes.size()),
                           [](absl::Status) {});
       }
       CKPT_RETURN_IF_ERROR(base_->Drain());
@@ -90,8 +90,8 @@ class FaultyStorage::Writer : public WritableFile {
     held_[offset].assign(reinterpret_cast<const char*>(data.data()), data.size());
   }
   absl::Status Crashed() const {
-    return absl::UnavailableError(StrCat("writes to ", base_->path(),
-                                         " were lost in a simulated crash before they were durable"));
+    return absl::UnavailableError(
+        StrCat("writes to ", base_->path(), " were lost in a simulated crash before they were durable"));
   }
   FaultyStorage* owner_;
   std::unique_ptr<WritableFile> base_;
@@ -261,7 +261,8 @@ absl::Status FaultyStorage::SyncDir(std::string_view dir) {
 absl::StatusOr<std::shared_ptr<Storage>> OpenFaultyStorage(std::string_view uri) {
   CKPT_ASSIGN_OR_RETURN(ParsedUri parsed, ParseUri(uri));
   if (parsed.location.empty()) {
-    return absl::InvalidArgumentError(StrCat("storage URI '", uri, "': faulty:// needs the storage to wrap, "
+    return absl::InvalidArgumentError(StrCat("storage URI '", uri,
+                                             "': faulty:// needs the storage to wrap, "
                                              "e.g. faulty:///data/ckpt?fault.enospc_after=64M"));
   }
   FaultPlan plan;
@@ -298,9 +299,9 @@ absl::StatusOr<std::shared_ptr<Storage>> OpenFaultyStorage(std::string_view uri)
     return absl::InvalidArgumentError(StrCat("storage URI '", uri, "': fault.errno must be EIO or ENOSPC"));
   }
   for (const auto& [k, v] : parsed.params) {
-    static const char* kKnown[] = {"fault.enospc_after", "fault.eio_after", "fault.short_write_every",
+    static const char* kKnown[] = {"fault.enospc_after", "fault.eio_after",       "fault.short_write_every",
                                    "fault.latency",      "fault.flip_read_every", "fault.crash",
-                                   "fault.match",        "fault.fail_on",   "fault.errno",
+                                   "fault.match",        "fault.fail_on",         "fault.errno",
                                    "fault.fail_after",   "fault.kill_at_op"};
     if (k.starts_with("fault.") && std::find(std::begin(kKnown), std::end(kKnown), k) == std::end(kKnown)) {
       return absl::InvalidArgumentError(StrCat("storage URI '", uri, "': unknown fault option '", k, "'"));

@@ -51,7 +51,7 @@ struct FaultPlan {
   std::set<std::string> fail_on;  ///< operation kinds that fail
   int fail_errno = 5;             ///< EIO
   int64_t fail_after = 1;
-  int64_t kill_at_op = 0;         ///< 0: never
+  int64_t kill_at_op = 0;  ///< 0: never
 };
 
 class FaultyStorage : public ForwardingStorage {

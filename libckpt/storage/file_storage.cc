@@ -14,11 +14,11 @@
 #include <mutex>
 
 #include "absl/strings/str_cat.h"
-#include "util/strings.h"
 #include "absl/strings/str_split.h"
 #include "storage/io_engine.h"
 #include "storage/uri.h"
 #include "util/errors.h"
+#include "util/strings.h"
 
 namespace ckpt {
 namespace {
@@ -27,13 +27,11 @@ constexpr size_t kDirectAlign = 4096;
 
 absl::Status CheckRelative(std::string_view path) {
   if (!path.empty() && path.front() == '/') {
-    return absl::InvalidArgumentError(
-        StrCat("storage path '", path, "' must be relative"));
+    return absl::InvalidArgumentError(StrCat("storage path '", path, "' must be relative"));
   }
   for (absl::string_view part : absl::StrSplit(AV(path), '/')) {
     if (part == "..") {
-      return absl::InvalidArgumentError(
-          StrCat("storage path '", path, "' must not contain '..'"));
+      return absl::InvalidArgumentError(StrCat("storage path '", path, "' must not contain '..'"));
     }
   }
   return absl::OkStatus();
@@ -44,8 +42,7 @@ absl::Status MakeDirs(const std::string& dir) {
   struct stat st;
   if (stat(dir.c_str(), &st) == 0) {
     if (S_ISDIR(st.st_mode)) return absl::OkStatus();
-    return absl::FailedPreconditionError(
-        StrCat(dir, " exists and is not a directory"));
+    return absl::FailedPreconditionError(StrCat(dir, " exists and is not a directory"));
   }
   size_t slash = dir.find_last_of('/');
   if (slash != std::string::npos && slash > 0) {
@@ -89,8 +86,7 @@ class FileStorage;
 
 class FileWritable final : public WritableFile {
  public:
-  FileWritable(IoEngine* engine, int fd, bool direct, std::string full,
-               std::string rel)
+  FileWritable(IoEngine* engine, int fd, bool direct, std::string full, std::string rel)
       : engine_(engine),
         fd_(fd),
         direct_(direct),
@@ -104,13 +100,11 @@ class FileWritable final : public WritableFile {
     }
   }
 
-  void WriteAsync(uint64_t offset, absl::Span<const std::byte> data,
-                  IoCallback done) override {
+  void WriteAsync(uint64_t offset, absl::Span<const std::byte> data, IoCallback done) override {
     if (direct_ && (offset % kDirectAlign || data.size() % kDirectAlign ||
                     reinterpret_cast<uintptr_t>(data.data()) % kDirectAlign)) {
-      std::move(done)(absl::InvalidArgumentError(StrCat(
-          "unaligned O_DIRECT write of ", data.size(), " bytes at offset ",
-          offset, " in ", *full_)));
+      std::move(done)(absl::InvalidArgumentError(
+          StrCat("unaligned O_DIRECT write of ", data.size(), " bytes at offset ", offset, " in ", *full_)));
       return;
     }
     {
@@ -153,8 +147,7 @@ class FileWritable final : public WritableFile {
     if (fd_ < 0) return absl::FailedPreconditionError("file already finished");
     struct stat st;
     if (fstat(fd_, &st) != 0) return ErrnoStatus(errno, StrCat("fstat ", *full_));
-    if (static_cast<uint64_t>(st.st_size) != final_size &&
-        ftruncate(fd_, static_cast<off_t>(final_size)) != 0) {
+    if (static_cast<uint64_t>(st.st_size) != final_size && ftruncate(fd_, static_cast<off_t>(final_size)) != 0) {
       return ErrnoStatus(errno, StrCat("ftruncate ", *full_));
     }
     if (fdatasync(fd_) != 0) {
@@ -183,8 +176,7 @@ class FileWritable final : public WritableFile {
 
 class FileReadable final : public ReadableFile {
  public:
-  FileReadable(IoEngine* engine, int fd, int direct_fd, uint64_t size,
-               std::string full, std::string rel)
+  FileReadable(IoEngine* engine, int fd, int direct_fd, uint64_t size, std::string full, std::string rel)
       : engine_(engine),
         fd_(fd),
         direct_fd_(direct_fd),
@@ -200,41 +192,33 @@ class FileReadable final : public ReadableFile {
 
   absl::Status ReadAt(uint64_t offset, absl::Span<std::byte> dst) override {
     if (offset > size_ || dst.size() > size_ - offset) {
-      return absl::OutOfRangeError(StrCat(
-          "truncated: ", *full_, " has ", size_, " bytes, reading ",
-          dst.size(), " at byte offset ", offset));
+      return absl::OutOfRangeError(
+          StrCat("truncated: ", *full_, " has ", size_, " bytes, reading ", dst.size(), " at byte offset ", offset));
     }
     size_t done = 0;
     while (done < dst.size()) {
-      ssize_t n = pread(fd_, dst.data() + done, dst.size() - done,
-                        static_cast<off_t>(offset + done));
+      ssize_t n = pread(fd_, dst.data() + done, dst.size() - done, static_cast<off_t>(offset + done));
       if (n < 0) {
         if (errno == EINTR) continue;
-        return ErrnoStatus(errno, StrCat("read of ", dst.size(),
-                                               " bytes at offset ", offset,
-                                               " in ", *full_));
+        return ErrnoStatus(errno, StrCat("read of ", dst.size(), " bytes at offset ", offset, " in ", *full_));
       }
       if (n == 0) {
-        return absl::OutOfRangeError(StrCat(
-            "truncated: ", *full_, " ends at byte offset ", offset + done));
+        return absl::OutOfRangeError(StrCat("truncated: ", *full_, " ends at byte offset ", offset + done));
       }
       done += static_cast<size_t>(n);
     }
     return absl::OkStatus();
   }
 
-  void ReadAsync(uint64_t offset, absl::Span<std::byte> dst,
-                 IoCallback done) override {
+  void ReadAsync(uint64_t offset, absl::Span<std::byte> dst, IoCallback done) override {
     if (offset > size_ || dst.size() > size_ - offset) {
-      std::move(done)(absl::OutOfRangeError(StrCat(
-          "truncated: ", *full_, " has ", size_, " bytes, reading ",
-          dst.size(), " at byte offset ", offset)));
+      std::move(done)(absl::OutOfRangeError(
+          StrCat("truncated: ", *full_, " has ", size_, " bytes, reading ", dst.size(), " at byte offset ", offset)));
       return;
     }
     auto req = std::make_unique<IoRequest>();
     req->kind = IoRequest::Kind::kRead;
-    const bool aligned = direct_fd_ >= 0 && offset % kDirectAlign == 0 &&
-                         dst.size() % kDirectAlign == 0 &&
+    const bool aligned = direct_fd_ >= 0 && offset % kDirectAlign == 0 && dst.size() % kDirectAlign == 0 &&
                          reinterpret_cast<uintptr_t>(dst.data()) % kDirectAlign == 0;
     req->fd = aligned ? direct_fd_ : fd_;
     req->offset = offset;
@@ -245,9 +229,7 @@ class FileReadable final : public ReadableFile {
     engine_->Submit(std::move(req));
   }
 
-  size_t direct_alignment() const override {
-    return direct_fd_ >= 0 ? kDirectAlign : 0;
-  }
+  size_t direct_alignment() const override { return direct_fd_ >= 0 ? kDirectAlign : 0; }
   const std::string& path() const override { return rel_; }
 
  private:
@@ -261,12 +243,8 @@ class FileReadable final : public ReadableFile {
 
 class FileStorage final : public Storage {
  public:
-  FileStorage(std::string uri, std::string root, bool direct,
-              std::unique_ptr<IoEngine> engine)
-      : uri_(std::move(uri)),
-        root_(std::move(root)),
-        direct_(direct),
-        engine_(std::move(engine)) {}
+  FileStorage(std::string uri, std::string root, bool direct, std::unique_ptr<IoEngine> engine)
+      : uri_(std::move(uri)), root_(std::move(root)), direct_(direct), engine_(std::move(engine)) {}
 
   std::string uri() const override { return uri_; }
 
@@ -281,12 +259,10 @@ class FileStorage final : public Storage {
     return c;
   }
 
-  std::string Full(std::string_view rel) const {
-    return rel.empty() ? root_ : StrCat(root_, "/", rel);
-  }
+  std::string Full(std::string_view rel) const { return rel.empty() ? root_ : StrCat(root_, "/", rel); }
 
-  absl::StatusOr<std::unique_ptr<WritableFile>> OpenWritable(
-      std::string_view path, const WriteOptions& options) override {
+  absl::StatusOr<std::unique_ptr<WritableFile>> OpenWritable(std::string_view path,
+                                                             const WriteOptions& options) override {
     CKPT_RETURN_IF_ERROR(CheckRelative(path));
     std::string full = Full(path);
     CKPT_RETURN_IF_ERROR(MakeDirs(ParentOf(full)));
@@ -299,16 +275,15 @@ class FileStorage final : public Storage {
     }
     if (fd < 0) fd = open(full.c_str(), base, 0644);
     if (fd < 0) return ErrnoStatus(errno, StrCat("create ", full));
-    return std::unique_ptr<WritableFile>(std::make_unique<FileWritable>(
-        engine_.get(), fd, direct, std::move(full), std::string(path)));
+    return std::unique_ptr<WritableFile>(
+        std::make_unique<FileWritable>(engine_.get(), fd, direct, std::move(full), std::string(path)));
   }
 
   std::string LocalPath(std::string_view path) override {
     return CheckRelative(path).ok() ? Full(path) : std::string();
   }
 
-  absl::StatusOr<std::unique_ptr<ReadableFile>> OpenReadable(
-      std::string_view path) override {
+  absl::StatusOr<std::unique_ptr<ReadableFile>> OpenReadable(std::string_view path) override {
     CKPT_RETURN_IF_ERROR(CheckRelative(path));
     std::string full = Full(path);
     int fd = open(full.c_str(), O_RDONLY | O_CLOEXEC);
@@ -325,12 +300,10 @@ class FileStorage final : public Storage {
     }
     int dfd = direct_ ? open(full.c_str(), O_RDONLY | O_CLOEXEC | O_DIRECT) : -1;
     return std::unique_ptr<ReadableFile>(std::make_unique<FileReadable>(
-        engine_.get(), fd, dfd, static_cast<uint64_t>(st.st_size),
-        std::move(full), std::string(path)));
+        engine_.get(), fd, dfd, static_cast<uint64_t>(st.st_size), std::move(full), std::string(path)));
   }
 
-  absl::Status PutAtomic(std::string_view path,
-                         absl::Span<const std::byte> data) override {
+  absl::Status PutAtomic(std::string_view path, absl::Span<const std::byte> data) override {
     CKPT_RETURN_IF_ERROR(CheckRelative(path));
     const std::string full = Full(path);
     CKPT_ASSIGN_OR_RETURN(std::string tmp, WriteTempBeside(full, data));
@@ -379,14 +352,12 @@ class FileStorage final : public Storage {
       bool is_dir = e->d_type == DT_DIR;
       if (e->d_type == DT_UNKNOWN) {
         struct stat st;
-        is_dir = stat(StrCat(full, "/", name).c_str(), &st) == 0 &&
-                 S_ISDIR(st.st_mode);
+        is_dir = stat(StrCat(full, "/", name).c_str(), &st) == 0 && S_ISDIR(st.st_mode);
       }
       out.push_back(DirEntry{std::move(name), is_dir});
     }
     closedir(d);
-    std::sort(out.begin(), out.end(),
-              [](const DirEntry& a, const DirEntry& b) { return a.name < b.name; });
+    std::sort(out.begin(), out.end(), [](const DirEntry& a, const DirEntry& b) { return a.name < b.name; });
     return out;
   }
 
@@ -408,13 +379,10 @@ class FileStorage final : public Storage {
     return FsyncPath(Full(dir), true);
   }
 
-  uint64_t RegisterBuffers(
-      const std::vector<absl::Span<std::byte>>& regions) override {
+  uint64_t RegisterBuffers(const std::vector<absl::Span<std::byte>>& regions) override {
     return engine_->RegisterBuffers(regions);
   }
-  void UnregisterBuffers(uint64_t token) override {
-    engine_->UnregisterBuffers(token);
-  }
+  void UnregisterBuffers(uint64_t token) override { engine_->UnregisterBuffers(token); }
 
  private:
   // Writes `data` durably to a fresh temporary file next to `full` (creating
@@ -470,8 +438,7 @@ class FileStorage final : public Storage {
   std::unique_ptr<IoEngine> engine_;
 };
 
-absl::StatusOr<std::shared_ptr<Storage>> OpenLocal(std::string_view uri,
-                                                   bool allow_uring) {
+absl::StatusOr<std::shared_ptr<Storage>> OpenLocal(std::string_view uri, bool allow_uring) {
   CKPT_ASSIGN_OR_RETURN(ParsedUri parsed, ParseUri(uri));
   std::string root = parsed.location;
   while (root.size() > 1 && root.back() == '/') root.pop_back();
@@ -483,12 +450,10 @@ absl::StatusOr<std::shared_ptr<Storage>> OpenLocal(std::string_view uri,
   CKPT_ASSIGN_OR_RETURN(int64_t threads, parsed.Int("threads", 4));
   std::string engine_name = parsed.Str("engine", allow_uring ? "auto" : "threads");
   if (qd < 1 || qd > 4096 || threads < 1 || threads > 256) {
-    return absl::InvalidArgumentError(
-        StrCat("storage URI '", uri, "': qd must be 1..4096 and threads 1..256"));
+    return absl::InvalidArgumentError(StrCat("storage URI '", uri, "': qd must be 1..4096 and threads 1..256"));
   }
   if (engine_name != "auto" && engine_name != "io_uring" && engine_name != "threads") {
-    return absl::InvalidArgumentError(StrCat(
-        "storage URI '", uri, "': engine must be auto, io_uring or threads"));
+    return absl::InvalidArgumentError(StrCat("storage URI '", uri, "': engine must be auto, io_uring or threads"));
   }
   std::unique_ptr<IoEngine> engine;
   if (allow_uring && engine_name != "threads") {
@@ -501,25 +466,19 @@ absl::StatusOr<std::shared_ptr<Storage>> OpenLocal(std::string_view uri,
       static std::once_flag once;
       std::string why(uring.status().message());
       std::call_once(once, [&] {
-        std::fprintf(stderr,
-                     "ckpt: io_uring unavailable (%s); using the threads engine\n",
-                     why.c_str());
+        std::fprintf(stderr, "ckpt: io_uring unavailable (%s); using the threads engine\n", why.c_str());
       });
     }
   }
   if (!engine) engine = CreateThreadEngine(static_cast<int>(threads), static_cast<unsigned>(qd));
-  return std::shared_ptr<Storage>(std::make_shared<FileStorage>(
-      std::string(uri), std::move(root), direct, std::move(engine)));
+  return std::shared_ptr<Storage>(
+      std::make_shared<FileStorage>(std::string(uri), std::move(root), direct, std::move(engine)));
 }
 
 }  // namespace
 
-absl::StatusOr<std::shared_ptr<Storage>> OpenFileStorage(std::string_view uri) {
-  return OpenLocal(uri, true);
-}
+absl::StatusOr<std::shared_ptr<Storage>> OpenFileStorage(std::string_view uri) { return OpenLocal(uri, true); }
 
-absl::StatusOr<std::shared_ptr<Storage>> OpenPosixStorage(std::string_view uri) {
-  return OpenLocal(uri, false);
-}
+absl::StatusOr<std::shared_ptr<Storage>> OpenPosixStorage(std::string_view uri) { return OpenLocal(uri, false); }
 
 }  // namespace ckpt

@@ -14,26 +14,23 @@
 #include <thread>
 
 #include "absl/strings/str_cat.h"
-#include "util/strings.h"
 #include "util/errors.h"
+#include "util/strings.h"
 #include "util/tsan.h"
 
 namespace ckpt {
 
 absl::Status IoError(const IoRequest& r, int err) {
-  return ErrnoStatus(
-      err, StrCat(r.kind == IoRequest::Kind::kRead ? "read" : "write",
-                        " of ", r.len - r.done, " bytes at offset ",
-                        r.offset + r.done, " in ", r.path ? *r.path : "?"));
+  return ErrnoStatus(err, StrCat(r.kind == IoRequest::Kind::kRead ? "read" : "write", " of ", r.len - r.done,
+                                 " bytes at offset ", r.offset + r.done, " in ", r.path ? *r.path : "?"));
 }
 
 namespace {
 
 absl::Status TruncatedRead(const IoRequest& r) {
-  return absl::OutOfRangeError(StrCat(
-      "truncated: ", r.path ? *r.path : "?", " ends before byte offset ",
-      r.offset + r.len, " (read ", r.done, " of ", r.len, " bytes at offset ",
-      r.offset, ")"));
+  return absl::OutOfRangeError(StrCat("truncated: ", r.path ? *r.path : "?", " ends before byte offset ",
+                                      r.offset + r.len, " (read ", r.done, " of ", r.len, " bytes at offset ", r.offset,
+                                      ")"));
 }
 
 // One long-lived thread submits every request and another reaps them.
@@ -80,8 +77,7 @@ class UringEngine final : public IoEngine {
     cv_.notify_all();
   }
 
-  uint64_t RegisterBuffers(
-      const std::vector<absl::Span<std::byte>>& regions) override {
+  uint64_t RegisterBuffers(const std::vector<absl::Span<std::byte>>& regions) override {
     if (!sparse_ok_) return 0;
     std::unique_lock<std::shared_mutex> lock(reg_mu_);
     std::vector<int> slots;
@@ -101,9 +97,7 @@ class UringEngine final : public IoEngine {
       }
       slot_used_[slots[i]] = true;
       regions_.push_back(Region{reinterpret_cast<uintptr_t>(regions[i].data()),
-                                reinterpret_cast<uintptr_t>(regions[i].data()) +
-                                    regions[i].size(),
-                                slots[i], token});
+                                reinterpret_cast<uintptr_t>(regions[i].data()) + regions[i].size(), slots[i], token});
     }
     return token;
   }
@@ -154,8 +148,7 @@ class UringEngine final : public IoEngine {
     const int fixed = FixedIndex(*r);
     io_uring_sqe* sqe = GetSqe();
     void* buf = r->buf + r->done;
-    const unsigned len = static_cast<unsigned>(
-        std::min<size_t>(r->len - r->done, size_t{1} << 30));
+    const unsigned len = static_cast<unsigned>(std::min<size_t>(r->len - r->done, size_t{1} << 30));
     const uint64_t off = r->offset + r->done;
     if (r->kind == IoRequest::Kind::kWrite) {
       if (fixed >= 0) {
@@ -306,18 +299,15 @@ class ThreadEngine final : public IoEngine {
       absl::Status status;
       while (r->done < r->len) {
         ssize_t n = r->kind == IoRequest::Kind::kRead
-                        ? pread(r->fd, r->buf + r->done, r->len - r->done,
-                                static_cast<off_t>(r->offset + r->done))
-                        : pwrite(r->fd, r->buf + r->done, r->len - r->done,
-                                 static_cast<off_t>(r->offset + r->done));
+                        ? pread(r->fd, r->buf + r->done, r->len - r->done, static_cast<off_t>(r->offset + r->done))
+                        : pwrite(r->fd, r->buf + r->done, r->len - r->done, static_cast<off_t>(r->offset + r->done));
         if (n < 0) {
           if (errno == EINTR || errno == EAGAIN) continue;
           status = IoError(*r, errno);
           break;
         }
         if (n == 0) {
-          status = r->kind == IoRequest::Kind::kRead ? TruncatedRead(*r)
-                                                     : IoError(*r, EIO);
+          status = r->kind == IoRequest::Kind::kRead ? TruncatedRead(*r) : IoError(*r, EIO);
           break;
         }
         r->done += static_cast<size_t>(n);

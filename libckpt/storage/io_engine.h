@@ -23,7 +23,7 @@ struct IoRequest {
   uint64_t offset = 0;
   std::byte* buf = nullptr;
   size_t len = 0;
-  size_t done = 0;  ///< bytes transferred so far
+  size_t done = 0;                          ///< bytes transferred so far
   std::shared_ptr<const std::string> path;  ///< for messages
   IoCallback callback;
 };
@@ -38,10 +38,7 @@ class IoEngine {
   virtual void Submit(std::unique_ptr<IoRequest> request) = 0;
   virtual std::string_view name() const = 0;
   virtual bool supports_registered_buffers() const { return false; }
-  virtual uint64_t RegisterBuffers(
-      const std::vector<absl::Span<std::byte>>& regions) {
-    return 0;
-  }
+  virtual uint64_t RegisterBuffers(const std::vector<absl::Span<std::byte>>& regions) { return 0; }
   virtual void UnregisterBuffers(uint64_t token) {}
 };
 

@@ -7,9 +7,9 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
-#include "util/strings.h"
 #include "storage/uri.h"
 #include "util/errors.h"
+#include "util/strings.h"
 
 namespace ckpt {
 namespace {
@@ -23,10 +23,8 @@ class MemStorage;
 
 class MemWritable final : public WritableFile {
  public:
-  MemWritable(std::shared_ptr<MemFile> file, std::string path)
-      : file_(std::move(file)), path_(std::move(path)) {}
-  void WriteAsync(uint64_t offset, absl::Span<const std::byte> data,
-                  IoCallback done) override {
+  MemWritable(std::shared_ptr<MemFile> file, std::string path) : file_(std::move(file)), path_(std::move(path)) {}
+  void WriteAsync(uint64_t offset, absl::Span<const std::byte> data, IoCallback done) override {
     {
       std::lock_guard<std::mutex> lock(file_->mu);
       if (file_->data.size() < offset + data.size()) {
@@ -52,8 +50,7 @@ class MemWritable final : public WritableFile {
 
 class MemReadable final : public ReadableFile {
  public:
-  MemReadable(std::shared_ptr<MemFile> file, std::string path)
-      : file_(std::move(file)), path_(std::move(path)) {}
+  MemReadable(std::shared_ptr<MemFile> file, std::string path) : file_(std::move(file)), path_(std::move(path)) {}
   uint64_t size() const override {
     std::lock_guard<std::mutex> lock(file_->mu);
     return file_->data.size();
@@ -61,15 +58,13 @@ class MemReadable final : public ReadableFile {
   absl::Status ReadAt(uint64_t offset, absl::Span<std::byte> dst) override {
     std::lock_guard<std::mutex> lock(file_->mu);
     if (offset > file_->data.size() || dst.size() > file_->data.size() - offset) {
-      return absl::OutOfRangeError(StrCat(
-          "truncated: mem:", path_, " has ", file_->data.size(),
-          " bytes, reading ", dst.size(), " at byte offset ", offset));
+      return absl::OutOfRangeError(StrCat("truncated: mem:", path_, " has ", file_->data.size(), " bytes, reading ",
+                                          dst.size(), " at byte offset ", offset));
     }
     std::memcpy(dst.data(), file_->data.data() + offset, dst.size());
     return absl::OkStatus();
   }
-  void ReadAsync(uint64_t offset, absl::Span<std::byte> dst,
-                 IoCallback done) override {
+  void ReadAsync(uint64_t offset, absl::Span<std::byte> dst, IoCallback done) override {
     std::move(done)(ReadAt(offset, dst));
   }
   size_t direct_alignment() const override { return 0; }
@@ -93,29 +88,24 @@ class MemStorage final : public Storage {
     return c;
   }
 
-  absl::StatusOr<std::unique_ptr<WritableFile>> OpenWritable(
-      std::string_view path, const WriteOptions&) override {
+  absl::StatusOr<std::unique_ptr<WritableFile>> OpenWritable(std::string_view path, const WriteOptions&) override {
     CKPT_RETURN_IF_ERROR(Check(path));
     auto file = std::make_shared<MemFile>();
     std::lock_guard<std::mutex> lock(mu_);
     files_[std::string(path)] = file;
-    return std::unique_ptr<WritableFile>(
-        std::make_unique<MemWritable>(file, std::string(path)));
+    return std::unique_ptr<WritableFile>(std::make_unique<MemWritable>(file, std::string(path)));
   }
 
-  absl::StatusOr<std::unique_ptr<ReadableFile>> OpenReadable(
-      std::string_view path) override {
+  absl::StatusOr<std::unique_ptr<ReadableFile>> OpenReadable(std::string_view path) override {
     std::lock_guard<std::mutex> lock(mu_);
     auto it = files_.find(std::string(path));
     if (it == files_.end()) {
       return absl::NotFoundError(StrCat("open mem:", path, ": no such file"));
     }
-    return std::unique_ptr<ReadableFile>(
-        std::make_unique<MemReadable>(it->second, std::string(path)));
+    return std::unique_ptr<ReadableFile>(std::make_unique<MemReadable>(it->second, std::string(path)));
   }
 
-  absl::Status PutAtomic(std::string_view path,
-                         absl::Span<const std::byte> data) override {
+  absl::Status PutAtomic(std::string_view path, absl::Span<const std::byte> data) override {
     CKPT_RETURN_IF_ERROR(Check(path));
     auto file = std::make_shared<MemFile>();
     file->data.assign(reinterpret_cast<const char*>(data.data()), data.size());
@@ -184,8 +174,7 @@ class MemStorage final : public Storage {
     std::string prefix = StrCat(dir, "/");
     std::lock_guard<std::mutex> lock(mu_);
     files_.erase(std::string(dir));
-    for (auto it = files_.lower_bound(prefix);
-         it != files_.end() && absl::StartsWith(it->first, prefix);) {
+    for (auto it = files_.lower_bound(prefix); it != files_.end() && absl::StartsWith(it->first, prefix);) {
       it = files_.erase(it);
     }
     return absl::OkStatus();
@@ -208,9 +197,7 @@ class MemStorage final : public Storage {
 
 }  // namespace
 
-std::shared_ptr<Storage> NewMemStorage() {
-  return std::make_shared<MemStorage>("mem://");
-}
+std::shared_ptr<Storage> NewMemStorage() { return std::make_shared<MemStorage>("mem://"); }
 
 absl::StatusOr<std::shared_ptr<Storage>> OpenMemStorage(std::string_view uri) {
   CKPT_ASSIGN_OR_RETURN(ParsedUri parsed, ParseUri(uri));

@@ -2,13 +2,12 @@
 // ABI, and adapting their C function table to the Storage interface.
 #include "storage/plugin_storage.h"
 
-#include <cstddef>
-
 #include <dirent.h>
 #include <dlfcn.h>
 
 #include <algorithm>
 #include <condition_variable>
+#include <cstddef>
 #include <cstdlib>
 #include <deque>
 #include <map>
@@ -31,16 +30,26 @@ absl::Status FromCode(ckpt_plugin_code code, const char* err, std::string_view w
   std::string msg(err[0] != '\0' ? err : "no message");
   msg = StrCat(what, ": ", msg);
   switch (code) {
-    case CKPT_PLUGIN_OK: return absl::OkStatus();
-    case CKPT_PLUGIN_ERR_NOT_FOUND: return absl::NotFoundError(msg);
-    case CKPT_PLUGIN_ERR_INVALID: return absl::InvalidArgumentError(msg);
-    case CKPT_PLUGIN_ERR_OUT_OF_RANGE: return absl::OutOfRangeError(msg);
-    case CKPT_PLUGIN_ERR_IO: return absl::DataLossError(msg);
-    case CKPT_PLUGIN_ERR_NO_SPACE: return absl::ResourceExhaustedError(msg);
-    case CKPT_PLUGIN_ERR_PERMISSION: return absl::PermissionDeniedError(msg);
-    case CKPT_PLUGIN_ERR_UNAVAILABLE: return absl::UnavailableError(msg);
-    case CKPT_PLUGIN_ERR_EXISTS: return absl::AlreadyExistsError(msg);
-    default: return absl::InternalError(msg);
+    case CKPT_PLUGIN_OK:
+      return absl::OkStatus();
+    case CKPT_PLUGIN_ERR_NOT_FOUND:
+      return absl::NotFoundError(msg);
+    case CKPT_PLUGIN_ERR_INVALID:
+      return absl::InvalidArgumentError(msg);
+    case CKPT_PLUGIN_ERR_OUT_OF_RANGE:
+      return absl::OutOfRangeError(msg);
+    case CKPT_PLUGIN_ERR_IO:
+      return absl::DataLossError(msg);
+    case CKPT_PLUGIN_ERR_NO_SPACE:
+      return absl::ResourceExhaustedError(msg);
+    case CKPT_PLUGIN_ERR_PERMISSION:
+      return absl::PermissionDeniedError(msg);
+    case CKPT_PLUGIN_ERR_UNAVAILABLE:
+      return absl::UnavailableError(msg);
+    case CKPT_PLUGIN_ERR_EXISTS:
+      return absl::AlreadyExistsError(msg);
+    default:
+      return absl::InternalError(msg);
   }
 }
 
@@ -94,8 +103,7 @@ struct PluginShared {
   const ckpt_storage_plugin* table;
   ckpt_storage* handle;
   Pool pool;
-  PluginShared(const ckpt_storage_plugin* t, ckpt_storage* h, int threads)
-      : table(t), handle(h), pool(threads, 256) {}
+  PluginShared(const ckpt_storage_plugin* t, ckpt_storage* h, int threads) : table(t), handle(h), pool(threads, 256) {}
   ~PluginShared() { table->close(handle); }
 };
 
@@ -117,8 +125,8 @@ class PluginWritable : public WritableFile {
     s_->pool.Submit([this, offset, data, done = std::move(done)]() mutable {
       char err[CKPT_PLUGIN_ERROR_BYTES] = {0};
       const ckpt_plugin_code code = s_->table->write_at(f_, offset, data.data(), data.size(), err);
-      absl::Status st = FromCode(code, err, StrCat("write of ", data.size(), " bytes at offset ",
-                                                   offset, " in ", path_));
+      absl::Status st =
+          FromCode(code, err, StrCat("write of ", data.size(), " bytes at offset ", offset, " in ", path_));
       {
         std::lock_guard<std::mutex> lock(mu_);
         if (!st.ok() && first_error_.ok()) first_error_ = st;
@@ -173,8 +181,8 @@ class PluginReadable : public ReadableFile {
   uint64_t size() const override { return size_; }
   absl::Status ReadAt(uint64_t offset, absl::Span<std::byte> dst) override {
     if (offset + dst.size() > size_) {
-      return absl::OutOfRangeError(StrCat(path_, " is truncated: ", dst.size(), " bytes at offset ",
-                                          offset, " are past its end (", size_, " bytes)"));
+      return absl::OutOfRangeError(StrCat(path_, " is truncated: ", dst.size(), " bytes at offset ", offset,
+                                          " are past its end (", size_, " bytes)"));
     }
     char err[CKPT_PLUGIN_ERROR_BYTES] = {0};
     return FromCode(s_->table->read_at(f_, offset, dst.data(), dst.size(), err), err,
@@ -218,14 +226,13 @@ class PluginStorage : public Storage {
     c.durable = (s_->table->caps & CKPT_PLUGIN_CAP_DURABLE) != 0;
     return c;
   }
-  absl::StatusOr<std::unique_ptr<WritableFile>> OpenWritable(std::string_view path,
-                                                             const WriteOptions&) override {
+  absl::StatusOr<std::unique_ptr<WritableFile>> OpenWritable(std::string_view path, const WriteOptions&) override {
     CKPT_RETURN_IF_ERROR(CheckPath(path));
     const std::string p(path);
     char err[CKPT_PLUGIN_ERROR_BYTES] = {0};
     ckpt_wfile* f = nullptr;
-    CKPT_RETURN_IF_ERROR(FromCode(s_->table->open_writable(s_->handle, p.c_str(), &f, err), err,
-                                  StrCat("creating ", p)));
+    CKPT_RETURN_IF_ERROR(
+        FromCode(s_->table->open_writable(s_->handle, p.c_str(), &f, err), err, StrCat("creating ", p)));
     return std::unique_ptr<WritableFile>(new PluginWritable(s_, f, p));
   }
   absl::StatusOr<std::unique_ptr<ReadableFile>> OpenReadable(std::string_view path) override {
@@ -234,8 +241,8 @@ class PluginStorage : public Storage {
     char err[CKPT_PLUGIN_ERROR_BYTES] = {0};
     ckpt_rfile* f = nullptr;
     uint64_t size = 0;
-    CKPT_RETURN_IF_ERROR(FromCode(s_->table->open_readable(s_->handle, p.c_str(), &f, &size, err),
-                                  err, StrCat("opening ", p)));
+    CKPT_RETURN_IF_ERROR(
+        FromCode(s_->table->open_readable(s_->handle, p.c_str(), &f, &size, err), err, StrCat("opening ", p)));
     return std::unique_ptr<ReadableFile>(new PluginReadable(s_, f, size, p));
   }
   absl::Status PutAtomic(std::string_view path, absl::Span<const std::byte> data) override {
@@ -261,8 +268,7 @@ class PluginStorage : public Storage {
     const std::string p(path);
     char err[CKPT_PLUGIN_ERROR_BYTES] = {0};
     uint64_t size = 0;
-    CKPT_RETURN_IF_ERROR(FromCode(s_->table->file_size(s_->handle, p.c_str(), &size, err), err,
-                                  StrCat("size of ", p)));
+    CKPT_RETURN_IF_ERROR(FromCode(s_->table->file_size(s_->handle, p.c_str(), &size, err), err, StrCat("size of ", p)));
     return size;
   }
   absl::StatusOr<std::vector<DirEntry>> List(std::string_view dir) override {
@@ -273,8 +279,8 @@ class PluginStorage : public Storage {
     auto emit = [](void* ctx, const char* name, int is_dir) {
       static_cast<std::vector<DirEntry>*>(ctx)->push_back(DirEntry{name, is_dir != 0});
     };
-    CKPT_RETURN_IF_ERROR(FromCode(s_->table->list(s_->handle, p.c_str(), emit, &out, err), err,
-                                  StrCat("listing '", p, "'")));
+    CKPT_RETURN_IF_ERROR(
+        FromCode(s_->table->list(s_->handle, p.c_str(), emit, &out, err), err, StrCat("listing '", p, "'")));
     std::sort(out.begin(), out.end(), [](const DirEntry& a, const DirEntry& b) { return a.name < b.name; });
     return out;
   }
@@ -301,8 +307,8 @@ class PluginStorage : public Storage {
   // Plugins are promised relative, '..'-free paths.
   static absl::Status CheckPath(std::string_view path, bool allow_empty = false) {
     if (path.empty() && allow_empty) return absl::OkStatus();
-    if (path.empty() || path.front() == '/' || path == ".." || path.starts_with("../") ||
-        path.ends_with("/..") || path.find("/../") != std::string_view::npos) {
+    if (path.empty() || path.front() == '/' || path == ".." || path.starts_with("../") || path.ends_with("/..") ||
+        path.find("/../") != std::string_view::npos) {
       return absl::InvalidArgumentError(StrCat("path '", path, "' escapes the storage root"));
     }
     return absl::OkStatus();
@@ -324,9 +330,9 @@ PluginRegistry& Plugins() {
 
 // Required entries of an ABI-1 table.
 bool TableComplete(const ckpt_storage_plugin* t) {
-  return t->open && t->close && t->open_writable && t->write_at && t->finish && t->abort &&
-         t->open_readable && t->read_at && t->close_readable && t->put_atomic && t->file_size &&
-         t->list && t->remove && t->remove_all && t->sync_dir && t->scheme != nullptr;
+  return t->open && t->close && t->open_writable && t->write_at && t->finish && t->abort && t->open_readable &&
+         t->read_at && t->close_readable && t->put_atomic && t->file_size && t->list && t->remove && t->remove_all &&
+         t->sync_dir && t->scheme != nullptr;
 }
 
 PluginInfo LoadLocked(const std::string& file) {

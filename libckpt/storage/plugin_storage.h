@@ -16,8 +16,7 @@ namespace ckpt {
 /// Opens `uri` with a plugin that loaded without error. The "io_threads"
 /// query parameter (default 4) sizes the host threads that run the plugin's
 /// blocking calls; the whole URI is passed to the plugin.
-absl::StatusOr<std::shared_ptr<Storage>> OpenPluginStorage(const PluginInfo& plugin,
-                                                           std::string_view uri);
+absl::StatusOr<std::shared_ptr<Storage>> OpenPluginStorage(const PluginInfo& plugin, std::string_view uri);
 
 }  // namespace ckpt
 

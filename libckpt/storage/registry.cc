@@ -73,18 +73,16 @@ Registry& GetRegistry() {
     };
     StorageCaps file = Caps("io_uring", true, true, true);
     file.registered_buffers = true;
-    add("file", "local or shared filesystem through io_uring (threads where io_uring is refused)",
-        file, OpenFileStorage);
-    add("posix", "local or shared filesystem through pread/pwrite threads",
-        Caps("threads", true, true, true), OpenPosixStorage);
-    add("mem", "process memory, shared by name within the process", Caps("memory", false, true, false),
-        OpenMemStorage);
+    add("file", "local or shared filesystem through io_uring (threads where io_uring is refused)", file,
+        OpenFileStorage);
+    add("posix", "local or shared filesystem through pread/pwrite threads", Caps("threads", true, true, true),
+        OpenPosixStorage);
+    add("mem", "process memory, shared by name within the process", Caps("memory", false, true, false), OpenMemStorage);
     add("tiered", "commit on a fast local tier, drain to a durable tier in the background",
         Caps("tiered", true, true, true), OpenTieredStorage);
     StorageCaps h5 = Caps("hdf5", false, true, true);
     h5.container = "hdf5";
-    add("hdf5", "files as file://, each rank's data an HDF5 file that h5py and h5dump read", h5,
-        OpenHdf5Storage);
+    add("hdf5", "files as file://, each rank's data an HDF5 file that h5py and h5dump read", h5, OpenHdf5Storage);
     add("faulty", "wraps another backend and injects errors, latency, bit flips and crashes",
         Caps("faulty", false, true, true), OpenFaultyStorage);
     return r;
@@ -96,15 +94,14 @@ Registry& GetRegistry() {
 
 absl::Status Storage::PutIfAbsent(std::string_view path, absl::Span<const std::byte> data) {
   (void)data;
-  return absl::UnimplementedError(StrCat(uri(), ": this backend cannot create ", path,
-                                         " only if it is absent (an atomic create-if-absent)"));
+  return absl::UnimplementedError(
+      StrCat(uri(), ": this backend cannot create ", path, " only if it is absent (an atomic create-if-absent)"));
 }
 
 absl::StatusOr<std::string> Storage::GetAll(std::string_view path) {
   CKPT_ASSIGN_OR_RETURN(std::unique_ptr<ReadableFile> f, OpenReadable(path));
   std::string out(f->size(), '\0');
-  CKPT_RETURN_IF_ERROR(f->ReadAt(
-      0, absl::Span<std::byte>(reinterpret_cast<std::byte*>(out.data()), out.size())));
+  CKPT_RETURN_IF_ERROR(f->ReadAt(0, absl::Span<std::byte>(reinterpret_cast<std::byte*>(out.data()), out.size())));
   return out;
 }
 
@@ -136,9 +133,8 @@ std::vector<BackendInfo> ListStorageBackends() {
   }
   for (const PluginInfo& p : DiscoverStoragePlugins()) {
     if (!p.error.empty()) continue;
-    const bool shown = std::any_of(out.begin(), out.end(), [&](const BackendInfo& b) {
-      return b.scheme == p.scheme && b.origin == p.file;
-    });
+    const bool shown = std::any_of(out.begin(), out.end(),
+                                   [&](const BackendInfo& b) { return b.scheme == p.scheme && b.origin == p.file; });
     if (!shown) out.push_back(BackendInfo{p.scheme, p.file, p.description, p.caps});
   }
   std::stable_sort(out.begin(), out.end(),

@@ -29,8 +29,7 @@ std::string Parent(std::string_view path) {
 
 class TieredStorage : public Storage, public std::enable_shared_from_this<TieredStorage> {
  public:
-  TieredStorage(std::shared_ptr<Storage> local, std::shared_ptr<Storage> durable, int64_t keep_local,
-                std::string uri)
+  TieredStorage(std::shared_ptr<Storage> local, std::shared_ptr<Storage> durable, int64_t keep_local, std::string uri)
       : local_(std::move(local)), durable_(std::move(durable)), keep_local_(keep_local), uri_(std::move(uri)) {
     drainer_ = std::thread([this] { DrainLoop(); });
   }
@@ -158,8 +157,8 @@ class TieredStorage : public Storage, public std::enable_shared_from_this<Tiered
   // removed file back on the durable tier.
   void Quiesce(std::string_view path, bool tree) {
     auto matches = [&](const std::string& p) {
-      return p == path || (tree && (path.empty() || (p.size() > path.size() && p.starts_with(path) &&
-                                                      p[path.size()] == '/')));
+      return p == path ||
+             (tree && (path.empty() || (p.size() > path.size() && p.starts_with(path) && p[path.size()] == '/')));
     };
     std::unique_lock<std::mutex> lock(mu_);
     for (auto it = queue_.begin(); it != queue_.end();) {
@@ -314,7 +313,8 @@ absl::StatusOr<std::shared_ptr<Storage>> OpenTieredStorage(std::string_view uri)
   CKPT_ASSIGN_OR_RETURN(ParsedUri parsed, ParseUri(uri));
   const std::string local = parsed.Str("local", ""), durable = parsed.Str("durable", "");
   if (local.empty() || durable.empty()) {
-    return absl::InvalidArgumentError(StrCat("storage URI '", uri, "': tiered:// needs local= and durable=, e.g. "
+    return absl::InvalidArgumentError(StrCat("storage URI '", uri,
+                                             "': tiered:// needs local= and durable=, e.g. "
                                              "tiered://?local=/nvme/ckpt&durable=/shared/ckpt"));
   }
   if (local == durable) {

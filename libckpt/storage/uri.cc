@@ -3,8 +3,8 @@
 #include "absl/strings/ascii.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
-#include "util/strings.h"
 #include "absl/strings/str_split.h"
+#include "util/strings.h"
 
 namespace ckpt {
 namespace {
@@ -55,8 +55,7 @@ absl::StatusOr<ParsedUri> ParseUri(std::string_view uri) {
     out.scheme = absl::AsciiStrToLower(AV(uri.substr(0, sep)));
     for (char c : out.scheme) {
       if (!absl::ascii_isalnum(c) && c != '+' && c != '-' && c != '.') {
-        return absl::InvalidArgumentError(
-            StrCat("bad scheme in storage URI '", uri, "'"));
+        return absl::InvalidArgumentError(StrCat("bad scheme in storage URI '", uri, "'"));
       }
     }
     rest = uri.substr(sep + 3);
@@ -80,8 +79,7 @@ absl::StatusOr<bool> ParsedUri::Bool(std::string_view key, bool def) const {
   std::string v = absl::AsciiStrToLower(it->second);
   if (v == "1" || v == "true" || v == "yes" || v == "on" || v.empty()) return true;
   if (v == "0" || v == "false" || v == "no" || v == "off") return false;
-  return absl::InvalidArgumentError(
-      StrCat("URI parameter ", key, "=", it->second, " is not a boolean"));
+  return absl::InvalidArgumentError(StrCat("URI parameter ", key, "=", it->second, " is not a boolean"));
 }
 
 absl::StatusOr<int64_t> ParsedUri::Int(std::string_view key, int64_t def) const {
@@ -89,8 +87,7 @@ absl::StatusOr<int64_t> ParsedUri::Int(std::string_view key, int64_t def) const 
   if (it == params.end()) return def;
   int64_t v;
   if (!absl::SimpleAtoi(it->second, &v)) {
-    return absl::InvalidArgumentError(
-        StrCat("URI parameter ", key, "=", it->second, " is not an integer"));
+    return absl::InvalidArgumentError(StrCat("URI parameter ", key, "=", it->second, " is not an integer"));
   }
   return v;
 }
@@ -121,8 +118,7 @@ absl::StatusOr<double> ParsedUri::Seconds(std::string_view key, double def) cons
   if (it == params.end()) return def;
   auto d = ParseDuration(it->second);
   if (!d) {
-    return absl::InvalidArgumentError(
-        StrCat("URI parameter ", key, "=", it->second, " is not a duration (e.g. 5ms)"));
+    return absl::InvalidArgumentError(StrCat("URI parameter ", key, "=", it->second, " is not a duration (e.g. 5ms)"));
   }
   return *d;
 }

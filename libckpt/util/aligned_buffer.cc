@@ -7,13 +7,12 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
-#include "util/strings.h"
 #include "util/errors.h"
+#include "util/strings.h"
 
 namespace ckpt {
 
-absl::StatusOr<AlignedBuffer> AlignedBuffer::Allocate(size_t size,
-                                                      bool prefault) {
+absl::StatusOr<AlignedBuffer> AlignedBuffer::Allocate(size_t size, bool prefault) {
   AlignedBuffer buf;
   if (size == 0) return buf;
   size = AlignUp(size, kPageSize);
@@ -37,8 +36,7 @@ AlignedBuffer::~AlignedBuffer() {
 }
 
 AlignedBuffer::AlignedBuffer(AlignedBuffer&& other) noexcept
-    : data_(std::exchange(other.data_, nullptr)),
-      size_(std::exchange(other.size_, 0)) {}
+    : data_(std::exchange(other.data_, nullptr)), size_(std::exchange(other.size_, 0)) {}
 
 AlignedBuffer& AlignedBuffer::operator=(AlignedBuffer&& other) noexcept {
   if (this != &other) {

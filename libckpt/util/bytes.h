@@ -10,8 +10,8 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
-#include "util/strings.h"
 #include "absl/types/span.h"
+#include "util/strings.h"
 
 namespace ckpt {
 
@@ -60,16 +60,12 @@ class ByteWriter {
     out_.push_back(static_cast<char>(v));
   }
   /// Zig-zag signed varint.
-  void SVar(int64_t v) {
-    Var((static_cast<uint64_t>(v) << 1) ^ static_cast<uint64_t>(v >> 63));
-  }
+  void SVar(int64_t v) { Var((static_cast<uint64_t>(v) << 1) ^ static_cast<uint64_t>(v >> 63)); }
   void Str(std::string_view s) {
     Var(s.size());
     out_.append(s);
   }
-  void Raw(const void* p, size_t n) {
-    out_.append(static_cast<const char*>(p), n);
-  }
+  void Raw(const void* p, size_t n) { out_.append(static_cast<const char*>(p), n); }
   size_t size() const { return out_.size(); }
   std::string& str() { return out_; }
   std::string Take() { return std::move(out_); }
@@ -86,13 +82,10 @@ class ByteWriter {
 /// `base_offset`, so messages give file offsets).
 class ByteReader {
  public:
-  ByteReader(absl::Span<const uint8_t> data, std::string what,
-             uint64_t base_offset = 0)
+  ByteReader(absl::Span<const uint8_t> data, std::string what, uint64_t base_offset = 0)
       : data_(data), what_(std::move(what)), base_(base_offset) {}
   ByteReader(std::string_view data, std::string what, uint64_t base_offset = 0)
-      : ByteReader(absl::Span<const uint8_t>(
-                       reinterpret_cast<const uint8_t*>(data.data()),
-                       data.size()),
+      : ByteReader(absl::Span<const uint8_t>(reinterpret_cast<const uint8_t*>(data.data()), data.size()),
                    std::move(what), base_offset) {}
 
   uint8_t U8() {
@@ -152,8 +145,7 @@ class ByteReader {
   void Fail(std::string_view why) { FailAt(pos_, why); }
   void FailAt(uint64_t pos, std::string_view why) {
     if (status_.ok()) {
-      status_ = absl::DataLossError(
-          StrCat(what_, ": ", why, " at byte offset ", base_ + pos));
+      status_ = absl::DataLossError(StrCat(what_, ": ", why, " at byte offset ", base_ + pos));
     }
   }
 
@@ -161,9 +153,8 @@ class ByteReader {
   const uint8_t* Take(size_t n) {
     if (!status_.ok()) return nullptr;
     if (n > data_.size() - pos_) {
-      status_ = absl::DataLossError(StrCat(
-          what_, ": truncated: needs ", n, " bytes at byte offset ",
-          base_ + pos_, " but only ", data_.size() - pos_, " remain"));
+      status_ = absl::DataLossError(StrCat(what_, ": truncated: needs ", n, " bytes at byte offset ", base_ + pos_,
+                                           " but only ", data_.size() - pos_, " remain"));
       return nullptr;
     }
     const uint8_t* p = data_.data() + pos_;

@@ -13,11 +13,9 @@ absl::Status ErrnoStatus(int err, std::string_view what) {
   switch (err) {
     case ENOSPC:
     case EDQUOT:
-      return absl::ResourceExhaustedError(
-          StrCat(msg, " (out of space; free space, then retry)"));
+      return absl::ResourceExhaustedError(StrCat(msg, " (out of space; free space, then retry)"));
     case EIO:
-      return absl::UnavailableError(StrCat(
-          msg, " (I/O error; a retry may help, check the device)"));
+      return absl::UnavailableError(StrCat(msg, " (I/O error; a retry may help, check the device)"));
     case EAGAIN:
     case EINTR:
     case EBUSY:
@@ -44,8 +42,7 @@ absl::Status ErrnoStatus(int err, std::string_view what) {
 
 absl::Status Annotate(const absl::Status& status, std::string_view context) {
   if (status.ok()) return status;
-  return absl::Status(status.code(),
-                      StrCat(context, ": ", status.message()));
+  return absl::Status(status.code(), StrCat(context, ": ", status.message()));
 }
 
 }  // namespace ckpt

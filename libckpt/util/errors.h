@@ -21,16 +21,15 @@ absl::Status Annotate(const absl::Status& status, std::string_view context);
 
 }  // namespace ckpt
 
-#define CKPT_RETURN_IF_ERROR(expr)           \
-  do {                                       \
-    ::absl::Status ckpt_status_ = (expr);    \
+#define CKPT_RETURN_IF_ERROR(expr)               \
+  do {                                           \
+    ::absl::Status ckpt_status_ = (expr);        \
     if (!ckpt_status_.ok()) return ckpt_status_; \
   } while (0)
 
 #define CKPT_CONCAT_INNER(a, b) a##b
 #define CKPT_CONCAT(a, b) CKPT_CONCAT_INNER(a, b)
-#define CKPT_ASSIGN_OR_RETURN(lhs, expr) \
-  CKPT_ASSIGN_OR_RETURN_IMPL(CKPT_CONCAT(ckpt_statusor_, __LINE__), lhs, expr)
+#define CKPT_ASSIGN_OR_RETURN(lhs, expr) CKPT_ASSIGN_OR_RETURN_IMPL(CKPT_CONCAT(ckpt_statusor_, __LINE__), lhs, expr)
 #define CKPT_ASSIGN_OR_RETURN_IMPL(tmp, lhs, expr) \
   auto tmp = (expr);                               \
   if (!tmp.ok()) return tmp.status();              \

@@ -1,7 +1,7 @@
 #include "util/strings.h"
 
-#include <charconv>
 #include <cctype>
+#include <charconv>
 #include <cmath>
 #include <cstdlib>
 
@@ -59,11 +59,20 @@ std::optional<int64_t> ParseByteCount(std::string_view text, bool binary) {
   double mult = 1;
   if (!t.empty()) {
     switch (std::toupper(static_cast<unsigned char>(t.back()))) {
-      case 'K': mult = base; break;
-      case 'M': mult = base * base; break;
-      case 'G': mult = base * base * base; break;
-      case 'T': mult = base * base * base * base; break;
-      default: break;
+      case 'K':
+        mult = base;
+        break;
+      case 'M':
+        mult = base * base;
+        break;
+      case 'G':
+        mult = base * base * base;
+        break;
+      case 'T':
+        mult = base * base * base * base;
+        break;
+      default:
+        break;
     }
     if (mult != 1) t.remove_suffix(1);
   }

@@ -51,17 +51,23 @@ static ckpt_plugin_code fail(char* err, ckpt_plugin_code code, const char* fmt, 
 
 static ckpt_plugin_code from_errno(int e) {
   switch (e) {
-    case ENOENT: return CKPT_PLUGIN_ERR_NOT_FOUND;
+    case ENOENT:
+      return CKPT_PLUGIN_ERR_NOT_FOUND;
     case ENOSPC:
-    case EDQUOT: return CKPT_PLUGIN_ERR_NO_SPACE;
+    case EDQUOT:
+      return CKPT_PLUGIN_ERR_NO_SPACE;
     case EACCES:
     case EPERM:
-    case EROFS: return CKPT_PLUGIN_ERR_PERMISSION;
+    case EROFS:
+      return CKPT_PLUGIN_ERR_PERMISSION;
     case EINVAL:
-    case ENAMETOOLONG: return CKPT_PLUGIN_ERR_INVALID;
+    case ENAMETOOLONG:
+      return CKPT_PLUGIN_ERR_INVALID;
     case EAGAIN:
-    case EINTR: return CKPT_PLUGIN_ERR_UNAVAILABLE;
-    default: return CKPT_PLUGIN_ERR_IO;
+    case EINTR:
+      return CKPT_PLUGIN_ERR_UNAVAILABLE;
+    default:
+      return CKPT_PLUGIN_ERR_IO;
   }
 }
 
@@ -175,7 +181,8 @@ static ckpt_plugin_code lf_finish(ckpt_wfile* f, uint64_t final_size, char* err)
     c = sys_fail(err, "fsync of", f->path);
   }
   if (close(f->fd) != 0 && c == CKPT_PLUGIN_OK) c = sys_fail(err, "closing", f->path);
-  if (c == CKPT_PLUGIN_OK && f->fsync && sync_parent(f->path) != 0) c = sys_fail(err, "syncing the directory of", f->path);
+  if (c == CKPT_PLUGIN_OK && f->fsync && sync_parent(f->path) != 0)
+    c = sys_fail(err, "syncing the directory of", f->path);
   free(f);
   return c;
 }
@@ -185,7 +192,8 @@ static void lf_abort(ckpt_wfile* f) {
   free(f);
 }
 
-static ckpt_plugin_code lf_open_readable(ckpt_storage* s, const char* path, ckpt_rfile** out, uint64_t* size, char* err) {
+static ckpt_plugin_code lf_open_readable(ckpt_storage* s, const char* path, ckpt_rfile** out, uint64_t* size,
+                                         char* err) {
   ckpt_rfile* f = calloc(1, sizeof(*f));
   if (f == NULL) return fail(err, CKPT_PLUGIN_ERR_INTERNAL, "out of memory");
   if (!full_path(s, path, f->path)) {
@@ -234,7 +242,7 @@ static void lf_close_readable(ckpt_rfile* f) {
 /* Writes `data` durably to a fresh temporary file next to `path`; its full
  * name goes to `tmp` (PATH_MAX + 64 bytes). The caller names or removes it. */
 static ckpt_plugin_code write_temp(ckpt_storage* s, const char* path, const void* data, size_t len, char* full,
-                            char* tmp, char* err) {
+                                   char* tmp, char* err) {
   static unsigned long counter = 0;
   const unsigned long n = __atomic_fetch_add(&counter, 1, __ATOMIC_RELAXED);
   char rel_tmp[PATH_MAX + 64];

@@ -13,14 +13,14 @@
 
 static int failures = 0;
 
-#define CHECK(cond, ...)                                  \
-  do {                                                    \
-    if (!(cond)) {                                        \
-      fprintf(stderr, "%s:%d: ", __FILE__, __LINE__);     \
-      fprintf(stderr, __VA_ARGS__);                       \
+#define CHECK(cond, ...)                                         \
+  do {                                                           \
+    if (!(cond)) {                                               \
+      fprintf(stderr, "%s:%d: ", __FILE__, __LINE__);            \
+      fprintf(stderr, __VA_ARGS__);                              \
       fprintf(stderr, " (last error: %s)\n", ckpt_last_error()); \
-      ++failures;                                         \
-    }                                                     \
+      ++failures;                                                \
+    }                                                            \
   } while (0)
 
 int main(int argc, char** argv) {

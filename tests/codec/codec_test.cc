@@ -1,8 +1,9 @@
 // Block codecs: lossless for every dtype, raw fallback, corrupt input caught.
+#include "codec/codec.h"
+
 #include <random>
 
 #include "ckpt/synthetic.h"
-#include "codec/codec.h"
 #include "testutil/test_util.h"
 
 namespace ckpt::testing {
@@ -17,8 +18,8 @@ std::vector<std::byte> Synthetic(DType dt, int64_t n, const char* name = "w") {
 
 TEST(Codec, RoundTripEveryCodecAndWidth) {
   BlockCodec codec;
-  for (DType dt : {DType::kF64, DType::kF32, DType::kBF16, DType::kF16, DType::kF8E4M3,
-                   DType::kI64, DType::kI32, DType::kI16, DType::kU8, DType::kBool}) {
+  for (DType dt : {DType::kF64, DType::kF32, DType::kBF16, DType::kF16, DType::kF8E4M3, DType::kI64, DType::kI32,
+                   DType::kI16, DType::kU8, DType::kBool}) {
     for (Codec c : {Codec::kZstd, Codec::kShuffleZstd}) {
       for (int64_t n : {1, 7, 1000, 65536}) {
         auto raw = Synthetic(dt, n);
@@ -29,8 +30,8 @@ TEST(Codec, RoundTripEveryCodecAndWidth) {
         if (enc->codec == Codec::kNone) continue;  // stored raw by the caller
         EXPECT_LT(enc->stored_len, raw.size());
         ASSERT_OK(codec.Decode(enc->codec, enc->elem_width, enc->flags,
-                               absl::Span<const std::byte>(out.data(), enc->stored_len),
-                               absl::Span<std::byte>(back), "test"));
+                               absl::Span<const std::byte>(out.data(), enc->stored_len), absl::Span<std::byte>(back),
+                               "test"));
         EXPECT_EQ(back, raw) << DTypeName(dt) << " " << CodecName(c) << " n=" << n;
       }
     }
@@ -55,8 +56,7 @@ TEST(Codec, ShuffleBeatsZstdOnBf16Weights) {
   EXPECT_LT(rs, 0.67) << "shuffle-zstd ratio";
   std::vector<std::byte> back(raw.size());
   ASSERT_OK(codec.Decode(Codec::kShuffleZstd, s->elem_width, s->flags,
-                         absl::Span<const std::byte>(out.data(), s->stored_len),
-                         absl::Span<std::byte>(back), "test"));
+                         absl::Span<const std::byte>(out.data(), s->stored_len), absl::Span<std::byte>(back), "test"));
   EXPECT_EQ(back, raw);
   // A level above the default asks for ratio and applies to the planes too.
   BlockCodec strong(9);
@@ -95,8 +95,7 @@ TEST(Codec, CorruptStoredBytesFailCleanly) {
       std::vector<std::byte> copy(out.begin(), out.begin() + enc->stored_len);
       copy[rng() % copy.size()] ^= std::byte(1 << (rng() % 8));
       std::vector<std::byte> back(raw.size());
-      absl::Status s = codec.Decode(enc->codec, enc->elem_width, enc->flags, copy,
-                                    absl::Span<std::byte>(back), "blk");
+      absl::Status s = codec.Decode(enc->codec, enc->elem_width, enc->flags, copy, absl::Span<std::byte>(back), "blk");
       // Either the codec notices, or it decodes to different bytes (which
       // the raw checksum catches); it never crashes or overruns.
       if (!s.ok()) {
@@ -108,9 +107,10 @@ TEST(Codec, CorruptStoredBytesFailCleanly) {
     }
     EXPECT_GT(failures + changed, 150) << "failures " << failures << " changed " << changed;
     std::vector<std::byte> small(raw.size() - 1);
-    EXPECT_FALSE(codec.Decode(enc->codec, enc->elem_width, enc->flags,
-                              absl::Span<const std::byte>(out.data(), enc->stored_len),
-                              absl::Span<std::byte>(small), "blk")
+    EXPECT_FALSE(codec
+                     .Decode(enc->codec, enc->elem_width, enc->flags,
+                             absl::Span<const std::byte>(out.data(), enc->stored_len), absl::Span<std::byte>(small),
+                             "blk")
                      .ok());
   }
 }

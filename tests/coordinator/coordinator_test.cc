@@ -2,6 +2,8 @@
 // SIGKILLed mid-save and between saves, the coordinator itself SIGKILLed and
 // restarted, a wrong token, garbage on the socket, replicas that disagree,
 // and 1,024 lightweight simulated members.
+#include "ckpt/coordinator.h"
+
 #include <arpa/inet.h>
 #include <fcntl.h>
 #include <netinet/in.h>
@@ -14,20 +16,19 @@
 
 #include <atomic>
 #include <chrono>
-#include <mutex>
-#include <optional>
 #include <cstring>
 #include <fstream>
+#include <mutex>
+#include <optional>
 #include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
 
-#include "ckpt/coordinator.h"
-#include "coordinator/protocol.h"
-#include "support/sim_member.h"
 #include "common/elastic_model.h"
 #include "coordinator/harness.h"
+#include "coordinator/protocol.h"
+#include "support/sim_member.h"
 #include "testutil/test_util.h"
 #include "util/bytes.h"
 
@@ -66,9 +67,13 @@ void ExpectFinalStateExact(const std::string& root, int64_t steps) {
 }
 
 std::vector<std::string> WorkerArgs(const TempDir& dir, int port, int i, int64_t steps) {
-  return {CKPT_BIN, "worker", "--connect", StrCat("127.0.0.1:", port), "--token-file", dir.Join("token"),
-          "--root", dir.Join("root"), "--steps", std::to_string(steps), "--save-every", "5",
-          "--log", dir.Join(StrCat("worker", i, ".log"))};
+  return {CKPT_BIN,       "worker",
+          "--connect",    StrCat("127.0.0.1:", port),
+          "--token-file", dir.Join("token"),
+          "--root",       dir.Join("root"),
+          "--steps",      std::to_string(steps),
+          "--save-every", "5",
+          "--log",        dir.Join(StrCat("worker", i, ".log"))};
 }
 
 std::string AllLogs(const TempDir& dir, int n) {
@@ -362,7 +367,8 @@ TEST(Coordinator, ReplicaDisagreementIsCaught) {
         auto comm = client->communicator(0);
         const int rank = comm->rank();
         SaveVote v;
-        v.replicas.push_back(ReplicaHash{"model.bias[0:64]", rank == odd ? uint64_t{0xbad} : uint64_t{0x600d}, rank == writer});
+        v.replicas.push_back(
+            ReplicaHash{"model.bias[0:64]", rank == odd ? uint64_t{0xbad} : uint64_t{0x600d}, rank == writer});
         ASSERT_OK(client->arbiter()->Vote(rank, step, v));
       });
     }

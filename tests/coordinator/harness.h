@@ -84,10 +84,17 @@ struct CoordinatorProcess {
              const std::vector<std::string>& extra = {}, rlim_t max_descriptors = 0) {
     const std::string port_file = dir.Join("port");
     std::remove(port_file.c_str());
-    args = {CKPT_BIN, "coordinator", "--listen", listen, "--port-file", port_file, "--state-dir",
-            dir.Join("state"), "--token-file", dir.Join("token"), "--min-nodes", std::to_string(min_nodes),
-            "--max-nodes", std::to_string(max_nodes), "--heartbeat", "200ms", "--dead-after", "3",
-            "--join-timeout", "500ms", "--root", dir.Join("root")};
+    args = {CKPT_BIN,         "coordinator",
+            "--listen",       listen,
+            "--port-file",    port_file,
+            "--state-dir",    dir.Join("state"),
+            "--token-file",   dir.Join("token"),
+            "--min-nodes",    std::to_string(min_nodes),
+            "--max-nodes",    std::to_string(max_nodes),
+            "--heartbeat",    "200ms",
+            "--dead-after",   "3",
+            "--join-timeout", "500ms",
+            "--root",         dir.Join("root")};
     args.insert(args.end(), extra.begin(), extra.end());
     log = dir.Join("coordinator.log");
     pid = Spawn(args, log, max_descriptors);
@@ -150,8 +157,8 @@ inline std::string HttpGet(int port, const std::string& path) {
 /// returns 0 or an error other than a timeout); what arrives before is read
 /// and discarded.
 inline bool ClosedByPeer(int fd, double timeout_s = 5) {
-  timeval tv{static_cast<time_t>(timeout_s), static_cast<suseconds_t>((timeout_s - static_cast<double>(
-                                                                           static_cast<time_t>(timeout_s))) * 1e6)};
+  timeval tv{static_cast<time_t>(timeout_s),
+             static_cast<suseconds_t>((timeout_s - static_cast<double>(static_cast<time_t>(timeout_s))) * 1e6)};
   setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
   char buf[4096];
   while (true) {

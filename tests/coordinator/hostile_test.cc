@@ -104,9 +104,15 @@ size_t CountLines(const std::string& text, const std::string& needle) {
 constexpr const char* kPatientHeartbeat[] = {"--heartbeat", "250ms", "--dead-after", "20"};
 
 std::vector<std::string> LongWorker(const TempDir& dir, int port) {
-  return {CKPT_BIN,   "worker",  "--connect", StrCat("127.0.0.1:", port), "--token-file", dir.Join("token"),
-          "--root",   dir.Join("root"), "--steps", "1000000", "--save-every", "5", "--step-ms", "20",
-          "--heartbeat-ms", "250", "--log", dir.Join("worker.log")};
+  return {CKPT_BIN,         "worker",
+          "--connect",      StrCat("127.0.0.1:", port),
+          "--token-file",   dir.Join("token"),
+          "--root",         dir.Join("root"),
+          "--steps",        "1000000",
+          "--save-every",   "5",
+          "--step-ms",      "20",
+          "--heartbeat-ms", "250",
+          "--log",          dir.Join("worker.log")};
 }
 
 // 500 connections declare maximal frames before joining, 32 joined spares
@@ -119,8 +125,9 @@ TEST(Hostile, FloodsStayWithinTheMemoryBoundWhileAWorkerCommits) {
   TempDir dir;
   WriteToken(dir);
   CoordinatorProcess coord;
-  coord.Start(dir, "127.0.0.1:0", 1, 1, {"--max-frame", "64M", kPatientHeartbeat[0], kPatientHeartbeat[1],
-                                         kPatientHeartbeat[2], kPatientHeartbeat[3]});
+  coord.Start(
+      dir, "127.0.0.1:0", 1, 1,
+      {"--max-frame", "64M", kPatientHeartbeat[0], kPatientHeartbeat[1], kPatientHeartbeat[2], kPatientHeartbeat[3]});
   ASSERT_GT(coord.port, 0) << ReadFile(coord.log);
   const pid_t worker = Spawn(LongWorker(dir, coord.port), dir.Join("worker.out"));
   ASSERT_TRUE(WaitForCommits(coord.port, 1, 60)) << ReadFile(coord.log) << ReadFile(dir.Join("worker.log"));
@@ -141,9 +148,8 @@ TEST(Hostile, FloodsStayWithinTheMemoryBoundWhileAWorkerCommits) {
   // with all but its last byte sent. Past 256 such connections the oldest
   // are dropped.
   std::vector<int> full;
-  const std::string most =
-      HeaderDeclaring(coord::MsgType::kJoin, coord::kMaxPreAuthPayload - 1) +
-      std::string(coord::kMaxPreAuthPayload - 2, 'j');
+  const std::string most = HeaderDeclaring(coord::MsgType::kJoin, coord::kMaxPreAuthPayload - 1) +
+                           std::string(coord::kMaxPreAuthPayload - 2, 'j');
   for (int i = 0; i < n; ++i) {
     const int fd = RawConnect(coord.port);
     ASSERT_GE(fd, 0) << "connection " << i;
@@ -202,15 +208,15 @@ TEST(Hostile, FloodsStayWithinTheMemoryBoundWhileAWorkerCommits) {
   // (16 KiB payload or 8 KiB HTTP + one reply) and, per joined connection,
   // twice what has arrived of its frame.
   const int64_t bound_kib = baseline_kib + (kSanitized ? 320 : 48) * 1024;
-  std::printf("flood: %d pre-join 64 MiB headers, %d pre-join 16 KiB frames (%d dropped as over the limit), "
-              "32 joined 64 MiB headers, %lld bytes of endless HTTP: "
-              "coordinator RSS %lld KiB before, %lld KiB after, peak %lld KiB (bound %lld KiB)\n",
-              n, n, dropped_full, static_cast<long long>(http_sent.load()), static_cast<long long>(baseline_kib),
-              static_cast<long long>(now_kib), static_cast<long long>(peak_kib), static_cast<long long>(bound_kib));
+  std::printf(
+      "flood: %d pre-join 64 MiB headers, %d pre-join 16 KiB frames (%d dropped as over the limit), "
+      "32 joined 64 MiB headers, %lld bytes of endless HTTP: "
+      "coordinator RSS %lld KiB before, %lld KiB after, peak %lld KiB (bound %lld KiB)\n",
+      n, n, dropped_full, static_cast<long long>(http_sent.load()), static_cast<long long>(baseline_kib),
+      static_cast<long long>(now_kib), static_cast<long long>(peak_kib), static_cast<long long>(bound_kib));
   EXPECT_LT(peak_kib, bound_kib);
   const std::string metrics = HttpGet(coord.port, "/metrics");
-  EXPECT_NE(metrics.find("ckpt_coordinator_dropped_connections_total{reason=\"http_too_large\"} 1"),
-            std::string::npos)
+  EXPECT_NE(metrics.find("ckpt_coordinator_dropped_connections_total{reason=\"http_too_large\"} 1"), std::string::npos)
       << metrics;
   EXPECT_NE(metrics.find(StrCat("ckpt_coordinator_bad_frames_total ", n, "\n")), std::string::npos) << metrics;
   // One line per reason per minute (seven reasons), not one per connection.

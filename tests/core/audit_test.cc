@@ -1,17 +1,18 @@
 // Numerical audits: stats and the health gate, diff across cuts, the
 // checksum shortcut, and one changed element found at its index.
+#include "ckpt/audit.h"
+
+#include <sys/resource.h>
+
 #include <cmath>
 #include <cstdio>
 #include <limits>
 #include <map>
 #include <optional>
 
-#include <sys/resource.h>
-
-#include "ckpt/audit.h"
-#include "ckpt/verify.h"
 #include "ckpt/checkpointer.h"
 #include "ckpt/synthetic.h"
+#include "ckpt/verify.h"
 #include "testutil/test_util.h"
 #include "util/strings.h"
 
@@ -209,7 +210,7 @@ TEST(Audit, DiffSameCutOtherBlockSizesLocatesChanges) {
     const int64_t step = by_columns ? 2 : 1;
     Save(a, step, d.w, d.b, 3, 192 << 10, by_columns);
     Data e = d;
-    e.w[4321] -= 0.25f;   // row 61, column 51: the last column block
+    e.w[4321] -= 0.25f;  // row 61, column 51: the last column block
     e.w[e.w.size() - 1] += 1.0f;
     e.w[75] = std::numeric_limits<float>::quiet_NaN();
     Save(b, step, e.w, e.b, 3, 64 << 10, by_columns);
@@ -321,7 +322,7 @@ TEST(Audit, VerifyHoldsFewFilesOpen) {
   std::vector<float> rows(kRanks * 16);
   for (size_t i = 0; i < rows.size(); ++i) rows[i] = static_cast<float>(i);
   std::vector<std::unique_ptr<Checkpointer>> open;  // each waits for the leader when closed
-  std::optional<SaveHandle> leader;  // claims the step first; commits once every rank reported
+  std::optional<SaveHandle> leader;                 // claims the step first; commits once every rank reported
   for (int rank = 0; rank < kRanks; ++rank) {
     CheckpointerOptions o;
     o.storage = storage;

@@ -39,7 +39,9 @@ const TensorSpec kWeight{"model.w", DType::kF32, {128, 256}};
 std::string Ckpt(const std::string& args) { return StrCat(CKPT_BIN, " ", args, " 2>&1"); }
 
 bool Has(std::string_view text, std::string_view part) { return text.find(part) != std::string_view::npos; }
-bool Has(absl::string_view text, std::string_view part) { return Has(std::string_view(text.data(), text.size()), part); }
+bool Has(absl::string_view text, std::string_view part) {
+  return Has(std::string_view(text.data(), text.size()), part);
+}
 bool Has(const std::string& text, std::string_view part) { return Has(std::string_view(text), part); }
 
 CheckpointerOptions Options(const std::string& uri, int rank, int world) {
@@ -67,6 +69,14 @@ int64_t WrongElements(const std::string& uri, int64_t step, uint64_t seed) {
   auto st = LoadCheckpoint(**storage, t, step);
   if (!st.ok()) return -1;
   return Mismatches(out[0], seed);
+}
+
+// Saves the whole of kWeight, valued by `seed`, as `step` through `cp`.
+absl::Status SaveWhole(Checkpointer& cp, int64_t step, uint64_t seed) {
+  std::vector<OwnedShard> whole = {MakeShard(kWeight, Box::Whole(kWeight.shape), seed)};
+  State st = StateOf(whole);
+  auto h = cp.Save(step, st);
+  return h.ok() ? h->Wait() : h.status();
 }
 
 StepClaim ForeignClaim(const std::string& host, int64_t pid) {
@@ -137,8 +147,8 @@ TEST(Claims, TwoSynthProcessesOnOneStepNeverMix) {
         // and starts while the first is writing.
         if (w == 1) std::this_thread::sleep_for(std::chrono::milliseconds(round * 60 / std::max(1, rounds - 1)));
         const double t0 = NowSeconds();
-        runs[w].result = RunCommand(Ckpt(StrCat("synth --out ", root, " --params ", params, " --mesh dp=2,tp=2 --step 500 --seed ",
-                                                runs[w].seed)));
+        runs[w].result = RunCommand(Ckpt(
+            StrCat("synth --out ", root, " --params ", params, " --mesh dp=2,tp=2 --step 500 --seed ", runs[w].seed)));
         runs[w].seconds = NowSeconds() - t0;
       });
     }
@@ -181,9 +191,10 @@ TEST(Claims, TwoSynthProcessesOnOneStepNeverMix) {
       EXPECT_FALSE(name.ends_with(".failed") || name.ends_with(".report") || name == "ABORTED") << name << where;
     }
   }
-  std::printf("two writers: %d rounds, %d losers stopped by the claim, %d refused after the commit, "
-              "slowest loser %.2f s\n",
-              rounds, claimed, after_commit, slowest_loser);
+  std::printf(
+      "two writers: %d rounds, %d losers stopped by the claim, %d refused after the commit, "
+      "slowest loser %.2f s\n",
+      rounds, claimed, after_commit, slowest_loser);
 }
 
 class ClaimBackends : public ::testing::TestWithParam<std::string> {};
@@ -296,11 +307,7 @@ TEST(Claims, ARankOfAnotherSaveWritesNothing) {
   EXPECT_TRUE(fs::exists(StrCat(root, "/", StepDir(7), "/ABORTED")));
   auto solo = Checkpointer::Open(Options(root, 0, 1));
   ASSERT_OK(solo);
-  std::vector<OwnedShard> whole = {MakeShard(kWeight, Box::Whole(kWeight.shape), 3)};
-  State sw = StateOf(whole);
-  auto again = (*solo)->Save(7, sw);
-  ASSERT_OK(again);
-  ASSERT_OK(again->Wait());
+  ASSERT_OK(SaveWhole(**solo, 7, 3));
   EXPECT_EQ(WrongElements(root, 7, 3), 0);
 }
 
@@ -337,11 +344,7 @@ TEST(Claims, StaleClaimsAreCollectedAndLiveOnesKept) {
   {
     auto cp = Checkpointer::Open(Options(root, 0, 1));
     ASSERT_OK(cp);
-    std::vector<OwnedShard> w = {MakeShard(kWeight, Box::Whole(kWeight.shape), 1)};
-    State st = StateOf(w);
-    auto h = (*cp)->Save(1, st);
-    ASSERT_OK(h);
-    ASSERT_OK(h->Wait());
+    ASSERT_OK(SaveWhole(**cp, 1, 1));
   }
   std::fflush(nullptr);  // the children must not print this process's buffers
   const pid_t live = fork();
@@ -359,9 +362,9 @@ TEST(Claims, StaleClaimsAreCollectedAndLiveOnesKept) {
     WriteFile(StrCat(root, "/", StepDir(step), "/CLAIM"), EncodeClaim(ForeignClaim(host, pid)));
     WriteFile(StrCat(root, "/", StepDir(step), "/", DataFileName(0)), std::string(4096, 'x'));
   };
-  plant(2, "another-host", live);    // cannot be checked from here: a leftover
-  plant(3, ThisHostName(), live);    // a save still running here
-  plant(4, ThisHostName(), dead);    // a save that died here
+  plant(2, "another-host", live);  // cannot be checked from here: a leftover
+  plant(3, ThisHostName(), live);  // a save still running here
+  plant(4, ThisHostName(), dead);  // a save that died here
   {
     auto cp = Checkpointer::Open(Options(root, 0, 1));
     ASSERT_OK(cp);
@@ -388,11 +391,7 @@ TEST(Claims, StaleClaimsAreCollectedAndLiveOnesKept) {
   auto cp = Checkpointer::Open(Options(root, 0, 1));
   ASSERT_OK(cp);
   EXPECT_FALSE(fs::exists(StrCat(root, "/", StepDir(3))));
-  std::vector<OwnedShard> w = {MakeShard(kWeight, Box::Whole(kWeight.shape), 3)};
-  State st = StateOf(w);
-  auto h = (*cp)->Save(3, st);
-  ASSERT_OK(h);
-  ASSERT_OK(h->Wait());
+  ASSERT_OK(SaveWhole(**cp, 3, 3));
   EXPECT_EQ(WrongElements(root, 3, 3), 0);
 }
 
@@ -431,12 +430,6 @@ TEST(Claims, TheManifestBindsTheClaim) {
   EXPECT_TRUE(absl::IsAlreadyExists(again.status())) << again.status();
 }
 
-}  // namespace
-}  // namespace ckpt::testing
-
-namespace ckpt::testing {
-namespace {
-
 // The same values saved twice give the same blocks and index; only the save
 // id tells the two files apart. A file of the other save, put in place of
 // the committed one, fails verify and Load.
@@ -445,11 +438,7 @@ TEST(Claims, AFileOfAnotherSaveFailsVerifyAndLoad) {
   for (const char* name : {"a", "b"}) {
     auto cp = Checkpointer::Open(Options(tmp.Join(name), 0, 1));
     ASSERT_OK(cp);
-    std::vector<OwnedShard> w = {MakeShard(kWeight, Box::Whole(kWeight.shape), 9)};
-    State st = StateOf(w);
-    auto h = (*cp)->Save(9, st);
-    ASSERT_OK(h);
-    ASSERT_OK(h->Wait());
+    ASSERT_OK(SaveWhole(**cp, 9, 9));
   }
   const std::string rel = StrCat("/", StepDir(9), "/", DataFileName(0));
   fs::copy_file(tmp.Join("b") + rel, tmp.Join("a") + rel, fs::copy_options::overwrite_existing);

@@ -15,9 +15,9 @@
 
 #include "ckpt/checkpointer.h"
 #include "ckpt/verify.h"
+#include "core/root.h"
 #include "format/layout.h"
 #include "testutil/failing_storage.h"
-#include "core/root.h"
 #include "testutil/test_util.h"
 
 extern char** environ;
@@ -35,8 +35,7 @@ class CommitTest : public ::testing::Test {
     failing_ = std::make_shared<FailingStorage>(*s);
   }
 
-  std::unique_ptr<Checkpointer> Open(int rank = 0, int world = 1, double timeout = 30,
-                                     RetentionPolicy retention = {}) {
+  std::unique_ptr<Checkpointer> Open(int rank = 0, int world = 1, double timeout = 30, RetentionPolicy retention = {}) {
     CheckpointerOptions o;
     o.storage = failing_;
     o.rank = rank;
@@ -210,7 +209,7 @@ TEST_F(CommitTest, LatestLaggingBehindACommittedManifestIsTolerated) {
   EXPECT_EQ(*latest, 2);
   ExpectLoads(kLatestStep);
   EXPECT_FALSE(CheckLatestPointer(*failing_).has_value());  // stale, not broken
-  ASSERT_OK(SaveStep(*cp, 3));  // moves LATEST forward again
+  ASSERT_OK(SaveStep(*cp, 3));                              // moves LATEST forward again
   EXPECT_EQ(ReadFile(dir_.Join("root/LATEST")), EncodeLatest(3));
 }
 
@@ -305,8 +304,7 @@ TEST(CrashTest, SigkillDuringSaveLeavesLatestLoadable) {
     posix_spawn_file_actions_adddup2(&fa, out[1], STDOUT_FILENO);
     posix_spawn_file_actions_addclose(&fa, out[0]);
     const std::string err_path = dir.Join("saver.stderr");
-    posix_spawn_file_actions_addopen(&fa, STDERR_FILENO, err_path.c_str(),
-                                     O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    posix_spawn_file_actions_addopen(&fa, STDERR_FILENO, err_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
     std::string path = CRASH_SAVER_PATH;
     char* argv[] = {path.data(), const_cast<char*>(root.c_str()), nullptr};
     pid_t pid;
@@ -335,8 +333,8 @@ TEST(CrashTest, SigkillDuringSaveLeavesLatestLoadable) {
     ASSERT_OK(latest);
     EXPECT_GT(*latest, last_seen);
     last_seen = *latest;
-    std::vector<OwnedShard> outbuf = {EmptyShard(TensorSpec{"model.w", DType::kF32, {2048, 1024}},
-                                                 Box({0, 0}, {2048, 1024}))};
+    std::vector<OwnedShard> outbuf = {
+        EmptyShard(TensorSpec{"model.w", DType::kF32, {2048, 1024}}, Box({0, 0}, {2048, 1024}))};
     State t = StateOf(outbuf);
     std::string pos;
     ASSERT_OK(t.AddBlobOut("position", &pos, BlobScope::kGlobal));
@@ -394,8 +392,7 @@ TEST_P(CrashCampaign, KillsAtEveryPhaseLeaveTheLatestStepLoadable) {
   const TensorSpec spec{"model.w", DType::kF32, {256, 1024}};  // 1 MiB: 4 blocks a step
   for (int round = 0; round < rounds; ++round) {
     const int op = 1 + static_cast<int>(rng() % 60);
-    const std::string uri =
-        StrCat("faulty://", root, "?fault.kill_at_op=", op, power_loss ? "&fault.crash=1" : "");
+    const std::string uri = StrCat("faulty://", root, "?fault.kill_at_op=", op, power_loss ? "&fault.crash=1" : "");
     const std::string err_path = dir.Join("saver.stderr");
     posix_spawn_file_actions_t fa;
     posix_spawn_file_actions_init(&fa);
@@ -465,7 +462,8 @@ TEST_P(CrashCampaign, KillsAtEveryPhaseLeaveTheLatestStepLoadable) {
     // is a bug.
     for (const StepInfo& st : *steps) {
       if (st.state != StepState::kDamaged) continue;
-      EXPECT_NE(st.damage.find("MANIFEST.copy is missing"), std::string::npos) << "round " << round << ": " << st.damage;
+      EXPECT_NE(st.damage.find("MANIFEST.copy is missing"), std::string::npos)
+          << "round " << round << ": " << st.damage;
     }
     auto healed = HealManifestCopies(**storage);
     ASSERT_OK(healed);

@@ -14,9 +14,7 @@
 namespace ckpt::testing {
 namespace {
 
-bool Has(absl::string_view text, absl::string_view what) {
-  return text.find(what) != absl::string_view::npos;
-}
+bool Has(absl::string_view text, absl::string_view what) { return text.find(what) != absl::string_view::npos; }
 
 class CorruptionTest : public ::testing::Test {
  protected:
@@ -69,9 +67,7 @@ class CorruptionTest : public ::testing::Test {
     ASSERT_TRUE(Verify()->ok());
   }
 
-  std::string DataPath(int rank) const {
-    return root_ + "/" + StepDir(5) + "/" + DataFileName(rank);
-  }
+  std::string DataPath(int rank) const { return root_ + "/" + StepDir(5) + "/" + DataFileName(rank); }
 
   absl::StatusOr<VerifyReport> Verify() { return VerifyStep(*storage_, 5); }
 

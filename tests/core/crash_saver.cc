@@ -32,8 +32,7 @@ int main(int argc, char** argv) {
   const ckpt::TensorSpec spec{"model.w", ckpt::DType::kF32, {mib * 256, 1024}};
   std::vector<std::byte> data(static_cast<size_t>(spec.NumElements()) * 4);
   for (;; ++step) {
-    ckpt::FillSynthetic(spec, ckpt::Box::Whole(spec.shape), static_cast<uint64_t>(step),
-                        data.data());
+    ckpt::FillSynthetic(spec, ckpt::Box::Whole(spec.shape), static_cast<uint64_t>(step), data.data());
     ckpt::State state;
     if (!state.AddTensor(spec, data.data()).ok()) return 1;
     std::string pos = std::to_string(step);
@@ -41,8 +40,7 @@ int main(int argc, char** argv) {
     auto h = (*cp)->Save(step, state);
     absl::Status s = h.ok() ? h->Wait() : h.status();
     if (!s.ok()) {
-      std::fprintf(stderr, "save %lld failed: %s\n", static_cast<long long>(step),
-                   std::string(s.message()).c_str());
+      std::fprintf(stderr, "save %lld failed: %s\n", static_cast<long long>(step), std::string(s.message()).c_str());
       return 1;
     }
     std::printf("%lld\n", static_cast<long long>(step));

@@ -2,9 +2,9 @@
 #include <filesystem>
 
 #include "ckpt/verify.h"
+#include "common/synth_job.h"
 #include "core/root.h"
 #include "format/layout.h"
-#include "common/synth_job.h"
 #include "testutil/test_util.h"
 
 #ifndef GOLDEN_DIR
@@ -62,18 +62,17 @@ TEST_P(GoldenTest, VerifiesAndRestoresOntoOtherMeshes) {
   EXPECT_EQ(EncodeManifest(*m), *bytes);
 }
 
-INSTANTIATE_TEST_SUITE_P(
-    V1, GoldenTest,
-    ::testing::Values(Golden{"v1-shuffle", 7, "shuffle-zstd", "dp=1,tp=2", {"tp=3", "dp=2,tp=1"}},
-                      Golden{"v1-zstd", 3, "zstd", "tp=1,pp=2", {"tp=2,pp=2", "pp=1"}},
-                      Golden{"v1-none", 1, "none", "dp=2", {"tp=5"}}),
-    [](const ::testing::TestParamInfo<Golden>& info) {
-      std::string n = info.param.dir;
-      for (char& c : n) {
-        if (c == '-') c = '_';
-      }
-      return n;
-    });
+INSTANTIATE_TEST_SUITE_P(V1, GoldenTest,
+                         ::testing::Values(Golden{"v1-shuffle", 7, "shuffle-zstd", "dp=1,tp=2", {"tp=3", "dp=2,tp=1"}},
+                                           Golden{"v1-zstd", 3, "zstd", "tp=1,pp=2", {"tp=2,pp=2", "pp=1"}},
+                                           Golden{"v1-none", 1, "none", "dp=2", {"tp=5"}}),
+                         [](const ::testing::TestParamInfo<Golden>& info) {
+                           std::string n = info.param.dir;
+                           for (char& c : n) {
+                             if (c == '-') c = '_';
+                           }
+                           return n;
+                         });
 
 }  // namespace
 }  // namespace ckpt::testing

@@ -7,9 +7,9 @@
 // CKPT_INTEGRITY_ROUNDS scales the damage campaign
 // (scripts/reliability-campaign.sh runs it long).
 #include <algorithm>
-#include <limits>
 #include <cstdlib>
 #include <filesystem>
+#include <limits>
 #include <map>
 #include <random>
 #include <set>
@@ -122,9 +122,9 @@ struct CampaignFigures {
 // tier that is damaged) and the URI that opens it.
 struct Backend {
   std::string name;
-  std::string uri;      // what jobs and the CLI open
-  std::string dir;      // the directory whose files are damaged
-  std::string verify;   // what `ckpt verify`/`repair` are given
+  std::string uri;     // what jobs and the CLI open
+  std::string dir;     // the directory whose files are damaged
+  std::string verify;  // what `ckpt verify`/`repair` are given
 };
 
 Backend MakeBackend(const std::string& kind, const TempDir& tmp) {
@@ -163,8 +163,8 @@ TEST_P(DamageCampaign, EveryDamageIsFoundNamedKeptAndMetadataRepaired) {
 
   // CI runs a short campaign; scripts/reliability-campaign.sh a long one.
   const int default_rounds = kind == "file" ? 220 : 40;
-  const int rounds = std::getenv("CKPT_INTEGRITY_ROUNDS") ? std::atoi(std::getenv("CKPT_INTEGRITY_ROUNDS"))
-                                                          : default_rounds;
+  const int rounds =
+      std::getenv("CKPT_INTEGRITY_ROUNDS") ? std::atoi(std::getenv("CKPT_INTEGRITY_ROUNDS")) : default_rounds;
   std::mt19937_64 rng(kind == "file" ? 16 : kind == "hdf5" ? 17 : 18);
   CampaignFigures fig;
   for (int round = 0; round < rounds; ++round) {
@@ -240,10 +240,11 @@ TEST_P(DamageCampaign, EveryDamageIsFoundNamedKeptAndMetadataRepaired) {
       fig.data_left_reported += again.code == 1;
     }
   }
-  std::printf("%s campaign: %d flips, %d truncations, %d deletions: %d found (exit 1), %d named their file, "
-              "%d metadata repairs verified, %d data damages still reported after repair\n",
-              kind.c_str(), fig.flips, fig.truncations, fig.deletions, fig.found, fig.named, fig.repaired,
-              fig.data_left_reported);
+  std::printf(
+      "%s campaign: %d flips, %d truncations, %d deletions: %d found (exit 1), %d named their file, "
+      "%d metadata repairs verified, %d data damages still reported after repair\n",
+      kind.c_str(), fig.flips, fig.truncations, fig.deletions, fig.found, fig.named, fig.repaired,
+      fig.data_left_reported);
   EXPECT_EQ(fig.found, rounds);
   EXPECT_EQ(fig.named, rounds);
 }
@@ -379,7 +380,6 @@ TEST(Integrity, OnlyCanonicalStepDirectoriesAreSteps) {
   EXPECT_TRUE(fs::exists(root + "/step-200/notes"));  // not ours: never touched
 }
 
-
 // Regression: a shard of rank 40 was accepted and the save failed at commit
 // ("tensor rank = 40 exceeds the limit 32"); sizes that overflow int64 made
 // Box::Volume undefined behaviour. Limits are checked where a shard enters.
@@ -509,7 +509,6 @@ with h5py.File(d + '/blob.h5', 'w') as f:
   EXPECT_NE(decoded.status().message().find("blob size"), std::string::npos) << decoded.status();
 }
 
-
 // Regression: export then import of a dp=2,tp=2 step gave back the tensors
 // but only rank 0's blobs and no metadata, and diff said "identical": it
 // compared tensors only. Now the round trip keeps every blob with its rank
@@ -549,7 +548,6 @@ TEST(Integrity, ExportImportKeepsBlobsPerRankAndMetadataAndDiffSeesThem) {
   EXPECT_EQ(diff.code, 1) << diff.out;
   EXPECT_NE(diff.out.find("only in B  metadata 'note'"), std::string::npos) << diff.out;
 }
-
 
 // Regression: with several ranks, saving an older step with keep-last 1 made
 // the leader's retention remove the step just committed, and the other
@@ -598,7 +596,6 @@ TEST(Integrity, EveryRankLearnsTheOutcomeOfAnOlderStepAtOnce) {
   EXPECT_EQ(States(root)[150], StepState::kCommitted);
   EXPECT_EQ(States(root)[200], StepState::kCommitted);
 }
-
 
 // A restart picks the newest step whose data verifies: a step that only
 // lost one of its two manifest files (its leader died between them) is not

@@ -4,8 +4,8 @@
 
 #include "ckpt/plan.h"
 #include "ckpt/verify.h"
-#include "core/root.h"
 #include "common/synth_job.h"
+#include "core/root.h"
 #include "testutil/test_util.h"
 
 namespace ckpt::testing {

@@ -27,8 +27,7 @@ class RoundTripTest : public ::testing::TestWithParam<Backend> {
     return dir_.path() + "/root" + std::to_string(counter_++) + GetParam().query;
   }
 
-  std::unique_ptr<Checkpointer> Open(const std::string& uri, Codec codec,
-                                     int rank = 0, int world = 1,
+  std::unique_ptr<Checkpointer> Open(const std::string& uri, Codec codec, int rank = 0, int world = 1,
                                      std::shared_ptr<SaveEngine> engine = nullptr) {
     CheckpointerOptions o;
     o.uri = uri;
@@ -49,10 +48,8 @@ class RoundTripTest : public ::testing::TestWithParam<Backend> {
 };
 
 TEST_P(RoundTripTest, EveryDTypeAndCodec) {
-  const DType dtypes[] = {DType::kF64, DType::kF32, DType::kF16, DType::kBF16,
-                          DType::kF8E4M3, DType::kF8E5M2, DType::kI64,
-                          DType::kI32, DType::kI16, DType::kI8, DType::kU8,
-                          DType::kBool};
+  const DType dtypes[] = {DType::kF64, DType::kF32, DType::kF16, DType::kBF16, DType::kF8E4M3, DType::kF8E5M2,
+                          DType::kI64, DType::kI32, DType::kI16, DType::kI8,   DType::kU8,     DType::kBool};
   for (Codec codec : {Codec::kNone, Codec::kZstd, Codec::kShuffleZstd}) {
     const std::string uri = Uri();
     auto cp = Open(uri, codec);
@@ -68,8 +65,7 @@ TEST_P(RoundTripTest, EveryDTypeAndCodec) {
     ASSERT_OK(handle->Wait());
     EXPECT_GT(handle->Stats().bytes_stored, 0);
     if (codec != Codec::kNone) {
-      EXPECT_LT(handle->Stats().bytes_stored, handle->Stats().bytes_logical)
-          << CodecName(codec);
+      EXPECT_LT(handle->Stats().bytes_stored, handle->Stats().bytes_logical) << CodecName(codec);
     }
 
     std::vector<OwnedShard> out;
@@ -87,8 +83,7 @@ TEST_P(RoundTripTest, EveryDTypeAndCodec) {
 }
 
 TEST_P(RoundTripTest, OddShapes) {
-  const std::vector<Shape> shapes = {{}, {1}, {0}, {0, 5}, {5, 0, 3}, {100003},
-                                     {3, 1, 1, 7}, {kSmallBlock / 4 + 1}};
+  const std::vector<Shape> shapes = {{}, {1}, {0}, {0, 5}, {5, 0, 3}, {100003}, {3, 1, 1, 7}, {kSmallBlock / 4 + 1}};
   auto cp = Open(Uri(), Codec::kShuffleZstd);
   ASSERT_NE(cp, nullptr);
   std::vector<OwnedShard> shards;
@@ -349,11 +344,10 @@ TEST_P(RoundTripTest, TargetMismatchIsAClearError) {
   EXPECT_OK(cp->Load(t2, kLatestStep, lo));
 }
 
-INSTANTIATE_TEST_SUITE_P(
-    Backends, RoundTripTest,
-    ::testing::Values(Backend{"uring", ""}, Backend{"threads", "?engine=threads"},
-                      Backend{"buffered", "?direct=0"}, Backend{"mem", ""}),
-    [](const ::testing::TestParamInfo<Backend>& info) { return info.param.name; });
+INSTANTIATE_TEST_SUITE_P(Backends, RoundTripTest,
+                         ::testing::Values(Backend{"uring", ""}, Backend{"threads", "?engine=threads"},
+                                           Backend{"buffered", "?direct=0"}, Backend{"mem", ""}),
+                         [](const ::testing::TestParamInfo<Backend>& info) { return info.param.name; });
 
 }  // namespace
 }  // namespace ckpt::testing

@@ -5,9 +5,9 @@
 #include "format/data_file.h"
 #include "format/layout.h"
 #include "format/manifest.h"
+#include "testutil/test_util.h"
 #include "util/bytes.h"
 #include "util/hash.h"
-#include "testutil/test_util.h"
 
 namespace ckpt::testing {
 namespace {

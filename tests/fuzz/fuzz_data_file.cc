@@ -12,8 +12,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   std::memcpy(buf.data(), data, std::min(size, buf.size()));
   (void)ckpt::DecodeDataHeader(buf.data(), "fuzz");
   if (size >= ckpt::kFooterSize) {
-    (void)ckpt::DecodeFooter(reinterpret_cast<const std::byte*>(data + size - ckpt::kFooterSize),
-                             "fuzz", 0);
+    (void)ckpt::DecodeFooter(reinterpret_cast<const std::byte*>(data + size - ckpt::kFooterSize), "fuzz", 0);
   }
   if (size >= ckpt::kTrailerSize) {
     (void)ckpt::DecodeTrailer(reinterpret_cast<const std::byte*>(data), "fuzz", 0);

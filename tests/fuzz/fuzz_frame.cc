@@ -20,8 +20,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
                                  reinterpret_cast<const std::byte*>(data + size));
   // Decode the payload directly with each codec.
   std::vector<std::byte> raw(raw_len);
-  (void)codec.Decode(static_cast<ckpt::Codec>(codec_id), width, flags, payload,
-                     absl::Span<std::byte>(raw), "fuzz");
+  (void)codec.Decode(static_cast<ckpt::Codec>(codec_id), width, flags, payload, absl::Span<std::byte>(raw), "fuzz");
   // And as a whole frame with a consistent index entry.
   ckpt::IndexEntry e;
   e.stored_len = static_cast<uint32_t>(payload.size());

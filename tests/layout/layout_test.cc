@@ -7,10 +7,10 @@
 #include "ckpt/plan.h"
 #include "ckpt/synthetic.h"
 #include "layout/box_copy.h"
+#include "testutil/test_util.h"
 #include "util/aligned_buffer.h"
 #include "util/hash.h"
 #include "util/stream_copy.h"
-#include "testutil/test_util.h"
 
 namespace ckpt::testing {
 namespace {
@@ -112,15 +112,14 @@ TEST(BoxCopy, HashPackedIgnoresStrides) {
 TEST(StreamCopy, MatchesMemcpyAtEverySizeAndAlignment) {
   std::vector<uint8_t> src(3 << 20);
   for (size_t i = 0; i < src.size(); ++i) src[i] = static_cast<uint8_t>(i * 131 + 7);
-  for (size_t n : {size_t{0}, size_t{1}, size_t{255}, size_t{256} << 10, (size_t{1} << 20) + 77,
-                   (size_t{3} << 20) - 64}) {
+  for (size_t n :
+       {size_t{0}, size_t{1}, size_t{255}, size_t{256} << 10, (size_t{1} << 20) + 77, (size_t{3} << 20) - 64}) {
     for (size_t dalign : {0, 1, 17, 32}) {
       for (size_t salign : {0, 3}) {
         if (n + std::max(dalign, salign) > src.size()) continue;
         std::vector<uint8_t> dst(n + 64, 0xee);
         StreamCopy(dst.data() + dalign, src.data() + salign, n);
-        ASSERT_EQ(std::memcmp(dst.data() + dalign, src.data() + salign, n), 0)
-            << n << " " << dalign << " " << salign;
+        ASSERT_EQ(std::memcmp(dst.data() + dalign, src.data() + salign, n), 0) << n << " " << dalign << " " << salign;
         if (dalign > 0) {
           EXPECT_EQ(dst[dalign - 1], 0xee);
         }
@@ -135,9 +134,12 @@ TEST(StreamAppender, RunsOfAnyLengthLandContiguously) {
   for (size_t i = 0; i < src.size(); ++i) src[i] = static_cast<uint8_t>(i * 131 + 7);
   // Run lengths that leave every offset within a cache line, short runs
   // that never finish one, and runs of several lines.
-  for (const std::vector<size_t>& runs : std::vector<std::vector<size_t>>{
-           {1072, 1072, 1072, 1072, 1072}, {1, 2, 3, 5, 7, 11, 13, 63, 64, 65, 127, 129},
-           {64, 128, 4096}, {17}, {0, 0, 31}, {5000, 3, 70000, 61}}) {
+  for (const std::vector<size_t>& runs : std::vector<std::vector<size_t>>{{1072, 1072, 1072, 1072, 1072},
+                                                                          {1, 2, 3, 5, 7, 11, 13, 63, 64, 65, 127, 129},
+                                                                          {64, 128, 4096},
+                                                                          {17},
+                                                                          {0, 0, 31},
+                                                                          {5000, 3, 70000, 61}}) {
     size_t total = 0;
     for (size_t n : runs) total += n;
     auto dst = AlignedBuffer::Allocate(total + 128, true);
@@ -237,7 +239,7 @@ TEST(SavePlan, EachBoxOnceAndReplicasBalanced) {
   }
   auto plan = PlanSave(layouts, mesh);
   ASSERT_OK(plan);
-  EXPECT_EQ(plan->chunks.size(), 16u);  // 8 tensors x 2 tp parts
+  EXPECT_EQ(plan->chunks.size(), 16u);                  // 8 tensors x 2 tp parts
   std::set<std::pair<int, std::vector<int64_t>>> seen;  // tensor, offsets
   for (const ChunkAssignment& c : plan->chunks) {
     EXPECT_EQ(c.replicas, 4);
@@ -277,7 +279,7 @@ TEST(Synthetic, FloatConversions) {
   EXPECT_EQ(FloatToBF16(-2.0f), 0xc000);
   EXPECT_EQ(FloatToF16(1.0f), 0x3c00);
   EXPECT_EQ(FloatToF16(65504.0f), 0x7bff);
-  EXPECT_EQ(FloatToF16(1e6f), 0x7c00);  // overflow to inf
+  EXPECT_EQ(FloatToF16(1e6f), 0x7c00);                    // overflow to inf
   EXPECT_EQ(FloatToF16(5.960464477539063e-08f), 0x0001);  // smallest subnormal
   EXPECT_EQ(FloatToF8E4M3(448.0f), 0x7e);
   EXPECT_EQ(FloatToF8E4M3(1e6f), 0x7e);  // saturates

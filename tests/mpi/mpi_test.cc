@@ -45,8 +45,7 @@ TEST(Mpi, ProcsSaveAndRestoreOntoOtherMeshes) {
   ASSERT_EQ(s.code, 0) << s.out;
   EXPECT_TRUE(Has(s.out, "\"ranks\":4")) << s.out;
   for (const char* mesh : {"tp=3", "dp=1", "dp=2,tp=2"}) {
-    CmdResult r = Shell(std::string(CKPT_BIN) + " restore-check " + root + " --mesh " + mesh +
-                        " --procs --json");
+    CmdResult r = Shell(std::string(CKPT_BIN) + " restore-check " + root + " --mesh " + mesh + " --procs --json");
     EXPECT_EQ(r.code, 0) << mesh << ": " << r.out;
     EXPECT_TRUE(Has(r.out, "\"mismatches\":0")) << r.out;
   }

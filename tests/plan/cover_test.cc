@@ -1,10 +1,10 @@
 // Exact-cover checking and the chunk overlap index.
-#include <random>
+#include "plan/cover.h"
 
+#include <random>
 #include <set>
 
 #include "plan/block_ranges.h"
-#include "plan/cover.h"
 #include "plan/tiles.h"
 #include "testutil/test_util.h"
 
@@ -38,8 +38,7 @@ void Partition(const Box& box, int pieces, std::mt19937& rng, std::vector<Box>* 
 
 TEST(ExactCover, GridIsCovered) {
   TensorSpec spec{"w", DType::kF32, {10, 6}};
-  std::vector<Box> boxes = {Box({0, 0}, {5, 3}), Box({0, 3}, {5, 3}), Box({5, 0}, {5, 3}),
-                            Box({5, 3}, {5, 3})};
+  std::vector<Box> boxes = {Box({0, 0}, {5, 3}), Box({0, 3}, {5, 3}), Box({5, 0}, {5, 3}), Box({5, 3}, {5, 3})};
   EXPECT_OK(CheckExactCover(spec, boxes));
 }
 
@@ -62,8 +61,7 @@ TEST(ExactCover, GapAndOverlapAreLocated) {
 TEST(ExactCover, ScalarsAndEmptyTensors) {
   EXPECT_OK(CheckExactCover(TensorSpec{"s", DType::kI64, {}}, {Box({}, {})}));
   EXPECT_FALSE(CheckExactCover(TensorSpec{"s", DType::kI64, {}}, {}).ok());
-  EXPECT_FALSE(
-      CheckExactCover(TensorSpec{"s", DType::kI64, {}}, {Box({}, {}), Box({}, {})}).ok());
+  EXPECT_FALSE(CheckExactCover(TensorSpec{"s", DType::kI64, {}}, {Box({}, {}), Box({}, {})}).ok());
   EXPECT_OK(CheckExactCover(TensorSpec{"e", DType::kF32, {0, 4}}, {}));
   EXPECT_OK(CheckExactCover(TensorSpec{"e", DType::kF32, {3}}, {Box({0}, {3}), Box({1}, {0})}));
 }
@@ -164,10 +162,10 @@ TEST(ColumnTiles, SplitsLargeShardsEvenly) {
   ASSERT_EQ(tiles.size(), 2u);  // 2 KiB rows: two tiles of 512 columns (1 KiB rows)
   EXPECT_EQ(tiles[1], Box({0, 512}, {8192, 512}));
   EXPECT_EQ(ColumnTiles(Box({0, 0}, {8192, 16384}), 4, 4 << 20, 8).size(), 8u);
-  EXPECT_EQ(ColumnTiles(Box({0, 0}, {100, 100}), 4, 4 << 20, 8).size(), 1u);  // small
+  EXPECT_EQ(ColumnTiles(Box({0, 0}, {100, 100}), 4, 4 << 20, 8).size(), 1u);   // small
   EXPECT_EQ(ColumnTiles(Box({0, 0}, {4, 100000}), 4, 1 << 20, 8).size(), 1u);  // < 1 block each
   EXPECT_EQ(ColumnTiles(Box({0, 0}, {8, 100000}), 4, 1 << 20, 8).size(), 2u);
-  EXPECT_EQ(ColumnTiles(Box({0}, {1 << 24}), 4, 4 << 20, 8).size(), 1u);      // 1-d
+  EXPECT_EQ(ColumnTiles(Box({0}, {1 << 24}), 4, 4 << 20, 8).size(), 1u);  // 1-d
   EXPECT_EQ(ColumnTiles(Box({0, 0}, {8192, 16384}), 4, 4 << 20, 1).size(), 1u);
 }
 

@@ -1,12 +1,13 @@
 // Interval models against published values, estimators against known
 // parameters, the simulator against the formulas, and the policy.
+#include "ckpt/interval.h"
+
 #include <cmath>
 #include <random>
 
-#include "ckpt/interval.h"
 #include "policy/failure_fit.h"
-#include "util/strings.h"
 #include "testutil/test_util.h"
+#include "util/strings.h"
 
 namespace ckpt::testing {
 namespace {
@@ -30,9 +31,7 @@ TEST(Daly, LargeCheckpointCostBranch) {
   EXPECT_LT(DalyInterval(1.9 * kHour, 1 * kHour), 1.1 * kHour);
 }
 
-TEST(Young, Value) {
-  EXPECT_DOUBLE_EQ(YoungInterval(5 * kMin, 24 * kHour), 2 * kHour);
-}
+TEST(Young, Value) { EXPECT_DOUBLE_EQ(YoungInterval(5 * kMin, 24 * kHour), 2 * kHour); }
 
 TEST(Daly, ExactOptimumMinimisesWallTime) {
   for (double m : {15 * kMin, 6 * kHour, 24 * kHour, 200 * kHour}) {
@@ -102,9 +101,10 @@ TEST(Failures, WeibullFitRecoversParameters) {
 }
 
 TEST(Failures, ParsesLogsAndDurations) {
-  auto csv = ParseFailureLog("time,node\n2024-05-01T00:00:00Z,n1\n2024-05-01T03:00:00Z,n7\n"
-                             "2024-05-01T04:30:00+01:00,n2\n",
-                             false);
+  auto csv = ParseFailureLog(
+      "time,node\n2024-05-01T00:00:00Z,n1\n2024-05-01T03:00:00Z,n7\n"
+      "2024-05-01T04:30:00+01:00,n2\n",
+      false);
   ASSERT_OK(csv);
   // The third is 03:30 UTC: gaps 3 h and 30 min, sorted by time.
   ASSERT_EQ(csv->size(), 2u);
@@ -192,13 +192,12 @@ TEST(Simulation, AsyncMatchesTheModel) {
     f.interval = period;
     f.runs = 400;
     SimulationResult fr = Simulate(f);
-    EXPECT_NEAR(fr.goodput, AsyncGoodput(period, f.stall, f.write, f.restart, f.mtbf),
-                3 * fr.goodput_ci95 + 0.002)
+    EXPECT_NEAR(fr.goodput, AsyncGoodput(period, f.stall, f.write, f.restart, f.mtbf), 3 * fr.goodput_ci95 + 0.002)
         << "period " << period;
   }
   // Async beats blocking saves of the same total cost.
-  const double blocking = DalyGoodput(ExactDalyInterval(c.stall + c.write, c.mtbf), c.stall + c.write,
-                                      c.restart, c.mtbf);
+  const double blocking =
+      DalyGoodput(ExactDalyInterval(c.stall + c.write, c.mtbf), c.stall + c.write, c.restart, c.mtbf);
   EXPECT_GT(r.goodput, blocking);
 }
 

@@ -11,10 +11,10 @@
 #include <filesystem>
 
 #include "ckpt/checkpointer.h"
+#include "ckpt/plugin_abi.h"
 #include "ckpt/storage.h"
 #include "ckpt/verify.h"
 #include "storage/faulty_storage.h"
-#include "ckpt/plugin_abi.h"
 #include "testutil/test_util.h"
 
 #ifndef CKPT_TEST_PLUGIN_DIR
@@ -51,8 +51,7 @@ int64_t LoadAndCount(Storage& storage, int64_t step, uint64_t seed, absl::Status
   return Mismatches(out[0], seed);
 }
 
-std::unique_ptr<Checkpointer> OpenCp(std::shared_ptr<Storage> storage, int64_t block = 64 << 10,
-                                     int keep_last = 0) {
+std::unique_ptr<Checkpointer> OpenCp(std::shared_ptr<Storage> storage, int64_t block = 64 << 10, int keep_last = 0) {
   CheckpointerOptions o;
   o.storage = std::move(storage);
   o.engine_options.block_size = static_cast<size_t>(block);
@@ -107,8 +106,8 @@ TEST(Plugins, TablesWithoutOptionalEntriesStillLoad) {
   auto s = OpenStorage("localfs1://" + t.Join("root"));
   ASSERT_OK(s);
   const std::string v = "claim";
-  absl::Status claim = (*s)->PutIfAbsent(
-      "CLAIM", absl::Span<const std::byte>(reinterpret_cast<const std::byte*>(v.data()), v.size()));
+  absl::Status claim =
+      (*s)->PutIfAbsent("CLAIM", absl::Span<const std::byte>(reinterpret_cast<const std::byte*>(v.data()), v.size()));
   EXPECT_TRUE(absl::IsUnimplemented(claim)) << claim;
   auto cp = OpenCp(*s);
   ASSERT_NE(cp, nullptr);
@@ -142,8 +141,9 @@ TEST(Plugins, CheckpointThroughAPluginLoadsAndVerifies) {
   // A step another save holds is refused through the plugin's exclusive
   // create, before anything is written.
   const std::string other = "held by another save";
-  ASSERT_OK((*s)->PutIfAbsent("step-0000000007/CLAIM",
-                              absl::Span<const std::byte>(reinterpret_cast<const std::byte*>(other.data()), other.size())));
+  ASSERT_OK(
+      (*s)->PutIfAbsent("step-0000000007/CLAIM",
+                        absl::Span<const std::byte>(reinterpret_cast<const std::byte*>(other.data()), other.size())));
   absl::Status held = SaveStep(*cp, 7);
   EXPECT_TRUE(absl::IsAborted(held)) << held;
   EXPECT_FALSE(std::filesystem::exists(dir.Join("root/step-0000000007/rank-000000.ckd")));
@@ -163,9 +163,9 @@ TEST(FileBackend, FallsBackToThreadsWhereIoUringIsRefused) {
   TempDir dir;
   const std::string root = dir.Join("root");
   int code = 0;
-  std::string out = Capture(std::string(NO_URING_BIN) + " " + CKPT_BIN + " synth --out " + root +
-                                " --params 2M --mesh tp=2 --codec zstd",
-                            &code);
+  std::string out = Capture(
+      std::string(NO_URING_BIN) + " " + CKPT_BIN + " synth --out " + root + " --params 2M --mesh tp=2 --codec zstd",
+      &code);
   ASSERT_EQ(code, 0) << out;
   const size_t first = out.find("io_uring unavailable");
   ASSERT_NE(first, std::string::npos) << out;
@@ -178,8 +178,7 @@ TEST(FileBackend, FallsBackToThreadsWhereIoUringIsRefused) {
   EXPECT_EQ(code, 0) << out;
   EXPECT_FALSE(Has(out, "io_uring unavailable")) << out;
   // Asking for io_uring explicitly is an error there, not a silent fallback.
-  out = Capture(std::string(NO_URING_BIN) + " " + CKPT_BIN + " verify 'file://" + root + "?engine=io_uring'",
-                &code);
+  out = Capture(std::string(NO_URING_BIN) + " " + CKPT_BIN + " verify 'file://" + root + "?engine=io_uring'", &code);
   EXPECT_EQ(code, 2) << out;
   EXPECT_TRUE(Has(out, "io_uring requested but unavailable")) << out;
 }
@@ -486,8 +485,8 @@ TEST(Tiered, RepairRestoresAFlippedBlockFromTheOtherTier) {
 // durable tier holds no step it cannot load.
 TEST(Tiered, KilledBeforeTheDrainCompletes) {
   TempDir dir;
-  const std::string uri = "tiered://?local=" + dir.Join("local") + "&durable=faulty://" + dir.Join("durable") +
-                          "%3Ffault.latency%3D200ms";
+  const std::string uri =
+      "tiered://?local=" + dir.Join("local") + "&durable=faulty://" + dir.Join("durable") + "%3Ffault.latency%3D200ms";
   int out[2];
   ASSERT_EQ(pipe(out), 0);
   posix_spawn_file_actions_t actions;
@@ -495,8 +494,8 @@ TEST(Tiered, KilledBeforeTheDrainCompletes) {
   posix_spawn_file_actions_adddup2(&actions, out[1], 1);
   posix_spawn_file_actions_addclose(&actions, out[0]);
   std::string bin = CKPT_BIN;
-  std::vector<std::string> args = {bin, "synth", "--out", uri, "--params", "4M", "--block-size", "256K",
-                                   "--step", "7", "--json"};
+  std::vector<std::string> args = {bin,    "synth",  "--out", uri,     "--params", "4M", "--block-size",
+                                   "256K", "--step", "7",     "--json"};
   std::vector<char*> argv;
   for (std::string& a : args) argv.push_back(a.data());
   argv.push_back(nullptr);

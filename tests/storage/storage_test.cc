@@ -1,18 +1,18 @@
 // One conformance suite that every backend passes: the built-ins, the
 // decorators (tiered, faulty with no faults armed) and a plugin loaded
 // through the C ABI.
+#include "ckpt/storage.h"
+
 #include <sys/mount.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cerrno>
 #include <cstring>
-
-#include <atomic>
 #include <filesystem>
 #include <thread>
 
 #include "ckpt/checkpointer.h"
-#include "ckpt/storage.h"
 #include "storage/mem_storage.h"
 #include "storage/uri.h"
 #include "testutil/test_util.h"
@@ -87,11 +87,10 @@ TEST_P(StorageConformance, WriteThenRangedRead) {
   std::string part2(777, '\0');
   absl::Status st = absl::UnknownError("not run");
   std::atomic<bool> done{false};
-  (*r)->ReadAsync(99000, absl::Span<std::byte>(reinterpret_cast<std::byte*>(part2.data()), 777),
-                  [&](absl::Status s) {
-                    st = s;
-                    done = true;
-                  });
+  (*r)->ReadAsync(99000, absl::Span<std::byte>(reinterpret_cast<std::byte*>(part2.data()), 777), [&](absl::Status s) {
+    st = s;
+    done = true;
+  });
   while (!done) std::this_thread::yield();
   ASSERT_OK(st);
   EXPECT_EQ(part2, data.substr(99000, 777));
@@ -116,12 +115,11 @@ TEST_P(StorageConformance, AlignedDirectWritesAndFinishTruncates) {
   absl::Status first;
   std::mutex mu;
   for (int blk = 2; blk >= 0; --blk) {  // out of order on purpose
-    (*w)->WriteAsync(blk * 4096, absl::Span<const std::byte>(buf->data() + blk * 4096, 4096),
-                     [&](absl::Status s) {
-                       std::lock_guard<std::mutex> l(mu);
-                       if (first.ok()) first = s;
-                       ++completions;
-                     });
+    (*w)->WriteAsync(blk * 4096, absl::Span<const std::byte>(buf->data() + blk * 4096, 4096), [&](absl::Status s) {
+      std::lock_guard<std::mutex> l(mu);
+      if (first.ok()) first = s;
+      ++completions;
+    });
   }
   ASSERT_OK((*w)->Finish(3 * 4096 - 100));
   EXPECT_EQ(completions.load(), 3);
@@ -239,11 +237,10 @@ TEST_P(StorageConformance, ConcurrentWritersToOneFile) {
     threads.emplace_back([&, t] {
       for (int i = 0; i < kPerThread; ++i) {
         const int b = t * kPerThread + i;
-        (*w)->WriteAsync(static_cast<uint64_t>(b) * kBlock, AsSpan(blocks[b]),
-                         [&](absl::Status s) {
-                           EXPECT_TRUE(s.ok()) << s;
-                           ++done;
-                         });
+        (*w)->WriteAsync(static_cast<uint64_t>(b) * kBlock, AsSpan(blocks[b]), [&](absl::Status s) {
+          EXPECT_TRUE(s.ok()) << s;
+          ++done;
+        });
       }
     });
   }
@@ -262,19 +259,17 @@ TEST_P(StorageConformance, RejectsEscapingPaths) {
   EXPECT_FALSE(storage_->OpenWritable("/etc/x").ok());
 }
 
-INSTANTIATE_TEST_SUITE_P(
-    Backends, StorageConformance,
-    ::testing::Values(BackendCase{"file_uring", "file", "?engine=io_uring"},
-                      BackendCase{"file_threads", "file", "?engine=threads"},
-                      BackendCase{"file_buffered", "file", "?direct=0"},
-                      BackendCase{"posix", "posix", ""}, BackendCase{"mem", "mem", ""},
-                      BackendCase{"tiered", "tiered", ""},
-                      BackendCase{"tiered_keep_local", "tiered", "&keep_local=1"},
-                      BackendCase{"faulty_file", "faulty", "?fault.latency=50us"},
-                      BackendCase{"faulty_mem", "faulty-mem", ""},
-                      BackendCase{"hdf5", "hdf5", ""},
-                      BackendCase{"localfs_plugin", "localfs", ""}),
-    [](const ::testing::TestParamInfo<BackendCase>& info) { return info.param.name; });
+INSTANTIATE_TEST_SUITE_P(Backends, StorageConformance,
+                         ::testing::Values(BackendCase{"file_uring", "file", "?engine=io_uring"},
+                                           BackendCase{"file_threads", "file", "?engine=threads"},
+                                           BackendCase{"file_buffered", "file", "?direct=0"},
+                                           BackendCase{"posix", "posix", ""}, BackendCase{"mem", "mem", ""},
+                                           BackendCase{"tiered", "tiered", ""},
+                                           BackendCase{"tiered_keep_local", "tiered", "&keep_local=1"},
+                                           BackendCase{"faulty_file", "faulty", "?fault.latency=50us"},
+                                           BackendCase{"faulty_mem", "faulty-mem", ""}, BackendCase{"hdf5", "hdf5", ""},
+                                           BackendCase{"localfs_plugin", "localfs", ""}),
+                         [](const ::testing::TestParamInfo<BackendCase>& info) { return info.param.name; });
 
 TEST(StorageRegistry, UnknownSchemeListsKnownOnes) {
   auto s = OpenStorage("s3://bucket/x");
@@ -309,8 +304,7 @@ TEST(FileStorage, FallsBackToBufferedWhereODirectIsRefused) {
   const std::string mnt = dir.Join("ramfs");
   std::filesystem::create_directories(mnt);
   if (mount("ramfs", mnt.c_str(), "ramfs", 0, nullptr) != 0) {
-    GTEST_SKIP() << "cannot mount a ramfs here (" << std::strerror(errno)
-                 << "); this test needs root, as in CI";
+    GTEST_SKIP() << "cannot mount a ramfs here (" << std::strerror(errno) << "); this test needs root, as in CI";
   }
   {
     auto s = OpenStorage(mnt + "/root");

@@ -27,8 +27,8 @@ class FailingStorage : public ForwardingStorage {
   }
   void Heal() { err_ = 0; }
 
-  absl::StatusOr<std::unique_ptr<WritableFile>> OpenWritable(
-      std::string_view path, const WriteOptions& options = {}) override {
+  absl::StatusOr<std::unique_ptr<WritableFile>> OpenWritable(std::string_view path,
+                                                             const WriteOptions& options = {}) override {
     auto w = ForwardingStorage::OpenWritable(path, options);
     if (!w.ok()) return w;
     return std::unique_ptr<WritableFile>(new Writer(this, std::move(w).value()));
@@ -42,20 +42,16 @@ class FailingStorage : public ForwardingStorage {
   }
 
  private:
-  bool Matches(std::string_view path) const {
-    return match_.empty() || path.find(match_) != std::string_view::npos;
-  }
+  bool Matches(std::string_view path) const { return match_.empty() || path.find(match_) != std::string_view::npos; }
 
   class Writer : public WritableFile {
    public:
-    Writer(FailingStorage* owner, std::unique_ptr<WritableFile> base)
-        : owner_(owner), base_(std::move(base)) {}
+    Writer(FailingStorage* owner, std::unique_ptr<WritableFile> base) : owner_(owner), base_(std::move(base)) {}
     void WriteAsync(uint64_t offset, absl::Span<const std::byte> data, IoCallback done) override {
       if (owner_->err_ != 0 && owner_->Matches(base_->path())) {
         if (owner_->budget_.fetch_sub(static_cast<int64_t>(data.size())) <= 0) {
-          std::move(done)(ErrnoStatus(owner_->err_, StrCat("write of ", data.size(),
-                                                           " bytes at offset ", offset, " in ",
-                                                           base_->path())));
+          std::move(done)(ErrnoStatus(
+              owner_->err_, StrCat("write of ", data.size(), " bytes at offset ", offset, " in ", base_->path())));
           return;
         }
       }

@@ -1,8 +1,7 @@
 #include "testutil/test_util.h"
 
-#include <sys/wait.h>
-
 #include <stdlib.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cstdio>
@@ -51,9 +50,7 @@ State StateOf(std::vector<OwnedShard>& shards) {
   return state;
 }
 
-int64_t Mismatches(const OwnedShard& s, uint64_t seed) {
-  return CheckSynthetic(s.spec, s.box, seed, s.data.data());
-}
+int64_t Mismatches(const OwnedShard& s, uint64_t seed) { return CheckSynthetic(s.spec, s.box, seed, s.data.data()); }
 
 std::string ReadFile(const std::string& path) {
   std::ifstream in(path, std::ios::binary);

@@ -58,15 +58,15 @@ struct CommandResult {
 /// Runs a shell command line and captures its output.
 CommandResult RunCommand(const std::string& command);
 
-#define ASSERT_OK(expr)                                  \
-  do {                                                   \
+#define ASSERT_OK(expr)                                             \
+  do {                                                              \
     const ::absl::Status ckpt_s_ = ::ckpt::testing::AsStatus(expr); \
-    ASSERT_TRUE(ckpt_s_.ok()) << ckpt_s_;                \
+    ASSERT_TRUE(ckpt_s_.ok()) << ckpt_s_;                           \
   } while (0)
-#define EXPECT_OK(expr)                                  \
-  do {                                                   \
+#define EXPECT_OK(expr)                                             \
+  do {                                                              \
     const ::absl::Status ckpt_s_ = ::ckpt::testing::AsStatus(expr); \
-    EXPECT_TRUE(ckpt_s_.ok()) << ckpt_s_;                \
+    EXPECT_TRUE(ckpt_s_.ok()) << ckpt_s_;                           \
   } while (0)
 
 inline absl::Status AsStatus(const absl::Status& s) { return s; }

@@ -28,7 +28,9 @@ CliRun Ckpt(const std::string& args, const std::string& env = "") {
 bool Has(const std::string& s, const std::string& what) { return s.find(what) != std::string::npos; }
 
 TEST(Cli, HelpOnEverySubcommand) {
-  for (const char* sub : {"demo", "synth", "restore-check", "verify", "inspect", "plan", "interval", "plugins", "export", "import", "stats", "diff", "list", "gc", "repair", "coordinator", "coordinator status", "worker", "bench"}) {
+  for (const char* sub :
+       {"demo", "synth", "restore-check", "verify", "inspect", "plan", "interval", "plugins", "export", "import",
+        "stats", "diff", "list", "gc", "repair", "coordinator", "coordinator status", "worker", "bench"}) {
     CliRun r = Ckpt(std::string(sub) + " --help");
     EXPECT_EQ(r.code, 0) << sub;
     EXPECT_TRUE(Has(r.out, std::string("usage: ckpt ") + sub)) << r.out;
@@ -43,13 +45,13 @@ TEST(Cli, HelpOnEverySubcommand) {
 }
 
 TEST(Cli, UsageErrorsExitTwo) {
-  EXPECT_EQ(Ckpt("synth").code, 2);                        // --out missing
-  EXPECT_EQ(Ckpt("coordinator").code, 2);                  // --state-dir, --token-file missing
-  EXPECT_EQ(Ckpt("worker --connect 127.0.0.1:1").code, 2);  // --token-file, --root missing
+  EXPECT_EQ(Ckpt("synth").code, 2);                                     // --out missing
+  EXPECT_EQ(Ckpt("coordinator").code, 2);                               // --state-dir, --token-file missing
+  EXPECT_EQ(Ckpt("worker --connect 127.0.0.1:1").code, 2);              // --token-file, --root missing
   EXPECT_EQ(Ckpt("coordinator status --connect 127.0.0.1:1").code, 2);  // nobody there
   EXPECT_EQ(Ckpt("synth --out /tmp/x --mesh dp=0").code, 2);
   EXPECT_EQ(Ckpt("synth --out /tmp/x --codec lz4").code, 2);
-  EXPECT_EQ(Ckpt("verify").code, 2);                       // DIR missing
+  EXPECT_EQ(Ckpt("verify").code, 2);                         // DIR missing
   EXPECT_EQ(Ckpt("verify /nonexistent/ckpt-root").code, 2);  // unreadable
   EXPECT_EQ(Ckpt("inspect /nonexistent/ckpt-root").code, 2);
   EXPECT_EQ(Ckpt("restore-check /nonexistent --mesh tp=2").code, 2);
@@ -60,11 +62,10 @@ TEST(Cli, SynthRestoreVerifyInspect) {
   TempDir dir;
   const std::string root = dir.Join("root");
   CliRun s = Ckpt("synth --out " + root +
-               " --params 300K --dtype bf16 --mesh dp=2,tp=2,pp=2 --step 12 --codec shuffle-zstd"
-               " --optimizer adam --zero --block-size 64K --json");
+                  " --params 300K --dtype bf16 --mesh dp=2,tp=2,pp=2 --step 12 --codec shuffle-zstd"
+                  " --optimizer adam --zero --block-size 64K --json");
   ASSERT_EQ(s.code, 0) << s.out;
-  for (const char* key : {"\"step\":12", "\"bytes_logical\"", "\"bytes_stored\"", "\"stall_s\"",
-                          "\"write_s\""}) {
+  for (const char* key : {"\"step\":12", "\"bytes_logical\"", "\"bytes_stored\"", "\"stall_s\"", "\"write_s\""}) {
     EXPECT_TRUE(Has(s.out, key)) << key << " in " << s.out;
   }
   // Onto an uneven mesh: tp=3 over dimensions not divisible by 3.
@@ -103,8 +104,9 @@ TEST(Cli, SynthRestoreVerifyInspect) {
 // 16,384 ranks and about 850k chunks: a pairwise overlap or cover check
 // would run for hours; the planner must finish well inside the test timeout.
 TEST(Cli, PlanAtSixteenThousandRanks) {
-  CliRun r = Ckpt("plan --ranks-from dp=128,tp=8,pp=16 --ranks-to dp=64,tp=8,pp=32 --params 70G"
-                  " --layers 80 --optimizer adam --zero --json");
+  CliRun r = Ckpt(
+      "plan --ranks-from dp=128,tp=8,pp=16 --ranks-to dp=64,tp=8,pp=32 --params 70G"
+      " --layers 80 --optimizer adam --zero --json");
   ASSERT_EQ(r.code, 0) << r.out;
   EXPECT_TRUE(Has(r.out, "\"ranks_from\":16384")) << r.out;
   const size_t at = r.out.find("\"read_amplification\":");
@@ -143,8 +145,10 @@ double JsonField(const std::string& json, const std::string& key, size_t from = 
 TEST(Cli, IntervalFromAGivenMtbf) {
   TempDir dir;
   const std::string svg = dir.Join("goodput.svg");
-  CliRun r = Ckpt("interval --mtbf 3.1h --stall 5s --write 60s --restart 10m --step-time 8s"
-                  " --simulate 300 --plot " + svg + " --json");
+  CliRun r = Ckpt(
+      "interval --mtbf 3.1h --stall 5s --write 60s --restart 10m --step-time 8s"
+      " --simulate 300 --plot " +
+      svg + " --json");
   ASSERT_EQ(r.code, 0) << r.out;
   EXPECT_NEAR(JsonField(r.out, "mtbf_s"), 3.1 * 3600, 1e-6);
   EXPECT_NEAR(JsonField(r.out, "checkpoint_cost_s"), 65, 1e-9);
@@ -232,11 +236,11 @@ TEST(Cli, BenchWritesCostsThatIntervalReads) {
 
 TEST(Cli, IntervalRejectsBadInput) {
   TempDir dir;
-  EXPECT_EQ(Ckpt("interval --checkpoint-cost 60").code, 2);                  // no failure rate
+  EXPECT_EQ(Ckpt("interval --checkpoint-cost 60").code, 2);  // no failure rate
   EXPECT_EQ(Ckpt("interval --mtbf 1h --nodes 3 --node-failure-rate 1 --checkpoint-cost 60").code, 2);
   EXPECT_EQ(Ckpt("interval --mtbf -1h --checkpoint-cost 60").code, 2);
   EXPECT_EQ(Ckpt("interval --mtbf 1x --checkpoint-cost 60").code, 2);
-  EXPECT_EQ(Ckpt("interval --mtbf 24h").code, 2);                            // no cost
+  EXPECT_EQ(Ckpt("interval --mtbf 24h").code, 2);  // no cost
   EXPECT_EQ(Ckpt("interval --node-failure-rate 0.1/fortnight --nodes 4 --checkpoint-cost 1").code, 2);
   EXPECT_EQ(Ckpt("interval --failure-log /nonexistent/log --checkpoint-cost 60").code, 2);
   WriteFile(dir.Join("garbage"), "yesterday\nsoon\n");
@@ -264,8 +268,8 @@ TEST(Cli, PluginsListsBackendsAndRefusedPlugins) {
   EXPECT_TRUE(Has(r.out, "libckpt-localfs.so")) << r.out;
 
   // A plugin of another ABI version on the path: listed with the reason, exit 1.
-  const std::string bad = std::string("CKPT_PLUGIN_PATH=") + CKPT_TEST_BAD_PLUGIN_DIR + ":" +
-                          CKPT_TEST_PLUGIN_DIR + " ";
+  const std::string bad =
+      std::string("CKPT_PLUGIN_PATH=") + CKPT_TEST_BAD_PLUGIN_DIR + ":" + CKPT_TEST_PLUGIN_DIR + " ";
   CliRun b = Ckpt("plugins", bad);
   EXPECT_EQ(b.code, 1) << b.out;
   EXPECT_TRUE(Has(b.out, "libckpt-bad-wrong_abi.so was built for plugin ABI version 42")) << b.out;

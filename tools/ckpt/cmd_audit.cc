@@ -9,14 +9,14 @@
 #include "ckpt/checkpointer.h"
 #include "ckpt/storage.h"
 #include "ckpt/verify.h"
-#include "common/cli.h"
 #include "commands.h"
+#include "common/cli.h"
+#include "common/synth_job.h"
 #include "core/root.h"
 #include "format/layout.h"
 #include "storage/uri.h"
-#include "common/synth_job.h"
-#include "util/json.h"
 #include "util/bytes.h"
+#include "util/json.h"
 #include "util/strings.h"
 
 namespace ckpt::tools {
@@ -118,8 +118,7 @@ int StatsMain(int argc, char** argv, int first) {
     std::printf("%s\n", w.str().c_str());
   } else {
     std::printf("step %lld: %zu tensors\n", static_cast<long long>(step), stats->size());
-    std::printf("%-48s %6s %6s %8s %12s %12s %12s %12s\n", "tensor", "nan", "inf", "zeros", "min", "max", "mean",
-                "l2");
+    std::printf("%-48s %6s %6s %8s %12s %12s %12s %12s\n", "tensor", "nan", "inf", "zeros", "min", "max", "mean", "l2");
     for (const TensorStats& t : *stats) {
       std::printf("%-48s %6lld %6lld %7.1f%% %12.5g %12.5g %12.5g %12.5g\n", t.fqn.c_str(),
                   static_cast<long long>(t.nan), static_cast<long long>(t.inf), 100 * t.ZeroFraction(), t.min, t.max,
@@ -188,10 +187,14 @@ int DiffMain(int argc, char** argv, int first) {
   for (const ItemDiff& d : *items) (d.kind == ItemDiff::Kind::kIdentical ? items_identical : items_different) += 1;
   auto item_kind = [](ItemDiff::Kind k) {
     switch (k) {
-      case ItemDiff::Kind::kIdentical: return "identical";
-      case ItemDiff::Kind::kChanged: return "changed";
-      case ItemDiff::Kind::kOnlyInA: return "only_in_a";
-      case ItemDiff::Kind::kOnlyInB: return "only_in_b";
+      case ItemDiff::Kind::kIdentical:
+        return "identical";
+      case ItemDiff::Kind::kChanged:
+        return "changed";
+      case ItemDiff::Kind::kOnlyInA:
+        return "only_in_a";
+      case ItemDiff::Kind::kOnlyInB:
+        return "only_in_b";
     }
     return "?";
   };
@@ -241,14 +244,21 @@ int DiffMain(int argc, char** argv, int first) {
           if (all) std::printf("  identical  %s%s\n", d.fqn.c_str(), d.by_checksum ? " (by checksum)" : "");
           break;
         case TensorDiff::Kind::kChanged:
-          std::printf("  changed    %s: %lld of %lld elements differ (first at index %lld), max |a-b| %.6g, "
-                      "relative L2 %.3g\n",
-                      d.fqn.c_str(), static_cast<long long>(d.differing), static_cast<long long>(d.elements),
-                      static_cast<long long>(d.first_index), d.max_abs, d.rel_l2);
+          std::printf(
+              "  changed    %s: %lld of %lld elements differ (first at index %lld), max |a-b| %.6g, "
+              "relative L2 %.3g\n",
+              d.fqn.c_str(), static_cast<long long>(d.differing), static_cast<long long>(d.elements),
+              static_cast<long long>(d.first_index), d.max_abs, d.rel_l2);
           break;
-        case TensorDiff::Kind::kOnlyInA: std::printf("  only in A  %s\n", d.fqn.c_str()); break;
-        case TensorDiff::Kind::kOnlyInB: std::printf("  only in B  %s\n", d.fqn.c_str()); break;
-        case TensorDiff::Kind::kMismatch: std::printf("  mismatch   %s: %s\n", d.fqn.c_str(), d.note.c_str()); break;
+        case TensorDiff::Kind::kOnlyInA:
+          std::printf("  only in A  %s\n", d.fqn.c_str());
+          break;
+        case TensorDiff::Kind::kOnlyInB:
+          std::printf("  only in B  %s\n", d.fqn.c_str());
+          break;
+        case TensorDiff::Kind::kMismatch:
+          std::printf("  mismatch   %s: %s\n", d.fqn.c_str(), d.note.c_str());
+          break;
       }
     }
     for (const ItemDiff& d : *items) {
@@ -259,11 +269,11 @@ int DiffMain(int argc, char** argv, int first) {
                                                                : "only in B";
       std::printf("  %s  %s%s%s\n", label, d.what.c_str(), d.note.empty() ? "" : ": ", d.note.c_str());
     }
-    std::printf("%lld identical (%lld by checksum), %lld different tensors; %lld identical, %lld different blobs "
-                "and metadata entries\n",
-                static_cast<long long>(identical), static_cast<long long>(by_checksum),
-                static_cast<long long>(different), static_cast<long long>(items_identical),
-                static_cast<long long>(items_different));
+    std::printf(
+        "%lld identical (%lld by checksum), %lld different tensors; %lld identical, %lld different blobs "
+        "and metadata entries\n",
+        static_cast<long long>(identical), static_cast<long long>(by_checksum), static_cast<long long>(different),
+        static_cast<long long>(items_identical), static_cast<long long>(items_different));
   }
   return different > 0 || items_different > 0 ? kExitProblem : kExitOk;
 }
@@ -332,8 +342,8 @@ int ListMain(int argc, char** argv, int first) {
         age_text = b;
       }
       std::printf("%-12lld %-10s %10s %10s %s\n", static_cast<long long>(s.step),
-                  is_latest ? (state + " *").c_str() : state.c_str(),
-                  HumanBytes(static_cast<double>(s.bytes)).c_str(), age_text.c_str(), tiers(s.step).c_str());
+                  is_latest ? (state + " *").c_str() : state.c_str(), HumanBytes(static_cast<double>(s.bytes)).c_str(),
+                  age_text.c_str(), tiers(s.step).c_str());
       if (!s.damage.empty()) std::printf("             %s\n", s.damage.c_str());
     }
   }
@@ -341,8 +351,9 @@ int ListMain(int argc, char** argv, int first) {
   if (json) std::printf("%s\n", w.str().c_str());
   if (!json && latest.ok()) std::printf("(* the latest committed step)\n");
   if (!json && any_damaged) {
-    std::printf("damaged steps are kept by every cleanup; `ckpt verify DIR --all` details them, "
-                "`ckpt repair DIR` rebuilds damaged manifests\n");
+    std::printf(
+        "damaged steps are kept by every cleanup; `ckpt verify DIR --all` details them, "
+        "`ckpt repair DIR` rebuilds damaged manifests\n");
   }
   return any_damaged ? kExitProblem : kExitOk;
 }
@@ -518,40 +529,43 @@ int RepairMain(int argc, char** argv, int first) {
   w.BeginObject().Field("dry_run", dry_run);
   w.Key("copies").BeginArray();
   for (size_t i = 0; i < pairs.size(); ++i) {
-   // Without --step, only the steps this copy holds (a tier that keeps
-   // fewer steps is not refilled).
-   std::set<int64_t> held;
-   if (step == kLatestStep) {
-     if (auto list = ListCheckpointSteps(*pairs[i].first); list.ok()) {
-       for (const StepInfo& s : *list) {
-         if (s.state != StepState::kPartial) held.insert(s.step);
-       }
-     }
-   }
-   for (int64_t each : steps) {
-    if (step == kLatestStep && !held.count(each)) continue;
-    auto r = RepairStep(*pairs[i].first, *pairs[i].second, each, dry_run);
-    if (absl::IsNotFound(r.status())) continue;  // not in this copy, nor the other
-    if (!r.ok()) return Fail("repair", r.status());
-    ok = ok && r->ok();
-    if (r->repaired.empty() && r->lost.empty() && step == kLatestStep) continue;  // intact: said once below
-    w.BeginObject().Field("copy", labels[i]).Field("step", each).Field("ok", r->ok())
-        .Field("bytes_rewritten", r->bytes_rewritten);
-    w.Key("repaired").BeginArray();
-    for (const std::string& s : r->repaired) w.String(s);
-    w.EndArray().Key("lost").BeginArray();
-    for (const std::string& s : r->lost) w.String(s);
-    w.EndArray().EndObject();
-    if (!json) {
-      std::printf("step %lld, %s: %s\n", static_cast<long long>(each), labels[i].c_str(),
-                  r->repaired.empty() && r->lost.empty() ? "intact"
-                  : !r->ok()                               ? "NOT fully repairable"
-                  : dry_run                                ? "repairable"
-                                                           : "repaired");
-      for (const std::string& s : r->repaired) std::printf("  %s %s\n", dry_run ? "would fix" : "fixed", s.c_str());
-      for (const std::string& s : r->lost) std::printf("  lost: %s\n", s.c_str());
+    // Without --step, only the steps this copy holds (a tier that keeps
+    // fewer steps is not refilled).
+    std::set<int64_t> held;
+    if (step == kLatestStep) {
+      if (auto list = ListCheckpointSteps(*pairs[i].first); list.ok()) {
+        for (const StepInfo& s : *list) {
+          if (s.state != StepState::kPartial) held.insert(s.step);
+        }
+      }
     }
-   }
+    for (int64_t each : steps) {
+      if (step == kLatestStep && !held.count(each)) continue;
+      auto r = RepairStep(*pairs[i].first, *pairs[i].second, each, dry_run);
+      if (absl::IsNotFound(r.status())) continue;  // not in this copy, nor the other
+      if (!r.ok()) return Fail("repair", r.status());
+      ok = ok && r->ok();
+      if (r->repaired.empty() && r->lost.empty() && step == kLatestStep) continue;  // intact: said once below
+      w.BeginObject()
+          .Field("copy", labels[i])
+          .Field("step", each)
+          .Field("ok", r->ok())
+          .Field("bytes_rewritten", r->bytes_rewritten);
+      w.Key("repaired").BeginArray();
+      for (const std::string& s : r->repaired) w.String(s);
+      w.EndArray().Key("lost").BeginArray();
+      for (const std::string& s : r->lost) w.String(s);
+      w.EndArray().EndObject();
+      if (!json) {
+        std::printf("step %lld, %s: %s\n", static_cast<long long>(each), labels[i].c_str(),
+                    r->repaired.empty() && r->lost.empty() ? "intact"
+                    : !r->ok()                             ? "NOT fully repairable"
+                    : dry_run                              ? "repairable"
+                                                           : "repaired");
+        for (const std::string& s : r->repaired) std::printf("  %s %s\n", dry_run ? "would fix" : "fixed", s.c_str());
+        for (const std::string& s : r->lost) std::printf("  lost: %s\n", s.c_str());
+      }
+    }
     // The copy's LATEST, from its own steps.
     std::vector<std::string> latest_fixed;
     if (absl::Status l = RepairLatest(*pairs[i].first, dry_run, &latest_fixed); !l.ok()) return Fail("repair", l);
@@ -561,7 +575,8 @@ int RepairMain(int argc, char** argv, int first) {
       if (!json) std::printf("%s: %s %s\n", labels[i].c_str(), dry_run ? "would fix" : "fixed", f.c_str());
     }
   }
-  if (!json && ok) std::printf("%zu step(s) checked: %s\n", steps.size(), dry_run ? "nothing lost" : "intact or repaired");
+  if (!json && ok)
+    std::printf("%zu step(s) checked: %s\n", steps.size(), dry_run ? "nothing lost" : "intact or repaired");
   w.EndArray().Field("ok", ok).EndObject();
   if (json) std::printf("%s\n", w.str().c_str());
   return ok ? kExitOk : kExitProblem;

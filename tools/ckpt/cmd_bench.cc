@@ -7,10 +7,10 @@
 #include <vector>
 
 #include "ckpt/verify.h"
-#include "format/layout.h"
-#include "common/cli.h"
 #include "commands.h"
+#include "common/cli.h"
 #include "common/synth_job.h"
+#include "format/layout.h"
 #include "util/clock.h"
 #include "util/json.h"
 #include "util/strings.h"
@@ -146,8 +146,7 @@ int BenchMain(int argc, char** argv, int first) {
   std::printf("  load (same mesh)          %8.3f s  %7.2f GB/s\n", Median(load), gb / Median(load));
   std::printf("  verify (deep)             %8.3f s  %7.2f GB/s\n", Median(verify), gb / Median(verify));
   if (!costs_path.empty()) {
-    std::printf("costs written to %s: ckpt interval --costs %s --mtbf 24h\n", costs_path.c_str(),
-                costs_path.c_str());
+    std::printf("costs written to %s: ckpt interval --costs %s --mtbf 24h\n", costs_path.c_str(), costs_path.c_str());
   }
   return kExitOk;
 }

@@ -7,9 +7,9 @@
 #include <thread>
 
 #include "ckpt/coordinator.h"
+#include "commands.h"
 #include "common/cli.h"
 #include "util/strings.h"
-#include "commands.h"
 
 namespace ckpt::tools {
 namespace {
@@ -57,8 +57,8 @@ int StatusMain(int argc, char** argv, int first) {
 
 int CoordinatorMain(int argc, char** argv, int first) {
   if (first < argc && std::string(argv[first]) == "status") return StatusMain(argc, argv, first + 1);
-  std::string listen = "127.0.0.1:7070", state_dir, token_file, root, heartbeat = "1s", join_timeout = "2s",
-              port_file, handshake_timeout = "10s", idle_timeout;
+  std::string listen = "127.0.0.1:7070", state_dir, token_file, root, heartbeat = "1s", join_timeout = "2s", port_file,
+              handshake_timeout = "10s", idle_timeout;
   int64_t min_nodes = 1, max_nodes = 1 << 20, dead_after = 5, max_frame = 64 << 20, max_unauthenticated = 256;
   Args args("coordinator",
             "--state-dir DIR --token-file F [--listen HOST:PORT] [--min-nodes A --max-nodes B]\n"

@@ -6,21 +6,21 @@
 
 #include <algorithm>
 #include <chrono>
-#include <cstring>
-#include <fstream>
-#include <vector>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
+#include <fstream>
 #include <random>
 #include <thread>
+#include <vector>
 
 #include "ckpt/coordinator.h"
 #include "ckpt/verify.h"
-#include "common/cli.h"
 #include "commands.h"
+#include "common/cli.h"
 #include "common/elastic_model.h"
-#include "format/layout.h"
 #include "common/synth_job.h"
+#include "format/layout.h"
 #include "util/clock.h"
 #include "util/strings.h"
 
@@ -105,8 +105,7 @@ bool RunElastic(const std::string& dir, int workers, int64_t steps) {
   co.join_timeout_s = 0.5;
   co.root = root;
   co.log = [](const std::string& line) { Print("  coordinator: %s\n", line.c_str()); };
-  Print("elastic restart: a coordinator and %d worker processes (heartbeat 200 ms, dead after 3 missed)\n",
-        workers);
+  Print("elastic restart: a coordinator and %d worker processes (heartbeat 200 ms, dead after 3 missed)\n", workers);
   auto coord = Coordinator::Start(co);
   if (!coord.ok()) {
     Print("  coordinator FAILED to start: %s\n", std::string(coord.status().message()).c_str());
@@ -116,9 +115,9 @@ bool RunElastic(const std::string& dir, int workers, int64_t steps) {
   const int64_t victim_step = std::max<int64_t>(5, (steps / 2) / 5 * 5);
   std::vector<pid_t> pids;
   for (int i = 0; i < workers; ++i) {
-    std::vector<std::string> args = {"ckpt", "worker", "--connect", address, "--token-file", token_file, "--root",
-                                     root, "--steps", std::to_string(steps), "--save-every", "5",
-                                     "--step-ms", "20"};
+    std::vector<std::string> args = {"ckpt",         "worker", "--connect", address,   "--token-file",
+                                     token_file,     "--root", root,        "--steps", std::to_string(steps),
+                                     "--save-every", "5",      "--step-ms", "20"};
     if (i == workers - 1) args.insert(args.end(), {"--kill-during-save", std::to_string(victim_step)});
     pids.push_back(SpawnSelf(args, StrCat(dir, "/worker", i, ".log")));
   }
@@ -156,8 +155,7 @@ bool RunElastic(const std::string& dir, int workers, int64_t steps) {
 }  // namespace
 
 int DemoMain(int argc, char** argv, int first) {
-  std::string dir = "ckpt-demo", mesh_text = "dp=2,tp=2", restore_text = "tp=4",
-              codec_name = "shuffle-zstd";
+  std::string dir = "ckpt-demo", mesh_text = "dp=2,tp=2", restore_text = "tp=4", codec_name = "shuffle-zstd";
   int64_t params = 8000000, steps = 12, every = 4, keep = 2, step_ms = 60, workers = 4;
   bool no_elastic = false;
   Args args("demo", "[--dir DIR] [options]",
@@ -234,12 +232,10 @@ int DemoMain(int argc, char** argv, int first) {
     }
     Print("  step %4lld  committed %s: %s -> %s (ratio %.3f), durable after %.2f s\n",
           static_cast<long long>(res->step),
-          waited ? "(training waited for it)"
-                 : StrCat("while training ran ", steps_since, " more step(s)").c_str(),
+          waited ? "(training waited for it)" : StrCat("while training ran ", steps_since, " more step(s)").c_str(),
           HumanBytes(static_cast<double>(res->bytes_logical)).c_str(),
           HumanBytes(static_cast<double>(res->bytes_stored)).c_str(),
-          static_cast<double>(res->bytes_stored) / static_cast<double>(res->bytes_logical),
-          res->write_s);
+          static_cast<double>(res->bytes_stored) / static_cast<double>(res->bytes_logical), res->write_s);
     return true;
   };
   for (int64_t step = 1; step <= steps; ++step) {
@@ -250,17 +246,15 @@ int DemoMain(int argc, char** argv, int first) {
     if ((*job)->InFlight() && !report(true)) return kExitProblem;
     absl::Status s = (*job)->SaveAsync(step, static_cast<uint64_t>(step));
     if (!s.ok()) {
-      Print("  step %4lld  save refused: %s\n", static_cast<long long>(step),
-            std::string(s.message()).c_str());
+      Print("  step %4lld  save refused: %s\n", static_cast<long long>(step), std::string(s.message()).c_str());
       return kExitProblem;
     }
     save_step = step;
     steps_since = 0;
     // The stall is what each simulated rank's Save call blocked for.
     const SynthSaveResult& p = (*job)->pending();
-    Print("  step %4lld  save started: each rank stalled <= %.1f ms to stage %s\n",
-          static_cast<long long>(step), 1000.0 * p.stall_max_s,
-          HumanBytes(static_cast<double>(p.bytes_logical) / p.ranks).c_str());
+    Print("  step %4lld  save started: each rank stalled <= %.1f ms to stage %s\n", static_cast<long long>(step),
+          1000.0 * p.stall_max_s, HumanBytes(static_cast<double>(p.bytes_logical) / p.ranks).c_str());
   }
   if ((*job)->InFlight() && !report(true)) return kExitProblem;
 
@@ -271,18 +265,17 @@ int DemoMain(int argc, char** argv, int first) {
       if (s.committed) kept += (kept.empty() ? "" : ", ") + std::to_string(s.step);
     }
   }
-  Print("  retention keeps the newest %lld: steps %s\n", static_cast<long long>(keep),
-        kept.c_str());
+  Print("  retention keeps the newest %lld: steps %s\n", static_cast<long long>(keep), kept.c_str());
 
-  Print("  node lost: restoring the latest step onto %s (%lld ranks)...\n",
-        restore_mesh->ToString().c_str(), static_cast<long long>(restore_mesh->NumRanks()));
+  Print("  node lost: restoring the latest step onto %s (%lld ranks)...\n", restore_mesh->ToString().c_str(),
+        static_cast<long long>(restore_mesh->NumRanks()));
   auto rc = RestoreCheck(**storage, kLatestStep, *restore_mesh);
   if (!rc.ok()) {
     Print("  restore FAILED: %s\n", std::string(rc.status().message()).c_str());
     return kExitProblem;
   }
-  Print("  restored step %lld: %lld elements, %s, read amplification %.3f\n",
-        static_cast<long long>(rc->step), static_cast<long long>(rc->elements),
+  Print("  restored step %lld: %lld elements, %s, read amplification %.3f\n", static_cast<long long>(rc->step),
+        static_cast<long long>(rc->elements),
         rc->mismatches == 0 ? "all identical to what was saved"
                             : StrCat(rc->mismatches, " DIFFER; first ", rc->first_mismatch).c_str(),
         rc->bytes_needed ? static_cast<double>(rc->bytes_decoded) / rc->bytes_needed : 1.0);
@@ -293,12 +286,11 @@ int DemoMain(int argc, char** argv, int first) {
       auto v = VerifyStep(**storage, s.step);
       if (!v.ok() || !v->ok()) {
         Print("  verify step %lld: %s\n", static_cast<long long>(s.step),
-              !v.ok() ? std::string(v.status().message()).c_str()
-                      : v->problems.front().message.c_str());
+              !v.ok() ? std::string(v.status().message()).c_str() : v->problems.front().message.c_str());
         ok = false;
       } else {
-        Print("  verify step %lld: ok, %lld blocks, both checksums of each\n",
-              static_cast<long long>(s.step), static_cast<long long>(v->blocks));
+        Print("  verify step %lld: ok, %lld blocks, both checksums of each\n", static_cast<long long>(s.step),
+              static_cast<long long>(v->blocks));
       }
     }
   }

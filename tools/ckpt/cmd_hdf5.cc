@@ -11,9 +11,8 @@
 //   /_ckpt_blobs/<name>     global blobs, u8 datasets
 //   /_ckpt_blobs/rank-N/<name>  per-rank blobs
 // A '/' in a tensor name makes groups, as in HDF5 paths.
-#include <unistd.h>
-
 #include <hdf5.h>
+#include <unistd.h>
 
 #include <cstdio>
 #include <deque>
@@ -25,12 +24,12 @@
 #include "ckpt/storage.h"
 #include "ckpt/verify.h"
 #include "ckpt/version.h"
+#include "commands.h"
 #include "common/cli.h"
+#include "common/synth_job.h"
 #include "core/root.h"
 #include "format/hdf5_util.h"
 #include "pipeline/loader.h"
-#include "commands.h"
-#include "common/synth_job.h"
 #include "util/strings.h"
 
 namespace ckpt::tools {
@@ -78,12 +77,13 @@ std::optional<std::string> ReadStringAttr(hid_t obj, const char* name) {
   return s;
 }
 
-bool WriteDataset(hid_t file, const std::string& name, hid_t type, const std::vector<hsize_t>& dims,
-                  const void* data, const std::string& dtype_attr, int64_t rank_attr = -2) {
+bool WriteDataset(hid_t file, const std::string& name, hid_t type, const std::vector<hsize_t>& dims, const void* data,
+                  const std::string& dtype_attr, int64_t rank_attr = -2) {
   Hid lcpl(H5Pcreate(H5P_LINK_CREATE), H5Pclose);
   H5Pset_create_intermediate_group(lcpl.get(), 1);
-  Hid space(dims.empty() ? H5Screate(H5S_SCALAR) : H5Screate_simple(static_cast<int>(dims.size()), dims.data(), nullptr),
-            H5Sclose);
+  Hid space(
+      dims.empty() ? H5Screate(H5S_SCALAR) : H5Screate_simple(static_cast<int>(dims.size()), dims.data(), nullptr),
+      H5Sclose);
   Hid ds(H5Dcreate2(file, name.c_str(), type, space.get(), lcpl.get(), H5P_DEFAULT, H5P_DEFAULT), H5Dclose);
   if (!ds.ok()) return false;
   bool empty = false;
@@ -171,10 +171,9 @@ int ExportMain(int argc, char** argv, int first) {
       std::fprintf(stderr, "ckpt export: %s\n", std::string(loaded.status().message()).c_str());
       return kExitProblem;
     }
-    const std::string name = b.rank < 0 ? StrCat(kBlobGroup, "/", b.name)
-                                        : StrCat(kBlobGroup, "/rank-", b.rank, "/", b.name);
-    if (!WriteDataset(file.get(), name, H5T_STD_U8LE, {static_cast<hsize_t>(value.size())}, value.data(), "",
-                      b.rank)) {
+    const std::string name =
+        b.rank < 0 ? StrCat(kBlobGroup, "/", b.name) : StrCat(kBlobGroup, "/rank-", b.rank, "/", b.name);
+    if (!WriteDataset(file.get(), name, H5T_STD_U8LE, {static_cast<hsize_t>(value.size())}, value.data(), "", b.rank)) {
       std::fprintf(stderr, "ckpt export: cannot write blob '%s' to %s\n", b.name.c_str(), to.c_str());
       return kExitProblem;
     }
@@ -321,8 +320,8 @@ int ImportMain(int argc, char** argv, int first) {
       // The tag must describe what is stored: export writes each dtype as
       // one HDF5 type (bool also as h5py's enum).
       Hid expect = Hdf5TypeOf(*dtype);
-      const bool h5py_bool = *dtype == DType::kBool && H5Tget_class(type.get()) == H5T_ENUM &&
-                             H5Tget_size(type.get()) == 1;
+      const bool h5py_bool =
+          *dtype == DType::kBool && H5Tget_class(type.get()) == H5T_ENUM && H5Tget_size(type.get()) == 1;
       if (!h5py_bool && H5Tequal(type.get(), expect.get()) <= 0) {
         return usage(StrCat(in, ": dataset '", name, "' is tagged ckpt_dtype=", *attr, " but stored as ",
                             H5Tget_size(type.get()), "-byte ",
@@ -370,7 +369,10 @@ int ImportMain(int argc, char** argv, int first) {
   absl::Status st;
   for (int r = 0; r < world && st.ok(); ++r) {
     auto h = ranks[static_cast<size_t>(r)]->Save(step, states[r], so);
-    if (h.ok()) handles.push_back(std::move(h).value()); else st = h.status();
+    if (h.ok())
+      handles.push_back(std::move(h).value());
+    else
+      st = h.status();
   }
   for (SaveHandle& h : handles) {
     absl::Status w = h.Wait();

@@ -3,8 +3,8 @@
 #include <ctime>
 
 #include "ckpt/verify.h"
-#include "common/cli.h"
 #include "commands.h"
+#include "common/cli.h"
 #include "common/synth_job.h"
 #include "util/json.h"
 #include "util/strings.h"
@@ -79,7 +79,8 @@ int InspectMain(int argc, char** argv, int first) {
           .EndObject();
     }
     w.EndArray();
-    w.Key("checkpoint").BeginObject()
+    w.Key("checkpoint")
+        .BeginObject()
         .Field("step", sum->step)
         .Field("world_size", sum->world_size)
         .Field("created", TimeText(sum->created_unix_ns))
@@ -121,30 +122,25 @@ int InspectMain(int argc, char** argv, int first) {
                 s.committed ? "committed" : "incomplete", HumanBytes(static_cast<double>(s.bytes)).c_str(),
                 TimeText(s.created_unix_ns).c_str());
   }
-  std::printf("\nstep %lld: saved by ckpt %s at %s from %d rank(s)%s%s\n",
-              static_cast<long long>(sum->step), sum->library_version.c_str(),
-              TimeText(sum->created_unix_ns).c_str(), sum->world_size,
+  std::printf("\nstep %lld: saved by ckpt %s at %s from %d rank(s)%s%s\n", static_cast<long long>(sum->step),
+              sum->library_version.c_str(), TimeText(sum->created_unix_ns).c_str(), sum->world_size,
               sum->mesh ? ", mesh " : "", sum->mesh ? sum->mesh->ToString().c_str() : "");
   std::printf("  %s logical, %s stored (ratio %.3f, codec %s), %s in %lld file(s)\n",
               HumanBytes(static_cast<double>(sum->bytes_logical)).c_str(),
-              HumanBytes(static_cast<double>(sum->bytes_stored)).c_str(),
-              ratio(sum->bytes_stored, sum->bytes_logical), sum->codec.c_str(),
-              HumanBytes(static_cast<double>(sum->bytes_on_disk)).c_str(),
+              HumanBytes(static_cast<double>(sum->bytes_stored)).c_str(), ratio(sum->bytes_stored, sum->bytes_logical),
+              sum->codec.c_str(), HumanBytes(static_cast<double>(sum->bytes_on_disk)).c_str(),
               static_cast<long long>(sum->files));
   for (const auto& [k, v] : sum->metadata) std::printf("  %s = %s\n", k.c_str(), v.c_str());
-  std::printf("\n  %-52s %-7s %-16s %6s %10s %6s\n", "tensor", "dtype", "shape", "chunks", "stored",
-              "ratio");
+  std::printf("\n  %-52s %-7s %-16s %6s %10s %6s\n", "tensor", "dtype", "shape", "chunks", "stored", "ratio");
   for (const TensorSummary& t : sum->tensors) {
-    std::printf("  %-52s %-7s %-16s %6lld %10s %6.3f\n", t.fqn.c_str(),
-                std::string(DTypeName(t.dtype)).c_str(), ShapeText(t.shape).c_str(),
-                static_cast<long long>(t.chunks), HumanBytes(static_cast<double>(t.bytes_stored)).c_str(),
-                ratio(t.bytes_stored, t.bytes_logical));
+    std::printf("  %-52s %-7s %-16s %6lld %10s %6.3f\n", t.fqn.c_str(), std::string(DTypeName(t.dtype)).c_str(),
+                ShapeText(t.shape).c_str(), static_cast<long long>(t.chunks),
+                HumanBytes(static_cast<double>(t.bytes_stored)).c_str(), ratio(t.bytes_stored, t.bytes_logical));
   }
   if (!sum->blobs.empty()) {
     std::printf("\n  blobs:\n");
     for (const BlobSummary& b : sum->blobs) {
-      std::printf("    %-30s %-8s %s\n", b.name.c_str(),
-                  b.rank < 0 ? "global" : StrCat("rank ", b.rank).c_str(),
+      std::printf("    %-30s %-8s %s\n", b.name.c_str(), b.rank < 0 ? "global" : StrCat("rank ", b.rank).c_str(),
                   HumanBytes(static_cast<double>(b.size)).c_str());
     }
   }

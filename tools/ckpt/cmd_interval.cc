@@ -5,8 +5,8 @@
 #include <sstream>
 
 #include "ckpt/interval.h"
-#include "common/cli.h"
 #include "commands.h"
+#include "common/cli.h"
 #include "common/svg_plot.h"
 #include "common/synth_job.h"
 #include "util/json.h"
@@ -309,7 +309,8 @@ int IntervalMain(int argc, char** argv, int first) {
     }
     if (weibull) w.Field("weibull_shape", weibull->shape).Field("weibull_scale_s", weibull->scale);
     w.Field("checkpoint_cost_s", cost).Field("restart_s", *restart);
-    w.Key("blocking").BeginObject()
+    w.Key("blocking")
+        .BeginObject()
         .Field("young_s", young)
         .Field("daly_s", daly)
         .Field("optimum_s", exact)
@@ -319,7 +320,8 @@ int IntervalMain(int argc, char** argv, int first) {
     if (simulate > 0) w.Field("simulated_goodput", sim_block.goodput).Field("simulated_ci95", sim_block.goodput_ci95);
     w.EndObject();
     if (async) {
-      w.Key("async").BeginObject()
+      w.Key("async")
+          .BeginObject()
           .Field("stall_s", stall)
           .Field("write_s", write)
           .Field("period_s", period)
@@ -343,20 +345,19 @@ int IntervalMain(int argc, char** argv, int first) {
   std::printf("\n");
   if (weibull) {
     std::printf("  Weibull fit: shape %.2f (%s), scale %s\n", weibull->shape,
-                weibull->shape < 0.9 ? "failures cluster early" : weibull->shape > 1.1 ? "wear-out" : "close to exponential",
+                weibull->shape < 0.9   ? "failures cluster early"
+                : weibull->shape > 1.1 ? "wear-out"
+                                       : "close to exponential",
                 Dur(weibull->scale).c_str());
   }
   std::printf("costs: checkpoint %s", Dur(cost).c_str());
   if (async) std::printf(" (stall %s, then durable after %s)", Dur(stall).c_str(), Dur(write).c_str());
   std::printf(", restart %s\n\n", Dur(*restart).c_str());
-  auto in_steps = [&](double s) {
-    return std::isfinite(step) ? StrCat(" = ", steps(s), " steps") : std::string();
-  };
+  auto in_steps = [&](double s) { return std::isfinite(step) ? StrCat(" = ", steps(s), " steps") : std::string(); };
   std::printf("blocking saves (the job stops %s each time):\n", Dur(cost).c_str());
   std::printf("  Young              %s%s\n", Dur(young).c_str(), in_steps(young).c_str());
   std::printf("  Daly (eq. 37)      %s%s\n", Dur(daly).c_str(), in_steps(daly).c_str());
-  std::printf("  exact optimum      %s%s   goodput %.4f", Dur(exact).c_str(), in_steps(exact).c_str(),
-              block_goodput);
+  std::printf("  exact optimum      %s%s   goodput %.4f", Dur(exact).c_str(), in_steps(exact).c_str(), block_goodput);
   if (simulate > 0) std::printf("   simulated %.4f +- %.4f", sim_block.goodput, sim_block.goodput_ci95);
   std::printf("\n");
   if (std::isfinite(work)) {
@@ -372,19 +373,18 @@ int IntervalMain(int argc, char** argv, int first) {
                 Dur(AsyncLossPerFailure(period, stall, write, *restart, mtbf)).c_str());
   }
   if (std::isfinite(current)) {
-    std::printf("current interval %s: goodput %.4f (%.2f h/day more lost than at the optimum)\n",
-                Dur(current).c_str(), current_goodput, (best_goodput - current_goodput) * 24);
+    std::printf("current interval %s: goodput %.4f (%.2f h/day more lost than at the optimum)\n", Dur(current).c_str(),
+                current_goodput, (best_goodput - current_goodput) * 24);
   }
   std::printf("\nat the optimum: %.2f h of every 24 h lost", lost_per_day);
   if (std::isfinite(dollars_per_day)) {
-    std::printf(", %.0f GPU-hours a day, %.0f a day at %.2f per GPU-hour", lost_per_day * gpus,
-                dollars_per_day, gpu_hour_cost);
+    std::printf(", %.0f GPU-hours a day, %.0f a day at %.2f per GPU-hour", lost_per_day * gpus, dollars_per_day,
+                gpu_hour_cost);
   }
   std::printf("\n");
   if (simulate > 0) {
-    std::printf("simulation: %lld runs of %s, %s failures (mean %.1f per run)\n",
-                static_cast<long long>(simulate), Dur(sim_work).c_str(),
-                shape == 1.0 ? "exponential" : StrCat("Weibull(", shape, ")").c_str(),
+    std::printf("simulation: %lld runs of %s, %s failures (mean %.1f per run)\n", static_cast<long long>(simulate),
+                Dur(sim_work).c_str(), shape == 1.0 ? "exponential" : StrCat("Weibull(", shape, ")").c_str(),
                 sim_block.failures_per_run);
   }
   if (!plot_path.empty()) std::printf("plot: %s\n", plot_path.c_str());

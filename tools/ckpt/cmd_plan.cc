@@ -9,15 +9,15 @@
 #include "ckpt/plan.h"
 #include "ckpt/synthetic.h"
 #include "ckpt/version.h"
-#include "common/cli.h"
 #include "commands.h"
+#include "common/cli.h"
+#include "common/synth_job.h"
 #include "format/data_file.h"
 #include "format/layout.h"
 #include "format/manifest.h"
 #include "plan/cover.h"
 #include "plan/load_plan.h"
 #include "plan/tiles.h"
-#include "common/synth_job.h"
 #include "util/clock.h"
 #include "util/json.h"
 
@@ -27,8 +27,7 @@ namespace {
 // The manifest a save of `plan` would commit (uncompressed frames), built
 // the way the ranks and the leader build it: each writer's chunks cut into
 // column tiles and blocks, one data file per rank.
-Manifest SimulatedManifest(const SyntheticModel& model, const SavePlan& plan, uint64_t block_size,
-                           int max_tiles) {
+Manifest SimulatedManifest(const SyntheticModel& model, const SavePlan& plan, uint64_t block_size, int max_tiles) {
   Manifest m;
   m.step = 1;
   m.world_size = static_cast<int32_t>(plan.mesh.NumRanks());
@@ -45,12 +44,11 @@ Manifest SimulatedManifest(const SyntheticModel& model, const SavePlan& plan, ui
     for (Box& tile : ColumnTiles(c.box, es, block_size, max_tiles)) {
       const uint64_t raw = static_cast<uint64_t>(tile.Volume()) * es;
       const uint64_t blocks = (raw + block_size - 1) / block_size;
-      tensors[c.tensor].chunks.push_back(ManifestChunk{static_cast<uint32_t>(c.writer),
-                                                       next_block[c.writer], blocks,
-                                                       std::move(tile)});
+      tensors[c.tensor].chunks.push_back(
+          ManifestChunk{static_cast<uint32_t>(c.writer), next_block[c.writer], blocks, std::move(tile)});
       next_block[c.writer] += blocks;
-      file_bytes[c.writer] += raw / block_size * FrameLength(block_size) +
-                              (raw % block_size ? FrameLength(raw % block_size) : 0);
+      file_bytes[c.writer] +=
+          raw / block_size * FrameLength(block_size) + (raw % block_size ? FrameLength(raw % block_size) : 0);
     }
   }
   m.files.resize(nranks);
@@ -202,21 +200,21 @@ int PlanMain(int argc, char** argv, int first) {
         .EndObject();
     std::printf("%s\n", w.str().c_str());
   } else {
-    std::printf("model: %.3g params, %d layers, %zu tensors%s\n", static_cast<double>(model->params),
-                model->layers, model->tensors.size(), so.adam ? " (with Adam state)" : "");
+    std::printf("model: %.3g params, %d layers, %zu tensors%s\n", static_cast<double>(model->params), model->layers,
+                model->tensors.size(), so.adam ? " (with Adam state)" : "");
     std::printf("save on %s (%lld ranks): %lld chunks, plan %.3f s\n", from->ToString().c_str(),
                 static_cast<long long>(from->NumRanks()), static_cast<long long>(chunks), t_save_plan);
-    std::printf("manifest: %s, built and exact-cover checked in %.3f s, encoded %.3f s, "
-                "decoded %.3f s\n",
-                HumanBytes(static_cast<double>(encoded.size())).c_str(), t_manifest, t_encode,
-                t_decode);
-    std::printf("load onto %s (%lld ranks): %lld distinct boxes, %lld overlaps, %lld read "
-                "requests, %.3f s\n",
-                to->ToString().c_str(), static_cast<long long>(to->NumRanks()),
-                static_cast<long long>(load->distinct_boxes), static_cast<long long>(load->overlaps),
-                static_cast<long long>(load->block_ranges), t_load_plan);
-    std::printf("read amplification %.4f (%s read for %s needed, all ranks)\n",
-                load->Amplification(), HumanBytes(static_cast<double>(load->bytes_read)).c_str(),
+    std::printf(
+        "manifest: %s, built and exact-cover checked in %.3f s, encoded %.3f s, "
+        "decoded %.3f s\n",
+        HumanBytes(static_cast<double>(encoded.size())).c_str(), t_manifest, t_encode, t_decode);
+    std::printf(
+        "load onto %s (%lld ranks): %lld distinct boxes, %lld overlaps, %lld read "
+        "requests, %.3f s\n",
+        to->ToString().c_str(), static_cast<long long>(to->NumRanks()), static_cast<long long>(load->distinct_boxes),
+        static_cast<long long>(load->overlaps), static_cast<long long>(load->block_ranges), t_load_plan);
+    std::printf("read amplification %.4f (%s read for %s needed, all ranks)\n", load->Amplification(),
+                HumanBytes(static_cast<double>(load->bytes_read)).c_str(),
                 HumanBytes(static_cast<double>(load->bytes_needed)).c_str());
     std::printf("total %.3f s, peak memory %s\n", total, HumanBytes(rss).c_str());
     if (per_tensor) {
@@ -230,8 +228,7 @@ int PlanMain(int argc, char** argv, int first) {
         const auto [needed, read] = load->per_tensor[i];
         if (read <= needed) break;
         std::printf("%-52s %12s %12s %8.3f\n", target->tensors[i].spec.fqn.c_str(),
-                    HumanBytes(static_cast<double>(needed)).c_str(),
-                    HumanBytes(static_cast<double>(read)).c_str(),
+                    HumanBytes(static_cast<double>(needed)).c_str(), HumanBytes(static_cast<double>(read)).c_str(),
                     needed ? static_cast<double>(read) / static_cast<double>(needed) : 0.0);
       }
     }

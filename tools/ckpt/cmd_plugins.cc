@@ -4,8 +4,8 @@
 
 #include "ckpt/plugin_abi.h"
 #include "ckpt/storage.h"
-#include "common/cli.h"
 #include "commands.h"
+#include "common/cli.h"
 #include "util/json.h"
 
 namespace ckpt::tools {
@@ -73,7 +73,9 @@ int PluginsMain(int argc, char** argv, int first) {
     for (const PluginInfo& p : plugins) {
       w.BeginObject().Field("file", p.file).Field("ok", p.error.empty());
       if (p.error.empty()) {
-        w.Field("scheme", p.scheme).Field("version", p.version).Field("abi_version", static_cast<int64_t>(p.abi_version));
+        w.Field("scheme", p.scheme)
+            .Field("version", p.version)
+            .Field("abi_version", static_cast<int64_t>(p.abi_version));
       } else {
         w.Field("error", p.error);
       }

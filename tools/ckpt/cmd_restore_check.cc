@@ -1,9 +1,9 @@
 // ckpt restore-check: load a synthetic checkpoint onto a mesh and compare.
 #include <cstdio>
 
+#include "commands.h"
 #include "common/cli.h"
 #include "common/mpi_support.h"
-#include "commands.h"
 #include "common/synth_job.h"
 #include "util/json.h"
 
@@ -40,8 +40,7 @@ int RestoreCheckMain(int argc, char** argv, int first) {
   }
   auto storage = OpenStorage(dir);
   if (!storage.ok()) {
-    std::fprintf(stderr, "ckpt restore-check: %s\n",
-                 std::string(storage.status().message()).c_str());
+    std::fprintf(stderr, "ckpt restore-check: %s\n", std::string(storage.status().message()).c_str());
     return kExitUsage;
   }
   LoadOptions lo;
@@ -61,8 +60,7 @@ int RestoreCheckMain(int argc, char** argv, int first) {
     }
     comm = *world;
   }
-  auto res = comm ? RestoreCheckCollective(*storage, step, *mesh, comm, lo)
-                  : RestoreCheck(**storage, step, *mesh, lo);
+  auto res = comm ? RestoreCheckCollective(*storage, step, *mesh, comm, lo) : RestoreCheck(**storage, step, *mesh, lo);
   if (comm && comm->rank() != 0) {
     // Only the leader reports; the others' status is in its sums.
     return res.ok() ? kExitOk : kExitProblem;
@@ -71,14 +69,10 @@ int RestoreCheckMain(int argc, char** argv, int first) {
     std::fprintf(stderr, "ckpt restore-check: %s\n", std::string(res.status().message()).c_str());
     // Corruption found while loading is a problem; a missing root or step
     // is unreadable input.
-    return absl::IsNotFound(res.status()) || absl::IsFailedPrecondition(res.status())
-               ? kExitUsage
-               : kExitProblem;
+    return absl::IsNotFound(res.status()) || absl::IsFailedPrecondition(res.status()) ? kExitUsage : kExitProblem;
   }
   if (!res->damage_note.empty()) std::fprintf(stderr, "ckpt restore-check: %s\n", res->damage_note.c_str());
-  const double amp = res->bytes_needed
-                         ? static_cast<double>(res->bytes_decoded) / res->bytes_needed
-                         : 1.0;
+  const double amp = res->bytes_needed ? static_cast<double>(res->bytes_decoded) / res->bytes_needed : 1.0;
   if (json) {
     JsonWriter w;
     w.BeginObject()
@@ -102,9 +96,8 @@ int RestoreCheckMain(int argc, char** argv, int first) {
     std::printf("%s\n", w.str().c_str());
   } else {
     std::printf("step %lld (saved as %s) onto %s: %d ranks, %lld elements of %lld tensors\n",
-                static_cast<long long>(res->step), res->saved_mesh.c_str(),
-                mesh->ToString().c_str(), res->ranks, static_cast<long long>(res->elements),
-                static_cast<long long>(res->tensors));
+                static_cast<long long>(res->step), res->saved_mesh.c_str(), mesh->ToString().c_str(), res->ranks,
+                static_cast<long long>(res->elements), static_cast<long long>(res->tensors));
     std::printf("  read %s (decoded %s) for %s needed: amplification %.3f, %.2f s\n",
                 HumanBytes(static_cast<double>(res->bytes_read)).c_str(),
                 HumanBytes(static_cast<double>(res->bytes_decoded)).c_str(),
@@ -112,8 +105,8 @@ int RestoreCheckMain(int argc, char** argv, int first) {
     if (res->mismatches == 0) {
       std::printf("  all elements match\n");
     } else {
-      std::printf("  %lld elements differ; first: %s\n",
-                  static_cast<long long>(res->mismatches), res->first_mismatch.c_str());
+      std::printf("  %lld elements differ; first: %s\n", static_cast<long long>(res->mismatches),
+                  res->first_mismatch.c_str());
     }
   }
   // Damage met on the way (a manifest read from its copy, a step passed

@@ -1,9 +1,9 @@
 // ckpt synth: save a synthetic transformer-like state over a mesh.
 #include <cstdio>
 
+#include "commands.h"
 #include "common/cli.h"
 #include "common/mpi_support.h"
-#include "commands.h"
 #include "common/synth_job.h"
 #include "util/json.h"
 #include "util/strings.h"
@@ -100,8 +100,7 @@ int SynthMain(int argc, char** argv, int first) {
   }
   auto res = s.ok() ? (*job)->Finish() : absl::StatusOr<SynthSaveResult>(s);
   if (!res.ok()) {
-    std::fprintf(stderr, "ckpt synth: save failed: %s\n",
-                 std::string(res.status().message()).c_str());
+    std::fprintf(stderr, "ckpt synth: save failed: %s\n", std::string(res.status().message()).c_str());
     return kExitProblem;
   }
   if (o.communicator) {
@@ -112,9 +111,8 @@ int SynthMain(int argc, char** argv, int first) {
     }
     if (o.communicator->rank() != 0) return kExitOk;  // the leader reports
   }
-  const double ratio = res->bytes_logical ? static_cast<double>(res->bytes_stored) /
-                                                static_cast<double>(res->bytes_logical)
-                                          : 1.0;
+  const double ratio =
+      res->bytes_logical ? static_cast<double>(res->bytes_stored) / static_cast<double>(res->bytes_logical) : 1.0;
   if (json) {
     JsonWriter w;
     w.BeginObject()
@@ -136,17 +134,14 @@ int SynthMain(int argc, char** argv, int first) {
         .EndObject();
     std::printf("%s\n", w.str().c_str());
   } else {
-    std::printf("saved step %lld to %s: %d ranks (%s), %.3g params %s%s\n",
-                static_cast<long long>(res->step), out.c_str(), res->ranks,
-                o.mesh.ToString().c_str(), static_cast<double>((*job)->model().params),
-                std::string(DTypeName(*dt)).c_str(),
-                o.model.adam ? (zero ? " + Adam (ZeRO-1)" : " + Adam") : "");
-    std::printf("  %s logical -> %s stored (ratio %.3f, %s)\n",
-                HumanBytes(static_cast<double>(res->bytes_logical)).c_str(),
-                HumanBytes(static_cast<double>(res->bytes_stored)).c_str(), ratio,
-                std::string(CodecName(*codec)).c_str());
-    std::printf("  stall %.3f s (longest rank), durable after %.2f s, committed after %.2f s\n",
-                res->stall_max_s, res->write_s, res->commit_s);
+    std::printf("saved step %lld to %s: %d ranks (%s), %.3g params %s%s\n", static_cast<long long>(res->step),
+                out.c_str(), res->ranks, o.mesh.ToString().c_str(), static_cast<double>((*job)->model().params),
+                std::string(DTypeName(*dt)).c_str(), o.model.adam ? (zero ? " + Adam (ZeRO-1)" : " + Adam") : "");
+    std::printf(
+        "  %s logical -> %s stored (ratio %.3f, %s)\n", HumanBytes(static_cast<double>(res->bytes_logical)).c_str(),
+        HumanBytes(static_cast<double>(res->bytes_stored)).c_str(), ratio, std::string(CodecName(*codec)).c_str());
+    std::printf("  stall %.3f s (longest rank), durable after %.2f s, committed after %.2f s\n", res->stall_max_s,
+                res->write_s, res->commit_s);
   }
   // Flushed now: with a tiered:// root the process may still be draining
   // to the durable tier when a caller reads this.

@@ -2,13 +2,13 @@
 #include <cstdio>
 
 #include "ckpt/verify.h"
-#include "common/cli.h"
-#include "storage/uri.h"
-#include "util/strings.h"
 #include "commands.h"
+#include "common/cli.h"
 #include "common/synth_job.h"
-#include "util/json.h"
 #include "format/layout.h"
+#include "storage/uri.h"
+#include "util/json.h"
+#include "util/strings.h"
 
 namespace ckpt::tools {
 namespace {
@@ -162,8 +162,7 @@ int VerifyMain(int argc, char** argv, int first) {
         w.Field("ok", true).EndObject();
         continue;
       }
-      w
-          .Field("ok", r.ok())
+      w.Field("ok", r.ok())
           .Field("deep", r.deep)
           .Field("files", r.files)
           .Field("tensors", r.tensors)
@@ -187,12 +186,12 @@ int VerifyMain(int argc, char** argv, int first) {
         std::printf("step %lld%s: partial (never committed: a save that stopped; `ckpt gc` removes it)\n",
                     static_cast<long long>(r.step), label.c_str());
       } else if (r.ok()) {
-        std::printf("step %lld%s: ok (%s) %lld files, %lld tensors, %lld chunks, %lld blocks, "
-                    "%s read in %.2f s\n",
-                    static_cast<long long>(r.step), label.c_str(), r.deep ? "deep" : "fast",
-                    static_cast<long long>(r.files), static_cast<long long>(r.tensors),
-                    static_cast<long long>(r.chunks), static_cast<long long>(r.blocks),
-                    HumanBytes(static_cast<double>(r.bytes_read)).c_str(), r.seconds);
+        std::printf(
+            "step %lld%s: ok (%s) %lld files, %lld tensors, %lld chunks, %lld blocks, "
+            "%s read in %.2f s\n",
+            static_cast<long long>(r.step), label.c_str(), r.deep ? "deep" : "fast", static_cast<long long>(r.files),
+            static_cast<long long>(r.tensors), static_cast<long long>(r.chunks), static_cast<long long>(r.blocks),
+            HumanBytes(static_cast<double>(r.bytes_read)).c_str(), r.seconds);
       } else {
         std::printf("step %lld%s: %s, %zu problem(s)\n", static_cast<long long>(r.step), label.c_str(),
                     c.state == StepState::kDamaged ? "DAMAGED" : "committed", r.problems.size());

@@ -3,23 +3,22 @@
 // function of (step, global index), so the state after N steps is known
 // exactly whatever the mesh was, and a restore can be checked bit for bit.
 // The demo and the failure tests run several of these and kill some.
-#include "common/elastic_model.h"
-
 #include <signal.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
-#include <optional>
 #include <cstdio>
 #include <fstream>
+#include <optional>
 #include <string>
 #include <thread>
 
 #include "ckpt/checkpointer.h"
 #include "ckpt/coordinator.h"
-#include "common/cli.h"
 #include "commands.h"
+#include "common/cli.h"
+#include "common/elastic_model.h"
 #include "util/strings.h"
 
 namespace ckpt::tools {
@@ -28,8 +27,8 @@ namespace {
 struct WorkerConfig {
   std::string connect, token, root, log_file, job = "elastic";
   int64_t steps = 40, save_every = 5, step_ms = 10;
-  int64_t kill_during_save = -1;  // SIGKILL itself right after Save(step) returned
-  int64_t kill_after_commit = -1; // SIGKILL itself once step is committed
+  int64_t kill_during_save = -1;    // SIGKILL itself right after Save(step) returned
+  int64_t kill_after_commit = -1;   // SIGKILL itself once step is committed
   int64_t corrupt_replica_at = -1;  // flip a bit of its bias copy while saving this step
   double join_timeout_s = 120;
 };

@@ -19,37 +19,24 @@ struct Command {
 constexpr Command kCommands[] = {
     {"demo", ckpt::tools::DemoMain,
      "run a small synthetic training job: async saves, restore onto another mesh, verify"},
-    {"synth", ckpt::tools::SynthMain,
-     "save a deterministic synthetic transformer state sharded over a mesh"},
+    {"synth", ckpt::tools::SynthMain, "save a deterministic synthetic transformer state sharded over a mesh"},
     {"restore-check", ckpt::tools::RestoreCheckMain,
      "load a synthetic checkpoint onto any mesh and compare every element"},
-    {"verify", ckpt::tools::VerifyMain,
-     "check every block's checksums, the file indexes and exact cover"},
-    {"inspect", ckpt::tools::InspectMain,
-     "show steps, tensors, blobs and the mesh of a checkpoint"},
-    {"stats", ckpt::tools::StatsMain,
-     "per-tensor NaN/Inf counts, range, mean and norm; --gate fails on bad ones"},
-    {"diff", ckpt::tools::DiffMain,
-     "compare two checkpoints tensor by tensor, across meshes"},
+    {"verify", ckpt::tools::VerifyMain, "check every block's checksums, the file indexes and exact cover"},
+    {"inspect", ckpt::tools::InspectMain, "show steps, tensors, blobs and the mesh of a checkpoint"},
+    {"stats", ckpt::tools::StatsMain, "per-tensor NaN/Inf counts, range, mean and norm; --gate fails on bad ones"},
+    {"diff", ckpt::tools::DiffMain, "compare two checkpoints tensor by tensor, across meshes"},
     {"list", ckpt::tools::ListMain, "steps of a root: state, size, age, tiers"},
     {"repair", ckpt::tools::RepairMain, "rewrite damaged files of a step from another tier or replica"},
     {"gc", ckpt::tools::GcMain, "apply retention and remove leftovers (dry run unless --yes)"},
-    {"plan", ckpt::tools::PlanMain,
-     "plan a save and a resharded load at any scale, without tensor data"},
-    {"bench", ckpt::tools::BenchMain,
-     "measure save, load and verify costs on a storage; write costs for interval"},
-    {"interval", ckpt::tools::IntervalMain,
-     "how often to checkpoint, from a failure rate and save costs"},
-    {"export", ckpt::tools::ExportMain,
-     "write a step as one HDF5 file with whole tensors (for h5py, h5dump)"},
-    {"import", ckpt::tools::ImportMain,
-     "save the datasets of an HDF5 file as a checkpoint"},
-    {"coordinator", ckpt::tools::CoordinatorMain,
-     "run the elastic-restart coordinator (or: coordinator status)"},
-    {"worker", ckpt::tools::WorkerMain,
-     "one process of an elastic training job driven by the coordinator"},
-    {"plugins", ckpt::tools::PluginsMain,
-     "list the storage backends and plugins, with their capabilities"},
+    {"plan", ckpt::tools::PlanMain, "plan a save and a resharded load at any scale, without tensor data"},
+    {"bench", ckpt::tools::BenchMain, "measure save, load and verify costs on a storage; write costs for interval"},
+    {"interval", ckpt::tools::IntervalMain, "how often to checkpoint, from a failure rate and save costs"},
+    {"export", ckpt::tools::ExportMain, "write a step as one HDF5 file with whole tensors (for h5py, h5dump)"},
+    {"import", ckpt::tools::ImportMain, "save the datasets of an HDF5 file as a checkpoint"},
+    {"coordinator", ckpt::tools::CoordinatorMain, "run the elastic-restart coordinator (or: coordinator status)"},
+    {"worker", ckpt::tools::WorkerMain, "one process of an elastic training job driven by the coordinator"},
+    {"plugins", ckpt::tools::PluginsMain, "list the storage backends and plugins, with their capabilities"},
 };
 
 void PrintHelp(FILE* out) {
@@ -57,8 +44,7 @@ void PrintHelp(FILE* out) {
                "usage: ckpt <command> [options]   (ckpt <command> --help for details)\n\n"
                "commands:\n");
   for (const Command& c : kCommands) std::fprintf(out, "  %-15s %s\n", c.name, c.summary);
-  std::fprintf(out,
-               "\nexit status: 0 ok, 1 a problem was found, 2 usage error or unreadable input\n");
+  std::fprintf(out, "\nexit status: 0 ok, 1 a problem was found, 2 usage error or unreadable input\n");
 }
 
 }  // namespace

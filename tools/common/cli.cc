@@ -9,17 +9,15 @@
 #include <mutex>
 #include <sstream>
 
-#include "core/root.h"
 #include "common/synth_job.h"
+#include "core/root.h"
 #include "util/clock.h"
 #include "util/strings.h"
 
 namespace ckpt::tools {
 
 Args::Args(std::string command, std::string synopsis, std::string description)
-    : command_(std::move(command)),
-      synopsis_(std::move(synopsis)),
-      description_(std::move(description)) {
+    : command_(std::move(command)), synopsis_(std::move(synopsis)), description_(std::move(description)) {
   flags_.push_back(Flag{"help", "show this help and exit", nullptr, true});
 }
 
@@ -31,15 +29,11 @@ void Args::String(const std::string& name, std::string* out, const std::string& 
 }
 
 void Args::Int(const std::string& name, int64_t* out, const std::string& help) {
-  flags_.push_back(Flag{name, help, [out](const std::string& v) {
-                          return ParseInt64(v, out);
-                        }});
+  flags_.push_back(Flag{name, help, [out](const std::string& v) { return ParseInt64(v, out); }});
 }
 
 void Args::Double(const std::string& name, double* out, const std::string& help) {
-  flags_.push_back(Flag{name, help, [out](const std::string& v) {
-                          return ParseDouble(v, out);
-                        }});
+  flags_.push_back(Flag{name, help, [out](const std::string& v) { return ParseDouble(v, out); }});
 }
 
 void Args::Size(const std::string& name, int64_t* out, const std::string& help, bool binary) {
@@ -52,7 +46,8 @@ void Args::Size(const std::string& name, int64_t* out, const std::string& help, 
 }
 
 void Args::Switch(const std::string& name, bool* out, const std::string& help) {
-  flags_.push_back(Flag{name, help, [out](const std::string&) {
+  flags_.push_back(Flag{name, help,
+                        [out](const std::string&) {
                           *out = true;
                           return true;
                         },
@@ -94,8 +89,7 @@ std::string Args::Usage() const {
     std::snprintf(line, sizeof(line), "  %-22s %s\n", n.c_str(), f.help.c_str());
     out += line;
   }
-  out +=
-      "\nexit status: 0 ok, 1 a problem was found, 2 usage error or unreadable input\n";
+  out += "\nexit status: 0 ok, 1 a problem was found, 2 usage error or unreadable input\n";
   return out;
 }
 
@@ -146,7 +140,6 @@ bool Args::Parse(int argc, char** argv, int first, int* exit) {
   return true;
 }
 
-
 bool StderrIsTty() { return isatty(STDERR_FILENO) == 1; }
 
 ProgressBar::ProgressBar(std::string label) : label_(std::move(label)), enabled_(StderrIsTty()) {}
@@ -162,9 +155,8 @@ void ProgressBar::Update(int64_t done, int64_t total) {
   const double frac = std::min(1.0, static_cast<double>(done) / static_cast<double>(total));
   std::string bar(static_cast<size_t>(frac * width), '#');
   bar.resize(width, ' ');
-  std::fprintf(stderr, "\r%s [%s] %3d%% %s/%s ", label_.c_str(), bar.c_str(),
-               static_cast<int>(frac * 100), HumanBytes(static_cast<double>(done)).c_str(),
-               HumanBytes(static_cast<double>(total)).c_str());
+  std::fprintf(stderr, "\r%s [%s] %3d%% %s/%s ", label_.c_str(), bar.c_str(), static_cast<int>(frac * 100),
+               HumanBytes(static_cast<double>(done)).c_str(), HumanBytes(static_cast<double>(total)).c_str());
   std::fflush(stderr);
   drawn_ = true;
 }
@@ -186,8 +178,9 @@ void WarnIfDamaged(Storage& storage, int64_t step, const char* command) {
   if (!ex.ok() || ex->info.state != StepState::kDamaged) return;
   std::fprintf(stderr, "ckpt %s: step %lld is damaged (%s)%s\n", command, static_cast<long long>(step),
                ex->info.damage.c_str(),
-               !ex->manifest ? "" : ex->from_copy ? "; its manifest was read from MANIFEST.copy"
-                                                  : "; `ckpt repair` rebuilds it");
+               !ex->manifest   ? ""
+               : ex->from_copy ? "; its manifest was read from MANIFEST.copy"
+                               : "; `ckpt repair` rebuilds it");
 }
 
 }  // namespace ckpt::tools

@@ -25,9 +25,7 @@ bool HaveMpi() {
 #endif
 }
 
-bool UnderMpirun() {
-  return std::getenv("OMPI_COMM_WORLD_SIZE") != nullptr || std::getenv("PMI_SIZE") != nullptr;
-}
+bool UnderMpirun() { return std::getenv("OMPI_COMM_WORLD_SIZE") != nullptr || std::getenv("PMI_SIZE") != nullptr; }
 
 int RelaunchUnderMpirun(int64_t n, int argc, char** argv) {
   char self[4096];

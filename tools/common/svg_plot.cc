@@ -17,11 +17,20 @@ std::string Escape(const std::string& s) {
   std::string out;
   for (char c : s) {
     switch (c) {
-      case '&': out += "&amp;"; break;
-      case '<': out += "&lt;"; break;
-      case '>': out += "&gt;"; break;
-      case '"': out += "&quot;"; break;
-      default: out += c;
+      case '&':
+        out += "&amp;";
+        break;
+      case '<':
+        out += "&lt;";
+        break;
+      case '>':
+        out += "&gt;";
+        break;
+      case '"':
+        out += "&quot;";
+        break;
+      default:
+        out += c;
     }
   }
   return out;
@@ -78,27 +87,27 @@ std::string RenderSvg(const Plot& p) {
   s += "<rect width=\"100%\" height=\"100%\" fill=\"white\"/>\n";
   s += "<text x=\"" + Num(L) + "\" y=\"24\" font-size=\"15\">" + Escape(p.title) + "</text>\n";
   // Axes and ticks.
-  s += "<line x1=\"" + Num(L) + "\" y1=\"" + Num(H - B) + "\" x2=\"" + Num(W - R) + "\" y2=\"" +
-       Num(H - B) + "\" stroke=\"black\"/>\n";
+  s += "<line x1=\"" + Num(L) + "\" y1=\"" + Num(H - B) + "\" x2=\"" + Num(W - R) + "\" y2=\"" + Num(H - B) +
+       "\" stroke=\"black\"/>\n";
   s += "<line x1=\"" + Num(L) + "\" y1=\"" + Num(T) + "\" x2=\"" + Num(L) + "\" y2=\"" + Num(H - B) +
        "\" stroke=\"black\"/>\n";
   for (double y = y0; y <= y1 + step * 1e-6; y += step) {
     char b[32];
     std::snprintf(b, sizeof(b), "%.*f", decimals, std::abs(y) < step * 1e-6 ? 0.0 : y);
-    s += "<line x1=\"" + Num(L - 4) + "\" y1=\"" + Num(fy(y)) + "\" x2=\"" + Num(W - R) + "\" y2=\"" +
-         Num(fy(y)) + "\" stroke=\"#ddd\"/>\n";
+    s += "<line x1=\"" + Num(L - 4) + "\" y1=\"" + Num(fy(y)) + "\" x2=\"" + Num(W - R) + "\" y2=\"" + Num(fy(y)) +
+         "\" stroke=\"#ddd\"/>\n";
     s += "<text x=\"" + Num(L - 8) + "\" y=\"" + Num(fy(y) + 4) + "\" text-anchor=\"end\">" + b + "</text>\n";
   }
   for (int i = 0; i <= 6; ++i) {
-    const double x = p.log_x ? std::pow(10.0, std::log10(x0) + (std::log10(x1) - std::log10(x0)) * i / 6)
-                             : x0 + (x1 - x0) * i / 6;
+    const double x =
+        p.log_x ? std::pow(10.0, std::log10(x0) + (std::log10(x1) - std::log10(x0)) * i / 6) : x0 + (x1 - x0) * i / 6;
     char b[32];
     std::snprintf(b, sizeof(b), "%.3g", x);
     const std::string label = p.x_format ? p.x_format(x) : std::string(b);
-    s += "<line x1=\"" + Num(fx(x)) + "\" y1=\"" + Num(H - B) + "\" x2=\"" + Num(fx(x)) + "\" y2=\"" +
-         Num(H - B + 4) + "\" stroke=\"black\"/>\n";
-    s += "<text x=\"" + Num(fx(x)) + "\" y=\"" + Num(H - B + 18) + "\" text-anchor=\"middle\">" +
-         Escape(label) + "</text>\n";
+    s += "<line x1=\"" + Num(fx(x)) + "\" y1=\"" + Num(H - B) + "\" x2=\"" + Num(fx(x)) + "\" y2=\"" + Num(H - B + 4) +
+         "\" stroke=\"black\"/>\n";
+    s += "<text x=\"" + Num(fx(x)) + "\" y=\"" + Num(H - B + 18) + "\" text-anchor=\"middle\">" + Escape(label) +
+         "</text>\n";
   }
   s += "<text x=\"" + Num((L + W - R) / 2) + "\" y=\"" + Num(H - 16) + "\" text-anchor=\"middle\">" +
        Escape(p.x_label) + "</text>\n";
@@ -108,10 +117,10 @@ std::string RenderSvg(const Plot& p) {
   int legend = 0;
   for (const PlotMarker& m : p.markers) {
     if (p.log_x && m.x <= 0) continue;
-    s += "<line x1=\"" + Num(fx(m.x)) + "\" y1=\"" + Num(T) + "\" x2=\"" + Num(fx(m.x)) + "\" y2=\"" +
-         Num(H - B) + "\" stroke=\"" + m.color + "\" stroke-dasharray=\"2,3\"/>\n";
-    s += "<text x=\"" + Num(W - R + 10) + "\" y=\"" + Num(T + 16 + 18 * legend++) + "\" fill=\"" + m.color +
-         "\">| " + Escape(m.label) + "</text>\n";
+    s += "<line x1=\"" + Num(fx(m.x)) + "\" y1=\"" + Num(T) + "\" x2=\"" + Num(fx(m.x)) + "\" y2=\"" + Num(H - B) +
+         "\" stroke=\"" + m.color + "\" stroke-dasharray=\"2,3\"/>\n";
+    s += "<text x=\"" + Num(W - R + 10) + "\" y=\"" + Num(T + 16 + 18 * legend++) + "\" fill=\"" + m.color + "\">| " +
+         Escape(m.label) + "</text>\n";
   }
   // Series.
   for (const PlotSeries& ser : p.series) {
@@ -134,8 +143,8 @@ std::string RenderSvg(const Plot& p) {
       s += "<path d=\"" + d + "\" fill=\"none\" stroke=\"" + ser.color + "\" stroke-width=\"2\"" +
            (ser.dashed ? " stroke-dasharray=\"6,4\"" : "") + "/>\n";
     }
-    s += "<text x=\"" + Num(W - R + 10) + "\" y=\"" + Num(T + 16 + 18 * legend++) + "\" fill=\"" + ser.color +
-         "\">" + (ser.markers ? "o " : "— ") + Escape(ser.label) + "</text>\n";
+    s += "<text x=\"" + Num(W - R + 10) + "\" y=\"" + Num(T + 16 + 18 * legend++) + "\" fill=\"" + ser.color + "\">" +
+         (ser.markers ? "o " : "— ") + Escape(ser.label) + "</text>\n";
   }
   s += "</svg>\n";
   return s;

@@ -12,8 +12,8 @@ struct PlotSeries {
   std::string color;
   std::vector<std::pair<double, double>> points;
   bool dashed = false;
-  bool markers = false;                 ///< circles instead of a line
-  std::vector<double> error;            ///< optional +- per point (markers)
+  bool markers = false;       ///< circles instead of a line
+  std::vector<double> error;  ///< optional +- per point (markers)
 };
 
 struct PlotMarker {

@@ -2,10 +2,10 @@
 
 #include <algorithm>
 #include <bit>
+#include <cstdio>
 #include <functional>
 #include <map>
 #include <random>
-#include <cstdio>
 
 #include "absl/strings/numbers.h"
 #include "ckpt/verify.h"
@@ -58,8 +58,8 @@ absl::StatusOr<std::unique_ptr<SyntheticJob>> SyntheticJob::Create(SynthJobOptio
   CKPT_ASSIGN_OR_RETURN(std::shared_ptr<Storage> storage, OpenStorage(job->options_.uri));
   const int world = static_cast<int>(job->options_.mesh.NumRanks());
   if (job->options_.only_rank >= world) {
-    return absl::InvalidArgumentError(StrCat("rank ", job->options_.only_rank, " is outside mesh ",
-                                             job->options_.mesh.ToString()));
+    return absl::InvalidArgumentError(
+        StrCat("rank ", job->options_.only_rank, " is outside mesh ", job->options_.mesh.ToString()));
   }
   for (int r = 0; r < world; ++r) {
     if (job->options_.only_rank >= 0 && r != job->options_.only_rank) continue;
@@ -178,13 +178,12 @@ struct SynthMeta {
   std::string saved_mesh;
 };
 
-absl::StatusOr<SynthMeta> MetaFrom(const std::map<std::string, std::string>& metadata,
-                                   int64_t step) {
+absl::StatusOr<SynthMeta> MetaFrom(const std::map<std::string, std::string>& metadata, int64_t step) {
   auto get = [&](const char* key) -> absl::StatusOr<std::string> {
     auto it = metadata.find(key);
     if (it == metadata.end()) {
-      return absl::FailedPreconditionError(StrCat(
-          "step ", step, " was not written by `ckpt synth` (no ", key, " in its metadata)"));
+      return absl::FailedPreconditionError(
+          StrCat("step ", step, " was not written by `ckpt synth` (no ", key, " in its metadata)"));
     }
     return it->second;
   };
@@ -220,8 +219,7 @@ absl::StatusOr<SynthMeta> MetaFrom(const std::map<std::string, std::string>& met
 // Loads rank r's boxes of `model` over `mesh` with `load` and compares them
 // with the generator, adding to `res`.
 absl::Status CheckRank(const SyntheticModel& model, const Mesh& mesh, int64_t r, uint64_t seed,
-                       const std::function<absl::StatusOr<LoadStats>(const State&)>& load,
-                       RestoreCheckResult* res) {
+                       const std::function<absl::StatusOr<LoadStats>(const State&)>& load, RestoreCheckResult* res) {
   State target;
   std::vector<std::vector<std::byte>> buffers;
   std::vector<std::pair<const TensorSpec*, Box>> boxes;
@@ -244,40 +242,38 @@ absl::Status CheckRank(const SyntheticModel& model, const Mesh& mesh, int64_t r,
   res->bytes_needed += ls.bytes_needed;
   for (size_t i = 0; i < boxes.size(); ++i) {
     int64_t first = -1;
-    const int64_t bad =
-        CheckSynthetic(*boxes[i].first, boxes[i].second, seed, buffers[i].data(), &first);
+    const int64_t bad = CheckSynthetic(*boxes[i].first, boxes[i].second, seed, buffers[i].data(), &first);
     res->elements += boxes[i].second.Volume();
     if (bad > 0 && res->first_mismatch.empty()) {
-      res->first_mismatch = StrCat("rank ", r, " tensor '", boxes[i].first->fqn, "' box ",
-                                   boxes[i].second.ToString(), " element ", first);
+      res->first_mismatch = StrCat("rank ", r, " tensor '", boxes[i].first->fqn, "' box ", boxes[i].second.ToString(),
+                                   " element ", first);
     }
     res->mismatches += bad;
   }
   return absl::OkStatus();
 }
 
-absl::StatusOr<SyntheticModel> ModelFor(const SynthMeta& meta, const Mesh& mesh,
-                                        size_t tensors_in_step, int64_t step) {
+absl::StatusOr<SyntheticModel> ModelFor(const SynthMeta& meta, const Mesh& mesh, size_t tensors_in_step, int64_t step) {
   CKPT_ASSIGN_OR_RETURN(SyntheticModel model, BuildSyntheticModel(meta.model, mesh));
   if (model.tensors.size() != tensors_in_step) {
-    return absl::FailedPreconditionError(StrCat(
-        "the model rebuilt for mesh ", mesh.ToString(), " has ", model.tensors.size(),
-        " tensors but step ", step, " has ", tensors_in_step));
+    return absl::FailedPreconditionError(StrCat("the model rebuilt for mesh ", mesh.ToString(), " has ",
+                                                model.tensors.size(), " tensors but step ", step, " has ",
+                                                tensors_in_step));
   }
   return model;
 }
 
 }  // namespace
 
-absl::StatusOr<SyntheticOptions> SyntheticOptionsOf(const std::map<std::string, std::string>& metadata,
-                                                    int64_t step, uint64_t* seed) {
+absl::StatusOr<SyntheticOptions> SyntheticOptionsOf(const std::map<std::string, std::string>& metadata, int64_t step,
+                                                    uint64_t* seed) {
   CKPT_ASSIGN_OR_RETURN(SynthMeta meta, MetaFrom(metadata, step));
   if (seed != nullptr) *seed = meta.seed;
   return meta.model;
 }
 
-absl::StatusOr<RestoreCheckResult> RestoreCheck(Storage& storage, int64_t step,
-                                                const Mesh& mesh, const LoadOptions& options) {
+absl::StatusOr<RestoreCheckResult> RestoreCheck(Storage& storage, int64_t step, const Mesh& mesh,
+                                                const LoadOptions& options) {
   const double t0 = NowSeconds();
   CKPT_ASSIGN_OR_RETURN(LoadableStep found, ResolveLoadable(storage, step, options.allow_fallback));
   step = found.step;
@@ -294,18 +290,15 @@ absl::StatusOr<RestoreCheckResult> RestoreCheck(Storage& storage, int64_t step,
   for (int64_t r = 0; r < mesh.NumRanks(); ++r) {
     CKPT_RETURN_IF_ERROR(CheckRank(
         model, mesh, r, meta.seed,
-        [&](const State& target) {
-          return LoadFromManifest(storage, manifest, target, static_cast<int>(r), options);
-        },
+        [&](const State& target) { return LoadFromManifest(storage, manifest, target, static_cast<int>(r), options); },
         &res));
   }
   res.seconds = NowSeconds() - t0;
   return res;
 }
 
-absl::StatusOr<RestoreCheckResult> RestoreCheckCollective(std::shared_ptr<Storage> storage,
-                                                          int64_t step, const Mesh& mesh,
-                                                          std::shared_ptr<Communicator> comm,
+absl::StatusOr<RestoreCheckResult> RestoreCheckCollective(std::shared_ptr<Storage> storage, int64_t step,
+                                                          const Mesh& mesh, std::shared_ptr<Communicator> comm,
                                                           const LoadOptions& options) {
   const double t0 = NowSeconds();
   const double timeout = 600;
@@ -319,12 +312,18 @@ absl::StatusOr<RestoreCheckResult> RestoreCheckCollective(std::shared_ptr<Storag
     absl::Status s;
     if (step == kLatestStep) {
       auto latest = LatestCommittedStep(*storage);
-      if (latest.ok()) step = *latest; else s = latest.status();
+      if (latest.ok())
+        step = *latest;
+      else
+        s = latest.status();
     }
     Manifest m;
     if (s.ok()) {
       auto read = ReadManifest(*storage, step);
-      if (read.ok()) m = std::move(read).value(); else s = read.status();
+      if (read.ok())
+        m = std::move(read).value();
+      else
+        s = read.status();
     }
     if (s.ok()) {
       ByteWriter w;
@@ -362,7 +361,7 @@ absl::StatusOr<RestoreCheckResult> RestoreCheckCollective(std::shared_ptr<Storag
   o.rank = comm->rank();
   o.world_size = comm->size();
   o.communicator = comm;
-  o.gc_on_open = false;  // a checker never changes the root
+  o.gc_on_open = false;                // a checker never changes the root
   o.engine_options.staging_bytes = 1;  // this process only loads
   CKPT_ASSIGN_OR_RETURN(auto cp, Checkpointer::Open(o));
   RestoreCheckResult res;
@@ -371,8 +370,8 @@ absl::StatusOr<RestoreCheckResult> RestoreCheckCollective(std::shared_ptr<Storag
   res.tensors = static_cast<int64_t>(model.tensors.size());
   res.saved_mesh = meta.saved_mesh;
   CKPT_RETURN_IF_ERROR(CheckRank(
-      model, mesh, comm->rank(), meta.seed,
-      [&](const State& target) { return cp->Load(target, step, options); }, &res));
+      model, mesh, comm->rank(), meta.seed, [&](const State& target) { return cp->Load(target, step, options); },
+      &res));
   // Sum every rank's figures on the leader.
   ByteWriter w;
   w.SVar(res.elements);

@@ -97,27 +97,25 @@ struct RestoreCheckResult {
   int64_t bytes_read = 0;
   int64_t bytes_decoded = 0;
   int64_t bytes_needed = 0;
-  double seconds = 0;       ///< the whole check: loads and comparisons
-  double load_seconds = 0;  ///< the load calls alone (target buffers already allocated)
+  double seconds = 0;          ///< the whole check: loads and comparisons
+  double load_seconds = 0;     ///< the load calls alone (target buffers already allocated)
   std::string first_mismatch;  ///< tensor, box and index of the first one
   std::string saved_mesh;
-  std::string damage_note;     ///< damage met on the way to the step (LoadStats::damage_note)
+  std::string damage_note;  ///< damage met on the way to the step (LoadStats::damage_note)
 };
 
 /// Loads `step` (kLatestStep for the latest) of a checkpoint written by
 /// `ckpt synth` onto `mesh`, one simulated rank at a time, and compares every
 /// element with the generator. The model is rebuilt from the manifest's
 /// metadata.
-absl::StatusOr<RestoreCheckResult> RestoreCheck(Storage& storage, int64_t step,
-                                                const Mesh& mesh,
+absl::StatusOr<RestoreCheckResult> RestoreCheck(Storage& storage, int64_t step, const Mesh& mesh,
                                                 const LoadOptions& options = {});
 
 /// The same for one rank of a job whose ranks are separate processes: every
 /// rank calls it together; the leader reads the manifest once and hands each
 /// rank its part through `comm`. The leader's result sums all ranks.
-absl::StatusOr<RestoreCheckResult> RestoreCheckCollective(std::shared_ptr<Storage> storage,
-                                                          int64_t step, const Mesh& mesh,
-                                                          std::shared_ptr<Communicator> comm,
+absl::StatusOr<RestoreCheckResult> RestoreCheckCollective(std::shared_ptr<Storage> storage, int64_t step,
+                                                          const Mesh& mesh, std::shared_ptr<Communicator> comm,
                                                           const LoadOptions& options = {});
 
 /// Sums per-rank save figures on the leader (bytes add up; times take the
@@ -126,8 +124,8 @@ absl::StatusOr<SynthSaveResult> CombineSaveResults(Communicator& comm, const Syn
 
 /// The generator options and seed recorded by `ckpt synth` in a step's
 /// metadata.
-absl::StatusOr<SyntheticOptions> SyntheticOptionsOf(const std::map<std::string, std::string>& metadata,
-                                                    int64_t step, uint64_t* seed);
+absl::StatusOr<SyntheticOptions> SyntheticOptionsOf(const std::map<std::string, std::string>& metadata, int64_t step,
+                                                    uint64_t* seed);
 
 /// "1.5 GiB", "12.0 MiB".
 std::string HumanBytes(double bytes);

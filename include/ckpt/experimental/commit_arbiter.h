@@ -25,7 +25,7 @@ struct ReplicaHash {
 struct SaveVote {
   bool ok = true;
   uint64_t save_id = 0;  ///< the save's identity (its CLAIM)
-  std::string error;  ///< when !ok
+  std::string error;     ///< when !ok
   double stall_s = 0;
   double write_s = 0;
   int64_t bytes = 0;
