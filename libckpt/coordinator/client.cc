@@ -24,6 +24,7 @@
 #include "util/bytes.h"
 #include "util/clock.h"
 #include "util/errors.h"
+#include "util/status_wire.h"
 #include "util/strings.h"
 
 namespace ckpt {
@@ -43,21 +44,18 @@ struct Reply {
 
 absl::Status DecodeError(std::string_view payload) {
   ByteReader r(payload, "error reply");
-  const auto code = static_cast<absl::StatusCode>(r.Var());
-  std::string message = r.Str();
+  const absl::Status s = ReadStatus(r);
   if (!r.ok()) return r.status();
-  return absl::Status(code == absl::StatusCode::kOk ? absl::StatusCode::kUnknown : code,
-                      StrCat("coordinator: ", message));
+  return absl::Status(s.ok() ? absl::StatusCode::kUnknown : s.code(), StrCat("coordinator: ", s.message()));
 }
 
 absl::Status DecodeDecision(std::string_view payload) {
   ByteReader r(payload, "decision");
   const bool ok = r.U8() != 0;
-  const auto code = static_cast<absl::StatusCode>(r.Var());
-  std::string message = r.Str();
+  const absl::Status s = ReadStatus(r);
   if (!r.ok()) return r.status();
   if (ok) return absl::OkStatus();
-  return absl::Status(code == absl::StatusCode::kOk ? absl::StatusCode::kAborted : code, message);
+  return s.ok() ? absl::AbortedError("") : s;
 }
 
 class ClientImpl;

@@ -39,6 +39,7 @@
 #include "util/clock.h"
 #include "util/errors.h"
 #include "util/json.h"
+#include "util/status_wire.h"
 #include "util/strings.h"
 
 namespace ckpt {
@@ -165,8 +166,7 @@ class Session : public std::enable_shared_from_this<Session> {
   void Reply(uint64_t request_id, MsgType type, std::string payload) { Send(EncodeFrame(type, request_id, payload)); }
   void ReplyError(uint64_t request_id, const absl::Status& s) {
     ByteWriter w;
-    w.Var(static_cast<uint64_t>(s.code()));
-    w.Str(std::string(s.message()));
+    WriteStatus(w, s);
     Reply(request_id, MsgType::kError, w.Take());
   }
   /// Closes the connection; `why` (if any) is logged once.
@@ -1064,8 +1064,7 @@ class CoordinatorImpl final : public Coordinator {
   static std::string DecisionPayload(const absl::Status& s) {
     ByteWriter w;
     w.U8(s.ok() ? 1 : 0);
-    w.Var(static_cast<uint64_t>(s.code()));
-    w.Str(std::string(s.message()));
+    WriteStatus(w, s);
     return w.Take();
   }
 

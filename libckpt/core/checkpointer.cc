@@ -37,6 +37,7 @@
 #include "util/clock.h"
 #include "util/errors.h"
 #include "util/hash.h"
+#include "util/status_wire.h"
 #include "util/strings.h"
 
 namespace ckpt {
@@ -260,24 +261,19 @@ class Checkpointer::Impl {
       auto found = ResolveLoadable(*storage_, step, options.allow_fallback);
       if (found.ok()) {
         manifest = std::move(found->manifest);
-        verdict = StrCat("ok ", found->step, " ", found->fell_back_from, " ", found->note);
         ReportDamage(*found);
+        verdict = EncodeOutcome(StrCat(found->step, " ", found->fell_back_from, " ", found->note));
       } else {
-        verdict = StrCat("!", static_cast<int>(found.status().code()), " ", found.status().message());
+        verdict = EncodeOutcome(found.status());
       }
     }
     CKPT_ASSIGN_OR_RETURN(verdict, comm.Broadcast(verdict, timeout));
-    if (!verdict.empty() && verdict[0] == '!') {
-      const size_t sp = verdict.find(' ');
-      int64_t code = 2;
-      ParseInt64(std::string_view(verdict).substr(1, sp - 1), &code);
-      return absl::Status(static_cast<absl::StatusCode>(code), verdict.substr(sp + 1));
-    }
-    // "ok STEP FELL_BACK_FROM NOTE"
-    std::vector<std::string> parts = absl::StrSplit(verdict, absl::MaxSplits(' ', 3));
+    CKPT_ASSIGN_OR_RETURN(verdict, DecodeOutcome(verdict, "the leader's choice of the step to load"));
+    // "STEP FELL_BACK_FROM NOTE"
+    std::vector<std::string> parts = absl::StrSplit(verdict, absl::MaxSplits(' ', 2));
     int64_t fell_back_from = -1;
-    if (parts.size() >= 3) ParseInt64(parts[2], &fell_back_from);
-    const std::string note = parts.size() >= 4 ? parts[3] : "";
+    if (parts.size() >= 2) ParseInt64(parts[1], &fell_back_from);
+    const std::string note = parts.size() >= 3 ? parts[2] : "";
     CKPT_ASSIGN_OR_RETURN(std::string plan,
                           DistributeLoadPlan(comm, target, comm.rank() == 0 ? &manifest : nullptr, timeout));
     CKPT_ASSIGN_OR_RETURN(Manifest mine, DecodeManifest(plan, "load plan from the leader"));
@@ -370,23 +366,17 @@ class Checkpointer::Impl {
       return mine;
     }
     // The leader decides alone (ranks reading LATEST at different moments
-    // could disagree) and tells everyone: "ok <id>" or "!<code> <message>".
+    // could disagree) and tells everyone the save id or its reason.
     std::string verdict;
     if (comm->rank() == 0) {
       absl::Status s = CheckStepIsNew(step, save_options);
       if (s.ok()) s = TakeClaim(*storage_, step, mine, options_.world_size);
-      verdict = s.ok() ? StrCat("ok ", mine) : StrCat("!", static_cast<int>(s.code()), " ", s.message());
+      verdict = EncodeOutcome(s.ok() ? absl::StatusOr<std::string>(StrCat(mine)) : s);
     }
     CKPT_ASSIGN_OR_RETURN(verdict, comm->Broadcast(verdict, options_.collective_timeout_s));
-    if (!verdict.empty() && verdict[0] == '!') {
-      const size_t sp = verdict.find(' ');
-      int64_t code = static_cast<int64_t>(absl::StatusCode::kUnknown);
-      ParseInt64(std::string_view(verdict).substr(1, sp - 1), &code);
-      return absl::Status(static_cast<absl::StatusCode>(code),
-                          sp == std::string::npos ? verdict : verdict.substr(sp + 1));
-    }
+    CKPT_ASSIGN_OR_RETURN(verdict, DecodeOutcome(verdict, StrCat("the leader's claim of step ", step)));
     uint64_t id = 0;
-    if (!absl::StartsWith(verdict, "ok ") || !absl::SimpleAtoi(verdict.substr(3), &id) || id == 0) {
+    if (!absl::SimpleAtoi(verdict, &id) || id == 0) {
       return absl::InternalError(StrCat("step ", step, ": malformed claim verdict from the leader"));
     }
     return id;

@@ -9,6 +9,7 @@
 #include "util/bytes.h"
 #include "util/errors.h"
 #include "util/hash.h"
+#include "util/status_wire.h"
 #include "util/strings.h"
 
 namespace ckpt {
@@ -158,13 +159,14 @@ absl::StatusOr<std::vector<bool>> AgreeOnWriters(Communicator& comm, const State
         masks[best->rank][best->index] = '1';
       }
     } else {
-      masks.assign(all.size(), std::string("!") + std::string(leader_error.message()));
+      masks.assign(all.size(), std::string());
+    }
+    for (std::string& m : masks) {
+      m = leader_error.ok() ? EncodeOutcome(std::move(m)) : EncodeOutcome(leader_error);
     }
   }
-  CKPT_ASSIGN_OR_RETURN(std::string mask, comm.Scatter(masks, timeout_s));
-  if (!mask.empty() && mask[0] == '!') {
-    return absl::InvalidArgumentError(mask.substr(1));
-  }
+  CKPT_ASSIGN_OR_RETURN(std::string sent, comm.Scatter(masks, timeout_s));
+  CKPT_ASSIGN_OR_RETURN(std::string mask, DecodeOutcome(sent, "the writer mask from the leader"));
   if (mask.size() != state.shards().size()) {
     return absl::InternalError("writer mask does not match the shard list");
   }
@@ -253,15 +255,14 @@ absl::StatusOr<std::string> DistributeLoadPlan(Communicator& comm, const State& 
     for (size_t r = 0; r < all.size(); ++r) {
       auto st = DecodeWants(all[r], static_cast<int>(r));
       if (!st.ok()) {
-        plans[r] = std::string("!") + std::string(st.status().message());
+        plans[r] = EncodeOutcome(st.status());
         continue;
       }
-      plans[r] = EncodeManifest(RestrictManifest(*manifest, *st, static_cast<int>(r)));
+      plans[r] = EncodeOutcome(EncodeManifest(RestrictManifest(*manifest, *st, static_cast<int>(r))));
     }
   }
   CKPT_ASSIGN_OR_RETURN(std::string plan, comm.Scatter(plans, timeout_s));
-  if (!plan.empty() && plan[0] == '!') return absl::InvalidArgumentError(plan.substr(1));
-  return plan;
+  return DecodeOutcome(plan, "the load plan from the leader");
 }
 
 }  // namespace ckpt

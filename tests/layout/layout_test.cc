@@ -10,6 +10,7 @@
 #include "testutil/test_util.h"
 #include "util/aligned_buffer.h"
 #include "util/hash.h"
+#include "util/status_wire.h"
 #include "util/stream_copy.h"
 
 namespace ckpt::testing {
@@ -107,6 +108,37 @@ TEST(BoxCopy, HashPackedIgnoresStrides) {
   // One row hashes as the row's bytes.
   Shard row{TensorSpec{"r", DType::kI32, {4}}, Box({0}, {4}), packed.data(), {}};
   EXPECT_EQ(HashPacked(row), Xxh3Seeded(packed.data(), 16, 0));
+}
+
+// A Status crosses a collective or the coordinator's wire with its code.
+TEST(StatusWire, CodesAndMessagesSurviveTheTrip) {
+  for (int c = 1; c <= 16; ++c) {
+    const absl::Status s(static_cast<absl::StatusCode>(c), "step 7: rank-000001.ckd at byte offset 4096");
+    auto back = DecodeOutcome(EncodeOutcome(s), "test");
+    ASSERT_FALSE(back.ok());
+    EXPECT_EQ(back.status(), s);
+    ByteWriter w;
+    WriteStatus(w, s);
+    const std::string bytes = w.Take();
+    ByteReader r(bytes, "test");
+    EXPECT_EQ(ReadStatus(r), s);
+    EXPECT_TRUE(r.ok());
+  }
+  auto value = DecodeOutcome(EncodeOutcome(std::string("e\0v!")), "test");
+  ASSERT_TRUE(value.ok());
+  EXPECT_EQ(*value, std::string("e\0v!"));
+  EXPECT_EQ(*DecodeOutcome(EncodeOutcome(std::string()), "test"), "");
+  for (std::string bad :
+       {std::string(), std::string("x"), std::string("e"), std::string("e\x00", 2), std::string("e\x05\xff")}) {
+    auto d = DecodeOutcome(bad, "the mask");
+    EXPECT_TRUE(absl::IsDataLoss(d.status())) << d.status();
+  }
+  ByteWriter w;
+  w.Var(999);
+  w.Str("odd");
+  const std::string odd = w.Take();
+  ByteReader r(odd, "test");
+  EXPECT_TRUE(absl::IsUnknown(ReadStatus(r)));
 }
 
 TEST(StreamCopy, MatchesMemcpyAtEverySizeAndAlignment) {
