@@ -41,6 +41,19 @@ bool IsValidDType(uint8_t raw);
 /// True for IEEE-like floating-point types (f64, f32, f16, bf16, fp8).
 bool IsFloatingPoint(DType dtype);
 
+/// IEEE-754 conversions (round to nearest even) of the narrow float types.
+uint16_t FloatToBF16(float f);
+uint16_t FloatToF16(float f);
+uint8_t FloatToF8E4M3(float f);  ///< saturating, e4m3fn (no infinities)
+uint8_t FloatToF8E5M2(float f);
+float BF16ToFloat(uint16_t h);
+float F16ToFloat(uint16_t h);
+float F8E4M3ToFloat(uint8_t v);
+float F8E5M2ToFloat(uint8_t v);
+
+/// Converts one element of `dtype` at `p` to double (bool and ints exact).
+double ElementToDouble(DType dtype, const void* p);
+
 }  // namespace ckpt
 
 #endif  // CKPT_DTYPE_H_

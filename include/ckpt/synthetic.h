@@ -51,19 +51,6 @@ void FillSynthetic(const TensorSpec& spec, const Box& box, uint64_t seed, void* 
 int64_t CheckSynthetic(const TensorSpec& spec, const Box& box, uint64_t seed, const void* data,
                        int64_t* first_bad = nullptr);
 
-/// IEEE-754 rounding helpers used by the generator (round to nearest even).
-uint16_t FloatToBF16(float f);
-uint16_t FloatToF16(float f);
-uint8_t FloatToF8E4M3(float f);  ///< saturating, e4m3fn (no infinities)
-uint8_t FloatToF8E5M2(float f);
-float BF16ToFloat(uint16_t h);
-float F16ToFloat(uint16_t h);
-float F8E4M3ToFloat(uint8_t v);
-float F8E5M2ToFloat(uint8_t v);
-
-/// Converts one element of `dtype` at `p` to double (bool and ints exact).
-double ElementToDouble(DType dtype, const void* p);
-
 }  // namespace ckpt
 
 #endif  // CKPT_SYNTHETIC_H_
