@@ -119,6 +119,28 @@ CKPT_C_EXPORT int ckpt_state_add_blob_out(ckpt_state* state, const char* name, v
 
 /** Starts an asynchronous save: returns once the shards are copied. */
 CKPT_C_EXPORT int ckpt_save_start(ckpt_checkpointer* cp, int64_t step, const ckpt_state* state, ckpt_save** out);
+
+/** What ckpt::SaveOptions holds, for ckpt_save_start_with. Set every field
+ * with ckpt_save_options_init first. */
+typedef struct ckpt_save_options {
+  /** Key/value pairs recorded in the manifest: metadata_count of each. */
+  const char* const* metadata_keys;
+  const char* const* metadata_values;
+  size_t metadata_count;
+  /** Save a step at or below the latest committed one (refused otherwise). */
+  int allow_older_step;
+  /** The save's identity, the same nonzero value on every rank and unique
+   * per attempt, for ranks without a communicator (0: chosen by the save).
+   * A rank whose step is claimed by another save fails with CKPT_ABORTED. */
+  uint64_t save_id;
+} ckpt_save_options;
+
+CKPT_C_EXPORT void ckpt_save_options_init(ckpt_save_options* options);
+/** ckpt_save_start with options (NULL: the defaults). */
+CKPT_C_EXPORT int ckpt_save_start_with(ckpt_checkpointer* cp, int64_t step, const ckpt_state* state,
+                                       const ckpt_save_options* options, ckpt_save** out);
+/** The save id of a started save (its CLAIM). */
+CKPT_C_EXPORT int ckpt_save_id(ckpt_save* save, uint64_t* id);
 /** *done = 1 once the save finished; then returns its outcome. */
 CKPT_C_EXPORT int ckpt_save_poll(ckpt_save* save, int* done);
 /** Blocks until the step is committed (CKPT_OK) or failed. */

@@ -149,11 +149,39 @@ int ckpt_state_add_blob_out(ckpt_state* state, const char* name, void* buffer, s
 }
 
 int ckpt_save_start(ckpt_checkpointer* cp, int64_t step, const ckpt_state* state, ckpt_save** out) {
+  return ckpt_save_start_with(cp, step, state, nullptr, out);
+}
+
+void ckpt_save_options_init(ckpt_save_options* options) {
+  if (options == nullptr) return;
+  *options = ckpt_save_options{};
+}
+
+int ckpt_save_start_with(ckpt_checkpointer* cp, int64_t step, const ckpt_state* state, const ckpt_save_options* options,
+                         ckpt_save** out) {
   if (cp == nullptr || state == nullptr || out == nullptr)
     return Invalid("ckpt_save_start: cp, state and out are required");
-  auto h = cp->cp->Save(step, state->state);
+  ckpt::SaveOptions so;
+  if (options != nullptr) {
+    if (options->metadata_count > 0 && (options->metadata_keys == nullptr || options->metadata_values == nullptr))
+      return Invalid("ckpt_save_start_with: metadata_count without metadata_keys and metadata_values");
+    for (size_t i = 0; i < options->metadata_count; ++i) {
+      if (options->metadata_keys[i] == nullptr || options->metadata_values[i] == nullptr)
+        return Invalid("ckpt_save_start_with: a metadata key or value is NULL");
+      so.metadata[options->metadata_keys[i]] = options->metadata_values[i];
+    }
+    so.allow_older_step = options->allow_older_step != 0;
+    so.save_id = options->save_id;
+  }
+  auto h = cp->cp->Save(step, state->state, so);
   if (!h.ok()) return Fail(h.status());
   *out = new ckpt_save{std::move(h).value()};
+  return CKPT_OK;
+}
+
+int ckpt_save_id(ckpt_save* save, uint64_t* id) {
+  if (save == nullptr || id == nullptr) return Invalid("ckpt_save_id: save and id are required");
+  *id = save->handle.Stats().save_id;
   return CKPT_OK;
 }
 

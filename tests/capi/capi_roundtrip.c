@@ -101,6 +101,41 @@ int main(int argc, char** argv) {
         "a box outside the shape");
   CHECK(ckpt_open(NULL, &cp) == CKPT_INVALID_ARGUMENT, "null options");
 
+  /* Save options: an older step only when asked for, and then kept; the
+   * save id is the step's CLAIM. */
+  ckpt_save_options so;
+  ckpt_save_options_init(&so);
+  ckpt_save* older = NULL;
+  CHECK(ckpt_save_start_with(cp, 0, st, &so, &older) == CKPT_FAILED_PRECONDITION, "an older step was not refused");
+  CHECK(strstr(ckpt_last_error(), "allow_older_step") != NULL, "message: %s", ckpt_last_error());
+  const char* keys[1] = {"run"};
+  const char* values[1] = {"capi"};
+  so.metadata_keys = keys;
+  so.metadata_values = values;
+  so.metadata_count = 1;
+  so.allow_older_step = 1;
+  so.save_id = 0x5eed;
+  older = NULL;
+  CHECK(ckpt_save_start_with(cp, 0, st, &so, &older) == CKPT_OK, "save an older step when asked");
+  if (older != NULL) {
+    CHECK(ckpt_save_wait(older) == CKPT_OK, "older save");
+    uint64_t id = 0;
+    CHECK(ckpt_save_id(older, &id) == CKPT_OK && id == 0x5eed, "save id %llx", (unsigned long long)id);
+    ckpt_save_free(older);
+  }
+  char claim_path[4096];
+  snprintf(claim_path, sizeof(claim_path), "%s/step-0000000000/CLAIM", argv[1]);
+  FILE* claim = fopen(claim_path, "r");
+  char claim_text[512] = {0};
+  if (claim != NULL) {
+    size_t n = fread(claim_text, 1, sizeof(claim_text) - 1, claim);
+    claim_text[n] = 0;
+    fclose(claim);
+  }
+  CHECK(strstr(claim_text, "save 0x0000000000005eed") != NULL, "CLAIM: %s", claim_text);
+  so.metadata_keys = NULL;
+  CHECK(ckpt_save_start_with(cp, 9, st, &so, &older) == CKPT_INVALID_ARGUMENT, "metadata_count without keys");
+
   ckpt_state_free(target);
   ckpt_state_free(st);
   ckpt_close(cp);
