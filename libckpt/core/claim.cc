@@ -35,17 +35,11 @@ std::string TagMarker(uint64_t id, std::string_view why) { return StrCat("save "
 uint64_t UntagMarker(std::string_view text, std::string* why) {
   std::string_view rest = text;
   uint64_t id = 0;
-  if (ConsumePrefix(&rest, "save 0x") && rest.size() >= 18 && rest.substr(16, 2) == ": ") {
-    for (char c : rest.substr(0, 16)) {
-      const int d = c >= '0' && c <= '9' ? c - '0' : (c >= 'a' && c <= 'f' ? c - 'a' + 10 : -1);
-      if (d < 0) {
-        id = 0;
-        break;
-      }
-      id = (id << 4) | static_cast<uint64_t>(d);
-    }
+  if (!ConsumePrefix(&rest, "save ") || rest.size() < 20 || rest.substr(18, 2) != ": " ||
+      !ParseHex64(rest.substr(0, 18), &id)) {
+    id = 0;
   }
-  *why = std::string(id != 0 ? rest.substr(18) : text);
+  *why = std::string(id != 0 ? rest.substr(20) : text);
   return id;
 }
 

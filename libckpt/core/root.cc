@@ -466,20 +466,30 @@ int64_t ProcessStartTicks(int64_t pid) {
   return ReadProcStat(pid, &state, &start) ? start : 0;
 }
 
+namespace {
+
+// Whether process `pid` of this host still runs: not a zombie (killed, not
+// yet reaped), and, when `start_ticks` is known, the same process (not
+// another that got the pid).
+bool ProcessRunsHere(int64_t pid, int64_t start_ticks) {
+  if (pid <= 0 || pid > (int64_t{1} << 31)) return false;
+  char state = 0;
+  int64_t start = 0;
+  if (ReadProcStat(pid, &state, &start)) {
+    if (state == 'Z' || state == 'X') return false;
+    return start_ticks == 0 || start == start_ticks;
+  }
+  return kill(static_cast<pid_t>(pid), 0) == 0 || errno == EPERM;
+}
+
+}  // namespace
+
 bool ClaimIsRunningHere(const StepClaim& claim) {
-  if (claim.pid <= 0 || claim.pid > (int64_t{1} << 31) || claim.host != ThisHostName()) return false;
+  if (claim.host != ThisHostName()) return false;
   // This process's own saves in flight are protected by their Checkpointer
   // (GcOptions::protect); an old claim of this pid is a leftover.
   if (claim.pid == getpid()) return false;
-  char state = 0;
-  int64_t start = 0;
-  if (ReadProcStat(claim.pid, &state, &start)) {
-    // A zombie (killed, not yet reaped) is gone; another process that got
-    // the same pid is not the claimant.
-    if (state == 'Z' || state == 'X') return false;
-    return claim.pid_start == 0 || start == claim.pid_start;
-  }
-  return kill(static_cast<pid_t>(claim.pid), 0) == 0 || errno == EPERM;
+  return ProcessRunsHere(claim.pid, claim.pid_start);
 }
 
 absl::StatusOr<GcReport> CollectGarbageIn(Storage& storage, const GcOptions& options) {
@@ -575,8 +585,8 @@ absl::StatusOr<GcReport> CollectGarbageIn(Storage& storage, const GcOptions& opt
         std::string_view rest = std::string_view(e.name).substr(kLatestName.size() + 5);
         int64_t pid = 0;
         const size_t dot = rest.find('.');
-        if (dot != std::string_view::npos && ParseInt64(rest.substr(0, dot), &pid) && pid > 0 &&
-            pid < (int64_t{1} << 31) && pid != getpid() && (kill(static_cast<pid_t>(pid), 0) == 0 || errno == EPERM)) {
+        if (dot != std::string_view::npos && ParseInt64(rest.substr(0, dot), &pid) && pid != getpid() &&
+            ProcessRunsHere(pid, 0)) {
           continue;
         }
         (void)storage.Remove(e.name);

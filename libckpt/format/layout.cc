@@ -85,18 +85,6 @@ bool NextField(std::string_view* rest, std::string_view key, std::string_view* v
   return true;
 }
 
-bool ParseHex64(std::string_view text, uint64_t* out) {
-  if (!ConsumePrefix(&text, "0x") || text.size() != 16) return false;
-  uint64_t v = 0;
-  for (char c : text) {
-    int d = c >= '0' && c <= '9' ? c - '0' : (c >= 'a' && c <= 'f' ? c - 'a' + 10 : -1);
-    if (d < 0) return false;
-    v = (v << 4) | static_cast<uint64_t>(d);
-  }
-  *out = v;
-  return true;
-}
-
 }  // namespace
 
 std::string EncodeClaim(const StepClaim& claim) {

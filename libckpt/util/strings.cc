@@ -29,6 +29,18 @@ std::string_view Trim(std::string_view t) {
 
 }  // namespace
 
+bool ParseHex64(std::string_view s, uint64_t* out) {
+  if (!ConsumePrefix(&s, "0x") || s.size() != 16) return false;
+  uint64_t v = 0;
+  for (char c : s) {
+    const int d = c >= '0' && c <= '9' ? c - '0' : (c >= 'a' && c <= 'f' ? c - 'a' + 10 : -1);
+    if (d < 0) return false;
+    v = (v << 4) | static_cast<uint64_t>(d);
+  }
+  *out = v;
+  return true;
+}
+
 std::optional<double> ParseDuration(std::string_view text) {
   std::string_view t = Trim(text);
   double scale = 1;

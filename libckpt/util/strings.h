@@ -48,6 +48,9 @@ inline bool ConsumeSuffix(std::string_view* s, std::string_view suffix) {
 
 /// Parses a whole decimal integer (optional leading '-'); false otherwise.
 bool ParseInt64(std::string_view s, int64_t* out);
+/// Parses "0x" and exactly 16 lower-case hex digits (how HexHashTo writes a
+/// 64-bit value).
+bool ParseHex64(std::string_view s, uint64_t* out);
 /// Parses a whole decimal number.
 bool ParseDouble(std::string_view s, double* out);
 
