@@ -445,10 +445,18 @@ class ClientImpl final : public CoordinatorClient {
         Dispatch(id, std::move(frame).value());
         continue;
       }
-      // Lost: reconnect with backoff, resuming where possible.
+      // Lost: reconnect with backoff, resuming where possible. The shutdown
+      // wakes a sender blocked on the dead socket; the descriptor is closed
+      // only while no sender holds it, so a send never lands on a descriptor
+      // this process has since opened for something else.
       {
         std::lock_guard<std::mutex> lock(mu_);
         connected_ = false;
+        shutdown(fd_, SHUT_RDWR);
+      }
+      {
+        std::lock_guard<std::mutex> wl(write_mu_);
+        std::lock_guard<std::mutex> lock(mu_);
         close(fd_);
         fd_ = -1;
         for (auto& [pid, p] : pending_) {

@@ -212,10 +212,12 @@ TEST(Coordinator, WrongTokenIsRefused) {
   ASSERT_FALSE(a.ok());
   EXPECT_TRUE(absl::IsPermissionDenied(a.status())) << a.status();
   EXPECT_NE((*coord)->StatusJson().find("\"refused_joins\":1"), std::string::npos);
-  std::lock_guard<std::mutex> lock(mu);
-  bool logged = false;
-  for (const std::string& l : lines) logged = logged || l.find("wrong token") != std::string::npos;
-  EXPECT_TRUE(logged);
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    bool logged = false;
+    for (const std::string& l : lines) logged = logged || l.find("wrong token") != std::string::npos;
+    EXPECT_TRUE(logged);
+  }
   // The refusal is visible to Prometheus on the same port.
   const std::string metrics = HttpGet((*coord)->port(), "/metrics");
   EXPECT_NE(metrics.find("HTTP/1.0 200 OK"), std::string::npos) << metrics;

@@ -16,6 +16,7 @@
 #include <cerrno>
 #include <chrono>
 #include <cstdio>
+#include <cstring>
 #include <fstream>
 #include <sstream>
 #include <string>
@@ -130,24 +131,31 @@ inline int RawConnect(int port) {
   a.sin_port = htons(static_cast<uint16_t>(port));
   a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
   if (connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)) != 0) {
+    const int e = errno;
     close(fd);
+    errno = e;
     return -1;
   }
   return fd;
 }
 
-/// The whole answer to an HTTP GET of `path`.
+/// The whole answer to an HTTP GET of `path`; when no answer comes, what
+/// failed and its errno, so that a failing check says why.
 inline std::string HttpGet(int port, const std::string& path) {
   const int fd = RawConnect(port);
-  if (fd < 0) return "";
+  if (fd < 0) return StrCat("(no answer: connect to port ", port, " failed: ", std::strerror(errno), ")");
   timeval tv{10, 0};
   setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
   const std::string req = "GET " + path + " HTTP/1.0\r\nHost: x\r\n\r\n";
   std::string out;
-  if (send(fd, req.data(), req.size(), MSG_NOSIGNAL) >= 0) {
+  if (send(fd, req.data(), req.size(), MSG_NOSIGNAL) != static_cast<ssize_t>(req.size())) {
+    out = StrCat("(no answer: send failed: ", std::strerror(errno), ")");
+  } else {
     char buf[4096];
     ssize_t n;
     while ((n = recv(fd, buf, sizeof(buf), 0)) > 0) out.append(buf, static_cast<size_t>(n));
+    if (n < 0) StrAppend(&out, "(recv failed after ", out.size(), " bytes: ", std::strerror(errno), ")");
+    if (out.empty()) out = "(no answer: the coordinator closed the connection without a byte)";
   }
   close(fd);
   return out;
