@@ -12,12 +12,13 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "ckpt/export.h"
 #include "ckpt/storage.h"
 #include "ckpt/tensor.h"
 
 namespace ckpt {
 
-struct TensorStats {
+struct CKPT_EXPORT TensorStats {
   std::string fqn;
   DType dtype = DType::kF32;
   Shape shape;
@@ -32,7 +33,7 @@ struct TensorStats {
   double ZeroFraction() const { return elements > 0 ? static_cast<double>(zeros) / elements : 0; }
 };
 
-struct AuditOptions {
+struct CKPT_EXPORT AuditOptions {
   /// Only tensors whose name matches this glob ('*', '?'); empty: all.
   std::string tensor_glob;
   /// Read memory per checkpoint: blocks in flight while streaming, or the
@@ -43,20 +44,22 @@ struct AuditOptions {
 };
 
 /// Statistics of every tensor of `step` (kLatestStep: the latest).
-absl::StatusOr<std::vector<TensorStats>> ComputeStats(Storage& storage, int64_t step, const AuditOptions& options = {});
+CKPT_EXPORT absl::StatusOr<std::vector<TensorStats>> ComputeStats(Storage& storage, int64_t step,
+                                                                  const AuditOptions& options = {});
 
 /// Health gate over the statistics of a step and, optionally, of the step
 /// before it. Returns one line per problem: NaN or Inf present, a tensor
 /// that is all zeros, an L2 norm that moved by more than
 /// `max_norm_change` (relative) since `previous`.
-struct GateOptions {
+struct CKPT_EXPORT GateOptions {
   double max_norm_change = 0.5;
   bool allow_all_zero = false;
 };
-std::vector<std::string> GateProblems(const std::vector<TensorStats>& current, const std::vector<TensorStats>* previous,
-                                      const GateOptions& options = {});
+CKPT_EXPORT std::vector<std::string> GateProblems(const std::vector<TensorStats>& current,
+                                                  const std::vector<TensorStats>* previous,
+                                                  const GateOptions& options = {});
 
-struct TensorDiff {
+struct CKPT_EXPORT TensorDiff {
   enum class Kind { kIdentical, kChanged, kOnlyInA, kOnlyInB, kMismatch };
   std::string fqn;
   Kind kind = Kind::kIdentical;
@@ -70,15 +73,15 @@ struct TensorDiff {
   std::string note;          ///< kMismatch: what differs (shape, dtype)
 };
 
-const char* DiffKindName(TensorDiff::Kind kind);
+CKPT_EXPORT const char* DiffKindName(TensorDiff::Kind kind);
 
 /// Compares every tensor of two steps (possibly of different roots and
 /// meshes) as global tensors. NaNs at the same place count as equal.
-absl::StatusOr<std::vector<TensorDiff>> DiffSteps(Storage& a, int64_t step_a, Storage& b, int64_t step_b,
-                                                  const AuditOptions& options = {});
+CKPT_EXPORT absl::StatusOr<std::vector<TensorDiff>> DiffSteps(Storage& a, int64_t step_a, Storage& b, int64_t step_b,
+                                                              const AuditOptions& options = {});
 
 /// A blob (by name and owning rank) or a metadata entry of two steps.
-struct ItemDiff {
+struct CKPT_EXPORT ItemDiff {
   enum class Kind { kIdentical, kChanged, kOnlyInA, kOnlyInB };
   std::string what;  ///< "blob 'rng' (rank 2)", "blob 'config' (global)", "metadata 'lr'"
   Kind kind = Kind::kIdentical;
@@ -87,7 +90,8 @@ struct ItemDiff {
 
 /// Compares the blobs (by name and rank, byte for byte) and the metadata of
 /// two steps. Sorted: blobs, then metadata.
-absl::StatusOr<std::vector<ItemDiff>> DiffBlobsAndMetadata(Storage& a, int64_t step_a, Storage& b, int64_t step_b);
+CKPT_EXPORT absl::StatusOr<std::vector<ItemDiff>> DiffBlobsAndMetadata(Storage& a, int64_t step_a, Storage& b,
+                                                                       int64_t step_b);
 
 }  // namespace ckpt
 

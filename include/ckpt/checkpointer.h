@@ -22,6 +22,7 @@
 #include "absl/status/statusor.h"
 #include "ckpt/codec.h"
 #include "ckpt/communicator.h"
+#include "ckpt/export.h"
 #include "ckpt/mesh.h"
 #include "ckpt/options.h"
 #include "ckpt/state.h"
@@ -30,13 +31,13 @@
 namespace ckpt {
 
 class SaveEngine;
-absl::StatusOr<std::shared_ptr<SaveEngine>> CreateSaveEngine(const SaveEngineOptions& options);
+CKPT_EXPORT absl::StatusOr<std::shared_ptr<SaveEngine>> CreateSaveEngine(const SaveEngineOptions& options);
 
 /// Two-phase commit through an outside arbiter; experimental
 /// (ckpt/experimental/commit_arbiter.h).
 class CommitArbiter;
 
-struct CheckpointerOptions {
+struct CKPT_EXPORT CheckpointerOptions {
   /// Root of the checkpoints: a path or a storage URI.
   std::string uri;
   /// Use this storage instead of opening `uri`.
@@ -81,7 +82,7 @@ struct CheckpointerOptions {
 };
 
 /// Tracks one asynchronous save. Thread-safe; copies share state.
-class SaveHandle {
+class CKPT_EXPORT SaveHandle {
  public:
   int64_t step() const;
   /// Blocks until the step is committed (or failed). On a non-leader rank it
@@ -117,10 +118,10 @@ enum class StepState : uint8_t {
   kCommitted,  ///< MANIFEST decodes and its copy is intact
   kDamaged,    ///< committed, but MANIFEST or its copy is missing or does not decode
 };
-std::string_view StepStateName(StepState state);
+CKPT_EXPORT std::string_view StepStateName(StepState state);
 
 /// A step found under the root.
-struct StepInfo {
+struct CKPT_EXPORT StepInfo {
   int64_t step = 0;
   StepState state = StepState::kPartial;
   /// A manifest of the step decodes (from MANIFEST or its copy): it can be
@@ -135,7 +136,7 @@ struct StepInfo {
 
 /// The result of a garbage-collection pass. Damaged steps are never removed
 /// unless asked for by name (GcOptions in core/root.h, `ckpt gc --damaged`).
-struct GcReport {
+struct CKPT_EXPORT GcReport {
   std::vector<int64_t> removed_steps;    ///< committed steps past retention
   std::vector<int64_t> removed_partial;  ///< uncommitted leftovers
   std::vector<int64_t> removed_damaged;  ///< damaged steps, only when asked for
@@ -152,20 +153,20 @@ constexpr int64_t kLatestStep = -1;
 
 /// Latest committed step under a root (LATEST, or a scan when LATEST is
 /// damaged); NotFound when there is none.
-absl::StatusOr<int64_t> LatestCommittedStep(Storage& storage);
+CKPT_EXPORT absl::StatusOr<int64_t> LatestCommittedStep(Storage& storage);
 
 /// Loads `target` from a committed step without opening a Checkpointer (no
 /// side effects on the root). `rank` selects per-rank blobs.
-absl::StatusOr<LoadStats> LoadCheckpoint(Storage& storage, const State& target, int64_t step = kLatestStep,
-                                         int rank = 0, const LoadOptions& options = {});
+CKPT_EXPORT absl::StatusOr<LoadStats> LoadCheckpoint(Storage& storage, const State& target, int64_t step = kLatestStep,
+                                                     int rank = 0, const LoadOptions& options = {});
 
 /// All step directories under a root, ascending.
-absl::StatusOr<std::vector<StepInfo>> ListCheckpointSteps(Storage& storage);
+CKPT_EXPORT absl::StatusOr<std::vector<StepInfo>> ListCheckpointSteps(Storage& storage);
 
 /// One rank's view of a checkpoint root. Thread-safe; Save calls are
 /// serialized (a Save waits until the previous one has left the staging
 /// arena).
-class Checkpointer {
+class CKPT_EXPORT Checkpointer {
  public:
   static absl::StatusOr<std::unique_ptr<Checkpointer>> Open(CheckpointerOptions options);
   ~Checkpointer();

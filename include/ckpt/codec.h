@@ -6,6 +6,8 @@
 #include <optional>
 #include <string_view>
 
+#include "ckpt/export.h"
+
 namespace ckpt {
 
 /// Block codec. The numeric values are part of the on-disk format.
@@ -14,8 +16,8 @@ enum class Codec : uint8_t {
   kZstd = 1,         ///< Zstandard over the whole block
   kShuffleZstd = 2,  ///< byte planes by element width, each zstd or raw
 };
-std::string_view CodecName(Codec codec);
-std::optional<Codec> ParseCodec(std::string_view name);
+CKPT_EXPORT std::string_view CodecName(Codec codec);
+CKPT_EXPORT std::optional<Codec> ParseCodec(std::string_view name);
 
 }  // namespace ckpt
 

@@ -11,6 +11,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "ckpt/export.h"
 
 namespace ckpt {
 
@@ -19,7 +20,7 @@ namespace ckpt {
 /// hang the others). Rank 0 is the leader. Implementations: local threads
 /// (CreateLocalCommunicators), MPI (ckpt/mpi.h), the elastic coordinator.
 /// Thread-safety: one collective at a time per Communicator object.
-class Communicator {
+class CKPT_EXPORT Communicator {
  public:
   virtual ~Communicator() = default;
   virtual int rank() const = 0;
@@ -36,7 +37,7 @@ class Communicator {
 };
 
 /// `n` communicators for ranks that are threads of one process.
-std::vector<std::shared_ptr<Communicator>> CreateLocalCommunicators(int n);
+CKPT_EXPORT std::vector<std::shared_ptr<Communicator>> CreateLocalCommunicators(int n);
 
 }  // namespace ckpt
 

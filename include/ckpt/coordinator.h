@@ -23,10 +23,11 @@
 #include "ckpt/checkpointer.h"
 #include "ckpt/communicator.h"
 #include "ckpt/experimental/commit_arbiter.h"
+#include "ckpt/export.h"
 
 namespace ckpt {
 
-struct CoordinatorOptions {
+struct CKPT_EXPORT CoordinatorOptions {
   /// HOST:PORT to listen on; port 0 picks a free one (see port()).
   std::string listen = "127.0.0.1:0";
   /// Where the journal lives (generations, commits, SDC alerts). Required.
@@ -66,10 +67,10 @@ struct CoordinatorOptions {
 /// The job token in the file at `path`, without trailing newlines. Refuses,
 /// with the fix in the message, a file that group or others may access and
 /// a token shorter than 16 bytes or only whitespace.
-absl::StatusOr<std::string> ReadJobToken(const std::string& path);
+CKPT_EXPORT absl::StatusOr<std::string> ReadJobToken(const std::string& path);
 
 /// A running coordinator, serving on its own thread until destroyed.
-class Coordinator {
+class CKPT_EXPORT Coordinator {
  public:
   /// Replays the journal in state_dir, binds and starts serving.
   static absl::StatusOr<std::unique_ptr<Coordinator>> Start(const CoordinatorOptions& options);
@@ -79,7 +80,7 @@ class Coordinator {
   virtual std::string StatusJson() = 0;
 };
 
-struct CoordinatorClientOptions {
+struct CKPT_EXPORT CoordinatorClientOptions {
   std::string address;  ///< HOST:PORT
   std::string token;
   std::string job = "default";
@@ -92,7 +93,7 @@ struct CoordinatorClientOptions {
 };
 
 /// What a generation gives a member.
-struct Assignment {
+struct CKPT_EXPORT Assignment {
   int64_t generation = 0;
   int first_rank = 0;
   int local_ranks = 1;
@@ -105,7 +106,7 @@ struct Assignment {
 /// A worker's connection: joins, heartbeats on a background thread,
 /// reconnects after a coordinator restart, and provides the Communicator
 /// and CommitArbiter of the current generation. Thread-safe.
-class CoordinatorClient {
+class CKPT_EXPORT CoordinatorClient {
  public:
   static absl::StatusOr<std::unique_ptr<CoordinatorClient>> Connect(const CoordinatorClientOptions& options);
   virtual ~CoordinatorClient() = default;

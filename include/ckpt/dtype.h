@@ -7,6 +7,8 @@
 #include <optional>
 #include <string_view>
 
+#include "ckpt/export.h"
+
 namespace ckpt {
 
 /// Element type of a tensor. The numeric values are part of the on-disk
@@ -27,32 +29,32 @@ enum class DType : uint8_t {
 };
 
 /// Size of one element in bytes; 0 for a value that is not a known DType.
-size_t DTypeSize(DType dtype);
+CKPT_EXPORT size_t DTypeSize(DType dtype);
 
 /// Canonical lower-case name ("f32", "bf16", "f8e4m3", ...).
-std::string_view DTypeName(DType dtype);
+CKPT_EXPORT std::string_view DTypeName(DType dtype);
 
 /// Parses a canonical name or a common alias ("float32", "bfloat16", "int64").
-std::optional<DType> ParseDType(std::string_view name);
+CKPT_EXPORT std::optional<DType> ParseDType(std::string_view name);
 
 /// True for a value that names a DType.
-bool IsValidDType(uint8_t raw);
+CKPT_EXPORT bool IsValidDType(uint8_t raw);
 
 /// True for IEEE-like floating-point types (f64, f32, f16, bf16, fp8).
-bool IsFloatingPoint(DType dtype);
+CKPT_EXPORT bool IsFloatingPoint(DType dtype);
 
 /// IEEE-754 conversions (round to nearest even) of the narrow float types.
-uint16_t FloatToBF16(float f);
-uint16_t FloatToF16(float f);
-uint8_t FloatToF8E4M3(float f);  ///< saturating, e4m3fn (no infinities)
-uint8_t FloatToF8E5M2(float f);
-float BF16ToFloat(uint16_t h);
-float F16ToFloat(uint16_t h);
-float F8E4M3ToFloat(uint8_t v);
-float F8E5M2ToFloat(uint8_t v);
+CKPT_EXPORT uint16_t FloatToBF16(float f);
+CKPT_EXPORT uint16_t FloatToF16(float f);
+CKPT_EXPORT uint8_t FloatToF8E4M3(float f);  ///< saturating, e4m3fn (no infinities)
+CKPT_EXPORT uint8_t FloatToF8E5M2(float f);
+CKPT_EXPORT float BF16ToFloat(uint16_t h);
+CKPT_EXPORT float F16ToFloat(uint16_t h);
+CKPT_EXPORT float F8E4M3ToFloat(uint8_t v);
+CKPT_EXPORT float F8E5M2ToFloat(uint8_t v);
 
 /// Converts one element of `dtype` at `p` to double (bool and ints exact).
-double ElementToDouble(DType dtype, const void* p);
+CKPT_EXPORT double ElementToDouble(DType dtype, const void* p);
 
 }  // namespace ckpt
 

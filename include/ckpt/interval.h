@@ -11,6 +11,7 @@
 
 #include "absl/status/statusor.h"
 #include "ckpt/checkpointer.h"
+#include "ckpt/export.h"
 
 namespace ckpt {
 
@@ -18,24 +19,24 @@ namespace ckpt {
 // Blocking checkpoints (the job stops for `delta` seconds per checkpoint).
 
 /// Young's first-order optimum: sqrt(2 * delta * M).
-double YoungInterval(double delta, double mtbf);
+CKPT_EXPORT double YoungInterval(double delta, double mtbf);
 
 /// Daly's higher-order estimate (FGCS 2006, eq. 37): compute time between
 /// checkpoints; M when delta >= 2M.
-double DalyInterval(double delta, double mtbf);
+CKPT_EXPORT double DalyInterval(double delta, double mtbf);
 
 /// The exact minimiser of Daly's expected wall time,
 /// tau = M * (1 + W0(-exp(-(delta / M + 1)))), W0 the Lambert W function.
-double ExactDalyInterval(double delta, double mtbf);
+CKPT_EXPORT double ExactDalyInterval(double delta, double mtbf);
 
 /// Daly's expected wall time to finish `work` seconds of computation with
 /// compute interval `tau`, checkpoint cost `delta`, restart `restart`, MTBF
 /// `mtbf`, failures possible at any time (also during checkpoints and
 /// restarts): M e^{R/M} (e^{(tau+delta)/M} - 1) work / tau.
-double DalyWallTime(double work, double tau, double delta, double restart, double mtbf);
+CKPT_EXPORT double DalyWallTime(double work, double tau, double delta, double restart, double mtbf);
 
 /// work / DalyWallTime: the fraction of wall time that is useful work.
-double DalyGoodput(double tau, double delta, double restart, double mtbf);
+CKPT_EXPORT double DalyGoodput(double tau, double delta, double restart, double mtbf);
 
 // ---------------------------------------------------------------------------
 // Asynchronous checkpoints: the job stops for `stall` seconds, then the save
@@ -50,21 +51,21 @@ double DalyGoodput(double tau, double delta, double restart, double mtbf);
 /// write + period without a failure. Renewal arithmetic gives
 ///   (period - stall) / M * e^{-(restart + write) / M} / (e^{period / M} - 1),
 /// Daly's blocking model with cost = stall, times e^{-write / M}.
-double AsyncGoodput(double period, double stall, double write, double restart, double mtbf);
+CKPT_EXPORT double AsyncGoodput(double period, double stall, double write, double restart, double mtbf);
 
 /// Expected wall time lost per failure in the same model (re-done work,
 /// restart, failures during the restart): (E[window] - period) / failures
 /// per window.
-double AsyncLossPerFailure(double period, double stall, double write, double restart, double mtbf);
+CKPT_EXPORT double AsyncLossPerFailure(double period, double stall, double write, double restart, double mtbf);
 
 /// The period maximising AsyncGoodput: Daly's exact optimum for a cost of
 /// `stall` (the write does not move it), but at least stall + write.
-double AsyncInterval(double stall, double write, double mtbf);
+CKPT_EXPORT double AsyncInterval(double stall, double write, double mtbf);
 
 // ---------------------------------------------------------------------------
 // Failure rates from logs.
 
-struct MtbfEstimate {
+struct CKPT_EXPORT MtbfEstimate {
   int64_t failures = 0;
   double observed_s = 0;  ///< total time the estimate is based on
   double mtbf = 0;        ///< maximum-likelihood estimate
@@ -74,9 +75,9 @@ struct MtbfEstimate {
 
 /// Exponential MLE from inter-failure times (time-truncated when
 /// `censored_tail` > 0: that much observation after the last failure).
-MtbfEstimate EstimateMtbf(const std::vector<double>& inter_failure_s, double censored_tail = 0);
+CKPT_EXPORT MtbfEstimate EstimateMtbf(const std::vector<double>& inter_failure_s, double censored_tail = 0);
 
-struct WeibullFit {
+struct CKPT_EXPORT WeibullFit {
   double shape = 1;  ///< k: < 1 infant mortality, > 1 wear-out
   double scale = 0;  ///< lambda, seconds
   double Mean() const;
@@ -84,19 +85,19 @@ struct WeibullFit {
 
 /// Maximum-likelihood Weibull fit of inter-failure times (Newton on the
 /// shape equation). Needs at least two distinct positive values.
-absl::StatusOr<WeibullFit> FitWeibull(const std::vector<double>& inter_failure_s);
+CKPT_EXPORT absl::StatusOr<WeibullFit> FitWeibull(const std::vector<double>& inter_failure_s);
 
 /// Parses a failure log: one entry per line or a JSON array; entries are
 /// either timestamps (ISO-8601 "2024-05-01T03:12:00Z" or Unix seconds) or,
 /// with `intervals`, inter-failure durations ("3h", "1800", "45m"). CSV
 /// lines take the first field; a header line is skipped. Returns sorted
 /// inter-failure times in seconds.
-absl::StatusOr<std::vector<double>> ParseFailureLog(const std::string& text, bool intervals);
+CKPT_EXPORT absl::StatusOr<std::vector<double>> ParseFailureLog(const std::string& text, bool intervals);
 
 // ---------------------------------------------------------------------------
 // Monte Carlo.
 
-struct SimulationConfig {
+struct CKPT_EXPORT SimulationConfig {
   bool async = false;
   double work = 0;      ///< useful compute to finish
   double interval = 0;  ///< blocking: compute between checkpoints; async: period
@@ -110,7 +111,7 @@ struct SimulationConfig {
   uint64_t seed = 1;
 };
 
-struct SimulationResult {
+struct CKPT_EXPORT SimulationResult {
   double goodput = 0;       ///< mean of work / wall time over runs
   double goodput_ci95 = 0;  ///< half-width of its 95% interval
   double mean_wall = 0;
@@ -120,12 +121,12 @@ struct SimulationResult {
 /// Simulates `runs` independent runs; failures are a renewal process with
 /// Weibull(shape, scale) gaps whose mean is `mtbf`, striking at any moment
 /// (computing, checkpointing, restarting).
-SimulationResult Simulate(const SimulationConfig& config);
+CKPT_EXPORT SimulationResult Simulate(const SimulationConfig& config);
 
 // ---------------------------------------------------------------------------
 // Policy.
 
-struct IntervalPolicyOptions {
+struct CKPT_EXPORT IntervalPolicyOptions {
   double mtbf_s = 24 * 3600;
   double restart_s = 600;
   double stall_s = 1;   ///< starting estimate, refined by RecordSave
@@ -139,7 +140,7 @@ struct IntervalPolicyOptions {
 /// Answers "checkpoint now?" each step, from the failure rate and the save
 /// costs it measures (exponentially smoothed), never before the previous
 /// save is durable. Not thread-safe.
-class IntervalPolicy {
+class CKPT_EXPORT IntervalPolicy {
  public:
   explicit IntervalPolicy(IntervalPolicyOptions options);
   /// `now_s`: any monotonic clock. `previous_durable`: the last save's

@@ -10,13 +10,14 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "ckpt/export.h"
 #include "ckpt/tensor.h"
 
 namespace ckpt {
 
 /// A named N-d device mesh, e.g. dp=4 x tp=2 x pp=2. Rank order is row-major
 /// over the dimensions as listed (the last dimension varies fastest).
-struct Mesh {
+struct CKPT_EXPORT Mesh {
   std::vector<std::string> names;
   std::vector<int64_t> sizes;
 
@@ -39,7 +40,7 @@ struct Mesh {
 };
 
 /// How one mesh dimension lays a tensor out (as DTensor's placements).
-struct Placement {
+struct CKPT_EXPORT Placement {
   enum class Kind : uint8_t { kReplicate = 0, kShard = 1 };
   Kind kind = Kind::kReplicate;
   /// Tensor dimension split across the mesh dimension (kShard).
@@ -54,7 +55,7 @@ struct Placement {
 };
 
 /// The layout of one tensor over a mesh.
-struct TensorLayout {
+struct CKPT_EXPORT TensorLayout {
   TensorSpec spec;
   /// One placement per mesh dimension (missing trailing ones: Replicate).
   std::vector<Placement> placements;
@@ -71,15 +72,15 @@ struct TensorLayout {
 /// The box of `layout.spec` that `rank` holds, or nullopt when the rank holds
 /// no part of it (another pipeline stage). The box may be empty when an
 /// uneven split leaves the rank nothing. Errors on inconsistent layouts.
-absl::StatusOr<std::optional<Box>> RankBox(const TensorLayout& layout, const Mesh& mesh, int64_t rank);
+CKPT_EXPORT absl::StatusOr<std::optional<Box>> RankBox(const TensorLayout& layout, const Mesh& mesh, int64_t rank);
 
 /// RankBox for explicit mesh coordinates (one per mesh dimension).
-absl::StatusOr<std::optional<Box>> BoxAtCoords(const TensorLayout& layout, const Mesh& mesh,
-                                               const std::vector<int64_t>& coords);
+CKPT_EXPORT absl::StatusOr<std::optional<Box>> BoxAtCoords(const TensorLayout& layout, const Mesh& mesh,
+                                                           const std::vector<int64_t>& coords);
 
 /// Splits [0, extent) into `parts` torch.chunk-style: each part gets
 /// ceil(extent / parts) until the extent runs out. Returns parts + 1 bounds.
-std::vector<int64_t> ChunkBoundaries(int64_t extent, int64_t parts);
+CKPT_EXPORT std::vector<int64_t> ChunkBoundaries(int64_t extent, int64_t parts);
 
 }  // namespace ckpt
 

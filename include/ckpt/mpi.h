@@ -8,6 +8,7 @@
 
 #include "absl/status/statusor.h"
 #include "ckpt/communicator.h"
+#include "ckpt/export.h"
 
 namespace ckpt {
 
@@ -17,7 +18,7 @@ namespace ckpt {
 /// communicator must not be used again (MPI cannot cancel a collective).
 /// ckpt calls MPI only from the thread that calls Save or Load; initialize
 /// MPI with the thread level that usage needs.
-absl::StatusOr<std::shared_ptr<Communicator>> CreateMpiCommunicator(MPI_Comm comm);
+CKPT_EXPORT absl::StatusOr<std::shared_ptr<Communicator>> CreateMpiCommunicator(MPI_Comm comm);
 
 }  // namespace ckpt
 

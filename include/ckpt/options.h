@@ -8,18 +8,20 @@
 #include <map>
 #include <string>
 
+#include "ckpt/export.h"
+
 namespace ckpt {
 
 /// Which steps survive after a new one commits. Zero values disable a rule;
 /// with both zero every step is kept.
-struct RetentionPolicy {
+struct CKPT_EXPORT RetentionPolicy {
   int keep_last = 0;       ///< keep the newest k committed steps
   int64_t keep_every = 0;  ///< also keep steps that are multiples of n
 };
 
 /// Staging memory and background threads. One engine may serve several
 /// Checkpointers (ranks) of a process; it is thread-safe.
-struct SaveEngineOptions {
+struct CKPT_EXPORT SaveEngineOptions {
   size_t staging_bytes = size_t{256} << 20;  ///< arena budget
   /// Raw bytes per block: the unit of checksums, compression and reads. 1 MiB
   /// keeps a partial read of a chunk close to what it needs while writes stay
@@ -31,7 +33,7 @@ struct SaveEngineOptions {
   int background_nice = 10;
 };
 
-struct SaveOptions {
+struct CKPT_EXPORT SaveOptions {
   /// Key/value pairs recorded in the manifest.
   std::map<std::string, std::string> metadata;
   /// Save a step at or below the latest committed one (a branch from an
@@ -52,7 +54,7 @@ struct SaveOptions {
   uint64_t save_id = 0;
 };
 
-struct LoadOptions {
+struct CKPT_EXPORT LoadOptions {
   int worker_threads = 0;  ///< 0: min(4, hardware)
   /// Read memory in flight (never more than the load needs); adjacent
   /// blocks are read with one request.
@@ -70,7 +72,7 @@ struct LoadOptions {
 };
 
 /// Measured costs of one save, for the interval optimiser.
-struct SaveStats {
+struct CKPT_EXPORT SaveStats {
   int64_t step = 0;
   double stall_s = 0;         ///< time Save blocked the caller
   double write_s = 0;         ///< Save start until this rank's data was durable
@@ -82,14 +84,14 @@ struct SaveStats {
   uint64_t save_id = 0;  ///< the identity in the step's CLAIM
 };
 
-struct SaveProgress {
+struct CKPT_EXPORT SaveProgress {
   int64_t blocks_total = 0;
   int64_t blocks_written = 0;
   int64_t bytes_staged = 0;
   int64_t bytes_written = 0;
 };
 
-struct LoadStats {
+struct CKPT_EXPORT LoadStats {
   int64_t step = 0;
   int64_t bytes_read = 0;     ///< stored bytes read from storage
   int64_t bytes_decoded = 0;  ///< raw bytes of the blocks read

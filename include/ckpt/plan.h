@@ -7,20 +7,21 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "ckpt/export.h"
 #include "ckpt/mesh.h"
 
 namespace ckpt {
 
 /// One chunk to write: tensor index into the layout list, its box, the rank
 /// that writes it and how many ranks hold a copy.
-struct ChunkAssignment {
+struct CKPT_EXPORT ChunkAssignment {
   int32_t tensor = 0;
   Box box;
   int64_t writer = 0;
   int64_t replicas = 1;
 };
 
-struct SavePlan {
+struct CKPT_EXPORT SavePlan {
   Mesh mesh;
   std::vector<ChunkAssignment> chunks;
   /// Per rank: indices into `chunks` it writes.
@@ -32,7 +33,7 @@ struct SavePlan {
 /// Plans a save of `layouts` over `mesh`. Empty boxes are skipped. Writers
 /// are chosen greedily, largest chunk first, to the holder with the fewest
 /// bytes so far (ties to the lowest rank).
-absl::StatusOr<SavePlan> PlanSave(const std::vector<TensorLayout>& layouts, const Mesh& mesh);
+CKPT_EXPORT absl::StatusOr<SavePlan> PlanSave(const std::vector<TensorLayout>& layouts, const Mesh& mesh);
 
 }  // namespace ckpt
 

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "ckpt/export.h"
 #include "ckpt/tensor.h"
 
 namespace ckpt {
@@ -18,7 +19,7 @@ namespace ckpt {
 /// row-major contiguous. For Save the memory is only read, and only during
 /// the Save call (it is copied to the staging arena before Save returns). For
 /// Load it is written, and must stay valid until Load returns.
-struct Shard {
+struct CKPT_EXPORT Shard {
   TensorSpec spec;
   Box box;
   void* data = nullptr;
@@ -33,7 +34,7 @@ struct Shard {
 enum class BlobScope : uint8_t { kRank = 0, kGlobal = 1 };
 
 /// A named opaque byte string (RNG state, data-loader position, config).
-struct Blob {
+struct CKPT_EXPORT Blob {
   std::string name;
   BlobScope scope = BlobScope::kRank;
   /// Save: bytes to store (read during Save only).
@@ -51,7 +52,7 @@ inline constexpr uint64_t kMaxBlobBytes = uint64_t{1} << 40;
 
 /// An ordered collection of shards and blobs. Not thread-safe; cheap to
 /// build per call, holds no tensor memory itself.
-class State {
+class CKPT_EXPORT State {
  public:
   /// Adds a shard. Fails (InvalidArgument, naming the tensor) when the spec
   /// breaks a limit (CheckTensorSpec: rank above 32, more than 2^50

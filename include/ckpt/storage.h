@@ -19,13 +19,14 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
+#include "ckpt/export.h"
 
 struct ckpt_storage_plugin;  // include/ckpt/plugin_abi.h
 
 namespace ckpt {
 
 /// What a backend can do, as reported by `ckpt plugins`.
-struct StorageCaps {
+struct CKPT_EXPORT StorageCaps {
   std::string engine;               ///< "io_uring", "threads", "memory", ...
   bool direct_io = false;           ///< writes bypass the page cache
   bool atomic_rename = false;       ///< PutAtomic is a rename on one filesystem
@@ -47,7 +48,7 @@ using IoCallback = absl::AnyInvocable<void(absl::Status) &&>;
 /// Thread-safety: WriteAsync may be called from several threads at once;
 /// Drain and Finish must not run concurrently with WriteAsync. Callbacks run
 /// on backend threads (or inline) and must not block on other writes.
-class WritableFile {
+class CKPT_EXPORT WritableFile {
  public:
   virtual ~WritableFile() = default;
 
@@ -78,7 +79,7 @@ class WritableFile {
 
 /// A file open for reading. Thread-safe: every method may be called
 /// concurrently.
-class ReadableFile {
+class CKPT_EXPORT ReadableFile {
  public:
   virtual ~ReadableFile() = default;
 
@@ -98,7 +99,7 @@ class ReadableFile {
   virtual const std::string& path() const = 0;
 };
 
-struct WriteOptions {
+struct CKPT_EXPORT WriteOptions {
   /// Try to bypass the page cache; silently buffered where unsupported.
   bool direct = true;
   /// Empty an existing file first. False keeps its bytes (and length until
@@ -107,14 +108,14 @@ struct WriteOptions {
 };
 
 /// An entry of List().
-struct DirEntry {
+struct CKPT_EXPORT DirEntry {
   std::string name;
   bool is_dir = false;
 };
 
 /// An asynchronous byte-object store rooted at one location.
 /// Thread-safety: every method may be called concurrently.
-class Storage {
+class CKPT_EXPORT Storage {
  public:
   virtual ~Storage() = default;
 
@@ -179,7 +180,7 @@ class Storage {
 /// Forwards every call to another storage; decorators (fault injection,
 /// tiering, accounting) override only what they change. Thread-safety is
 /// that of the wrapped storage.
-class ForwardingStorage : public Storage {
+class CKPT_EXPORT ForwardingStorage : public Storage {
  public:
   explicit ForwardingStorage(std::shared_ptr<Storage> base) : base_(std::move(base)) {}
 
@@ -221,7 +222,7 @@ class ForwardingStorage : public Storage {
 using StorageFactory = std::function<absl::StatusOr<std::shared_ptr<Storage>>(std::string_view uri)>;
 
 /// A backend as `ckpt plugins` shows it.
-struct BackendInfo {
+struct CKPT_EXPORT BackendInfo {
   std::string scheme;
   std::string origin;  ///< "built-in", "registered", or the plugin's file
   std::string description;
@@ -230,19 +231,19 @@ struct BackendInfo {
 
 /// Registers a backend for `scheme` ("file", "mem", ...). Returns false when
 /// the scheme is taken. Thread-safe.
-bool RegisterStorageScheme(const std::string& scheme, StorageFactory factory);
-bool RegisterStorageScheme(BackendInfo info, StorageFactory factory);
+CKPT_EXPORT bool RegisterStorageScheme(const std::string& scheme, StorageFactory factory);
+CKPT_EXPORT bool RegisterStorageScheme(BackendInfo info, StorageFactory factory);
 
 /// Schemes currently registered, sorted.
-std::vector<std::string> RegisteredStorageSchemes();
+CKPT_EXPORT std::vector<std::string> RegisteredStorageSchemes();
 
 /// Every registered backend, then every plugin found on the plugin path
 /// (loading them), sorted by scheme.
-std::vector<BackendInfo> ListStorageBackends();
+CKPT_EXPORT std::vector<BackendInfo> ListStorageBackends();
 
 /// A storage plugin: a shared object exporting `ckpt_storage_plugin_entry`
 /// (include/ckpt/plugin_abi.h).
-struct PluginInfo {
+struct CKPT_EXPORT PluginInfo {
   std::string file;
   std::string scheme;
   std::string description;
@@ -258,20 +259,20 @@ struct PluginInfo {
 
 /// Directories searched for plugins: $CKPT_PLUGIN_PATH (':'-separated), then
 /// the install directory (<libdir>/ckpt/plugins).
-std::vector<std::string> StoragePluginPath();
+CKPT_EXPORT std::vector<std::string> StoragePluginPath();
 
 /// Loads one plugin file (once; later calls return the same result). Never
 /// throws or aborts: problems are in PluginInfo::error.
-PluginInfo LoadStoragePlugin(const std::string& file);
+CKPT_EXPORT PluginInfo LoadStoragePlugin(const std::string& file);
 
 /// Loads every "*.so" in the plugin path, in path order.
-std::vector<PluginInfo> DiscoverStoragePlugins();
+CKPT_EXPORT std::vector<PluginInfo> DiscoverStoragePlugins();
 
 /// Opens storage for `uri`: "scheme://rest"; a plain path means file://.
 /// Options ride in the query ("file:///data/ckpt?direct=0&engine=threads").
 /// A scheme no built-in serves is looked up among the plugins on the plugin
 /// path; the error for an unknown scheme lists the plugins that failed.
-absl::StatusOr<std::shared_ptr<Storage>> OpenStorage(std::string_view uri);
+CKPT_EXPORT absl::StatusOr<std::shared_ptr<Storage>> OpenStorage(std::string_view uri);
 
 }  // namespace ckpt
 

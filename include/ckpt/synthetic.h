@@ -9,12 +9,13 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "ckpt/export.h"
 #include "ckpt/mesh.h"
 #include "ckpt/tensor.h"
 
 namespace ckpt {
 
-struct SyntheticOptions {
+struct CKPT_EXPORT SyntheticOptions {
   int64_t params = 1 << 20;    ///< approximate parameter count
   DType dtype = DType::kBF16;  ///< parameter dtype
   bool adam = false;           ///< add fp32 exp_avg / exp_avg_sq and a step
@@ -29,7 +30,7 @@ struct SyntheticOptions {
 /// (or shards optimizer state with `zero`); other dimensions replicate. The
 /// set of tensors and their shapes depend only on the options, never on the
 /// mesh, so a state saved on one mesh can be restored onto any other.
-struct SyntheticModel {
+struct CKPT_EXPORT SyntheticModel {
   std::vector<TensorLayout> tensors;
   int layers = 0;
   int64_t hidden = 0;
@@ -37,19 +38,19 @@ struct SyntheticModel {
   int64_t params = 0;  ///< exact parameter count
 };
 
-absl::StatusOr<SyntheticModel> BuildSyntheticModel(const SyntheticOptions& options, const Mesh& mesh);
+CKPT_EXPORT absl::StatusOr<SyntheticModel> BuildSyntheticModel(const SyntheticOptions& options, const Mesh& mesh);
 
 /// Writes the values of `box` of `spec` into `data` (row-major, packed).
 /// Floats are normal-like with a per-tensor scale chosen from the name
 /// (norm weights near 1, Adam moments small, exp_avg_sq non-negative);
 /// integer tensors named "...step" hold `seed`, other integers hash bits.
-void FillSynthetic(const TensorSpec& spec, const Box& box, uint64_t seed, void* data);
+CKPT_EXPORT void FillSynthetic(const TensorSpec& spec, const Box& box, uint64_t seed, void* data);
 
 /// Counts elements of `data` (row-major, packed `box`) that differ bitwise
 /// from FillSynthetic's. When `first_bad` is non-null it receives the
 /// row-major index within the box of the first mismatch (or -1).
-int64_t CheckSynthetic(const TensorSpec& spec, const Box& box, uint64_t seed, const void* data,
-                       int64_t* first_bad = nullptr);
+CKPT_EXPORT int64_t CheckSynthetic(const TensorSpec& spec, const Box& box, uint64_t seed, const void* data,
+                                   int64_t* first_bad = nullptr);
 
 }  // namespace ckpt
 

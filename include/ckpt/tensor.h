@@ -9,6 +9,7 @@
 #include "absl/container/inlined_vector.h"
 #include "absl/status/status.h"
 #include "ckpt/dtype.h"
+#include "ckpt/export.h"
 
 namespace ckpt {
 
@@ -27,7 +28,7 @@ using Dims = absl::InlinedVector<int64_t, 4>;
 
 /// A hyper-rectangle of a global tensor: element offsets and sizes per
 /// dimension. A 0-dimensional box (scalar tensor) has one element.
-struct Box {
+struct CKPT_EXPORT Box {
   Dims offsets;
   Dims sizes;
 
@@ -50,13 +51,13 @@ struct Box {
 };
 
 /// True when `box` lies inside a tensor of `shape` (same rank, no overflow).
-bool BoxWithin(const Box& box, const Shape& shape);
+CKPT_EXPORT bool BoxWithin(const Box& box, const Shape& shape);
 
 /// Intersection of two boxes of the same rank; sizes are 0 where disjoint.
-Box Intersect(const Box& a, const Box& b);
+CKPT_EXPORT Box Intersect(const Box& a, const Box& b);
 
 /// Global description of a tensor: fully qualified name, dtype, shape.
-struct TensorSpec {
+struct CKPT_EXPORT TensorSpec {
   std::string fqn;
   DType dtype = DType::kF32;
   Shape shape;
@@ -69,10 +70,10 @@ struct TensorSpec {
 /// InvalidArgument naming the tensor when its name is empty, its rank is
 /// above kMaxTensorRank, a dimension is negative, or it has more than
 /// kMaxTensorElements elements.
-absl::Status CheckTensorSpec(const TensorSpec& spec);
+CKPT_EXPORT absl::Status CheckTensorSpec(const TensorSpec& spec);
 
 /// "[4096, 1024]".
-std::string ShapeToString(const Shape& shape);
+CKPT_EXPORT std::string ShapeToString(const Shape& shape);
 
 }  // namespace ckpt
 

@@ -12,12 +12,13 @@
 
 #include "absl/status/statusor.h"
 #include "ckpt/checkpointer.h"
+#include "ckpt/export.h"
 #include "ckpt/mesh.h"
 #include "ckpt/storage.h"
 
 namespace ckpt {
 
-struct VerifyOptions {
+struct CKPT_EXPORT VerifyOptions {
   /// Read and check every block (both checksums, decode). False: metadata,
   /// sizes, indexes and exact cover only.
   bool deep = true;
@@ -28,7 +29,7 @@ struct VerifyOptions {
 };
 
 /// One thing found wrong, located as precisely as possible.
-struct VerifyProblem {
+struct CKPT_EXPORT VerifyProblem {
   std::string message;  ///< full sentence, names everything known
   std::string tensor;   ///< fqn, or blob name, when known
   std::string chunk;    ///< chunk box, when known
@@ -36,7 +37,7 @@ struct VerifyProblem {
   int64_t offset = -1;  ///< byte offset in `file`, when known
 };
 
-struct VerifyReport {
+struct CKPT_EXPORT VerifyReport {
   int64_t step = 0;
   bool deep = true;
   int64_t files = 0;
@@ -52,20 +53,21 @@ struct VerifyReport {
 /// Verifies one committed step. Problems found (corruption, truncation,
 /// missing files, gaps) are listed in the report; an error status means the
 /// step could not be examined at all (no such root or step).
-absl::StatusOr<VerifyReport> VerifyStep(Storage& storage, int64_t step, const VerifyOptions& options = {});
+CKPT_EXPORT absl::StatusOr<VerifyReport> VerifyStep(Storage& storage, int64_t step, const VerifyOptions& options = {});
 
 /// The newest committed step at or below `at_most` (any step when negative)
 /// that passes a fast verification, for restarts: damage to one of its two
 /// manifest files alone does not disqualify it (the other describes it). -1
 /// when none. `log` gets a line for each step passed over, and for one
 /// restored from its intact manifest.
-int64_t NewestRestorableStep(Storage& storage, int64_t at_most, const std::function<void(const std::string&)>& log);
+CKPT_EXPORT int64_t NewestRestorableStep(Storage& storage, int64_t at_most,
+                                         const std::function<void(const std::string&)>& log);
 
 /// Checks the root's LATEST pointer: nullopt when fine or absent, else what
 /// is wrong with it.
-std::optional<VerifyProblem> CheckLatestPointer(Storage& storage);
+CKPT_EXPORT std::optional<VerifyProblem> CheckLatestPointer(Storage& storage);
 
-struct TensorSummary {
+struct CKPT_EXPORT TensorSummary {
   std::string fqn;
   DType dtype = DType::kF32;
   Shape shape;
@@ -74,13 +76,13 @@ struct TensorSummary {
   int64_t bytes_stored = 0;
 };
 
-struct BlobSummary {
+struct CKPT_EXPORT BlobSummary {
   std::string name;
   int rank = -1;  ///< -1: global
   int64_t size = 0;
 };
 
-struct CheckpointSummary {
+struct CKPT_EXPORT CheckpointSummary {
   int64_t step = 0;
   int world_size = 0;
   int64_t created_unix_ns = 0;
@@ -96,7 +98,7 @@ struct CheckpointSummary {
   std::vector<BlobSummary> blobs;
 };
 
-struct RepairReport {
+struct CKPT_EXPORT RepairReport {
   int64_t step = 0;
   std::vector<std::string> repaired;  ///< what was rewritten, from where
   std::vector<std::string> lost;      ///< problems no intact copy could fix
@@ -111,10 +113,11 @@ struct RepairReport {
 /// replaced), then `damaged` is verified again. Problems that remain, or
 /// whose source copy is damaged too, are listed in `lost`. With `dry_run`
 /// nothing is written and `repaired` says what would be.
-absl::StatusOr<RepairReport> RepairStep(Storage& damaged, Storage& source, int64_t step, bool dry_run = false);
+CKPT_EXPORT absl::StatusOr<RepairReport> RepairStep(Storage& damaged, Storage& source, int64_t step,
+                                                    bool dry_run = false);
 
 /// Summarizes a committed step from its manifest and file indexes.
-absl::StatusOr<CheckpointSummary> SummarizeStep(Storage& storage, int64_t step);
+CKPT_EXPORT absl::StatusOr<CheckpointSummary> SummarizeStep(Storage& storage, int64_t step);
 
 }  // namespace ckpt
 

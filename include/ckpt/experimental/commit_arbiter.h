@@ -9,20 +9,21 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "ckpt/export.h"
 
 namespace ckpt {
 
 /// A rank's copy of a shard that other ranks hold too (data-parallel
 /// replicas), hashed at Save so that an arbiter can catch silent data
 /// corruption: replicas of one box must agree.
-struct ReplicaHash {
+struct CKPT_EXPORT ReplicaHash {
   std::string key;       ///< tensor fqn and box, e.g. "w[0:4096,0:512]"
   uint64_t hash = 0;     ///< xxh3 of the packed bytes
   bool written = false;  ///< this rank's copy is the one saved
 };
 
 /// One rank's phase-1 vote on a step.
-struct SaveVote {
+struct CKPT_EXPORT SaveVote {
   bool ok = true;
   uint64_t save_id = 0;  ///< the save's identity (its CLAIM)
   std::string error;     ///< when !ok
@@ -38,7 +39,7 @@ struct SaveVote {
 /// decided to commit (every rank of the generation voted yes, none died,
 /// replicas agree), then reports the outcome; the other ranks learn it from
 /// the arbiter. Thread-safe.
-class CommitArbiter {
+class CKPT_EXPORT CommitArbiter {
  public:
   virtual ~CommitArbiter() = default;
   /// Phase 1, every rank.
