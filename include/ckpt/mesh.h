@@ -11,6 +11,7 @@
 
 #include "absl/status/statusor.h"
 #include "ckpt/export.h"
+#include "ckpt/limits.h"
 #include "ckpt/tensor.h"
 
 namespace ckpt {
@@ -38,6 +39,12 @@ struct CKPT_EXPORT Mesh {
   std::string ToString() const;
   bool operator==(const Mesh& other) const = default;
 };
+
+/// OK when `mesh` can be recorded and planned: names and sizes agree in
+/// number, at most kMaxTensorRank dimensions (ckpt/limits.h), names non-empty,
+/// unique and at most kMaxMeshDimNameBytes, sizes >= 1, at most 2^24 ranks
+/// (checked without overflow).
+CKPT_EXPORT absl::Status CheckMesh(const Mesh& mesh);
 
 /// How one mesh dimension lays a tensor out (as DTensor's placements).
 struct CKPT_EXPORT Placement {

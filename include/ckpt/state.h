@@ -9,6 +9,7 @@
 
 #include "absl/status/status.h"
 #include "ckpt/export.h"
+#include "ckpt/limits.h"
 #include "ckpt/tensor.h"
 
 namespace ckpt {
@@ -45,10 +46,6 @@ struct CKPT_EXPORT Blob {
   std::string* out = nullptr;
   int source_rank = -1;
 };
-
-/// Largest blob saved or loaded (1 TiB): checked where a blob enters, from a
-/// caller or a manifest, before anything is allocated for it.
-inline constexpr uint64_t kMaxBlobBytes = uint64_t{1} << 40;
 
 /// An ordered collection of shards and blobs. Not thread-safe; cheap to
 /// build per call, holds no tensor memory itself.

@@ -10,17 +10,15 @@
 #include "absl/status/status.h"
 #include "ckpt/dtype.h"
 #include "ckpt/export.h"
+#include "ckpt/limits.h"
 
 namespace ckpt {
 
 using Shape = std::vector<int64_t>;
 
-/// Limits every shape and box is checked against where it enters (State,
-/// the C and Python APIs, manifests, HDF5 imports), before anything is
-/// allocated for it.
-inline constexpr int kMaxTensorRank = 32;
-/// 2^50 elements: 8 PiB of f64, far beyond any tensor, far below overflow.
-inline constexpr int64_t kMaxTensorElements = int64_t{1} << 50;
+// Shapes and boxes are checked against kMaxTensorRank and kMaxTensorElements
+// (ckpt/limits.h) where they enter (State, the C and Python APIs, manifests,
+// HDF5 imports), before anything is allocated for them.
 
 /// Per-dimension coordinates, stored inline for up to 4 dimensions: plans at
 /// frontier scale hold millions of boxes.

@@ -174,7 +174,7 @@ class ClientImpl final : public CoordinatorClient {
     w.U8(text ? 1 : 0);
     CKPT_ASSIGN_OR_RETURN(Reply r, Call(MsgType::kStatus, w.Take(), 10, false));
     ByteReader br(r.payload, "status reply");
-    std::string json = br.Str(1 << 26);
+    std::string json = br.Str(kMaxStatusBytes);
     if (!br.ok()) return br.status();
     return json;
   }

@@ -10,24 +10,15 @@
 #include <string_view>
 
 #include "absl/status/statusor.h"
+#include "ckpt/limits.h"
 
 namespace ckpt::coord {
 
 inline constexpr uint32_t kFrameMagic = 0x4f434b43;  // "CKCO" little-endian
 inline constexpr uint8_t kProtocolVersion = 1;
 inline constexpr size_t kHeaderSize = 24;
-/// Largest payload either side accepts unless configured otherwise.
-inline constexpr uint32_t kDefaultMaxPayload = 16u << 20;
 inline constexpr size_t kNonceSize = 32;
 inline constexpr size_t kMacSize = 32;
-/// Largest payload accepted on a connection that has not joined: a join
-/// (job and host of at most 4 KiB each, the MAC) fits, nothing bigger is
-/// ever needed before the token is proven.
-inline constexpr uint32_t kMaxPreAuthPayload = 16u << 10;
-/// Largest HTTP request (request line and headers) the coordinator reads.
-inline constexpr size_t kMaxHttpRequest = 8u << 10;
-/// Shortest job token accepted, in bytes.
-inline constexpr size_t kMinTokenBytes = 16;
 
 enum class MsgType : uint16_t {
   kHello = 1,         ///< S->C on connect: nonce, coordinator id

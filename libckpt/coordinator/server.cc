@@ -541,8 +541,8 @@ class CoordinatorImpl final : public Coordinator {
 
   // ---------------- rendezvous ----------------
   absl::Status OnJoin(const std::shared_ptr<Session>& s, const FrameHeader& h, ByteReader& r) {
-    const std::string job = r.Str(4096);
-    const std::string host = r.Str(4096);
+    const std::string job = r.Str(kMaxJoinFieldBytes);
+    const std::string host = r.Str(kMaxJoinFieldBytes);
     const int local = static_cast<int>(r.Count(1 << 20, "local ranks"));
     const uint64_t previous = r.Var();
     const int64_t previous_gen = r.SVar();
@@ -948,14 +948,14 @@ class CoordinatorImpl final : public Coordinator {
     const int64_t step = r.SVar();
     SaveVote v;
     v.ok = r.U8() != 0;
-    v.error = r.Str(1 << 16);
+    v.error = r.Str(kMaxWireTextBytes);
     v.stall_s = BitsDouble(r.U64());
     v.write_s = BitsDouble(r.U64());
     v.bytes = r.SVar();
     const uint64_t n = r.Count(1 << 24, "replica hashes");
     for (uint64_t i = 0; i < n && r.ok(); ++i) {
       ReplicaHash rh;
-      rh.key = r.Str(1 << 16);
+      rh.key = r.Str(kMaxWireTextBytes);
       rh.hash = r.U64();
       rh.written = r.U8() != 0;
       v.replicas.push_back(std::move(rh));
@@ -1112,7 +1112,7 @@ class CoordinatorImpl final : public Coordinator {
     const int64_t gen = r.SVar();
     const int64_t step = r.SVar();
     const bool ok = r.U8() != 0;
-    const std::string message = r.Str(1 << 16);
+    const std::string message = r.Str(kMaxWireTextBytes);
     if (!r.ok()) return r.status();
     if (absl::Status st = CheckRank(s, gen, 0); !st.ok()) {
       s->ReplyError(h.request_id, st);

@@ -76,6 +76,7 @@ class Checkpointer::Impl {
     if (options_.zstd_level < -7 || options_.zstd_level > 22) {
       return absl::InvalidArgumentError(StrCat("zstd level ", options_.zstd_level, " is outside -7..22"));
     }
+    if (options_.mesh) CKPT_RETURN_IF_ERROR(CheckMesh(*options_.mesh));
     if (options_.storage) {
       storage_ = options_.storage;
     } else {
@@ -95,6 +96,13 @@ class Checkpointer::Impl {
     const double t0 = NowSeconds();
     if (step < 0) {
       return absl::InvalidArgumentError(StrCat("step ", step, " is negative"));
+    }
+    for (const auto& [key, value] : save_options.metadata) {
+      if (key.size() > kMaxMetadataBytes || value.size() > kMaxMetadataBytes) {
+        return absl::InvalidArgumentError(StrCat("metadata '", key.substr(0, 64), "': key and value are limited to ",
+                                                 kMaxMetadataBytes, " bytes each (", key.size(), " and ", value.size(),
+                                                 " given)"));
+      }
     }
     std::lock_guard<std::mutex> save_lock(save_mu_);
     const std::string dir = StepDir(step);

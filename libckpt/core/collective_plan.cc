@@ -5,6 +5,7 @@
 #include <numeric>
 
 #include "absl/container/flat_hash_map.h"
+#include "ckpt/limits.h"
 #include "plan/cover.h"
 #include "util/bytes.h"
 #include "util/errors.h"
@@ -45,7 +46,7 @@ absl::StatusOr<State> DecodeWants(std::string_view bytes, int rank) {
   static std::string sink;
   for (uint64_t i = 0; i < n && r.ok(); ++i) {
     TensorSpec spec;
-    spec.fqn = r.Str(65536);
+    spec.fqn = r.Str(kMaxNameBytes);
     spec.dtype = static_cast<DType>(r.U8());
     const uint64_t nd = r.Count(32, "rank");
     for (uint64_t d = 0; d < nd; ++d) spec.shape.push_back(static_cast<int64_t>(r.Var()));
@@ -58,7 +59,7 @@ absl::StatusOr<State> DecodeWants(std::string_view bytes, int rank) {
   }
   const uint64_t nb = r.Count(uint64_t{1} << 24, "blob count");
   for (uint64_t i = 0; i < nb && r.ok(); ++i) {
-    std::string name = r.Str(65536);
+    std::string name = r.Str(kMaxNameBytes);
     const auto scope = static_cast<BlobScope>(r.U8());
     const int src = static_cast<int>(r.SVar());
     const bool is_out = r.U8() != 0;

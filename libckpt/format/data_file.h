@@ -17,6 +17,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "ckpt/limits.h"
 
 namespace ckpt {
 
@@ -27,7 +28,6 @@ constexpr size_t kIndexEntrySize = 40;
 constexpr size_t kIndexHeaderSize = 16;
 constexpr size_t kFooterSize = 64;
 constexpr uint32_t kDataFormatVersion = 1;
-constexpr uint32_t kMaxBlockBytes = 64u << 20;
 
 inline uint64_t FrameLength(uint64_t stored_len) {
   return (stored_len + kTrailerSize + kFrameAlign - 1) / kFrameAlign * kFrameAlign;

@@ -17,6 +17,7 @@
 #include <string_view>
 
 #include "absl/status/statusor.h"
+#include "ckpt/limits.h"
 
 namespace ckpt {
 
@@ -58,7 +59,6 @@ struct StepClaim {
   int64_t pid_start = 0;
   int64_t claimed_unix_ns = 0;
 };
-inline constexpr size_t kMaxClaimHostBytes = 255;
 
 /// CLAIM is a short text file that carries its own checksum:
 ///   "ckpt-claim 1\nsave 0x<16 hex>\nworld <n>\nhost <name>\npid <n>\n"

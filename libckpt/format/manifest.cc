@@ -15,8 +15,6 @@ namespace ckpt {
 namespace {
 
 constexpr char kManifestMagic[8] = {'C', 'K', 'P', 'T', 'M', 'A', 'N', 'I'};
-constexpr uint64_t kMaxCount = uint64_t{1} << 32;
-constexpr int kMaxRank = kMaxTensorRank;
 
 }  // namespace
 
@@ -155,56 +153,56 @@ absl::StatusOr<Manifest> DecodeManifest(std::string_view bytes, std::string_view
   m.step = r.SVar();
   m.world_size = static_cast<int32_t>(r.Count(1u << 24, "world size"));
   m.created_unix_ns = static_cast<int64_t>(r.U64());
-  m.library_version = r.Str(256);
+  m.library_version = r.Str(kMaxVersionBytes);
   uint8_t codec = r.U8();
   if (codec > 2) r.Fail(StrCat("unknown codec ", codec));
   m.codec = static_cast<Codec>(codec);
   if (r.U8() != 0) {
     Mesh mesh;
-    uint64_t nd = r.Count(kMaxRank, "mesh dimensions");
+    uint64_t nd = r.Count(kMaxTensorRank, "mesh dimensions");
     for (uint64_t i = 0; i < nd && r.ok(); ++i) {
-      mesh.names.push_back(r.Str(256));
+      mesh.names.push_back(r.Str(kMaxMeshDimNameBytes));
       mesh.sizes.push_back(static_cast<int64_t>(r.Count(1u << 24, "mesh size")));
     }
     m.mesh = std::move(mesh);
   }
-  uint64_t nmeta = r.Count(kMaxCount, "metadata count");
+  uint64_t nmeta = r.Count(kMaxManifestCount, "metadata count");
   for (uint64_t i = 0; i < nmeta && r.ok(); ++i) {
-    std::string k = r.Str();
-    m.metadata[k] = r.Str();
+    std::string k = r.Str(kMaxMetadataBytes);
+    m.metadata[k] = r.Str(kMaxMetadataBytes);
   }
-  uint64_t nfiles = r.Count(kMaxCount, "file count");
+  uint64_t nfiles = r.Count(kMaxManifestCount, "file count");
   for (uint64_t i = 0; i < nfiles && r.ok(); ++i) {
     ManifestFile f;
-    f.name = r.Str(4096);
+    f.name = r.Str(kMaxFileNameBytes);
     f.rank = static_cast<int32_t>(r.Count(1u << 24, "file rank"));
     f.size = r.Var();
     f.index_offset = r.Var();
     f.index_len = r.Var();
     f.index_hash = r.U64();
-    f.block_count = r.Count(kMaxCount, "block count");
+    f.block_count = r.Count(kMaxManifestCount, "block count");
     f.block_size = r.Count(kMaxBlockBytes, "block size");
     f.save_id = r.U64();
     if (version >= 2) f.container_hash = r.U64();
     m.files.push_back(std::move(f));
   }
-  uint64_t ntensors = r.Count(kMaxCount, "tensor count");
+  uint64_t ntensors = r.Count(kMaxManifestCount, "tensor count");
   for (uint64_t i = 0; i < ntensors && r.ok(); ++i) {
     ManifestTensor t;
-    t.spec.fqn = r.Str(65536);
+    t.spec.fqn = r.Str(kMaxNameBytes);
     uint8_t dt = r.U8();
     if (r.ok() && !IsValidDType(dt)) {
       r.Fail(StrCat("tensor '", t.spec.fqn, "': unknown dtype ", dt));
     }
     t.spec.dtype = static_cast<DType>(dt);
-    uint64_t nd = r.Count(kMaxRank, "tensor rank");
+    uint64_t nd = r.Count(kMaxTensorRank, "tensor rank");
     for (uint64_t d = 0; d < nd && r.ok(); ++d) {
       t.spec.shape.push_back(static_cast<int64_t>(r.Count(uint64_t{1} << 48, "dimension")));
     }
     if (r.ok()) {
       if (absl::Status s = CheckTensorSpec(t.spec); !s.ok()) r.Fail(std::string(s.message()));
     }
-    uint64_t nchunks = r.Count(kMaxCount, "chunk count");
+    uint64_t nchunks = r.Count(kMaxManifestCount, "chunk count");
     for (uint64_t c = 0; c < nchunks && r.ok(); ++c) {
       ManifestChunk ch;
       ch.file = static_cast<uint32_t>(r.Count(nfiles, "chunk file"));
@@ -232,10 +230,10 @@ absl::StatusOr<Manifest> DecodeManifest(std::string_view bytes, std::string_view
     }
     m.tensors.push_back(std::move(t));
   }
-  uint64_t nblobs = r.Count(kMaxCount, "blob count");
+  uint64_t nblobs = r.Count(kMaxManifestCount, "blob count");
   for (uint64_t i = 0; i < nblobs && r.ok(); ++i) {
     ManifestBlob b;
-    b.name = r.Str(65536);
+    b.name = r.Str(kMaxNameBytes);
     b.rank = static_cast<int32_t>(r.SVar());
     b.size = r.Count(kMaxBlobBytes, "blob size");
     b.file = static_cast<uint32_t>(r.Count(nfiles, "blob file"));

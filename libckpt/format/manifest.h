@@ -12,6 +12,7 @@
 
 #include "absl/status/statusor.h"
 #include "ckpt/codec.h"
+#include "ckpt/limits.h"
 #include "ckpt/mesh.h"
 #include "ckpt/tensor.h"
 
@@ -22,8 +23,6 @@ namespace ckpt {
 /// 3: the manifest ends with the step's CLAIM, byte for byte, and every file
 /// it commits carries that claim's save id.
 constexpr uint32_t kManifestVersion = 3;
-/// The longest CLAIM a manifest may hold.
-constexpr size_t kMaxClaimBytes = 1024;
 constexpr size_t kManifestHeaderSize = 48;
 
 /// A data file of the step.

@@ -31,10 +31,43 @@ absl::StatusOr<Mesh> Mesh::Parse(std::string_view text_in) {
     mesh.names.emplace_back(kv.first);
     mesh.sizes.push_back(size);
   }
-  if (mesh.NumRanks() > (int64_t{1} << 24)) {
-    return absl::InvalidArgumentError(StrCat("mesh '", text, "' has more than 16M ranks"));
+  if (absl::Status s = CheckMesh(mesh); !s.ok()) {
+    return absl::InvalidArgumentError(StrCat("mesh '", text, "': ", s.message()));
   }
   return mesh;
+}
+
+absl::Status CheckMesh(const Mesh& mesh) {
+  if (mesh.names.size() != mesh.sizes.size()) {
+    return absl::InvalidArgumentError(
+        StrCat("mesh has ", mesh.names.size(), " dimension names but ", mesh.sizes.size(), " sizes"));
+  }
+  if (mesh.sizes.empty()) return absl::InvalidArgumentError("mesh has no dimensions");
+  if (mesh.sizes.size() > static_cast<size_t>(kMaxTensorRank)) {
+    return absl::InvalidArgumentError(
+        StrCat("mesh has ", mesh.sizes.size(), " dimensions; the limit is ", kMaxTensorRank));
+  }
+  int64_t ranks = 1;
+  for (size_t i = 0; i < mesh.sizes.size(); ++i) {
+    const std::string& name = mesh.names[i];
+    if (name.empty()) return absl::InvalidArgumentError(StrCat("mesh dimension ", i, " has no name"));
+    if (name.size() > kMaxMeshDimNameBytes) {
+      return absl::InvalidArgumentError(
+          StrCat("mesh dimension ", i, ": its name is ", name.size(), " bytes; the limit is ", kMaxMeshDimNameBytes));
+    }
+    for (size_t j = 0; j < i; ++j) {
+      if (mesh.names[j] == name) {
+        return absl::InvalidArgumentError(StrCat("mesh dimension '", name, "' appears twice"));
+      }
+    }
+    if (mesh.sizes[i] < 1) {
+      return absl::InvalidArgumentError(StrCat("mesh dimension '", name, "' has size ", mesh.sizes[i]));
+    }
+    if (__builtin_mul_overflow(ranks, mesh.sizes[i], &ranks) || ranks > (int64_t{1} << 24)) {
+      return absl::InvalidArgumentError("mesh has more than 16M ranks");
+    }
+  }
+  return absl::OkStatus();
 }
 
 Mesh Mesh::World(int64_t n) { return Mesh{{"world"}, {n}}; }

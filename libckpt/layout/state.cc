@@ -3,6 +3,7 @@
 #include <limits>
 
 #include "absl/strings/str_cat.h"
+#include "util/errors.h"
 #include "util/strings.h"
 
 namespace ckpt {
@@ -63,8 +64,21 @@ absl::Status State::AddTensor(const TensorSpec& spec, void* data) {
   return AddShard(spec, Box::Whole(spec.shape), data);
 }
 
-absl::Status State::AddBlob(std::string name, const void* data, size_t size, BlobScope scope) {
+namespace {
+
+absl::Status CheckBlobName(const std::string& name) {
   if (name.empty()) return absl::InvalidArgumentError("blob name is empty");
+  if (name.size() > kMaxNameBytes) {
+    return absl::InvalidArgumentError(StrCat("blob '", name.substr(0, 64), "...': its name is ", name.size(),
+                                             " bytes; the limit is ", kMaxNameBytes));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::Status State::AddBlob(std::string name, const void* data, size_t size, BlobScope scope) {
+  CKPT_RETURN_IF_ERROR(CheckBlobName(name));
   if (data == nullptr && size > 0) {
     return absl::InvalidArgumentError(StrCat("blob '", name, "': null data"));
   }
@@ -87,7 +101,7 @@ absl::Status State::AddBlob(std::string name, const void* data, size_t size, Blo
 }
 
 absl::Status State::AddBlobOut(std::string name, std::string* out, BlobScope scope, int source_rank) {
-  if (name.empty()) return absl::InvalidArgumentError("blob name is empty");
+  CKPT_RETURN_IF_ERROR(CheckBlobName(name));
   if (out == nullptr) {
     return absl::InvalidArgumentError(StrCat("blob '", name, "': null output"));
   }

@@ -72,6 +72,10 @@ int64_t TensorSpec::NumElements() const { return SaturatingProduct(shape); }
 
 absl::Status CheckTensorSpec(const TensorSpec& spec) {
   if (spec.fqn.empty()) return absl::InvalidArgumentError("tensor name (fqn) is empty");
+  if (spec.fqn.size() > kMaxNameBytes) {
+    return absl::InvalidArgumentError(StrCat("tensor '", spec.fqn.substr(0, 64), "...': its name is ", spec.fqn.size(),
+                                             " bytes; the limit is ", kMaxNameBytes));
+  }
   if (spec.shape.size() > static_cast<size_t>(kMaxTensorRank)) {
     return absl::InvalidArgumentError(StrCat("tensor '", spec.fqn, "': rank ", spec.shape.size(),
                                              " exceeds the limit of ", kMaxTensorRank, " dimensions"));

@@ -148,8 +148,8 @@ TEST(Hostile, FloodsStayWithinTheMemoryBoundWhileAWorkerCommits) {
   // with all but its last byte sent. Past 256 such connections the oldest
   // are dropped.
   std::vector<int> full;
-  const std::string most = HeaderDeclaring(coord::MsgType::kJoin, coord::kMaxPreAuthPayload - 1) +
-                           std::string(coord::kMaxPreAuthPayload - 2, 'j');
+  const std::string most =
+      HeaderDeclaring(coord::MsgType::kJoin, kMaxPreAuthPayload - 1) + std::string(kMaxPreAuthPayload - 2, 'j');
   for (int i = 0; i < n; ++i) {
     const int fd = RawConnect(coord.port);
     ASSERT_GE(fd, 0) << "connection " << i;

@@ -402,6 +402,80 @@ TEST(Integrity, ShardLimitsAreCheckedWhereTheShardEnters) {
   EXPECT_EQ(Box({0, 0}, {int64_t{1} << 62, 0}).Volume(), 0);
 }
 
+// Regression: a 70,000-byte tensor name, blob name or metadata value was
+// accepted and the save failed at commit ("string length = 70000 exceeds the
+// limit 65536" in a rank's report); a mesh of 33 dimensions, or whose sizes
+// overflow int64, was accepted by Parse. Every limit of ckpt/limits.h that a
+// caller can reach is checked where the item enters, and the largest allowed
+// item round-trips.
+TEST(Integrity, NameMetadataAndMeshLimitsAreCheckedWhereTheyEnter) {
+  std::vector<float> x(4, 1.5f);
+  State state;
+  TensorSpec long_name{std::string(kMaxNameBytes + 1, 'w'), DType::kF32, {4}};
+  absl::Status s = state.AddShard(long_name, Box::Whole(long_name.shape), x.data());
+  ASSERT_TRUE(absl::IsInvalidArgument(s)) << s;
+  EXPECT_NE(s.message().find(StrCat("its name is ", kMaxNameBytes + 1, " bytes; the limit is ", kMaxNameBytes)),
+            std::string::npos)
+      << s.message().substr(0, 200);
+  s = state.AddBlob(std::string(kMaxNameBytes + 1, 'b'), x.data(), 4);
+  ASSERT_TRUE(absl::IsInvalidArgument(s)) << s;
+  std::string out;
+  EXPECT_TRUE(absl::IsInvalidArgument(state.AddBlobOut(std::string(kMaxNameBytes + 1, 'b'), &out)));
+
+  // The longest names allowed save, commit and load.
+  TempDir tmp;
+  const std::string root = tmp.Join("root");
+  TensorSpec longest{std::string(kMaxNameBytes, 'w'), DType::kF32, {4}};
+  ASSERT_OK(state.AddShard(longest, Box::Whole(longest.shape), x.data()));
+  const std::string blob_name(kMaxNameBytes, 'b');
+  ASSERT_OK(state.AddBlob(blob_name, "abc", 3));
+  CheckpointerOptions o;
+  o.uri = root;
+  auto cp = Checkpointer::Open(o);
+  ASSERT_OK(cp);
+  SaveOptions big;
+  big.metadata["note"] = std::string(kMaxMetadataBytes + 1, 'm');
+  auto refused = (*cp)->Save(1, state, big);
+  ASSERT_TRUE(absl::IsInvalidArgument(refused.status())) << refused.status();
+  EXPECT_NE(refused.status().message().find("metadata 'note'"), std::string::npos) << refused.status();
+  EXPECT_FALSE(fs::exists(StrCat(root, "/", StepDir(1)))) << "nothing is written for a refused save";
+  SaveOptions largest;
+  largest.metadata["note"] = std::string(kMaxMetadataBytes, 'm');
+  auto h = (*cp)->Save(1, state, largest);
+  ASSERT_OK(h);
+  ASSERT_OK(h->Wait());
+  std::vector<float> back(4);
+  std::string blob_back;
+  State target;
+  ASSERT_OK(target.AddTensor(longest, back.data()));
+  ASSERT_OK(target.AddBlobOut(blob_name, &blob_back));
+  ASSERT_OK((*cp)->Load(target, 1));
+  EXPECT_EQ(back, x);
+  EXPECT_EQ(blob_back, "abc");
+  EXPECT_EQ(RunCommand(Ckpt(StrCat("verify ", root))).code, 0);
+
+  // Meshes.
+  std::string deep;
+  for (int i = 0; i <= kMaxTensorRank; ++i) StrAppend(&deep, i ? "," : "", "d", i, "=1");
+  auto m = Mesh::Parse(deep);
+  ASSERT_TRUE(absl::IsInvalidArgument(m.status())) << m.status();
+  EXPECT_NE(m.status().message().find("33 dimensions; the limit is 32"), std::string::npos) << m.status();
+  m = Mesh::Parse("dp=4294967296,tp=4294967296");
+  ASSERT_TRUE(absl::IsInvalidArgument(m.status())) << m.status();
+  EXPECT_NE(m.status().message().find("more than 16M ranks"), std::string::npos) << m.status();
+  m = Mesh::Parse(StrCat(std::string(kMaxMeshDimNameBytes + 1, 'n'), "=2"));
+  EXPECT_TRUE(absl::IsInvalidArgument(m.status())) << m.status();
+  EXPECT_TRUE(absl::IsInvalidArgument(CheckMesh(Mesh{{"dp", "tp"}, {2}})));
+  EXPECT_TRUE(absl::IsInvalidArgument(CheckMesh(Mesh{{"dp"}, {0}})));
+  CheckpointerOptions bad_mesh;
+  bad_mesh.uri = tmp.Join("other");
+  bad_mesh.mesh = Mesh{{"dp", "dp"}, {2, 2}};
+  auto refused_open = Checkpointer::Open(bad_mesh);
+  ASSERT_TRUE(absl::IsInvalidArgument(refused_open.status())) << refused_open.status();
+  EXPECT_NE(refused_open.status().message().find("'dp' appears twice"), std::string::npos) << refused_open.status();
+  EXPECT_OK(CheckMesh(*Mesh::Parse("dp=2,tp=4,pp=2")));
+}
+
 // Regression: a well-formed manifest whose chunk 1 lay on chunk 0 (some rows
 // covered twice, others never) loaded wrong values: the load counted
 // elements instead of checking boxes. Load, stats and export refuse it,
