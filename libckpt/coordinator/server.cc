@@ -227,6 +227,7 @@ class CoordinatorImpl final : public Coordinator {
       io_.stop();
     });
     if (thread_.joinable()) thread_.join();
+    if (verifier_.joinable()) verifier_.join();
     if (reserve_fd_ >= 0) ::close(reserve_fd_);
   }
 
@@ -648,8 +649,42 @@ class CoordinatorImpl final : public Coordinator {
     }
   }
 
+  // Forming a generation has two halves. The members waiting now are enough;
+  // which step they restore is decided by verifying the newest committed
+  // steps, which reads storage and may take seconds: that runs on its own
+  // thread, so heartbeats, status requests and joins are served meanwhile.
+  // The generation forms (FinishForm, on the io thread) from the members
+  // still waiting when the verification ends.
   void Form() {
     form_timer_.cancel();
+    if (forming_) return;
+    forming_ = true;
+    const int64_t at_most = last_committed_;
+    if (verifier_.joinable()) verifier_.join();  // the previous one has posted its result and ended
+    verifier_ = std::thread([this, at_most] {
+      const int64_t step = PickRestoreStep(at_most);
+      asio::post(io_, [this, step] { FinishForm(step); });
+    });
+  }
+
+  void FinishForm(int64_t restore_step) {
+    forming_ = false;
+    if (running_) return;
+    for (auto it = waiting_.begin(); it != waiting_.end();) {
+      if (it->second.session.expired()) {
+        pending_joins_.erase(it->first);
+        waiting_order_.erase(std::remove(waiting_order_.begin(), waiting_order_.end(), it->first),
+                             waiting_order_.end());
+        it = waiting_.erase(it);
+      } else {
+        ++it;
+      }
+    }
+    if (static_cast<int>(waiting_.size()) < options_.min_nodes) {
+      Log(StrCat("not forming a generation: ", waiting_.size(), " member(s) still waiting after the restore step was ",
+                 "chosen, fewer than ", options_.min_nodes));
+      return;
+    }
     // Survivors keep their order (by their old ranks); newcomers follow in
     // the order they joined.
     std::vector<uint64_t> ids;
@@ -680,7 +715,7 @@ class CoordinatorImpl final : public Coordinator {
     world_ = rank;
     running_ = true;
     collectives_.clear();
-    restore_step_ = PickRestoreStep();
+    restore_step_ = restore_step;
     ByteWriter w;
     w.U8(static_cast<uint8_t>(JournalKind::kGeneration));
     w.SVar(generation_);
@@ -706,14 +741,15 @@ class CoordinatorImpl final : public Coordinator {
     }
   }
 
-  int64_t PickRestoreStep() {
-    if (last_committed_ < 0 || options_.root.empty()) return last_committed_;
+  // On the verifier thread: touches no member state.
+  int64_t PickRestoreStep(int64_t last_committed) {
+    if (last_committed < 0 || options_.root.empty()) return last_committed;
     auto storage = OpenStorage(options_.root);
     if (!storage.ok()) {
       Log(StrCat("cannot open ", options_.root, " to check the restore step: ", storage.status().message()));
-      return last_committed_;
+      return last_committed;
     }
-    return NewestRestorableStep(**storage, last_committed_, [this](const std::string& line) { Log(line); });
+    return NewestRestorableStep(**storage, last_committed, [this](const std::string& line) { Log(line); });
   }
 
   void EndGeneration(const std::string& reason) {
@@ -1231,6 +1267,7 @@ class CoordinatorImpl final : public Coordinator {
     j.BeginObject()
         .Field("generation", generation_)
         .Field("running", running_)
+        .Field("forming", forming_)
         .Field("world_size", world_)
         .Field("restore_step", restore_step_)
         .Field("last_committed_step", last_committed_)
@@ -1348,6 +1385,8 @@ class CoordinatorImpl final : public Coordinator {
   asio::steady_timer tick_;
   asio::steady_timer form_timer_;
   std::thread thread_;
+  std::thread verifier_;  // chooses the restore step of a forming generation
+  bool forming_ = false;  // a verification for Form is in flight
   int port_ = 0;
   Journal journal_;
   std::string coordinator_id_ = StrCat("ckpt-coordinator/", kProtocolVersion);

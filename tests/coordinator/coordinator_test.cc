@@ -16,6 +16,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <cstdio>
 #include <cstring>
 #include <fstream>
 #include <mutex>
@@ -31,6 +32,7 @@
 #include "support/sim_member.h"
 #include "testutil/test_util.h"
 #include "util/bytes.h"
+#include "util/clock.h"
 
 namespace ckpt::testing {
 namespace {
@@ -116,6 +118,57 @@ TEST(Coordinator, WorkersKilledMidSaveAndBetweenSaves) {
   EXPECT_NE(logs.find("generation=3 rank=0 world=6 restore=25"), std::string::npos) << logs;
   EXPECT_NE(status.find("\"deaths\":2"), std::string::npos) << status;
   ExpectFinalStateExact(dir.Join("root"), 40);
+}
+
+// Regression: the restore step of a forming generation was chosen (the newest
+// committed steps verified) on the coordinator's one io thread, so status
+// requests, heartbeats and joins waited for the whole verification. Here the
+// coordinator reads the root through storage that answers each read after
+// 0.5 s: /status keeps being answered within a fraction of that while the
+// second generation forms, and the generation restores the verified step.
+TEST(Coordinator, StatusIsServedWhileTheRestoreStepIsVerified) {
+  TempDir dir;
+  WriteToken(dir);
+  CoordinatorProcess coord;
+  coord.root = StrCat("faulty://", dir.Join("root"), "?fault.latency=500ms");
+  coord.Start(dir, "127.0.0.1:0", 1, 1);
+  ASSERT_GT(coord.port, 0) << ReadFile(coord.log);
+  // Generation 1 commits steps 5 and 10 and leaves.
+  ASSERT_EQ(WaitExit(Spawn(WorkerArgs(dir, coord.port, 0, 10), dir.Join("worker0.out"))), 0)
+      << ReadFile(dir.Join("worker0.out"));
+  // Generation 2 forms around a new worker; meanwhile, /status.
+  const pid_t second = Spawn(WorkerArgs(dir, coord.port, 1, 15), dir.Join("worker1.out"));
+  const double t0 = NowSeconds();
+  double slowest = 0, formed_after = -1;
+  int answered = 0;
+  bool saw_forming = false;
+  while (NowSeconds() - t0 < 30) {
+    const double t = NowSeconds();
+    const std::string status = HttpGet(coord.port, "/status");
+    slowest = std::max(slowest, NowSeconds() - t);
+    ASSERT_NE(status.find("HTTP/1.0 200 OK"), std::string::npos) << status;
+    ++answered;
+    saw_forming = saw_forming || status.find("\"forming\":true") != std::string::npos;
+    if (status.find("\"generation\":2,\"running\":true") != std::string::npos) {
+      formed_after = NowSeconds() - t0;
+      break;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  EXPECT_EQ(WaitExit(second), 0) << ReadFile(dir.Join("worker1.out"));
+  coord.Stop();
+  ASSERT_GT(formed_after, 0) << ReadFile(coord.log);
+  std::printf(
+      "restore step verified off the io thread: generation 2 formed after %.2f s, %d status answers, "
+      "slowest %.3f s\n",
+      formed_after, answered, slowest);
+  EXPECT_TRUE(saw_forming) << "formed after " << formed_after << " s";
+  // The verification took at least one 0.5 s read; no answer waited for it.
+  EXPECT_GE(formed_after, 0.5);
+  EXPECT_LT(slowest, 0.25) << answered << " answers, generation 2 formed after " << formed_after << " s";
+  EXPECT_NE(ReadFile(dir.Join("worker1.log")).find("generation=2 rank=0 world=1 restore=10"), std::string::npos)
+      << ReadFile(dir.Join("worker1.log"));
+  ExpectFinalStateExact(dir.Join("root"), 15);
 }
 
 // The coordinator is SIGKILLed while the job runs and restarted on the same

@@ -81,6 +81,7 @@ struct CoordinatorProcess {
   int port = 0;
   std::vector<std::string> args;
   std::string log;
+  std::string root;  // the checkpoint root it verifies; dir/root when empty
   void Start(const TempDir& dir, const std::string& listen, int min_nodes, int max_nodes,
              const std::vector<std::string>& extra = {}, rlim_t max_descriptors = 0) {
     const std::string port_file = dir.Join("port");
@@ -95,7 +96,7 @@ struct CoordinatorProcess {
             "--heartbeat",    "200ms",
             "--dead-after",   "3",
             "--join-timeout", "500ms",
-            "--root",         dir.Join("root")};
+            "--root",         root.empty() ? dir.Join("root") : root};
     args.insert(args.end(), extra.begin(), extra.end());
     log = dir.Join("coordinator.log");
     pid = Spawn(args, log, max_descriptors);
