@@ -16,7 +16,7 @@
 #include "core/root.h"
 #include "core/value_tally.h"
 #include "format/frame_check.h"
-#include "format/layout.h"
+#include "format/root_files.h"
 #include "pipeline/block_stream.h"
 #include "pipeline/loader.h"
 #include "plan/cover.h"

@@ -11,7 +11,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "ckpt/storage.h"
-#include "format/layout.h"
+#include "format/root_files.h"
 
 namespace ckpt {
 

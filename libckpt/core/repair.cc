@@ -4,7 +4,7 @@
 
 #include "ckpt/verify.h"
 #include "core/root.h"
-#include "format/layout.h"
+#include "format/root_files.h"
 #include "util/errors.h"
 #include "util/strings.h"
 

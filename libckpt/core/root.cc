@@ -12,7 +12,7 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
-#include "format/layout.h"
+#include "format/root_files.h"
 #include "plan/cover.h"
 #include "util/bytes.h"
 #include "util/clock.h"

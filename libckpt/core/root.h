@@ -12,8 +12,8 @@
 
 #include "absl/status/statusor.h"
 #include "ckpt/checkpointer.h"
-#include "format/layout.h"
 #include "format/manifest.h"
+#include "format/root_files.h"
 
 namespace ckpt {
 

@@ -9,7 +9,7 @@
 
 #include "absl/strings/str_join.h"
 #include "core/claim.h"
-#include "format/layout.h"
+#include "format/root_files.h"
 #include "util/clock.h"
 #include "util/errors.h"
 #include "util/strings.h"

@@ -9,7 +9,7 @@
 #include "core/root.h"
 #include "format/frame_check.h"
 #include "format/hdf5_container.h"
-#include "format/layout.h"
+#include "format/root_files.h"
 #include "pipeline/frame_reader.h"
 #include "plan/cover.h"
 #include "util/clock.h"

@@ -3,7 +3,7 @@
 #include <algorithm>
 
 #include "format/frame_check.h"
-#include "format/layout.h"
+#include "format/root_files.h"
 #include "util/errors.h"
 #include "util/strings.h"
 

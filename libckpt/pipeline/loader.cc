@@ -12,7 +12,7 @@
 #include "absl/strings/str_cat.h"
 #include "codec/codec.h"
 #include "format/frame_check.h"
-#include "format/layout.h"
+#include "format/root_files.h"
 #include "layout/box_copy.h"
 #include "pipeline/frame_reader.h"
 #include "plan/block_ranges.h"

@@ -16,7 +16,7 @@
 #include "ckpt/checkpointer.h"
 #include "ckpt/verify.h"
 #include "core/root.h"
-#include "format/layout.h"
+#include "format/root_files.h"
 #include "testutil/failing_storage.h"
 #include "testutil/test_util.h"
 

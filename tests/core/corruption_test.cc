@@ -8,7 +8,7 @@
 #include "ckpt/verify.h"
 #include "core/root.h"
 #include "format/frame_check.h"
-#include "format/layout.h"
+#include "format/root_files.h"
 #include "testutil/test_util.h"
 
 namespace ckpt::testing {

@@ -4,7 +4,7 @@
 #include "ckpt/verify.h"
 #include "common/synth_job.h"
 #include "core/root.h"
-#include "format/layout.h"
+#include "format/root_files.h"
 #include "testutil/test_util.h"
 
 #ifndef GOLDEN_DIR

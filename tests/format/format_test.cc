@@ -3,8 +3,8 @@
 #include <random>
 
 #include "format/data_file.h"
-#include "format/layout.h"
 #include "format/manifest.h"
+#include "format/root_files.h"
 #include "testutil/test_util.h"
 #include "util/bytes.h"
 #include "util/hash.h"

@@ -2,7 +2,7 @@
 #include <cstdint>
 #include <string>
 
-#include "format/layout.h"
+#include "format/root_files.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   std::string text(reinterpret_cast<const char*>(data), size);

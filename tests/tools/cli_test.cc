@@ -5,7 +5,7 @@
 #include <filesystem>
 
 #include "ckpt/checkpointer.h"
-#include "format/layout.h"
+#include "format/root_files.h"
 #include "testutil/test_util.h"
 
 #ifndef CKPT_BIN

@@ -13,7 +13,7 @@
 #include "common/cli.h"
 #include "common/synth_job.h"
 #include "core/root.h"
-#include "format/layout.h"
+#include "format/root_files.h"
 #include "storage/uri.h"
 #include "util/bytes.h"
 #include "util/json.h"

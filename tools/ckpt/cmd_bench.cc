@@ -10,7 +10,7 @@
 #include "commands.h"
 #include "common/cli.h"
 #include "common/synth_job.h"
-#include "format/layout.h"
+#include "format/root_files.h"
 #include "util/clock.h"
 #include "util/json.h"
 #include "util/strings.h"

@@ -20,7 +20,7 @@
 #include "common/cli.h"
 #include "common/elastic_model.h"
 #include "common/synth_job.h"
-#include "format/layout.h"
+#include "format/root_files.h"
 #include "util/clock.h"
 #include "util/strings.h"
 

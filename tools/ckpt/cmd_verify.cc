@@ -5,7 +5,7 @@
 #include "commands.h"
 #include "common/cli.h"
 #include "common/synth_job.h"
-#include "format/layout.h"
+#include "format/root_files.h"
 #include "storage/uri.h"
 #include "util/json.h"
 #include "util/strings.h"

@@ -1,4 +1,5 @@
-// Names of the objects under a checkpoint root, and the LATEST pointer.
+// The files of a checkpoint root: their names, the LATEST pointer and the
+// CLAIM of a step. (Tensor layouts, shards and meshes are libckpt/layout/.)
 //
 //   ROOT/LATEST
 //   ROOT/step-0000000100/MANIFEST
@@ -8,8 +9,8 @@
 //   ROOT/step-0000000100/rank-000000.failed  rank 0 could not save
 //   ROOT/step-0000000100/ABORTED             the leader gave up on the step
 //   ROOT/step-0000000100/CLAIM               the one save that may write the step
-#ifndef CKPT_FORMAT_LAYOUT_H_
-#define CKPT_FORMAT_LAYOUT_H_
+#ifndef CKPT_FORMAT_ROOT_FILES_H_
+#define CKPT_FORMAT_ROOT_FILES_H_
 
 #include <cstdint>
 #include <optional>
@@ -72,4 +73,4 @@ std::string DescribeClaim(const StepClaim& claim, int64_t now_unix_ns);
 
 }  // namespace ckpt
 
-#endif  // CKPT_FORMAT_LAYOUT_H_
+#endif  // CKPT_FORMAT_ROOT_FILES_H_

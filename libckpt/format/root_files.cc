@@ -1,4 +1,4 @@
-#include "format/layout.h"
+#include "format/root_files.h"
 
 #include <cstdio>
 
