@@ -25,14 +25,13 @@
 #include "core/collective_plan.h"
 #include "core/root.h"
 #include "core/save_handle.h"
+#include "core/save_pieces.h"
 #include "core/storage_arbiter.h"
 #include "format/hdf5_container.h"
 #include "format/manifest.h"
 #include "format/root_files.h"
-#include "layout/box_copy.h"
 #include "pipeline/loader.h"
 #include "pipeline/save_engine.h"
-#include "plan/tiles.h"
 #include "util/bytes.h"
 #include "util/clock.h"
 #include "util/errors.h"
@@ -140,48 +139,10 @@ class Checkpointer::Impl {
     // Replica hashes for the arbiter's silent-data-corruption check, taken
     // now, while the shards cannot change.
     auto replicas = std::make_shared<std::vector<ReplicaHash>>();
-    if (options_.arbiter && options_.hash_replicas) {
-      for (size_t si = 0; si < state.shards().size(); ++si) {
-        const Shard& s = state.shards()[si];
-        if (s.box.Empty()) continue;
-        replicas->push_back(ReplicaHash{StrCat(s.spec.fqn, s.box.ToString()), HashPacked(s), writes[si]});
-      }
-    }
+    if (options_.arbiter && options_.hash_replicas) *replicas = HashReplicas(state, writes);
     // Pieces: non-empty shards (large ones as column tiles), then blobs.
-    std::deque<Shard> tiles;            // stable addresses for the engine
-    std::vector<const Shard*> parents;  // per tile: its shard when tiled
-    for (size_t si = 0; si < state.shards().size(); ++si) {
-      const Shard& s = state.shards()[si];
-      if (s.box.Empty() || !writes[si]) continue;
-      std::vector<Shard> cut = TileShard(s, engine_->block_size(), hdf5 ? 1 : options_.max_column_tiles);
-      const bool split = cut.size() > 1;
-      for (Shard& t : cut) {
-        tiles.push_back(std::move(t));
-        parents.push_back(split ? &s : nullptr);
-      }
-    }
-    std::vector<SavePiece> pieces;
-    for (size_t ti = 0; ti < tiles.size(); ++ti) {
-      const Shard& t = tiles[ti];
-      SavePiece p;
-      p.shard = &t;
-      p.parent = parents[ti];
-      p.dtype = t.spec.dtype;
-      p.bytes = static_cast<uint64_t>(t.PackedBytes());
-      pieces.push_back(p);
-    }
-    std::vector<const Blob*> blobs;
-    for (const Blob& b : state.blobs()) {
-      if (b.out != nullptr && b.data == nullptr) continue;  // a load target
-      SavePiece p;
-      p.blob = static_cast<const std::byte*>(b.data);
-      p.blob_name = b.name;
-      p.blob_rank = b.scope == BlobScope::kGlobal ? -1 : options_.rank;
-      p.dtype = DType::kU8;
-      p.bytes = b.size;
-      pieces.push_back(p);
-      blobs.push_back(&b);
-    }
+    SavePieces pieces =
+        BuildSavePieces(state, writes, engine_->block_size(), hdf5 ? 1 : options_.max_column_tiles, options_.rank);
     // The report skeleton needs the piece -> block mapping from Run.
     auto report = std::make_shared<Manifest>();
     report->kind = Manifest::Kind::kRankReport;
@@ -200,7 +161,7 @@ class Checkpointer::Impl {
       std::lock_guard<std::mutex> lock(mu_);
       inflight_.push_back(shared);
     }
-    absl::Status run = engine_->Run(job, pieces);
+    absl::Status run = engine_->Run(job, pieces.pieces);
     if (!run.ok()) {
       shared->SetDone(run, NowSeconds() - t0);
       return run;
@@ -211,37 +172,7 @@ class Checkpointer::Impl {
     {
       std::lock_guard<std::mutex> lock(report_mu_);
       report->stall_s = stall;
-      std::map<std::string, ManifestTensor> tensors;
-      size_t pi = 0;
-      for (const Shard& t : tiles) {
-        const SavePiece& p = pieces[pi++];
-        ManifestTensor& mt = tensors[t.spec.fqn];
-        mt.spec = t.spec;
-        ManifestChunk c;
-        c.file = 0;
-        c.first_block = p.first_block;
-        c.block_count = p.block_count;
-        c.box = t.box;
-        mt.chunks.push_back(std::move(c));
-      }
-      // Tensors whose shards on this rank are all empty still appear, so
-      // zero-size tensors are recorded.
-      for (const Shard& s : state.shards()) {
-        if (s.box.Empty() && !tensors.count(s.spec.fqn) && s.spec.NumElements() == 0) {
-          tensors[s.spec.fqn].spec = s.spec;
-        }
-      }
-      for (auto& [fqn, t] : tensors) report->tensors.push_back(std::move(t));
-      for (const Blob* b : blobs) {
-        const SavePiece& p = pieces[pi++];
-        ManifestBlob mb;
-        mb.name = b->name;
-        mb.rank = b->scope == BlobScope::kGlobal ? -1 : options_.rank;
-        mb.size = b->size;
-        mb.first_block = p.first_block;
-        mb.block_count = p.block_count;
-        report->blobs.push_back(std::move(mb));
-      }
+      FillReport(pieces, state, options_.rank, report.get());
       report_ready_[report.get()] = true;
     }
     report_cv_.notify_all();

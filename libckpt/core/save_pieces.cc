@@ -1,0 +1,91 @@
+#include "core/save_pieces.h"
+
+#include <map>
+#include <string>
+#include <utility>
+
+#include "layout/box_copy.h"
+#include "plan/tiles.h"
+#include "util/strings.h"
+
+namespace ckpt {
+
+SavePieces BuildSavePieces(const State& state, const std::vector<bool>& writes, uint64_t block_size,
+                           int max_column_tiles, int rank) {
+  SavePieces out;
+  for (size_t si = 0; si < state.shards().size(); ++si) {
+    const Shard& s = state.shards()[si];
+    if (s.box.Empty() || !writes[si]) continue;
+    std::vector<Shard> cut = TileShard(s, block_size, max_column_tiles);
+    const bool split = cut.size() > 1;
+    for (Shard& t : cut) {
+      out.tiles.push_back(std::move(t));
+      out.parents.push_back(split ? &s : nullptr);
+    }
+  }
+  for (size_t ti = 0; ti < out.tiles.size(); ++ti) {
+    const Shard& t = out.tiles[ti];
+    SavePiece p;
+    p.shard = &t;
+    p.parent = out.parents[ti];
+    p.dtype = t.spec.dtype;
+    p.bytes = static_cast<uint64_t>(t.PackedBytes());
+    out.pieces.push_back(p);
+  }
+  for (const Blob& b : state.blobs()) {
+    if (b.out != nullptr && b.data == nullptr) continue;  // a load target
+    SavePiece p;
+    p.blob = static_cast<const std::byte*>(b.data);
+    p.blob_name = b.name;
+    p.blob_rank = b.scope == BlobScope::kGlobal ? -1 : rank;
+    p.dtype = DType::kU8;
+    p.bytes = b.size;
+    out.pieces.push_back(p);
+    out.blobs.push_back(&b);
+  }
+  return out;
+}
+
+void FillReport(const SavePieces& pieces, const State& state, int rank, Manifest* report) {
+  std::map<std::string, ManifestTensor> tensors;
+  size_t pi = 0;
+  for (const Shard& t : pieces.tiles) {
+    const SavePiece& p = pieces.pieces[pi++];
+    ManifestTensor& mt = tensors[t.spec.fqn];
+    mt.spec = t.spec;
+    ManifestChunk c;
+    c.file = 0;
+    c.first_block = p.first_block;
+    c.block_count = p.block_count;
+    c.box = t.box;
+    mt.chunks.push_back(std::move(c));
+  }
+  for (const Shard& s : state.shards()) {
+    if (s.box.Empty() && !tensors.count(s.spec.fqn) && s.spec.NumElements() == 0) {
+      tensors[s.spec.fqn].spec = s.spec;
+    }
+  }
+  for (auto& [fqn, t] : tensors) report->tensors.push_back(std::move(t));
+  for (const Blob* b : pieces.blobs) {
+    const SavePiece& p = pieces.pieces[pi++];
+    ManifestBlob mb;
+    mb.name = b->name;
+    mb.rank = b->scope == BlobScope::kGlobal ? -1 : rank;
+    mb.size = b->size;
+    mb.first_block = p.first_block;
+    mb.block_count = p.block_count;
+    report->blobs.push_back(std::move(mb));
+  }
+}
+
+std::vector<ReplicaHash> HashReplicas(const State& state, const std::vector<bool>& writes) {
+  std::vector<ReplicaHash> out;
+  for (size_t si = 0; si < state.shards().size(); ++si) {
+    const Shard& s = state.shards()[si];
+    if (s.box.Empty()) continue;
+    out.push_back(ReplicaHash{StrCat(s.spec.fqn, s.box.ToString()), HashPacked(s), writes[si]});
+  }
+  return out;
+}
+
+}  // namespace ckpt
