@@ -33,6 +33,7 @@
 #include "ckpt/coordinator.h"
 #include "ckpt/storage.h"
 #include "ckpt/verify.h"
+#include "coordinator/commit_book.h"
 #include "coordinator/journal.h"
 #include "coordinator/protocol.h"
 #include "util/bytes.h"
@@ -91,19 +92,10 @@ struct Collective {
   double deadline = 0;
 };
 
-struct StepState {
-  int64_t generation = 0;
-  std::map<int, SaveVote> votes;
-  std::optional<absl::Status> decision;  // OK: commit
-  std::optional<absl::Status> outcome;   // set once published (OK) or aborted
-  std::vector<Waiter> decide_waiters;
-  std::vector<Waiter> outcome_waiters;
-};
-
-struct SdcAlert {
-  int64_t step = 0;
-  std::string key;
-  std::string detail;
+// Who waits for a step's decision (the leader) or outcome (every rank).
+struct StepWaiters {
+  std::vector<Waiter> decide;
+  std::vector<Waiter> outcome;
 };
 
 class CoordinatorImpl;
@@ -250,7 +242,7 @@ class CoordinatorImpl final : public Coordinator {
         options_.state_dir, [this](std::string_view r) { return Replay(r); }, &torn);
     if (!s.ok()) return s;
     if (torn > 0) Log(StrCat("journal ", journal_.path(), ": cut a torn tail of ", torn, " bytes"));
-    while (steps_.size() > 256) steps_.erase(steps_.begin());
+    book_.Trim(256, /*only_decided=*/false);
     if (running_) {
       // Members get the usual grace to reconnect after a restart.
       for (auto& [id, m] : members_) m.last_seen = NowSeconds();
@@ -502,23 +494,19 @@ class CoordinatorImpl final : public Coordinator {
       case JournalKind::kCommitted: {
         const int64_t step = r.SVar();
         last_committed_ = std::max(last_committed_, step);
-        steps_[step].generation = r.SVar();
-        steps_[step].outcome = absl::OkStatus();
+        book_.ReplayCommitted(step, r.SVar());
         ++commits_;
         break;
       }
       case JournalKind::kAborted: {
         const int64_t step = r.SVar();
-        steps_[step].generation = r.SVar();
-        steps_[step].decision = steps_[step].outcome =
-            absl::AbortedError(StrCat("step ", step, " was aborted in generation ", steps_[step].generation));
+        book_.ReplayAborted(step, r.SVar());
         ++aborts_;
         break;
       }
       case JournalKind::kDecided: {
         const int64_t step = r.SVar();
-        steps_[step].generation = r.SVar();
-        steps_[step].decision = absl::OkStatus();
+        book_.ReplayDecided(step, r.SVar());
         break;
       }
       case JournalKind::kSdc: {
@@ -767,9 +755,7 @@ class CoordinatorImpl final : public Coordinator {
       }
     }
     collectives_.clear();
-    for (auto& [step, st] : steps_) {
-      if (st.generation == generation_ && !st.outcome) Abort(step, st, why);
-    }
+    Apply(book_.AbortGeneration(generation_, why));
     for (uint64_t id : order_) {
       previous_rank_[id] = members_[id].first_rank;
       if (auto s = members_[id].session.lock()) {
@@ -854,14 +840,17 @@ class CoordinatorImpl final : public Coordinator {
         break;  // EndGeneration answered and cleared every collective
       }
     }
-    for (auto& [step, st] : steps_) {
-      for (auto* list : {&st.decide_waiters, &st.outcome_waiters}) {
+    for (auto wit = waiters_.begin(); wit != waiters_.end();) {
+      const int64_t step = wit->first;
+      const CommitBook::Step* st = book_.Find(step);
+      const size_t voted = st ? st->votes.size() : 0;
+      for (auto* list : {&wit->second.decide, &wit->second.outcome}) {
         for (auto it = list->begin(); it != list->end();) {
           if (it->deadline > 0 && now > it->deadline) {
             if (auto s = it->session.lock()) {
               s->ReplyError(it->request_id,
                             absl::DeadlineExceededError(StrCat("step ", step, ": no decision within the deadline; ",
-                                                               st.votes.size(), " of ", world_, " ranks voted")));
+                                                               voted, " of ", world_, " ranks voted")));
             }
             it = list->erase(it);
           } else {
@@ -869,6 +858,7 @@ class CoordinatorImpl final : public Coordinator {
           }
         }
       }
+      wit = wit->second.decide.empty() && wit->second.outcome.empty() ? waiters_.erase(wit) : std::next(wit);
     }
   }
 
@@ -965,19 +955,84 @@ class CoordinatorImpl final : public Coordinator {
   }
 
   // ---------------- two-phase commit ----------------
+  // The ledger is the CommitBook (commit_book.h); here its decisions are
+  // journaled, logged and told to whoever waits.
 
-  // The state of `step` as generation `gen` sees it. A step aborted in an
-  // earlier generation is saved again from scratch by the new one; a
-  // committed step stays committed.
-  StepState& StepFor(int64_t step, int64_t gen) {
-    StepState& st = steps_[step];
-    const bool committed = st.outcome && st.outcome->ok();
-    if (st.generation != gen && !committed && st.decide_waiters.empty() && st.outcome_waiters.empty()) {
-      st = StepState{};
-      st.generation = gen;
-    }
-    return st;
+  bool Awaited(int64_t step) const {
+    auto it = waiters_.find(step);
+    return it != waiters_.end() && (!it->second.decide.empty() || !it->second.outcome.empty());
   }
+
+  static std::string DecisionPayload(const absl::Status& s) {
+    ByteWriter w;
+    w.U8(s.ok() ? 1 : 0);
+    WriteStatus(w, s);
+    return w.Take();
+  }
+
+  void JournalStep(JournalKind kind, int64_t step, int64_t generation) {
+    ByteWriter w;
+    w.U8(static_cast<uint8_t>(kind));
+    w.SVar(step);
+    w.SVar(generation);
+    Journaled(w.Take());
+  }
+
+  void RaiseAlerts(std::vector<SdcAlert> alerts) {
+    for (SdcAlert& alert : alerts) {
+      ByteWriter w;
+      w.U8(static_cast<uint8_t>(JournalKind::kSdc));
+      w.SVar(alert.step);
+      w.Str(alert.key);
+      w.Str(alert.detail);
+      Journaled(w.Take());
+      Log(StrCat("SDC ALERT step ", alert.step, " ", alert.key, ": ", alert.detail));
+      sdc_.push_back(std::move(alert));
+    }
+  }
+
+  // Journaled first: after a restart, whoever asks again must find the
+  // decision; then counted, logged and answered.
+  void Apply(std::vector<BookEvent> events) {
+    for (BookEvent& e : events) {
+      StepWaiters& w = waiters_[e.step];
+      switch (e.kind) {
+        case BookEvent::Kind::kDecidedCommit:
+          JournalStep(JournalKind::kDecided, e.step, e.generation);
+          for (Waiter& d : w.decide) {
+            if (auto s = d.session.lock())
+              s->Reply(d.request_id, MsgType::kDecision, DecisionPayload(absl::OkStatus()));
+          }
+          w.decide.clear();
+          break;
+        case BookEvent::Kind::kAborted:
+          ++aborts_;
+          JournalStep(JournalKind::kAborted, e.step, e.generation);
+          Log(StrCat("step ", e.step, " aborted: ", e.status.message()));
+          for (Waiter& d : w.decide) {
+            if (auto s = d.session.lock()) s->Reply(d.request_id, MsgType::kDecision, DecisionPayload(e.status));
+          }
+          for (Waiter& o : w.outcome) {
+            if (auto s = o.session.lock()) s->Reply(o.request_id, MsgType::kOutcome, DecisionPayload(e.status));
+          }
+          w.decide.clear();
+          w.outcome.clear();
+          break;
+        case BookEvent::Kind::kCommitted:
+          JournalStep(JournalKind::kCommitted, e.step, e.generation);
+          last_committed_ = std::max(last_committed_, e.step);
+          ++commits_;
+          RecordDurations(std::move(e.durations));
+          for (Waiter& o : w.outcome) {
+            if (auto s = o.session.lock()) s->Reply(o.request_id, MsgType::kOutcome, DecisionPayload(absl::OkStatus()));
+          }
+          w.outcome.clear();
+          break;
+      }
+      if (w.decide.empty() && w.outcome.empty()) waiters_.erase(e.step);
+    }
+  }
+
   absl::Status OnVote(const std::shared_ptr<Session>& s, const FrameHeader& h, ByteReader& r) {
     const int64_t gen = r.SVar();
     const int rank = static_cast<int>(r.Var());
@@ -1001,129 +1056,12 @@ class CoordinatorImpl final : public Coordinator {
       s->ReplyError(h.request_id, st);
       return absl::OkStatus();
     }
-    StepState& st = StepFor(step, gen);
     s->Reply(h.request_id, MsgType::kAck, "");
-    if (st.outcome || st.decision) return absl::OkStatus();
-    st.votes[rank] = std::move(v);
-    if (!st.votes[rank].ok) {
-      Decide(step, st,
-             absl::AbortedError(StrCat("rank ", rank, " failed to save step ", step, ": ", st.votes[rank].error)));
-      return absl::OkStatus();
-    }
-    if (static_cast<int>(st.votes.size()) == world_) Decide(step, st, CheckReplicas(step, st));
+    std::vector<SdcAlert> alerts;
+    std::vector<BookEvent> events = book_.Vote(step, gen, Awaited(step), rank, std::move(v), world_, &alerts);
+    RaiseAlerts(std::move(alerts));
+    Apply(std::move(events));
     return absl::OkStatus();
-  }
-
-  // Replicas of one box must agree. A disagreement raises an alert naming the
-  // ranks outside the majority; the step commits only if the copy that was
-  // written is the majority's.
-  absl::Status CheckReplicas(int64_t step, StepState& st) {
-    struct Copy {
-      int rank;
-      uint64_t hash;
-      bool written;
-    };
-    std::map<std::string, std::vector<Copy>> by_key;
-    for (const auto& [rank, v] : st.votes) {
-      for (const ReplicaHash& rh : v.replicas) by_key[rh.key].push_back(Copy{rank, rh.hash, rh.written});
-    }
-    absl::Status verdict;
-    for (const auto& [key, copies] : by_key) {
-      if (copies.size() < 2) continue;
-      std::map<uint64_t, std::vector<int>> groups;
-      for (const Copy& c : copies) groups[c.hash].push_back(c.rank);
-      if (groups.size() == 1) continue;
-      uint64_t major = 0;
-      size_t best = 0;
-      for (const auto& [hash, ranks] : groups) {
-        if (ranks.size() > best) {
-          best = ranks.size();
-          major = hash;
-        }
-      }
-      const bool strict = best * 2 > copies.size();
-      std::vector<int> minority;
-      for (const auto& [hash, ranks] : groups) {
-        if (hash != major || !strict) minority.insert(minority.end(), ranks.begin(), ranks.end());
-      }
-      std::sort(minority.begin(), minority.end());
-      int writer = -1;
-      uint64_t written_hash = 0;
-      for (const Copy& c : copies) {
-        if (c.written) {
-          writer = c.rank;
-          written_hash = c.hash;
-        }
-      }
-      SdcAlert alert;
-      alert.step = step;
-      alert.key = key;
-      alert.detail = strict ? StrCat("rank(s) ", absl::StrJoin(minority, ", "), " disagree with the other ", best,
-                                     " of ", copies.size(), " replicas")
-                            : StrCat("no majority among ", copies.size(), " replicas");
-      ByteWriter w;
-      w.U8(static_cast<uint8_t>(JournalKind::kSdc));
-      w.SVar(step);
-      w.Str(alert.key);
-      w.Str(alert.detail);
-      Journaled(w.Take());
-      Log(StrCat("SDC ALERT step ", step, " ", key, ": ", alert.detail));
-      sdc_.push_back(std::move(alert));
-      if ((!strict || written_hash != major) && verdict.ok()) {
-        verdict = absl::DataLossError(StrCat(
-            "silent data corruption in ", key, " at step ", step, ": the copy of rank ", writer, " that was written ",
-            strict ? "disagrees with the majority" : "has no majority", "; the step is not committed"));
-      }
-    }
-    return verdict;
-  }
-
-  void Decide(int64_t step, StepState& st, absl::Status decision) {
-    st.decision = decision;
-    if (!decision.ok()) {
-      Abort(step, st, decision);
-      return;
-    }
-    // Journaled first: after a restart the leader's report that it
-    // published must still find the decision.
-    ByteWriter w;
-    w.U8(static_cast<uint8_t>(JournalKind::kDecided));
-    w.SVar(step);
-    w.SVar(st.generation);
-    Journaled(w.Take());
-    for (Waiter& w : st.decide_waiters) {
-      if (auto s = w.session.lock()) s->Reply(w.request_id, MsgType::kDecision, DecisionPayload(absl::OkStatus()));
-    }
-    st.decide_waiters.clear();
-  }
-
-  static std::string DecisionPayload(const absl::Status& s) {
-    ByteWriter w;
-    w.U8(s.ok() ? 1 : 0);
-    WriteStatus(w, s);
-    return w.Take();
-  }
-
-  void Abort(int64_t step, StepState& st, const absl::Status& why) {
-    if (st.outcome) return;
-    st.decision = why;
-    st.outcome = why;
-    ++aborts_;
-    ByteWriter w;
-    w.U8(static_cast<uint8_t>(JournalKind::kAborted));
-    w.SVar(step);
-    w.SVar(st.generation);
-    Journaled(w.Take());
-    Log(StrCat("step ", step, " aborted: ", why.message()));
-    for (auto* list : {&st.decide_waiters, &st.outcome_waiters}) {
-      for (Waiter& w2 : *list) {
-        if (auto s = w2.session.lock()) {
-          s->Reply(w2.request_id, list == &st.decide_waiters ? MsgType::kDecision : MsgType::kOutcome,
-                   DecisionPayload(why));
-        }
-      }
-      list->clear();
-    }
   }
 
   absl::Status OnDecide(const std::shared_ptr<Session>& s, const FrameHeader& h, ByteReader& r) {
@@ -1135,12 +1073,12 @@ class CoordinatorImpl final : public Coordinator {
       s->ReplyError(h.request_id, st);
       return absl::OkStatus();
     }
-    StepState& st = StepFor(step, gen);
+    const CommitBook::Step& st = book_.For(step, gen, Awaited(step));
     if (st.decision) {
       s->Reply(h.request_id, MsgType::kDecision, DecisionPayload(*st.decision));
       return absl::OkStatus();
     }
-    st.decide_waiters.push_back(Waiter{s, h.request_id, NowSeconds() + timeout});
+    waiters_[step].decide.push_back(Waiter{s, h.request_id, NowSeconds() + timeout});
     return absl::OkStatus();
   }
 
@@ -1154,69 +1092,27 @@ class CoordinatorImpl final : public Coordinator {
       s->ReplyError(h.request_id, st);
       return absl::OkStatus();
     }
-    StepState& st = StepFor(step, gen);
-    if (!st.decision || !st.decision->ok()) {
-      s->ReplyError(h.request_id, absl::FailedPreconditionError(StrCat("step ", step, " was not decided for commit")));
+    auto events = book_.Published(step, gen, Awaited(step), ok, message);
+    if (!events.ok()) {
+      s->ReplyError(h.request_id, events.status());
       return absl::OkStatus();
     }
-    if (!ok) {
-      Abort(step, st, absl::AbortedError(StrCat("the leader could not publish step ", step, ": ", message)));
-      s->Reply(h.request_id, MsgType::kAck, "");
-      return absl::OkStatus();
-    }
-    if (!st.outcome) {
-      ByteWriter w;
-      w.U8(static_cast<uint8_t>(JournalKind::kCommitted));
-      w.SVar(step);
-      w.SVar(st.generation);
-      Journaled(w.Take());
-      st.outcome = absl::OkStatus();
-      last_committed_ = std::max(last_committed_, step);
-      ++commits_;
-      RecordDurations(step, st);
-      for (Waiter& w2 : st.outcome_waiters) {
-        if (auto ws = w2.session.lock()) ws->Reply(w2.request_id, MsgType::kOutcome, DecisionPayload(absl::OkStatus()));
-      }
-      st.outcome_waiters.clear();
-      st.votes.clear();  // the durations are kept in last_save_
-    }
+    Apply(std::move(events).value());
     s->Reply(h.request_id, MsgType::kAck, "");
-    // Old steps' states are not needed once decided (the journal keeps
-    // their outcome).
-    while (steps_.size() > 256 && steps_.begin()->second.outcome) steps_.erase(steps_.begin());
+    // Old steps are not needed once decided (the journal keeps their outcome).
+    book_.Trim(256, /*only_decided=*/true);
     return absl::OkStatus();
   }
 
-  // Per-rank save durations; stragglers by median and MAD.
-  void RecordDurations(int64_t step, const StepState& st) {
-    std::vector<double> stall, write;
-    std::vector<std::pair<int, double>> by_rank;
-    for (const auto& [rank, v] : st.votes) {
-      stall.push_back(v.stall_s);
-      write.push_back(v.write_s);
-      by_rank.emplace_back(rank, v.write_s);
-    }
-    last_save_ = {{"stall", stall}, {"write", write}};
-    std::vector<double> w = write;
-    std::sort(w.begin(), w.end());
-    const double median = w.empty() ? 0 : w[w.size() / 2];
-    std::vector<double> dev;
-    for (double x : w) dev.push_back(std::fabs(x - median));
-    std::sort(dev.begin(), dev.end());
-    const double mad = dev.empty() ? 0 : dev[dev.size() / 2];
-    stragglers_.clear();
-    // A rank is a straggler when it took far longer than the typical rank:
-    // beyond 5 scaled MADs and at least 1.5x the median (and 10 ms).
-    const double limit = std::max({median + 5 * 1.4826 * mad, 1.5 * median, median + 0.01});
-    for (const auto& [rank, x] : by_rank) {
-      if (w.size() >= 3 && x > limit) stragglers_.push_back({rank, x});
-    }
+  void RecordDurations(SaveDurations d) {
+    last_save_ = {{"stall", d.stall}, {"write", d.write}};
+    stragglers_ = d.stragglers;
     if (!stragglers_.empty()) {
       std::string list;
       for (const auto& [rank, x] : stragglers_) StrAppend(&list, list.empty() ? "" : ", ", "rank ", rank, " ", x, " s");
-      Log(StrCat("step ", step, ": stragglers (median write ", median, " s): ", list));
+      Log(StrCat("step ", d.step, ": stragglers (median write ", d.median_write, " s): ", list));
     }
-    straggler_step_ = step;
+    straggler_step_ = d.step;
   }
 
   absl::Status OnAwaitOutcome(const std::shared_ptr<Session>& s, const FrameHeader& h, ByteReader& r) {
@@ -1224,12 +1120,12 @@ class CoordinatorImpl final : public Coordinator {
     const int64_t step = r.SVar();
     const double timeout = static_cast<double>(r.Var()) / 1000.0;
     if (!r.ok()) return r.status();
-    StepState& st = StepFor(step, gen);
+    const CommitBook::Step& st = book_.For(step, gen, Awaited(step));
     if (st.outcome) {
       s->Reply(h.request_id, MsgType::kOutcome, DecisionPayload(*st.outcome));
       return absl::OkStatus();
     }
-    st.outcome_waiters.push_back(Waiter{s, h.request_id, NowSeconds() + timeout});
+    waiters_[step].outcome.push_back(Waiter{s, h.request_id, NowSeconds() + timeout});
     return absl::OkStatus();
   }
 
@@ -1415,7 +1311,8 @@ class CoordinatorImpl final : public Coordinator {
   std::map<uint64_t, Waiter> pending_joins_;
   uint64_t next_member_id_ = 1;
   std::map<uint64_t, Collective> collectives_;
-  std::map<int64_t, StepState> steps_;
+  CommitBook book_;
+  std::map<int64_t, StepWaiters> waiters_;
   std::vector<SdcAlert> sdc_;
   std::vector<std::pair<std::string, std::vector<double>>> last_save_;
   std::vector<std::pair<int, double>> stragglers_;

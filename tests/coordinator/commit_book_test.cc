@@ -1,0 +1,178 @@
+// The coordinator's commit ledger, alone: no sockets, no journal.
+#include "coordinator/commit_book.h"
+
+#include <gtest/gtest.h>
+
+#include <string>
+#include <vector>
+
+#include "testutil/test_util.h"
+
+namespace ckpt::coord {
+namespace {
+
+using Kind = BookEvent::Kind;
+
+SaveVote Ok(double write_s = 1.0, std::vector<ReplicaHash> replicas = {}) {
+  SaveVote v;
+  v.ok = true;
+  v.stall_s = 0.1;
+  v.write_s = write_s;
+  v.replicas = std::move(replicas);
+  return v;
+}
+
+TEST(CommitBook, TheLastGoodVoteDecidesAndThePublishCommitsOnce) {
+  CommitBook book;
+  std::vector<SdcAlert> alerts;
+  EXPECT_TRUE(book.Vote(10, 1, false, 0, Ok(), 3, &alerts).empty());
+  EXPECT_TRUE(book.Vote(10, 1, false, 2, Ok(), 3, &alerts).empty());
+  auto e = book.Vote(10, 1, false, 1, Ok(), 3, &alerts);
+  ASSERT_EQ(e.size(), 1u);
+  EXPECT_EQ(e[0].kind, Kind::kDecidedCommit);
+  EXPECT_EQ(e[0].step, 10);
+  EXPECT_EQ(e[0].generation, 1);
+  EXPECT_TRUE(alerts.empty());
+  EXPECT_TRUE(book.Vote(10, 1, false, 1, Ok(), 3, &alerts).empty()) << "a late vote changes nothing";
+  ASSERT_TRUE(book.Find(10)->decision.has_value());
+  EXPECT_FALSE(book.Find(10)->outcome.has_value());
+
+  auto c = book.Published(10, 1, false, true, "");
+  ASSERT_TRUE(c.ok()) << c.status();
+  ASSERT_EQ(c->size(), 1u);
+  EXPECT_EQ((*c)[0].kind, Kind::kCommitted);
+  EXPECT_EQ((*c)[0].durations.write.size(), 3u);
+  auto again = book.Published(10, 1, false, true, "");
+  ASSERT_TRUE(again.ok());
+  EXPECT_TRUE(again->empty()) << "a repeated publish commits nothing twice";
+  // A later generation sees the step committed, never restarted.
+  const CommitBook::Step& st = book.For(10, 2, false);
+  ASSERT_TRUE(st.outcome.has_value());
+  EXPECT_TRUE(st.outcome->ok());
+  EXPECT_TRUE(book.AbortGeneration(1, absl::AbortedError("x")).empty());
+}
+
+TEST(CommitBook, AFailedVoteAbortsAtOnceAndPublishingItIsRefused) {
+  CommitBook book;
+  std::vector<SdcAlert> alerts;
+  SaveVote bad;
+  bad.ok = false;
+  bad.error = "ENOSPC writing rank-000001.ckd";
+  auto e = book.Vote(5, 1, false, 1, bad, 4, &alerts);
+  ASSERT_EQ(e.size(), 1u);
+  EXPECT_EQ(e[0].kind, Kind::kAborted);
+  EXPECT_TRUE(absl::IsAborted(e[0].status));
+  EXPECT_NE(e[0].status.message().find("rank 1 failed to save step 5: ENOSPC"), std::string::npos) << e[0].status;
+  EXPECT_TRUE(book.Vote(5, 1, false, 0, Ok(), 4, &alerts).empty());
+  auto p = book.Published(5, 1, false, true, "");
+  EXPECT_TRUE(absl::IsFailedPrecondition(p.status())) << p.status();
+  EXPECT_TRUE(absl::IsFailedPrecondition(book.Published(6, 1, false, true, "").status())) << "never voted on";
+  EXPECT_TRUE(book.Abort(5, absl::AbortedError("again")).empty()) << "aborted once";
+}
+
+TEST(CommitBook, ALeaderThatCannotPublishAbortsTheStep) {
+  CommitBook book;
+  std::vector<SdcAlert> alerts;
+  ASSERT_EQ(book.Vote(7, 1, false, 0, Ok(), 1, &alerts).size(), 1u);
+  auto p = book.Published(7, 1, false, false, "EIO renaming MANIFEST");
+  ASSERT_TRUE(p.ok());
+  ASSERT_EQ(p->size(), 1u);
+  EXPECT_EQ((*p)[0].kind, Kind::kAborted);
+  EXPECT_NE((*p)[0].status.message().find("could not publish step 7: EIO renaming MANIFEST"), std::string::npos);
+}
+
+TEST(CommitBook, ReplicasThatDisagreeRaiseAnAlertAndBlockOnlyAWrongWrittenCopy) {
+  auto rh = [](uint64_t hash, bool written) { return std::vector<ReplicaHash>{{"w[0:64]", hash, written}}; };
+  {
+    // The written copy is the majority's: committed, with an alert naming rank 2.
+    CommitBook book;
+    std::vector<SdcAlert> alerts;
+    book.Vote(1, 1, false, 0, Ok(1, rh(0xA, true)), 3, &alerts);
+    book.Vote(1, 1, false, 1, Ok(1, rh(0xA, false)), 3, &alerts);
+    auto e = book.Vote(1, 1, false, 2, Ok(1, rh(0xB, false)), 3, &alerts);
+    ASSERT_EQ(e.size(), 1u);
+    EXPECT_EQ(e[0].kind, Kind::kDecidedCommit);
+    ASSERT_EQ(alerts.size(), 1u);
+    EXPECT_EQ(alerts[0].key, "w[0:64]");
+    EXPECT_EQ(alerts[0].detail, "rank(s) 2 disagree with the other 2 of 3 replicas");
+  }
+  {
+    // The written copy is the odd one out: not committed.
+    CommitBook book;
+    std::vector<SdcAlert> alerts;
+    book.Vote(1, 1, false, 0, Ok(1, rh(0xA, false)), 3, &alerts);
+    book.Vote(1, 1, false, 1, Ok(1, rh(0xA, false)), 3, &alerts);
+    auto e = book.Vote(1, 1, false, 2, Ok(1, rh(0xB, true)), 3, &alerts);
+    ASSERT_EQ(e.size(), 1u);
+    EXPECT_EQ(e[0].kind, Kind::kAborted);
+    EXPECT_TRUE(absl::IsDataLoss(e[0].status)) << e[0].status;
+    EXPECT_NE(e[0].status.message().find("the copy of rank 2 that was written disagrees with the majority"),
+              std::string::npos);
+  }
+  {
+    // Two copies that differ: no majority, not committed.
+    std::map<int, SaveVote> votes = {{0, Ok(1, rh(0xA, true))}, {1, Ok(1, rh(0xB, false))}};
+    std::vector<SdcAlert> alerts;
+    absl::Status s = CheckReplicas(4, votes, &alerts);
+    EXPECT_TRUE(absl::IsDataLoss(s)) << s;
+    ASSERT_EQ(alerts.size(), 1u);
+    EXPECT_EQ(alerts[0].detail, "no majority among 2 replicas");
+    EXPECT_EQ(alerts[0].step, 4);
+  }
+}
+
+TEST(CommitBook, ANewGenerationRestartsAStepUnlessSomeoneAwaitsIt) {
+  CommitBook book;
+  std::vector<SdcAlert> alerts;
+  book.Vote(3, 1, false, 0, Ok(), 2, &alerts);
+  EXPECT_EQ(book.For(3, 2, /*awaited=*/true).votes.size(), 1u) << "kept while awaited";
+  EXPECT_EQ(book.For(3, 2, /*awaited=*/false).votes.size(), 0u) << "saved again from scratch";
+  EXPECT_EQ(book.Find(3)->generation, 2);
+  // Ending generation 2 aborts its undecided steps, not older committed ones.
+  book.Vote(2, 2, false, 0, Ok(), 1, &alerts);
+  ASSERT_TRUE(book.Published(2, 2, false, true, "").ok());
+  auto e = book.AbortGeneration(2, absl::AbortedError("generation 2 ended: member 4 died"));
+  ASSERT_EQ(e.size(), 1u);
+  EXPECT_EQ(e[0].step, 3);
+  EXPECT_TRUE(book.Find(2)->outcome->ok());
+}
+
+TEST(CommitBook, ReplayRestoresDecisionsAndTrimKeepsTheNewest) {
+  CommitBook book;
+  book.ReplayCommitted(1, 1);
+  book.ReplayAborted(2, 1);
+  book.ReplayDecided(3, 2);
+  EXPECT_TRUE(book.Find(1)->outcome->ok());
+  EXPECT_TRUE(absl::IsAborted(*book.Find(2)->outcome));
+  EXPECT_NE(book.Find(2)->outcome->message().find("step 2 was aborted in generation 1"), std::string::npos);
+  EXPECT_TRUE(book.Find(3)->decision->ok());
+  // A leader that published before a restart finds its decision.
+  auto p = book.Published(3, 2, false, true, "");
+  ASSERT_TRUE(p.ok());
+  ASSERT_EQ(p->size(), 1u);
+  EXPECT_EQ((*p)[0].kind, Kind::kCommitted);
+  book.ReplayDecided(4, 2);  // undecided outcome: kept by a trim of decided steps only
+  book.Trim(1, /*only_decided=*/true);
+  EXPECT_EQ(book.Find(1), nullptr);
+  EXPECT_EQ(book.Find(3), nullptr);
+  EXPECT_NE(book.Find(4), nullptr);
+  book.Trim(0, /*only_decided=*/false);
+  EXPECT_TRUE(book.steps().empty());
+}
+
+TEST(CommitBook, StragglersAreFarSlowerThanTheTypicalRank) {
+  std::map<int, SaveVote> votes;
+  for (int r = 0; r < 8; ++r) votes[r] = Ok(r == 5 ? 4.0 : 1.0 + 0.01 * r);
+  SaveDurations d = Durations(9, votes);
+  EXPECT_EQ(d.step, 9);
+  EXPECT_EQ(d.write.size(), 8u);
+  ASSERT_EQ(d.stragglers.size(), 1u);
+  EXPECT_EQ(d.stragglers[0].first, 5);
+  EXPECT_DOUBLE_EQ(d.stragglers[0].second, 4.0);
+  // Two ranks are too few to call either slow.
+  std::map<int, SaveVote> two = {{0, Ok(1)}, {1, Ok(9)}};
+  EXPECT_TRUE(Durations(1, two).stragglers.empty());
+}
+
+}  // namespace
+}  // namespace ckpt::coord
