@@ -20,6 +20,7 @@
 #include <thread>
 
 #include "ckpt/coordinator.h"
+#include "coordinator/messages.h"
 #include "coordinator/protocol.h"
 #include "util/bytes.h"
 #include "util/clock.h"
@@ -30,12 +31,6 @@
 namespace ckpt {
 namespace coord {
 namespace {
-
-uint64_t DoubleBits(double v) {
-  uint64_t u;
-  std::memcpy(&u, &v, 8);
-  return u;
-}
 
 struct Reply {
   MsgType type = MsgType::kAck;
@@ -49,13 +44,11 @@ absl::Status DecodeError(std::string_view payload) {
   return absl::Status(s.ok() ? absl::StatusCode::kUnknown : s.code(), StrCat("coordinator: ", s.message()));
 }
 
-absl::Status DecodeDecision(std::string_view payload) {
-  ByteReader r(payload, "decision");
-  const bool ok = r.U8() != 0;
-  const absl::Status s = ReadStatus(r);
-  if (!r.ok()) return r.status();
-  if (ok) return absl::OkStatus();
-  return s.ok() ? absl::AbortedError("") : s;
+// The step's decision, or why the reply does not decode.
+absl::Status DecisionOf(std::string_view payload) {
+  absl::Status decision;
+  if (absl::Status s = DecodeDecision(payload, &decision); !s.ok()) return s;
+  return decision;
 }
 
 class ClientImpl;
@@ -71,7 +64,7 @@ class CoordinatorComm final : public Communicator {
   absl::Status Barrier(double timeout_s) override;
 
  private:
-  absl::StatusOr<std::string> Run(uint8_t op, std::string part, double timeout_s);
+  absl::StatusOr<std::string> Run(CollectiveOp op, std::string part, double timeout_s);
   ClientImpl& client_;
   int local_rank_;
   int64_t generation_ = -1;
@@ -128,16 +121,7 @@ class ClientImpl final : public CoordinatorClient {
         std::lock_guard<std::mutex> lock(mu_);
         nonce = nonce_;
       }
-      ByteWriter w;
-      w.Str(options_.job);
-      w.Str(options_.host);
-      w.Var(static_cast<uint64_t>(options_.local_ranks));
-      w.Var(member_id_.load());
-      w.SVar(-1);
-      w.U8(0);
-      const auto mac = Hmac(options_.token, JoinChallenge(nonce, options_.job, options_.host));
-      w.Str(std::string_view(reinterpret_cast<const char*>(mac.data()), mac.size()));
-      auto reply = Call(MsgType::kJoin, w.Take(), deadline - NowSeconds(), /*resend=*/false);
+      auto reply = Call(MsgType::kJoin, Encode(JoinFor(nonce, -1, false)), deadline - NowSeconds(), /*resend=*/false);
       if (!reply.ok()) {
         if (absl::IsUnavailable(reply.status()) && NowSeconds() < deadline) continue;  // reconnected: sign again
         return reply.status();
@@ -170,19 +154,12 @@ class ClientImpl final : public CoordinatorClient {
   }
 
   absl::StatusOr<std::string> Status(bool text) override {
-    ByteWriter w;
-    w.U8(text ? 1 : 0);
-    CKPT_ASSIGN_OR_RETURN(Reply r, Call(MsgType::kStatus, w.Take(), 10, false));
-    ByteReader br(r.payload, "status reply");
-    std::string json = br.Str(kMaxStatusBytes);
-    if (!br.ok()) return br.status();
-    return json;
+    CKPT_ASSIGN_OR_RETURN(Reply r, Call(MsgType::kStatus, Encode(StatusRequest{text}), 10, false));
+    return DecodeBytes(r.payload, kMaxStatusBytes, "status reply");
   }
 
   absl::Status Leave() override {
-    ByteWriter w;
-    w.Var(member_id_.load());
-    auto r = Call(MsgType::kLeave, w.Take(), 10, false);
+    auto r = Call(MsgType::kLeave, Encode(LeaveRequest{member_id_.load()}), 10, false);
     std::lock_guard<std::mutex> lock(mu_);
     joined_ = false;
     return r.status();
@@ -243,23 +220,32 @@ class ClientImpl final : public CoordinatorClient {
   };
 
   absl::StatusOr<Assignment> ParseAssign(std::string_view payload) {
-    ByteReader r(payload, "assign");
-    const uint8_t status = r.U8();
-    std::string message = r.Str();
-    if (status == 1) return absl::PermissionDeniedError(StrCat("coordinator: ", message));
-    if (status == 2) return absl::AbortedError(StrCat("coordinator: ", message));
+    CKPT_ASSIGN_OR_RETURN(const AssignReply m, DecodeAssign(payload));
+    if (m.status == AssignReply::kRefused) return absl::PermissionDeniedError(StrCat("coordinator: ", m.message));
+    if (m.status != AssignReply::kAssigned) return absl::AbortedError(StrCat("coordinator: ", m.message));
     Assignment a;
-    const uint64_t id = r.Var();
-    a.generation = r.SVar();
-    a.first_rank = static_cast<int>(r.Var());
-    a.local_ranks = static_cast<int>(r.Var());
-    a.world_size = static_cast<int>(r.Var());
-    a.members = static_cast<int>(r.Var());
-    a.restore_step = r.SVar();
-    (void)r.Var();  // heartbeat interval
-    if (!r.ok()) return r.status();
-    member_id_ = id;
+    a.generation = m.generation;
+    a.first_rank = static_cast<int>(m.first_rank);
+    a.local_ranks = static_cast<int>(m.local_ranks);
+    a.world_size = static_cast<int>(m.world_size);
+    a.members = static_cast<int>(m.members);
+    a.restore_step = m.restore_step;
+    member_id_ = m.member_id;
     return a;
+  }
+
+  // A join of this member, signed over the coordinator's nonce.
+  JoinRequest JoinFor(std::string_view nonce, int64_t previous_generation, bool resume) const {
+    JoinRequest j;
+    j.job = options_.job;
+    j.host = options_.host;
+    j.local_ranks = static_cast<uint64_t>(options_.local_ranks);
+    j.previous_member = member_id_.load();
+    j.previous_generation = previous_generation;
+    j.resume = resume;
+    const auto mac = Hmac(options_.token, JoinChallenge(nonce, options_.job, options_.host));
+    j.mac.assign(reinterpret_cast<const char*>(mac.data()), mac.size());
+    return j;
   }
 
   // Connects and exchanges hellos; with a current assignment, resumes it.
@@ -302,12 +288,12 @@ class ClientImpl final : public CoordinatorClient {
       close(fd);
       return hello.status();
     }
-    ByteReader hr(hello->payload, "hello");
-    std::string nonce = hr.Str(256);
-    if (!hr.ok() || hello->type != MsgType::kHello) {
+    auto hello_reply = DecodeHello(hello->payload);
+    if (!hello_reply.ok() || hello->type != MsgType::kHello) {
       close(fd);
       return absl::DataLossError(StrCat(options_.address, " did not answer like a ckpt coordinator"));
     }
+    const std::string nonce = hello_reply->nonce;
     bool resumed = false, lost_generation = false;
     std::string lost_reason;
     Assignment a;
@@ -318,16 +304,7 @@ class ClientImpl final : public CoordinatorClient {
       a = assignment_;
     }
     if (joined) {
-      ByteWriter w;
-      w.Str(options_.job);
-      w.Str(options_.host);
-      w.Var(static_cast<uint64_t>(options_.local_ranks));
-      w.Var(member_id_.load());
-      w.SVar(a.generation);
-      w.U8(1);
-      const auto mac = Hmac(options_.token, JoinChallenge(nonce, options_.job, options_.host));
-      w.Str(std::string_view(reinterpret_cast<const char*>(mac.data()), mac.size()));
-      auto r = exchange(MsgType::kJoin, w.Take());
+      auto r = exchange(MsgType::kJoin, Encode(JoinFor(nonce, a.generation, true)));
       if (!r.ok()) {
         close(fd);
         return r.status();
@@ -496,13 +473,12 @@ class ClientImpl final : public CoordinatorClient {
 
   void Dispatch(uint64_t id, Reply r) {
     if (r.type == MsgType::kStop) {
-      ByteReader br(r.payload, "stop");
-      const int64_t generation = br.SVar();
-      std::string reason = br.Str();
+      auto stop = DecodeStop(r.payload);
+      if (!stop.ok()) return;  // nothing to act on
       std::lock_guard<std::mutex> lock(mu_);
-      if (generation != assignment_.generation) return;  // about one this member already left
+      if (stop->generation != assignment_.generation) return;  // about one this member already left
       stop_requested_ = true;
-      stop_reason_ = reason;
+      stop_reason_ = stop->reason;
       joined_ = false;
       cv_.notify_all();
       return;
@@ -524,15 +500,13 @@ class ClientImpl final : public CoordinatorClient {
         if (!connected_ || member_id_ == 0) continue;
       }
       const int64_t generation = assignment().generation;
-      ByteWriter w;
-      w.Var(member_id_.load());
-      w.SVar(generation);
-      auto r = Call(MsgType::kHeartbeat, w.Take(), options_.heartbeat_s * 2, false);
+      auto r = Call(MsgType::kHeartbeat, Encode(HeartbeatRequest{member_id_.load(), generation}),
+                    options_.heartbeat_s * 2, false);
       if (!r.ok() || r->type != MsgType::kHeartbeatAck) continue;
-      ByteReader br(r->payload, "heartbeat ack");
-      (void)br.SVar();
-      const bool stop = br.U8() != 0;
-      std::string reason = br.Str();
+      auto ack = DecodeHeartbeatAck(r->payload);
+      if (!ack.ok()) continue;
+      const bool stop = ack->stop;
+      const std::string& reason = ack->reason;
       std::lock_guard<std::mutex> lock(mu_);
       // A stop about a generation this member has since left is stale.
       if (stop && joined_ && assignment_.generation == generation) {
@@ -569,31 +543,26 @@ int CoordinatorComm::rank() const {
 }
 int CoordinatorComm::size() const { return client_.assignment().world_size; }
 
-absl::StatusOr<std::string> CoordinatorComm::Run(uint8_t op, std::string part, double timeout_s) {
+absl::StatusOr<std::string> CoordinatorComm::Run(CollectiveOp op, std::string part, double timeout_s) {
   const Assignment a = client_.assignment();
   if (a.generation != generation_) {
     generation_ = a.generation;
     seq_ = 0;
   }
-  ByteWriter w;
-  w.SVar(a.generation);
-  w.Var(static_cast<uint64_t>(a.first_rank + local_rank_));
-  w.Var(seq_++);
-  w.U8(op);
-  w.Var(static_cast<uint64_t>(timeout_s * 1000));
-  w.Str(part);
-  CKPT_ASSIGN_OR_RETURN(Reply r, client_.Call(MsgType::kCollective, w.Take(), timeout_s + 5, true));
+  CollectiveRequest req;
+  req.generation = a.generation;
+  req.rank = static_cast<uint64_t>(a.first_rank + local_rank_);
+  req.seq = seq_++;
+  req.op = op;
+  req.timeout_ms = static_cast<uint64_t>(timeout_s * 1000);
+  req.part = std::move(part);
+  CKPT_ASSIGN_OR_RETURN(Reply r, client_.Call(MsgType::kCollective, Encode(req), timeout_s + 5, true));
   return std::move(r.payload);
 }
 
 absl::StatusOr<std::vector<std::string>> CoordinatorComm::Gather(std::string_view mine, double timeout_s) {
-  CKPT_ASSIGN_OR_RETURN(std::string reply, Run(0, std::string(mine), timeout_s));
-  ByteReader r(reply, "gather result");
-  const uint64_t n = r.Count(1 << 24, "messages");
-  std::vector<std::string> out;
-  for (uint64_t i = 0; i < n && r.ok(); ++i) out.push_back(r.Str(uint64_t{1} << 30));
-  if (!r.ok()) return r.status();
-  return out;
+  CKPT_ASSIGN_OR_RETURN(std::string reply, Run(CollectiveOp::kGather, std::string(mine), timeout_s));
+  return DecodeParts(reply, uint64_t{1} << 30, "gather result");
 }
 
 absl::StatusOr<std::string> CoordinatorComm::Scatter(const std::vector<std::string>& from_leader, double timeout_s) {
@@ -602,81 +571,57 @@ absl::StatusOr<std::string> CoordinatorComm::Scatter(const std::vector<std::stri
     if (static_cast<int>(from_leader.size()) != size()) {
       return absl::InvalidArgumentError(StrCat("scatter needs ", size(), " messages, got ", from_leader.size()));
     }
-    ByteWriter w;
-    w.Var(from_leader.size());
-    for (const std::string& s : from_leader) w.Str(s);
-    part = w.Take();
+    part = EncodeParts(from_leader);
   }
-  CKPT_ASSIGN_OR_RETURN(std::string reply, Run(1, std::move(part), timeout_s));
-  ByteReader r(reply, "scatter result");
-  std::string mine = r.Str(uint64_t{1} << 30);
-  if (!r.ok()) return r.status();
-  return mine;
+  CKPT_ASSIGN_OR_RETURN(std::string reply, Run(CollectiveOp::kScatter, std::move(part), timeout_s));
+  return DecodeBytes(reply, uint64_t{1} << 30, "scatter result");
 }
 
 absl::StatusOr<std::string> CoordinatorComm::Broadcast(std::string_view from_leader, double timeout_s) {
-  CKPT_ASSIGN_OR_RETURN(std::string reply, Run(2, rank() == 0 ? std::string(from_leader) : std::string(), timeout_s));
-  ByteReader r(reply, "broadcast result");
-  std::string out = r.Str(uint64_t{1} << 30);
-  if (!r.ok()) return r.status();
-  return out;
+  CKPT_ASSIGN_OR_RETURN(std::string reply, Run(CollectiveOp::kBroadcast,
+                                               rank() == 0 ? std::string(from_leader) : std::string(), timeout_s));
+  return DecodeBytes(reply, uint64_t{1} << 30, "broadcast result");
 }
 
-absl::Status CoordinatorComm::Barrier(double timeout_s) { return Run(3, "", timeout_s).status(); }
+absl::Status CoordinatorComm::Barrier(double timeout_s) { return Run(CollectiveOp::kBarrier, "", timeout_s).status(); }
 
 absl::Status CoordinatorArbiter::Vote(int rank, int64_t step, const SaveVote& vote) {
-  ByteWriter w;
-  w.SVar(client_.assignment().generation);
-  w.Var(static_cast<uint64_t>(rank));
-  w.SVar(step);
-  w.U8(vote.ok ? 1 : 0);
-  w.Str(vote.error);
-  w.U64(DoubleBits(vote.stall_s));
-  w.U64(DoubleBits(vote.write_s));
-  w.SVar(vote.bytes);
-  w.Var(vote.replicas.size());
-  for (const ReplicaHash& h : vote.replicas) {
-    w.Str(h.key);
-    w.U64(h.hash);
-    w.U8(h.written ? 1 : 0);
-  }
-  std::string payload = w.Take();
+  VoteRequest req;
+  req.generation = client_.assignment().generation;
+  req.rank = static_cast<uint64_t>(rank);
+  req.step = step;
+  req.vote = vote;
+  std::string payload = Encode(req);
   client_.RememberVote(rank, step, payload);
   return client_.Call(MsgType::kVote, std::move(payload), 60, true).status();
 }
 
 absl::Status CoordinatorArbiter::AwaitDecision(int64_t step, double timeout_s) {
-  ByteWriter w;
-  w.SVar(client_.assignment().generation);
-  w.SVar(step);
-  w.Var(static_cast<uint64_t>(timeout_s * 1000));
-  auto r = client_.Call(MsgType::kDecide, w.Take(), timeout_s + 5, true);
+  const StepWaitRequest req{client_.assignment().generation, step, static_cast<uint64_t>(timeout_s * 1000)};
+  auto r = client_.Call(MsgType::kDecide, Encode(req), timeout_s + 5, true);
   if (!r.ok()) return r.status();
-  absl::Status d = DecodeDecision(r->payload);
+  absl::Status d = DecisionOf(r->payload);
   if (!d.ok()) client_.ForgetVotes(step);
   return d;
 }
 
 absl::Status CoordinatorArbiter::Published(int64_t step, const absl::Status& outcome) {
-  ByteWriter w;
-  w.SVar(client_.assignment().generation);
-  w.SVar(step);
-  w.U8(outcome.ok() ? 1 : 0);
-  w.Str(std::string(outcome.message()));
-  auto r = client_.Call(MsgType::kPublished, w.Take(), 60, true);
+  PublishedRequest req;
+  req.generation = client_.assignment().generation;
+  req.step = step;
+  req.ok = outcome.ok();
+  req.message = std::string(outcome.message());
+  auto r = client_.Call(MsgType::kPublished, Encode(req), 60, true);
   client_.ForgetVotes(step);
   return r.status();
 }
 
 absl::Status CoordinatorArbiter::AwaitOutcome(int64_t step, double timeout_s) {
-  ByteWriter w;
-  w.SVar(client_.assignment().generation);
-  w.SVar(step);
-  w.Var(static_cast<uint64_t>(timeout_s * 1000));
-  auto r = client_.Call(MsgType::kAwaitOutcome, w.Take(), timeout_s + 5, true);
+  const StepWaitRequest req{client_.assignment().generation, step, static_cast<uint64_t>(timeout_s * 1000)};
+  auto r = client_.Call(MsgType::kAwaitOutcome, Encode(req), timeout_s + 5, true);
   if (!r.ok()) return r.status();
   client_.ForgetVotes(step);
-  return DecodeDecision(r->payload);
+  return DecisionOf(r->payload);
 }
 
 }  // namespace

@@ -35,6 +35,7 @@
 #include "ckpt/verify.h"
 #include "coordinator/commit_book.h"
 #include "coordinator/journal.h"
+#include "coordinator/messages.h"
 #include "coordinator/protocol.h"
 #include "util/bytes.h"
 #include "util/clock.h"
@@ -51,13 +52,6 @@ namespace asio = boost::asio;
 using asio::ip::tcp;
 
 enum class JournalKind : uint8_t { kGeneration = 1, kEnded = 2, kCommitted = 3, kAborted = 4, kSdc = 5, kDecided = 6 };
-enum class CollectiveOp : uint8_t { kGather = 0, kScatter = 1, kBroadcast = 2, kBarrier = 3 };
-
-double BitsDouble(uint64_t u) {
-  double v;
-  std::memcpy(&v, &u, 8);
-  return v;
-}
 
 std::string RandomBytes(size_t n) {
   std::random_device rd;
@@ -361,25 +355,18 @@ class CoordinatorImpl final : public Coordinator {
   }
 
   absl::Status Handle(const std::shared_ptr<Session>& s, const FrameHeader& h, std::string_view payload) {
-    ByteReader r(payload, StrCat(MsgTypeName(h.type), " frame from ", s->peer()));
     switch (h.type) {
-      case MsgType::kHello: {
-        ByteWriter w;
-        w.Str(s->nonce());
-        w.Str(coordinator_id_);
-        w.Var(options_.max_frame_bytes);
-        s->Reply(h.request_id, MsgType::kHello, w.Take());
+      case MsgType::kHello:
+        s->Reply(h.request_id, MsgType::kHello,
+                 Encode(HelloReply{s->nonce(), coordinator_id_, options_.max_frame_bytes}));
         return absl::OkStatus();
-      }
       case MsgType::kStatus: {
-        const bool text = !payload.empty() && r.U8() == 1;  // older clients send nothing: JSON
-        ByteWriter w;
-        w.Str(text ? BuildStatusText() : BuildStatus());
-        s->Reply(h.request_id, MsgType::kStatusReply, w.Take());
+        CKPT_ASSIGN_OR_RETURN(const StatusRequest req, DecodeStatusRequest(payload));
+        s->Reply(h.request_id, MsgType::kStatusReply, EncodeBytes(req.text ? BuildStatusText() : BuildStatus()));
         return absl::OkStatus();
       }
       case MsgType::kJoin:
-        return OnJoin(s, h, r);
+        return OnJoin(s, h, payload);
       default:
         break;
     }
@@ -388,19 +375,19 @@ class CoordinatorImpl final : public Coordinator {
     }
     switch (h.type) {
       case MsgType::kHeartbeat:
-        return OnHeartbeat(s, h, r);
+        return OnHeartbeat(s, h, payload);
       case MsgType::kCollective:
-        return OnCollective(s, h, r);
+        return OnCollective(s, h, payload);
       case MsgType::kVote:
-        return OnVote(s, h, r);
+        return OnVote(s, h, payload);
       case MsgType::kDecide:
-        return OnDecide(s, h, r);
+        return OnDecide(s, h, payload);
       case MsgType::kPublished:
-        return OnPublished(s, h, r);
+        return OnPublished(s, h, payload);
       case MsgType::kAwaitOutcome:
-        return OnAwaitOutcome(s, h, r);
+        return OnAwaitOutcome(s, h, payload);
       case MsgType::kLeave:
-        return OnLeave(s, h, r);
+        return OnLeave(s, h, payload);
       default:
         return absl::InvalidArgumentError(StrCat("a coordinator does not take ", MsgTypeName(h.type), " frames"));
     }
@@ -529,24 +516,24 @@ class CoordinatorImpl final : public Coordinator {
   }
 
   // ---------------- rendezvous ----------------
-  absl::Status OnJoin(const std::shared_ptr<Session>& s, const FrameHeader& h, ByteReader& r) {
-    const std::string job = r.Str(kMaxJoinFieldBytes);
-    const std::string host = r.Str(kMaxJoinFieldBytes);
-    const int local = static_cast<int>(r.Count(1 << 20, "local ranks"));
-    const uint64_t previous = r.Var();
-    const int64_t previous_gen = r.SVar();
-    const bool resume = r.U8() != 0;
-    const std::string mac = r.Str(64);
-    if (!r.ok()) return r.status();
+  absl::Status OnJoin(const std::shared_ptr<Session>& s, const FrameHeader& h, std::string_view payload) {
+    CKPT_ASSIGN_OR_RETURN(const JoinRequest join, DecodeJoin(payload));
+    const std::string& job = join.job;
+    const std::string& host = join.host;
+    const int local = static_cast<int>(join.local_ranks);
+    const uint64_t previous = join.previous_member;
+    const int64_t previous_gen = join.previous_generation;
+    const bool resume = join.resume;
+    const std::string& mac = join.mac;
     const auto expect = Hmac(options_.token, JoinChallenge(s->nonce(), job, host));
     if (mac.size() != kMacSize || !MacEqual(expect.data(), reinterpret_cast<const uint8_t*>(mac.data()))) {
       ++refused_;
       CountDrop(DropReason::kRefusedJoin,
                 StrCat("refused a join from ", s->peer(), " (host '", host, "', job '", job, "'): wrong token"));
-      ByteWriter w;
-      w.U8(1);
-      w.Str("refused: the join was not signed with the job's token");
-      s->Reply(h.request_id, MsgType::kAssign, w.Take());
+      AssignReply refused;
+      refused.status = AssignReply::kRefused;
+      refused.message = "refused: the join was not signed with the job's token";
+      s->Reply(h.request_id, MsgType::kAssign, Encode(refused));
       s->CloseAfterWrite();  // one guess per connection
       return absl::OkStatus();
     }
@@ -565,10 +552,10 @@ class CoordinatorImpl final : public Coordinator {
     }
     if (resume) {
       // Its generation is over (or unknown here): it must join afresh.
-      ByteWriter w;
-      w.U8(2);
-      w.Str(StrCat("generation ", previous_gen, " is over (current: ", generation_, "); join again"));
-      s->Reply(h.request_id, MsgType::kAssign, w.Take());
+      AssignReply over;
+      over.status = AssignReply::kNotResumable;
+      over.message = StrCat("generation ", previous_gen, " is over (current: ", generation_, "); join again");
+      s->Reply(h.request_id, MsgType::kAssign, Encode(over));
       return absl::OkStatus();
     }
     uint64_t id = previous;  // a member keeps its id across generations
@@ -596,18 +583,16 @@ class CoordinatorImpl final : public Coordinator {
   }
 
   std::string AssignPayload(const Member& m) {
-    ByteWriter w;
-    w.U8(0);
-    w.Str("");
-    w.Var(m.id);
-    w.SVar(generation_);
-    w.Var(static_cast<uint64_t>(m.first_rank));
-    w.Var(static_cast<uint64_t>(m.local_ranks));
-    w.Var(static_cast<uint64_t>(world_));
-    w.Var(members_.size());
-    w.SVar(restore_step_);
-    w.Var(static_cast<uint64_t>(options_.heartbeat_s * 1000));
-    return w.Take();
+    AssignReply a;
+    a.member_id = m.id;
+    a.generation = generation_;
+    a.first_rank = static_cast<uint64_t>(m.first_rank);
+    a.local_ranks = static_cast<uint64_t>(m.local_ranks);
+    a.world_size = static_cast<uint64_t>(world_);
+    a.members = members_.size();
+    a.restore_step = restore_step_;
+    a.heartbeat_ms = static_cast<uint64_t>(options_.heartbeat_s * 1000);
+    return Encode(a);
   }
 
   void MaybeForm(bool timer_fired) {
@@ -759,10 +744,7 @@ class CoordinatorImpl final : public Coordinator {
     for (uint64_t id : order_) {
       previous_rank_[id] = members_[id].first_rank;
       if (auto s = members_[id].session.lock()) {
-        ByteWriter p;
-        p.SVar(generation_);
-        p.Str(reason);
-        s->Send(EncodeFrame(MsgType::kStop, 0, p.Take()));
+        s->Send(EncodeFrame(MsgType::kStop, 0, Encode(StopPush{generation_, reason})));
       }
     }
     members_.clear();
@@ -772,27 +754,23 @@ class CoordinatorImpl final : public Coordinator {
   }
 
   // ---------------- heartbeats and failure detection ----------------
-  absl::Status OnHeartbeat(const std::shared_ptr<Session>& s, const FrameHeader& h, ByteReader& r) {
-    const uint64_t id = r.Var();
-    const int64_t gen = r.SVar();
-    if (!r.ok()) return r.status();
-    ByteWriter w;
-    w.SVar(generation_);
+  absl::Status OnHeartbeat(const std::shared_ptr<Session>& s, const FrameHeader& h, std::string_view payload) {
+    CKPT_ASSIGN_OR_RETURN(const HeartbeatRequest hb, DecodeHeartbeat(payload));
+    const uint64_t id = hb.member;
+    const int64_t gen = hb.generation;
+    HeartbeatAck ack;
+    ack.generation = generation_;
     auto it = members_.find(id);
     if (running_ && gen == generation_ && it != members_.end() && id == s->member_id) {
       it->second.last_seen = NowSeconds();
       it->second.late_intervals = 0;
-      w.U8(0);
-      w.Str("");
     } else if (waiting_.count(id)) {
       waiting_[id].last_seen = NowSeconds();
-      w.U8(0);
-      w.Str("");
     } else {
-      w.U8(1);
-      w.Str(StrCat("generation ", gen, " is over (current: ", generation_, "); join again"));
+      ack.stop = true;
+      ack.reason = StrCat("generation ", gen, " is over (current: ", generation_, "); join again");
     }
-    s->Reply(h.request_id, MsgType::kHeartbeatAck, w.Take());
+    s->Reply(h.request_id, MsgType::kHeartbeatAck, Encode(ack));
     return absl::OkStatus();
   }
 
@@ -862,9 +840,9 @@ class CoordinatorImpl final : public Coordinator {
     }
   }
 
-  absl::Status OnLeave(const std::shared_ptr<Session>& s, const FrameHeader& h, ByteReader& r) {
-    const uint64_t id = r.Var();
-    if (!r.ok()) return r.status();
+  absl::Status OnLeave(const std::shared_ptr<Session>& s, const FrameHeader& h, std::string_view payload) {
+    CKPT_ASSIGN_OR_RETURN(const LeaveRequest leave, DecodeLeave(payload));
+    const uint64_t id = leave.member;
     if (id != s->member_id) return absl::PermissionDeniedError("a member can only leave for itself");
     waiting_.erase(id);
     pending_joins_.erase(id);
@@ -893,15 +871,14 @@ class CoordinatorImpl final : public Coordinator {
     return absl::OkStatus();
   }
 
-  absl::Status OnCollective(const std::shared_ptr<Session>& s, const FrameHeader& h, ByteReader& r) {
-    const int64_t gen = r.SVar();
-    const int rank = static_cast<int>(r.Var());
-    const uint64_t seq = r.Var();
-    const auto op = static_cast<CollectiveOp>(r.U8());
-    const double timeout = static_cast<double>(r.Var()) / 1000.0;
-    const std::string part = r.Str(options_.max_frame_bytes);
-    if (!r.ok()) return r.status();
-    if (static_cast<uint8_t>(op) > 3) return absl::InvalidArgumentError("unknown collective");
+  absl::Status OnCollective(const std::shared_ptr<Session>& s, const FrameHeader& h, std::string_view payload) {
+    CKPT_ASSIGN_OR_RETURN(CollectiveRequest req, DecodeCollective(payload, options_.max_frame_bytes));
+    const int64_t gen = req.generation;
+    const int rank = static_cast<int>(req.rank);
+    const uint64_t seq = req.seq;
+    const CollectiveOp op = req.op;
+    const double timeout = static_cast<double>(req.timeout_ms) / 1000.0;
+    std::string& part = req.part;
     if (absl::Status st = CheckRank(s, gen, rank); !st.ok()) {
       s->ReplyError(h.request_id, st);
       return absl::OkStatus();
@@ -913,7 +890,7 @@ class CoordinatorImpl final : public Coordinator {
                                       StrCat("collective ", seq, ": rank ", rank, " called a different collective")));
       return absl::OkStatus();
     }
-    c.parts[rank] = part;  // a resend after a reconnect replaces the first
+    c.parts[rank] = std::move(part);  // a resend after a reconnect replaces the first
     c.waiters[rank] = Waiter{s, h.request_id, 0};
     const double deadline = NowSeconds() + timeout;
     c.deadline = c.deadline == 0 ? deadline : std::max(c.deadline, deadline);
@@ -921,34 +898,33 @@ class CoordinatorImpl final : public Coordinator {
     // Everyone arrived: answer each rank.
     std::vector<std::string> pieces;
     if (op == CollectiveOp::kScatter) {
-      ByteReader lr(c.parts[0], "scatter from the leader");
-      const uint64_t n = lr.Count(1 << 24, "messages");
-      for (uint64_t i = 0; i < n && lr.ok(); ++i) pieces.push_back(lr.Str(options_.max_frame_bytes));
-      if (!lr.ok() || static_cast<int>(pieces.size()) != world_) pieces.assign(static_cast<size_t>(world_), "");
+      auto from_leader = DecodeParts(c.parts[0], options_.max_frame_bytes, "scatter from the leader");
+      if (from_leader.ok()) pieces = std::move(from_leader).value();
+      if (static_cast<int>(pieces.size()) != world_) pieces.assign(static_cast<size_t>(world_), "");
     }
     for (auto& [rk, wt] : c.waiters) {
       auto ws = wt.session.lock();
       if (!ws) continue;
-      ByteWriter w;
+      std::string result;
       switch (op) {
-        case CollectiveOp::kGather:
+        case CollectiveOp::kGather: {
+          std::vector<std::string> all;
           if (rk == 0) {
-            w.Var(static_cast<uint64_t>(world_));
-            for (auto& [pr, p] : c.parts) w.Str(p);
-          } else {
-            w.Var(0);
+            for (auto& [pr, p] : c.parts) all.push_back(p);
           }
+          result = EncodeParts(all);
           break;
+        }
         case CollectiveOp::kScatter:
-          w.Str(pieces[static_cast<size_t>(rk)]);
+          result = EncodeBytes(pieces[static_cast<size_t>(rk)]);
           break;
         case CollectiveOp::kBroadcast:
-          w.Str(c.parts[0]);
+          result = EncodeBytes(c.parts[0]);
           break;
         case CollectiveOp::kBarrier:
           break;
       }
-      ws->Reply(wt.request_id, MsgType::kCollectiveResult, w.Take());
+      ws->Reply(wt.request_id, MsgType::kCollectiveResult, result);
     }
     collectives_.erase(seq);
     return absl::OkStatus();
@@ -963,12 +939,7 @@ class CoordinatorImpl final : public Coordinator {
     return it != waiters_.end() && (!it->second.decide.empty() || !it->second.outcome.empty());
   }
 
-  static std::string DecisionPayload(const absl::Status& s) {
-    ByteWriter w;
-    w.U8(s.ok() ? 1 : 0);
-    WriteStatus(w, s);
-    return w.Take();
-  }
+  static std::string DecisionPayload(const absl::Status& s) { return EncodeDecision(s); }
 
   void JournalStep(JournalKind kind, int64_t step, int64_t generation) {
     ByteWriter w;
@@ -1033,25 +1004,12 @@ class CoordinatorImpl final : public Coordinator {
     }
   }
 
-  absl::Status OnVote(const std::shared_ptr<Session>& s, const FrameHeader& h, ByteReader& r) {
-    const int64_t gen = r.SVar();
-    const int rank = static_cast<int>(r.Var());
-    const int64_t step = r.SVar();
-    SaveVote v;
-    v.ok = r.U8() != 0;
-    v.error = r.Str(kMaxWireTextBytes);
-    v.stall_s = BitsDouble(r.U64());
-    v.write_s = BitsDouble(r.U64());
-    v.bytes = r.SVar();
-    const uint64_t n = r.Count(1 << 24, "replica hashes");
-    for (uint64_t i = 0; i < n && r.ok(); ++i) {
-      ReplicaHash rh;
-      rh.key = r.Str(kMaxWireTextBytes);
-      rh.hash = r.U64();
-      rh.written = r.U8() != 0;
-      v.replicas.push_back(std::move(rh));
-    }
-    if (!r.ok()) return r.status();
+  absl::Status OnVote(const std::shared_ptr<Session>& s, const FrameHeader& h, std::string_view payload) {
+    CKPT_ASSIGN_OR_RETURN(VoteRequest req, DecodeVote(payload));
+    const int64_t gen = req.generation;
+    const int rank = static_cast<int>(req.rank);
+    const int64_t step = req.step;
+    SaveVote& v = req.vote;
     if (absl::Status st = CheckRank(s, gen, rank); !st.ok()) {
       s->ReplyError(h.request_id, st);
       return absl::OkStatus();
@@ -1064,11 +1022,11 @@ class CoordinatorImpl final : public Coordinator {
     return absl::OkStatus();
   }
 
-  absl::Status OnDecide(const std::shared_ptr<Session>& s, const FrameHeader& h, ByteReader& r) {
-    const int64_t gen = r.SVar();
-    const int64_t step = r.SVar();
-    const double timeout = static_cast<double>(r.Var()) / 1000.0;
-    if (!r.ok()) return r.status();
+  absl::Status OnDecide(const std::shared_ptr<Session>& s, const FrameHeader& h, std::string_view payload) {
+    CKPT_ASSIGN_OR_RETURN(const StepWaitRequest req, DecodeStepWait(payload));
+    const int64_t gen = req.generation;
+    const int64_t step = req.step;
+    const double timeout = static_cast<double>(req.timeout_ms) / 1000.0;
     if (absl::Status st = CheckRank(s, gen, 0); !st.ok()) {
       s->ReplyError(h.request_id, st);
       return absl::OkStatus();
@@ -1082,12 +1040,12 @@ class CoordinatorImpl final : public Coordinator {
     return absl::OkStatus();
   }
 
-  absl::Status OnPublished(const std::shared_ptr<Session>& s, const FrameHeader& h, ByteReader& r) {
-    const int64_t gen = r.SVar();
-    const int64_t step = r.SVar();
-    const bool ok = r.U8() != 0;
-    const std::string message = r.Str(kMaxWireTextBytes);
-    if (!r.ok()) return r.status();
+  absl::Status OnPublished(const std::shared_ptr<Session>& s, const FrameHeader& h, std::string_view payload) {
+    CKPT_ASSIGN_OR_RETURN(const PublishedRequest req, DecodePublished(payload));
+    const int64_t gen = req.generation;
+    const int64_t step = req.step;
+    const bool ok = req.ok;
+    const std::string& message = req.message;
     if (absl::Status st = CheckRank(s, gen, 0); !st.ok()) {
       s->ReplyError(h.request_id, st);
       return absl::OkStatus();
@@ -1115,11 +1073,11 @@ class CoordinatorImpl final : public Coordinator {
     straggler_step_ = d.step;
   }
 
-  absl::Status OnAwaitOutcome(const std::shared_ptr<Session>& s, const FrameHeader& h, ByteReader& r) {
-    const int64_t gen = r.SVar();
-    const int64_t step = r.SVar();
-    const double timeout = static_cast<double>(r.Var()) / 1000.0;
-    if (!r.ok()) return r.status();
+  absl::Status OnAwaitOutcome(const std::shared_ptr<Session>& s, const FrameHeader& h, std::string_view payload) {
+    CKPT_ASSIGN_OR_RETURN(const StepWaitRequest req, DecodeStepWait(payload));
+    const int64_t gen = req.generation;
+    const int64_t step = req.step;
+    const double timeout = static_cast<double>(req.timeout_ms) / 1000.0;
     const CommitBook::Step& st = book_.For(step, gen, Awaited(step));
     if (st.outcome) {
       s->Reply(h.request_id, MsgType::kOutcome, DecisionPayload(*st.outcome));

@@ -17,8 +17,8 @@
 #include <string_view>
 #include <utility>
 
+#include "coordinator/messages.h"
 #include "coordinator/protocol.h"
-#include "util/bytes.h"
 
 namespace ckpt::coord {
 class SimMember {
@@ -34,69 +34,49 @@ class SimMember {
     setsockopt(fd_, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
     auto hello = Request(MsgType::kHello, "");
     if (!hello) return false;
-    ByteReader r(hello->second, "hello");
-    nonce_ = r.Str();
-    return r.ok();
+    auto h = DecodeHello(hello->second);
+    if (!h.ok()) return false;
+    nonce_ = h->nonce;
+    return true;
   }
   bool SendJoin(std::string_view token, const std::string& host) {
-    ByteWriter w;
-    w.Str("sim");
-    w.Str(host);
-    w.Var(1);
-    w.Var(0);
-    w.SVar(-1);
-    w.U8(0);
+    JoinRequest j;
+    j.job = "sim";
+    j.host = host;
     const auto mac = Hmac(token, JoinChallenge(nonce_, "sim", host));
-    w.Str(std::string_view(reinterpret_cast<const char*>(mac.data()), mac.size()));
-    return Send(MsgType::kJoin, w.Take());
+    j.mac.assign(reinterpret_cast<const char*>(mac.data()), mac.size());
+    return Send(MsgType::kJoin, Encode(j));
   }
   bool ReadAssign() {
     auto f = Read();
     if (!f || f->first != MsgType::kAssign) return false;
-    ByteReader r(f->second, "assign");
-    if (r.U8() != 0) return false;
-    (void)r.Str();
-    member_ = r.Var();
-    generation_ = r.SVar();
-    rank_ = static_cast<int>(r.Var());
-    return r.ok();
+    auto a = DecodeAssign(f->second);
+    if (!a.ok() || a->status != AssignReply::kAssigned) return false;
+    member_ = a->member_id;
+    generation_ = a->generation;
+    rank_ = static_cast<int>(a->first_rank);
+    return true;
   }
   bool Heartbeat() {
-    ByteWriter w;
-    w.Var(member_);
-    w.SVar(generation_);
-    auto f = Request(MsgType::kHeartbeat, w.Take());
+    auto f = Request(MsgType::kHeartbeat, Encode(HeartbeatRequest{member_, generation_}));
     return f && f->first == MsgType::kHeartbeatAck;
   }
   bool SendVote(int64_t step) {
-    ByteWriter w;
-    w.SVar(generation_);
-    w.Var(static_cast<uint64_t>(rank_));
-    w.SVar(step);
-    w.U8(1);
-    w.Str("");
-    w.U64(0);
-    w.U64(0);
-    w.SVar(0);
-    w.Var(0);
-    return Send(MsgType::kVote, w.Take());
+    VoteRequest v;
+    v.generation = generation_;
+    v.rank = static_cast<uint64_t>(rank_);
+    v.step = step;
+    return Send(MsgType::kVote, Encode(v));
   }
-  bool SendDecide(int64_t step) {
-    ByteWriter w;
-    w.SVar(generation_);
-    w.SVar(step);
-    w.Var(10000);
-    return Send(MsgType::kDecide, w.Take());
-  }
+  bool SendDecide(int64_t step) { return Send(MsgType::kDecide, Encode(StepWaitRequest{generation_, step, 10000})); }
   bool SendBarrier(uint64_t seq) {
-    ByteWriter w;
-    w.SVar(generation_);
-    w.Var(static_cast<uint64_t>(rank_));
-    w.Var(seq);
-    w.U8(3);
-    w.Var(10000);
-    w.Str("");
-    return Send(MsgType::kCollective, w.Take());
+    CollectiveRequest c;
+    c.generation = generation_;
+    c.rank = static_cast<uint64_t>(rank_);
+    c.seq = seq;
+    c.op = CollectiveOp::kBarrier;
+    c.timeout_ms = 10000;
+    return Send(MsgType::kCollective, Encode(c));
   }
   std::optional<std::pair<MsgType, std::string>> Read() {
     uint8_t h[kHeaderSize];
@@ -108,26 +88,12 @@ class SimMember {
     return std::make_pair(header->type, payload);
   }
   bool SendAwaitOutcome(int64_t step) {
-    ByteWriter w;
-    w.SVar(generation_);
-    w.SVar(step);
-    w.Var(10000);
-    return Send(MsgType::kAwaitOutcome, w.Take());
+    return Send(MsgType::kAwaitOutcome, Encode(StepWaitRequest{generation_, step, 10000}));
   }
   bool SendPublished(int64_t step) {
-    ByteWriter w;
-    w.SVar(generation_);
-    w.SVar(step);
-    w.U8(1);
-    w.Str("");
-    return Send(MsgType::kPublished, w.Take());
+    return Send(MsgType::kPublished, Encode(PublishedRequest{generation_, step, true, ""}));
   }
-  bool SendHeartbeat() {
-    ByteWriter w;
-    w.Var(member_);
-    w.SVar(generation_);
-    return Send(MsgType::kHeartbeat, w.Take());
-  }
+  bool SendHeartbeat() { return Send(MsgType::kHeartbeat, Encode(HeartbeatRequest{member_, generation_})); }
   int rank() const { return rank_; }
   /// Bytes as they are, framed or not.
   bool SendRaw(std::string_view bytes) {

@@ -1,0 +1,173 @@
+// The coordinator's message codecs: every message round-trips, the bytes are
+// the protocol's (docs/protocol.md), and short or oversized payloads are
+// refused with the message's name.
+#include "coordinator/messages.h"
+
+#include <gtest/gtest.h>
+
+#include <string>
+#include <vector>
+
+#include "ckpt/limits.h"
+#include "testutil/test_util.h"
+#include "util/bytes.h"
+
+namespace ckpt::coord {
+namespace {
+
+std::string Hex(std::string_view s) {
+  static const char* d = "0123456789abcdef";
+  std::string out;
+  for (unsigned char c : s) {
+    out += d[c >> 4];
+    out += d[c & 15];
+  }
+  return out;
+}
+
+TEST(Messages, EveryMessageRoundTrips) {
+  JoinRequest j{"job", "host-7:123", 8, 42, 3, true, std::string(32, '\x5a')};
+  auto j2 = DecodeJoin(Encode(j));
+  ASSERT_OK(j2);
+  EXPECT_EQ(j2->job, "job");
+  EXPECT_EQ(j2->host, "host-7:123");
+  EXPECT_EQ(j2->local_ranks, 8u);
+  EXPECT_EQ(j2->previous_member, 42u);
+  EXPECT_EQ(j2->previous_generation, 3);
+  EXPECT_TRUE(j2->resume);
+  EXPECT_EQ(j2->mac, j.mac);
+
+  AssignReply a;
+  a.member_id = 9;
+  a.generation = 4;
+  a.first_rank = 16;
+  a.local_ranks = 8;
+  a.world_size = 64;
+  a.members = 8;
+  a.restore_step = -1;
+  a.heartbeat_ms = 500;
+  auto a2 = DecodeAssign(Encode(a));
+  ASSERT_OK(a2);
+  EXPECT_EQ(a2->member_id, 9u);
+  EXPECT_EQ(a2->first_rank, 16u);
+  EXPECT_EQ(a2->world_size, 64u);
+  EXPECT_EQ(a2->restore_step, -1);
+  EXPECT_EQ(a2->heartbeat_ms, 500u);
+  AssignReply refused;
+  refused.status = AssignReply::kRefused;
+  refused.message = "wrong token";
+  auto r2 = DecodeAssign(Encode(refused));
+  ASSERT_OK(r2);
+  EXPECT_EQ(r2->status, AssignReply::kRefused);
+  EXPECT_EQ(r2->message, "wrong token");
+
+  VoteRequest v;
+  v.generation = 2;
+  v.rank = 5;
+  v.step = 100;
+  v.vote.ok = false;
+  v.vote.error = "ENOSPC";
+  v.vote.stall_s = 0.25;
+  v.vote.write_s = 3.5;
+  v.vote.bytes = 1 << 30;
+  v.vote.replicas = {{"w[0:4]", 0x1234, true}, {"b[0:2]", 0x9, false}};
+  auto v2 = DecodeVote(Encode(v));
+  ASSERT_OK(v2);
+  EXPECT_EQ(v2->step, 100);
+  EXPECT_FALSE(v2->vote.ok);
+  EXPECT_EQ(v2->vote.error, "ENOSPC");
+  EXPECT_DOUBLE_EQ(v2->vote.stall_s, 0.25);
+  EXPECT_DOUBLE_EQ(v2->vote.write_s, 3.5);
+  EXPECT_EQ(v2->vote.bytes, 1 << 30);
+  ASSERT_EQ(v2->vote.replicas.size(), 2u);
+  EXPECT_EQ(v2->vote.replicas[0].key, "w[0:4]");
+  EXPECT_EQ(v2->vote.replicas[0].hash, 0x1234u);
+  EXPECT_TRUE(v2->vote.replicas[0].written);
+
+  CollectiveRequest c{7, 3, 11, CollectiveOp::kScatter, 2500, "part"};
+  auto c2 = DecodeCollective(Encode(c), 1 << 20);
+  ASSERT_OK(c2);
+  EXPECT_EQ(c2->op, CollectiveOp::kScatter);
+  EXPECT_EQ(c2->seq, 11u);
+  EXPECT_EQ(c2->part, "part");
+
+  auto hb = DecodeHeartbeatAck(Encode(HeartbeatAck{5, true, "generation 4 is over"}));
+  ASSERT_OK(hb);
+  EXPECT_TRUE(hb->stop);
+  EXPECT_EQ(hb->reason, "generation 4 is over");
+  auto st = DecodeStop(Encode(StopPush{6, "member 3 died"}));
+  ASSERT_OK(st);
+  EXPECT_EQ(st->generation, 6);
+  auto w = DecodeStepWait(Encode(StepWaitRequest{1, 20, 30000}));
+  ASSERT_OK(w);
+  EXPECT_EQ(w->timeout_ms, 30000u);
+  auto p = DecodePublished(Encode(PublishedRequest{1, 20, false, "EIO"}));
+  ASSERT_OK(p);
+  EXPECT_FALSE(p->ok);
+  EXPECT_EQ(p->message, "EIO");
+  EXPECT_EQ(DecodeLeave(Encode(LeaveRequest{77}))->member, 77u);
+  EXPECT_TRUE(DecodeStatusRequest(Encode(StatusRequest{true}))->text);
+  EXPECT_FALSE(DecodeStatusRequest("")->text) << "older clients send nothing and get JSON";
+  auto hello = DecodeHello(Encode(HelloReply{"nonce", "ckpt-coordinator/1", 1 << 26}));
+  ASSERT_OK(hello);
+  EXPECT_EQ(hello->coordinator_id, "ckpt-coordinator/1");
+  EXPECT_EQ(hello->max_frame, 1u << 26);
+
+  auto parts = DecodeParts(EncodeParts({"a", "", "ccc"}), 16, "gather result");
+  ASSERT_OK(parts);
+  EXPECT_EQ(*parts, (std::vector<std::string>{"a", "", "ccc"}));
+  EXPECT_EQ(*DecodeBytes(EncodeBytes("xyz"), 16, "broadcast result"), "xyz");
+
+  absl::Status decision = absl::UnknownError("unset");
+  ASSERT_OK(DecodeDecision(EncodeDecision(absl::OkStatus()), &decision));
+  EXPECT_TRUE(decision.ok());
+  ASSERT_OK(DecodeDecision(EncodeDecision(absl::DataLossError("silent data corruption in w[0:4]")), &decision));
+  EXPECT_TRUE(absl::IsDataLoss(decision)) << decision;
+  EXPECT_EQ(decision.message(), "silent data corruption in w[0:4]");
+}
+
+// The bytes on the wire are the protocol's: varints, zigzag for signed
+// values, length-prefixed strings (docs/protocol.md).
+TEST(Messages, BytesAreTheProtocols) {
+  EXPECT_EQ(Hex(Encode(HeartbeatRequest{5, -1})), "0501");
+  EXPECT_EQ(Hex(Encode(StepWaitRequest{2, 300, 1000})), "04d804e807");
+  EXPECT_EQ(Hex(Encode(LeaveRequest{300})), "ac02");
+  EXPECT_EQ(Hex(Encode(JoinRequest{"j", "h", 1, 0, -1, false, "m"})),
+            "016a0168010001000"
+            "16d");
+  EXPECT_EQ(Hex(Encode(StopPush{1, "x"})), "020178");
+  EXPECT_EQ(Hex(EncodeParts({"ab"})), "01026162");
+}
+
+TEST(Messages, ShortOrOversizedPayloadsAreRefusedByName) {
+  const std::string vote = Encode(VoteRequest{});
+  for (size_t cut = 0; cut < vote.size(); ++cut) {
+    auto v = DecodeVote(std::string_view(vote).substr(0, cut));
+    ASSERT_FALSE(v.ok()) << cut;
+    EXPECT_TRUE(absl::IsDataLoss(v.status()));
+    EXPECT_NE(v.status().message().find("vote: truncated"), std::string::npos) << v.status();
+  }
+  JoinRequest j;
+  j.host = std::string(kMaxJoinFieldBytes + 1, 'h');
+  auto big = DecodeJoin(Encode(j));
+  ASSERT_FALSE(big.ok());
+  EXPECT_NE(big.status().message().find("exceeds the limit 4096"), std::string::npos) << big.status();
+  CollectiveRequest c;
+  c.part = std::string(100, 'p');
+  EXPECT_FALSE(DecodeCollective(Encode(c), 99).ok());
+  ByteWriter w;
+  w.SVar(0);
+  w.Var(0);
+  w.Var(0);
+  w.U8(9);
+  w.Var(0);
+  w.Str("");
+  auto unknown = DecodeCollective(w.Take(), 16);
+  ASSERT_FALSE(unknown.ok());
+  EXPECT_NE(unknown.status().message().find("unknown collective 9"), std::string::npos) << unknown.status();
+  absl::Status decision;
+  EXPECT_TRUE(absl::IsDataLoss(DecodeDecision("", &decision)));
+}
+
+}  // namespace
+}  // namespace ckpt::coord
