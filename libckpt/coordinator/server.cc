@@ -37,6 +37,7 @@
 #include "coordinator/journal.h"
 #include "coordinator/messages.h"
 #include "coordinator/protocol.h"
+#include "coordinator/session.h"
 #include "util/bytes.h"
 #include "util/clock.h"
 #include "util/errors.h"
@@ -52,15 +53,6 @@ namespace asio = boost::asio;
 using asio::ip::tcp;
 
 enum class JournalKind : uint8_t { kGeneration = 1, kEnded = 2, kCommitted = 3, kAborted = 4, kSdc = 5, kDecided = 6 };
-
-std::string RandomBytes(size_t n) {
-  std::random_device rd;
-  std::string s(n, '\0');
-  for (char& c : s) c = static_cast<char>(rd());
-  return s;
-}
-
-class Session;
 
 struct Member {
   uint64_t id = 0;
@@ -92,111 +84,7 @@ struct StepWaiters {
   std::vector<Waiter> outcome;
 };
 
-class CoordinatorImpl;
-
-// Why a connection was dropped: a label of
-// ckpt_coordinator_dropped_connections_total and a log line at most once a
-// minute each.
-enum class DropReason : uint8_t {
-  kBadFrame,
-  kHandshakeTimeout,
-  kIdleTimeout,
-  kUnauthenticatedLimit,
-  kDescriptors,
-  kHttpTooLarge,
-  kRefusedJoin,
-  kCount
-};
-
-const char* DropReasonName(DropReason r) {
-  switch (r) {
-    case DropReason::kBadFrame:
-      return "bad_frame";
-    case DropReason::kHandshakeTimeout:
-      return "handshake_timeout";
-    case DropReason::kIdleTimeout:
-      return "idle_timeout";
-    case DropReason::kUnauthenticatedLimit:
-      return "unauthenticated_limit";
-    case DropReason::kDescriptors:
-      return "descriptors";
-    case DropReason::kHttpTooLarge:
-      return "http_too_large";
-    case DropReason::kRefusedJoin:
-      return "refused_join";
-    case DropReason::kCount:
-      break;
-  }
-  return "unknown";
-}
-
-// One TCP connection. Until it proves the token in a join it holds at most a
-// 24-byte header, a payload of kMaxPreAuthPayload or an HTTP request of
-// kMaxHttpRequest, and one reply: the next frame is not read while a reply
-// is unsent. It must join (or finish its status or HTTP request) within the
-// handshake timeout; once joined it is dropped after the idle timeout
-// without a frame. A payload's buffer grows only as its bytes arrive.
-// REQUIRES: every method runs on the coordinator's io thread.
-class Session : public std::enable_shared_from_this<Session> {
- public:
-  Session(tcp::socket socket, CoordinatorImpl& owner)
-      : socket_(std::move(socket)), owner_(owner), deadline_(socket_.get_executor()) {
-    boost::system::error_code ec;
-    auto ep = socket_.remote_endpoint(ec);
-    peer_ = ec ? std::string("?") : StrCat(ep.address().to_string(), ":", ep.port());
-    nonce_ = RandomBytes(kNonceSize);
-    opened_ = last_frame_ = NowSeconds();
-  }
-  void Start();
-  void Send(std::string frame);
-  void Reply(uint64_t request_id, MsgType type, std::string payload) { Send(EncodeFrame(type, request_id, payload)); }
-  void ReplyError(uint64_t request_id, const absl::Status& s) {
-    ByteWriter w;
-    WriteStatus(w, s);
-    Reply(request_id, MsgType::kError, w.Take());
-  }
-  /// Closes the connection; `why` (if any) is logged once.
-  void Close(const std::string& why);
-  /// Counts, logs (throttled) and closes.
-  void Drop(DropReason reason, const std::string& why);
-  /// Closes once everything queued is written.
-  void CloseAfterWrite();
-  const std::string& peer() const { return peer_; }
-  const std::string& nonce() const { return nonce_; }
-  bool closed() const { return closed_; }
-  double opened() const { return opened_; }
-  uint64_t member_id = 0;      // member on this connection (0: none)
-  bool authenticated = false;  // proved the token in a join
-  /// Position in the coordinator's list of unauthenticated sessions.
-  std::optional<std::list<std::weak_ptr<Session>>::iterator> unauthenticated;
-
- private:
-  void ReadNext();
-  void ReadHeaderRest();
-  void ReadPayload(FrameHeader h, size_t have);
-  void OnFrame(const FrameHeader& h);
-  void ServeHttp();
-  void WriteNext();
-  void ArmDeadline(double at);
-  void OnDeadline();
-
-  tcp::socket socket_;
-  CoordinatorImpl& owner_;
-  asio::steady_timer deadline_;
-  std::string peer_;
-  std::string nonce_;
-  double opened_ = 0;
-  double last_frame_ = 0;
-  uint8_t header_[kHeaderSize];
-  std::string payload_;
-  asio::streambuf http_{kMaxHttpRequest};
-  std::deque<std::string> outbox_;
-  bool read_paused_ = false;  // waiting for the outbox to drain
-  bool closed_ = false;
-  bool closed_after_write_ = false;
-};
-
-class CoordinatorImpl final : public Coordinator {
+class CoordinatorImpl final : public Coordinator, public SessionOwner {
  public:
   explicit CoordinatorImpl(const CoordinatorOptions& o) : options_(o), acceptor_(io_), tick_(io_), form_timer_(io_) {}
 
@@ -281,18 +169,18 @@ class CoordinatorImpl final : public Coordinator {
 
   // --- called by sessions, on the io thread ---
 
-  std::string StatusOnIoThread() { return BuildStatus(); }
+  std::string StatusOnIoThread() override { return BuildStatus(); }
 
-  uint32_t max_frame() const { return options_.max_frame_bytes; }
-  void Log(const std::string& line) {
+  uint32_t max_frame() const override { return options_.max_frame_bytes; }
+  void Log(const std::string& line) override {
     if (options_.log) {
       options_.log(line);
     } else {
       std::fprintf(stderr, "ckpt coordinator: %s\n", line.c_str());
     }
   }
-  double handshake_timeout() const { return options_.handshake_timeout_s; }
-  double idle_timeout() const { return idle_timeout_s_; }
+  double handshake_timeout() const override { return options_.handshake_timeout_s; }
+  double idle_timeout() const override { return idle_timeout_s_; }
 
   // A new connection starts unauthenticated; past the limit the oldest
   // unauthenticated one makes room.
@@ -311,7 +199,7 @@ class CoordinatorImpl final : public Coordinator {
                    StrCat(options_.max_unauthenticated, " connections are waiting to join; the oldest is dropped"));
     }
   }
-  void Untrack(Session& s) {
+  void Untrack(Session& s) override {
     if (s.unauthenticated) unauthenticated_.erase(*s.unauthenticated);
     s.unauthenticated.reset();
   }
@@ -322,7 +210,7 @@ class CoordinatorImpl final : public Coordinator {
     Untrack(s);
   }
   // A member waiting for its generation to form sends nothing meanwhile.
-  bool AwaitingAssignment(const Session& s) const {
+  bool AwaitingAssignment(const Session& s) const override {
     auto it = pending_joins_.find(s.member_id);
     return it != pending_joins_.end() && it->second.session.lock().get() == &s;
   }
@@ -335,7 +223,7 @@ class CoordinatorImpl final : public Coordinator {
     }
     return n;
   }
-  void CountDrop(DropReason reason, const std::string& line) {
+  void CountDrop(DropReason reason, const std::string& line) override {
     const auto i = static_cast<size_t>(reason);
     ++drops_[i];
     LogThrottled(i, line);
@@ -354,7 +242,7 @@ class CoordinatorImpl final : public Coordinator {
     t.suppressed = 0;
   }
 
-  absl::Status Handle(const std::shared_ptr<Session>& s, const FrameHeader& h, std::string_view payload) {
+  absl::Status Handle(const std::shared_ptr<Session>& s, const FrameHeader& h, std::string_view payload) override {
     switch (h.type) {
       case MsgType::kHello:
         s->Reply(h.request_id, MsgType::kHello,
@@ -393,7 +281,7 @@ class CoordinatorImpl final : public Coordinator {
     }
   }
 
-  std::string Metrics() {
+  std::string Metrics() override {
     std::string m;
     auto gauge = [&](const char* name, const char* help, double v) {
       StrAppend(&m, "# HELP ", name, " ", help, "\n# TYPE ", name, " gauge\n", name, " ", v, "\n");
@@ -1277,180 +1165,6 @@ class CoordinatorImpl final : public Coordinator {
   int64_t straggler_step_ = -1;
   uint64_t commits_ = 0, aborts_ = 0, deaths_ = 0, heartbeat_misses_ = 0, refused_ = 0;
 };
-
-void Session::Start() {
-  ArmDeadline(opened_ + owner_.handshake_timeout());
-  ReadNext();
-}
-
-void Session::ReadNext() {
-  // The first four bytes tell a frame ("CKCO") from an HTTP request ("GET ").
-  auto self = shared_from_this();
-  asio::async_read(socket_, asio::buffer(header_, 4), [this, self](const boost::system::error_code& ec, size_t) {
-    if (ec || closed_) return Close("");
-    if (!authenticated && std::memcmp(header_, "GET ", 4) == 0) return ServeHttp();
-    ReadHeaderRest();
-  });
-}
-
-void Session::ReadHeaderRest() {
-  auto self = shared_from_this();
-  asio::async_read(
-      socket_, asio::buffer(header_ + 4, kHeaderSize - 4), [this, self](const boost::system::error_code& ec, size_t) {
-        if (ec || closed_) return Close("");
-        // Before the join only small frames exist.
-        const uint32_t limit = !authenticated ? std::min(kMaxPreAuthPayload, owner_.max_frame()) : owner_.max_frame();
-        auto h = ParseHeader(header_, limit);
-        if (!h.ok()) {
-          std::string why(h.status().message());
-          if (!authenticated && absl::StrContains(why, "exceeds the limit")) {
-            StrAppend(&why, " (before a join)");
-          }
-          return Drop(DropReason::kBadFrame, why);
-        }
-        payload_.clear();
-        ReadPayload(*h, 0);
-      });
-}
-
-void Session::ReadPayload(FrameHeader h, size_t have) {
-  if (have == h.length) return OnFrame(h);
-  // Grow by what has arrived (at least 64 KiB): a header that declares a
-  // large payload and sends nothing costs nothing.
-  const size_t chunk = std::min<size_t>(h.length - have, std::max<size_t>(have, 64u << 10));
-  payload_.resize(have + chunk);
-  auto self = shared_from_this();
-  asio::async_read(socket_, asio::buffer(payload_.data() + have, chunk),
-                   [this, self, h, have](const boost::system::error_code& ec, size_t n) {
-                     if (ec || closed_) return Close("");
-                     ReadPayload(h, have + n);
-                   });
-}
-
-void Session::OnFrame(const FrameHeader& h) {
-  last_frame_ = NowSeconds();
-  auto self = shared_from_this();
-  absl::Status s = CheckPayload(h, payload_);
-  if (s.ok()) s = owner_.Handle(self, h, payload_);
-  if (payload_.capacity() > (1u << 20)) {
-    std::string().swap(payload_);  // do not keep a large frame's buffer
-  }
-  if (!s.ok()) {
-    ReplyError(h.request_id, s);
-    return Drop(DropReason::kBadFrame, std::string(s.message()));
-  }
-  if (closed_ || closed_after_write_) return;
-  // Before the join, a peer that does not read its replies stops being read.
-  if (!authenticated && !outbox_.empty()) {
-    read_paused_ = true;
-    return;
-  }
-  ReadNext();
-}
-
-void Session::ServeHttp() {
-  auto self = shared_from_this();
-  asio::async_read_until(socket_, http_, "\r\n\r\n", [this, self](const boost::system::error_code& ec, size_t) {
-    if (closed_) return;
-    std::string status = "200 OK", type = "text/plain; version=0.0.4", body;
-    if (ec == asio::error::not_found) {
-      // The buffer is full (kMaxHttpRequest) and the headers have not ended.
-      owner_.CountDrop(DropReason::kHttpTooLarge, StrCat("an HTTP request from ", peer_, " exceeds ", kMaxHttpRequest,
-                                                         " bytes without ending its headers"));
-      status = "431 Request Header Fields Too Large";
-      body = StrCat("request headers are limited to ", kMaxHttpRequest, " bytes\n");
-    } else if (ec) {
-      return Close("");
-    } else {
-      std::string req(asio::buffers_begin(http_.data()), asio::buffers_end(http_.data()));
-      const size_t space = req.find(' ');
-      const std::string path = req.substr(0, space);
-      if (space == std::string::npos || req.compare(space, 6, " HTTP/") != 0) {
-        status = "400 Bad Request";
-        body = "expected GET /metrics HTTP/1.x or GET /status HTTP/1.x\n";
-      } else if (path == "/metrics") {
-        body = owner_.Metrics();
-      } else if (path == "/status") {
-        body = owner_.StatusOnIoThread();
-        type = "application/json";
-      } else {
-        status = "404 Not Found";
-        body = "try /metrics or /status\n";
-      }
-    }
-    http_.consume(http_.size());
-    Send(StrCat("HTTP/1.0 ", status, "\r\nContent-Type: ", type, "\r\nContent-Length: ", body.size(),
-                "\r\nConnection: close\r\n\r\n", body));
-    CloseAfterWrite();
-  });
-}
-
-void Session::Send(std::string frame) {
-  if (closed_) return;
-  outbox_.push_back(std::move(frame));
-  if (outbox_.size() == 1) WriteNext();
-}
-
-void Session::CloseAfterWrite() {
-  closed_after_write_ = true;
-  if (outbox_.empty()) Close("");
-}
-
-void Session::WriteNext() {
-  auto self = shared_from_this();
-  asio::async_write(socket_, asio::buffer(outbox_.front()), [this, self](const boost::system::error_code& ec, size_t) {
-    if (ec || closed_) return Close("");
-    outbox_.pop_front();
-    if (!outbox_.empty()) {
-      WriteNext();
-    } else if (closed_after_write_) {
-      Close("");
-    } else if (read_paused_) {
-      read_paused_ = false;
-      ReadNext();
-    }
-  });
-}
-
-void Session::ArmDeadline(double at) {
-  auto self = shared_from_this();
-  deadline_.expires_after(std::chrono::duration_cast<std::chrono::steady_clock::duration>(
-      std::chrono::duration<double>(std::max(0.0, at - NowSeconds()))));
-  deadline_.async_wait([this, self](const boost::system::error_code& ec) {
-    if (!ec && !closed_) OnDeadline();
-  });
-}
-
-void Session::OnDeadline() {
-  const double now = NowSeconds();
-  if (!authenticated) {
-    const double due = opened_ + owner_.handshake_timeout();
-    if (now < due) return ArmDeadline(due);
-    return Drop(DropReason::kHandshakeTimeout,
-                StrCat("no join within ", owner_.handshake_timeout(), " s of connecting"));
-  }
-  const double due = last_frame_ + owner_.idle_timeout();
-  if (now < due) return ArmDeadline(due);
-  if (owner_.AwaitingAssignment(*this)) return ArmDeadline(now + owner_.idle_timeout());
-  Drop(DropReason::kIdleTimeout, StrCat("member ", member_id, " sent nothing for ", now - last_frame_, " s"));
-}
-
-void Session::Drop(DropReason reason, const std::string& why) {
-  if (closed_) return;
-  owner_.CountDrop(reason, StrCat("dropped the connection from ", peer_, ": ", why));
-  Close("");
-}
-
-void Session::Close(const std::string& why) {
-  if (closed_) return;
-  closed_ = true;
-  if (!why.empty()) owner_.Log(StrCat("closing the connection from ", peer_, ": ", why));
-  boost::system::error_code ec;
-  deadline_.cancel();
-  socket_.shutdown(tcp::socket::shutdown_both, ec);
-  socket_.close(ec);
-  owner_.Untrack(*this);
-}
 
 }  // namespace
 }  // namespace coord
