@@ -38,10 +38,10 @@
 #include "coordinator/messages.h"
 #include "coordinator/protocol.h"
 #include "coordinator/session.h"
+#include "coordinator/status.h"
 #include "util/bytes.h"
 #include "util/clock.h"
 #include "util/errors.h"
-#include "util/json.h"
 #include "util/status_wire.h"
 #include "util/strings.h"
 
@@ -281,58 +281,7 @@ class CoordinatorImpl final : public Coordinator, public SessionOwner {
     }
   }
 
-  std::string Metrics() override {
-    std::string m;
-    auto gauge = [&](const char* name, const char* help, double v) {
-      StrAppend(&m, "# HELP ", name, " ", help, "\n# TYPE ", name, " gauge\n", name, " ", v, "\n");
-    };
-    auto counter = [&](const char* name, const char* help, double v) {
-      StrAppend(&m, "# HELP ", name, " ", help, "\n# TYPE ", name, " counter\n", name, " ", v, "\n");
-    };
-    gauge("ckpt_coordinator_generation", "Current generation number.", static_cast<double>(generation_));
-    gauge("ckpt_coordinator_running", "1 while a generation is running.", running_ ? 1 : 0);
-    gauge("ckpt_coordinator_world_size", "Ranks in the current generation.", world_);
-    gauge("ckpt_coordinator_members", "Members in the current generation.", static_cast<double>(InGeneration()));
-    gauge("ckpt_coordinator_waiting_members", "Members waiting for the next generation.",
-          static_cast<double>(waiting_.size()));
-    gauge("ckpt_coordinator_last_committed_step", "Latest committed step (-1: none).",
-          static_cast<double>(last_committed_));
-    counter("ckpt_coordinator_commits_total", "Steps committed.", static_cast<double>(commits_));
-    counter("ckpt_coordinator_aborts_total", "Steps aborted.", static_cast<double>(aborts_));
-    counter("ckpt_coordinator_heartbeat_misses_total", "Heartbeat intervals missed by members.",
-            static_cast<double>(heartbeat_misses_));
-    counter("ckpt_coordinator_deaths_total", "Members declared dead.", static_cast<double>(deaths_));
-    counter("ckpt_coordinator_sdc_alerts_total", "Replica disagreements (silent data corruption).",
-            static_cast<double>(sdc_.size()));
-    counter("ckpt_coordinator_refused_joins_total", "Joins refused (wrong token).", static_cast<double>(refused_));
-    counter("ckpt_coordinator_bad_frames_total", "Connections closed for malformed frames.",
-            static_cast<double>(bad_frames()));
-    StrAppend(&m, "# HELP ckpt_coordinator_dropped_connections_total Connections dropped or refused, by reason.\n",
-              "# TYPE ckpt_coordinator_dropped_connections_total counter\n");
-    for (size_t i = 0; i < static_cast<size_t>(DropReason::kCount); ++i) {
-      StrAppend(&m, "ckpt_coordinator_dropped_connections_total{reason=\"", DropReasonName(static_cast<DropReason>(i)),
-                "\"} ", drops_[i], "\n");
-    }
-    StrAppend(&m, "# HELP ckpt_coordinator_connections Open connections, by whether they joined.\n",
-              "# TYPE ckpt_coordinator_connections gauge\n", "ckpt_coordinator_connections{state=\"unauthenticated\"} ",
-              unauthenticated_.size(), "\n", "ckpt_coordinator_connections{state=\"joined\"} ", JoinedConnections(),
-              "\n");
-    if (!last_save_.empty()) {
-      StrAppend(&m, "# HELP ckpt_coordinator_save_seconds Per-rank durations of the last committed save.\n",
-                "# TYPE ckpt_coordinator_save_seconds summary\n");
-      for (const auto& [what, values] : last_save_) {
-        std::vector<double> v = values;
-        std::sort(v.begin(), v.end());
-        for (double q : {0.5, 0.9, 1.0}) {
-          const double x = v[std::min(v.size() - 1, static_cast<size_t>(q * static_cast<double>(v.size() - 1) + 0.5))];
-          StrAppend(&m, "ckpt_coordinator_save_seconds{phase=\"", what, "\",quantile=\"", q, "\"} ", x, "\n");
-        }
-      }
-      gauge("ckpt_coordinator_stragglers", "Ranks flagged as stragglers in the last committed save.",
-            static_cast<double>(stragglers_.size()));
-    }
-    return m;
-  }
+  std::string Metrics() override { return PrometheusMetrics(View()); }
 
  private:
   // ---------------- journal ----------------
@@ -976,86 +925,43 @@ class CoordinatorImpl final : public Coordinator, public SessionOwner {
   }
 
   // ---------------- status ----------------
-  int InGeneration() const { return running_ ? static_cast<int>(members_.size()) : 0; }
 
-  std::string BuildStatusText() {
-    std::string t;
-    StrAppend(&t, "generation ", generation_, running_ ? " running" : " not running", ", world size ", world_,
-              ", restore step ", restore_step_, ", last committed step ", last_committed_, "\n");
-    StrAppend(&t, "commits ", commits_, ", aborts ", aborts_, ", deaths ", deaths_, ", heartbeat misses ",
-              heartbeat_misses_, ", refused joins ", refused_, ", bad frames ", bad_frames(), "\n");
-    const double now = NowSeconds();
-    StrAppend(&t, "members:\n");
-    for (uint64_t id : order_) {
-      const Member& m = members_[id];
-      char ago[32];
-      std::snprintf(ago, sizeof(ago), "%.2f", now - m.last_seen);
-      StrAppend(&t, "  ", id, "  ", m.host, "  ranks ", m.first_rank, "..", m.first_rank + m.local_ranks - 1,
-                "  last heartbeat ", ago, " s ago", m.session.expired() ? "  (disconnected)" : "", "\n");
-    }
-    if (order_.empty()) StrAppend(&t, "  (none)\n");
-    for (uint64_t id : waiting_order_) {
-      if (waiting_.count(id)) StrAppend(&t, "waiting: ", id, "  ", waiting_[id].host, "\n");
-    }
-    for (const auto& [rank, x] : stragglers_) {
-      StrAppend(&t, "straggler in step ", straggler_step_, ": rank ", rank, " wrote for ", x, " s\n");
-    }
-    for (const SdcAlert& a : sdc_) StrAppend(&t, "SDC alert, step ", a.step, " ", a.key, ": ", a.detail, "\n");
-    return t;
-  }
+  std::string BuildStatusText() { return StatusText(View()); }
+  std::string BuildStatus() { return coord::StatusJson(View()); }
 
-  std::string BuildStatus() {
-    JsonWriter j;
-    j.BeginObject()
-        .Field("generation", generation_)
-        .Field("running", running_)
-        .Field("forming", forming_)
-        .Field("world_size", world_)
-        .Field("restore_step", restore_step_)
-        .Field("last_committed_step", last_committed_)
-        .Field("commits", commits_)
-        .Field("aborts", aborts_)
-        .Field("deaths", deaths_)
-        .Field("heartbeat_misses", heartbeat_misses_)
-        .Field("refused_joins", refused_)
-        .Field("bad_frames", bad_frames());
-    j.Key("dropped_connections").BeginObject();
+  // A snapshot of everything the status and the metrics show.
+  StatusView View() {
+    StatusView v;
+    v.generation = generation_;
+    v.running = running_;
+    v.forming = forming_;
+    v.world_size = world_;
+    v.restore_step = restore_step_;
+    v.last_committed_step = last_committed_;
+    v.commits = commits_;
+    v.aborts = aborts_;
+    v.deaths = deaths_;
+    v.heartbeat_misses = heartbeat_misses_;
+    v.refused_joins = refused_;
+    v.bad_frames = bad_frames();
     for (size_t i = 0; i < static_cast<size_t>(DropReason::kCount); ++i) {
-      j.Field(DropReasonName(static_cast<DropReason>(i)), drops_[i]);
+      v.dropped.emplace_back(DropReasonName(static_cast<DropReason>(i)), drops_[i]);
     }
-    j.EndObject();
-    j.Field("unauthenticated_connections", unauthenticated_.size());
-    j.Key("members").BeginArray();
+    v.unauthenticated_connections = unauthenticated_.size();
+    v.joined_connections = JoinedConnections();
     const double now = NowSeconds();
     for (uint64_t id : order_) {
       const Member& m = members_[id];
-      j.BeginObject()
-          .Field("id", m.id)
-          .Field("host", m.host)
-          .Field("first_rank", m.first_rank)
-          .Field("local_ranks", m.local_ranks)
-          .Field("last_heartbeat_s_ago", now - m.last_seen)
-          .Field("connected", !m.session.expired())
-          .EndObject();
+      v.members.push_back({m.id, m.host, m.first_rank, m.local_ranks, now - m.last_seen, !m.session.expired()});
     }
-    j.EndArray();
-    j.Key("waiting").BeginArray();
     for (uint64_t id : waiting_order_) {
-      if (!waiting_.count(id)) continue;
-      j.BeginObject().Field("id", id).Field("host", waiting_[id].host).EndObject();
+      if (auto it = waiting_.find(id); it != waiting_.end()) v.waiting.push_back({id, it->second.host});
     }
-    j.EndArray();
-    j.Key("stragglers").BeginObject().Field("step", straggler_step_);
-    j.Key("ranks").BeginArray();
-    for (const auto& [rank, x] : stragglers_) j.BeginObject().Field("rank", rank).Field("write_s", x).EndObject();
-    j.EndArray().EndObject();
-    j.Key("sdc_alerts").BeginArray();
-    for (const SdcAlert& a : sdc_) {
-      j.BeginObject().Field("step", a.step).Field("chunk", a.key).Field("detail", a.detail).EndObject();
-    }
-    j.EndArray();
-    j.EndObject();
-    return j.str();
+    v.last_save = last_save_;
+    v.straggler_step = straggler_step_;
+    v.stragglers = stragglers_;
+    v.sdc_alerts = sdc_;
+    return v;
   }
 
   // The soft limit on descriptors is raised to the hard one: each member

@@ -1,0 +1,134 @@
+#include "coordinator/status.h"
+
+#include <algorithm>
+#include <cstdio>
+
+#include "util/json.h"
+#include "util/strings.h"
+
+namespace ckpt::coord {
+
+std::string StatusJson(const StatusView& v) {
+  JsonWriter j;
+  j.BeginObject()
+      .Field("generation", v.generation)
+      .Field("running", v.running)
+      .Field("forming", v.forming)
+      .Field("world_size", v.world_size)
+      .Field("restore_step", v.restore_step)
+      .Field("last_committed_step", v.last_committed_step)
+      .Field("commits", v.commits)
+      .Field("aborts", v.aborts)
+      .Field("deaths", v.deaths)
+      .Field("heartbeat_misses", v.heartbeat_misses)
+      .Field("refused_joins", v.refused_joins)
+      .Field("bad_frames", v.bad_frames);
+  j.Key("dropped_connections").BeginObject();
+  for (const auto& [reason, n] : v.dropped) j.Field(reason, n);
+  j.EndObject();
+  j.Field("unauthenticated_connections", v.unauthenticated_connections);
+  j.Key("members").BeginArray();
+  for (const StatusView::Member& m : v.members) {
+    j.BeginObject()
+        .Field("id", m.id)
+        .Field("host", m.host)
+        .Field("first_rank", m.first_rank)
+        .Field("local_ranks", m.local_ranks)
+        .Field("last_heartbeat_s_ago", m.last_heartbeat_s_ago)
+        .Field("connected", m.connected)
+        .EndObject();
+  }
+  j.EndArray();
+  j.Key("waiting").BeginArray();
+  for (const StatusView::Waiting& w : v.waiting) j.BeginObject().Field("id", w.id).Field("host", w.host).EndObject();
+  j.EndArray();
+  j.Key("stragglers").BeginObject().Field("step", v.straggler_step);
+  j.Key("ranks").BeginArray();
+  for (const auto& [rank, x] : v.stragglers) j.BeginObject().Field("rank", rank).Field("write_s", x).EndObject();
+  j.EndArray().EndObject();
+  j.Key("sdc_alerts").BeginArray();
+  for (const SdcAlert& a : v.sdc_alerts) {
+    j.BeginObject().Field("step", a.step).Field("chunk", a.key).Field("detail", a.detail).EndObject();
+  }
+  j.EndArray();
+  j.EndObject();
+  return j.str();
+}
+
+std::string StatusText(const StatusView& v) {
+  std::string t;
+  StrAppend(&t, "generation ", v.generation, v.running ? " running" : " not running", ", world size ", v.world_size,
+            ", restore step ", v.restore_step, ", last committed step ", v.last_committed_step, "\n");
+  StrAppend(&t, "commits ", v.commits, ", aborts ", v.aborts, ", deaths ", v.deaths, ", heartbeat misses ",
+            v.heartbeat_misses, ", refused joins ", v.refused_joins, ", bad frames ", v.bad_frames, "\n");
+  StrAppend(&t, "members:\n");
+  for (const StatusView::Member& m : v.members) {
+    char ago[32];
+    std::snprintf(ago, sizeof(ago), "%.2f", m.last_heartbeat_s_ago);
+    StrAppend(&t, "  ", m.id, "  ", m.host, "  ranks ", m.first_rank, "..", m.first_rank + m.local_ranks - 1,
+              "  last heartbeat ", ago, " s ago", m.connected ? "" : "  (disconnected)", "\n");
+  }
+  if (v.members.empty()) StrAppend(&t, "  (none)\n");
+  for (const StatusView::Waiting& w : v.waiting) StrAppend(&t, "waiting: ", w.id, "  ", w.host, "\n");
+  for (const auto& [rank, x] : v.stragglers) {
+    StrAppend(&t, "straggler in step ", v.straggler_step, ": rank ", rank, " wrote for ", x, " s\n");
+  }
+  for (const SdcAlert& a : v.sdc_alerts) StrAppend(&t, "SDC alert, step ", a.step, " ", a.key, ": ", a.detail, "\n");
+  return t;
+}
+
+std::string PrometheusMetrics(const StatusView& v) {
+  std::string m;
+  auto gauge = [&](const char* name, const char* help, double x) {
+    StrAppend(&m, "# HELP ", name, " ", help, "\n# TYPE ", name, " gauge\n", name, " ", x, "\n");
+  };
+  auto counter = [&](const char* name, const char* help, double x) {
+    StrAppend(&m, "# HELP ", name, " ", help, "\n# TYPE ", name, " counter\n", name, " ", x, "\n");
+  };
+  gauge("ckpt_coordinator_generation", "Current generation number.", static_cast<double>(v.generation));
+  gauge("ckpt_coordinator_running", "1 while a generation is running.", v.running ? 1 : 0);
+  gauge("ckpt_coordinator_world_size", "Ranks in the current generation.", v.world_size);
+  gauge("ckpt_coordinator_members", "Members in the current generation.", static_cast<double>(v.members.size()));
+  gauge("ckpt_coordinator_waiting_members", "Members waiting for the next generation.",
+        static_cast<double>(v.waiting.size()));
+  gauge("ckpt_coordinator_last_committed_step", "Latest committed step (-1: none).",
+        static_cast<double>(v.last_committed_step));
+  counter("ckpt_coordinator_commits_total", "Steps committed.", static_cast<double>(v.commits));
+  counter("ckpt_coordinator_aborts_total", "Steps aborted.", static_cast<double>(v.aborts));
+  counter("ckpt_coordinator_heartbeat_misses_total", "Heartbeat intervals missed by members.",
+          static_cast<double>(v.heartbeat_misses));
+  counter("ckpt_coordinator_deaths_total", "Members declared dead.", static_cast<double>(v.deaths));
+  counter("ckpt_coordinator_sdc_alerts_total", "Replica disagreements (silent data corruption).",
+          static_cast<double>(v.sdc_alerts.size()));
+  counter("ckpt_coordinator_refused_joins_total", "Joins refused (wrong token).", static_cast<double>(v.refused_joins));
+  counter("ckpt_coordinator_bad_frames_total", "Connections closed for malformed frames.",
+          static_cast<double>(v.bad_frames));
+  StrAppend(&m, "# HELP ckpt_coordinator_dropped_connections_total Connections dropped or refused, by reason.\n",
+            "# TYPE ckpt_coordinator_dropped_connections_total counter\n");
+  for (const auto& [reason, n] : v.dropped) {
+    StrAppend(&m, "ckpt_coordinator_dropped_connections_total{reason=\"", reason, "\"} ", n, "\n");
+  }
+  StrAppend(&m, "# HELP ckpt_coordinator_connections Open connections, by whether they joined.\n",
+            "# TYPE ckpt_coordinator_connections gauge\n", "ckpt_coordinator_connections{state=\"unauthenticated\"} ",
+            v.unauthenticated_connections, "\n", "ckpt_coordinator_connections{state=\"joined\"} ",
+            v.joined_connections, "\n");
+  if (!v.last_save.empty()) {
+    StrAppend(&m, "# HELP ckpt_coordinator_save_seconds Per-rank durations of the last committed save.\n",
+              "# TYPE ckpt_coordinator_save_seconds summary\n");
+    for (const auto& [what, values] : v.last_save) {
+      if (values.empty()) continue;
+      std::vector<double> sorted = values;
+      std::sort(sorted.begin(), sorted.end());
+      for (double q : {0.5, 0.9, 1.0}) {
+        const size_t at =
+            std::min(sorted.size() - 1, static_cast<size_t>(q * static_cast<double>(sorted.size() - 1) + 0.5));
+        StrAppend(&m, "ckpt_coordinator_save_seconds{phase=\"", what, "\",quantile=\"", q, "\"} ", sorted[at], "\n");
+      }
+    }
+    gauge("ckpt_coordinator_stragglers", "Ranks flagged as stragglers in the last committed save.",
+          static_cast<double>(v.stragglers.size()));
+  }
+  return m;
+}
+
+}  // namespace ckpt::coord

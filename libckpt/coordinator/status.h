@@ -1,0 +1,56 @@
+// What the coordinator shows of itself: the status document (JSON, for
+// `ckpt coordinator-status --json` and GET /status), its text form, and the
+// Prometheus metrics (GET /metrics), all rendered from one snapshot taken on
+// the io thread. Rendering reads nothing else.
+#ifndef CKPT_COORDINATOR_STATUS_H_
+#define CKPT_COORDINATOR_STATUS_H_
+
+#include <cstdint>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "coordinator/commit_book.h"
+
+namespace ckpt::coord {
+
+struct StatusView {
+  int64_t generation = 0;
+  bool running = false;
+  bool forming = false;  ///< the restore step of a new generation is being verified
+  int world_size = 0;
+  int64_t restore_step = -1;
+  int64_t last_committed_step = -1;
+  uint64_t commits = 0, aborts = 0, deaths = 0, heartbeat_misses = 0, refused_joins = 0, bad_frames = 0;
+  std::vector<std::pair<std::string, uint64_t>> dropped;  ///< by reason, every reason listed
+  size_t unauthenticated_connections = 0;
+  size_t joined_connections = 0;
+  struct Member {
+    uint64_t id = 0;
+    std::string host;
+    int first_rank = 0;
+    int local_ranks = 0;
+    double last_heartbeat_s_ago = 0;
+    bool connected = false;
+  };
+  std::vector<Member> members;  ///< of the current generation, in rank order (empty when none runs)
+  struct Waiting {
+    uint64_t id = 0;
+    std::string host;
+  };
+  std::vector<Waiting> waiting;  ///< in join order
+  std::vector<std::pair<std::string, std::vector<double>>>
+      last_save;  ///< "stall"/"write" by rank; empty before a commit
+  int64_t straggler_step = -1;
+  std::vector<std::pair<int, double>> stragglers;  ///< rank, write seconds
+  std::vector<SdcAlert> sdc_alerts;
+};
+
+std::string StatusJson(const StatusView& v);
+std::string StatusText(const StatusView& v);
+/// Prometheus text format 0.0.4: HELP and TYPE before every family.
+std::string PrometheusMetrics(const StatusView& v);
+
+}  // namespace ckpt::coord
+
+#endif  // CKPT_COORDINATOR_STATUS_H_
