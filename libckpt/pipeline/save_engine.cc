@@ -14,6 +14,7 @@
 #include "codec/codec.h"
 #include "format/hdf5_container.h"
 #include "layout/box_copy.h"
+#include "pipeline/staging_arena.h"
 #include "util/errors.h"
 #include "util/hash.h"
 #include "util/stream_copy.h"
@@ -53,17 +54,14 @@ absl::Status SaveEngine::Init() {
   if (workers <= 0) {
     workers = static_cast<int>(std::min(4u, std::max(1u, std::thread::hardware_concurrency())));
   }
-  slot_bytes_ = options_.block_size + kFrameAlign;
-  const size_t slots = std::max<size_t>(2, options_.staging_bytes / slot_bytes_);
+  const size_t slot_bytes = options_.block_size + kFrameAlign;
+  const size_t slots = std::max<size_t>(2, options_.staging_bytes / slot_bytes);
   out_bytes_ = AlignUp(BlockCodec::MaxStoredBytes(options_.block_size) + kTrailerSize, kFrameAlign);
-  CKPT_ASSIGN_OR_RETURN(arena_, AlignedBuffer::Allocate(slots * slot_bytes_, true));
+  CKPT_ASSIGN_OR_RETURN(arena_, StagingArena::Create(slot_bytes, slots, /*prefault=*/true));
   // One output buffer per worker: a block is encoded into it and copied back
   // into its slot, which is what gets written. Touched on first use only: a
   // save without compression never needs them.
   CKPT_ASSIGN_OR_RETURN(out_arena_, AlignedBuffer::Allocate(workers * out_bytes_, false));
-  for (size_t i = 0; i < slots; ++i) free_slots_.push_back(arena_.data() + i * slot_bytes_);
-  slot_count_ = slots;
-  slot_refs_.assign(slots, 0);
   for (int i = 0; i < workers; ++i) {
     workers_.emplace_back([this, out = out_arena_.data() + i * out_bytes_] { WorkerLoop(out); });
   }
@@ -100,64 +98,10 @@ void SaveEngine::RegisterWith(const std::shared_ptr<Storage>& storage) {
   registrars_.emplace_back([this, weak, key] {
     std::shared_ptr<Storage> s = weak.lock();
     if (!s) return;
-    uint64_t token = s->RegisterBuffers({absl::Span<std::byte>(arena_.data(), arena_.size())});
+    uint64_t token = s->RegisterBuffers({absl::Span<std::byte>(arena_->data(), arena_->size())});
     std::lock_guard<std::mutex> l(reg_mu_);
     registered_[key].second = token;
   });
-}
-
-std::byte* SaveEngine::TakeFreeSlotLocked(std::unique_lock<std::mutex>& lock) {
-  slot_cv_.wait(lock, [&] {
-    if (!free_slots_.empty()) return true;
-    // A packing slot whose blocks have all been written is given back
-    // rather than held while a whole one is awaited.
-    if (packing_ == nullptr || slot_refs_[SlotIndex(packing_)] != 1) return false;
-    DropRefLocked(packing_);
-    packing_ = nullptr;
-    return true;
-  });
-  std::byte* s = free_slots_.back();
-  free_slots_.pop_back();
-  slot_refs_[SlotIndex(s)] = 1;
-  return s;
-}
-
-std::byte* SaveEngine::AcquireSlot(uint64_t raw_len) {
-  // Frames start on kFrameAlign boundaries (O_DIRECT writes them in place).
-  const size_t need = FrameLength(raw_len);
-  std::unique_lock<std::mutex> lock(pool_mu_);
-  const bool fits = packing_ != nullptr && packed_ + need <= slot_bytes_;
-  if (!fits) {
-    // Full blocks, and short ones too long to be worth a fresh packing
-    // slot, get a slot of their own.
-    if (need > slot_bytes_ / 2) return TakeFreeSlotLocked(lock);
-    if (packing_ != nullptr) {
-      DropRefLocked(packing_);
-      packing_ = nullptr;  // before waiting: the wait may reclaim packing_
-    }
-    packing_ = TakeFreeSlotLocked(lock);  // holds the packer's reference
-    packed_ = 0;
-  }
-  std::byte* p = packing_ + packed_;
-  packed_ += need;
-  ++slot_refs_[SlotIndex(packing_)];
-  return p;
-}
-
-bool SaveEngine::DropRefLocked(const std::byte* p) {
-  const size_t i = SlotIndex(p);
-  if (--slot_refs_[i] != 0) return false;
-  free_slots_.push_back(arena_.data() + i * slot_bytes_);
-  return true;
-}
-
-void SaveEngine::ReleaseSlot(std::byte* slot) {
-  bool freed;
-  {
-    std::lock_guard<std::mutex> lock(pool_mu_);
-    freed = DropRefLocked(slot);
-  }
-  if (freed) slot_cv_.notify_one();
 }
 
 absl::Status SaveEngine::Run(std::shared_ptr<SaveJob> job, std::vector<SavePiece>& pieces) {
@@ -290,7 +234,7 @@ absl::Status SaveEngine::Run(std::shared_ptr<SaveJob> job, std::vector<SavePiece
       // One pass over the rows holds a slot per tile at once: only with
       // slots to spare, and one such pass at a time per engine (two at once
       // could each hold half the arena and wait for the other forever).
-      if (end - pi + 2 <= slot_count_) {
+      if (end - pi + 2 <= arena_->slot_count()) {
         std::lock_guard<std::mutex> lock(tile_mu_);
         StageTiles(job, pieces, pi, end);
         pi = end;
@@ -302,7 +246,7 @@ absl::Status SaveEngine::Run(std::shared_ptr<SaveJob> job, std::vector<SavePiece
     for (uint64_t b = 0; b < p.block_count; ++b) {
       const uint64_t begin = b * options_.block_size;
       const uint64_t len = std::min<uint64_t>(options_.block_size, p.bytes - begin);
-      std::byte* slot = AcquireSlot(len);
+      std::byte* slot = arena_->Acquire(FrameLength(len));
       if (p.shard != nullptr) {
         GatherPacked(*p.shard, static_cast<int64_t>(begin / es), static_cast<int64_t>(len / es), slot);
       } else {
@@ -393,7 +337,7 @@ void SaveEngine::StageTiles(const std::shared_ptr<SaveJob>& job, std::vector<Sav
       uint64_t left = st.seg;
       while (left > 0) {
         if (st.slot == nullptr) {
-          st.slot = AcquireSlot(std::min(bs, st.left));
+          st.slot = arena_->Acquire(FrameLength(std::min(bs, st.left)));
           out[t].Reset(st.slot);
         }
         const uint64_t n = std::min(left, bs - st.fill);
@@ -421,7 +365,7 @@ void SaveEngine::StageTiles(const std::shared_ptr<SaveJob>& job, std::vector<Sav
       if (ok && st.fill > 0) {
         flush(st, parent.spec.dtype);
       } else {
-        ReleaseSlot(st.slot);
+        arena_->Release(st.slot);
       }
     }
   }
@@ -451,7 +395,7 @@ void SaveEngine::ProcessBlock(WorkItem& item, BlockCodec& codec, std::byte* out)
     failed = !job->error.ok();
   }
   if (failed) {
-    ReleaseSlot(item.slot);
+    arena_->Release(item.slot);
     BlockDone(job);
     return;
   }
@@ -472,7 +416,7 @@ void SaveEngine::ProcessBlock(WorkItem& item, BlockCodec& codec, std::byte* out)
     auto enc = codec.Encode(job->codec, item.dtype, absl::Span<const std::byte>(item.slot, item.raw_len),
                             absl::Span<std::byte>(out, out_bytes_ - kTrailerSize));
     if (!enc.ok()) {
-      ReleaseSlot(item.slot);
+      arena_->Release(item.slot);
       {
         std::lock_guard<std::mutex> lock(job->mu);
         if (job->error.ok()) job->error = Annotate(enc.status(), job->data_path);
@@ -532,7 +476,7 @@ void SaveEngine::SubmitFrame(const std::shared_ptr<SaveJob>& job, uint32_t block
   }
   job->file->WriteAsync(offset, absl::Span<const std::byte>(buf, frame_len),
                         [this, job, buf, frame_len](absl::Status s) {
-                          ReleaseSlot(buf);
+                          arena_->Release(buf);
                           if (!s.ok()) {
                             std::lock_guard<std::mutex> lock(job->mu);
                             if (job->error.ok()) job->error = s;

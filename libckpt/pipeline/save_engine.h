@@ -26,6 +26,7 @@
 #include "ckpt/state.h"
 #include "ckpt/storage.h"
 #include "format/data_file.h"
+#include "pipeline/staging_arena.h"
 #include "util/aligned_buffer.h"
 
 namespace ckpt {
@@ -114,7 +115,7 @@ class SaveEngine {
   absl::Status Run(std::shared_ptr<SaveJob> job, std::vector<SavePiece>& pieces);
 
   size_t block_size() const { return options_.block_size; }
-  size_t staging_bytes() const { return arena_.size(); }
+  size_t staging_bytes() const { return arena_->size(); }
   int worker_threads() const { return static_cast<int>(workers_.size()); }
 
  private:
@@ -128,21 +129,6 @@ class SaveEngine {
 
   explicit SaveEngine(const SaveEngineOptions& options);
   absl::Status Init();
-  /// Room in the arena for one block of `raw_len` bytes and its frame
-  /// (blocking while the arena is full). Full blocks get a slot of their
-  /// own; short ones (the last block of a piece) are packed several to a
-  /// slot, so a state of many small tensors fits an arena of its size.
-  std::byte* AcquireSlot(uint64_t raw_len);
-  /// Gives back what AcquireSlot returned; a packed slot is free once all
-  /// of its blocks are.
-  void ReleaseSlot(std::byte* slot);
-  /// With pool_mu_ held: a whole free slot, waiting for one if needed.
-  std::byte* TakeFreeSlotLocked(std::unique_lock<std::mutex>& lock);
-  /// With pool_mu_ held: drops one reference to the slot holding `p`;
-  /// true when that freed it.
-  bool DropRefLocked(const std::byte* p);
-  /// The slot that `p` (anywhere inside it) belongs to.
-  size_t SlotIndex(const std::byte* p) const { return static_cast<size_t>(p - arena_.data()) / slot_bytes_; }
   /// `out`: this worker's buffer for encoded blocks.
   void WorkerLoop(std::byte* out);
   void FinalizerLoop();
@@ -157,19 +143,10 @@ class SaveEngine {
   void StageTiles(const std::shared_ptr<SaveJob>& job, std::vector<SavePiece>& pieces, size_t first, size_t last);
 
   SaveEngineOptions options_;
-  size_t slot_bytes_ = 0;
-  size_t slot_count_ = 0;
   std::mutex tile_mu_;  // one multi-tile pass at a time
   size_t out_bytes_ = 0;
-  AlignedBuffer arena_;
+  std::unique_ptr<StagingArena> arena_;
   AlignedBuffer out_arena_;
-
-  std::mutex pool_mu_;
-  std::condition_variable slot_cv_;
-  std::vector<std::byte*> free_slots_;
-  std::vector<uint32_t> slot_refs_;  ///< per slot: blocks in it, +1 while it is being packed
-  std::byte* packing_ = nullptr;     ///< the slot short blocks are packed into
-  size_t packed_ = 0;                ///< bytes of packing_ handed out
 
   std::mutex queue_mu_;
   std::condition_variable queue_cv_;
