@@ -23,6 +23,7 @@
 #include "ckpt/version.h"
 #include "core/claim.h"
 #include "core/collective_plan.h"
+#include "core/load_step.h"
 #include "core/root.h"
 #include "core/save_handle.h"
 #include "core/save_pieces.h"
@@ -42,16 +43,6 @@
 namespace ckpt {
 
 const char* LibraryVersion() { return CKPT_VERSION_STRING; }
-
-namespace {}  // namespace
-
-// What a load met on its way to the step it read, on stderr: the trainer's
-// log is where an operator looks at 3 a.m.
-static void ReportDamage(const LoadableStep& found, const std::string& uri = "") {
-  if (found.note.empty()) return;
-  std::fprintf(stderr, "ckpt: loading step %lld%s%s: %s\n", static_cast<long long>(found.step),
-               uri.empty() ? "" : " of ", uri.c_str(), found.note.c_str());
-}
 
 class Checkpointer::Impl {
  public:
@@ -188,38 +179,10 @@ class Checkpointer::Impl {
 
   absl::StatusOr<LoadStats> Load(const State& target, int64_t step, const LoadOptions& options) {
     if (!options_.communicator) {
-      return LoadCheckpoint(*storage_, target, step, options_.rank, options);
+      return LoadStepAlone(*storage_, target, step, options_.rank, options);
     }
-    // The leader resolves the step and reads the manifest once; every rank
-    // receives only the part of it that its target needs.
-    Communicator& comm = *options_.communicator;
-    const double timeout = options_.collective_timeout_s;
-    Manifest manifest;
-    std::string verdict;
-    if (comm.rank() == 0) {
-      auto found = ResolveLoadable(*storage_, step, options.allow_fallback);
-      if (found.ok()) {
-        manifest = std::move(found->manifest);
-        ReportDamage(*found);
-        verdict = EncodeOutcome(StrCat(found->step, " ", found->fell_back_from, " ", found->note));
-      } else {
-        verdict = EncodeOutcome(found.status());
-      }
-    }
-    CKPT_ASSIGN_OR_RETURN(verdict, comm.Broadcast(verdict, timeout));
-    CKPT_ASSIGN_OR_RETURN(verdict, DecodeOutcome(verdict, "the leader's choice of the step to load"));
-    // "STEP FELL_BACK_FROM NOTE"
-    std::vector<std::string> parts = absl::StrSplit(verdict, absl::MaxSplits(' ', 2));
-    int64_t fell_back_from = -1;
-    if (parts.size() >= 2) ParseInt64(parts[1], &fell_back_from);
-    const std::string note = parts.size() >= 3 ? parts[2] : "";
-    CKPT_ASSIGN_OR_RETURN(std::string plan,
-                          DistributeLoadPlan(comm, target, comm.rank() == 0 ? &manifest : nullptr, timeout));
-    CKPT_ASSIGN_OR_RETURN(Manifest mine, DecodeManifest(plan, "load plan from the leader"));
-    CKPT_ASSIGN_OR_RETURN(LoadStats stats, LoadFromManifest(*storage_, mine, target, options_.rank, options));
-    stats.damage_note = note;
-    stats.fell_back_from = fell_back_from;
-    return stats;
+    return LoadStepTogether(*storage_, *options_.communicator, target, step, options_.rank, options,
+                            options_.collective_timeout_s);
   }
 
   absl::Status WaitAll() {
@@ -333,18 +296,7 @@ class Checkpointer::Impl {
         report_cv_.wait(lock, [&] { return report_ready_.count(report.get()) > 0; });
         report_ready_.erase(report.get());
       }
-      ManifestFile f;
-      f.name = j.hdf5 ? Hdf5DataFileName(j.rank) : DataFileName(j.rank);
-      f.rank = j.rank;
-      f.size = j.file_size;
-      f.index_offset = j.index_offset;
-      f.index_len = j.index_len;
-      f.index_hash = j.index_hash;
-      f.block_count = j.index.size();
-      f.block_size = j.block_size;
-      f.save_id = j.save_id;
-      f.container_hash = j.container_hash;
-      report->files = {f};
+      report->files = {DataFileEntry(j)};
       report->write_s = write_s;
       report->bytes_logical = j.bytes_logical;
       report->bytes_stored = j.bytes_stored;
@@ -556,12 +508,7 @@ absl::StatusOr<int64_t> LatestCommittedStep(Storage& storage) { return ResolveLa
 
 absl::StatusOr<LoadStats> LoadCheckpoint(Storage& storage, const State& target, int64_t step, int rank,
                                          const LoadOptions& options) {
-  CKPT_ASSIGN_OR_RETURN(LoadableStep found, ResolveLoadable(storage, step, options.allow_fallback));
-  ReportDamage(found, storage.uri());
-  CKPT_ASSIGN_OR_RETURN(LoadStats stats, LoadFromManifest(storage, found.manifest, target, rank, options));
-  stats.damage_note = found.note;
-  stats.fell_back_from = found.fell_back_from;
-  return stats;
+  return LoadStepAlone(storage, target, step, rank, options);
 }
 
 absl::StatusOr<std::vector<StepInfo>> ListCheckpointSteps(Storage& storage) { return ListStepsIn(storage); }

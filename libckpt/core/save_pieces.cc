@@ -4,6 +4,8 @@
 #include <string>
 #include <utility>
 
+#include "format/hdf5_container.h"
+#include "format/root_files.h"
 #include "layout/box_copy.h"
 #include "plan/tiles.h"
 #include "util/strings.h"
@@ -76,6 +78,21 @@ void FillReport(const SavePieces& pieces, const State& state, int rank, Manifest
     mb.block_count = p.block_count;
     report->blobs.push_back(std::move(mb));
   }
+}
+
+ManifestFile DataFileEntry(const SaveJob& j) {
+  ManifestFile f;
+  f.name = j.hdf5 ? Hdf5DataFileName(j.rank) : DataFileName(j.rank);
+  f.rank = j.rank;
+  f.size = j.file_size;
+  f.index_offset = j.index_offset;
+  f.index_len = j.index_len;
+  f.index_hash = j.index_hash;
+  f.block_count = j.index.size();
+  f.block_size = j.block_size;
+  f.save_id = j.save_id;
+  f.container_hash = j.container_hash;
+  return f;
 }
 
 std::vector<ReplicaHash> HashReplicas(const State& state, const std::vector<bool>& writes) {

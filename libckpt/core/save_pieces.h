@@ -39,6 +39,9 @@ SavePieces BuildSavePieces(const State& state, const std::vector<bool>& writes, 
 /// zero-size tensors are recorded.
 void FillReport(const SavePieces& pieces, const State& state, int rank, Manifest* report);
 
+/// The report's entry for the data file a finished job wrote.
+ManifestFile DataFileEntry(const SaveJob& job);
+
 /// One hash per non-empty shard, keyed by tensor and box, for the arbiter's
 /// check that replicas agree (silent data corruption); `writes` says which
 /// replica wrote it.

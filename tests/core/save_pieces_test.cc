@@ -105,6 +105,33 @@ TEST(SavePieces, TheReportNamesEveryChunkAndBlobWithItsBlocks) {
   EXPECT_EQ(report.blobs[1].first_block, 18u);
 }
 
+TEST(SavePieces, TheDataFileEntryDescribesWhatTheJobWrote) {
+  SaveJob j;
+  j.rank = 12;
+  j.save_id = 0x5eed;
+  j.file_size = 1 << 20;
+  j.index_offset = 900000;
+  j.index_len = 4096;
+  j.index_hash = 77;
+  j.index.resize(3);
+  j.block_size = 4 << 20;
+  ManifestFile f = DataFileEntry(j);
+  EXPECT_EQ(f.name, "rank-000012.ckd");
+  EXPECT_EQ(f.rank, 12);
+  EXPECT_EQ(f.size, 1u << 20);
+  EXPECT_EQ(f.index_offset, 900000u);
+  EXPECT_EQ(f.index_len, 4096u);
+  EXPECT_EQ(f.index_hash, 77u);
+  EXPECT_EQ(f.block_count, 3u);
+  EXPECT_EQ(f.block_size, 4u << 20);
+  EXPECT_EQ(f.save_id, 0x5eedu);
+  j.hdf5 = true;
+  j.container_hash = 99;
+  f = DataFileEntry(j);
+  EXPECT_EQ(f.name, "rank-000012.h5");
+  EXPECT_EQ(f.container_hash, 99u);
+}
+
 TEST(SavePieces, ReplicaHashesFollowTheValuesAndSayWhoWrote) {
   Fixture f;
   const std::vector<bool> writes = {true, true, false, true, true};
