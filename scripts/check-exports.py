@@ -27,7 +27,7 @@ DECL = re.compile(r"\b(?:class|struct|enum class|enum|using|namespace)\s+(?:CKPT
 FUNC = re.compile(r"\b([A-Za-z_]\w*)\s*\(")
 CONST = re.compile(r"\bconstexpr\s+[\w:<>]+\s+([A-Za-z_]\w*)\s*=")
 # Names that must never be exported (internal classes and helpers).
-MUST_HIDE = ["ckpt::SaveEngineImpl", "ckpt::ParseByteCount", "ckpt::ParseDuration", "ckpt::GlobMatch",
+MUST_HIDE = ["ckpt::SaveEngine::", "ckpt::ParseByteCount", "ckpt::ParseDuration", "ckpt::GlobMatch",
              "ckpt::Xxh3", "ckpt::coord::", "ckpt::ExamineStep", "ckpt::EncodeManifest"]
 PREFIXES = ("vtable for ", "typeinfo for ", "typeinfo name for ", "VTT for ", "construction vtable for ",
             "guard variable for ", "non-virtual thunk to ", "virtual thunk to ", "covariant return thunk to ")

@@ -1,6 +1,6 @@
 #include "coordinator/messages.h"
 
-#include <cstring>
+#include <bit>
 #include <utility>
 
 #include "ckpt/limits.h"
@@ -18,17 +18,6 @@ constexpr uint64_t kMaxLocalRanks = uint64_t{1} << 20;
 // Longest nonce and MAC.
 constexpr uint64_t kMaxNonceBytes = 256;
 constexpr uint64_t kMaxMacBytes = 64;
-
-uint64_t DoubleBits(double v) {
-  uint64_t u;
-  std::memcpy(&u, &v, 8);
-  return u;
-}
-double BitsDouble(uint64_t u) {
-  double v;
-  std::memcpy(&v, &u, 8);
-  return v;
-}
 
 template <typename T>
 absl::StatusOr<T> Done(const ByteReader& r, T m) {
@@ -190,8 +179,8 @@ std::string Encode(const VoteRequest& m) {
   w.SVar(m.step);
   w.U8(m.vote.ok ? 1 : 0);
   w.Str(m.vote.error);
-  w.U64(DoubleBits(m.vote.stall_s));
-  w.U64(DoubleBits(m.vote.write_s));
+  w.U64(std::bit_cast<uint64_t>(m.vote.stall_s));
+  w.U64(std::bit_cast<uint64_t>(m.vote.write_s));
   w.SVar(m.vote.bytes);
   w.Var(m.vote.replicas.size());
   for (const ReplicaHash& h : m.vote.replicas) {
@@ -209,8 +198,8 @@ absl::StatusOr<VoteRequest> DecodeVote(std::string_view payload) {
   m.step = r.SVar();
   m.vote.ok = r.U8() != 0;
   m.vote.error = r.Str(kMaxWireTextBytes);
-  m.vote.stall_s = BitsDouble(r.U64());
-  m.vote.write_s = BitsDouble(r.U64());
+  m.vote.stall_s = std::bit_cast<double>(r.U64());
+  m.vote.write_s = std::bit_cast<double>(r.U64());
   m.vote.bytes = r.SVar();
   const uint64_t n = r.Count(kMaxListEntries, "replica hashes");
   for (uint64_t i = 0; i < n && r.ok(); ++i) {

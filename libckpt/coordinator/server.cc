@@ -432,9 +432,8 @@ class CoordinatorImpl final : public Coordinator, public SessionOwner {
     return Encode(a);
   }
 
-  void MaybeForm(bool timer_fired) {
-    if (running_) return;  // newcomers wait as spares for the next generation
-    // Waiting members whose connection is gone are forgotten.
+  // Waiting members whose connection is gone are forgotten.
+  void ForgetDisconnectedWaiters() {
     for (auto it = waiting_.begin(); it != waiting_.end();) {
       if (it->second.session.expired()) {
         pending_joins_.erase(it->first);
@@ -445,6 +444,11 @@ class CoordinatorImpl final : public Coordinator, public SessionOwner {
         ++it;
       }
     }
+  }
+
+  void MaybeForm(bool timer_fired) {
+    if (running_) return;  // newcomers wait as spares for the next generation
+    ForgetDisconnectedWaiters();
     const int n = static_cast<int>(waiting_.size());
     if (n >= options_.max_nodes || (timer_fired && n >= options_.min_nodes)) {
       Form();
@@ -480,16 +484,7 @@ class CoordinatorImpl final : public Coordinator, public SessionOwner {
   void FinishForm(int64_t restore_step) {
     forming_ = false;
     if (running_) return;
-    for (auto it = waiting_.begin(); it != waiting_.end();) {
-      if (it->second.session.expired()) {
-        pending_joins_.erase(it->first);
-        waiting_order_.erase(std::remove(waiting_order_.begin(), waiting_order_.end(), it->first),
-                             waiting_order_.end());
-        it = waiting_.erase(it);
-      } else {
-        ++it;
-      }
-    }
+    ForgetDisconnectedWaiters();
     if (static_cast<int>(waiting_.size()) < options_.min_nodes) {
       Log(StrCat("not forming a generation: ", waiting_.size(), " member(s) still waiting after the restore step was ",
                  "chosen, fewer than ", options_.min_nodes));
@@ -776,8 +771,6 @@ class CoordinatorImpl final : public Coordinator, public SessionOwner {
     return it != waiters_.end() && (!it->second.decide.empty() || !it->second.outcome.empty());
   }
 
-  static std::string DecisionPayload(const absl::Status& s) { return EncodeDecision(s); }
-
   void JournalStep(JournalKind kind, int64_t step, int64_t generation) {
     ByteWriter w;
     w.U8(static_cast<uint8_t>(kind));
@@ -808,8 +801,7 @@ class CoordinatorImpl final : public Coordinator, public SessionOwner {
         case BookEvent::Kind::kDecidedCommit:
           JournalStep(JournalKind::kDecided, e.step, e.generation);
           for (Waiter& d : w.decide) {
-            if (auto s = d.session.lock())
-              s->Reply(d.request_id, MsgType::kDecision, DecisionPayload(absl::OkStatus()));
+            if (auto s = d.session.lock()) s->Reply(d.request_id, MsgType::kDecision, EncodeDecision(absl::OkStatus()));
           }
           w.decide.clear();
           break;
@@ -818,10 +810,10 @@ class CoordinatorImpl final : public Coordinator, public SessionOwner {
           JournalStep(JournalKind::kAborted, e.step, e.generation);
           Log(StrCat("step ", e.step, " aborted: ", e.status.message()));
           for (Waiter& d : w.decide) {
-            if (auto s = d.session.lock()) s->Reply(d.request_id, MsgType::kDecision, DecisionPayload(e.status));
+            if (auto s = d.session.lock()) s->Reply(d.request_id, MsgType::kDecision, EncodeDecision(e.status));
           }
           for (Waiter& o : w.outcome) {
-            if (auto s = o.session.lock()) s->Reply(o.request_id, MsgType::kOutcome, DecisionPayload(e.status));
+            if (auto s = o.session.lock()) s->Reply(o.request_id, MsgType::kOutcome, EncodeDecision(e.status));
           }
           w.decide.clear();
           w.outcome.clear();
@@ -832,7 +824,7 @@ class CoordinatorImpl final : public Coordinator, public SessionOwner {
           ++commits_;
           RecordDurations(std::move(e.durations));
           for (Waiter& o : w.outcome) {
-            if (auto s = o.session.lock()) s->Reply(o.request_id, MsgType::kOutcome, DecisionPayload(absl::OkStatus()));
+            if (auto s = o.session.lock()) s->Reply(o.request_id, MsgType::kOutcome, EncodeDecision(absl::OkStatus()));
           }
           w.outcome.clear();
           break;
@@ -870,7 +862,7 @@ class CoordinatorImpl final : public Coordinator, public SessionOwner {
     }
     const CommitBook::Step& st = book_.For(step, gen, Awaited(step));
     if (st.decision) {
-      s->Reply(h.request_id, MsgType::kDecision, DecisionPayload(*st.decision));
+      s->Reply(h.request_id, MsgType::kDecision, EncodeDecision(*st.decision));
       return absl::OkStatus();
     }
     waiters_[step].decide.push_back(Waiter{s, h.request_id, NowSeconds() + timeout});
@@ -917,7 +909,7 @@ class CoordinatorImpl final : public Coordinator, public SessionOwner {
     const double timeout = static_cast<double>(req.timeout_ms) / 1000.0;
     const CommitBook::Step& st = book_.For(step, gen, Awaited(step));
     if (st.outcome) {
-      s->Reply(h.request_id, MsgType::kOutcome, DecisionPayload(*st.outcome));
+      s->Reply(h.request_id, MsgType::kOutcome, EncodeDecision(*st.outcome));
       return absl::OkStatus();
     }
     waiters_[step].outcome.push_back(Waiter{s, h.request_id, NowSeconds() + timeout});
