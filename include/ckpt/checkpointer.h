@@ -46,6 +46,8 @@ struct CKPT_EXPORT CheckpointerOptions {
   int world_size = 1;
   Codec codec = Codec::kNone;
   int zstd_level = 1;
+  /// Layout of the data files (the codec applies to ckpt files only).
+  DataContainer container = DataContainer::kAuto;
   /// Engine settings, used when `engine` is null.
   SaveEngineOptions engine_options;
   std::shared_ptr<SaveEngine> engine;

@@ -12,6 +12,18 @@
 
 namespace ckpt {
 
+/// How each rank's data file is laid out.
+enum class DataContainer {
+  /// From the root: HDF5 for `hdf5://` roots, ckpt's own files otherwise.
+  kAuto,
+  /// ckpt data files: framed, checksummed, optionally compressed blocks.
+  kCkpt,
+  /// HDF5 files whose datasets h5py and h5dump read directly: raw blocks,
+  /// no codec, one dataset per shard (format/hdf5_container.h). Needs a
+  /// root with local files.
+  kHdf5,
+};
+
 /// Which steps survive after a new one commits. Zero values disable a rule;
 /// with both zero every step is kept.
 struct CKPT_EXPORT RetentionPolicy {

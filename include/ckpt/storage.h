@@ -33,9 +33,6 @@ struct CKPT_EXPORT StorageCaps {
   bool ranged_reads = true;         ///< ReadAt reads only the requested range
   bool registered_buffers = false;  ///< RegisterBuffers avoids per-I/O mapping
   bool durable = true;              ///< Finish/PutAtomic survive power loss
-  /// Data-file container the checkpointer should write: "" for ckpt's own
-  /// files, "hdf5" for HDF5 files h5py can read (hdf5:// roots).
-  std::string container;
 };
 
 /// Completion callback of an asynchronous I/O. Runs exactly once, on a

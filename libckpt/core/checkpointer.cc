@@ -28,7 +28,6 @@
 #include "core/save_handle.h"
 #include "core/save_pieces.h"
 #include "core/storage_arbiter.h"
-#include "format/hdf5_container.h"
 #include "format/manifest.h"
 #include "format/root_files.h"
 #include "pipeline/loader.h"
@@ -72,6 +71,11 @@ class Checkpointer::Impl {
     } else {
       CKPT_ASSIGN_OR_RETURN(storage_, OpenStorage(options_.uri));
     }
+    container_ = ResolveContainer(options_.container, storage_->uri());
+    if (container_ == DataContainer::kHdf5 && storage_->LocalPath(kLatestName).empty()) {
+      return absl::InvalidArgumentError(
+          StrCat(storage_->uri(), ": HDF5 data files need a root of local files (file://, posix://, hdf5://)"));
+    }
     if (options_.engine) {
       engine_ = options_.engine;
     } else {
@@ -110,13 +114,12 @@ class Checkpointer::Impl {
 
     auto job = std::make_shared<SaveJob>();
     job->storage = storage_;
-    const bool hdf5 = storage_->caps().container == "hdf5";
-    job->hdf5 = hdf5;
-    job->data_path = StrCat(dir, "/", hdf5 ? Hdf5DataFileName(options_.rank) : DataFileName(options_.rank));
+    job->writer = MakeContainerWriter(container_);
+    job->data_path = StrCat(dir, "/", job->writer->FileName(options_.rank));
     job->rank = options_.rank;
     job->step = step;
     job->save_id = save_id;
-    job->codec = hdf5 ? Codec::kNone : options_.codec;  // h5py reads raw datasets
+    job->codec = job->writer->frames_blocks() ? options_.codec : Codec::kNone;
     job->zstd_level = options_.zstd_level;
     job->direct = options_.direct_io;
     job->counters = shared->counters;
@@ -132,8 +135,8 @@ class Checkpointer::Impl {
     auto replicas = std::make_shared<std::vector<ReplicaHash>>();
     if (options_.arbiter && options_.hash_replicas) *replicas = HashReplicas(state, writes);
     // Pieces: non-empty shards (large ones as column tiles), then blobs.
-    SavePieces pieces =
-        BuildSavePieces(state, writes, engine_->block_size(), hdf5 ? 1 : options_.max_column_tiles, options_.rank);
+    SavePieces pieces = BuildSavePieces(state, writes, engine_->block_size(),
+                                        job->writer->tiles_shards() ? options_.max_column_tiles : 1, options_.rank);
     // The report skeleton needs the piece -> block mapping from Run.
     auto report = std::make_shared<Manifest>();
     report->kind = Manifest::Kind::kRankReport;
@@ -456,6 +459,7 @@ class Checkpointer::Impl {
 
   CheckpointerOptions options_;
   std::shared_ptr<Storage> storage_;
+  DataContainer container_ = DataContainer::kCkpt;
   /// The coordinator's, or the shared storage's (StorageArbiter).
   std::shared_ptr<CommitArbiter> arbiter_;
   std::shared_ptr<SaveEngine> engine_;

@@ -82,7 +82,8 @@ void FillReport(const SavePieces& pieces, const State& state, int rank, Manifest
 
 ManifestFile DataFileEntry(const SaveJob& j) {
   ManifestFile f;
-  f.name = j.hdf5 ? Hdf5DataFileName(j.rank) : DataFileName(j.rank);
+  const size_t slash = j.data_path.rfind('/');
+  f.name = slash == std::string::npos ? j.data_path : j.data_path.substr(slash + 1);
   f.rank = j.rank;
   f.size = j.file_size;
   f.index_offset = j.index_offset;

@@ -1,6 +1,5 @@
 #include "pipeline/save_engine.h"
 
-#include <fcntl.h>
 #include <sys/resource.h>
 #include <sys/syscall.h>
 #include <unistd.h>
@@ -8,11 +7,9 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
-#include <filesystem>
 
 #include "absl/strings/str_cat.h"
 #include "codec/codec.h"
-#include "format/hdf5_container.h"
 #include "layout/box_copy.h"
 #include "pipeline/staging_arena.h"
 #include "util/errors.h"
@@ -107,15 +104,7 @@ void SaveEngine::RegisterWith(const std::shared_ptr<Storage>& storage) {
 absl::Status SaveEngine::Run(std::shared_ptr<SaveJob> job, std::vector<SavePiece>& pieces) {
   SaveJob& j = *job;
   j.block_size = options_.block_size;
-  if (!j.hdf5) {
-    CKPT_ASSIGN_OR_RETURN(j.file, j.storage->OpenWritable(j.data_path, WriteOptions{j.direct}));
-  }
-  if (!j.hdf5 && (j.file->alignment() > kFrameAlign || kFrameAlign % j.file->alignment() != 0)) {
-    return absl::FailedPreconditionError(StrCat(j.data_path, ": storage requires ", j.file->alignment(),
-                                                "-byte alignment, more than the format's 4096"));
-  }
-  RegisterWith(j.storage);
-
+  if (j.writer == nullptr) j.writer = MakeContainerWriter(DataContainer::kCkpt);
   // Block numbering: pieces in order, each cut into block_size pieces.
   uint64_t nblocks = 0;
   for (SavePiece& p : pieces) {
@@ -130,94 +119,16 @@ absl::Status SaveEngine::Run(std::shared_ptr<SaveJob> job, std::vector<SavePiece
   }
   j.index.assign(nblocks, IndexEntry{});
   j.counters->blocks_total = static_cast<int64_t>(nblocks);
-  if (!j.hdf5) {
-    // The most the frames can take (compressed ones take less; Finish cuts
-    // the file to its length): writes inside the file's length do not
-    // serialize on the inode the way appending ones do.
-    uint64_t frames = kDataHeaderSize;
-    for (const SavePiece& p : pieces) {
-      if (p.block_count == 0) continue;
-      frames += (p.block_count - 1) * FrameLength(options_.block_size) +
-                FrameLength(p.bytes - (p.block_count - 1) * options_.block_size);
-    }
-    j.file->Reserve(frames);
-  }
+  CKPT_RETURN_IF_ERROR(j.writer->Open(j, pieces));
+  RegisterWith(j.storage);
 
-  if (j.hdf5) {
-    // libhdf5 lays the file out (metadata, one contiguous dataset per
-    // piece); the blocks are then written into the datasets' ranges.
-    const std::string local = j.storage->LocalPath(j.data_path);
-    if (local.empty()) {
-      return absl::FailedPreconditionError(StrCat(j.storage->uri(), ": an HDF5 container needs a local file"));
-    }
-    std::error_code ec;
-    std::filesystem::create_directories(std::filesystem::path(local).parent_path(), ec);
-    std::vector<Hdf5Chunk> chunks;
-    for (const SavePiece& p : pieces) {
-      Hdf5Chunk c;
-      if (p.shard != nullptr) {
-        c.path = Hdf5ChunkPath(p.shard->spec.fqn, p.shard->box);
-        c.dtype = p.shard->spec.dtype;
-        c.global_shape = p.shard->spec.shape;
-        c.box = p.shard->box;
-      } else {
-        c.is_blob = true;
-        c.path = Hdf5BlobPath(p.blob_name, p.blob_rank);
-        c.bytes = p.bytes;
-      }
-      chunks.push_back(std::move(c));
-    }
-    CKPT_ASSIGN_OR_RETURN(
-        Hdf5Container container,
-        CreateHdf5Container(local, chunks, kIndexHeaderSize + nblocks * kIndexEntrySize, j.step, j.rank));
-    j.block_offsets.resize(nblocks);
-    for (size_t i = 0; i < pieces.size(); ++i) {
-      for (uint64_t b = 0; b < pieces[i].block_count; ++b) {
-        j.block_offsets[pieces[i].first_block + b] = container.offsets[i] + b * options_.block_size;
-      }
-    }
-    j.index_offset = container.index_offset;
-    j.file_size = container.file_size;
-    // libhdf5's own bytes get a checksum too: everything outside the data
-    // regions (written later, block by block) and the index.
-    {
-      const uint64_t index_bytes = kIndexHeaderSize + nblocks * kIndexEntrySize;
-      std::vector<std::pair<uint64_t, uint64_t>> used = {{container.index_offset, index_bytes}};
-      for (size_t i = 0; i < pieces.size(); ++i) used.push_back({container.offsets[i], pieces[i].bytes});
-      const int fd = ::open(local.c_str(), O_RDONLY | O_CLOEXEC);
-      if (fd < 0) return absl::InternalError(StrCat("reopening ", local, ": ", std::strerror(errno)));
-      auto hash =
-          Hdf5MetadataHash(Hdf5MetadataRanges(std::move(used), container.file_size),
-                           [&](uint64_t offset, uint64_t length, char* out) -> absl::Status {
-                             const ssize_t n = ::pread(fd, out, length, static_cast<off_t>(offset));
-                             if (n != static_cast<ssize_t>(length)) {
-                               return absl::DataLossError(StrCat(local, ": short read at byte offset ", offset));
-                             }
-                             return absl::OkStatus();
-                           });
-      ::close(fd);
-      if (!hash.ok()) return hash.status();
-      j.container_hash = *hash;
-    }
-    WriteOptions wo;
-    wo.direct = false;
-    wo.truncate = false;
-    CKPT_ASSIGN_OR_RETURN(j.file, j.storage->OpenWritable(j.data_path, wo));
+  const absl::Span<const std::byte> prologue = j.writer->prologue();
+  {
     std::lock_guard<std::mutex> lock(j.mu);
-    j.outstanding = 0;
-  } else {
-    CKPT_ASSIGN_OR_RETURN(j.header, AlignedBuffer::Allocate(kDataHeaderSize, false));
-    DataFileHeader hdr;
-    hdr.step = j.step;
-    hdr.rank = static_cast<uint32_t>(j.rank);
-    hdr.save_id = j.save_id;
-    EncodeDataHeader(hdr, j.header.data());
-    {
-      std::lock_guard<std::mutex> lock(j.mu);
-      j.next_offset = kDataHeaderSize;
-      j.outstanding = 1;
-    }
-    j.file->WriteAsync(0, absl::Span<const std::byte>(j.header.data(), kDataHeaderSize), [this, job](absl::Status s) {
+    j.outstanding = prologue.empty() ? 0 : 1;
+  }
+  if (!prologue.empty()) {
+    j.writer->file().WriteAsync(0, prologue, [this, job](absl::Status s) {
       if (!s.ok()) {
         std::lock_guard<std::mutex> lock(job->mu);
         if (job->error.ok()) job->error = s;
@@ -408,8 +319,9 @@ void SaveEngine::ProcessBlock(WorkItem& item, BlockCodec& codec, std::byte* out)
   std::byte* frame = item.slot;  // compressed bytes are copied back into it
   t.codec = static_cast<uint8_t>(Codec::kNone);
   t.stored_len = item.raw_len;
-  if (job->hdf5) {
-    // A bare block: the raw bytes at the dataset's place, nothing else.
+  const bool framed = job->writer->frames_blocks();
+  if (!framed) {
+    // A bare block: the raw bytes at the layout's place, nothing else.
     t.flags = kFlagBareBlock;
   } else if (job->codec != Codec::kNone) {
     codec.set_level(job->zstd_level);
@@ -437,8 +349,8 @@ void SaveEngine::ProcessBlock(WorkItem& item, BlockCodec& codec, std::byte* out)
     }
   }
   t.stored_hash = t.codec == static_cast<uint8_t>(Codec::kNone) ? t.raw_hash : Xxh3(frame, t.stored_len);
-  const uint64_t frame_len = job->hdf5 ? t.stored_len : FrameLength(t.stored_len);
-  if (!job->hdf5) {
+  const uint64_t frame_len = framed ? FrameLength(t.stored_len) : t.stored_len;
+  if (framed) {
     EncodeTrailer(t, frame + t.stored_len);
     std::memset(frame + t.stored_len + kTrailerSize, 0, frame_len - t.stored_len - kTrailerSize);
   }
@@ -446,12 +358,7 @@ void SaveEngine::ProcessBlock(WorkItem& item, BlockCodec& codec, std::byte* out)
   uint64_t offset;
   {
     std::lock_guard<std::mutex> lock(job->mu);
-    if (job->hdf5) {
-      offset = job->block_offsets[item.block_id];  // fixed by the container
-    } else {
-      offset = job->next_offset;
-      job->next_offset += frame_len;
-    }
+    offset = job->writer->Place(item.block_id, frame_len);
     IndexEntry& e = job->index[item.block_id];
     e.offset = offset;
     e.raw_len = t.raw_len;
@@ -474,18 +381,18 @@ void SaveEngine::SubmitFrame(const std::shared_ptr<SaveJob>& job, uint32_t block
     std::lock_guard<std::mutex> lock(job->mu);
     offset = job->index[block_id].offset;
   }
-  job->file->WriteAsync(offset, absl::Span<const std::byte>(buf, frame_len),
-                        [this, job, buf, frame_len](absl::Status s) {
-                          arena_->Release(buf);
-                          if (!s.ok()) {
-                            std::lock_guard<std::mutex> lock(job->mu);
-                            if (job->error.ok()) job->error = s;
-                          } else {
-                            job->counters->blocks_written += 1;
-                            job->counters->bytes_written += static_cast<int64_t>(frame_len);
-                          }
-                          BlockDone(job);
-                        });
+  job->writer->file().WriteAsync(offset, absl::Span<const std::byte>(buf, frame_len),
+                                 [this, job, buf, frame_len](absl::Status s) {
+                                   arena_->Release(buf);
+                                   if (!s.ok()) {
+                                     std::lock_guard<std::mutex> lock(job->mu);
+                                     if (job->error.ok()) job->error = s;
+                                   } else {
+                                     job->counters->blocks_written += 1;
+                                     job->counters->bytes_written += static_cast<int64_t>(frame_len);
+                                   }
+                                   BlockDone(job);
+                                 });
 }
 
 void SaveEngine::BlockDone(const std::shared_ptr<SaveJob>& job) {
@@ -524,55 +431,12 @@ void SaveEngine::Finalize(SaveJob& job) {
     std::lock_guard<std::mutex> lock(job.mu);
     status = job.error;
   }
-  if (status.ok() && job.hdf5) {
-    // The index goes into its dataset; libhdf5 wrote everything else.
-    std::string index = EncodeIndex(job.index);
-    job.index_len = index.size();
-    job.index_hash = Xxh3(index);
-    absl::Status write_status;
-    job.file->WriteAsync(job.index_offset,
-                         absl::Span<const std::byte>(reinterpret_cast<const std::byte*>(index.data()), index.size()),
-                         [&write_status](absl::Status s) { write_status = s; });
-    status = job.file->Drain();
-    if (status.ok()) status = write_status;
-    if (status.ok()) status = job.file->Finish(job.file_size);
-  } else if (status.ok()) {
-    std::string index = EncodeIndex(job.index);
-    job.index_offset = job.next_offset;
-    job.index_len = index.size();
-    job.index_hash = Xxh3(index);
-    DataFileFooter footer;
-    footer.index_offset = job.index_offset;
-    footer.index_len = job.index_len;
-    footer.block_count = job.index.size();
-    footer.index_hash = job.index_hash;
-    footer.save_id = job.save_id;
-    const uint64_t tail = index.size() + kFooterSize;
-    job.file_size = job.index_offset + tail;
-    auto buf = AlignedBuffer::Allocate(AlignUp(tail, kFrameAlign), false);
-    if (!buf.ok()) {
-      status = buf.status();
-    } else {
-      std::memcpy(buf->data(), index.data(), index.size());
-      EncodeFooter(footer, buf->data() + index.size());
-      std::memset(buf->data() + tail, 0, buf->size() - tail);
-      absl::Status write_status;
-      job.file->WriteAsync(job.index_offset, absl::Span<const std::byte>(buf->data(), buf->size()),
-                           [&write_status](absl::Status s) { write_status = s; });
-      status = job.file->Drain();
-      if (status.ok()) status = write_status;
-      if (status.ok()) status = job.file->Finish(job.file_size);
-    }
-  }
+  if (status.ok()) status = job.writer->Close(job);
   if (!status.ok()) {
-    (void)job.file->Drain();
-    job.file.reset();
+    job.writer->Abandon();
     (void)job.storage->Remove(job.data_path);
     status = Annotate(status, StrCat("save of step ", job.step, " rank ", job.rank));
-  } else {
-    job.file.reset();
   }
-  job.header = AlignedBuffer();
   if (job.on_finished) job.on_finished(job, status);
 }
 

@@ -5,6 +5,9 @@
 //   workers:  xxh3(raw) -> codec -> xxh3(stored) -> frame -> WriteAsync
 //   I/O:      completion releases the slot and records the index entry
 //   finalizer: index + footer -> Finish (fdatasync) -> job->on_finished
+//
+// Where blocks land in the file and what surrounds them is the job's
+// ContainerWriter (pipeline/container_writer.h).
 #ifndef CKPT_PIPELINE_SAVE_ENGINE_H_
 #define CKPT_PIPELINE_SAVE_ENGINE_H_
 
@@ -26,6 +29,7 @@
 #include "ckpt/state.h"
 #include "ckpt/storage.h"
 #include "format/data_file.h"
+#include "pipeline/container_writer.h"
 #include "pipeline/staging_arena.h"
 #include "util/aligned_buffer.h"
 
@@ -72,9 +76,8 @@ struct SaveJob {
   Codec codec = Codec::kNone;
   int zstd_level = 1;
   bool direct = true;
-  /// Write an HDF5 container (format/hdf5_container.h) instead of a ckpt
-  /// data file: raw blocks at fixed places, no header, trailers or footer.
-  bool hdf5 = false;
+  /// The data file's layout; null: a ckpt data file.
+  std::unique_ptr<ContainerWriter> writer;
   std::shared_ptr<SaveCounters> counters;
   /// Runs on the engine's finalizer thread once the data file is durable
   /// (status OK) or the job failed. The data file is removed on failure.
@@ -93,12 +96,8 @@ struct SaveJob {
   // Engine-internal.
   std::mutex mu;
   absl::Status error;
-  uint64_t next_offset = 0;
-  std::vector<uint64_t> block_offsets;  ///< hdf5: where each block goes
   int64_t outstanding = 0;
   bool staging_done = false;
-  std::unique_ptr<WritableFile> file;
-  AlignedBuffer header;
 };
 
 class SaveEngine {

@@ -16,8 +16,9 @@
 namespace ckpt {
 namespace {
 
-// hdf5:///path: files as file:// (buffered), with data files written as
-// HDF5 containers by the checkpointer (format/hdf5_container.h).
+// hdf5:///path: files as file:// (buffered). The URI also tells the
+// Checkpointer to write HDF5 data files (DataContainer::kAuto resolves from
+// the scheme; format/hdf5_container.h).
 class Hdf5Storage : public ForwardingStorage {
  public:
   Hdf5Storage(std::shared_ptr<Storage> base, std::string uri)
@@ -26,7 +27,6 @@ class Hdf5Storage : public ForwardingStorage {
   StorageCaps caps() const override {
     StorageCaps c = ForwardingStorage::caps();
     c.engine = StrCat("hdf5(", c.engine, ")");
-    c.container = "hdf5";
     c.direct_io = false;
     return c;
   }
@@ -81,7 +81,6 @@ Registry& GetRegistry() {
     add("tiered", "commit on a fast local tier, drain to a durable tier in the background",
         Caps("tiered", true, true, true), OpenTieredStorage);
     StorageCaps h5 = Caps("hdf5", false, true, true);
-    h5.container = "hdf5";
     add("hdf5", "files as file://, each rank's data an HDF5 file that h5py and h5dump read", h5, OpenHdf5Storage);
     add("faulty", "wraps another backend and injects errors, latency, bit flips and crashes",
         Caps("faulty", false, true, true), OpenFaultyStorage);

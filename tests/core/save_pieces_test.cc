@@ -108,6 +108,7 @@ TEST(SavePieces, TheReportNamesEveryChunkAndBlobWithItsBlocks) {
 TEST(SavePieces, TheDataFileEntryDescribesWhatTheJobWrote) {
   SaveJob j;
   j.rank = 12;
+  j.data_path = "step-0000000007/rank-000012.ckd";
   j.save_id = 0x5eed;
   j.file_size = 1 << 20;
   j.index_offset = 900000;
@@ -125,7 +126,7 @@ TEST(SavePieces, TheDataFileEntryDescribesWhatTheJobWrote) {
   EXPECT_EQ(f.block_count, 3u);
   EXPECT_EQ(f.block_size, 4u << 20);
   EXPECT_EQ(f.save_id, 0x5eedu);
-  j.hdf5 = true;
+  j.data_path = "step-0000000007/rank-000012.h5";
   j.container_hash = 99;
   f = DataFileEntry(j);
   EXPECT_EQ(f.name, "rank-000012.h5");

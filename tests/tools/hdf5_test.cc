@@ -7,6 +7,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <filesystem>
 #include <thread>
 #include <vector>
 
@@ -56,7 +57,8 @@ const TensorSpec kNorm{"model/norm.scale", DType::kF16, {40}};
 const TensorSpec kCounts{"model/step_counts", DType::kI32, {7, 5}};
 
 // Two ranks, each saving half the rows of every matrix.
-void SaveSharded(const std::string& root, Tensors& t) {
+void SaveSharded(const std::string& root, Tensors& t, DataContainer container = DataContainer::kAuto,
+                 Codec codec = Codec::kNone) {
   auto comms = CreateLocalCommunicators(2);
   std::vector<std::thread> threads;
   std::vector<absl::Status> results(2);
@@ -68,6 +70,8 @@ void SaveSharded(const std::string& root, Tensors& t) {
       o.rank = r;
       o.world_size = 2;
       o.communicator = comms[r];
+      o.container = container;
+      o.codec = codec;
       auto cp = Checkpointer::Open(o);
       if (!cp.ok()) {
         results[r] = cp.status();
@@ -179,6 +183,48 @@ TEST(Hdf5, ContainerRootsAreReadByH5pyAndReshardedByCkpt) {
   EXPECT_EQ(bad.code, 1) << bad.out;
   EXPECT_NE(bad.out.find("rank-000000.h5"), std::string::npos) << bad.out;
   EXPECT_NE(bad.out.find("checksum mismatch"), std::string::npos) << bad.out;
+}
+
+// The data files' layout is the Checkpointer's choice: HDF5 files on a plain
+// posix:// root, ckpt files (compressed) on an hdf5:// root, and a root
+// without local files refused at Open.
+TEST(Hdf5, TheContainerIsChosenByTheCheckpointerNotByTheStorage) {
+  TempDir dir;
+  Tensors t;
+  SaveSharded("posix://" + dir.Join("h5"), t, DataContainer::kHdf5, Codec::kZstd);
+  const std::string h5_step = dir.Join("h5/step-0000000042");
+  EXPECT_TRUE(std::filesystem::exists(h5_step + "/rank-000000.h5"));
+  EXPECT_FALSE(std::filesystem::exists(h5_step + "/rank-000000.ckd"));
+  CommandResult py = RunCommand(std::string("/usr/bin/python3 ") + CHECK_EXPORT_PY + " " + h5_step);
+  EXPECT_EQ(py.code, 0) << py.out;
+  EXPECT_NE(py.out.find("checked 4 tensors: ok"), std::string::npos) << py.out;
+
+  SaveSharded("hdf5://" + dir.Join("ckd"), t, DataContainer::kCkpt, Codec::kZstd);
+  const std::string ckd_step = dir.Join("ckd/step-0000000042");
+  EXPECT_TRUE(std::filesystem::exists(ckd_step + "/rank-000001.ckd"));
+  EXPECT_FALSE(std::filesystem::exists(ckd_step + "/rank-000001.h5"));
+  CommandResult info = RunCommand(std::string(CKPT_BIN) + " inspect --json " + dir.Join("ckd"));
+  EXPECT_NE(info.out.find("\"codec\":\"zstd\""), std::string::npos) << info.out;
+
+  for (const char* root : {"h5", "ckd"}) {
+    CommandResult v = RunCommand(std::string(CKPT_BIN) + " verify " + dir.Join(root));
+    EXPECT_EQ(v.code, 0) << root << ": " << v.out;
+    auto storage = OpenStorage(dir.Join(root));
+    ASSERT_OK(storage);
+    Tensors back;
+    std::string config;
+    ASSERT_OK(LoadBack(**storage, &back, &config));
+    ExpectSameValues(back, t);
+    EXPECT_EQ(config, "{\"lr\": 0.001}");
+  }
+
+  CheckpointerOptions o;
+  o.uri = "mem://container-test";
+  o.container = DataContainer::kHdf5;
+  auto cp = Checkpointer::Open(o);
+  ASSERT_FALSE(cp.ok());
+  EXPECT_EQ(cp.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(cp.status().message().find("local files"), std::string::npos) << cp.status();
 }
 
 TEST(Hdf5, BadInputIsAUsageError) {
