@@ -35,6 +35,7 @@
 #include "ckpt/verify.h"
 #include "coordinator/commit_book.h"
 #include "coordinator/journal.h"
+#include "coordinator/membership.h"
 #include "coordinator/messages.h"
 #include "coordinator/protocol.h"
 #include "coordinator/session.h"
@@ -53,17 +54,6 @@ namespace asio = boost::asio;
 using asio::ip::tcp;
 
 enum class JournalKind : uint8_t { kGeneration = 1, kEnded = 2, kCommitted = 3, kAborted = 4, kSdc = 5, kDecided = 6 };
-
-struct Member {
-  uint64_t id = 0;
-  std::string host;
-  int local_ranks = 1;
-  int first_rank = -1;
-  double last_seen = 0;
-  int late_intervals = 0;  // heartbeat intervals missed so far (metrics)
-  bool left = false;       // finished: no longer expected to heartbeat
-  std::weak_ptr<Session> session;
-};
 
 struct Waiter {
   std::weak_ptr<Session> session;
@@ -125,11 +115,11 @@ class CoordinatorImpl final : public Coordinator, public SessionOwner {
     if (!s.ok()) return s;
     if (torn > 0) Log(StrCat("journal ", journal_.path(), ": cut a torn tail of ", torn, " bytes"));
     book_.Trim(256, /*only_decided=*/false);
-    if (running_) {
+    if (membership_.running()) {
       // Members get the usual grace to reconnect after a restart.
-      for (auto& [id, m] : members_) m.last_seen = NowSeconds();
-      Log(StrCat("resuming generation ", generation_, " (", members_.size(), " members, world ", world_,
-                 ") from the journal"));
+      membership_.HeardFromAll(NowSeconds());
+      Log(StrCat("resuming generation ", membership_.generation(), " (", membership_.Members().size(),
+                 " members, world ", membership_.world(), ") from the journal"));
     }
     const size_t colon = options_.listen.rfind(':');
     if (colon == std::string::npos) {
@@ -289,31 +279,12 @@ class CoordinatorImpl final : public Coordinator, public SessionOwner {
     ByteReader r(rec, "journal record");
     const auto kind = static_cast<JournalKind>(r.U8());
     switch (kind) {
-      case JournalKind::kGeneration: {
-        generation_ = r.SVar();
-        world_ = static_cast<int>(r.Var());
-        restore_step_ = r.SVar();
-        const uint64_t n = r.Count(1 << 24, "members");
-        members_.clear();
-        order_.clear();
-        for (uint64_t i = 0; i < n && r.ok(); ++i) {
-          Member m;
-          m.id = r.Var();
-          m.host = r.Str();
-          m.first_rank = static_cast<int>(r.Var());
-          m.local_ranks = static_cast<int>(r.Var());
-          next_member_id_ = std::max(next_member_id_, m.id + 1);
-          order_.push_back(m.id);
-          members_[m.id] = m;
-        }
-        running_ = true;
+      case JournalKind::kGeneration:
+        CKPT_RETURN_IF_ERROR(membership_.ReplayGeneration(r));
         break;
-      }
       case JournalKind::kEnded:
         (void)r.SVar();
-        running_ = false;
-        members_.clear();
-        order_.clear();
+        membership_.ReplayEnded();
         break;
       case JournalKind::kCommitted: {
         const int64_t step = r.SVar();
@@ -378,29 +349,27 @@ class CoordinatorImpl final : public Coordinator, public SessionOwner {
     if (local < 1) return absl::InvalidArgumentError("a member needs at least one local rank");
     // A member of the running generation reconnecting (the coordinator
     // restarted, or the network dropped): it keeps its place.
-    if (resume && running_ && previous_gen == generation_ && members_.count(previous)) {
-      Member& m = members_[previous];
-      m.session = s;
-      m.last_seen = NowSeconds();
+    if (resume && membership_.CanResume(previous, previous_gen)) {
+      const Member& m = membership_.Resume(previous, s, NowSeconds());
       s->member_id = previous;
       s->Reply(h.request_id, MsgType::kAssign, AssignPayload(m));
-      Log(StrCat("member ", previous, " (", m.host, ") reconnected to generation ", generation_));
+      Log(StrCat("member ", previous, " (", m.host, ") reconnected to generation ", membership_.generation()));
       return absl::OkStatus();
     }
     if (resume) {
       // Its generation is over (or unknown here): it must join afresh.
       AssignReply over;
       over.status = AssignReply::kNotResumable;
-      over.message = StrCat("generation ", previous_gen, " is over (current: ", generation_, "); join again");
+      over.message =
+          StrCat("generation ", previous_gen, " is over (current: ", membership_.generation(), "); join again");
       s->Reply(h.request_id, MsgType::kAssign, Encode(over));
       return absl::OkStatus();
     }
-    uint64_t id = previous;  // a member keeps its id across generations
-    if (id == 0) id = next_member_id_++;
-    next_member_id_ = std::max(next_member_id_, id + 1);
-    if (running_ && members_.count(id)) {
+    const uint64_t id = membership_.IdFor(previous);
+    if (membership_.IsMember(id)) {
       // Its previous incarnation is gone: the generation cannot go on.
-      EndGeneration(StrCat("member ", id, " (", members_[id].host, ") re-joined: its previous process is gone"));
+      EndGeneration(
+          StrCat("member ", id, " (", membership_.Find(id)->host, ") re-joined: its previous process is gone"));
     }
     s->member_id = id;
     Member m;
@@ -409,12 +378,9 @@ class CoordinatorImpl final : public Coordinator, public SessionOwner {
     m.local_ranks = local;
     m.session = s;
     m.last_seen = NowSeconds();
-    waiting_[id] = m;
-    if (std::find(waiting_order_.begin(), waiting_order_.end(), id) == waiting_order_.end()) {
-      waiting_order_.push_back(id);
-    }
+    membership_.AddWaiting(std::move(m));
     pending_joins_[id] = Waiter{s, h.request_id, 0};
-    Log(StrCat("member ", id, " (", host, ", ", local, " rank(s)) joined; ", waiting_.size(), " waiting"));
+    Log(StrCat("member ", id, " (", host, ", ", local, " rank(s)) joined; ", membership_.waiting_count(), " waiting"));
     MaybeForm(false);
     return absl::OkStatus();
   }
@@ -422,34 +388,25 @@ class CoordinatorImpl final : public Coordinator, public SessionOwner {
   std::string AssignPayload(const Member& m) {
     AssignReply a;
     a.member_id = m.id;
-    a.generation = generation_;
+    a.generation = membership_.generation();
     a.first_rank = static_cast<uint64_t>(m.first_rank);
     a.local_ranks = static_cast<uint64_t>(m.local_ranks);
-    a.world_size = static_cast<uint64_t>(world_);
-    a.members = members_.size();
-    a.restore_step = restore_step_;
+    a.world_size = static_cast<uint64_t>(membership_.world());
+    a.members = membership_.Members().size();
+    a.restore_step = membership_.restore_step();
     a.heartbeat_ms = static_cast<uint64_t>(options_.heartbeat_s * 1000);
     return Encode(a);
   }
 
   // Waiting members whose connection is gone are forgotten.
   void ForgetDisconnectedWaiters() {
-    for (auto it = waiting_.begin(); it != waiting_.end();) {
-      if (it->second.session.expired()) {
-        pending_joins_.erase(it->first);
-        waiting_order_.erase(std::remove(waiting_order_.begin(), waiting_order_.end(), it->first),
-                             waiting_order_.end());
-        it = waiting_.erase(it);
-      } else {
-        ++it;
-      }
-    }
+    for (uint64_t id : membership_.ForgetDisconnected()) pending_joins_.erase(id);
   }
 
   void MaybeForm(bool timer_fired) {
-    if (running_) return;  // newcomers wait as spares for the next generation
+    if (membership_.running()) return;  // newcomers wait as spares for the next generation
     ForgetDisconnectedWaiters();
-    const int n = static_cast<int>(waiting_.size());
+    const int n = static_cast<int>(membership_.waiting_count());
     if (n >= options_.max_nodes || (timer_fired && n >= options_.min_nodes)) {
       Form();
       return;
@@ -483,65 +440,28 @@ class CoordinatorImpl final : public Coordinator, public SessionOwner {
 
   void FinishForm(int64_t restore_step) {
     forming_ = false;
-    if (running_) return;
+    if (membership_.running()) return;
     ForgetDisconnectedWaiters();
-    if (static_cast<int>(waiting_.size()) < options_.min_nodes) {
-      Log(StrCat("not forming a generation: ", waiting_.size(), " member(s) still waiting after the restore step was ",
-                 "chosen, fewer than ", options_.min_nodes));
+    if (static_cast<int>(membership_.waiting_count()) < options_.min_nodes) {
+      Log(StrCat("not forming a generation: ", membership_.waiting_count(),
+                 " member(s) still waiting after the restore step was chosen, fewer than ", options_.min_nodes));
       return;
     }
-    // Survivors keep their order (by their old ranks); newcomers follow in
-    // the order they joined.
-    std::vector<uint64_t> ids;
-    for (uint64_t id : waiting_order_) {
-      if (waiting_.count(id)) ids.push_back(id);
-    }
-    std::stable_sort(ids.begin(), ids.end(), [&](uint64_t a, uint64_t b) {
-      const int ra = previous_rank_.count(a) ? previous_rank_[a] : INT32_MAX;
-      const int rb = previous_rank_.count(b) ? previous_rank_[b] : INT32_MAX;
-      return ra < rb;
-    });
-    if (static_cast<int>(ids.size()) > options_.max_nodes) ids.resize(static_cast<size_t>(options_.max_nodes));
-    ++generation_;
-    members_.clear();
-    order_.clear();
-    int rank = 0;
-    for (uint64_t id : ids) {
-      Member m = waiting_[id];
-      m.first_rank = rank;
-      m.last_seen = NowSeconds();
-      m.late_intervals = 0;
-      rank += m.local_ranks;
-      members_[id] = m;
-      order_.push_back(id);
-      waiting_.erase(id);
-      waiting_order_.erase(std::remove(waiting_order_.begin(), waiting_order_.end(), id), waiting_order_.end());
-    }
-    world_ = rank;
-    running_ = true;
+    const std::vector<uint64_t> ids = membership_.Form(restore_step, options_.max_nodes, NowSeconds());
     collectives_.clear();
-    restore_step_ = restore_step;
     ByteWriter w;
     w.U8(static_cast<uint8_t>(JournalKind::kGeneration));
-    w.SVar(generation_);
-    w.Var(static_cast<uint64_t>(world_));
-    w.SVar(restore_step_);
-    w.Var(order_.size());
-    for (uint64_t id : order_) {
-      const Member& m = members_[id];
-      w.Var(m.id);
-      w.Str(m.host);
-      w.Var(static_cast<uint64_t>(m.first_rank));
-      w.Var(static_cast<uint64_t>(m.local_ranks));
-    }
+    membership_.EncodeGeneration(w);
     Journaled(w.Take());
-    Log(StrCat("generation ", generation_, " formed: ", members_.size(), " member(s), world size ", world_,
-               restore_step_ >= 0 ? StrCat(", restore step ", restore_step_) : std::string(", nothing to restore")));
-    for (uint64_t id : order_) {
+    Log(StrCat("generation ", membership_.generation(), " formed: ", ids.size(), " member(s), world size ",
+               membership_.world(),
+               restore_step >= 0 ? StrCat(", restore step ", restore_step) : std::string(", nothing to restore")));
+    for (uint64_t id : ids) {
       auto it = pending_joins_.find(id);
       if (it == pending_joins_.end()) continue;
-      if (auto s = it->second.session.lock())
-        s->Reply(it->second.request_id, MsgType::kAssign, AssignPayload(members_[id]));
+      if (auto s = it->second.session.lock()) {
+        s->Reply(it->second.request_id, MsgType::kAssign, AssignPayload(*membership_.Find(id)));
+      }
       pending_joins_.erase(it);
     }
   }
@@ -558,30 +478,24 @@ class CoordinatorImpl final : public Coordinator, public SessionOwner {
   }
 
   void EndGeneration(const std::string& reason) {
-    if (!running_) return;
+    if (!membership_.running()) return;
+    const int64_t generation = membership_.generation();
     ByteWriter w;
     w.U8(static_cast<uint8_t>(JournalKind::kEnded));
-    w.SVar(generation_);
+    w.SVar(generation);
     Journaled(w.Take());
-    Log(StrCat("generation ", generation_, " ended: ", reason));
-    running_ = false;
-    const absl::Status why = absl::AbortedError(StrCat("generation ", generation_, " ended: ", reason));
+    Log(StrCat("generation ", generation, " ended: ", reason));
+    const absl::Status why = absl::AbortedError(StrCat("generation ", generation, " ended: ", reason));
     for (auto& [seq, c] : collectives_) {
       for (auto& [rank, wt] : c.waiters) {
         if (auto s = wt.session.lock()) s->ReplyError(wt.request_id, why);
       }
     }
     collectives_.clear();
-    Apply(book_.AbortGeneration(generation_, why));
-    for (uint64_t id : order_) {
-      previous_rank_[id] = members_[id].first_rank;
-      if (auto s = members_[id].session.lock()) {
-        s->Send(EncodeFrame(MsgType::kStop, 0, Encode(StopPush{generation_, reason})));
-      }
+    Apply(book_.AbortGeneration(generation, why));
+    for (const Member& m : membership_.End()) {
+      if (auto s = m.session.lock()) s->Send(EncodeFrame(MsgType::kStop, 0, Encode(StopPush{generation, reason})));
     }
-    members_.clear();
-    order_.clear();
-    world_ = 0;
     MaybeForm(false);
   }
 
@@ -591,16 +505,10 @@ class CoordinatorImpl final : public Coordinator, public SessionOwner {
     const uint64_t id = hb.member;
     const int64_t gen = hb.generation;
     HeartbeatAck ack;
-    ack.generation = generation_;
-    auto it = members_.find(id);
-    if (running_ && gen == generation_ && it != members_.end() && id == s->member_id) {
-      it->second.last_seen = NowSeconds();
-      it->second.late_intervals = 0;
-    } else if (waiting_.count(id)) {
-      waiting_[id].last_seen = NowSeconds();
-    } else {
+    ack.generation = membership_.generation();
+    if (membership_.Heartbeat(id, gen, s->member_id, NowSeconds()) == Membership::Beat::kStale) {
       ack.stop = true;
-      ack.reason = StrCat("generation ", gen, " is over (current: ", generation_, "); join again");
+      ack.reason = StrCat("generation ", gen, " is over (current: ", membership_.generation(), "); join again");
     }
     s->Reply(h.request_id, MsgType::kHeartbeatAck, Encode(ack));
     return absl::OkStatus();
@@ -611,24 +519,11 @@ class CoordinatorImpl final : public Coordinator, public SessionOwner {
     tick_.async_wait([this](const boost::system::error_code& ec) {
       if (ec) return;
       const double now = NowSeconds();
-      if (running_) {
-        std::string dead;
-        for (uint64_t id : order_) {
-          Member& m = members_[id];
-          if (m.left) continue;
-          const double silent = now - m.last_seen;
-          const int late = static_cast<int>(silent / options_.heartbeat_s);
-          if (late > m.late_intervals) {
-            heartbeat_misses_ += static_cast<uint64_t>(late - m.late_intervals);
-            m.late_intervals = late;
-          }
-          if (silent > options_.heartbeat_s * options_.dead_after && dead.empty()) {
-            ++deaths_;
-            dead = StrCat("member ", id, " (", m.host, ", ranks ", m.first_rank, "..", m.first_rank + m.local_ranks - 1,
-                          ") sent no heartbeat for ", silent, " s");
-          }
-        }
-        if (!dead.empty()) EndGeneration(dead);
+      const Membership::Silence silence = membership_.CheckSilence(now, options_.heartbeat_s, options_.dead_after);
+      heartbeat_misses_ += silence.new_misses;
+      if (silence.dead) {
+        ++deaths_;
+        EndGeneration(*silence.dead);
       }
       ExpireWaiters(now);
       Tick();
@@ -642,7 +537,7 @@ class CoordinatorImpl final : public Coordinator, public SessionOwner {
     for (auto& [seq, c] : collectives_) {
       if (c.deadline > 0 && now > c.deadline) {
         std::vector<int> missing;
-        for (int r = 0; r < world_ && missing.size() < 16; ++r) {
+        for (int r = 0; r < membership_.world() && missing.size() < 16; ++r) {
           if (!c.parts.count(r)) missing.push_back(r);
         }
         EndGeneration(
@@ -660,7 +555,7 @@ class CoordinatorImpl final : public Coordinator, public SessionOwner {
             if (auto s = it->session.lock()) {
               s->ReplyError(it->request_id,
                             absl::DeadlineExceededError(StrCat("step ", step, ": no decision within the deadline; ",
-                                                               voted, " of ", world_, " ranks voted")));
+                                                               voted, " of ", membership_.world(), " ranks voted")));
             }
             it = list->erase(it);
           } else {
@@ -676,28 +571,20 @@ class CoordinatorImpl final : public Coordinator, public SessionOwner {
     CKPT_ASSIGN_OR_RETURN(const LeaveRequest leave, DecodeLeave(payload));
     const uint64_t id = leave.member;
     if (id != s->member_id) return absl::PermissionDeniedError("a member can only leave for itself");
-    waiting_.erase(id);
     pending_joins_.erase(id);
-    waiting_order_.erase(std::remove(waiting_order_.begin(), waiting_order_.end(), id), waiting_order_.end());
-    if (members_.count(id)) {
-      // Leaving ends the generation only when others would wait for it.
-      members_[id].left = true;  // never declared dead
-      bool all_left = true;
-      for (uint64_t m : order_) all_left = all_left && members_[m].left;
-      if (all_left) EndGeneration("every member left: the job finished");
-    }
+    // Leaving ends the generation only when others would wait for it.
+    if (membership_.Leave(id)) EndGeneration("every member left: the job finished");
     s->Reply(h.request_id, MsgType::kAck, "");
     return absl::OkStatus();
   }
 
   // ---------------- collectives ----------------
   absl::Status CheckRank(const std::shared_ptr<Session>& s, int64_t gen, int rank) {
-    if (!running_ || gen != generation_) {
-      return absl::AbortedError(StrCat("generation ", gen, " is over (current: ", generation_, "); join again"));
+    if (!membership_.running() || gen != membership_.generation()) {
+      return absl::AbortedError(
+          StrCat("generation ", gen, " is over (current: ", membership_.generation(), "); join again"));
     }
-    auto it = members_.find(s->member_id);
-    if (it == members_.end() || rank < it->second.first_rank ||
-        rank >= it->second.first_rank + it->second.local_ranks) {
+    if (!membership_.OwnsRank(s->member_id, rank)) {
       return absl::PermissionDeniedError(StrCat("rank ", rank, " does not belong to member ", s->member_id));
     }
     return absl::OkStatus();
@@ -726,13 +613,15 @@ class CoordinatorImpl final : public Coordinator, public SessionOwner {
     c.waiters[rank] = Waiter{s, h.request_id, 0};
     const double deadline = NowSeconds() + timeout;
     c.deadline = c.deadline == 0 ? deadline : std::max(c.deadline, deadline);
-    if (static_cast<int>(c.parts.size()) < world_) return absl::OkStatus();
+    if (static_cast<int>(c.parts.size()) < membership_.world()) return absl::OkStatus();
     // Everyone arrived: answer each rank.
     std::vector<std::string> pieces;
     if (op == CollectiveOp::kScatter) {
       auto from_leader = DecodeParts(c.parts[0], options_.max_frame_bytes, "scatter from the leader");
       if (from_leader.ok()) pieces = std::move(from_leader).value();
-      if (static_cast<int>(pieces.size()) != world_) pieces.assign(static_cast<size_t>(world_), "");
+      if (static_cast<int>(pieces.size()) != membership_.world()) {
+        pieces.assign(static_cast<size_t>(membership_.world()), "");
+      }
     }
     for (auto& [rk, wt] : c.waiters) {
       auto ws = wt.session.lock();
@@ -845,7 +734,8 @@ class CoordinatorImpl final : public Coordinator, public SessionOwner {
     }
     s->Reply(h.request_id, MsgType::kAck, "");
     std::vector<SdcAlert> alerts;
-    std::vector<BookEvent> events = book_.Vote(step, gen, Awaited(step), rank, std::move(v), world_, &alerts);
+    std::vector<BookEvent> events =
+        book_.Vote(step, gen, Awaited(step), rank, std::move(v), membership_.world(), &alerts);
     RaiseAlerts(std::move(alerts));
     Apply(std::move(events));
     return absl::OkStatus();
@@ -924,11 +814,11 @@ class CoordinatorImpl final : public Coordinator, public SessionOwner {
   // A snapshot of everything the status and the metrics show.
   StatusView View() {
     StatusView v;
-    v.generation = generation_;
-    v.running = running_;
+    v.generation = membership_.generation();
+    v.running = membership_.running();
     v.forming = forming_;
-    v.world_size = world_;
-    v.restore_step = restore_step_;
+    v.world_size = membership_.world();
+    v.restore_step = membership_.restore_step();
     v.last_committed_step = last_committed_;
     v.commits = commits_;
     v.aborts = aborts_;
@@ -942,13 +832,10 @@ class CoordinatorImpl final : public Coordinator, public SessionOwner {
     v.unauthenticated_connections = unauthenticated_.size();
     v.joined_connections = JoinedConnections();
     const double now = NowSeconds();
-    for (uint64_t id : order_) {
-      const Member& m = members_[id];
-      v.members.push_back({m.id, m.host, m.first_rank, m.local_ranks, now - m.last_seen, !m.session.expired()});
+    for (const Member* m : membership_.Members()) {
+      v.members.push_back({m->id, m->host, m->first_rank, m->local_ranks, now - m->last_seen, !m->session.expired()});
     }
-    for (uint64_t id : waiting_order_) {
-      if (auto it = waiting_.find(id); it != waiting_.end()) v.waiting.push_back({id, it->second.host});
-    }
+    for (const Member* m : membership_.Waiting()) v.waiting.push_back({m->id, m->host});
     v.last_save = last_save_;
     v.straggler_step = straggler_step_;
     v.stragglers = stragglers_;
@@ -1042,18 +929,9 @@ class CoordinatorImpl final : public Coordinator, public SessionOwner {
   };
   Throttle throttles_[static_cast<size_t>(DropReason::kCount)];
 
-  int64_t generation_ = 0;
-  bool running_ = false;
-  int world_ = 0;
-  int64_t restore_step_ = -1;
+  Membership membership_;
   int64_t last_committed_ = -1;
-  std::map<uint64_t, Member> members_;  // of the current generation
-  std::vector<uint64_t> order_;         // members_ by rank
-  std::map<uint64_t, int> previous_rank_;
-  std::map<uint64_t, Member> waiting_;
-  std::vector<uint64_t> waiting_order_;
   std::map<uint64_t, Waiter> pending_joins_;
-  uint64_t next_member_id_ = 1;
   std::map<uint64_t, Collective> collectives_;
   CommitBook book_;
   std::map<int64_t, StepWaiters> waiters_;
