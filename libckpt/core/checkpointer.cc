@@ -1,29 +1,19 @@
 #include "ckpt/checkpointer.h"
 
-#include <unistd.h>
-
-#include <algorithm>
 #include <condition_variable>
-#include <cstdio>
-#include <cstring>
 #include <deque>
 #include <functional>
 #include <map>
 #include <mutex>
-#include <optional>
-#include <random>
 #include <thread>
 
-#include "absl/strings/match.h"
-#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_join.h"
-#include "absl/strings/str_split.h"
 #include "ckpt/experimental/commit_arbiter.h"
 #include "ckpt/version.h"
 #include "core/claim.h"
 #include "core/collective_plan.h"
 #include "core/load_step.h"
+#include "core/publish.h"
 #include "core/root.h"
 #include "core/save_handle.h"
 #include "core/save_pieces.h"
@@ -35,8 +25,6 @@
 #include "util/bytes.h"
 #include "util/clock.h"
 #include "util/errors.h"
-#include "util/hash.h"
-#include "util/status_wire.h"
 #include "util/strings.h"
 
 namespace ckpt {
@@ -88,20 +76,19 @@ class Checkpointer::Impl {
 
   absl::StatusOr<SaveHandle> Save(int64_t step, const State& state, const SaveOptions& save_options) {
     const double t0 = NowSeconds();
-    if (step < 0) {
-      return absl::InvalidArgumentError(StrCat("step ", step, " is negative"));
-    }
-    for (const auto& [key, value] : save_options.metadata) {
-      if (key.size() > kMaxMetadataBytes || value.size() > kMaxMetadataBytes) {
-        return absl::InvalidArgumentError(StrCat("metadata '", key.substr(0, 64), "': key and value are limited to ",
-                                                 kMaxMetadataBytes, " bytes each (", key.size(), " and ", value.size(),
-                                                 " given)"));
-      }
-    }
+    CKPT_RETURN_IF_ERROR(CheckSaveRequest(step, save_options));
     std::lock_guard<std::mutex> save_lock(save_mu_);
     const std::string dir = StepDir(step);
     // The step's one writer: no byte is written before the claim is ours.
-    CKPT_ASSIGN_OR_RETURN(const uint64_t save_id, ClaimStep(step, save_options));
+    ClaimRequest claim;
+    claim.step = step;
+    claim.rank = options_.rank;
+    claim.world_size = options_.world_size;
+    claim.allow_older_step = save_options.allow_older_step;
+    claim.save_id = save_options.save_id;
+    claim.claim_timeout_s = options_.commit_timeout_s;
+    claim.collective_timeout_s = options_.collective_timeout_s;
+    CKPT_ASSIGN_OR_RETURN(const uint64_t save_id, ClaimForSave(*storage_, options_.communicator.get(), claim));
     // Leftovers of an earlier attempt at this step by this rank.
     (void)storage_->Remove(StrCat(dir, "/", ReportName(options_.rank)));
     (void)storage_->Remove(StrCat(dir, "/", FailedName(options_.rank)));
@@ -138,15 +125,8 @@ class Checkpointer::Impl {
     SavePieces pieces = BuildSavePieces(state, writes, engine_->block_size(),
                                         job->writer->tiles_shards() ? options_.max_column_tiles : 1, options_.rank);
     // The report skeleton needs the piece -> block mapping from Run.
-    auto report = std::make_shared<Manifest>();
-    report->kind = Manifest::Kind::kRankReport;
-    report->step = step;
-    report->world_size = options_.world_size;
-    report->created_unix_ns = UnixNanos();
-    report->library_version = LibraryVersion();
-    report->codec = job->codec;
-    report->mesh = options_.mesh;
-    report->metadata = save_options.metadata;
+    auto report =
+        std::make_shared<Manifest>(NewRankReport(step, options_.world_size, job->codec, options_.mesh, save_options));
 
     job->on_finished = [this, shared, report, replicas](SaveJob& j, absl::Status s) {
       OnDataFinished(j, std::move(s), shared, report, std::move(*replicas));
@@ -228,65 +208,6 @@ class Checkpointer::Impl {
   const CheckpointerOptions& options() const { return options_; }
 
  private:
-  // ---- The step's claim: one save writes a step (core/claim.h). ----
-
-  // A committed step, or one at or below the latest unless that is asked
-  // for: refused before anything is claimed or written.
-  absl::Status CheckStepIsNew(int64_t step, const SaveOptions& save_options) {
-    const std::string dir = StepDir(step);
-    for (std::string_view name : {kManifestName, kManifestCopyName}) {
-      auto size = storage_->FileSize(StrCat(dir, "/", name));
-      if (size.ok() || !absl::IsNotFound(size.status())) {
-        return absl::AlreadyExistsError(
-            StrCat("step ", step, " is already committed under ", storage_->uri(), " (", dir, "/", name, " exists)"));
-      }
-    }
-    // A step at or below the latest is usually a second job, or a restart
-    // counting from the wrong place; it must be asked for.
-    if (!save_options.allow_older_step) {
-      if (auto text = storage_->GetAll(kLatestName); text.ok()) {
-        if (auto latest = DecodeLatest(*text); latest.ok() && *latest >= step) {
-          return absl::FailedPreconditionError(StrCat(
-              "step ", step, " is not newer than the latest committed step ", *latest, " under ", storage_->uri(),
-              "; to save it anyway (a branch from an older step), pass SaveOptions::allow_older_step "
-              "(ckpt synth --allow-older)"));
-        }
-      }
-    }
-    return absl::OkStatus();
-  }
-
-  // Every rank of one save agrees on its id, or all of them fail together
-  // with the leader's reason.
-  absl::StatusOr<uint64_t> ClaimStep(int64_t step, const SaveOptions& save_options) {
-    Communicator* comm = options_.communicator.get();
-    const uint64_t mine = save_options.save_id != 0 ? save_options.save_id : NewSaveId();
-    if (comm == nullptr) {
-      CKPT_RETURN_IF_ERROR(CheckStepIsNew(step, save_options));
-      if (!IsLeader()) {
-        return AwaitClaim(*storage_, step, save_options.save_id, options_.rank, options_.world_size,
-                          options_.commit_timeout_s);
-      }
-      CKPT_RETURN_IF_ERROR(TakeClaim(*storage_, step, mine, options_.world_size));
-      return mine;
-    }
-    // The leader decides alone (ranks reading LATEST at different moments
-    // could disagree) and tells everyone the save id or its reason.
-    std::string verdict;
-    if (comm->rank() == 0) {
-      absl::Status s = CheckStepIsNew(step, save_options);
-      if (s.ok()) s = TakeClaim(*storage_, step, mine, options_.world_size);
-      verdict = EncodeOutcome(s.ok() ? absl::StatusOr<std::string>(StrCat(mine)) : s);
-    }
-    CKPT_ASSIGN_OR_RETURN(verdict, comm->Broadcast(verdict, options_.collective_timeout_s));
-    CKPT_ASSIGN_OR_RETURN(verdict, DecodeOutcome(verdict, StrCat("the leader's claim of step ", step)));
-    uint64_t id = 0;
-    if (!absl::SimpleAtoi(verdict, &id) || id == 0) {
-      return absl::InternalError(StrCat("step ", step, ": malformed claim verdict from the leader"));
-    }
-    return id;
-  }
-
   // Engine finalizer thread: this rank's data file is durable (or failed).
   void OnDataFinished(SaveJob& j, absl::Status s, std::shared_ptr<SaveHandle::Shared> shared,
                       std::shared_ptr<Manifest> report, std::vector<ReplicaHash> replicas) {
@@ -299,10 +220,7 @@ class Checkpointer::Impl {
         report_cv_.wait(lock, [&] { return report_ready_.count(report.get()) > 0; });
         report_ready_.erase(report.get());
       }
-      report->files = {DataFileEntry(j)};
-      report->write_s = write_s;
-      report->bytes_logical = j.bytes_logical;
-      report->bytes_stored = j.bytes_stored;
+      CompleteReport(j, write_s, report.get());
       {
         std::lock_guard<std::mutex> lock(shared->mu);
         shared->stats.bytes_stored = j.bytes_stored;
@@ -341,7 +259,8 @@ class Checkpointer::Impl {
         (void)storage_->PutAtomic(
             StrCat(dir, "/", FailedName(j.rank)),
             AsBytesView(TagMarker(j.save_id, std::string_view(s.message().data(), s.message().size()))));
-        if (IsLeader()) (void)Abort(j.step, j.save_id, absl::AbortedError(StrCat("leader failed: ", s.message())));
+        if (IsLeader())
+          (void)AbortStep(*storage_, j.step, j.save_id, absl::AbortedError(StrCat("leader failed: ", s.message())));
       }
       shared->SetDone(s, NowSeconds() - shared->t_start);
       return;
@@ -375,83 +294,16 @@ class Checkpointer::Impl {
   // storage, or the coordinator's votes), then commits and says so.
   absl::Status CollectAndPublish(int64_t step, uint64_t id) {
     absl::Status decided = arbiter_->AwaitDecision(step, options_.commit_timeout_s);
-    if (!decided.ok()) return Abort(step, id, decided);
-    absl::Status published = Publish(step, id);
+    if (!decided.ok()) return AbortStep(*storage_, step, id, decided);
+    absl::Status published = PublishStep(*storage_, step, id, options_.world_size);
+    // Retention never removes the step just committed, nor a save of this
+    // process still in flight.
+    if (published.ok()) (void)CollectGarbage(false, step);
     absl::Status told = arbiter_->Published(step, published);
     if (published.ok() && !told.ok()) {
       return Annotate(told, StrCat("step ", step, " is committed, but telling the arbiter failed"));
     }
     return published;
-  }
-
-  // Leader, every report present: merges them into the manifest, moves
-  // LATEST, applies retention.
-  absl::Status Publish(int64_t step, uint64_t id) {
-    const std::string dir = StepDir(step);
-    const int world = options_.world_size;
-    std::vector<Manifest> reports;
-    reports.reserve(world);
-    for (int r = 0; r < world; ++r) {
-      const std::string path = StrCat(dir, "/", ReportName(r));
-      auto bytes = storage_->GetAll(path);
-      if (!bytes.ok()) return Abort(step, id, bytes.status());
-      auto rep = DecodeManifest(*bytes, path);
-      if (!rep.ok()) return Abort(step, id, rep.status());
-      // Only this save's files are committed.
-      for (const ManifestFile& f : rep->files) {
-        if (f.save_id != id) {
-          return Abort(
-              step, id,
-              absl::AbortedError(StrCat(path, " describes ", f.name, " of save ", SaveIdText(f.save_id),
-                                        ", not of this save (save ", SaveIdText(id), "); the step is not committed")));
-        }
-      }
-      reports.push_back(std::move(rep).value());
-    }
-    auto merged = MergeReports(reports);
-    if (!merged.ok()) return Abort(step, id, merged.status());
-    // The last look at the claim before the commit; the manifest keeps its
-    // bytes, so the claim is bound to (and rebuilt from) the commit.
-    if (absl::Status own = CheckOwnClaim(*storage_, step, id, &merged->claim); !own.ok()) {
-      return LostClaim(own) ? own : Abort(step, id, own);
-    }
-    const std::string bytes = EncodeManifest(*merged);
-    absl::Status s = storage_->PutAtomic(StrCat(dir, "/", kManifestName), AsBytesView(bytes));
-    if (!s.ok()) return Abort(step, id, s);
-    // Committed. The copy makes the step's metadata survive damage to either
-    // file; if writing it fails, the next Open writes it.
-    if (absl::Status c = storage_->PutAtomic(StrCat(dir, "/", kManifestCopyName), AsBytesView(bytes)); !c.ok()) {
-      std::fprintf(stderr, "ckpt: step %lld is committed, but writing %s/%s failed: %s\n", static_cast<long long>(step),
-                   dir.c_str(), std::string(kManifestCopyName).c_str(), std::string(c.message()).c_str());
-    }
-    // The step is committed whatever happens to LATEST, which only speeds
-    // up finding it (loads, `ckpt repair` and the next commit mend it).
-    s = PublishLatest(*storage_, step);
-    if (!s.ok()) s = PublishLatest(*storage_, step);
-    if (!s.ok()) {
-      std::fprintf(stderr, "ckpt: step %lld is committed, but moving %s to it failed: %s\n",
-                   static_cast<long long>(step), std::string(kLatestName).c_str(), std::string(s.message()).c_str());
-    }
-    for (int r = 0; r < world; ++r) {
-      (void)storage_->Remove(StrCat(dir, "/", ReportName(r)));
-    }
-    // Retention never removes the step just committed, nor a save of this
-    // process still in flight.
-    auto gc = CollectGarbage(false, step);
-    (void)gc;
-    return absl::OkStatus();
-  }
-
-  // The leader gives up on the step: ABORTED tells the other ranks, and the
-  // claim is released so that the step can be saved again. Nothing is
-  // written into a step another save holds.
-  absl::Status Abort(int64_t step, uint64_t id, absl::Status why) {
-    if (absl::Status own = CheckOwnClaim(*storage_, step, id); LostClaim(own)) return why;
-    const std::string dir = StepDir(step);
-    (void)storage_->PutAtomic(StrCat(dir, "/", kAbortedName),
-                              AsBytesView(TagMarker(id, std::string_view(why.message().data(), why.message().size()))));
-    (void)storage_->Remove(StrCat(dir, "/", kClaimName));
-    return why;
   }
 
   // Non-leader: waits until the leader committed or aborted the step.
@@ -482,24 +334,7 @@ absl::StatusOr<std::unique_ptr<Checkpointer>> Checkpointer::Open(CheckpointerOpt
   auto impl = std::make_unique<Impl>(std::move(options));
   CKPT_RETURN_IF_ERROR(impl->Init());
   if (impl->IsLeader() && impl->options().gc_on_open) {
-    // A new job. First the copies of manifests whose save (or removal)
-    // stopped half-way, then uncommitted steps: leftovers of crashed saves.
-    auto healed = HealManifestCopies(impl->storage());
-    if (healed.ok()) {
-      for (int64_t step : *healed) {
-        std::fprintf(stderr, "ckpt: wrote the missing %s of step %lld\n", std::string(kManifestCopyName).c_str(),
-                     static_cast<long long>(step));
-      }
-    }
-    GcOptions gc;
-    gc.retention = impl->options().retention;
-    gc.remove_newer_partial = true;
-    auto report = CollectGarbageIn(impl->storage(), gc);
-    if (!report.ok() && !absl::IsNotFound(report.status())) return report.status();
-    if (report.ok()) {
-      // Every removal, and every damaged step kept, with its reason.
-      for (const std::string& why : report->reasons) std::fprintf(stderr, "ckpt: %s\n", why.c_str());
-    }
+    CKPT_RETURN_IF_ERROR(CleanRootAtJobStart(impl->storage(), impl->options().retention));
   }
   if (impl->options().communicator && impl->options().gc_on_open) {
     // No rank may start writing before the leader's cleanup is done.

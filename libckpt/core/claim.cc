@@ -9,11 +9,13 @@
 #include <random>
 #include <thread>
 
+#include "absl/strings/numbers.h"
 #include "core/root.h"
 #include "util/bytes.h"
 #include "util/clock.h"
 #include "util/errors.h"
 #include "util/hash.h"
+#include "util/status_wire.h"
 #include "util/strings.h"
 
 namespace ckpt {
@@ -141,6 +143,55 @@ absl::Status CheckOwnClaim(Storage& storage, int64_t step, uint64_t id, std::str
                                      "is committed"));
   }
   return Annotate(claim.status(), StrCat("re-reading the claim of step ", step));
+}
+
+absl::Status CheckStepIsNew(Storage& storage, int64_t step, bool allow_older_step) {
+  const std::string dir = StepDir(step);
+  for (std::string_view name : {kManifestName, kManifestCopyName}) {
+    auto size = storage.FileSize(StrCat(dir, "/", name));
+    if (size.ok() || !absl::IsNotFound(size.status())) {
+      return absl::AlreadyExistsError(
+          StrCat("step ", step, " is already committed under ", storage.uri(), " (", dir, "/", name, " exists)"));
+    }
+  }
+  // A step at or below the latest is usually a second job, or a restart
+  // counting from the wrong place; it must be asked for.
+  if (!allow_older_step) {
+    if (auto text = storage.GetAll(kLatestName); text.ok()) {
+      if (auto latest = DecodeLatest(*text); latest.ok() && *latest >= step) {
+        return absl::FailedPreconditionError(
+            StrCat("step ", step, " is not newer than the latest committed step ", *latest, " under ", storage.uri(),
+                   "; to save it anyway (a branch from an older step), pass SaveOptions::allow_older_step "
+                   "(ckpt synth --allow-older)"));
+      }
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<uint64_t> ClaimForSave(Storage& storage, Communicator* comm, const ClaimRequest& q) {
+  const uint64_t mine = q.save_id != 0 ? q.save_id : NewSaveId();
+  if (comm == nullptr) {
+    CKPT_RETURN_IF_ERROR(CheckStepIsNew(storage, q.step, q.allow_older_step));
+    if (q.rank != 0) return AwaitClaim(storage, q.step, q.save_id, q.rank, q.world_size, q.claim_timeout_s);
+    CKPT_RETURN_IF_ERROR(TakeClaim(storage, q.step, mine, q.world_size));
+    return mine;
+  }
+  // The leader decides alone (ranks reading LATEST at different moments
+  // could disagree) and tells everyone the save id or its reason.
+  std::string verdict;
+  if (comm->rank() == 0) {
+    absl::Status s = CheckStepIsNew(storage, q.step, q.allow_older_step);
+    if (s.ok()) s = TakeClaim(storage, q.step, mine, q.world_size);
+    verdict = EncodeOutcome(s.ok() ? absl::StatusOr<std::string>(StrCat(mine)) : s);
+  }
+  CKPT_ASSIGN_OR_RETURN(verdict, comm->Broadcast(verdict, q.collective_timeout_s));
+  CKPT_ASSIGN_OR_RETURN(verdict, DecodeOutcome(verdict, StrCat("the leader's claim of step ", q.step)));
+  uint64_t id = 0;
+  if (!absl::SimpleAtoi(verdict, &id) || id == 0) {
+    return absl::InternalError(StrCat("step ", q.step, ": malformed claim verdict from the leader"));
+  }
+  return id;
 }
 
 }  // namespace ckpt

@@ -10,6 +10,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "ckpt/communicator.h"
 #include "ckpt/storage.h"
 #include "format/root_files.h"
 
@@ -45,6 +46,28 @@ absl::StatusOr<uint64_t> AwaitClaim(Storage& storage, int64_t step, uint64_t exp
 /// in `*text`, if given), Aborted when the claim is gone or another save's
 /// (then this save must not write into the step), or the error reading it.
 absl::Status CheckOwnClaim(Storage& storage, int64_t step, uint64_t id, std::string* text = nullptr);
+
+/// Refuses a save of `step` before anything is claimed or written: the step
+/// is committed (AlreadyExists), or it is not newer than LATEST and
+/// `allow_older_step` is false (FailedPrecondition).
+absl::Status CheckStepIsNew(Storage& storage, int64_t step, bool allow_older_step);
+
+/// Who saves, and how the ranks of one save learn its id.
+struct ClaimRequest {
+  int64_t step = 0;
+  int rank = 0;
+  int world_size = 1;
+  bool allow_older_step = false;
+  uint64_t save_id = 0;  ///< SaveOptions::save_id (0: the leader picks one)
+  double claim_timeout_s = 600;
+  double collective_timeout_s = 300;
+};
+
+/// Claims `step` for one save and returns its id. With a communicator the
+/// leader checks and claims alone and broadcasts the id or its reason, so
+/// every rank fails together; without one the leader claims and the others
+/// wait for its CLAIM (AwaitClaim).
+absl::StatusOr<uint64_t> ClaimForSave(Storage& storage, Communicator* comm, const ClaimRequest& request);
 
 /// Whether a status from CheckOwnClaim means the claim is lost.
 inline bool LostClaim(const absl::Status& s) { return absl::IsAborted(s); }

@@ -600,4 +600,20 @@ absl::StatusOr<GcReport> CollectGarbageIn(Storage& storage, const GcOptions& opt
   return report;
 }
 
+absl::Status CleanRootAtJobStart(Storage& storage, const RetentionPolicy& retention) {
+  if (auto healed = HealManifestCopies(storage); healed.ok()) {
+    for (int64_t step : *healed) {
+      std::fprintf(stderr, "ckpt: wrote the missing %s of step %lld\n", std::string(kManifestCopyName).c_str(),
+                   static_cast<long long>(step));
+    }
+  }
+  GcOptions gc;
+  gc.retention = retention;
+  gc.remove_newer_partial = true;
+  auto report = CollectGarbageIn(storage, gc);
+  if (!report.ok()) return absl::IsNotFound(report.status()) ? absl::OkStatus() : report.status();
+  for (const std::string& why : report->reasons) std::fprintf(stderr, "ckpt: %s\n", why.c_str());
+  return absl::OkStatus();
+}
+
 }  // namespace ckpt

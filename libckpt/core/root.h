@@ -122,6 +122,13 @@ struct GcOptions {
 /// first (copy, then MANIFEST), so a crash mid-way leaves a partial step.
 absl::StatusOr<GcReport> CollectGarbageIn(Storage& storage, const GcOptions& options);
 
+/// A new job's leader, before its first save: writes the missing
+/// MANIFEST.copy of committed steps whose save (or removal) stopped half-way,
+/// then removes uncommitted steps (leftovers of crashed saves, except those
+/// a live process of this host claims) and applies `retention`. Each copy
+/// written, each removal and each damaged step kept is said on stderr.
+absl::Status CleanRootAtJobStart(Storage& storage, const RetentionPolicy& retention);
+
 }  // namespace ckpt
 
 #endif  // CKPT_CORE_ROOT_H_

@@ -4,10 +4,12 @@
 #include <string>
 #include <utility>
 
-#include "format/hdf5_container.h"
+#include "ckpt/limits.h"
+#include "ckpt/version.h"
 #include "format/root_files.h"
 #include "layout/box_copy.h"
 #include "plan/tiles.h"
+#include "util/clock.h"
 #include "util/strings.h"
 
 namespace ckpt {
@@ -78,6 +80,39 @@ void FillReport(const SavePieces& pieces, const State& state, int rank, Manifest
     mb.block_count = p.block_count;
     report->blobs.push_back(std::move(mb));
   }
+}
+
+absl::Status CheckSaveRequest(int64_t step, const SaveOptions& options) {
+  if (step < 0) return absl::InvalidArgumentError(StrCat("step ", step, " is negative"));
+  for (const auto& [key, value] : options.metadata) {
+    if (key.size() > kMaxMetadataBytes || value.size() > kMaxMetadataBytes) {
+      return absl::InvalidArgumentError(StrCat("metadata '", key.substr(0, 64), "': key and value are limited to ",
+                                               kMaxMetadataBytes, " bytes each (", key.size(), " and ", value.size(),
+                                               " given)"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+Manifest NewRankReport(int64_t step, int world_size, Codec codec, const std::optional<Mesh>& mesh,
+                       const SaveOptions& options) {
+  Manifest report;
+  report.kind = Manifest::Kind::kRankReport;
+  report.step = step;
+  report.world_size = world_size;
+  report.created_unix_ns = UnixNanos();
+  report.library_version = LibraryVersion();
+  report.codec = codec;
+  report.mesh = mesh;
+  report.metadata = options.metadata;
+  return report;
+}
+
+void CompleteReport(const SaveJob& j, double write_s, Manifest* report) {
+  report->files = {DataFileEntry(j)};
+  report->write_s = write_s;
+  report->bytes_logical = j.bytes_logical;
+  report->bytes_stored = j.bytes_stored;
 }
 
 ManifestFile DataFileEntry(const SaveJob& j) {

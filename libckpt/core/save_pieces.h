@@ -8,9 +8,13 @@
 
 #include <cstdint>
 #include <deque>
+#include <optional>
 #include <vector>
 
+#include "absl/status/status.h"
 #include "ckpt/experimental/commit_arbiter.h"
+#include "ckpt/mesh.h"
+#include "ckpt/options.h"
 #include "ckpt/state.h"
 #include "format/manifest.h"
 #include "pipeline/save_engine.h"
@@ -33,6 +37,14 @@ struct SavePieces {
 SavePieces BuildSavePieces(const State& state, const std::vector<bool>& writes, uint64_t block_size,
                            int max_column_tiles, int rank);
 
+/// Refuses a save request before anything is claimed or written: a negative
+/// step, or a metadata key or value over kMaxMetadataBytes.
+absl::Status CheckSaveRequest(int64_t step, const SaveOptions& options);
+
+/// A rank's report before its chunks (FillReport) and file are known.
+Manifest NewRankReport(int64_t step, int world_size, Codec codec, const std::optional<Mesh>& mesh,
+                       const SaveOptions& options);
+
 /// Fills the tensors and blobs of a rank's report from pieces the engine has
 /// numbered (first_block, block_count). Every tensor of the state appears,
 /// those whose shards here are all empty too when they have no elements, so
@@ -41,6 +53,8 @@ void FillReport(const SavePieces& pieces, const State& state, int rank, Manifest
 
 /// The report's entry for the data file a finished job wrote.
 ManifestFile DataFileEntry(const SaveJob& job);
+/// Adds what a finished job measured and wrote to its rank's report.
+void CompleteReport(const SaveJob& job, double write_s, Manifest* report);
 
 /// One hash per non-empty shard, keyed by tensor and box, for the arbiter's
 /// check that replicas agree (silent data corruption); `writes` says which
