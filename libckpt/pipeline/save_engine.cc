@@ -11,6 +11,7 @@
 #include "absl/strings/str_cat.h"
 #include "codec/codec.h"
 #include "layout/box_copy.h"
+#include "pipeline/block_encoder.h"
 #include "pipeline/staging_arena.h"
 #include "util/errors.h"
 #include "util/hash.h"
@@ -310,68 +311,29 @@ void SaveEngine::ProcessBlock(WorkItem& item, BlockCodec& codec, std::byte* out)
     BlockDone(job);
     return;
   }
-  FrameTrailer t;
-  t.block_id = item.block_id;
-  t.raw_len = item.raw_len;
-  t.elem_width = static_cast<uint8_t>(DTypeSize(item.dtype));
-  t.raw_hash = Xxh3(item.slot, item.raw_len);
-
-  std::byte* frame = item.slot;  // compressed bytes are copied back into it
-  t.codec = static_cast<uint8_t>(Codec::kNone);
-  t.stored_len = item.raw_len;
-  const bool framed = job->writer->frames_blocks();
-  if (!framed) {
-    // A bare block: the raw bytes at the layout's place, nothing else.
-    t.flags = kFlagBareBlock;
-  } else if (job->codec != Codec::kNone) {
-    codec.set_level(job->zstd_level);
-    auto enc = codec.Encode(job->codec, item.dtype, absl::Span<const std::byte>(item.slot, item.raw_len),
-                            absl::Span<std::byte>(out, out_bytes_ - kTrailerSize));
-    if (!enc.ok()) {
-      arena_->Release(item.slot);
-      {
-        std::lock_guard<std::mutex> lock(job->mu);
-        if (job->error.ok()) job->error = Annotate(enc.status(), job->data_path);
-      }
-      BlockDone(job);
-      return;
+  BlockEncoding how;
+  how.framed = job->writer->frames_blocks();
+  how.codec = job->codec;
+  how.zstd_level = job->zstd_level;
+  auto entry = EncodeBlockInPlace(codec, how, item.dtype, item.block_id, item.slot, item.raw_len,
+                                  absl::Span<std::byte>(out, out_bytes_ - kTrailerSize));
+  if (!entry.ok()) {
+    arena_->Release(item.slot);
+    {
+      std::lock_guard<std::mutex> lock(job->mu);
+      if (job->error.ok()) job->error = Annotate(entry.status(), job->data_path);
     }
-    if (enc->codec != Codec::kNone) {
-      // The encoded bytes go back into the slot (they are fewer than the
-      // raw ones, and the slot's frame room is sized for the raw block), so
-      // the output buffers never bound how many writes are in flight: the
-      // disk wants deep queues.
-      std::memcpy(frame, out, enc->stored_len);
-      t.codec = static_cast<uint8_t>(enc->codec);
-      t.stored_len = enc->stored_len;
-      t.flags = enc->flags;
-      t.elem_width = enc->elem_width;
-    }
+    BlockDone(job);
+    return;
   }
-  t.stored_hash = t.codec == static_cast<uint8_t>(Codec::kNone) ? t.raw_hash : Xxh3(frame, t.stored_len);
-  const uint64_t frame_len = framed ? FrameLength(t.stored_len) : t.stored_len;
-  if (framed) {
-    EncodeTrailer(t, frame + t.stored_len);
-    std::memset(frame + t.stored_len + kTrailerSize, 0, frame_len - t.stored_len - kTrailerSize);
-  }
-
-  uint64_t offset;
+  const uint64_t frame_len = entry->frame_len;
   {
     std::lock_guard<std::mutex> lock(job->mu);
-    offset = job->writer->Place(item.block_id, frame_len);
-    IndexEntry& e = job->index[item.block_id];
-    e.offset = offset;
-    e.raw_len = t.raw_len;
-    e.stored_len = t.stored_len;
-    e.raw_hash = t.raw_hash;
-    e.stored_hash = t.stored_hash;
-    e.codec = t.codec;
-    e.elem_width = t.elem_width;
-    e.flags = t.flags;
-    e.frame_len = static_cast<uint32_t>(frame_len);
-    job->bytes_stored += t.stored_len;
+    entry->offset = job->writer->Place(item.block_id, frame_len);
+    job->index[item.block_id] = *entry;
+    job->bytes_stored += entry->stored_len;
   }
-  SubmitFrame(job, item.block_id, frame, frame_len);
+  SubmitFrame(job, item.block_id, item.slot, frame_len);
 }
 
 void SaveEngine::SubmitFrame(const std::shared_ptr<SaveJob>& job, uint32_t block_id, std::byte* buf,
