@@ -36,6 +36,10 @@ inline constexpr uint32_t kMaxBlockBytes = 64u << 20;
 inline constexpr uint64_t kMaxManifestCount = uint64_t{1} << 32;
 /// Longest data-file name a manifest may hold.
 inline constexpr size_t kMaxFileNameBytes = 4096;
+/// A safetensors header (its JSON), as Hugging Face's own reader allows.
+inline constexpr uint64_t kMaxSafetensorsHeader = 100'000'000;
+/// A model.safetensors.index.json.
+inline constexpr uint64_t kMaxSafetensorsIndex = 256u << 20;
 /// Longest library version string a manifest may hold.
 inline constexpr size_t kMaxVersionBytes = 256;
 /// Longest CLAIM file (and the copy of it a manifest holds).

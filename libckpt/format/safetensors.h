@@ -1,0 +1,79 @@
+// The safetensors format (Hugging Face): an 8-byte little-endian header
+// length N, N bytes of JSON, then the byte buffer. The JSON maps each tensor
+// name to {"dtype", "shape", "data_offsets": [begin, end]} (offsets into the
+// buffer, which the tensors must cover exactly, without holes or overlaps)
+// and may hold "__metadata__", a map of strings. Sharded models add
+// model.safetensors.index.json: {"metadata": {"total_size": N},
+// "weight_map": {tensor: file}}. Nothing is checksummed.
+//
+// Everything read here is checked before it is used: the header's length
+// against the file and kMaxSafetensorsHeader, the JSON strictly, each dtype,
+// shape and offset range, and the cover of the buffer. Errors name the file
+// and the tensor.
+#ifndef CKPT_FORMAT_SAFETENSORS_H_
+#define CKPT_FORMAT_SAFETENSORS_H_
+
+#include <cstddef>
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "ckpt/tensor.h"
+
+namespace ckpt {
+
+struct SafetensorsTensor {
+  std::string name;
+  std::string dtype_name;      ///< as spelled in the file ("BF16", "F8_E4M3")
+  std::optional<DType> dtype;  ///< ckpt's type for it, when ckpt has one
+  uint32_t elem_bits = 0;      ///< bits per element (4 for F4)
+  Shape shape;
+  uint64_t begin = 0;  ///< byte range in the buffer
+  uint64_t end = 0;
+};
+
+struct SafetensorsFile {
+  uint64_t header_len = 0;
+  uint64_t data_start = 0;                 ///< 8 + header_len: where the buffer starts
+  std::vector<SafetensorsTensor> tensors;  ///< ascending by begin
+  std::map<std::string, std::string> metadata;
+};
+
+/// Bits per element of a safetensors dtype name, 0 when unknown.
+uint32_t SafetensorsDTypeBits(std::string_view name);
+/// The safetensors name of a ckpt dtype.
+std::string_view SafetensorsDTypeName(DType dtype);
+
+/// The header length from a file's first 8 bytes, checked against the file
+/// size and kMaxSafetensorsHeader.
+absl::StatusOr<uint64_t> DecodeSafetensorsPrefix(const std::byte* first8, uint64_t file_size, std::string_view file);
+
+/// Parses and checks the JSON header of a file of `file_size` bytes whose
+/// header is `header_len` bytes long.
+absl::StatusOr<SafetensorsFile> DecodeSafetensorsHeader(std::string_view json, uint64_t file_size,
+                                                        std::string_view file);
+
+/// The 8-byte prefix and the JSON header for `tensors` (their begin/end set,
+/// in buffer order) and `metadata`, padded with spaces so that the buffer
+/// starts at a multiple of 8.
+std::string EncodeSafetensorsHeader(const std::vector<SafetensorsTensor>& tensors,
+                                    const std::map<std::string, std::string>& metadata);
+
+struct SafetensorsIndex {
+  uint64_t total_size = 0;
+  std::map<std::string, std::string> weight_map;  ///< tensor -> shard file name
+  std::map<std::string, std::string> metadata;    ///< other string members of "metadata"
+};
+
+/// Parses model.safetensors.index.json. Shard names must be plain file names
+/// (no directories).
+absl::StatusOr<SafetensorsIndex> DecodeSafetensorsIndex(std::string_view json, std::string_view file);
+std::string EncodeSafetensorsIndex(const SafetensorsIndex& index);
+
+}  // namespace ckpt
+
+#endif  // CKPT_FORMAT_SAFETENSORS_H_
