@@ -25,6 +25,42 @@ std::optional<uint64_t> JsonValue::AsUint64() const {
   return v;
 }
 
+bool IsValidUtf8(std::string_view s) {
+  size_t i = 0;
+  while (i < s.size()) {
+    const auto b0 = static_cast<uint8_t>(s[i]);
+    if (b0 < 0x80) {
+      ++i;
+      continue;
+    }
+    int n;
+    uint32_t cp;
+    if (b0 >= 0xc2 && b0 <= 0xdf) {
+      n = 1;
+      cp = b0 & 0x1f;
+    } else if (b0 >= 0xe0 && b0 <= 0xef) {
+      n = 2;
+      cp = b0 & 0x0f;
+    } else if (b0 >= 0xf0 && b0 <= 0xf4) {
+      n = 3;
+      cp = b0 & 0x07;
+    } else {
+      return false;
+    }
+    if (i + 1 + n > s.size()) return false;
+    for (int k = 1; k <= n; ++k) {
+      const auto b = static_cast<uint8_t>(s[i + k]);
+      if ((b & 0xc0) != 0x80) return false;
+      cp = (cp << 6) | (b & 0x3f);
+    }
+    if ((n == 2 && cp < 0x800) || (n == 3 && (cp < 0x10000 || cp > 0x10ffff)) || (cp >= 0xd800 && cp <= 0xdfff)) {
+      return false;
+    }
+    i += 1 + n;
+  }
+  return true;
+}
+
 namespace {
 
 class Parser {
@@ -228,35 +264,15 @@ class Parser {
     return true;
   }
 
-  // One UTF-8 sequence starting at pos_ (checked: shortest form, no
-  // surrogates, at most U+10FFFF), appended as is.
+  // One UTF-8 sequence starting at pos_, checked and appended as is.
   bool Utf8(std::string* out) {
     const auto b0 = static_cast<uint8_t>(s_[pos_]);
-    int n;
-    uint32_t cp;
-    if (b0 >= 0xc2 && b0 <= 0xdf) {
-      n = 1;
-      cp = b0 & 0x1f;
-    } else if (b0 >= 0xe0 && b0 <= 0xef) {
-      n = 2;
-      cp = b0 & 0x0f;
-    } else if (b0 >= 0xf0 && b0 <= 0xf4) {
-      n = 3;
-      cp = b0 & 0x07;
-    } else {
-      return Fail("invalid UTF-8");
-    }
-    if (pos_ + 1 + n > s_.size()) return Fail("truncated UTF-8");
-    for (int i = 1; i <= n; ++i) {
-      const auto b = static_cast<uint8_t>(s_[pos_ + i]);
-      if ((b & 0xc0) != 0x80) return Fail("invalid UTF-8");
-      cp = (cp << 6) | (b & 0x3f);
-    }
-    if ((n == 2 && cp < 0x800) || (n == 3 && (cp < 0x10000 || cp > 0x10ffff)) || (cp >= 0xd800 && cp <= 0xdfff)) {
-      return Fail("invalid UTF-8");
-    }
-    out->append(s_.substr(pos_, 1 + n));
-    pos_ += 1 + n;
+    const size_t n = b0 >= 0xf0 ? 4 : b0 >= 0xe0 ? 3 : 2;
+    const std::string_view seq = s_.substr(pos_, n);
+    if (seq.size() < n) return Fail("truncated UTF-8");
+    if (!IsValidUtf8(seq)) return Fail("invalid UTF-8");
+    out->append(seq);
+    pos_ += n;
     return true;
   }
 

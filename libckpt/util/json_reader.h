@@ -35,6 +35,10 @@ struct JsonValue {
   std::optional<uint64_t> AsUint64() const;
 };
 
+/// Whether `s` is well-formed UTF-8 (shortest forms, no surrogates, at most
+/// U+10FFFF): what a JSON string may hold.
+bool IsValidUtf8(std::string_view s);
+
 /// Parses `text` as exactly one JSON value (surrounding whitespace allowed).
 /// `what` names the input in errors, which are InvalidArgument.
 absl::StatusOr<JsonValue> ParseJson(std::string_view text, std::string_view what, int max_depth = 64);

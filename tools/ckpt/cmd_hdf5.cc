@@ -97,7 +97,14 @@ bool WriteDataset(hid_t file, const std::string& name, hid_t type, const std::ve
 }  // namespace
 
 int ExportMain(int argc, char** argv, int first) {
+  for (int i = first; i < argc; ++i) {
+    const std::string a = argv[i];
+    if ((a == "--format" && i + 1 < argc && std::string(argv[i + 1]) == "safetensors") || a == "--format=safetensors") {
+      return ExportSafetensorsMain(argc, argv, first);
+    }
+  }
   int64_t step = kLatestStep;
+  std::string format = "hdf5";
   std::string to, dir;
   Args args("export", "DIR [--step S] --to out.h5",
             "Writes one committed step as a single HDF5 file with every tensor whole (its\n"
@@ -107,12 +114,15 @@ int ExportMain(int argc, char** argv, int first) {
   args.Positional("DIR", &dir, "checkpoint root (path or storage URI)");
   args.Int("step", &step, "step to export (default: the latest committed)");
   args.String("to", &to, "HDF5 file to write (replaced)");
+  args.String("format", &format,
+              "hdf5 (this), or safetensors for the Hugging Face layout (ckpt export --format safetensors --help)");
   int exit = 0;
   if (!args.Parse(argc, argv, first, &exit)) return exit;
   auto usage = [](const std::string& m) {
     std::fprintf(stderr, "ckpt export: %s\n", m.c_str());
     return kExitUsage;
   };
+  if (format != "hdf5") return usage(StrCat("--format must be hdf5 or safetensors, not '", format, "'"));
   if (to.empty()) return usage("give --to FILE (see --help)");
   auto storage = OpenStorage(dir);
   if (!storage.ok()) return usage(std::string(storage.status().message()));

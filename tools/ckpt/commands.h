@@ -14,6 +14,7 @@ int PlanMain(int argc, char** argv, int first);
 int IntervalMain(int argc, char** argv, int first);
 int PluginsMain(int argc, char** argv, int first);
 int ExportMain(int argc, char** argv, int first);
+int ExportSafetensorsMain(int argc, char** argv, int first);
 int ImportMain(int argc, char** argv, int first);
 int StatsMain(int argc, char** argv, int first);
 int DiffMain(int argc, char** argv, int first);

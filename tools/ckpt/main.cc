@@ -32,7 +32,7 @@ constexpr Command kCommands[] = {
     {"plan", ckpt::tools::PlanMain, "plan a save and a resharded load at any scale, without tensor data"},
     {"bench", ckpt::tools::BenchMain, "measure save, load and verify costs on a storage; write costs for interval"},
     {"interval", ckpt::tools::IntervalMain, "how often to checkpoint, from a failure rate and save costs"},
-    {"export", ckpt::tools::ExportMain, "write a step as one HDF5 file with whole tensors (for h5py, h5dump)"},
+    {"export", ckpt::tools::ExportMain, "write a step as one HDF5 file, or as Hugging Face safetensors shards"},
     {"import", ckpt::tools::ImportMain, "save the datasets of an HDF5 file as a checkpoint"},
     {"coordinator", ckpt::tools::CoordinatorMain, "run the elastic-restart coordinator (or: coordinator status)"},
     {"worker", ckpt::tools::WorkerMain, "one process of an elastic training job driven by the coordinator"},

@@ -1,0 +1,584 @@
+// ckpt export --format safetensors: a committed step in the Hugging Face
+// layout, model-0000K-of-0000N.safetensors shards and
+// model.safetensors.index.json (or one model.safetensors), each tensor whole.
+//
+// Streaming: a tensor is loaded in row-major slabs of at most --budget bytes
+// and each slab is written at its place in the shard, so memory stays near
+// the budget whatever the model's size. Small tensors share one load. Each
+// shard is written under a temporary name, made durable and renamed; the
+// index comes last.
+#include <fcntl.h>
+#include <openssl/evp.h>
+#include <sys/resource.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cctype>
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <memory>
+#include <regex>
+#include <set>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "ckpt/checkpointer.h"
+#include "ckpt/dtype.h"
+#include "ckpt/verify.h"
+#include "commands.h"
+#include "common/cli.h"
+#include "common/synth_job.h"
+#include "core/root.h"
+#include "format/safetensors.h"
+#include "pipeline/loader.h"
+#include "util/errors.h"
+#include "util/json.h"
+#include "util/json_reader.h"
+#include "util/strings.h"
+
+namespace ckpt::tools {
+namespace {
+
+std::string_view Trim(std::string_view s) {
+  while (!s.empty() && std::isspace(static_cast<unsigned char>(s.front()))) s.remove_prefix(1);
+  while (!s.empty() && std::isspace(static_cast<unsigned char>(s.back()))) s.remove_suffix(1);
+  return s;
+}
+
+std::vector<std::string> SplitGlobs(const std::string& list) {
+  std::vector<std::string> out;
+  size_t start = 0;
+  while (start <= list.size()) {
+    const size_t comma = std::min(list.find(',', start), list.size());
+    const std::string_view g = Trim(std::string_view(list).substr(start, comma - start));
+    if (!g.empty()) out.emplace_back(g);
+    start = comma + 1;
+  }
+  return out;
+}
+
+// Hugging Face's size syntax: GB, MB, KB are powers of 1000, GiB, MiB, KiB
+// powers of 1024; a bare number is bytes.
+std::optional<int64_t> ParseShardSize(std::string_view text) {
+  std::string_view t = Trim(text);
+  const bool binary = t.size() > 2 && (t.substr(t.size() - 2) == "iB" || t.substr(t.size() - 2) == "ib" ||
+                                       t.substr(t.size() - 2) == "IB");
+  return ParseByteCount(t, binary);
+}
+
+// --rename FILE: one rule a line; '#' starts a comment. "OLD NEW" renames
+// the tensor named OLD; "re:PATTERN REPLACEMENT" rewrites the first match of
+// an ECMAScript regular expression ($1.. refer to its groups). Exact rules
+// win; otherwise the first regex rule that matches applies.
+struct Renamer {
+  std::map<std::string, std::string> exact;
+  std::vector<std::pair<std::regex, std::string>> rules;
+  std::string Apply(const std::string& name) const {
+    if (auto it = exact.find(name); it != exact.end()) return it->second;
+    for (const auto& [re, repl] : rules) {
+      if (std::regex_search(name, re))
+        return std::regex_replace(name, re, repl, std::regex_constants::format_first_only);
+    }
+    return name;
+  }
+};
+
+absl::StatusOr<Renamer> ReadRenames(const std::string& path) {
+  Renamer r;
+  std::ifstream in(path);
+  if (!in) return absl::NotFoundError(StrCat("--rename: cannot read ", path));
+  std::string line;
+  int n = 0;
+  while (std::getline(in, line)) {
+    ++n;
+    if (const size_t hash = line.find('#'); hash != std::string::npos) line.resize(hash);
+    std::istringstream fields(line);
+    std::string from, to, extra;
+    if (!(fields >> from)) continue;
+    if (!(fields >> to) || (fields >> extra)) {
+      return absl::InvalidArgumentError(StrCat(path, ":", n, ": want two columns, OLD NEW or re:PATTERN REPLACEMENT"));
+    }
+    if (from.rfind("re:", 0) == 0) {
+      try {
+        r.rules.emplace_back(std::regex(from.substr(3), std::regex::ECMAScript), to);
+      } catch (const std::regex_error& e) {
+        return absl::InvalidArgumentError(StrCat(path, ":", n, ": bad regular expression: ", e.what()));
+      }
+    } else if (!r.exact.emplace(from, to).second) {
+      return absl::InvalidArgumentError(StrCat(path, ":", n, ": '", from, "' is renamed twice"));
+    }
+  }
+  return r;
+}
+
+// Element conversion for --dtype (floating-point tensors only).
+float ToFloat(DType d, const std::byte* p) {
+  switch (d) {
+    case DType::kF32: {
+      float f;
+      std::memcpy(&f, p, 4);
+      return f;
+    }
+    case DType::kF64: {
+      double v;
+      std::memcpy(&v, p, 8);
+      return static_cast<float>(v);
+    }
+    case DType::kBF16: {
+      uint16_t h;
+      std::memcpy(&h, p, 2);
+      return BF16ToFloat(h);
+    }
+    case DType::kF16: {
+      uint16_t h;
+      std::memcpy(&h, p, 2);
+      return F16ToFloat(h);
+    }
+    case DType::kF8E4M3:
+      return F8E4M3ToFloat(static_cast<uint8_t>(*p));
+    case DType::kF8E5M2:
+      return F8E5M2ToFloat(static_cast<uint8_t>(*p));
+    default:
+      return 0;
+  }
+}
+
+void Convert(DType from, const std::byte* in, DType to, std::byte* out, int64_t n) {
+  const size_t ie = DTypeSize(from), oe = DTypeSize(to);
+  if (from == DType::kF64 && to == DType::kF32) {
+    for (int64_t i = 0; i < n; ++i) {
+      double v;
+      std::memcpy(&v, in + i * ie, 8);
+      const float f = static_cast<float>(v);
+      std::memcpy(out + i * oe, &f, 4);
+    }
+    return;
+  }
+  for (int64_t i = 0; i < n; ++i) {
+    const float f = ToFloat(from, in + i * ie);
+    if (to == DType::kF32) {
+      std::memcpy(out + i * oe, &f, 4);
+    } else {
+      const uint16_t h = to == DType::kBF16 ? FloatToBF16(f) : FloatToF16(f);
+      std::memcpy(out + i * oe, &h, 2);
+    }
+  }
+}
+
+struct OutTensor {
+  const TensorSummary* src = nullptr;
+  std::string name;  // after --rename
+  DType out_dtype = DType::kU8;
+  uint64_t bytes = 0;  // in the output
+  size_t shard = 0;
+  uint64_t begin = 0;  // in the shard's buffer
+};
+
+// One contiguous part of a tensor: a box whose row-major elements are
+// consecutive in the whole tensor, starting at element `first`.
+struct Slab {
+  const OutTensor* t = nullptr;
+  Box box;
+  int64_t first = 0;
+  int64_t count = 0;
+};
+
+std::vector<Slab> CutIntoSlabs(const OutTensor& t, int64_t max_elems) {
+  const Shape& s = t.src->shape;
+  const int n = static_cast<int>(s.size());
+  std::vector<Slab> out;
+  const int64_t total = TensorSpec{t.src->fqn, t.src->dtype, s}.NumElements();
+  if (total == 0) return out;
+  if (n == 0) {
+    out.push_back(Slab{&t, Box::Whole(s), 0, 1});
+    return out;
+  }
+  std::vector<int64_t> trailing(n, 1);
+  for (int d = n - 2; d >= 0; --d) trailing[d] = trailing[d + 1] * s[d + 1];
+  int d = 0;
+  while (d < n - 1 && trailing[d] > max_elems) ++d;
+  const int64_t step = std::max<int64_t>(1, max_elems / trailing[d]);
+  std::vector<int64_t> outer(d, 0);  // index over dims < d
+  while (true) {
+    for (int64_t start = 0; start < s[d]; start += step) {
+      Slab slab;
+      slab.t = &t;
+      slab.box = Box::Whole(s);
+      int64_t first = 0;
+      for (int k = 0; k < d; ++k) {
+        slab.box.offsets[k] = outer[k];
+        slab.box.sizes[k] = 1;
+        first += outer[k] * trailing[k];
+      }
+      slab.box.offsets[d] = start;
+      slab.box.sizes[d] = std::min(step, s[d] - start);
+      slab.first = first + start * trailing[d];
+      slab.count = slab.box.sizes[d] * trailing[d];
+      out.push_back(std::move(slab));
+    }
+    int k = d - 1;
+    while (k >= 0 && ++outer[k] == s[k]) outer[k--] = 0;
+    if (k < 0) break;
+  }
+  return out;
+}
+
+std::string ShardName(size_t i, size_t n) {
+  if (n == 1) return "model.safetensors";
+  char buf[64];
+  std::snprintf(buf, sizeof(buf), "model-%05zu-of-%05zu.safetensors", i + 1, n);
+  return buf;
+}
+
+double PeakRssBytes() {
+  rusage ru{};
+  getrusage(RUSAGE_SELF, &ru);
+  return static_cast<double>(ru.ru_maxrss) * 1024.0;
+}
+
+// A shard being written: positional writes, fed in order to SHA-256.
+class ShardWriter {
+ public:
+  ~ShardWriter() {
+    if (fd_ >= 0) ::close(fd_);
+    if (md_ != nullptr) EVP_MD_CTX_free(md_);
+  }
+  absl::Status Open(const std::string& path, bool hash) {
+    path_ = path;
+    fd_ = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    if (fd_ < 0) return absl::InternalError(StrCat("cannot create ", path, ": ", std::strerror(errno)));
+    if (hash) {
+      md_ = EVP_MD_CTX_new();
+      if (md_ == nullptr || EVP_DigestInit_ex(md_, EVP_sha256(), nullptr) != 1) {
+        return absl::InternalError("SHA-256 is not available");
+      }
+    }
+    return absl::OkStatus();
+  }
+  absl::Status Write(uint64_t offset, const std::byte* data, size_t n) {
+    if (offset != written_) return absl::InternalError(StrCat(path_, ": out-of-order write at byte offset ", offset));
+    size_t done = 0;
+    while (done < n) {
+      const ssize_t w = ::pwrite(fd_, data + done, n - done, static_cast<off_t>(offset + done));
+      if (w < 0 && errno == EINTR) continue;
+      if (w <= 0) {
+        return absl::InternalError(
+            StrCat("writing ", path_, " at byte offset ", offset + done, ": ", std::strerror(errno)));
+      }
+      done += static_cast<size_t>(w);
+    }
+    if (md_ != nullptr) EVP_DigestUpdate(md_, data, n);
+    written_ += n;
+    return absl::OkStatus();
+  }
+  absl::Status Finish(const std::string& final_path, std::string* sha256_hex) {
+    if (::fsync(fd_) != 0) return absl::InternalError(StrCat("fsync ", path_, ": ", std::strerror(errno)));
+    ::close(fd_);
+    fd_ = -1;
+    if (md_ != nullptr) {
+      unsigned char d[EVP_MAX_MD_SIZE];
+      unsigned int len = 0;
+      EVP_DigestFinal_ex(md_, d, &len);
+      static const char* hex = "0123456789abcdef";
+      sha256_hex->clear();
+      for (unsigned i = 0; i < len; ++i) {
+        sha256_hex->push_back(hex[d[i] >> 4]);
+        sha256_hex->push_back(hex[d[i] & 15]);
+      }
+    }
+    if (std::rename(path_.c_str(), final_path.c_str()) != 0) {
+      return absl::InternalError(StrCat("renaming ", path_, " to ", final_path, ": ", std::strerror(errno)));
+    }
+    return absl::OkStatus();
+  }
+  uint64_t written() const { return written_; }
+
+ private:
+  std::string path_;
+  int fd_ = -1;
+  EVP_MD_CTX* md_ = nullptr;
+  uint64_t written_ = 0;
+};
+
+absl::Status WriteSmallFile(const std::string& path, const std::string& text) {
+  const std::string tmp = StrCat(path, ".tmp.", ::getpid());
+  ShardWriter w;
+  CKPT_RETURN_IF_ERROR(w.Open(tmp, false));
+  CKPT_RETURN_IF_ERROR(w.Write(0, reinterpret_cast<const std::byte*>(text.data()), text.size()));
+  std::string unused;
+  return w.Finish(path, &unused);
+}
+
+}  // namespace
+
+int ExportSafetensorsMain(int argc, char** argv, int first) {
+  int64_t step = kLatestStep;
+  std::string dir, to, format, max_shard = "5GB", dtype_name, only, exclude, rename_file;
+  int64_t budget = int64_t{256} << 20;
+  bool checksums = false, json = false;
+  Args args("export", "DIR --format safetensors --to OUTDIR [options]",
+            "Writes one committed step in the Hugging Face layout: model-0000K-of-0000N.safetensors\n"
+            "shards and model.safetensors.index.json (or a single model.safetensors), every tensor\n"
+            "whole, in the saved dtype or --dtype. Every block is verified on the way; tensors are\n"
+            "streamed in slabs of at most --budget bytes, so memory stays bounded whatever the\n"
+            "model size. The step's metadata and its text blobs go into the first shard's\n"
+            "__metadata__ (\"ckpt.meta.KEY\", \"ckpt.blob.NAME\", \"ckpt.blob.rank-R.NAME\"); blobs that\n"
+            "are not UTF-8 text are listed and left out. safetensors has no checksums: --checksums\n"
+            "writes SHA256SUMS beside the shards (sha256sum -c reads it).\n"
+            "Exit: 0 written, 1 a block failed its checks or a write failed, 2 usage.");
+  args.Positional("DIR", &dir, "checkpoint root (path or storage URI)");
+  args.String("format", &format, "safetensors (hdf5 is `ckpt export --to FILE.h5`)");
+  args.String("to", &to, "directory to write (created; existing shards of the same names are replaced)");
+  args.Int("step", &step, "step to export (default: the latest committed)");
+  args.String("max-shard-size", &max_shard,
+              "largest shard, Hugging Face's syntax: 5GB (10^9), 500MB, 2GiB (2^30) (default 5GB); a tensor "
+              "larger than this gets a shard of its own");
+  args.String("dtype", &dtype_name, "cast floating-point tensors to bf16, f16 or f32 (round to nearest even)");
+  args.String("only", &only, "export only tensors matching these globs (comma-separated, e.g. 'model.*')");
+  args.String("exclude", &exclude, "leave out tensors matching these globs (e.g. 'optim.*')");
+  args.String("rename", &rename_file,
+              "file of renames, a rule a line: 'OLD NEW' or 're:PATTERN REPLACEMENT' (ECMAScript, $1 for groups)");
+  args.Size("budget", &budget, "memory for tensor data in flight (default 256M)", true);
+  args.Switch("checksums", &checksums, "write SHA256SUMS beside the shards");
+  args.Switch("json", &json, "print what was written as JSON");
+  int exit = 0;
+  if (!args.Parse(argc, argv, first, &exit)) return exit;
+  auto usage = [](const std::string& m) {
+    std::fprintf(stderr, "ckpt export: %s\n", m.c_str());
+    return kExitUsage;
+  };
+  auto problem = [](const std::string& m) {
+    std::fprintf(stderr, "ckpt export: %s\n", m.c_str());
+    return kExitProblem;
+  };
+  if (to.empty()) return usage("give --to DIR (see --help)");
+  const std::optional<int64_t> shard_limit = ParseShardSize(max_shard);
+  if (!shard_limit || *shard_limit <= 0) return usage(StrCat("--max-shard-size: cannot read '", max_shard, "'"));
+  if (budget < 4096) return usage("--budget must be at least 4K");
+  std::optional<DType> cast;
+  if (!dtype_name.empty()) {
+    cast = ParseDType(dtype_name);
+    if (!cast || (*cast != DType::kBF16 && *cast != DType::kF16 && *cast != DType::kF32)) {
+      return usage(StrCat("--dtype must be bf16, f16 or f32, not '", dtype_name, "'"));
+    }
+  }
+  Renamer renamer;
+  if (!rename_file.empty()) {
+    auto r = ReadRenames(rename_file);
+    if (!r.ok()) return usage(std::string(r.status().message()));
+    renamer = std::move(r).value();
+  }
+  const std::vector<std::string> only_globs = SplitGlobs(only);
+  const std::vector<std::string> exclude_globs = SplitGlobs(exclude);
+
+  auto storage = OpenStorage(dir);
+  if (!storage.ok()) return usage(std::string(storage.status().message()));
+  if (step == kLatestStep) {
+    auto latest = LatestCommittedStep(**storage);
+    if (!latest.ok()) return usage(std::string(latest.status().message()));
+    step = *latest;
+  }
+  WarnIfDamaged(**storage, step, "export");
+  auto summary = SummarizeStep(**storage, step);
+  if (!summary.ok()) return usage(std::string(summary.status().message()));
+  auto manifest = ReadManifest(**storage, step);
+  if (!manifest.ok()) return usage(std::string(manifest.status().message()));
+
+  // The tensors, renamed, in the order of their new names.
+  std::vector<OutTensor> tensors;
+  std::set<std::string> names;
+  for (const TensorSummary& t : summary->tensors) {
+    auto matches = [&](const std::vector<std::string>& globs) {
+      return std::any_of(globs.begin(), globs.end(), [&](const std::string& g) { return GlobMatch(g, t.fqn); });
+    };
+    if (!only_globs.empty() && !matches(only_globs)) continue;
+    if (matches(exclude_globs)) continue;
+    OutTensor o;
+    o.src = &t;
+    o.name = renamer.Apply(t.fqn);
+    if (o.name.empty() || o.name == "__metadata__" || !IsValidUtf8(o.name)) {
+      return usage(StrCat("tensor '", t.fqn, "' would be named '", o.name,
+                          "', which safetensors cannot hold (empty, __metadata__ or not UTF-8); use --rename"));
+    }
+    if (!names.insert(o.name).second) {
+      return usage(StrCat("two tensors would both be named '", o.name, "' (the second is '", t.fqn, "')"));
+    }
+    o.out_dtype = cast && IsFloatingPoint(t.dtype) ? *cast : t.dtype;
+    o.bytes = static_cast<uint64_t>(TensorSpec{t.fqn, t.dtype, t.shape}.NumElements()) * DTypeSize(o.out_dtype);
+    tensors.push_back(std::move(o));
+  }
+  if (tensors.empty()) return usage("no tensor is left to export (see --only and --exclude)");
+  std::sort(tensors.begin(), tensors.end(), [](const OutTensor& a, const OutTensor& b) { return a.name < b.name; });
+
+  // Shards: tensors in order, a new shard when the next would pass the limit.
+  std::vector<std::vector<OutTensor*>> shards(1);
+  uint64_t in_shard = 0, total = 0;
+  for (OutTensor& t : tensors) {
+    if (!shards.back().empty() && in_shard + t.bytes > static_cast<uint64_t>(*shard_limit)) {
+      shards.emplace_back();
+      in_shard = 0;
+    }
+    t.shard = shards.size() - 1;
+    t.begin = in_shard;
+    in_shard += t.bytes;
+    total += t.bytes;
+    shards.back().push_back(&t);
+  }
+
+  // The first shard's __metadata__: the step, its metadata, its text blobs.
+  std::map<std::string, std::string> first_meta = {{"format", "pt"}, {"ckpt.step", StrCat(step)}};
+  for (const auto& [k, v] : manifest->metadata) {
+    if (IsValidUtf8(k) && IsValidUtf8(v)) first_meta[StrCat("ckpt.meta.", k)] = v;
+  }
+  std::vector<std::string> left_out;
+  for (const BlobSummary& b : summary->blobs) {
+    const std::string label = b.rank < 0 ? b.name : StrCat("rank-", b.rank, ".", b.name);
+    if (static_cast<uint64_t>(b.size) > kMaxMetadataBytes) {
+      left_out.push_back(StrCat("blob '", label, "' (", b.size, " bytes: too large for __metadata__)"));
+      continue;
+    }
+    std::string value;
+    State target;
+    (void)target.AddBlobOut(b.name, &value, b.rank < 0 ? BlobScope::kGlobal : BlobScope::kRank, b.rank);
+    auto loaded = LoadFromManifest(**storage, *manifest, target, std::max(0, b.rank), LoadOptions{});
+    if (!loaded.ok()) return problem(std::string(loaded.status().message()));
+    if (!IsValidUtf8(value) || value.find('\0') != std::string::npos) {
+      left_out.push_back(StrCat("blob '", label, "' (", b.size, " bytes, not UTF-8 text)"));
+      continue;
+    }
+    first_meta[StrCat("ckpt.blob.", label)] = std::move(value);
+  }
+
+  std::error_code ec;
+  std::filesystem::create_directories(to, ec);
+  if (ec) return usage(StrCat("cannot create ", to, ": ", ec.message()));
+
+  ProgressBar progress("export");
+  uint64_t done_bytes = 0;
+  std::vector<std::pair<std::string, std::string>> sums;  // file, sha256
+  std::vector<std::string> files;
+  std::vector<std::byte> in_buf, out_buf;
+  for (size_t si = 0; si < shards.size(); ++si) {
+    const std::string name = ShardName(si, shards.size());
+    std::vector<SafetensorsTensor> header_tensors;
+    for (const OutTensor* t : shards[si]) {
+      SafetensorsTensor h;
+      h.name = t->name;
+      h.dtype_name = std::string(SafetensorsDTypeName(t->out_dtype));
+      h.shape = t->src->shape;
+      h.begin = t->begin;
+      h.end = t->begin + t->bytes;
+      header_tensors.push_back(std::move(h));
+    }
+    const std::string header = EncodeSafetensorsHeader(
+        header_tensors, si == 0 ? first_meta : std::map<std::string, std::string>{{"format", "pt"}});
+    const std::string final_path = StrCat(to, "/", name);
+    const std::string tmp_path = StrCat(final_path, ".tmp.", ::getpid());
+    ShardWriter w;
+    if (absl::Status s = w.Open(tmp_path, checksums); !s.ok()) return problem(std::string(s.message()));
+    if (absl::Status s = w.Write(0, reinterpret_cast<const std::byte*>(header.data()), header.size()); !s.ok()) {
+      return problem(std::string(s.message()));
+    }
+    // Slabs of this shard's tensors, in file order, loaded a budget at a time.
+    std::vector<Slab> slabs;
+    for (const OutTensor* t : shards[si]) {
+      const size_t widest = std::max(DTypeSize(t->src->dtype), DTypeSize(t->out_dtype));
+      const int64_t max_elems = std::max<int64_t>(1, budget / 2 / static_cast<int64_t>(widest));
+      for (Slab& s : CutIntoSlabs(*t, max_elems)) slabs.push_back(std::move(s));
+    }
+    for (size_t a = 0; a < slabs.size();) {
+      // A batch: consecutive slabs whose input fits half the budget.
+      size_t b = a;
+      uint64_t in_bytes = 0;
+      while (b < slabs.size()) {
+        const uint64_t n = static_cast<uint64_t>(slabs[b].count) * DTypeSize(slabs[b].t->src->dtype);
+        if (b > a && in_bytes + n > static_cast<uint64_t>(budget / 2)) break;
+        in_bytes += n;
+        ++b;
+      }
+      in_buf.resize(in_bytes);
+      State target;
+      uint64_t at = 0;
+      for (size_t k = a; k < b; ++k) {
+        const Slab& s = slabs[k];
+        const TensorSpec spec{s.t->src->fqn, s.t->src->dtype, s.t->src->shape};
+        if (absl::Status st = target.AddShard(spec, s.box, in_buf.data() + at); !st.ok()) {
+          return problem(std::string(st.message()));
+        }
+        at += static_cast<uint64_t>(s.count) * DTypeSize(spec.dtype);
+      }
+      auto loaded = LoadFromManifest(**storage, *manifest, target, 0, LoadOptions{});
+      if (!loaded.ok()) return problem(std::string(loaded.status().message()));
+      at = 0;
+      for (size_t k = a; k < b; ++k) {
+        const Slab& s = slabs[k];
+        const DType from = s.t->src->dtype, to_type = s.t->out_dtype;
+        const std::byte* src = in_buf.data() + at;
+        at += static_cast<uint64_t>(s.count) * DTypeSize(from);
+        const uint64_t out_n = static_cast<uint64_t>(s.count) * DTypeSize(to_type);
+        if (from != to_type) {
+          out_buf.resize(out_n);
+          Convert(from, src, to_type, out_buf.data(), s.count);
+          src = out_buf.data();
+        }
+        const uint64_t offset = header.size() + s.t->begin + static_cast<uint64_t>(s.first) * DTypeSize(to_type);
+        if (absl::Status st = w.Write(offset, src, out_n); !st.ok()) return problem(std::string(st.message()));
+        done_bytes += out_n;
+      }
+      progress.Update(static_cast<int64_t>(done_bytes), static_cast<int64_t>(total));
+      a = b;
+    }
+    std::string sha;
+    if (absl::Status s = w.Finish(final_path, &sha); !s.ok()) return problem(std::string(s.message()));
+    files.push_back(name);
+    if (checksums) sums.emplace_back(name, sha);
+  }
+  progress.Finish();
+  if (shards.size() > 1) {
+    SafetensorsIndex index;
+    index.total_size = total;
+    for (const OutTensor& t : tensors) index.weight_map[t.name] = ShardName(t.shard, shards.size());
+    if (absl::Status s = WriteSmallFile(StrCat(to, "/model.safetensors.index.json"), EncodeSafetensorsIndex(index));
+        !s.ok()) {
+      return problem(std::string(s.message()));
+    }
+    files.push_back("model.safetensors.index.json");
+  }
+  if (checksums) {
+    std::string text;
+    for (const auto& [file, sha] : sums) StrAppend(&text, sha, "  ", file, "\n");
+    if (absl::Status s = WriteSmallFile(StrCat(to, "/SHA256SUMS"), text); !s.ok()) {
+      return problem(std::string(s.message()));
+    }
+    files.push_back("SHA256SUMS");
+  }
+  for (const std::string& l : left_out) std::fprintf(stderr, "ckpt export: left out %s\n", l.c_str());
+  if (json) {
+    JsonWriter j;
+    j.BeginObject();
+    j.Field("step", step).Field("to", to).Field("tensors", static_cast<int64_t>(tensors.size()));
+    j.Field("shards", static_cast<int64_t>(shards.size())).Field("total_size", static_cast<int64_t>(total));
+    j.Field("budget", budget).Field("peak_rss", static_cast<int64_t>(PeakRssBytes()));
+    j.Key("files").BeginArray();
+    for (const std::string& f : files) j.String(f);
+    j.EndArray();
+    j.Key("left_out").BeginArray();
+    for (const std::string& l : left_out) j.String(l);
+    j.EndArray();
+    j.EndObject();
+    std::printf("%s\n", j.str().c_str());
+  } else {
+    std::printf("exported step %lld: %zu tensors (%s) in %zu shard(s) to %s; peak memory %s (budget %s)\n",
+                static_cast<long long>(step), tensors.size(), HumanBytes(static_cast<double>(total)).c_str(),
+                shards.size(), to.c_str(), HumanBytes(PeakRssBytes()).c_str(),
+                HumanBytes(static_cast<double>(budget)).c_str());
+  }
+  return kExitOk;
+}
+
+}  // namespace ckpt::tools
