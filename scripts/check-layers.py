@@ -9,8 +9,9 @@ Layers, lowest first (a file may include its own folder and lower layers):
     0  util                     and the value headers ckpt/export.h, limits.h, codec.h, options.h,
                                 communicator.h, version.h, experimental/commit_arbiter.h
     1  layout, codec            ckpt/dtype.h, tensor.h, mesh.h, state.h, synthetic.h
-    2  format, storage          ckpt/storage.h, plugin_abi.h
-    3  plan                     ckpt/plan.h
+    2  format                   ckpt/storage.h, plugin_abi.h (the interface the format reads through)
+    3  storage, plan            ckpt/plan.h (a backend may present another format as a root:
+                                safetensors models read in place)
     4  pipeline
     5  core, comm, policy       ckpt/checkpointer.h, verify.h, audit.h, mpi.h, interval.h
     6  coordinator              ckpt/coordinator.h
@@ -30,8 +31,8 @@ import tempfile
 FOLDER_LAYER = {
     "util": 0,
     "layout": 1, "codec": 1,
-    "format": 2, "storage": 2,
-    "plan": 3,
+    "format": 2,
+    "storage": 3, "plan": 3,
     "pipeline": 4,
     "core": 5, "comm": 5, "policy": 5,
     "coordinator": 6,

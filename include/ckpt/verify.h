@@ -47,6 +47,9 @@ struct CKPT_EXPORT VerifyReport {
   int64_t bytes_read = 0;
   double seconds = 0;
   std::vector<VerifyProblem> problems;
+  /// What the check could not cover, or covered another way (safetensors
+  /// files carry no checksums; a SHA256SUMS beside them was checked).
+  std::vector<std::string> notes;
   bool ok() const { return problems.empty(); }
 };
 

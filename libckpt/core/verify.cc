@@ -10,11 +10,13 @@
 #include "format/frame_check.h"
 #include "format/hdf5_container.h"
 #include "format/root_files.h"
+#include "format/safetensors.h"
 #include "pipeline/frame_reader.h"
 #include "plan/cover.h"
 #include "util/clock.h"
 #include "util/errors.h"
 #include "util/hash.h"
+#include "util/sha256.h"
 #include "util/strings.h"
 
 namespace ckpt {
@@ -79,6 +81,7 @@ class Verifier {
     CheckCover();
     CheckFiles();
     if (options_.deep) CheckBlocks();
+    CheckUncheckedFiles();
     report_.seconds = NowSeconds() - t0;
     return report_;
   }
@@ -218,6 +221,71 @@ class Verifier {
     }
   }
 
+  // safetensors files carry no checksums: say so, and check them against a
+  // SHA256SUMS beside them when there is one (`ckpt export --checksums`).
+  void CheckUncheckedFiles() {
+    std::vector<const ManifestFile*> files;
+    for (const ManifestFile& mf : m_.files) {
+      if (IsSafetensorsDataFile(mf.name)) files.push_back(&mf);
+    }
+    if (files.empty()) return;
+    auto text = storage_.GetAll("SHA256SUMS");
+    if (!text.ok()) {
+      report_.notes.push_back(StrCat(files.size(),
+                                     " safetensors file(s) carry no checksums: their structure was "
+                                     "checked, their values cannot be (no SHA256SUMS beside them)"));
+      return;
+    }
+    std::map<std::string, std::string> sums;
+    size_t line_no = 0;
+    for (std::string_view rest = *text; !rest.empty();) {
+      const size_t nl = rest.find('\n');
+      const std::string_view line = rest.substr(0, nl);
+      rest = nl == std::string_view::npos ? std::string_view() : rest.substr(nl + 1);
+      ++line_no;
+      if (line.empty()) continue;
+      std::string hex, name;
+      if (!ParseSha256SumLine(line, &hex, &name)) {
+        Problem(StrCat("SHA256SUMS line ", line_no, " is not '<sha256>  <file>'"), "", "", "SHA256SUMS", -1);
+        continue;
+      }
+      sums[name] = hex;
+    }
+    size_t matched = 0;
+    std::vector<std::byte> buf(size_t{4} << 20);
+    for (const ManifestFile* mf : files) {
+      const std::string path = StrCat(dir_, "/", mf->name);
+      auto want = sums.find(mf->name);
+      if (want == sums.end()) {
+        Problem(StrCat(mf->name, " is not listed in SHA256SUMS"), "", "", path, -1);
+        continue;
+      }
+      auto f = storage_.OpenReadable(path);
+      if (!f.ok()) continue;  // reported by CheckFiles
+      Sha256 sha;
+      const uint64_t size = mf->index_offset;  // the file's own bytes; its index follows
+      absl::Status s;
+      for (uint64_t at = 0; at < size && s.ok(); at += buf.size()) {
+        const size_t n = static_cast<size_t>(std::min<uint64_t>(buf.size(), size - at));
+        s = (*f)->ReadAt(at, absl::Span<std::byte>(buf.data(), n));
+        if (s.ok()) sha.Update(buf.data(), n);
+      }
+      if (!s.ok()) {
+        Problem(std::string(s.message()), "", "", path, OffsetIn(s.message()));
+        continue;
+      }
+      report_.bytes_read += static_cast<int64_t>(size);
+      const std::string got = sha.FinishHex();
+      if (got != want->second) {
+        Problem(StrCat(mf->name, ": SHA-256 ", got, " differs from SHA256SUMS (", want->second, ")"), "", "", path, -1);
+        continue;
+      }
+      ++matched;
+    }
+    report_.notes.push_back(
+        StrCat(files.size(), " safetensors file(s) carry no checksums of their own; ", matched, " matched SHA256SUMS"));
+  }
+
   // The bytes of an HDF5 container that libhdf5 wrote (outside the blocks
   // and the index) against the hash the manifest recorded.
   void CheckContainer(ReadableFile& f, const ManifestFile& mf, const std::vector<IndexEntry>& index,
@@ -241,8 +309,9 @@ class Verifier {
   }
 
   bool CheckHeaderAndFooter(ReadableFile& f, const ManifestFile& mf, const std::string& path) {
-    if (IsHdf5DataFile(mf.name)) {
-      // An HDF5 container has no ckpt header or footer; its size must match.
+    if (IsHdf5DataFile(mf.name) || IsSafetensorsDataFile(mf.name)) {
+      // An HDF5 container or a safetensors file has no ckpt header or
+      // footer; its size must match.
       if (f.size() != mf.size) {
         Problem(StrCat(path, ": ", f.size() < mf.size ? "truncated to " : "grew to ", f.size(),
                        " bytes (manifest records ", mf.size, ")"),

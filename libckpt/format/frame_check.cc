@@ -5,6 +5,7 @@
 #include "absl/strings/str_cat.h"
 #include "codec/codec.h"
 #include "format/hdf5_container.h"
+#include "format/safetensors.h"
 #include "util/hash.h"
 #include "util/strings.h"
 
@@ -28,6 +29,7 @@ absl::Status CheckFrame(absl::Span<const std::byte> frame, const IndexEntry& e, 
     if (e.frame_len != e.stored_len || frame.size() != e.frame_len || e.codec != 0 || e.raw_len != e.stored_len) {
       return corrupt(0, "bare block does not match the index");
     }
+    if ((e.flags & kFlagUnchecked) != 0) return absl::OkStatus();  // a safetensors file: no checksum to check
     const uint64_t h = Xxh3(frame.data(), e.stored_len);
     if (h != e.stored_hash) {
       return corrupt(0, StrCat("checksum mismatch (xxh3 ", Hex(h), ", expected ", Hex(e.stored_hash), ")"));
@@ -89,7 +91,8 @@ absl::StatusOr<std::vector<IndexEntry>> ReadFileIndex(ReadableFile& f, const Man
     return absl::DataLossError(StrCat(file, ": ", f.size() < mf.size ? "truncated" : "grew", ": ", f.size(),
                                       " bytes, the manifest records ", mf.size));
   }
-  const bool bare = IsHdf5DataFile(mf.name);
+  const bool unchecked = IsSafetensorsDataFile(mf.name);
+  const bool bare = IsHdf5DataFile(mf.name) || unchecked;
   if ((!bare && mf.index_offset < kDataHeaderSize) || mf.index_offset > mf.size ||
       mf.index_len > mf.size - mf.index_offset || (!bare && mf.index_offset + mf.index_len + kFooterSize != mf.size)) {
     return absl::DataLossError(StrCat(file, ": manifest gives an impossible index range ", mf.index_offset, "+",
@@ -126,13 +129,15 @@ absl::StatusOr<std::vector<IndexEntry>> ReadFileIndex(ReadableFile& f, const Man
                                       " blocks, the manifest records ", mf.block_count));
   }
   if (bare) {
-    // HDF5 container: bare blocks inside the file, apart from each other
-    // and from the index (libhdf5's own metadata is in between).
+    // HDF5 container or safetensors file: bare blocks inside the file,
+    // apart from each other and from the index (libhdf5's own metadata, or
+    // the safetensors header, is in between).
     std::vector<std::pair<uint64_t, uint64_t>> spans = {{mf.index_offset, mf.index_offset + mf.index_len}};
     for (size_t i = 0; i < entries->size(); ++i) {
       const IndexEntry& e = (*entries)[i];
-      if ((e.flags & kFlagBareBlock) == 0 || e.codec != 0 || e.frame_len != e.stored_len || e.raw_len != e.stored_len ||
-          e.raw_len > kMaxBlockBytes || e.offset > mf.size || e.frame_len > mf.size - e.offset) {
+      if ((e.flags & kFlagBareBlock) == 0 || ((e.flags & kFlagUnchecked) != 0) != unchecked || e.codec != 0 ||
+          e.frame_len != e.stored_len || e.raw_len != e.stored_len || e.raw_len > kMaxBlockBytes ||
+          e.offset > mf.size || e.frame_len > mf.size - e.offset) {
         return absl::DataLossError(StrCat(file, " at byte offset ",
                                           mf.index_offset + kIndexHeaderSize + i * kIndexEntrySize,
                                           ": index entry of block ", i, " is malformed"));

@@ -39,6 +39,11 @@ std::string Quoted(std::string_view s) { return StrCat("'", s.substr(0, 256), s.
 
 }  // namespace
 
+bool IsSafetensorsDataFile(std::string_view name) {
+  constexpr std::string_view kExt = ".safetensors";
+  return name.size() > kExt.size() && name.substr(name.size() - kExt.size()) == kExt;
+}
+
 uint32_t SafetensorsDTypeBits(std::string_view name) {
   const DTypeRow* r = FindDType(name);
   return r == nullptr ? 0 : r->bits;

@@ -63,6 +63,13 @@ absl::StatusOr<SafetensorsFile> DecodeSafetensorsHeader(std::string_view json, u
 std::string EncodeSafetensorsHeader(const std::vector<SafetensorsTensor>& tensors,
                                     const std::map<std::string, std::string>& metadata);
 
+/// Data files of a safetensors root end in ".safetensors": their blocks are
+/// bare and unchecked.
+bool IsSafetensorsDataFile(std::string_view name);
+/// The block size of a safetensors model read in place: small, so that a
+/// rank reading its rows reads little more than those rows.
+inline constexpr uint64_t kSafetensorsBlockBytes = 64u << 10;
+
 struct SafetensorsIndex {
   uint64_t total_size = 0;
   std::map<std::string, std::string> weight_map;  ///< tensor -> shard file name

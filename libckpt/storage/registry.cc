@@ -8,6 +8,7 @@
 #include "storage/file_storage.h"
 #include "storage/mem_storage.h"
 #include "storage/plugin_storage.h"
+#include "storage/safetensors_storage.h"
 #include "storage/tiered_storage.h"
 #include "storage/uri.h"
 #include "util/errors.h"
@@ -82,6 +83,9 @@ Registry& GetRegistry() {
         Caps("tiered", true, true, true), OpenTieredStorage);
     StorageCaps h5 = Caps("hdf5", false, true, true);
     add("hdf5", "files as file://, each rank's data an HDF5 file that h5py and h5dump read", h5, OpenHdf5Storage);
+    add("safetensors",
+        "a Hugging Face safetensors model (directory or file) read in place as a read-only root of one step",
+        Caps("safetensors", false, false, true), OpenSafetensorsStorage);
     add("faulty", "wraps another backend and injects errors, latency, bit flips and crashes",
         Caps("faulty", false, true, true), OpenFaultyStorage);
     return r;
@@ -143,6 +147,11 @@ std::vector<BackendInfo> ListStorageBackends() {
 
 absl::StatusOr<std::shared_ptr<Storage>> OpenStorage(std::string_view uri) {
   CKPT_ASSIGN_OR_RETURN(ParsedUri parsed, ParseUri(uri));
+  // A plain path to a safetensors model (and not to a ckpt root) reads it in
+  // place, as safetensors:// would.
+  if (uri.find("://") == std::string_view::npos && parsed.params.empty() && IsSafetensorsModelPath(parsed.location)) {
+    return OpenSafetensorsStorage(StrCat("safetensors://", parsed.location));
+  }
   Registry& r = GetRegistry();
   StorageFactory factory;
   {

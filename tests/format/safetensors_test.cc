@@ -56,7 +56,9 @@ TEST(JsonReader, RefusesWhatTheGrammarDoesNotAllowAndSaysWhere) {
   for (const char* b : bad) {
     auto v = ParseJson(b, "input.json");
     EXPECT_FALSE(v.ok()) << "accepted: " << b;
-    if (!v.ok()) EXPECT_NE(v.status().message().find("input.json: invalid JSON at byte offset"), std::string::npos);
+    if (!v.ok()) {
+      EXPECT_NE(v.status().message().find("input.json: invalid JSON at byte offset"), std::string::npos);
+    }
   }
   auto dup = ParseJson("{\"key\": 1, \"key\": 2}", "d");
   EXPECT_NE(dup.status().message().find("byte offset 11: duplicate member \"key\""), std::string::npos) << dup.status();

@@ -8,7 +8,6 @@
 // shard is written under a temporary name, made durable and renamed; the
 // index comes last.
 #include <fcntl.h>
-#include <openssl/evp.h>
 #include <sys/resource.h>
 #include <unistd.h>
 
@@ -21,6 +20,7 @@
 #include <fstream>
 #include <map>
 #include <memory>
+#include <optional>
 #include <regex>
 #include <set>
 #include <sstream>
@@ -39,6 +39,7 @@
 #include "util/errors.h"
 #include "util/json.h"
 #include "util/json_reader.h"
+#include "util/sha256.h"
 #include "util/strings.h"
 
 namespace ckpt::tools {
@@ -246,18 +247,12 @@ class ShardWriter {
  public:
   ~ShardWriter() {
     if (fd_ >= 0) ::close(fd_);
-    if (md_ != nullptr) EVP_MD_CTX_free(md_);
   }
   absl::Status Open(const std::string& path, bool hash) {
     path_ = path;
     fd_ = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
     if (fd_ < 0) return absl::InternalError(StrCat("cannot create ", path, ": ", std::strerror(errno)));
-    if (hash) {
-      md_ = EVP_MD_CTX_new();
-      if (md_ == nullptr || EVP_DigestInit_ex(md_, EVP_sha256(), nullptr) != 1) {
-        return absl::InternalError("SHA-256 is not available");
-      }
-    }
+    if (hash) sha_.emplace();
     return absl::OkStatus();
   }
   absl::Status Write(uint64_t offset, const std::byte* data, size_t n) {
@@ -272,7 +267,7 @@ class ShardWriter {
       }
       done += static_cast<size_t>(w);
     }
-    if (md_ != nullptr) EVP_DigestUpdate(md_, data, n);
+    if (sha_) sha_->Update(data, n);
     written_ += n;
     return absl::OkStatus();
   }
@@ -280,17 +275,7 @@ class ShardWriter {
     if (::fsync(fd_) != 0) return absl::InternalError(StrCat("fsync ", path_, ": ", std::strerror(errno)));
     ::close(fd_);
     fd_ = -1;
-    if (md_ != nullptr) {
-      unsigned char d[EVP_MAX_MD_SIZE];
-      unsigned int len = 0;
-      EVP_DigestFinal_ex(md_, d, &len);
-      static const char* hex = "0123456789abcdef";
-      sha256_hex->clear();
-      for (unsigned i = 0; i < len; ++i) {
-        sha256_hex->push_back(hex[d[i] >> 4]);
-        sha256_hex->push_back(hex[d[i] & 15]);
-      }
-    }
+    if (sha_) *sha256_hex = sha_->FinishHex();
     if (std::rename(path_.c_str(), final_path.c_str()) != 0) {
       return absl::InternalError(StrCat("renaming ", path_, " to ", final_path, ": ", std::strerror(errno)));
     }
@@ -301,7 +286,7 @@ class ShardWriter {
  private:
   std::string path_;
   int fd_ = -1;
-  EVP_MD_CTX* md_ = nullptr;
+  std::optional<Sha256> sha_;
   uint64_t written_ = 0;
 };
 

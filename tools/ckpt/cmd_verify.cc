@@ -173,6 +173,9 @@ int VerifyMain(int argc, char** argv, int first) {
           .Field("throughput_bytes_per_s", r.seconds > 0 ? r.bytes_read / r.seconds : 0.0);
       w.Key("problems").BeginArray();
       for (const VerifyProblem& p : r.problems) ProblemJson(w, p);
+      w.EndArray();
+      w.Key("notes").BeginArray();
+      for (const std::string& n : r.notes) w.String(n);
       w.EndArray().EndObject();
     }
     w.EndArray().EndObject();
@@ -197,6 +200,7 @@ int VerifyMain(int argc, char** argv, int first) {
                     c.state == StepState::kDamaged ? "DAMAGED" : "committed", r.problems.size());
         for (const VerifyProblem& p : r.problems) std::printf("  %s\n", p.message.c_str());
       }
+      for (const std::string& n : r.notes) std::printf("  note: %s\n", n.c_str());
     }
   }
   return ok ? kExitOk : kExitProblem;
