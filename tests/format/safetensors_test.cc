@@ -5,14 +5,45 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstring>
 #include <string>
 #include <vector>
 
 #include "util/json_reader.h"
+#include "util/sha256.h"
 
 namespace ckpt {
 namespace {
+
+TEST(Sha256, KnownAnswersAndAnyUpdateSplit) {
+  auto hex = [](std::string_view s) {
+    Sha256 h;
+    h.Update(s.data(), s.size());
+    return h.FinishHex();
+  };
+  EXPECT_EQ(hex(""), "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855");
+  EXPECT_EQ(hex("abc"), "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad");
+  EXPECT_EQ(hex("abcdbcdecdefdefgefghfghighijhijkijkljklmklmnlmnomnopnopq"),
+            "248d6a61d20638b8e5c026930c3e6039a33ce45964ff2167f6ecedd419db06c1");
+  const std::string million(1000000, 'a');
+  EXPECT_EQ(hex(million), "cdc76e5c9914fb9281a1c7e284d73e67f1809a48a497200e046d39ccc7112cd0");
+  for (size_t split : {1u, 55u, 56u, 63u, 64u, 65u, 999u}) {
+    Sha256 h;
+    for (size_t at = 0; at < million.size(); at += split)
+      h.Update(million.data() + at, std::min(split, million.size() - at));
+    EXPECT_EQ(h.FinishHex(), "cdc76e5c9914fb9281a1c7e284d73e67f1809a48a497200e046d39ccc7112cd0") << split;
+  }
+  std::string h, name;
+  EXPECT_TRUE(ParseSha256SumLine(std::string(64, 'a') + "  model.safetensors", &h, &name));
+  EXPECT_EQ(name, "model.safetensors");
+  EXPECT_TRUE(ParseSha256SumLine(std::string(64, 'F') + " *x.bin\r", &h, &name));
+  EXPECT_EQ(h, std::string(64, 'f'));
+  EXPECT_EQ(name, "x.bin");
+  EXPECT_FALSE(ParseSha256SumLine(std::string(63, 'a') + "  x", &h, &name));
+  EXPECT_FALSE(ParseSha256SumLine(std::string(64, 'g') + "  x", &h, &name));
+  EXPECT_FALSE(ParseSha256SumLine(std::string(64, 'a') + "  ", &h, &name));
+}
 
 TEST(JsonReader, ParsesTheGrammarAndKeepsOrder) {
   auto v = ParseJson(R"( {"b": [1, -2.5e3, true, false, null], "a": {"x": "\u00e9\ud83d\ude00\n"}, "c": 0} )", "t");
