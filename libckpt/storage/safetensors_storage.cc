@@ -249,7 +249,12 @@ class SafetensorsStorage : public Storage {
     return absl::OkStatus();  // nothing else exists
   }
   absl::Status SyncDir(std::string_view) override { return absl::OkStatus(); }
-  std::string LocalPath(std::string_view) override { return {}; }
+  // A shard's own file (its bytes are a prefix of what OpenReadable serves,
+  // which appends the index).
+  std::string LocalPath(std::string_view path) override {
+    const Shard* s = FindShard(path);
+    return s == nullptr ? std::string() : base_->LocalPath(s->name);
+  }
 
  private:
   // The virtual small files of the root.

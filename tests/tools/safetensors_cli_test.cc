@@ -85,7 +85,9 @@ TEST_F(SafetensorsExport, EveryElementMatchesInOneFileAndInShards) {
     for (size_t p = header.find("data_offsets"); p != std::string::npos; p = header.find("data_offsets", p + 1)) {
       ++tensors;
     }
-    if (tensors > 1) EXPECT_LE(e.file_size(), 2'000'000u + 65536u) << e.path();
+    if (tensors > 1) {
+      EXPECT_LE(e.file_size(), 2'000'000u + 65536u) << e.path();
+    }
   }
   CommandResult sums = RunCommand("cd " + dir_.Join("many") + " && sha256sum -c SHA256SUMS");
   EXPECT_EQ(sums.code, 0) << sums.out;
@@ -179,6 +181,29 @@ TEST_F(SafetensorsExport, AModelIsReadInPlaceOntoAnyMesh) {
   EXPECT_NE(gc.code, 0) << gc.out;
 }
 
+// export, then import with compression: the same tensors, blobs and
+// metadata (but the binary blob export leaves out), every block checksummed.
+TEST_F(SafetensorsExport, ImportBringsAnExportBack) {
+  ASSERT_EQ(Export("hf", "--max-shard-size 2MB").code, 0);
+  const std::string back = dir_.Join("back");
+  CommandResult imp = RunCommand(kBin + " import " + dir_.Join("hf") + " --out " + back + " --codec zstd");
+  ASSERT_EQ(imp.code, 0) << imp.out;
+  EXPECT_NE(imp.out.find("as step 7 of"), std::string::npos) << imp.out;
+  EXPECT_NE(imp.out.find("(8 rank(s), codec zstd)"), std::string::npos) << "a rank per rng blob owner: " << imp.out;
+  CommandResult v = RunCommand(kBin + " verify " + back);
+  EXPECT_EQ(v.code, 0) << v.out;
+  CommandResult d = RunCommand(kBin + " diff " + root_ + " " + back);
+  EXPECT_EQ(d.code, 1) << d.out;
+  EXPECT_NE(d.out.find("only in A  blob 'data_position' (global)"), std::string::npos) << d.out;
+  EXPECT_NE(d.out.find(", 0 different tensors; "), std::string::npos) << d.out;
+  EXPECT_NE(d.out.find(", 1 different blobs and metadata entries"), std::string::npos) << d.out;
+  CommandResult t = RunCommand(kBin + " diff --tensors-only " + root_ + " " + back);
+  EXPECT_EQ(t.code, 0) << t.out;
+  CommandResult rc = RunCommand(kBin + " restore-check " + back + " --mesh tp=4");
+  EXPECT_EQ(rc.code, 0) << rc.out;
+  EXPECT_EQ(RunCommand(kBin + " import " + dir_.Join("hf") + " --out " + back + "2 --codec lz4").code, 2);
+}
+
 TEST(SafetensorsRoot, ARowSlabReadsLittleMoreThanItsRows) {
   TempDir dir;
   const TensorSpec big{"w", DType::kF32, {3000, 1000}};
@@ -211,7 +236,9 @@ TEST(SafetensorsRoot, ARowSlabReadsLittleMoreThanItsRows) {
     EXPECT_TRUE(std::equal(back.begin(), back.end(), values.begin() + first * 1000)) << "rows " << first;
     const double needed = static_cast<double>(stats->bytes_needed);
     EXPECT_LE(static_cast<double>(stats->bytes_read), needed + 2 * 65536.0) << "rows " << first;
-    if (rows >= 1000) EXPECT_LE(static_cast<double>(stats->bytes_read), 1.05 * needed) << "rows " << first;
+    if (rows >= 1000) {
+      EXPECT_LE(static_cast<double>(stats->bytes_read), 1.05 * needed) << "rows " << first;
+    }
   }
 }
 

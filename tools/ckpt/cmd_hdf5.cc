@@ -30,6 +30,7 @@
 #include "core/root.h"
 #include "format/hdf5_util.h"
 #include "pipeline/loader.h"
+#include "storage/safetensors_storage.h"
 #include "util/strings.h"
 
 namespace ckpt::tools {
@@ -220,13 +221,25 @@ herr_t Collect(hid_t, const char* name, const H5O_info_t* info, void* data) {
 }  // namespace
 
 int ImportMain(int argc, char** argv, int first) {
+  // A safetensors model (a directory or a file) has its own importer.
+  for (int i = first; i < argc; ++i) {
+    const std::string a = argv[i];
+    if (a.rfind("--", 0) == 0) {
+      if (a == "--out" || a == "--step" || a == "--codec") ++i;
+      continue;
+    }
+    if (a.rfind("safetensors://", 0) == 0 || IsSafetensorsModelPath(a)) return ImportSafetensorsMain(argc, argv, first);
+    break;
+  }
   int64_t step = -1;
   std::string out, in;
   Args args("import", "in.h5 --out DIR [--step S]",
             "Saves the datasets of an HDF5 file as a ckpt checkpoint (one rank, whole\n"
             "tensors): the reverse of ckpt export, and a way in for weights from other\n"
             "tools. Dataset paths become tensor names; numeric types map to ckpt dtypes,\n"
-            "and a ckpt_dtype attribute (written by export) restores bf16 and fp8.");
+            "and a ckpt_dtype attribute (written by export) restores bf16 and fp8.\n"
+            "A safetensors model (its directory or file) is imported instead: see\n"
+            "`ckpt import MODEL_DIR --help`.");
   args.Positional("in.h5", &in, "HDF5 file to read");
   args.String("out", &out, "checkpoint root (path or storage URI)");
   args.Int("step", &step, "step to save as (default: the file's ckpt_step, else 0)");

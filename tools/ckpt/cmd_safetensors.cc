@@ -8,6 +8,7 @@
 // shard is written under a temporary name, made durable and renamed; the
 // index comes last.
 #include <fcntl.h>
+#include <sys/mman.h>
 #include <sys/resource.h>
 #include <unistd.h>
 
@@ -16,6 +17,7 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
+#include <deque>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -34,6 +36,7 @@
 #include "common/cli.h"
 #include "common/synth_job.h"
 #include "core/root.h"
+#include "format/frame_check.h"
 #include "format/safetensors.h"
 #include "pipeline/loader.h"
 #include "util/errors.h"
@@ -563,6 +566,149 @@ int ExportSafetensorsMain(int argc, char** argv, int first) {
                 shards.size(), to.c_str(), HumanBytes(PeakRssBytes()).c_str(),
                 HumanBytes(static_cast<double>(budget)).c_str());
   }
+  return kExitOk;
+}
+
+int ImportSafetensorsMain(int argc, char** argv, int first) {
+  int64_t step = -1;
+  std::string in, out, codec_name = "none";
+  Args args("import", "MODEL --out DIR [--step S] [--codec C]",
+            "Saves a Hugging Face safetensors model (a directory with model.safetensors.index.json\n"
+            "and its shards, a directory of *.safetensors files, or one file) as a ckpt checkpoint:\n"
+            "one rank, whole tensors, with ckpt's checksums and, if asked, compression. The files\n"
+            "are mapped, not read into memory: the save streams them through its staging arena.\n"
+            "Metadata written by `ckpt export` comes back as it was (ckpt.meta.KEY as KEY, text\n"
+            "blobs ckpt.blob.NAME as blobs); other __metadata__ entries are kept as metadata.\n"
+            "Loading needs no import: every command reads a model in place.");
+  args.Positional("MODEL", &in, "safetensors model (directory, file or safetensors:// URI)");
+  args.String("out", &out, "checkpoint root to save into (path or storage URI)");
+  args.Int("step", &step, "step to save as (default: the model's ckpt.step, else 0)");
+  args.String("codec", &codec_name, "none, zstd or shuffle-zstd (default none)");
+  int exit = 0;
+  if (!args.Parse(argc, argv, first, &exit)) return exit;
+  auto usage = [](const std::string& m) {
+    std::fprintf(stderr, "ckpt import: %s\n", m.c_str());
+    return kExitUsage;
+  };
+  if (out.empty()) return usage("give --out DIR (see --help)");
+  const std::optional<Codec> codec = ParseCodec(codec_name);
+  if (!codec) return usage(StrCat("--codec must be none, zstd or shuffle-zstd, not '", codec_name, "'"));
+  const std::string uri = in.rfind("safetensors://", 0) == 0 ? in : StrCat("safetensors://", in);
+  auto storage = OpenStorage(uri);
+  if (!storage.ok()) return usage(std::string(storage.status().message()));
+  auto latest = LatestCommittedStep(**storage);
+  if (!latest.ok()) return usage(std::string(latest.status().message()));
+  auto manifest = ReadManifest(**storage, *latest);
+  if (!manifest.ok()) return usage(std::string(manifest.status().message()));
+  if (step < 0) step = manifest->step;
+
+  // Each shard mapped read-only; a tensor points at its bytes there.
+  struct Mapping {
+    void* base = MAP_FAILED;
+    size_t size = 0;
+    ~Mapping() {
+      if (base != MAP_FAILED) ::munmap(base, size);
+    }
+  };
+  std::vector<Mapping> maps(manifest->files.size());
+  std::vector<std::vector<IndexEntry>> indexes(manifest->files.size());
+  const std::string dir = StepDir(*latest);
+  for (size_t i = 0; i < manifest->files.size(); ++i) {
+    const ManifestFile& mf = manifest->files[i];
+    const std::string path = StrCat(dir, "/", mf.name);
+    auto f = (*storage)->OpenReadable(path);
+    if (!f.ok()) return usage(std::string(f.status().message()));
+    auto index = ReadFileIndex(**f, mf, path);
+    if (!index.ok()) return usage(std::string(index.status().message()));
+    indexes[i] = std::move(index).value();
+    const std::string local = (*storage)->LocalPath(path);
+    const int fd = ::open(local.c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return usage(StrCat("cannot open ", local, ": ", std::strerror(errno)));
+    maps[i].size = static_cast<size_t>(mf.index_offset);
+    if (maps[i].size > 0) maps[i].base = ::mmap(nullptr, maps[i].size, PROT_READ, MAP_PRIVATE, fd, 0);
+    ::close(fd);
+    if (maps[i].size > 0 && maps[i].base == MAP_FAILED) {
+      return usage(StrCat("cannot map ", local, ": ", std::strerror(errno)));
+    }
+    if (maps[i].size > 0) ::madvise(maps[i].base, maps[i].size, MADV_SEQUENTIAL);
+  }
+  static const std::byte kEmpty[8] = {};
+  State state;
+  for (const ManifestTensor& t : manifest->tensors) {
+    const ManifestChunk& c = t.chunks.at(0);
+    const std::byte* data = kEmpty;
+    if (c.block_count > 0) {
+      data = static_cast<const std::byte*>(maps[c.file].base) + indexes[c.file][c.first_block].offset;
+    }
+    if (absl::Status st = state.AddTensor(t.spec, const_cast<std::byte*>(data)); !st.ok()) {
+      return usage(std::string(st.message()));
+    }
+  }
+  // What `ckpt export` put into __metadata__ comes back as metadata and blobs.
+  SaveOptions so;
+  std::deque<std::string> blob_values;
+  std::map<int, std::vector<std::pair<std::string, const std::string*>>> rank_blobs;
+  const bool from_ckpt = manifest->metadata.count("ckpt.step") > 0;
+  for (const auto& [k, v] : manifest->metadata) {
+    std::string_view key = k;
+    if (ConsumePrefix(&key, "ckpt.blob.")) {
+      blob_values.push_back(v);
+      int64_t rank = -1;
+      std::string_view name = key;
+      if (ConsumePrefix(&name, "rank-")) {
+        const size_t dot = name.find('.');
+        if (dot != std::string_view::npos && ParseInt64(name.substr(0, dot), &rank) && rank >= 0 && rank < (1 << 20)) {
+          rank_blobs[static_cast<int>(rank)].emplace_back(std::string(name.substr(dot + 1)), &blob_values.back());
+          continue;
+        }
+        name = key;
+      }
+      (void)state.AddBlob(std::string(name), blob_values.back().data(), blob_values.back().size(), BlobScope::kGlobal);
+      continue;
+    }
+    if (from_ckpt && (k == "ckpt.step" || k == "format")) continue;
+    so.metadata[k] = v;
+  }
+  const int world = rank_blobs.empty() ? 1 : std::max(1, rank_blobs.rbegin()->first + 1);
+  std::vector<State> states(static_cast<size_t>(world));
+  states[0] = std::move(state);
+  for (const auto& [r, blobs] : rank_blobs) {
+    for (const auto& [name, value] : blobs) {
+      (void)states[static_cast<size_t>(r)].AddBlob(name, value->data(), value->size(), BlobScope::kRank);
+    }
+  }
+  std::vector<std::unique_ptr<Checkpointer>> ranks;
+  for (int r = 0; r < world; ++r) {
+    CheckpointerOptions o;
+    o.uri = out;
+    o.rank = r;
+    o.world_size = world;
+    o.codec = *codec;
+    auto cp = Checkpointer::Open(o);
+    if (!cp.ok()) return usage(std::string(cp.status().message()));
+    ranks.push_back(std::move(cp).value());
+  }
+  std::vector<SaveHandle> handles;
+  absl::Status st;
+  for (int r = 0; r < world && st.ok(); ++r) {
+    auto h = ranks[static_cast<size_t>(r)]->Save(step, states[static_cast<size_t>(r)], so);
+    if (h.ok()) {
+      handles.push_back(std::move(h).value());
+    } else {
+      st = h.status();
+    }
+  }
+  for (SaveHandle& h : handles) {
+    absl::Status w = h.Wait();
+    if (st.ok()) st = w;
+  }
+  if (!st.ok()) {
+    std::fprintf(stderr, "ckpt import: %s\n", std::string(st.message()).c_str());
+    return kExitProblem;
+  }
+  std::printf("imported %zu tensors (%s) from %s as step %lld of %s (%d rank(s), codec %s)\n", manifest->tensors.size(),
+              HumanBytes(static_cast<double>(manifest->LogicalBytes())).c_str(), in.c_str(),
+              static_cast<long long>(step), out.c_str(), world, std::string(CodecName(*codec)).c_str());
   return kExitOk;
 }
 

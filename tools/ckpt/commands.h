@@ -15,6 +15,7 @@ int IntervalMain(int argc, char** argv, int first);
 int PluginsMain(int argc, char** argv, int first);
 int ExportMain(int argc, char** argv, int first);
 int ExportSafetensorsMain(int argc, char** argv, int first);
+int ImportSafetensorsMain(int argc, char** argv, int first);
 int ImportMain(int argc, char** argv, int first);
 int StatsMain(int argc, char** argv, int first);
 int DiffMain(int argc, char** argv, int first);
