@@ -169,6 +169,25 @@ class Suite:
             "--dtype", dtype])
         shutil.rmtree(root, ignore_errors=True)
 
+    def group_safetensors(self, r):
+        """ckpt export --format safetensors of a bf16 step, then a load of the
+        model in place, next to fio reading the largest shard."""
+        root = os.path.join(self.dir, "st-source")
+        hf = os.path.join(self.dir, "st-bf16")
+        shutil.rmtree(root, ignore_errors=True)
+        shutil.rmtree(hf, ignore_errors=True)
+        self.run("ckpt save for export", [self.probe, "save", "--root", root, "--params", self.params("bf16"),
+                                          "--dtype", "bf16"])
+        r["safetensors/export"] = self.run("ckpt export --format safetensors", [
+            self.ckpt, "export", root, "--format", "safetensors", "--to", hf, "--step", "1", "--json"])
+        shutil.rmtree(root, ignore_errors=True)
+        r["safetensors/load"] = self.run("load the safetensors model", [
+            self.probe, "load", "--root", hf, "--step", "1", "--mesh", "dp=1"])
+        shards = [os.path.join(hf, f) for f in os.listdir(hf) if f.endswith(".safetensors")]
+        big = max(shards, key=os.path.getsize)
+        r["safetensors/fio_read"] = self.fio(big, False, os.path.getsize(big) // (4 << 20) * (4 << 20))
+        shutil.rmtree(hf, ignore_errors=True)
+
     def group_plan(self, r):
         r["plan"] = self.run("ckpt plan at 16,384 ranks", [self.ckpt, "plan"] + PLAN_ARGS + ["--json"])
 
@@ -182,6 +201,7 @@ class Suite:
             g.append((f"torch {dtype}", lambda r, d=dtype: self.group_python(r, d, "torch"), 3))
             g.append((f"h5py {dtype}", lambda r, d=dtype: self.group_python(r, d, "h5py"), 3))
             g.append((f"ckpt.torch {dtype}", lambda r, d=dtype: self.group_ckpt_py(r, d), 1))
+        g.append(("safetensors", self.group_safetensors, 4))
         g.append(("plan", self.group_plan, 1))
         return g
 
@@ -297,6 +317,21 @@ def summarize(runs):
                 lambda r: r[f"torch/{dtype}/save"]["seconds"] / r[k + "/save"]["commit_s"]),
             "peak_rss_save": per_run(lambda r: r[k + "/save"]["peak_rss_bytes"]),
         }
+    ex = "safetensors/export"
+    ld = "safetensors/load"
+    s["safetensors/bf16"] = {
+        "bytes": runs[0][ex]["total_size"],
+        "export_s": per_run(lambda r: r[ex]["wall_s"]),
+        "export_x_write": per_run(lambda r: r[ex]["total_size"] / r[ex]["wall_s"] / r["fio_write"]["bytes_per_s"]),
+        "export_speedup_vs_torch_save": per_run(lambda r: r["torch/bf16/save"]["seconds"] / r[ex]["wall_s"]),
+        "peak_rss_export": per_run(lambda r: r[ex]["peak_rss_bytes"]),
+        "load_s": per_run(lambda r: r[ld]["load_s"]),
+        "load_x_read": per_run(
+            lambda r: r[ld]["bytes_read"] / r[ld]["load_s"] / r["safetensors/fio_read"]["bytes_per_s"]),
+        "load_speedup_vs_torch_load": per_run(lambda r: r["torch/bf16/load"]["seconds"] / r[ld]["load_s"]),
+        "read_amplification": per_run(lambda r: r[ld]["bytes_read"] / r[ld]["bytes_needed"]),
+        "peak_rss_load": per_run(lambda r: r[ld]["peak_rss_bytes"]),
+    }
     same = f"reshard/load/{SAVE_MESH}"
     s["reshard"] = {"saved_on": SAVE_MESH, "same_mesh_s": per_run(lambda r: r[same]["load_s"])}
     for mesh in RESHARD_MESHES:
@@ -586,6 +621,20 @@ def report_md(s, t, mach, a, elapsed, command, svg_name, date):
         m = rs[mesh]
         L.append(f"| {mesh} | {fmt(m['load_s'])} | {m['x_same_mesh']['median']:.2f} | "
                  f"{m['read_amplification']['median']:.3f} |")
+    L.append("")
+    st = s["safetensors/bf16"]
+    L.append("### Hugging Face safetensors")
+    L.append("")
+    L.append(f"The bf16 state ({human(st['bytes'])}) exported with `ckpt export --format safetensors` (reading the "
+             "ckpt step, writing and fsyncing the shards; the whole command's wall time), then loaded in place "
+             "(`safetensors://`) onto dp=1; torch.save / torch.load of the same tensors from the table above.")
+    L.append("")
+    L.append("| | seconds | x ceiling | vs torch | peak RSS |")
+    L.append("|---|---:|---:|---:|---:|")
+    L.append(f"| export | {fmt(st['export_s'])} | {st['export_x_write']['median']:.2f} (write) | "
+             f"{st['export_speedup_vs_torch_save']['median']:.2f}x torch.save | {human(st['peak_rss_export']['max'])} |")
+    L.append(f"| load in place | {fmt(st['load_s'])} | {st['load_x_read']['median']:.2f} (read) | "
+             f"{st['load_speedup_vs_torch_load']['median']:.2f}x torch.load | {human(st['peak_rss_load']['max'])} |")
     L.append("")
     L.append("### Planning at 16,384 ranks")
     L.append("")

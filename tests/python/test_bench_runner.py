@@ -39,6 +39,9 @@ def test_runner_reports_every_contender(tmp_path):
     for mesh in ["tp=2", "tp=3"]:
         assert s["reshard"][mesh]["x_same_mesh"]["median"] > 0
     assert s["plan"]["json"]["ranks_from"] == 16384
+    st = s["safetensors/bf16"]
+    assert st["bytes"] > 0 and st["export_s"]["median"] > 0 and st["load_s"]["median"] > 0
+    assert 0.99 < st["read_amplification"]["median"] < 1.06 and st["peak_rss_export"]["median"] > 0
     assert len(res["targets"]) == 15 and all(isinstance(t["met"], bool) for t in res["targets"])
     assert res["machine"]["cores"] >= 1 and res["machine"]["filesystem"]
     svg = ET.parse(os.path.join(out, "chart.svg")).getroot()
