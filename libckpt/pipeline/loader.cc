@@ -49,7 +49,13 @@ struct BlockTask {
   uint64_t rel_block = 0;
   const IndexEntry* entry = nullptr;
   std::string_view file_name;
+  /// Where the entry's bytes start in the chunk's byte stream: the block's
+  /// start, or later for a part of an unchecked block.
+  uint64_t stream_offset = 0;
 };
+
+// Reads of the parts of an unchecked block closer than this are merged.
+constexpr uint64_t kPartGap = 4096;
 
 std::vector<int64_t> PackedStrides(const Dims& sizes) {
   std::vector<int64_t> s(sizes.size(), 1);
@@ -271,7 +277,14 @@ class Loader {
           return absl::DataLossError(StrCat(ChunkName(*w), ": block ", global, " of ", f.path, " at byte offset ",
                                             e.offset, " holds ", e.raw_len, " bytes, expected ", expect_raw));
         }
-        blocks.push_back(BlockTask{w.get(), b, &e, f.path});
+        if ((e.flags & kFlagUnchecked) != 0 && w->tensor != nullptr) {
+          // No checksum covers the block (a safetensors file read in
+          // place): read only the byte ranges its pieces need, so a rank
+          // that takes some columns reads those columns.
+          AddParts(*w, b, bs, e, f.path, &blocks);
+          continue;
+        }
+        blocks.push_back(BlockTask{w.get(), b, &e, f.path, b * bs});
       }
     }
     // Read in file order for sequential access.
@@ -316,6 +329,43 @@ class Loader {
     return s;
   }
 
+  // The byte ranges of block `b` of `w` (stream bytes [b*bs, b*bs +
+  // e.raw_len)) that the pieces need, nearby ones merged, each a task of
+  // its own with an entry for just those bytes.
+  void AddParts(ChunkWork& w, uint64_t b, uint64_t bs, const IndexEntry& e, std::string_view path,
+                std::vector<BlockTask>* out) {
+    const size_t es = DTypeSize(w.tensor->spec.dtype);
+    const uint64_t begin = b * bs;
+    const int64_t e0 = static_cast<int64_t>(begin / es);
+    const int64_t e1 = e0 + static_cast<int64_t>(e.raw_len / es);
+    std::vector<std::pair<uint64_t, uint64_t>> ranges;  // bytes within the block
+    for (const Piece& p : w.pieces) {
+      RunMap runs(w.chunk->box, p.shard->box, p.inter);
+      for (int64_t k = runs.FirstRunEndingAfter(e0); k < runs.nruns(); ++k) {
+        int64_t c, sh;
+        runs.Starts(k, &c, &sh);
+        if (c >= e1) break;
+        const int64_t lo = std::max(c, e0), hi = std::min(c + runs.run_len(), e1);
+        ranges.push_back({static_cast<uint64_t>(lo - e0) * es, static_cast<uint64_t>(hi - e0) * es});
+      }
+    }
+    std::sort(ranges.begin(), ranges.end());
+    std::vector<std::pair<uint64_t, uint64_t>> merged;
+    for (const auto& r : ranges) {
+      if (!merged.empty() && r.first <= merged.back().second + kPartGap) {
+        merged.back().second = std::max(merged.back().second, r.second);
+      } else {
+        merged.push_back(r);
+      }
+    }
+    for (const auto& [lo, hi] : merged) {
+      IndexEntry& part = parts_.emplace_back(e);
+      part.offset = e.offset + lo;
+      part.raw_len = part.stored_len = part.frame_len = static_cast<uint32_t>(hi - lo);
+      out->push_back(BlockTask{&w, b, &part, path, begin + lo});
+    }
+  }
+
   absl::Status ProcessBlock(const BlockTask& task, absl::Span<const std::byte> frame, BlockCodec& codec,
                             std::vector<std::byte>& scratch) {
     const ChunkWork& w = *task.work;
@@ -325,8 +375,7 @@ class Loader {
     if (!s.ok()) return Annotate(s, ChunkName(w));
     auto raw = DecodeFrame(codec, frame, e, scratch, task.file_name);
     if (!raw.ok()) return Annotate(raw.status(), ChunkName(w));
-    const uint64_t bs = m_.files[w.file].block_size;
-    const uint64_t begin = task.rel_block * bs;  // byte offset in the stream
+    const uint64_t begin = task.stream_offset;  // byte offset in the stream
     if (w.blob_out != nullptr) {
       std::memcpy(w.blob_out->data() + begin, raw->data(), raw->size());
       return absl::OkStatus();
@@ -367,6 +416,7 @@ class Loader {
   LoadOptions options_;
   std::vector<std::unique_ptr<ChunkWork>> work_;
   std::map<uint32_t, OpenFile> files_;
+  std::deque<IndexEntry> parts_;  // entries of the parts of unchecked blocks (stable addresses)
   LoadStats stats_;
   std::string first_error_context_;
 };
