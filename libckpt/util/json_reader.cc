@@ -154,10 +154,10 @@ class Parser {
       SkipSpace();
       JsonValue member;
       if (!Value(&member, depth)) return false;
-      v->members.emplace_back(std::move(key), std::move(member));
-      if (!keys.insert(v->members.back().first).second) {
+      v->members.push_back(JsonValue::Member{std::move(key), std::move(member)});
+      if (!keys.insert(v->members.back().key).second) {
         pos_ = key_at;
-        return Fail(StrCat("duplicate member \"", v->members.back().first.substr(0, 200), "\""));
+        return Fail(StrCat("duplicate member \"", v->members.back().key.substr(0, 200), "\""));
       }
       SkipSpace();
       if (pos_ < s_.size() && s_[pos_] == ',') {

@@ -20,10 +20,11 @@ struct JsonValue {
   enum class Kind : uint8_t { kNull, kBool, kNumber, kString, kArray, kObject };
   Kind kind = Kind::kNull;
   bool boolean = false;
-  std::string text;                                        ///< a string's decoded value, or a number's literal text
-  std::vector<JsonValue> items;                            ///< array elements
-  std::vector<std::pair<std::string, JsonValue>> members;  ///< object members, in order
-  uint64_t offset = 0;                                     ///< where the value starts in the input
+  std::string text;              ///< a string's decoded value, or a number's literal text
+  std::vector<JsonValue> items;  ///< array elements
+  struct Member;
+  std::vector<Member> members;  ///< object members, in order
+  uint64_t offset = 0;          ///< where the value starts in the input
 
   bool is_object() const { return kind == Kind::kObject; }
   bool is_array() const { return kind == Kind::kArray; }
@@ -33,6 +34,11 @@ struct JsonValue {
   /// A number that is a non-negative integer written without fraction or
   /// exponent and fits in 64 bits.
   std::optional<uint64_t> AsUint64() const;
+};
+
+struct JsonValue::Member {
+  std::string key;
+  JsonValue value;
 };
 
 /// Whether `s` is well-formed UTF-8 (shortest forms, no surrogates, at most

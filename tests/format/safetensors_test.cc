@@ -50,7 +50,7 @@ TEST(JsonReader, ParsesTheGrammarAndKeepsOrder) {
   ASSERT_TRUE(v.ok()) << v.status();
   ASSERT_TRUE(v->is_object());
   ASSERT_EQ(v->members.size(), 3u);
-  EXPECT_EQ(v->members[0].first, "b");
+  EXPECT_EQ(v->members[0].key, "b");
   EXPECT_EQ(v->Find("b")->items.size(), 5u);
   EXPECT_EQ(v->Find("b")->items[1].text, "-2.5e3");
   EXPECT_FALSE(v->Find("b")->items[1].AsUint64().has_value());
