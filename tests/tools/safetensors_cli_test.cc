@@ -152,6 +152,11 @@ TEST_F(SafetensorsExport, AModelIsReadInPlaceOntoAnyMesh) {
     EXPECT_EQ(r.code, 0) << mesh << ": " << r.out;
     EXPECT_NE(r.out.find("all elements match"), std::string::npos) << r.out;
   }
+  CommandResult stats = RunCommand(kBin + " stats " + hf);
+  EXPECT_EQ(stats.code, 0) << stats.out;
+  EXPECT_NE(stats.out.find("model.norm.weight"), std::string::npos) << stats.out;
+  CommandResult same = RunCommand(kBin + " diff --tensors-only " + root_ + " " + hf);
+  EXPECT_EQ(same.code, 0) << "every tensor equal to the step it came from: " << same.out;
   CommandResult list = RunCommand(kBin + " list safetensors://" + hf);
   EXPECT_EQ(list.code, 0) << list.out;
   EXPECT_NE(list.out.find("7 "), std::string::npos) << "the step `ckpt export` recorded: " << list.out;
