@@ -64,14 +64,24 @@ std::vector<int64_t> PackedStrides(const Dims& sizes) {
 }
 
 // Runs of `inter` in the packed order of `chunk`: run k covers chunk
-// elements [ChunkStart(k), ChunkStart(k) + run_len).
+// elements [ChunkStart(k), ChunkStart(k) + run_len). Trailing dimensions
+// that `inter` spans whole in both the chunk and the shard are folded into
+// the run (consecutive rows are then adjacent in both), so a row slab of a
+// row-major chunk is one run, not one per row.
 class RunMap {
  public:
   RunMap(const Box& chunk, const Box& shard, const Box& inter) : chunk_(chunk), shard_(shard), inter_(inter) {
-    nd_ = inter.ndim();
+    const int nd = inter.ndim();
     cstride_ = PackedStrides(chunk.sizes);
     sstride_ = PackedStrides(shard.sizes);
-    run_len_ = nd_ == 0 ? 1 : inter.sizes[nd_ - 1];
+    // nd_: the dimensions left once full trailing ones are folded; a run
+    // goes along dimension nd_ - 1 and over every dimension after it.
+    nd_ = nd;
+    while (nd_ > 1 && inter.sizes[nd_ - 1] == chunk.sizes[nd_ - 1] && inter.sizes[nd_ - 1] == shard.sizes[nd_ - 1]) {
+      --nd_;
+    }
+    run_len_ = 1;
+    for (int d = std::max(nd_ - 1, 0); d < nd; ++d) run_len_ *= inter.sizes[d];
     nruns_ = 1;
     for (int d = 0; d + 1 < nd_; ++d) nruns_ *= inter.sizes[d];
     if (inter.Empty()) nruns_ = 0;
@@ -87,8 +97,8 @@ class RunMap {
       s += (inter_.offsets[d] - shard_.offsets[d] + i) * sstride_[d];
     }
     if (nd_ > 0) {
-      c += inter_.offsets[nd_ - 1] - chunk_.offsets[nd_ - 1];
-      s += inter_.offsets[nd_ - 1] - shard_.offsets[nd_ - 1];
+      c += (inter_.offsets[nd_ - 1] - chunk_.offsets[nd_ - 1]) * cstride_[nd_ - 1];
+      s += (inter_.offsets[nd_ - 1] - shard_.offsets[nd_ - 1]) * sstride_[nd_ - 1];
     }
     *chunk_start = c;
     *shard_start = s;

@@ -178,6 +178,71 @@ TEST_P(RoundTripTest, StridedSourceAndTarget) {
   }
 }
 
+// Loads whose boxes span trailing dimensions whole (row slabs, plane
+// slabs) copy each intersection as one run; boxes that cut a middle or the
+// last dimension do not. Every case, into packed and into padded memory.
+TEST_P(RoundTripTest, SlabsThatSpanTrailingDimensionsWhole) {
+  const TensorSpec spec{"cube", DType::kF32, {37, 23, 19}};
+  // Saved as three chunks cut along dimension 0 only.
+  const std::vector<int64_t> rows = {0, 9, 20, 37};
+  const std::string uri = Uri();
+  std::vector<std::vector<OwnedShard>> data(3);
+  std::vector<std::unique_ptr<Checkpointer>> ranks;
+  SaveEngineOptions eo;
+  eo.block_size = kSmallBlock;
+  auto engine = CreateSaveEngine(eo);
+  ASSERT_OK(engine);
+  for (int r = 0; r < 3; ++r) {
+    ranks.push_back(Open(uri, Codec::kNone, r, 3, *engine));
+    ASSERT_NE(ranks.back(), nullptr);
+  }
+  std::vector<SaveHandle> handles;
+  for (int r = 0; r < 3; ++r) {
+    data[r].push_back(MakeShard(spec, Box({rows[r], 0, 0}, {rows[r + 1] - rows[r], 23, 19}), 17));
+    State st = StateOf(data[r]);
+    auto h = ranks[r]->Save(4, st);
+    ASSERT_OK(h);
+    handles.push_back(*h);
+  }
+  for (auto& h : handles) ASSERT_OK(h.Wait());
+  const std::vector<Box> boxes = {
+      Box({0, 0, 0}, {37, 23, 19}),  // everything: one run per chunk
+      Box({5, 0, 0}, {20, 23, 19}),  // rows across chunk boundaries
+      Box({3, 4, 0}, {30, 10, 19}),  // a middle cut, last dimension whole
+      Box({3, 0, 2}, {30, 23, 15}),  // the last dimension cut
+      Box({36, 22, 0}, {1, 1, 19}),  // one row
+      Box({10, 0, 0}, {1, 23, 19}),  // one plane
+  };
+  for (const Box& box : boxes) {
+    std::vector<OwnedShard> out = {EmptyShard(spec, box)};
+    State target = StateOf(out);
+    ASSERT_OK(ranks[0]->Load(target, 4));
+    EXPECT_EQ(Mismatches(out[0], 17), 0) << box.ToString();
+    // The same box into memory with a padded last dimension (not contiguous).
+    const int64_t pitch = box.sizes[2] + 3;
+    std::vector<float> padded(static_cast<size_t>(box.sizes[0] * box.sizes[1] * pitch), -7.0f);
+    State strided;
+    ASSERT_OK(strided.AddShard(spec, box, padded.data(), {box.sizes[1] * pitch, pitch, 1}));
+    ASSERT_OK(ranks[1]->Load(strided, 4));
+    const float* want = reinterpret_cast<const float*>(out[0].data.data());
+    int64_t bad = 0, pad_touched = 0;
+    for (int64_t i = 0; i < box.sizes[0]; ++i) {
+      for (int64_t j = 0; j < box.sizes[1]; ++j) {
+        for (int64_t k = 0; k < pitch; ++k) {
+          const float got = padded[static_cast<size_t>((i * box.sizes[1] + j) * pitch + k)];
+          if (k >= box.sizes[2]) {
+            pad_touched += got != -7.0f;
+          } else {
+            bad += got != want[(i * box.sizes[1] + j) * box.sizes[2] + k];
+          }
+        }
+      }
+    }
+    EXPECT_EQ(bad, 0) << box.ToString();
+    EXPECT_EQ(pad_touched, 0) << box.ToString();
+  }
+}
+
 TEST_P(RoundTripTest, BlobsPerRankAndGlobal) {
   const std::string uri = Uri();
   SaveEngineOptions eo;
