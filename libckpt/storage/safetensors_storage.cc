@@ -39,8 +39,9 @@ struct Shard {
 // The file as stored, followed by its index.
 class ShardFile : public ReadableFile {
  public:
-  ShardFile(std::unique_ptr<ReadableFile> base, const Shard& shard, std::string path)
-      : base_(std::move(base)), shard_(shard), path_(std::move(path)) {}
+  // `owner` keeps the storage, and so `shard`, alive as long as the file.
+  ShardFile(std::unique_ptr<ReadableFile> base, const Shard& shard, std::string path, std::shared_ptr<const void> owner)
+      : base_(std::move(base)), shard_(shard), path_(std::move(path)), owner_(std::move(owner)) {}
   uint64_t size() const override { return shard_.real_size + shard_.index.size(); }
   absl::Status ReadAt(uint64_t offset, absl::Span<std::byte> dst) override {
     if (offset > size() || dst.size() > size() - offset) {
@@ -71,9 +72,10 @@ class ShardFile : public ReadableFile {
   std::unique_ptr<ReadableFile> base_;
   const Shard& shard_;
   std::string path_;
+  std::shared_ptr<const void> owner_;
 };
 
-class SafetensorsStorage : public Storage {
+class SafetensorsStorage : public Storage, public std::enable_shared_from_this<SafetensorsStorage> {
  public:
   SafetensorsStorage(std::shared_ptr<Storage> base, std::string uri) : base_(std::move(base)), uri_(std::move(uri)) {}
 
@@ -167,6 +169,10 @@ class SafetensorsStorage : public Storage {
     m.claim = claim_;
     for (ManifestFile& mf : m.files) mf.save_id = claim.save_id;
     step_ = m.step;
+    latest_ = EncodeLatest(step_);
+    // Every virtual file is made here: the storage is then read-only and
+    // safe to use from several threads at once.
+    if (auto sums = base_->GetAll(kSumsName); sums.ok()) sums_ = std::move(sums).value();
     manifest_ = EncodeManifest(m);
     // The manifest must decode as any other (limits, references, boxes).
     CKPT_RETURN_IF_ERROR(DecodeManifest(manifest_, Display(std::string(kIndexName))).status());
@@ -213,11 +219,11 @@ class SafetensorsStorage : public Storage {
         return absl::DataLossError(StrCat(Display(s->name), ": ", f->size(), " bytes now, ", s->real_size,
                                           " when it was opened (changed underneath)"));
       }
-      return std::unique_ptr<ReadableFile>(new ShardFile(std::move(f), *s, std::string(path)));
+      return std::unique_ptr<ReadableFile>(new ShardFile(std::move(f), *s, std::string(path), shared_from_this()));
     }
     const std::string* text = Virtual(path);
     if (text == nullptr) return absl::NotFoundError(StrCat(uri_, ": no ", path));
-    return std::unique_ptr<ReadableFile>(new ShardFileText(*text, std::string(path)));
+    return std::unique_ptr<ReadableFile>(new ShardFileText(*text, std::string(path), shared_from_this()));
   }
   absl::Status PutAtomic(std::string_view path, absl::Span<const std::byte>) override { return ReadOnly(path); }
   absl::Status PutIfAbsent(std::string_view path, absl::Span<const std::byte>) override { return ReadOnly(path); }
@@ -260,7 +266,8 @@ class SafetensorsStorage : public Storage {
   // The virtual small files of the root.
   class ShardFileText : public ReadableFile {
    public:
-    ShardFileText(const std::string& text, std::string path) : text_(text), path_(std::move(path)) {}
+    ShardFileText(const std::string& text, std::string path, std::shared_ptr<const void> owner)
+        : text_(text), path_(std::move(path)), owner_(std::move(owner)) {}
     uint64_t size() const override { return text_.size(); }
     absl::Status ReadAt(uint64_t offset, absl::Span<std::byte> dst) override {
       if (offset > text_.size() || dst.size() > text_.size() - offset) {
@@ -278,6 +285,7 @@ class SafetensorsStorage : public Storage {
    private:
     const std::string& text_;
     std::string path_;
+    std::shared_ptr<const void> owner_;  // keeps `text_` alive
   };
 
   std::string Display(const std::string& name) const { return StrCat(base_->uri(), "/", name); }
@@ -294,18 +302,9 @@ class SafetensorsStorage : public Storage {
     }
     return nullptr;
   }
-  const std::string* Virtual(std::string_view path) {
-    if (path == kSumsName) {
-      if (!sums_) {
-        auto text = base_->GetAll(kSumsName);
-        sums_ = text.ok() ? std::optional<std::string>(std::move(text).value()) : std::nullopt;
-      }
-      return sums_ ? &*sums_ : nullptr;
-    }
-    if (path == kLatestName) {
-      latest_ = EncodeLatest(step_);
-      return &latest_;
-    }
+  const std::string* Virtual(std::string_view path) const {
+    if (path == kSumsName) return sums_ ? &*sums_ : nullptr;
+    if (path == kLatestName) return &latest_;
     const std::string dir = StepDir(step_) + "/";
     if (path.substr(0, dir.size()) != dir) return nullptr;
     const std::string_view name = path.substr(dir.size());
@@ -320,7 +319,7 @@ class SafetensorsStorage : public Storage {
   std::vector<Shard> shards_;
   int64_t step_ = 0;
   std::string manifest_, claim_, latest_;
-  std::optional<std::string> sums_;  // SHA256SUMS beside the shards, read once
+  std::optional<std::string> sums_;  // SHA256SUMS beside the shards, if any
 };
 
 bool IsDir(const std::string& p) {

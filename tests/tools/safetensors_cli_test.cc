@@ -9,11 +9,14 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <string>
+#include <thread>
+#include <vector>
 
 #include "ckpt/checkpointer.h"
 #include "testutil/test_util.h"
@@ -270,6 +273,50 @@ TEST(SafetensorsRoot, RowAndColumnCutsReadLittleMoreThanTheyNeed) {
     EXPECT_LE(static_cast<double>(stats->bytes_read), 1.05 * static_cast<double>(stats->bytes_needed))
         << "columns " << c0 << ".." << c1 << ": read " << stats->bytes_read << " for " << stats->bytes_needed;
   }
+}
+
+// The storage is shared by a job's threads, and files opened from it may
+// outlive it.
+TEST(SafetensorsRoot, FilesOutliveTheStorageAndThreadsShareIt) {
+  TempDir dir;
+  const std::string json = R"({"a":{"dtype":"F32","shape":[4],"data_offsets":[0,16]}})";
+  std::string bytes(8, '\0');
+  const uint64_t n = json.size();
+  std::memcpy(bytes.data(), &n, 8);
+  const float values[4] = {1.5f, -2.0f, 3.25f, 4.0f};
+  bytes += json + std::string(reinterpret_cast<const char*>(values), 16);
+  WriteFile(dir.Join("model.safetensors"), bytes);
+  auto storage = OpenStorage(dir.Join("model.safetensors"));
+  ASSERT_OK(storage);
+  std::vector<std::thread> threads;
+  std::atomic<int> bad{0};
+  for (int t = 0; t < 4; ++t) {
+    threads.emplace_back([&] {
+      for (int i = 0; i < 200; ++i) {
+        auto latest = (*storage)->GetAll("LATEST");
+        auto manifest = (*storage)->GetAll("step-0000000000/MANIFEST");
+        if (!latest.ok() || !manifest.ok()) ++bad;
+        std::vector<float> back(4, 0.0f);
+        State target;
+        if (!target.AddTensor(TensorSpec{"a", DType::kF32, {4}}, back.data()).ok() ||
+            !LoadCheckpoint(**storage, target, 0).ok() || std::memcmp(back.data(), values, 16) != 0) {
+          ++bad;
+        }
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  EXPECT_EQ(bad.load(), 0);
+  auto data = (*storage)->OpenReadable("step-0000000000/model.safetensors");
+  auto manifest = (*storage)->OpenReadable("step-0000000000/MANIFEST");
+  ASSERT_OK(data);
+  ASSERT_OK(manifest);
+  storage->reset();  // the files keep what they read alive
+  std::vector<std::byte> got(16);
+  ASSERT_OK((*data)->ReadAt(bytes.size() - 16, absl::Span<std::byte>(got)));
+  EXPECT_EQ(std::memcmp(got.data(), values, 16), 0);
+  std::vector<std::byte> head(8);
+  ASSERT_OK((*manifest)->ReadAt(0, absl::Span<std::byte>(head)));
 }
 
 // Hand-made broken models: each is exit 2 from the tools, naming the file
