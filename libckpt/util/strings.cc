@@ -19,15 +19,11 @@ bool ParseDouble(std::string_view s, double* out) {
   return ec == std::errc() && p == s.data() + s.size();
 }
 
-namespace {
-
 std::string_view Trim(std::string_view t) {
   while (!t.empty() && std::isspace(static_cast<unsigned char>(t.back()))) t.remove_suffix(1);
   while (!t.empty() && std::isspace(static_cast<unsigned char>(t.front()))) t.remove_prefix(1);
   return t;
 }
-
-}  // namespace
 
 bool ParseHex64(std::string_view s, uint64_t* out) {
   if (!ConsumePrefix(&s, "0x") || s.size() != 16) return false;

@@ -125,19 +125,13 @@ int ExportMain(int argc, char** argv, int first) {
   };
   if (format != "hdf5") return usage(StrCat("--format must be hdf5 or safetensors, not '", format, "'"));
   if (to.empty()) return usage("give --to FILE (see --help)");
-  auto storage = OpenStorage(dir);
-  if (!storage.ok()) return usage(std::string(storage.status().message()));
-  if (step == kLatestStep) {
-    auto latest = LatestCommittedStep(**storage);
-    if (!latest.ok()) return usage(std::string(latest.status().message()));
-    step = *latest;
-  }
-  WarnIfDamaged(**storage, step, "export");
-  auto summary = SummarizeStep(**storage, step);
-  if (!summary.ok()) return usage(std::string(summary.status().message()));
-  // Read once; each tensor and blob is then loaded against it.
-  auto manifest = ReadManifest(**storage, step);
-  if (!manifest.ok()) return usage(std::string(manifest.status().message()));
+  // The manifest is read once; each tensor and blob is loaded against it.
+  auto opened = OpenStepToRead(dir, step, "export");
+  if (!opened.ok()) return usage(std::string(opened.status().message()));
+  step = opened->step;
+  Storage* const storage = opened->storage.get();
+  const CheckpointSummary* const summary = &opened->summary;
+  const Manifest* const manifest = &opened->manifest;
 
   H5Eset_auto2(H5E_DEFAULT, nullptr, nullptr);  // errors are reported here, by name
   Hid file(H5Fcreate(to.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT), H5Fclose);
@@ -160,7 +154,7 @@ int ExportMain(int argc, char** argv, int first) {
       std::fprintf(stderr, "ckpt export: %s\n", std::string(st.message()).c_str());
       return kExitProblem;
     }
-    auto loaded = LoadFromManifest(**storage, *manifest, target, /*rank=*/0, LoadOptions{});
+    auto loaded = LoadFromManifest(*storage, *manifest, target, /*rank=*/0, LoadOptions{});
     if (!loaded.ok()) {
       std::fprintf(stderr, "ckpt export: %s\n", std::string(loaded.status().message()).c_str());
       return kExitProblem;
@@ -177,7 +171,7 @@ int ExportMain(int argc, char** argv, int first) {
     std::string value;
     State target;
     (void)target.AddBlobOut(b.name, &value, b.rank < 0 ? BlobScope::kGlobal : BlobScope::kRank, b.rank);
-    auto loaded = LoadFromManifest(**storage, *manifest, target, std::max(0, b.rank), LoadOptions{});
+    auto loaded = LoadFromManifest(*storage, *manifest, target, std::max(0, b.rank), LoadOptions{});
     if (!loaded.ok()) {
       std::fprintf(stderr, "ckpt export: %s\n", std::string(loaded.status().message()).c_str());
       return kExitProblem;
@@ -376,31 +370,11 @@ int ImportMain(int argc, char** argv, int first) {
     }
   }
   const int world = states.rbegin()->first + 1;
-  std::vector<std::unique_ptr<Checkpointer>> ranks;
-  std::vector<SaveHandle> handles;
+  std::vector<State> by_rank(static_cast<size_t>(world));
+  for (auto& [r, state] : states) by_rank[static_cast<size_t>(r)] = std::move(state);
   SaveOptions so;
   so.metadata = metadata;
-  for (int r = 0; r < world; ++r) {
-    CheckpointerOptions o;
-    o.uri = out;
-    o.rank = r;
-    o.world_size = world;
-    auto cp = Checkpointer::Open(o);
-    if (!cp.ok()) return usage(std::string(cp.status().message()));
-    ranks.push_back(std::move(cp).value());
-  }
-  absl::Status st;
-  for (int r = 0; r < world && st.ok(); ++r) {
-    auto h = ranks[static_cast<size_t>(r)]->Save(step, states[r], so);
-    if (h.ok())
-      handles.push_back(std::move(h).value());
-    else
-      st = h.status();
-  }
-  for (SaveHandle& h : handles) {
-    absl::Status w = h.Wait();
-    if (st.ok()) st = w;
-  }
+  const absl::Status st = SaveAsRanks(out, step, by_rank, so, Codec::kNone);
   if (!st.ok()) {
     std::fprintf(stderr, "ckpt import: %s\n", std::string(st.message()).c_str());
     return kExitProblem;

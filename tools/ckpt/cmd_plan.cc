@@ -68,12 +68,6 @@ Manifest SimulatedManifest(const SyntheticModel& model, const SavePlan& plan, ui
   return m;
 }
 
-double PeakRssBytes() {
-  struct rusage ru;
-  getrusage(RUSAGE_SELF, &ru);
-  return static_cast<double>(ru.ru_maxrss) * 1024.0;
-}
-
 }  // namespace
 
 int PlanMain(int argc, char** argv, int first) {

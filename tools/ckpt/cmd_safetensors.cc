@@ -52,12 +52,6 @@
 namespace ckpt::tools {
 namespace {
 
-std::string_view Trim(std::string_view s) {
-  while (!s.empty() && std::isspace(static_cast<unsigned char>(s.front()))) s.remove_prefix(1);
-  while (!s.empty() && std::isspace(static_cast<unsigned char>(s.back()))) s.remove_suffix(1);
-  return s;
-}
-
 std::vector<std::string> SplitGlobs(const std::string& list) {
   std::vector<std::string> out;
   size_t start = 0;
@@ -125,37 +119,6 @@ absl::StatusOr<Renamer> ReadRenames(const std::string& path) {
 }
 
 // Element conversion for --dtype (floating-point tensors only).
-float ToFloat(DType d, const std::byte* p) {
-  switch (d) {
-    case DType::kF32: {
-      float f;
-      std::memcpy(&f, p, 4);
-      return f;
-    }
-    case DType::kF64: {
-      double v;
-      std::memcpy(&v, p, 8);
-      return static_cast<float>(v);
-    }
-    case DType::kBF16: {
-      uint16_t h;
-      std::memcpy(&h, p, 2);
-      return BF16ToFloat(h);
-    }
-    case DType::kF16: {
-      uint16_t h;
-      std::memcpy(&h, p, 2);
-      return F16ToFloat(h);
-    }
-    case DType::kF8E4M3:
-      return F8E4M3ToFloat(static_cast<uint8_t>(*p));
-    case DType::kF8E5M2:
-      return F8E5M2ToFloat(static_cast<uint8_t>(*p));
-    default:
-      return 0;
-  }
-}
-
 void Convert(DType from, const std::byte* in, DType to, std::byte* out, int64_t n) {
   const size_t ie = DTypeSize(from), oe = DTypeSize(to);
   if (from == DType::kF64 && to == DType::kF32) {
@@ -168,7 +131,7 @@ void Convert(DType from, const std::byte* in, DType to, std::byte* out, int64_t 
     return;
   }
   for (int64_t i = 0; i < n; ++i) {
-    const float f = ToFloat(from, in + i * ie);
+    const float f = static_cast<float>(ElementToDouble(from, in + i * ie));
     if (to == DType::kF32) {
       std::memcpy(out + i * oe, &f, 4);
     } else {
@@ -243,12 +206,6 @@ std::string ShardName(size_t i, size_t n) {
   return buf;
 }
 
-double PeakRssBytes() {
-  rusage ru{};
-  getrusage(RUSAGE_SELF, &ru);
-  return static_cast<double>(ru.ru_maxrss) * 1024.0;
-}
-
 // A shard being written, front to back: bytes are gathered in an aligned
 // buffer and written with O_DIRECT in whole 4 KiB pages (buffered writes of
 // a multi-GB shard and its fsync run at a fraction of the disk's speed);
@@ -265,7 +222,6 @@ class ShardWriter {
   absl::Status Open(const std::string& path, bool hash) {
     path_ = path;
     fd_ = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_DIRECT, 0644);
-    direct_ = fd_ >= 0;
     if (fd_ < 0) fd_ = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
     if (fd_ < 0) return absl::InternalError(StrCat("cannot create ", path, ": ", std::strerror(errno)));
     CKPT_ASSIGN_OR_RETURN(buf_, AlignedBuffer::Allocate(kBuffer, false));
@@ -324,7 +280,6 @@ class ShardWriter {
 
   std::string path_;
   int fd_ = -1;
-  bool direct_ = false;
   AlignedBuffer buf_;
   size_t fill_ = 0;
   uint64_t flushed_ = 0;
@@ -403,18 +358,12 @@ int ExportSafetensorsMain(int argc, char** argv, int first) {
   const std::vector<std::string> only_globs = SplitGlobs(only);
   const std::vector<std::string> exclude_globs = SplitGlobs(exclude);
 
-  auto storage = OpenStorage(dir);
-  if (!storage.ok()) return usage(std::string(storage.status().message()));
-  if (step == kLatestStep) {
-    auto latest = LatestCommittedStep(**storage);
-    if (!latest.ok()) return usage(std::string(latest.status().message()));
-    step = *latest;
-  }
-  WarnIfDamaged(**storage, step, "export");
-  auto summary = SummarizeStep(**storage, step);
-  if (!summary.ok()) return usage(std::string(summary.status().message()));
-  auto manifest = ReadManifest(**storage, step);
-  if (!manifest.ok()) return usage(std::string(manifest.status().message()));
+  auto opened = OpenStepToRead(dir, step, "export");
+  if (!opened.ok()) return usage(std::string(opened.status().message()));
+  step = opened->step;
+  Storage* const storage = opened->storage.get();
+  const CheckpointSummary* const summary = &opened->summary;
+  const Manifest* const manifest = &opened->manifest;
 
   // The tensors, renamed, in the order of their new names.
   std::vector<OutTensor> tensors;
@@ -472,7 +421,7 @@ int ExportSafetensorsMain(int argc, char** argv, int first) {
     std::string value;
     State target;
     (void)target.AddBlobOut(b.name, &value, b.rank < 0 ? BlobScope::kGlobal : BlobScope::kRank, b.rank);
-    auto loaded = LoadFromManifest(**storage, *manifest, target, std::max(0, b.rank), LoadOptions{});
+    auto loaded = LoadFromManifest(*storage, *manifest, target, std::max(0, b.rank), LoadOptions{});
     if (!loaded.ok()) return problem(std::string(loaded.status().message()));
     if (!IsValidUtf8(value) || value.find('\0') != std::string::npos) {
       left_out.push_back(StrCat("blob '", label, "' (", b.size, " bytes, not UTF-8 text)"));
@@ -603,7 +552,7 @@ int ExportSafetensorsMain(int argc, char** argv, int first) {
         load_status = target.AddShard(spec, sl.box, batch.in->data() + at);
         at += static_cast<uint64_t>(sl.count) * DTypeSize(spec.dtype);
       }
-      if (load_status.ok()) load_status = LoadFromManifest(**storage, *manifest, target, 0, load_options).status();
+      if (load_status.ok()) load_status = LoadFromManifest(*storage, *manifest, target, 0, load_options).status();
       if (!load_status.ok()) break;
       std::unique_lock<std::mutex> lock(mu);
       cv.wait(lock, [&] { return !pending.has_value() || !write_status.ok(); });
@@ -776,31 +725,7 @@ int ImportSafetensorsMain(int argc, char** argv, int first) {
       (void)states[static_cast<size_t>(r)].AddBlob(name, value->data(), value->size(), BlobScope::kRank);
     }
   }
-  std::vector<std::unique_ptr<Checkpointer>> ranks;
-  for (int r = 0; r < world; ++r) {
-    CheckpointerOptions o;
-    o.uri = out;
-    o.rank = r;
-    o.world_size = world;
-    o.codec = *codec;
-    auto cp = Checkpointer::Open(o);
-    if (!cp.ok()) return usage(std::string(cp.status().message()));
-    ranks.push_back(std::move(cp).value());
-  }
-  std::vector<SaveHandle> handles;
-  absl::Status st;
-  for (int r = 0; r < world && st.ok(); ++r) {
-    auto h = ranks[static_cast<size_t>(r)]->Save(step, states[static_cast<size_t>(r)], so);
-    if (h.ok()) {
-      handles.push_back(std::move(h).value());
-    } else {
-      st = h.status();
-    }
-  }
-  for (SaveHandle& h : handles) {
-    absl::Status w = h.Wait();
-    if (st.ok()) st = w;
-  }
+  const absl::Status st = SaveAsRanks(out, step, states, so, *codec);
   if (!st.ok()) {
     std::fprintf(stderr, "ckpt import: %s\n", std::string(st.message()).c_str());
     return kExitProblem;

@@ -1,5 +1,6 @@
 #include "common/cli.h"
 
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include <cmath>
@@ -9,9 +10,11 @@
 #include <mutex>
 #include <sstream>
 
+#include "ckpt/checkpointer.h"
 #include "common/synth_job.h"
 #include "core/root.h"
 #include "util/clock.h"
+#include "util/errors.h"
 #include "util/strings.h"
 
 namespace ckpt::tools {
@@ -138,6 +141,55 @@ bool Args::Parse(int argc, char** argv, int first, int* exit) {
     return fail("missing argument " + positionals_[next_pos].name);
   }
   return true;
+}
+
+absl::StatusOr<StepToRead> OpenStepToRead(const std::string& uri, int64_t step, const char* command) {
+  StepToRead out;
+  CKPT_ASSIGN_OR_RETURN(out.storage, OpenStorage(uri));
+  if (step == kLatestStep) {
+    CKPT_ASSIGN_OR_RETURN(step, LatestCommittedStep(*out.storage));
+  }
+  out.step = step;
+  WarnIfDamaged(*out.storage, step, command);
+  CKPT_ASSIGN_OR_RETURN(out.summary, SummarizeStep(*out.storage, step));
+  CKPT_ASSIGN_OR_RETURN(out.manifest, ReadManifest(*out.storage, step));
+  return out;
+}
+
+absl::Status SaveAsRanks(const std::string& uri, int64_t step, std::vector<State>& states, const SaveOptions& options,
+                         Codec codec) {
+  const int world = static_cast<int>(states.size());
+  std::vector<std::unique_ptr<Checkpointer>> ranks;
+  for (int r = 0; r < world; ++r) {
+    CheckpointerOptions o;
+    o.uri = uri;
+    o.rank = r;
+    o.world_size = world;
+    o.codec = codec;
+    CKPT_ASSIGN_OR_RETURN(std::unique_ptr<Checkpointer> cp, Checkpointer::Open(o));
+    ranks.push_back(std::move(cp));
+  }
+  std::vector<SaveHandle> handles;
+  absl::Status st;
+  for (int r = 0; r < world && st.ok(); ++r) {
+    auto h = ranks[static_cast<size_t>(r)]->Save(step, states[static_cast<size_t>(r)], options);
+    if (h.ok()) {
+      handles.push_back(std::move(h).value());
+    } else {
+      st = h.status();
+    }
+  }
+  for (SaveHandle& h : handles) {
+    absl::Status w = h.Wait();
+    if (st.ok()) st = w;
+  }
+  return st;
+}
+
+double PeakRssBytes() {
+  rusage ru{};
+  getrusage(RUSAGE_SELF, &ru);
+  return static_cast<double>(ru.ru_maxrss) * 1024.0;
 }
 
 bool StderrIsTty() { return isatty(STDERR_FILENO) == 1; }

@@ -4,11 +4,18 @@
 
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
 
+#include "absl/status/statusor.h"
+#include "ckpt/codec.h"
+#include "ckpt/options.h"
+#include "ckpt/state.h"
 #include "ckpt/storage.h"
+#include "ckpt/verify.h"
+#include "format/manifest.h"
 
 namespace ckpt::tools {
 
@@ -62,6 +69,26 @@ class Args {
 /// never meets damage silently. Steps that cannot be examined say nothing
 /// here; the command's own read reports them.
 void WarnIfDamaged(Storage& storage, int64_t step, const char* command);
+
+/// A committed step opened for reading whole (export): its storage, the
+/// step (the latest when kLatestStep was asked for; a damaged one is said
+/// on stderr as `command`), its summary and manifest.
+struct StepToRead {
+  std::shared_ptr<Storage> storage;
+  int64_t step = 0;
+  CheckpointSummary summary;
+  Manifest manifest;
+};
+absl::StatusOr<StepToRead> OpenStepToRead(const std::string& uri, int64_t step, const char* command);
+
+/// Saves states[r] as rank r of a job of states.size() ranks into `uri`
+/// (one Checkpointer per rank, every Save started before any is waited
+/// for): what the importers write.
+absl::Status SaveAsRanks(const std::string& uri, int64_t step, std::vector<State>& states, const SaveOptions& options,
+                         Codec codec);
+
+/// This process's peak resident memory, in bytes.
+double PeakRssBytes();
 
 /// True when stderr is a terminal (progress bars go there).
 bool StderrIsTty();
