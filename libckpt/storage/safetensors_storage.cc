@@ -36,41 +36,44 @@ struct Shard {
   std::string index;
 };
 
-// The file as stored, followed by its index.
-class ShardFile : public ReadableFile {
+// A file of the root: the first `real_size` bytes of `base` (a shard as
+// stored; none for the small files made in memory), followed by `tail` (the
+// shard's index, or the whole of a made file).
+class RootFile : public ReadableFile {
  public:
-  // `owner` keeps the storage, and so `shard`, alive as long as the file.
-  ShardFile(std::unique_ptr<ReadableFile> base, const Shard& shard, std::string path, std::shared_ptr<const void> owner)
-      : base_(std::move(base)), shard_(shard), path_(std::move(path)), owner_(std::move(owner)) {}
-  uint64_t size() const override { return shard_.real_size + shard_.index.size(); }
+  // `owner` keeps the storage, and so `tail`, alive as long as the file.
+  RootFile(std::unique_ptr<ReadableFile> base, uint64_t real_size, const std::string& tail, std::string path,
+           std::shared_ptr<const void> owner)
+      : base_(std::move(base)), real_size_(real_size), tail_(tail), path_(std::move(path)), owner_(std::move(owner)) {}
+  uint64_t size() const override { return real_size_ + tail_.size(); }
   absl::Status ReadAt(uint64_t offset, absl::Span<std::byte> dst) override {
     if (offset > size() || dst.size() > size() - offset) {
       return absl::OutOfRangeError(
           StrCat(path_, ": read of ", dst.size(), " bytes at byte offset ", offset, " is past the end (truncated?)"));
     }
-    const uint64_t real = shard_.real_size;
-    if (offset < real) {
-      const uint64_t n = std::min<uint64_t>(dst.size(), real - offset);
+    if (offset < real_size_) {
+      const uint64_t n = std::min<uint64_t>(dst.size(), real_size_ - offset);
       CKPT_RETURN_IF_ERROR(base_->ReadAt(offset, dst.subspan(0, n)));
       dst = dst.subspan(n);
       offset += n;
     }
-    if (!dst.empty()) std::memcpy(dst.data(), shard_.index.data() + (offset - real), dst.size());
+    if (!dst.empty()) std::memcpy(dst.data(), tail_.data() + (offset - real_size_), dst.size());
     return absl::OkStatus();
   }
   void ReadAsync(uint64_t offset, absl::Span<std::byte> dst, IoCallback done) override {
-    if (offset + dst.size() <= shard_.real_size) {
+    if (offset + dst.size() <= real_size_) {
       base_->ReadAsync(offset, dst, std::move(done));
       return;
     }
     std::move(done)(ReadAt(offset, dst));
   }
-  size_t direct_alignment() const override { return base_->direct_alignment(); }
+  size_t direct_alignment() const override { return base_ ? base_->direct_alignment() : 0; }
   const std::string& path() const override { return path_; }
 
  private:
   std::unique_ptr<ReadableFile> base_;
-  const Shard& shard_;
+  uint64_t real_size_;
+  const std::string& tail_;
   std::string path_;
   std::shared_ptr<const void> owner_;
 };
@@ -219,11 +222,12 @@ class SafetensorsStorage : public Storage, public std::enable_shared_from_this<S
         return absl::DataLossError(StrCat(Display(s->name), ": ", f->size(), " bytes now, ", s->real_size,
                                           " when it was opened (changed underneath)"));
       }
-      return std::unique_ptr<ReadableFile>(new ShardFile(std::move(f), *s, std::string(path), shared_from_this()));
+      return std::unique_ptr<ReadableFile>(
+          new RootFile(std::move(f), s->real_size, s->index, std::string(path), shared_from_this()));
     }
     const std::string* text = Virtual(path);
     if (text == nullptr) return absl::NotFoundError(StrCat(uri_, ": no ", path));
-    return std::unique_ptr<ReadableFile>(new ShardFileText(*text, std::string(path), shared_from_this()));
+    return std::unique_ptr<ReadableFile>(new RootFile(nullptr, 0, *text, std::string(path), shared_from_this()));
   }
   absl::Status PutAtomic(std::string_view path, absl::Span<const std::byte>) override { return ReadOnly(path); }
   absl::Status PutIfAbsent(std::string_view path, absl::Span<const std::byte>) override { return ReadOnly(path); }
@@ -263,31 +267,6 @@ class SafetensorsStorage : public Storage, public std::enable_shared_from_this<S
   }
 
  private:
-  // The virtual small files of the root.
-  class ShardFileText : public ReadableFile {
-   public:
-    ShardFileText(const std::string& text, std::string path, std::shared_ptr<const void> owner)
-        : text_(text), path_(std::move(path)), owner_(std::move(owner)) {}
-    uint64_t size() const override { return text_.size(); }
-    absl::Status ReadAt(uint64_t offset, absl::Span<std::byte> dst) override {
-      if (offset > text_.size() || dst.size() > text_.size() - offset) {
-        return absl::OutOfRangeError(StrCat(path_, ": read at byte offset ", offset, " is past the end (truncated?)"));
-      }
-      std::memcpy(dst.data(), text_.data() + offset, dst.size());
-      return absl::OkStatus();
-    }
-    void ReadAsync(uint64_t offset, absl::Span<std::byte> dst, IoCallback done) override {
-      std::move(done)(ReadAt(offset, dst));
-    }
-    size_t direct_alignment() const override { return 0; }
-    const std::string& path() const override { return path_; }
-
-   private:
-    const std::string& text_;
-    std::string path_;
-    std::shared_ptr<const void> owner_;  // keeps `text_` alive
-  };
-
   std::string Display(const std::string& name) const { return StrCat(base_->uri(), "/", name); }
   absl::Status ReadOnly(std::string_view path) const {
     return absl::FailedPreconditionError(StrCat(uri_, " is a safetensors model, read-only here (writing ", path,
