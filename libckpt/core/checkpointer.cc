@@ -122,8 +122,8 @@ class Checkpointer::Impl {
     auto replicas = std::make_shared<std::vector<ReplicaHash>>();
     if (options_.arbiter && options_.hash_replicas) *replicas = HashReplicas(state, writes);
     // Pieces: non-empty shards (large ones as column tiles), then blobs.
-    SavePieces pieces = BuildSavePieces(state, writes, engine_->block_size(),
-                                        job->writer->tiles_shards() ? options_.max_column_tiles : 1, options_.rank);
+    SavePieces pieces =
+        BuildSavePieces(state, writes, job->writer->tiles_shards() ? options_.max_column_tiles : 1, options_.rank);
     // The report skeleton needs the piece -> block mapping from Run.
     auto report =
         std::make_shared<Manifest>(NewRankReport(step, options_.world_size, job->codec, options_.mesh, save_options));

@@ -14,13 +14,12 @@
 
 namespace ckpt {
 
-SavePieces BuildSavePieces(const State& state, const std::vector<bool>& writes, uint64_t block_size,
-                           int max_column_tiles, int rank) {
+SavePieces BuildSavePieces(const State& state, const std::vector<bool>& writes, int max_column_tiles, int rank) {
   SavePieces out;
   for (size_t si = 0; si < state.shards().size(); ++si) {
     const Shard& s = state.shards()[si];
     if (s.box.Empty() || !writes[si]) continue;
-    std::vector<Shard> cut = TileShard(s, block_size, max_column_tiles);
+    std::vector<Shard> cut = TileShard(s, max_column_tiles);
     const bool split = cut.size() > 1;
     for (Shard& t : cut) {
       out.tiles.push_back(std::move(t));

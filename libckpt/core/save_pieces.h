@@ -30,12 +30,11 @@ struct SavePieces {
 };
 
 /// The pieces of `state` this rank writes: non-empty shards whose `writes`
-/// entry is true (the replicas' agreement), cut into at most
-/// `max_column_tiles` column tiles of about `block_size` bytes, then every
+/// entry is true (the replicas' agreement), column-sharded ones cut into at
+/// most `max_column_tiles` column tiles (plan/tiles), then every
 /// blob that has data (load targets are skipped). Rank-scoped blobs carry
 /// `rank`.
-SavePieces BuildSavePieces(const State& state, const std::vector<bool>& writes, uint64_t block_size,
-                           int max_column_tiles, int rank);
+SavePieces BuildSavePieces(const State& state, const std::vector<bool>& writes, int max_column_tiles, int rank);
 
 /// Refuses a save request before anything is claimed or written: a negative
 /// step, or a metadata key or value over kMaxMetadataBytes.

@@ -1,44 +1,74 @@
 #include "plan/tiles.h"
 
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+
+#include "ckpt/mesh.h"
+
 namespace ckpt {
-namespace {
 
-// Shorter rows make staging a gather of many small copies.
-constexpr uint64_t kMinTileRowBytes = 1024;
-
-}  // namespace
-
-std::vector<Box> ColumnTiles(const Box& box, uint64_t elem_size, uint64_t block_size, int max_tiles) {
-  const int nd = box.ndim();
-  if (nd < 2 || box.Empty() || max_tiles < 2) return {box};
-  const int64_t cols = box.sizes[nd - 1];
-  const uint64_t bytes = static_cast<uint64_t>(box.Volume()) * elem_size;
-  int64_t t = 1;
-  for (int64_t cand = 2; cand <= max_tiles; cand *= 2) {
-    if (cols % cand != 0) break;
-    if (static_cast<uint64_t>(cols / cand) * elem_size < kMinTileRowBytes) break;
-    // A tile smaller than a block saves no read, and costs a frame.
-    if (bytes / static_cast<uint64_t>(cand) < block_size) break;
-    t = cand;
+std::vector<int64_t> ExpectedColumnSplits(int64_t parts) {
+  std::vector<int64_t> out;
+  auto add = [&](int64_t k) {
+    if (k >= 2 && std::find(out.begin(), out.end(), k) == out.end()) out.push_back(k);
+  };
+  if (parts <= 1) {
+    for (int64_t k : {2, 3, 4, 6, 8}) add(k);
+    return out;
   }
-  if (t == 1) return {box};
+  for (int64_t d = parts / 2; d >= 2; --d) {
+    if (parts % d == 0) add(d);
+  }
+  add(2 * parts);
+  if (parts % 2 == 0) add(parts * 3 / 2);
+  if (parts % 4 == 0) add(parts * 3 / 4);
+  return out;
+}
+
+std::vector<Box> ColumnTiles(const Box& box, const Shape& shape, uint64_t elem_size, int max_tiles) {
+  const int nd = box.ndim();
+  if (nd < 2 || box.Empty() || max_tiles < 2 || static_cast<int>(shape.size()) != nd) return {box};
+  const int64_t extent = shape[nd - 1];
+  const int64_t lo = box.offsets[nd - 1];
+  const int64_t width = box.sizes[nd - 1];
+  const int64_t hi = lo + width;
+  bool other_cut = false;
+  for (int d = 0; d + 1 < nd; ++d) other_cut = other_cut || box.sizes[d] < shape[d];
+  if (width == extent && other_cut) return {box};
+  const uint64_t bytes = static_cast<uint64_t>(box.Volume()) * elem_size;
+  if (bytes < 2 * kMinTileBytes || static_cast<uint64_t>(width) * elem_size < kMinRowBytesToTile) return {box};
+  const int64_t parts = width == extent ? 1 : std::max<int64_t>(1, std::llround(static_cast<double>(extent) / width));
+  std::vector<int64_t> cuts = {lo, hi};  // sorted boundaries kept so far
+  for (int64_t k : ExpectedColumnSplits(parts)) {
+    std::vector<int64_t> mine;
+    for (int64_t b : ChunkBoundaries(extent, k)) {
+      if (b > lo && b < hi && !std::binary_search(cuts.begin(), cuts.end(), b)) mine.push_back(b);
+    }
+    // A split's cuts are kept all or none: a load onto it reads a whole tile
+    // at each missing cut, however close another cut is (its columns are in
+    // every row of the tile).
+    if (mine.empty() || static_cast<int64_t>(cuts.size() - 1 + mine.size()) > max_tiles) continue;
+    cuts.insert(cuts.end(), mine.begin(), mine.end());
+    std::sort(cuts.begin(), cuts.end());
+  }
+  if (cuts.size() == 2) return {box};
   std::vector<Box> tiles;
-  tiles.reserve(t);
-  const int64_t w = cols / t;
-  for (int64_t i = 0; i < t; ++i) {
+  tiles.reserve(cuts.size() - 1);
+  for (size_t i = 0; i + 1 < cuts.size(); ++i) {
     Box b = box;
-    b.offsets[nd - 1] += i * w;
-    b.sizes[nd - 1] = w;
+    b.offsets[nd - 1] = cuts[i];
+    b.sizes[nd - 1] = cuts[i + 1] - cuts[i];
     tiles.push_back(std::move(b));
   }
   return tiles;
 }
 
-std::vector<Shard> TileShard(const Shard& shard, uint64_t block_size, int max_tiles) {
+std::vector<Shard> TileShard(const Shard& shard, int max_tiles) {
   const uint64_t es = DTypeSize(shard.spec.dtype);
   const bool rows_contiguous = shard.strides.empty() || shard.strides.back() == 1;
   if (!rows_contiguous) return {shard};
-  const std::vector<Box> boxes = ColumnTiles(shard.box, es, block_size, max_tiles);
+  const std::vector<Box> boxes = ColumnTiles(shard.box, shard.spec.shape, es, max_tiles);
   if (boxes.size() == 1) return {shard};
   std::vector<int64_t> strides = shard.strides;
   if (strides.empty()) {

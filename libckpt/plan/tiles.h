@@ -1,9 +1,10 @@
-// Cutting large shards into column tiles at save time.
+// Cutting column-sharded shards into column tiles at save time.
 //
 // A chunk's blocks are runs of its row-major bytes, so a later load that
 // keeps all rows but only some columns (a tensor-parallel degree change on a
-// row-parallel weight) would read every block. Saving a large shard as a few
-// column tiles, each its own chunk, keeps that load to the tiles it needs.
+// row-parallel weight) would read every block. Saving such a shard as column
+// tiles, each its own chunk, cut where the loads users move to would cut,
+// keeps those loads to exactly the tiles they need.
 #ifndef CKPT_PLAN_TILES_H_
 #define CKPT_PLAN_TILES_H_
 
@@ -15,17 +16,39 @@
 
 namespace ckpt {
 
-/// Splits `box` along its last dimension into T equal tiles, T the largest
-/// power of two up to `max_tiles` that divides the last extent while each
-/// tile keeps rows of at least 1 KiB and at least one block of bytes.
-/// Returns {box} when no split qualifies (1-d boxes, small shards).
-std::vector<Box> ColumnTiles(const Box& box, uint64_t elem_size, uint64_t block_size, int max_tiles);
+/// Boxes under twice this are not cut: each tile costs a frame (up to
+/// 4 KiB of padding) and a manifest entry.
+inline constexpr uint64_t kMinTileBytes = 64 << 10;
+/// Boxes with shorter rows are not cut: they come from nested splits (tensor
+/// and data parallel on one dimension, as ZeRO shards optimizer state), whose
+/// loads cut where no expected split does.
+inline constexpr uint64_t kMinRowBytesToTile = 256;
+
+/// The part counts a load is expected to split the last dimension into, for
+/// a box that is one of `parts` torch.chunk-style parts of it (1: the whole
+/// extent), in the order their cuts are worth keeping: the divisors and
+/// double of `parts` (tensor-parallel halving and doubling), then the usual
+/// uneven moves (8 -> 12, 8 -> 6, 4 -> 3, 16 -> 24). A whole extent
+/// expects 2, 3, 4, 6 and 8.
+std::vector<int64_t> ExpectedColumnSplits(int64_t parts);
+
+/// Splits `box` (of a tensor of shape `shape`) along its last dimension at
+/// the cuts that loads onto ExpectedColumnSplits would make (global
+/// torch.chunk boundaries that fall inside the box), as far as `max_tiles`
+/// tiles allow: all of one split's cuts or none, and exactly where that
+/// split cuts (torch.chunk's uneven parts put the cuts of 6 and 12 a column
+/// apart, and a cut moved by a column would make the load on its other side
+/// read a whole tile for that column). Boxes whose last dimension is whole
+/// while another is cut are not split (a load onto another mesh cuts their
+/// rows, which are contiguous already), nor are 1-d boxes, ones under
+/// 2 * kMinTileBytes and ones with rows under kMinRowBytesToTile. Returns {box} when nothing qualifies.
+std::vector<Box> ColumnTiles(const Box& box, const Shape& shape, uint64_t elem_size, int max_tiles);
 
 /// `shard` as its column tiles (ColumnTiles of its box), each a Shard that
 /// views the same memory with the parent's strides; {shard} when it is not
 /// split, or when its rows are not contiguous in memory (tiles are staged by
 /// walking the parent's rows).
-std::vector<Shard> TileShard(const Shard& shard, uint64_t block_size, int max_tiles);
+std::vector<Shard> TileShard(const Shard& shard, int max_tiles);
 
 }  // namespace ckpt
 

@@ -13,7 +13,7 @@ namespace {
 
 struct Fixture {
   std::vector<float> small = std::vector<float>(4 * 8, 1.0f);
-  std::vector<float> wide = std::vector<float>(4 * 4096, 2.0f);
+  std::vector<float> wide = std::vector<float>(64 * 4096, 2.0f);
   std::vector<float> replica = std::vector<float>(16, 3.0f);
   std::string rank_rng = "rng-of-rank-3";
   std::string global = "global-blob";
@@ -21,7 +21,7 @@ struct Fixture {
   State state;
   Fixture() {
     const TensorSpec s{"a.small", DType::kF32, {8, 8}};
-    const TensorSpec w{"b.wide", DType::kF32, {4, 4096}};
+    const TensorSpec w{"b.wide", DType::kF32, {64, 4096}};
     const TensorSpec r{"c.replica", DType::kF32, {16}};
     const TensorSpec zero{"d.zero", DType::kF32, {0, 8}};
     const TensorSpec elsewhere{"e.elsewhere", DType::kF32, {8}};
@@ -40,29 +40,29 @@ TEST(SavePieces, TilesWideShardsSkipsOtherReplicasAndLoadTargets) {
   Fixture f;
   // The replica of c.replica is written by another rank.
   const std::vector<bool> writes = {true, true, false, true, true};
-  SavePieces p = BuildSavePieces(f.state, writes, /*block_size=*/4096, /*max_column_tiles=*/4, /*rank=*/3);
-  // a.small whole, b.wide as four column tiles of 1024 columns, then two blobs.
-  ASSERT_EQ(p.tiles.size(), 5u);
-  ASSERT_EQ(p.pieces.size(), 7u);
+  SavePieces p = BuildSavePieces(f.state, writes, /*max_column_tiles=*/2, /*rank=*/3);
+  // a.small whole, b.wide as two column tiles of 2048 columns, then two blobs.
+  ASSERT_EQ(p.tiles.size(), 3u);
+  ASSERT_EQ(p.pieces.size(), 5u);
   EXPECT_EQ(p.tiles[0].box, Box({4, 0}, {4, 8}));
   EXPECT_EQ(p.parents[0], nullptr);
-  for (int t = 0; t < 4; ++t) {
-    EXPECT_EQ(p.tiles[1 + t].box, Box({0, 1024 * t}, {4, 1024})) << t;
+  for (int t = 0; t < 2; ++t) {
+    EXPECT_EQ(p.tiles[1 + t].box, Box({0, 2048 * t}, {64, 2048})) << t;
     EXPECT_EQ(p.parents[1 + t], &f.state.shards()[1]) << t;
     EXPECT_EQ(p.pieces[1 + t].parent, &f.state.shards()[1]);
-    EXPECT_EQ(p.pieces[1 + t].bytes, 4u * 1024 * 4);
+    EXPECT_EQ(p.pieces[1 + t].bytes, 64u * 2048 * 4);
   }
   EXPECT_EQ(p.pieces[0].bytes, 4u * 8 * 4);
   EXPECT_EQ(p.pieces[0].shard, &p.tiles[0]);
-  EXPECT_EQ(p.pieces[5].blob_name, "rng");
-  EXPECT_EQ(p.pieces[5].blob_rank, 3);
-  EXPECT_EQ(p.pieces[5].bytes, f.rank_rng.size());
-  EXPECT_EQ(p.pieces[6].blob_name, "config");
-  EXPECT_EQ(p.pieces[6].blob_rank, -1);
+  EXPECT_EQ(p.pieces[3].blob_name, "rng");
+  EXPECT_EQ(p.pieces[3].blob_rank, 3);
+  EXPECT_EQ(p.pieces[3].bytes, f.rank_rng.size());
+  EXPECT_EQ(p.pieces[4].blob_name, "config");
+  EXPECT_EQ(p.pieces[4].blob_rank, -1);
   ASSERT_EQ(p.blobs.size(), 2u);
 
   // Without tiles (an HDF5 container), the wide shard is one piece.
-  SavePieces untiled = BuildSavePieces(f.state, writes, 4096, 1, 3);
+  SavePieces untiled = BuildSavePieces(f.state, writes, 1, 3);
   EXPECT_EQ(untiled.tiles.size(), 2u);
   EXPECT_EQ(untiled.parents[1], nullptr);
 }
@@ -70,7 +70,7 @@ TEST(SavePieces, TilesWideShardsSkipsOtherReplicasAndLoadTargets) {
 TEST(SavePieces, TheReportNamesEveryChunkAndBlobWithItsBlocks) {
   Fixture f;
   const std::vector<bool> writes = {true, true, false, true, true};
-  SavePieces p = BuildSavePieces(f.state, writes, 4096, 4, 3);
+  SavePieces p = BuildSavePieces(f.state, writes, 2, 3);
   uint64_t next = 0;
   for (SavePiece& piece : p.pieces) {  // as the engine numbers them
     piece.first_block = next;
@@ -88,21 +88,21 @@ TEST(SavePieces, TheReportNamesEveryChunkAndBlobWithItsBlocks) {
   ASSERT_EQ(report.tensors[0].chunks.size(), 1u);
   EXPECT_EQ(report.tensors[0].chunks[0].first_block, 0u);
   EXPECT_EQ(report.tensors[0].chunks[0].box, Box({4, 0}, {4, 8}));
-  ASSERT_EQ(report.tensors[1].chunks.size(), 4u);
-  for (int t = 0; t < 4; ++t) {
+  ASSERT_EQ(report.tensors[1].chunks.size(), 2u);
+  for (int t = 0; t < 2; ++t) {
     EXPECT_EQ(report.tensors[1].chunks[t].first_block, 1u + 4u * t);
     EXPECT_EQ(report.tensors[1].chunks[t].block_count, 4u);
-    EXPECT_EQ(report.tensors[1].chunks[t].box, Box({0, 1024 * t}, {4, 1024}));
+    EXPECT_EQ(report.tensors[1].chunks[t].box, Box({0, 2048 * t}, {64, 2048}));
   }
   EXPECT_TRUE(report.tensors[2].chunks.empty());
   ASSERT_EQ(report.blobs.size(), 2u);
   EXPECT_EQ(report.blobs[0].name, "rng");
   EXPECT_EQ(report.blobs[0].rank, 3);
-  EXPECT_EQ(report.blobs[0].first_block, 17u);
+  EXPECT_EQ(report.blobs[0].first_block, 9u);
   EXPECT_EQ(report.blobs[0].size, f.rank_rng.size());
   EXPECT_EQ(report.blobs[1].name, "config");
   EXPECT_EQ(report.blobs[1].rank, -1);
-  EXPECT_EQ(report.blobs[1].first_block, 18u);
+  EXPECT_EQ(report.blobs[1].first_block, 10u);
 }
 
 TEST(SavePieces, TheDataFileEntryDescribesWhatTheJobWrote) {

@@ -1,9 +1,11 @@
 // Exact-cover checking and the chunk overlap index.
 #include "plan/cover.h"
 
+#include <algorithm>
 #include <random>
 #include <set>
 
+#include "ckpt/mesh.h"
 #include "plan/block_ranges.h"
 #include "plan/tiles.h"
 #include "testutil/test_util.h"
@@ -157,16 +159,72 @@ TEST(NeededBlocks, MatchesElementByElementEnumeration) {
   }
 }
 
-TEST(ColumnTiles, SplitsLargeShardsEvenly) {
-  auto tiles = ColumnTiles(Box({0, 0}, {8192, 1024}), 2, 4 << 20, 8);
-  ASSERT_EQ(tiles.size(), 2u);  // 2 KiB rows: two tiles of 512 columns (1 KiB rows)
-  EXPECT_EQ(tiles[1], Box({0, 512}, {8192, 512}));
-  EXPECT_EQ(ColumnTiles(Box({0, 0}, {8192, 16384}), 4, 4 << 20, 8).size(), 8u);
-  EXPECT_EQ(ColumnTiles(Box({0, 0}, {100, 100}), 4, 4 << 20, 8).size(), 1u);   // small
-  EXPECT_EQ(ColumnTiles(Box({0, 0}, {4, 100000}), 4, 1 << 20, 8).size(), 1u);  // < 1 block each
-  EXPECT_EQ(ColumnTiles(Box({0, 0}, {8, 100000}), 4, 1 << 20, 8).size(), 2u);
-  EXPECT_EQ(ColumnTiles(Box({0}, {1 << 24}), 4, 4 << 20, 8).size(), 1u);  // 1-d
-  EXPECT_EQ(ColumnTiles(Box({0, 0}, {8192, 16384}), 4, 4 << 20, 1).size(), 1u);
+// Boundaries of the tiles of `box`, in columns.
+std::vector<int64_t> Cuts(const std::vector<Box>& tiles) {
+  std::vector<int64_t> out;
+  for (const Box& b : tiles) out.push_back(b.offsets.back());
+  out.push_back(tiles.back().offsets.back() + tiles.back().sizes.back());
+  return out;
+}
+
+// Whether a tile boundary lies within `tol` columns of column `b`.
+bool HasCutNear(const std::vector<int64_t>& cuts, int64_t b, int64_t tol) {
+  for (int64_t c : cuts) {
+    if (c >= b - tol && c <= b + tol) return true;
+  }
+  return false;
+}
+
+TEST(ColumnTiles, ExpectedSplitsAreTheMovesUsersMake) {
+  EXPECT_EQ(ExpectedColumnSplits(1), (std::vector<int64_t>{2, 3, 4, 6, 8}));
+  EXPECT_EQ(ExpectedColumnSplits(8), (std::vector<int64_t>{4, 2, 16, 12, 6}));
+  EXPECT_EQ(ExpectedColumnSplits(4), (std::vector<int64_t>{2, 8, 6, 3}));
+  EXPECT_EQ(ExpectedColumnSplits(16), (std::vector<int64_t>{8, 4, 2, 32, 24, 12}));
+  EXPECT_EQ(ExpectedColumnSplits(3), (std::vector<int64_t>{6}));
+}
+
+// A tp=8 shard of a row-parallel weight is cut where tp=16, 12 and 6 cut,
+// so a load onto any of them reads exactly its columns.
+TEST(ColumnTiles, ColumnShardsAreCutWhereOtherTensorParallelSizesCut) {
+  const Shape shape{8464, 8464};
+  const std::vector<int64_t> b8 = ChunkBoundaries(8464, 8);
+  for (int64_t i = 0; i < 8; ++i) {
+    const Box box({0, b8[i]}, {8464, b8[i + 1] - b8[i]});
+    const std::vector<Box> tiles = ColumnTiles(box, shape, 2, 8);
+    const std::vector<int64_t> cuts = Cuts(tiles);
+    for (int64_t k : {16, 12, 6}) {
+      for (int64_t b : ChunkBoundaries(8464, k)) {
+        if (b > b8[i] && b < b8[i + 1]) {
+          EXPECT_TRUE(HasCutNear(cuts, b, 0)) << "tp=" << k << " cut " << b << " in shard " << i;
+        }
+      }
+    }
+    for (const Box& t : tiles) EXPECT_EQ(t.sizes[0], 8464);
+  }
+  // Shard 0 of 8 (columns [0, 1058)): tp=16 cuts at 529, tp=12 at 706.
+  EXPECT_EQ(Cuts(ColumnTiles(Box({0, 0}, {8464, 1058}), shape, 2, 8)), (std::vector<int64_t>{0, 529, 706, 1058}));
+}
+
+TEST(ColumnTiles, RowShardsSmallBoxesAndOneDimensionAreNotCut) {
+  // Cut along rows: a load onto another mesh cuts rows, contiguous already.
+  EXPECT_EQ(ColumnTiles(Box({0, 0}, {1058, 8464}), {8464, 8464}, 2, 8).size(), 1u);
+  EXPECT_EQ(ColumnTiles(Box({0}, {1 << 24}), {1 << 24}, 4, 8).size(), 1u);       // 1-d
+  EXPECT_EQ(ColumnTiles(Box({0, 0}, {100, 100}), {100, 100}, 4, 8).size(), 1u);  // under kMinTileBytes a tile
+  EXPECT_EQ(ColumnTiles(Box({0, 0}, {8192, 16384}), {8192, 16384}, 4, 1).size(), 1u);
+  // Nested splits (tp x dp on one dimension) leave rows of a few bytes.
+  EXPECT_EQ(ColumnTiles(Box({0, 8}, {8464, 8}), {8464, 8464}, 4, 8).size(), 1u);
+}
+
+TEST(ColumnTiles, AWholeTensorIsCutForTheCommonSplitsAsTheBudgetAllows) {
+  // 2, 3 and 4 fit in 8 tiles; 6 would add three more cuts (2049 is not
+  // 2048), 8 four.
+  EXPECT_EQ(Cuts(ColumnTiles(Box({0, 0}, {4096, 4096}), {4096, 4096}, 2, 8)),
+            (std::vector<int64_t>{0, 1024, 1366, 2048, 2732, 3072, 4096}));
+  EXPECT_EQ(ColumnTiles(Box({0, 0}, {4096, 4096}), {4096, 4096}, 2, 2).size(), 2u);
+  // Cuts of two splits a column apart are both kept: a load onto tp=3 reads
+  // [272, 363) and one onto tp=6 [272, 364) without a whole tile more.
+  EXPECT_EQ(Cuts(ColumnTiles(Box({0, 272}, {4096, 272}), {4096, 1088}, 2, 8)),
+            (std::vector<int64_t>{272, 363, 364, 408, 544}));
 }
 
 // Tiles view the parent's memory: each tile's packed bytes are the
@@ -176,20 +234,20 @@ TEST(ColumnTiles, TileShardsViewTheParentsMemory) {
   std::vector<float> mem(512 * 1024);
   for (size_t i = 0; i < mem.size(); ++i) mem[i] = static_cast<float>(i);
   Shard whole{spec, Box::Whole(spec.shape), mem.data(), {}};
-  std::vector<Shard> tiles = TileShard(whole, 64 << 10, 4);
-  ASSERT_EQ(tiles.size(), 4u);
+  std::vector<Shard> tiles = TileShard(whole, 2);
+  ASSERT_EQ(tiles.size(), 2u);
   for (size_t i = 0; i < tiles.size(); ++i) {
-    EXPECT_EQ(tiles[i].box, Box({0, static_cast<int64_t>(256 * i)}, {512, 256}));
+    EXPECT_EQ(tiles[i].box, Box({0, static_cast<int64_t>(512 * i)}, {512, 512}));
     EXPECT_EQ(tiles[i].strides, (std::vector<int64_t>{1024, 1}));
-    EXPECT_EQ(static_cast<const float*>(tiles[i].data)[0], static_cast<float>(256 * i));
-    EXPECT_EQ(static_cast<const float*>(tiles[i].data)[3 * 1024 + 5], static_cast<float>(3 * 1024 + 256 * i + 5));
+    EXPECT_EQ(static_cast<const float*>(tiles[i].data)[0], static_cast<float>(512 * i));
+    EXPECT_EQ(static_cast<const float*>(tiles[i].data)[3 * 1024 + 5], static_cast<float>(3 * 1024 + 512 * i + 5));
   }
   // Rows that are not contiguous are not cut.
   Shard gapped = whole;
   gapped.box = Box({0, 0}, {512, 512});
   gapped.strides = {1024, 2};
-  EXPECT_EQ(TileShard(gapped, 64 << 10, 4).size(), 1u);
-  EXPECT_EQ(TileShard(whole, 64 << 10, 1).size(), 1u);
+  EXPECT_EQ(TileShard(gapped, 4).size(), 1u);
+  EXPECT_EQ(TileShard(whole, 1).size(), 1u);
 }
 
 }  // namespace

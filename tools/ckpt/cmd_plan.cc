@@ -41,7 +41,7 @@ Manifest SimulatedManifest(const SyntheticModel& model, const SavePlan& plan, ui
   // file; the block numbering per file is what that rank would produce.
   for (const ChunkAssignment& c : plan.chunks) {
     const uint64_t es = DTypeSize(model.tensors[c.tensor].spec.dtype);
-    for (Box& tile : ColumnTiles(c.box, es, block_size, max_tiles)) {
+    for (Box& tile : ColumnTiles(c.box, model.tensors[c.tensor].spec.shape, es, max_tiles)) {
       const uint64_t raw = static_cast<uint64_t>(tile.Volume()) * es;
       const uint64_t blocks = (raw + block_size - 1) / block_size;
       tensors[c.tensor].chunks.push_back(
@@ -89,7 +89,7 @@ int PlanMain(int argc, char** argv, int first) {
   args.String("optimizer", &optimizer, "'adam' adds fp32 exp_avg/exp_avg_sq and a step");
   args.Switch("zero", &zero, "shard optimizer state over dp (ZeRO-1)");
   args.Size("block-size", &block, "raw bytes per block (default 1M)", true);
-  args.Int("max-tiles", &tiles, "column tiles per large shard (default 8)");
+  args.Int("max-tiles", &tiles, "column tiles per column-sharded shard (default 8)");
   args.Switch("per-tensor", &per_tensor, "list the tensors whose load reads the most extra bytes");
   args.Switch("json", &json, "print a JSON object");
   int exit = 0;
