@@ -23,13 +23,23 @@ int Fail(const std::string& what, const absl::Status& s) {
 }
 
 int Memcpy(int argc, char** argv) {
-  int64_t size = int64_t{256} << 20;
-  tools::Args args("memcpy", "[--size 256M]", "Single-thread memcpy bandwidth of --size bytes (after a warming pass).");
+  int64_t size = int64_t{256} << 20, threads = 1;
+  tools::Args args("memcpy", "[--size 256M] [--threads 1]",
+                   "memcpy bandwidth of --size bytes (after a warming pass), split over --threads threads.");
   args.Size("size", &size, "bytes copied (default 256M)", true);
+  args.Int("threads", &threads, "threads copying at once, each an equal part (default 1)");
   int exit = 0;
   if (!args.Parse(argc, argv, 2, &exit)) return exit;
+  if (threads < 1 || threads > 256) {
+    std::fprintf(stderr, "bench_probe memcpy: --threads must be between 1 and 256\n");
+    return tools::kExitUsage;
+  }
   JsonWriter j;
-  j.BeginObject().Field("bytes", size).Field("bytes_per_s", MemcpyBandwidth(size)).EndObject();
+  j.BeginObject()
+      .Field("bytes", size)
+      .Field("threads", threads)
+      .Field("bytes_per_s", MemcpyBandwidth(size, static_cast<int>(threads)))
+      .EndObject();
   std::printf("%s\n", j.str().c_str());
   return tools::kExitOk;
 }
@@ -38,7 +48,7 @@ int Memcpy(int argc, char** argv) {
 // trainer's first save would) and the measured one (step 1).
 int Save(int argc, char** argv) {
   std::string root, dtype = "bf16", codec = "none", mesh_text = "dp=1";
-  int64_t params = int64_t{128} << 20, staging = 0, layers = 0;
+  int64_t params = int64_t{128} << 20, staging = 0, layers = 0, staging_threads = 0;
   tools::Args args("save", "--root DIR [--params 128M] [--dtype bf16] [--codec none] [--mesh dp=1] [--staging B]",
                    "Saves a synthetic transformer-like state twice (a warm-up, then step 1, "
                    "measured) and prints the stall, the time until durable and until committed.");
@@ -49,6 +59,8 @@ int Save(int argc, char** argv) {
   args.String("mesh", &mesh_text, "mesh of simulated ranks, threads of this process (default dp=1)");
   args.Size("staging", &staging, "staging arena (default: the state plus 16 MiB)", true);
   args.Int("layers", &layers, "transformer layers (default: from --params)");
+  args.Int("staging-threads", &staging_threads,
+           "threads that stage a save, the caller's included (default: the library's)");
   int exit = 0;
   if (!args.Parse(argc, argv, 2, &exit)) return exit;
   auto mesh = Mesh::Parse(mesh_text);
@@ -71,6 +83,7 @@ int Save(int argc, char** argv) {
   if (!model.ok()) return Fail("save", model.status());
   const int64_t state_bytes = model->params * static_cast<int64_t>(DTypeSize(*dt));
   o.engine.staging_bytes = static_cast<size_t>(staging > 0 ? staging : state_bytes + (16 << 20));
+  o.engine.staging_threads = static_cast<int>(staging_threads);
   auto job = tools::SyntheticJob::Create(o);
   if (!job.ok()) return Fail("save", job.status());
   tools::SynthSaveResult res;

@@ -7,6 +7,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <thread>
 
 #include "ckpt/synthetic.h"
 #include "util/aligned_buffer.h"
@@ -73,14 +74,23 @@ double DirectIo(const std::string& file, int64_t size, bool write) {
 
 // One pass, like the stall it is compared with (after a pass that warms the
 // buffers): a best-of-n would flatter the ceiling.
-double MemcpyBandwidth(int64_t size) {
+double MemcpyBandwidth(int64_t size, int threads) {
   auto src = AlignedBuffer::Allocate(size, true);
   auto dst = AlignedBuffer::Allocate(size, true);
-  if (!src.ok() || !dst.ok()) return -1;
+  if (!src.ok() || !dst.ok() || threads < 1) return -1;
   std::memset(src->data(), 1, size);
   std::memcpy(dst->data(), src->data(), size);
+  const int64_t part = (size / threads + 63) / 64 * 64;
+  auto copy = [&](int i) {
+    const int64_t begin = std::min<int64_t>(size, i * part);
+    const int64_t end = std::min<int64_t>(size, begin + part);
+    std::memcpy(dst->data() + begin, src->data() + begin, end - begin);
+  };
   const double t0 = NowSeconds();
-  std::memcpy(dst->data(), src->data(), size);
+  std::vector<std::thread> helpers;
+  for (int i = 1; i < threads; ++i) helpers.emplace_back(copy, i);
+  copy(0);
+  for (std::thread& t : helpers) t.join();
   return static_cast<double>(size) / (NowSeconds() - t0);
 }
 

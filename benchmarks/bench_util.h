@@ -29,7 +29,9 @@ double DirectIo(const std::string& file, int64_t size, bool write);
 /// The write (or read) ceiling of `file`'s disk: fio when installed, else DirectIo.
 double DiskCeiling(const std::string& file, int64_t size, bool write);
 /// One memcpy pass of `size` bytes after a warming pass, bytes/s.
-double MemcpyBandwidth(int64_t size);
+/// memcpy bandwidth of `size` bytes (after a warming pass), split into
+/// `threads` equal parts copied at once by as many threads.
+double MemcpyBandwidth(int64_t size, int threads = 1);
 
 struct StateBuffers {
   std::vector<TensorSpec> specs;

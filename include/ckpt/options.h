@@ -40,6 +40,11 @@ struct CKPT_EXPORT SaveEngineOptions {
   /// as fast as with larger blocks (measured in docs/performance.md).
   size_t block_size = size_t{1} << 20;
   int worker_threads = 0;  ///< 0: min(4, hardware threads)
+  /// Threads that copy a Save's state into the arena (the stall), the
+  /// calling thread included; the others wait, idle, for the next Save. A
+  /// trainer's spare cores shorten its stall up to the memory bandwidth.
+  /// 0: min(4, hardware threads); 1: the calling thread alone.
+  int staging_threads = 0;
   /// Nice value added to the background threads so they yield to the
   /// trainer's threads (0 leaves them at the caller's priority).
   int background_nice = 10;

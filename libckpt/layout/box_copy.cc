@@ -1,6 +1,7 @@
 #include "layout/box_copy.h"
 
 #include <algorithm>
+#include <cstdint>
 #include <cstring>
 #include <vector>
 
@@ -64,16 +65,23 @@ void GatherPacked(const Shard& shard, int64_t first, int64_t count, std::byte* d
     StreamCopy(dst, base + first * es, count * es);
     return;
   }
+  // Runs appended in whole cache lines where dst is line-aligned (a staging
+  // slot): short runs (column tiles) streamed one by one would leave a
+  // partial line at both ends of each.
+  const bool lines = reinterpret_cast<uintptr_t>(dst) % StreamAppender::kLine == 0;
+  StreamAppender out;
+  out.Reset(dst);
   ForEachStridedRun(shard, first, count, [&](int64_t packed, int64_t mem, int64_t run, int64_t last) {
-    std::byte* out = dst + (packed - first) * es;
-    if (last == 1) {
-      StreamCopyNoFence(out, base + mem * es, run * es);
+    if (last == 1 && lines) {
+      out.Append(base + mem * es, run * es);
+    } else if (last == 1) {
+      StreamCopyNoFence(dst + (packed - first) * es, base + mem * es, run * es);
     } else {
-      for (int64_t i = 0; i < run; ++i) {
-        std::memcpy(out + i * es, base + (mem + i * last) * es, es);
-      }
+      std::byte* o = dst + (packed - first) * es;
+      for (int64_t i = 0; i < run; ++i) std::memcpy(o + i * es, base + (mem + i * last) * es, es);
     }
   });
+  if (lines) out.Finish();
   StreamFence();
 }
 

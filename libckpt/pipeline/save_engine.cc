@@ -64,10 +64,20 @@ absl::Status SaveEngine::Init() {
     workers_.emplace_back([this, out = out_arena_.data() + i * out_bytes_] { WorkerLoop(out); });
   }
   finalizer_ = std::thread([this] { FinalizerLoop(); });
+  int stagers = options_.staging_threads;
+  if (stagers <= 0) stagers = static_cast<int>(std::min(4u, std::max(1u, std::thread::hardware_concurrency())));
+  for (int i = 1; i < stagers; ++i) stagers_.emplace_back([this] { StagerLoop(); });
+  tile_budget_ = tile_budget_max_ = slots / 2;
   return absl::OkStatus();
 }
 
 SaveEngine::~SaveEngine() {
+  {
+    std::lock_guard<std::mutex> lock(stage_mu_);
+    stop_stagers_ = true;
+  }
+  stage_cv_.notify_all();
+  for (auto& t : stagers_) t.join();
   {
     std::lock_guard<std::mutex> lock(queue_mu_);
     stop_ = true;
@@ -138,36 +148,7 @@ absl::Status SaveEngine::Run(std::shared_ptr<SaveJob> job, std::vector<SavePiece
     });
   }
 
-  for (size_t pi = 0; pi < pieces.size();) {
-    const SavePiece& p = pieces[pi];
-    if (p.parent != nullptr) {
-      size_t end = pi + 1;
-      while (end < pieces.size() && pieces[end].parent == p.parent) ++end;
-      // One pass over the rows holds a slot per tile at once: only with
-      // slots to spare, and one such pass at a time per engine (two at once
-      // could each hold half the arena and wait for the other forever).
-      if (end - pi + 2 <= arena_->slot_count()) {
-        std::lock_guard<std::mutex> lock(tile_mu_);
-        StageTiles(job, pieces, pi, end);
-        pi = end;
-        continue;
-      }
-      // Otherwise each tile is gathered on its own, below.
-    }
-    const size_t es = DTypeSize(p.dtype);
-    for (uint64_t b = 0; b < p.block_count; ++b) {
-      const uint64_t begin = b * options_.block_size;
-      const uint64_t len = std::min<uint64_t>(options_.block_size, p.bytes - begin);
-      std::byte* slot = arena_->Acquire(FrameLength(len));
-      if (p.shard != nullptr) {
-        GatherPacked(*p.shard, static_cast<int64_t>(begin / es), static_cast<int64_t>(len / es), slot);
-      } else {
-        StreamCopy(slot, p.blob + begin, len);
-      }
-      if (!Enqueue(job, p.first_block + b, slot, len, p.dtype)) break;
-    }
-    ++pi;
-  }
+  Stage(job, pieces);
   bool finalize = false;
   {
     std::lock_guard<std::mutex> lock(j.mu);
@@ -208,7 +189,7 @@ bool SaveEngine::Enqueue(const std::shared_ptr<SaveJob>& job, uint64_t block_id,
   return !failed;
 }
 
-void SaveEngine::StageTiles(const std::shared_ptr<SaveJob>& job, std::vector<SavePiece>& pieces, size_t first,
+bool SaveEngine::StageTiles(const std::shared_ptr<SaveJob>& job, const std::vector<SavePiece>& pieces, size_t first,
                             size_t last) {
   const Shard& parent = *pieces[first].parent;
   const uint64_t es = DTypeSize(parent.spec.dtype);
@@ -240,7 +221,9 @@ void SaveEngine::StageTiles(const std::shared_ptr<SaveJob>& job, std::vector<Sav
     st.fill = 0;
   };
   // Rows are read in order and each tile's segment is appended to its
-  // slot in whole cache lines (see StreamAppender).
+  // slot in whole cache lines (see StreamAppender). (Taking a band of rows
+  // tile by tile, so one output stream is written at a time, measured
+  // slower: 6.3 against 7.0 GB/s for six tiles of 360-byte segments.)
   std::vector<StreamAppender> out(ntiles);
   ForEachRow(parent, [&](const std::byte* row) {
     for (size_t t = 0; t < ntiles && ok; ++t) {
@@ -280,6 +263,136 @@ void SaveEngine::StageTiles(const std::shared_ptr<SaveJob>& job, std::vector<Sav
         arena_->Release(st.slot);
       }
     }
+  }
+  return ok;
+}
+
+struct SaveEngine::StageTask {
+  std::shared_ptr<SaveJob> job;
+  const std::vector<SavePiece>* pieces = nullptr;
+  /// What one thread stages at a time, in save order: a block of a piece,
+  /// or (end > piece + 1) the column tiles [piece, end) of one shard in one
+  /// pass over its rows.
+  struct Unit {
+    uint32_t piece = 0;
+    uint32_t end = 0;
+    uint64_t block = 0;
+  };
+  std::vector<Unit> units;
+  std::atomic<size_t> next{0};
+  std::atomic<bool> failed{false};
+  std::mutex mu;
+  std::condition_variable cv;
+  int helpers = 0;  ///< helpers inside StageUnits
+};
+
+void SaveEngine::Stage(const std::shared_ptr<SaveJob>& job, const std::vector<SavePiece>& pieces) {
+  auto task = std::make_shared<StageTask>();
+  task->job = job;
+  task->pieces = &pieces;
+  for (size_t pi = 0; pi < pieces.size();) {
+    const SavePiece& p = pieces[pi];
+    if (p.parent != nullptr) {
+      size_t end = pi + 1;
+      while (end < pieces.size() && pieces[end].parent == p.parent) ++end;
+      // One pass over the rows holds a slot per tile at once; passes share
+      // half the arena (below). A shard with more tiles than that has each
+      // tile gathered block by block instead.
+      if (end - pi + 1 <= tile_budget_max_) {
+        task->units.push_back({static_cast<uint32_t>(pi), static_cast<uint32_t>(end), 0});
+        pi = end;
+        continue;
+      }
+    }
+    for (uint64_t b = 0; b < p.block_count; ++b) {
+      task->units.push_back({static_cast<uint32_t>(pi), static_cast<uint32_t>(pi + 1), b});
+    }
+    ++pi;
+  }
+  // The helpers join unless another rank's Run has them (it then stages
+  // alone on its own thread).
+  bool shared = false;
+  if (!stagers_.empty() && task->units.size() > 1) {
+    std::lock_guard<std::mutex> lock(stage_mu_);
+    if (stage_task_ == nullptr) {
+      stage_task_ = task;
+      ++stage_generation_;
+      shared = true;
+    }
+  }
+  if (shared) stage_cv_.notify_all();
+  StageUnits(*task);
+  if (!shared) return;
+  {
+    std::lock_guard<std::mutex> lock(stage_mu_);
+    stage_task_.reset();
+  }
+  // No helper joins after this; wait for those inside, since `pieces` is
+  // the caller's.
+  std::unique_lock<std::mutex> lock(task->mu);
+  task->cv.wait(lock, [&] { return task->helpers == 0; });
+}
+
+void SaveEngine::StageUnits(StageTask& task) {
+  const std::vector<SavePiece>& pieces = *task.pieces;
+  while (!task.failed.load(std::memory_order_relaxed)) {
+    const size_t i = task.next.fetch_add(1, std::memory_order_relaxed);
+    if (i >= task.units.size()) return;
+    const StageTask::Unit& u = task.units[i];
+    bool ok = true;
+    if (u.end > u.piece + 1) {
+      // Each thread in a pass holds up to a slot per tile while it waits for
+      // one more: passes take their slots from a budget of half the arena,
+      // so the others (one slot per thread) always find room.
+      const size_t need = u.end - u.piece + 1;
+      {
+        std::unique_lock<std::mutex> lock(budget_mu_);
+        budget_cv_.wait(lock, [&] { return tile_budget_ >= need; });
+        tile_budget_ -= need;
+      }
+      ok = StageTiles(task.job, pieces, u.piece, u.end);
+      {
+        std::lock_guard<std::mutex> lock(budget_mu_);
+        tile_budget_ += need;
+      }
+      budget_cv_.notify_all();
+    } else {
+      const SavePiece& p = pieces[u.piece];
+      const size_t es = DTypeSize(p.dtype);
+      const uint64_t begin = u.block * options_.block_size;
+      const uint64_t len = std::min<uint64_t>(options_.block_size, p.bytes - begin);
+      std::byte* slot = arena_->Acquire(FrameLength(len));
+      if (p.shard != nullptr) {
+        GatherPacked(*p.shard, static_cast<int64_t>(begin / es), static_cast<int64_t>(len / es), slot);
+      } else {
+        StreamCopy(slot, p.blob + begin, len);
+      }
+      ok = Enqueue(task.job, p.first_block + u.block, slot, len, p.dtype);
+    }
+    if (!ok) task.failed = true;
+  }
+}
+
+void SaveEngine::StagerLoop() {
+  // Staging is the trainer's stall: helpers keep the caller's priority.
+  uint64_t seen = 0;
+  while (true) {
+    std::shared_ptr<StageTask> task;
+    {
+      std::unique_lock<std::mutex> lock(stage_mu_);
+      stage_cv_.wait(lock, [&] { return stop_stagers_ || (stage_task_ != nullptr && stage_generation_ != seen); });
+      if (stop_stagers_) return;
+      seen = stage_generation_;
+      task = stage_task_;
+      std::lock_guard<std::mutex> l(task->mu);
+      ++task->helpers;
+    }
+    StageUnits(*task);
+    {
+      std::lock_guard<std::mutex> l(task->mu);
+      --task->helpers;
+    }
+    task->cv.notify_all();
   }
 }
 

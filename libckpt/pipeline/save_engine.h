@@ -1,7 +1,8 @@
 // The background half of Save: a bounded, pre-faulted staging arena, codec
 // workers and the writer of one data file per job.
 //
-//   caller:   Run() copies each block into an arena slot (the only stall)
+//   caller:   Run() copies each block into an arena slot (the only stall),
+//             with the engine's staging helpers when it has them
 //   workers:  xxh3(raw) -> codec -> xxh3(stored) -> frame -> WriteAsync
 //   I/O:      completion releases the slot and records the index entry
 //   finalizer: index + footer -> Finish (fdatasync) -> job->on_finished
@@ -116,6 +117,8 @@ class SaveEngine {
   size_t block_size() const { return options_.block_size; }
   size_t staging_bytes() const { return arena_->size(); }
   int worker_threads() const { return static_cast<int>(workers_.size()); }
+  /// Threads that stage one Run, its caller included.
+  int staging_threads() const { return static_cast<int>(stagers_.size()) + 1; }
 
  private:
   struct WorkItem {
@@ -138,11 +141,24 @@ class SaveEngine {
   void RegisterWith(const std::shared_ptr<Storage>& storage);
   /// Hands a filled slot to the workers. Returns false when the job failed.
   bool Enqueue(const std::shared_ptr<SaveJob>& job, uint64_t block_id, std::byte* slot, uint64_t len, DType dtype);
-  /// Stages pieces[first, last) (the column tiles of one parent shard).
-  void StageTiles(const std::shared_ptr<SaveJob>& job, std::vector<SavePiece>& pieces, size_t first, size_t last);
+  /// Stages pieces[first, last) (the column tiles of one parent shard) in
+  /// one pass over its rows. Returns false when the job failed.
+  bool StageTiles(const std::shared_ptr<SaveJob>& job, const std::vector<SavePiece>& pieces, size_t first, size_t last);
+  /// One Run's staging, shared out to the staging threads.
+  struct StageTask;
+  /// Stages `pieces` on the caller and the staging helpers; returns when
+  /// every block is in the arena (or the job failed).
+  void Stage(const std::shared_ptr<SaveJob>& job, const std::vector<SavePiece>& pieces);
+  /// Stages units of `task` until none is left.
+  void StageUnits(StageTask& task);
+  void StagerLoop();
 
   SaveEngineOptions options_;
-  std::mutex tile_mu_;  // one multi-tile pass at a time
+  // Slots that multi-tile passes may hold at once, all threads together.
+  std::mutex budget_mu_;
+  std::condition_variable budget_cv_;
+  size_t tile_budget_ = 0;
+  size_t tile_budget_max_ = 0;
   size_t out_bytes_ = 0;
   std::unique_ptr<StagingArena> arena_;
   AlignedBuffer out_arena_;
@@ -155,6 +171,14 @@ class SaveEngine {
   bool stop_ = false;
   std::vector<std::thread> workers_;
   std::thread finalizer_;
+
+  // Staging helpers: they join the Run published in stage_task_.
+  std::mutex stage_mu_;
+  std::condition_variable stage_cv_;
+  std::shared_ptr<StageTask> stage_task_;
+  uint64_t stage_generation_ = 0;
+  bool stop_stagers_ = false;
+  std::vector<std::thread> stagers_;
 
   std::mutex reg_mu_;
   std::vector<std::thread> registrars_;

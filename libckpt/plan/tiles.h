@@ -23,6 +23,8 @@ inline constexpr uint64_t kMinTileBytes = 64 << 10;
 /// and data parallel on one dimension, as ZeRO shards optimizer state), whose
 /// loads cut where no expected split does.
 inline constexpr uint64_t kMinRowBytesToTile = 256;
+/// Tiles of a whole (unsharded) tensor keep rows of at least this many bytes.
+inline constexpr uint64_t kMinWholeTileRowBytes = 1024;
 
 /// The part counts a load is expected to split the last dimension into, for
 /// a box that is one of `parts` torch.chunk-style parts of it (1: the whole
@@ -41,7 +43,8 @@ std::vector<int64_t> ExpectedColumnSplits(int64_t parts);
 /// read a whole tile for that column). Boxes whose last dimension is whole
 /// while another is cut are not split (a load onto another mesh cuts their
 /// rows, which are contiguous already), nor are 1-d boxes, ones under
-/// 2 * kMinTileBytes and ones with rows under kMinRowBytesToTile. Returns {box} when nothing qualifies.
+/// 2 * kMinTileBytes and ones with rows under kMinRowBytesToTile. A whole
+/// tensor takes only splits whose tiles keep kMinWholeTileRowBytes per row. Returns {box} when nothing qualifies.
 std::vector<Box> ColumnTiles(const Box& box, const Shape& shape, uint64_t elem_size, int max_tiles);
 
 /// `shard` as its column tiles (ColumnTiles of its box), each a Shard that

@@ -45,6 +45,57 @@ size_t StreamSse2(char* d, const char* s, size_t n) {
 }
 
 const bool kHaveAvx2 = __builtin_cpu_supports("avx2");
+const bool kHaveAvx512 = __builtin_cpu_supports("avx512f");
+
+constexpr size_t kPage = 4096;
+constexpr size_t kGroup = 4 * kPage;
+
+// Four pages at once, two lines of each in turn: the memory system then has
+// four streams in flight instead of one. Copies whole groups only and
+// returns the bytes copied. REQUIRES: d 64-byte aligned.
+__attribute__((target("avx512f"))) size_t StreamPagesAvx512(char* d, const char* s, size_t n) {
+  size_t base = 0;
+  for (; base + kGroup <= n; base += kGroup) {
+    for (size_t i = 0; i < kPage; i += 128) {
+      __m512i r[4][2];
+      for (int p = 0; p < 4; ++p) {
+        r[p][0] = _mm512_loadu_si512(s + base + p * kPage + i);
+        r[p][1] = _mm512_loadu_si512(s + base + p * kPage + i + 64);
+      }
+      for (int p = 0; p < 4; ++p) {
+        _mm512_stream_si512(reinterpret_cast<__m512i*>(d + base + p * kPage + i), r[p][0]);
+        _mm512_stream_si512(reinterpret_cast<__m512i*>(d + base + p * kPage + i + 64), r[p][1]);
+      }
+    }
+  }
+  return base;
+}
+
+__attribute__((target("avx2"))) size_t StreamPagesAvx2(char* d, const char* s, size_t n) {
+  size_t base = 0;
+  for (; base + kGroup <= n; base += kGroup) {
+    for (size_t i = 0; i < kPage; i += 64) {
+      __m256i r[4][2];
+      for (int p = 0; p < 4; ++p) {
+        r[p][0] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(s + base + p * kPage + i));
+        r[p][1] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(s + base + p * kPage + i + 32));
+      }
+      for (int p = 0; p < 4; ++p) {
+        _mm256_stream_si256(reinterpret_cast<__m256i*>(d + base + p * kPage + i), r[p][0]);
+        _mm256_stream_si256(reinterpret_cast<__m256i*>(d + base + p * kPage + i + 32), r[p][1]);
+      }
+    }
+  }
+  return base;
+}
+
+// Whole groups of pages where the CPU has AVX2 or AVX-512; 0 otherwise.
+// REQUIRES: d 64-byte aligned.
+size_t StreamPages(char* d, const char* s, size_t n) {
+  if (kHaveAvx512) return StreamPagesAvx512(d, s, n);
+  if (kHaveAvx2) return StreamPagesAvx2(d, s, n);
+  return 0;
+}
 
 // Whole lines: n a multiple of 64, d 64-byte aligned.
 __attribute__((target("avx2"))) void StreamLinesAvx2(char* d, const char* s, size_t n) {
@@ -76,12 +127,16 @@ void StreamCopyNoFence(void* dst_v, const void* src_v, size_t n) {
   if (n >= kMinStreaming) {
     char* d = static_cast<char*>(dst_v);
     const char* s = static_cast<const char*>(src_v);
-    // Align the destination to 32 bytes for the streaming stores.
-    const size_t head = (32 - (reinterpret_cast<uintptr_t>(d) & 31)) & 31;
+    // Align the destination to a line for the streaming stores.
+    const size_t head = std::min(n, (64 - (reinterpret_cast<uintptr_t>(d) & 63)) & 63);
     std::memcpy(d, s, head);
     d += head;
     s += head;
     n -= head;
+    const size_t pages = StreamPages(d, s, n);
+    d += pages;
+    s += pages;
+    n -= pages;
     const size_t i = kHaveAvx2 ? StreamAvx2(d, s, n) : StreamSse2(d, s, n);
     std::memcpy(d + i, s + i, n - i);
     return;
@@ -96,6 +151,10 @@ void StreamLines(std::byte* dst, const std::byte* src, size_t n) {
   char* d = reinterpret_cast<char*>(dst);
   const char* s = reinterpret_cast<const char*>(src);
 #if defined(__x86_64__)
+  const size_t pages = StreamPages(d, s, n);
+  d += pages;
+  s += pages;
+  n -= pages;
   if (kHaveAvx2) {
     StreamLinesAvx2(d, s, n);
   } else {

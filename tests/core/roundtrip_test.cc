@@ -4,6 +4,7 @@
 
 #include "ckpt/checkpointer.h"
 #include "ckpt/synthetic.h"
+#include "pipeline/save_engine.h"
 #include "storage/mem_storage.h"
 #include "testutil/test_util.h"
 
@@ -314,6 +315,75 @@ TEST_P(RoundTripTest, StateLargerThanArenaStreams) {
   State target = StateOf(out);
   ASSERT_OK((*cp)->Load(target));
   for (auto& s : out) EXPECT_EQ(Mismatches(s, 5), 0);
+}
+
+// Four ranks of one process save at once through one engine whose staging
+// is shared by three threads, with an arena of a few slots: column-tiled
+// shards (one pass over the rows, holding a slot per tile), plain shards and
+// blobs, each rank waiting on the arena in turn. Every element comes back.
+TEST(Staging, ThreadsAndRanksShareASmallArena) {
+  for (int threads : {1, 3}) {
+    for (size_t slots : {size_t{2}, size_t{8}, size_t{64}}) {
+      SaveEngineOptions eo;
+      eo.block_size = kSmallBlock;
+      eo.staging_bytes = slots * (kSmallBlock + 4096);
+      eo.staging_threads = threads;
+      auto engine = CreateSaveEngine(eo);
+      ASSERT_OK(engine);
+      ASSERT_EQ((*engine)->staging_threads(), threads);
+      TempDir dir;
+      const std::string uri = dir.path() + "/root";
+      constexpr int kRanks = 4;
+      // A row-parallel weight cut over the ranks (tiled), a whole matrix
+      // per rank (tiled in halves) and a norm.
+      const TensorSpec w{"w", DType::kBF16, {96, 8 * 1536}};
+      std::vector<std::vector<OwnedShard>> data(kRanks);
+      std::vector<std::unique_ptr<Checkpointer>> ranks;
+      for (int r = 0; r < kRanks; ++r) {
+        CheckpointerOptions o;
+        o.uri = uri;
+        o.rank = r;
+        o.world_size = kRanks;
+        o.codec = r % 2 ? Codec::kShuffleZstd : Codec::kNone;
+        o.engine = *engine;
+        o.commit_timeout_s = 30;
+        auto cp = Checkpointer::Open(o);
+        ASSERT_OK(cp);
+        ranks.push_back(std::move(cp).value());
+        const int64_t cols = w.shape[1] / kRanks;
+        data[r].push_back(MakeShard(w, Box({0, r * cols}, {96, cols}), 21));
+        const TensorSpec m{"m." + std::to_string(r), DType::kF32, {64, 1024}};
+        data[r].push_back(MakeShard(m, Box::Whole(m.shape), 21));
+        const TensorSpec n{"n." + std::to_string(r), DType::kF32, {1000}};
+        data[r].push_back(MakeShard(n, Box::Whole(n.shape), 21));
+      }
+      std::vector<std::thread> savers;
+      std::vector<absl::Status> results(kRanks);
+      for (int r = 0; r < kRanks; ++r) {
+        savers.emplace_back([&, r] {
+          State st = StateOf(data[r]);
+          const std::string blob = "rank " + std::to_string(r);
+          absl::Status s = st.AddBlob("rng", blob.data(), blob.size(), BlobScope::kRank);
+          auto h = s.ok() ? ranks[r]->Save(3, st) : absl::StatusOr<SaveHandle>(s);
+          results[r] = h.ok() ? h->Wait() : h.status();
+        });
+      }
+      for (auto& t : savers) t.join();
+      for (int r = 0; r < kRanks; ++r) EXPECT_TRUE(results[r].ok()) << "rank " << r << ": " << results[r];
+      // Loaded onto three ranks' worth of columns (cuts inside the tiles).
+      for (int part = 0; part < 3; ++part) {
+        const int64_t c0 = part * w.shape[1] / 3, c1 = (part + 1) * w.shape[1] / 3;
+        std::vector<OwnedShard> out = {EmptyShard(w, Box({0, c0}, {96, c1 - c0}))};
+        for (int r = 0; r < kRanks; ++r) {
+          out.push_back(EmptyShard(data[r][1].spec, data[r][1].box));
+          out.push_back(EmptyShard(data[r][2].spec, data[r][2].box));
+        }
+        State target = StateOf(out);
+        ASSERT_OK(ranks[part]->Load(target));
+        for (const auto& s : out) EXPECT_EQ(Mismatches(s, 21), 0) << s.spec.fqn << " threads " << threads;
+      }
+    }
+  }
 }
 
 TEST(Staging, ShortBlocksArePackedSoAStateOfItsSizeFitsTheArena) {

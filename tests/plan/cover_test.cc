@@ -218,9 +218,12 @@ TEST(ColumnTiles, RowShardsSmallBoxesAndOneDimensionAreNotCut) {
 TEST(ColumnTiles, AWholeTensorIsCutForTheCommonSplitsAsTheBudgetAllows) {
   // 2, 3 and 4 fit in 8 tiles; 6 would add three more cuts (2049 is not
   // 2048), 8 four.
-  EXPECT_EQ(Cuts(ColumnTiles(Box({0, 0}, {4096, 4096}), {4096, 4096}, 2, 8)),
+  EXPECT_EQ(Cuts(ColumnTiles(Box({0, 0}, {4096, 4096}), {4096, 4096}, 4, 8)),
             (std::vector<int64_t>{0, 1024, 1366, 2048, 2732, 3072, 4096}));
-  EXPECT_EQ(ColumnTiles(Box({0, 0}, {4096, 4096}), {4096, 4096}, 2, 2).size(), 2u);
+  EXPECT_EQ(ColumnTiles(Box({0, 0}, {4096, 4096}), {4096, 4096}, 4, 2).size(), 2u);
+  // Whole tensors keep 1 KiB rows per tile: 1088 bf16 columns allow halves
+  // (1088 bytes), not thirds (726).
+  EXPECT_EQ(Cuts(ColumnTiles(Box({0, 0}, {4096, 1088}), {4096, 1088}, 2, 8)), (std::vector<int64_t>{0, 544, 1088}));
   // Cuts of two splits a column apart are both kept: a load onto tp=3 reads
   // [272, 363) and one onto tp=6 [272, 364) without a whole tile more.
   EXPECT_EQ(Cuts(ColumnTiles(Box({0, 272}, {4096, 272}), {4096, 1088}, 2, 8)),
