@@ -12,6 +12,7 @@
 #include "bench_util.h"
 #include "common/cli.h"
 #include "common/synth_job.h"
+#include "pipeline/save_engine.h"
 #include "util/json.h"
 
 namespace ckpt::bench {
@@ -27,9 +28,11 @@ int Memcpy(int argc, char** argv) {
   tools::Args args("memcpy", "[--size 256M] [--threads 1]",
                    "memcpy bandwidth of --size bytes (after a warming pass), split over --threads threads.");
   args.Size("size", &size, "bytes copied (default 256M)", true);
-  args.Int("threads", &threads, "threads copying at once, each an equal part (default 1)");
+  args.Int("threads", &threads,
+           "threads copying at once, each an equal part (default 1; 0: as many as a save stages with)");
   int exit = 0;
   if (!args.Parse(argc, argv, 2, &exit)) return exit;
+  if (threads == 0) threads = DefaultStagingThreads();
   if (threads < 1 || threads > 256) {
     std::fprintf(stderr, "bench_probe memcpy: --threads must be between 1 and 256\n");
     return tools::kExitUsage;
@@ -55,7 +58,7 @@ int Save(int argc, char** argv) {
   args.String("root", &root, "checkpoint root (required)");
   args.Size("params", &params, "parameters (default 128M)", false);
   args.String("dtype", &dtype, "bf16, f32 or f16 (default bf16)");
-  args.String("codec", &codec, "none, zstd or shuffle-zstd (default none)");
+  args.String("codec", &codec, "none, zstd, shuffle-zstd or auto (default none)");
   args.String("mesh", &mesh_text, "mesh of simulated ranks, threads of this process (default dp=1)");
   args.Size("staging", &staging, "staging arena (default: the state plus 16 MiB)", true);
   args.Int("layers", &layers, "transformer layers (default: from --params)");
@@ -101,6 +104,7 @@ int Save(int argc, char** argv) {
       .Field("state_bytes", state_bytes)
       .Field("staging_bytes", static_cast<int64_t>(o.engine.staging_bytes))
       .Field("ranks", res.ranks)
+      .Field("staging_threads", staging_threads > 0 ? staging_threads : DefaultStagingThreads())
       .Field("stall_s", res.stall_max_s)
       .Field("durable_s", res.write_s)
       .Field("commit_s", res.commit_s)

@@ -73,7 +73,7 @@ enum {
 };
 
 /** Codecs. */
-enum { CKPT_CODEC_NONE = 0, CKPT_CODEC_ZSTD = 1, CKPT_CODEC_SHUFFLE_ZSTD = 2 };
+enum { CKPT_CODEC_NONE = 0, CKPT_CODEC_ZSTD = 1, CKPT_CODEC_SHUFFLE_ZSTD = 2, CKPT_CODEC_AUTO = 3 };
 
 /** ckpt_load's step for the latest committed one. */
 #define CKPT_LATEST (-1)

@@ -90,7 +90,9 @@ struct CKPT_EXPORT CheckpointSummary {
   int world_size = 0;
   int64_t created_unix_ns = 0;
   std::string library_version;
-  std::string codec;
+  std::string codec;  ///< what the save asked for ("auto": chosen per block)
+  /// What the blocks got, from the data files' indexes: codec name -> blocks.
+  std::map<std::string, int64_t> blocks_by_codec;
   std::optional<Mesh> mesh;
   std::map<std::string, std::string> metadata;
   int64_t files = 0;

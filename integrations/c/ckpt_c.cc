@@ -87,7 +87,7 @@ void ckpt_options_init(ckpt_options* o) {
 int ckpt_open(const ckpt_options* o, ckpt_checkpointer** out) {
   if (o == nullptr || out == nullptr || o->uri == nullptr)
     return Invalid("ckpt_open: options, uri and out are required");
-  if (o->codec < CKPT_CODEC_NONE || o->codec > CKPT_CODEC_SHUFFLE_ZSTD) return Invalid("ckpt_open: unknown codec");
+  if (o->codec < CKPT_CODEC_NONE || o->codec > CKPT_CODEC_AUTO) return Invalid("ckpt_open: unknown codec");
   ckpt::CheckpointerOptions co;
   co.uri = o->uri;
   co.rank = o->rank;

@@ -270,6 +270,8 @@ std::string_view CodecName(Codec codec) {
       return "zstd";
     case Codec::kShuffleZstd:
       return "shuffle-zstd";
+    case Codec::kAuto:
+      return "auto";
   }
   return "unknown";
 }
@@ -278,6 +280,7 @@ std::optional<Codec> ParseCodec(std::string_view name) {
   if (name == "none") return Codec::kNone;
   if (name == "zstd") return Codec::kZstd;
   if (name == "shuffle-zstd" || name == "shuffle") return Codec::kShuffleZstd;
+  if (name == "auto") return Codec::kAuto;
   return std::nullopt;
 }
 

@@ -541,6 +541,7 @@ absl::StatusOr<CheckpointSummary> SummarizeStep(Storage& storage, int64_t step) 
     if (!f.ok()) continue;
     auto idx = ReadFileIndex(**f, m.files[i], path);
     if (idx.ok()) indexes[i] = std::move(idx).value();
+    for (const IndexEntry& e : indexes[i]) ++s.blocks_by_codec[std::string(CodecName(static_cast<Codec>(e.codec)))];
   }
   auto stored = [&](uint32_t file, uint64_t first, uint64_t count) {
     int64_t total = 0;

@@ -155,7 +155,7 @@ absl::StatusOr<Manifest> DecodeManifest(std::string_view bytes, std::string_view
   m.created_unix_ns = static_cast<int64_t>(r.U64());
   m.library_version = r.Str(kMaxVersionBytes);
   uint8_t codec = r.U8();
-  if (codec > 2) r.Fail(StrCat("unknown codec ", codec));
+  if (codec > static_cast<uint8_t>(Codec::kAuto)) r.Fail(StrCat("unknown codec ", codec));
   m.codec = static_cast<Codec>(codec);
   if (r.U8() != 0) {
     Mesh mesh;

@@ -21,6 +21,10 @@
 namespace ckpt {
 namespace {
 
+// Codec::kAuto stores a dtype as is once its compressed blocks keep more
+// than this much of their size (in 1/1000).
+constexpr uint32_t kAutoIncompressibleMilli = 970;
+
 // Background work must not slow the trainer's own threads (the staging copy
 // runs on the caller's thread): raise this thread's nice value.
 void LowerThreadPriority(int nice) {
@@ -29,6 +33,10 @@ void LowerThreadPriority(int nice) {
 }
 
 }  // namespace
+
+int DefaultStagingThreads() {
+  return static_cast<int>(std::min(4u, std::max(1u, std::thread::hardware_concurrency())));
+}
 
 absl::StatusOr<std::shared_ptr<SaveEngine>> SaveEngine::Create(const SaveEngineOptions& options) {
   if (options.block_size < (64u << 10) || options.block_size > kMaxBlockBytes ||
@@ -65,9 +73,12 @@ absl::Status SaveEngine::Init() {
   }
   finalizer_ = std::thread([this] { FinalizerLoop(); });
   int stagers = options_.staging_threads;
-  if (stagers <= 0) stagers = static_cast<int>(std::min(4u, std::max(1u, std::thread::hardware_concurrency())));
+  if (stagers <= 0) stagers = DefaultStagingThreads();
   for (int i = 1; i < stagers; ++i) stagers_.emplace_back([this] { StagerLoop(); });
   tile_budget_ = tile_budget_max_ = slots / 2;
+  // A backlog the storage needs a while to write: one block per worker twice
+  // over, so it is still writing when the blocks being compressed arrive.
+  auto_busy_bytes_ = static_cast<int64_t>(2 * static_cast<size_t>(workers) * options_.block_size);
   return absl::OkStatus();
 }
 
@@ -426,7 +437,7 @@ void SaveEngine::ProcessBlock(WorkItem& item, BlockCodec& codec, std::byte* out)
   }
   BlockEncoding how;
   how.framed = job->writer->frames_blocks();
-  how.codec = job->codec;
+  how.codec = job->codec == Codec::kAuto ? ChooseAuto(item.dtype) : job->codec;
   how.zstd_level = job->zstd_level;
   auto entry = EncodeBlockInPlace(codec, how, item.dtype, item.block_id, item.slot, item.raw_len,
                                   absl::Span<std::byte>(out, out_bytes_ - kTrailerSize));
@@ -439,6 +450,7 @@ void SaveEngine::ProcessBlock(WorkItem& item, BlockCodec& codec, std::byte* out)
     BlockDone(job);
     return;
   }
+  if (job->codec == Codec::kAuto && how.codec != Codec::kNone) RecordAuto(item.dtype, item.raw_len, entry->stored_len);
   const uint64_t frame_len = entry->frame_len;
   {
     std::lock_guard<std::mutex> lock(job->mu);
@@ -456,18 +468,39 @@ void SaveEngine::SubmitFrame(const std::shared_ptr<SaveJob>& job, uint32_t block
     std::lock_guard<std::mutex> lock(job->mu);
     offset = job->index[block_id].offset;
   }
-  job->writer->file().WriteAsync(offset, absl::Span<const std::byte>(buf, frame_len),
-                                 [this, job, buf, frame_len](absl::Status s) {
-                                   arena_->Release(buf);
-                                   if (!s.ok()) {
-                                     std::lock_guard<std::mutex> lock(job->mu);
-                                     if (job->error.ok()) job->error = s;
-                                   } else {
-                                     job->counters->blocks_written += 1;
-                                     job->counters->bytes_written += static_cast<int64_t>(frame_len);
-                                   }
-                                   BlockDone(job);
-                                 });
+  io_backlog_bytes_.fetch_add(static_cast<int64_t>(frame_len), std::memory_order_relaxed);
+  job->writer->file().WriteAsync(
+      offset, absl::Span<const std::byte>(buf, frame_len), [this, job, buf, frame_len](absl::Status s) {
+        io_backlog_bytes_.fetch_sub(static_cast<int64_t>(frame_len), std::memory_order_relaxed);
+        arena_->Release(buf);
+        if (!s.ok()) {
+          std::lock_guard<std::mutex> lock(job->mu);
+          if (job->error.ok()) job->error = s;
+        } else {
+          job->counters->blocks_written += 1;
+          job->counters->bytes_written += static_cast<int64_t>(frame_len);
+        }
+        BlockDone(job);
+      });
+}
+
+Codec SaveEngine::ChooseAuto(DType dtype) {
+  AutoClass& c = auto_classes_[static_cast<size_t>(dtype) % auto_classes_.size()];
+  const uint32_t ratio = c.ratio_milli.load(std::memory_order_relaxed);
+  if (ratio >= kAutoIncompressibleMilli && c.skipped.fetch_add(1, std::memory_order_relaxed) % 64 != 63) {
+    return Codec::kNone;
+  }
+  if (io_backlog_bytes_.load(std::memory_order_relaxed) < auto_busy_bytes_) return Codec::kNone;
+  return Codec::kShuffleZstd;  // zstd for one-byte types (BlockCodec decides)
+}
+
+void SaveEngine::RecordAuto(DType dtype, uint64_t raw_len, uint64_t stored_len) {
+  if (raw_len == 0) return;
+  AutoClass& c = auto_classes_[static_cast<size_t>(dtype) % auto_classes_.size()];
+  const uint32_t r =
+      static_cast<uint32_t>(std::max<uint64_t>(1, std::min<uint64_t>(1000, stored_len * 1000 / raw_len)));
+  const uint32_t old = c.ratio_milli.load(std::memory_order_relaxed);
+  c.ratio_milli.store(old == 0 ? r : (3 * old + r) / 4, std::memory_order_relaxed);
 }
 
 void SaveEngine::BlockDone(const std::shared_ptr<SaveJob>& job) {

@@ -12,6 +12,7 @@
 #ifndef CKPT_PIPELINE_SAVE_ENGINE_H_
 #define CKPT_PIPELINE_SAVE_ENGINE_H_
 
+#include <array>
 #include <atomic>
 #include <condition_variable>
 #include <cstdint>
@@ -101,6 +102,10 @@ struct SaveJob {
   bool staging_done = false;
 };
 
+/// Staging threads an engine gets when SaveEngineOptions::staging_threads
+/// is 0: min(4, hardware threads).
+int DefaultStagingThreads();
+
 class SaveEngine {
  public:
   static absl::StatusOr<std::shared_ptr<SaveEngine>> Create(const SaveEngineOptions& options);
@@ -139,6 +144,14 @@ class SaveEngine {
   void BlockDone(const std::shared_ptr<SaveJob>& job);
   void Finalize(SaveJob& job);
   void RegisterWith(const std::shared_ptr<Storage>& storage);
+  /// Codec::kAuto's choice for a block of `dtype`: compress while the
+  /// storage has a backlog (it is the bottleneck and a worker's time is
+  /// better spent shrinking bytes), store as is while it keeps up, and
+  /// store as is a dtype whose blocks do not compress (one in 64 is tried
+  /// again).
+  Codec ChooseAuto(DType dtype);
+  /// What compressing a block of `dtype` gave, for ChooseAuto.
+  void RecordAuto(DType dtype, uint64_t raw_len, uint64_t stored_len);
   /// Hands a filled slot to the workers. Returns false when the job failed.
   bool Enqueue(const std::shared_ptr<SaveJob>& job, uint64_t block_id, std::byte* slot, uint64_t len, DType dtype);
   /// Stages pieces[first, last) (the column tiles of one parent shard) in
@@ -179,6 +192,16 @@ class SaveEngine {
   uint64_t stage_generation_ = 0;
   bool stop_stagers_ = false;
   std::vector<std::thread> stagers_;
+
+  // Codec::kAuto: bytes handed to storages and not yet written, and per
+  // dtype the stored/raw ratio of compressed blocks (in 1/1000, averaged).
+  std::atomic<int64_t> io_backlog_bytes_{0};
+  struct AutoClass {
+    std::atomic<uint32_t> ratio_milli{0};  ///< 0: not measured yet
+    std::atomic<uint32_t> skipped{0};
+  };
+  std::array<AutoClass, 32> auto_classes_;
+  int64_t auto_busy_bytes_ = 0;
 
   std::mutex reg_mu_;
   std::vector<std::thread> registrars_;

@@ -5,6 +5,8 @@
 
 #include <cerrno>
 #include <chrono>
+#include <condition_variable>
+#include <functional>
 #include <map>
 #include <thread>
 
@@ -22,6 +24,23 @@ class FaultyStorage::Writer : public WritableFile {
 
   void WriteAsync(uint64_t offset, absl::Span<const std::byte> data, IoCallback done) override {
     owner_->Delay();
+    if (const auto until = owner_->DeviceDone(data.size())) {
+      // Completes when the simulated device is done with it, not before.
+      {
+        std::lock_guard<std::mutex> lock(delayed_mu_);
+        ++delayed_;
+      }
+      done = [this, until = *until, done = std::move(done)](absl::Status st) mutable {
+        owner_->At(until, [this, st = std::move(st), done = std::move(done)]() mutable {
+          std::move(done)(std::move(st));
+          // Notified under the lock: the writer may be destroyed as soon as
+          // the count reaches zero and the lock is free.
+          std::lock_guard<std::mutex> lock(delayed_mu_);
+          --delayed_;
+          delayed_cv_.notify_all();
+        });
+      };
+    }
     if (absl::Status op = owner_->OpFault("write", base_->path(), true); !op.ok()) {
       std::move(done)(op);
       return;
@@ -57,7 +76,17 @@ class FaultyStorage::Writer : public WritableFile {
     base_->WriteAsync(offset, data, std::move(done));
   }
 
-  absl::Status Drain() override { return base_->Drain(); }
+  absl::Status Drain() override {
+    absl::Status s = base_->Drain();
+    std::unique_lock<std::mutex> lock(delayed_mu_);
+    delayed_cv_.wait(lock, [&] { return delayed_ == 0; });
+    return s;
+  }
+
+  ~Writer() override {
+    std::unique_lock<std::mutex> lock(delayed_mu_);
+    delayed_cv_.wait(lock, [&] { return delayed_ == 0; });
+  }
 
   void Reserve(uint64_t bytes) override { base_->Reserve(bytes); }
 
@@ -99,6 +128,10 @@ class FaultyStorage::Writer : public WritableFile {
   uint64_t epoch_;
   std::mutex mu_;
   std::map<uint64_t, std::string> held_;
+  // Throttled writes whose completion waits on the timer thread.
+  std::mutex delayed_mu_;
+  std::condition_variable delayed_cv_;
+  int64_t delayed_ = 0;
 };
 
 class FaultyStorage::Reader : public ReadableFile {
@@ -177,6 +210,74 @@ void FaultyStorage::Crash() { crash_epoch_.fetch_add(1); }
 bool FaultyStorage::Affects(std::string_view path) const {
   std::lock_guard<std::mutex> lock(mu_);
   return plan_.match.empty() || path.find(plan_.match) != std::string_view::npos;
+}
+
+std::optional<std::chrono::steady_clock::time_point> FaultyStorage::DeviceDone(size_t bytes) {
+  const int64_t bw = Plan().write_bandwidth;
+  if (bw <= 0) return std::nullopt;
+  std::lock_guard<std::mutex> lock(mu_);
+  const auto now = std::chrono::steady_clock::now();
+  if (device_free_ < now) device_free_ = now;
+  device_free_ += std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+      std::chrono::duration<double>(static_cast<double>(bytes) / static_cast<double>(bw)));
+  return device_free_;
+}
+
+// The timer thread outlives nothing it needs: it holds this state, and runs
+// what is left at once when the storage goes away.
+struct FaultyStorage::Timer {
+  std::mutex mu;
+  std::condition_variable cv;
+  std::multimap<std::chrono::steady_clock::time_point, absl::AnyInvocable<void() &&>> due;
+  bool stop = false;
+
+  static void Run(std::shared_ptr<Timer> t) {
+    std::unique_lock<std::mutex> lock(t->mu);
+    while (true) {
+      if (t->due.empty()) {
+        if (t->stop) return;
+        t->cv.wait(lock);
+        continue;
+      }
+      auto first = t->due.begin();
+      if (!t->stop && std::chrono::steady_clock::now() < first->first) {
+        t->cv.wait_until(lock, first->first);
+        continue;
+      }
+      absl::AnyInvocable<void()&&> fn = std::move(first->second);
+      t->due.erase(first);
+      lock.unlock();
+      std::move(fn)();
+      fn = nullptr;  // what it holds goes before the lock is taken again
+      lock.lock();
+    }
+  }
+};
+
+void FaultyStorage::At(std::chrono::steady_clock::time_point when, absl::AnyInvocable<void() &&> fn) {
+  std::shared_ptr<Timer> t;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (timer_ == nullptr) {
+      timer_ = std::make_shared<Timer>();
+      std::thread(Timer::Run, timer_).detach();
+    }
+    t = timer_;
+  }
+  {
+    std::lock_guard<std::mutex> lock(t->mu);
+    t->due.emplace(when, std::move(fn));
+  }
+  t->cv.notify_all();
+}
+
+FaultyStorage::~FaultyStorage() {
+  if (timer_ == nullptr) return;
+  {
+    std::lock_guard<std::mutex> lock(timer_->mu);
+    timer_->stop = true;
+  }
+  timer_->cv.notify_all();
 }
 
 void FaultyStorage::Delay() const {
@@ -276,6 +377,7 @@ absl::StatusOr<std::shared_ptr<Storage>> OpenFaultyStorage(std::string_view uri)
   CKPT_ASSIGN_OR_RETURN(plan.eio_after, parsed.Bytes("fault.eio_after", -1));
   CKPT_ASSIGN_OR_RETURN(plan.short_write_every, parsed.Int("fault.short_write_every", 0));
   CKPT_ASSIGN_OR_RETURN(plan.latency_s, parsed.Seconds("fault.latency", 0));
+  CKPT_ASSIGN_OR_RETURN(plan.write_bandwidth, parsed.Bytes("fault.write_bandwidth", 0));
   CKPT_ASSIGN_OR_RETURN(plan.flip_read_every, parsed.Int("fault.flip_read_every", 0));
   CKPT_ASSIGN_OR_RETURN(plan.crash_mode, parsed.Bool("fault.crash", false));
   plan.match = parsed.Str("fault.match", "");
@@ -302,7 +404,7 @@ absl::StatusOr<std::shared_ptr<Storage>> OpenFaultyStorage(std::string_view uri)
     static const char* kKnown[] = {"fault.enospc_after", "fault.eio_after",       "fault.short_write_every",
                                    "fault.latency",      "fault.flip_read_every", "fault.crash",
                                    "fault.match",        "fault.fail_on",         "fault.errno",
-                                   "fault.fail_after",   "fault.kill_at_op"};
+                                   "fault.fail_after",   "fault.kill_at_op",      "fault.write_bandwidth"};
     if (k.starts_with("fault.") && std::find(std::begin(kKnown), std::end(kKnown), k) == std::end(kKnown)) {
       return absl::InvalidArgumentError(StrCat("storage URI '", uri, "': unknown fault option '", k, "'"));
     }

@@ -12,6 +12,10 @@
 //   fault.eio_after=BYTES      the same with EIO
 //   fault.short_write_every=N  every Nth write stores only its first half, then fails
 //   fault.latency=DURATION     every write and read waits this long first ("5ms")
+//   fault.write_bandwidth=BYTES  writes take their turn on one simulated device
+//                              that writes BYTES per second ("200M"): a slow
+//                              disk, for what a save does when storage is the
+//                              bottleneck
 //   fault.flip_read_every=N    every Nth read returns data with one bit flipped
 //   fault.match=TEXT           only files whose path contains TEXT are affected
 //   fault.crash=1              hold writes back until Finish, so Crash() can
@@ -29,12 +33,16 @@
 #define CKPT_STORAGE_FAULTY_STORAGE_H_
 
 #include <atomic>
+#include <chrono>
+#include <functional>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <set>
 #include <string>
 #include <string_view>
 
+#include "absl/functional/any_invocable.h"
 #include "absl/status/statusor.h"
 #include "ckpt/storage.h"
 
@@ -45,6 +53,7 @@ struct FaultPlan {
   int64_t eio_after = -1;
   int64_t short_write_every = 0;  ///< 0: never
   double latency_s = 0;
+  int64_t write_bandwidth = 0;  ///< bytes per second; 0: unlimited
   int64_t flip_read_every = 0;
   std::string match;
   bool crash_mode = false;
@@ -57,6 +66,7 @@ struct FaultPlan {
 class FaultyStorage : public ForwardingStorage {
  public:
   FaultyStorage(std::shared_ptr<Storage> base, FaultPlan plan, std::string uri);
+  ~FaultyStorage() override;
 
   std::string uri() const override { return uri_; }
   StorageCaps caps() const override;
@@ -95,12 +105,22 @@ class FaultyStorage : public ForwardingStorage {
   /// The error a data write of `len` bytes to `path` meets, or OK.
   absl::Status WriteFault(std::string_view path, uint64_t offset, size_t len, bool* short_write);
   void Delay() const;
+  /// When a write of `bytes` issued now would finish on a device of
+  /// plan.write_bandwidth that serves writes one after another; nullopt
+  /// when writes are not throttled.
+  std::optional<std::chrono::steady_clock::time_point> DeviceDone(size_t bytes);
+  /// Runs `fn` on the storage's timer thread at `when` (throttled writes
+  /// complete there, so the writer is not held up: a disk's queue).
+  void At(std::chrono::steady_clock::time_point when, absl::AnyInvocable<void() &&> fn);
+  struct Timer;
+  std::shared_ptr<Timer> timer_;  ///< created on first use, guarded by mu_
   /// Counts an operation of `kind` on `path`: kills the process at
   /// kill_at_op (mutating kinds), returns the injected error for fail_on.
   absl::Status OpFault(std::string_view kind, std::string_view path, bool mutating);
 
   std::string uri_;
   mutable std::mutex mu_;
+  std::chrono::steady_clock::time_point device_free_;  ///< guarded by mu_
   FaultPlan plan_;
   std::atomic<int64_t> written_{0};
   std::atomic<int64_t> ops_{0};

@@ -4,6 +4,8 @@
 
 #include "ckpt/checkpointer.h"
 #include "ckpt/synthetic.h"
+#include "ckpt/verify.h"
+#include "core/root.h"
 #include "pipeline/save_engine.h"
 #include "storage/mem_storage.h"
 #include "testutil/test_util.h"
@@ -384,6 +386,69 @@ TEST(Staging, ThreadsAndRanksShareASmallArena) {
       }
     }
   }
+}
+
+// Codec::kAuto against a slow device (a simulated disk of 40 MB/s that
+// serves writes one after another), a sink faster than any compressor
+// (memory), and incompressible bytes: it compresses when the storage is the
+// bottleneck, stores as is when it is not, and gives up on bytes that do not
+// compress. Every element comes back; each block says what it got.
+TEST(Staging, AutoCodecCompressesOnlyWhenTheStorageIsTheBottleneck) {
+  struct Case {
+    std::string uri;
+    Codec codec;
+    bool random;
+  };
+  auto save = [](const Case& c, double* ratio, std::map<std::string, int64_t>* blocks = nullptr) {
+    CheckpointerOptions o;
+    o.uri = c.uri;
+    o.codec = c.codec;
+    o.engine_options.block_size = kSmallBlock;
+    o.engine_options.staging_bytes = 16 << 20;
+    o.engine_options.worker_threads = 2;
+    auto cp = Checkpointer::Open(o);
+    ASSERT_OK(cp);
+    const TensorSpec w{"w", c.random ? DType::kU8 : DType::kBF16, {1024, 2048}};  // 4 or 2 MiB
+    std::vector<OwnedShard> shards = {MakeShard(w, Box::Whole(w.shape), 9)};
+    if (c.random) {
+      std::mt19937_64 rng(7);
+      for (std::byte& b : shards[0].data) b = static_cast<std::byte>(rng());
+    }
+    State state = StateOf(shards);
+    auto h = (*cp)->Save(1, state);
+    ASSERT_OK(h);
+    ASSERT_OK(h->Wait());
+    *ratio = static_cast<double>(h->Stats().bytes_stored) / static_cast<double>(h->Stats().bytes_logical);
+    std::vector<OwnedShard> out = {EmptyShard(w, Box::Whole(w.shape))};
+    State target = StateOf(out);
+    ASSERT_OK((*cp)->Load(target));
+    EXPECT_EQ(out[0].data, shards[0].data);
+    auto storage = OpenStorage(c.uri);
+    ASSERT_OK(storage);
+    auto m = ReadManifest(**storage, 1);
+    ASSERT_OK(m);
+    EXPECT_EQ(m->codec, c.codec);
+    auto sum = SummarizeStep(**storage, 1);
+    ASSERT_OK(sum);
+    if (blocks != nullptr) *blocks = sum->blocks_by_codec;
+  };
+  const std::string slow = "faulty://mem://auto-slow-";
+  double shuffled = 0, automatic = 0, fast = 0, random = 0;
+  std::map<std::string, int64_t> slow_blocks, fast_blocks;
+  save({slow + "a?fault.write_bandwidth=40M", Codec::kShuffleZstd, false}, &shuffled);
+  save({slow + "b?fault.write_bandwidth=40M", Codec::kAuto, false}, &automatic, &slow_blocks);
+  save({"mem://auto-fast", Codec::kAuto, false}, &fast, &fast_blocks);
+  // Each block records what it got.
+  EXPECT_GT(slow_blocks["shuffle-zstd"], 50) << slow_blocks["none"];
+  EXPECT_EQ(fast_blocks["shuffle-zstd"], 0);
+  EXPECT_GE(fast_blocks["none"], 32);
+  save({slow + "c?fault.write_bandwidth=40M", Codec::kAuto, true}, &random);
+  EXPECT_LT(shuffled, 0.8);  // bf16 of a normal-like law
+  // The disk is the bottleneck: all compressed but the first few blocks,
+  // written while the backlog builds up.
+  EXPECT_LE(automatic, shuffled * 1.05);
+  EXPECT_GT(fast, 0.97);     // writes never queue: stored as is
+  EXPECT_GE(random, 0.999);  // nothing to gain
 }
 
 TEST(Staging, ShortBlocksArePackedSoAStateOfItsSizeFitsTheArena) {

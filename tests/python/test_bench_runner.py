@@ -24,10 +24,10 @@ def test_runner_reports_every_contender(tmp_path):
     assert p.returncode == 0, p.stderr
     res = json.loads(p.stdout)
     s = res["summary"]
-    for key in ["write_ceiling", "read_ceiling", "memcpy"]:
+    for key in ["write_ceiling", "read_ceiling", "memcpy", "memcpy_staging"]:
         assert s[key]["median"] > 0, key
     for dtype in ["bf16", "f32"]:
-        for codec in ["none", "zstd", "shuffle-zstd"]:
+        for codec in ["none", "zstd", "shuffle-zstd", "auto"]:
             d = s[f"ckpt/{dtype}/{codec}"]
             for k in ["stall_s", "commit_s", "load_s", "verify_s", "save_x_write", "load_x_read", "peak_rss_save"]:
                 assert d[k]["median"] > 0, (dtype, codec, k)
@@ -42,7 +42,13 @@ def test_runner_reports_every_contender(tmp_path):
     st = s["safetensors/bf16"]
     assert st["bytes"] > 0 and st["export_s"]["median"] > 0 and st["load_s"]["median"] > 0
     assert 0.99 < st["read_amplification"]["median"] < 1.06 and st["peak_rss_export"]["median"] > 0
-    assert len(res["targets"]) == 15 and all(isinstance(t["met"], bool) for t in res["targets"])
+    for to, amp in s["tp_moves"].items():
+        assert 1.0 <= amp < 1.5, (to, amp)
+    for name in ["fast", "slow"]:
+        assert s["sinks"][f"{name}/auto_x_best"]["median"] > 0
+    # Behind the slow device the automatic codec compresses.
+    assert s["sinks"]["slow/auto"]["stored_ratio"] < 0.9
+    assert len(res["targets"]) == 20 and all(isinstance(t["met"], bool) for t in res["targets"])
     assert res["machine"]["cores"] >= 1 and res["machine"]["filesystem"]
     svg = ET.parse(os.path.join(out, "chart.svg")).getroot()
     assert len(svg.findall("{http://www.w3.org/2000/svg}rect")) > 20

@@ -41,7 +41,7 @@ int BenchMain(int argc, char** argv, int first) {
   args.Size("size", &size, "state size (default 256M)", true);
   args.Int("runs", &runs, "saves measured; the median is reported (default 3)");
   args.String("mesh", &mesh_text, "simulated ranks (default dp=1)");
-  args.String("codec", &codec_name, "none, zstd or shuffle-zstd (default none)");
+  args.String("codec", &codec_name, "none, zstd, shuffle-zstd or auto (default none)");
   args.String("costs", &costs_path, "write the medians as JSON for `ckpt interval --costs`");
   args.Switch("json", &json, "print a JSON object instead of text");
   int exit = 0;

@@ -171,7 +171,7 @@ int DemoMain(int argc, char** argv, int first) {
   args.Size("params", &params, "parameter count (default 8M)", false);
   args.String("mesh", &mesh_text, "training mesh (default dp=2,tp=2)");
   args.String("restore-mesh", &restore_text, "mesh to restore onto (default tp=4)");
-  args.String("codec", &codec_name, "none, zstd or shuffle-zstd (default shuffle-zstd)");
+  args.String("codec", &codec_name, "none, zstd, shuffle-zstd or auto (default shuffle-zstd)");
   args.Int("steps", &steps, "training steps (default 12)");
   args.Int("every", &every, "save every N steps (default 4)");
   args.Int("keep", &keep, "retention: keep the newest K steps (default 2)");

@@ -85,7 +85,10 @@ int InspectMain(int argc, char** argv, int first) {
         .Field("world_size", sum->world_size)
         .Field("created", TimeText(sum->created_unix_ns))
         .Field("library_version", sum->library_version)
-        .Field("codec", sum->codec)
+        .Field("codec", sum->codec);
+    w.Key("blocks_by_codec").BeginObject();
+    for (const auto& [name, n] : sum->blocks_by_codec) w.Field(name, n);
+    w.EndObject()
         .Field("mesh", sum->mesh ? sum->mesh->ToString() : std::string())
         .Field("files", sum->files)
         .Field("bytes_logical", sum->bytes_logical)
@@ -130,6 +133,13 @@ int InspectMain(int argc, char** argv, int first) {
               HumanBytes(static_cast<double>(sum->bytes_stored)).c_str(), ratio(sum->bytes_stored, sum->bytes_logical),
               sum->codec.c_str(), HumanBytes(static_cast<double>(sum->bytes_on_disk)).c_str(),
               static_cast<long long>(sum->files));
+  if (!sum->blocks_by_codec.empty()) {
+    std::string blocks;
+    for (const auto& [name, n] : sum->blocks_by_codec) {
+      blocks += StrCat(blocks.empty() ? "" : ", ", n, " ", name);
+    }
+    std::printf("  blocks: %s\n", blocks.c_str());
+  }
   for (const auto& [k, v] : sum->metadata) std::printf("  %s = %s\n", k.c_str(), v.c_str());
   std::printf("\n  %-52s %-7s %-16s %6s %10s %6s\n", "tensor", "dtype", "shape", "chunks", "stored", "ratio");
   for (const TensorSummary& t : sum->tensors) {

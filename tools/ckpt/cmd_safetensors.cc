@@ -631,7 +631,7 @@ int ImportSafetensorsMain(int argc, char** argv, int first) {
   args.Positional("MODEL", &in, "safetensors model (directory, file or safetensors:// URI)");
   args.String("out", &out, "checkpoint root to save into (path or storage URI)");
   args.Int("step", &step, "step to save as (default: the model's ckpt.step, else 0)");
-  args.String("codec", &codec_name, "none, zstd or shuffle-zstd (default none)");
+  args.String("codec", &codec_name, "none, zstd, shuffle-zstd or auto (default none)");
   int exit = 0;
   if (!args.Parse(argc, argv, first, &exit)) return exit;
   auto usage = [](const std::string& m) {
@@ -640,7 +640,7 @@ int ImportSafetensorsMain(int argc, char** argv, int first) {
   };
   if (out.empty()) return usage("give --out DIR (see --help)");
   const std::optional<Codec> codec = ParseCodec(codec_name);
-  if (!codec) return usage(StrCat("--codec must be none, zstd or shuffle-zstd, not '", codec_name, "'"));
+  if (!codec) return usage(StrCat("--codec must be none, zstd, shuffle-zstd or auto, not '", codec_name, "'"));
   const std::string uri = in.rfind("safetensors://", 0) == 0 ? in : StrCat("safetensors://", in);
   auto storage = OpenStorage(uri);
   if (!storage.ok()) return usage(std::string(storage.status().message()));

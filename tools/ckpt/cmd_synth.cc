@@ -26,7 +26,7 @@ int SynthMain(int argc, char** argv, int first) {
   args.String("dtype", &dtype, "parameter dtype: bf16, f32, f16 (default bf16)");
   args.String("mesh", &mesh_text, "mesh, e.g. dp=2,tp=4,pp=2 (default dp=1)");
   args.Int("step", &step, "step number to save (default 0)");
-  args.String("codec", &codec_name, "none, zstd or shuffle-zstd (default none)");
+  args.String("codec", &codec_name, "none, zstd, shuffle-zstd or auto (default none)");
   args.Int("zstd-level", &zstd_level, "zstd level (default 1)");
   args.String("optimizer", &optimizer, "'adam' adds fp32 exp_avg/exp_avg_sq and a step");
   args.Switch("zero", &zero, "shard optimizer state over dp (ZeRO-1)");
