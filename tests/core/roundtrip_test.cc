@@ -388,7 +388,7 @@ TEST(Staging, ThreadsAndRanksShareASmallArena) {
   }
 }
 
-// Codec::kAuto against a slow device (a simulated disk of 40 MB/s that
+// Codec::kAuto against a slow device (a simulated disk of 10 MB/s that
 // serves writes one after another), a sink faster than any compressor
 // (memory), and incompressible bytes: it compresses when the storage is the
 // bottleneck, stores as is when it is not, and gives up on bytes that do not
@@ -435,18 +435,19 @@ TEST(Staging, AutoCodecCompressesOnlyWhenTheStorageIsTheBottleneck) {
   const std::string slow = "faulty://mem://auto-slow-";
   double shuffled = 0, automatic = 0, fast = 0, random = 0;
   std::map<std::string, int64_t> slow_blocks, fast_blocks;
-  save({slow + "a?fault.write_bandwidth=40M", Codec::kShuffleZstd, false}, &shuffled);
-  save({slow + "b?fault.write_bandwidth=40M", Codec::kAuto, false}, &automatic, &slow_blocks);
+  save({slow + "a?fault.write_bandwidth=10M", Codec::kShuffleZstd, false}, &shuffled);
+  save({slow + "b?fault.write_bandwidth=10M", Codec::kAuto, false}, &automatic, &slow_blocks);
   save({"mem://auto-fast", Codec::kAuto, false}, &fast, &fast_blocks);
   // Each block records what it got.
   EXPECT_GT(slow_blocks["shuffle-zstd"], 50) << slow_blocks["none"];
   EXPECT_EQ(fast_blocks["shuffle-zstd"], 0);
   EXPECT_GE(fast_blocks["none"], 32);
-  save({slow + "c?fault.write_bandwidth=40M", Codec::kAuto, true}, &random);
+  save({slow + "c?fault.write_bandwidth=10M", Codec::kAuto, true}, &random);
   EXPECT_LT(shuffled, 0.8);  // bf16 of a normal-like law
   // The disk is the bottleneck: all compressed but the first few blocks,
-  // written while the backlog builds up.
-  EXPECT_LE(automatic, shuffled * 1.05);
+  // written while the backlog builds up (3% more bytes here; 6% under
+  // ThreadSanitizer, whose compressors are ten times slower).
+  EXPECT_LE(automatic, shuffled * 1.10);
   EXPECT_GT(fast, 0.97);     // writes never queue: stored as is
   EXPECT_GE(random, 0.999);  // nothing to gain
 }
