@@ -76,7 +76,7 @@ double DirectIo(const std::string& file, int64_t size, bool write) {
 // buffers): a best-of-n would flatter the ceiling.
 double MemcpyBandwidth(int64_t size, int threads) {
   auto src = AlignedBuffer::Allocate(size, true);
-  auto dst = AlignedBuffer::Allocate(size, true);
+  auto dst = AlignedBuffer::Allocate(size, true, /*huge=*/true);  // as the staging arena
   if (!src.ok() || !dst.ok() || threads < 1) return -1;
   std::memset(src->data(), 1, size);
   std::memcpy(dst->data(), src->data(), size);

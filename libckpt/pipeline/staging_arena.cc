@@ -12,7 +12,7 @@ absl::StatusOr<std::unique_ptr<StagingArena>> StagingArena::Create(size_t slot_b
                                              " bytes (want >= 1 slot of a multiple of 4096)"));
   }
   std::unique_ptr<StagingArena> a(new StagingArena());
-  CKPT_ASSIGN_OR_RETURN(a->memory_, AlignedBuffer::Allocate(slot_bytes * slot_count, prefault));
+  CKPT_ASSIGN_OR_RETURN(a->memory_, AlignedBuffer::Allocate(slot_bytes * slot_count, prefault, /*huge=*/true));
   a->slot_bytes_ = slot_bytes;
   a->slot_count_ = slot_count;
   for (size_t i = 0; i < slot_count; ++i) a->free_.push_back(a->memory_.data() + i * slot_bytes);

@@ -3,6 +3,7 @@
 #include <sys/mman.h>
 
 #include <cerrno>
+#include <cstdint>
 #include <cstring>
 #include <utility>
 
@@ -12,12 +13,38 @@
 
 namespace ckpt {
 
-absl::StatusOr<AlignedBuffer> AlignedBuffer::Allocate(size_t size, bool prefault) {
+namespace {
+
+constexpr size_t kHugePage = size_t{2} << 20;
+constexpr size_t kHugeFrom = size_t{4} << 20;
+
+void* MapHuge(size_t size) {
+  void* raw = mmap(nullptr, size + kHugePage, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (raw == MAP_FAILED) return MAP_FAILED;
+  const uintptr_t begin = reinterpret_cast<uintptr_t>(raw);
+  const uintptr_t aligned = (begin + kHugePage - 1) / kHugePage * kHugePage;
+  if (aligned > begin) munmap(raw, aligned - begin);
+  const uintptr_t end = begin + size + kHugePage;
+  if (end > aligned + size) munmap(reinterpret_cast<void*>(aligned + size), end - (aligned + size));
+  void* p = reinterpret_cast<void*>(aligned);
+#ifdef MADV_HUGEPAGE
+  (void)madvise(p, size, MADV_HUGEPAGE);  // advice only: 4 KiB pages where refused
+#endif
+  return p;
+}
+
+}  // namespace
+
+absl::StatusOr<AlignedBuffer> AlignedBuffer::Allocate(size_t size, bool prefault, bool huge) {
   AlignedBuffer buf;
   if (size == 0) return buf;
   size = AlignUp(size, kPageSize);
-  int flags = MAP_PRIVATE | MAP_ANONYMOUS | (prefault ? MAP_POPULATE : 0);
-  void* p = mmap(nullptr, size, PROT_READ | PROT_WRITE, flags, -1, 0);
+  void* p;
+  if (huge && size >= kHugeFrom) {
+    p = MapHuge(size);
+  } else {
+    p = mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | (prefault ? MAP_POPULATE : 0), -1, 0);
+  }
   if (p == MAP_FAILED) {
     return ErrnoStatus(errno, StrCat("mmap of ", size, " bytes"));
   }
