@@ -19,7 +19,7 @@ def test_runner_reports_every_contender(tmp_path):
         f.write(before)
     out = os.path.join(tmp, "out")
     p = subprocess.run([sys.executable, os.path.join(repo, "benchmarks", "run.py"), "--build", build, "--size", "16M",
-                        "--runs", "1", "--dir", os.path.join(tmp, "data"), "--out", out, "--update-docs", "--docs", docs,
+                        "--runs", "1", "--reshard-params", "20M", "--dir", os.path.join(tmp, "data"), "--out", out, "--update-docs", "--docs", docs,
                         "--json"], capture_output=True, text=True, timeout=600)
     assert p.returncode == 0, p.stderr
     res = json.loads(p.stdout)
@@ -48,6 +48,7 @@ def test_runner_reports_every_contender(tmp_path):
         assert s["sinks"][f"{name}/auto_x_best"]["median"] > 0
     # Behind the slow device the automatic codec compresses.
     assert s["sinks"]["slow/auto"]["stored_ratio"] < 0.9
+    assert 1.0 <= s["reshard600"]["median"] < 2.0  # small here: whole blocks at each cut
     assert len(res["targets"]) == 20 and all(isinstance(t["met"], bool) for t in res["targets"])
     assert res["machine"]["cores"] >= 1 and res["machine"]["filesystem"]
     svg = ET.parse(os.path.join(out, "chart.svg")).getroot()
