@@ -279,7 +279,8 @@ PYBIND11_MODULE(_ckpt, m) {
 
   py::class_<ckpt::Checkpointer>(m, "Checkpointer")
       .def(py::init([](const std::string& uri, int rank, int world_size, const std::string& codec, int keep_last,
-                       int64_t staging_bytes, bool direct_io, std::shared_ptr<ckpt::Communicator> communicator) {
+                       int64_t staging_bytes, bool direct_io, std::shared_ptr<ckpt::Communicator> communicator,
+                       int staging_threads) {
              ckpt::CheckpointerOptions o;
              o.uri = uri;
              o.rank = rank;
@@ -294,6 +295,8 @@ PYBIND11_MODULE(_ckpt, m) {
              o.codec = *c;
              o.retention.keep_last = keep_last;
              o.engine_options.staging_bytes = static_cast<size_t>(staging_bytes);
+             if (staging_threads < 0) Raise(absl::StatusCode::kInvalidArgument, "staging_threads must be >= 0");
+             o.engine_options.staging_threads = staging_threads;
              o.direct_io = direct_io;
              absl::StatusOr<std::unique_ptr<ckpt::Checkpointer>> cp;
              {
@@ -305,7 +308,7 @@ PYBIND11_MODULE(_ckpt, m) {
            }),
            py::arg("uri"), py::arg("rank") = 0, py::arg("world_size") = 1, py::arg("codec") = "none",
            py::arg("keep_last") = 0, py::arg("staging_bytes") = int64_t{256} << 20, py::arg("direct_io") = true,
-           py::arg("communicator") = nullptr, py::keep_alive<1, 9>())
+           py::arg("communicator") = nullptr, py::arg("staging_threads") = 0, py::keep_alive<1, 9>())
       .def(
           "save",
           [](ckpt::Checkpointer& cp, int64_t step, PyState& state, std::map<std::string, std::string> metadata,

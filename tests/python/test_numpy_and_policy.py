@@ -55,6 +55,21 @@ def test_numpy_round_trip_errors_dtypes_and_interval_policy(tmp_path):
     except ckpt.InvalidArgumentError as e:
         assert isinstance(e, ValueError)
         assert "'a'" in str(e) and "read-only" in str(e), e
+    # The automatic codec and several staging threads, through Python.
+    big = np.random.default_rng(1).standard_normal((512, 1024)).astype(np.float32)
+    auto = ckpt.Checkpointer(f"{work}/auto", codec="auto", staging_threads=3)
+    u = ckpt.State()
+    ckpt.add_array(u, "big", big)
+    auto.save(1, u).wait()
+    back = np.zeros_like(big)
+    v = ckpt.State()
+    ckpt.add_array(v, "big", back)
+    assert auto.load(v) == 1 and np.array_equal(back, big)
+    try:
+        ckpt.Checkpointer(f"{work}/bad", staging_threads=-1)
+        raise AssertionError("a negative staging_threads was accepted")
+    except ckpt.InvalidArgumentError as e:
+        assert "staging_threads" in str(e), e
     np.save(f"{work}/m.npy", a)
     mm = np.load(f"{work}/m.npy", mmap_mode="r")
     m = ckpt.State()

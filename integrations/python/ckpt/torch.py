@@ -160,9 +160,9 @@ class CheckpointManager:
     newest `keep_last` and restores the latest on start."""
 
     def __init__(self, root, model, optimizer=None, scheduler=None, interval=100, keep_last=3,
-                 codec="none", async_save=True, staging_bytes=256 << 20, policy=None):
+                 codec="none", async_save=True, staging_bytes=256 << 20, policy=None, staging_threads=0):
         self.checkpointer = _ckpt.Checkpointer(root, codec=codec, keep_last=keep_last,
-                                               staging_bytes=staging_bytes)
+                                               staging_bytes=staging_bytes, staging_threads=staging_threads)
         self.model, self.optimizer, self.scheduler = model, optimizer, scheduler
         self.interval = interval
         self.policy = policy
