@@ -440,7 +440,7 @@ class FileStorage final : public Storage {
 
 absl::StatusOr<std::shared_ptr<Storage>> OpenLocal(std::string_view uri, bool allow_uring) {
   CKPT_ASSIGN_OR_RETURN(ParsedUri parsed, ParseUri(uri));
-  std::string root = parsed.location;
+  std::string root = parsed.Path();
   while (root.size() > 1 && root.back() == '/') root.pop_back();
   if (root.empty()) {
     return absl::InvalidArgumentError(StrCat("storage URI '", uri, "' names no path"));

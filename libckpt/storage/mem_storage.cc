@@ -201,12 +201,13 @@ std::shared_ptr<Storage> NewMemStorage() { return std::make_shared<MemStorage>("
 
 absl::StatusOr<std::shared_ptr<Storage>> OpenMemStorage(std::string_view uri) {
   CKPT_ASSIGN_OR_RETURN(ParsedUri parsed, ParseUri(uri));
-  if (parsed.location.empty()) return NewMemStorage();
+  const std::string name = parsed.Path();
+  if (name.empty()) return NewMemStorage();
   // Named stores live for the process so separate opens share files.
   static std::mutex mu;
   static auto* stores = new std::map<std::string, std::shared_ptr<Storage>>();
   std::lock_guard<std::mutex> lock(mu);
-  auto& slot = (*stores)[parsed.location];
+  auto& slot = (*stores)[name];
   if (!slot) slot = std::make_shared<MemStorage>(StrCat("mem://", parsed.location));
   return slot;
 }

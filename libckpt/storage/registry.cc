@@ -38,7 +38,7 @@ class Hdf5Storage : public ForwardingStorage {
 
 absl::StatusOr<std::shared_ptr<Storage>> OpenHdf5Storage(std::string_view uri) {
   CKPT_ASSIGN_OR_RETURN(ParsedUri parsed, ParseUri(uri));
-  std::string inner = StrCat("file://", parsed.location, "?direct=0");
+  std::string inner = StrCat("file://", EncodeUriPath(parsed.Path()), "?direct=0");
   for (const auto& [k, v] : parsed.params) {
     if (k != "direct") inner += StrCat("&", EncodeUriValue(k), "=", EncodeUriValue(v));
   }
@@ -150,7 +150,7 @@ absl::StatusOr<std::shared_ptr<Storage>> OpenStorage(std::string_view uri) {
   // A plain path to a safetensors model (and not to a ckpt root) reads it in
   // place, as safetensors:// would.
   if (uri.find("://") == std::string_view::npos && parsed.params.empty() && IsSafetensorsModelPath(parsed.location)) {
-    return OpenSafetensorsStorage(StrCat("safetensors://", parsed.location));
+    return OpenSafetensorsStorage(StrCat("safetensors://", EncodeUriPath(parsed.location)));
   }
   Registry& r = GetRegistry();
   StorageFactory factory;

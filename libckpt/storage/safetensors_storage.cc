@@ -322,7 +322,7 @@ bool IsSafetensorsModelPath(std::string_view path) {
 
 absl::StatusOr<std::shared_ptr<Storage>> OpenSafetensorsStorage(std::string_view uri) {
   CKPT_ASSIGN_OR_RETURN(ParsedUri parsed, ParseUri(uri));
-  std::string location = parsed.location;
+  std::string location = parsed.Path();
   std::vector<std::string> files;
   std::string dir = location;
   if (IsSafetensorsDataFile(location) && !IsDir(location)) {
@@ -330,7 +330,7 @@ absl::StatusOr<std::shared_ptr<Storage>> OpenSafetensorsStorage(std::string_view
     dir = slash == std::string::npos ? "." : location.substr(0, slash);
     files.push_back(slash == std::string::npos ? location : location.substr(slash + 1));
   }
-  std::string inner = StrCat("file://", dir);
+  std::string inner = StrCat("file://", EncodeUriPath(dir));
   for (const auto& [k, v] : parsed.params) {
     inner += StrCat(inner.find('?') == std::string::npos ? "?" : "&", EncodeUriValue(k), "=", EncodeUriValue(v));
   }

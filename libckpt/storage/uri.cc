@@ -46,6 +46,24 @@ std::string EncodeUriValue(std::string_view value) {
   return out;
 }
 
+std::string EncodeUriPath(std::string_view path) {
+  static const char* kHex = "0123456789ABCDEF";
+  std::string out;
+  for (char c : path) {
+    const unsigned char u = static_cast<unsigned char>(c);
+    if (c == '%' || c == '?' || c == '#' || u <= 0x20 || u == 0x7f) {
+      out += '%';
+      out += kHex[u >> 4];
+      out += kHex[u & 15];
+    } else {
+      out += c;
+    }
+  }
+  return out;
+}
+
+std::string ParsedUri::Path() const { return has_scheme ? Decode(location) : location; }
+
 absl::StatusOr<ParsedUri> ParseUri(std::string_view uri) {
   ParsedUri out;
   if (uri.empty()) return absl::InvalidArgumentError("empty storage URI");
@@ -59,6 +77,7 @@ absl::StatusOr<ParsedUri> ParseUri(std::string_view uri) {
       }
     }
     rest = uri.substr(sep + 3);
+    out.has_scheme = true;
   } else {
     out.scheme = "file";
   }

@@ -12,8 +12,15 @@ namespace ckpt {
 
 struct ParsedUri {
   std::string scheme;    ///< "file" for a plain path
-  std::string location;  ///< what follows "scheme://", without the query
+  std::string location;  ///< what follows "scheme://", without the query, as written
   std::map<std::string, std::string> params;
+  bool has_scheme = false;  ///< false: a plain path
+
+  /// The location as a path or name: percent-decoded when the URI has a
+  /// scheme ("file:///data/run%207" is "/data/run 7", UTF-8 names too); a
+  /// plain path is taken as it is ("/data/100%" stays). Wrappers that pass
+  /// their location on as a URI (faulty://) use `location`.
+  std::string Path() const;
 
   /// Boolean parameter: "1/true/yes/on" or "0/false/no/off"; `def` if unset.
   absl::StatusOr<bool> Bool(std::string_view key, bool def) const;
@@ -32,6 +39,11 @@ absl::StatusOr<ParsedUri> ParseUri(std::string_view uri);
 
 /// Percent-encodes the characters that would end a query value.
 std::string EncodeUriValue(std::string_view value);
+
+/// Percent-encodes what a path needs to stay itself as a URI's location
+/// ('%', '?', '#', spaces and control bytes), for building "scheme://" +
+/// path from a path that may hold them.
+std::string EncodeUriPath(std::string_view path);
 
 }  // namespace ckpt
 

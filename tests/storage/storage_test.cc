@@ -296,6 +296,46 @@ TEST(StorageRegistry, PlainPathIsFileAndParamsAreChecked) {
   EXPECT_TRUE(*p->Bool("y", false));
 }
 
+// A URI's location is percent-decoded ("file:///x/run%207" is the directory
+// "run 7", UTF-8 names too), through every backend that opens files; a plain
+// path is a path ("lit%41" stays "lit%41").
+TEST(StorageRegistry, PercentEncodedLocationsAreDecodedPlainPathsAreNot) {
+  TempDir dir;
+  const std::string text = "payload";
+  auto put = [&](const std::string& uri) {
+    auto s = OpenStorage(uri);
+    EXPECT_TRUE(s.ok()) << uri << ": " << s.status();
+    if (!s.ok()) return;
+    EXPECT_OK((*s)->PutAtomic(
+        "f", absl::Span<const std::byte>(reinterpret_cast<const std::byte*>(text.data()), text.size())));
+  };
+  put("file://" + dir.path() + "/run%207%20%C3%A9t%C3%A9");
+  EXPECT_TRUE(std::filesystem::exists(dir.path() + "/run 7 \xC3\xA9t\xC3\xA9/f"));
+  EXPECT_FALSE(std::filesystem::exists(dir.path() + "/run%207%20%C3%A9t%C3%A9"));
+  put(dir.path() + "/lit%41");
+  EXPECT_TRUE(std::filesystem::exists(dir.path() + "/lit%41/f"));
+  EXPECT_FALSE(std::filesystem::exists(dir.path() + "/litA"));
+  // Wrappers hand the decoded path on: the same directory through hdf5://
+  // and faulty://, and a path made into a URI comes back as itself.
+  for (const std::string& uri : {"hdf5://" + dir.path() + "/run%207%20%C3%A9t%C3%A9",
+                                 "faulty://file://" + dir.path() + "/run%207%20%C3%A9t%C3%A9?fault.latency=0"}) {
+    auto s = OpenStorage(uri);
+    ASSERT_OK(s);
+    auto got = (*s)->GetAll("f");
+    ASSERT_TRUE(got.ok()) << uri << ": " << got.status();
+    EXPECT_EQ(*got, text) << uri;
+  }
+  for (const std::string path : {"/a b/100%/x?y#z", "/d/\xC3\xA9", "/plain"}) {
+    auto p = ParseUri("file://" + EncodeUriPath(path));
+    ASSERT_OK(p);
+    EXPECT_EQ(p->Path(), path);
+    EXPECT_TRUE(p->params.empty());
+  }
+  auto plain = ParseUri("/data/100%");
+  ASSERT_OK(plain);
+  EXPECT_EQ(plain->Path(), "/data/100%");
+}
+
 // ramfs refuses O_DIRECT (tmpfs accepts it since Linux 6.6): the file
 // backend detects the refusal and writes buffered, with no alignment rule,
 // instead of failing.

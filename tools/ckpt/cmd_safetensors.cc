@@ -42,6 +42,7 @@
 #include "format/frame_check.h"
 #include "format/safetensors.h"
 #include "pipeline/loader.h"
+#include "storage/uri.h"
 #include "util/aligned_buffer.h"
 #include "util/errors.h"
 #include "util/json.h"
@@ -641,7 +642,7 @@ int ImportSafetensorsMain(int argc, char** argv, int first) {
   if (out.empty()) return usage("give --out DIR (see --help)");
   const std::optional<Codec> codec = ParseCodec(codec_name);
   if (!codec) return usage(StrCat("--codec must be none, zstd, shuffle-zstd or auto, not '", codec_name, "'"));
-  const std::string uri = in.rfind("safetensors://", 0) == 0 ? in : StrCat("safetensors://", in);
+  const std::string uri = in.rfind("safetensors://", 0) == 0 ? in : StrCat("safetensors://", EncodeUriPath(in));
   auto storage = OpenStorage(uri);
   if (!storage.ok()) return usage(std::string(storage.status().message()));
   auto latest = LatestCommittedStep(**storage);
