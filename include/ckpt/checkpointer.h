@@ -58,9 +58,11 @@ struct CKPT_EXPORT CheckpointerOptions {
   std::optional<Mesh> mesh;
   /// Ask the storage for O_DIRECT writes (falls back where refused).
   bool direct_io = true;
-  /// Large 2-d and higher shards are saved as up to this many column tiles
-  /// (each its own chunk), so a later load that keeps only some columns
-  /// reads only their tiles. 1 disables tiling.
+  /// Shards cut along their last dimension (and large whole tensors) are
+  /// saved as up to this many column tiles (each its own chunk), cut where
+  /// loads onto the tensor-parallel sizes users move to would cut, so such a
+  /// load reads only the tiles it needs (docs/resharding.md). 1 disables
+  /// tiling.
   int max_column_tiles = 8;
   /// Collectives among the ranks. With one, Save agrees which replica writes
   /// each box that several ranks hold (balancing bytes), and Load has the

@@ -45,25 +45,21 @@ std::vector<Box> ColumnTiles(const Box& box, const Shape& shape, uint64_t elem_s
     for (int64_t b : ChunkBoundaries(extent, k)) {
       if (b > lo && b < hi && !std::binary_search(cuts.begin(), cuts.end(), b)) mine.push_back(b);
     }
-    if (parts == 1 && !mine.empty()) {
-      // A whole tensor is cut only into tiles of wide rows: staging gathers
-      // short segments at two thirds of a plain copy's speed, and every save
-      // pays that for a load onto a mesh that may never come.
-      std::vector<int64_t> all = cuts;
-      all.insert(all.end(), mine.begin(), mine.end());
-      std::sort(all.begin(), all.end());
-      bool wide = true;
-      for (size_t i = 1; i < all.size(); ++i) {
-        wide = wide && static_cast<uint64_t>(all[i] - all[i - 1]) * elem_size >= kMinWholeTileRowBytes;
-      }
-      if (!wide) continue;
-    }
     // A split's cuts are kept all or none: a load onto it reads a whole tile
     // at each missing cut, however close another cut is (its columns are in
     // every row of the tile).
     if (mine.empty() || static_cast<int64_t>(cuts.size() - 1 + mine.size()) > max_tiles) continue;
-    cuts.insert(cuts.end(), mine.begin(), mine.end());
-    std::sort(cuts.begin(), cuts.end());
+    std::vector<int64_t> merged = cuts;
+    merged.insert(merged.end(), mine.begin(), mine.end());
+    std::sort(merged.begin(), merged.end());
+    // A whole tensor is cut only into tiles of wide rows: staging gathers
+    // short segments at two thirds of a plain copy's speed, and every save
+    // pays that for a load onto a mesh that may never come.
+    bool wide = true;
+    for (size_t i = 1; parts == 1 && i < merged.size(); ++i) {
+      wide = wide && static_cast<uint64_t>(merged[i] - merged[i - 1]) * elem_size >= kMinWholeTileRowBytes;
+    }
+    if (wide) cuts = std::move(merged);
   }
   if (cuts.size() == 2) return {box};
   std::vector<Box> tiles;

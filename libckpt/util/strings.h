@@ -46,10 +46,10 @@ inline bool ConsumeSuffix(std::string_view* s, std::string_view suffix) {
   return true;
 }
 
-/// Parses a whole decimal integer (optional leading '-'); false otherwise.
 /// `s` without leading and trailing white space.
 std::string_view Trim(std::string_view s);
 
+/// Parses a whole decimal integer (optional leading '-'); false otherwise.
 bool ParseInt64(std::string_view s, int64_t* out);
 /// Parses "0x" and exactly 16 lower-case hex digits (how HexHashTo writes a
 /// 64-bit value).
