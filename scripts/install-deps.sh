@@ -7,12 +7,15 @@ set -euo pipefail
 
 packages=(g++ cmake ninja-build pkg-config liburing-dev libzstd-dev libxxhash-dev
           libabsl-dev libgtest-dev libgmock-dev libbenchmark-dev libopenmpi-dev openmpi-bin
-          libhdf5-dev libboost-dev libssl-dev python3-dev python3-pybind11 pybind11-dev)
+          libhdf5-dev libboost-dev libssl-dev libcurl4-openssl-dev python3-dev python3-pybind11 pybind11-dev)
+# The S3 server of the s3:// tests and benchmarks (Ceph's RADOS Gateway, scripts/s3-server.sh) and
+# the S3 clients they compare with and check against.
+s3=(ceph-mon ceph-osd ceph-mgr radosgw ceph-common awscli s3cmd)
 if [[ "${1:-}" == "--test" ]]; then
   packages+=(clang libclang-rt-14-dev fio python3 python3-h5py python3-numpy hdf5-tools python3-torch
-            python3-pip python3-venv python3-setuptools python3-pytest clang-format-14)
+            python3-pip python3-venv python3-setuptools python3-pytest clang-format-14 "${s3[@]}")
 elif [[ "${1:-}" == "--bench" ]]; then
-  packages+=(fio python3 python3-h5py python3-numpy python3-torch)
+  packages+=(fio python3 python3-h5py python3-numpy python3-torch "${s3[@]}")
 fi
 
 missing=()

@@ -148,6 +148,9 @@ struct CKPT_EXPORT GcReport {
   /// Uncommitted steps kept because their claim names a save still running
   /// on this host (a live process); claims from other hosts are not kept.
   std::vector<int64_t> kept_running;
+  /// Unfinished multipart uploads aborted (object stores): paths of the
+  /// objects they were writing, under steps that are committed or gone.
+  std::vector<std::string> aborted_uploads;
   /// One line per step removed or kept for damage, with the reason.
   std::vector<std::string> reasons;
   int64_t bytes_freed = 0;

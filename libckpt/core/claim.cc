@@ -149,9 +149,13 @@ absl::Status CheckStepIsNew(Storage& storage, int64_t step, bool allow_older_ste
   const std::string dir = StepDir(step);
   for (std::string_view name : {kManifestName, kManifestCopyName}) {
     auto size = storage.FileSize(StrCat(dir, "/", name));
-    if (size.ok() || !absl::IsNotFound(size.status())) {
+    if (size.ok()) {
       return absl::AlreadyExistsError(
           StrCat("step ", step, " is already committed under ", storage.uri(), " (", dir, "/", name, " exists)"));
+    }
+    // Not knowing is no answer: the save stops, with the storage's reason.
+    if (!absl::IsNotFound(size.status())) {
+      return Annotate(size.status(), StrCat("cannot tell whether step ", step, " is already committed"));
     }
   }
   // A step at or below the latest is usually a second job, or a restart

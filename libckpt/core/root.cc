@@ -8,12 +8,14 @@
 #include <cstdio>
 #include <cstring>
 #include <map>
+#include <optional>
 #include <set>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "format/root_files.h"
 #include "plan/cover.h"
+#include "storage/s3_storage.h"
 #include "util/bytes.h"
 #include "util/clock.h"
 #include "util/errors.h"
@@ -592,6 +594,27 @@ absl::StatusOr<GcReport> CollectGarbageIn(Storage& storage, const GcOptions& opt
         (void)storage.Remove(e.name);
       }
     }
+  }
+  // Unfinished multipart uploads (object stores) bill for their parts and
+  // never show in a listing. Those of a step still being written (partial
+  // and kept above) stay; any other is a leftover: its step committed
+  // without it, or was removed, or it is outside every step.
+  CKPT_ASSIGN_OR_RETURN(std::vector<S3PendingUpload> uploads, ListPendingUploads(storage));
+  std::set<int64_t> writing;
+  for (const StepInfo& s : *steps) {
+    const bool removed = std::count(report.removed_partial.begin(), report.removed_partial.end(), s.step) > 0;
+    if (s.state == StepState::kPartial && !removed) writing.insert(s.step);
+  }
+  for (const S3PendingUpload& u : uploads) {
+    const size_t slash = u.path.find('/');
+    const std::optional<int64_t> step =
+        slash == std::string::npos ? std::nullopt : ParseStepDir(std::string_view(u.path).substr(0, slash));
+    if (step && writing.count(*step)) continue;
+    report.aborted_uploads.push_back(u.path);
+    report.reasons.push_back(StrCat(options.dry_run ? "would abort" : "aborted", " unfinished upload of ", u.path,
+                                    u.age_s >= 0 ? StrCat(" (started ", u.age_s, " s ago)") : std::string(),
+                                    step ? StrCat(": step ", *step, " is not being written") : ": outside any step"));
+    if (!options.dry_run) CKPT_RETURN_IF_ERROR(AbortPendingUpload(storage, u));
   }
   if (!options.dry_run &&
       (!report.removed_steps.empty() || !report.removed_partial.empty() || !report.removed_damaged.empty())) {

@@ -8,6 +8,7 @@
 #include "storage/file_storage.h"
 #include "storage/mem_storage.h"
 #include "storage/plugin_storage.h"
+#include "storage/s3_storage.h"
 #include "storage/safetensors_storage.h"
 #include "storage/tiered_storage.h"
 #include "storage/uri.h"
@@ -86,6 +87,11 @@ Registry& GetRegistry() {
     add("safetensors",
         "a Hugging Face safetensors model (directory or file) read in place as a read-only root of one step",
         Caps("safetensors", false, false, true), OpenSafetensorsStorage);
+    StorageCaps s3 = Caps("s3", false, false, true);
+    add("s3",
+        "objects in an S3 bucket (AWS, Ceph RGW, MinIO): multipart uploads, ranged GETs, "
+        "If-None-Match claims, SigV4",
+        s3, OpenS3Storage);
     add("faulty", "wraps another backend and injects errors, latency, bit flips and crashes",
         Caps("faulty", false, true, true), OpenFaultyStorage);
     return r;

@@ -403,6 +403,8 @@ int GcMain(int argc, char** argv, int first) {
     for (int64_t s : report->removed_damaged) w.Int(s);
     w.EndArray().Key("kept_damaged").BeginArray();
     for (int64_t s : report->kept_damaged) w.Int(s);
+    w.EndArray().Key("aborted_uploads").BeginArray();
+    for (const std::string& u : report->aborted_uploads) w.String(u);
     w.EndArray().Key("reasons").BeginArray();
     for (const std::string& r : report->reasons) w.String(r);
     w.EndArray().Field("bytes_freed", report->bytes_freed).EndObject();

@@ -1,0 +1,65 @@
+// A small blocking HTTP/1.1 client over libcurl, for the s3:// backend.
+//
+// libcurl (Debian's, built with OpenSSL) rather than Boost.Beast: it brings
+// keep-alive connection reuse, TLS with the system's CA store and its
+// verification, proxies from the environment, and low-speed timeouts; with
+// Beast each of those would be ours to write and to get right. Each
+// Perform takes an idle easy handle from a pool (its connection stays open
+// for the next request) and returns it after.
+#ifndef CKPT_STORAGE_HTTP_CLIENT_H_
+#define CKPT_STORAGE_HTTP_CLIENT_H_
+
+#include <map>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/types/span.h"
+
+namespace ckpt {
+
+struct HttpRequest {
+  std::string method = "GET";  ///< GET, HEAD, PUT, POST, DELETE
+  std::string url;
+  std::vector<std::string> headers;  ///< "Name: value"
+  absl::Span<const std::byte> body;
+  /// When set, a 2xx body is written here (and must fit); otherwise into
+  /// HttpResponse::body.
+  absl::Span<std::byte> into;
+  bool has_into = false;
+  double timeout_s = 0;  ///< whole request; 0: none (the low-speed limit still applies)
+  double connect_timeout_s = 10;
+};
+
+struct HttpResponse {
+  long status = 0;
+  std::string body;
+  std::map<std::string, std::string> headers;  ///< names in lower case
+  uint64_t into_bytes = 0;                     ///< bytes written to HttpRequest::into
+  bool into_overflow = false;
+};
+
+class HttpClient {
+ public:
+  HttpClient();
+  ~HttpClient();
+  HttpClient(const HttpClient&) = delete;
+  HttpClient& operator=(const HttpClient&) = delete;
+
+  /// Sends the request and reads the answer. A transport failure (refused,
+  /// reset, timed out, TLS) is Unavailable with libcurl's reason; any HTTP
+  /// status is a response.
+  absl::StatusOr<HttpResponse> Perform(const HttpRequest& req);
+
+ private:
+  void* Acquire();
+  void Release(void* handle, bool keep);
+
+  std::mutex mu_;
+  std::vector<void*> idle_;
+};
+
+}  // namespace ckpt
+
+#endif  // CKPT_STORAGE_HTTP_CLIENT_H_

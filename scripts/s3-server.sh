@@ -1,0 +1,88 @@
+#!/bin/bash
+# s3-server.sh start|stop|kill-rgw|start-rgw : a throw-away one-node Ceph RADOS Gateway (a real S3
+# server) on 127.0.0.1, for the s3:// tests and benchmarks.
+# All state under $CEPH_S3_DIR; after `start`, `. $CEPH_S3_DIR/env` gives AWS_* and S3_ENDPOINT.
+# kill-rgw / start-rgw stop the gateway alone (SIGKILL) and start it again on the same port, for
+# the tests of a server that dies mid-save.
+# Env: CEPH_S3_DIR, MON_PORT, RGW_PORT, STORE (memstore|bluestore), STORE_BYTES, WITH_MGR (0|1).
+set -euo pipefail
+D=${CEPH_S3_DIR:-/tmp/ckpt-s3} MON_PORT=${MON_PORT:-40789} RGW_PORT=${RGW_PORT:-47480}
+STORE=${STORE:-bluestore} STORE_BYTES=${STORE_BYTES:-10737418240} WITH_MGR=${WITH_MGR:-0}
+AK=${AWS_ACCESS_KEY_ID:-testkey} SK=${AWS_SECRET_ACCESS_KEY:-testsecret}
+export CEPH_CONF=$D/ceph.conf
+log() { echo "[$(date +%T.%N | cut -c1-12)] $*" >&2; }
+ours() { local s; s=$(sed 's/.*) //; s/ .*//' /proc/"$1"/stat 2>/dev/null) || return 1
+  [ "$s" != Z ] && grep -qE '^(ceph-|radosgw)' /proc/"$1"/comm; }   # alive, not a zombie, still ceph
+stop() { local n p; for n in rgw osd mgr mon; do [ -f "$D/$n.pid" ] || continue; p=$(<"$D/$n.pid")
+    if ours "$p"; then kill -9 "$p"; while ours "$p"; do sleep 0.05; done; fi; done; rm -rf "$D"; }
+launch() { local n=$1; shift; "$@" </dev/null >"$D/log/$n.out" 2>&1 & echo $! >"$D/$n.pid"; disown; }
+wait_for() { local end=$((SECONDS + $1)); shift
+  until "$@" >/dev/null 2>&1; do ((SECONDS < end)) || { log "timeout: $*"; exit 1; }; sleep 0.2; done; }
+start() {
+  command -v radosgw >/dev/null || { apt-get update -qq; DEBIAN_FRONTEND=noninteractive apt-get install \
+    -y -qq --no-install-recommends ceph-mon ceph-osd ceph-mgr radosgw ceph-common >/dev/null; }
+  [ -e "$D" ] && stop
+  trap 'log FAILED; tail -n 20 "$D"/log/*.log >&2; stop' EXIT
+  mkdir -p "$D"/{mon.a,mgr.x,osd.0,log,run}
+  local fsid uuid; fsid=$(</proc/sys/kernel/random/uuid) uuid=$(</proc/sys/kernel/random/uuid)
+  cat >"$CEPH_CONF" <<CONF
+[global]
+fsid = $fsid
+mon host = [v2:127.0.0.1:$MON_PORT]
+public addr = 127.0.0.1
+cluster addr = 127.0.0.1
+ms bind msgr1 = false
+auth cluster required = none
+auth service required = none
+auth client required = none
+ms mon client mode = crc
+run dir = $D/run
+log file = $D/log/\$name.log
+mon data = $D/\$name
+mgr data = $D/\$name
+osd data = $D/\$name
+osd objectstore = $STORE
+memstore device bytes = $STORE_BYTES
+bluestore block create = true
+bluestore block size = $STORE_BYTES
+osd memory target = 1073741824
+osd pool default size = 1
+osd pool default min size = 1
+osd pool default pg num = 8
+osd pool default pg autoscale mode = off
+mon allow pool size one = true
+mon max pg per osd = 1000
+mon data avail warn = 1
+mon data avail crit = 0
+paxos propose interval = 0.1
+rgw frontends = beast endpoint=127.0.0.1:$RGW_PORT
+CONF
+  monmaptool --create --fsid "$fsid" --addv a "[v2:127.0.0.1:$MON_PORT]" "$D/monmap" >/dev/null
+  ceph-mon --mkfs -i a --monmap "$D/monmap"
+  launch mon ceph-mon -f -i a
+  wait_for 60 timeout 5 ceph -s; log "mon up"
+  [ "$WITH_MGR" = 1 ] && launch mgr ceph-mgr -f -i x
+  [ "$(ceph osd new "$uuid")" = 0 ]
+  ceph-osd -i 0 --mkfs --osd-uuid "$uuid" 2>"$D/log/osd-mkfs.out"
+  launch osd ceph-osd -f -i 0
+  wait_for 60 sh -c 'ceph osd dump -f json | grep -q "\"up\":1"'; log "osd up"
+  launch rgw radosgw -f -n client.rgw
+  wait_for 60 python3 -c "import urllib.request as u; u.urlopen('http://127.0.0.1:$RGW_PORT/', timeout=2)"
+  radosgw-admin user create --uid=test --display-name=test --access-key="$AK" --secret="$SK" >/dev/null
+  echo "export AWS_ACCESS_KEY_ID=$AK AWS_SECRET_ACCESS_KEY=$SK AWS_DEFAULT_REGION=us-east-1" \
+    "S3_ENDPOINT=http://127.0.0.1:$RGW_PORT CEPH_CONF=$CEPH_CONF" >"$D/env"
+  trap - EXIT; log "ready: . $D/env"
+}
+kill_rgw() { local p; [ -f "$D/rgw.pid" ] || return 0; p=$(<"$D/rgw.pid")
+  if ours "$p"; then kill -9 "$p"; while ours "$p"; do sleep 0.05; done; fi; }
+start_rgw() { local port; port=$(sed -n 's/.*endpoint=127.0.0.1:\([0-9]*\).*/\1/p' "$CEPH_CONF")
+  launch rgw radosgw -f -n client.rgw
+  wait_for 60 python3 -c "import urllib.request as u; u.urlopen('http://127.0.0.1:$port/', timeout=2)"; }
+case "${1:-}" in
+  start) "$0" start-once || { log "retrying once"; "$0" stop; "$0" start-once; } ;;   # a rare start hangs
+  start-once) start ;;
+  stop) stop ;;
+  kill-rgw) kill_rgw ;;
+  start-rgw) start_rgw ;;
+  *) echo "usage: $0 start|stop|kill-rgw|start-rgw" >&2; exit 2 ;;
+esac
