@@ -1,6 +1,9 @@
 #include "storage/http_client.h"
 
 #include <curl/curl.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <sys/socket.h>
 
 #include <cstring>
 
@@ -13,6 +16,7 @@ namespace {
 struct Transfer {
   const HttpRequest* req;
   HttpResponse* resp;
+  HttpClient::Conn* conn;
   size_t body_off = 0;
 };
 
@@ -54,10 +58,31 @@ size_t WriteBody(char* data, size_t size, size_t nmemb, void* user) {
   return n;
 }
 
+// The answer to a small request often comes as a header segment and a body
+// segment that the server's Nagle holds back until the first is
+// acknowledged, and a reused connection acknowledges in delayed-ACK mode,
+// 40 ms later: every small GET on a kept-alive connection took 44 ms
+// against RADOS Gateway. Asking for quick ACKs once the answer has begun
+// sends the pending ACK at once (the kernel leaves quick-ACK mode on its
+// own, and setting it before sending the request does not hold).
+void AckNow(const Transfer& t) {
+  if (t.conn->fd == CURL_SOCKET_BAD) return;
+  int one = 1;
+  (void)setsockopt(t.conn->fd, IPPROTO_TCP, TCP_QUICKACK, &one, sizeof(one));
+}
+
+// Remembers the socket of the connection a handle opens (it stays the
+// handle's while kept alive).
+int OnSocket(void* user, curl_socket_t fd, curlsocktype purpose) {
+  static_cast<HttpClient::Conn*>(user)->fd = fd;
+  return CURL_SOCKOPT_OK;
+}
+
 size_t HeaderLine(char* data, size_t size, size_t nitems, void* user) {
   auto* t = static_cast<Transfer*>(user);
   const size_t n = size * nitems;
   std::string_view line(data, n);
+  AckNow(*t);
   if (ConsumePrefix(&line, "HTTP/")) {
     // A new status line (after a 100 Continue, or a redirect): start over.
     t->resp->headers.clear();
@@ -82,36 +107,46 @@ HttpClient::HttpClient() {
 }
 
 HttpClient::~HttpClient() {
-  for (void* h : idle_) curl_easy_cleanup(static_cast<CURL*>(h));
+  for (Conn* c : idle_) {
+    curl_easy_cleanup(static_cast<CURL*>(c->handle));
+    delete c;
+  }
 }
 
-void* HttpClient::Acquire() {
+HttpClient::Conn* HttpClient::Acquire() {
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (!idle_.empty()) {
-      void* h = idle_.back();
+      Conn* c = idle_.back();
       idle_.pop_back();
-      return h;
+      return c;
     }
   }
-  return curl_easy_init();
+  CURL* h = curl_easy_init();
+  if (h == nullptr) return nullptr;
+  Conn* c = new Conn;
+  c->handle = h;
+  c->fd = CURL_SOCKET_BAD;
+  return c;
 }
 
-void HttpClient::Release(void* handle, bool keep) {
+void HttpClient::Release(Conn* conn, bool keep) {
   if (!keep) {
-    curl_easy_cleanup(static_cast<CURL*>(handle));
+    curl_easy_cleanup(static_cast<CURL*>(conn->handle));
+    delete conn;
     return;
   }
   std::lock_guard<std::mutex> lock(mu_);
-  idle_.push_back(handle);
+  idle_.push_back(conn);
 }
 
 absl::StatusOr<HttpResponse> HttpClient::Perform(const HttpRequest& req) {
-  CURL* h = static_cast<CURL*>(Acquire());
-  if (h == nullptr) return absl::ResourceExhaustedError("HTTP: libcurl could not make a handle");
+  Conn* conn = Acquire();
+  if (conn == nullptr) return absl::ResourceExhaustedError("HTTP: libcurl could not make a handle");
+  CURL* h = static_cast<CURL*>(conn->handle);
   curl_easy_reset(h);
   HttpResponse resp;
-  Transfer t{&req, &resp};
+  Transfer t{&req, &resp, conn};
   char errbuf[CURL_ERROR_SIZE] = {0};
   curl_easy_setopt(h, CURLOPT_URL, req.url.c_str());
   curl_easy_setopt(h, CURLOPT_NOSIGNAL, 1L);
@@ -123,6 +158,8 @@ absl::StatusOr<HttpResponse> HttpClient::Perform(const HttpRequest& req) {
   // after 30 s under 1 KiB/s instead of hanging.
   curl_easy_setopt(h, CURLOPT_LOW_SPEED_LIMIT, 1024L);
   curl_easy_setopt(h, CURLOPT_LOW_SPEED_TIME, 30L);
+  curl_easy_setopt(h, CURLOPT_SOCKOPTFUNCTION, OnSocket);
+  curl_easy_setopt(h, CURLOPT_SOCKOPTDATA, conn);
   curl_easy_setopt(h, CURLOPT_HEADERFUNCTION, HeaderLine);
   curl_easy_setopt(h, CURLOPT_HEADERDATA, &t);
   curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, WriteBody);
@@ -152,7 +189,7 @@ absl::StatusOr<HttpResponse> HttpClient::Perform(const HttpRequest& req) {
   const CURLcode rc = curl_easy_perform(h);
   curl_slist_free_all(headers);
   if (rc != CURLE_OK) {
-    Release(h, false);
+    Release(conn, false);
     if (rc == CURLE_WRITE_ERROR && resp.into_overflow) {
       return absl::DataLossError(
           StrCat(req.method, " ", req.url, ": the server sent more than the ", req.into.size(), " bytes asked for"));
@@ -163,7 +200,7 @@ absl::StatusOr<HttpResponse> HttpClient::Perform(const HttpRequest& req) {
   long code = 0;
   curl_easy_getinfo(h, CURLINFO_RESPONSE_CODE, &code);
   resp.status = code;
-  Release(h, true);
+  Release(conn, true);
   return resp;
 }
 

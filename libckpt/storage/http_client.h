@@ -52,12 +52,18 @@ class HttpClient {
   /// status is a response.
   absl::StatusOr<HttpResponse> Perform(const HttpRequest& req);
 
+  /// A libcurl handle and the socket of its kept-alive connection.
+  struct Conn {
+    void* handle = nullptr;
+    int fd = -1;
+  };
+
  private:
-  void* Acquire();
-  void Release(void* handle, bool keep);
+  Conn* Acquire();
+  void Release(Conn* conn, bool keep);
 
   std::mutex mu_;
-  std::vector<void*> idle_;
+  std::vector<Conn*> idle_;
 };
 
 }  // namespace ckpt

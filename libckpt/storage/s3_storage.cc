@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <chrono>
 #include <condition_variable>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <deque>
@@ -170,7 +171,14 @@ class S3Client {
       req.body = call.body;
       req.into = call.into;
       req.has_into = call.has_into;
+      const auto sent = Clock::now();
       last = http_.Perform(req);
+      if (trace_) {
+        std::fprintf(stderr, "ckpt s3: %s -> %s in %.1f ms%s\n", call.what.c_str(),
+                     last.ok() ? std::to_string(last->status).c_str() : std::string(last.status().message()).c_str(),
+                     std::chrono::duration<double, std::milli>(Clock::now() - sent).count(),
+                     attempt > 1 ? StrCat(" (attempt ", attempt, ")").c_str() : "");
+      }
       bool retry;
       if (!last.ok()) {
         retry = absl::IsUnavailable(last.status());
@@ -261,6 +269,7 @@ class S3Client {
 
   S3Config cfg_;
   HttpClient http_;
+  const bool trace_ = std::getenv("CKPT_S3_TRACE") != nullptr;  // one line per request on stderr
   std::atomic<int64_t> clock_offset_s_{0};
   WorkerPool pool_;  // last: its threads stop before the rest goes
 };
@@ -1093,7 +1102,8 @@ absl::StatusOr<S3Config> ParseConfig(std::string_view uri) {
   CKPT_ASSIGN_OR_RETURN(ParsedUri parsed, ParseUri(uri));
   static const char* kKnown[] = {"endpoint",    "region", "addressing", "profile",   "part_size",
                                  "connections", "buffer", "deadline",   "read_chunk"};
-  for (const auto& [k, v] : parsed.params) {
+  for (const auto& param : parsed.params) {
+    const std::string& k = param.first;
     if (std::find_if(std::begin(kKnown), std::end(kKnown), [&](const char* n) { return k == n; }) == std::end(kKnown)) {
       return absl::InvalidArgumentError(StrCat("storage URI '", uri, "': unknown s3 option '", k,
                                                "' (known: endpoint, region, addressing, profile, part_size, "
