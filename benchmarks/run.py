@@ -81,6 +81,8 @@ class Suite:
         self.ckpt = os.path.join(self.build, "tools", "ckpt")
         self.probe = os.path.join(self.build, "benchmarks", "bench_probe")
         self.contenders = os.path.join(REPO, "benchmarks", "contenders.py")
+        self.s3_clients = os.path.join(REPO, "benchmarks", "s3_clients.py")
+        self.s3 = None  # the S3 server's endpoint once started
         self.env = dict(os.environ, PYTHONPATH=os.path.join(self.build, "integrations", "python"))
         self.dir = os.path.abspath(a.dir)
         self.tty = sys.stderr.isatty()
@@ -225,6 +227,60 @@ class Suite:
         r["safetensors/fio_read"] = self.fio(big, False, os.path.getsize(big) // (4 << 20) * (4 << 20))
         shutil.rmtree(hf, ignore_errors=True)
 
+    def start_s3(self):
+        """A one-node RADOS Gateway under --dir (scripts/s3-test-server.sh):
+        s3:// is measured against a real S3 server, next to the AWS CLI and
+        s3cmd moving the same bytes to it."""
+        d = os.path.join(self.dir, "s3-server")
+        p = subprocess.run([os.path.join(REPO, "scripts", "s3-test-server.sh"), "start", d],
+                           capture_output=True, text=True)
+        if p.returncode != 0:
+            raise RuntimeError(f"the S3 server did not start:\n{p.stdout}\n{p.stderr}")
+        with open(os.path.join(d, "env")) as f:
+            for word in f.read().split():
+                if "=" in word:
+                    k, v = word.split("=", 1)
+                    self.env[k] = v
+        self.s3 = self.env["S3_ENDPOINT"]
+        self.s3_dir = d
+
+    def stop_s3(self):
+        if self.s3:
+            subprocess.run([os.path.join(REPO, "scripts", "s3-test-server.sh"), "stop", self.s3_dir],
+                           capture_output=True)
+            self.s3 = None
+
+    def s3_empty(self):
+        subprocess.run(["/usr/bin/aws", "--endpoint-url", self.s3, "s3", "rm", "--recursive", "--only-show-errors",
+                        "s3://ckpt-test/"], env=self.env, check=True)
+
+    def group_s3(self, r):
+        """ckpt's save and load of the bf16 state through s3://, then the AWS
+        CLI and s3cmd moving the very data object ckpt wrote (down, up) to
+        the same server; and a tp=4 -> tp=3 restore from s3://."""
+        uri = f"s3://ckpt-test/ckpt?endpoint={self.s3}"
+        r["s3/ckpt/save"] = self.run("ckpt save to s3://", [
+            self.probe, "save", "--root", uri, "--params", self.params("bf16")])
+        r["s3/ckpt/load"] = self.run("ckpt load from s3://", [
+            self.probe, "load", "--root", uri, "--step", "1", "--mesh", "dp=1"])
+        obj = "s3://ckpt-test/ckpt/step-0000000001/rank-000000.ckd"
+        local = os.path.join(self.dir, "s3-object.ckd")
+        for tool in ["aws", "s3cmd"]:
+            r[f"s3/{tool}/get"] = self.run(f"{tool} download", [
+                PYTHON, self.s3_clients, f"{tool}-get", "--file", local, "--url", obj, "--endpoint", self.s3])
+            r[f"s3/{tool}/put"] = self.run(f"{tool} upload", [
+                PYTHON, self.s3_clients, f"{tool}-put", "--file", local, "--url", f"s3://ckpt-test/{tool}/object.ckd",
+                "--endpoint", self.s3])
+            os.remove(local)
+        self.s3_empty()
+        reshard = f"s3://ckpt-test/reshard?endpoint={self.s3}"
+        self.run("ckpt synth on tp=4 to s3://", [self.ckpt, "synth", "--out", reshard, "--params",
+                                                  self.a.reshard_params, "--mesh", "tp=4", "--layers", "2",
+                                                  "--step", "1", "--json"])
+        r["s3/reshard/tp=3"] = self.run("ckpt restore-check onto tp=3 from s3://", [
+            self.ckpt, "restore-check", reshard, "--mesh", "tp=3", "--json"])
+        self.s3_empty()
+
     def group_plan(self, r):
         r["plan"] = self.run("ckpt plan at 16,384 ranks", [self.ckpt, "plan"] + PLAN_ARGS + ["--json"])
         for to in TP_MOVES:
@@ -245,12 +301,22 @@ class Suite:
             g.append((f"h5py {dtype}", lambda r, d=dtype: self.group_python(r, d, "h5py"), 3))
             g.append((f"ckpt.torch {dtype}", lambda r, d=dtype: self.group_ckpt_py(r, d), 1))
         g.append(("safetensors", self.group_safetensors, 4))
+        if self.s3:
+            g.append(("s3", self.group_s3, 8))
         g.append(("plan", self.group_plan, 1 + len(TP_MOVES)))
         return g
 
     def measure(self):
         self.bytes = self.a.size
         os.makedirs(self.dir, exist_ok=True)
+        if not self.a.no_s3:
+            self.start_s3()
+        try:
+            return self.measure_groups()
+        finally:
+            self.stop_s3()
+
+    def measure_groups(self):
         groups = self.groups()
         self.steps = sum(n for _, _, n in groups) * self.a.runs
         runs = []
@@ -406,6 +472,25 @@ def summarize(runs):
             s["sinks"][f"{name}/auto_x_best"] = per_run(
                 lambda r, n=name: r[f"sink/{n}/auto"]["commit_s"] /
                 min(r[f"sink/{n}/none"]["commit_s"], r[f"sink/{n}/shuffle-zstd"]["commit_s"]))
+    if "s3/ckpt/save" in runs[0]:
+        best_put = lambda r: min(r["s3/aws/put"]["seconds"], r["s3/s3cmd/put"]["seconds"])
+        best_get = lambda r: min(r["s3/aws/get"]["seconds"], r["s3/s3cmd/get"]["seconds"])
+        rs = "s3/reshard/tp=3"
+        s["s3"] = {
+            "bytes": runs[0]["s3/ckpt/save"]["bytes"],
+            "save_s": per_run(lambda r: r["s3/ckpt/save"]["commit_s"]),
+            "stall_s": per_run(lambda r: r["s3/ckpt/save"]["stall_s"]),
+            "load_s": per_run(lambda r: r["s3/ckpt/load"]["load_s"]),
+            "save_bps": per_run(lambda r: r["s3/ckpt/save"]["bytes"] / r["s3/ckpt/save"]["commit_s"]),
+            "load_bps": per_run(lambda r: r["s3/ckpt/load"]["bytes_needed"] / r["s3/ckpt/load"]["load_s"]),
+            "save_x_best_cli": per_run(lambda r: best_put(r) / r["s3/ckpt/save"]["commit_s"]),
+            "load_x_best_cli": per_run(lambda r: best_get(r) / r["s3/ckpt/load"]["load_s"]),
+            "reshard_read_amplification": per_run(lambda r: r[rs]["bytes_read"] / r[rs]["bytes_needed"]),
+            "peak_rss_save": per_run(lambda r: r["s3/ckpt/save"]["peak_rss_bytes"]),
+        }
+        for tool in ["aws", "s3cmd"]:
+            for op in ["put", "get"]:
+                s["s3"][f"{tool}_{op}_s"] = per_run(lambda r, t=tool, o=op: r[f"s3/{t}/{o}"]["seconds"])
     d = "ckpt/bf16"
     s["auto_x_best_disk"] = per_run(lambda r: r[f"{d}/auto/save"]["commit_s"] /
                                     min(r[f"{d}/none/save"]["commit_s"], r[f"{d}/shuffle-zstd/save"]["commit_s"]))
@@ -454,6 +539,15 @@ def targets(s):
         slow_shuffle = s["sinks"]["slow/shuffle-zstd"]["stored_ratio"]
         add(f"auto (bf16): stored bytes <= shuffle-zstd's + 2% on a {SLOW_SINK_BPS}B/s device",
             slow_auto / slow_shuffle, slow_auto <= slow_shuffle * 1.02, f"{slow_auto:.3f} vs {slow_shuffle:.3f}")
+    if "s3" in s:
+        x = s["s3"]["save_x_best_cli"]["median"]
+        add("s3:// save (bf16, until committed) >= 1.0x the faster of aws s3 cp and s3cmd uploading it", x, x >= 1.0,
+            f"{x:.2f}x")
+        x = s["s3"]["load_x_best_cli"]["median"]
+        add("s3:// load >= 1.0x the faster of aws s3 cp and s3cmd downloading it", x, x >= 1.0, f"{x:.2f}x")
+        x = s["s3"]["reshard_read_amplification"]["median"]
+        add(f"s3:// restore tp=4 -> tp=3 ({s['reshard_params']} params): bytes read <= 1.05x needed", x, x <= 1.05,
+            f"{x:.3f}")
     rss = max(s[f"ckpt/{d}/{c}"]["rss_x_budget"]["max"] for d in DTYPES for c in CODECS)
     add("peak RSS during save <= state + staging budget + 10%", rss, rss <= 1.10, f"{rss:.2f}x of state + staging")
     return out
@@ -707,6 +801,25 @@ def report_md(s, t, mach, a, elapsed, command, svg_name, date):
                      f"{fmt(k[name + '/auto']['commit_s'])} | {k[name + '/auto_x_best']['median']:.2f}x | "
                      f"{k[name + '/shuffle-zstd']['stored_ratio']:.3f}, {k[name + '/auto']['stored_ratio']:.3f} |")
         L.append("")
+    if "s3" in s:
+        k = s["s3"]
+        L.append("### Object storage (s3://)")
+        L.append("")
+        L.append(f"The bf16 state ({human(k['bytes'])}) saved through `s3://` to a one-node Ceph RADOS Gateway on "
+                 "loopback under --dir (started by the suite, `scripts/s3-test-server.sh`) until committed, and loaded "
+                 "back; then the AWS CLI (`aws s3 cp`, its multipart defaults) and `s3cmd` downloading the data object "
+                 "ckpt wrote and uploading it again to the same server.")
+        L.append("")
+        L.append("| | ckpt s3:// s | aws s3 cp s | s3cmd s | ckpt / faster client |")
+        L.append("|---|---:|---:|---:|---:|")
+        L.append(f"| up (save) | {fmt(k['save_s'])} | {fmt(k['aws_put_s'])} | {fmt(k['s3cmd_put_s'])} | "
+                 f"{k['save_x_best_cli']['median']:.2f}x |")
+        L.append(f"| down (load) | {fmt(k['load_s'])} | {fmt(k['aws_get_s'])} | {fmt(k['s3cmd_get_s'])} | "
+                 f"{k['load_x_best_cli']['median']:.2f}x |")
+        L.append("")
+        L.append(f"Stall of the save {fmt(k['stall_s'])} s; a tp=4 -> tp=3 restore of {s['reshard_params']} "
+                 f"parameters from `s3://` read {k['reshard_read_amplification']['median']:.3f}x the bytes it needed.")
+        L.append("")
     L.append(f"### Resharded load")
     L.append("")
     rs = s["reshard"]
@@ -768,6 +881,8 @@ def main():
                     help="rewrite the generated part of docs/performance.md and docs/performance-run.svg")
     ap.add_argument("--docs", default=os.path.join(REPO, "docs"), help="the docs directory --update-docs writes")
     ap.add_argument("--json", action="store_true", help="print the results JSON instead of the report")
+    ap.add_argument("--no-s3", action="store_true",
+                    help="leave out s3:// (which starts a one-node Ceph RADOS Gateway under --dir)")
     ap.add_argument("--strict", action="store_true", help="exit 1 when a target is missed")
     ap.add_argument("--command", default=None, help=argparse.SUPPRESS)
     ap.add_argument("--from-json", metavar="FILE",

@@ -41,10 +41,19 @@ tsan_tests=(commit_test roundtrip_test backends_test audit_test claim_test stagi
   safetensors_cli_test)
 cmake -S . -B build-tsan -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCKPT_SANITIZE=thread \
   -DCKPT_BUILD_BENCHMARKS=OFF
-cmake --build build-tsan --target "${tsan_tests[@]}" ckpt_cli crash_saver
+cmake --build build-tsan --target "${tsan_tests[@]}" s3_test ckpt_cli crash_saver
 for t in "${tsan_tests[@]}"; do
   TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1" build-tsan/tests/"$t" --gtest_brief=1
 done
+# The s3:// backend's part uploads and parallel reads, against the S3 server
+# (started for this stage; ctest starts its own in the stages above).
+s3dir=build-tsan/tests/s3-server
+trap 'scripts/s3-test-server.sh stop "$s3dir"' EXIT
+scripts/s3-test-server.sh start "$s3dir"
+TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1" build-tsan/tests/s3_test --gtest_brief=1 \
+  --gtest_filter='-S3Restart.*:S3Crash.*'
+scripts/s3-test-server.sh stop "$s3dir"
+trap - EXIT
 
 echo "== fuzzing (${fuzz_seconds}s per target)"
 CC=clang CXX=clang++ cmake -S . -B build-fuzz -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \

@@ -193,6 +193,37 @@ TEST(S3Storage, AbandonedOrHoledFilesLeaveNoUpload) {
   EXPECT_TRUE(pending->empty()) << pending->size() << " uploads left";
 }
 
+// Listings past S3's 1,000 keys a page follow continuation tokens, and
+// removing more than one batch-delete's 1,000 keys takes several.
+TEST(S3Storage, ListingsAndRemovalsPastOneThousandKeys) {
+  REQUIRE_SERVER();
+  auto storage = OpenOrDie(Root(UniquePrefix("many")));
+  ASSERT_NE(storage, nullptr);
+  constexpr int kFiles = 1050;
+  std::atomic<int> next{0};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 8; ++t) {
+    threads.emplace_back([&] {
+      for (int i; (i = next++) < kFiles;) {
+        char name[32];
+        std::snprintf(name, sizeof(name), "d/f%05d", i);
+        EXPECT_OK(storage->PutAtomic(name, Bytes(std::to_string(i))));
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  ASSERT_OK(storage->PutAtomic("d/sub/x", Bytes("x")));
+  auto entries = storage->List("d");
+  ASSERT_OK(entries);
+  ASSERT_EQ(entries->size(), kFiles + 1u);
+  EXPECT_EQ((*entries)[0].name, "f00000");
+  EXPECT_EQ((*entries)[kFiles - 1].name, "f01049");
+  EXPECT_EQ((*entries)[kFiles].name, "sub");
+  EXPECT_TRUE((*entries)[kFiles].is_dir);
+  ASSERT_OK(storage->RemoveAll("d"));
+  EXPECT_TRUE(absl::IsNotFound(storage->List("d").status()));
+}
+
 State SmallState(std::vector<OwnedShard>& shards) {
   shards.clear();
   for (const auto& [name, dt] :
@@ -403,6 +434,21 @@ TEST(S3Errors, CredentialsBucketsAndCorruptedBodiesGiveClearErrors) {
     EXPECT_EQ(resp->status, 400) << resp->body;
     EXPECT_NE(resp->body.find("XAmzContentSHA256Mismatch"), std::string::npos) << resp->body;
   }
+}
+
+// A clock two days off the server's: the first request is refused with
+// RequestTimeTooSkewed and the backend signs from then on with the server's
+// clock (its Date header), as the AWS SDKs do.
+TEST(S3Errors, ASkewedClockIsCorrectedFromTheServersDate) {
+  REQUIRE_SERVER();
+  const std::string uri = Root(UniquePrefix("skew"));
+  CommandResult synth = RunCommand(std::string(CKPT_BIN) + " synth --out " + Quote(uri) + " --params 1M");
+  ASSERT_EQ(synth.code, 0) << synth.out;
+  CommandResult list =
+      RunCommand("CKPT_S3_TRACE=1 /usr/bin/faketime -f +2d " + std::string(CKPT_BIN) + " list " + Quote(uri));
+  ASSERT_EQ(list.code, 0) << list.out;
+  EXPECT_NE(list.out.find("-> 403"), std::string::npos) << "the skew was seen: " << list.out;
+  EXPECT_NE(list.out.find("committed *"), std::string::npos) << list.out;
 }
 
 // Unfinished multipart uploads left by a saver that died are aborted by gc,
