@@ -9,8 +9,9 @@ packages=(g++ cmake ninja-build pkg-config liburing-dev libzstd-dev libxxhash-de
           libabsl-dev libgtest-dev libgmock-dev libbenchmark-dev libopenmpi-dev openmpi-bin
           libhdf5-dev libboost-dev libssl-dev libcurl4-openssl-dev python3-dev python3-pybind11 pybind11-dev)
 # The S3 server of the s3:// tests and benchmarks (Ceph's RADOS Gateway, scripts/s3-server.sh) and
-# the S3 clients they compare with and check against (faketime: a clock off the server's).
-s3=(ceph-mon ceph-osd ceph-mgr radosgw ceph-common awscli s3cmd faketime)
+# the S3 clients they compare with and check against (faketime: a clock off the server's; openssl:
+# the certificate of its https endpoint).
+s3=(ceph-mon ceph-osd ceph-mgr radosgw ceph-common awscli s3cmd faketime openssl)
 if [[ "${1:-}" == "--test" ]]; then
   packages+=(clang libclang-rt-14-dev fio python3 python3-h5py python3-numpy hdf5-tools python3-torch
             python3-pip python3-venv python3-setuptools python3-pytest clang-format-14 "${s3[@]}")

@@ -4,10 +4,13 @@
 # All state under $CEPH_S3_DIR; after `start`, `. $CEPH_S3_DIR/env` gives AWS_* and S3_ENDPOINT.
 # kill-rgw / start-rgw stop the gateway alone (SIGKILL) and start it again on the same port, for
 # the tests of a server that dies mid-save.
-# Env: CEPH_S3_DIR, MON_PORT, RGW_PORT, STORE (memstore|bluestore), STORE_BYTES, WITH_MGR (0|1).
+# Env: CEPH_S3_DIR, MON_PORT, RGW_PORT, STORE (memstore|bluestore), STORE_BYTES, WITH_MGR (0|1),
+# RGW_SSL_PORT (also serve https there, with a certificate for 127.0.0.1 from a throw-away CA whose
+# certificate is $CEPH_S3_DIR/ca.pem; the env file then adds S3_HTTPS_ENDPOINT and S3_CA_FILE).
 set -euo pipefail
 D=${CEPH_S3_DIR:-/tmp/ckpt-s3} MON_PORT=${MON_PORT:-40789} RGW_PORT=${RGW_PORT:-47480}
 STORE=${STORE:-bluestore} STORE_BYTES=${STORE_BYTES:-10737418240} WITH_MGR=${WITH_MGR:-0}
+RGW_SSL_PORT=${RGW_SSL_PORT:-}
 AK=${AWS_ACCESS_KEY_ID:-testkey} SK=${AWS_SECRET_ACCESS_KEY:-testsecret}
 export CEPH_CONF=$D/ceph.conf
 log() { echo "[$(date +%T.%N | cut -c1-12)] $*" >&2; }
@@ -25,6 +28,17 @@ start() {
   trap 'log FAILED; tail -n 20 "$D"/log/*.log >&2; stop' EXIT
   mkdir -p "$D"/{mon.a,mgr.x,osd.0,log,run}
   local fsid uuid; fsid=$(</proc/sys/kernel/random/uuid) uuid=$(</proc/sys/kernel/random/uuid)
+  local frontend="beast endpoint=127.0.0.1:$RGW_PORT" https_env=""
+  if [ -n "$RGW_SSL_PORT" ]; then
+    openssl req -x509 -newkey rsa:2048 -nodes -days 2 -subj "/CN=ckpt test CA" -keyout "$D/ca.key" \
+      -out "$D/ca.pem" 2>/dev/null
+    openssl req -newkey rsa:2048 -nodes -subj "/CN=127.0.0.1" -keyout "$D/rgw.key" -out "$D/rgw.csr" 2>/dev/null
+    printf 'subjectAltName=IP:127.0.0.1,DNS:localhost\n' >"$D/rgw.ext"
+    openssl x509 -req -in "$D/rgw.csr" -CA "$D/ca.pem" -CAkey "$D/ca.key" -CAcreateserial -days 2 \
+      -extfile "$D/rgw.ext" -out "$D/rgw.pem" 2>/dev/null
+    frontend="$frontend ssl_endpoint=127.0.0.1:$RGW_SSL_PORT ssl_certificate=$D/rgw.pem ssl_private_key=$D/rgw.key"
+    https_env=" S3_HTTPS_ENDPOINT=https://127.0.0.1:$RGW_SSL_PORT S3_CA_FILE=$D/ca.pem"
+  fi
   cat >"$CEPH_CONF" <<CONF
 [global]
 fsid = $fsid
@@ -55,7 +69,7 @@ mon max pg per osd = 1000
 mon data avail warn = 1
 mon data avail crit = 0
 paxos propose interval = 0.1
-rgw frontends = beast endpoint=127.0.0.1:$RGW_PORT
+rgw frontends = $frontend
 CONF
   monmaptool --create --fsid "$fsid" --addv a "[v2:127.0.0.1:$MON_PORT]" "$D/monmap" >/dev/null
   ceph-mon --mkfs -i a --monmap "$D/monmap"
@@ -70,12 +84,12 @@ CONF
   wait_for 60 python3 -c "import urllib.request as u; u.urlopen('http://127.0.0.1:$RGW_PORT/', timeout=2)"
   radosgw-admin user create --uid=test --display-name=test --access-key="$AK" --secret="$SK" >/dev/null
   echo "export AWS_ACCESS_KEY_ID=$AK AWS_SECRET_ACCESS_KEY=$SK AWS_DEFAULT_REGION=us-east-1" \
-    "S3_ENDPOINT=http://127.0.0.1:$RGW_PORT CEPH_CONF=$CEPH_CONF" >"$D/env"
+    "S3_ENDPOINT=http://127.0.0.1:$RGW_PORT CEPH_CONF=$CEPH_CONF$https_env" >"$D/env"
   trap - EXIT; log "ready: . $D/env"
 }
 kill_rgw() { local p; [ -f "$D/rgw.pid" ] || return 0; p=$(<"$D/rgw.pid")
   if ours "$p"; then kill -9 "$p"; while ours "$p"; do sleep 0.05; done; fi; }
-start_rgw() { local port; port=$(sed -n 's/.*endpoint=127.0.0.1:\([0-9]*\).*/\1/p' "$CEPH_CONF")
+start_rgw() { local port; port=$(sed -n 's/.*beast endpoint=127.0.0.1:\([0-9]*\).*/\1/p' "$CEPH_CONF")
   launch rgw radosgw -f -n client.rgw
   wait_for 60 python3 -c "import urllib.request as u; u.urlopen('http://127.0.0.1:$port/', timeout=2)"; }
 case "${1:-}" in

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The S3 server of the test suite (ctest fixture "s3"): a one-node Ceph RADOS Gateway on free loopback
-# ports, with a bucket "ckpt-test".
+# ports (http, and https with a certificate from a throw-away CA), with a bucket "ckpt-test".
 #   s3-test-server.sh start DIR   starts it; DIR/env exports AWS_* and S3_ENDPOINT for the tests
 #   s3-test-server.sh stop DIR    stops it (by the PIDs it recorded) and removes DIR
 set -euo pipefail
@@ -10,7 +10,7 @@ export CEPH_S3_DIR=$dir
 free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
 case "$cmd" in
   start)
-    RGW_PORT=$(free_port) MON_PORT=$(free_port) STORE=${STORE:-bluestore} STORE_BYTES=${STORE_BYTES:-21474836480} \
+    RGW_PORT=$(free_port) MON_PORT=$(free_port) RGW_SSL_PORT=$(free_port) STORE=${STORE:-bluestore} STORE_BYTES=${STORE_BYTES:-21474836480} \
       "$here/s3-server.sh" start
     # shellcheck disable=SC1091
     . "$dir/env"

@@ -154,6 +154,7 @@ absl::StatusOr<HttpResponse> HttpClient::Perform(const HttpRequest& req) {
   curl_easy_setopt(h, CURLOPT_TCP_NODELAY, 1L);
   curl_easy_setopt(h, CURLOPT_CONNECTTIMEOUT_MS, static_cast<long>(req.connect_timeout_s * 1000));
   if (req.timeout_s > 0) curl_easy_setopt(h, CURLOPT_TIMEOUT_MS, static_cast<long>(req.timeout_s * 1000));
+  if (!req.ca_file.empty()) curl_easy_setopt(h, CURLOPT_CAINFO, req.ca_file.c_str());
   // A stalled transfer (a server that stopped answering mid-body) fails
   // after 30 s under 1 KiB/s instead of hanging.
   curl_easy_setopt(h, CURLOPT_LOW_SPEED_LIMIT, 1024L);
@@ -194,8 +195,23 @@ absl::StatusOr<HttpResponse> HttpClient::Perform(const HttpRequest& req) {
       return absl::DataLossError(
           StrCat(req.method, " ", req.url, ": the server sent more than the ", req.into.size(), " bytes asked for"));
     }
-    return absl::UnavailableError(StrCat(req.method, " ", req.url, ": ", curl_easy_strerror(rc),
-                                         errbuf[0] != '\0' ? StrCat(" (", errbuf, ")") : std::string()));
+    const std::string why = StrCat(req.method, " ", req.url, ": ", curl_easy_strerror(rc),
+                                   errbuf[0] != '\0' ? StrCat(" (", errbuf, ")") : std::string());
+    switch (rc) {
+      case CURLE_PEER_FAILED_VERIFICATION:
+      case CURLE_SSL_CACERT_BADFILE:
+      case CURLE_SSL_CERTPROBLEM:
+      case CURLE_SSL_ISSUER_ERROR:
+        return absl::FailedPreconditionError(
+            StrCat(why,
+                   ": the server's certificate is not trusted; name the CA that signed it with ca_file= "
+                   "in the URI or AWS_CA_BUNDLE"));
+      case CURLE_URL_MALFORMAT:
+      case CURLE_UNSUPPORTED_PROTOCOL:
+        return absl::InvalidArgumentError(why);
+      default:
+        return absl::UnavailableError(why);
+    }
   }
   long code = 0;
   curl_easy_getinfo(h, CURLINFO_RESPONSE_CODE, &code);

@@ -30,6 +30,8 @@ struct HttpRequest {
   bool has_into = false;
   double timeout_s = 0;  ///< whole request; 0: none (the low-speed limit still applies)
   double connect_timeout_s = 10;
+  /// PEM file of the CAs to trust for https; empty: the system's store.
+  std::string ca_file;
 };
 
 struct HttpResponse {
@@ -48,8 +50,9 @@ class HttpClient {
   HttpClient& operator=(const HttpClient&) = delete;
 
   /// Sends the request and reads the answer. A transport failure (refused,
-  /// reset, timed out, TLS) is Unavailable with libcurl's reason; any HTTP
-  /// status is a response.
+  /// reset, timed out) is Unavailable with libcurl's reason; a server whose
+  /// certificate is not trusted is FailedPrecondition (retrying cannot
+  /// help); any HTTP status is a response.
   absl::StatusOr<HttpResponse> Perform(const HttpRequest& req);
 
   /// A libcurl handle and the socket of its kept-alive connection.

@@ -49,6 +49,7 @@ struct S3Config {
   uint64_t buffer_bytes = 0;
   uint64_t read_chunk = 8 * kMiB;
   double deadline_s = 120;
+  std::string ca_file;  // https: the CAs to trust; empty: the system's store
   S3Credentials creds;
 };
 
@@ -169,6 +170,7 @@ class S3Client {
       for (const auto& [k, v] : sreq.headers) req.headers.push_back(StrCat(k, ": ", v));
       req.headers.push_back(StrCat("Authorization: ", SigV4Authorization(sreq, cfg_.creds, cfg_.region, date)));
       req.body = call.body;
+      req.ca_file = cfg_.ca_file;
       req.into = call.into;
       req.has_into = call.has_into;
       const auto sent = Clock::now();
@@ -205,9 +207,11 @@ class S3Client {
     }
     if (attempts != nullptr) *attempts = attempt;
     if (!last.ok()) {
-      return absl::UnavailableError(StrCat(
-          call.what, ": ", last.status().message(), " (", attempt, attempt == 1 ? " attempt" : " attempts", " in ",
-          static_cast<int64_t>(std::chrono::duration<double>(Clock::now() - start).count() * 1000 + 0.5), " ms)"));
+      return absl::Status(
+          last.status().code(),
+          StrCat(call.what, ": ", last.status().message(), " (", attempt, attempt == 1 ? " attempt" : " attempts",
+                 " in ", static_cast<int64_t>(std::chrono::duration<double>(Clock::now() - start).count() * 1000 + 0.5),
+                 " ms)"));
     }
     return last;
   }
@@ -1100,14 +1104,14 @@ absl::StatusOr<S3Credentials> FindCredentials(const std::string& profile_param) 
 
 absl::StatusOr<S3Config> ParseConfig(std::string_view uri) {
   CKPT_ASSIGN_OR_RETURN(ParsedUri parsed, ParseUri(uri));
-  static const char* kKnown[] = {"endpoint",    "region", "addressing", "profile",   "part_size",
-                                 "connections", "buffer", "deadline",   "read_chunk"};
+  static const char* kKnown[] = {"endpoint",    "region", "addressing", "profile",    "part_size",
+                                 "connections", "buffer", "deadline",   "read_chunk", "ca_file"};
   for (const auto& param : parsed.params) {
     const std::string& k = param.first;
     if (std::find_if(std::begin(kKnown), std::end(kKnown), [&](const char* n) { return k == n; }) == std::end(kKnown)) {
       return absl::InvalidArgumentError(StrCat("storage URI '", uri, "': unknown s3 option '", k,
                                                "' (known: endpoint, region, addressing, profile, part_size, "
-                                               "connections, buffer, deadline, read_chunk)"));
+                                               "connections, buffer, deadline, read_chunk, ca_file)"));
     }
   }
   S3Config cfg;
@@ -1178,6 +1182,11 @@ absl::StatusOr<S3Config> ParseConfig(std::string_view uri) {
   cfg.read_chunk = static_cast<uint64_t>(chunk);
   CKPT_ASSIGN_OR_RETURN(cfg.deadline_s, parsed.Seconds("deadline", 120));
   if (cfg.deadline_s <= 0) return absl::InvalidArgumentError(StrCat("storage URI '", uri, "': deadline must be > 0"));
+  cfg.ca_file = parsed.Str("ca_file", "");
+  if (!cfg.ca_file.empty() && cfg.scheme != "https") {
+    return absl::InvalidArgumentError(StrCat("storage URI '", uri, "': ca_file is for https endpoints"));
+  }
+  if (cfg.ca_file.empty() && cfg.scheme == "https") cfg.ca_file = Env("AWS_CA_BUNDLE");
   CKPT_ASSIGN_OR_RETURN(cfg.creds, FindCredentials(parsed.Str("profile", "")));
   return cfg;
 }

@@ -17,6 +17,8 @@
 //   deadline=SECONDS  how long one request is retried (default 120)
 //   read_chunk=BYTES  ranged GETs larger than this are split and run in
 //                     parallel (default 8M)
+//   ca_file=PATH      https: PEM file of the CAs to trust (default
+//                     $AWS_CA_BUNDLE, else the system's store)
 //
 // Credentials, in the AWS CLI's order: AWS_ACCESS_KEY_ID /
 // AWS_SECRET_ACCESS_KEY / AWS_SESSION_TOKEN, then the profile of

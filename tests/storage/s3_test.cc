@@ -436,6 +436,35 @@ TEST(S3Errors, CredentialsBucketsAndCorruptedBodiesGiveClearErrors) {
   }
 }
 
+// https with the server's certificate checked: trusted through ca_file= (or
+// AWS_CA_BUNDLE), refused at once with the reason when its CA is unknown.
+TEST(S3Tls, HttpsVerifiesTheServerAgainstTheGivenCa) {
+  REQUIRE_SERVER();
+  const char* https = getenv("S3_HTTPS_ENDPOINT");
+  const char* ca = getenv("S3_CA_FILE");
+  ASSERT_TRUE(https != nullptr && ca != nullptr) << "the fixture serves https too";
+  const std::string base = "s3://ckpt-test/" + UniquePrefix("tls") + "?endpoint=" + https;
+  auto storage = OpenOrDie(base + "&ca_file=" + ca);
+  ASSERT_NE(storage, nullptr);
+  const std::string data = Pattern(7 << 20, 3);
+  ASSERT_OK(storage->PutAtomic("x.bin", Bytes(data)));
+  auto got = storage->GetAll("x.bin");
+  ASSERT_OK(got);
+  EXPECT_TRUE(*got == data);
+  setenv("AWS_CA_BUNDLE", ca, 1);
+  EXPECT_OK(OpenStorage(base).status());
+  unsetenv("AWS_CA_BUNDLE");
+  const auto t0 = std::chrono::steady_clock::now();
+  auto untrusted = OpenStorage(base);
+  ASSERT_FALSE(untrusted.ok());
+  EXPECT_TRUE(absl::IsFailedPrecondition(untrusted.status())) << untrusted.status();
+  EXPECT_NE(untrusted.status().message().find("certificate is not trusted"), absl::string_view::npos)
+      << untrusted.status();
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(5)) << "not retried until the deadline";
+  auto plain = OpenStorage(Root("x", std::string("&ca_file=") + ca));
+  EXPECT_TRUE(absl::IsInvalidArgument(plain.status())) << plain.status();
+}
+
 // A clock two days off the server's: the first request is refused with
 // RequestTimeTooSkewed and the backend signs from then on with the server's
 // clock (its Date header), as the AWS SDKs do.
