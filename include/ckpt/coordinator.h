@@ -30,8 +30,14 @@ namespace ckpt {
 struct CKPT_EXPORT CoordinatorOptions {
   /// HOST:PORT to listen on; port 0 picks a free one (see port()).
   std::string listen = "127.0.0.1:0";
-  /// Where the journal lives (generations, commits, SDC alerts). Required.
+  /// Where the journal lives (generations, commits, SDC alerts). Required
+  /// unless `store` is set.
   std::string state_dir;
+  /// The state in etcd instead, so that it survives this machine:
+  /// "etcd://HOST:PORT[,HOST:PORT...]/PREFIX[?ca_file=&cert_file=&key_file=&user=&password_file=]"
+  /// (password also from $CKPT_ETCD_PASSWORD). Each record is created only
+  /// if absent: a second coordinator on the same prefix is fenced off.
+  std::string store;
   /// Shared secret of the job; joining proves knowledge of it (HMAC). At
   /// least 16 bytes, not only whitespace.
   std::string token;
@@ -76,6 +82,9 @@ class CKPT_EXPORT Coordinator {
   static absl::StatusOr<std::unique_ptr<Coordinator>> Start(const CoordinatorOptions& options);
   virtual ~Coordinator() = default;
   virtual int port() const = 0;
+  /// Why it stopped acting (its state could not be recorded, or another
+  /// coordinator took over the store); empty while it serves.
+  virtual std::string halted() const = 0;
   /// The same JSON that `ckpt coordinator status` prints.
   virtual std::string StatusJson() = 0;
 };

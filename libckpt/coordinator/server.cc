@@ -34,11 +34,11 @@
 #include "ckpt/storage.h"
 #include "ckpt/verify.h"
 #include "coordinator/commit_book.h"
-#include "coordinator/journal.h"
 #include "coordinator/membership.h"
 #include "coordinator/messages.h"
 #include "coordinator/protocol.h"
 #include "coordinator/session.h"
+#include "coordinator/state_log.h"
 #include "coordinator/status.h"
 #include "util/bytes.h"
 #include "util/clock.h"
@@ -96,7 +96,9 @@ class CoordinatorImpl final : public Coordinator, public SessionOwner {
   }
 
   absl::Status Init() {
-    if (options_.state_dir.empty()) return absl::InvalidArgumentError("the coordinator needs a state dir");
+    if (options_.state_dir.empty() && options_.store.empty()) {
+      return absl::InvalidArgumentError("the coordinator needs a state dir or a store");
+    }
     if (options_.token.empty()) return absl::InvalidArgumentError("the coordinator needs a token");
     CKPT_RETURN_IF_ERROR(CheckTokenStrength(options_.token));
     if (options_.handshake_timeout_s <= 0 || options_.idle_timeout_s < 0 || options_.max_unauthenticated < 1) {
@@ -110,10 +112,16 @@ class CoordinatorImpl final : public Coordinator, public SessionOwner {
     RaiseDescriptorLimit();
     reserve_fd_ = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
     uint64_t torn = 0;
-    absl::Status s = journal_.Open(
-        options_.state_dir, [this](std::string_view r) { return Replay(r); }, &torn);
+    if (!options_.store.empty()) {
+      CKPT_ASSIGN_OR_RETURN(log_, NewEtcdLog(options_.store));
+    } else {
+      if (options_.state_dir.empty()) return absl::InvalidArgumentError("the coordinator needs a state dir or a store");
+      log_ = NewJournalLog(options_.state_dir);
+    }
+    absl::Status s = log_->Open([this](std::string_view r) { return Replay(r); }, &torn);
     if (!s.ok()) return s;
-    if (torn > 0) Log(StrCat("journal ", journal_.path(), ": cut a torn tail of ", torn, " bytes"));
+    if (torn > 0) Log(StrCat(log_->Describe(), ": cut a torn tail of ", torn, " bytes"));
+    Log(StrCat("state in ", log_->Describe()));
     book_.Trim(256, /*only_decided=*/false);
     if (membership_.running()) {
       // Members get the usual grace to reconnect after a restart.
@@ -301,6 +309,7 @@ class CoordinatorImpl final : public Coordinator, public SessionOwner {
       }
       case JournalKind::kDecided: {
         const int64_t step = r.SVar();
+        last_decided_ = std::max(last_decided_, step);
         book_.ReplayDecided(step, r.SVar());
         break;
       }
@@ -318,11 +327,39 @@ class CoordinatorImpl final : public Coordinator, public SessionOwner {
     return r.status();
   }
 
-  void Journaled(const std::string& rec) {
-    absl::Status s = journal_.Append(rec);
-    if (!s.ok()) Log(StrCat("JOURNAL WRITE FAILED (state may be lost on restart): ", s.message()));
+  // Records `rec` before it is acted on. When it cannot be recorded (the
+  // disk, the store unreachable, or another coordinator fenced this one
+  // off), the coordinator stops acting at all: what it holds in memory may
+  // no longer be what a restart would find, and a decision never recorded
+  // must never be heard. Returns false then; callers stop there.
+  bool Journaled(const std::string& rec) {
+    if (!halted_.empty()) return false;
+    absl::Status s = log_->Append(rec);
+    if (s.ok()) return true;
+    Halt(StrCat("cannot record its state (", s.message(), ")"));
+    return false;
   }
 
+  void Halt(const std::string& why) {
+    {
+      std::lock_guard<std::mutex> lock(halt_mu_);
+      halted_ = why;
+    }
+    Log(StrCat("STOPPED ACTING: ", why, "; restart it (it resumes from ", log_->Describe(), ")"));
+    boost::system::error_code ec;
+    acceptor_.close(ec);
+    for (auto& w : sessions_) {
+      if (auto sess = w.lock()) sess->Close("the coordinator stopped acting");
+    }
+  }
+
+ public:
+  std::string halted() const override {
+    std::lock_guard<std::mutex> lock(halt_mu_);
+    return halted_;
+  }
+
+ private:
   // ---------------- rendezvous ----------------
   absl::Status OnJoin(const std::shared_ptr<Session>& s, const FrameHeader& h, std::string_view payload) {
     CKPT_ASSIGN_OR_RETURN(const JoinRequest join, DecodeJoin(payload));
@@ -430,7 +467,12 @@ class CoordinatorImpl final : public Coordinator, public SessionOwner {
     form_timer_.cancel();
     if (forming_) return;
     forming_ = true;
-    const int64_t at_most = last_committed_;
+    // A step decided for commit may have been published by its leader
+    // without the coordinator hearing of it (the generation ended, or the
+    // coordinator stopped, in between): with a root to check, the newest
+    // step the storage holds committed up to the newest decision is the
+    // restore step. Without one, only steps known committed are.
+    const int64_t at_most = options_.root.empty() ? last_committed_ : std::max(last_committed_, last_decided_);
     if (verifier_.joinable()) verifier_.join();  // the previous one has posted its result and ended
     verifier_ = std::thread([this, at_most] {
       const int64_t step = PickRestoreStep(at_most);
@@ -452,7 +494,7 @@ class CoordinatorImpl final : public Coordinator, public SessionOwner {
     ByteWriter w;
     w.U8(static_cast<uint8_t>(JournalKind::kGeneration));
     membership_.EncodeGeneration(w);
-    Journaled(w.Take());
+    if (!Journaled(w.Take())) return;
     Log(StrCat("generation ", membership_.generation(), " formed: ", ids.size(), " member(s), world size ",
                membership_.world(),
                restore_step >= 0 ? StrCat(", restore step ", restore_step) : std::string(", nothing to restore")));
@@ -483,7 +525,7 @@ class CoordinatorImpl final : public Coordinator, public SessionOwner {
     ByteWriter w;
     w.U8(static_cast<uint8_t>(JournalKind::kEnded));
     w.SVar(generation);
-    Journaled(w.Take());
+    if (!Journaled(w.Take())) return;
     Log(StrCat("generation ", generation, " ended: ", reason));
     const absl::Status why = absl::AbortedError(StrCat("generation ", generation, " ended: ", reason));
     for (auto& [seq, c] : collectives_) {
@@ -660,12 +702,12 @@ class CoordinatorImpl final : public Coordinator, public SessionOwner {
     return it != waiters_.end() && (!it->second.decide.empty() || !it->second.outcome.empty());
   }
 
-  void JournalStep(JournalKind kind, int64_t step, int64_t generation) {
+  bool JournalStep(JournalKind kind, int64_t step, int64_t generation) {
     ByteWriter w;
     w.U8(static_cast<uint8_t>(kind));
     w.SVar(step);
     w.SVar(generation);
-    Journaled(w.Take());
+    return Journaled(w.Take());
   }
 
   void RaiseAlerts(std::vector<SdcAlert> alerts) {
@@ -675,7 +717,7 @@ class CoordinatorImpl final : public Coordinator, public SessionOwner {
       w.SVar(alert.step);
       w.Str(alert.key);
       w.Str(alert.detail);
-      Journaled(w.Take());
+      if (!Journaled(w.Take())) return;
       Log(StrCat("SDC ALERT step ", alert.step, " ", alert.key, ": ", alert.detail));
       sdc_.push_back(std::move(alert));
     }
@@ -688,15 +730,16 @@ class CoordinatorImpl final : public Coordinator, public SessionOwner {
       StepWaiters& w = waiters_[e.step];
       switch (e.kind) {
         case BookEvent::Kind::kDecidedCommit:
-          JournalStep(JournalKind::kDecided, e.step, e.generation);
+          if (!JournalStep(JournalKind::kDecided, e.step, e.generation)) return;
+          last_decided_ = std::max(last_decided_, e.step);
           for (Waiter& d : w.decide) {
             if (auto s = d.session.lock()) s->Reply(d.request_id, MsgType::kDecision, EncodeDecision(absl::OkStatus()));
           }
           w.decide.clear();
           break;
         case BookEvent::Kind::kAborted:
+          if (!JournalStep(JournalKind::kAborted, e.step, e.generation)) return;
           ++aborts_;
-          JournalStep(JournalKind::kAborted, e.step, e.generation);
           Log(StrCat("step ", e.step, " aborted: ", e.status.message()));
           for (Waiter& d : w.decide) {
             if (auto s = d.session.lock()) s->Reply(d.request_id, MsgType::kDecision, EncodeDecision(e.status));
@@ -708,7 +751,7 @@ class CoordinatorImpl final : public Coordinator, public SessionOwner {
           w.outcome.clear();
           break;
         case BookEvent::Kind::kCommitted:
-          JournalStep(JournalKind::kCommitted, e.step, e.generation);
+          if (!JournalStep(JournalKind::kCommitted, e.step, e.generation)) return;
           last_committed_ = std::max(last_committed_, e.step);
           ++commits_;
           RecordDurations(std::move(e.durations));
@@ -915,7 +958,9 @@ class CoordinatorImpl final : public Coordinator, public SessionOwner {
   std::thread verifier_;  // chooses the restore step of a forming generation
   bool forming_ = false;  // a verification for Form is in flight
   int port_ = 0;
-  Journal journal_;
+  std::unique_ptr<StateLog> log_;
+  mutable std::mutex halt_mu_;
+  std::string halted_;  // why it stopped acting; written on the io thread
   std::string coordinator_id_ = StrCat("ckpt-coordinator/", kProtocolVersion);
   std::vector<std::weak_ptr<Session>> sessions_;
   std::list<std::weak_ptr<Session>> unauthenticated_;  // oldest first
@@ -931,6 +976,7 @@ class CoordinatorImpl final : public Coordinator, public SessionOwner {
 
   Membership membership_;
   int64_t last_committed_ = -1;
+  int64_t last_decided_ = -1;  // newest step decided for commit (its leader may have published it)
   std::map<uint64_t, Waiter> pending_joins_;
   std::map<uint64_t, Collective> collectives_;
   CommitBook book_;

@@ -155,6 +155,8 @@ absl::StatusOr<HttpResponse> HttpClient::Perform(const HttpRequest& req) {
   curl_easy_setopt(h, CURLOPT_CONNECTTIMEOUT_MS, static_cast<long>(req.connect_timeout_s * 1000));
   if (req.timeout_s > 0) curl_easy_setopt(h, CURLOPT_TIMEOUT_MS, static_cast<long>(req.timeout_s * 1000));
   if (!req.ca_file.empty()) curl_easy_setopt(h, CURLOPT_CAINFO, req.ca_file.c_str());
+  if (!req.cert_file.empty()) curl_easy_setopt(h, CURLOPT_SSLCERT, req.cert_file.c_str());
+  if (!req.key_file.empty()) curl_easy_setopt(h, CURLOPT_SSLKEY, req.key_file.c_str());
   // A stalled transfer (a server that stopped answering mid-body) fails
   // after 30 s under 1 KiB/s instead of hanging.
   curl_easy_setopt(h, CURLOPT_LOW_SPEED_LIMIT, 1024L);

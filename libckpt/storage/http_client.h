@@ -32,6 +32,8 @@ struct HttpRequest {
   double connect_timeout_s = 10;
   /// PEM file of the CAs to trust for https; empty: the system's store.
   std::string ca_file;
+  /// PEM client certificate and its key (servers that ask for one).
+  std::string cert_file, key_file;
 };
 
 struct HttpResponse {

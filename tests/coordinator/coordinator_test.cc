@@ -18,6 +18,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <mutex>
 #include <optional>
@@ -208,6 +209,66 @@ TEST(Coordinator, CoordinatorKilledAndRestartedMidRun) {
   EXPECT_NE(clog.find("resuming generation 1"), std::string::npos) << clog;
   EXPECT_NE(clog.find("reconnected to generation 1"), std::string::npos) << clog;
   EXPECT_NE(status.find("\"last_committed_step\":60"), std::string::npos) << status;
+  ExpectFinalStateExact(dir.Join("root"), 60);
+}
+
+// The state in etcd: the coordinator is SIGKILLed mid-run and a new one is
+// started with no local state at all (as on another machine) on the same
+// store; the workers reconnect, resume their generation and finish exactly.
+// Then etcd itself dies: the coordinator cannot record its next decision,
+// stops acting and exits 1; with etcd and a coordinator back, the job ends
+// exactly where an uninterrupted run ends.
+TEST(Coordinator, StateInEtcdOutlivesTheCoordinatorsMachine) {
+  TempDir dir;
+  WriteToken(dir);
+  EtcdServer etcd(dir);
+  ASSERT_TRUE(etcd.up()) << ReadFile(dir.Join("etcd.log"));
+  CoordinatorProcess coord;
+  coord.store = etcd.Uri("/ckpt/jobs/e2e");
+  coord.Start(dir, "127.0.0.1:0", 3, 3);
+  ASSERT_GT(coord.port, 0) << ReadFile(coord.log);
+  const int port = coord.port;
+  std::vector<pid_t> workers;
+  for (int i = 0; i < 3; ++i) {
+    std::vector<std::string> args = WorkerArgs(dir, port, i, 60);
+    args.insert(args.end(), {"--step-ms", "30"});
+    workers.push_back(Spawn(args, dir.Join(StrCat("worker", i, ".out"))));
+  }
+  auto storage = OpenStorage(dir.Join("root"));
+  ASSERT_OK(storage);
+  auto wait_for_step = [&](int64_t step) {
+    for (int i = 0; i < 600; ++i) {
+      auto latest = LatestCommittedStep(**storage);
+      if (latest.ok() && *latest >= step) return;
+      std::this_thread::sleep_for(std::chrono::milliseconds(25));
+    }
+  };
+  wait_for_step(15);
+  coord.Kill();
+  std::filesystem::remove_all(dir.Join("state"));  // nothing local survives
+  coord.Start(dir, StrCat("127.0.0.1:", port), 3, 3);
+  ASSERT_EQ(coord.port, port) << ReadFile(coord.log);
+  EXPECT_NE(ReadFile(coord.log).find("resuming generation 1"), std::string::npos) << ReadFile(coord.log);
+  wait_for_step(30);
+  etcd.Kill();
+  int status = 0;
+  for (int i = 0; i < 400 && waitpid(coord.pid, &status, WNOHANG) == 0; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  ASSERT_TRUE(WIFEXITED(status)) << "the coordinator kept acting without its store: " << ReadFile(coord.log);
+  EXPECT_EQ(WEXITSTATUS(status), 1);
+  EXPECT_NE(ReadFile(coord.log).find("stopped acting"), std::string::npos) << ReadFile(coord.log);
+  coord.pid = -1;
+  etcd.Start();
+  ASSERT_TRUE(etcd.up()) << ReadFile(dir.Join("etcd.log"));
+  coord.Start(dir, StrCat("127.0.0.1:", port), 3, 3);
+  ASSERT_EQ(coord.port, port) << ReadFile(coord.log);
+  for (int i = 0; i < 3; ++i) {
+    EXPECT_EQ(WaitExit(workers[i]), 0) << ReadFile(dir.Join(StrCat("worker", i, ".out")));
+  }
+  const std::string final_status = Status(port);
+  coord.Stop();
+  EXPECT_NE(final_status.find("\"last_committed_step\":60"), std::string::npos) << final_status;
   ExpectFinalStateExact(dir.Join("root"), 60);
 }
 

@@ -24,6 +24,7 @@
 #include <vector>
 
 #include "ckpt/coordinator.h"
+#include "storage/http_client.h"
 #include "testutil/test_util.h"
 #include "util/strings.h"
 
@@ -81,22 +82,34 @@ struct CoordinatorProcess {
   int port = 0;
   std::vector<std::string> args;
   std::string log;
-  std::string root;  // the checkpoint root it verifies; dir/root when empty
+  std::string root;   // the checkpoint root it verifies; dir/root when empty
+  std::string store;  // --store URI instead of --state-dir dir/state
   void Start(const TempDir& dir, const std::string& listen, int min_nodes, int max_nodes,
              const std::vector<std::string>& extra = {}, rlim_t max_descriptors = 0) {
     const std::string port_file = dir.Join("port");
     std::remove(port_file.c_str());
-    args = {CKPT_BIN,         "coordinator",
-            "--listen",       listen,
-            "--port-file",    port_file,
-            "--state-dir",    dir.Join("state"),
-            "--token-file",   dir.Join("token"),
-            "--min-nodes",    std::to_string(min_nodes),
-            "--max-nodes",    std::to_string(max_nodes),
-            "--heartbeat",    "200ms",
-            "--dead-after",   "3",
-            "--join-timeout", "500ms",
-            "--root",         root.empty() ? dir.Join("root") : root};
+    args = {CKPT_BIN,
+            "coordinator",
+            "--listen",
+            listen,
+            "--port-file",
+            port_file,
+            store.empty() ? "--state-dir" : "--store",
+            store.empty() ? dir.Join("state") : store,
+            "--token-file",
+            dir.Join("token"),
+            "--min-nodes",
+            std::to_string(min_nodes),
+            "--max-nodes",
+            std::to_string(max_nodes),
+            "--heartbeat",
+            "200ms",
+            "--dead-after",
+            "3",
+            "--join-timeout",
+            "500ms",
+            "--root",
+            root.empty() ? dir.Join("root") : root};
     args.insert(args.end(), extra.begin(), extra.end());
     log = dir.Join("coordinator.log");
     pid = Spawn(args, log, max_descriptors);
@@ -110,6 +123,69 @@ struct CoordinatorProcess {
     kill(pid, SIGTERM);
     WaitExit(pid);
   }
+};
+
+inline int FreePort() {
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a));
+  socklen_t len = sizeof(a);
+  getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
+  close(fd);
+  return ntohs(a.sin_port);
+}
+
+// One etcd member (Debian's etcd-server) in a temporary directory.
+class EtcdServer {
+ public:
+  explicit EtcdServer(const TempDir& dir) {
+    client_port_ = FreePort();
+    const int peer = FreePort();
+    peer_url_ = StrCat("http://127.0.0.1:", peer);
+    data_ = dir.Join("etcd-data");
+    log_ = dir.Join("etcd.log");
+    Start();
+  }
+  // Starts the member again on the same ports and data (after Kill).
+  void Start() {
+    const std::string client_url = StrCat("http://127.0.0.1:", client_port_);
+    pid_ =
+        Spawn({"/usr/bin/etcd", "--name", "m1", "--data-dir", data_, "--listen-client-urls", client_url,
+               "--advertise-client-urls", client_url, "--listen-peer-urls", peer_url_, "--initial-advertise-peer-urls",
+               peer_url_, "--initial-cluster", StrCat("m1=", peer_url_), "--log-level", "error"},
+              log_);
+    up_ = false;
+    HttpClient http;
+    for (int i = 0; i < 200; ++i) {
+      HttpRequest req;
+      req.url = client_url + "/health";
+      req.timeout_s = 1;
+      auto r = http.Perform(req);
+      if (r.ok() && r->status == 200 && r->body.find("true") != std::string::npos) {
+        up_ = true;
+        return;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+  }
+  ~EtcdServer() { Kill(); }
+  void Kill() {
+    if (pid_ > 0) {
+      kill(pid_, SIGKILL);
+      WaitExit(pid_);
+      pid_ = -1;
+    }
+  }
+  bool up() const { return up_; }
+  std::string Uri(const std::string& prefix) const { return StrCat("etcd://127.0.0.1:", client_port_, prefix); }
+
+ private:
+  pid_t pid_ = -1;
+  int client_port_ = 0;
+  std::string peer_url_, data_, log_;
+  bool up_ = false;
 };
 
 /// Options of an in-process coordinator for `nodes` members.

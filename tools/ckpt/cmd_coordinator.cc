@@ -57,11 +57,12 @@ int StatusMain(int argc, char** argv, int first) {
 
 int CoordinatorMain(int argc, char** argv, int first) {
   if (first < argc && std::string(argv[first]) == "status") return StatusMain(argc, argv, first + 1);
-  std::string listen = "127.0.0.1:7070", state_dir, token_file, root, heartbeat = "1s", join_timeout = "2s", port_file,
-              handshake_timeout = "10s", idle_timeout;
+  std::string listen = "127.0.0.1:7070", state_dir, store, token_file, root, heartbeat = "1s", join_timeout = "2s",
+              port_file, handshake_timeout = "10s", idle_timeout;
   int64_t min_nodes = 1, max_nodes = 1 << 20, dead_after = 5, max_frame = 64 << 20, max_unauthenticated = 256;
   Args args("coordinator",
-            "--state-dir DIR --token-file F [--listen HOST:PORT] [--min-nodes A --max-nodes B]\n"
+            "(--state-dir DIR | --store etcd://HOST:PORT[,...]/PREFIX) --token-file F [--listen HOST:PORT]\n"
+            "       [--min-nodes A --max-nodes B]\n"
             "       [--heartbeat 1s --dead-after 5] [--join-timeout 2s] [--root URI]\n"
             "   or: ckpt coordinator status [--connect HOST:PORT]",
             "Runs the elastic-restart coordinator until SIGINT or SIGTERM. Workers join with\n"
@@ -71,10 +72,16 @@ int CoordinatorMain(int argc, char** argv, int first) {
             "A worker that misses --dead-after heartbeats is dead: the others are told to\n"
             "stop and a new generation forms from the survivors and spares. Saves commit\n"
             "only when every rank of the generation voted yes and data-parallel replicas\n"
-            "agree. State is journaled in --state-dir: a restart loses nothing. Prometheus\n"
+            "agree. State is journaled in --state-dir (a restart on this machine loses\n"
+            "nothing) or kept in etcd with --store (a coordinator started on another machine\n"
+            "resumes it; a second one on the same prefix is fenced off). When it cannot\n"
+            "record its state it stops acting and exits with status 1. Prometheus\n"
             "metrics: GET /metrics on the same port. Protocol: docs/protocol.md.");
   args.String("listen", &listen, "HOST:PORT to serve on (default 127.0.0.1:7070; port 0 picks one)");
-  args.String("state-dir", &state_dir, "directory for the journal (required)");
+  args.String("state-dir", &state_dir, "directory for the journal (this machine)");
+  args.String("store", &store,
+              "etcd://HOST:PORT[,HOST:PORT...]/PREFIX[?ca_file=&cert_file=&key_file=&user=&password_file=]: "
+              "the state in etcd (password also from $CKPT_ETCD_PASSWORD)");
   args.String("token-file", &token_file, "file holding the job's shared token (required)");
   args.Int("min-nodes", &min_nodes, "fewest members a generation may have (default 1)");
   args.Int("max-nodes", &max_nodes, "most members a generation may have (default unlimited)");
@@ -95,13 +102,15 @@ int CoordinatorMain(int argc, char** argv, int first) {
   CoordinatorOptions o;
   o.listen = listen;
   o.state_dir = state_dir;
+  o.store = store;
   o.root = root;
   o.min_nodes = static_cast<int>(min_nodes);
   o.max_nodes = static_cast<int>(max_nodes);
   o.dead_after = static_cast<int>(dead_after);
   o.max_frame_bytes = static_cast<uint32_t>(max_frame);
-  if (state_dir.empty() || token_file.empty()) {
-    std::fprintf(stderr, "ckpt coordinator: --state-dir and --token-file are required\n%s", args.Usage().c_str());
+  if ((state_dir.empty() == store.empty()) || token_file.empty()) {
+    std::fprintf(stderr, "ckpt coordinator: --token-file and one of --state-dir and --store are required\n%s",
+                 args.Usage().c_str());
     return kExitUsage;
   }
   o.max_unauthenticated = static_cast<int>(std::clamp<int64_t>(max_unauthenticated, 0, 1 << 30));
@@ -133,7 +142,13 @@ int CoordinatorMain(int argc, char** argv, int first) {
     std::ofstream(tmp) << (*c)->port() << "\n";
     std::rename(tmp.c_str(), port_file.c_str());
   }
-  while (!g_stop) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  while (!g_stop) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    if (const std::string why = (*c)->halted(); !why.empty()) {
+      std::fprintf(stderr, "ckpt coordinator: stopped acting: %s\n", why.c_str());
+      return kExitProblem;
+    }
+  }
   std::fprintf(stderr, "ckpt coordinator: stopping\n");
   return kExitOk;
 }

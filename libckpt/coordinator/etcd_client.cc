@@ -1,0 +1,283 @@
+#include "coordinator/etcd_client.h"
+
+#include <openssl/evp.h>
+
+#include <fstream>
+#include <sstream>
+
+#include "storage/http_client.h"
+#include "storage/uri.h"
+#include "util/errors.h"
+#include "util/json.h"
+#include "util/json_reader.h"
+#include "util/strings.h"
+
+namespace ckpt::coord {
+namespace {
+
+int64_t Int(const JsonValue* v) {
+  // proto3's JSON writes 64-bit integers as strings.
+  if (v == nullptr) return 0;
+  int64_t n = 0;
+  if (!ParseInt64(v->text, &n)) return 0;
+  return n;
+}
+
+}  // namespace
+
+std::string Base64Encode(std::string_view data) {
+  std::string out(4 * ((data.size() + 2) / 3) + 1, '\0');
+  const int n = EVP_EncodeBlock(reinterpret_cast<unsigned char*>(out.data()),
+                                reinterpret_cast<const unsigned char*>(data.data()), static_cast<int>(data.size()));
+  out.resize(static_cast<size_t>(n));
+  return out;
+}
+
+absl::StatusOr<std::string> Base64Decode(std::string_view text) {
+  if (text.size() % 4 != 0) return absl::DataLossError("base64 text whose length is not a multiple of 4");
+  std::string out(3 * (text.size() / 4) + 1, '\0');
+  const int n = EVP_DecodeBlock(reinterpret_cast<unsigned char*>(out.data()),
+                                reinterpret_cast<const unsigned char*>(text.data()), static_cast<int>(text.size()));
+  if (n < 0) return absl::DataLossError("text that is not base64");
+  size_t pad = 0;
+  if (!text.empty() && text.back() == '=') ++pad;
+  if (text.size() > 1 && text[text.size() - 2] == '=') ++pad;
+  out.resize(static_cast<size_t>(n) - pad);
+  return out;
+}
+
+absl::StatusOr<EtcdConfig> ParseEtcdUri(std::string_view uri) {
+  CKPT_ASSIGN_OR_RETURN(ParsedUri parsed, ParseUri(uri));
+  if (parsed.scheme != "etcd") {
+    return absl::InvalidArgumentError(StrCat("'", uri, "' is not an etcd://HOST:PORT[,HOST:PORT]/PREFIX URI"));
+  }
+  for (const auto& param : parsed.params) {
+    const std::string& k = param.first;
+    if (k != "ca_file" && k != "cert_file" && k != "key_file" && k != "user" && k != "password_file" &&
+        k != "timeout") {
+      return absl::InvalidArgumentError(
+          StrCat("'", uri, "': unknown etcd option '", k,
+                 "' (known: ca_file, cert_file, key_file, user, password_file, timeout)"));
+    }
+  }
+  EtcdConfig c;
+  const std::string loc = parsed.location;
+  const size_t slash = loc.find('/');
+  const std::string hosts = loc.substr(0, slash);
+  std::string prefix = slash == std::string::npos ? "" : loc.substr(slash);
+  while (prefix.size() > 1 && prefix.back() == '/') prefix.pop_back();
+  if (prefix.empty() || prefix == "/") {
+    return absl::InvalidArgumentError(
+        StrCat("'", uri, "': name a key prefix for this job (etcd://HOST:PORT/ckpt/job42)"));
+  }
+  c.prefix = prefix + "/";
+  c.ca_file = parsed.Str("ca_file", "");
+  c.cert_file = parsed.Str("cert_file", "");
+  c.key_file = parsed.Str("key_file", "");
+  if (c.cert_file.empty() != c.key_file.empty()) {
+    return absl::InvalidArgumentError(StrCat("'", uri, "': cert_file and key_file go together"));
+  }
+  const bool tls = !c.ca_file.empty() || !c.cert_file.empty();
+  size_t start = 0;
+  while (start <= hosts.size()) {
+    size_t comma = hosts.find(',', start);
+    if (comma == std::string::npos) comma = hosts.size();
+    const std::string h = hosts.substr(start, comma - start);
+    if (h.empty() || h.find(':') == std::string::npos) {
+      return absl::InvalidArgumentError(StrCat("'", uri, "': '", h, "' is not HOST:PORT"));
+    }
+    c.endpoints.push_back(StrCat(tls ? "https://" : "http://", h));
+    start = comma + 1;
+  }
+  c.user = parsed.Str("user", "");
+  if (!c.user.empty()) {
+    const std::string file = parsed.Str("password_file", "");
+    if (!file.empty()) {
+      std::ifstream in(file);
+      if (!in) return absl::NotFoundError(StrCat("etcd password_file ", file, " cannot be read"));
+      std::stringstream ss;
+      ss << in.rdbuf();
+      c.password = ss.str();
+      while (!c.password.empty() && (c.password.back() == '\n' || c.password.back() == '\r')) c.password.pop_back();
+    } else if (const char* p = std::getenv("CKPT_ETCD_PASSWORD")) {
+      c.password = p;
+    } else {
+      return absl::InvalidArgumentError(
+          StrCat("'", uri, "': user=", c.user, " needs a password: password_file= or $CKPT_ETCD_PASSWORD"));
+    }
+  }
+  CKPT_ASSIGN_OR_RETURN(c.timeout_s, parsed.Seconds("timeout", 5));
+  if (c.timeout_s <= 0) return absl::InvalidArgumentError(StrCat("'", uri, "': timeout must be > 0"));
+  return c;
+}
+
+EtcdClient::EtcdClient(EtcdConfig config) : config_(std::move(config)), http_(std::make_unique<HttpClient>()) {}
+EtcdClient::~EtcdClient() = default;
+
+std::string EtcdClient::Describe() const {
+  std::string out = config_.endpoints.empty() ? "etcd" : config_.endpoints.front();
+  if (config_.endpoints.size() > 1) StrAppend(&out, " (and ", config_.endpoints.size() - 1, " more)");
+  return out;
+}
+
+std::string EtcdClient::PrefixEnd(std::string_view prefix) {
+  std::string end(prefix);
+  while (!end.empty()) {
+    if (static_cast<unsigned char>(end.back()) < 0xff) {
+      end.back() = static_cast<char>(static_cast<unsigned char>(end.back()) + 1);
+      return end;
+    }
+    end.pop_back();
+  }
+  return std::string(1, '\0');  // every key
+}
+
+absl::StatusOr<std::string> EtcdClient::Post(const std::string& endpoint, std::string_view path,
+                                             const std::string& body, long* status) {
+  HttpRequest req;
+  req.method = "POST";
+  req.url = StrCat(endpoint, path);
+  req.headers = {"Content-Type: application/json"};
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!token_.empty()) req.headers.push_back(StrCat("Authorization: ", token_));
+  }
+  req.body = absl::Span<const std::byte>(reinterpret_cast<const std::byte*>(body.data()), body.size());
+  req.timeout_s = config_.timeout_s;
+  req.connect_timeout_s = config_.timeout_s;
+  req.ca_file = config_.ca_file;
+  req.cert_file = config_.cert_file;
+  req.key_file = config_.key_file;
+  CKPT_ASSIGN_OR_RETURN(HttpResponse resp, http_->Perform(req));
+  *status = resp.status;
+  return std::move(resp.body);
+}
+
+absl::Status EtcdClient::Authenticate(const std::string& endpoint) {
+  JsonWriter w;
+  w.BeginObject().Field("name", config_.user).Field("password", config_.password).EndObject();
+  long status = 0;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    token_.clear();
+  }
+  CKPT_ASSIGN_OR_RETURN(std::string body, Post(endpoint, "/v3/auth/authenticate", w.str(), &status));
+  CKPT_ASSIGN_OR_RETURN(JsonValue v, ParseJson(body, "etcd's authenticate answer"));
+  const JsonValue* token = v.Find("token");
+  if (status != 200 || token == nullptr || token->text.empty()) {
+    const JsonValue* msg = v.Find("message");
+    return absl::PermissionDeniedError(StrCat("etcd ", endpoint, ": authenticating as '", config_.user,
+                                              "' failed: ", msg != nullptr ? msg->text : StrCat("HTTP ", status)));
+  }
+  std::lock_guard<std::mutex> lock(mu_);
+  token_ = token->text;
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::string> EtcdClient::Call(std::string_view path, const std::string& body) {
+  absl::Status last = absl::UnavailableError("no etcd endpoint");
+  size_t first;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    first = current_;
+  }
+  for (size_t i = 0; i < config_.endpoints.size(); ++i) {
+    const std::string& ep = config_.endpoints[(first + i) % config_.endpoints.size()];
+    bool need_auth;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      need_auth = !config_.user.empty() && token_.empty();
+    }
+    if (need_auth) {
+      absl::Status a = Authenticate(ep);
+      if (absl::IsUnavailable(a)) {
+        last = a;
+        continue;
+      }
+      CKPT_RETURN_IF_ERROR(a);
+    }
+    long status = 0;
+    auto body_or = Post(ep, path, body, &status);
+    if (!body_or.ok()) {
+      last = body_or.status();
+      if (absl::IsUnavailable(last)) continue;  // the next member
+      return last;
+    }
+    if (status == 200) {
+      std::lock_guard<std::mutex> lock(mu_);
+      current_ = (first + i) % config_.endpoints.size();
+      return std::move(*body_or);
+    }
+    auto err = ParseJson(*body_or, "etcd's error answer");
+    std::string msg = StrCat("HTTP ", status);
+    if (err.ok()) {
+      if (const JsonValue* m = err->Find("message"); m != nullptr && !m->text.empty()) msg = m->text;
+    }
+    if (!config_.user.empty() && msg.find("token") != std::string::npos) {
+      // An expired token: once more with a new one.
+      absl::Status a = Authenticate(ep);
+      CKPT_RETURN_IF_ERROR(a);
+      auto again = Post(ep, path, body, &status);
+      if (again.ok() && status == 200) return std::move(*again);
+    }
+    // No leader, a stopped member, too many requests: another member may
+    // answer; anything else is the request's own fault.
+    last = absl::UnavailableError(StrCat("etcd ", ep, path, ": ", msg));
+    if (status >= 500 || msg.find("leader") != std::string::npos || msg.find("timed out") != std::string::npos) {
+      continue;
+    }
+    return absl::FailedPreconditionError(StrCat("etcd ", ep, path, ": ", msg));
+  }
+  return last;
+}
+
+absl::StatusOr<std::vector<EtcdKv>> EtcdClient::Range(std::string_view key, std::string_view range_end, int64_t limit,
+                                                      bool* more) {
+  JsonWriter w;
+  w.BeginObject().Field("key", Base64Encode(key)).Field("range_end", Base64Encode(range_end));
+  if (limit > 0) w.Field("limit", limit);
+  w.EndObject();
+  CKPT_ASSIGN_OR_RETURN(std::string body, Call("/v3/kv/range", w.str()));
+  CKPT_ASSIGN_OR_RETURN(JsonValue v, ParseJson(body, "etcd's range answer"));
+  std::vector<EtcdKv> out;
+  if (const JsonValue* kvs = v.Find("kvs"); kvs != nullptr && kvs->is_array()) {
+    for (const JsonValue& kv : kvs->items) {
+      EtcdKv e;
+      const JsonValue* k = kv.Find("key");
+      const JsonValue* val = kv.Find("value");
+      if (k == nullptr) return absl::DataLossError("etcd's range answer: a key-value without a key");
+      CKPT_ASSIGN_OR_RETURN(e.key, Base64Decode(k->text));
+      if (val != nullptr) {
+        auto decoded = Base64Decode(val->text);
+        if (!decoded.ok()) return absl::DataLossError(StrCat("etcd key ", e.key, ": ", decoded.status().message()));
+        e.value = std::move(*decoded);
+      }
+      e.create_revision = Int(kv.Find("create_revision"));
+      e.mod_revision = Int(kv.Find("mod_revision"));
+      out.push_back(std::move(e));
+    }
+  }
+  if (more != nullptr) {
+    const JsonValue* m = v.Find("more");
+    *more = m != nullptr && m->boolean;
+  }
+  return out;
+}
+
+absl::StatusOr<bool> EtcdClient::PutIfAbsent(std::string_view key, std::string_view value) {
+  const std::string k = Base64Encode(key);
+  JsonWriter w;
+  w.BeginObject().Key("compare").BeginArray();
+  w.BeginObject().Field("result", "EQUAL").Field("target", "CREATE").Field("key", k).Field("create_revision", "0");
+  w.EndObject().EndArray();
+  w.Key("success").BeginArray().BeginObject().Key("request_put").BeginObject();
+  w.Field("key", k).Field("value", Base64Encode(value)).EndObject().EndObject().EndArray();
+  w.EndObject();
+  CKPT_ASSIGN_OR_RETURN(std::string body, Call("/v3/kv/txn", w.str()));
+  CKPT_ASSIGN_OR_RETURN(JsonValue v, ParseJson(body, "etcd's txn answer"));
+  // proto3 JSON leaves out a false "succeeded".
+  const JsonValue* ok = v.Find("succeeded");
+  return ok != nullptr && ok->boolean;
+}
+
+}  // namespace ckpt::coord

@@ -1,0 +1,92 @@
+// A small etcd v3 client over etcd's JSON gateway (HTTP/1.1 POST to
+// /v3/kv/range, /v3/kv/txn, /v3/auth/authenticate), for the coordinator's
+// state in etcd.
+//
+// The gateway rather than gRPC: Debian's etcd-server serves it on the client
+// port, it needs only the HTTP client already used for s3:// (libcurl:
+// keep-alive, TLS with client certificates), and the coordinator uses a
+// handful of unary calls; a gRPC stack would be a large dependency for them.
+#ifndef CKPT_COORDINATOR_ETCD_CLIENT_H_
+#define CKPT_COORDINATOR_ETCD_CLIENT_H_
+
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "absl/status/statusor.h"
+
+namespace ckpt {
+class HttpClient;
+}
+
+namespace ckpt::coord {
+
+/// etcd://HOST:PORT[,HOST:PORT...]/PREFIX[?options]
+///   ca_file=PEM    https, the server checked against this CA
+///   cert_file=PEM, key_file=PEM   https client certificate (etcd --client-cert-auth)
+///   user=NAME      etcd authentication; the password is read from the file
+///                  password_file=PATH or from $CKPT_ETCD_PASSWORD, never the URI
+///   timeout=SECONDS  per request (default 5)
+struct EtcdConfig {
+  std::vector<std::string> endpoints;  ///< "http(s)://host:port"
+  std::string prefix;                  ///< "/ckpt/job42/" (always ends with '/')
+  std::string ca_file, cert_file, key_file;
+  std::string user, password;
+  double timeout_s = 5;
+};
+
+absl::StatusOr<EtcdConfig> ParseEtcdUri(std::string_view uri);
+
+struct EtcdKv {
+  std::string key;
+  std::string value;
+  int64_t create_revision = 0;
+  int64_t mod_revision = 0;
+};
+
+class EtcdClient {
+ public:
+  explicit EtcdClient(EtcdConfig config);
+  ~EtcdClient();
+
+  const EtcdConfig& config() const { return config_; }
+
+  /// Keys in [key, range_end) in key order, at most `limit` (0: no limit).
+  absl::StatusOr<std::vector<EtcdKv>> Range(std::string_view key, std::string_view range_end, int64_t limit,
+                                            bool* more);
+
+  /// Creates `key` with `value` only if it does not exist (a transaction
+  /// comparing its create revision with 0). False when it existed.
+  absl::StatusOr<bool> PutIfAbsent(std::string_view key, std::string_view value);
+
+  /// The end of the range of every key starting with `prefix`.
+  static std::string PrefixEnd(std::string_view prefix);
+
+  /// "http://127.0.0.1:2379 (and 2 more)": for messages.
+  std::string Describe() const;
+
+ private:
+  // POSTs `body` to `path` on the current endpoint, moving to the next on a
+  // transport failure; authenticates first when a user is configured.
+  absl::StatusOr<std::string> Call(std::string_view path, const std::string& body);
+  absl::StatusOr<std::string> Post(const std::string& endpoint, std::string_view path, const std::string& body,
+                                   long* status);
+  absl::Status Authenticate(const std::string& endpoint);
+
+  EtcdConfig config_;
+  std::unique_ptr<HttpClient> http_;
+  std::mutex mu_;
+  size_t current_ = 0;  // endpoint in use
+  std::string token_;   // auth token, when a user is configured
+};
+
+/// Base64 (RFC 4648, padded), as the gateway carries keys and values.
+std::string Base64Encode(std::string_view data);
+absl::StatusOr<std::string> Base64Decode(std::string_view text);
+
+}  // namespace ckpt::coord
+
+#endif  // CKPT_COORDINATOR_ETCD_CLIENT_H_

@@ -1,0 +1,109 @@
+// The coordinator's state in etcd: real etcd processes on loopback ports,
+// started and stopped (by PID) by the tests.
+#include <netinet/in.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <thread>
+
+#include "ckpt/coordinator.h"
+#include "coordinator/etcd_client.h"
+#include "coordinator/harness.h"
+#include "coordinator/state_log.h"
+#include "storage/http_client.h"
+#include "testutil/test_util.h"
+#include "util/strings.h"
+
+namespace ckpt::testing {
+namespace {
+
+TEST(Etcd, Base64AndPrefixEnds) {
+  for (const std::string& s : std::vector<std::string>{"", "f", "fo", "foo", "foob", std::string("\0\xff\x10", 3)}) {
+    auto back = coord::Base64Decode(coord::Base64Encode(s));
+    ASSERT_OK(back);
+    EXPECT_EQ(*back, s);
+  }
+  EXPECT_EQ(coord::Base64Encode("foo"), "Zm9v");
+  EXPECT_FALSE(coord::Base64Decode("Zm9").ok());
+  EXPECT_FALSE(coord::Base64Decode("Zm9*").ok());
+  EXPECT_EQ(coord::EtcdClient::PrefixEnd("/a/"), "/a0");
+  EXPECT_EQ(coord::EtcdClient::PrefixEnd(std::string("a\xff", 2)), "b");
+  for (const std::string bad : {"etcd://", "etcd://h:1", "etcd://h:1/", "etcd://h/p", "etcd://h:1/p?colour=red",
+                                "etcd://h:1/p?cert_file=c", "etcd://h:1/p?timeout=0", "s3://h:1/p"}) {
+    EXPECT_FALSE(coord::ParseEtcdUri(bad).ok()) << bad;
+  }
+  unsetenv("CKPT_ETCD_PASSWORD");
+  auto no_password = coord::ParseEtcdUri("etcd://h:1/p?user=ckpt");
+  ASSERT_FALSE(no_password.ok());
+  EXPECT_NE(no_password.status().message().find("CKPT_ETCD_PASSWORD"), absl::string_view::npos);
+  auto two = coord::ParseEtcdUri("etcd://a:1,b:2/jobs/j1/?ca_file=/ca.pem");
+  ASSERT_OK(two);
+  ASSERT_EQ(two->endpoints.size(), 2u);
+  EXPECT_EQ(two->endpoints[1], "https://b:2");
+  EXPECT_EQ(two->prefix, "/jobs/j1/");
+}
+
+// Records replay in order from the store; a second writer on the same
+// prefix cannot take a record's place (it is fenced off); a key under the
+// prefix that this coordinator did not write stops the replay, named.
+TEST(Etcd, StateLogReplaysFencesAndRefusesForeignKeys) {
+  TempDir dir;
+  EtcdServer etcd(dir);
+  ASSERT_TRUE(etcd.up()) << ReadFile(dir.Join("etcd.log"));
+  const std::string uri = etcd.Uri("/ckpt/test-log");
+  auto a = coord::NewEtcdLog(uri);
+  ASSERT_OK(a);
+  uint64_t torn = 0;
+  ASSERT_OK((*a)->Open([](std::string_view) { return absl::OkStatus(); }, &torn));
+  std::vector<std::string> written;
+  for (int i = 0; i < 1205; ++i) {  // more than one page of the replay
+    written.push_back(StrCat("record ", i, std::string(i % 7, '\0')));
+    ASSERT_OK((*a)->Append(written.back()));
+  }
+  auto b = coord::NewEtcdLog(uri);
+  ASSERT_OK(b);
+  std::vector<std::string> replayed;
+  ASSERT_OK((*b)->Open(
+      [&](std::string_view r) {
+        replayed.emplace_back(r);
+        return absl::OkStatus();
+      },
+      &torn));
+  EXPECT_EQ(replayed, written);
+  // Both now believe record 1206 is theirs to write: one wins.
+  ASSERT_OK((*b)->Append("from b"));
+  absl::Status fenced = (*a)->Append("from a");
+  EXPECT_TRUE(absl::IsFailedPrecondition(fenced)) << fenced;
+  EXPECT_NE(fenced.message().find("fenced off"), absl::string_view::npos) << fenced;
+
+  coord::EtcdClient raw(*coord::ParseEtcdUri(uri));
+  ASSERT_OK(raw.PutIfAbsent("/ckpt/test-log/log/not-a-number", "x").status());
+  auto c = coord::NewEtcdLog(uri);
+  ASSERT_OK(c);
+  absl::Status bad = (*c)->Open([](std::string_view) { return absl::OkStatus(); }, &torn);
+  EXPECT_TRUE(absl::IsDataLoss(bad)) << bad;
+  EXPECT_NE(bad.message().find("/ckpt/test-log/log/not-a-number"), absl::string_view::npos) << bad;
+  // A record that does not decode is refused with its key.
+  const std::string other = etcd.Uri("/ckpt/test-garbage");
+  coord::EtcdClient raw2(*coord::ParseEtcdUri(other));
+  ASSERT_OK(raw2.PutIfAbsent("/ckpt/test-garbage/log/00000000000000000001", "\x07garbage").status());
+  CoordinatorOptions o = InProcess(dir, 1);
+  o.state_dir.clear();
+  o.store = other;
+  auto coordinator = Coordinator::Start(o);
+  ASSERT_FALSE(coordinator.ok());
+  EXPECT_NE(coordinator.status().message().find("/ckpt/test-garbage/log/00000000000000000001"), absl::string_view::npos)
+      << coordinator.status();
+  // Nothing listens: a clear error naming the store, not a hang.
+  auto dead = coord::NewEtcdLog("etcd://127.0.0.1:1/ckpt/x?timeout=0.5");
+  ASSERT_OK(dead);
+  absl::Status unreachable = (*dead)->Open([](std::string_view) { return absl::OkStatus(); }, &torn);
+  EXPECT_TRUE(absl::IsUnavailable(unreachable)) << unreachable;
+  EXPECT_NE(unreachable.message().find("127.0.0.1:1"), absl::string_view::npos) << unreachable;
+}
+
+}  // namespace
+}  // namespace ckpt::testing
