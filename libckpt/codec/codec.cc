@@ -258,6 +258,8 @@ absl::Status BlockCodec::Decode(Codec codec, uint8_t elem_width, uint16_t flags,
       Join(width, planes_.data(), n, (flags & kFlagRotated) != 0, raw_out.data());
       return absl::OkStatus();
     }
+    case Codec::kAuto:  // a save's choice, never a block's
+      return corrupt("a block names codec 3 (auto), which only a save's options may name");
   }
   return corrupt(StrCat("unknown codec ", static_cast<int>(codec)));
 }

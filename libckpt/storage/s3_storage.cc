@@ -993,32 +993,6 @@ class S3Storage final : public Storage {
     }
   }
 
-  static std::string XmlEscape(std::string_view s) {
-    std::string out;
-    for (char c : s) {
-      switch (c) {
-        case '&':
-          out += "&amp;";
-          break;
-        case '<':
-          out += "&lt;";
-          break;
-        case '>':
-          out += "&gt;";
-          break;
-        case '"':
-          out += "&quot;";
-          break;
-        case '\'':
-          out += "&apos;";
-          break;
-        default:
-          out += c;
-      }
-    }
-    return out;
-  }
-
   absl::Status DeleteBatch(const std::vector<std::string>& keys) {
     std::string xml = "<Delete><Quiet>true</Quiet>";
     for (const std::string& k : keys) StrAppend(&xml, "<Object><Key>", XmlEscape(k), "</Key></Object>");

@@ -71,6 +71,9 @@ std::optional<int64_t> ParseByteCount(std::string_view text, bool binary = true)
 /// Shell-style glob match ('*' any run, '?' one character).
 bool GlobMatch(std::string_view pattern, std::string_view text);
 
+/// `s` with & < > " ' written as XML/HTML entities (SVG text, S3 request bodies).
+std::string XmlEscape(std::string_view s);
+
 }  // namespace ckpt
 
 #endif  // CKPT_UTIL_STRINGS_H_

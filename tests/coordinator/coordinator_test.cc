@@ -79,6 +79,28 @@ std::vector<std::string> WorkerArgs(const TempDir& dir, int port, int i, int64_t
           "--log",        dir.Join(StrCat("worker", i, ".log"))};
 }
 
+// `n` workers of a 60-step run, a step every 30 ms.
+std::vector<pid_t> SpawnSteadyWorkers(const TempDir& dir, int port, int n) {
+  std::vector<pid_t> workers;
+  for (int i = 0; i < n; ++i) {
+    std::vector<std::string> args = WorkerArgs(dir, port, i, 60);
+    args.insert(args.end(), {"--step-ms", "30"});
+    workers.push_back(Spawn(args, dir.Join(StrCat("worker", i, ".out"))));
+  }
+  return workers;
+}
+
+// Waits (up to 15 s) until `step` is committed under `root`.
+void WaitForCommitted(const std::string& root, int64_t step) {
+  auto storage = OpenStorage(root);
+  ASSERT_OK(storage);
+  for (int i = 0; i < 600; ++i) {
+    auto latest = LatestCommittedStep(**storage);
+    if (latest.ok() && *latest >= step) return;
+    std::this_thread::sleep_for(std::chrono::milliseconds(25));
+  }
+}
+
 std::string AllLogs(const TempDir& dir, int n) {
   std::string all;
   for (int i = 0; i < n; ++i) all += ReadFile(dir.Join(StrCat("worker", i, ".log")));
@@ -182,20 +204,8 @@ TEST(Coordinator, CoordinatorKilledAndRestartedMidRun) {
   coord.Start(dir, "127.0.0.1:0", 3, 3);
   ASSERT_GT(coord.port, 0);
   const int port = coord.port;
-  std::vector<pid_t> workers;
-  for (int i = 0; i < 3; ++i) {
-    std::vector<std::string> args = WorkerArgs(dir, port, i, 60);
-    args.insert(args.end(), {"--step-ms", "30"});
-    workers.push_back(Spawn(args, dir.Join(StrCat("worker", i, ".out"))));
-  }
-  // Kill it once a few steps are committed.
-  auto storage = OpenStorage(dir.Join("root"));
-  ASSERT_OK(storage);
-  for (int i = 0; i < 400; ++i) {
-    auto latest = LatestCommittedStep(**storage);
-    if (latest.ok() && *latest >= 15) break;
-    std::this_thread::sleep_for(std::chrono::milliseconds(25));
-  }
+  std::vector<pid_t> workers = SpawnSteadyWorkers(dir, port, 3);
+  WaitForCommitted(dir.Join("root"), 15);  // kill it once a few steps are committed
   coord.Kill();
   std::this_thread::sleep_for(std::chrono::milliseconds(300));
   coord.Start(dir, StrCat("127.0.0.1:", port), 3, 3);
@@ -228,28 +238,14 @@ TEST(Coordinator, StateInEtcdOutlivesTheCoordinatorsMachine) {
   coord.Start(dir, "127.0.0.1:0", 3, 3);
   ASSERT_GT(coord.port, 0) << ReadFile(coord.log);
   const int port = coord.port;
-  std::vector<pid_t> workers;
-  for (int i = 0; i < 3; ++i) {
-    std::vector<std::string> args = WorkerArgs(dir, port, i, 60);
-    args.insert(args.end(), {"--step-ms", "30"});
-    workers.push_back(Spawn(args, dir.Join(StrCat("worker", i, ".out"))));
-  }
-  auto storage = OpenStorage(dir.Join("root"));
-  ASSERT_OK(storage);
-  auto wait_for_step = [&](int64_t step) {
-    for (int i = 0; i < 600; ++i) {
-      auto latest = LatestCommittedStep(**storage);
-      if (latest.ok() && *latest >= step) return;
-      std::this_thread::sleep_for(std::chrono::milliseconds(25));
-    }
-  };
-  wait_for_step(15);
+  std::vector<pid_t> workers = SpawnSteadyWorkers(dir, port, 3);
+  WaitForCommitted(dir.Join("root"), 15);
   coord.Kill();
   std::filesystem::remove_all(dir.Join("state"));  // nothing local survives
   coord.Start(dir, StrCat("127.0.0.1:", port), 3, 3);
   ASSERT_EQ(coord.port, port) << ReadFile(coord.log);
   EXPECT_NE(ReadFile(coord.log).find("resuming generation 1"), std::string::npos) << ReadFile(coord.log);
-  wait_for_step(30);
+  WaitForCommitted(dir.Join("root"), 30);
   etcd.Kill();
   int status = 0;
   for (int i = 0; i < 400 && waitpid(coord.pid, &status, WNOHANG) == 0; ++i) {

@@ -4,6 +4,8 @@
 #include <cmath>
 #include <cstdio>
 
+#include "util/strings.h"
+
 namespace ckpt::tools {
 namespace {
 
@@ -13,28 +15,7 @@ std::string Num(double v) {
   return b;
 }
 
-std::string Escape(const std::string& s) {
-  std::string out;
-  for (char c : s) {
-    switch (c) {
-      case '&':
-        out += "&amp;";
-        break;
-      case '<':
-        out += "&lt;";
-        break;
-      case '>':
-        out += "&gt;";
-        break;
-      case '"':
-        out += "&quot;";
-        break;
-      default:
-        out += c;
-    }
-  }
-  return out;
-}
+std::string Escape(const std::string& s) { return XmlEscape(s); }
 
 // A tick step of 1, 2 or 5 times a power of ten giving about `count` ticks.
 double NiceStep(double span, int count) {
