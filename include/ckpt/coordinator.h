@@ -90,7 +90,9 @@ class CKPT_EXPORT Coordinator {
 };
 
 struct CKPT_EXPORT CoordinatorClientOptions {
-  std::string address;  ///< HOST:PORT
+  /// HOST:PORT; replicas of one coordinator as "HOST:PORT,HOST:PORT,...",
+  /// tried in turn (the one that answered last first).
+  std::string address;
   std::string token;
   std::string job = "default";
   std::string host;     ///< default: gethostname() and the pid

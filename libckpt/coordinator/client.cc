@@ -248,19 +248,44 @@ class ClientImpl final : public CoordinatorClient {
     return j;
   }
 
-  // Connects and exchanges hellos; with a current assignment, resumes it.
+  // Tries each coordinator address in turn (the one that answered last
+  // first): replicas of one job are given as "A,B,C", and only the leader
+  // accepts connections.
   absl::Status ConnectOnce() {
-    const size_t colon = options_.address.rfind(':');
-    if (colon == std::string::npos) {
-      return absl::InvalidArgumentError(StrCat("coordinator address wants HOST:PORT, got '", options_.address, "'"));
+    std::vector<std::string> addresses;
+    for (std::string_view rest = options_.address; !rest.empty();) {
+      const size_t comma = rest.find(',');
+      addresses.emplace_back(Trim(rest.substr(0, comma)));
+      rest = comma == std::string_view::npos ? std::string_view() : rest.substr(comma + 1);
     }
-    const std::string host = options_.address.substr(0, colon), port = options_.address.substr(colon + 1);
+    if (addresses.empty()) return absl::InvalidArgumentError("no coordinator address");
+    absl::Status last;
+    for (size_t i = 0; i < addresses.size(); ++i) {
+      const size_t k = (good_address_ + i) % addresses.size();
+      last = ConnectTo(addresses[k]);
+      if (last.ok()) {
+        good_address_ = k;
+        return last;
+      }
+      if (!absl::IsUnavailable(last) && !absl::IsDeadlineExceeded(last)) return last;
+    }
+    return last;
+  }
+
+  // Connects to one address and exchanges hellos; with a current
+  // assignment, resumes it.
+  absl::Status ConnectTo(const std::string& address) {
+    const size_t colon = address.rfind(':');
+    if (colon == std::string::npos) {
+      return absl::InvalidArgumentError(StrCat("coordinator address wants HOST:PORT, got '", address, "'"));
+    }
+    const std::string host = address.substr(0, colon), port = address.substr(colon + 1);
     addrinfo hints{};
     hints.ai_family = AF_UNSPEC;
     hints.ai_socktype = SOCK_STREAM;
     addrinfo* res = nullptr;
     if (int e = getaddrinfo(host.c_str(), port.c_str(), &hints, &res); e != 0) {
-      return absl::UnavailableError(StrCat("resolving ", options_.address, ": ", gai_strerror(e)));
+      return absl::UnavailableError(StrCat("resolving ", address, ": ", gai_strerror(e)));
     }
     int fd = -1;
     int err = 0;
@@ -274,7 +299,7 @@ class ClientImpl final : public CoordinatorClient {
       }
     }
     freeaddrinfo(res);
-    if (fd < 0) return absl::UnavailableError(StrCat("connecting to ", options_.address, ": ", std::strerror(err)));
+    if (fd < 0) return absl::UnavailableError(StrCat("connecting to ", address, ": ", std::strerror(err)));
     int one = 1;
     setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
     // Hello, then (when joined before) resume, synchronously on this fd.
@@ -291,7 +316,7 @@ class ClientImpl final : public CoordinatorClient {
     auto hello_reply = DecodeHello(hello->payload);
     if (!hello_reply.ok() || hello->type != MsgType::kHello) {
       close(fd);
-      return absl::DataLossError(StrCat(options_.address, " did not answer like a ckpt coordinator"));
+      return absl::DataLossError(StrCat(address, " did not answer like a ckpt coordinator"));
     }
     const std::string nonce = hello_reply->nonce;
     bool resumed = false, lost_generation = false;
@@ -527,6 +552,7 @@ class ClientImpl final : public CoordinatorClient {
   bool shutting_down_ = false;
   std::string nonce_;
   std::atomic<uint64_t> member_id_{0};
+  size_t good_address_ = 0;  // of options_.address, the one that answered last
   bool joined_ = false;
   Assignment assignment_;
   bool stop_requested_ = false;

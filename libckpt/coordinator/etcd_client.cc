@@ -54,10 +54,10 @@ absl::StatusOr<EtcdConfig> ParseEtcdUri(std::string_view uri) {
   for (const auto& param : parsed.params) {
     const std::string& k = param.first;
     if (k != "ca_file" && k != "cert_file" && k != "key_file" && k != "user" && k != "password_file" &&
-        k != "timeout") {
+        k != "timeout" && k != "lease") {
       return absl::InvalidArgumentError(
           StrCat("'", uri, "': unknown etcd option '", k,
-                 "' (known: ca_file, cert_file, key_file, user, password_file, timeout)"));
+                 "' (known: ca_file, cert_file, key_file, user, password_file, timeout, lease)"));
     }
   }
   EtcdConfig c;
@@ -108,6 +108,9 @@ absl::StatusOr<EtcdConfig> ParseEtcdUri(std::string_view uri) {
   }
   CKPT_ASSIGN_OR_RETURN(c.timeout_s, parsed.Seconds("timeout", 5));
   if (c.timeout_s <= 0) return absl::InvalidArgumentError(StrCat("'", uri, "': timeout must be > 0"));
+  CKPT_ASSIGN_OR_RETURN(double lease, parsed.Seconds("lease", 3));
+  if (lease < 1 || lease > 3600) return absl::InvalidArgumentError(StrCat("'", uri, "': lease must be 1..3600 s"));
+  c.lease_s = static_cast<int64_t>(lease + 0.5);
   return c;
 }
 
@@ -265,19 +268,69 @@ absl::StatusOr<std::vector<EtcdKv>> EtcdClient::Range(std::string_view key, std:
 }
 
 absl::StatusOr<bool> EtcdClient::PutIfAbsent(std::string_view key, std::string_view value) {
+  int64_t revision = 0;
+  return CreateGuarded(key, value, 0, "", 0, &revision);
+}
+
+absl::StatusOr<bool> EtcdClient::CreateGuarded(std::string_view key, std::string_view value, int64_t lease,
+                                               std::string_view guard_key, int64_t guard_revision, int64_t* revision) {
   const std::string k = Base64Encode(key);
   JsonWriter w;
   w.BeginObject().Key("compare").BeginArray();
   w.BeginObject().Field("result", "EQUAL").Field("target", "CREATE").Field("key", k).Field("create_revision", "0");
-  w.EndObject().EndArray();
+  w.EndObject();
+  if (!guard_key.empty()) {
+    w.BeginObject().Field("result", "EQUAL").Field("target", "CREATE").Field("key", Base64Encode(guard_key));
+    w.Field("create_revision", std::to_string(guard_revision)).EndObject();
+  }
+  w.EndArray();
   w.Key("success").BeginArray().BeginObject().Key("request_put").BeginObject();
-  w.Field("key", k).Field("value", Base64Encode(value)).EndObject().EndObject().EndArray();
+  w.Field("key", k).Field("value", Base64Encode(value));
+  if (lease != 0) w.Field("lease", std::to_string(lease));
+  w.EndObject().EndObject().EndArray();
   w.EndObject();
   CKPT_ASSIGN_OR_RETURN(std::string body, Call("/v3/kv/txn", w.str()));
   CKPT_ASSIGN_OR_RETURN(JsonValue v, ParseJson(body, "etcd's txn answer"));
+  if (const JsonValue* h = v.Find("header"); h != nullptr) *revision = Int(h->Find("revision"));
   // proto3 JSON leaves out a false "succeeded".
   const JsonValue* ok = v.Find("succeeded");
   return ok != nullptr && ok->boolean;
+}
+
+absl::Status EtcdClient::Delete(std::string_view key) {
+  JsonWriter w;
+  w.BeginObject().Field("key", Base64Encode(key)).EndObject();
+  return Call("/v3/kv/deleterange", w.str()).status();
+}
+
+absl::StatusOr<int64_t> EtcdClient::LeaseGrant(int64_t ttl_s) {
+  JsonWriter w;
+  w.BeginObject().Field("TTL", std::to_string(ttl_s)).EndObject();
+  CKPT_ASSIGN_OR_RETURN(std::string body, Call("/v3/lease/grant", w.str()));
+  CKPT_ASSIGN_OR_RETURN(JsonValue v, ParseJson(body, "etcd's lease grant answer"));
+  const int64_t id = Int(v.Find("ID"));
+  if (id == 0) {
+    const JsonValue* e = v.Find("error");
+    return absl::UnavailableError(StrCat("etcd refused a lease: ", e != nullptr ? e->text : body.substr(0, 200)));
+  }
+  return id;
+}
+
+absl::StatusOr<int64_t> EtcdClient::LeaseKeepAlive(int64_t lease) {
+  JsonWriter w;
+  w.BeginObject().Field("ID", std::to_string(lease)).EndObject();
+  CKPT_ASSIGN_OR_RETURN(std::string body, Call("/v3/lease/keepalive", w.str()));
+  // A stream of one message: {"result":{...,"TTL":"3"}}; a lease that is
+  // gone answers without a TTL.
+  CKPT_ASSIGN_OR_RETURN(JsonValue v, ParseJson(body, "etcd's lease keep-alive answer"));
+  const JsonValue* r = v.Find("result");
+  return r != nullptr ? Int(r->Find("TTL")) : 0;
+}
+
+absl::Status EtcdClient::LeaseRevoke(int64_t lease) {
+  JsonWriter w;
+  w.BeginObject().Field("ID", std::to_string(lease)).EndObject();
+  return Call("/v3/lease/revoke", w.str()).status();
 }
 
 }  // namespace ckpt::coord

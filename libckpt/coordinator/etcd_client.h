@@ -30,12 +30,16 @@ namespace ckpt::coord {
 ///   user=NAME      etcd authentication; the password is read from the file
 ///                  password_file=PATH or from $CKPT_ETCD_PASSWORD, never the URI
 ///   timeout=SECONDS  per request (default 5)
+///   lease=SECONDS  how long a coordinator's leadership outlives its last
+///                  renewal (default 3): a standby takes over that long after
+///                  the leader dies
 struct EtcdConfig {
   std::vector<std::string> endpoints;  ///< "http(s)://host:port"
   std::string prefix;                  ///< "/ckpt/job42/" (always ends with '/')
   std::string ca_file, cert_file, key_file;
   std::string user, password;
   double timeout_s = 5;
+  int64_t lease_s = 3;
 };
 
 absl::StatusOr<EtcdConfig> ParseEtcdUri(std::string_view uri);
@@ -61,6 +65,23 @@ class EtcdClient {
   /// Creates `key` with `value` only if it does not exist (a transaction
   /// comparing its create revision with 0). False when it existed.
   absl::StatusOr<bool> PutIfAbsent(std::string_view key, std::string_view value);
+
+  /// PutIfAbsent with two more conditions: the key is attached to `lease`
+  /// (0: none), and when `guard_key` is not empty, that key's create
+  /// revision must be `guard_revision` (the leader key this writer created).
+  /// On success `*revision` is the store's revision after the write.
+  absl::StatusOr<bool> CreateGuarded(std::string_view key, std::string_view value, int64_t lease,
+                                     std::string_view guard_key, int64_t guard_revision, int64_t* revision);
+
+  /// Removes `key` (absent: nothing happens).
+  absl::Status Delete(std::string_view key);
+
+  /// A lease of `ttl_s` seconds; its id.
+  absl::StatusOr<int64_t> LeaseGrant(int64_t ttl_s);
+  /// Renews the lease; the seconds it now has left (0: it expired).
+  absl::StatusOr<int64_t> LeaseKeepAlive(int64_t lease);
+  /// Ends the lease now (its keys go at once).
+  absl::Status LeaseRevoke(int64_t lease);
 
   /// The end of the range of every key starting with `prefix`.
   static std::string PrefixEnd(std::string_view prefix);

@@ -74,6 +74,12 @@ struct StepWaiters {
   std::vector<Waiter> outcome;
 };
 
+std::string ThisHostForLeader() {
+  char host[256] = {0};
+  gethostname(host, sizeof(host) - 1);
+  return StrCat(host, " pid ", getpid());
+}
+
 class CoordinatorImpl final : public Coordinator, public SessionOwner {
  public:
   explicit CoordinatorImpl(const CoordinatorOptions& o) : options_(o), acceptor_(io_), tick_(io_), form_timer_(io_) {}
@@ -113,7 +119,8 @@ class CoordinatorImpl final : public Coordinator, public SessionOwner {
     reserve_fd_ = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
     uint64_t torn = 0;
     if (!options_.store.empty()) {
-      CKPT_ASSIGN_OR_RETURN(log_, NewEtcdLog(options_.store));
+      CKPT_ASSIGN_OR_RETURN(log_, NewEtcdLog(options_.store, StrCat(ThisHostForLeader(), " ", options_.listen),
+                                             [this](const std::string& line) { Log(line); }));
     } else {
       if (options_.state_dir.empty()) return absl::InvalidArgumentError("the coordinator needs a state dir or a store");
       log_ = NewJournalLog(options_.state_dir);
@@ -568,6 +575,7 @@ class CoordinatorImpl final : public Coordinator, public SessionOwner {
         EndGeneration(*silence.dead);
       }
       ExpireWaiters(now);
+      if (absl::Status h = log_->Health(); !h.ok() && halted().empty()) Halt(std::string(h.message()));
       Tick();
     });
   }

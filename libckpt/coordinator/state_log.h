@@ -5,8 +5,9 @@
 //     same machine;
 //   - etcd (--store etcd://...): survives the machine. Record N is the key
 //     PREFIX/log/<N, 20 digits>, created only if absent, so of two
-//     coordinators appending on one store only one can write record N; the
-//     other is fenced off: its append fails and it stops acting.
+//     coordinators appending on one store only one can write record N, and
+//     only the one holding the leader key may write at all; the other is
+//     fenced off: its append fails and it stops acting.
 #ifndef CKPT_COORDINATOR_STATE_LOG_H_
 #define CKPT_COORDINATOR_STATE_LOG_H_
 
@@ -32,11 +33,19 @@ class StateLog {
   virtual absl::Status Append(std::string_view record) = 0;
   /// "journal /var/ckpt/journal", "etcd http://10.0.0.1:2379 /ckpt/job42/".
   virtual std::string Describe() const = 0;
+  /// Not OK once this writer may no longer append (its leadership lapsed).
+  virtual absl::Status Health() const { return absl::OkStatus(); }
 };
 
 std::unique_ptr<StateLog> NewJournalLog(const std::string& dir);
 /// etcd://HOST:PORT[,HOST:PORT...]/PREFIX (etcd_client.h has the options).
-absl::StatusOr<std::unique_ptr<StateLog>> NewEtcdLog(std::string_view uri);
+/// Open first makes this writer the leader of the prefix: the key
+/// PREFIX/leader (holding `identity`) created under a lease it renews; while
+/// another holds it, Open waits (a standby), saying so through `log`. Every
+/// append is conditioned on that key being the one this writer created, so
+/// a leader whose lease lapsed (paused, cut off) cannot append anything.
+absl::StatusOr<std::unique_ptr<StateLog>> NewEtcdLog(std::string_view uri, std::string identity = "",
+                                                     std::function<void(const std::string&)> log = nullptr);
 
 }  // namespace ckpt::coord
 

@@ -79,11 +79,14 @@ std::vector<std::string> WorkerArgs(const TempDir& dir, int port, int i, int64_t
           "--log",        dir.Join(StrCat("worker", i, ".log"))};
 }
 
-// `n` workers of a 60-step run, a step every 30 ms.
-std::vector<pid_t> SpawnSteadyWorkers(const TempDir& dir, int port, int n) {
+// `n` workers of a `steps`-step run, a step every 30 ms; `connect` (the
+// coordinator replicas, "A,B") instead of 127.0.0.1:port when given.
+std::vector<pid_t> SpawnSteadyWorkers(const TempDir& dir, int port, int n, int64_t steps = 60,
+                                      const std::string& connect = "") {
   std::vector<pid_t> workers;
   for (int i = 0; i < n; ++i) {
-    std::vector<std::string> args = WorkerArgs(dir, port, i, 60);
+    std::vector<std::string> args = WorkerArgs(dir, port, i, steps);
+    if (!connect.empty()) args[3] = connect;
     args.insert(args.end(), {"--step-ms", "30"});
     workers.push_back(Spawn(args, dir.Join(StrCat("worker", i, ".out"))));
   }
@@ -99,6 +102,16 @@ void WaitForCommitted(const std::string& root, int64_t step) {
     if (latest.ok() && *latest >= step) return;
     std::this_thread::sleep_for(std::chrono::milliseconds(25));
   }
+}
+
+// The port a coordinator wrote to `file` once it serves, waiting up to
+// `seconds` (a standby writes it when it takes over); 0 if none came.
+int WaitForPort(const std::string& file, double seconds) {
+  const auto until = std::chrono::steady_clock::now() + std::chrono::duration<double>(seconds);
+  while (std::chrono::steady_clock::now() < until) {
+    if (const int port = ReadPort(file); port > 0) return port;
+  }
+  return 0;
 }
 
 std::string AllLogs(const TempDir& dir, int n) {
@@ -266,6 +279,66 @@ TEST(Coordinator, StateInEtcdOutlivesTheCoordinatorsMachine) {
   coord.Stop();
   EXPECT_NE(final_status.find("\"last_committed_step\":60"), std::string::npos) << final_status;
   ExpectFinalStateExact(dir.Join("root"), 60);
+}
+
+// Two coordinator replicas on one etcd prefix: one leads, the other stands
+// by. The leader is SIGKILLed: the standby takes over within the lease and
+// the workers, given both addresses, reconnect to it. The killed one comes
+// back as the standby; then the leader is SIGSTOPped past its lease, the
+// standby takes over and decides, and the paused one, continued, finds its
+// leadership gone and stops acting without writing anything. The run ends
+// exactly where an uninterrupted one ends.
+TEST(Coordinator, AStandbyReplicaTakesOverAndAPausedLeaderIsFencedOff) {
+  TempDir dir;
+  WriteToken(dir);
+  EtcdServer etcd(dir);
+  ASSERT_TRUE(etcd.up()) << ReadFile(dir.Join("etcd.log"));
+  const int port_a = FreePort(), port_b = FreePort();
+  const std::string listen_a = StrCat("127.0.0.1:", port_a), listen_b = StrCat("127.0.0.1:", port_b);
+  CoordinatorProcess a, b;
+  a.name = "coord-a";
+  b.name = "coord-b";
+  a.store = b.store = etcd.Uri("/ckpt/jobs/failover?lease=2");
+  a.Start(dir, listen_a, 3, 3);
+  ASSERT_EQ(a.port, port_a) << ReadFile(a.log);
+  b.standby = true;
+  b.Start(dir, listen_b, 3, 3);
+  constexpr int64_t kSteps = 90;
+  std::vector<pid_t> workers = SpawnSteadyWorkers(dir, port_a, 3, kSteps, StrCat(listen_a, ",", listen_b));
+  const std::string root = dir.Join("root");
+  WaitForCommitted(root, 15);
+  const auto killed = std::chrono::steady_clock::now();
+  a.Kill();
+  const int took_over = WaitForPort(dir.Join("coord-b.port"), 20);
+  ASSERT_EQ(took_over, port_b) << ReadFile(b.log);
+  const double failover_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - killed).count();
+  EXPECT_NE(ReadFile(b.log).find("standing by"), std::string::npos) << ReadFile(b.log);
+  EXPECT_NE(ReadFile(b.log).find("resuming generation 1"), std::string::npos) << ReadFile(b.log);
+  // The killed replica comes back as the standby.
+  a.standby = true;
+  a.Start(dir, listen_a, 3, 3);
+  WaitForCommitted(root, 40);
+  kill(b.pid, SIGSTOP);
+  const int took_back = WaitForPort(dir.Join("coord-a.port"), 20);
+  kill(b.pid, SIGCONT);
+  ASSERT_EQ(took_back, port_a) << ReadFile(a.log);
+  int status = 0;
+  for (int i = 0; i < 200 && waitpid(b.pid, &status, WNOHANG) == 0; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  ASSERT_TRUE(WIFEXITED(status)) << "the paused leader kept acting: " << ReadFile(b.log);
+  EXPECT_EQ(WEXITSTATUS(status), 1);
+  EXPECT_NE(ReadFile(b.log).find("stopped acting"), std::string::npos) << ReadFile(b.log);
+  b.pid = -1;
+  EXPECT_NE(ReadFile(a.log).find("leading"), std::string::npos) << ReadFile(a.log);
+  for (int i = 0; i < 3; ++i) {
+    EXPECT_EQ(WaitExit(workers[i]), 0) << ReadFile(dir.Join(StrCat("worker", i, ".out")));
+  }
+  const std::string final_status = Status(port_a);
+  a.Stop();
+  EXPECT_NE(final_status.find(StrCat("\"last_committed_step\":", kSteps)), std::string::npos) << final_status;
+  ExpectFinalStateExact(root, kSteps);
+  std::printf("failover: the standby served %.2f s after the leader was killed (lease 2 s)\n", failover_s);
 }
 
 // A worker's copy of a replicated tensor is corrupted while it saves: the

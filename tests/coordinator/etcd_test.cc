@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <mutex>
 #include <thread>
 
 #include "ckpt/coordinator.h"
@@ -46,15 +47,24 @@ TEST(Etcd, Base64AndPrefixEnds) {
   EXPECT_EQ(two->prefix, "/jobs/j1/");
 }
 
-// Records replay in order from the store; a second writer on the same
-// prefix cannot take a record's place (it is fenced off); a key under the
-// prefix that this coordinator did not write stops the replay, named.
+// Records replay in order from the store. Only the leader of the prefix
+// appends: a second log stands by in Open until the leader key goes (here
+// removed by hand, as when the leader's lease lapses while it is paused),
+// then leads and replays everything; the old leader's next append is
+// refused (fenced off). A key under the prefix that no coordinator wrote
+// stops the replay, named.
 TEST(Etcd, StateLogReplaysFencesAndRefusesForeignKeys) {
   TempDir dir;
   EtcdServer etcd(dir);
   ASSERT_TRUE(etcd.up()) << ReadFile(dir.Join("etcd.log"));
   const std::string uri = etcd.Uri("/ckpt/test-log");
-  auto a = coord::NewEtcdLog(uri);
+  std::vector<std::string> lines;
+  std::mutex mu;
+  auto say = [&](const std::string& l) {
+    std::lock_guard<std::mutex> lock(mu);
+    lines.push_back(l);
+  };
+  auto a = coord::NewEtcdLog(uri, "replica a", say);
   ASSERT_OK(a);
   uint64_t torn = 0;
   ASSERT_OK((*a)->Open([](std::string_view) { return absl::OkStatus(); }, &torn));
@@ -63,29 +73,45 @@ TEST(Etcd, StateLogReplaysFencesAndRefusesForeignKeys) {
     written.push_back(StrCat("record ", i, std::string(i % 7, '\0')));
     ASSERT_OK((*a)->Append(written.back()));
   }
-  auto b = coord::NewEtcdLog(uri);
+  auto b = coord::NewEtcdLog(uri, "replica b", say);
   ASSERT_OK(b);
   std::vector<std::string> replayed;
-  ASSERT_OK((*b)->Open(
-      [&](std::string_view r) {
-        replayed.emplace_back(r);
-        return absl::OkStatus();
-      },
-      &torn));
+  absl::Status b_open = absl::UnknownError("not opened");
+  std::thread standby([&] {
+    b_open = (*b)->Open(
+        [&](std::string_view r) {
+          replayed.emplace_back(r);
+          return absl::OkStatus();
+        },
+        &torn);
+  });
+  std::this_thread::sleep_for(std::chrono::milliseconds(800));
+  EXPECT_TRUE(replayed.empty()) << "a standby replays nothing while another leads";
+  coord::EtcdClient raw(*coord::ParseEtcdUri(uri));
+  ASSERT_OK(raw.Delete("/ckpt/test-log/leader"));  // a's leadership lapses
+  standby.join();
+  ASSERT_OK(b_open);
   EXPECT_EQ(replayed, written);
-  // Both now believe record 1206 is theirs to write: one wins.
-  ASSERT_OK((*b)->Append("from b"));
   absl::Status fenced = (*a)->Append("from a");
   EXPECT_TRUE(absl::IsFailedPrecondition(fenced)) << fenced;
   EXPECT_NE(fenced.message().find("fenced off"), absl::string_view::npos) << fenced;
+  ASSERT_OK((*b)->Append("from b"));
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    bool stood_by = false;
+    for (const std::string& l : lines)
+      stood_by = stood_by || l.find("standing by: replica a leads") != std::string::npos;
+    EXPECT_TRUE(stood_by);
+  }
 
-  coord::EtcdClient raw(*coord::ParseEtcdUri(uri));
-  ASSERT_OK(raw.PutIfAbsent("/ckpt/test-log/log/not-a-number", "x").status());
-  auto c = coord::NewEtcdLog(uri);
+  const std::string foreign = etcd.Uri("/ckpt/test-foreign");
+  coord::EtcdClient raw_foreign(*coord::ParseEtcdUri(foreign));
+  ASSERT_OK(raw_foreign.PutIfAbsent("/ckpt/test-foreign/log/not-a-number", "x").status());
+  auto c = coord::NewEtcdLog(foreign);
   ASSERT_OK(c);
   absl::Status bad = (*c)->Open([](std::string_view) { return absl::OkStatus(); }, &torn);
   EXPECT_TRUE(absl::IsDataLoss(bad)) << bad;
-  EXPECT_NE(bad.message().find("/ckpt/test-log/log/not-a-number"), absl::string_view::npos) << bad;
+  EXPECT_NE(bad.message().find("/ckpt/test-foreign/log/not-a-number"), absl::string_view::npos) << bad;
   // A record that does not decode is refused with its key.
   const std::string other = etcd.Uri("/ckpt/test-garbage");
   coord::EtcdClient raw2(*coord::ParseEtcdUri(other));

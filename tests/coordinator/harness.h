@@ -82,11 +82,13 @@ struct CoordinatorProcess {
   int port = 0;
   std::vector<std::string> args;
   std::string log;
-  std::string root;   // the checkpoint root it verifies; dir/root when empty
-  std::string store;  // --store URI instead of --state-dir dir/state
+  std::string root;                  // the checkpoint root it verifies; dir/root when empty
+  std::string store;                 // --store URI instead of --state-dir dir/state
+  std::string name = "coordinator";  // its files: dir/NAME.log, dir/NAME.port
+  bool standby = false;              // do not wait for it to serve (another leads the store)
   void Start(const TempDir& dir, const std::string& listen, int min_nodes, int max_nodes,
              const std::vector<std::string>& extra = {}, rlim_t max_descriptors = 0) {
-    const std::string port_file = dir.Join("port");
+    const std::string port_file = dir.Join(name + ".port");
     std::remove(port_file.c_str());
     args = {CKPT_BIN,
             "coordinator",
@@ -111,9 +113,9 @@ struct CoordinatorProcess {
             "--root",
             root.empty() ? dir.Join("root") : root};
     args.insert(args.end(), extra.begin(), extra.end());
-    log = dir.Join("coordinator.log");
+    log = dir.Join(name + ".log");
     pid = Spawn(args, log, max_descriptors);
-    port = ReadPort(port_file);
+    port = standby ? 0 : ReadPort(port_file);
   }
   void Kill() {
     kill(pid, SIGKILL);

@@ -130,9 +130,11 @@ int CoordinatorMain(int argc, char** argv, int first) {
     return kExitUsage;
   }
   o.token = *token;
+  // With --store, Start waits while another coordinator leads the prefix
+  // (a standby); until it leads, SIGINT and SIGTERM end it the default way.
+  auto c = Coordinator::Start(o);
   std::signal(SIGINT, OnSignal);
   std::signal(SIGTERM, OnSignal);
-  auto c = Coordinator::Start(o);
   if (!c.ok()) {
     std::fprintf(stderr, "ckpt coordinator: %s\n", std::string(c.status().message()).c_str());
     return kExitUsage;

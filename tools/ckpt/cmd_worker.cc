@@ -128,13 +128,13 @@ int WorkerMain(int argc, char** argv, int first) {
   WorkerConfig c;
   std::string token_file;
   double heartbeat_ms = 200;
-  Args args("worker", "--connect HOST:PORT --token-file F --root DIR [--steps N --save-every K]",
+  Args args("worker", "--connect HOST:PORT[,HOST:PORT...] --token-file F --root DIR [--steps N --save-every K]",
             "One process of an elastic training job: joins the coordinator, restores the\n"
             "step it names (resharded onto the new world size), trains a small synthetic\n"
             "model and saves asynchronously every K steps through the coordinator's\n"
             "two-phase commit; when the coordinator ends the generation (a worker died) it\n"
             "joins again and carries on. Used by `ckpt demo` and the failure tests.");
-  args.String("connect", &c.connect, "coordinator address");
+  args.String("connect", &c.connect, "coordinator address HOST:PORT; replicas as HOST:PORT,HOST:PORT,...");
   args.String("token-file", &token_file, "file holding the job's token");
   args.String("root", &c.root, "checkpoint root shared by the workers");
   args.Int("steps", &c.steps, "train until this step (default 40)");
