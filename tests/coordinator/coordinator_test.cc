@@ -245,7 +245,7 @@ TEST(Coordinator, StateInEtcdOutlivesTheCoordinatorsMachine) {
   TempDir dir;
   WriteToken(dir);
   EtcdServer etcd(dir);
-  ASSERT_TRUE(etcd.up()) << ReadFile(dir.Join("etcd.log"));
+  ASSERT_TRUE(etcd.up()) << etcd.log();
   CoordinatorProcess coord;
   coord.store = etcd.Uri("/ckpt/jobs/e2e");
   coord.Start(dir, "127.0.0.1:0", 3, 3);
@@ -269,7 +269,7 @@ TEST(Coordinator, StateInEtcdOutlivesTheCoordinatorsMachine) {
   EXPECT_NE(ReadFile(coord.log).find("stopped acting"), std::string::npos) << ReadFile(coord.log);
   coord.pid = -1;
   etcd.Start();
-  ASSERT_TRUE(etcd.up()) << ReadFile(dir.Join("etcd.log"));
+  ASSERT_TRUE(etcd.up()) << etcd.log();
   coord.Start(dir, StrCat("127.0.0.1:", port), 3, 3);
   ASSERT_EQ(coord.port, port) << ReadFile(coord.log);
   for (int i = 0; i < 3; ++i) {
@@ -292,7 +292,7 @@ TEST(Coordinator, AStandbyReplicaTakesOverAndAPausedLeaderIsFencedOff) {
   TempDir dir;
   WriteToken(dir);
   EtcdServer etcd(dir);
-  ASSERT_TRUE(etcd.up()) << ReadFile(dir.Join("etcd.log"));
+  ASSERT_TRUE(etcd.up()) << etcd.log();
   const int port_a = FreePort(), port_b = FreePort();
   const std::string listen_a = StrCat("127.0.0.1:", port_a), listen_b = StrCat("127.0.0.1:", port_b);
   CoordinatorProcess a, b;
@@ -339,6 +339,58 @@ TEST(Coordinator, AStandbyReplicaTakesOverAndAPausedLeaderIsFencedOff) {
   EXPECT_NE(final_status.find(StrCat("\"last_committed_step\":", kSteps)), std::string::npos) << final_status;
   ExpectFinalStateExact(root, kSteps);
   std::printf("failover: the standby served %.2f s after the leader was killed (lease 2 s)\n", failover_s);
+}
+
+// The store is a three-member etcd cluster. Losing one member changes
+// nothing (the coordinator moves to another endpoint). Losing a second
+// (quorum gone) stops the decisions: the coordinator cannot record one, so
+// it stops acting and exits 1, and no step commits meanwhile. With the
+// members and a coordinator back, the job ends exactly.
+TEST(Coordinator, EtcdMemberLossChangesNothingQuorumLossStopsDecisions) {
+  TempDir dir;
+  WriteToken(dir);
+  EtcdServer etcd(dir, 3);
+  ASSERT_TRUE(etcd.up()) << etcd.log();
+  CoordinatorProcess coord;
+  coord.store = etcd.Uri("/ckpt/jobs/quorum?timeout=2");
+  coord.Start(dir, "127.0.0.1:0", 3, 3);
+  ASSERT_GT(coord.port, 0) << ReadFile(coord.log);
+  const int port = coord.port;
+  constexpr int64_t kSteps = 90;
+  std::vector<pid_t> workers = SpawnSteadyWorkers(dir, port, 3, kSteps);
+  const std::string root = dir.Join("root");
+  WaitForCommitted(root, 15);
+  etcd.Kill(0);  // the endpoint the coordinator talks to first
+  WaitForCommitted(root, 35);
+  auto storage = OpenStorage(root);
+  ASSERT_OK(storage);
+  auto latest = LatestCommittedStep(**storage);
+  ASSERT_OK(latest);
+  EXPECT_GE(*latest, 35) << "one member of three lost stopped the job: " << ReadFile(coord.log);
+  etcd.Kill(1);
+  int status = 0;
+  for (int i = 0; i < 600 && waitpid(coord.pid, &status, WNOHANG) == 0; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  ASSERT_TRUE(WIFEXITED(status)) << "the coordinator kept deciding without a quorum: " << ReadFile(coord.log);
+  EXPECT_EQ(WEXITSTATUS(status), 1);
+  coord.pid = -1;
+  auto stopped_at = LatestCommittedStep(**storage);
+  ASSERT_OK(stopped_at);
+  std::this_thread::sleep_for(std::chrono::seconds(1));
+  auto still = LatestCommittedStep(**storage);
+  ASSERT_OK(still);
+  EXPECT_EQ(*still, *stopped_at) << "a step committed while the store had no quorum";
+  EXPECT_LT(*still, kSteps);
+  etcd.Start(0);
+  etcd.Start(1);
+  coord.Start(dir, StrCat("127.0.0.1:", port), 3, 3);
+  ASSERT_EQ(coord.port, port) << ReadFile(coord.log);
+  for (int i = 0; i < 3; ++i) {
+    EXPECT_EQ(WaitExit(workers[i]), 0) << ReadFile(dir.Join(StrCat("worker", i, ".out")));
+  }
+  coord.Stop();
+  ExpectFinalStateExact(root, kSteps);
 }
 
 // A worker's copy of a replicated tensor is corrupted while it saves: the

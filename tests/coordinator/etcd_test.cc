@@ -56,7 +56,7 @@ TEST(Etcd, Base64AndPrefixEnds) {
 TEST(Etcd, StateLogReplaysFencesAndRefusesForeignKeys) {
   TempDir dir;
   EtcdServer etcd(dir);
-  ASSERT_TRUE(etcd.up()) << ReadFile(dir.Join("etcd.log"));
+  ASSERT_TRUE(etcd.up()) << etcd.log();
   const std::string uri = etcd.Uri("/ckpt/test-log");
   std::vector<std::string> lines;
   std::mutex mu;

@@ -67,7 +67,7 @@ inline int WaitExit(pid_t pid) {
 }
 
 inline int ReadPort(const std::string& file) {
-  for (int i = 0; i < 200; ++i) {
+  for (int i = 0; i < 600; ++i) {  // 15 s: a replica may first wait out its predecessor's lease
     std::ifstream f(file);
     int port = 0;
     if (f >> port && port > 0) return port;
@@ -139,54 +139,86 @@ inline int FreePort() {
   return ntohs(a.sin_port);
 }
 
-// One etcd member (Debian's etcd-server) in a temporary directory.
+// An etcd cluster of `members` members (Debian's etcd-server) on loopback
+// ports, in a temporary directory; members killed and started again by index.
 class EtcdServer {
  public:
-  explicit EtcdServer(const TempDir& dir) {
-    client_port_ = FreePort();
-    const int peer = FreePort();
-    peer_url_ = StrCat("http://127.0.0.1:", peer);
-    data_ = dir.Join("etcd-data");
-    log_ = dir.Join("etcd.log");
-    Start();
+  explicit EtcdServer(const TempDir& dir, int members = 1) {
+    std::string initial;
+    for (int i = 0; i < members; ++i) {
+      Member m;
+      m.name = StrCat("m", i + 1);
+      m.client_port = FreePort();
+      m.peer_url = StrCat("http://127.0.0.1:", FreePort());
+      m.data = dir.Join(StrCat("etcd-data-", m.name));
+      m.log = dir.Join(StrCat("etcd-", m.name, ".log"));
+      if (!initial.empty()) initial += ",";
+      initial += StrCat(m.name, "=", m.peer_url);
+      members_.push_back(m);
+    }
+    initial_cluster_ = initial;
+    for (int i = 0; i < members; ++i) Spawn(i);
+    up_ = true;
+    for (int i = 0; i < members; ++i) up_ = WaitHealthy(i) && up_;
   }
-  // Starts the member again on the same ports and data (after Kill).
-  void Start() {
-    const std::string client_url = StrCat("http://127.0.0.1:", client_port_);
-    pid_ =
-        Spawn({"/usr/bin/etcd", "--name", "m1", "--data-dir", data_, "--listen-client-urls", client_url,
-               "--advertise-client-urls", client_url, "--listen-peer-urls", peer_url_, "--initial-advertise-peer-urls",
-               peer_url_, "--initial-cluster", StrCat("m1=", peer_url_), "--log-level", "error"},
-              log_);
-    up_ = false;
-    HttpClient http;
-    for (int i = 0; i < 200; ++i) {
-      HttpRequest req;
-      req.url = client_url + "/health";
-      req.timeout_s = 1;
-      auto r = http.Perform(req);
-      if (r.ok() && r->status == 200 && r->body.find("true") != std::string::npos) {
-        up_ = true;
-        return;
-      }
-      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  ~EtcdServer() {
+    for (size_t i = 0; i < members_.size(); ++i) Kill(static_cast<int>(i));
+  }
+  // Member 0 (the only one of a one-member cluster).
+  void Kill() { Kill(0); }
+  void Start() { Start(0); }
+  void Kill(int i) {
+    Member& m = members_[i];
+    if (m.pid > 0) {
+      kill(m.pid, SIGKILL);
+      WaitExit(m.pid);
+      m.pid = -1;
     }
   }
-  ~EtcdServer() { Kill(); }
-  void Kill() {
-    if (pid_ > 0) {
-      kill(pid_, SIGKILL);
-      WaitExit(pid_);
-      pid_ = -1;
-    }
+  // Starts member `i` again on its ports and data (after Kill).
+  void Start(int i) {
+    Spawn(i);
+    up_ = members_.size() > 1 || WaitHealthy(i);
   }
   bool up() const { return up_; }
-  std::string Uri(const std::string& prefix) const { return StrCat("etcd://127.0.0.1:", client_port_, prefix); }
+  std::string log() const { return ReadFile(members_[0].log); }
+  // etcd://every member/prefix
+  std::string Uri(const std::string& prefix) const {
+    std::string hosts;
+    for (const Member& m : members_) hosts += StrCat(hosts.empty() ? "" : ",", "127.0.0.1:", m.client_port);
+    return StrCat("etcd://", hosts, prefix);
+  }
 
  private:
-  pid_t pid_ = -1;
-  int client_port_ = 0;
-  std::string peer_url_, data_, log_;
+  struct Member {
+    std::string name, peer_url, data, log;
+    int client_port = 0;
+    pid_t pid = -1;
+  };
+  void Spawn(int i) {
+    Member& m = members_[i];
+    const std::string client_url = StrCat("http://127.0.0.1:", m.client_port);
+    m.pid = ::ckpt::testing::Spawn(
+        {"/usr/bin/etcd", "--name", m.name, "--data-dir", m.data, "--listen-client-urls", client_url,
+         "--advertise-client-urls", client_url, "--listen-peer-urls", m.peer_url, "--initial-advertise-peer-urls",
+         m.peer_url, "--initial-cluster", initial_cluster_, "--initial-cluster-state", "new", "--log-level", "error"},
+        m.log);
+  }
+  bool WaitHealthy(int i) {
+    HttpClient http;
+    for (int k = 0; k < 300; ++k) {
+      HttpRequest req;
+      req.url = StrCat("http://127.0.0.1:", members_[i].client_port, "/health");
+      req.timeout_s = 1;
+      auto r = http.Perform(req);
+      if (r.ok() && r->status == 200 && r->body.find("true") != std::string::npos) return true;
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+    return false;
+  }
+
+  std::vector<Member> members_;
+  std::string initial_cluster_;
   bool up_ = false;
 };
 
