@@ -131,5 +131,59 @@ TEST(Etcd, StateLogReplaysFencesAndRefusesForeignKeys) {
   EXPECT_NE(unreachable.message().find("127.0.0.1:1"), absl::string_view::npos) << unreachable;
 }
 
+// etcd with authentication on: a user whose role may read and write the
+// job's prefix leads and appends with its password (from a file, or the
+// environment); a wrong password is refused with etcd's reason and the
+// password appears in no message.
+TEST(Etcd, AuthenticatedUsersAndWrongPasswords) {
+  TempDir dir;
+  EtcdServer etcd(dir);
+  ASSERT_TRUE(etcd.up()) << etcd.log();
+  const std::string uri = etcd.Uri("/ckpt/auth");
+  const std::string endpoint = uri.substr(std::string("etcd://").size(), uri.find('/', 7) - 7);
+  const std::string ctl = StrCat("ETCDCTL_API=3 /usr/bin/etcdctl --endpoints=http://", endpoint, " ");
+  for (const std::string cmd :
+       {"user add root --new-user-password=root-pw-1", "user add ckpt --new-user-password=s3cret-pw",
+        "role add ckpt-rw", "role grant-permission ckpt-rw --prefix=true readwrite /ckpt/",
+        "user grant-role ckpt ckpt-rw", "auth enable"}) {
+    CommandResult r = RunCommand(ctl + cmd + " 2>&1");
+    ASSERT_EQ(r.code, 0) << cmd << ": " << r.out;
+  }
+  WriteFile(dir.Join("pw"), "s3cret-pw\n");
+  uint64_t torn = 0;
+  {
+    auto log = coord::NewEtcdLog(StrCat(uri, "?user=ckpt&password_file=", dir.Join("pw")));
+    ASSERT_OK(log);
+    ASSERT_OK((*log)->Open([](std::string_view) { return absl::OkStatus(); }, &torn));
+    ASSERT_OK((*log)->Append("first"));
+  }
+  {
+    setenv("CKPT_ETCD_PASSWORD", "s3cret-pw", 1);
+    auto log = coord::NewEtcdLog(StrCat(uri, "?user=ckpt"));
+    unsetenv("CKPT_ETCD_PASSWORD");
+    ASSERT_OK(log);
+    int records = 0;
+    ASSERT_OK((*log)->Open(
+        [&](std::string_view) {
+          ++records;
+          return absl::OkStatus();
+        },
+        &torn));
+    EXPECT_EQ(records, 1);
+  }
+  WriteFile(dir.Join("bad"), "not-the-pw");
+  auto wrong = coord::NewEtcdLog(StrCat(uri, "?user=ckpt&password_file=", dir.Join("bad")));
+  ASSERT_OK(wrong);
+  absl::Status refused = (*wrong)->Open([](std::string_view) { return absl::OkStatus(); }, &torn);
+  EXPECT_TRUE(absl::IsPermissionDenied(refused)) << refused;
+  EXPECT_NE(refused.message().find("authenticating as 'ckpt' failed"), absl::string_view::npos) << refused;
+  EXPECT_EQ(refused.message().find("not-the-pw"), absl::string_view::npos) << "the password is never shown";
+  // Without a user the store refuses the request itself.
+  auto anonymous = coord::NewEtcdLog(uri);
+  ASSERT_OK(anonymous);
+  absl::Status no_user = (*anonymous)->Open([](std::string_view) { return absl::OkStatus(); }, &torn);
+  EXPECT_FALSE(no_user.ok());
+}
+
 }  // namespace
 }  // namespace ckpt::testing
