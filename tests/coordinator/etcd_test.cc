@@ -142,10 +142,10 @@ TEST(Etcd, AuthenticatedUsersAndWrongPasswords) {
   const std::string uri = etcd.Uri("/ckpt/auth");
   const std::string endpoint = uri.substr(std::string("etcd://").size(), uri.find('/', 7) - 7);
   const std::string ctl = StrCat("ETCDCTL_API=3 /usr/bin/etcdctl --endpoints=http://", endpoint, " ");
-  for (const std::string cmd :
-       {"user add root --new-user-password=root-pw-1", "user add ckpt --new-user-password=s3cret-pw",
-        "role add ckpt-rw", "role grant-permission ckpt-rw --prefix=true readwrite /ckpt/",
-        "user grant-role ckpt ckpt-rw", "auth enable"}) {
+  for (const std::string& cmd : std::vector<std::string>{
+           "user add root --new-user-password=root-pw-1", "user add ckpt --new-user-password=s3cret-pw",
+           "role add ckpt-rw", "role grant-permission ckpt-rw --prefix=true readwrite /ckpt/",
+           "user grant-role ckpt ckpt-rw", "auth enable"}) {
     CommandResult r = RunCommand(ctl + cmd + " 2>&1");
     ASSERT_EQ(r.code, 0) << cmd << ": " << r.out;
   }

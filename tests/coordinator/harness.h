@@ -181,7 +181,7 @@ class EtcdServer {
     up_ = members_.size() > 1 || WaitHealthy(i);
   }
   bool up() const { return up_; }
-  std::string log() const { return ReadFile(members_[0].log); }
+  std::string log() const { return StrCat("last health check: ", last_health_, "\n", ReadFile(members_[0].log)); }
   // etcd://every member/prefix
   std::string Uri(const std::string& prefix) const {
     std::string hosts;
@@ -212,11 +212,14 @@ class EtcdServer {
       req.timeout_s = 1;
       auto r = http.Perform(req);
       if (r.ok() && r->status == 200 && r->body.find("true") != std::string::npos) return true;
+      if (k == 299)
+        last_health_ = r.ok() ? StrCat("HTTP ", r->status, " ", r->body) : std::string(r.status().message());
       std::this_thread::sleep_for(std::chrono::milliseconds(50));
     }
     return false;
   }
 
+  std::string last_health_;
   std::vector<Member> members_;
   std::string initial_cluster_;
   bool up_ = false;
