@@ -115,6 +115,19 @@ int WaitForPort(const std::string& file, double seconds) {
   return 0;
 }
 
+// The coordinator process ends by itself within 30 s with status 1, having
+// said it stopped acting (it could not record its state).
+void ExpectStopsActing(CoordinatorProcess& coord, const std::string& why) {
+  int status = 0;
+  for (int i = 0; i < 600 && waitpid(coord.pid, &status, WNOHANG) == 0; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  ASSERT_TRUE(WIFEXITED(status)) << why << ": " << ReadFile(coord.log);
+  coord.pid = -1;
+  EXPECT_EQ(WEXITSTATUS(status), 1);
+  EXPECT_NE(ReadFile(coord.log).find("stopped acting"), std::string::npos) << ReadFile(coord.log);
+}
+
 std::string AllLogs(const TempDir& dir, int n) {
   std::string all;
   for (int i = 0; i < n; ++i) all += ReadFile(dir.Join(StrCat("worker", i, ".log")));
@@ -261,14 +274,7 @@ TEST(Coordinator, StateInEtcdOutlivesTheCoordinatorsMachine) {
   EXPECT_NE(ReadFile(coord.log).find("resuming generation 1"), std::string::npos) << ReadFile(coord.log);
   WaitForCommitted(dir.Join("root"), 30);
   etcd.Kill();
-  int status = 0;
-  for (int i = 0; i < 400 && waitpid(coord.pid, &status, WNOHANG) == 0; ++i) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(50));
-  }
-  ASSERT_TRUE(WIFEXITED(status)) << "the coordinator kept acting without its store: " << ReadFile(coord.log);
-  EXPECT_EQ(WEXITSTATUS(status), 1);
-  EXPECT_NE(ReadFile(coord.log).find("stopped acting"), std::string::npos) << ReadFile(coord.log);
-  coord.pid = -1;
+  ExpectStopsActing(coord, "the coordinator kept acting without its store");
   etcd.Start();
   ASSERT_TRUE(etcd.up()) << etcd.log();
   coord.Start(dir, StrCat("127.0.0.1:", port), 3, 3);
@@ -323,14 +329,7 @@ TEST(Coordinator, AStandbyReplicaTakesOverAndAPausedLeaderIsFencedOff) {
   const int took_back = WaitForPort(dir.Join("coord-a.port"), 20);
   kill(b.pid, SIGCONT);
   ASSERT_EQ(took_back, port_a) << ReadFile(a.log);
-  int status = 0;
-  for (int i = 0; i < 200 && waitpid(b.pid, &status, WNOHANG) == 0; ++i) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(50));
-  }
-  ASSERT_TRUE(WIFEXITED(status)) << "the paused leader kept acting: " << ReadFile(b.log);
-  EXPECT_EQ(WEXITSTATUS(status), 1);
-  EXPECT_NE(ReadFile(b.log).find("stopped acting"), std::string::npos) << ReadFile(b.log);
-  b.pid = -1;
+  ExpectStopsActing(b, "the paused leader kept acting");
   EXPECT_NE(ReadFile(a.log).find("leading"), std::string::npos) << ReadFile(a.log);
   for (int i = 0; i < 3; ++i) {
     EXPECT_EQ(WaitExit(workers[i]), 0) << ReadFile(dir.Join(StrCat("worker", i, ".out")));
@@ -421,13 +420,7 @@ TEST(Coordinator, EtcdMemberLossChangesNothingQuorumLossStopsDecisions) {
   ASSERT_OK(latest);
   EXPECT_GE(*latest, 35) << "one member of three lost stopped the job: " << ReadFile(coord.log);
   etcd.Kill(1);
-  int status = 0;
-  for (int i = 0; i < 600 && waitpid(coord.pid, &status, WNOHANG) == 0; ++i) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(50));
-  }
-  ASSERT_TRUE(WIFEXITED(status)) << "the coordinator kept deciding without a quorum: " << ReadFile(coord.log);
-  EXPECT_EQ(WEXITSTATUS(status), 1);
-  coord.pid = -1;
+  ExpectStopsActing(coord, "the coordinator kept deciding without a quorum");
   auto stopped_at = LatestCommittedStep(**storage);
   ASSERT_OK(stopped_at);
   std::this_thread::sleep_for(std::chrono::seconds(1));
