@@ -317,6 +317,16 @@ class S3Writable final : public WritableFile {
   S3Writable(std::shared_ptr<S3Shared> s, std::string path)
       : s_(std::move(s)), path_(std::move(path)), key_(s_->client.Key(path_)), part_size_(s_->client.cfg().part_size) {}
 
+  // WriteOptions::truncate == false: bytes not written by Finish keep the
+  // existing object's (`size` bytes, ETag `etag`): an object store cannot
+  // change an object in place, so Finish fetches them (a repair rewrites
+  // only damaged ranges of a file this way).
+  void KeepExisting(uint64_t size, std::string etag) {
+    old_size_ = size;
+    old_etag_ = std::move(etag);
+    keep_old_ = true;
+  }
+
   ~S3Writable() override {
     WaitIdle();
     if (!finished_ && !upload_id_.empty()) Abort();
@@ -353,6 +363,11 @@ class S3Writable final : public WritableFile {
     }
     const uint64_t last = (final_size - 1) / part_size_;
     for (auto it = parts_.upper_bound(last); it != parts_.end();) it = parts_.erase(it);  // padding past the end
+    if (keep_old_) {
+      lock.unlock();
+      CKPT_RETURN_IF_ERROR(FillFromExisting(last, final_size));
+      lock.lock();
+    }
     if (upload_id_.empty() && last == 0) {
       auto it = parts_.find(0);
       if (it == parts_.end()) return Hole(0, final_size);
@@ -495,6 +510,59 @@ class S3Writable final : public WritableFile {
       data.remove_prefix(n);
     }
     return absl::OkStatus();
+  }
+
+  // Fills what was not written of parts 0..last from the existing object;
+  // whole parts go up at once (as in Write), the last stays for Finish.
+  absl::Status FillFromExisting(uint64_t last, uint64_t final_size) {
+    for (uint64_t idx = 0; idx <= last; ++idx) {
+      const uint64_t base = idx * part_size_, len = std::min(part_size_, final_size - base);
+      std::shared_ptr<Part> full;
+      {
+        std::unique_lock<std::mutex> lock(mu_);
+        if (sent_.count(idx) != 0) continue;
+        auto it = parts_.find(idx);
+        if (it == parts_.end()) {
+          lock.unlock();
+          CKPT_ASSIGN_OR_RETURN(AlignedBuffer buf, AlignedBuffer::Allocate(part_size_, false));
+          lock.lock();
+          it = parts_.emplace(idx, Part{std::move(buf), {}}).first;
+        }
+        Part& part = it->second;
+        while (part.Covered(0, len) < len) {
+          const auto [a, b] = part.FirstGap(len);
+          if (base + a >= old_size_) break;  // beyond the old object: a hole, said below
+          const uint64_t end = std::min<uint64_t>(b, old_size_ - base);
+          lock.unlock();
+          absl::Status got = GetExisting(base + a, absl::Span<std::byte>(part.buf.data() + a, end - a));
+          lock.lock();
+          CKPT_RETURN_IF_ERROR(got);
+          part.Add(a, end);
+        }
+        if (idx < last && part.Covered(0, part_size_) == part_size_) {
+          full = std::make_shared<Part>(std::move(part));
+          parts_.erase(it);
+          sent_[idx] = part_size_;
+        }
+      }
+      if (full != nullptr) {
+        CKPT_RETURN_IF_ERROR(EnsureUpload());
+        s_->budget.Acquire(part_size_);
+        Submit(idx, std::move(full), part_size_);
+      }
+    }
+    return absl::OkStatus();
+  }
+
+  absl::Status GetExisting(uint64_t offset, absl::Span<std::byte> dst) {
+    S3Call call;
+    call.key = key_;
+    call.headers = {{"range", StrCat("bytes=", offset, "-", offset + dst.size() - 1)}};
+    if (!old_etag_.empty()) call.headers.emplace_back("if-match", old_etag_);
+    call.into = dst;
+    call.has_into = true;
+    call.what = StrCat("GET (bytes kept) ", s_->client.Uri(key_), " bytes ", offset, "..", offset + dst.size());
+    return s_->client.Do(call).status();
   }
 
   absl::Status Hole(uint64_t lo, uint64_t hi) {
@@ -643,6 +711,9 @@ class S3Writable final : public WritableFile {
   int inflight_ = 0;
   absl::Status error_;
   bool finished_ = false;
+  bool keep_old_ = false;  // truncate == false over an existing object
+  uint64_t old_size_ = 0;
+  std::string old_etag_;
 };
 
 // ---------------------------------------------------------------------------
@@ -750,9 +821,22 @@ class S3Storage final : public Storage {
     return c;
   }
 
-  absl::StatusOr<std::unique_ptr<WritableFile>> OpenWritable(std::string_view path, const WriteOptions&) override {
+  absl::StatusOr<std::unique_ptr<WritableFile>> OpenWritable(std::string_view path,
+                                                             const WriteOptions& options) override {
     CKPT_RETURN_IF_ERROR(Check(path));
-    return std::unique_ptr<WritableFile>(std::make_unique<S3Writable>(s_, std::string(path)));
+    auto w = std::make_unique<S3Writable>(s_, std::string(path));
+    if (!options.truncate) {
+      auto h = Head(path, "open");
+      if (h.ok()) {
+        uint64_t size = 0;
+        CKPT_RETURN_IF_ERROR(SizeOf(*h, path, &size));
+        auto e = h->headers.find("etag");
+        w->KeepExisting(size, e != h->headers.end() ? e->second : "");
+      } else if (!absl::IsNotFound(h.status())) {
+        return h.status();
+      }
+    }
+    return std::unique_ptr<WritableFile>(std::move(w));
   }
 
   absl::StatusOr<std::unique_ptr<ReadableFile>> OpenReadable(std::string_view path) override {

@@ -163,6 +163,29 @@ TEST(S3Storage, LargeFilesGoUpInPartsWrittenInAnyOrder) {
   EXPECT_TRUE(pending->empty()) << pending->front().path;
 }
 
+// Writing with WriteOptions::truncate == false over an existing object
+// keeps its bytes where nothing was written (fetched, since objects cannot
+// change in place), in whole parts and in the last one.
+TEST(S3Storage, WritesOverAnObjectKeepWhatIsNotWritten) {
+  REQUIRE_SERVER();
+  auto storage = OpenOrDie(Root(UniquePrefix("keep"), "&part_size=5M"));
+  ASSERT_NE(storage, nullptr);
+  std::string data = Pattern((12 << 20) + 321, 9);
+  ASSERT_OK(storage->PutAtomic("k.bin", Bytes(data)));
+  auto w = storage->OpenWritable("k.bin", WriteOptions{true, false});
+  ASSERT_OK(w);
+  const std::string patch1(1000, 'A'), patch2(10, 'B');
+  (*w)->WriteAsync(6 << 20, Bytes(patch1), [](absl::Status s) { EXPECT_TRUE(s.ok()) << s; });
+  (*w)->WriteAsync((11 << 20) + 5, Bytes(patch2), [](absl::Status s) { EXPECT_TRUE(s.ok()) << s; });
+  ASSERT_OK((*w)->Finish(data.size()));
+  data.replace(6 << 20, patch1.size(), patch1);
+  data.replace((11 << 20) + 5, patch2.size(), patch2);
+  auto got = storage->GetAll("k.bin");
+  ASSERT_OK(got);
+  EXPECT_TRUE(*got == data);
+  EXPECT_TRUE(ListPendingUploads(*storage)->empty());
+}
+
 // A file given up before Finish, or finished with bytes never written,
 // leaves no multipart upload behind and no object.
 TEST(S3Storage, AbandonedOrHoledFilesLeaveNoUpload) {
@@ -355,13 +378,14 @@ TEST(S3Interop, TheAwsCliAndCkptReadEachOthersObjects) {
 
 // A bit flipped in an object on the server (rewritten through the S3 API)
 // is found by verify, which names the file.
-TEST(S3Integrity, BitFlipsRewrittenThroughTheApiAreFoundByVerify) {
+TEST(S3Integrity, BitFlipsRewrittenThroughTheApiAreFoundByVerifyAndRepaired) {
   REQUIRE_SERVER();
   TempDir dir;
   const std::string prefix = UniquePrefix("flip");
   const std::string uri = Root(prefix);
   CommandResult synth = RunCommand(std::string(CKPT_BIN) + " synth --out " + Quote(uri) + " --params 4M --mesh tp=2");
   ASSERT_EQ(synth.code, 0) << synth.out;
+  ASSERT_EQ(RunCommand(Aws("s3 cp --recursive s3://ckpt-test/" + prefix + " " + dir.Join("replica"))).code, 0);
   const std::string key = "s3://ckpt-test/" + prefix + "/step-0000000000/rank-000001.ckd";
   ASSERT_EQ(RunCommand(Aws("s3 cp " + key + " " + dir.Join("f"))).code, 0);
   FlipBit(dir.Join("f"), 4096 + 1000, 3);  // inside the first block's payload
@@ -370,6 +394,12 @@ TEST(S3Integrity, BitFlipsRewrittenThroughTheApiAreFoundByVerify) {
   EXPECT_EQ(verify.code, 1) << verify.out;
   EXPECT_NE(verify.out.find("rank-000001.ckd"), std::string::npos) << verify.out;
   EXPECT_NE(verify.out.find("offset"), std::string::npos) << verify.out;
+  // Repaired from a replica: only the damaged range is rewritten into the
+  // object (the rest is kept from it), and it verifies again.
+  CommandResult repair = RunCommand(std::string(CKPT_BIN) + " repair " + Quote(uri) + " --from " + dir.Join("replica"));
+  EXPECT_EQ(repair.code, 0) << repair.out;
+  CommandResult again = RunCommand(std::string(CKPT_BIN) + " verify " + Quote(uri));
+  EXPECT_EQ(again.code, 0) << again.out;
 }
 
 TEST(S3Errors, CredentialsBucketsAndCorruptedBodiesGiveClearErrors) {
