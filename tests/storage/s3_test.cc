@@ -609,6 +609,10 @@ TEST(S3Crash, SigkillDuringSavesLeavesOnlyWholeSteps) {
     ASSERT_TRUE(WIFSIGNALED(status));
     auto storage = OpenOrDie(root);
     ASSERT_NE(storage, nullptr);
+    // A kill between a commit and its manifest's copy (or mid-removal, after
+    // the copy went) leaves a MANIFEST without its copy: the next open heals
+    // it, as the restarted job does first.
+    ASSERT_OK(HealManifestCopies(*storage));
     auto steps = ListCheckpointSteps(*storage);
     ASSERT_OK(steps);
     for (const StepInfo& s : *steps) {
@@ -616,7 +620,9 @@ TEST(S3Crash, SigkillDuringSavesLeavesOnlyWholeSteps) {
       // Committed means every file the manifest names is whole.
       auto report = VerifyStep(*storage, s.step);
       ASSERT_OK(report);
-      EXPECT_TRUE(report->ok()) << "step " << s.step;
+      std::string problems;
+      for (const VerifyProblem& p : report->problems) problems += p.message + "\n";
+      EXPECT_TRUE(report->ok()) << "step " << s.step << ":\n" << problems;
     }
     auto latest = LatestCommittedStep(*storage);
     ASSERT_OK(latest);
