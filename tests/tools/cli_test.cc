@@ -332,6 +332,9 @@ TEST(Cli, DiffStatsListAndGc) {
   EXPECT_EQ(list.code, 0) << list.out;
   EXPECT_TRUE(Has(list.out, "\"latest\":30")) << list.out;
   EXPECT_TRUE(Has(list.out, "\"step\":10")) << list.out;
+  EXPECT_FALSE(Has(list.out, "\"age_s\":-")) << "a step just saved has an age: " << list.out;
+  CliRun table = Ckpt("list " + a);
+  EXPECT_FALSE(Has(table.out, "MiB          - ")) << table.out;
 
   // gc is a dry run unless --yes.
   CliRun dry = Ckpt("gc " + a + " --keep-last 1");

@@ -16,6 +16,7 @@
 #include "format/root_files.h"
 #include "storage/uri.h"
 #include "util/bytes.h"
+#include "util/clock.h"
 #include "util/json.h"
 #include "util/strings.h"
 
@@ -305,7 +306,9 @@ int ListMain(int argc, char** argv, int first) {
     const bool l = local->FileSize(m).ok(), d = durable->FileSize(m).ok();
     return l && d ? "local+durable" : l ? "local" : d ? "durable" : "-";
   };
-  const double now = static_cast<double>(std::time(nullptr));
+  // Nanoseconds, like the steps' creation times: whole seconds made a step
+  // saved within the current second look younger than now ("-").
+  const double now = static_cast<double>(UnixNanos()) / 1e9;
   JsonWriter w;
   w.BeginObject().Field("root", dir).Field("latest", latest.ok() ? *latest : -1);
   w.Key("steps").BeginArray();
@@ -313,7 +316,8 @@ int ListMain(int argc, char** argv, int first) {
   bool any_damaged = false;
   for (const StepInfo& s : *steps) any_damaged = any_damaged || s.state == StepState::kDamaged;
   for (const StepInfo& s : *steps) {
-    const double age = s.created_unix_ns > 0 ? now - static_cast<double>(s.created_unix_ns) / 1e9 : -1;
+    double age = s.created_unix_ns > 0 ? now - static_cast<double>(s.created_unix_ns) / 1e9 : -1;
+    if (age < 0 && age > -1) age = 0;  // another host's clock a little ahead
     const bool is_latest = latest.ok() && *latest == s.step;
     const std::string state(StepStateName(s.state));
     if (json) {
