@@ -308,6 +308,32 @@ struct S3Shared {
   UploadBudget budget;
 };
 
+// A ranged GET of `dst.size()` bytes at `offset` of `key`, straight into
+// `dst`, of the object with ETag `etag` only (when known): a replaced
+// object is an error, never a mix of two versions. `total` is the object's
+// size, for the one answer other than 206 that is right (200, whole object).
+absl::Status RangedGet(S3Client& client, const std::string& key, const std::string& etag, uint64_t total,
+                       uint64_t offset, absl::Span<std::byte> dst, std::string_view verb) {
+  S3Call call;
+  call.key = key;
+  call.headers = {{"range", StrCat("bytes=", offset, "-", offset + dst.size() - 1)}};
+  if (!etag.empty()) call.headers.emplace_back("if-match", etag);
+  call.into = dst;
+  call.has_into = true;
+  call.what = StrCat(verb, " ", client.Uri(key), " bytes ", offset, "..", offset + dst.size());
+  auto resp = client.Do(call);
+  if (!resp.ok()) {
+    if (absl::IsFailedPrecondition(resp.status())) {
+      return absl::DataLossError(StrCat(resp.status().message(), ": the object changed since it was opened"));
+    }
+    return resp.status();
+  }
+  if (resp->status != 206 && !(resp->status == 200 && offset == 0 && dst.size() == total)) {
+    return absl::DataLossError(StrCat(call.what, ": the server answered ", resp->status, " to a ranged GET"));
+  }
+  return absl::OkStatus();
+}
+
 // ---------------------------------------------------------------------------
 // A file being written: bytes gather into part buffers; each part goes up
 // as soon as every byte of it is written; Finish sends the rest and
@@ -555,14 +581,7 @@ class S3Writable final : public WritableFile {
   }
 
   absl::Status GetExisting(uint64_t offset, absl::Span<std::byte> dst) {
-    S3Call call;
-    call.key = key_;
-    call.headers = {{"range", StrCat("bytes=", offset, "-", offset + dst.size() - 1)}};
-    if (!old_etag_.empty()) call.headers.emplace_back("if-match", old_etag_);
-    call.into = dst;
-    call.has_into = true;
-    call.what = StrCat("GET (bytes kept) ", s_->client.Uri(key_), " bytes ", offset, "..", offset + dst.size());
-    return s_->client.Do(call).status();
+    return RangedGet(s_->client, key_, old_etag_, old_size_, offset, dst, "GET (bytes kept)");
   }
 
   absl::Status Hole(uint64_t lo, uint64_t hi) {
@@ -759,16 +778,13 @@ class S3Readable final : public ReadableFile {
   }
 
   void ReadAsync(uint64_t offset, absl::Span<std::byte> dst, IoCallback done) override {
-    if (offset > size_ || dst.size() > size_ - offset || dst.size() <= 2 * s_->client.cfg().read_chunk) {
-      auto cb = std::make_shared<IoCallback>(std::move(done));
-      s_->client.pool().Submit([this, offset, dst, cb] {
-        absl::Status st = offset > size_ || dst.size() > size_ - offset ? ReadAt(offset, dst) : Get(offset, dst);
-        std::move (*cb)(std::move(st));
-      });
+    if (dst.size() > 2 * s_->client.cfg().read_chunk) {
+      // Large: split from this thread (the workers must not wait on workers).
+      std::move(done)(ReadAt(offset, dst));
       return;
     }
-    // Large: split from this thread (the workers must not wait on workers).
-    std::move(done)(ReadAt(offset, dst));
+    auto cb = std::make_shared<IoCallback>(std::move(done));  // ReadAt of a small range does not split
+    s_->client.pool().Submit([this, offset, dst, cb] { std::move (*cb)(ReadAt(offset, dst)); });
   }
 
   size_t direct_alignment() const override { return 0; }
@@ -776,26 +792,7 @@ class S3Readable final : public ReadableFile {
 
  private:
   absl::Status Get(uint64_t offset, absl::Span<std::byte> dst) {
-    S3Call call;
-    call.key = key_;
-    call.headers = {{"range", StrCat("bytes=", offset, "-", offset + dst.size() - 1)}};
-    // The object must still be the one opened: a replaced one is an error,
-    // never a mix of two.
-    if (!etag_.empty()) call.headers.emplace_back("if-match", etag_);
-    call.into = dst;
-    call.has_into = true;
-    call.what = StrCat("GET ", s_->client.Uri(key_), " bytes ", offset, "..", offset + dst.size());
-    auto resp = s_->client.Do(call);
-    if (!resp.ok()) {
-      if (absl::IsFailedPrecondition(resp.status())) {
-        return absl::DataLossError(StrCat(resp.status().message(), ": the object changed since it was opened"));
-      }
-      return resp.status();
-    }
-    if (resp->status != 206 && !(resp->status == 200 && offset == 0 && dst.size() == size_)) {
-      return absl::DataLossError(StrCat(call.what, ": the server answered ", resp->status, " to a ranged GET"));
-    }
-    return absl::OkStatus();
+    return RangedGet(s_->client, key_, etag_, size_, offset, dst, "GET");
   }
 
   std::shared_ptr<S3Shared> s_;

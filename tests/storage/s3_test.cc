@@ -666,7 +666,7 @@ TEST(S3Restart, AGatewayKilledMidSaveIsRetriedThroughOrFailsCleanly) {
   setenv("CEPH_S3_DIR", std::filesystem::path(CKPT_S3_ENV_FILE).parent_path().c_str(), 1);
   const std::string prefix = UniquePrefix("restart");
   std::vector<OwnedShard> shards;
-  for (int i = 0; i < 4; ++i) {
+  for (int i = 0; i < 8; ++i) {
     TensorSpec spec{"layer" + std::to_string(i), DType::kF32, {4096, 1024}};  // 16 MiB each
     shards.push_back(MakeShard(spec, Box::Whole(spec.shape), 5));
   }
@@ -679,7 +679,8 @@ TEST(S3Restart, AGatewayKilledMidSaveIsRetriedThroughOrFailsCleanly) {
     ASSERT_OK(h1->Wait());
     auto h2 = cp->Save(2, state);
     ASSERT_OK(h2);
-    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    // Killed while the save uploads, or the test would prove nothing.
+    ASSERT_TRUE(absl::IsDeadlineExceeded(h2->WaitFor(0))) << "the save ended before the gateway was killed";
     Gateway("kill-rgw");
     std::this_thread::sleep_for(std::chrono::seconds(2));
     Gateway("start-rgw");
