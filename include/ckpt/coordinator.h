@@ -101,6 +101,9 @@ struct CKPT_EXPORT CoordinatorClientOptions {
   /// How long to keep reconnecting (with backoff) when the coordinator is
   /// unreachable, before failing every call.
   double reconnect_timeout_s = 60;
+  /// Stay connected to a standby replica too (it answers only Status):
+  /// for reading one replica's own view.
+  bool accept_standby = false;
 };
 
 /// What a generation gives a member.

@@ -249,8 +249,8 @@ class ClientImpl final : public CoordinatorClient {
   }
 
   // Tries each coordinator address in turn (the one that answered last
-  // first): replicas of one job are given as "A,B,C", and only the leader
-  // accepts connections.
+  // first): replicas of one job are given as "A,B,C"; standbys say so in
+  // their hello and are passed over.
   absl::Status ConnectOnce() {
     std::vector<std::string> addresses;
     for (std::string_view rest = options_.address; !rest.empty();) {
@@ -317,6 +317,10 @@ class ClientImpl final : public CoordinatorClient {
     if (!hello_reply.ok() || hello->type != MsgType::kHello) {
       close(fd);
       return absl::DataLossError(StrCat(address, " did not answer like a ckpt coordinator"));
+    }
+    if (!hello_reply->standby_of.empty() && !options_.accept_standby) {
+      close(fd);
+      return absl::UnavailableError(StrCat(address, " stands by (", hello_reply->standby_of, " leads)"));
     }
     const std::string nonce = hello_reply->nonce;
     bool resumed = false, lost_generation = false;

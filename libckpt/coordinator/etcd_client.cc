@@ -2,6 +2,7 @@
 
 #include <openssl/evp.h>
 
+#include <cstdlib>
 #include <fstream>
 #include <sstream>
 
@@ -21,6 +22,14 @@ int64_t Int(const JsonValue* v) {
   int64_t n = 0;
   if (!ParseInt64(v->text, &n)) return 0;
   return n;
+}
+
+// Member ids use all 64 bits.
+uint64_t UInt(const JsonValue* v) {
+  if (v == nullptr || v->text.empty()) return 0;
+  char* end = nullptr;
+  const unsigned long long n = std::strtoull(v->text.c_str(), &end, 10);
+  return end != nullptr && *end == '\0' ? static_cast<uint64_t>(n) : 0;
 }
 
 }  // namespace
@@ -265,6 +274,35 @@ absl::StatusOr<std::vector<EtcdKv>> EtcdClient::Range(std::string_view key, std:
     *more = m != nullptr && m->boolean;
   }
   return out;
+}
+
+absl::StatusOr<int64_t> EtcdClient::Count(std::string_view key, std::string_view range_end) {
+  JsonWriter w;
+  w.BeginObject().Field("key", Base64Encode(key)).Field("range_end", Base64Encode(range_end));
+  w.Field("count_only", true).EndObject();
+  CKPT_ASSIGN_OR_RETURN(std::string body, Call("/v3/kv/range", w.str()));
+  CKPT_ASSIGN_OR_RETURN(JsonValue v, ParseJson(body, "etcd's range answer"));
+  return Int(v.Find("count"));
+}
+
+absl::StatusOr<EtcdClient::MemberStatus> EtcdClient::StatusOf(const std::string& endpoint) {
+  long status = 0;
+  CKPT_ASSIGN_OR_RETURN(std::string body, Post(endpoint, "/v3/maintenance/status", "{}", &status));
+  CKPT_ASSIGN_OR_RETURN(JsonValue v, ParseJson(body, "etcd's status answer"));
+  if (status != 200) {
+    const JsonValue* m = v.Find("message");
+    return absl::UnavailableError(
+        StrCat("etcd ", endpoint, ": ", m != nullptr && !m->text.empty() ? m->text : StrCat("HTTP ", status)));
+  }
+  MemberStatus s;
+  if (const JsonValue* h = v.Find("header"); h != nullptr) {
+    s.member_id = UInt(h->Find("member_id"));
+    s.raft_term = Int(h->Find("raft_term"));
+  }
+  s.leader = UInt(v.Find("leader"));
+  s.db_size = Int(v.Find("dbSize"));
+  if (const JsonValue* ver = v.Find("version"); ver != nullptr) s.version = ver->text;
+  return s;
 }
 
 absl::StatusOr<bool> EtcdClient::PutIfAbsent(std::string_view key, std::string_view value) {

@@ -83,6 +83,20 @@ class EtcdClient {
   /// Ends the lease now (its keys go at once).
   absl::Status LeaseRevoke(int64_t lease);
 
+  /// How many keys are in [key, range_end).
+  absl::StatusOr<int64_t> Count(std::string_view key, std::string_view range_end);
+
+  /// One member's own view (/v3/maintenance/status), asked of `endpoint`
+  /// only: no move to another member.
+  struct MemberStatus {
+    uint64_t member_id = 0;
+    uint64_t leader = 0;  ///< the raft leader's member id
+    int64_t raft_term = 0;
+    int64_t db_size = 0;
+    std::string version;
+  };
+  absl::StatusOr<MemberStatus> StatusOf(const std::string& endpoint);
+
   /// The end of the range of every key starting with `prefix`.
   static std::string PrefixEnd(std::string_view prefix);
 

@@ -7,9 +7,12 @@
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
+#include <sstream>
 #include <string>
 
 #include "util/bytes.h"
+#include "util/errors.h"
 #include "util/hash.h"
 #include "util/strings.h"
 
@@ -49,18 +52,7 @@ absl::Status Journal::Open(const std::string& dir, const std::function<absl::Sta
   }
   all.resize(got);
   size_t pos = 0;
-  while (pos + kRecordHeader <= all.size()) {
-    const uint8_t* h = reinterpret_cast<const uint8_t*>(all.data() + pos);
-    const uint32_t magic = LoadLE32(h);
-    const uint32_t len = LoadLE32(h + 4);
-    const uint64_t sum = LoadLE64(h + 8);
-    if (magic != kRecordMagic || pos + kRecordHeader + len > all.size()) break;
-    std::string_view rec(all.data() + pos + kRecordHeader, len);
-    if (Xxh3(rec) != sum) break;
-    absl::Status s = replay(rec);
-    if (!s.ok()) return absl::DataLossError(StrCat(path_, " at byte offset ", pos, ": ", s.message()));
-    pos += kRecordHeader + len;
-  }
+  CKPT_RETURN_IF_ERROR(Parse(path_, all, replay, &pos));
   *torn = all.size() - pos;
   if (*torn > 0) {
     if (::ftruncate(fd_, static_cast<off_t>(pos)) != 0) return Errno("truncating the torn tail of", path_);
@@ -73,6 +65,39 @@ absl::Status Journal::Open(const std::string& dir, const std::function<absl::Sta
     (void)::fsync(dfd);
     ::close(dfd);
   }
+  return absl::OkStatus();
+}
+
+absl::Status Journal::Parse(const std::string& path, std::string_view all,
+                            const std::function<absl::Status(std::string_view)>& replay, size_t* end) {
+  size_t pos = 0;
+  while (pos + kRecordHeader <= all.size()) {
+    const uint8_t* h = reinterpret_cast<const uint8_t*>(all.data() + pos);
+    const uint32_t magic = LoadLE32(h);
+    const uint32_t len = LoadLE32(h + 4);
+    const uint64_t sum = LoadLE64(h + 8);
+    if (magic != kRecordMagic || pos + kRecordHeader + len > all.size()) break;
+    std::string_view rec(all.data() + pos + kRecordHeader, len);
+    if (Xxh3(rec) != sum) break;
+    absl::Status s = replay(rec);
+    if (!s.ok()) return absl::DataLossError(StrCat(path, " at byte offset ", pos, ": ", s.message()));
+    pos += kRecordHeader + len;
+  }
+  *end = pos;
+  return absl::OkStatus();
+}
+
+absl::Status Journal::Read(const std::string& dir, const std::function<absl::Status(std::string_view)>& replay,
+                           uint64_t* torn) {
+  const std::string path = dir + "/journal";
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return absl::NotFoundError(StrCat("no coordinator journal at ", path));
+  std::stringstream ss;
+  ss << in.rdbuf();
+  const std::string all = ss.str();
+  size_t end = 0;
+  CKPT_RETURN_IF_ERROR(Parse(path, all, replay, &end));
+  *torn = all.size() - end;
   return absl::OkStatus();
 }
 

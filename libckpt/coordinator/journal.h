@@ -21,11 +21,17 @@ class Journal {
   /// and what follows are truncated away, and `torn` reports how many bytes.
   absl::Status Open(const std::string& dir, const std::function<absl::Status(std::string_view)>& replay,
                     uint64_t* torn);
+  /// Calls `replay` for the intact records of `dir`/journal without
+  /// changing it; `torn`: bytes after the last intact one.
+  static absl::Status Read(const std::string& dir, const std::function<absl::Status(std::string_view)>& replay,
+                           uint64_t* torn);
   /// Appends one record and fsyncs. REQUIRES: one thread at a time.
   absl::Status Append(std::string_view record);
   const std::string& path() const { return path_; }
 
  private:
+  static absl::Status Parse(const std::string& path, std::string_view all,
+                            const std::function<absl::Status(std::string_view)>& replay, size_t* end);
   std::string path_;
   int fd_ = -1;
 };

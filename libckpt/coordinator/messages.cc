@@ -32,6 +32,7 @@ std::string Encode(const HelloReply& m) {
   w.Str(m.nonce);
   w.Str(m.coordinator_id);
   w.Var(m.max_frame);
+  if (!m.standby_of.empty()) w.Str(m.standby_of);
   return w.Take();
 }
 absl::StatusOr<HelloReply> DecodeHello(std::string_view payload) {
@@ -41,6 +42,7 @@ absl::StatusOr<HelloReply> DecodeHello(std::string_view payload) {
   if (r.ok() && !r.AtEnd()) {
     m.coordinator_id = r.Str(kMaxNonceBytes);
     m.max_frame = r.Var();
+    if (r.ok() && !r.AtEnd()) m.standby_of = r.Str(4 * kMaxNonceBytes);
   }
   return Done(r, std::move(m));
 }

@@ -25,6 +25,9 @@ struct HelloReply {
   std::string nonce;
   std::string coordinator_id;
   uint64_t max_frame = 0;
+  /// Set by a standby replica: who leads (workers move to the next
+  /// address). Empty: this coordinator serves.
+  std::string standby_of;
 };
 
 /// join (C->S).

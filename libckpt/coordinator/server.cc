@@ -117,25 +117,8 @@ class CoordinatorImpl final : public Coordinator, public SessionOwner {
                           : std::max(30.0, 4 * options_.heartbeat_s * std::max(1, options_.dead_after));
     RaiseDescriptorLimit();
     reserve_fd_ = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
-    uint64_t torn = 0;
-    if (!options_.store.empty()) {
-      CKPT_ASSIGN_OR_RETURN(log_, NewEtcdLog(options_.store, StrCat(ThisHostForLeader(), " ", options_.listen),
-                                             [this](const std::string& line) { Log(line); }));
-    } else {
-      if (options_.state_dir.empty()) return absl::InvalidArgumentError("the coordinator needs a state dir or a store");
-      log_ = NewJournalLog(options_.state_dir);
-    }
-    absl::Status s = log_->Open([this](std::string_view r) { return Replay(r); }, &torn);
-    if (!s.ok()) return s;
-    if (torn > 0) Log(StrCat(log_->Describe(), ": cut a torn tail of ", torn, " bytes"));
-    Log(StrCat("state in ", log_->Describe()));
-    book_.Trim(256, /*only_decided=*/false);
-    if (membership_.running()) {
-      // Members get the usual grace to reconnect after a restart.
-      membership_.HeardFromAll(NowSeconds());
-      Log(StrCat("resuming generation ", membership_.generation(), " (", membership_.Members().size(),
-                 " members, world ", membership_.world(), ") from the journal"));
-    }
+    // It listens before it leads: a standby answers hellos (saying who
+    // leads, so workers move on) and status requests.
     const size_t colon = options_.listen.rfind(':');
     if (colon == std::string::npos) {
       return absl::InvalidArgumentError(StrCat("--listen wants HOST:PORT, got '", options_.listen, "'"));
@@ -156,10 +139,38 @@ class CoordinatorImpl final : public Coordinator, public SessionOwner {
     if (!ec) acceptor_.listen(asio::socket_base::max_listen_connections, ec);
     if (ec) return absl::UnavailableError(StrCat("listening on ", options_.listen, ": ", ec.message()));
     port_ = acceptor_.local_endpoint().port();
+    address_ = StrCat(addr.to_string(), ":", port_);
+    uint64_t torn = 0;
+    if (!options_.store.empty()) {
+      CKPT_ASSIGN_OR_RETURN(log_, NewEtcdLog(options_.store, StrCat(ThisHostForLeader(), " ", address_),
+                                             [this](const std::string& line) { Log(line); }));
+    } else {
+      if (options_.state_dir.empty()) return absl::InvalidArgumentError("the coordinator needs a state dir or a store");
+      log_ = NewJournalLog(options_.state_dir);
+    }
     Accept();
-    Tick();
     thread_ = std::thread([this] { io_.run(); });
-    Log(StrCat("listening on ", addr.to_string(), ":", port_, ", state in ", options_.state_dir));
+    // Replay runs on this thread while the io thread serves only hellos and
+    // status as a standby; the state is handed over by the post below.
+    absl::Status s = log_->Open([this](std::string_view r) { return Replay(r); }, &torn);
+    if (!s.ok()) return s;
+    if (torn > 0) Log(StrCat(log_->Describe(), ": cut a torn tail of ", torn, " bytes"));
+    book_.Trim(256, /*only_decided=*/false);
+    if (membership_.running()) {
+      // Members get the usual grace to reconnect after a restart (from
+      // when it starts serving, below).
+      Log(StrCat("resuming generation ", membership_.generation(), " (", membership_.Members().size(),
+                 " members, world ", membership_.world(), ") from the journal"));
+    }
+    std::promise<void> serving;
+    asio::post(io_, [&] {
+      serving_ = true;
+      if (membership_.running()) membership_.HeardFromAll(NowSeconds());
+      Tick();
+      serving.set_value();
+    });
+    serving.get_future().wait();
+    Log(StrCat("serving on ", address_, ", state in ", log_->Describe()));
     return absl::OkStatus();
   }
 
@@ -249,20 +260,28 @@ class CoordinatorImpl final : public Coordinator, public SessionOwner {
 
   absl::Status Handle(const std::shared_ptr<Session>& s, const FrameHeader& h, std::string_view payload) override {
     switch (h.type) {
-      case MsgType::kHello:
-        s->Reply(h.request_id, MsgType::kHello,
-                 Encode(HelloReply{s->nonce(), coordinator_id_, options_.max_frame_bytes}));
+      case MsgType::kHello: {
+        HelloReply hello{s->nonce(), coordinator_id_, options_.max_frame_bytes, ""};
+        if (!serving_) hello.standby_of = StandbyOf();
+        s->Reply(h.request_id, MsgType::kHello, Encode(hello));
         return absl::OkStatus();
+      }
       case MsgType::kStatus: {
         CKPT_ASSIGN_OR_RETURN(const StatusRequest req, DecodeStatusRequest(payload));
         s->Reply(h.request_id, MsgType::kStatusReply, EncodeBytes(req.text ? BuildStatusText() : BuildStatus()));
         return absl::OkStatus();
       }
-      case MsgType::kJoin:
-        return OnJoin(s, h, payload);
       default:
         break;
     }
+    if (!serving_) {
+      // A standby acts on nothing: the client goes to the next address.
+      s->ReplyError(h.request_id, absl::UnavailableError(StrCat("the coordinator replica at ", address_, " stands by; ",
+                                                                StandbyOf(), " leads")));
+      s->CloseAfterWrite();
+      return absl::OkStatus();
+    }
+    if (h.type == MsgType::kJoin) return OnJoin(s, h, payload);
     if (s->member_id == 0) {
       return absl::PermissionDeniedError(StrCat(MsgTypeName(h.type), " before a successful join"));
     }
@@ -341,7 +360,9 @@ class CoordinatorImpl final : public Coordinator, public SessionOwner {
   // must never be heard. Returns false then; callers stop there.
   bool Journaled(const std::string& rec) {
     if (!halted_.empty()) return false;
+    const double t0 = NowSeconds();
     absl::Status s = log_->Append(rec);
+    appends_.Add(NowSeconds() - t0);
     if (s.ok()) return true;
     Halt(StrCat("cannot record its state (", s.message(), ")"));
     return false;
@@ -862,9 +883,23 @@ class CoordinatorImpl final : public Coordinator, public SessionOwner {
   std::string BuildStatusText() { return StatusText(View()); }
   std::string BuildStatus() { return coord::StatusJson(View()); }
 
-  // A snapshot of everything the status and the metrics show.
+  // Who leads, as a standby last saw it.
+  std::string StandbyOf() const {
+    const std::string leader = log_ ? log_->View().leader : std::string();
+    return leader.empty() ? std::string("another replica") : leader;
+  }
+
+  // A snapshot of everything the status and the metrics show. A standby
+  // shows only the store and itself: its state is not replayed yet.
   StatusView View() {
     StatusView v;
+    if (log_) v.store = log_->View();
+    v.store.leading = serving_ && halted().empty();
+    v.appends = appends_;
+    if (!serving_) {
+      v.serving = false;
+      return v;
+    }
     v.generation = membership_.generation();
     v.running = membership_.running();
     v.forming = forming_;
@@ -966,6 +1001,9 @@ class CoordinatorImpl final : public Coordinator, public SessionOwner {
   std::thread verifier_;  // chooses the restore step of a forming generation
   bool forming_ = false;  // a verification for Form is in flight
   int port_ = 0;
+  std::string address_;   // HOST:PORT it listens on
+  bool serving_ = false;  // leads and has replayed the state (io thread)
+  LatencyStats appends_;  // of records made durable (io thread)
   std::unique_ptr<StateLog> log_;
   mutable std::mutex halt_mu_;
   std::string halted_;  // why it stopped acting; written on the io thread

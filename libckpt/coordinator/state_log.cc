@@ -2,6 +2,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cinttypes>
 #include <condition_variable>
@@ -25,6 +26,12 @@ class JournalLog final : public StateLog {
   }
   absl::Status Append(std::string_view record) override { return journal_.Append(record); }
   std::string Describe() const override { return StrCat("journal ", journal_.path()); }
+  StoreView View() const override {
+    StoreView v;
+    v.kind = "journal";
+    v.where = Describe();
+    return v;
+  }
 
  private:
   std::string dir_;
@@ -34,7 +41,13 @@ class JournalLog final : public StateLog {
 class EtcdLog final : public StateLog {
  public:
   EtcdLog(EtcdConfig config, std::string identity, std::function<void(const std::string&)> log)
-      : client_(std::move(config)), identity_(std::move(identity)), log_(std::move(log)) {}
+      : client_(std::move(config)), identity_(std::move(identity)), log_(std::move(log)) {
+    view_.kind = "etcd";
+    view_.where = Describe();
+    view_.self = identity_;
+    view_.leading = false;
+    view_.leaders = 0;
+  }
 
   ~EtcdLog() override {
     {
@@ -43,13 +56,26 @@ class EtcdLog final : public StateLog {
     }
     cv_.notify_all();
     if (keeper_.joinable()) keeper_.join();
+    if (observer_.joinable()) observer_.join();
     // Hand over at once rather than after the lease runs out.
     if (lease_ != 0) (void)client_.LeaseRevoke(lease_);
   }
 
   absl::Status Open(const std::function<absl::Status(std::string_view)>& replay, uint64_t* torn) override {
     *torn = 0;
+    observer_ = std::thread([this] { Observe(); });
     CKPT_RETURN_IF_ERROR(Lead());
+    int64_t last = 0;
+    CKPT_RETURN_IF_ERROR(ReadAll([&](int64_t seq, std::string_view rec) {
+      last = seq;
+      return replay(rec);
+    }));
+    next_ = last + 1;
+    return absl::OkStatus();
+  }
+
+  // Every record in order, refusing gaps and keys no coordinator wrote.
+  absl::Status ReadAll(const std::function<absl::Status(int64_t, std::string_view)>& replay) {
     const std::string dir = LogDir();
     const std::string end = EtcdClient::PrefixEnd(dir);
     std::string from = dir;
@@ -67,14 +93,13 @@ class EtcdLog final : public StateLog {
                                             "%020d); the store holds something this coordinator did "
                                             "not write"));
         }
-        absl::Status s = replay(kv.value);
+        absl::Status s = replay(seq, kv.value);
         if (!s.ok()) return Annotate(s, StrCat("etcd key ", kv.key, " under ", Describe()));
         ++expect;
       }
       if (!more || page->empty()) break;
       from = page->back().key + std::string(1, '\0');
     }
-    next_ = expect;
     return absl::OkStatus();
   }
 
@@ -102,12 +127,35 @@ class EtcdLog final : public StateLog {
     return lost_;
   }
 
+  StoreView View() const override {
+    std::lock_guard<std::mutex> lock(mu_);
+    StoreView v = view_;
+    v.leading = leading_ && lost_.ok();
+    if (v.probed_s_ago >= 0) {
+      v.probed_s_ago = std::chrono::duration<double>(std::chrono::steady_clock::now() - probed_at_).count();
+    }
+    return v;
+  }
+
  private:
   std::string LogDir() const { return StrCat(client_.config().prefix, "log/"); }
   std::string LeaderKey() const { return StrCat(client_.config().prefix, "leader"); }
+  std::string ReplicasDir() const { return StrCat(client_.config().prefix, "replicas/"); }
+  std::string LeadersDir() const { return StrCat(client_.config().prefix, "leaders/"); }
 
   void Say(const std::string& line) {
     if (log_) log_(line);
+  }
+
+  // A lease for this replica, and its entry among the replicas under it.
+  absl::Status GrantLease() {
+    CKPT_ASSIGN_OR_RETURN(lease_, client_.LeaseGrant(client_.config().lease_s));
+    char key[32];
+    std::snprintf(key, sizeof(key), "%016" PRIx64, static_cast<uint64_t>(lease_));
+    int64_t revision = 0;
+    CKPT_RETURN_IF_ERROR(
+        client_.CreateGuarded(StrCat(ReplicasDir(), key), identity_, lease_, "", 0, &revision).status());
+    return absl::OkStatus();
   }
 
   // Becomes the prefix's leader, waiting while another is.
@@ -115,13 +163,21 @@ class EtcdLog final : public StateLog {
     const int64_t ttl = client_.config().lease_s;
     std::string seen;
     while (true) {
-      if (lease_ == 0) {
-        CKPT_ASSIGN_OR_RETURN(lease_, client_.LeaseGrant(ttl));
-      }
+      if (lease_ == 0) CKPT_RETURN_IF_ERROR(GrantLease());
       int64_t revision = 0;
       CKPT_ASSIGN_OR_RETURN(bool won, client_.CreateGuarded(LeaderKey(), identity_, lease_, "", 0, &revision));
       if (won) {
         leader_revision_ = revision;
+        // One key per leadership, so that status can count the changes.
+        char key[32];
+        std::snprintf(key, sizeof(key), "%020" PRId64, revision);
+        int64_t ignored = 0;
+        (void)client_.CreateGuarded(StrCat(LeadersDir(), key), identity_, 0, LeaderKey(), revision, &ignored);
+        {
+          std::lock_guard<std::mutex> lock(mu_);
+          leading_ = true;
+          view_.leader = identity_;
+        }
         Say(StrCat("leading ", Describe(), " (lease ", ttl, " s)"));
         break;
       }
@@ -167,6 +223,52 @@ class EtcdLog final : public StateLog {
     }
   }
 
+  // Refreshes the view every second or two: each member's own status,
+  // who leads, the replicas and how many leaders there have been. Runs on
+  // its own thread so that a slow member never delays a lease renewal.
+  void Observe() {
+    const auto every = std::chrono::milliseconds(std::clamp<int64_t>(client_.config().lease_s * 1000 / 2, 500, 2000));
+    std::unique_lock<std::mutex> lock(mu_);
+    while (!stop_) {
+      lock.unlock();
+      std::vector<StoreView::Endpoint> endpoints;
+      for (const std::string& url : client_.config().endpoints) {
+        StoreView::Endpoint e;
+        e.url = url;
+        const auto t0 = std::chrono::steady_clock::now();
+        auto st = client_.StatusOf(url);
+        e.rtt_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+        if (st.ok()) {
+          e.up = true;
+          e.raft_leader = st->member_id != 0 && st->member_id == st->leader;
+          e.raft_term = st->raft_term;
+          e.db_bytes = st->db_size;
+          if (st->leader == 0) e.error = "no raft leader";
+        } else {
+          e.error = std::string(st.status().message());
+        }
+        endpoints.push_back(std::move(e));
+      }
+      bool more = false;
+      auto leader = client_.Range(LeaderKey(), "", 0, &more);
+      auto replicas = client_.Range(ReplicasDir(), EtcdClient::PrefixEnd(ReplicasDir()), 0, &more);
+      auto leaders = client_.Count(LeadersDir(), EtcdClient::PrefixEnd(LeadersDir()));
+      lock.lock();
+      view_.endpoints = std::move(endpoints);
+      probed_at_ = std::chrono::steady_clock::now();
+      view_.probed_s_ago = 0;
+      if (leader.ok()) view_.leader = leader->empty() ? std::string() : leader->front().value;
+      if (replicas.ok()) {
+        view_.standbys.clear();
+        for (const EtcdKv& kv : *replicas) {
+          if (kv.value != view_.leader) view_.standbys.push_back(kv.value);
+        }
+      }
+      if (leaders.ok()) view_.leaders = *leaders;
+      cv_.wait_for(lock, every, [&] { return stop_; });
+    }
+  }
+
   EtcdClient client_;
   const std::string identity_;
   std::function<void(const std::string&)> log_;
@@ -176,8 +278,12 @@ class EtcdLog final : public StateLog {
   mutable std::mutex mu_;
   std::condition_variable cv_;
   bool stop_ = false;
+  bool leading_ = false;
   absl::Status lost_;
+  StoreView view_;
+  std::chrono::steady_clock::time_point probed_at_;
   std::thread keeper_;
+  std::thread observer_;
 };
 
 }  // namespace
@@ -193,6 +299,22 @@ absl::StatusOr<std::unique_ptr<StateLog>> NewEtcdLog(std::string_view uri, std::
     identity = StrCat(host, " pid ", getpid());
   }
   return std::unique_ptr<StateLog>(std::make_unique<EtcdLog>(std::move(config), std::move(identity), std::move(log)));
+}
+
+absl::Status ReadStateLog(const std::string& state_dir, const std::string& store,
+                          const std::function<absl::Status(int64_t seq, std::string_view record)>& replay,
+                          std::string* where) {
+  if (!store.empty()) {
+    CKPT_ASSIGN_OR_RETURN(EtcdConfig config, ParseEtcdUri(store));
+    EtcdLog log(std::move(config), "", nullptr);
+    *where = log.Describe();
+    return log.ReadAll(replay);
+  }
+  *where = StrCat("journal ", state_dir, "/journal");
+  int64_t seq = 0;
+  uint64_t torn = 0;
+  return Journal::Read(
+      state_dir, [&](std::string_view rec) { return replay(++seq, rec); }, &torn);
 }
 
 }  // namespace ckpt::coord

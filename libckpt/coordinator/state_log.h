@@ -16,10 +16,34 @@
 #include <memory>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "absl/status/statusor.h"
 
 namespace ckpt::coord {
+
+/// Where the state lives and who writes it, for status and metrics.
+struct StoreView {
+  std::string kind;                   ///< "journal" or "etcd"
+  std::string where;                  ///< Describe()
+  std::string self;                   ///< this replica ("host pid N HOST:PORT")
+  std::string leader;                 ///< the replica that writes the state ("" not known)
+  bool leading = true;                ///< this replica is the leader
+  std::vector<std::string> standbys;  ///< the other replicas on the store
+  /// Leaders the store has had, this one included (etcd: one key each).
+  int64_t leaders = 1;
+  struct Endpoint {
+    std::string url;
+    bool up = false;
+    bool raft_leader = false;  ///< this member leads the etcd cluster
+    int64_t raft_term = 0;
+    int64_t db_bytes = 0;
+    double rtt_s = 0;  ///< of the status request
+    std::string error;
+  };
+  std::vector<Endpoint> endpoints;  ///< etcd members as last probed
+  double probed_s_ago = -1;         ///< -1: not probed yet
+};
 
 class StateLog {
  public:
@@ -35,6 +59,9 @@ class StateLog {
   virtual std::string Describe() const = 0;
   /// Not OK once this writer may no longer append (its leadership lapsed).
   virtual absl::Status Health() const { return absl::OkStatus(); }
+  /// The store as last observed (cheap: a background thread refreshes it;
+  /// callable from any thread, also while Open waits as a standby).
+  virtual StoreView View() const = 0;
 };
 
 std::unique_ptr<StateLog> NewJournalLog(const std::string& dir);
@@ -44,8 +71,17 @@ std::unique_ptr<StateLog> NewJournalLog(const std::string& dir);
 /// another holds it, Open waits (a standby), saying so through `log`. Every
 /// append is conditioned on that key being the one this writer created, so
 /// a leader whose lease lapsed (paused, cut off) cannot append anything.
+/// Each replica registers PREFIX/replicas/<lease> (its identity) under its
+/// lease, and each new leader PREFIX/leaders/<revision>, so that status
+/// can name the standbys and count leader changes.
 absl::StatusOr<std::unique_ptr<StateLog>> NewEtcdLog(std::string_view uri, std::string identity = "",
                                                      std::function<void(const std::string&)> log = nullptr);
+
+/// The records of a store or journal, read without leading or writing
+/// (`ckpt coordinator history`). `replay` as for Open.
+absl::Status ReadStateLog(const std::string& state_dir, const std::string& store,
+                          const std::function<absl::Status(int64_t seq, std::string_view record)>& replay,
+                          std::string* where);
 
 }  // namespace ckpt::coord
 

@@ -8,10 +8,90 @@
 
 namespace ckpt::coord {
 
+namespace {
+
+void StoreJson(JsonWriter& j, const StatusView& v) {
+  const StoreView& st = v.store;
+  j.Key("control_plane").BeginObject();
+  j.Field("role", st.leading ? "leader" : "standby")
+      .Field("store", st.kind)
+      .Field("where", st.where)
+      .Field("self", st.self)
+      .Field("leader", st.leader);
+  j.Key("standbys").BeginArray();
+  for (const std::string& s : st.standbys) j.String(s);
+  j.EndArray();
+  j.Field("leaders", st.leaders).Field("leader_changes", std::max<int64_t>(0, st.leaders - 1));
+  j.Key("endpoints").BeginArray();
+  for (const StoreView::Endpoint& e : st.endpoints) {
+    j.BeginObject().Field("url", e.url).Field("up", e.up);
+    if (e.up) {
+      j.Field("raft_leader", e.raft_leader).Field("raft_term", e.raft_term).Field("db_bytes", e.db_bytes);
+      j.Field("rtt_s", e.rtt_s);
+    }
+    if (!e.error.empty()) j.Field("error", e.error);
+    j.EndObject();
+  }
+  j.EndArray();
+  j.Field("probed_s_ago", st.probed_s_ago);
+  const LatencyStats& a = v.appends;
+  j.Key("appends")
+      .BeginObject()
+      .Field("count", a.count)
+      .Field("mean_s", a.count > 0 ? a.sum_s / static_cast<double>(a.count) : 0.0)
+      .Field("max_s", a.max_s)
+      .Field("last_s", a.last_s)
+      .EndObject();
+  j.EndObject();
+}
+
+std::string Seconds(double s) {
+  char buf[32];
+  if (s < 1) {
+    std::snprintf(buf, sizeof(buf), "%.2f ms", s * 1e3);
+  } else {
+    std::snprintf(buf, sizeof(buf), "%.2f s", s);
+  }
+  return buf;
+}
+
+void StoreText(std::string& t, const StatusView& v) {
+  const StoreView& st = v.store;
+  if (st.kind == "etcd") {
+    StrAppend(&t, st.leading ? "leader" : "standby", " (", st.self, "); state in ", st.where, "\n");
+    StrAppend(&t, "  leader: ", st.leader.empty() ? std::string("(none)") : st.leader, "; leader changes ",
+              std::max<int64_t>(0, st.leaders - 1), "\n");
+    for (const std::string& s : st.standbys) StrAppend(&t, "  standby: ", s, "\n");
+    if (st.standbys.empty()) StrAppend(&t, "  standby: (none)\n");
+    for (const StoreView::Endpoint& e : st.endpoints) {
+      if (e.up) {
+        StrAppend(&t, "  etcd ", e.url, ": up", e.raft_leader ? ", raft leader" : "", ", term ", e.raft_term, ", ",
+                  Seconds(e.rtt_s), e.error.empty() ? "" : "; ", e.error, "\n");
+      } else {
+        StrAppend(&t, "  etcd ", e.url, ": DOWN (", e.error, ")\n");
+      }
+    }
+  } else {
+    StrAppend(&t, "state in ", st.where, "\n");
+  }
+  const LatencyStats& a = v.appends;
+  if (a.count > 0) {
+    StrAppend(&t, "  records written: ", a.count, ", mean ", Seconds(a.sum_s / static_cast<double>(a.count)),
+              ", worst ", Seconds(a.max_s), "\n");
+  }
+}
+
+}  // namespace
+
 std::string StatusJson(const StatusView& v) {
   JsonWriter j;
-  j.BeginObject()
-      .Field("generation", v.generation)
+  j.BeginObject().Field("serving", v.serving);
+  StoreJson(j, v);
+  if (!v.serving) {
+    j.EndObject();
+    return j.str();
+  }
+  j.Field("generation", v.generation)
       .Field("running", v.running)
       .Field("forming", v.forming)
       .Field("world_size", v.world_size)
@@ -57,6 +137,8 @@ std::string StatusJson(const StatusView& v) {
 
 std::string StatusText(const StatusView& v) {
   std::string t;
+  StoreText(t, v);
+  if (!v.serving) return t;
   StrAppend(&t, "generation ", v.generation, v.running ? " running" : " not running", ", world size ", v.world_size,
             ", restore step ", v.restore_step, ", last committed step ", v.last_committed_step, "\n");
   StrAppend(&t, "commits ", v.commits, ", aborts ", v.aborts, ", deaths ", v.deaths, ", heartbeat misses ",
@@ -85,6 +167,35 @@ std::string PrometheusMetrics(const StatusView& v) {
   auto counter = [&](const char* name, const char* help, double x) {
     StrAppend(&m, "# HELP ", name, " ", help, "\n# TYPE ", name, " counter\n", name, " ", x, "\n");
   };
+  const StoreView& st = v.store;
+  gauge("ckpt_coordinator_leader", "1 on the replica that leads, 0 on a standby.", st.leading ? 1 : 0);
+  gauge("ckpt_coordinator_standbys", "Standby replicas registered on the store.",
+        static_cast<double>(st.standbys.size()));
+  counter("ckpt_coordinator_leader_changes_total", "Times another replica took over the store.",
+          static_cast<double>(std::max<int64_t>(0, st.leaders - 1)));
+  if (!st.endpoints.empty()) {
+    StrAppend(&m, "# HELP ckpt_coordinator_store_up 1 when the etcd member answered its last status request.\n",
+              "# TYPE ckpt_coordinator_store_up gauge\n");
+    for (const StoreView::Endpoint& e : st.endpoints) {
+      StrAppend(&m, "ckpt_coordinator_store_up{endpoint=\"", e.url, "\"} ", e.up ? 1 : 0, "\n");
+    }
+    StrAppend(&m, "# HELP ckpt_coordinator_store_rtt_seconds Round trip of the last status request to each member.\n",
+              "# TYPE ckpt_coordinator_store_rtt_seconds gauge\n");
+    for (const StoreView::Endpoint& e : st.endpoints) {
+      if (e.up) StrAppend(&m, "ckpt_coordinator_store_rtt_seconds{endpoint=\"", e.url, "\"} ", e.rtt_s, "\n");
+    }
+  }
+  const LatencyStats& a = v.appends;
+  StrAppend(&m, "# HELP ckpt_coordinator_store_append_seconds Time to make one state record durable.\n",
+            "# TYPE ckpt_coordinator_store_append_seconds histogram\n");
+  for (size_t i = 0; i < LatencyStats::kBuckets; ++i) {
+    StrAppend(&m, "ckpt_coordinator_store_append_seconds_bucket{le=\"", LatencyStats::kBounds[i], "\"} ", a.le[i],
+              "\n");
+  }
+  StrAppend(&m, "ckpt_coordinator_store_append_seconds_bucket{le=\"+Inf\"} ", a.count, "\n",
+            "ckpt_coordinator_store_append_seconds_sum ", a.sum_s, "\n", "ckpt_coordinator_store_append_seconds_count ",
+            a.count, "\n");
+  if (!v.serving) return m;
   gauge("ckpt_coordinator_generation", "Current generation number.", static_cast<double>(v.generation));
   gauge("ckpt_coordinator_running", "1 while a generation is running.", v.running ? 1 : 0);
   gauge("ckpt_coordinator_world_size", "Ranks in the current generation.", v.world_size);

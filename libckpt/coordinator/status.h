@@ -5,16 +5,40 @@
 #ifndef CKPT_COORDINATOR_STATUS_H_
 #define CKPT_COORDINATOR_STATUS_H_
 
+#include <algorithm>
+#include <array>
 #include <cstdint>
 #include <string>
 #include <utility>
 #include <vector>
 
 #include "coordinator/commit_book.h"
+#include "coordinator/state_log.h"
 
 namespace ckpt::coord {
 
+/// Durations of one kind of operation: count, sum, worst, last, and a
+/// cumulative histogram for Prometheus.
+struct LatencyStats {
+  static constexpr double kBounds[] = {0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5};
+  static constexpr size_t kBuckets = sizeof(kBounds) / sizeof(kBounds[0]);
+  uint64_t count = 0;
+  double sum_s = 0, max_s = 0, last_s = 0;
+  std::array<uint64_t, kBuckets> le{};  ///< how many took at most kBounds[i]
+  void Add(double s) {
+    ++count;
+    sum_s += s;
+    max_s = std::max(max_s, s);
+    last_s = s;
+    for (size_t i = 0; i < kBuckets; ++i) le[i] += s <= kBounds[i] ? 1 : 0;
+  }
+};
+
 struct StatusView {
+  /// False on a standby replica: only `store` and `appends` mean anything.
+  bool serving = true;
+  StoreView store;       ///< where the state lives, the leader, the standbys
+  LatencyStats appends;  ///< records made durable (journal fsync or etcd txn)
   int64_t generation = 0;
   bool running = false;
   bool forming = false;  ///< the restore step of a new generation is being verified

@@ -53,6 +53,29 @@ std::string Status(int port) {
   return s.ok() ? *s : "";
 }
 
+// `ckpt ARGS`: what it printed (stdout), and its exit status in `*code`.
+std::string RunCkpt(const std::string& args, int* code) {
+  FILE* p = popen(StrCat(CKPT_BIN, " ", args, " 2>/dev/null").c_str(), "r");
+  std::string out;
+  char buf[4096];
+  for (size_t n; (n = fread(buf, 1, sizeof(buf), p)) > 0;) out.append(buf, n);
+  const int status = pclose(p);
+  *code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  return out;
+}
+
+// Asks `ckpt coordinator status` until its output holds `want` (up to 10 s:
+// the store's view is refreshed every second or two).
+std::string StatusHolding(const std::string& args, const std::string& want, int* code) {
+  std::string out;
+  for (int i = 0; i < 100; ++i) {
+    out = RunCkpt(StrCat("coordinator status ", args), code);
+    if (out.find(want) != std::string::npos) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  return out;
+}
+
 // The final checkpoint equals the model trained without interruption.
 void ExpectFinalStateExact(const std::string& root, int64_t steps) {
   auto storage = OpenStorage(root);
@@ -310,6 +333,22 @@ TEST(Coordinator, AStandbyReplicaTakesOverAndAPausedLeaderIsFencedOff) {
   ASSERT_EQ(a.port, port_a) << ReadFile(a.log);
   b.standby = true;
   b.Start(dir, listen_b, 3, 3);
+  // Asked alone, the standby answers with its own view (exit 1: not the
+  // leader); asked through both addresses, the leader answers and names the
+  // standby and the etcd member's health.
+  int code = -1;
+  const std::string standby_view =
+      StatusHolding(StrCat("--connect ", listen_b), StrCat(listen_a, "; leader changes"), &code);
+  EXPECT_EQ(code, 1) << standby_view;
+  EXPECT_NE(standby_view.find("standby ("), std::string::npos) << standby_view;
+  EXPECT_NE(standby_view.find(StrCat(listen_a, "; leader changes 0")), std::string::npos) << standby_view;
+  const std::string leader_view =
+      StatusHolding(StrCat("--connect ", listen_b, ",", listen_a), StrCat(listen_b, "\n"), &code);
+  EXPECT_EQ(code, 0) << leader_view;
+  EXPECT_NE(leader_view.find("leader ("), std::string::npos) << leader_view;
+  EXPECT_NE(leader_view.find("  standby: "), std::string::npos) << leader_view;
+  EXPECT_NE(leader_view.find(": up, raft leader, term "), std::string::npos) << leader_view;
+  EXPECT_NE(leader_view.find("generation "), std::string::npos) << leader_view;
   constexpr int64_t kSteps = 90;
   std::vector<pid_t> workers = SpawnSteadyWorkers(dir, port_a, 3, kSteps, StrCat(listen_a, ",", listen_b));
   const std::string root = dir.Join("root");
@@ -337,6 +376,9 @@ TEST(Coordinator, AStandbyReplicaTakesOverAndAPausedLeaderIsFencedOff) {
   const std::string final_status = Status(port_a);
   a.Stop();
   EXPECT_NE(final_status.find(StrCat("\"last_committed_step\":", kSteps)), std::string::npos) << final_status;
+  // a led, b took over, a took back.
+  EXPECT_NE(final_status.find("\"role\":\"leader\""), std::string::npos) << final_status;
+  EXPECT_NE(final_status.find("\"leader_changes\":2"), std::string::npos) << final_status;
   ExpectFinalStateExact(root, kSteps);
   std::printf("failover: the standby served %.2f s after the leader was killed (lease 2 s)\n", failover_s);
 }

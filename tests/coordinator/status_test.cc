@@ -31,6 +31,20 @@ StatusView Sample() {
   v.straggler_step = 25;
   v.stragglers = {{3, 5.0}};
   v.sdc_alerts = {{10, "w[0:64]", "rank(s) 1 disagree with the other 2 of 3 replicas"}};
+  v.store.kind = "etcd";
+  v.store.where = "etcd http://127.0.0.1:2379 (and 2 more) /ckpt/j/";
+  v.store.self = v.store.leader = "node-x pid 7 10.0.0.1:7070";
+  v.store.standbys = {"node-y pid 9 10.0.0.2:7070"};
+  v.store.leaders = 4;
+  StoreView::Endpoint up, down;
+  up.url = "http://127.0.0.1:2379";
+  up.up = up.raft_leader = true;
+  up.raft_term = 3;
+  up.rtt_s = 0.0012;
+  down.url = "http://127.0.0.1:2381";
+  down.error = "connection refused";
+  v.store.endpoints = {up, down};
+  for (double s : {0.0004, 0.002, 0.003, 0.2}) v.appends.Add(s);
   return v;
 }
 
@@ -44,7 +58,11 @@ TEST(Status, JsonCarriesEveryField) {
         "\"connected\":false}",
         "\"waiting\":[{\"id\":11,\"host\":\"node-c\"}]",
         "\"stragglers\":{\"step\":25,\"ranks\":[{\"rank\":3,\"write_s\":5}]}",
-        "\"sdc_alerts\":[{\"step\":10,\"chunk\":\"w[0:64]\",\"detail\":\"rank(s) 1 disagree"}) {
+        "\"sdc_alerts\":[{\"step\":10,\"chunk\":\"w[0:64]\",\"detail\":\"rank(s) 1 disagree",
+        "\"control_plane\":{\"role\":\"leader\",\"store\":\"etcd\"", "\"standbys\":[\"node-y pid 9 10.0.0.2:7070\"]",
+        "\"leaders\":4,\"leader_changes\":3",
+        "{\"url\":\"http://127.0.0.1:2381\",\"up\":false,\"error\":\"connection refused\"}",
+        "\"appends\":{\"count\":4,"}) {
     EXPECT_NE(j.find(want), std::string::npos) << want << "\nin " << j;
   }
 }
@@ -57,8 +75,25 @@ TEST(Status, TextNamesMembersWaitersStragglersAndAlerts) {
   EXPECT_NE(t.find("waiting: 11  node-c\n"), std::string::npos) << t;
   EXPECT_NE(t.find("straggler in step 25: rank 3 wrote for 5 s\n"), std::string::npos) << t;
   EXPECT_NE(t.find("SDC alert, step 10 w[0:64]: "), std::string::npos) << t;
+  EXPECT_NE(t.find("leader (node-x pid 7 10.0.0.1:7070); state in etcd http://127.0.0.1:2379 (and 2 more)"),
+            std::string::npos)
+      << t;
+  EXPECT_NE(t.find("  standby: node-y pid 9 10.0.0.2:7070\n"), std::string::npos) << t;
+  EXPECT_NE(t.find("leader changes 3\n"), std::string::npos) << t;
+  EXPECT_NE(t.find("  etcd http://127.0.0.1:2381: DOWN (connection refused)\n"), std::string::npos) << t;
+  EXPECT_NE(t.find("records written: 4, mean 51.35 ms, worst 200.00 ms\n"), std::string::npos) << t;
   StatusView idle;
   EXPECT_NE(StatusText(idle).find("members:\n  (none)\n"), std::string::npos);
+  // A standby shows the store and itself only.
+  StatusView standby = Sample();
+  standby.serving = false;
+  standby.store.leading = false;
+  standby.store.self = "node-y pid 9 10.0.0.2:7070";
+  const std::string st = StatusText(standby);
+  EXPECT_NE(st.find("standby (node-y pid 9 10.0.0.2:7070)"), std::string::npos) << st;
+  EXPECT_EQ(st.find("generation"), std::string::npos) << st;
+  EXPECT_EQ(StatusJson(standby).find("generation"), std::string::npos);
+  EXPECT_NE(StatusJson(standby).find("\"serving\":false"), std::string::npos);
 }
 
 // Every sample belongs to a family announced by HELP and TYPE before it.
@@ -78,8 +113,11 @@ TEST(Status, MetricsAreWellFormedPrometheusText) {
       const std::string name = line.substr(7, line.find(' ', 7) - 7);
       EXPECT_TRUE(help.count(name)) << "TYPE before HELP: " << line;
       const std::string kind = line.substr(line.rfind(' ') + 1);
-      EXPECT_TRUE(kind == "gauge" || kind == "counter" || kind == "summary") << line;
+      EXPECT_TRUE(kind == "gauge" || kind == "counter" || kind == "summary" || kind == "histogram") << line;
       type.insert(name);
+      if (kind == "histogram") {
+        for (const char* part : {"_bucket", "_sum", "_count"}) type.insert(name + part);
+      }
       continue;
     }
     const std::string name = line.substr(0, line.find_first_of("{ "));
@@ -92,6 +130,14 @@ TEST(Status, MetricsAreWellFormedPrometheusText) {
   EXPECT_NE(m.find("ckpt_coordinator_save_seconds{phase=\"write\",quantile=\"1\"} 5\n"), std::string::npos) << m;
   EXPECT_NE(m.find("ckpt_coordinator_save_seconds{phase=\"write\",quantile=\"0.5\"} 1\n"), std::string::npos) << m;
   EXPECT_NE(m.find("ckpt_coordinator_sdc_alerts_total 1\n"), std::string::npos);
+  EXPECT_NE(m.find("ckpt_coordinator_leader 1\n"), std::string::npos) << m;
+  EXPECT_NE(m.find("ckpt_coordinator_standbys 1\n"), std::string::npos) << m;
+  EXPECT_NE(m.find("ckpt_coordinator_leader_changes_total 3\n"), std::string::npos) << m;
+  EXPECT_NE(m.find("ckpt_coordinator_store_up{endpoint=\"http://127.0.0.1:2381\"} 0\n"), std::string::npos) << m;
+  EXPECT_NE(m.find("ckpt_coordinator_store_append_seconds_bucket{le=\"0.0005\"} 1\n"), std::string::npos) << m;
+  EXPECT_NE(m.find("ckpt_coordinator_store_append_seconds_bucket{le=\"0.005\"} 3\n"), std::string::npos) << m;
+  EXPECT_NE(m.find("ckpt_coordinator_store_append_seconds_bucket{le=\"+Inf\"} 4\n"), std::string::npos) << m;
+  EXPECT_NE(m.find("ckpt_coordinator_store_append_seconds_count 4\n"), std::string::npos) << m;
   // Before any commit there is no save summary.
   EXPECT_EQ(PrometheusMetrics(StatusView{}).find("save_seconds"), std::string::npos);
 }

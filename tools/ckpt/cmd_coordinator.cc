@@ -28,11 +28,15 @@ bool ParsePositiveDuration(const std::string& text, double* out) {
 int StatusMain(int argc, char** argv, int first) {
   std::string connect = "127.0.0.1:7070";
   bool json = false;
-  Args args("coordinator status", "[--connect HOST:PORT] [--json]",
+  Args args("coordinator status", "[--connect HOST:PORT[,HOST:PORT...]] [--json]",
             "Asks a running coordinator for its state: generation, members and their last\n"
             "heartbeat, the latest committed step, stragglers of the last save and SDC\n"
-            "alerts. Needs no token (read-only).");
-  args.String("connect", &connect, "coordinator address (default 127.0.0.1:7070)");
+            "alerts, and where the state lives: with --store etcd://, the leader, the\n"
+            "standby replicas, each etcd member's health and the time records take to\n"
+            "become durable. Given several replicas, the leader answers; a standby\n"
+            "answers when no leader does (it shows only the store). Needs no token.\n"
+            "Exit status: 0 a leader answered, 1 only a standby answered, 2 none did.");
+  args.String("connect", &connect, "coordinator address(es) (default 127.0.0.1:7070)");
   args.Switch("json", &json, "print a JSON object instead of text");
   int exit = 0;
   if (!args.Parse(argc, argv, first, &exit)) return exit;
@@ -40,6 +44,15 @@ int StatusMain(int argc, char** argv, int first) {
   o.address = connect;
   o.reconnect_timeout_s = 1;
   auto client = CoordinatorClient::Connect(o);
+  bool standby = false;
+  if (!client.ok() && absl::IsUnavailable(client.status())) {
+    o.accept_standby = true;  // no leader answers: a standby's own view
+    auto any = CoordinatorClient::Connect(o);
+    if (any.ok()) {
+      client = std::move(any);
+      standby = true;
+    }
+  }
   if (!client.ok()) {
     std::fprintf(stderr, "ckpt coordinator status: %s\n", std::string(client.status().message()).c_str());
     return kExitUsage;
@@ -50,7 +63,7 @@ int StatusMain(int argc, char** argv, int first) {
     return kExitUsage;
   }
   std::printf(json ? "%s\n" : "%s", status->c_str());
-  return kExitOk;
+  return standby ? kExitProblem : kExitOk;
 }
 
 }  // namespace
@@ -64,7 +77,8 @@ int CoordinatorMain(int argc, char** argv, int first) {
             "(--state-dir DIR | --store etcd://HOST:PORT[,...]/PREFIX) --token-file F [--listen HOST:PORT]\n"
             "       [--min-nodes A --max-nodes B]\n"
             "       [--heartbeat 1s --dead-after 5] [--join-timeout 2s] [--root URI]\n"
-            "   or: ckpt coordinator status [--connect HOST:PORT]",
+            "   or: ckpt coordinator status [--connect HOST:PORT[,...]]\n"
+            "   or: ckpt coordinator history (--state-dir DIR | --store URI) [--json]",
             "Runs the elastic-restart coordinator until SIGINT or SIGTERM. Workers join with\n"
             "the job's token (challenge-response, never sent); once between --min-nodes and\n"
             "--max-nodes are present (or --join-timeout passed since the last join with at\n"
