@@ -60,7 +60,7 @@ CC=clang CXX=clang++ cmake -S . -B build-fuzz -G Ninja -DCMAKE_BUILD_TYPE=RelWit
   -DCKPT_FUZZ=ON -DCKPT_SANITIZE=address,undefined -DCKPT_BUILD_TESTS=OFF \
   -DCKPT_BUILD_BENCHMARKS=OFF -DCKPT_BUILD_TOOLS=OFF
 cmake --build build-fuzz
-for target in manifest data_file frame latest claim safetensors s3_parse coordinator; do
+for target in manifest data_file frame latest claim safetensors s3_parse coordinator records; do
   corpus=$(mktemp -d)
   cp tests/fuzz/corpus/"$target"/* "$corpus"/
   log=$(mktemp)

@@ -11,7 +11,9 @@
 #include <cerrno>
 #include <chrono>
 #include <cmath>
+#include <csignal>
 #include <cstdio>
+#include <cstdlib>
 #include <deque>
 #include <future>
 #include <list>
@@ -37,6 +39,7 @@
 #include "coordinator/membership.h"
 #include "coordinator/messages.h"
 #include "coordinator/protocol.h"
+#include "coordinator/records.h"
 #include "coordinator/session.h"
 #include "coordinator/state_log.h"
 #include "coordinator/status.h"
@@ -52,8 +55,6 @@ namespace {
 
 namespace asio = boost::asio;
 using asio::ip::tcp;
-
-enum class JournalKind : uint8_t { kGeneration = 1, kEnded = 2, kCommitted = 3, kAborted = 4, kSdc = 5, kDecided = 6 };
 
 struct Waiter {
   std::weak_ptr<Session> session;
@@ -78,6 +79,21 @@ std::string ThisHostForLeader() {
   char host[256] = {0};
   gethostname(host, sizeof(host) - 1);
   return StrCat(host, " pid ", getpid());
+}
+
+// Fault injection for the failover tests: with CKPT_COORDINATOR_CRASH_AT
+// set to a phase, the process SIGKILLs itself the first time it reaches it:
+//   rendezvous  a generation is recorded and half its members were told
+//   votes       every vote is in; the decision is not recorded
+//   decided     a commit decision is recorded; the leader rank not told
+//   outcome     a commit is recorded and half the ranks were told
+// (Replies are written as they are queued, so "told" ones mostly have
+// their bytes in the kernel when the process dies.)
+void CrashPoint(std::string_view phase, const std::function<void(const std::string&)>& log) {
+  static const char* const at = std::getenv("CKPT_COORDINATOR_CRASH_AT");
+  if (at == nullptr || phase != at) return;
+  log(StrCat("crash point '", phase, "' reached: SIGKILL"));
+  ::kill(::getpid(), SIGKILL);
 }
 
 class CoordinatorImpl final : public Coordinator, public SessionOwner {
@@ -526,13 +542,16 @@ class CoordinatorImpl final : public Coordinator, public SessionOwner {
     Log(StrCat("generation ", membership_.generation(), " formed: ", ids.size(), " member(s), world size ",
                membership_.world(),
                restore_step >= 0 ? StrCat(", restore step ", restore_step) : std::string(", nothing to restore")));
+    size_t told = 0;
     for (uint64_t id : ids) {
+      if (2 * told >= ids.size() && told > 0) CrashPoint("rendezvous", log_fn_);
       auto it = pending_joins_.find(id);
       if (it == pending_joins_.end()) continue;
       if (auto s = it->second.session.lock()) {
         s->Reply(it->second.request_id, MsgType::kAssign, AssignPayload(*membership_.Find(id)));
       }
       pending_joins_.erase(it);
+      ++told;
     }
   }
 
@@ -759,7 +778,9 @@ class CoordinatorImpl final : public Coordinator, public SessionOwner {
       StepWaiters& w = waiters_[e.step];
       switch (e.kind) {
         case BookEvent::Kind::kDecidedCommit:
+          CrashPoint("votes", log_fn_);
           if (!JournalStep(JournalKind::kDecided, e.step, e.generation)) return;
+          CrashPoint("decided", log_fn_);
           last_decided_ = std::max(last_decided_, e.step);
           for (Waiter& d : w.decide) {
             if (auto s = d.session.lock()) s->Reply(d.request_id, MsgType::kDecision, EncodeDecision(absl::OkStatus()));
@@ -784,7 +805,9 @@ class CoordinatorImpl final : public Coordinator, public SessionOwner {
           last_committed_ = std::max(last_committed_, e.step);
           ++commits_;
           RecordDurations(std::move(e.durations));
-          for (Waiter& o : w.outcome) {
+          for (size_t i = 0; i < w.outcome.size(); ++i) {
+            if (2 * i >= w.outcome.size() && i > 0) CrashPoint("outcome", log_fn_);
+            const Waiter& o = w.outcome[i];
             if (auto s = o.session.lock()) s->Reply(o.request_id, MsgType::kOutcome, EncodeDecision(absl::OkStatus()));
           }
           w.outcome.clear();
@@ -1001,6 +1024,7 @@ class CoordinatorImpl final : public Coordinator, public SessionOwner {
   std::thread verifier_;  // chooses the restore step of a forming generation
   bool forming_ = false;  // a verification for Form is in flight
   int port_ = 0;
+  std::function<void(const std::string&)> log_fn_ = [this](const std::string& line) { Log(line); };
   std::string address_;   // HOST:PORT it listens on
   bool serving_ = false;  // leads and has replayed the state (io thread)
   LatencyStats appends_;  // of records made durable (io thread)

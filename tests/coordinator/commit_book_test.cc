@@ -6,7 +6,9 @@
 #include <string>
 #include <vector>
 
+#include "coordinator/records.h"
 #include "testutil/test_util.h"
+#include "util/bytes.h"
 
 namespace ckpt::coord {
 namespace {
@@ -172,6 +174,65 @@ TEST(CommitBook, StragglersAreFarSlowerThanTheTypicalRank) {
   // Two ranks are too few to call either slow.
   std::map<int, SaveVote> two = {{0, Ok(1)}, {1, Ok(9)}};
   EXPECT_TRUE(Durations(1, two).stragglers.empty());
+}
+
+// The records a coordinator writes decode back, and the history check
+// tells legitimate sequences (a decided step aborted when its leader could
+// not publish; a step aborted in one generation saved again in the next)
+// from contradictions (one step of one generation committed and aborted;
+// generations going back).
+TEST(History, DecodesRecordsAndFindsContradictions) {
+  auto step = [](JournalKind kind, int64_t st, int64_t gen) {
+    ByteWriter w;
+    w.U8(static_cast<uint8_t>(kind));
+    w.SVar(st);
+    w.SVar(gen);
+    return w.Take();
+  };
+  auto generation = [](int64_t gen) {
+    ByteWriter w;
+    w.U8(static_cast<uint8_t>(JournalKind::kGeneration));
+    w.SVar(gen);
+    w.Var(2);
+    w.SVar(-1);
+    w.Var(1);
+    w.Var(7);
+    w.Str("node-a");
+    w.Var(0);
+    w.Var(2);
+    return w.Take();
+  };
+  History ok;
+  int64_t seq = 0;
+  for (const std::string& rec : {generation(1), step(JournalKind::kDecided, 5, 1), step(JournalKind::kCommitted, 5, 1),
+                                 step(JournalKind::kDecided, 10, 1), step(JournalKind::kAborted, 10, 1), generation(2),
+                                 step(JournalKind::kDecided, 10, 2), step(JournalKind::kCommitted, 10, 2)}) {
+    auto r = DecodeRecord(++seq, rec);
+    ASSERT_OK(r);
+    ok.Add(std::move(*r));
+  }
+  EXPECT_TRUE(ok.contradictions.empty()) << ok.contradictions.front();
+  EXPECT_EQ(ok.committed, (std::set<int64_t>{5, 10}));
+  ASSERT_EQ(ok.records[0].members.size(), 1u);
+  EXPECT_EQ(ok.records[0].members[0].host, "node-a");
+  EXPECT_EQ(ok.records[0].members[0].local_ranks, 2);
+
+  History bad;
+  seq = 0;
+  for (const std::string& rec :
+       {generation(2), step(JournalKind::kCommitted, 5, 2), step(JournalKind::kAborted, 5, 2), generation(1)}) {
+    auto r = DecodeRecord(++seq, rec);
+    ASSERT_OK(r);
+    bad.Add(std::move(*r));
+  }
+  ASSERT_EQ(bad.contradictions.size(), 2u);
+  EXPECT_EQ(bad.contradictions[0], "record 3: step 5 of generation 2 aborted after it was committed");
+  EXPECT_EQ(bad.contradictions[1], "record 4: generation 1 after generation 2 (record 1)");
+
+  auto unknown = DecodeRecord(9, std::string("\x09\x01", 2));
+  ASSERT_FALSE(unknown.ok());
+  EXPECT_NE(unknown.status().message().find("record 9: unknown kind 9"), absl::string_view::npos);
+  EXPECT_FALSE(DecodeRecord(1, step(JournalKind::kCommitted, 5, 1).substr(0, 1)).ok());
 }
 
 }  // namespace

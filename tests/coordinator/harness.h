@@ -40,10 +40,13 @@ inline void WriteToken(const TempDir& dir) {
 }
 
 /// Starts `args` with stdout and stderr appended to `out`; with
-/// `max_descriptors` > 0 the child's soft and hard RLIMIT_NOFILE are set to it.
-inline pid_t Spawn(const std::vector<std::string>& args, const std::string& out, rlim_t max_descriptors = 0) {
+/// `max_descriptors` > 0 the child's soft and hard RLIMIT_NOFILE are set to it;
+/// `env` ("NAME=value") is added to the child's environment.
+inline pid_t Spawn(const std::vector<std::string>& args, const std::string& out, rlim_t max_descriptors = 0,
+                   const std::vector<std::string>& env = {}) {
   const pid_t pid = fork();
   if (pid == 0) {
+    for (const std::string& e : env) putenv(const_cast<char*>(e.c_str()));
     const int fd = ::open(out.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
     dup2(fd, 1);
     dup2(fd, 2);
@@ -86,6 +89,7 @@ struct CoordinatorProcess {
   std::string store;                 // --store URI instead of --state-dir dir/state
   std::string name = "coordinator";  // its files: dir/NAME.log, dir/NAME.port
   bool standby = false;              // do not wait for it to serve (another leads the store)
+  std::vector<std::string> env;      // added to its environment ("NAME=value")
   void Start(const TempDir& dir, const std::string& listen, int min_nodes, int max_nodes,
              const std::vector<std::string>& extra = {}, rlim_t max_descriptors = 0) {
     const std::string port_file = dir.Join(name + ".port");
@@ -114,7 +118,7 @@ struct CoordinatorProcess {
             root.empty() ? dir.Join("root") : root};
     args.insert(args.end(), extra.begin(), extra.end());
     log = dir.Join(name + ".log");
-    pid = Spawn(args, log, max_descriptors);
+    pid = Spawn(args, log, max_descriptors, env);
     port = standby ? 0 : ReadPort(port_file);
   }
   void Kill() {

@@ -28,9 +28,26 @@ CliRun Ckpt(const std::string& args, const std::string& env = "") {
 bool Has(const std::string& s, const std::string& what) { return s.find(what) != std::string::npos; }
 
 TEST(Cli, HelpOnEverySubcommand) {
-  for (const char* sub :
-       {"demo", "synth", "restore-check", "verify", "inspect", "plan", "interval", "plugins", "export", "import",
-        "stats", "diff", "list", "gc", "repair", "coordinator", "coordinator status", "worker", "bench"}) {
+  for (const char* sub : {"demo",
+                          "synth",
+                          "restore-check",
+                          "verify",
+                          "inspect",
+                          "plan",
+                          "interval",
+                          "plugins",
+                          "export",
+                          "import",
+                          "stats",
+                          "diff",
+                          "list",
+                          "gc",
+                          "repair",
+                          "coordinator",
+                          "coordinator status",
+                          "coordinator history",
+                          "worker",
+                          "bench"}) {
     CliRun r = Ckpt(std::string(sub) + " --help");
     EXPECT_EQ(r.code, 0) << sub;
     EXPECT_TRUE(Has(r.out, std::string("usage: ckpt ") + sub)) << r.out;

@@ -97,6 +97,8 @@ absl::StatusOr<bool> RunGeneration(const WorkerConfig& c, CoordinatorClient& cli
       } else if (!prev.ok()) {
         Log(c, StrCat("rank=", rank, " save failed: ", prev.message()));
         return Stopped(client) ? absl::StatusOr<bool>(false) : prev;
+      } else {
+        Log(c, StrCat("rank=", rank, " committed step ", last->Stats().step));
       }
       if (last->Stats().step == c.kill_after_commit) kill(getpid(), SIGKILL);
     }
@@ -117,6 +119,7 @@ absl::StatusOr<bool> RunGeneration(const WorkerConfig& c, CoordinatorClient& cli
       Log(c, StrCat("rank=", rank, " final save failed: ", s.message()));
       return Stopped(client) ? absl::StatusOr<bool>(false) : s;
     }
+    Log(c, StrCat("rank=", rank, " committed step ", last->Stats().step));
   }
   Log(c, StrCat("rank=", rank, " done at step ", step));
   return true;

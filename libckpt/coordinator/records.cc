@@ -1,0 +1,108 @@
+#include "coordinator/records.h"
+
+#include "coordinator/membership.h"
+#include "util/bytes.h"
+#include "util/strings.h"
+
+namespace ckpt::coord {
+
+const char* JournalKindName(JournalKind kind) {
+  switch (kind) {
+    case JournalKind::kGeneration:
+      return "generation";
+    case JournalKind::kEnded:
+      return "ended";
+    case JournalKind::kCommitted:
+      return "committed";
+    case JournalKind::kAborted:
+      return "aborted";
+    case JournalKind::kSdc:
+      return "sdc";
+    case JournalKind::kDecided:
+      return "decided";
+  }
+  return "?";
+}
+
+absl::StatusOr<RecordView> DecodeRecord(int64_t seq, std::string_view record) {
+  ByteReader r(record, "journal record");
+  RecordView v;
+  v.seq = seq;
+  const uint8_t kind = r.U8();
+  v.kind = static_cast<JournalKind>(kind);
+  switch (v.kind) {
+    case JournalKind::kGeneration: {
+      Membership m;
+      if (absl::Status s = m.ReplayGeneration(r); !s.ok()) return s;
+      v.generation = m.generation();
+      v.world = m.world();
+      v.restore_step = m.restore_step();
+      for (const Member* p : m.Members()) v.members.push_back({p->id, p->host, p->first_rank, p->local_ranks});
+      break;
+    }
+    case JournalKind::kEnded:
+      v.generation = r.SVar();
+      break;
+    case JournalKind::kCommitted:
+    case JournalKind::kAborted:
+    case JournalKind::kDecided:
+      v.step = r.SVar();
+      v.generation = r.SVar();
+      break;
+    case JournalKind::kSdc:
+      v.step = r.SVar();
+      v.chunk = r.Str();
+      v.detail = r.Str();
+      break;
+    default:
+      return absl::DataLossError(StrCat("record ", seq, ": unknown kind ", static_cast<int>(kind)));
+  }
+  if (!r.ok()) return absl::DataLossError(StrCat("record ", seq, ": ", r.status().message()));
+  return v;
+}
+
+void History::Add(RecordView r) {
+  switch (r.kind) {
+    case JournalKind::kGeneration:
+      for (auto it = records.rbegin(); it != records.rend(); ++it) {
+        if (it->kind == JournalKind::kGeneration) {
+          if (r.generation <= it->generation) {
+            contradictions.push_back(StrCat("record ", r.seq, ": generation ", r.generation, " after generation ",
+                                            it->generation, " (record ", it->seq, ")"));
+          }
+          break;
+        }
+      }
+      break;
+    case JournalKind::kCommitted:
+      if (aborted_in_.count({r.step, r.generation})) {
+        contradictions.push_back(StrCat("record ", r.seq, ": step ", r.step, " of generation ", r.generation,
+                                        " committed after it was aborted"));
+      }
+      committed.insert(r.step);
+      committed_in_.insert({r.step, r.generation});
+      break;
+    case JournalKind::kDecided:
+      if (aborted_in_.count({r.step, r.generation})) {
+        contradictions.push_back(StrCat("record ", r.seq, ": step ", r.step, " of generation ", r.generation,
+                                        " decided for commit after it was aborted"));
+      }
+      decided.insert(r.step);
+      break;
+    case JournalKind::kAborted:
+      // A step decided for commit may still abort (its leader could not
+      // publish it); one committed may not.
+      if (committed_in_.count({r.step, r.generation})) {
+        contradictions.push_back(StrCat("record ", r.seq, ": step ", r.step, " of generation ", r.generation,
+                                        " aborted after it was committed"));
+      }
+      aborted.insert(r.step);
+      aborted_in_.insert({r.step, r.generation});
+      break;
+    default:
+      break;
+  }
+  records.push_back(std::move(r));
+}
+
+}  // namespace ckpt::coord

@@ -1,0 +1,62 @@
+// The records of the coordinator's state log (journal file or etcd), decoded
+// for reading back: `ckpt coordinator history` and the failover tests use
+// them to show every decision made and to check that none contradicts
+// another.
+#ifndef CKPT_COORDINATOR_RECORDS_H_
+#define CKPT_COORDINATOR_RECORDS_H_
+
+#include <cstdint>
+#include <set>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "absl/status/statusor.h"
+
+namespace ckpt::coord {
+
+enum class JournalKind : uint8_t { kGeneration = 1, kEnded = 2, kCommitted = 3, kAborted = 4, kSdc = 5, kDecided = 6 };
+
+/// "generation", "ended", "committed", "aborted", "sdc", "decided".
+const char* JournalKindName(JournalKind kind);
+
+struct RecordView {
+  int64_t seq = 0;  ///< 1-based position in the log
+  JournalKind kind = JournalKind::kGeneration;
+  int64_t generation = -1;
+  int64_t step = -1;  ///< steps and SDC alerts
+  // A generation:
+  int world = 0;
+  int64_t restore_step = -1;
+  struct Member {
+    uint64_t id = 0;
+    std::string host;
+    int first_rank = 0;
+    int local_ranks = 0;
+  };
+  std::vector<Member> members;
+  // An SDC alert:
+  std::string chunk, detail;
+};
+
+absl::StatusOr<RecordView> DecodeRecord(int64_t seq, std::string_view record);
+
+/// The decisions a log holds and what contradicts in them: a step of one
+/// generation both committed and aborted, or decided for commit after it
+/// was aborted; a generation number that does not grow. (A step decided
+/// for commit may still abort: its leader could not publish it; a step
+/// aborted in one generation is saved again in the next.)
+struct History {
+  std::vector<RecordView> records;
+  std::set<int64_t> committed, aborted, decided;  ///< steps, in any generation
+  std::vector<std::string> contradictions;
+  void Add(RecordView r);
+
+ private:
+  std::set<std::pair<int64_t, int64_t>> committed_in_, aborted_in_;  // (step, generation)
+};
+
+}  // namespace ckpt::coord
+
+#endif  // CKPT_COORDINATOR_RECORDS_H_
