@@ -160,9 +160,28 @@ absl::StatusOr<std::string> EtcdClient::Post(const std::string& endpoint, std::s
   req.ca_file = config_.ca_file;
   req.cert_file = config_.cert_file;
   req.key_file = config_.key_file;
-  CKPT_ASSIGN_OR_RETURN(HttpResponse resp, http_->Perform(req));
-  *status = resp.status;
-  return std::move(resp.body);
+  auto resp = http_->Perform(req);
+  if (!resp.ok()) {
+    const std::string m(resp.status().message());
+    // A server that refuses the client's certificate (or the lack of one)
+    // ends the TLS session, which TLS 1.3 reports only as a dropped
+    // connection: say what to check.
+    if (req.url.rfind("https://", 0) == 0 && !absl::IsFailedPrecondition(resp.status()) &&
+        (m.find("SSL") != std::string::npos || m.find("peer") != std::string::npos ||
+         m.find("certificate") != std::string::npos)) {
+      return absl::Status(
+          resp.status().code(),
+          StrCat(m,
+                 " (the TLS session ended: does etcd demand a client certificate (--client-cert-auth) and not "
+                 "trust this one? ",
+                 config_.cert_file.empty() ? std::string("no cert_file= is given")
+                                           : StrCat("cert_file=", config_.cert_file),
+                 ")"));
+    }
+    return resp.status();
+  }
+  *status = resp->status;
+  return std::move(resp->body);
 }
 
 absl::Status EtcdClient::Authenticate(const std::string& endpoint) {

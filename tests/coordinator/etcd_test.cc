@@ -185,5 +185,84 @@ TEST(Etcd, AuthenticatedUsersAndWrongPasswords) {
   EXPECT_FALSE(no_user.ok());
 }
 
+// A CA, and a certificate it signs for `name` with the given extended key
+// usage (and the loopback address as subject alternative name), made with
+// the openssl command line in `dir`.
+void MakeCa(const TempDir& dir, const std::string& ca) {
+  CommandResult r = RunCommand(StrCat("cd ", dir.path(), " && openssl req -x509 -newkey rsa:2048 -nodes -keyout ", ca,
+                                      ".key -out ", ca, ".pem -days 2 -subj /CN=", ca, " 2>&1"));
+  ASSERT_EQ(r.code, 0) << r.out;
+}
+void MakeCert(const TempDir& dir, const std::string& ca, const std::string& name, const std::string& usage) {
+  WriteFile(dir.Join(name + ".ext"),
+            StrCat("subjectAltName=IP:127.0.0.1\nextendedKeyUsage=", usage, "\nbasicConstraints=CA:FALSE\n"));
+  CommandResult r = RunCommand(StrCat("cd ", dir.path(), " && openssl req -newkey rsa:2048 -nodes -keyout ", name,
+                                      ".key -out ", name, ".csr -subj /CN=", name, " 2>&1 && openssl x509 -req -in ",
+                                      name, ".csr -CA ", ca, ".pem -CAkey ", ca, ".key -CAcreateserial -out ", name,
+                                      ".pem -days 2 -extfile ", name, ".ext 2>&1"));
+  ASSERT_EQ(r.code, 0) << r.out;
+}
+
+// etcd serving https and demanding client certificates (--client-cert-auth):
+// a coordinator's log with ca_file, cert_file and key_file leads, appends
+// and replays, and `ckpt coordinator history` reads it; without a client
+// certificate, with a certificate from another CA, or trusting another CA,
+// the store is refused with the reason and the endpoint named.
+TEST(Etcd, TlsWithClientCertificates) {
+  TempDir dir;
+  MakeCa(dir, "ca");
+  MakeCa(dir, "other-ca");
+  // etcd's gateway calls its own gRPC port as a client with the server's
+  // certificate: it needs both usages.
+  MakeCert(dir, "ca", "server", "serverAuth,clientAuth");
+  MakeCert(dir, "ca", "client", "clientAuth");
+  MakeCert(dir, "other-ca", "stranger", "clientAuth");
+  EtcdServer etcd(dir, 1, {dir.Join("server.pem"), dir.Join("server.key"), dir.Join("ca.pem")});
+  ASSERT_TRUE(etcd.up()) << etcd.log();
+  const std::string base = etcd.Uri("/ckpt/tls");
+  const std::string uri = StrCat(base, "?ca_file=", dir.Join("ca.pem"), "&cert_file=", dir.Join("client.pem"),
+                                 "&key_file=", dir.Join("client.key"));
+  uint64_t torn = 0;
+  {
+    auto log = coord::NewEtcdLog(uri);
+    ASSERT_OK(log);
+    ASSERT_OK((*log)->Open([](std::string_view) { return absl::OkStatus(); }, &torn));
+    EXPECT_NE((*log)->Describe().find("https://127.0.0.1:"), std::string::npos) << (*log)->Describe();
+    ASSERT_OK((*log)->Append(std::string("\x02\x02", 2)));  // "generation 1 ended"
+  }
+  {
+    auto log = coord::NewEtcdLog(uri);
+    ASSERT_OK(log);
+    int records = 0;
+    ASSERT_OK((*log)->Open(
+        [&](std::string_view) {
+          ++records;
+          return absl::OkStatus();
+        },
+        &torn));
+    EXPECT_EQ(records, 1);
+  }
+  CommandResult history = RunCommand(StrCat(CKPT_BIN, " coordinator history --store '", uri, "' 2>&1"));
+  EXPECT_EQ(history.code, 0) << history.out;
+  EXPECT_NE(history.out.find("       1  generation 1 ended\n"), std::string::npos) << history.out;
+  const std::string endpoint = base.substr(7, base.find('/', 7) - 7);
+  auto refused = [&](const std::string& options, const std::string& why) {
+    SCOPED_TRACE(options);
+    auto log = coord::NewEtcdLog(StrCat(base, "?timeout=2&", options));
+    ASSERT_OK(log);
+    absl::Status s = (*log)->Open([](std::string_view) { return absl::OkStatus(); }, &torn);
+    ASSERT_FALSE(s.ok());
+    EXPECT_NE(s.message().find(StrCat("https://", endpoint)), absl::string_view::npos) << s;
+    EXPECT_NE(s.message().find(why), absl::string_view::npos) << s;
+  };
+  refused(StrCat("ca_file=", dir.Join("ca.pem")), "client certificate (--client-cert-auth)");
+  refused(StrCat("ca_file=", dir.Join("ca.pem"), "&cert_file=", dir.Join("stranger.pem"),
+                 "&key_file=", dir.Join("stranger.key")),
+          StrCat("cert_file=", dir.Join("stranger.pem")));
+  refused(StrCat("ca_file=", dir.Join("other-ca.pem"), "&cert_file=", dir.Join("client.pem"),
+                 "&key_file=", dir.Join("client.key")),
+          "certificate");
+}
+
 }  // namespace
 }  // namespace ckpt::testing

@@ -145,9 +145,15 @@ inline int FreePort() {
 
 // An etcd cluster of `members` members (Debian's etcd-server) on loopback
 // ports, in a temporary directory; members killed and started again by index.
+/// TLS for a test etcd: its certificate and key, and the CA whose client
+/// certificates it demands (--client-cert-auth).
+struct EtcdTls {
+  std::string cert_file, key_file, client_ca_file;
+};
+
 class EtcdServer {
  public:
-  explicit EtcdServer(const TempDir& dir, int members = 1) {
+  explicit EtcdServer(const TempDir& dir, int members = 1, EtcdTls tls = {}) : tls_(std::move(tls)) {
     std::string initial;
     for (int i = 0; i < members; ++i) {
       Member m;
@@ -201,18 +207,40 @@ class EtcdServer {
   };
   void Spawn(int i) {
     Member& m = members_[i];
-    const std::string client_url = StrCat("http://127.0.0.1:", m.client_port);
-    m.pid = ::ckpt::testing::Spawn(
-        {"/usr/bin/etcd", "--name", m.name, "--data-dir", m.data, "--listen-client-urls", client_url,
-         "--advertise-client-urls", client_url, "--listen-peer-urls", m.peer_url, "--initial-advertise-peer-urls",
-         m.peer_url, "--initial-cluster", initial_cluster_, "--initial-cluster-state", "new", "--log-level", "error"},
-        m.log);
+    const std::string client_url = StrCat(tls_.cert_file.empty() ? "http" : "https", "://127.0.0.1:", m.client_port);
+    std::vector<std::string> args = {"/usr/bin/etcd",
+                                     "--name",
+                                     m.name,
+                                     "--data-dir",
+                                     m.data,
+                                     "--listen-client-urls",
+                                     client_url,
+                                     "--advertise-client-urls",
+                                     client_url,
+                                     "--listen-peer-urls",
+                                     m.peer_url,
+                                     "--initial-advertise-peer-urls",
+                                     m.peer_url,
+                                     "--initial-cluster",
+                                     initial_cluster_,
+                                     "--initial-cluster-state",
+                                     "new",
+                                     "--log-level",
+                                     "error"};
+    if (!tls_.cert_file.empty()) {
+      args.insert(args.end(), {"--cert-file", tls_.cert_file, "--key-file", tls_.key_file, "--client-cert-auth",
+                               "--trusted-ca-file", tls_.client_ca_file});
+    }
+    m.pid = ::ckpt::testing::Spawn(args, m.log);
   }
   bool WaitHealthy(int i) {
     HttpClient http;
     for (int k = 0; k < 300; ++k) {
       HttpRequest req;
-      req.url = StrCat("http://127.0.0.1:", members_[i].client_port, "/health");
+      req.url = StrCat(tls_.cert_file.empty() ? "http" : "https", "://127.0.0.1:", members_[i].client_port, "/health");
+      req.ca_file = tls_.client_ca_file;  // the tests' one CA signs both sides
+      req.cert_file = tls_.cert_file;     // the server's certificate may serve as a client's too
+      req.key_file = tls_.key_file;
       req.timeout_s = 1;
       auto r = http.Perform(req);
       if (r.ok() && r->status == 200 && r->body.find("true") != std::string::npos) return true;
@@ -223,6 +251,7 @@ class EtcdServer {
     return false;
   }
 
+  EtcdTls tls_;
   std::string last_health_;
   std::vector<Member> members_;
   std::string initial_cluster_;
