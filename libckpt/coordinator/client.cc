@@ -480,7 +480,9 @@ class ClientImpl final : public CoordinatorClient {
           if (cv_.wait_for(lock, std::chrono::duration<double>(delay), [&] { return shutting_down_; })) return;
         }
         if (ConnectOnce().ok()) break;
-        delay = std::min(delay * 2, 2.0);
+        // Replicas: a standby takes over within its lease, so look again
+        // often; one coordinator restarting is given more room.
+        delay = std::min(delay * 2, options_.address.find(',') != std::string::npos ? 0.25 : 2.0);
         if (NowSeconds() > give_up) {
           std::lock_guard<std::mutex> lock(mu_);
           for (auto& [pid, p] : pending_) {

@@ -162,8 +162,12 @@ class EtcdLog final : public StateLog {
   absl::Status Lead() {
     const int64_t ttl = client_.config().lease_s;
     std::string seen;
+    auto renewed = std::chrono::steady_clock::now();
     while (true) {
-      if (lease_ == 0) CKPT_RETURN_IF_ERROR(GrantLease());
+      if (lease_ == 0) {
+        CKPT_RETURN_IF_ERROR(GrantLease());
+        renewed = std::chrono::steady_clock::now();
+      }
       int64_t revision = 0;
       CKPT_ASSIGN_OR_RETURN(bool won, client_.CreateGuarded(LeaderKey(), identity_, lease_, "", 0, &revision));
       if (won) {
@@ -188,10 +192,16 @@ class EtcdLog final : public StateLog {
         Say(StrCat("standing by: ", who, " leads ", Describe()));
         seen = who;
       }
-      // Our own lease must outlive the wait.
-      auto left = client_.LeaseKeepAlive(lease_);
-      if (!left.ok() || *left <= 0) lease_ = 0;
-      std::this_thread::sleep_for(std::chrono::milliseconds(std::max<int64_t>(100, ttl * 1000 / 6)));
+      // Our own lease must outlive the wait: renewed three times a lease.
+      const auto now = std::chrono::steady_clock::now();
+      if (now - renewed >= std::chrono::milliseconds(ttl * 1000 / 3)) {
+        auto left = client_.LeaseKeepAlive(lease_);
+        if (!left.ok() || *left <= 0) lease_ = 0;
+        renewed = now;
+      }
+      // The leader key is tried ten times a second; etcd itself removes an
+      // expired lease's keys only every 500 ms.
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
     }
     keeper_ = std::thread([this] { KeepLeading(); });
     return absl::OkStatus();
