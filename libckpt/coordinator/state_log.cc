@@ -161,49 +161,73 @@ class EtcdLog final : public StateLog {
   // Becomes the prefix's leader, waiting while another is.
   absl::Status Lead() {
     const int64_t ttl = client_.config().lease_s;
-    std::string seen;
+    std::string seen, trouble;
     auto renewed = std::chrono::steady_clock::now();
+    bool reached = false;  // the store answered this replica once
     while (true) {
-      if (lease_ == 0) {
-        CKPT_RETURN_IF_ERROR(GrantLease());
-        renewed = std::chrono::steady_clock::now();
-      }
-      int64_t revision = 0;
-      CKPT_ASSIGN_OR_RETURN(bool won, client_.CreateGuarded(LeaderKey(), identity_, lease_, "", 0, &revision));
-      if (won) {
-        leader_revision_ = revision;
-        // One key per leadership, so that status can count the changes.
-        char key[32];
-        std::snprintf(key, sizeof(key), "%020" PRId64, revision);
-        int64_t ignored = 0;
-        (void)client_.CreateGuarded(StrCat(LeadersDir(), key), identity_, 0, LeaderKey(), revision, &ignored);
-        {
-          std::lock_guard<std::mutex> lock(mu_);
-          leading_ = true;
-          view_.leader = identity_;
+      absl::Status s = TryToLead(ttl, &renewed, &seen);
+      if (s.ok() && leader_revision_ != 0) break;
+      if (!s.ok()) {
+        // Once it has stood by, a standby outlives a store that is down or
+        // without quorum: it waits, and takes over when the store is back.
+        // Before that, a store it cannot use is a setup error, said at once.
+        if (!reached || absl::IsPermissionDenied(s) || absl::IsInvalidArgument(s)) return s;
+        if (std::string(s.message()) != trouble) {
+          Say(StrCat("standing by: the store does not answer (", s.message(), "); trying again"));
+          trouble = std::string(s.message());
         }
-        Say(StrCat("leading ", Describe(), " (lease ", ttl, " s)"));
-        break;
+        lease_ = 0;  // it may have expired meanwhile: a new one
+        std::this_thread::sleep_for(std::chrono::milliseconds(500));
+        continue;
       }
-      bool more = false;
-      auto leader = client_.Range(LeaderKey(), "", 0, &more);
-      const std::string who = leader.ok() && !leader->empty() ? leader->front().value : std::string("?");
-      if (who != seen) {
-        Say(StrCat("standing by: ", who, " leads ", Describe()));
-        seen = who;
-      }
-      // Our own lease must outlive the wait: renewed three times a lease.
-      const auto now = std::chrono::steady_clock::now();
-      if (now - renewed >= std::chrono::milliseconds(ttl * 1000 / 3)) {
-        auto left = client_.LeaseKeepAlive(lease_);
-        if (!left.ok() || *left <= 0) lease_ = 0;
-        renewed = now;
-      }
+      reached = true;
+      trouble.clear();
       // The leader key is tried ten times a second; etcd itself removes an
       // expired lease's keys only every 500 ms.
       std::this_thread::sleep_for(std::chrono::milliseconds(100));
     }
     keeper_ = std::thread([this] { KeepLeading(); });
+    return absl::OkStatus();
+  }
+
+  // One try at the leader key; OK either way (leader_revision_ is set when
+  // it won), an error when the store did not answer.
+  absl::Status TryToLead(int64_t ttl, std::chrono::steady_clock::time_point* renewed, std::string* seen) {
+    if (lease_ == 0) {
+      CKPT_RETURN_IF_ERROR(GrantLease());
+      *renewed = std::chrono::steady_clock::now();
+    }
+    int64_t revision = 0;
+    CKPT_ASSIGN_OR_RETURN(bool won, client_.CreateGuarded(LeaderKey(), identity_, lease_, "", 0, &revision));
+    if (won) {
+      leader_revision_ = revision;
+      // One key per leadership, so that status can count the changes.
+      char key[32];
+      std::snprintf(key, sizeof(key), "%020" PRId64, revision);
+      int64_t ignored = 0;
+      (void)client_.CreateGuarded(StrCat(LeadersDir(), key), identity_, 0, LeaderKey(), revision, &ignored);
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        leading_ = true;
+        view_.leader = identity_;
+      }
+      Say(StrCat("leading ", Describe(), " (lease ", ttl, " s)"));
+      return absl::OkStatus();
+    }
+    bool more = false;
+    CKPT_ASSIGN_OR_RETURN(auto leader, client_.Range(LeaderKey(), "", 0, &more));
+    const std::string who = !leader.empty() ? leader.front().value : std::string("?");
+    if (who != *seen) {
+      Say(StrCat("standing by: ", who, " leads ", Describe()));
+      *seen = who;
+    }
+    // Our own lease must outlive the wait: renewed three times a lease.
+    const auto now = std::chrono::steady_clock::now();
+    if (now - *renewed >= std::chrono::milliseconds(ttl * 1000 / 3)) {
+      CKPT_ASSIGN_OR_RETURN(int64_t left, client_.LeaseKeepAlive(lease_));
+      if (left <= 0) lease_ = 0;
+      *renewed = now;
+    }
     return absl::OkStatus();
   }
 

@@ -502,23 +502,29 @@ TEST(Coordinator, LeaderKillsAtEveryPhaseLoseNothing) {
               committed.size());
 }
 
-// The store is a three-member etcd cluster. Losing one member changes
-// nothing (the coordinator moves to another endpoint). Losing a second
-// (quorum gone) stops the decisions: the coordinator cannot record one, so
-// it stops acting and exits 1, and no step commits meanwhile. With the
-// members and a coordinator back, the job ends exactly.
+// The store is a three-member etcd cluster, with a leader and a standby
+// coordinator. Losing one member changes nothing (the coordinator moves to
+// another endpoint). Losing a second (quorum gone) stops the decisions: the
+// leader cannot record one, so it stops acting and exits 1, and no step
+// commits meanwhile; the standby waits through the outage and its status
+// shows the members down. With the members back the standby takes over by
+// itself, and the job ends exactly.
 TEST(Coordinator, EtcdMemberLossChangesNothingQuorumLossStopsDecisions) {
   TempDir dir;
   WriteToken(dir);
   EtcdServer etcd(dir, 3);
   ASSERT_TRUE(etcd.up()) << etcd.log();
-  CoordinatorProcess coord;
-  coord.store = etcd.Uri("/ckpt/jobs/quorum?timeout=2");
-  coord.Start(dir, "127.0.0.1:0", 3, 3);
-  ASSERT_GT(coord.port, 0) << ReadFile(coord.log);
-  const int port = coord.port;
+  const int port = FreePort(), spare_port = FreePort();
+  CoordinatorProcess coord, spare;
+  coord.store = spare.store = etcd.Uri("/ckpt/jobs/quorum?timeout=2&lease=2");
+  spare.name = "spare";
+  coord.Start(dir, StrCat("127.0.0.1:", port), 3, 3);
+  ASSERT_EQ(coord.port, port) << ReadFile(coord.log);
+  spare.standby = true;
+  spare.Start(dir, StrCat("127.0.0.1:", spare_port), 3, 3);
   constexpr int64_t kSteps = 90;
-  std::vector<pid_t> workers = SpawnSteadyWorkers(dir, port, 3, kSteps);
+  std::vector<pid_t> workers =
+      SpawnSteadyWorkers(dir, port, 3, kSteps, StrCat("127.0.0.1:", port, ",127.0.0.1:", spare_port));
   const std::string root = dir.Join("root");
   WaitForCommitted(root, 15);
   etcd.Kill(0);  // the endpoint the coordinator talks to first
@@ -532,19 +538,23 @@ TEST(Coordinator, EtcdMemberLossChangesNothingQuorumLossStopsDecisions) {
   ExpectStopsActing(coord, "the coordinator kept deciding without a quorum");
   auto stopped_at = LatestCommittedStep(**storage);
   ASSERT_OK(stopped_at);
-  std::this_thread::sleep_for(std::chrono::seconds(1));
+  int code = -1;
+  const std::string outage = StatusHolding(StrCat("--connect 127.0.0.1:", spare_port), ": DOWN (", &code);
+  EXPECT_EQ(code, 1) << outage;
+  EXPECT_NE(outage.find(": DOWN ("), std::string::npos) << outage;
   auto still = LatestCommittedStep(**storage);
   ASSERT_OK(still);
   EXPECT_EQ(*still, *stopped_at) << "a step committed while the store had no quorum";
   EXPECT_LT(*still, kSteps);
+  EXPECT_EQ(waitpid(spare.pid, nullptr, WNOHANG), 0)
+      << "the standby did not outlive the outage: " << ReadFile(spare.log);
   etcd.Start(0);
   etcd.Start(1);
-  coord.Start(dir, StrCat("127.0.0.1:", port), 3, 3);
-  ASSERT_EQ(coord.port, port) << ReadFile(coord.log);
+  ASSERT_EQ(WaitForPort(dir.Join("spare.port"), 60), spare_port) << ReadFile(spare.log);
   for (int i = 0; i < 3; ++i) {
     EXPECT_EQ(WaitExit(workers[i]), 0) << ReadFile(dir.Join(StrCat("worker", i, ".out")));
   }
-  coord.Stop();
+  spare.Stop();
   ExpectFinalStateExact(root, kSteps);
 }
 
