@@ -405,7 +405,7 @@ TEST(Coordinator, LeaderKillsAtEveryPhaseLoseNothing) {
   const std::string store = etcd.Uri("/ckpt/jobs/campaign?lease=1");
   constexpr const char* kPhases[] = {"rendezvous", "votes", "decided", "outcome", ""};
   constexpr int kKills = 25, kWorkers = 4;
-  constexpr int64_t kSteps = 400;
+  constexpr int64_t kSteps = 800;  // long enough that the job outlasts the 25 kills
   CoordinatorProcess replicas[2];
   // Replica r started now performs kill `kill_no` (when it is the leader then).
   auto start = [&](int r, int kill_no, bool standby) {
@@ -498,8 +498,10 @@ TEST(Coordinator, LeaderKillsAtEveryPhaseLoseNothing) {
     }
   }
   EXPECT_GT(seen, 0u);
-  std::printf("campaign: %d leader kills, %zu commits seen by workers, %zu steps committed in etcd\n", kKills, seen,
-              committed.size());
+  std::printf(
+      "campaign: %d leader kills (step %lld committed after the last), %zu commits seen by workers, %zu "
+      "steps committed in etcd\n",
+      kKills, static_cast<long long>(last), seen, committed.size());
 }
 
 // The store is a three-member etcd cluster, with a leader and a standby
