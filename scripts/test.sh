@@ -37,7 +37,7 @@ ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1 \
 echo "== ThreadSanitizer: the tests of the concurrent parts"
 # The save pipeline, commit protocol, backends, audits and the coordinator
 # are where threads meet; the pure-logic tests add nothing under TSan.
-tsan_tests=(commit_test roundtrip_test backends_test audit_test claim_test staging_arena_test coordinator_test hostile_test
+tsan_tests=(commit_test roundtrip_test backends_test audit_test claim_test staging_arena_test coordinator_test etcd_test hostile_test
   safetensors_cli_test)
 cmake -S . -B build-tsan -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCKPT_SANITIZE=thread \
   -DCKPT_BUILD_BENCHMARKS=OFF
