@@ -45,6 +45,8 @@ namespace {
 
 constexpr char kToken[] = "bench-token-0123456789";
 
+void KillAndReap(pid_t pid);
+
 std::string Fixed(double v, int digits) {
   char buf[64];
   std::snprintf(buf, sizeof(buf), "%.*f", digits, v);
@@ -60,17 +62,55 @@ struct CommitFigures {
 // `runs` saves are committed: every rank but one votes, then the last vote
 // is timed until the leader holds the decision and until every rank has
 // the outcome (after the leader published).
-bool MeasureCommits(const CoordinatorOptions& o, int64_t ranks, int64_t runs, CommitFigures* f) {
-  auto coord = Coordinator::Start(o);
-  if (!coord.ok()) {
-    std::fprintf(stderr, "coordinator_bench: %s\n", std::string(coord.status().message()).c_str());
-    return false;
+// The coordinator in a child process of its own, so that its sockets and
+// the members' each count against one process's descriptor limit. Returns
+// its port (0: it did not start); `*pid` is the child to kill afterwards.
+int ForkCoordinator(const CoordinatorOptions& o, pid_t* pid) {
+  int fds[2];
+  if (pipe(fds) != 0) return 0;
+  *pid = fork();
+  if (*pid == 0) {
+    close(fds[0]);
+    auto c = Coordinator::Start(o);
+    const int port = c.ok() ? (*c)->port() : 0;
+    if (!c.ok()) std::fprintf(stderr, "coordinator_bench: %s\n", std::string(c.status().message()).c_str());
+    (void)!write(fds[1], &port, sizeof(port));
+    close(fds[1]);
+    if (c.ok()) pause();  // until killed
+    _exit(c.ok() ? 0 : 1);
   }
+  close(fds[1]);
+  int port = 0;
+  if (*pid < 0 || read(fds[0], &port, sizeof(port)) != sizeof(port)) port = 0;
+  close(fds[0]);
+  return port;
+}
+
+bool MeasureCommits(const CoordinatorOptions& o, int64_t ranks, int64_t runs, bool fork_coordinator, CommitFigures* f) {
+  std::unique_ptr<Coordinator> in_process;
+  pid_t child = -1;
+  int port = 0;
+  if (fork_coordinator) {
+    port = ForkCoordinator(o, &child);
+  } else {
+    auto coord = Coordinator::Start(o);
+    if (!coord.ok()) {
+      std::fprintf(stderr, "coordinator_bench: %s\n", std::string(coord.status().message()).c_str());
+      return false;
+    }
+    in_process = std::move(coord).value();
+    port = in_process->port();
+  }
+  struct Reap {
+    pid_t pid;
+    ~Reap() { KillAndReap(pid); }
+  } reap{child};
+  if (port == 0) return false;
   std::vector<std::unique_ptr<coord::SimMember>> m(static_cast<size_t>(ranks));
   const double t_join = NowSeconds();
   for (int64_t i = 0; i < ranks; ++i) {
     m[i] = std::make_unique<coord::SimMember>();
-    if (!m[i]->Connect((*coord)->port()) || !m[i]->SendJoin(kToken, StrCat("sim-", i))) return false;
+    if (!m[i]->Connect(port) || !m[i]->SendJoin(kToken, StrCat("sim-", i))) return false;
   }
   for (auto& s : m) {
     if (!s->ReadAssign()) return false;
@@ -318,9 +358,12 @@ int Main(int argc, char** argv) {
   getrlimit(RLIMIT_NOFILE, &lim);
   lim.rlim_cur = lim.rlim_max;
   setrlimit(RLIMIT_NOFILE, &lim);
-  if (lim.rlim_cur < static_cast<rlim_t>(2 * ranks + 64)) {
+  // Members and coordinator in one process need two descriptors a rank;
+  // past the limit the coordinator runs in a child process (one each).
+  const bool fork_coordinator = lim.rlim_cur < static_cast<rlim_t>(2 * ranks + 64);
+  if (lim.rlim_cur < static_cast<rlim_t>(ranks + 64)) {
     std::fprintf(stderr, "coordinator_bench: %lld ranks need %lld file descriptors, the limit is %llu\n",
-                 static_cast<long long>(ranks), static_cast<long long>(2 * ranks + 64),
+                 static_cast<long long>(ranks), static_cast<long long>(ranks + 64),
                  static_cast<unsigned long long>(lim.rlim_cur));
     return 2;
   }
@@ -354,12 +397,12 @@ int Main(int argc, char** argv) {
   o.dead_after = 100;
   o.log = [](const std::string&) {};
   CommitFigures journal, in_etcd;
-  if (!MeasureCommits(o, ranks, runs, &journal)) return 1;
+  if (!MeasureCommits(o, ranks, runs, fork_coordinator, &journal)) return 1;
   if (!store.empty()) {
     CoordinatorOptions e = o;
     e.state_dir.clear();
     e.store = StrCat(store, store.find('?') == std::string::npos ? "?" : "&", "lease=", static_cast<int>(lease));
-    if (!MeasureCommits(e, ranks, runs, &in_etcd)) return 1;
+    if (!MeasureCommits(e, ranks, runs, fork_coordinator, &in_etcd)) return 1;
   }
 
   // Detection: two members, one falls silent.
@@ -401,7 +444,8 @@ int Main(int argc, char** argv) {
     if (!MeasureFailover(ckpt, fdir, fstore, failovers, lease, &fo)) return 1;
   }
   const double bound = heartbeat * static_cast<double>(dead_after + 1);
-  std::printf("coordinator on loopback, %lld simulated ranks (one connection each)\n", static_cast<long long>(ranks));
+  std::printf("coordinator on loopback%s, %lld simulated ranks (one connection each)\n",
+              fork_coordinator ? " (its own process)" : "", static_cast<long long>(ranks));
   std::printf("  rendezvous of all ranks: journal %.3f s%s\n", journal.join_s,
               store.empty() ? "" : StrCat(", etcd ", Fixed(in_etcd.join_s, 3), " s").c_str());
   std::printf("  last vote -> leader has the decision: journal %s%s, target <= 1000 ms\n", Ms(journal.decide).c_str(),

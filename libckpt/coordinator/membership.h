@@ -42,6 +42,8 @@ class Membership {
   /// Members waiting for the next generation, in the order they joined.
   std::vector<const Member*> Waiting() const;
   size_t waiting_count() const { return waiting_.size(); }
+  /// Members of the current generation (Members().size() without the list).
+  size_t member_count() const { return order_.size(); }
   /// A member of the running generation, or null.
   const Member* Find(uint64_t id) const;
 

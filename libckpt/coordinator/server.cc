@@ -175,8 +175,8 @@ class CoordinatorImpl final : public Coordinator, public SessionOwner {
     if (membership_.running()) {
       // Members get the usual grace to reconnect after a restart (from
       // when it starts serving, below).
-      Log(StrCat("resuming generation ", membership_.generation(), " (", membership_.Members().size(),
-                 " members, world ", membership_.world(), ") from the journal"));
+      Log(StrCat("resuming generation ", membership_.generation(), " (", membership_.member_count(), " members, world ",
+                 membership_.world(), ") from the journal"));
     }
     std::promise<void> serving;
     asio::post(io_, [&] {
@@ -217,8 +217,13 @@ class CoordinatorImpl final : public Coordinator, public SessionOwner {
   // A new connection starts unauthenticated; past the limit the oldest
   // unauthenticated one makes room.
   void Track(const std::shared_ptr<Session>& s) {
-    sessions_.erase(std::remove_if(sessions_.begin(), sessions_.end(), [](auto& w) { return w.expired(); }),
-                    sessions_.end());
+    // Closed sessions are swept when the list has doubled since the last
+    // sweep: amortised O(1) per connection.
+    if (sessions_.size() >= sweep_at_) {
+      sessions_.erase(std::remove_if(sessions_.begin(), sessions_.end(), [](auto& w) { return w.expired(); }),
+                      sessions_.end());
+      sweep_at_ = std::max<size_t>(64, 2 * sessions_.size());
+    }
     sessions_.push_back(s);
     s->unauthenticated = unauthenticated_.insert(unauthenticated_.end(), s);
     while (unauthenticated_.size() > static_cast<size_t>(std::max(1, options_.max_unauthenticated))) {
@@ -473,7 +478,7 @@ class CoordinatorImpl final : public Coordinator, public SessionOwner {
     a.first_rank = static_cast<uint64_t>(m.first_rank);
     a.local_ranks = static_cast<uint64_t>(m.local_ranks);
     a.world_size = static_cast<uint64_t>(membership_.world());
-    a.members = membership_.Members().size();
+    a.members = membership_.member_count();
     a.restore_step = membership_.restore_step();
     a.heartbeat_ms = static_cast<uint64_t>(options_.heartbeat_s * 1000);
     return Encode(a);
@@ -486,11 +491,17 @@ class CoordinatorImpl final : public Coordinator, public SessionOwner {
 
   void MaybeForm(bool timer_fired) {
     if (membership_.running()) return;  // newcomers wait as spares for the next generation
-    ForgetDisconnectedWaiters();
-    const int n = static_cast<int>(membership_.waiting_count());
+    int n = static_cast<int>(membership_.waiting_count());
     if (n >= options_.max_nodes || (timer_fired && n >= options_.min_nodes)) {
-      Form();
-      return;
+      // Waiters whose connection is gone are counted out only here, when a
+      // generation may form: once per join, it would cost every rendezvous
+      // time quadratic in its size.
+      ForgetDisconnectedWaiters();
+      n = static_cast<int>(membership_.waiting_count());
+      if (n >= options_.max_nodes || (timer_fired && n >= options_.min_nodes)) {
+        Form();
+        return;
+      }
     }
     if (n >= options_.min_nodes) {
       // Wait a little for more; every join restarts the wait.
@@ -615,6 +626,7 @@ class CoordinatorImpl final : public Coordinator, public SessionOwner {
         EndGeneration(*silence.dead);
       }
       ExpireWaiters(now);
+      if (!membership_.running()) ForgetDisconnectedWaiters();  // so status lists only live spares
       if (absl::Status h = log_->Health(); !h.ok() && halted().empty()) Halt(std::string(h.message()));
       Tick();
     });
@@ -1033,6 +1045,7 @@ class CoordinatorImpl final : public Coordinator, public SessionOwner {
   std::string halted_;  // why it stopped acting; written on the io thread
   std::string coordinator_id_ = StrCat("ckpt-coordinator/", kProtocolVersion);
   std::vector<std::weak_ptr<Session>> sessions_;
+  size_t sweep_at_ = 64;                               // sessions_ is swept of closed ones at this size
   std::list<std::weak_ptr<Session>> unauthenticated_;  // oldest first
   double idle_timeout_s_ = 30;
   int reserve_fd_ = -1;  // given up to accept (and close) a connection when descriptors run out
