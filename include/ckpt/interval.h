@@ -63,6 +63,46 @@ CKPT_EXPORT double AsyncLossPerFailure(double period, double stall, double write
 CKPT_EXPORT double AsyncInterval(double stall, double write, double mtbf);
 
 // ---------------------------------------------------------------------------
+// Two levels: memory saves (held in peers' memory) survive the failures that
+// take out one failure domain, a fraction `survivable` of all failures;
+// durable saves (storage) survive every failure. Saves start every
+// `memory_period` of wall time; every `durable_every`-th is durable instead
+// of a memory save. After a survivable failure the job restarts from the
+// newest committed save of either level (a durable save is also held in
+// memory) at the memory level's restart cost; after any other, from the
+// newest committed durable save at the durable restart cost. A memory save
+// must commit before the next save starts, a durable one before the next
+// durable one (memory saves may start while it drains).
+
+struct CKPT_EXPORT LevelCosts {
+  double stall = 0;    ///< the trainer is blocked this long per save
+  double write = 0;    ///< then this long until the save is committed
+  double restart = 0;  ///< restart and restore from this level
+};
+
+struct CKPT_EXPORT TwoLevelPlan {
+  double memory_period = 0;   ///< wall time from one save's start to the next
+  int64_t durable_every = 1;  ///< every k-th save is durable
+  double durable_period = 0;  ///< memory_period * durable_every
+  double goodput = 0;         ///< TwoLevelGoodput at this plan
+};
+
+/// First-order goodput of a two-level schedule (the waste of each kind of
+/// failure and of the saves, added; exact to O((period / mtbf)^2)):
+///   1 - [(k-1) s1 + s2] / (k P)
+///     - p/M (P/2 + s1 + w1 + r1) - (1-p)/M (k P/2 + s2 + w2 + r2)
+/// (for k = 1 every save is durable and the survivable term uses s2, w2).
+CKPT_EXPORT double TwoLevelGoodput(double memory_period, int64_t durable_every, const LevelCosts& memory,
+                                   const LevelCosts& durable, double survivable, double mtbf);
+
+/// The schedule maximising TwoLevelGoodput: for each k the period that
+/// zeroes the derivative, P = sqrt(2 [(k-1) s1 + s2] / (k (p + (1-p) k) / M)),
+/// held to the commit constraints; the best k of 1..100000. survivable in
+/// [0, 1): with 0 memory saves cannot pay and k = 1.
+CKPT_EXPORT TwoLevelPlan TwoLevelInterval(const LevelCosts& memory, const LevelCosts& durable, double survivable,
+                                          double mtbf);
+
+// ---------------------------------------------------------------------------
 // Failure rates from logs.
 
 struct CKPT_EXPORT MtbfEstimate {
@@ -109,6 +149,14 @@ struct CKPT_EXPORT SimulationConfig {
   double weibull_shape = 1;  ///< 1: exponential failures
   int64_t runs = 1000;
   uint64_t seed = 1;
+  /// Two levels (interval = memory period; stall, write and restart are the
+  /// durable level's): every durable_every-th save is durable, the others
+  /// memory saves with these costs; a failure is survivable by memory with
+  /// probability `survivable`.
+  bool two_level = false;
+  LevelCosts memory;
+  int64_t durable_every = 1;
+  double survivable = 0;
 };
 
 struct CKPT_EXPORT SimulationResult {
@@ -116,6 +164,8 @@ struct CKPT_EXPORT SimulationResult {
   double goodput_ci95 = 0;  ///< half-width of its 95% interval
   double mean_wall = 0;
   double failures_per_run = 0;
+  /// Two levels: restarts from a memory save and from a durable one.
+  double memory_restores_per_run = 0, durable_restores_per_run = 0;
 };
 
 /// Simulates `runs` independent runs; failures are a renewal process with
@@ -135,7 +185,18 @@ struct CKPT_EXPORT IntervalPolicyOptions {
   double min_interval_s = 60;
   double max_interval_s = 24 * 3600;
   double smoothing = 0.3;  ///< weight of each new measurement
+  /// Two levels (NextLevel): memory saves with these starting estimates,
+  /// surviving this fraction of failures; stall_s, write_s and restart_s
+  /// are then the durable level's. min/max_interval_s bound the memory
+  /// period.
+  bool two_level = false;
+  double memory_stall_s = 0.2;
+  double memory_write_s = 2;
+  double memory_restart_s = 60;
+  double survivable = 0.9;
 };
+
+enum class CheckpointLevel { kNone, kMemory, kDurable };
 
 /// Answers "checkpoint now?" each step, from the failure rate and the save
 /// costs it measures (exponentially smoothed), never before the previous
@@ -156,11 +217,23 @@ class CKPT_EXPORT IntervalPolicy {
   double stall_s() const { return stall_; }
   double write_s() const { return write_; }
 
+  /// Two levels: which save to start now, if any (never before the
+  /// previous save committed). Durable every durable_every() saves.
+  CheckpointLevel NextLevel(double now_s, bool previous_committed = true);
+  /// Call when a save of `level` started at `now_s`.
+  void SaveStarted(double now_s, CheckpointLevel level);
+  /// Folds a finished save of `level` into that level's estimates.
+  void RecordSave(const SaveStats& stats, CheckpointLevel level);
+  int64_t durable_every() const { return durable_every_; }
+
  private:
   void Recompute();
   IntervalPolicyOptions options_;
   double stall_, write_;
+  double memory_stall_, memory_write_;
   double interval_ = 0;
+  int64_t durable_every_ = 1;
+  int64_t saves_since_durable_ = 0;
   double last_start_ = -1;
 };
 

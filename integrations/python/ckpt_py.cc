@@ -133,7 +133,8 @@ PYBIND11_MODULE(_ckpt, m) {
 
   py::class_<ckpt::IntervalPolicy>(m, "IntervalPolicy")
       .def(py::init([](double mtbf_s, double restart_s, double stall_s, double write_s, double min_interval_s,
-                       double max_interval_s) {
+                       double max_interval_s, bool two_level, double memory_stall_s, double memory_write_s,
+                       double memory_restart_s, double survivable) {
              ckpt::IntervalPolicyOptions o;
              o.mtbf_s = mtbf_s;
              o.restart_s = restart_s;
@@ -141,18 +142,47 @@ PYBIND11_MODULE(_ckpt, m) {
              o.write_s = write_s;
              o.min_interval_s = min_interval_s;
              o.max_interval_s = max_interval_s;
+             o.two_level = two_level;
+             o.memory_stall_s = memory_stall_s;
+             o.memory_write_s = memory_write_s;
+             o.memory_restart_s = memory_restart_s;
+             o.survivable = survivable;
              return std::make_unique<ckpt::IntervalPolicy>(o);
            }),
            py::arg("mtbf_s") = 24 * 3600.0, py::arg("restart_s") = 600.0, py::arg("stall_s") = 1.0,
            py::arg("write_s") = 30.0, py::arg("min_interval_s") = 60.0, py::arg("max_interval_s") = 24 * 3600.0,
-           "How often to checkpoint, from the failure rate and the measured save costs (docs/interval.md).")
+           py::arg("two_level") = false, py::arg("memory_stall_s") = 0.2, py::arg("memory_write_s") = 2.0,
+           py::arg("memory_restart_s") = 60.0, py::arg("survivable") = 0.9,
+           "How often to checkpoint, from the failure rate and the measured save costs (docs/interval.md); "
+           "with two_level, memory and durable saves.")
       .def("should_checkpoint", &ckpt::IntervalPolicy::ShouldCheckpoint, py::arg("now_s"),
            py::arg("previous_durable") = true)
-      .def("save_started", &ckpt::IntervalPolicy::SaveStarted, py::arg("now_s"))
+      .def(
+          "next_level",
+          [](ckpt::IntervalPolicy& p, double now_s, bool previous_committed) -> std::string {
+            switch (p.NextLevel(now_s, previous_committed)) {
+              case ckpt::CheckpointLevel::kMemory:
+                return "memory";
+              case ckpt::CheckpointLevel::kDurable:
+                return "durable";
+              default:
+                return "";
+            }
+          },
+          py::arg("now_s"), py::arg("previous_committed") = true,
+          "Two levels: 'memory', 'durable' or '' (no save now).")
+      .def(
+          "save_started",
+          [](ckpt::IntervalPolicy& p, double now_s, const std::string& level) {
+            if (level != "memory" && level != "durable") throw py::value_error("level is 'memory' or 'durable'");
+            p.SaveStarted(now_s, level == "memory" ? ckpt::CheckpointLevel::kMemory : ckpt::CheckpointLevel::kDurable);
+          },
+          py::arg("now_s"), py::arg("level") = "durable")
       .def(
           "record_save", [](ckpt::IntervalPolicy& p, const ckpt::SaveHandle& h) { p.RecordSave(h.Stats()); },
           py::arg("handle"), "Folds a finished save's measured stall and write time into the estimates.")
       .def("set_mtbf", &ckpt::IntervalPolicy::SetMtbf)
+      .def_property_readonly("durable_every", &ckpt::IntervalPolicy::durable_every)
       .def_property_readonly("interval_s", &ckpt::IntervalPolicy::interval_s)
       .def_property_readonly("stall_s", &ckpt::IntervalPolicy::stall_s)
       .def_property_readonly("write_s", &ckpt::IntervalPolicy::write_s);

@@ -78,15 +78,95 @@ double AsyncInterval(double stall, double write, double mtbf) {
   return std::max(stall + write, ExactDalyInterval(stall, mtbf) + stall);
 }
 
+double TwoLevelGoodput(double memory_period, int64_t durable_every, const LevelCosts& memory, const LevelCosts& durable,
+                       double survivable, double mtbf) {
+  const double P = memory_period;
+  const double k = static_cast<double>(std::max<int64_t>(1, durable_every));
+  const double p = std::clamp(survivable, 0.0, 1.0);
+  if (P <= 0 || mtbf <= 0) return 0;
+  const double saves = ((k - 1) * memory.stall + durable.stall) / (k * P);
+  const LevelCosts& newest = durable_every > 1 ? memory : durable;
+  const double lost = p / mtbf * (P / 2 + newest.stall + newest.write + memory.restart) +
+                      (1 - p) / mtbf * (k * P / 2 + durable.stall + durable.write + durable.restart);
+  return std::max(0.0, 1 - saves - lost);
+}
+
+TwoLevelPlan TwoLevelInterval(const LevelCosts& memory, const LevelCosts& durable, double survivable, double mtbf) {
+  const double p = std::clamp(survivable, 0.0, 0.999999);
+  const double rate = 1 / std::max(mtbf, 1e-9);
+  TwoLevelPlan best;
+  best.goodput = -1;
+  for (int64_t k = 1; k <= 100000; ++k) {
+    const double kd = static_cast<double>(k);
+    double P = std::sqrt(2 * ((kd - 1) * memory.stall + durable.stall) / (kd * (p + (1 - p) * kd) * rate));
+    // A save commits before the next starts; a durable one before the
+    // next durable one.
+    P = std::max(P, k > 1 ? memory.stall + memory.write : durable.stall + durable.write);
+    P = std::max(P, (durable.stall + durable.write) / kd);
+    const double g = TwoLevelGoodput(P, k, memory, durable, p, mtbf);
+    if (g > best.goodput) {
+      best.memory_period = P;
+      best.durable_every = k;
+      best.durable_period = P * kd;
+      best.goodput = g;
+    } else if (k > 8 && g < best.goodput - 0.01) {
+      break;  // past the optimum by far: the waste only grows from here
+    }
+  }
+  return best;
+}
+
 IntervalPolicy::IntervalPolicy(IntervalPolicyOptions options)
-    : options_(options), stall_(options.stall_s), write_(options.write_s) {
+    : options_(options),
+      stall_(options.stall_s),
+      write_(options.write_s),
+      memory_stall_(options.memory_stall_s),
+      memory_write_(options.memory_write_s) {
   Recompute();
 }
 
 void IntervalPolicy::Recompute() {
   const double m = std::max(options_.mtbf_s, 1e-9);
+  if (options_.two_level) {
+    const TwoLevelPlan plan = TwoLevelInterval({memory_stall_, memory_write_, options_.memory_restart_s},
+                                               {stall_, write_, options_.restart_s}, options_.survivable, m);
+    interval_ = std::clamp(plan.memory_period, options_.min_interval_s, options_.max_interval_s);
+    durable_every_ = plan.durable_every;
+    return;
+  }
   double interval = options_.async ? AsyncInterval(stall_, write_, m) : ExactDalyInterval(stall_, m) + stall_;
   interval_ = std::clamp(interval, options_.min_interval_s, options_.max_interval_s);
+}
+
+CheckpointLevel IntervalPolicy::NextLevel(double now_s, bool previous_committed) {
+  if (last_start_ < 0) {
+    last_start_ = now_s;  // the clock starts at the first question
+    return CheckpointLevel::kNone;
+  }
+  if (!previous_committed || now_s - last_start_ < interval_) return CheckpointLevel::kNone;
+  if (!options_.two_level) return CheckpointLevel::kDurable;
+  return saves_since_durable_ + 1 >= durable_every_ ? CheckpointLevel::kDurable : CheckpointLevel::kMemory;
+}
+
+void IntervalPolicy::SaveStarted(double now_s, CheckpointLevel level) {
+  last_start_ = now_s;
+  if (level == CheckpointLevel::kDurable) {
+    saves_since_durable_ = 0;
+  } else if (level == CheckpointLevel::kMemory) {
+    ++saves_since_durable_;
+  }
+}
+
+void IntervalPolicy::RecordSave(const SaveStats& stats, CheckpointLevel level) {
+  if (level != CheckpointLevel::kMemory || !options_.two_level) {
+    RecordSave(stats);
+    return;
+  }
+  const double a = std::clamp(options_.smoothing, 0.0, 1.0);
+  const double done = stats.commit_s > 0 ? stats.commit_s : stats.write_s;
+  memory_stall_ = (1 - a) * memory_stall_ + a * stats.stall_s;
+  memory_write_ = (1 - a) * memory_write_ + a * std::max(0.0, done - stats.stall_s);
+  Recompute();
 }
 
 bool IntervalPolicy::ShouldCheckpoint(double now_s, bool previous_durable) {

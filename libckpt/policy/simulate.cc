@@ -1,5 +1,7 @@
+#include <algorithm>
 #include <cmath>
 #include <random>
+#include <vector>
 
 #include "ckpt/interval.h"
 
@@ -91,16 +93,96 @@ double RunAsync(const SimulationConfig& c, FailureClock& clock, int64_t* failure
   return t;
 }
 
+// Two levels (interval.h): saves every `interval` of wall time, every
+// durable_every-th durable. Each failure is survivable by memory with
+// probability `survivable`; a failure during a restart is drawn the same
+// way, and one that is not survivable turns a memory restore into a
+// durable one.
+double RunTwoLevel(const SimulationConfig& c, FailureClock& clock, std::mt19937_64& kind, int64_t* failures,
+                   int64_t* memory_restores, int64_t* durable_restores) {
+  const LevelCosts durable{c.stall, c.write, c.restart};
+  const int64_t k = std::max<int64_t>(1, c.durable_every);
+  const double period = std::max(c.interval, k > 1 ? c.memory.stall + c.memory.write : c.stall + c.write);
+  std::uniform_real_distribution<double> coin(0, 1);
+  struct Pending {
+    double progress, at;
+    bool durable;
+  };
+  std::vector<Pending> pending;
+  double t = 0, progress = 0, mem_point = 0, dur_point = 0;
+  int64_t index = 0;  // saves started
+  double next_failure = clock.Next(0);
+  auto settle = [&](double now) {
+    for (size_t i = 0; i < pending.size();) {
+      if (pending[i].at <= now) {
+        mem_point = std::max(mem_point, pending[i].progress);
+        if (pending[i].durable) dur_point = std::max(dur_point, pending[i].progress);
+        pending.erase(pending.begin() + static_cast<std::ptrdiff_t>(i));
+      } else {
+        ++i;
+      }
+    }
+  };
+  auto fail = [&] {
+    t = next_failure;
+    ++*failures;
+    settle(t);
+    pending.clear();  // saves still committing are lost
+    bool from_memory = coin(kind) < c.survivable;
+    if (!from_memory) mem_point = dur_point;  // the memory copies are gone
+    double restart = from_memory ? c.memory.restart : durable.restart;
+    next_failure = clock.Next(t);
+    while (next_failure - t < restart) {
+      t = next_failure;
+      ++*failures;
+      if (coin(kind) >= c.survivable) {
+        from_memory = false;
+        mem_point = dur_point;
+        restart = durable.restart;
+      }
+      next_failure = clock.Next(t);
+    }
+    t += restart;
+    progress = from_memory ? mem_point : dur_point;
+    ++*(from_memory ? memory_restores : durable_restores);
+  };
+  while (progress < c.work) {
+    const bool is_durable = (index + 1) % k == 0;
+    const LevelCosts& level = is_durable ? durable : c.memory;
+    const double compute = std::min(period - level.stall, c.work - progress);
+    if (next_failure - t < compute) {
+      fail();
+      continue;
+    }
+    t += compute;
+    progress += compute;
+    settle(t);
+    if (progress >= c.work) break;
+    if (next_failure - t < level.stall) {
+      fail();
+      continue;
+    }
+    t += level.stall;
+    pending.push_back({progress, t + level.write, is_durable});
+    ++index;
+  }
+  return t;
+}
+
 }  // namespace
 
 SimulationResult Simulate(const SimulationConfig& config) {
   SimulationResult r;
   if (config.runs <= 0 || config.work <= 0 || config.interval <= 0) return r;
   double sum = 0, sum2 = 0, wall = 0;
-  int64_t failures = 0;
+  int64_t failures = 0, memory_restores = 0, durable_restores = 0;
   for (int64_t i = 0; i < config.runs; ++i) {
-    FailureClock clock(config.mtbf, config.weibull_shape, config.seed * 1000003 + static_cast<uint64_t>(i));
-    const double t = config.async ? RunAsync(config, clock, &failures) : RunBlocking(config, clock, &failures);
+    const uint64_t seed = config.seed * 1000003 + static_cast<uint64_t>(i);
+    FailureClock clock(config.mtbf, config.weibull_shape, seed);
+    std::mt19937_64 kind(seed ^ 0x9e3779b97f4a7c15ULL);
+    const double t = config.two_level ? RunTwoLevel(config, clock, kind, &failures, &memory_restores, &durable_restores)
+                     : config.async   ? RunAsync(config, clock, &failures)
+                                      : RunBlocking(config, clock, &failures);
     const double g = config.work / t;
     sum += g;
     sum2 += g * g;
@@ -112,6 +194,8 @@ SimulationResult Simulate(const SimulationConfig& config) {
   r.goodput_ci95 = 1.96 * std::sqrt(var / n);
   r.mean_wall = wall / n;
   r.failures_per_run = static_cast<double>(failures) / n;
+  r.memory_restores_per_run = static_cast<double>(memory_restores) / n;
+  r.durable_restores_per_run = static_cast<double>(durable_restores) / n;
   return r;
 }
 

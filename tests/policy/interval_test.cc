@@ -4,6 +4,8 @@
 
 #include <cmath>
 #include <random>
+#include <utility>
+#include <vector>
 
 #include "policy/failure_fit.h"
 #include "testutil/test_util.h"
@@ -217,6 +219,113 @@ TEST(Simulation, WeibullFailuresRunAndAreSeeded) {
   EXPECT_LT(a.goodput, 1.0);
   c.seed = 10;
   EXPECT_NE(Simulate(c).goodput, a.goodput);
+}
+
+// Two levels: a memory save (0.5 s stall, committed 5 s later, restored in
+// a minute) beside a durable one (2 s, 60 s, 10 min), 90% of failures
+// survivable by memory, MTBF 4 h.
+constexpr LevelCosts kMemory{0.5, 5, 60}, kDurable{2, 60, 600};
+
+SimulationConfig TwoLevelRun(double period, int64_t every, double survivable, int64_t runs) {
+  SimulationConfig c;
+  c.two_level = true;
+  c.work = 20 * 24 * kHour;
+  c.interval = period;
+  c.durable_every = every;
+  c.memory = kMemory;
+  c.stall = kDurable.stall;
+  c.write = kDurable.write;
+  c.restart = kDurable.restart;
+  c.survivable = survivable;
+  c.mtbf = 4 * kHour;
+  c.runs = runs;
+  c.seed = 5;
+  return c;
+}
+
+// The model's optimum is where the simulator finds the best goodput (moving
+// the period or the durable cadence by a factor of three loses), the model
+// predicts the simulated goodput, and two levels beat durable saves alone.
+TEST(TwoLevel, OptimumAgreesWithTheSimulator) {
+  const TwoLevelPlan plan = TwoLevelInterval(kMemory, kDurable, 0.9, 4 * kHour);
+  EXPECT_GT(plan.durable_every, 1);
+  EXPECT_NEAR(plan.durable_period, plan.memory_period * static_cast<double>(plan.durable_every), 1e-9);
+  const SimulationResult at = Simulate(TwoLevelRun(plan.memory_period, plan.durable_every, 0.9, 300));
+  EXPECT_NEAR(at.goodput, plan.goodput, 3 * at.goodput_ci95 + 0.005);
+  EXPECT_GT(at.memory_restores_per_run, 5 * at.durable_restores_per_run);
+  for (const auto& [period, every] :
+       std::vector<std::pair<double, int64_t>>{{plan.memory_period / 3, plan.durable_every},
+                                               {plan.memory_period * 3, plan.durable_every},
+                                               {plan.memory_period, std::max<int64_t>(1, plan.durable_every / 3)},
+                                               {plan.memory_period, plan.durable_every * 3}}) {
+    const SimulationResult off = Simulate(TwoLevelRun(period, every, 0.9, 300));
+    EXPECT_LT(off.goodput, at.goodput + at.goodput_ci95 + off.goodput_ci95)
+        << "period " << period << ", durable every " << every;
+  }
+  // Durable saves alone, at their own optimum.
+  const double durable_only = AsyncInterval(kDurable.stall, kDurable.write, 4 * kHour);
+  EXPECT_GT(plan.goodput, AsyncGoodput(durable_only, kDurable.stall, kDurable.write, kDurable.restart, 4 * kHour));
+  SimulationConfig alone = TwoLevelRun(durable_only, 1, 0.9, 300);
+  alone.two_level = false;
+  alone.async = true;
+  EXPECT_GT(at.goodput, Simulate(alone).goodput + 0.01);
+}
+
+// Memory saves pay only for failures they survive: none survivable, or a
+// memory level no cheaper than storage, leaves durable saves alone; the more
+// failures memory survives, the rarer the durable saves.
+TEST(TwoLevel, CadenceFollowsWhatMemorySurvives) {
+  EXPECT_EQ(TwoLevelInterval(kMemory, kDurable, 0.0, 4 * kHour).durable_every, 1);
+  EXPECT_EQ(TwoLevelInterval(kDurable, kDurable, 0.9, 4 * kHour).durable_every, 1);
+  int64_t last = 0;
+  for (double p : {0.5, 0.8, 0.95, 0.99}) {
+    const TwoLevelPlan plan = TwoLevelInterval(kMemory, kDurable, p, 4 * kHour);
+    EXPECT_GT(plan.durable_every, last) << p;
+    last = plan.durable_every;
+  }
+  // The simulator restores from memory only what memory survives.
+  EXPECT_EQ(Simulate(TwoLevelRun(300, 4, 0.0, 20)).memory_restores_per_run, 0);
+  EXPECT_EQ(Simulate(TwoLevelRun(300, 4, 1.0, 20)).durable_restores_per_run, 0);
+}
+
+TEST(Policy, TwoLevelsAlternateMemoryAndDurableSaves) {
+  IntervalPolicyOptions o;
+  o.two_level = true;
+  o.mtbf_s = 4 * kHour;
+  o.stall_s = kDurable.stall;
+  o.write_s = kDurable.write;
+  o.restart_s = kDurable.restart;
+  o.memory_stall_s = kMemory.stall;
+  o.memory_write_s = kMemory.write;
+  o.memory_restart_s = kMemory.restart;
+  o.survivable = 0.9;
+  o.min_interval_s = 1;
+  IntervalPolicy p(o);
+  const TwoLevelPlan plan = TwoLevelInterval(kMemory, kDurable, 0.9, 4 * kHour);
+  EXPECT_NEAR(p.interval_s(), plan.memory_period, 1e-9);
+  EXPECT_EQ(p.durable_every(), plan.durable_every);
+  EXPECT_EQ(p.NextLevel(0), CheckpointLevel::kNone);
+  double now = 0;
+  int memory = 0, durable = 0;
+  for (int64_t i = 0; i < 3 * p.durable_every(); ++i) {
+    now += p.interval_s() + 0.001;
+    EXPECT_EQ(p.NextLevel(now, /*previous_committed=*/false), CheckpointLevel::kNone);
+    const CheckpointLevel level = p.NextLevel(now);
+    ASSERT_NE(level, CheckpointLevel::kNone);
+    (level == CheckpointLevel::kDurable ? durable : memory)++;
+    EXPECT_EQ(level == CheckpointLevel::kDurable, (i + 1) % p.durable_every() == 0) << i;
+    p.SaveStarted(now, level);
+    EXPECT_EQ(p.NextLevel(now + 0.5), CheckpointLevel::kNone);
+  }
+  EXPECT_EQ(durable, 3);
+  EXPECT_EQ(memory, 3 * (p.durable_every() - 1));
+  // Slower memory saves than estimated move the period out.
+  SaveStats slow;
+  slow.stall_s = 5;
+  slow.commit_s = 30;
+  const double before = p.interval_s();
+  for (int i = 0; i < 10; ++i) p.RecordSave(slow, CheckpointLevel::kMemory);
+  EXPECT_GT(p.interval_s(), before);
 }
 
 TEST(Policy, WaitsForTheIntervalAndForDurability) {

@@ -177,6 +177,27 @@ def test_numpy_round_trip_errors_dtypes_and_interval_policy(tmp_path):
     assert 3 <= manager.saves <= 40, f"{manager.saves} saves in 1.5 s"
     assert 0.05 <= policy.interval_s <= 0.2, policy.interval_s
     assert policy.write_s > 0
+
+    # Two levels: memory saves between durable ones, never before the last committed.
+    two = ckpt.IntervalPolicy(mtbf_s=4 * 3600, restart_s=600, stall_s=2, write_s=60, min_interval_s=1,
+                              two_level=True, memory_stall_s=0.5, memory_write_s=5, memory_restart_s=60,
+                              survivable=0.9)
+    assert two.durable_every > 1, two.durable_every
+    assert two.next_level(0.0) == ""
+    levels = []
+    now = 0.0
+    for _ in range(2 * two.durable_every):
+        now += two.interval_s + 0.001
+        assert two.next_level(now, previous_committed=False) == ""
+        level = two.next_level(now)
+        levels.append(level)
+        two.save_started(now, level)
+    assert levels.count("durable") == 2 and levels[two.durable_every - 1] == "durable", levels
+    try:
+        two.save_started(now, "tape")
+        raise AssertionError("an unknown level was accepted")
+    except ValueError:
+        pass
     print(f"numpy round trip ok; policy-driven manager saved {manager.saves} times "
           f"(interval {policy.interval_s:.3f} s, measured write {policy.write_s:.4f} s)")
 

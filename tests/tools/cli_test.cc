@@ -159,6 +159,30 @@ double JsonField(const std::string& json, const std::string& key, size_t from = 
   return std::stod(json.substr(at + key.size() + 3));
 }
 
+// Two levels: the memory period and the durable cadence come from the
+// model, the simulator agrees, and the plan beats durable saves alone.
+TEST(Cli, IntervalTwoLevels) {
+  CliRun r = Ckpt(
+      "interval --mtbf 4h --stall 2s --write 60s --restart 10m --memory-stall 0.5s --memory-write 5s"
+      " --memory-restart 1m --survivable 0.9 --step-time 2s --simulate 200 --json");
+  ASSERT_EQ(r.code, 0) << r.out;
+  const size_t at = r.out.find("\"two_level\":");
+  ASSERT_NE(at, std::string::npos) << r.out;
+  const double period = JsonField(r.out, "memory_period_s", at);
+  const double every = JsonField(r.out, "durable_every", at);
+  const double goodput = JsonField(r.out, "goodput", at);
+  EXPECT_GT(every, 1);
+  EXPECT_NEAR(JsonField(r.out, "durable_period_s", at), period * every, 0.01);  // JSON keeps 6 digits
+  EXPECT_EQ(JsonField(r.out, "memory_period_steps", at), std::round(period / 2));
+  EXPECT_GT(goodput, JsonField(r.out, "goodput", r.out.find("\"async\":")));
+  EXPECT_NEAR(JsonField(r.out, "simulated_goodput", at), goodput, 0.005);
+  EXPECT_GT(JsonField(r.out, "simulated_memory_restores_per_run", at),
+            JsonField(r.out, "simulated_durable_restores_per_run", at));
+  // Half the options, or a survivable fraction out of range: usage errors.
+  EXPECT_EQ(Ckpt("interval --mtbf 4h --stall 2s --write 60s --survivable 0.9").code, 2);
+  EXPECT_EQ(Ckpt("interval --mtbf 4h --stall 2s --write 60s --memory-stall 1s --survivable 1").code, 2);
+}
+
 TEST(Cli, IntervalFromAGivenMtbf) {
   TempDir dir;
   const std::string svg = dir.Join("goodput.svg");

@@ -53,7 +53,9 @@ absl::StatusOr<std::string> ReadText(const std::string& path) {
 
 int IntervalMain(int argc, char** argv, int first) {
   std::string mtbf_text, node_rate_text, log_path, stall_text, write_text, cost_text,
-      restart_text = "10m", work_text, step_text, current_text, costs_path, plot_path;
+      restart_text = "10m", work_text, step_text, current_text, costs_path, plot_path, memory_stall_text,
+      memory_write_text, memory_restart_text = "1m";
+  double survivable = -1;
   int64_t nodes = 0, gpus = 0, simulate = 0, seed = 1;
   double gpu_hour_cost = 0, weibull_shape = 0;
   bool json = false, log_intervals = false;
@@ -64,7 +66,11 @@ int IntervalMain(int argc, char** argv, int first) {
             "copy, the write finishes in the background, a failure before it is durable\n"
             "falls back to the previous checkpoint): the optimum period and its goodput.\n"
             "--simulate checks the numbers by Monte Carlo; --plot draws goodput against the\n"
-            "interval. Durations take s, m, h, d suffixes.");
+            "interval. With --memory-stall and --survivable, two levels: memory saves\n"
+            "(replicated into peers' memory; they survive the fraction --survivable of\n"
+            "failures, those of one failure domain) and durable saves: the memory period\n"
+            "and how many saves apart the durable ones go. Durations take s, m, h, d\n"
+            "suffixes.");
   args.String("mtbf", &mtbf_text, "mean time between failures of the whole job, e.g. 24h");
   args.String("node-failure-rate", &node_rate_text, "failures per node per day, e.g. 0.001/day");
   args.Int("nodes", &nodes, "node count (with --node-failure-rate)");
@@ -84,6 +90,10 @@ int IntervalMain(int argc, char** argv, int first) {
   args.Int("seed", &seed, "simulation seed (default 1)");
   args.Double("weibull-shape", &weibull_shape, "simulate Weibull failures of this shape");
   args.String("plot", &plot_path, "write goodput against interval as SVG");
+  args.String("memory-stall", &memory_stall_text, "two levels: how long a memory save blocks training");
+  args.String("memory-write", &memory_write_text, "two levels: from the stall until replicated (default 0)");
+  args.String("memory-restart", &memory_restart_text, "two levels: restart from peers' memory (default 1m)");
+  args.Double("survivable", &survivable, "two levels: fraction of failures a memory save survives, in [0, 1)");
   args.Switch("json", &json, "print JSON");
   int exit = 0;
   if (!args.Parse(argc, argv, first, &exit)) return exit;
@@ -199,6 +209,23 @@ int IntervalMain(int argc, char** argv, int first) {
     current = *d;
   }
 
+  // Two levels.
+  const bool two_level = !memory_stall_text.empty() || survivable >= 0;
+  LevelCosts memory_costs, durable_costs;
+  TwoLevelPlan plan2;
+  if (two_level) {
+    if (memory_stall_text.empty() || survivable < 0 || survivable >= 1 || !async) {
+      return usage("two levels need --memory-stall, --survivable in [0, 1), and the durable --stall and --write");
+    }
+    auto ms = dur(memory_stall_text, "--memory-stall");
+    auto mw = dur(memory_write_text.empty() ? "0s" : memory_write_text, "--memory-write");
+    auto mr = dur(memory_restart_text, "--memory-restart");
+    if (!ms.ok() || !mw.ok() || !mr.ok()) return usage("--memory-stall, --memory-write, --memory-restart: durations");
+    memory_costs = {*ms, *mw, *mr};
+    durable_costs = {stall, write, *restart};
+    plan2 = TwoLevelInterval(memory_costs, durable_costs, survivable, mtbf);
+  }
+
   // Blocking models (compute time between checkpoints).
   const double young = YoungInterval(cost, mtbf);
   const double daly = DalyInterval(cost, mtbf);
@@ -207,7 +234,8 @@ int IntervalMain(int argc, char** argv, int first) {
   // Async model (period from save start to save start).
   const double period = async ? AsyncInterval(stall, write, mtbf) : NAN;
   const double async_goodput = async ? AsyncGoodput(period, stall, write, *restart, mtbf) : NAN;
-  const double best_goodput = async ? std::max(async_goodput, block_goodput) : block_goodput;
+  const double best_goodput =
+      std::max(async ? std::max(async_goodput, block_goodput) : block_goodput, two_level ? plan2.goodput : 0.0);
   const double lost_per_day = (1 - best_goodput) * 24;  // hours
   const double dollars_per_day =
       gpus > 0 && gpu_hour_cost > 0 ? lost_per_day * static_cast<double>(gpus) * gpu_hour_cost : NAN;
@@ -218,7 +246,7 @@ int IntervalMain(int argc, char** argv, int first) {
                             : DalyGoodput(std::max(current - cost, 1e-9), cost, *restart, mtbf);
   }
 
-  SimulationResult sim_block, sim_async;
+  SimulationResult sim_block, sim_async, sim_two;
   const double sim_work = std::isfinite(work) ? work : std::max(30 * 86400.0, 50 * mtbf);
   const double shape = weibull_shape > 0 ? weibull_shape : 1.0;
   if (simulate > 0) {
@@ -238,6 +266,15 @@ int IntervalMain(int argc, char** argv, int first) {
       c.stall = stall;
       c.write = write;
       sim_async = Simulate(c);
+    }
+    if (two_level) {
+      c.async = false;
+      c.two_level = true;
+      c.interval = plan2.memory_period;
+      c.durable_every = plan2.durable_every;
+      c.memory = memory_costs;
+      c.survivable = survivable;
+      sim_two = Simulate(c);
     }
   }
 
@@ -331,6 +368,29 @@ int IntervalMain(int argc, char** argv, int first) {
       if (simulate > 0) w.Field("simulated_goodput", sim_async.goodput).Field("simulated_ci95", sim_async.goodput_ci95);
       w.EndObject();
     }
+    if (two_level) {
+      w.Key("two_level")
+          .BeginObject()
+          .Field("memory_stall_s", memory_costs.stall)
+          .Field("memory_write_s", memory_costs.write)
+          .Field("memory_restart_s", memory_costs.restart)
+          .Field("survivable", survivable)
+          .Field("memory_period_s", plan2.memory_period)
+          .Field("durable_every", plan2.durable_every)
+          .Field("durable_period_s", plan2.durable_period)
+          .Field("goodput", plan2.goodput);
+      if (std::isfinite(step)) {
+        w.Field("memory_period_steps", steps(plan2.memory_period))
+            .Field("durable_period_steps", steps(plan2.durable_period));
+      }
+      if (simulate > 0) {
+        w.Field("simulated_goodput", sim_two.goodput)
+            .Field("simulated_ci95", sim_two.goodput_ci95)
+            .Field("simulated_memory_restores_per_run", sim_two.memory_restores_per_run)
+            .Field("simulated_durable_restores_per_run", sim_two.durable_restores_per_run);
+      }
+      w.EndObject();
+    }
     w.Field("hours_lost_per_day", lost_per_day);
     if (std::isfinite(dollars_per_day)) w.Field("cost_lost_per_day", dollars_per_day);
     if (std::isfinite(current)) w.Field("current_interval_s", current).Field("current_goodput", current_goodput);
@@ -371,6 +431,23 @@ int IntervalMain(int argc, char** argv, int first) {
     if (simulate > 0) std::printf("   simulated %.4f +- %.4f", sim_async.goodput, sim_async.goodput_ci95);
     std::printf("\n  expected loss per failure %s\n",
                 Dur(AsyncLossPerFailure(period, stall, write, *restart, mtbf)).c_str());
+  }
+  if (two_level) {
+    std::printf(
+        "two levels (memory saves: stall %s, replicated after %s, restart %s; %.0f%% of failures "
+        "survivable):\n",
+        Dur(memory_costs.stall).c_str(), Dur(memory_costs.write).c_str(), Dur(memory_costs.restart).c_str(),
+        100 * survivable);
+    std::printf("  a save every %s%s, one in %lld durable (every %s%s), the others memory   goodput %.4f",
+                Dur(plan2.memory_period).c_str(), in_steps(plan2.memory_period).c_str(),
+                static_cast<long long>(plan2.durable_every), Dur(plan2.durable_period).c_str(),
+                in_steps(plan2.durable_period).c_str(), plan2.goodput);
+    if (simulate > 0) std::printf("   simulated %.4f +- %.4f", sim_two.goodput, sim_two.goodput_ci95);
+    std::printf("\n  against durable saves alone: %+.2f h of every 24 h\n", (plan2.goodput - async_goodput) * 24);
+    if (simulate > 0) {
+      std::printf("  simulated restores per run: %.1f from memory, %.1f from storage\n",
+                  sim_two.memory_restores_per_run, sim_two.durable_restores_per_run);
+    }
   }
   if (std::isfinite(current)) {
     std::printf("current interval %s: goodput %.4f (%.2f h/day more lost than at the optimum)\n", Dur(current).c_str(),
