@@ -23,13 +23,25 @@
 namespace ckpt::coord {
 class SimMember {
  public:
-  bool Connect(int port) {
+  /// `source` > 0 connects from the loopback address 127.1.H.L (H, L from
+  /// it) instead of 127.0.0.1: thousands of members from one address make
+  /// the kernel's search for a free local port the bottleneck.
+  bool Connect(int port, uint32_t source = 0) {
     fd_ = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (fd_ < 0) return false;
+    if (source > 0) {
+      int one = 1;
+      setsockopt(fd_, IPPROTO_IP, IP_BIND_ADDRESS_NO_PORT, &one, sizeof(one));
+      sockaddr_in from{};
+      from.sin_family = AF_INET;
+      from.sin_addr.s_addr = htonl((127u << 24) | (1u << 16) | ((source >> 8) & 0xff) << 8 | (source & 0xff));
+      if (bind(fd_, reinterpret_cast<sockaddr*>(&from), sizeof(from)) != 0) return false;
+    }
     sockaddr_in a{};
     a.sin_family = AF_INET;
     a.sin_port = htons(static_cast<uint16_t>(port));
     a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    if (fd_ < 0 || connect(fd_, reinterpret_cast<sockaddr*>(&a), sizeof(a)) != 0) return false;
+    if (connect(fd_, reinterpret_cast<sockaddr*>(&a), sizeof(a)) != 0) return false;
     int one = 1;
     setsockopt(fd_, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
     auto hello = Request(MsgType::kHello, "");
