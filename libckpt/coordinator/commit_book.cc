@@ -85,10 +85,10 @@ SaveDurations Durations(int64_t step, const std::map<int, SaveVote>& votes) {
   return d;
 }
 
-CommitBook::Step& CommitBook::For(int64_t step, int64_t gen, bool awaited) {
+CommitBook::Step& CommitBook::For(int64_t step, int64_t gen) {
   Step& st = steps_[step];
   const bool committed = st.outcome && st.outcome->ok();
-  if (st.generation != gen && !committed && !awaited) {
+  if (st.generation < gen && !committed) {
     st = Step{};
     st.generation = gen;
   }
@@ -100,10 +100,10 @@ const CommitBook::Step* CommitBook::Find(int64_t step) const {
   return it == steps_.end() ? nullptr : &it->second;
 }
 
-std::vector<BookEvent> CommitBook::Vote(int64_t step, int64_t gen, bool awaited, int rank, SaveVote vote, int world,
+std::vector<BookEvent> CommitBook::Vote(int64_t step, int64_t gen, int rank, SaveVote vote, int world,
                                         std::vector<SdcAlert>* alerts) {
-  Step& st = For(step, gen, awaited);
-  if (st.outcome || st.decision) return {};
+  Step& st = For(step, gen);
+  if (st.generation != gen || st.outcome || st.decision) return {};
   const bool ok = vote.ok;
   const std::string error = vote.error;
   st.votes[rank] = std::move(vote);
@@ -121,10 +121,10 @@ std::vector<BookEvent> CommitBook::Vote(int64_t step, int64_t gen, bool awaited,
   return {std::move(e)};
 }
 
-absl::StatusOr<std::vector<BookEvent>> CommitBook::Published(int64_t step, int64_t gen, bool awaited, bool ok,
+absl::StatusOr<std::vector<BookEvent>> CommitBook::Published(int64_t step, int64_t gen, bool ok,
                                                              std::string_view message) {
-  Step& st = For(step, gen, awaited);
-  if (!st.decision || !st.decision->ok()) {
+  Step& st = For(step, gen);
+  if (st.generation != gen || !st.decision || !st.decision->ok()) {
     return absl::FailedPreconditionError(StrCat("step ", step, " was not decided for commit"));
   }
   if (!ok) return Abort(step, absl::AbortedError(StrCat("the leader could not publish step ", step, ": ", message)));

@@ -70,11 +70,12 @@ class CommitBook {
     std::optional<absl::Status> outcome;   ///< set once published (OK) or aborted
   };
 
-  /// The step as generation `gen` sees it. A step an earlier generation
-  /// started and did not commit is started afresh, unless someone still
-  /// awaits its decision or outcome (`awaited`); a committed step stays
-  /// committed.
-  Step& For(int64_t step, int64_t gen, bool awaited);
+  /// The step as generation `gen` sees it. A step an older generation
+  /// started and did not commit is started afresh (a new generation saves
+  /// it again after restoring an earlier one); a committed step stays
+  /// committed; a request of an older generation than the step's changes
+  /// nothing (the caller checks `generation`).
+  Step& For(int64_t step, int64_t gen);
   const Step* Find(int64_t step) const;
   const std::map<int64_t, Step>& steps() const { return steps_; }
 
@@ -82,13 +83,12 @@ class CommitBook {
   /// failed vote aborts the step; the last vote decides it (commit when the
   /// replicas agree). Votes on a decided step are ignored. Alerts from the
   /// replica check are appended to `alerts`.
-  std::vector<BookEvent> Vote(int64_t step, int64_t gen, bool awaited, int rank, SaveVote vote, int world,
+  std::vector<BookEvent> Vote(int64_t step, int64_t gen, int rank, SaveVote vote, int world,
                               std::vector<SdcAlert>* alerts);
 
   /// The leader published the manifest (`ok`) or could not (`message`).
   /// FailedPrecondition when the step was not decided for commit.
-  absl::StatusOr<std::vector<BookEvent>> Published(int64_t step, int64_t gen, bool awaited, bool ok,
-                                                   std::string_view message);
+  absl::StatusOr<std::vector<BookEvent>> Published(int64_t step, int64_t gen, bool ok, std::string_view message);
 
   /// Aborts `step` unless it already has an outcome.
   std::vector<BookEvent> Abort(int64_t step, const absl::Status& why);

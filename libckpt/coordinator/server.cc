@@ -757,9 +757,27 @@ class CoordinatorImpl final : public Coordinator, public SessionOwner {
   // The ledger is the CommitBook (commit_book.h); here its decisions are
   // journaled, logged and told to whoever waits.
 
-  bool Awaited(int64_t step) const {
-    auto it = waiters_.find(step);
-    return it != waiters_.end() && (!it->second.decide.empty() || !it->second.outcome.empty());
+  // The book's entry of `step` for generation `gen`. When an older
+  // generation left it uncommitted, `gen` saves it again from scratch, and
+  // whoever still waited on the old attempt is told it is over (a new
+  // generation's requests must never see an older one's outcome, nor the
+  // reverse).
+  const CommitBook::Step& StepFor(int64_t step, int64_t gen) {
+    const CommitBook::Step* old = book_.Find(step);
+    if (old != nullptr && old->generation < gen && !(old->outcome && old->outcome->ok())) {
+      if (auto it = waiters_.find(step); it != waiters_.end()) {
+        const absl::Status over = absl::AbortedError(
+            StrCat("step ", step, " of generation ", old->generation, " is over: generation ", gen, " saves it again"));
+        for (const Waiter& d : it->second.decide) {
+          if (auto s = d.session.lock()) s->Reply(d.request_id, MsgType::kDecision, EncodeDecision(over));
+        }
+        for (const Waiter& o : it->second.outcome) {
+          if (auto s = o.session.lock()) s->Reply(o.request_id, MsgType::kOutcome, EncodeDecision(over));
+        }
+        waiters_.erase(it);
+      }
+    }
+    return book_.For(step, gen);
   }
 
   bool JournalStep(JournalKind kind, int64_t step, int64_t generation) {
@@ -841,8 +859,8 @@ class CoordinatorImpl final : public Coordinator, public SessionOwner {
     }
     s->Reply(h.request_id, MsgType::kAck, "");
     std::vector<SdcAlert> alerts;
-    std::vector<BookEvent> events =
-        book_.Vote(step, gen, Awaited(step), rank, std::move(v), membership_.world(), &alerts);
+    StepFor(step, gen);
+    std::vector<BookEvent> events = book_.Vote(step, gen, rank, std::move(v), membership_.world(), &alerts);
     RaiseAlerts(std::move(alerts));
     Apply(std::move(events));
     return absl::OkStatus();
@@ -857,8 +875,8 @@ class CoordinatorImpl final : public Coordinator, public SessionOwner {
       s->ReplyError(h.request_id, st);
       return absl::OkStatus();
     }
-    const CommitBook::Step& st = book_.For(step, gen, Awaited(step));
-    if (st.decision) {
+    const CommitBook::Step& st = StepFor(step, gen);
+    if (st.decision && st.generation == gen) {
       s->Reply(h.request_id, MsgType::kDecision, EncodeDecision(*st.decision));
       return absl::OkStatus();
     }
@@ -876,7 +894,8 @@ class CoordinatorImpl final : public Coordinator, public SessionOwner {
       s->ReplyError(h.request_id, st);
       return absl::OkStatus();
     }
-    auto events = book_.Published(step, gen, Awaited(step), ok, message);
+    StepFor(step, gen);
+    auto events = book_.Published(step, gen, ok, message);
     if (!events.ok()) {
       s->ReplyError(h.request_id, events.status());
       return absl::OkStatus();
@@ -904,9 +923,21 @@ class CoordinatorImpl final : public Coordinator, public SessionOwner {
     const int64_t gen = req.generation;
     const int64_t step = req.step;
     const double timeout = static_cast<double>(req.timeout_ms) / 1000.0;
-    const CommitBook::Step& st = book_.For(step, gen, Awaited(step));
+    const CommitBook::Step& st = StepFor(step, gen);
+    if (st.generation > gen) {
+      // A newer generation saves this step again: this attempt is over.
+      s->Reply(h.request_id, MsgType::kOutcome,
+               EncodeDecision(absl::AbortedError(StrCat("step ", step, " of generation ", gen, " is over: generation ",
+                                                        st.generation, " saves it again"))));
+      return absl::OkStatus();
+    }
     if (st.outcome) {
       s->Reply(h.request_id, MsgType::kOutcome, EncodeDecision(*st.outcome));
+      return absl::OkStatus();
+    }
+    if (gen != membership_.generation() || !membership_.running()) {
+      s->Reply(h.request_id, MsgType::kOutcome,
+               EncodeDecision(absl::AbortedError(StrCat("step ", step, ": generation ", gen, " is over"))));
       return absl::OkStatus();
     }
     waiters_[step].outcome.push_back(Waiter{s, h.request_id, NowSeconds() + timeout});

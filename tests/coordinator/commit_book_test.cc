@@ -27,28 +27,28 @@ SaveVote Ok(double write_s = 1.0, std::vector<ReplicaHash> replicas = {}) {
 TEST(CommitBook, TheLastGoodVoteDecidesAndThePublishCommitsOnce) {
   CommitBook book;
   std::vector<SdcAlert> alerts;
-  EXPECT_TRUE(book.Vote(10, 1, false, 0, Ok(), 3, &alerts).empty());
-  EXPECT_TRUE(book.Vote(10, 1, false, 2, Ok(), 3, &alerts).empty());
-  auto e = book.Vote(10, 1, false, 1, Ok(), 3, &alerts);
+  EXPECT_TRUE(book.Vote(10, 1, 0, Ok(), 3, &alerts).empty());
+  EXPECT_TRUE(book.Vote(10, 1, 2, Ok(), 3, &alerts).empty());
+  auto e = book.Vote(10, 1, 1, Ok(), 3, &alerts);
   ASSERT_EQ(e.size(), 1u);
   EXPECT_EQ(e[0].kind, Kind::kDecidedCommit);
   EXPECT_EQ(e[0].step, 10);
   EXPECT_EQ(e[0].generation, 1);
   EXPECT_TRUE(alerts.empty());
-  EXPECT_TRUE(book.Vote(10, 1, false, 1, Ok(), 3, &alerts).empty()) << "a late vote changes nothing";
+  EXPECT_TRUE(book.Vote(10, 1, 1, Ok(), 3, &alerts).empty()) << "a late vote changes nothing";
   ASSERT_TRUE(book.Find(10)->decision.has_value());
   EXPECT_FALSE(book.Find(10)->outcome.has_value());
 
-  auto c = book.Published(10, 1, false, true, "");
+  auto c = book.Published(10, 1, true, "");
   ASSERT_TRUE(c.ok()) << c.status();
   ASSERT_EQ(c->size(), 1u);
   EXPECT_EQ((*c)[0].kind, Kind::kCommitted);
   EXPECT_EQ((*c)[0].durations.write.size(), 3u);
-  auto again = book.Published(10, 1, false, true, "");
+  auto again = book.Published(10, 1, true, "");
   ASSERT_TRUE(again.ok());
   EXPECT_TRUE(again->empty()) << "a repeated publish commits nothing twice";
   // A later generation sees the step committed, never restarted.
-  const CommitBook::Step& st = book.For(10, 2, false);
+  const CommitBook::Step& st = book.For(10, 2);
   ASSERT_TRUE(st.outcome.has_value());
   EXPECT_TRUE(st.outcome->ok());
   EXPECT_TRUE(book.AbortGeneration(1, absl::AbortedError("x")).empty());
@@ -60,23 +60,23 @@ TEST(CommitBook, AFailedVoteAbortsAtOnceAndPublishingItIsRefused) {
   SaveVote bad;
   bad.ok = false;
   bad.error = "ENOSPC writing rank-000001.ckd";
-  auto e = book.Vote(5, 1, false, 1, bad, 4, &alerts);
+  auto e = book.Vote(5, 1, 1, bad, 4, &alerts);
   ASSERT_EQ(e.size(), 1u);
   EXPECT_EQ(e[0].kind, Kind::kAborted);
   EXPECT_TRUE(absl::IsAborted(e[0].status));
   EXPECT_NE(e[0].status.message().find("rank 1 failed to save step 5: ENOSPC"), std::string::npos) << e[0].status;
-  EXPECT_TRUE(book.Vote(5, 1, false, 0, Ok(), 4, &alerts).empty());
-  auto p = book.Published(5, 1, false, true, "");
+  EXPECT_TRUE(book.Vote(5, 1, 0, Ok(), 4, &alerts).empty());
+  auto p = book.Published(5, 1, true, "");
   EXPECT_TRUE(absl::IsFailedPrecondition(p.status())) << p.status();
-  EXPECT_TRUE(absl::IsFailedPrecondition(book.Published(6, 1, false, true, "").status())) << "never voted on";
+  EXPECT_TRUE(absl::IsFailedPrecondition(book.Published(6, 1, true, "").status())) << "never voted on";
   EXPECT_TRUE(book.Abort(5, absl::AbortedError("again")).empty()) << "aborted once";
 }
 
 TEST(CommitBook, ALeaderThatCannotPublishAbortsTheStep) {
   CommitBook book;
   std::vector<SdcAlert> alerts;
-  ASSERT_EQ(book.Vote(7, 1, false, 0, Ok(), 1, &alerts).size(), 1u);
-  auto p = book.Published(7, 1, false, false, "EIO renaming MANIFEST");
+  ASSERT_EQ(book.Vote(7, 1, 0, Ok(), 1, &alerts).size(), 1u);
+  auto p = book.Published(7, 1, false, "EIO renaming MANIFEST");
   ASSERT_TRUE(p.ok());
   ASSERT_EQ(p->size(), 1u);
   EXPECT_EQ((*p)[0].kind, Kind::kAborted);
@@ -89,9 +89,9 @@ TEST(CommitBook, ReplicasThatDisagreeRaiseAnAlertAndBlockOnlyAWrongWrittenCopy) 
     // The written copy is the majority's: committed, with an alert naming rank 2.
     CommitBook book;
     std::vector<SdcAlert> alerts;
-    book.Vote(1, 1, false, 0, Ok(1, rh(0xA, true)), 3, &alerts);
-    book.Vote(1, 1, false, 1, Ok(1, rh(0xA, false)), 3, &alerts);
-    auto e = book.Vote(1, 1, false, 2, Ok(1, rh(0xB, false)), 3, &alerts);
+    book.Vote(1, 1, 0, Ok(1, rh(0xA, true)), 3, &alerts);
+    book.Vote(1, 1, 1, Ok(1, rh(0xA, false)), 3, &alerts);
+    auto e = book.Vote(1, 1, 2, Ok(1, rh(0xB, false)), 3, &alerts);
     ASSERT_EQ(e.size(), 1u);
     EXPECT_EQ(e[0].kind, Kind::kDecidedCommit);
     ASSERT_EQ(alerts.size(), 1u);
@@ -102,9 +102,9 @@ TEST(CommitBook, ReplicasThatDisagreeRaiseAnAlertAndBlockOnlyAWrongWrittenCopy) 
     // The written copy is the odd one out: not committed.
     CommitBook book;
     std::vector<SdcAlert> alerts;
-    book.Vote(1, 1, false, 0, Ok(1, rh(0xA, false)), 3, &alerts);
-    book.Vote(1, 1, false, 1, Ok(1, rh(0xA, false)), 3, &alerts);
-    auto e = book.Vote(1, 1, false, 2, Ok(1, rh(0xB, true)), 3, &alerts);
+    book.Vote(1, 1, 0, Ok(1, rh(0xA, false)), 3, &alerts);
+    book.Vote(1, 1, 1, Ok(1, rh(0xA, false)), 3, &alerts);
+    auto e = book.Vote(1, 1, 2, Ok(1, rh(0xB, true)), 3, &alerts);
     ASSERT_EQ(e.size(), 1u);
     EXPECT_EQ(e[0].kind, Kind::kAborted);
     EXPECT_TRUE(absl::IsDataLoss(e[0].status)) << e[0].status;
@@ -123,16 +123,26 @@ TEST(CommitBook, ReplicasThatDisagreeRaiseAnAlertAndBlockOnlyAWrongWrittenCopy) 
   }
 }
 
-TEST(CommitBook, ANewGenerationRestartsAStepUnlessSomeoneAwaitsIt) {
+// A newer generation saves an uncommitted step again from scratch, even
+// one an older generation aborted (a replayed abort included); an older
+// generation's request changes nothing; a committed step stays committed.
+TEST(CommitBook, ANewGenerationRestartsAnUncommittedStep) {
   CommitBook book;
   std::vector<SdcAlert> alerts;
-  book.Vote(3, 1, false, 0, Ok(), 2, &alerts);
-  EXPECT_EQ(book.For(3, 2, /*awaited=*/true).votes.size(), 1u) << "kept while awaited";
-  EXPECT_EQ(book.For(3, 2, /*awaited=*/false).votes.size(), 0u) << "saved again from scratch";
+  book.Vote(3, 1, 0, Ok(), 2, &alerts);
+  EXPECT_EQ(book.For(3, 2).votes.size(), 0u) << "saved again from scratch";
   EXPECT_EQ(book.Find(3)->generation, 2);
+  EXPECT_EQ(book.For(3, 1).generation, 2) << "an older generation's request resets nothing";
+  EXPECT_TRUE(book.Vote(3, 1, 0, Ok(), 2, &alerts).empty()) << "an older generation's vote is not counted";
+  EXPECT_TRUE(book.Find(3)->votes.empty());
+  book.ReplayAborted(15, 2);
+  ASSERT_EQ(book.Vote(15, 4, 0, Ok(), 1, &alerts).size(), 1u) << "a step aborted in generation 2 commits in 4";
+  ASSERT_TRUE(book.Published(15, 4, true, "").ok());
+  EXPECT_TRUE(book.Find(15)->outcome->ok());
+  EXPECT_EQ(book.For(15, 5).generation, 4) << "committed stays committed";
   // Ending generation 2 aborts its undecided steps, not older committed ones.
-  book.Vote(2, 2, false, 0, Ok(), 1, &alerts);
-  ASSERT_TRUE(book.Published(2, 2, false, true, "").ok());
+  book.Vote(2, 2, 0, Ok(), 1, &alerts);
+  ASSERT_TRUE(book.Published(2, 2, true, "").ok());
   auto e = book.AbortGeneration(2, absl::AbortedError("generation 2 ended: member 4 died"));
   ASSERT_EQ(e.size(), 1u);
   EXPECT_EQ(e[0].step, 3);
@@ -149,7 +159,7 @@ TEST(CommitBook, ReplayRestoresDecisionsAndTrimKeepsTheNewest) {
   EXPECT_NE(book.Find(2)->outcome->message().find("step 2 was aborted in generation 1"), std::string::npos);
   EXPECT_TRUE(book.Find(3)->decision->ok());
   // A leader that published before a restart finds its decision.
-  auto p = book.Published(3, 2, false, true, "");
+  auto p = book.Published(3, 2, true, "");
   ASSERT_TRUE(p.ok());
   ASSERT_EQ(p->size(), 1u);
   EXPECT_EQ((*p)[0].kind, Kind::kCommitted);

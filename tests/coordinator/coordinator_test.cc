@@ -447,12 +447,21 @@ TEST(Coordinator, LeaderKillsAtEveryPhaseLoseNothing) {
         args.insert(args.end(), {"--step-ms", "30"});
         workers[w] = Spawn(args, dir.Join(StrCat("worker", w, ".out")));
       }
+      // Up to 100 s: longer than the workers' own 60 s commit and collective
+      // timeouts, after which they re-join whatever was lost.
       int status = 0;
-      for (int i = 0; i < 600 && waitpid(c.pid, &status, WNOHANG) == 0; ++i) {
+      for (int i = 0; i < 2000 && waitpid(c.pid, &status, WNOHANG) == 0; ++i) {
         std::this_thread::sleep_for(std::chrono::milliseconds(50));
       }
+      std::string workers_said;
+      for (int i = 0; i < kWorkers; ++i) {
+        const std::string log = ReadFile(dir.Join(StrCat("worker", i, ".log")));
+        workers_said +=
+            StrCat("\n--- worker ", i, " (last lines):\n", log.substr(log.size() > 1500 ? log.size() - 1500 : 0),
+                   ReadFile(dir.Join(StrCat("worker", i, ".out"))));
+      }
       ASSERT_TRUE(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL)
-          << "the leader did not reach its crash point: " << ReadFile(c.log);
+          << "the leader did not reach its crash point: " << ReadFile(c.log) << workers_said;
       ASSERT_NE(ReadFile(c.log).find(StrCat("crash point '", phase, "' reached")), std::string::npos)
           << ReadFile(c.log);
     }
