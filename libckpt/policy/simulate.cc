@@ -51,48 +51,6 @@ double RunBlocking(const SimulationConfig& c, FailureClock& clock, int64_t* fail
   return t;
 }
 
-double RunAsync(const SimulationConfig& c, FailureClock& clock, int64_t* failures) {
-  const double period = std::max(c.interval, c.stall + c.write);
-  double t = 0, progress = 0, durable = 0;
-  double pending_progress = -1, pending_at = 0;  // a save not yet durable
-  double next_failure = clock.Next(0);
-  auto settle = [&](double now) {
-    if (pending_progress >= 0 && pending_at <= now) {
-      durable = pending_progress;
-      pending_progress = -1;
-    }
-  };
-  auto fail = [&] {
-    t = next_failure;
-    ++*failures;
-    settle(t);
-    pending_progress = -1;  // a save still writing is lost
-    progress = durable;
-    t = Restart(t, c.restart, clock, &next_failure, failures);
-  };
-  while (progress < c.work) {
-    // Compute until the next save (or the end of the work).
-    const double compute = std::min(period - c.stall, c.work - progress);
-    if (next_failure - t < compute) {
-      fail();
-      continue;
-    }
-    t += compute;
-    progress += compute;
-    settle(t);
-    if (progress >= c.work) break;
-    // The save: the trainer stalls, then the write goes on in the background.
-    if (next_failure - t < c.stall) {
-      fail();
-      continue;
-    }
-    t += c.stall;
-    pending_progress = progress;
-    pending_at = t + c.write;
-  }
-  return t;
-}
-
 // Two levels (interval.h): saves every `interval` of wall time, every
 // durable_every-th durable. Each failure is survivable by memory with
 // probability `survivable`; a failure during a restart is drawn the same
@@ -167,6 +125,18 @@ double RunTwoLevel(const SimulationConfig& c, FailureClock& clock, std::mt19937_
     ++index;
   }
   return t;
+}
+
+// Asynchronous saves of one level: two levels where every save is durable
+// and no failure is survivable by memory.
+double RunAsync(const SimulationConfig& c, FailureClock& clock, int64_t* failures) {
+  SimulationConfig one = c;
+  one.durable_every = 1;
+  one.survivable = 0;
+  one.memory = {c.stall, c.write, c.restart};
+  std::mt19937_64 unused(0);
+  int64_t memory_restores = 0, durable_restores = 0;
+  return RunTwoLevel(one, clock, unused, failures, &memory_restores, &durable_restores);
 }
 
 }  // namespace
