@@ -162,19 +162,24 @@ std::vector<BookEvent> CommitBook::AbortGeneration(int64_t gen, const absl::Stat
   return events;
 }
 
-void CommitBook::ReplayDecided(int64_t step, int64_t gen) {
-  steps_[step].generation = gen;
-  steps_[step].decision = absl::OkStatus();
+// A record of another generation than the step's entry starts it afresh:
+// a step an older generation aborted and a newer one saved again must not
+// keep the old outcome beside the new decision.
+CommitBook::Step& CommitBook::ReplayFor(int64_t step, int64_t gen) {
+  Step& st = steps_[step];
+  if (st.generation != gen) {
+    st = Step{};
+    st.generation = gen;
+  }
+  return st;
 }
 
-void CommitBook::ReplayCommitted(int64_t step, int64_t gen) {
-  steps_[step].generation = gen;
-  steps_[step].outcome = absl::OkStatus();
-}
+void CommitBook::ReplayDecided(int64_t step, int64_t gen) { ReplayFor(step, gen).decision = absl::OkStatus(); }
+
+void CommitBook::ReplayCommitted(int64_t step, int64_t gen) { ReplayFor(step, gen).outcome = absl::OkStatus(); }
 
 void CommitBook::ReplayAborted(int64_t step, int64_t gen) {
-  Step& st = steps_[step];
-  st.generation = gen;
+  Step& st = ReplayFor(step, gen);
   st.decision = st.outcome = absl::AbortedError(StrCat("step ", step, " was aborted in generation ", gen));
 }
 

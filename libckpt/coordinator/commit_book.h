@@ -105,6 +105,7 @@ class CommitBook {
   void Trim(size_t keep, bool only_decided);
 
  private:
+  Step& ReplayFor(int64_t step, int64_t gen);
   std::map<int64_t, Step> steps_;
 };
 

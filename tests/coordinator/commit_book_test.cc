@@ -140,6 +140,22 @@ TEST(CommitBook, ANewGenerationRestartsAnUncommittedStep) {
   ASSERT_TRUE(book.Published(15, 4, true, "").ok());
   EXPECT_TRUE(book.Find(15)->outcome->ok());
   EXPECT_EQ(book.For(15, 5).generation, 4) << "committed stays committed";
+  // Replayed after a failover: aborted in generation 8, then decided (not
+  // yet committed) in generation 10. The decision must not sit beside the
+  // old abort: the others still wait for the outcome, and the leader's
+  // publish must commit it.
+  CommitBook replayed;
+  replayed.ReplayAborted(40, 8);
+  replayed.ReplayDecided(40, 10);
+  const CommitBook::Step* st = replayed.Find(40);
+  ASSERT_NE(st, nullptr);
+  EXPECT_EQ(st->generation, 10);
+  EXPECT_TRUE(st->decision->ok());
+  EXPECT_FALSE(st->outcome.has_value()) << st->outcome->message();
+  auto published = replayed.Published(40, 10, true, "");
+  ASSERT_TRUE(published.ok());
+  ASSERT_EQ(published->size(), 1u);
+  EXPECT_EQ((*published)[0].kind, BookEvent::Kind::kCommitted);
   // Ending generation 2 aborts its undecided steps, not older committed ones.
   book.Vote(2, 2, 0, Ok(), 1, &alerts);
   ASSERT_TRUE(book.Published(2, 2, true, "").ok());
