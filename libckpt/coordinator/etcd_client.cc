@@ -320,7 +320,6 @@ absl::StatusOr<EtcdClient::MemberStatus> EtcdClient::StatusOf(const std::string&
   }
   s.leader = UInt(v.Find("leader"));
   s.db_size = Int(v.Find("dbSize"));
-  if (const JsonValue* ver = v.Find("version"); ver != nullptr) s.version = ver->text;
   return s;
 }
 

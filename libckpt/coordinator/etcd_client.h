@@ -93,7 +93,6 @@ class EtcdClient {
     uint64_t leader = 0;  ///< the raft leader's member id
     int64_t raft_term = 0;
     int64_t db_size = 0;
-    std::string version;
   };
   absl::StatusOr<MemberStatus> StatusOf(const std::string& endpoint);
 

@@ -24,6 +24,12 @@ const char* JournalKindName(JournalKind kind) {
   return "?";
 }
 
+namespace {
+// "record N: " when the caller numbers records (history); a replaying
+// coordinator's log names the key or byte offset itself.
+std::string Where(int64_t seq) { return seq > 0 ? StrCat("record ", seq, ": ") : std::string(); }
+}  // namespace
+
 absl::StatusOr<RecordView> DecodeRecord(int64_t seq, std::string_view record) {
   ByteReader r(record, "journal record");
   RecordView v;
@@ -55,9 +61,9 @@ absl::StatusOr<RecordView> DecodeRecord(int64_t seq, std::string_view record) {
       v.detail = r.Str();
       break;
     default:
-      return absl::DataLossError(StrCat("record ", seq, ": unknown kind ", static_cast<int>(kind)));
+      return absl::DataLossError(StrCat(Where(seq), "unknown journal record kind ", static_cast<int>(kind)));
   }
-  if (!r.ok()) return absl::DataLossError(StrCat("record ", seq, ": ", r.status().message()));
+  if (!r.ok()) return absl::DataLossError(StrCat(Where(seq), r.status().message()));
   return v;
 }
 

@@ -40,6 +40,7 @@ struct RecordView {
   std::string chunk, detail;
 };
 
+/// Errors start "record SEQ: " when seq > 0.
 absl::StatusOr<RecordView> DecodeRecord(int64_t seq, std::string_view record);
 
 /// The decisions a log holds and what contradicts in them: a step of one

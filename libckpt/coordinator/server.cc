@@ -75,27 +75,6 @@ struct StepWaiters {
   std::vector<Waiter> outcome;
 };
 
-std::string ThisHostForLeader() {
-  char host[256] = {0};
-  gethostname(host, sizeof(host) - 1);
-  return StrCat(host, " pid ", getpid());
-}
-
-// Fault injection for the failover tests: with CKPT_COORDINATOR_CRASH_AT
-// set to a phase, the process SIGKILLs itself the first time it reaches it:
-//   rendezvous  a generation is recorded and half its members were told
-//   votes       every vote is in; the decision is not recorded
-//   decided     a commit decision is recorded; the leader rank not told
-//   outcome     a commit is recorded and half the ranks were told
-// (Replies are written as they are queued, so "told" ones mostly have
-// their bytes in the kernel when the process dies.)
-void CrashPoint(std::string_view phase, const std::function<void(const std::string&)>& log) {
-  static const char* const at = std::getenv("CKPT_COORDINATOR_CRASH_AT");
-  if (at == nullptr || phase != at) return;
-  log(StrCat("crash point '", phase, "' reached: SIGKILL"));
-  ::kill(::getpid(), SIGKILL);
-}
-
 class CoordinatorImpl final : public Coordinator, public SessionOwner {
  public:
   explicit CoordinatorImpl(const CoordinatorOptions& o) : options_(o), acceptor_(io_), tick_(io_), form_timer_(io_) {}
@@ -158,7 +137,7 @@ class CoordinatorImpl final : public Coordinator, public SessionOwner {
     address_ = StrCat(addr.to_string(), ":", port_);
     uint64_t torn = 0;
     if (!options_.store.empty()) {
-      CKPT_ASSIGN_OR_RETURN(log_, NewEtcdLog(options_.store, StrCat(ThisHostForLeader(), " ", address_),
+      CKPT_ASSIGN_OR_RETURN(log_, NewEtcdLog(options_.store, StrCat(ThisProcess(), " ", address_),
                                              [this](const std::string& line) { Log(line); }));
     } else {
       if (options_.state_dir.empty()) return absl::InvalidArgumentError("the coordinator needs a state dir or a store");
@@ -331,47 +310,35 @@ class CoordinatorImpl final : public Coordinator, public SessionOwner {
  private:
   // ---------------- journal ----------------
   absl::Status Replay(std::string_view rec) {
-    ByteReader r(rec, "journal record");
-    const auto kind = static_cast<JournalKind>(r.U8());
-    switch (kind) {
-      case JournalKind::kGeneration:
-        CKPT_RETURN_IF_ERROR(membership_.ReplayGeneration(r));
-        break;
+    if (!rec.empty() && static_cast<JournalKind>(rec[0]) == JournalKind::kGeneration) {
+      ByteReader r(rec.substr(1), "journal record");
+      return membership_.ReplayGeneration(r);
+    }
+    CKPT_ASSIGN_OR_RETURN(RecordView r, DecodeRecord(0, rec));
+    switch (r.kind) {
       case JournalKind::kEnded:
-        (void)r.SVar();
         membership_.ReplayEnded();
         break;
-      case JournalKind::kCommitted: {
-        const int64_t step = r.SVar();
-        last_committed_ = std::max(last_committed_, step);
-        book_.ReplayCommitted(step, r.SVar());
+      case JournalKind::kCommitted:
+        last_committed_ = std::max(last_committed_, r.step);
+        book_.ReplayCommitted(r.step, r.generation);
         ++commits_;
         break;
-      }
-      case JournalKind::kAborted: {
-        const int64_t step = r.SVar();
-        book_.ReplayAborted(step, r.SVar());
+      case JournalKind::kAborted:
+        book_.ReplayAborted(r.step, r.generation);
         ++aborts_;
         break;
-      }
-      case JournalKind::kDecided: {
-        const int64_t step = r.SVar();
-        last_decided_ = std::max(last_decided_, step);
-        book_.ReplayDecided(step, r.SVar());
+      case JournalKind::kDecided:
+        last_decided_ = std::max(last_decided_, r.step);
+        book_.ReplayDecided(r.step, r.generation);
         break;
-      }
-      case JournalKind::kSdc: {
-        SdcAlert a;
-        a.step = r.SVar();
-        a.key = r.Str();
-        a.detail = r.Str();
-        sdc_.push_back(std::move(a));
+      case JournalKind::kSdc:
+        sdc_.push_back(SdcAlert{r.step, std::move(r.chunk), std::move(r.detail)});
         break;
-      }
-      default:
-        return absl::DataLossError(StrCat("unknown journal record kind ", static_cast<int>(kind)));
+      case JournalKind::kGeneration:
+        break;  // above
     }
-    return r.status();
+    return absl::OkStatus();
   }
 
   // Records `rec` before it is acted on. When it cannot be recorded (the
@@ -555,7 +522,7 @@ class CoordinatorImpl final : public Coordinator, public SessionOwner {
                restore_step >= 0 ? StrCat(", restore step ", restore_step) : std::string(", nothing to restore")));
     size_t told = 0;
     for (uint64_t id : ids) {
-      if (2 * told >= ids.size() && told > 0) CrashPoint("rendezvous", log_fn_);
+      if (2 * told >= ids.size() && told > 0) CrashPoint("rendezvous");
       auto it = pending_joins_.find(id);
       if (it == pending_joins_.end()) continue;
       if (auto s = it->second.session.lock()) {
@@ -757,6 +724,33 @@ class CoordinatorImpl final : public Coordinator, public SessionOwner {
   // The ledger is the CommitBook (commit_book.h); here its decisions are
   // journaled, logged and told to whoever waits.
 
+  // Fault injection for the failover tests: with CKPT_COORDINATOR_CRASH_AT
+  // set to a phase, the process SIGKILLs itself the first time it reaches it:
+  //   rendezvous  a generation is recorded and half its members were told
+  //   votes       every vote is in; the decision is not recorded
+  //   decided     a commit decision is recorded; the leader rank not told
+  //   outcome     a commit is recorded and half the ranks were told
+  // (Replies are written as they are queued, so "told" ones mostly have
+  // their bytes in the kernel when the process dies.)
+  void CrashPoint(std::string_view phase) {
+    static const char* const at = std::getenv("CKPT_COORDINATOR_CRASH_AT");
+    if (at == nullptr || phase != at) return;
+    Log(StrCat("crash point '", phase, "' reached: SIGKILL"));
+    ::kill(::getpid(), SIGKILL);
+  }
+
+  // Answers everyone waiting on a step's decision or outcome with `why`.
+  static void AnswerAll(StepWaiters& w, const absl::Status& why) {
+    for (const Waiter& d : w.decide) {
+      if (auto s = d.session.lock()) s->Reply(d.request_id, MsgType::kDecision, EncodeDecision(why));
+    }
+    for (const Waiter& o : w.outcome) {
+      if (auto s = o.session.lock()) s->Reply(o.request_id, MsgType::kOutcome, EncodeDecision(why));
+    }
+    w.decide.clear();
+    w.outcome.clear();
+  }
+
   // The book's entry of `step` for generation `gen`. When an older
   // generation left it uncommitted, `gen` saves it again from scratch, and
   // whoever still waited on the old attempt is told it is over (a new
@@ -766,14 +760,8 @@ class CoordinatorImpl final : public Coordinator, public SessionOwner {
     const CommitBook::Step* old = book_.Find(step);
     if (old != nullptr && old->generation < gen && !(old->outcome && old->outcome->ok())) {
       if (auto it = waiters_.find(step); it != waiters_.end()) {
-        const absl::Status over = absl::AbortedError(
-            StrCat("step ", step, " of generation ", old->generation, " is over: generation ", gen, " saves it again"));
-        for (const Waiter& d : it->second.decide) {
-          if (auto s = d.session.lock()) s->Reply(d.request_id, MsgType::kDecision, EncodeDecision(over));
-        }
-        for (const Waiter& o : it->second.outcome) {
-          if (auto s = o.session.lock()) s->Reply(o.request_id, MsgType::kOutcome, EncodeDecision(over));
-        }
+        AnswerAll(it->second, absl::AbortedError(StrCat("step ", step, " of generation ", old->generation,
+                                                        " is over: generation ", gen, " saves it again")));
         waiters_.erase(it);
       }
     }
@@ -808,9 +796,9 @@ class CoordinatorImpl final : public Coordinator, public SessionOwner {
       StepWaiters& w = waiters_[e.step];
       switch (e.kind) {
         case BookEvent::Kind::kDecidedCommit:
-          CrashPoint("votes", log_fn_);
+          CrashPoint("votes");
           if (!JournalStep(JournalKind::kDecided, e.step, e.generation)) return;
-          CrashPoint("decided", log_fn_);
+          CrashPoint("decided");
           last_decided_ = std::max(last_decided_, e.step);
           for (Waiter& d : w.decide) {
             if (auto s = d.session.lock()) s->Reply(d.request_id, MsgType::kDecision, EncodeDecision(absl::OkStatus()));
@@ -821,14 +809,7 @@ class CoordinatorImpl final : public Coordinator, public SessionOwner {
           if (!JournalStep(JournalKind::kAborted, e.step, e.generation)) return;
           ++aborts_;
           Log(StrCat("step ", e.step, " aborted: ", e.status.message()));
-          for (Waiter& d : w.decide) {
-            if (auto s = d.session.lock()) s->Reply(d.request_id, MsgType::kDecision, EncodeDecision(e.status));
-          }
-          for (Waiter& o : w.outcome) {
-            if (auto s = o.session.lock()) s->Reply(o.request_id, MsgType::kOutcome, EncodeDecision(e.status));
-          }
-          w.decide.clear();
-          w.outcome.clear();
+          AnswerAll(w, e.status);
           break;
         case BookEvent::Kind::kCommitted:
           if (!JournalStep(JournalKind::kCommitted, e.step, e.generation)) return;
@@ -836,7 +817,7 @@ class CoordinatorImpl final : public Coordinator, public SessionOwner {
           ++commits_;
           RecordDurations(std::move(e.durations));
           for (size_t i = 0; i < w.outcome.size(); ++i) {
-            if (2 * i >= w.outcome.size() && i > 0) CrashPoint("outcome", log_fn_);
+            if (2 * i >= w.outcome.size() && i > 0) CrashPoint("outcome");
             const Waiter& o = w.outcome[i];
             if (auto s = o.session.lock()) s->Reply(o.request_id, MsgType::kOutcome, EncodeDecision(absl::OkStatus()));
           }
@@ -1067,7 +1048,6 @@ class CoordinatorImpl final : public Coordinator, public SessionOwner {
   std::thread verifier_;  // chooses the restore step of a forming generation
   bool forming_ = false;  // a verification for Form is in flight
   int port_ = 0;
-  std::function<void(const std::string&)> log_fn_ = [this](const std::string& line) { Log(line); };
   std::string address_;   // HOST:PORT it listens on
   bool serving_ = false;  // leads and has replayed the state (io thread)
   LatencyStats appends_;  // of records made durable (io thread)

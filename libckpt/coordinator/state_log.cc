@@ -45,7 +45,6 @@ class EtcdLog final : public StateLog {
     view_.kind = "etcd";
     view_.where = Describe();
     view_.self = identity_;
-    view_.leading = false;
     view_.leaders = 0;
   }
 
@@ -130,7 +129,6 @@ class EtcdLog final : public StateLog {
   StoreView View() const override {
     std::lock_guard<std::mutex> lock(mu_);
     StoreView v = view_;
-    v.leading = leading_ && lost_.ok();
     if (v.probed_s_ago >= 0) {
       v.probed_s_ago = std::chrono::duration<double>(std::chrono::steady_clock::now() - probed_at_).count();
     }
@@ -208,7 +206,6 @@ class EtcdLog final : public StateLog {
       (void)client_.CreateGuarded(StrCat(LeadersDir(), key), identity_, 0, LeaderKey(), revision, &ignored);
       {
         std::lock_guard<std::mutex> lock(mu_);
-        leading_ = true;
         view_.leader = identity_;
       }
       Say(StrCat("leading ", Describe(), " (lease ", ttl, " s)"));
@@ -312,7 +309,6 @@ class EtcdLog final : public StateLog {
   mutable std::mutex mu_;
   std::condition_variable cv_;
   bool stop_ = false;
-  bool leading_ = false;
   absl::Status lost_;
   StoreView view_;
   std::chrono::steady_clock::time_point probed_at_;
@@ -322,16 +318,18 @@ class EtcdLog final : public StateLog {
 
 }  // namespace
 
+std::string ThisProcess() {
+  char host[256] = {0};
+  gethostname(host, sizeof(host) - 1);
+  return StrCat(host, " pid ", getpid());
+}
+
 std::unique_ptr<StateLog> NewJournalLog(const std::string& dir) { return std::make_unique<JournalLog>(dir); }
 
 absl::StatusOr<std::unique_ptr<StateLog>> NewEtcdLog(std::string_view uri, std::string identity,
                                                      std::function<void(const std::string&)> log) {
   CKPT_ASSIGN_OR_RETURN(EtcdConfig config, ParseEtcdUri(uri));
-  if (identity.empty()) {
-    char host[256] = {0};
-    gethostname(host, sizeof(host) - 1);
-    identity = StrCat(host, " pid ", getpid());
-  }
+  if (identity.empty()) identity = ThisProcess();
   return std::unique_ptr<StateLog>(std::make_unique<EtcdLog>(std::move(config), std::move(identity), std::move(log)));
 }
 

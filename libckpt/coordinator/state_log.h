@@ -71,9 +71,13 @@ std::unique_ptr<StateLog> NewJournalLog(const std::string& dir);
 /// another holds it, Open waits (a standby), saying so through `log`. Every
 /// append is conditioned on that key being the one this writer created, so
 /// a leader whose lease lapsed (paused, cut off) cannot append anything.
-/// Each replica registers PREFIX/replicas/<lease> (its identity) under its
+/// `identity` defaults to ThisProcess(). Each replica registers
+/// PREFIX/replicas/<lease> (its identity) under its
 /// lease, and each new leader PREFIX/leaders/<revision>, so that status
 /// can name the standbys and count leader changes.
+/// "host pid N": who this process is, in leader and replica keys.
+std::string ThisProcess();
+
 absl::StatusOr<std::unique_ptr<StateLog>> NewEtcdLog(std::string_view uri, std::string identity = "",
                                                      std::function<void(const std::string&)> log = nullptr);
 

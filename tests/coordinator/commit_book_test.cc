@@ -257,7 +257,7 @@ TEST(History, DecodesRecordsAndFindsContradictions) {
 
   auto unknown = DecodeRecord(9, std::string("\x09\x01", 2));
   ASSERT_FALSE(unknown.ok());
-  EXPECT_NE(unknown.status().message().find("record 9: unknown kind 9"), absl::string_view::npos);
+  EXPECT_NE(unknown.status().message().find("record 9: unknown journal record kind 9"), absl::string_view::npos);
   EXPECT_FALSE(DecodeRecord(1, step(JournalKind::kCommitted, 5, 1).substr(0, 1)).ok());
 }
 
