@@ -1,0 +1,456 @@
+// PeerMemory: the store and the Boost.Asio server that lets peers place and
+// read copies in it (one io thread; a connection's frames are handled in
+// order, data frames read straight into the file being placed and served
+// straight from the stored file).
+#include <unistd.h>
+
+#include <cstring>
+#include <deque>
+#include <thread>
+#include <utility>
+
+#include <boost/asio.hpp>
+
+#include "ckpt/peer.h"
+#include "peer/peer_memory.h"
+#include "peer/peer_store.h"
+#include "peer/peer_wire.h"
+#include "util/bytes.h"
+#include "util/errors.h"
+#include "util/hash.h"
+#include "util/status_wire.h"
+#include "util/strings.h"
+
+namespace ckpt::peer {
+namespace {
+
+namespace asio = boost::asio;
+using asio::ip::tcp;
+
+class PeerMemoryImpl;
+
+// One peer's connection. Lives while a read or write of it is pending.
+class Connection : public std::enable_shared_from_this<Connection> {
+ public:
+  Connection(tcp::socket socket, PeerMemoryImpl& owner);
+  void Start();
+
+ private:
+  struct Out {
+    std::string head;       // header, or a whole small frame
+    PeerStore::Bytes file;  // data served straight from a stored file
+    uint64_t offset = 0, length = 0;
+  };
+
+  void ReadHeader();
+  void ReadPayload(const Header& h);
+  void ReadPutData(const Header& h);
+  void OnFrame(const Header& h);
+  absl::Status Handle(const Header& h);
+  void Queue(Out out);
+  void WriteNext();
+  void ReplyOk(std::string payload = {});
+  void ReplyError(const absl::Status& s);
+  void Close(const std::string& why);
+  void AbandonUpload();
+
+  tcp::socket socket_;
+  PeerMemoryImpl& owner_;
+  asio::steady_timer auth_deadline_;
+  std::string peer_, nonce_;
+  bool authenticated_ = false, closed_ = false, close_after_write_ = false;
+  uint8_t header_[kHeaderSize];
+  std::string payload_;
+  std::deque<Out> outbox_;
+  bool writing_ = false;
+  // The file being placed (put-begin .. put-end).
+  std::string upload_path_;
+  std::shared_ptr<std::string> upload_;
+  uint64_t upload_reserved_ = 0;
+  absl::Status upload_error_;
+};
+
+class PeerMemoryImpl final : public PeerMemory, public std::enable_shared_from_this<PeerMemoryImpl> {
+ public:
+  explicit PeerMemoryImpl(const PeerMemoryOptions& o)
+      : options_(o), store_(std::make_shared<PeerStore>(o.budget_bytes)), acceptor_(io_) {}
+
+  ~PeerMemoryImpl() override {
+    io_.stop();
+    if (thread_.joinable()) thread_.join();
+  }
+
+  absl::Status Listen() {
+    const size_t colon = options_.listen.rfind(':');
+    if (colon == std::string::npos) {
+      return absl::InvalidArgumentError(
+          StrCat("peer memory listen address wants HOST:PORT, got '", options_.listen, "'"));
+    }
+    std::string host = options_.listen.substr(0, colon);
+    const std::string port = options_.listen.substr(colon + 1);
+    boost::system::error_code ec;
+    tcp::resolver resolver(io_);
+    auto results = resolver.resolve(host, port, tcp::resolver::passive, ec);
+    if (ec || results.empty()) {
+      return absl::InvalidArgumentError(StrCat("peer memory: cannot resolve ", options_.listen, ": ", ec.message()));
+    }
+    const tcp::endpoint ep = *results.begin();
+    acceptor_.open(ep.protocol(), ec);
+    if (!ec) acceptor_.set_option(tcp::acceptor::reuse_address(true), ec);
+    if (!ec) acceptor_.bind(ep, ec);
+    if (!ec) acceptor_.listen(asio::socket_base::max_listen_connections, ec);
+    if (ec)
+      return absl::UnavailableError(StrCat("peer memory: cannot listen on ", options_.listen, ": ", ec.message()));
+    const tcp::endpoint bound = acceptor_.local_endpoint();
+    std::string addr = bound.address().to_string();
+    if (bound.address().is_v6()) addr = StrCat("[", addr, "]");
+    endpoint_ = StrCat(addr, ":", bound.port());
+    if (options_.domain.empty()) {
+      char name[256] = {0};
+      gethostname(name, sizeof(name) - 1);
+      options_.domain = name;
+    }
+    Accept();
+    thread_ = std::thread([this] { io_.run(); });
+    return absl::OkStatus();
+  }
+
+  std::string endpoint() const override { return endpoint_; }
+  std::string domain() const override { return options_.domain; }
+  std::vector<PeerHolding> Holdings() const override { return store_->Holdings(); }
+  void DropStepsBefore(int64_t step) override { store_->DropStepsBefore(step); }
+  void DropStepsExcept(int64_t step) override { store_->DropStepsExcept(step); }
+  PeerMemoryStats Stats() const override { return store_->Stats(); }
+
+  PeerStore& store() { return *store_; }
+  std::shared_ptr<PeerStore> store_ptr() { return store_; }
+  const PeerMemoryOptions& options() const { return options_; }
+  asio::io_context& io() { return io_; }
+
+  void Log(const std::string& line) const {
+    if (options_.log) {
+      options_.log(line);
+    } else {
+      std::fprintf(stderr, "ckpt peer memory %s: %s\n", endpoint_.c_str(), line.c_str());
+    }
+  }
+
+ private:
+  void Accept() {
+    acceptor_.async_accept([this](const boost::system::error_code& ec, tcp::socket socket) {
+      if (ec == asio::error::operation_aborted) return;
+      if (!ec) std::make_shared<Connection>(std::move(socket), *this)->Start();
+      Accept();
+    });
+  }
+
+  PeerMemoryOptions options_;
+  std::shared_ptr<PeerStore> store_;
+  asio::io_context io_;
+  tcp::acceptor acceptor_;
+  std::thread thread_;
+  std::string endpoint_;
+};
+
+Connection::Connection(tcp::socket socket, PeerMemoryImpl& owner)
+    : socket_(std::move(socket)), owner_(owner), auth_deadline_(socket_.get_executor()) {
+  boost::system::error_code ec;
+  auto ep = socket_.remote_endpoint(ec);
+  peer_ = ec ? std::string("?") : StrCat(ep.address().to_string(), ":", ep.port());
+  nonce_ = Nonce();
+  socket_.set_option(tcp::no_delay(true), ec);
+}
+
+void Connection::Start() {
+  auto self = shared_from_this();
+  auth_deadline_.expires_after(std::chrono::milliseconds(static_cast<int64_t>(owner_.options().io_timeout_s * 1000)));
+  auth_deadline_.async_wait([this, self](const boost::system::error_code& ec) {
+    if (!ec && !authenticated_) Close("did not authenticate in time");
+  });
+  ByteWriter w;
+  w.Str(nonce_);
+  w.Str(owner_.endpoint());
+  w.Str(owner_.domain());
+  Queue(Out{Frame(Op::kHello, w.Take())});
+  ReadHeader();
+}
+
+void Connection::Close(const std::string& why) {
+  if (closed_) return;
+  closed_ = true;
+  if (!why.empty()) owner_.Log(StrCat("connection from ", peer_, " closed: ", why));
+  AbandonUpload();
+  boost::system::error_code ec;
+  auth_deadline_.cancel();
+  socket_.shutdown(tcp::socket::shutdown_both, ec);
+  socket_.close(ec);
+}
+
+void Connection::AbandonUpload() {
+  if (upload_reserved_ > 0) owner_.store().Release(upload_reserved_);
+  upload_reserved_ = 0;
+  upload_.reset();
+  upload_path_.clear();
+  upload_error_ = absl::OkStatus();
+}
+
+void Connection::ReadHeader() {
+  auto self = shared_from_this();
+  asio::async_read(socket_, asio::buffer(header_, kHeaderSize),
+                   [this, self](const boost::system::error_code& ec, size_t) {
+                     if (ec || closed_) return Close("");
+                     auto h = ParseHeader(header_, authenticated_ ? kMaxControlPayload : kMaxPreAuthPayload);
+                     if (!h.ok()) return Close(StrCat("garbage: ", h.status().message()));
+                     if (!authenticated_ && h->op != Op::kAuth) {
+                       return Close(StrCat("sent ", OpName(h->op), " before authenticating"));
+                     }
+                     if (h->op == Op::kPutData) return ReadPutData(*h);
+                     ReadPayload(*h);
+                   });
+}
+
+void Connection::ReadPayload(const Header& h) {
+  payload_.resize(h.length);
+  auto self = shared_from_this();
+  asio::async_read(socket_, asio::buffer(payload_.data(), payload_.size()),
+                   [this, self, h](const boost::system::error_code& ec, size_t) {
+                     if (ec || closed_) return Close("");
+                     OnFrame(h);
+                   });
+}
+
+void Connection::ReadPutData(const Header& h) {
+  if (upload_ == nullptr && upload_error_.ok()) return Close("put-data outside a put");
+  if (upload_ != nullptr && (h.arg > upload_->size() || h.length > upload_->size() - h.arg)) {
+    return Close(StrCat("put-data at byte offset ", h.arg, " (", h.length, " bytes) past the end of ", upload_path_,
+                        " (", upload_->size(), " bytes)"));
+  }
+  // A refused put still reads its data (into a scratch buffer) to stay in step.
+  char* dst;
+  if (upload_ != nullptr) {
+    dst = upload_->data() + h.arg;
+  } else {
+    payload_.resize(h.length);
+    dst = payload_.data();
+  }
+  auto self = shared_from_this();
+  asio::async_read(
+      socket_, asio::buffer(dst, h.length), [this, self, h, dst](const boost::system::error_code& ec, size_t) {
+        if (ec || closed_) return Close("");
+        if (upload_ != nullptr && upload_error_.ok() && Xxh3(dst, h.length) != h.checksum) {
+          upload_error_ = absl::DataLossError(StrCat("checksum mismatch in ", upload_path_, " bytes [", h.arg, ", ",
+                                                     h.arg + h.length, ") as received from ", peer_));
+        }
+        owner_.store().CountReceived(h.length);
+        ReadHeader();
+      });
+}
+
+void Connection::OnFrame(const Header& h) {
+  if (Xxh3(payload_) != h.checksum) {
+    return Close(StrCat("checksum mismatch in a ", OpName(h.op), " frame"));
+  }
+  if (!authenticated_) {
+    ByteReader r(payload_, "auth");
+    const std::string mac = r.Str(kMacSize);
+    if (!r.ok() || !MacEqual(mac, AuthMac(owner_.options().token, nonce_))) {
+      ReplyError(absl::PermissionDeniedError("refused: the token does not match this job's"));
+      owner_.Log(StrCat("refused ", peer_, ": wrong token"));
+      close_after_write_ = true;  // the error goes out, then the socket closes (WriteNext)
+      return;
+    }
+    authenticated_ = true;
+    auth_deadline_.cancel();
+    ReplyOk();
+    return ReadHeader();
+  }
+  absl::Status s = Handle(h);
+  if (absl::IsInvalidArgument(s)) return Close(std::string(s.message()));  // malformed: stop listening
+  if (!s.ok()) ReplyError(s);
+  if (payload_.capacity() > (1u << 20)) std::string().swap(payload_);
+  ReadHeader();
+}
+
+// Answers one request. InvalidArgument: the frame was malformed (the caller
+// closes the connection); other errors are replied.
+absl::Status Connection::Handle(const Header& h) {
+  PeerStore& store = owner_.store();
+  ByteReader r(payload_, StrCat(OpName(h.op), " from ", peer_));
+  auto malformed = [&]() {
+    return absl::InvalidArgumentError(StrCat("malformed ", OpName(h.op), ": ", r.status().message()));
+  };
+  switch (h.op) {
+    case Op::kPutBegin: {
+      std::string path = r.Str(kMaxPathBytes);
+      const uint64_t size = r.Var();
+      if (!r.ok()) return malformed();
+      if (path.empty() || path.front() == '/' || path.find("..") != std::string::npos) {
+        return absl::InvalidArgumentError(StrCat("bad path '", path, "'"));
+      }
+      AbandonUpload();
+      upload_path_ = std::move(path);
+      absl::Status room = store.Reserve(size, upload_path_);
+      if (!room.ok()) {
+        owner_.Log(StrCat("refused ", upload_path_, " from ", peer_, ": ", room.message()));
+        upload_error_ = room;
+        return room;
+      }
+      upload_reserved_ = size;
+      upload_ = std::make_shared<std::string>(size, '\0');
+      ReplyOk();
+      return absl::OkStatus();
+    }
+    case Op::kPutEnd: {
+      const uint64_t sum = r.U64();
+      if (!r.ok()) return malformed();
+      if (upload_ == nullptr) {
+        absl::Status why =
+            upload_error_.ok() ? absl::FailedPreconditionError("put-end without put-begin") : upload_error_;
+        AbandonUpload();
+        return why;
+      }
+      if (upload_error_.ok() && Xxh3(*upload_) != sum) {
+        upload_error_ = absl::DataLossError(
+            StrCat("checksum mismatch: ", upload_path_, " as received from ", peer_, " is not what was sent"));
+      }
+      if (!upload_error_.ok()) {
+        absl::Status why = upload_error_;
+        owner_.Log(StrCat("refused ", upload_path_, ": ", why.message()));
+        AbandonUpload();
+        return why;
+      }
+      store.Insert(upload_path_, std::move(upload_));
+      upload_reserved_ = 0;
+      AbandonUpload();
+      ReplyOk();
+      return absl::OkStatus();
+    }
+    case Op::kGet: {
+      const std::string path = r.Str(kMaxPathBytes);
+      const uint64_t offset = r.Var(), length = r.Var();
+      if (!r.ok()) return malformed();
+      if (length > kMaxChunk) return absl::InvalidArgumentError(StrCat("get of ", length, " bytes"));
+      PeerStore::Bytes file = store.Get(path);
+      if (file == nullptr) return absl::NotFoundError(StrCat(path, ": not in this peer's memory"));
+      if (offset > file->size() || length > file->size() - offset) {
+        return absl::OutOfRangeError(
+            StrCat("truncated: ", path, " has ", file->size(), " bytes, reading ", length, " at byte offset ", offset));
+      }
+      Out out;
+      out.head.resize(kHeaderSize);
+      EncodeHeader(Op::kData, length, offset, Xxh3(file->data() + offset, length),
+                   reinterpret_cast<uint8_t*>(out.head.data()));
+      out.file = std::move(file);
+      out.offset = offset;
+      out.length = length;
+      store.CountServed(length);
+      Queue(std::move(out));
+      return absl::OkStatus();
+    }
+    case Op::kStat: {
+      const std::string path = r.Str(kMaxPathBytes);
+      if (!r.ok()) return malformed();
+      PeerStore::Bytes file = store.Get(path);
+      if (file == nullptr) return absl::NotFoundError(StrCat(path, ": not in this peer's memory"));
+      ByteWriter w;
+      w.Var(file->size());
+      ReplyOk(w.Take());
+      return absl::OkStatus();
+    }
+    case Op::kList: {
+      const std::string dir = r.Str(kMaxPathBytes);
+      if (!r.ok()) return malformed();
+      CKPT_ASSIGN_OR_RETURN(std::vector<DirEntry> entries, store.List(dir));
+      ByteWriter w;
+      w.Var(entries.size());
+      for (const DirEntry& e : entries) {
+        w.Str(e.name);
+        w.U8(e.is_dir ? 1 : 0);
+      }
+      ReplyOk(w.Take());
+      return absl::OkStatus();
+    }
+    case Op::kRemove: {
+      const std::string path = r.Str(kMaxPathBytes);
+      if (!r.ok()) return malformed();
+      if (!store.Remove(path)) return absl::NotFoundError(StrCat(path, ": not in this peer's memory"));
+      ReplyOk();
+      return absl::OkStatus();
+    }
+    case Op::kRemoveAll: {
+      const std::string dir = r.Str(kMaxPathBytes);
+      if (!r.ok()) return malformed();
+      if (!dir.empty()) store.RemoveAll(dir);
+      ReplyOk();
+      return absl::OkStatus();
+    }
+    case Op::kDropBefore: {
+      const int64_t step = r.SVar();
+      if (!r.ok()) return malformed();
+      store.DropStepsBefore(step);
+      ReplyOk();
+      return absl::OkStatus();
+    }
+    default:
+      return absl::InvalidArgumentError(StrCat("a peer does not take ", OpName(h.op), " frames"));
+  }
+}
+
+void Connection::ReplyOk(std::string payload) { Queue(Out{Frame(Op::kOk, payload)}); }
+
+void Connection::ReplyError(const absl::Status& s) {
+  ByteWriter w;
+  WriteStatus(w, s);
+  Queue(Out{Frame(Op::kError, w.Take())});
+}
+
+void Connection::Queue(Out out) {
+  outbox_.push_back(std::move(out));
+  if (!writing_) WriteNext();
+}
+
+void Connection::WriteNext() {
+  if (outbox_.empty()) {
+    writing_ = false;
+    if (close_after_write_) Close("");
+    return;
+  }
+  writing_ = true;
+  const Out& o = outbox_.front();
+  std::vector<asio::const_buffer> bufs{asio::buffer(o.head)};
+  if (o.file != nullptr) bufs.push_back(asio::buffer(o.file->data() + o.offset, o.length));
+  auto self = shared_from_this();
+  asio::async_write(socket_, bufs, [this, self](const boost::system::error_code& ec, size_t) {
+    outbox_.pop_front();
+    if (ec) {
+      outbox_.clear();
+      writing_ = false;
+      return Close("");
+    }
+    WriteNext();
+  });
+}
+
+}  // namespace
+
+std::shared_ptr<PeerStore> LocalStore(PeerMemory& memory) { return static_cast<PeerMemoryImpl&>(memory).store_ptr(); }
+
+const PeerMemoryOptions& OptionsOf(PeerMemory& memory) { return static_cast<PeerMemoryImpl&>(memory).options(); }
+
+void LogTo(PeerMemory& memory, const std::string& line) { static_cast<PeerMemoryImpl&>(memory).Log(line); }
+
+}  // namespace ckpt::peer
+
+namespace ckpt {
+
+absl::StatusOr<std::shared_ptr<PeerMemory>> PeerMemory::Start(const PeerMemoryOptions& options) {
+  if (options.token.size() < 16) {
+    return absl::InvalidArgumentError("peer memory: the job's token must be at least 16 bytes");
+  }
+  if (options.budget_bytes <= 0) return absl::InvalidArgumentError("peer memory: the budget must be positive");
+  auto m = std::make_shared<peer::PeerMemoryImpl>(options);
+  CKPT_RETURN_IF_ERROR(m->Listen());
+  return std::shared_ptr<PeerMemory>(std::move(m));
+}
+
+}  // namespace ckpt

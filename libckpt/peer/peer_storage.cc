@@ -1,0 +1,402 @@
+// The memory level as a Storage: this process's memory first, replicas on
+// peers, reads failing over from one copy to the next.
+#include <algorithm>
+#include <atomic>
+#include <cstring>
+#include <map>
+#include <mutex>
+#include <thread>
+
+#include "absl/strings/str_join.h"
+#include "ckpt/peer.h"
+#include "peer/peer_client.h"
+#include "peer/peer_memory.h"
+#include "peer/peer_store.h"
+#include "util/errors.h"
+#include "util/hash.h"
+#include "util/strings.h"
+
+namespace ckpt {
+namespace peer {
+namespace {
+
+// Idle authenticated connections by endpoint.
+class ConnectionPool {
+ public:
+  ConnectionPool(std::string token, double timeout_s) : token_(std::move(token)), timeout_s_(timeout_s) {}
+
+  absl::StatusOr<std::unique_ptr<PeerConnection>> Take(const std::string& endpoint) {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      auto& idle = idle_[endpoint];
+      if (!idle.empty()) {
+        auto c = std::move(idle.back());
+        idle.pop_back();
+        return c;
+      }
+    }
+    return PeerConnection::Open(endpoint, token_, timeout_s_);
+  }
+
+  void Give(std::unique_ptr<PeerConnection> c) {
+    if (c == nullptr || c->broken()) return;
+    std::lock_guard<std::mutex> lock(mu_);
+    auto& idle = idle_[c->endpoint()];
+    if (idle.size() < 16) idle.push_back(std::move(c));
+  }
+
+  // Runs `op` on a connection to `endpoint`; a pooled connection that fails
+  // to be usable (the peer restarted, closed it) is retried once afresh.
+  template <typename T, typename Op>
+  absl::StatusOr<T> With(const std::string& endpoint, Op op) {
+    for (int attempt = 0;; ++attempt) {
+      bool fresh;
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        fresh = idle_[endpoint].empty();
+      }
+      auto c = Take(endpoint);
+      if (!c.ok()) return c.status();
+      absl::StatusOr<T> r = op(**c);
+      const bool broken = (*c)->broken();
+      Give(std::move(*c));
+      if (r.ok() || !broken || fresh || attempt > 0 || !absl::IsUnavailable(r.status())) return r;
+    }
+  }
+
+ private:
+  std::string token_;
+  double timeout_s_;
+  std::mutex mu_;
+  std::map<std::string, std::vector<std::unique_ptr<PeerConnection>>> idle_;
+};
+
+struct Counters {
+  std::atomic<int64_t> from_own{0}, from_peers{0}, failovers{0};
+};
+
+class PeerStorageImpl;
+
+absl::Span<const std::byte> AsBytes(const std::string& s) {
+  return {reinterpret_cast<const std::byte*>(s.data()), s.size()};
+}
+
+class OwnReadable final : public ReadableFile {
+ public:
+  OwnReadable(PeerStore::Bytes bytes, std::string path, Counters& counters)
+      : bytes_(std::move(bytes)), path_(std::move(path)), counters_(counters) {}
+  uint64_t size() const override { return bytes_->size(); }
+  absl::Status ReadAt(uint64_t offset, absl::Span<std::byte> dst) override {
+    if (offset > bytes_->size() || dst.size() > bytes_->size() - offset) {
+      return absl::OutOfRangeError(StrCat("truncated: peer memory ", path_, " has ", bytes_->size(), " bytes, reading ",
+                                          dst.size(), " at byte offset ", offset));
+    }
+    std::memcpy(dst.data(), bytes_->data() + offset, dst.size());
+    counters_.from_own += static_cast<int64_t>(dst.size());
+    return absl::OkStatus();
+  }
+  void ReadAsync(uint64_t offset, absl::Span<std::byte> dst, IoCallback done) override {
+    std::move(done)(ReadAt(offset, dst));
+  }
+  size_t direct_alignment() const override { return 0; }
+  const std::string& path() const override { return path_; }
+
+ private:
+  PeerStore::Bytes bytes_;
+  std::string path_;
+  Counters& counters_;
+};
+
+class PeerStorageImpl final : public Storage {
+ public:
+  PeerStorageImpl(std::shared_ptr<PeerMemory> memory, PeerRoute route)
+      : memory_(std::move(memory)),
+        store_(LocalStore(*memory_)),
+        route_(std::move(route)),
+        pool_(OptionsOf(*memory_).token, OptionsOf(*memory_).io_timeout_s) {}
+
+  std::string uri() const override { return StrCat("peer://", memory_->endpoint()); }
+  StorageCaps caps() const override {
+    StorageCaps c;
+    c.engine = "peer-memory";
+    c.atomic_rename = true;
+    c.durable = false;
+    return c;
+  }
+
+  absl::StatusOr<std::unique_ptr<WritableFile>> OpenWritable(std::string_view path, const WriteOptions&) override;
+  absl::StatusOr<std::unique_ptr<ReadableFile>> OpenReadable(std::string_view path) override;
+
+  absl::Status PutAtomic(std::string_view path, absl::Span<const std::byte> data) override {
+    CKPT_RETURN_IF_ERROR(CheckPath(path));
+    auto bytes = std::make_shared<const std::string>(reinterpret_cast<const char*>(data.data()), data.size());
+    CKPT_RETURN_IF_ERROR(store_->Put(std::string(path), bytes));
+    return Replicate(path, *bytes);
+  }
+
+  absl::Status PutIfAbsent(std::string_view path, absl::Span<const std::byte> data) override {
+    CKPT_RETURN_IF_ERROR(CheckPath(path));
+    auto bytes = std::make_shared<const std::string>(reinterpret_cast<const char*>(data.data()), data.size());
+    CKPT_RETURN_IF_ERROR(store_->Put(std::string(path), bytes, /*if_absent=*/true));
+    return Replicate(path, *bytes);
+  }
+
+  absl::StatusOr<uint64_t> FileSize(std::string_view path) override {
+    if (PeerStore::Bytes b = store_->Get(path); b != nullptr) return b->size();
+    std::string tried;
+    for (const std::string& ep : Holders(path)) {
+      auto size = pool_.With<uint64_t>(ep, [&](PeerConnection& c) { return c.Stat(path); });
+      if (size.ok()) return size;
+      StrAppend(&tried, tried.empty() ? "" : "; ", size.status().message());
+    }
+    return absl::NotFoundError(
+        StrCat("peer memory: ", path, " is in no live memory", tried.empty() ? "" : StrCat(" (", tried, ")")));
+  }
+
+  absl::StatusOr<std::vector<DirEntry>> List(std::string_view dir) override { return store_->List(dir); }
+
+  absl::Status Remove(std::string_view path) override {
+    const bool had = store_->Remove(path);
+    for (const std::string& ep : route_.replicas) {
+      (void)pool_.With<bool>(ep, [&](PeerConnection& c) -> absl::StatusOr<bool> {
+        CKPT_RETURN_IF_ERROR(c.Remove(path));
+        return true;
+      });
+    }
+    if (!had) return absl::NotFoundError(StrCat("remove peer memory:", path, ": no such file"));
+    return absl::OkStatus();
+  }
+
+  absl::Status RemoveAll(std::string_view dir) override {
+    if (dir.empty()) return absl::InvalidArgumentError("refusing to remove the storage root");
+    store_->RemoveAll(dir);
+    for (const std::string& ep : route_.replicas) {
+      (void)pool_.With<bool>(ep, [&](PeerConnection& c) -> absl::StatusOr<bool> {
+        CKPT_RETURN_IF_ERROR(c.RemoveAll(dir));
+        return true;
+      });
+    }
+    return absl::OkStatus();
+  }
+
+  absl::Status SyncDir(std::string_view) override { return absl::OkStatus(); }
+
+  // Places `bytes` (stored here already) in every replica holder's memory;
+  // the first failure, naming the holder, when one cannot take it.
+  absl::Status Replicate(std::string_view path, const std::string& bytes) {
+    const auto place = [&](const std::string& ep) -> absl::Status {
+      auto r = pool_.With<bool>(ep, [&](PeerConnection& c) -> absl::StatusOr<bool> {
+        CKPT_RETURN_IF_ERROR(c.Put(path, AsBytes(bytes)));
+        return true;
+      });
+      if (r.ok()) return absl::OkStatus();
+      return absl::Status(r.status().code(), StrCat("could not place a copy of ", path, " (", bytes.size(),
+                                                    " bytes) in the memory of ", ep, ": ", r.status().message()));
+    };
+    if (route_.replicas.size() <= 1) {
+      return route_.replicas.empty() ? absl::OkStatus() : place(route_.replicas[0]);
+    }
+    std::vector<absl::Status> results(route_.replicas.size());
+    std::vector<std::thread> threads;
+    for (size_t i = 0; i < route_.replicas.size(); ++i) {
+      threads.emplace_back([&, i] { results[i] = place(route_.replicas[i]); });
+    }
+    for (auto& t : threads) t.join();
+    for (absl::Status& s : results) {
+      if (!s.ok()) return s;
+    }
+    return absl::OkStatus();
+  }
+
+  std::vector<std::string> Holders(std::string_view path) const {
+    if (!route_.holders) return {};
+    std::vector<std::string> out = route_.holders(StepOfPath(path), OwnerOfPath(path));
+    out.erase(std::remove(out.begin(), out.end(), memory_->endpoint()), out.end());
+    return out;
+  }
+
+  ConnectionPool& pool() { return pool_; }
+  Counters& counters() { return counters_; }
+  PeerStore& store() { return *store_; }
+  PeerMemory& memory() { return *memory_; }
+
+ private:
+  static absl::Status CheckPath(std::string_view path) {
+    if (path.empty() || path.front() == '/' || path.find("..") != std::string_view::npos) {
+      return absl::InvalidArgumentError(StrCat("bad peer memory path '", path, "'"));
+    }
+    return absl::OkStatus();
+  }
+
+  std::shared_ptr<PeerMemory> memory_;
+  std::shared_ptr<PeerStore> store_;
+  PeerRoute route_;
+  ConnectionPool pool_;
+  Counters counters_;
+};
+
+// A file being written: gathered in memory, stored and replicated whole by
+// Finish.
+class PeerWritable final : public WritableFile {
+ public:
+  PeerWritable(PeerStorageImpl& storage, std::string path) : storage_(storage), path_(std::move(path)) {}
+  void WriteAsync(uint64_t offset, absl::Span<const std::byte> data, IoCallback done) override {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (data_.size() < offset + data.size()) data_.resize(offset + data.size());
+      std::memcpy(data_.data() + offset, data.data(), data.size());
+    }
+    std::move(done)(absl::OkStatus());
+  }
+  absl::Status Drain() override { return absl::OkStatus(); }
+  void Reserve(uint64_t bytes) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    data_.reserve(bytes);
+  }
+  absl::Status Finish(uint64_t final_size) override {
+    std::shared_ptr<const std::string> bytes;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      data_.resize(final_size);
+      bytes = std::make_shared<const std::string>(std::move(data_));
+      data_.clear();
+    }
+    CKPT_RETURN_IF_ERROR(storage_.store().Put(path_, bytes));
+    return storage_.Replicate(path_, *bytes);
+  }
+  size_t alignment() const override { return 1; }
+  const std::string& path() const override { return path_; }
+
+ private:
+  PeerStorageImpl& storage_;
+  std::string path_;
+  std::mutex mu_;
+  std::string data_;
+};
+
+// A file in other processes' memory: each read goes to the copy that
+// answered last, and on failure to the next one.
+class RemoteReadable final : public ReadableFile {
+ public:
+  RemoteReadable(PeerStorageImpl& storage, std::string path, std::vector<std::string> holders, size_t first,
+                 uint64_t size)
+      : storage_(storage), path_(std::move(path)), holders_(std::move(holders)), current_(first), size_(size) {}
+  uint64_t size() const override { return size_; }
+  absl::Status ReadAt(uint64_t offset, absl::Span<std::byte> dst) override {
+    if (offset > size_ || dst.size() > size_ - offset) {
+      return absl::OutOfRangeError(StrCat("truncated: peer memory ", path_, " has ", size_, " bytes, reading ",
+                                          dst.size(), " at byte offset ", offset));
+    }
+    std::string tried;
+    const size_t start = current_.load();
+    for (size_t k = 0; k < holders_.size(); ++k) {
+      const size_t i = (start + k) % holders_.size();
+      const std::string& ep = holders_[i];
+      auto r = storage_.pool().With<bool>(ep, [&](PeerConnection& c) -> absl::StatusOr<bool> {
+        CKPT_RETURN_IF_ERROR(c.Get(path_, offset, dst));
+        return true;
+      });
+      if (r.ok()) {
+        storage_.counters().from_peers += static_cast<int64_t>(dst.size());
+        if (k > 0) {
+          current_ = i;
+          storage_.counters().failovers += 1;
+          LogTo(storage_.memory(),
+                StrCat("read of ", path_, " at byte offset ", offset, " moved to ", ep, " (", tried, ")"));
+        }
+        return absl::OkStatus();
+      }
+      StrAppend(&tried, tried.empty() ? "" : "; ", r.status().message());
+    }
+    return absl::UnavailableError(
+        StrCat("no live copy of ", path_, " bytes [", offset, ", ", offset + dst.size(), ") in peer memory: ", tried));
+  }
+  void ReadAsync(uint64_t offset, absl::Span<std::byte> dst, IoCallback done) override {
+    std::move(done)(ReadAt(offset, dst));
+  }
+  size_t direct_alignment() const override { return 0; }
+  const std::string& path() const override { return path_; }
+
+ private:
+  PeerStorageImpl& storage_;
+  std::string path_;
+  std::vector<std::string> holders_;
+  std::atomic<size_t> current_;
+  uint64_t size_;
+};
+
+absl::StatusOr<std::unique_ptr<WritableFile>> PeerStorageImpl::OpenWritable(std::string_view path,
+                                                                            const WriteOptions&) {
+  CKPT_RETURN_IF_ERROR(CheckPath(path));
+  return std::unique_ptr<WritableFile>(std::make_unique<PeerWritable>(*this, std::string(path)));
+}
+
+absl::StatusOr<std::unique_ptr<ReadableFile>> PeerStorageImpl::OpenReadable(std::string_view path) {
+  if (PeerStore::Bytes b = store_->Get(path); b != nullptr) {
+    return std::unique_ptr<ReadableFile>(std::make_unique<OwnReadable>(std::move(b), std::string(path), counters_));
+  }
+  std::vector<std::string> holders = Holders(path);
+  std::string tried;
+  for (size_t i = 0; i < holders.size(); ++i) {
+    auto size = pool_.With<uint64_t>(holders[i], [&](PeerConnection& c) { return c.Stat(path); });
+    if (size.ok()) {
+      return std::unique_ptr<ReadableFile>(
+          std::make_unique<RemoteReadable>(*this, std::string(path), std::move(holders), i, *size));
+    }
+    StrAppend(&tried, tried.empty() ? "" : "; ", size.status().message());
+  }
+  return absl::NotFoundError(StrCat("open peer memory:", path, ": in no live memory",
+                                    tried.empty() ? " (no holder named)" : StrCat(" (", tried, ")")));
+}
+
+}  // namespace
+}  // namespace peer
+
+absl::StatusOr<std::shared_ptr<Storage>> OpenPeerStorage(std::shared_ptr<PeerMemory> memory, PeerRoute route) {
+  if (memory == nullptr) return absl::InvalidArgumentError("OpenPeerStorage: no peer memory");
+  return std::shared_ptr<Storage>(std::make_shared<peer::PeerStorageImpl>(std::move(memory), std::move(route)));
+}
+
+PeerReadCounters PeerStorageCounters(Storage& storage) {
+  PeerReadCounters out;
+  if (auto* p = dynamic_cast<peer::PeerStorageImpl*>(&storage)) {
+    out.from_own = p->counters().from_own;
+    out.from_peers = p->counters().from_peers;
+    out.failovers = p->counters().failovers;
+  }
+  return out;
+}
+
+absl::StatusOr<std::vector<std::vector<int>>> PlaceReplicas(const std::vector<std::string>& domains, int replicas) {
+  if (replicas < 0) return absl::InvalidArgumentError("replicas must be 0 or more");
+  std::vector<std::string> names;
+  std::map<std::string, int> index;
+  std::vector<std::vector<int>> members;
+  std::vector<int> position(domains.size());
+  for (size_t i = 0; i < domains.size(); ++i) {
+    auto [it, fresh] = index.emplace(domains[i], static_cast<int>(names.size()));
+    if (fresh) {
+      names.push_back(domains[i]);
+      members.emplace_back();
+    }
+    position[i] = static_cast<int>(members[static_cast<size_t>(it->second)].size());
+    members[static_cast<size_t>(it->second)].push_back(static_cast<int>(i));
+  }
+  const int n = static_cast<int>(names.size());
+  if (replicas > 0 && n < replicas + 1) {
+    return absl::FailedPreconditionError(StrCat(replicas, " replica(s) need ", replicas + 1,
+                                                " failure domains; the ranks are in ", n, " (",
+                                                absl::StrJoin(names, ", "), ")"));
+  }
+  std::vector<std::vector<int>> out(domains.size());
+  for (size_t i = 0; i < domains.size(); ++i) {
+    const int d = index[domains[i]];
+    for (int k = 1; k <= replicas; ++k) {
+      const auto& target = members[static_cast<size_t>((d + k) % n)];
+      out[i].push_back(target[static_cast<size_t>(position[i]) % target.size()]);
+    }
+  }
+  return out;
+}
+
+}  // namespace ckpt

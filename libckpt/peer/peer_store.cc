@@ -1,0 +1,194 @@
+#include "peer/peer_store.h"
+
+#include <algorithm>
+#include <functional>
+#include <set>
+
+#include "absl/strings/match.h"
+#include "format/root_files.h"
+#include "util/strings.h"
+
+namespace ckpt::peer {
+
+int64_t StepOfPath(std::string_view path) {
+  const size_t slash = path.find('/');
+  if (slash == std::string_view::npos) return -1;
+  std::optional<int64_t> step = ParseStepDir(path.substr(0, slash));
+  return step ? *step : -1;
+}
+
+int OwnerOfPath(std::string_view path) {
+  std::string_view name = path.substr(path.rfind('/') == std::string_view::npos ? 0 : path.rfind('/') + 1);
+  if (!ConsumePrefix(&name, "rank-")) return 0;
+  int rank = 0;
+  size_t i = 0;
+  for (; i < name.size() && name[i] >= '0' && name[i] <= '9' && i < 9; ++i) rank = rank * 10 + (name[i] - '0');
+  if (i == 0 || i >= name.size() || name[i] != '.') return 0;
+  return rank;
+}
+
+absl::Status PeerStore::ExhaustedLocked(uint64_t n, std::string_view path) {
+  ++refused_;
+  return absl::ResourceExhaustedError(StrCat("peer memory budget of ", budget_, " bytes exhausted: ", path, " needs ",
+                                             n, " bytes, ", held_, " held and ", reserved_,
+                                             " arriving (raise the budget, or save less often at the memory level)"));
+}
+
+absl::Status PeerStore::Reserve(uint64_t n, std::string_view path) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (static_cast<int64_t>(n) > budget_ - held_ - reserved_) return ExhaustedLocked(n, path);
+  reserved_ += static_cast<int64_t>(n);
+  peak_ = std::max(peak_, held_ + reserved_);
+  return absl::OkStatus();
+}
+
+void PeerStore::Release(uint64_t n) {
+  std::lock_guard<std::mutex> lock(mu_);
+  reserved_ -= static_cast<int64_t>(n);
+}
+
+void PeerStore::EraseLocked(std::map<std::string, Bytes, std::less<>>::iterator it) {
+  held_ -= static_cast<int64_t>(it->second->size());
+  files_.erase(it);
+}
+
+void PeerStore::Insert(const std::string& path, Bytes bytes) {
+  std::lock_guard<std::mutex> lock(mu_);
+  reserved_ -= static_cast<int64_t>(bytes->size());
+  if (auto it = files_.find(path); it != files_.end()) EraseLocked(it);
+  held_ += static_cast<int64_t>(bytes->size());
+  files_.emplace(path, std::move(bytes));
+}
+
+absl::Status PeerStore::Put(const std::string& path, Bytes bytes, bool if_absent) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = files_.find(path);
+  if (it != files_.end() && if_absent) return absl::AlreadyExistsError(StrCat("peer memory: ", path, " exists"));
+  const int64_t old = it == files_.end() ? 0 : static_cast<int64_t>(it->second->size());
+  const int64_t size = static_cast<int64_t>(bytes->size());
+  if (size - old > budget_ - held_ - reserved_) return ExhaustedLocked(bytes->size(), path);
+  if (it != files_.end()) EraseLocked(it);
+  held_ += size;
+  peak_ = std::max(peak_, held_ + reserved_);
+  files_.emplace(path, std::move(bytes));
+  return absl::OkStatus();
+}
+
+PeerStore::Bytes PeerStore::Get(std::string_view path) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = files_.find(path);
+  return it == files_.end() ? nullptr : it->second;
+}
+
+absl::StatusOr<std::vector<DirEntry>> PeerStore::List(std::string_view dir) const {
+  const std::string prefix = dir.empty() ? "" : StrCat(dir, "/");
+  std::map<std::string, bool> entries;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (auto it = files_.lower_bound(prefix); it != files_.end() && absl::StartsWith(it->first, prefix); ++it) {
+      std::string_view rest = std::string_view(it->first).substr(prefix.size());
+      const size_t slash = rest.find('/');
+      if (slash == std::string_view::npos) {
+        entries[std::string(rest)] = false;
+      } else {
+        entries[std::string(rest.substr(0, slash))] = true;
+      }
+    }
+  }
+  if (entries.empty() && !dir.empty())
+    return absl::NotFoundError(StrCat("list peer memory:", dir, ": no such directory"));
+  std::vector<DirEntry> out;
+  for (auto& [name, is_dir] : entries) out.push_back(DirEntry{name, is_dir});
+  return out;
+}
+
+bool PeerStore::Remove(std::string_view path) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = files_.find(path);
+  if (it == files_.end()) return false;
+  EraseLocked(it);
+  return true;
+}
+
+void PeerStore::RemoveAll(std::string_view dir) {
+  const std::string prefix = StrCat(dir, "/");
+  std::lock_guard<std::mutex> lock(mu_);
+  if (auto it = files_.find(dir); it != files_.end()) EraseLocked(it);
+  for (auto it = files_.lower_bound(prefix); it != files_.end() && absl::StartsWith(it->first, prefix);) {
+    auto next = std::next(it);
+    EraseLocked(it);
+    it = next;
+  }
+}
+
+void PeerStore::DropIfLocked(const std::function<bool(int64_t)>& drop) {
+  for (auto it = files_.begin(); it != files_.end();) {
+    auto next = std::next(it);
+    const int64_t step = StepOfPath(it->first);
+    if (step >= 0 && drop(step)) EraseLocked(it);
+    it = next;
+  }
+}
+
+void PeerStore::DropStepsBefore(int64_t step) {
+  std::lock_guard<std::mutex> lock(mu_);
+  DropIfLocked([step](int64_t s) { return s < step; });
+}
+
+void PeerStore::DropStepsExcept(int64_t step) {
+  std::lock_guard<std::mutex> lock(mu_);
+  DropIfLocked([step](int64_t s) { return s != step; });
+}
+
+std::vector<PeerHolding> PeerStore::Holdings() const {
+  std::map<int64_t, std::set<int>> data;
+  std::set<int64_t> manifests;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (const auto& [path, bytes] : files_) {
+      const int64_t step = StepOfPath(path);
+      if (step < 0) continue;
+      const std::string_view name = std::string_view(path).substr(path.find('/') + 1);
+      if (name == kManifestName) manifests.insert(step);
+      if (name.substr(0, 5) != "rank-" || name.ends_with(".report") || name.ends_with(".failed")) {
+        continue;
+      }
+      data[step].insert(OwnerOfPath(name));
+    }
+  }
+  std::vector<PeerHolding> out;
+  for (auto& [step, owners] : data) {
+    PeerHolding h;
+    h.step = step;
+    for (int o : owners) {
+      if (o != 0 || manifests.count(step) != 0) h.owners.push_back(o);
+    }
+    if (!h.owners.empty()) out.push_back(std::move(h));
+  }
+  return out;
+}
+
+PeerMemoryStats PeerStore::Stats() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  PeerMemoryStats s;
+  s.budget_bytes = budget_;
+  s.held_bytes = held_;
+  s.peak_bytes = peak_;
+  s.files = static_cast<int64_t>(files_.size());
+  s.refused = refused_;
+  s.bytes_received = received_;
+  s.bytes_served = served_;
+  return s;
+}
+
+void PeerStore::CountReceived(uint64_t n) {
+  std::lock_guard<std::mutex> lock(mu_);
+  received_ += static_cast<int64_t>(n);
+}
+
+void PeerStore::CountServed(uint64_t n) {
+  std::lock_guard<std::mutex> lock(mu_);
+  served_ += static_cast<int64_t>(n);
+}
+
+}  // namespace ckpt::peer

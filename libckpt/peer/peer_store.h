@@ -1,0 +1,72 @@
+// One process's memory of checkpoint files: its own and the copies peers
+// placed in it, within a byte budget. No sockets: the server
+// (peer_server.cc) and the local storage (peer_storage.cc) share it.
+// Thread-safe.
+#ifndef CKPT_PEER_PEER_STORE_H_
+#define CKPT_PEER_PEER_STORE_H_
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "ckpt/peer.h"
+#include "ckpt/storage.h"
+
+namespace ckpt::peer {
+
+/// The step of a path ("step-<digits>/..."), or -1 for a path outside one.
+int64_t StepOfPath(std::string_view path);
+/// The rank of the save that wrote a path: N for "rank-N.<ext>", else the
+/// leader (0).
+int OwnerOfPath(std::string_view path);
+
+class PeerStore {
+ public:
+  explicit PeerStore(int64_t budget_bytes) : budget_(budget_bytes) {}
+
+  using Bytes = std::shared_ptr<const std::string>;
+
+  /// Sets aside `n` bytes for a file about to arrive; ResourceExhausted,
+  /// naming the file and the budget, when they do not fit.
+  absl::Status Reserve(uint64_t n, std::string_view path);
+  void Release(uint64_t n);
+  /// Stores a whole file whose size was reserved (the reservation becomes
+  /// the file's), replacing one of the same path.
+  void Insert(const std::string& path, Bytes bytes);
+  /// Reserve + Insert; with `if_absent`, AlreadyExists when the path is held.
+  absl::Status Put(const std::string& path, Bytes bytes, bool if_absent = false);
+
+  Bytes Get(std::string_view path) const;
+  absl::StatusOr<std::vector<DirEntry>> List(std::string_view dir) const;
+  bool Remove(std::string_view path);
+  void RemoveAll(std::string_view dir);
+  void DropStepsBefore(int64_t step);
+  void DropStepsExcept(int64_t step);
+
+  std::vector<PeerHolding> Holdings() const;
+  PeerMemoryStats Stats() const;
+  void CountReceived(uint64_t n);
+  void CountServed(uint64_t n);
+
+ private:
+  void EraseLocked(std::map<std::string, Bytes, std::less<>>::iterator it);
+  absl::Status ExhaustedLocked(uint64_t n, std::string_view path);
+  void DropIfLocked(const std::function<bool(int64_t)>& drop);
+
+  mutable std::mutex mu_;
+  const int64_t budget_;
+  int64_t held_ = 0, reserved_ = 0, peak_ = 0, refused_ = 0, received_ = 0, served_ = 0;
+  std::map<std::string, Bytes, std::less<>> files_;
+};
+
+}  // namespace ckpt::peer
+
+#endif  // CKPT_PEER_PEER_STORE_H_

@@ -1,0 +1,78 @@
+// The memory level's data plane (docs/protocol.md "Peer memory"): frames of
+// a fixed 32-byte header and a payload whose xxh3 the header carries.
+//
+//   u32 magic "CKPM" | u8 version | u8 op | u16 zero | u64 payload length
+//   | u64 argument (a byte offset for put-data and data) | u64 xxh3(payload)
+//
+// The server speaks first (hello: nonce, endpoint, domain); the client's
+// first frame is auth (HMAC-SHA256 of the nonce under the job's token).
+// Before it only frames of kMaxPreAuthPayload bytes are read.
+#ifndef CKPT_PEER_PEER_WIRE_H_
+#define CKPT_PEER_PEER_WIRE_H_
+
+#include <array>
+#include <cstdint>
+#include <string>
+#include <string_view>
+
+#include "absl/status/statusor.h"
+
+namespace ckpt::peer {
+
+inline constexpr uint32_t kMagic = 0x4d504b43;  // "CKPM" little-endian
+inline constexpr uint8_t kVersion = 1;
+inline constexpr size_t kHeaderSize = 32;
+inline constexpr size_t kNonceSize = 32;
+inline constexpr size_t kMacSize = 32;
+inline constexpr uint64_t kMaxPreAuthPayload = 4096;
+/// Largest data frame (put-data, data); requests are split into these.
+inline constexpr uint64_t kMaxChunk = uint64_t{4} << 20;
+/// Largest frame of any other kind (a listing).
+inline constexpr uint64_t kMaxControlPayload = uint64_t{16} << 20;
+inline constexpr uint64_t kMaxPathBytes = 4096;
+
+enum class Op : uint8_t {
+  kHello = 1,       ///< S->C: str nonce, str endpoint, str domain
+  kAuth = 2,        ///< C->S: str mac
+  kOk = 3,          ///< S->C: the request's result (may be empty)
+  kError = 4,       ///< S->C: a status (util/status_wire.h)
+  kPutBegin = 5,    ///< C->S: str path, var size -> ok | error (budget)
+  kPutData = 6,     ///< C->S: argument = offset, payload = bytes; no reply
+  kPutEnd = 7,      ///< C->S: u64 xxh3 of the whole file -> ok | error
+  kGet = 8,         ///< C->S: str path, var offset, var length -> data | error
+  kData = 9,        ///< S->C: argument = offset, payload = bytes
+  kStat = 10,       ///< C->S: str path -> ok(var size) | error
+  kList = 11,       ///< C->S: str dir -> ok(var n, n x (str name, u8 is_dir)) | error
+  kRemove = 12,     ///< C->S: str path -> ok | error
+  kRemoveAll = 13,  ///< C->S: str dir -> ok
+  kDropBefore = 14  ///< C->S: svar step -> ok
+};
+
+const char* OpName(Op op);
+
+struct Header {
+  Op op = Op::kOk;
+  uint64_t length = 0;
+  uint64_t arg = 0;
+  uint64_t checksum = 0;
+};
+
+void EncodeHeader(Op op, uint64_t length, uint64_t arg, uint64_t checksum, uint8_t out[kHeaderSize]);
+/// Header and payload in one string.
+std::string Frame(Op op, std::string_view payload, uint64_t arg = 0);
+/// Parses a header; InvalidArgument naming what is wrong (magic, version,
+/// op, a payload over `max_payload`).
+absl::StatusOr<Header> ParseHeader(const uint8_t* bytes, uint64_t max_payload);
+/// The payload limit of a frame of kind `op` once authenticated.
+uint64_t PayloadLimit(Op op);
+
+/// HMAC-SHA256 under `token` of what a client signs for `nonce`.
+std::array<uint8_t, kMacSize> AuthMac(std::string_view token, std::string_view nonce);
+bool MacEqual(std::string_view a, const std::array<uint8_t, kMacSize>& b);
+
+/// A fresh random nonce (getrandom).
+std::string Nonce();
+
+}  // namespace ckpt::peer
+
+#endif  // CKPT_PEER_PEER_WIRE_H_

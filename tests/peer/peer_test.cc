@@ -1,0 +1,441 @@
+// The memory level's data plane: the storage conformance suite over peer
+// memory, replicas placed and read back across processes' servers (here
+// several servers of one process, real TCP on loopback), failover from a
+// dead or lying copy, refused tokens and garbage, the budget.
+#include "ckpt/peer.h"
+
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <map>
+#include <thread>
+
+#include "conformance.h"
+#include "gtest/gtest.h"
+#include "peer/peer_client.h"
+#include "peer/peer_store.h"
+#include "peer/peer_wire.h"
+#include "testutil/test_util.h"
+#include "util/bytes.h"
+#include "util/hash.h"
+
+namespace ckpt::testing {
+namespace {
+
+const std::string kToken = "peer-test-token-0123456789";
+
+std::shared_ptr<PeerMemory> StartMemory(const std::string& domain, int64_t budget = int64_t{1} << 30,
+                                        std::vector<std::string>* log = nullptr, std::string token = kToken) {
+  PeerMemoryOptions o;
+  o.token = std::move(token);
+  o.domain = domain;
+  o.budget_bytes = budget;
+  o.io_timeout_s = 5;
+  static std::mutex mu;
+  o.log = [log](const std::string& line) {
+    std::lock_guard<std::mutex> lock(mu);
+    if (log != nullptr) log->push_back(line);
+  };
+  auto m = PeerMemory::Start(o);
+  EXPECT_OK(m);
+  return m.ok() ? *m : nullptr;
+}
+
+absl::Span<const std::byte> Bytes(const std::string& s) {
+  return {reinterpret_cast<const std::byte*>(s.data()), s.size()};
+}
+absl::Span<std::byte> Bytes(std::string& s) { return {reinterpret_cast<std::byte*>(s.data()), s.size()}; }
+
+std::string Pattern(size_t n, int seed) {
+  std::string s(n, '\0');
+  for (size_t i = 0; i < n; ++i) s[i] = static_cast<char>((i * 131 + seed * 7) >> 3);
+  return s;
+}
+
+void Write(Storage& s, const std::string& path, const std::string& data) {
+  auto w = s.OpenWritable(path);
+  ASSERT_OK(w);
+  absl::Status st;
+  (*w)->WriteAsync(0, Bytes(data), [&](absl::Status x) { st = x; });
+  ASSERT_OK(st);
+  ASSERT_OK((*w)->Finish(data.size()));
+}
+
+// Every conformance test on a peer storage whose writes also go to a
+// second process's memory and whose reads may come from a third's.
+struct PeerTrio {
+  std::shared_ptr<PeerMemory> a, b, c;
+};
+std::map<std::string, PeerTrio>& Trios() {
+  static auto* trios = new std::map<std::string, PeerTrio>();
+  return *trios;
+}
+
+const bool kRegistered =
+    RegisterStorageScheme("peertest", [](std::string_view uri) -> absl::StatusOr<std::shared_ptr<Storage>> {
+      PeerTrio& t = Trios()[std::string(uri)];
+      t.a = StartMemory("a");
+      t.b = StartMemory("b");
+      t.c = StartMemory("c");
+      PeerRoute route;
+      route.replicas = {t.b->endpoint()};
+      const std::vector<std::string> all = {t.a->endpoint(), t.b->endpoint(), t.c->endpoint()};
+      route.holders = [all](int64_t, int) { return all; };
+      return OpenPeerStorage(t.a, route);
+    });
+
+INSTANTIATE_TEST_SUITE_P(Peer, StorageConformance,
+                         ::testing::Values(BackendCase{"peer", "", "",
+                                                       [](int n) { return "peertest://" + std::to_string(n); }}),
+                         [](const ::testing::TestParamInfo<BackendCase>& info) { return info.param.name; });
+
+TEST(PeerMemory, ReplicasArePlacedAndReadFromPeersWithFailover) {
+  std::vector<std::string> log;
+  auto a = StartMemory("node-a", int64_t{1} << 30, &log);
+  auto b = StartMemory("node-b");
+  auto c = StartMemory("node-c");
+  auto d = StartMemory("node-d");
+  // Rank 3's files go to a (its own) and to b and c.
+  PeerRoute wr;
+  wr.replicas = {b->endpoint(), c->endpoint()};
+  auto writer = OpenPeerStorage(a, wr);
+  ASSERT_OK(writer);
+  const std::string data = Pattern(10u << 20, 3);  // several data frames
+  Write(**writer, "step-0000000014/rank-000003.ckd", data);
+  ASSERT_OK((*writer)->PutAtomic("step-0000000014/MANIFEST", Bytes(std::string("manifest"))));
+  for (auto& m : {a, b, c}) {
+    auto held = m->Holdings();
+    ASSERT_EQ(held.size(), 1u) << m->endpoint();
+    EXPECT_EQ(held[0].step, 14);
+    EXPECT_EQ(held[0].owners, std::vector<int>({3}));
+    EXPECT_GE(m->Stats().held_bytes, static_cast<int64_t>(data.size()));
+  }
+  EXPECT_EQ(b->Stats().bytes_received, static_cast<int64_t>(data.size() + 8));
+  EXPECT_TRUE(d->Holdings().empty());
+
+  // A process that holds nothing reads from the holders it is told of, in
+  // order; when the first dies, from the next.
+  PeerRoute rd;
+  std::vector<std::string> holders = {a->endpoint(), b->endpoint(), c->endpoint()};
+  rd.holders = [&](int64_t step, int owner) {
+    EXPECT_EQ(step, 14);
+    EXPECT_TRUE(owner == 3 || owner == 0) << owner;
+    return holders;
+  };
+  auto reader = OpenPeerStorage(d, rd);
+  ASSERT_OK(reader);
+  auto f = (*reader)->OpenReadable("step-0000000014/rank-000003.ckd");
+  ASSERT_OK(f);
+  ASSERT_EQ((*f)->size(), data.size());
+  std::string got(1u << 20, '\0');
+  ASSERT_OK((*f)->ReadAt(123, Bytes(got)));
+  EXPECT_EQ(got, data.substr(123, got.size()));
+  EXPECT_EQ(PeerStorageCounters(**reader).from_peers, static_cast<int64_t>(got.size()));
+  EXPECT_GE(a->Stats().bytes_served, static_cast<int64_t>(got.size()));
+
+  writer->reset();
+  a.reset();  // its server stops: the next read moves to b
+  std::string all(data.size(), '\0');
+  ASSERT_OK((*f)->ReadAt(0, Bytes(all)));
+  EXPECT_TRUE(all == data);
+  EXPECT_EQ(PeerStorageCounters(**reader).failovers, 1);
+  // Whole-file reads through the same holders.
+  auto manifest = (*reader)->GetAll("step-0000000014/MANIFEST");
+  ASSERT_OK(manifest);
+  EXPECT_EQ(*manifest, "manifest");
+  // Every copy gone: the error names the file, the range and every holder.
+  b.reset();
+  c.reset();
+  absl::Status gone = (*f)->ReadAt(0, Bytes(got));
+  EXPECT_TRUE(absl::IsUnavailable(gone)) << gone;
+  EXPECT_NE(gone.message().find("no live copy of step-0000000014/rank-000003.ckd bytes [0, 1048576)"),
+            std::string::npos)
+      << gone;
+  EXPECT_NE(gone.message().find(holders[2]), std::string::npos) << gone;
+}
+
+TEST(PeerMemory, AWrongTokenIsRefusedAndNothingIsPlaced) {
+  std::vector<std::string> log;
+  auto a = StartMemory("a");
+  auto b = StartMemory("b", int64_t{1} << 30, &log);
+  auto stranger = StartMemory("x", int64_t{1} << 30, nullptr, "another-jobs-token-0123456789");
+  PeerRoute r;
+  r.replicas = {b->endpoint()};
+  auto s = OpenPeerStorage(stranger, r);
+  ASSERT_OK(s);
+  auto w = (*s)->OpenWritable("step-0000000001/rank-000000.ckd");
+  ASSERT_OK(w);
+  absl::Status st = (*w)->Finish(0);
+  EXPECT_TRUE(absl::IsPermissionDenied(st)) << st;
+  EXPECT_NE(st.message().find("token"), std::string::npos) << st;
+  EXPECT_NE(st.message().find(b->endpoint()), std::string::npos) << st;
+  EXPECT_EQ(b->Stats().files, 0);
+  ASSERT_FALSE(log.empty());
+  EXPECT_NE(log.back().find("wrong token"), std::string::npos) << log.back();
+  // The client side too: connecting with the wrong token is refused.
+  auto c = peer::PeerConnection::Open(a->endpoint(), "another-jobs-token-0123456789", 5);
+  EXPECT_TRUE(absl::IsPermissionDenied(c.status())) << c.status();
+}
+
+int ConnectRaw(const std::string& endpoint) {
+  const int port = std::stoi(endpoint.substr(endpoint.rfind(':') + 1));
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in sa{};
+  sa.sin_family = AF_INET;
+  sa.sin_port = htons(static_cast<uint16_t>(port));
+  sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  EXPECT_EQ(connect(fd, reinterpret_cast<sockaddr*>(&sa), sizeof(sa)), 0);
+  return fd;
+}
+
+TEST(PeerMemory, GarbageOnTheSocketClosesThatConnectionOnly) {
+  std::vector<std::string> log;
+  auto a = StartMemory("a", int64_t{1} << 30, &log);
+  auto b = StartMemory("b");
+  for (const std::string junk : {std::string("GET /metrics HTTP/1.1\r\nHost: localhost\r\n\r\n"),
+                                 std::string(64, '\xff'), peer::Frame(peer::Op::kGet, "x")}) {  // a request before auth
+    int fd = ConnectRaw(a->endpoint());
+    ASSERT_GT(write(fd, junk.data(), junk.size()), 0);
+    char buf[4096];
+    ssize_t n;
+    while ((n = read(fd, buf, sizeof(buf))) > 0) {
+    }
+    EXPECT_EQ(n, 0);  // closed by the server
+    close(fd);
+  }
+  // The server still takes good connections.
+  ASSERT_OK(peer::PeerConnection::Open(a->endpoint(), kToken, 5));
+  PeerRoute r;
+  r.replicas = {a->endpoint()};
+  auto s = OpenPeerStorage(b, r);
+  ASSERT_OK(s);
+  Write(**s, "step-0000000002/rank-000001.ckd", "still serving");
+  EXPECT_EQ(a->Holdings().size(), 1u);
+  bool said = false;
+  for (const std::string& line : log) said |= line.find("garbage") != std::string::npos;
+  EXPECT_TRUE(said);
+}
+
+// A peer that speaks the protocol and lies: the data it sends does not
+// match the checksum it sends with it.
+class LyingPeer {
+ public:
+  explicit LyingPeer(std::string file) : file_(std::move(file)) {
+    fd_ = socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in sa{};
+    sa.sin_family = AF_INET;
+    sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    EXPECT_EQ(bind(fd_, reinterpret_cast<sockaddr*>(&sa), sizeof(sa)), 0);
+    socklen_t len = sizeof(sa);
+    getsockname(fd_, reinterpret_cast<sockaddr*>(&sa), &len);
+    port_ = ntohs(sa.sin_port);
+    listen(fd_, 8);
+    thread_ = std::thread([this] { Serve(); });
+  }
+  ~LyingPeer() {
+    shutdown(fd_, SHUT_RDWR);
+    close(fd_);
+    thread_.join();
+  }
+  std::string endpoint() const { return "127.0.0.1:" + std::to_string(port_); }
+  int served = 0;
+
+ private:
+  static bool ReadAll(int fd, void* p, size_t n) {
+    size_t got = 0;
+    while (got < n) {
+      ssize_t r = read(fd, static_cast<char*>(p) + got, n - got);
+      if (r <= 0) return false;
+      got += static_cast<size_t>(r);
+    }
+    return true;
+  }
+  void Serve() {
+    for (;;) {
+      int c = accept(fd_, nullptr, nullptr);
+      if (c < 0) return;
+      ByteWriter hello;
+      hello.Str(std::string(peer::kNonceSize, 'n'));
+      hello.Str(endpoint());
+      hello.Str("liar");
+      std::string out = peer::Frame(peer::Op::kHello, hello.Take());
+      (void)!write(c, out.data(), out.size());
+      for (;;) {
+        uint8_t h[peer::kHeaderSize];
+        if (!ReadAll(c, h, sizeof(h))) break;
+        auto hdr = peer::ParseHeader(h, 1 << 20);
+        if (!hdr.ok()) break;
+        std::string payload(hdr->length, '\0');
+        if (!ReadAll(c, payload.data(), payload.size())) break;
+        std::string reply;
+        if (hdr->op == peer::Op::kAuth) {
+          reply = peer::Frame(peer::Op::kOk, "");
+        } else if (hdr->op == peer::Op::kStat) {
+          ByteWriter w;
+          w.Var(file_.size());
+          reply = peer::Frame(peer::Op::kOk, w.Take());
+        } else if (hdr->op == peer::Op::kGet) {
+          ByteReader r(payload, "get");
+          r.Str();
+          const uint64_t off = r.Var(), len = r.Var();
+          std::string part = file_.substr(off, len);
+          reply.resize(peer::kHeaderSize);
+          peer::EncodeHeader(peer::Op::kData, part.size(), off, Xxh3(part), reinterpret_cast<uint8_t*>(reply.data()));
+          if (!part.empty()) part[part.size() / 2] ^= 0x10;  // one bit flipped after the checksum
+          reply += part;
+          ++served;
+        } else {
+          break;
+        }
+        (void)!write(c, reply.data(), reply.size());
+      }
+      close(c);
+    }
+  }
+  std::string file_;
+  int fd_ = -1, port_ = 0;
+  std::thread thread_;
+};
+
+TEST(PeerMemory, ACopyWithABadChecksumIsRefusedAndTheNextCopyRead) {
+  const std::string data = Pattern(300000, 9);
+  LyingPeer liar(data);
+  auto good = StartMemory("good");
+  auto me = StartMemory("me");
+  {
+    PeerRoute wr;
+    auto w = OpenPeerStorage(good, wr);
+    ASSERT_OK(w);
+    Write(**w, "step-0000000003/rank-000001.ckd", data);
+  }
+  PeerRoute rd;
+  rd.holders = [&](int64_t, int) { return std::vector<std::string>{liar.endpoint(), good->endpoint()}; };
+  auto s = OpenPeerStorage(me, rd);
+  ASSERT_OK(s);
+  auto f = (*s)->OpenReadable("step-0000000003/rank-000001.ckd");
+  ASSERT_OK(f);
+  std::string got(data.size(), '\0');
+  ASSERT_OK((*f)->ReadAt(0, Bytes(got)));
+  EXPECT_TRUE(got == data);
+  EXPECT_EQ(liar.served, 1);
+  EXPECT_EQ(PeerStorageCounters(**s).failovers, 1);
+  // With only the liar, the error says what was wrong.
+  rd.holders = [&](int64_t, int) { return std::vector<std::string>{liar.endpoint()}; };
+  auto only = OpenPeerStorage(me, rd);
+  ASSERT_OK(only);
+  auto g = (*only)->OpenReadable("step-0000000003/rank-000001.ckd");
+  ASSERT_OK(g);
+  absl::Status bad = (*g)->ReadAt(0, Bytes(got));
+  EXPECT_FALSE(bad.ok());
+  EXPECT_NE(bad.message().find("checksum mismatch in step-0000000003/rank-000001.ckd bytes [0, 300000)"),
+            std::string::npos)
+      << bad;
+}
+
+TEST(PeerMemory, TheBudgetRefusesAFileCleanly) {
+  auto small = StartMemory("small", 100000);
+  auto other = StartMemory("other", 100000);
+  // Own memory full.
+  {
+    PeerRoute r;
+    auto s = OpenPeerStorage(small, r);
+    ASSERT_OK(s);
+    auto w = (*s)->OpenWritable("step-0000000001/rank-000000.ckd");
+    ASSERT_OK(w);
+    const std::string big = Pattern(150000, 1);
+    (*w)->WriteAsync(0, Bytes(big), [](absl::Status) {});
+    absl::Status st = (*w)->Finish(big.size());
+    EXPECT_TRUE(absl::IsResourceExhausted(st)) << st;
+    EXPECT_NE(st.message().find("budget of 100000 bytes"), std::string::npos) << st;
+    EXPECT_NE(st.message().find("step-0000000001/rank-000000.ckd"), std::string::npos) << st;
+    EXPECT_EQ(small->Stats().held_bytes, 0);
+    EXPECT_EQ(small->Stats().refused, 1);
+  }
+  // A replica holder's memory full: the writer's Finish fails naming it,
+  // and the holder keeps nothing of it.
+  {
+    auto roomy = StartMemory("roomy");
+    PeerRoute r;
+    r.replicas = {other->endpoint()};
+    auto s = OpenPeerStorage(roomy, r);
+    ASSERT_OK(s);
+    Write(**s, "step-0000000001/rank-000001.ckd", Pattern(60000, 2));
+    auto w = (*s)->OpenWritable("step-0000000001/rank-000002.ckd");
+    ASSERT_OK(w);
+    const std::string more = Pattern(60000, 3);
+    (*w)->WriteAsync(0, Bytes(more), [](absl::Status) {});
+    absl::Status st = (*w)->Finish(more.size());
+    EXPECT_TRUE(absl::IsResourceExhausted(st)) << st;
+    EXPECT_NE(st.message().find(other->endpoint()), std::string::npos) << st;
+    EXPECT_EQ(other->Stats().held_bytes, 60000);
+    EXPECT_EQ(other->Stats().peak_bytes, 60000);
+    // After older steps are dropped there is room again.
+    other->DropStepsBefore(2);
+    roomy->DropStepsBefore(2);
+    Write(**s, "step-0000000002/rank-000001.ckd", Pattern(60000, 4));
+    EXPECT_EQ(other->Holdings().size(), 1u);
+  }
+}
+
+TEST(PeerMemory, HoldingsNeedTheLeadersManifestAndDropsForgetSteps) {
+  auto m = StartMemory("a");
+  PeerRoute r;
+  auto s = OpenPeerStorage(m, r);
+  ASSERT_OK(s);
+  Write(**s, "step-0000000004/rank-000000.ckd", "zero");
+  Write(**s, "step-0000000004/rank-000002.ckd", "two");
+  Write(**s, "step-0000000004/rank-000002.report", "report");
+  Write(**s, "step-0000000006/rank-000000.ckd", "zero");
+  ASSERT_OK((*s)->PutAtomic("step-0000000006/MANIFEST", Bytes(std::string("m"))));
+  ASSERT_OK((*s)->PutAtomic("LATEST", Bytes(std::string("l"))));
+  auto held = m->Holdings();
+  ASSERT_EQ(held.size(), 2u);
+  EXPECT_EQ(held[0].step, 4);
+  EXPECT_EQ(held[0].owners, std::vector<int>({2}));  // rank 0 without its manifest does not count
+  EXPECT_EQ(held[1].step, 6);
+  EXPECT_EQ(held[1].owners, std::vector<int>({0}));
+  m->DropStepsExcept(4);
+  held = m->Holdings();
+  ASSERT_EQ(held.size(), 1u);
+  EXPECT_EQ(held[0].step, 4);
+  EXPECT_OK((*s)->FileSize("LATEST"));  // outside any step: kept
+  m->DropStepsBefore(5);
+  EXPECT_TRUE(m->Holdings().empty());
+  EXPECT_EQ(peer::OwnerOfPath("step-0000000004/rank-000017.ckd"), 17);
+  EXPECT_EQ(peer::OwnerOfPath("step-0000000004/CLAIM"), 0);
+  EXPECT_EQ(peer::StepOfPath("step-0000000004/CLAIM"), 4);
+  EXPECT_EQ(peer::StepOfPath("LATEST"), -1);
+}
+
+TEST(PeerMemory, ReplicasGoToOtherDomainsSpreadEvenly) {
+  const std::vector<std::string> domains = {"n0", "n0", "n1", "n1", "n2", "n2"};
+  auto p = PlaceReplicas(domains, 1);
+  ASSERT_OK(p);
+  std::vector<int> holds(domains.size(), 0);
+  for (size_t i = 0; i < domains.size(); ++i) {
+    ASSERT_EQ((*p)[i].size(), 1u);
+    const int h = (*p)[i][0];
+    EXPECT_NE(domains[static_cast<size_t>(h)], domains[i]) << i;
+    ++holds[static_cast<size_t>(h)];
+  }
+  for (int n : holds) EXPECT_EQ(n, 1);
+  auto two = PlaceReplicas(domains, 2);
+  ASSERT_OK(two);
+  for (size_t i = 0; i < domains.size(); ++i) {
+    ASSERT_EQ((*two)[i].size(), 2u);
+    EXPECT_NE(domains[static_cast<size_t>((*two)[i][0])], domains[static_cast<size_t>((*two)[i][1])]);
+  }
+  auto too_many = PlaceReplicas(domains, 3);
+  EXPECT_TRUE(absl::IsFailedPrecondition(too_many.status())) << too_many.status();
+  EXPECT_NE(too_many.status().message().find("need 4 failure domains; the ranks are in 3 (n0, n1, n2)"),
+            std::string::npos)
+      << too_many.status();
+  auto none = PlaceReplicas({"a", "a"}, 0);
+  ASSERT_OK(none);
+  EXPECT_TRUE((*none)[0].empty());
+}
+
+}  // namespace
+}  // namespace ckpt::testing
