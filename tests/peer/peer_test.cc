@@ -194,7 +194,7 @@ TEST(PeerMemory, GarbageOnTheSocketClosesThatConnectionOnly) {
   std::vector<std::string> log;
   auto a = StartMemory("a", int64_t{1} << 30, &log);
   auto b = StartMemory("b");
-  for (const std::string junk : {std::string("GET /metrics HTTP/1.1\r\nHost: localhost\r\n\r\n"),
+  for (const std::string& junk : {std::string("GET /metrics HTTP/1.1\r\nHost: localhost\r\n\r\n"),
                                  std::string(64, '\xff'), peer::Frame(peer::Op::kGet, "x")}) {  // a request before auth
     int fd = ConnectRaw(a->endpoint());
     ASSERT_GT(write(fd, junk.data(), junk.size()), 0);
