@@ -83,6 +83,15 @@ struct CKPT_EXPORT CheckpointerOptions {
   /// crashed) and applies retention. Only safe when no other process is
   /// saving to the root at that moment, as when a job starts.
   bool gc_on_open = true;
+  /// The memory level (docs/levels.md): where saves with
+  /// SaveOptions::level = kMemory go and loads with LoadOptions::level =
+  /// kMemory come from, usually OpenPeerStorage (ckpt/peer.h). Every rank
+  /// removes the memory level's older steps once a newer one is committed
+  /// there; nothing else of the options' retention applies to it.
+  std::shared_ptr<Storage> memory_storage;
+  /// The memory level's commit arbiter (the coordinator client's
+  /// memory_arbiter()); without one, as `arbiter` is for the durable level.
+  std::shared_ptr<CommitArbiter> memory_arbiter;
 };
 
 /// Tracks one asynchronous save. Thread-safe; copies share state.
@@ -180,14 +189,16 @@ class CKPT_EXPORT Checkpointer {
 
   /// Copies `state` into the staging arena and returns; the rest happens in
   /// the background. Fails fast on invalid input (bad boxes, a step that is
-  /// already committed); later failures arrive through the handle.
+  /// already committed, the memory level asked for without one); later
+  /// failures arrive through the handle. The levels commit independently.
   absl::StatusOr<SaveHandle> Save(int64_t step, const State& state, const SaveOptions& options = {});
 
   /// Fills the target's shards and blobs from `step` (kLatestStep: the
   /// latest committed). The target may be cut differently from the save.
   absl::StatusOr<LoadStats> Load(const State& target, int64_t step = kLatestStep, const LoadOptions& options = {});
 
-  /// Latest committed step; NotFound when there is none.
+  /// Latest committed step (of the durable level); NotFound when there is
+  /// none.
   absl::StatusOr<int64_t> LatestStep();
   absl::StatusOr<std::vector<StepInfo>> ListSteps();
 
@@ -199,12 +210,16 @@ class CKPT_EXPORT Checkpointer {
   absl::Status WaitAll();
 
   Storage& storage();
+  /// The memory level's storage; null without one.
+  Storage* memory_storage();
   const CheckpointerOptions& options() const;
 
  private:
   class Impl;
-  explicit Checkpointer(std::unique_ptr<Impl> impl);
+  Checkpointer(std::unique_ptr<Impl> impl, std::unique_ptr<Impl> memory);
+  Impl* For(SaveLevel level) const;
   std::unique_ptr<Impl> impl_;
+  std::unique_ptr<Impl> memory_;  // null without a memory level
 };
 
 }  // namespace ckpt

@@ -50,6 +50,18 @@ struct CKPT_EXPORT SaveEngineOptions {
   int background_nice = 10;
 };
 
+/// Where a save is kept (docs/levels.md).
+enum class SaveLevel : uint8_t {
+  /// The checkpoint root's storage: committed once every rank's data is
+  /// durable there.
+  kDurable = 0,
+  /// Host memory of the job's processes (CheckpointerOptions::memory_storage):
+  /// committed once every rank's files are in the memory of r + 1 failure
+  /// domains. Survives the loss of up to r domains, not a whole-job failure.
+  kMemory = 1,
+};
+CKPT_EXPORT const char* SaveLevelName(SaveLevel level);
+
 struct CKPT_EXPORT SaveOptions {
   /// Key/value pairs recorded in the manifest.
   std::map<std::string, std::string> metadata;
@@ -69,6 +81,8 @@ struct CKPT_EXPORT SaveOptions {
   /// ranks fail at once. With 0 there, a non-leader adopts whichever claim
   /// it finds, which proves one writer only while one job writes the root.
   uint64_t save_id = 0;
+  /// Which level keeps this save.
+  SaveLevel level = SaveLevel::kDurable;
 };
 
 struct CKPT_EXPORT LoadOptions {
@@ -86,6 +100,8 @@ struct CKPT_EXPORT LoadOptions {
   /// single-file damage to the manifest is already covered by its copy, so
   /// what is left deserves a decision (docs/reliability.md).
   bool allow_fallback = false;
+  /// Which level to read the step from.
+  SaveLevel level = SaveLevel::kDurable;
 };
 
 /// Measured costs of one save, for the interval optimiser.
@@ -121,6 +137,14 @@ struct CKPT_EXPORT LoadStats {
   std::string damage_note;
   /// The damaged step passed over with allow_fallback, else -1.
   int64_t fell_back_from = -1;
+  /// The level the step was read from, and where its bytes came from:
+  /// this process's memory and other processes' memory (every byte read
+  /// there, the manifest and block indexes included), storage (bytes_read
+  /// at the durable level, 0 at the memory level).
+  SaveLevel level = SaveLevel::kDurable;
+  int64_t bytes_from_memory = 0;
+  int64_t bytes_from_peers = 0;
+  int64_t bytes_from_storage = 0;
   /// bytes_decoded / bytes_needed (1.0 when nothing was needed).
   double ReadAmplification() const;
 };

@@ -95,6 +95,11 @@ struct CKPT_EXPORT PeerRoute {
   /// (step -1: files outside a step, as LATEST), nearest first. This
   /// process's own memory is always looked in first.
   std::function<std::vector<std::string>(int64_t step, int owner)> holders;
+  /// Every process of the job, for List: a listing is the union of this
+  /// process's memory and theirs (what a leader needs to find the ranks'
+  /// reports when no outside arbiter takes the votes). Empty: this
+  /// process's memory alone.
+  std::vector<std::string> peers;
 };
 
 /// Where bytes read through a peer storage came from.
@@ -107,7 +112,7 @@ struct CKPT_EXPORT PeerReadCounters {
 /// A Storage over the memory level: writes go to `memory` and to every
 /// replica of `route`; reads come from `memory`, else from the holders
 /// `route` names, moving to the next copy when one fails (a dead peer, a bad
-/// checksum). List covers this process's memory only. Not durable.
+/// checksum). Not durable.
 CKPT_EXPORT absl::StatusOr<std::shared_ptr<Storage>> OpenPeerStorage(std::shared_ptr<PeerMemory> memory,
                                                                      PeerRoute route);
 /// The counters of a storage from OpenPeerStorage (zeros for any other).

@@ -172,6 +172,16 @@ class CKPT_EXPORT Storage {
   /// The local filesystem path of `path`, for libraries that must open the
   /// file themselves (libhdf5); empty when the backend has none.
   virtual std::string LocalPath(std::string_view path) { return {}; }
+
+  /// Bytes read so far that came from host memory rather than storage:
+  /// this process's (`own`) and other processes' (`peers`). Zeros for
+  /// backends that read from storage (the memory level's peer storage
+  /// counts them).
+  struct MemoryReads {
+    int64_t own = 0;
+    int64_t peers = 0;
+  };
+  virtual MemoryReads memory_reads() const { return {}; }
 };
 
 /// Forwards every call to another storage; decorators (fault injection,
@@ -208,6 +218,7 @@ class CKPT_EXPORT ForwardingStorage : public Storage {
   void UnregisterBuffers(uint64_t token) override { base_->UnregisterBuffers(token); }
   absl::Status WaitReplicated() override { return base_->WaitReplicated(); }
   std::string LocalPath(std::string_view path) override { return base_->LocalPath(path); }
+  MemoryReads memory_reads() const override { return base_->memory_reads(); }
 
   Storage& base() { return *base_; }
 

@@ -1,10 +1,12 @@
 #include "ckpt/checkpointer.h"
 
+#include <algorithm>
 #include <condition_variable>
 #include <deque>
 #include <functional>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <thread>
 
 #include "absl/strings/str_cat.h"
@@ -33,7 +35,8 @@ const char* LibraryVersion() { return CKPT_VERSION_STRING; }
 
 class Checkpointer::Impl {
  public:
-  explicit Impl(CheckpointerOptions options) : options_(std::move(options)) {}
+  explicit Impl(CheckpointerOptions options, SaveLevel level = SaveLevel::kDurable)
+      : options_(std::move(options)), level_(level) {}
 
   ~Impl() {
     (void)WaitAll();
@@ -161,11 +164,18 @@ class Checkpointer::Impl {
   }
 
   absl::StatusOr<LoadStats> Load(const State& target, int64_t step, const LoadOptions& options) {
-    if (!options_.communicator) {
-      return LoadStepAlone(*storage_, target, step, options_.rank, options);
-    }
-    return LoadStepTogether(*storage_, *options_.communicator, target, step, options_.rank, options,
-                            options_.collective_timeout_s);
+    const Storage::MemoryReads before = storage_->memory_reads();
+    absl::StatusOr<LoadStats> stats = !options_.communicator
+                                          ? LoadStepAlone(*storage_, target, step, options_.rank, options)
+                                          : LoadStepTogether(*storage_, *options_.communicator, target, step,
+                                                             options_.rank, options, options_.collective_timeout_s);
+    if (!stats.ok()) return stats;
+    const Storage::MemoryReads after = storage_->memory_reads();
+    stats->level = level_;
+    stats->bytes_from_memory = after.own - before.own;
+    stats->bytes_from_peers = after.peers - before.peers;
+    stats->bytes_from_storage = level_ == SaveLevel::kMemory ? 0 : stats->bytes_read;
+    return stats;
   }
 
   absl::Status WaitAll() {
@@ -271,6 +281,7 @@ class Checkpointer::Impl {
     std::lock_guard<std::mutex> lock(mu_);
     tasks_.push_back([this, step, id, shared] {
       absl::Status st = IsLeader() ? CollectAndPublish(step, id) : AwaitOutcome(step);
+      if (st.ok() && level_ == SaveLevel::kMemory) DropOlderMemorySteps(step);
       shared->SetDone(st, NowSeconds() - shared->t_start);
     });
     cv_.notify_all();
@@ -306,10 +317,24 @@ class Checkpointer::Impl {
     return published;
   }
 
+  // Memory level, every rank: once `step` is committed, the older steps in
+  // this process's memory (its own files and the copies it holds for
+  // others) are no longer needed; removing them here also removes this
+  // rank's copies from its replica holders. Steps still in flight are newer.
+  void DropOlderMemorySteps(int64_t step) {
+    auto entries = storage_->List("");
+    if (!entries.ok()) return;
+    for (const DirEntry& e : *entries) {
+      std::optional<int64_t> s = e.is_dir ? ParseStepDir(e.name) : std::nullopt;
+      if (s && *s < step) (void)storage_->RemoveAll(e.name);
+    }
+  }
+
   // Non-leader: waits until the leader committed or aborted the step.
   absl::Status AwaitOutcome(int64_t step) { return arbiter_->AwaitOutcome(step, options_.commit_timeout_s + 30); }
 
   CheckpointerOptions options_;
+  const SaveLevel level_;
   std::shared_ptr<Storage> storage_;
   DataContainer container_ = DataContainer::kCkpt;
   /// The coordinator's, or the shared storage's (StorageArbiter).
@@ -330,7 +355,27 @@ class Checkpointer::Impl {
   std::thread committer_;
 };
 
+const char* SaveLevelName(SaveLevel level) { return level == SaveLevel::kMemory ? "memory" : "durable"; }
+
 absl::StatusOr<std::unique_ptr<Checkpointer>> Checkpointer::Open(CheckpointerOptions options) {
+  std::unique_ptr<Impl> memory;
+  if (options.memory_storage) {
+    // One staging arena and one set of threads for both levels.
+    if (!options.engine) {
+      CKPT_ASSIGN_OR_RETURN(options.engine, SaveEngine::Create(options.engine_options));
+    }
+    CheckpointerOptions m = options;
+    m.storage = options.memory_storage;
+    m.uri = options.memory_storage->uri();
+    m.arbiter = options.memory_arbiter;
+    m.container = DataContainer::kCkpt;
+    m.retention = RetentionPolicy{};
+    m.gc_on_open = false;
+    m.memory_storage.reset();
+    m.memory_arbiter.reset();
+    memory = std::make_unique<Impl>(std::move(m), SaveLevel::kMemory);
+    CKPT_RETURN_IF_ERROR(memory->Init());
+  }
   auto impl = std::make_unique<Impl>(std::move(options));
   CKPT_RETURN_IF_ERROR(impl->Init());
   if (impl->IsLeader() && impl->options().gc_on_open) {
@@ -340,7 +385,7 @@ absl::StatusOr<std::unique_ptr<Checkpointer>> Checkpointer::Open(CheckpointerOpt
     // No rank may start writing before the leader's cleanup is done.
     CKPT_RETURN_IF_ERROR(impl->options().communicator->Barrier(impl->options().collective_timeout_s));
   }
-  return std::unique_ptr<Checkpointer>(new Checkpointer(std::move(impl)));
+  return std::unique_ptr<Checkpointer>(new Checkpointer(std::move(impl), std::move(memory)));
 }
 
 absl::StatusOr<int64_t> LatestCommittedStep(Storage& storage) { return ResolveLatest(storage); }
@@ -352,15 +397,29 @@ absl::StatusOr<LoadStats> LoadCheckpoint(Storage& storage, const State& target, 
 
 absl::StatusOr<std::vector<StepInfo>> ListCheckpointSteps(Storage& storage) { return ListStepsIn(storage); }
 
-Checkpointer::Checkpointer(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+Checkpointer::Checkpointer(std::unique_ptr<Impl> impl, std::unique_ptr<Impl> memory)
+    : impl_(std::move(impl)), memory_(std::move(memory)) {}
 Checkpointer::~Checkpointer() = default;
 
+Checkpointer::Impl* Checkpointer::For(SaveLevel level) const {
+  return level == SaveLevel::kMemory ? memory_.get() : impl_.get();
+}
+
 absl::StatusOr<SaveHandle> Checkpointer::Save(int64_t step, const State& state, const SaveOptions& options) {
-  return impl_->Save(step, state, options);
+  Impl* impl = For(options.level);
+  if (impl == nullptr) {
+    return absl::FailedPreconditionError(
+        StrCat("step ", step, ": a memory-level save needs CheckpointerOptions::memory_storage"));
+  }
+  return impl->Save(step, state, options);
 }
 
 absl::StatusOr<LoadStats> Checkpointer::Load(const State& target, int64_t step, const LoadOptions& options) {
-  return impl_->Load(target, step, options);
+  Impl* impl = For(options.level);
+  if (impl == nullptr) {
+    return absl::FailedPreconditionError("a memory-level load needs CheckpointerOptions::memory_storage");
+  }
+  return impl->Load(target, step, options);
 }
 
 absl::StatusOr<int64_t> Checkpointer::LatestStep() { return ResolveLatest(impl_->storage()); }
@@ -369,9 +428,15 @@ absl::StatusOr<std::vector<StepInfo>> Checkpointer::ListSteps() { return ListSte
 
 absl::StatusOr<GcReport> Checkpointer::CollectGarbage(bool dry_run) { return impl_->CollectGarbage(dry_run); }
 
-absl::Status Checkpointer::WaitAll() { return impl_->WaitAll(); }
+absl::Status Checkpointer::WaitAll() {
+  absl::Status memory = memory_ ? memory_->WaitAll() : absl::OkStatus();
+  absl::Status durable = impl_->WaitAll();
+  return durable.ok() ? memory : durable;
+}
 
 Storage& Checkpointer::storage() { return impl_->storage(); }
+
+Storage* Checkpointer::memory_storage() { return memory_ ? &memory_->storage() : nullptr; }
 
 const CheckpointerOptions& Checkpointer::options() const { return impl_->options(); }
 

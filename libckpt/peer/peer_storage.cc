@@ -153,7 +153,26 @@ class PeerStorageImpl final : public Storage {
         StrCat("peer memory: ", path, " is in no live memory", tried.empty() ? "" : StrCat(" (", tried, ")")));
   }
 
-  absl::StatusOr<std::vector<DirEntry>> List(std::string_view dir) override { return store_->List(dir); }
+  absl::StatusOr<std::vector<DirEntry>> List(std::string_view dir) override {
+    absl::StatusOr<std::vector<DirEntry>> own = store_->List(dir);
+    if (route_.peers.empty()) return own;
+    std::map<std::string, bool> merged;
+    if (own.ok()) {
+      for (DirEntry& e : *own) merged[e.name] = e.is_dir;
+    }
+    bool found = own.ok();
+    for (const std::string& ep : route_.peers) {
+      if (ep == memory_->endpoint()) continue;
+      auto theirs = pool_.With<std::vector<DirEntry>>(ep, [&](PeerConnection& c) { return c.List(dir); });
+      if (!theirs.ok()) continue;  // gone, or nothing there
+      found = true;
+      for (DirEntry& e : *theirs) merged[e.name] = e.is_dir;
+    }
+    if (!found) return own.status();
+    std::vector<DirEntry> out;
+    for (auto& [name, is_dir] : merged) out.push_back(DirEntry{name, is_dir});
+    return out;
+  }
 
   absl::Status Remove(std::string_view path) override {
     const bool had = store_->Remove(path);
@@ -180,6 +199,8 @@ class PeerStorageImpl final : public Storage {
   }
 
   absl::Status SyncDir(std::string_view) override { return absl::OkStatus(); }
+
+  MemoryReads memory_reads() const override { return MemoryReads{counters_.from_own, counters_.from_peers}; }
 
   // Places `bytes` (stored here already) in every replica holder's memory;
   // the first failure, naming the holder, when one cannot take it.

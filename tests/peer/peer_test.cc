@@ -12,6 +12,8 @@
 #include <map>
 #include <thread>
 
+#include "ckpt/checkpointer.h"
+#include "common/elastic_model.h"
 #include "conformance.h"
 #include "gtest/gtest.h"
 #include "peer/peer_client.h"
@@ -19,6 +21,7 @@
 #include "peer/peer_wire.h"
 #include "testutil/test_util.h"
 #include "util/bytes.h"
+#include "util/errors.h"
 #include "util/hash.h"
 
 namespace ckpt::testing {
@@ -194,8 +197,9 @@ TEST(PeerMemory, GarbageOnTheSocketClosesThatConnectionOnly) {
   std::vector<std::string> log;
   auto a = StartMemory("a", int64_t{1} << 30, &log);
   auto b = StartMemory("b");
-  for (const std::string& junk : {std::string("GET /metrics HTTP/1.1\r\nHost: localhost\r\n\r\n"),
-                                 std::string(64, '\xff'), peer::Frame(peer::Op::kGet, "x")}) {  // a request before auth
+  for (const std::string& junk :
+       {std::string("GET /metrics HTTP/1.1\r\nHost: localhost\r\n\r\n"), std::string(64, '\xff'),
+        peer::Frame(peer::Op::kGet, "x")}) {  // a request before auth
     int fd = ConnectRaw(a->endpoint());
     ASSERT_GT(write(fd, junk.data(), junk.size()), 0);
     char buf[4096];
@@ -435,6 +439,139 @@ TEST(PeerMemory, ReplicasGoToOtherDomainsSpreadEvenly) {
   auto none = PlaceReplicas({"a", "a"}, 0);
   ASSERT_OK(none);
   EXPECT_TRUE((*none)[0].empty());
+}
+
+// The memory level through the Checkpointer: ranks save at both levels,
+// one process's memory is lost, and a smaller world restores the newest
+// memory step from what is left, resharded, reading nothing from storage.
+TEST(MemoryLevel, ASmallerWorldRestoresTheNewestMemoryStepFromPeers) {
+  TempDir dir;
+  const int world = 3;
+  std::vector<std::shared_ptr<PeerMemory>> mem;
+  std::vector<std::string> domains, eps;
+  for (int r = 0; r < world; ++r) {
+    mem.push_back(StartMemory("node-" + std::to_string(r)));
+    domains.push_back(mem.back()->domain());
+    eps.push_back(mem.back()->endpoint());
+  }
+  auto placement = PlaceReplicas(domains, 1);
+  ASSERT_OK(placement);
+  // Who holds rank o's files of a save by the first world.
+  auto holders_of = [&](int owner) {
+    std::vector<std::string> h = {eps[static_cast<size_t>(owner)]};
+    for (int k : (*placement)[static_cast<size_t>(owner)]) h.push_back(eps[static_cast<size_t>(k)]);
+    return h;
+  };
+  auto comms = CreateLocalCommunicators(world);
+  std::vector<std::thread> threads;
+  std::vector<absl::Status> results(world);
+  for (int r = 0; r < world; ++r) {
+    threads.emplace_back([&, r] {
+      results[r] = [&]() -> absl::Status {
+        PeerRoute route;
+        for (int k : (*placement)[static_cast<size_t>(r)]) route.replicas.push_back(eps[static_cast<size_t>(k)]);
+        route.holders = [&](int64_t, int owner) { return holders_of(owner); };
+        route.peers = eps;
+        CKPT_ASSIGN_OR_RETURN(auto memory_storage, OpenPeerStorage(mem[static_cast<size_t>(r)], route));
+        CheckpointerOptions o;
+        o.uri = dir.Join("root");
+        o.rank = r;
+        o.world_size = world;
+        o.communicator = comms[static_cast<size_t>(r)];
+        o.engine_options.staging_bytes = 4 << 20;
+        o.engine_options.block_size = 64 << 10;
+        o.memory_storage = memory_storage;
+        CKPT_ASSIGN_OR_RETURN(auto cp, Checkpointer::Open(o));
+        tools::ElasticShard shard(r, world);
+        shard.Init();
+        for (int64_t step = 1; step <= 6; ++step) {
+          shard.Train(step);
+          if (step % 2 != 0) continue;
+          SaveOptions so;
+          so.level = step == 4 ? SaveLevel::kDurable : SaveLevel::kMemory;
+          CKPT_ASSIGN_OR_RETURN(SaveHandle h, cp->Save(step, shard.state(), so));
+          CKPT_RETURN_IF_ERROR(h.Wait());
+        }
+        return absl::OkStatus();
+      }();
+    });
+  }
+  for (auto& t : threads) t.join();
+  for (auto& s : results) ASSERT_OK(s);
+  // Step 2 is gone from every memory once step 6 committed there.
+  for (auto& m : mem) {
+    auto held = m->Holdings();
+    ASSERT_EQ(held.size(), 1u) << m->endpoint();
+    EXPECT_EQ(held[0].step, 6);
+    EXPECT_EQ(held[0].owners.size(), 2u) << m->endpoint();  // its own rank's and one it holds for another
+  }
+  // The durable root has step 4 only.
+  auto latest = LatestCommittedStep(**OpenStorage(dir.Join("root")));
+  ASSERT_OK(latest);
+  EXPECT_EQ(*latest, 4);
+
+  mem[2].reset();  // node-2 is lost with its memory
+  const int next = 2;
+  auto comms2 = CreateLocalCommunicators(next);
+  threads.clear();
+  std::vector<LoadStats> stats(next);
+  std::vector<absl::Status> loaded(next);
+  for (int r = 0; r < next; ++r) {
+    threads.emplace_back([&, r] {
+      loaded[r] = [&]() -> absl::Status {
+        PeerRoute route;
+        route.holders = [&](int64_t, int owner) {
+          std::vector<std::string> h = holders_of(owner);
+          std::erase(h, eps[2]);
+          return h;
+        };
+        CKPT_ASSIGN_OR_RETURN(auto memory_storage, OpenPeerStorage(mem[static_cast<size_t>(r)], route));
+        CheckpointerOptions o;
+        o.uri = dir.Join("root");
+        o.rank = r;
+        o.world_size = next;
+        o.communicator = comms2[static_cast<size_t>(r)];
+        o.memory_storage = memory_storage;
+        o.gc_on_open = false;
+        CKPT_ASSIGN_OR_RETURN(auto cp, Checkpointer::Open(o));
+        tools::ElasticShard shard(r, next), expect(r, next);
+        expect.Init();
+        for (int64_t step = 1; step <= 6; ++step) expect.Train(step);
+        LoadOptions lo;
+        lo.level = SaveLevel::kMemory;
+        CKPT_ASSIGN_OR_RETURN(stats[r], cp->Load(shard.state(), 6, lo));
+        if (shard.weight() != expect.weight() || shard.bias() != expect.bias()) {
+          return absl::DataLossError("restored state differs");
+        }
+        return absl::OkStatus();
+      }();
+    });
+  }
+  for (auto& t : threads) t.join();
+  int64_t from_peers = 0;
+  for (int r = 0; r < next; ++r) {
+    ASSERT_OK(loaded[r]);
+    EXPECT_EQ(stats[r].level, SaveLevel::kMemory);
+    EXPECT_EQ(stats[r].bytes_from_storage, 0) << r;
+    EXPECT_GE(stats[r].bytes_from_memory + stats[r].bytes_from_peers, stats[r].bytes_read) << r;
+    from_peers += stats[r].bytes_from_peers;
+  }
+  EXPECT_GT(from_peers, 0);  // rank 2's rows came from its replica holder
+}
+
+TEST(MemoryLevel, ASaveAtTheMemoryLevelWithoutOneIsRefused) {
+  TempDir dir;
+  CheckpointerOptions o;
+  o.uri = dir.Join("root");
+  auto cp = Checkpointer::Open(o);
+  ASSERT_OK(cp);
+  tools::ElasticShard shard(0, 1);
+  shard.Init();
+  SaveOptions so;
+  so.level = SaveLevel::kMemory;
+  auto h = (*cp)->Save(1, shard.state(), so);
+  EXPECT_TRUE(absl::IsFailedPrecondition(h.status())) << h.status();
+  EXPECT_EQ((*cp)->memory_storage(), nullptr);
 }
 
 }  // namespace
