@@ -18,12 +18,15 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "ckpt/checkpointer.h"
 #include "ckpt/communicator.h"
 #include "ckpt/experimental/commit_arbiter.h"
 #include "ckpt/export.h"
+#include "ckpt/options.h"
+#include "ckpt/peer.h"
 
 namespace ckpt {
 
@@ -66,6 +69,10 @@ struct CKPT_EXPORT CoordinatorOptions {
   /// Optional checkpoint root: the step named for a restore is the latest
   /// committed one whose manifest passes `verify --fast`.
   std::string root;
+  /// The memory level (ckpt/peer.h): how many other failure domains hold a
+  /// copy of each rank's files. A generation whose members span fewer than
+  /// memory_replicas + 1 domains makes no memory-level saves.
+  int memory_replicas = 1;
   /// Log lines (joins, deaths, refusals, SDC alerts); default: stderr.
   std::function<void(const std::string&)> log;
 };
@@ -104,6 +111,10 @@ struct CKPT_EXPORT CoordinatorClientOptions {
   /// Stay connected to a standby replica too (it answers only Status):
   /// for reading one replica's own view.
   bool accept_standby = false;
+  /// This process's memory level: each join tells the coordinator where it
+  /// listens, its failure domain and what it holds, and the assignment
+  /// names the replica holders and, for a memory restore, the copies.
+  std::shared_ptr<PeerMemory> peer_memory;
 };
 
 /// What a generation gives a member.
@@ -113,8 +124,26 @@ struct CKPT_EXPORT Assignment {
   int local_ranks = 1;
   int world_size = 1;
   int members = 1;
-  /// Step every rank restores (-1: none committed yet).
+  /// Step every rank restores (-1: none committed yet), and from which
+  /// level: kMemory when every rank's files of a newer memory step are in
+  /// some member's memory.
   int64_t restore_step = -1;
+  SaveLevel restore_level = SaveLevel::kDurable;
+  /// Why this generation makes no memory-level saves (fewer failure
+  /// domains than replicas + 1, a member without peer memory); empty when
+  /// it can.
+  std::string memory_note;
+  /// The memory level's directory, as the coordinator gave it: peer
+  /// endpoints, each rank's own and replica holders' (indexes into
+  /// `peer_endpoints`), and for a memory restore each saved rank's live
+  /// copies.
+  std::vector<std::string> peer_endpoints;
+  std::vector<std::vector<uint32_t>> peer_holders, restore_holders;
+
+  /// Whether memory-level saves can be made in this generation.
+  bool memory_level() const { return !peer_holders.empty() && memory_note.empty(); }
+  /// The route of rank first_rank + local_rank for OpenPeerStorage.
+  PeerRoute memory_route(int local_rank = 0) const;
 };
 
 /// A worker's connection: joins, heartbeats on a background thread,
@@ -132,6 +161,8 @@ class CKPT_EXPORT CoordinatorClient {
   /// in [0, local_ranks). Calls fail with Aborted once the generation ends.
   virtual std::shared_ptr<Communicator> communicator(int local_rank) = 0;
   virtual std::shared_ptr<CommitArbiter> arbiter() = 0;
+  /// The memory level's arbiter (CheckpointerOptions::memory_arbiter).
+  virtual std::shared_ptr<CommitArbiter> memory_arbiter() = 0;
   /// True once the coordinator ended this member's generation (a member
   /// died): stop training, Join again, restore.
   virtual bool stop_requested() const = 0;

@@ -49,10 +49,11 @@ struct CKPT_EXPORT PeerMemoryOptions {
 };
 
 /// The files of one step a process holds whole, by the rank of the save
-/// that wrote them (the owner). The owner of MANIFEST, CLAIM and LATEST is
+/// that wrote them (the owner), for each generation that wrote some. The owner of MANIFEST, CLAIM and LATEST is
 /// the save's leader, rank 0; rank 0 counts as held only with its MANIFEST.
 struct CKPT_EXPORT PeerHolding {
   int64_t step = 0;
+  int64_t generation = 0;   ///< PeerRoute::generation of the writer
   std::vector<int> owners;  ///< ascending
 };
 
@@ -100,6 +101,9 @@ struct CKPT_EXPORT PeerRoute {
   /// reports when no outside arbiter takes the votes). Empty: this
   /// process's memory alone.
   std::vector<std::string> peers;
+  /// Tags every file written (see PeerHolding), so that what one
+  /// generation saved is never taken for another's save of the same step.
+  int64_t generation = 0;
 };
 
 /// Where bytes read through a peer storage came from.

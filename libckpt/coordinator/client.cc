@@ -22,6 +22,7 @@
 #include "ckpt/coordinator.h"
 #include "coordinator/messages.h"
 #include "coordinator/protocol.h"
+#include "coordinator/records.h"
 #include "util/bytes.h"
 #include "util/clock.h"
 #include "util/errors.h"
@@ -73,14 +74,16 @@ class CoordinatorComm final : public Communicator {
 
 class CoordinatorArbiter final : public CommitArbiter {
  public:
-  explicit CoordinatorArbiter(ClientImpl& client) : client_(client) {}
+  CoordinatorArbiter(ClientImpl& client, uint8_t level) : client_(client), level_(level) {}
   absl::Status Vote(int rank, int64_t step, const SaveVote& vote) override;
   absl::Status AwaitDecision(int64_t step, double timeout_s) override;
   absl::Status Published(int64_t step, const absl::Status& outcome) override;
   absl::Status AwaitOutcome(int64_t step, double timeout_s) override;
 
  private:
+  int64_t Key(int64_t step) const { return StepKey(step, level_ == kMemoryLevel); }
   ClientImpl& client_;
+  const uint8_t level_;
 };
 
 class ClientImpl final : public CoordinatorClient {
@@ -142,7 +145,10 @@ class ClientImpl final : public CoordinatorClient {
   std::shared_ptr<Communicator> communicator(int local_rank) override {
     return std::make_shared<CoordinatorComm>(*this, local_rank);
   }
-  std::shared_ptr<CommitArbiter> arbiter() override { return std::make_shared<CoordinatorArbiter>(*this); }
+  std::shared_ptr<CommitArbiter> arbiter() override { return std::make_shared<CoordinatorArbiter>(*this, 0); }
+  std::shared_ptr<CommitArbiter> memory_arbiter() override {
+    return std::make_shared<CoordinatorArbiter>(*this, kMemoryLevel);
+  }
 
   bool stop_requested() const override {
     std::lock_guard<std::mutex> lock(mu_);
@@ -203,10 +209,12 @@ class ClientImpl final : public CoordinatorClient {
     std::lock_guard<std::mutex> lock(mu_);
     votes_[{step, rank}] = payload;
   }
+  // `step` is a StepKey: votes of its level up to it are done with.
   void ForgetVotes(int64_t step) {
     std::lock_guard<std::mutex> lock(mu_);
     for (auto it = votes_.begin(); it != votes_.end();) {
-      it = it->first.first <= step ? votes_.erase(it) : std::next(it);
+      const int64_t k = it->first.first;
+      it = IsMemoryKey(k) == IsMemoryKey(step) && k <= step ? votes_.erase(it) : std::next(it);
     }
   }
 
@@ -230,6 +238,11 @@ class ClientImpl final : public CoordinatorClient {
     a.world_size = static_cast<int>(m.world_size);
     a.members = static_cast<int>(m.members);
     a.restore_step = m.restore_step;
+    a.restore_level = m.restore_level == kMemoryLevel ? SaveLevel::kMemory : SaveLevel::kDurable;
+    a.memory_note = m.memory_note;
+    a.peer_endpoints = m.endpoints;
+    a.peer_holders = m.holders;
+    a.restore_holders = m.restore_holders;
     member_id_ = m.member_id;
     return a;
   }
@@ -245,6 +258,17 @@ class ClientImpl final : public CoordinatorClient {
     j.resume = resume;
     const auto mac = Hmac(options_.token, JoinChallenge(nonce, options_.job, options_.host));
     j.mac.assign(reinterpret_cast<const char*>(mac.data()), mac.size());
+    if (options_.peer_memory) {
+      j.peer_endpoint = options_.peer_memory->endpoint();
+      j.peer_domain = options_.peer_memory->domain();
+      for (const PeerHolding& h : options_.peer_memory->Holdings()) {
+        HeldStep held;
+        held.step = h.step;
+        held.generation = h.generation;
+        for (int o : h.owners) held.owners.push_back(static_cast<uint32_t>(o));
+        j.held.push_back(std::move(held));
+      }
+    }
     return j;
   }
 
@@ -623,17 +647,18 @@ absl::Status CoordinatorArbiter::Vote(int rank, int64_t step, const SaveVote& vo
   req.rank = static_cast<uint64_t>(rank);
   req.step = step;
   req.vote = vote;
+  req.level = level_;
   std::string payload = Encode(req);
-  client_.RememberVote(rank, step, payload);
+  client_.RememberVote(rank, Key(step), payload);
   return client_.Call(MsgType::kVote, std::move(payload), 60, true).status();
 }
 
 absl::Status CoordinatorArbiter::AwaitDecision(int64_t step, double timeout_s) {
-  const StepWaitRequest req{client_.assignment().generation, step, static_cast<uint64_t>(timeout_s * 1000)};
+  const StepWaitRequest req{client_.assignment().generation, step, static_cast<uint64_t>(timeout_s * 1000), level_};
   auto r = client_.Call(MsgType::kDecide, Encode(req), timeout_s + 5, true);
   if (!r.ok()) return r.status();
   absl::Status d = DecisionOf(r->payload);
-  if (!d.ok()) client_.ForgetVotes(step);
+  if (!d.ok()) client_.ForgetVotes(Key(step));
   return d;
 }
 
@@ -643,21 +668,47 @@ absl::Status CoordinatorArbiter::Published(int64_t step, const absl::Status& out
   req.step = step;
   req.ok = outcome.ok();
   req.message = std::string(outcome.message());
+  req.level = level_;
   auto r = client_.Call(MsgType::kPublished, Encode(req), 60, true);
-  client_.ForgetVotes(step);
+  client_.ForgetVotes(Key(step));
   return r.status();
 }
 
 absl::Status CoordinatorArbiter::AwaitOutcome(int64_t step, double timeout_s) {
-  const StepWaitRequest req{client_.assignment().generation, step, static_cast<uint64_t>(timeout_s * 1000)};
+  const StepWaitRequest req{client_.assignment().generation, step, static_cast<uint64_t>(timeout_s * 1000), level_};
   auto r = client_.Call(MsgType::kAwaitOutcome, Encode(req), timeout_s + 5, true);
   if (!r.ok()) return r.status();
-  client_.ForgetVotes(step);
+  client_.ForgetVotes(Key(step));
   return DecisionOf(r->payload);
 }
 
 }  // namespace
 }  // namespace coord
+
+PeerRoute Assignment::memory_route(int local_rank) const {
+  PeerRoute route;
+  route.generation = generation;
+  route.peers = peer_endpoints;
+  const size_t rank = static_cast<size_t>(first_rank + local_rank);
+  if (rank < peer_holders.size()) {
+    for (size_t i = 1; i < peer_holders[rank].size(); ++i)
+      route.replicas.push_back(peer_endpoints[peer_holders[rank][i]]);
+  }
+  // Files of the step being restored are where the coordinator found them;
+  // those of this generation's saves (and LATEST, step -1, the leader's)
+  // with their writer and its replica holders.
+  route.holders = [endpoints = peer_endpoints, now = peer_holders, restored = restore_holders,
+                   restore = restore_level == SaveLevel::kMemory ? restore_step : -2](int64_t step, int owner) {
+    const auto& table = step == restore ? restored : now;
+    std::vector<std::string> out;
+    const size_t o = static_cast<size_t>(std::max(owner, 0));
+    if (o < table.size()) {
+      for (uint32_t i : table[o]) out.push_back(endpoints[i]);
+    }
+    return out;
+  };
+  return route;
+}
 
 absl::StatusOr<std::unique_ptr<CoordinatorClient>> CoordinatorClient::Connect(const CoordinatorClientOptions& options) {
   auto c = std::make_unique<coord::ClientImpl>(options);

@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "absl/strings/str_join.h"
+#include "coordinator/records.h"
 #include "util/strings.h"
 
 namespace ckpt::coord {
@@ -108,7 +109,7 @@ std::vector<BookEvent> CommitBook::Vote(int64_t step, int64_t gen, int rank, Sav
   const std::string error = vote.error;
   st.votes[rank] = std::move(vote);
   if (!ok) {
-    return Abort(step, absl::AbortedError(StrCat("rank ", rank, " failed to save step ", step, ": ", error)));
+    return Abort(step, absl::AbortedError(StrCat("rank ", rank, " failed to save ", StepName(step), ": ", error)));
   }
   if (static_cast<int>(st.votes.size()) != world) return {};
   absl::Status verdict = CheckReplicas(step, st.votes, alerts);
@@ -125,9 +126,10 @@ absl::StatusOr<std::vector<BookEvent>> CommitBook::Published(int64_t step, int64
                                                              std::string_view message) {
   Step& st = For(step, gen);
   if (st.generation != gen || !st.decision || !st.decision->ok()) {
-    return absl::FailedPreconditionError(StrCat("step ", step, " was not decided for commit"));
+    return absl::FailedPreconditionError(StrCat(StepName(step), " was not decided for commit"));
   }
-  if (!ok) return Abort(step, absl::AbortedError(StrCat("the leader could not publish step ", step, ": ", message)));
+  if (!ok)
+    return Abort(step, absl::AbortedError(StrCat("the leader could not publish ", StepName(step), ": ", message)));
   if (st.outcome) return std::vector<BookEvent>{};
   st.outcome = absl::OkStatus();
   BookEvent e;
@@ -180,7 +182,7 @@ void CommitBook::ReplayCommitted(int64_t step, int64_t gen) { ReplayFor(step, ge
 
 void CommitBook::ReplayAborted(int64_t step, int64_t gen) {
   Step& st = ReplayFor(step, gen);
-  st.decision = st.outcome = absl::AbortedError(StrCat("step ", step, " was aborted in generation ", gen));
+  st.decision = st.outcome = absl::AbortedError(StrCat(StepName(step), " was aborted in generation ", gen));
 }
 
 void CommitBook::Trim(size_t keep, bool only_decided) {

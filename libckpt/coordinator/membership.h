@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "coordinator/messages.h"
 #include "util/bytes.h"
 
 namespace ckpt::coord {
@@ -28,6 +29,10 @@ struct Member {
   int late_intervals = 0;  // heartbeat intervals missed so far (metrics)
   bool left = false;       // finished: no longer expected to heartbeat
   std::weak_ptr<Session> session;
+  // The memory level, as its join said (not journaled: a replayed
+  // generation has no need of it).
+  std::string peer_endpoint, peer_domain;
+  std::vector<HeldStep> held;
 };
 
 class Membership {
@@ -67,6 +72,9 @@ class Membership {
   /// last one first, by their old ranks, then newcomers in join order, at
   /// most `max_nodes`. Returns the members' ids by rank.
   std::vector<uint64_t> Form(int64_t restore_step, int max_nodes, double now);
+  /// The running generation restores another step than Form was told (the
+  /// memory level had a newer one); before the generation is journaled.
+  void SetRestoreStep(int64_t step) { restore_step_ = step; }
   /// Ends the running generation and returns its members (to be told);
   /// their ranks order them first in the next one.
   std::vector<Member> End();

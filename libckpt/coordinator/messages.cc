@@ -18,6 +18,7 @@ constexpr uint64_t kMaxLocalRanks = uint64_t{1} << 20;
 // Longest nonce and MAC.
 constexpr uint64_t kMaxNonceBytes = 256;
 constexpr uint64_t kMaxMacBytes = 64;
+constexpr uint64_t kMaxHeldSteps = 64;
 
 template <typename T>
 absl::StatusOr<T> Done(const ByteReader& r, T m) {
@@ -56,6 +57,17 @@ std::string Encode(const JoinRequest& m) {
   w.SVar(m.previous_generation);
   w.U8(m.resume ? 1 : 0);
   w.Str(m.mac);
+  if (!m.peer_endpoint.empty()) {
+    w.Str(m.peer_endpoint);
+    w.Str(m.peer_domain);
+    w.Var(m.held.size());
+    for (const HeldStep& h : m.held) {
+      w.SVar(h.step);
+      w.SVar(h.generation);
+      w.Var(h.owners.size());
+      for (uint32_t o : h.owners) w.Var(o);
+    }
+  }
   return w.Take();
 }
 absl::StatusOr<JoinRequest> DecodeJoin(std::string_view payload) {
@@ -68,6 +80,20 @@ absl::StatusOr<JoinRequest> DecodeJoin(std::string_view payload) {
   m.previous_generation = r.SVar();
   m.resume = r.U8() != 0;
   m.mac = r.Str(kMaxMacBytes);
+  if (r.ok() && !r.AtEnd()) {
+    m.peer_endpoint = r.Str(kMaxJoinFieldBytes);
+    m.peer_domain = r.Str(kMaxJoinFieldBytes);
+    const uint64_t n = r.Count(kMaxHeldSteps, "held steps");
+    for (uint64_t i = 0; i < n && r.ok(); ++i) {
+      HeldStep h;
+      h.step = r.SVar();
+      h.generation = r.SVar();
+      const uint64_t k = r.Count(kMaxLocalRanks, "held owners");
+      for (uint64_t j = 0; j < k && r.ok(); ++j)
+        h.owners.push_back(static_cast<uint32_t>(r.Count(kMaxLocalRanks * 64, "owner")));
+      m.held.push_back(std::move(h));
+    }
+  }
   return Done(r, std::move(m));
 }
 
@@ -84,6 +110,17 @@ std::string Encode(const AssignReply& m) {
   w.Var(m.members);
   w.SVar(m.restore_step);
   w.Var(m.heartbeat_ms);
+  w.U8(m.restore_level);
+  w.Str(m.memory_note);
+  w.Var(m.endpoints.size());
+  for (const std::string& e : m.endpoints) w.Str(e);
+  for (const auto* lists : {&m.holders, &m.restore_holders}) {
+    w.Var(lists->size());
+    for (const auto& l : *lists) {
+      w.Var(l.size());
+      for (uint32_t i : l) w.Var(i);
+    }
+  }
   return w.Take();
 }
 absl::StatusOr<AssignReply> DecodeAssign(std::string_view payload) {
@@ -100,6 +137,24 @@ absl::StatusOr<AssignReply> DecodeAssign(std::string_view payload) {
   m.members = r.Var();
   m.restore_step = r.SVar();
   m.heartbeat_ms = r.Var();
+  if (r.ok() && !r.AtEnd()) {
+    m.restore_level = r.U8();
+    m.memory_note = r.Str(kMaxWireTextBytes);
+    const uint64_t n = r.Count(kMaxListEntries, "endpoints");
+    for (uint64_t i = 0; i < n && r.ok(); ++i) m.endpoints.push_back(r.Str(kMaxJoinFieldBytes));
+    for (auto* lists : {&m.holders, &m.restore_holders}) {
+      const uint64_t k = r.Count(kMaxListEntries, "ranks");
+      for (uint64_t i = 0; i < k && r.ok(); ++i) {
+        std::vector<uint32_t> l(r.Count(64, "holders"));
+        for (uint32_t& x : l) {
+          const uint64_t v = r.Var();
+          if (r.ok() && v >= n) r.Fail(StrCat("holder ", v, " is not one of the ", n, " endpoints"));
+          x = static_cast<uint32_t>(v);
+        }
+        lists->push_back(std::move(l));
+      }
+    }
+  }
   return Done(r, std::move(m));
 }
 
@@ -190,6 +245,7 @@ std::string Encode(const VoteRequest& m) {
     w.U64(h.hash);
     w.U8(h.written ? 1 : 0);
   }
+  if (m.level != 0) w.U8(m.level);  // appended only where it says more than the default
   return w.Take();
 }
 absl::StatusOr<VoteRequest> DecodeVote(std::string_view payload) {
@@ -211,6 +267,7 @@ absl::StatusOr<VoteRequest> DecodeVote(std::string_view payload) {
     rh.written = r.U8() != 0;
     m.vote.replicas.push_back(std::move(rh));
   }
+  if (r.ok() && !r.AtEnd()) m.level = r.U8();
   return Done(r, std::move(m));
 }
 
@@ -219,6 +276,7 @@ std::string Encode(const StepWaitRequest& m) {
   w.SVar(m.generation);
   w.SVar(m.step);
   w.Var(m.timeout_ms);
+  if (m.level != 0) w.U8(m.level);  // appended only where it says more than the default
   return w.Take();
 }
 absl::StatusOr<StepWaitRequest> DecodeStepWait(std::string_view payload) {
@@ -227,6 +285,7 @@ absl::StatusOr<StepWaitRequest> DecodeStepWait(std::string_view payload) {
   m.generation = r.SVar();
   m.step = r.SVar();
   m.timeout_ms = r.Var();
+  if (r.ok() && !r.AtEnd()) m.level = r.U8();
   return Done(r, std::move(m));
 }
 
@@ -236,6 +295,7 @@ std::string Encode(const PublishedRequest& m) {
   w.SVar(m.step);
   w.U8(m.ok ? 1 : 0);
   w.Str(m.message);
+  if (m.level != 0) w.U8(m.level);  // appended only where it says more than the default
   return w.Take();
 }
 absl::StatusOr<PublishedRequest> DecodePublished(std::string_view payload) {
@@ -245,6 +305,7 @@ absl::StatusOr<PublishedRequest> DecodePublished(std::string_view payload) {
   m.step = r.SVar();
   m.ok = r.U8() != 0;
   m.message = r.Str(kMaxWireTextBytes);
+  if (r.ok() && !r.AtEnd()) m.level = r.U8();
   return Done(r, std::move(m));
 }
 

@@ -18,6 +18,9 @@
 
 namespace ckpt::coord {
 
+/// SaveLevel::kMemory on the wire (ckpt/options.h); 0 is the durable level.
+inline constexpr uint8_t kMemoryLevel = 1;
+
 enum class CollectiveOp : uint8_t { kGather = 0, kScatter = 1, kBroadcast = 2, kBarrier = 3 };
 
 /// hello (S->C): the nonce a join signs, who answers, its frame limit.
@@ -30,6 +33,15 @@ struct HelloReply {
   std::string standby_of;
 };
 
+/// What a member's memory holds of one step (the memory level): the
+/// owners (ranks of the save) whose files it holds whole, written by
+/// generation `generation`.
+struct HeldStep {
+  int64_t step = 0;
+  int64_t generation = 0;
+  std::vector<uint32_t> owners;
+};
+
 /// join (C->S).
 struct JoinRequest {
   std::string job;
@@ -39,6 +51,10 @@ struct JoinRequest {
   int64_t previous_generation = -1;
   bool resume = false;  ///< reconnecting to `previous_generation`
   std::string mac;      ///< HMAC of JoinChallenge(nonce, job, host)
+  // The memory level (appended; absent from members without one):
+  std::string peer_endpoint;  ///< where its peer memory listens
+  std::string peer_domain;    ///< its failure domain
+  std::vector<HeldStep> held;
 };
 
 /// assign (S->C): a place in a generation, or why there is none.
@@ -54,6 +70,19 @@ struct AssignReply {
   uint64_t members = 0;
   int64_t restore_step = -1;
   uint64_t heartbeat_ms = 0;
+  // The memory level (appended):
+  uint8_t restore_level = 0;  ///< SaveLevel of restore_step
+  /// Why the memory level cannot be used in this generation (too few
+  /// failure domains, members without peer memory); empty when it can.
+  std::string memory_note;
+  /// Peer endpoints the lists below index.
+  std::vector<std::string> endpoints;
+  /// Per rank of this generation: its own endpoint, then its replica
+  /// holders'.
+  std::vector<std::vector<uint32_t>> holders;
+  /// For a memory restore, per rank of the save: the live endpoints holding
+  /// its files.
+  std::vector<std::vector<uint32_t>> restore_holders;
 };
 
 /// heartbeat (C->S).
@@ -90,6 +119,7 @@ struct VoteRequest {
   uint64_t rank = 0;
   int64_t step = 0;
   SaveVote vote;
+  uint8_t level = 0;  ///< SaveLevel (appended)
 };
 
 /// decide and await-outcome (C->S): wait for a step's decision or outcome.
@@ -97,6 +127,7 @@ struct StepWaitRequest {
   int64_t generation = 0;
   int64_t step = 0;
   uint64_t timeout_ms = 0;
+  uint8_t level = 0;  ///< SaveLevel (appended)
 };
 
 /// published (C->S, the leader): the manifest is published, or why not.
@@ -105,6 +136,7 @@ struct PublishedRequest {
   int64_t step = 0;
   bool ok = true;
   std::string message;
+  uint8_t level = 0;  ///< SaveLevel (appended)
 };
 
 /// leave (C->S).

@@ -30,6 +30,10 @@ namespace {
 std::string Where(int64_t seq) { return seq > 0 ? StrCat("record ", seq, ": ") : std::string(); }
 }  // namespace
 
+std::string StepName(int64_t key) {
+  return IsMemoryKey(key) ? StrCat("memory step ", StepOfKey(key)) : StrCat("step ", key);
+}
+
 absl::StatusOr<RecordView> DecodeRecord(int64_t seq, std::string_view record) {
   ByteReader r(record, "journal record");
   RecordView v;
@@ -54,6 +58,9 @@ absl::StatusOr<RecordView> DecodeRecord(int64_t seq, std::string_view record) {
     case JournalKind::kDecided:
       v.step = r.SVar();
       v.generation = r.SVar();
+      v.memory = IsMemoryKey(v.step);
+      v.step = StepOfKey(v.step);
+      if (r.ok() && !r.AtEnd()) v.save_world = static_cast<int>(r.Count(uint64_t{1} << 30, "save world"));
       break;
     case JournalKind::kSdc:
       v.step = r.SVar();
@@ -68,6 +75,7 @@ absl::StatusOr<RecordView> DecodeRecord(int64_t seq, std::string_view record) {
 }
 
 void History::Add(RecordView r) {
+  const int64_t key = StepKey(r.step, r.memory);
   switch (r.kind) {
     case JournalKind::kGeneration:
       for (auto it = records.rbegin(); it != records.rend(); ++it) {
@@ -81,29 +89,29 @@ void History::Add(RecordView r) {
       }
       break;
     case JournalKind::kCommitted:
-      if (aborted_in_.count({r.step, r.generation})) {
-        contradictions.push_back(StrCat("record ", r.seq, ": step ", r.step, " of generation ", r.generation,
+      if (aborted_in_.count({key, r.generation})) {
+        contradictions.push_back(StrCat("record ", r.seq, ": ", StepName(key), " of generation ", r.generation,
                                         " committed after it was aborted"));
       }
-      committed.insert(r.step);
-      committed_in_.insert({r.step, r.generation});
+      (r.memory ? memory_committed : committed).insert(r.step);
+      committed_in_.insert({key, r.generation});
       break;
     case JournalKind::kDecided:
-      if (aborted_in_.count({r.step, r.generation})) {
-        contradictions.push_back(StrCat("record ", r.seq, ": step ", r.step, " of generation ", r.generation,
+      if (aborted_in_.count({key, r.generation})) {
+        contradictions.push_back(StrCat("record ", r.seq, ": ", StepName(key), " of generation ", r.generation,
                                         " decided for commit after it was aborted"));
       }
-      decided.insert(r.step);
+      if (!r.memory) decided.insert(r.step);
       break;
     case JournalKind::kAborted:
       // A step decided for commit may still abort (its leader could not
       // publish it); one committed may not.
-      if (committed_in_.count({r.step, r.generation})) {
-        contradictions.push_back(StrCat("record ", r.seq, ": step ", r.step, " of generation ", r.generation,
+      if (committed_in_.count({key, r.generation})) {
+        contradictions.push_back(StrCat("record ", r.seq, ": ", StepName(key), " of generation ", r.generation,
                                         " aborted after it was committed"));
       }
-      aborted.insert(r.step);
-      aborted_in_.insert({r.step, r.generation});
+      if (!r.memory) aborted.insert(r.step);
+      aborted_in_.insert({key, r.generation});
       break;
     default:
       break;

@@ -21,11 +21,23 @@ enum class JournalKind : uint8_t { kGeneration = 1, kEnded = 2, kCommitted = 3, 
 /// "generation", "ended", "committed", "aborted", "sdc", "decided".
 const char* JournalKindName(JournalKind kind);
 
+/// A step of the memory level is booked and recorded under its number with
+/// this bit set, so that one step number may be saved at both levels and
+/// records from before the memory level read as durable steps.
+inline constexpr int64_t kMemoryStepBit = int64_t{1} << 61;
+inline int64_t StepKey(int64_t step, bool memory) { return memory ? (step | kMemoryStepBit) : step; }
+inline bool IsMemoryKey(int64_t key) { return key >= 0 && (key & kMemoryStepBit) != 0; }
+inline int64_t StepOfKey(int64_t key) { return key >= 0 ? (key & ~kMemoryStepBit) : key; }
+/// "step 14" or "memory step 14".
+std::string StepName(int64_t key);
+
 struct RecordView {
   int64_t seq = 0;  ///< 1-based position in the log
   JournalKind kind = JournalKind::kGeneration;
   int64_t generation = -1;
-  int64_t step = -1;  ///< steps and SDC alerts
+  int64_t step = -1;    ///< steps and SDC alerts (the step's number, without kMemoryStepBit)
+  bool memory = false;  ///< a step of the memory level
+  int save_world = 0;   ///< a memory step's commit: the ranks of its save
   // A generation:
   int world = 0;
   int64_t restore_step = -1;
@@ -50,12 +62,13 @@ absl::StatusOr<RecordView> DecodeRecord(int64_t seq, std::string_view record);
 /// aborted in one generation is saved again in the next.)
 struct History {
   std::vector<RecordView> records;
-  std::set<int64_t> committed, aborted, decided;  ///< steps, in any generation
+  std::set<int64_t> committed, aborted, decided;  ///< durable steps, in any generation
+  std::set<int64_t> memory_committed;             ///< memory steps, in any generation
   std::vector<std::string> contradictions;
   void Add(RecordView r);
 
  private:
-  std::set<std::pair<int64_t, int64_t>> committed_in_, aborted_in_;  // (step, generation)
+  std::set<std::pair<int64_t, int64_t>> committed_in_, aborted_in_;  // (StepKey, generation)
 };
 
 }  // namespace ckpt::coord

@@ -33,6 +33,7 @@
 #include "absl/strings/str_join.h"
 #include "ckpt/checkpointer.h"
 #include "ckpt/coordinator.h"
+#include "ckpt/peer.h"
 #include "ckpt/storage.h"
 #include "ckpt/verify.h"
 #include "coordinator/commit_book.h"
@@ -320,17 +321,21 @@ class CoordinatorImpl final : public Coordinator, public SessionOwner {
         membership_.ReplayEnded();
         break;
       case JournalKind::kCommitted:
-        last_committed_ = std::max(last_committed_, r.step);
-        book_.ReplayCommitted(r.step, r.generation);
+        if (r.memory) {
+          memory_commits_[r.step] = MemoryCommit{r.generation, r.save_world};
+        } else {
+          last_committed_ = std::max(last_committed_, r.step);
+        }
+        book_.ReplayCommitted(StepKey(r.step, r.memory), r.generation);
         ++commits_;
         break;
       case JournalKind::kAborted:
-        book_.ReplayAborted(r.step, r.generation);
+        book_.ReplayAborted(StepKey(r.step, r.memory), r.generation);
         ++aborts_;
         break;
       case JournalKind::kDecided:
-        last_decided_ = std::max(last_decided_, r.step);
-        book_.ReplayDecided(r.step, r.generation);
+        if (!r.memory) last_decided_ = std::max(last_decided_, r.step);
+        book_.ReplayDecided(StepKey(r.step, r.memory), r.generation);
         break;
       case JournalKind::kSdc:
         sdc_.push_back(SdcAlert{r.step, std::move(r.chunk), std::move(r.detail)});
@@ -431,6 +436,9 @@ class CoordinatorImpl final : public Coordinator, public SessionOwner {
     m.local_ranks = local;
     m.session = s;
     m.last_seen = NowSeconds();
+    m.peer_endpoint = join.peer_endpoint;
+    m.peer_domain = join.peer_domain;
+    m.held = join.held;
     membership_.AddWaiting(std::move(m));
     pending_joins_[id] = Waiter{s, h.request_id, 0};
     Log(StrCat("member ", id, " (", host, ", ", local, " rank(s)) joined; ", membership_.waiting_count(), " waiting"));
@@ -448,6 +456,11 @@ class CoordinatorImpl final : public Coordinator, public SessionOwner {
     a.members = membership_.member_count();
     a.restore_step = membership_.restore_step();
     a.heartbeat_ms = static_cast<uint64_t>(options_.heartbeat_s * 1000);
+    a.restore_level = restore_level_;
+    a.memory_note = memory_note_;
+    a.endpoints = peer_endpoints_;
+    a.holders = peer_holders_;
+    a.restore_holders = restore_holders_;
     return Encode(a);
   }
 
@@ -511,15 +524,22 @@ class CoordinatorImpl final : public Coordinator, public SessionOwner {
                  " member(s) still waiting after the restore step was chosen, fewer than ", options_.min_nodes));
       return;
     }
-    const std::vector<uint64_t> ids = membership_.Form(restore_step, options_.max_nodes, NowSeconds());
+    std::vector<uint64_t> ids = membership_.Form(restore_step, options_.max_nodes, NowSeconds());
     collectives_.clear();
+    const int64_t from_memory = PlanMemoryLevel(restore_step);
+    if (from_memory > restore_step) {
+      restore_step = from_memory;
+      membership_.SetRestoreStep(restore_step);
+    }
     ByteWriter w;
     w.U8(static_cast<uint8_t>(JournalKind::kGeneration));
     membership_.EncodeGeneration(w);
     if (!Journaled(w.Take())) return;
     Log(StrCat("generation ", membership_.generation(), " formed: ", ids.size(), " member(s), world size ",
                membership_.world(),
-               restore_step >= 0 ? StrCat(", restore step ", restore_step) : std::string(", nothing to restore")));
+               restore_step >= 0 ? StrCat(", restore ", restore_level_ == kMemoryLevel ? "memory step " : "step ",
+                                          restore_step, restore_level_ == kMemoryLevel ? " from peers' memory" : "")
+                                 : std::string(", nothing to restore")));
     size_t told = 0;
     for (uint64_t id : ids) {
       if (2 * told >= ids.size() && told > 0) CrashPoint("rendezvous");
@@ -531,6 +551,83 @@ class CoordinatorImpl final : public Coordinator, public SessionOwner {
       pending_joins_.erase(it);
       ++told;
     }
+  }
+
+  // The memory level of the generation just formed: the peer endpoints of
+  // its members, each rank's replica holders (in other failure domains),
+  // and whether a memory step newer than `durable` can be restored from
+  // what the members hold: the newest one whose every rank's files some
+  // member holds, from the save that committed it. Returns that step (or
+  // -1) and says why newer ones cannot be.
+  int64_t PlanMemoryLevel(int64_t durable) {
+    restore_level_ = 0;
+    memory_note_.clear();
+    peer_endpoints_.clear();
+    peer_holders_.clear();
+    restore_holders_.clear();
+    const std::vector<const Member*> members = membership_.Members();
+    std::map<std::string, uint32_t> index;
+    std::vector<std::string> domains;
+    std::vector<uint32_t> rank_endpoint;
+    for (const Member* m : members) {
+      if (m->peer_endpoint.empty()) {
+        memory_note_ = StrCat("member ", m->id, " (", m->host, ") has no peer memory");
+        continue;
+      }
+      auto [it, fresh] = index.emplace(m->peer_endpoint, static_cast<uint32_t>(peer_endpoints_.size()));
+      if (fresh) peer_endpoints_.push_back(m->peer_endpoint);
+      for (int r = 0; r < m->local_ranks; ++r) {
+        domains.push_back(m->peer_domain);
+        rank_endpoint.push_back(it->second);
+      }
+    }
+    if (peer_endpoints_.empty()) return -1;  // no member has a memory level
+    if (memory_note_.empty()) {
+      auto placement = PlaceReplicas(domains, options_.memory_replicas);
+      if (placement.ok()) {
+        for (size_t r = 0; r < domains.size(); ++r) {
+          std::vector<uint32_t> h = {rank_endpoint[r]};
+          for (int k : (*placement)[r]) h.push_back(rank_endpoint[static_cast<size_t>(k)]);
+          peer_holders_.push_back(std::move(h));
+        }
+      } else {
+        memory_note_ = std::string(placement.status().message());
+      }
+    }
+    if (!memory_note_.empty()) Log(StrCat("no memory-level saves in this generation: ", memory_note_));
+    for (auto it = memory_commits_.rbegin(); it != memory_commits_.rend() && it->first > durable; ++it) {
+      const int64_t step = it->first;
+      const MemoryCommit& mc = it->second;
+      std::vector<std::vector<uint32_t>> holders(static_cast<size_t>(std::max(mc.world, 0)));
+      for (const Member* m : members) {
+        auto e = index.find(m->peer_endpoint);
+        if (e == index.end()) continue;
+        for (const HeldStep& h : m->held) {
+          if (h.step != step || h.generation != mc.generation) continue;
+          for (uint32_t o : h.owners) {
+            if (o < holders.size()) holders[o].push_back(e->second);
+          }
+        }
+      }
+      std::vector<std::string> missing;
+      for (size_t o = 0; o < holders.size(); ++o) {
+        if (holders[o].empty()) missing.push_back(std::to_string(o));
+      }
+      if (!holders.empty() && missing.empty()) {
+        restore_level_ = kMemoryLevel;
+        restore_holders_ = std::move(holders);
+        return step;
+      }
+      if (missing.size() > 8) {
+        const size_t n = missing.size();
+        missing.resize(8);
+        missing.push_back(StrCat("... (", n, " in all)"));
+      }
+      Log(StrCat("memory step ", step, " (generation ", mc.generation, ", ", mc.world,
+                 " ranks) cannot be restored: no live member holds the files of rank(s) ", absl::StrJoin(missing, ", "),
+                 " of its save", durable >= 0 ? StrCat("; restoring durable step ", durable) : std::string()));
+    }
+    return -1;
   }
 
   // On the verifier thread: touches no member state.
@@ -623,7 +720,7 @@ class CoordinatorImpl final : public Coordinator, public SessionOwner {
           if (it->deadline > 0 && now > it->deadline) {
             if (auto s = it->session.lock()) {
               s->ReplyError(it->request_id,
-                            absl::DeadlineExceededError(StrCat("step ", step, ": no decision within the deadline; ",
+                            absl::DeadlineExceededError(StrCat(StepName(step), ": no decision within the deadline; ",
                                                                voted, " of ", membership_.world(), " ranks voted")));
             }
             it = list->erase(it);
@@ -760,7 +857,7 @@ class CoordinatorImpl final : public Coordinator, public SessionOwner {
     const CommitBook::Step* old = book_.Find(step);
     if (old != nullptr && old->generation < gen && !(old->outcome && old->outcome->ok())) {
       if (auto it = waiters_.find(step); it != waiters_.end()) {
-        AnswerAll(it->second, absl::AbortedError(StrCat("step ", step, " of generation ", old->generation,
+        AnswerAll(it->second, absl::AbortedError(StrCat(StepName(step), " of generation ", old->generation,
                                                         " is over: generation ", gen, " saves it again")));
         waiters_.erase(it);
       }
@@ -768,11 +865,14 @@ class CoordinatorImpl final : public Coordinator, public SessionOwner {
     return book_.For(step, gen);
   }
 
-  bool JournalStep(JournalKind kind, int64_t step, int64_t generation) {
+  // `step` is a StepKey; a memory step's commit also records the ranks of
+  // its save (`save_world`), which a restore from memory needs.
+  bool JournalStep(JournalKind kind, int64_t step, int64_t generation, int save_world = 0) {
     ByteWriter w;
     w.U8(static_cast<uint8_t>(kind));
     w.SVar(step);
     w.SVar(generation);
+    if (save_world > 0) w.Var(static_cast<uint64_t>(save_world));
     return Journaled(w.Take());
   }
 
@@ -799,7 +899,7 @@ class CoordinatorImpl final : public Coordinator, public SessionOwner {
           CrashPoint("votes");
           if (!JournalStep(JournalKind::kDecided, e.step, e.generation)) return;
           CrashPoint("decided");
-          last_decided_ = std::max(last_decided_, e.step);
+          if (!IsMemoryKey(e.step)) last_decided_ = std::max(last_decided_, e.step);
           for (Waiter& d : w.decide) {
             if (auto s = d.session.lock()) s->Reply(d.request_id, MsgType::kDecision, EncodeDecision(absl::OkStatus()));
           }
@@ -808,12 +908,19 @@ class CoordinatorImpl final : public Coordinator, public SessionOwner {
         case BookEvent::Kind::kAborted:
           if (!JournalStep(JournalKind::kAborted, e.step, e.generation)) return;
           ++aborts_;
-          Log(StrCat("step ", e.step, " aborted: ", e.status.message()));
+          Log(StrCat(StepName(e.step), " aborted: ", e.status.message()));
           AnswerAll(w, e.status);
           break;
         case BookEvent::Kind::kCommitted:
-          if (!JournalStep(JournalKind::kCommitted, e.step, e.generation)) return;
-          last_committed_ = std::max(last_committed_, e.step);
+          if (IsMemoryKey(e.step)) {
+            const int world = static_cast<int>(e.durations.stall.size());
+            if (!JournalStep(JournalKind::kCommitted, e.step, e.generation, world)) return;
+            memory_commits_[StepOfKey(e.step)] = MemoryCommit{e.generation, world};
+            while (memory_commits_.size() > 64) memory_commits_.erase(memory_commits_.begin());
+          } else {
+            if (!JournalStep(JournalKind::kCommitted, e.step, e.generation)) return;
+            last_committed_ = std::max(last_committed_, e.step);
+          }
           ++commits_;
           RecordDurations(std::move(e.durations));
           for (size_t i = 0; i < w.outcome.size(); ++i) {
@@ -832,7 +939,7 @@ class CoordinatorImpl final : public Coordinator, public SessionOwner {
     CKPT_ASSIGN_OR_RETURN(VoteRequest req, DecodeVote(payload));
     const int64_t gen = req.generation;
     const int rank = static_cast<int>(req.rank);
-    const int64_t step = req.step;
+    const int64_t step = StepKey(req.step, req.level == kMemoryLevel);
     SaveVote& v = req.vote;
     if (absl::Status st = CheckRank(s, gen, rank); !st.ok()) {
       s->ReplyError(h.request_id, st);
@@ -850,7 +957,7 @@ class CoordinatorImpl final : public Coordinator, public SessionOwner {
   absl::Status OnDecide(const std::shared_ptr<Session>& s, const FrameHeader& h, std::string_view payload) {
     CKPT_ASSIGN_OR_RETURN(const StepWaitRequest req, DecodeStepWait(payload));
     const int64_t gen = req.generation;
-    const int64_t step = req.step;
+    const int64_t step = StepKey(req.step, req.level == kMemoryLevel);
     const double timeout = static_cast<double>(req.timeout_ms) / 1000.0;
     if (absl::Status st = CheckRank(s, gen, 0); !st.ok()) {
       s->ReplyError(h.request_id, st);
@@ -868,7 +975,7 @@ class CoordinatorImpl final : public Coordinator, public SessionOwner {
   absl::Status OnPublished(const std::shared_ptr<Session>& s, const FrameHeader& h, std::string_view payload) {
     CKPT_ASSIGN_OR_RETURN(const PublishedRequest req, DecodePublished(payload));
     const int64_t gen = req.generation;
-    const int64_t step = req.step;
+    const int64_t step = StepKey(req.step, req.level == kMemoryLevel);
     const bool ok = req.ok;
     const std::string& message = req.message;
     if (absl::Status st = CheckRank(s, gen, 0); !st.ok()) {
@@ -894,7 +1001,7 @@ class CoordinatorImpl final : public Coordinator, public SessionOwner {
     if (!stragglers_.empty()) {
       std::string list;
       for (const auto& [rank, x] : stragglers_) StrAppend(&list, list.empty() ? "" : ", ", "rank ", rank, " ", x, " s");
-      Log(StrCat("step ", d.step, ": stragglers (median write ", d.median_write, " s): ", list));
+      Log(StrCat(StepName(d.step), ": stragglers (median write ", d.median_write, " s): ", list));
     }
     straggler_step_ = d.step;
   }
@@ -902,13 +1009,13 @@ class CoordinatorImpl final : public Coordinator, public SessionOwner {
   absl::Status OnAwaitOutcome(const std::shared_ptr<Session>& s, const FrameHeader& h, std::string_view payload) {
     CKPT_ASSIGN_OR_RETURN(const StepWaitRequest req, DecodeStepWait(payload));
     const int64_t gen = req.generation;
-    const int64_t step = req.step;
+    const int64_t step = StepKey(req.step, req.level == kMemoryLevel);
     const double timeout = static_cast<double>(req.timeout_ms) / 1000.0;
     const CommitBook::Step& st = StepFor(step, gen);
     if (st.generation > gen) {
       // A newer generation saves this step again: this attempt is over.
       s->Reply(h.request_id, MsgType::kOutcome,
-               EncodeDecision(absl::AbortedError(StrCat("step ", step, " of generation ", gen, " is over: generation ",
+               EncodeDecision(absl::AbortedError(StrCat(StepName(step), " of generation ", gen, " is over: generation ",
                                                         st.generation, " saves it again"))));
       return absl::OkStatus();
     }
@@ -918,7 +1025,7 @@ class CoordinatorImpl final : public Coordinator, public SessionOwner {
     }
     if (gen != membership_.generation() || !membership_.running()) {
       s->Reply(h.request_id, MsgType::kOutcome,
-               EncodeDecision(absl::AbortedError(StrCat("step ", step, ": generation ", gen, " is over"))));
+               EncodeDecision(absl::AbortedError(StrCat(StepName(step), ": generation ", gen, " is over"))));
       return absl::OkStatus();
     }
     waiters_[step].outcome.push_back(Waiter{s, h.request_id, NowSeconds() + timeout});
@@ -1069,7 +1176,18 @@ class CoordinatorImpl final : public Coordinator, public SessionOwner {
   Throttle throttles_[static_cast<size_t>(DropReason::kCount)];
 
   Membership membership_;
-  int64_t last_committed_ = -1;
+  int64_t last_committed_ = -1;  // newest durable step committed
+  // Memory steps committed: the generation that saved each and its ranks.
+  struct MemoryCommit {
+    int64_t generation = 0;
+    int world = 0;
+  };
+  std::map<int64_t, MemoryCommit> memory_commits_;
+  // The running generation's memory level: what its members were told.
+  uint8_t restore_level_ = 0;
+  std::string memory_note_;
+  std::vector<std::string> peer_endpoints_;
+  std::vector<std::vector<uint32_t>> peer_holders_, restore_holders_;
   int64_t last_decided_ = -1;  // newest step decided for commit (its leader may have published it)
   std::map<uint64_t, Waiter> pending_joins_;
   std::map<uint64_t, Collective> collectives_;

@@ -204,10 +204,11 @@ absl::StatusOr<std::string> PeerConnection::Reply(std::string_view what) {
   return payload;
 }
 
-absl::Status PeerConnection::Put(std::string_view path, absl::Span<const std::byte> data) {
+absl::Status PeerConnection::Put(std::string_view path, absl::Span<const std::byte> data, int64_t generation) {
   ByteWriter w;
   w.Str(path);
   w.Var(data.size());
+  w.SVar(generation);
   CKPT_RETURN_IF_ERROR(SendFrame(Op::kPutBegin, w.Take()));
   auto begun = Reply(StrCat("put ", path));
   if (!begun.ok()) return begun.status();

@@ -29,7 +29,7 @@ class PeerConnection {
 
   /// Places a whole file (split into data frames) and waits until the peer
   /// has checked and stored it.
-  absl::Status Put(std::string_view path, absl::Span<const std::byte> data);
+  absl::Status Put(std::string_view path, absl::Span<const std::byte> data, int64_t generation);
   /// Reads dst.size() bytes at `offset`, each frame checked.
   absl::Status Get(std::string_view path, uint64_t offset, absl::Span<std::byte> dst);
   absl::StatusOr<uint64_t> Stat(std::string_view path);

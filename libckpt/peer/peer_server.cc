@@ -67,6 +67,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
   std::string upload_path_;
   std::shared_ptr<std::string> upload_;
   uint64_t upload_reserved_ = 0;
+  int64_t upload_generation_ = 0;
   absl::Status upload_error_;
 };
 
@@ -283,6 +284,7 @@ absl::Status Connection::Handle(const Header& h) {
     case Op::kPutBegin: {
       std::string path = r.Str(kMaxPathBytes);
       const uint64_t size = r.Var();
+      const int64_t generation = r.SVar();
       if (!r.ok()) return malformed();
       if (path.empty() || path.front() == '/' || path.find("..") != std::string::npos) {
         return absl::InvalidArgumentError(StrCat("bad path '", path, "'"));
@@ -296,6 +298,7 @@ absl::Status Connection::Handle(const Header& h) {
         return room;
       }
       upload_reserved_ = size;
+      upload_generation_ = generation;
       upload_ = std::make_shared<std::string>(size, '\0');
       ReplyOk();
       return absl::OkStatus();
@@ -319,7 +322,7 @@ absl::Status Connection::Handle(const Header& h) {
         AbandonUpload();
         return why;
       }
-      store.Insert(upload_path_, std::move(upload_));
+      store.Insert(upload_path_, std::move(upload_), upload_generation_);
       upload_reserved_ = 0;
       AbandonUpload();
       ReplyOk();

@@ -130,14 +130,14 @@ class PeerStorageImpl final : public Storage {
   absl::Status PutAtomic(std::string_view path, absl::Span<const std::byte> data) override {
     CKPT_RETURN_IF_ERROR(CheckPath(path));
     auto bytes = std::make_shared<const std::string>(reinterpret_cast<const char*>(data.data()), data.size());
-    CKPT_RETURN_IF_ERROR(store_->Put(std::string(path), bytes));
+    CKPT_RETURN_IF_ERROR(store_->Put(std::string(path), bytes, route_.generation));
     return Replicate(path, *bytes);
   }
 
   absl::Status PutIfAbsent(std::string_view path, absl::Span<const std::byte> data) override {
     CKPT_RETURN_IF_ERROR(CheckPath(path));
     auto bytes = std::make_shared<const std::string>(reinterpret_cast<const char*>(data.data()), data.size());
-    CKPT_RETURN_IF_ERROR(store_->Put(std::string(path), bytes, /*if_absent=*/true));
+    CKPT_RETURN_IF_ERROR(store_->Put(std::string(path), bytes, route_.generation, /*if_absent=*/true));
     return Replicate(path, *bytes);
   }
 
@@ -207,7 +207,7 @@ class PeerStorageImpl final : public Storage {
   absl::Status Replicate(std::string_view path, const std::string& bytes) {
     const auto place = [&](const std::string& ep) -> absl::Status {
       auto r = pool_.With<bool>(ep, [&](PeerConnection& c) -> absl::StatusOr<bool> {
-        CKPT_RETURN_IF_ERROR(c.Put(path, AsBytes(bytes)));
+        CKPT_RETURN_IF_ERROR(c.Put(path, AsBytes(bytes), route_.generation));
         return true;
       });
       if (r.ok()) return absl::OkStatus();
@@ -237,6 +237,7 @@ class PeerStorageImpl final : public Storage {
   }
 
   ConnectionPool& pool() { return pool_; }
+  int64_t generation() const { return route_.generation; }
   Counters& counters() { return counters_; }
   PeerStore& store() { return *store_; }
   PeerMemory& memory() { return *memory_; }
@@ -282,7 +283,7 @@ class PeerWritable final : public WritableFile {
       bytes = std::make_shared<const std::string>(std::move(data_));
       data_.clear();
     }
-    CKPT_RETURN_IF_ERROR(storage_.store().Put(path_, bytes));
+    CKPT_RETURN_IF_ERROR(storage_.store().Put(path_, bytes, storage_.generation()));
     return storage_.Replicate(path_, *bytes);
   }
   size_t alignment() const override { return 1; }

@@ -47,37 +47,37 @@ void PeerStore::Release(uint64_t n) {
   reserved_ -= static_cast<int64_t>(n);
 }
 
-void PeerStore::EraseLocked(std::map<std::string, Bytes, std::less<>>::iterator it) {
-  held_ -= static_cast<int64_t>(it->second->size());
+void PeerStore::EraseLocked(std::map<std::string, File, std::less<>>::iterator it) {
+  held_ -= static_cast<int64_t>(it->second.bytes->size());
   files_.erase(it);
 }
 
-void PeerStore::Insert(const std::string& path, Bytes bytes) {
+void PeerStore::Insert(const std::string& path, Bytes bytes, int64_t generation) {
   std::lock_guard<std::mutex> lock(mu_);
   reserved_ -= static_cast<int64_t>(bytes->size());
   if (auto it = files_.find(path); it != files_.end()) EraseLocked(it);
   held_ += static_cast<int64_t>(bytes->size());
-  files_.emplace(path, std::move(bytes));
+  files_.emplace(path, File{std::move(bytes), generation});
 }
 
-absl::Status PeerStore::Put(const std::string& path, Bytes bytes, bool if_absent) {
+absl::Status PeerStore::Put(const std::string& path, Bytes bytes, int64_t generation, bool if_absent) {
   std::lock_guard<std::mutex> lock(mu_);
   auto it = files_.find(path);
   if (it != files_.end() && if_absent) return absl::AlreadyExistsError(StrCat("peer memory: ", path, " exists"));
-  const int64_t old = it == files_.end() ? 0 : static_cast<int64_t>(it->second->size());
+  const int64_t old = it == files_.end() ? 0 : static_cast<int64_t>(it->second.bytes->size());
   const int64_t size = static_cast<int64_t>(bytes->size());
   if (size - old > budget_ - held_ - reserved_) return ExhaustedLocked(bytes->size(), path);
   if (it != files_.end()) EraseLocked(it);
   held_ += size;
   peak_ = std::max(peak_, held_ + reserved_);
-  files_.emplace(path, std::move(bytes));
+  files_.emplace(path, File{std::move(bytes), generation});
   return absl::OkStatus();
 }
 
 PeerStore::Bytes PeerStore::Get(std::string_view path) const {
   std::lock_guard<std::mutex> lock(mu_);
   auto it = files_.find(path);
-  return it == files_.end() ? nullptr : it->second;
+  return it == files_.end() ? nullptr : it->second.bytes;
 }
 
 absl::StatusOr<std::vector<DirEntry>> PeerStore::List(std::string_view dir) const {
@@ -141,27 +141,29 @@ void PeerStore::DropStepsExcept(int64_t step) {
 }
 
 std::vector<PeerHolding> PeerStore::Holdings() const {
-  std::map<int64_t, std::set<int>> data;
-  std::set<int64_t> manifests;
+  std::map<std::pair<int64_t, int64_t>, std::set<int>> data;  // (step, generation) -> owners
+  std::set<std::pair<int64_t, int64_t>> manifests;
   {
     std::lock_guard<std::mutex> lock(mu_);
-    for (const auto& [path, bytes] : files_) {
+    for (const auto& [path, file] : files_) {
       const int64_t step = StepOfPath(path);
       if (step < 0) continue;
+      const std::pair<int64_t, int64_t> key{step, file.generation};
       const std::string_view name = std::string_view(path).substr(path.find('/') + 1);
-      if (name == kManifestName) manifests.insert(step);
+      if (name == kManifestName) manifests.insert(key);
       if (name.substr(0, 5) != "rank-" || name.ends_with(".report") || name.ends_with(".failed")) {
         continue;
       }
-      data[step].insert(OwnerOfPath(name));
+      data[key].insert(OwnerOfPath(name));
     }
   }
   std::vector<PeerHolding> out;
-  for (auto& [step, owners] : data) {
+  for (auto& [key, owners] : data) {
     PeerHolding h;
-    h.step = step;
+    h.step = key.first;
+    h.generation = key.second;
     for (int o : owners) {
-      if (o != 0 || manifests.count(step) != 0) h.owners.push_back(o);
+      if (o != 0 || manifests.count(key) != 0) h.owners.push_back(o);
     }
     if (!h.owners.empty()) out.push_back(std::move(h));
   }

@@ -40,9 +40,9 @@ class PeerStore {
   void Release(uint64_t n);
   /// Stores a whole file whose size was reserved (the reservation becomes
   /// the file's), replacing one of the same path.
-  void Insert(const std::string& path, Bytes bytes);
+  void Insert(const std::string& path, Bytes bytes, int64_t generation);
   /// Reserve + Insert; with `if_absent`, AlreadyExists when the path is held.
-  absl::Status Put(const std::string& path, Bytes bytes, bool if_absent = false);
+  absl::Status Put(const std::string& path, Bytes bytes, int64_t generation, bool if_absent = false);
 
   Bytes Get(std::string_view path) const;
   absl::StatusOr<std::vector<DirEntry>> List(std::string_view dir) const;
@@ -57,14 +57,18 @@ class PeerStore {
   void CountServed(uint64_t n);
 
  private:
-  void EraseLocked(std::map<std::string, Bytes, std::less<>>::iterator it);
+  struct File {
+    Bytes bytes;
+    int64_t generation = 0;
+  };
+  void EraseLocked(std::map<std::string, File, std::less<>>::iterator it);
   absl::Status ExhaustedLocked(uint64_t n, std::string_view path);
   void DropIfLocked(const std::function<bool(int64_t)>& drop);
 
   mutable std::mutex mu_;
   const int64_t budget_;
   int64_t held_ = 0, reserved_ = 0, peak_ = 0, refused_ = 0, received_ = 0, served_ = 0;
-  std::map<std::string, Bytes, std::less<>> files_;
+  std::map<std::string, File, std::less<>> files_;
 };
 
 }  // namespace ckpt::peer

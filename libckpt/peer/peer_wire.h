@@ -36,7 +36,7 @@ enum class Op : uint8_t {
   kAuth = 2,        ///< C->S: str mac
   kOk = 3,          ///< S->C: the request's result (may be empty)
   kError = 4,       ///< S->C: a status (util/status_wire.h)
-  kPutBegin = 5,    ///< C->S: str path, var size -> ok | error (budget)
+  kPutBegin = 5,    ///< C->S: str path, var size, svar generation -> ok | error (budget)
   kPutData = 6,     ///< C->S: argument = offset, payload = bytes; no reply
   kPutEnd = 7,      ///< C->S: u64 xxh3 of the whole file -> ok | error
   kGet = 8,         ///< C->S: str path, var offset, var length -> data | error

@@ -194,6 +194,82 @@ TEST(Coordinator, WorkersKilledMidSaveAndBetweenSaves) {
   ExpectFinalStateExact(dir.Join("root"), 40);
 }
 
+// The memory level: 6 workers in 3 failure domains (2 each) save into
+// peers' memory every 2 steps and to the root every 10; `kill_domains`
+// domains are lost (both their processes SIGKILL themselves once memory
+// step 14 is committed). Returns the workers' logs and the coordinator's.
+struct MemoryRun {
+  std::string logs, coordinator;
+};
+MemoryRun RunMemoryLevel(const TempDir& dir, int kill_domains) {
+  WriteToken(dir);
+  CoordinatorProcess coord;
+  coord.Start(dir, "127.0.0.1:0", 6 - 2 * kill_domains, 6);
+  EXPECT_GT(coord.port, 0) << ReadFile(coord.log);
+  std::vector<pid_t> workers;
+  for (int i = 0; i < 6; ++i) {
+    std::vector<std::string> args = WorkerArgs(dir, coord.port, i, 40);
+    args[args.size() - 3] = "10";  // --save-every
+    args.insert(args.end(), {"--memory-every", "2", "--domain", StrCat("node-", i / 2)});
+    if (i / 2 >= 3 - kill_domains) args.insert(args.end(), {"--kill-after-commit", "14"});
+    workers.push_back(Spawn(args, dir.Join(StrCat("worker", i, ".out"))));
+  }
+  for (int i = 0; i < 6; ++i) {
+    const int rc = WaitExit(workers[i]);
+    if (i / 2 >= 3 - kill_domains) {
+      EXPECT_EQ(rc, 128 + SIGKILL) << i;
+    } else {
+      EXPECT_EQ(rc, 0) << "worker " << i << ": " << ReadFile(dir.Join(StrCat("worker", i, ".out")));
+    }
+  }
+  coord.Stop();
+  return MemoryRun{AllLogs(dir, 6), ReadFile(coord.log)};
+}
+
+TEST(Coordinator, ALostNodeRestoresTheNewestMemoryStepFromPeers) {
+  TempDir dir;
+  const MemoryRun run = RunMemoryLevel(dir, 1);
+  EXPECT_NE(run.coordinator.find("restore memory step 14 from peers' memory"), std::string::npos) << run.coordinator;
+  // Every rank of the smaller generation restored step 14 from memory,
+  // reading nothing from storage; some bytes came from peers (the lost
+  // ranks' rows, from their replica holders).
+  int64_t from_peers = 0;
+  for (int r = 0; r < 4; ++r) {
+    const std::string line = StrCat("generation=2 rank=", r, " world=4 restore=14 level=memory");
+    const size_t at = run.logs.find(line);
+    ASSERT_NE(at, std::string::npos) << line << "\n" << run.logs;
+    const std::string rest = run.logs.substr(at, run.logs.find('\n', at) - at);
+    EXPECT_NE(rest.find(" from_storage=0"), std::string::npos) << rest;
+    const size_t p = rest.find(" from_peers=");
+    ASSERT_NE(p, std::string::npos) << rest;
+    from_peers += std::stoll(rest.substr(p + 12));
+  }
+  EXPECT_GT(from_peers, 0) << run.logs;
+  EXPECT_NE(run.logs.find("committed memory step 14"), std::string::npos);
+  EXPECT_NE(run.logs.find("committed step 10"), std::string::npos);
+  ExpectFinalStateExact(dir.Join("root"), 40);
+  // Later memory steps were saved by the 4 ranks, in the 2 domains left.
+  EXPECT_NE(run.logs.find("committed memory step 18"), std::string::npos) << run.logs;
+}
+
+TEST(Coordinator, WhenNoLiveCopyHoldsAShardTheRestoreFallsBackToDurable) {
+  TempDir dir;
+  const MemoryRun run = RunMemoryLevel(dir, 2);
+  // Ranks of node-1 had their copies on node-2: both gone.
+  EXPECT_NE(run.coordinator.find("memory step 14 (generation 1, 6 ranks) cannot be restored: no live member holds "
+                                 "the files of rank(s) "),
+            std::string::npos)
+      << run.coordinator;
+  EXPECT_NE(run.coordinator.find("restoring durable step 10"), std::string::npos) << run.coordinator;
+  for (int r = 0; r < 2; ++r) {
+    const std::string line = StrCat("generation=2 rank=", r, " world=2 restore=10 level=durable");
+    EXPECT_NE(run.logs.find(line), std::string::npos) << line << "\n" << run.logs;
+  }
+  // One domain left: no memory-level saves, and the job still ends exact.
+  EXPECT_NE(run.logs.find("no memory-level saves: 1 replica(s) need 2 failure domains"), std::string::npos) << run.logs;
+  ExpectFinalStateExact(dir.Join("root"), 40);
+}
+
 // Regression: the restore step of a forming generation was chosen (the newest
 // committed steps verified) on the coordinator's one io thread, so status
 // requests, heartbeats and joins waited for the whole verification. Here the

@@ -126,6 +126,54 @@ TEST(Messages, EveryMessageRoundTrips) {
   EXPECT_EQ(decision.message(), "silent data corruption in w[0:4]");
 }
 
+// The memory level's fields are appended: a durable request is byte for
+// byte what it was, a memory one says so, and joins and assignments carry
+// the peer directory.
+TEST(Messages, TheMemoryLevelRoundTrips) {
+  VoteRequest v;
+  v.step = 14;
+  v.level = kMemoryLevel;
+  EXPECT_EQ(DecodeVote(Encode(v))->level, kMemoryLevel);
+  EXPECT_EQ(DecodeVote(Encode(VoteRequest{}))->level, 0);
+  EXPECT_EQ(Encode(StepWaitRequest{2, 300, 1000, kMemoryLevel}), Encode(StepWaitRequest{2, 300, 1000}) + "\x01");
+  EXPECT_EQ(DecodeStepWait(Encode(StepWaitRequest{2, 300, 1000, kMemoryLevel}))->level, kMemoryLevel);
+  PublishedRequest p{1, 20, true, ""};
+  p.level = kMemoryLevel;
+  EXPECT_EQ(DecodePublished(Encode(p))->level, kMemoryLevel);
+
+  JoinRequest j{"j", "h", 2, 0, -1, false, "m"};
+  j.peer_endpoint = "10.0.0.7:4100";
+  j.peer_domain = "rack-3";
+  j.held = {HeldStep{14, 1, {0, 5}}, HeldStep{16, 1, {}}};
+  auto dj = DecodeJoin(Encode(j));
+  ASSERT_OK(dj);
+  EXPECT_EQ(dj->peer_endpoint, "10.0.0.7:4100");
+  EXPECT_EQ(dj->peer_domain, "rack-3");
+  ASSERT_EQ(dj->held.size(), 2u);
+  EXPECT_EQ(dj->held[0].step, 14);
+  EXPECT_EQ(dj->held[0].owners, (std::vector<uint32_t>{0, 5}));
+  EXPECT_TRUE(DecodeJoin(Encode(JoinRequest{"j", "h", 1, 0, -1, false, "m"}))->peer_endpoint.empty());
+
+  AssignReply a;
+  a.world_size = 2;
+  a.restore_step = 14;
+  a.restore_level = kMemoryLevel;
+  a.endpoints = {"a:1", "b:2"};
+  a.holders = {{0, 1}, {1, 0}};
+  a.restore_holders = {{1}, {0, 1}, {1}};
+  auto da = DecodeAssign(Encode(a));
+  ASSERT_OK(da);
+  EXPECT_EQ(da->restore_level, kMemoryLevel);
+  EXPECT_EQ(da->endpoints, a.endpoints);
+  EXPECT_EQ(da->holders, a.holders);
+  EXPECT_EQ(da->restore_holders, a.restore_holders);
+  // A holder that is not one of the endpoints is refused by name.
+  a.restore_holders = {{2}};
+  auto bad = DecodeAssign(Encode(a));
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("holder 2 is not one of the 2 endpoints"), std::string::npos) << bad.status();
+}
+
 // The bytes on the wire are the protocol's: varints, zigzag for signed
 // values, length-prefixed strings (docs/protocol.md).
 TEST(Messages, BytesAreTheProtocols) {

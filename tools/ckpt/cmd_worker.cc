@@ -16,6 +16,7 @@
 
 #include "ckpt/checkpointer.h"
 #include "ckpt/coordinator.h"
+#include "ckpt/peer.h"
 #include "commands.h"
 #include "common/cli.h"
 #include "common/elastic_model.h"
@@ -31,6 +32,9 @@ struct WorkerConfig {
   int64_t kill_after_commit = -1;   // SIGKILL itself once step is committed
   int64_t corrupt_replica_at = -1;  // flip a bit of its bias copy while saving this step
   double join_timeout_s = 120;
+  // The memory level: saves every memory_every steps into peers' memory.
+  int64_t memory_every = 0;
+  std::shared_ptr<PeerMemory> memory;
 };
 
 // A failed collective or commit often arrives just before the coordinator's
@@ -67,19 +71,38 @@ absl::StatusOr<bool> RunGeneration(const WorkerConfig& c, CoordinatorClient& cli
   o.commit_timeout_s = 60;
   o.engine_options.staging_bytes = 8 << 20;
   o.engine_options.block_size = 64 << 10;
+  const bool memory_restore = a.restore_level == SaveLevel::kMemory && a.restore_step >= 0;
+  if (c.memory) {
+    // Steps other than the one restored are saved again by this generation.
+    c.memory->DropStepsExcept(memory_restore ? a.restore_step : -1);
+    if (a.memory_level() || memory_restore) {
+      auto storage = OpenPeerStorage(c.memory, a.memory_route());
+      if (!storage.ok()) return storage.status();
+      o.memory_storage = *storage;
+      o.memory_arbiter = client.memory_arbiter();
+    }
+    if (!a.memory_level()) Log(c, StrCat("rank=", rank, " no memory-level saves: ", a.memory_note));
+  }
   auto cp = Checkpointer::Open(o);
   if (!cp.ok()) return Stopped(client) ? absl::StatusOr<bool>(false) : cp.status();
   int64_t step = 0;
+  std::string restored;
   if (a.restore_step >= 0) {
     State target = shard.state();
-    auto loaded = (*cp)->Load(target, a.restore_step);
+    LoadOptions lo;
+    lo.level = a.restore_level;
+    auto loaded = (*cp)->Load(target, a.restore_step, lo);
     if (!loaded.ok()) return Stopped(client) ? absl::StatusOr<bool>(false) : loaded.status();
     step = a.restore_step;
+    restored = StrCat(" level=", SaveLevelName(loaded->level), " from_memory=", loaded->bytes_from_memory,
+                      " from_peers=", loaded->bytes_from_peers, " from_storage=", loaded->bytes_from_storage);
   } else {
     shard.Init();
   }
-  Log(c, StrCat("generation=", a.generation, " rank=", rank, " world=", a.world_size, " restore=", a.restore_step));
+  Log(c, StrCat("generation=", a.generation, " rank=", rank, " world=", a.world_size, " restore=", a.restore_step,
+                restored));
   std::optional<SaveHandle> last;
+  SaveLevel last_level = SaveLevel::kDurable;
   while (step < c.steps) {
     if (client.stop_requested()) {
       Log(c, StrCat("rank=", rank, " stop at step ", step, ": ", client.stop_reason()));
@@ -88,23 +111,32 @@ absl::StatusOr<bool> RunGeneration(const WorkerConfig& c, CoordinatorClient& cli
     ++step;
     shard.Train(step);
     std::this_thread::sleep_for(std::chrono::milliseconds(c.step_ms));
-    if (step % c.save_every != 0 && step != c.steps) continue;
+    const bool durable = step % c.save_every == 0 || step == c.steps;
+    const bool memory = !durable && c.memory_every > 0 && step % c.memory_every == 0 && a.memory_level();
+    if (!durable && !memory) continue;
     if (last) {
       absl::Status prev = last->Wait();
-      if (absl::IsDataLoss(prev)) {
+      if (!prev.ok() && last_level == SaveLevel::kMemory && !Stopped(client)) {
+        // A memory save that failed (a full budget, a replica holder gone)
+        // costs that step's copy only: training and durable saves go on.
+        Log(c, StrCat("rank=", rank, " memory step ", last->Stats().step, " not committed: ", prev.message()));
+      } else if (absl::IsDataLoss(prev)) {
         // Not committed (replicas disagreed); training goes on.
         Log(c, StrCat("rank=", rank, " step ", last->Stats().step, " not committed: ", prev.message()));
       } else if (!prev.ok()) {
         Log(c, StrCat("rank=", rank, " save failed: ", prev.message()));
         return Stopped(client) ? absl::StatusOr<bool>(false) : prev;
       } else {
-        Log(c, StrCat("rank=", rank, " committed step ", last->Stats().step));
+        Log(c, StrCat("rank=", rank, " committed ", last_level == SaveLevel::kMemory ? "memory " : "", "step ",
+                      last->Stats().step));
       }
       if (last->Stats().step == c.kill_after_commit) kill(getpid(), SIGKILL);
     }
     const bool corrupt = step == c.corrupt_replica_at;
     if (corrupt) shard.FlipBiasBit();
-    auto h = (*cp)->Save(step, shard.state());
+    SaveOptions so;
+    so.level = memory ? SaveLevel::kMemory : SaveLevel::kDurable;
+    auto h = (*cp)->Save(step, shard.state(), so);
     if (corrupt) shard.FlipBiasBit();  // Save has copied and hashed it
     if (!h.ok()) {
       Log(c, StrCat("rank=", rank, " save of step ", step, " refused: ", h.status().message()));
@@ -112,6 +144,7 @@ absl::StatusOr<bool> RunGeneration(const WorkerConfig& c, CoordinatorClient& cli
     }
     if (step == c.kill_during_save) kill(getpid(), SIGKILL);
     last = std::move(h).value();
+    last_level = so.level;
   }
   if (last) {
     absl::Status s = last->Wait();
@@ -141,7 +174,14 @@ int WorkerMain(int argc, char** argv, int first) {
   args.String("token-file", &token_file, "file holding the job's token");
   args.String("root", &c.root, "checkpoint root shared by the workers");
   args.Int("steps", &c.steps, "train until this step (default 40)");
-  args.Int("save-every", &c.save_every, "save every K steps (default 5)");
+  args.Int("save-every", &c.save_every, "save every K steps (default 5) to the root: the durable level");
+  args.Int("memory-every", &c.memory_every,
+           "also save every M steps into the memory level (peers' memory; 0: off, the default)");
+  std::string domain, memory_listen = "127.0.0.1:0";
+  int64_t memory_budget = int64_t{1} << 30;
+  args.String("domain", &domain, "failure domain of this process for the memory level (default: the host name)");
+  args.String("memory-listen", &memory_listen, "HOST:PORT the memory level listens on (default 127.0.0.1:0)");
+  args.Int("memory-budget", &memory_budget, "bytes of peers' and own checkpoint files held at most (default 1 GiB)");
   args.Int("step-ms", &c.step_ms, "milliseconds of 'compute' per step (default 10)");
   args.Double("heartbeat-ms", &heartbeat_ms, "heartbeat interval (default 200)");
   args.Int("kill-during-save", &c.kill_during_save, "SIGKILL this process right after Save(step) returns");
@@ -161,7 +201,21 @@ int WorkerMain(int argc, char** argv, int first) {
     return kExitUsage;
   }
   c.token = *token;
+  if (c.memory_every > 0) {
+    PeerMemoryOptions po;
+    po.listen = memory_listen;
+    po.token = c.token;
+    po.domain = domain;
+    po.budget_bytes = memory_budget;
+    auto memory = PeerMemory::Start(po);
+    if (!memory.ok()) {
+      std::fprintf(stderr, "ckpt worker: %s\n", std::string(memory.status().message()).c_str());
+      return kExitUsage;
+    }
+    c.memory = *memory;
+  }
   CoordinatorClientOptions co;
+  co.peer_memory = c.memory;
   co.address = c.connect;
   co.token = c.token;
   co.job = c.job;
