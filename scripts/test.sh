@@ -38,7 +38,7 @@ echo "== ThreadSanitizer: the tests of the concurrent parts"
 # The save pipeline, commit protocol, backends, audits and the coordinator
 # are where threads meet; the pure-logic tests add nothing under TSan.
 tsan_tests=(commit_test roundtrip_test backends_test audit_test claim_test staging_arena_test coordinator_test etcd_test hostile_test
-  safetensors_cli_test)
+  safetensors_cli_test peer_test)
 cmake -S . -B build-tsan -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCKPT_SANITIZE=thread \
   -DCKPT_BUILD_BENCHMARKS=OFF
 cmake --build build-tsan --target "${tsan_tests[@]}" s3_test ckpt_cli crash_saver
@@ -60,13 +60,13 @@ CC=clang CXX=clang++ cmake -S . -B build-fuzz -G Ninja -DCMAKE_BUILD_TYPE=RelWit
   -DCKPT_FUZZ=ON -DCKPT_SANITIZE=address,undefined -DCKPT_BUILD_TESTS=OFF \
   -DCKPT_BUILD_BENCHMARKS=OFF -DCKPT_BUILD_TOOLS=OFF
 cmake --build build-fuzz
-for target in manifest data_file frame latest claim safetensors s3_parse coordinator records; do
+for target in manifest data_file frame latest claim safetensors s3_parse coordinator records peer; do
   corpus=$(mktemp -d)
   cp tests/fuzz/corpus/"$target"/* "$corpus"/
   log=$(mktemp)
   extra=()
   leaks=1
-  if [[ "$target" == coordinator ]]; then
+  if [[ "$target" == coordinator || "$target" == peer ]]; then
     # OpenSSL 3 keeps per-thread state (904 bytes in each thread that ran an
     # HMAC) until the thread exits, and the coordinator's thread outlives
     # LeakSanitizer's exit check. The coordinator's own leaks are checked by

@@ -270,6 +270,34 @@ TEST(Coordinator, WhenNoLiveCopyHoldsAShardTheRestoreFallsBackToDurable) {
   ExpectFinalStateExact(dir.Join("root"), 40);
 }
 
+// A memory budget too small for a rank's file and the copy it holds for
+// another: every memory save fails, cleanly and by name; durable saves and
+// training go on.
+TEST(Coordinator, AFullMemoryBudgetFailsMemorySavesAndDurableOnesGoOn) {
+  TempDir dir;
+  WriteToken(dir);
+  CoordinatorProcess coord;
+  coord.Start(dir, "127.0.0.1:0", 3, 3);
+  ASSERT_GT(coord.port, 0) << ReadFile(coord.log);
+  std::vector<pid_t> workers;
+  for (int i = 0; i < 3; ++i) {
+    std::vector<std::string> args = WorkerArgs(dir, coord.port, i, 20);
+    args[args.size() - 3] = "10";  // --save-every
+    args.insert(args.end(), {"--memory-every", "2", "--domain", StrCat("node-", i), "--memory-budget", "150000"});
+    workers.push_back(Spawn(args, dir.Join(StrCat("worker", i, ".out"))));
+  }
+  for (int i = 0; i < 3; ++i) {
+    EXPECT_EQ(WaitExit(workers[i]), 0) << "worker " << i << ": " << ReadFile(dir.Join(StrCat("worker", i, ".out")));
+  }
+  coord.Stop();
+  const std::string logs = AllLogs(dir, 3);
+  EXPECT_NE(logs.find("memory step 2 not committed"), std::string::npos) << logs;
+  EXPECT_NE(logs.find("peer memory budget of 150000 bytes exhausted"), std::string::npos) << logs;
+  EXPECT_EQ(logs.find("committed memory step"), std::string::npos) << logs;
+  EXPECT_NE(logs.find("committed step 10"), std::string::npos) << logs;
+  ExpectFinalStateExact(dir.Join("root"), 20);
+}
+
 // Regression: the restore step of a forming generation was chosen (the newest
 // committed steps verified) on the coordinator's one io thread, so status
 // requests, heartbeats and joins waited for the whole verification. Here the

@@ -216,6 +216,9 @@ int CoordinatorMain(int argc, char** argv, int first) {
   args.Int("dead-after", &dead_after, "missed heartbeats before a worker is dead (default 5)");
   args.String("join-timeout", &join_timeout, "wait for more members after the minimum joined (default 2s)");
   args.String("root", &root, "checkpoint root: restore only a step whose manifest verifies");
+  int64_t memory_replicas = 1;
+  args.Int("memory-replicas", &memory_replicas,
+           "memory level: copies of each rank's files in other failure domains (default 1)");
   args.Size("max-frame", &max_frame, "largest frame accepted (default 64M)", true);
   args.String("port-file", &port_file, "write the port listened on to this file once serving");
   args.Int("max-unauthenticated", &max_unauthenticated,
@@ -234,6 +237,7 @@ int CoordinatorMain(int argc, char** argv, int first) {
   o.min_nodes = static_cast<int>(min_nodes);
   o.max_nodes = static_cast<int>(max_nodes);
   o.dead_after = static_cast<int>(dead_after);
+  o.memory_replicas = static_cast<int>(std::clamp<int64_t>(memory_replicas, 0, 16));
   o.max_frame_bytes = static_cast<uint32_t>(max_frame);
   if ((state_dir.empty() == store.empty()) || token_file.empty()) {
     std::fprintf(stderr, "ckpt coordinator: --token-file and one of --state-dir and --store are required\n%s",

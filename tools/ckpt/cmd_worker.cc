@@ -116,7 +116,7 @@ absl::StatusOr<bool> RunGeneration(const WorkerConfig& c, CoordinatorClient& cli
     if (!durable && !memory) continue;
     if (last) {
       absl::Status prev = last->Wait();
-      if (!prev.ok() && last_level == SaveLevel::kMemory && !Stopped(client)) {
+      if (!prev.ok() && last_level == SaveLevel::kMemory && !client.stop_requested()) {
         // A memory save that failed (a full budget, a replica holder gone)
         // costs that step's copy only: training and durable saves go on.
         Log(c, StrCat("rank=", rank, " memory step ", last->Stats().step, " not committed: ", prev.message()));
