@@ -147,6 +147,31 @@ TEST(Cli, DemoRunsEndToEnd) {
   EXPECT_TRUE(std::filesystem::exists(dir.Join("mine/precious.txt")));
 }
 
+// --json: the story on stderr, one JSON object on stdout with every restore
+// of the elastic parts; the memory level's smaller generation restored
+// memory step 14 reading nothing from storage, some of it from peers.
+TEST(Cli, DemoJsonReportsEveryRestoreAndItsSources) {
+  TempDir dir;
+  // (RunCommand adds 2>&1: the subshell sends the story elsewhere first.)
+  const CommandResult r =
+      RunCommand("(" + std::string(CKPT_BIN) + " demo --dir " + dir.Join("demo") +
+                 " --params 1M --steps 4 --every 2 --step-ms 5 --json 2>" + dir.Join("story.txt") + ")");
+  ASSERT_EQ(r.code, 0) << r.out;
+  ASSERT_EQ(r.out.front(), '{') << r.out;
+  EXPECT_TRUE(Has(r.out, "\"ok\":true")) << r.out;
+  EXPECT_TRUE(Has(r.out, "\"story\":\"elastic\",\"generation\":2,\"rank\":0,\"world\":3")) << r.out;
+  int memory_restores = 0;
+  for (size_t at = r.out.find("\"story\":\"memory\",\"generation\":2"); at != std::string::npos;
+       at = r.out.find("\"story\":\"memory\",\"generation\":2", at + 1)) {
+    const std::string one = r.out.substr(at, r.out.find('}', at) - at);
+    EXPECT_TRUE(Has(one, "\"step\":14,\"level\":\"memory\"")) << one;
+    EXPECT_TRUE(Has(one, "\"bytes_from_storage\":0")) << one;
+    ++memory_restores;
+  }
+  EXPECT_EQ(memory_restores, 4) << r.out;
+  EXPECT_FALSE(Has(r.out, "\"bytes_from_peers\":0,\"bytes_from_storage\":0}]")) << r.out;
+}
+
 }  // namespace
 }  // namespace ckpt::testing
 

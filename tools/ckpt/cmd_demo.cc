@@ -12,6 +12,7 @@
 #include <fstream>
 #include <random>
 #include <thread>
+#include <tuple>
 #include <vector>
 
 #include "ckpt/coordinator.h"
@@ -22,6 +23,7 @@
 #include "common/synth_job.h"
 #include "format/root_files.h"
 #include "util/clock.h"
+#include "util/json.h"
 #include "util/strings.h"
 
 namespace ckpt::tools {
@@ -38,8 +40,10 @@ bool PrepareDir(const std::string& dir, std::string* why) {
     const std::string name = e.path().filename().string();
     if (name.rfind("LATEST", 0) == 0 || ParseStepDir(name).has_value()) continue;
     // What the elastic part leaves.
-    if (name == "elastic" || name == "coordinator" || name == "token" ||
-        (name.rfind("worker", 0) == 0 && name.size() > 4 && name.substr(name.size() - 4) == ".log")) {
+    const bool log = name.size() > 4 && name.substr(name.size() - 4) == ".log";
+    if (name == "elastic" || name == "coordinator" || name == "token" || name == "memory" ||
+        name == "memory-coordinator" ||
+        ((name.rfind("worker", 0) == 0 || name.rfind("memory-worker", 0) == 0) && log)) {
       continue;
     }
     *why = "it holds '" + name + "', which is not part of a checkpoint root";
@@ -53,9 +57,103 @@ bool PrepareDir(const std::string& dir, std::string* why) {
   return true;
 }
 
+// With --json the story goes to stderr and stdout carries the JSON alone.
+bool g_json = false;
+
 void Print(const char* fmt, auto... args) {
-  std::printf(fmt, args...);
-  std::fflush(stdout);
+  FILE* out = g_json ? stderr : stdout;
+  std::fprintf(out, fmt, args...);
+  std::fflush(out);
+}
+
+// A restore a worker made, from the line it logs when a generation starts.
+struct Restore {
+  std::string story;
+  int64_t generation = 0, rank = 0, world = 0, step = -1;
+  std::string level;
+  int64_t from_memory = 0, from_peers = 0, from_storage = 0;
+};
+
+// The restores logged in the workers' files `prefix`0.log ... (n files).
+std::vector<Restore> RestoresIn(const std::string& prefix, int n, const std::string& story) {
+  std::vector<Restore> out;
+  auto field = [](const std::string& line, const std::string& key, int64_t* v) {
+    const size_t at = line.find(" " + key + "=");
+    if (at == std::string::npos) return false;
+    *v = std::strtoll(line.c_str() + at + key.size() + 2, nullptr, 10);
+    return true;
+  };
+  for (int i = 0; i < n; ++i) {
+    std::ifstream in(StrCat(prefix, i, ".log"));
+    for (std::string line; std::getline(in, line);) {
+      if (line.rfind("generation=", 0) != 0 || line.find(" level=") == std::string::npos) continue;
+      Restore r;
+      r.story = story;
+      r.generation = std::strtoll(line.c_str() + 11, nullptr, 10);
+      field(line, "rank", &r.rank);
+      field(line, "world", &r.world);
+      field(line, "restore", &r.step);
+      const size_t lv = line.find(" level=") + 7;
+      r.level = line.substr(lv, line.find(' ', lv) - lv);
+      field(line, "from_memory", &r.from_memory);
+      field(line, "from_peers", &r.from_peers);
+      field(line, "from_storage", &r.from_storage);
+      out.push_back(std::move(r));
+    }
+  }
+  std::sort(out.begin(), out.end(), [](const Restore& a, const Restore& b) {
+    return std::tie(a.generation, a.rank) < std::tie(b.generation, b.rank);
+  });
+  return out;
+}
+
+// A fresh token in `file` (mode 0600); empty on failure.
+std::string WriteTokenFile(const std::string& file) {
+  std::string token;
+  std::random_device rd;
+  for (int i = 0; i < 32; ++i) token += "0123456789abcdef"[rd() % 16];
+  std::remove(file.c_str());
+  const int fd = ::open(file.c_str(), O_WRONLY | O_CREAT | O_EXCL, 0600);
+  if (fd < 0 || ::write(fd, (token + "\n").data(), token.size() + 1) != static_cast<ssize_t>(token.size() + 1)) {
+    Print("  cannot write the token file %s\n", file.c_str());
+    if (fd >= 0) ::close(fd);
+    return {};
+  }
+  ::close(fd);
+  return token;
+}
+
+// Whether the root's step `steps` is exactly the uninterrupted run's.
+bool FinalStateExact(const std::string& root, int64_t steps) {
+  auto storage = OpenStorage(root);
+  if (!storage.ok()) return false;
+  std::vector<float> w(static_cast<size_t>(kElasticWeight.NumElements())), b(64);
+  State target;
+  (void)target.AddTensor(kElasticWeight, w.data());
+  (void)target.AddTensor(kElasticBias, b.data());
+  auto loaded = LoadCheckpoint(**storage, target, steps);
+  if (!loaded.ok()) {
+    Print("  loading the final step FAILED: %s\n", std::string(loaded.status().message()).c_str());
+    return false;
+  }
+  const ElasticShard expected = ElasticShard::Expected(steps);
+  const bool exact = std::memcmp(w.data(), expected.weight().data(), w.size() * 4) == 0 &&
+                     std::memcmp(b.data(), expected.bias().data(), b.size() * 4) == 0;
+  Print("  final step %lld: %s\n", static_cast<long long>(steps),
+        exact ? "bit-identical to an uninterrupted run" : "DIFFERS from an uninterrupted run");
+  return exact;
+}
+
+void PrintRestores(const std::vector<Restore>& restores) {
+  for (const Restore& r : restores) {
+    if (r.generation < 2) continue;
+    Print(
+        "  generation %lld rank %lld of %lld restored %s step %lld: %lld bytes from its memory, %lld from peers, "
+        "%lld from storage\n",
+        static_cast<long long>(r.generation), static_cast<long long>(r.rank), static_cast<long long>(r.world),
+        r.level.c_str(), static_cast<long long>(r.step), static_cast<long long>(r.from_memory),
+        static_cast<long long>(r.from_peers), static_cast<long long>(r.from_storage));
+  }
 }
 
 pid_t SpawnSelf(const std::vector<std::string>& args, const std::string& out) {
@@ -80,21 +178,10 @@ pid_t SpawnSelf(const std::vector<std::string>& args, const std::string& out) {
 // The coordinator notices, aborts that step, forms a smaller generation
 // that restores the previous step (resharded), and the job finishes with
 // the exact state of an uninterrupted run.
-bool RunElastic(const std::string& dir, int workers, int64_t steps) {
+bool RunElastic(const std::string& dir, int workers, int64_t steps, std::vector<Restore>* restores) {
   const std::string root = dir + "/elastic", token_file = dir + "/token";
-  std::string token;
-  {
-    std::random_device rd;
-    for (int i = 0; i < 32; ++i) token += "0123456789abcdef"[rd() % 16];
-    std::remove(token_file.c_str());
-    const int fd = ::open(token_file.c_str(), O_WRONLY | O_CREAT | O_EXCL, 0600);
-    if (fd < 0 || ::write(fd, (token + "\n").data(), token.size() + 1) != static_cast<ssize_t>(token.size() + 1)) {
-      Print("  cannot write the token file %s\n", token_file.c_str());
-      if (fd >= 0) ::close(fd);
-      return false;
-    }
-    ::close(fd);
-  }
+  const std::string token = WriteTokenFile(token_file);
+  if (token.empty()) return false;
   CoordinatorOptions co;
   co.state_dir = dir + "/coordinator";
   co.token = token;
@@ -133,23 +220,75 @@ bool RunElastic(const std::string& dir, int workers, int64_t steps) {
       ok = false;
     }
   }
-  auto storage = OpenStorage(root);
-  if (!storage.ok()) return false;
-  std::vector<float> w(static_cast<size_t>(kElasticWeight.NumElements())), b(64);
-  State target;
-  (void)target.AddTensor(kElasticWeight, w.data());
-  (void)target.AddTensor(kElasticBias, b.data());
-  auto loaded = LoadCheckpoint(**storage, target, steps);
-  if (!loaded.ok()) {
-    Print("  loading the final step FAILED: %s\n", std::string(loaded.status().message()).c_str());
+  const std::vector<Restore> found = RestoresIn(dir + "/worker", workers, "elastic");
+  PrintRestores(found);
+  restores->insert(restores->end(), found.begin(), found.end());
+  return FinalStateExact(root, steps) && ok;
+}
+
+// The memory level: 6 workers on 3 "nodes" (failure domains, 2 workers
+// each) save into peers' memory every 2 steps and to the root every 10.
+// Both workers of node-2 are SIGKILLed once memory step 14 is committed,
+// newer than the last durable step (10): the 4 survivors restore step 14
+// from memory (their own and their peers'), reading nothing from storage.
+bool RunMemoryLevel(const std::string& dir, int64_t steps, std::vector<Restore>* restores) {
+  const std::string root = dir + "/memory", token_file = dir + "/token";
+  const std::string token = WriteTokenFile(token_file);
+  if (token.empty()) return false;
+  CoordinatorOptions co;
+  co.state_dir = dir + "/memory-coordinator";
+  co.token = token;
+  co.min_nodes = 4;
+  co.max_nodes = 6;
+  co.heartbeat_s = 0.2;
+  co.dead_after = 3;
+  co.join_timeout_s = 0.5;
+  co.log = [](const std::string& line) { Print("  coordinator: %s\n", line.c_str()); };
+  Print(
+      "memory level: a coordinator and 6 worker processes on 3 nodes (2 each); a memory save every 2 steps\n"
+      "  (each rank's files in its own memory and in a peer's on another node), a durable one every 10\n");
+  auto coord = Coordinator::Start(co);
+  if (!coord.ok()) {
+    Print("  coordinator FAILED to start: %s\n", std::string(coord.status().message()).c_str());
     return false;
   }
-  const ElasticShard expected = ElasticShard::Expected(steps);
-  const bool exact = std::memcmp(w.data(), expected.weight().data(), w.size() * 4) == 0 &&
-                     std::memcmp(b.data(), expected.bias().data(), b.size() * 4) == 0;
-  Print("  final step %lld: %s\n", static_cast<long long>(steps),
-        exact ? "bit-identical to an uninterrupted run" : "DIFFERS from an uninterrupted run");
-  return ok && exact;
+  const std::string address = StrCat("127.0.0.1:", (*coord)->port());
+  std::vector<pid_t> pids;
+  for (int i = 0; i < 6; ++i) {
+    std::vector<std::string> args = {"ckpt",           "worker",
+                                     "--connect",      address,
+                                     "--token-file",   token_file,
+                                     "--root",         root,
+                                     "--steps",        std::to_string(steps),
+                                     "--save-every",   "10",
+                                     "--memory-every", "2",
+                                     "--step-ms",      "20",
+                                     "--domain",       StrCat("node-", i / 2)};
+    if (i >= 4) args.insert(args.end(), {"--kill-after-commit", "14"});
+    pids.push_back(SpawnSelf(args, StrCat(dir, "/memory-worker", i, ".log")));
+  }
+  Print("  node-2 (workers 4 and 5) will be lost once memory step 14 is committed\n");
+  bool ok = true;
+  for (int i = 0; i < 6; ++i) {
+    int status = 0;
+    waitpid(pids[i], &status, 0);
+    const bool killed = WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL;
+    if (i >= 4 ? !killed : !(WIFEXITED(status) && WEXITSTATUS(status) == 0)) {
+      Print("  worker %d ended unexpectedly (see %s/memory-worker%d.log)\n", i, dir.c_str(), i);
+      ok = false;
+    }
+  }
+  const std::vector<Restore> found = RestoresIn(dir + "/memory-worker", 6, "memory");
+  PrintRestores(found);
+  bool from_memory = false;
+  for (const Restore& r : found) {
+    if (r.generation < 2) continue;
+    from_memory = true;
+    if (r.level != "memory" || r.step != 14 || r.from_storage != 0) from_memory = false;
+  }
+  if (!from_memory) Print("  the smaller generation did NOT restore memory step 14 from memory alone\n");
+  restores->insert(restores->end(), found.begin(), found.end());
+  return FinalStateExact(root, steps) && ok && from_memory;
 }
 
 }  // namespace
@@ -157,7 +296,7 @@ bool RunElastic(const std::string& dir, int workers, int64_t steps) {
 int DemoMain(int argc, char** argv, int first) {
   std::string dir = "ckpt-demo", mesh_text = "dp=2,tp=2", restore_text = "tp=4", codec_name = "shuffle-zstd";
   int64_t params = 8000000, steps = 12, every = 4, keep = 2, step_ms = 60, workers = 4;
-  bool no_elastic = false;
+  bool no_elastic = false, json = false;
   Args args("demo", "[--dir DIR] [options]",
             "Runs a small synthetic training job: each step 'computes' for a while, every few\n"
             "steps the state is saved asynchronously (training goes on while blocks are\n"
@@ -166,7 +305,10 @@ int DemoMain(int argc, char** argv, int first) {
             "and every element compared, and all kept steps are verified. Then the elastic\n"
             "story: a coordinator and worker processes train, one is SIGKILLed mid-save, the\n"
             "others are stopped, a smaller generation restores the last committed step\n"
-            "(resharded) and finishes; the final state is checked bit for bit.");
+            "(resharded) and finishes; the final state is checked bit for bit. Last, the\n"
+            "memory level: workers on 3 nodes also save into each other's memory; a node is\n"
+            "lost after a memory step newer than the last durable one, and the survivors\n"
+            "restore it from memory, reading nothing from storage.");
   args.String("dir", &dir, "checkpoint root (default ./ckpt-demo, recreated each run)");
   args.Size("params", &params, "parameter count (default 8M)", false);
   args.String("mesh", &mesh_text, "training mesh (default dp=2,tp=2)");
@@ -178,8 +320,13 @@ int DemoMain(int argc, char** argv, int first) {
   args.Int("step-ms", &step_ms, "simulated compute per step in ms (default 60)");
   args.Int("workers", &workers, "worker processes of the elastic part (default 4)");
   args.Switch("no-elastic", &no_elastic, "skip the elastic part (coordinator and workers)");
+  args.Switch("json", &json,
+              "print the story on stderr and, on stdout, JSON: ok, seconds, and every restore of the elastic\n"
+              "parts (story, generation, rank, world, step, level, bytes_from_memory, bytes_from_peers,\n"
+              "bytes_from_storage)");
   int exit = 0;
   if (!args.Parse(argc, argv, first, &exit)) return exit;
+  g_json = json;
   auto mesh = Mesh::Parse(mesh_text);
   auto restore_mesh = Mesh::Parse(restore_text);
   auto codec = ParseCodec(codec_name);
@@ -294,8 +441,31 @@ int DemoMain(int argc, char** argv, int first) {
       }
     }
   }
-  if (!no_elastic) ok = RunElastic(dir, static_cast<int>(std::max<int64_t>(workers, 2)), 40) && ok;
+  std::vector<Restore> restores;
+  if (!no_elastic) {
+    ok = RunElastic(dir, static_cast<int>(std::max<int64_t>(workers, 2)), 40, &restores) && ok;
+    ok = RunMemoryLevel(dir, 30, &restores) && ok;
+  }
   Print("%s in %.1f s\n", ok ? "done" : "FAILED", NowSeconds() - t0);
+  if (json) {
+    JsonWriter j;
+    j.BeginObject().Field("ok", ok).Field("seconds", NowSeconds() - t0).Key("restores").BeginArray();
+    for (const Restore& r : restores) {
+      j.BeginObject()
+          .Field("story", r.story)
+          .Field("generation", r.generation)
+          .Field("rank", r.rank)
+          .Field("world", r.world)
+          .Field("step", r.step)
+          .Field("level", r.level)
+          .Field("bytes_from_memory", r.from_memory)
+          .Field("bytes_from_peers", r.from_peers)
+          .Field("bytes_from_storage", r.from_storage)
+          .EndObject();
+    }
+    j.EndArray().EndObject();
+    std::printf("%s\n", j.str().c_str());
+  }
   return ok ? kExitOk : kExitProblem;
 }
 
