@@ -81,8 +81,8 @@ class CKPT_EXPORT PeerMemory {
   /// Forgets every step older than `step` (once `step` is committed at the
   /// memory level, older ones are not needed).
   virtual void DropStepsBefore(int64_t step) = 0;
-  /// Forgets every step but `step` (-1: all): a generation that restored
-  /// `step` saves the later ones again.
+  /// Forgets every step but `step` (-1: all), and the files outside steps
+  /// (LATEST): a generation that restored `step` saves the later ones again.
   virtual void DropStepsExcept(int64_t step) = 0;
   virtual PeerMemoryStats Stats() const = 0;
 };

@@ -89,7 +89,10 @@ SaveDurations Durations(int64_t step, const std::map<int, SaveVote>& votes) {
 CommitBook::Step& CommitBook::For(int64_t step, int64_t gen) {
   Step& st = steps_[step];
   const bool committed = st.outcome && st.outcome->ok();
-  if (st.generation < gen && !committed) {
+  // A memory step committed by an older generation is saved again only when
+  // that generation's copies were lost (the restore went further back): the
+  // new save supersedes it.
+  if (st.generation < gen && (!committed || IsMemoryKey(step))) {
     st = Step{};
     st.generation = gen;
   }

@@ -73,8 +73,10 @@ class CommitBook {
   /// The step as generation `gen` sees it. A step an older generation
   /// started and did not commit is started afresh (a new generation saves
   /// it again after restoring an earlier one); a committed step stays
-  /// committed; a request of an older generation than the step's changes
-  /// nothing (the caller checks `generation`).
+  /// committed, except a memory step (records.h StepKey), which a newer
+  /// generation saves again only when its copies were lost; a request of an
+  /// older generation than the step's changes nothing (the caller checks
+  /// `generation`).
   Step& For(int64_t step, int64_t gen);
   const Step* Find(int64_t step) const;
   const std::map<int64_t, Step>& steps() const { return steps_; }

@@ -855,7 +855,7 @@ class CoordinatorImpl final : public Coordinator, public SessionOwner {
   // reverse).
   const CommitBook::Step& StepFor(int64_t step, int64_t gen) {
     const CommitBook::Step* old = book_.Find(step);
-    if (old != nullptr && old->generation < gen && !(old->outcome && old->outcome->ok())) {
+    if (old != nullptr && old->generation < gen && (!(old->outcome && old->outcome->ok()) || IsMemoryKey(step))) {
       if (auto it = waiters_.find(step); it != waiters_.end()) {
         AnswerAll(it->second, absl::AbortedError(StrCat(StepName(step), " of generation ", old->generation,
                                                         " is over: generation ", gen, " saves it again")));

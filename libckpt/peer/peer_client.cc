@@ -102,6 +102,9 @@ absl::StatusOr<std::unique_ptr<PeerConnection>> PeerConnection::Open(const std::
   if (fd < 0) return absl::UnavailableError(StrCat("peer ", endpoint, ": connecting: ", why));
   int one = 1;
   setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+  int big = 4 << 20;
+  setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &big, sizeof(big));
+  setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &big, sizeof(big));
   std::unique_ptr<PeerConnection> c(new PeerConnection(fd, endpoint, timeout_s));
   // hello
   auto h = c->RecvHeader(kMaxPreAuthPayload);

@@ -160,6 +160,8 @@ Connection::Connection(tcp::socket socket, PeerMemoryImpl& owner)
   peer_ = ec ? std::string("?") : StrCat(ep.address().to_string(), ":", ep.port());
   nonce_ = Nonce();
   socket_.set_option(tcp::no_delay(true), ec);
+  socket_.set_option(asio::socket_base::receive_buffer_size(4 << 20), ec);
+  socket_.set_option(asio::socket_base::send_buffer_size(4 << 20), ec);
 }
 
 void Connection::Start() {

@@ -2,7 +2,10 @@
 // peers, reads failing over from one copy to the next.
 #include <algorithm>
 #include <atomic>
+#include <condition_variable>
 #include <cstring>
+#include <deque>
+#include <functional>
 #include <map>
 #include <mutex>
 #include <thread>
@@ -69,6 +72,51 @@ class ConnectionPool {
   double timeout_s_;
   std::mutex mu_;
   std::map<std::string, std::vector<std::unique_ptr<PeerConnection>>> idle_;
+};
+
+// Threads that run remote reads, so that a loader's reads of several
+// buffers are in flight at once (each on its own connection) while it
+// decodes the ones that arrived. Started on first use; joined on
+// destruction.
+class ReadThreads {
+ public:
+  ~ReadThreads() {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      stop_ = true;
+    }
+    cv_.notify_all();
+    for (auto& t : threads_) t.join();
+  }
+  void Run(std::function<void()> task) {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (threads_.empty()) {
+      for (int i = 0; i < kThreads; ++i) threads_.emplace_back([this] { Loop(); });
+    }
+    tasks_.push_back(std::move(task));
+    cv_.notify_one();
+  }
+
+ private:
+  static constexpr int kThreads = 4;
+  void Loop() {
+    for (;;) {
+      std::function<void()> task;
+      {
+        std::unique_lock<std::mutex> lock(mu_);
+        cv_.wait(lock, [&] { return stop_ || !tasks_.empty(); });
+        if (tasks_.empty()) return;
+        task = std::move(tasks_.front());
+        tasks_.pop_front();
+      }
+      task();
+    }
+  }
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<std::function<void()>> tasks_;
+  std::vector<std::thread> threads_;
+  bool stop_ = false;
 };
 
 struct Counters {
@@ -237,6 +285,7 @@ class PeerStorageImpl final : public Storage {
   }
 
   ConnectionPool& pool() { return pool_; }
+  ReadThreads& readers() { return readers_; }
   int64_t generation() const { return route_.generation; }
   Counters& counters() { return counters_; }
   PeerStore& store() { return *store_; }
@@ -255,6 +304,7 @@ class PeerStorageImpl final : public Storage {
   PeerRoute route_;
   ConnectionPool pool_;
   Counters counters_;
+  ReadThreads readers_;  // last: its threads end before the members they use
 };
 
 // A file being written: gathered in memory, stored and replicated whole by
@@ -298,13 +348,13 @@ class PeerWritable final : public WritableFile {
 
 // A file in other processes' memory: each read goes to the copy that
 // answered last, and on failure to the next one.
-class RemoteReadable final : public ReadableFile {
+class RemoteFile {
  public:
-  RemoteReadable(PeerStorageImpl& storage, std::string path, std::vector<std::string> holders, size_t first,
-                 uint64_t size)
+  RemoteFile(PeerStorageImpl& storage, std::string path, std::vector<std::string> holders, size_t first, uint64_t size)
       : storage_(storage), path_(std::move(path)), holders_(std::move(holders)), current_(first), size_(size) {}
-  uint64_t size() const override { return size_; }
-  absl::Status ReadAt(uint64_t offset, absl::Span<std::byte> dst) override {
+  uint64_t size() const { return size_; }
+  const std::string& path() const { return path_; }
+  absl::Status ReadAt(uint64_t offset, absl::Span<std::byte> dst) {
     if (offset > size_ || dst.size() > size_ - offset) {
       return absl::OutOfRangeError(StrCat("truncated: peer memory ", path_, " has ", size_, " bytes, reading ",
                                           dst.size(), " at byte offset ", offset));
@@ -333,11 +383,6 @@ class RemoteReadable final : public ReadableFile {
     return absl::UnavailableError(
         StrCat("no live copy of ", path_, " bytes [", offset, ", ", offset + dst.size(), ") in peer memory: ", tried));
   }
-  void ReadAsync(uint64_t offset, absl::Span<std::byte> dst, IoCallback done) override {
-    std::move(done)(ReadAt(offset, dst));
-  }
-  size_t direct_alignment() const override { return 0; }
-  const std::string& path() const override { return path_; }
 
  private:
   PeerStorageImpl& storage_;
@@ -345,6 +390,25 @@ class RemoteReadable final : public ReadableFile {
   std::vector<std::string> holders_;
   std::atomic<size_t> current_;
   uint64_t size_;
+};
+
+class RemoteReadable final : public ReadableFile {
+ public:
+  RemoteReadable(PeerStorageImpl& storage, std::shared_ptr<RemoteFile> file)
+      : storage_(storage), file_(std::move(file)) {}
+  uint64_t size() const override { return file_->size(); }
+  absl::Status ReadAt(uint64_t offset, absl::Span<std::byte> dst) override { return file_->ReadAt(offset, dst); }
+  void ReadAsync(uint64_t offset, absl::Span<std::byte> dst, IoCallback done) override {
+    storage_.readers().Run([file = file_, offset, dst, done = std::make_shared<IoCallback>(std::move(done))]() mutable {
+      std::move (*done)(file->ReadAt(offset, dst));
+    });
+  }
+  size_t direct_alignment() const override { return 0; }
+  const std::string& path() const override { return file_->path(); }
+
+ private:
+  PeerStorageImpl& storage_;
+  std::shared_ptr<RemoteFile> file_;
 };
 
 absl::StatusOr<std::unique_ptr<WritableFile>> PeerStorageImpl::OpenWritable(std::string_view path,
@@ -362,8 +426,8 @@ absl::StatusOr<std::unique_ptr<ReadableFile>> PeerStorageImpl::OpenReadable(std:
   for (size_t i = 0; i < holders.size(); ++i) {
     auto size = pool_.With<uint64_t>(holders[i], [&](PeerConnection& c) { return c.Stat(path); });
     if (size.ok()) {
-      return std::unique_ptr<ReadableFile>(
-          std::make_unique<RemoteReadable>(*this, std::string(path), std::move(holders), i, *size));
+      return std::unique_ptr<ReadableFile>(std::make_unique<RemoteReadable>(
+          *this, std::make_shared<RemoteFile>(*this, std::string(path), std::move(holders), i, *size)));
     }
     StrAppend(&tried, tried.empty() ? "" : "; ", size.status().message());
   }

@@ -137,7 +137,12 @@ void PeerStore::DropStepsBefore(int64_t step) {
 
 void PeerStore::DropStepsExcept(int64_t step) {
   std::lock_guard<std::mutex> lock(mu_);
-  DropIfLocked([step](int64_t s) { return s != step; });
+  // Files outside any step (LATEST) go too: they speak of the steps dropped.
+  for (auto it = files_.begin(); it != files_.end();) {
+    auto next = std::next(it);
+    if (StepOfPath(it->first) != step || step < 0) EraseLocked(it);
+    it = next;
+  }
 }
 
 std::vector<PeerHolding> PeerStore::Holdings() const {

@@ -140,6 +140,16 @@ TEST(CommitBook, ANewGenerationRestartsAnUncommittedStep) {
   ASSERT_TRUE(book.Published(15, 4, true, "").ok());
   EXPECT_TRUE(book.Find(15)->outcome->ok());
   EXPECT_EQ(book.For(15, 5).generation, 4) << "committed stays committed";
+  // A memory step committed in generation 4 is saved again by generation 5
+  // (which restored an older step: its copies were lost), not answered with
+  // generation 4's outcome.
+  const int64_t m15 = StepKey(15, /*memory=*/true);
+  ASSERT_EQ(book.Vote(m15, 4, 0, Ok(), 1, &alerts).size(), 1u);
+  ASSERT_TRUE(book.Published(m15, 4, true, "").ok());
+  const CommitBook::Step& again = book.For(m15, 5);
+  EXPECT_EQ(again.generation, 5);
+  EXPECT_FALSE(again.outcome.has_value());
+  EXPECT_TRUE(book.Find(15)->outcome->ok()) << "the durable step 15 is another entry";
   // Replayed after a failover: aborted in generation 8, then decided (not
   // yet committed) in generation 10. The decision must not sit beside the
   // old abort: the others still wait for the outcome, and the leader's

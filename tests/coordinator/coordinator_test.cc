@@ -201,29 +201,30 @@ TEST(Coordinator, WorkersKilledMidSaveAndBetweenSaves) {
 struct MemoryRun {
   std::string logs, coordinator;
 };
-MemoryRun RunMemoryLevel(const TempDir& dir, int kill_domains) {
+MemoryRun RunMemoryLevel(const TempDir& dir, int kill_domains, int domains = 3) {
   WriteToken(dir);
   CoordinatorProcess coord;
-  coord.Start(dir, "127.0.0.1:0", 6 - 2 * kill_domains, 6);
+  const int n = 2 * domains;
+  coord.Start(dir, "127.0.0.1:0", n - 2 * kill_domains, n);
   EXPECT_GT(coord.port, 0) << ReadFile(coord.log);
   std::vector<pid_t> workers;
-  for (int i = 0; i < 6; ++i) {
+  for (int i = 0; i < n; ++i) {
     std::vector<std::string> args = WorkerArgs(dir, coord.port, i, 40);
     args[args.size() - 3] = "10";  // --save-every
     args.insert(args.end(), {"--memory-every", "2", "--domain", StrCat("node-", i / 2)});
-    if (i / 2 >= 3 - kill_domains) args.insert(args.end(), {"--kill-after-commit", "14"});
+    if (i / 2 >= domains - kill_domains) args.insert(args.end(), {"--kill-after-commit", "14"});
     workers.push_back(Spawn(args, dir.Join(StrCat("worker", i, ".out"))));
   }
-  for (int i = 0; i < 6; ++i) {
+  for (int i = 0; i < n; ++i) {
     const int rc = WaitExit(workers[i]);
-    if (i / 2 >= 3 - kill_domains) {
+    if (i / 2 >= domains - kill_domains) {
       EXPECT_EQ(rc, 128 + SIGKILL) << i;
     } else {
       EXPECT_EQ(rc, 0) << "worker " << i << ": " << ReadFile(dir.Join(StrCat("worker", i, ".out")));
     }
   }
   coord.Stop();
-  return MemoryRun{AllLogs(dir, 6), ReadFile(coord.log)};
+  return MemoryRun{AllLogs(dir, n), ReadFile(coord.log)};
 }
 
 TEST(Coordinator, ALostNodeRestoresTheNewestMemoryStepFromPeers) {
@@ -267,6 +268,30 @@ TEST(Coordinator, WhenNoLiveCopyHoldsAShardTheRestoreFallsBackToDurable) {
   }
   // One domain left: no memory-level saves, and the job still ends exact.
   EXPECT_NE(run.logs.find("no memory-level saves: 1 replica(s) need 2 failure domains"), std::string::npos) << run.logs;
+  ExpectFinalStateExact(dir.Join("root"), 40);
+}
+
+// Regressions: after falling back to durable step 10, the survivors' memory
+// still held LATEST naming memory step 14, so their memory saves of steps
+// 12 and 14 were refused as "not newer than the latest committed step"; and
+// the coordinator answered the new save of memory step 12 with the first
+// generation's commit of it.
+// With 5 domains, 3 lost (two of them next to each other in the ring of
+// replicas, whichever 3: some rank's files are gone), the 2 left save at the
+// memory level again.
+TEST(Coordinator, AfterAFallbackToDurableTheMemoryLevelSavesAgain) {
+  TempDir dir;
+  const MemoryRun run = RunMemoryLevel(dir, 3, 5);
+  EXPECT_NE(run.coordinator.find("restoring durable step 10"), std::string::npos) << run.coordinator;
+  EXPECT_NE(run.logs.find("generation=2 rank=0 world=4 restore=10 level=durable"), std::string::npos) << run.logs;
+  EXPECT_EQ(run.logs.find("not newer than the latest committed step"), std::string::npos) << run.logs;
+  // Nor answered with the first generation's commit of memory step 12 (the
+  // others went on while the leader waited for a decision that never came):
+  // one restart only.
+  EXPECT_EQ(run.logs.find("no decision within the deadline"), std::string::npos) << run.logs;
+  EXPECT_EQ(run.logs.find("generation=3"), std::string::npos) << run.logs;
+  // Step 16 was never committed by the first generation (its savers died).
+  EXPECT_NE(run.logs.find("committed memory step 16"), std::string::npos) << run.logs;
   ExpectFinalStateExact(dir.Join("root"), 40);
 }
 
