@@ -315,6 +315,7 @@ class PeerWritable final : public WritableFile {
   void WriteAsync(uint64_t offset, absl::Span<const std::byte> data, IoCallback done) override {
     {
       std::lock_guard<std::mutex> lock(mu_);
+      if (data_.capacity() < offset + data.size()) Grow(offset + data.size());
       if (data_.size() < offset + data.size()) data_.resize(offset + data.size());
       std::memcpy(data_.data() + offset, data.data(), data.size());
     }
@@ -323,7 +324,7 @@ class PeerWritable final : public WritableFile {
   absl::Status Drain() override { return absl::OkStatus(); }
   void Reserve(uint64_t bytes) override {
     std::lock_guard<std::mutex> lock(mu_);
-    data_.reserve(bytes);
+    if (data_.capacity() < bytes) Grow(bytes);
   }
   absl::Status Finish(uint64_t final_size) override {
     std::shared_ptr<const std::string> bytes;
@@ -340,6 +341,17 @@ class PeerWritable final : public WritableFile {
   const std::string& path() const override { return path_; }
 
  private:
+  // REQUIRES: mu_. Moves to a buffer of at least `bytes` (twice what is
+  // needed when growing, as a string would), preferring a dropped file's.
+  void Grow(uint64_t bytes) {
+    const size_t want = std::max<size_t>(bytes, data_.capacity() * 2);
+    std::shared_ptr<std::string> b = storage_.store().Buffer(want);
+    const size_t keep = data_.size();
+    std::memcpy(b->data(), data_.data(), keep);
+    b->resize(keep);
+    data_ = std::move(*b);
+  }
+
   PeerStorageImpl& storage_;
   std::string path_;
   std::mutex mu_;

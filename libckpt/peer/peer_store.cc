@@ -38,6 +38,7 @@ absl::Status PeerStore::Reserve(uint64_t n, std::string_view path) {
   std::lock_guard<std::mutex> lock(mu_);
   if (static_cast<int64_t>(n) > budget_ - held_ - reserved_) return ExhaustedLocked(n, path);
   reserved_ += static_cast<int64_t>(n);
+  TrimSpareLocked();
   peak_ = std::max(peak_, held_ + reserved_);
   return absl::OkStatus();
 }
@@ -49,7 +50,43 @@ void PeerStore::Release(uint64_t n) {
 
 void PeerStore::EraseLocked(std::map<std::string, File, std::less<>>::iterator it) {
   held_ -= static_cast<int64_t>(it->second.bytes->size());
+  // Nobody reads it any more: keep its memory for the next file.
+  if (it->second.bytes.use_count() == 1 && it->second.bytes->capacity() >= (size_t{1} << 20)) {
+    auto buffer = std::const_pointer_cast<std::string>(std::move(it->second.bytes));
+    spare_bytes_ += static_cast<int64_t>(buffer->capacity());
+    spare_.push_back(std::move(buffer));
+    TrimSpareLocked();
+  }
   files_.erase(it);
+}
+
+void PeerStore::TrimSpareLocked() {
+  // The smallest go first.
+  while (!spare_.empty() && held_ + reserved_ + spare_bytes_ > budget_) {
+    auto smallest = std::min_element(spare_.begin(), spare_.end(),
+                                     [](const auto& a, const auto& b) { return a->capacity() < b->capacity(); });
+    spare_bytes_ -= static_cast<int64_t>((*smallest)->capacity());
+    spare_.erase(smallest);
+  }
+}
+
+std::shared_ptr<std::string> PeerStore::Buffer(size_t n) {
+  std::shared_ptr<std::string> out;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto best = spare_.end();
+    for (auto it = spare_.begin(); it != spare_.end(); ++it) {
+      if ((*it)->capacity() >= n && (best == spare_.end() || (*it)->capacity() < (*best)->capacity())) best = it;
+    }
+    if (best != spare_.end()) {
+      out = std::move(*best);
+      spare_.erase(best);
+      spare_bytes_ -= static_cast<int64_t>(out->capacity());
+    }
+  }
+  if (out == nullptr) out = std::make_shared<std::string>();
+  out->resize(n);
+  return out;
 }
 
 void PeerStore::Insert(const std::string& path, Bytes bytes, int64_t generation) {
@@ -69,6 +106,7 @@ absl::Status PeerStore::Put(const std::string& path, Bytes bytes, int64_t genera
   if (size - old > budget_ - held_ - reserved_) return ExhaustedLocked(bytes->size(), path);
   if (it != files_.end()) EraseLocked(it);
   held_ += size;
+  TrimSpareLocked();
   peak_ = std::max(peak_, held_ + reserved_);
   files_.emplace(path, File{std::move(bytes), generation});
   return absl::OkStatus();

@@ -44,6 +44,12 @@ class PeerStore {
   /// Reserve + Insert; with `if_absent`, AlreadyExists when the path is held.
   absl::Status Put(const std::string& path, Bytes bytes, int64_t generation, bool if_absent = false);
 
+  /// A buffer of `n` bytes (contents unspecified) for a file about to be
+  /// written or received: the memory of a dropped file when one is big
+  /// enough (its pages are already mapped: a fresh gigabyte costs seconds of
+  /// page faults on some hosts), else a new one.
+  std::shared_ptr<std::string> Buffer(size_t n);
+
   Bytes Get(std::string_view path) const;
   absl::StatusOr<std::vector<DirEntry>> List(std::string_view dir) const;
   bool Remove(std::string_view path);
@@ -69,6 +75,11 @@ class PeerStore {
   const int64_t budget_;
   int64_t held_ = 0, reserved_ = 0, peak_ = 0, refused_ = 0, received_ = 0, served_ = 0;
   std::map<std::string, File, std::less<>> files_;
+  // Memory of dropped files kept for Buffer(); its capacity counts against
+  // the budget's free part (held + reserved + spare <= budget).
+  std::vector<std::shared_ptr<std::string>> spare_;
+  int64_t spare_bytes_ = 0;
+  void TrimSpareLocked();
 };
 
 }  // namespace ckpt::peer
