@@ -35,6 +35,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
  public:
   Connection(tcp::socket socket, PeerMemoryImpl& owner);
   void Start();
+  tcp::socket::executor_type executor() { return socket_.get_executor(); }
 
  private:
   struct Out {
@@ -145,7 +146,11 @@ class PeerMemoryImpl final : public PeerMemory, public std::enable_shared_from_t
   void Accept() {
     acceptor_.async_accept(asio::make_strand(io_), [this](const boost::system::error_code& ec, tcp::socket socket) {
       if (ec == asio::error::operation_aborted) return;
-      if (!ec) std::make_shared<Connection>(std::move(socket), *this)->Start();
+      if (!ec) {
+        // Started on the connection's strand, like every handler of it.
+        auto c = std::make_shared<Connection>(std::move(socket), *this);
+        asio::dispatch(c->executor(), [c] { c->Start(); });
+      }
       Accept();
     });
   }

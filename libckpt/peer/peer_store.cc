@@ -36,7 +36,9 @@ absl::Status PeerStore::ExhaustedLocked(uint64_t n, std::string_view path) {
 
 absl::Status PeerStore::Reserve(uint64_t n, std::string_view path) {
   std::lock_guard<std::mutex> lock(mu_);
-  if (static_cast<int64_t>(n) > budget_ - held_ - reserved_) return ExhaustedLocked(n, path);
+  // Unsigned: a size a peer sends may be anything up to 2^64 - 1.
+  const int64_t room = std::max<int64_t>(0, budget_ - held_ - reserved_);
+  if (n > static_cast<uint64_t>(room)) return ExhaustedLocked(n, path);
   reserved_ += static_cast<int64_t>(n);
   TrimSpareLocked();
   peak_ = std::max(peak_, held_ + reserved_);

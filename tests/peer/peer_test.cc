@@ -405,6 +405,60 @@ TEST(PeerMemory, TheBudgetRefusesAFileCleanly) {
   }
 }
 
+// Reads one whole frame from a raw socket.
+std::pair<peer::Header, std::string> ReadRawFrame(int fd) {
+  uint8_t h[peer::kHeaderSize];
+  size_t got = 0;
+  while (got < sizeof(h)) {
+    const ssize_t n = read(fd, h + got, sizeof(h) - got);
+    if (n <= 0) return {};
+    got += static_cast<size_t>(n);
+  }
+  auto header = peer::ParseHeader(h, peer::kMaxControlPayload);
+  if (!header.ok()) return {};
+  std::string payload(header->length, '\0');
+  got = 0;
+  while (got < payload.size()) {
+    const ssize_t n = read(fd, payload.data() + got, payload.size() - got);
+    if (n <= 0) return {};
+    got += static_cast<size_t>(n);
+  }
+  return {*header, payload};
+}
+
+// Regression (fuzz_peer): a put announcing 2^63 bytes or more passed the
+// budget check as a negative number and brought the server down.
+TEST(PeerMemory, AnAbsurdPutSizeIsRefusedAndTheServerServesOn) {
+  auto m = StartMemory("a", 1 << 20);
+  for (uint64_t size : {uint64_t{1} << 63, ~uint64_t{0}, uint64_t{1} << 40}) {
+    const int fd = ConnectRaw(m->endpoint());
+    auto [hh, hello] = ReadRawFrame(fd);
+    ASSERT_EQ(hh.op, peer::Op::kHello);
+    ByteReader r(hello, "hello");
+    const auto mac = peer::AuthMac(kToken, r.Str(256));
+    ByteWriter a;
+    a.Str(std::string_view(reinterpret_cast<const char*>(mac.data()), mac.size()));
+    ByteWriter w;
+    w.Str("step-0000000001/rank-000000.ckd");
+    w.Var(size);
+    w.SVar(1);
+    const std::string out = peer::Frame(peer::Op::kAuth, a.Take()) + peer::Frame(peer::Op::kPutBegin, w.Take());
+    ASSERT_EQ(write(fd, out.data(), out.size()), static_cast<ssize_t>(out.size()));
+    EXPECT_EQ(ReadRawFrame(fd).first.op, peer::Op::kOk);
+    auto [eh, error] = ReadRawFrame(fd);
+    EXPECT_EQ(eh.op, peer::Op::kError) << size;
+    EXPECT_NE(error.find("budget"), std::string::npos) << size;
+    close(fd);
+  }
+  peer::PeerStore store(1 << 20);
+  for (uint64_t size : {uint64_t{1} << 63, ~uint64_t{0}}) {
+    absl::Status st = store.Reserve(size, "x");
+    EXPECT_TRUE(absl::IsResourceExhausted(st)) << st;
+  }
+  EXPECT_EQ(m->Stats().refused, 3);
+  ASSERT_OK(peer::PeerConnection::Open(m->endpoint(), kToken, 5));
+}
+
 TEST(PeerMemory, HoldingsNeedTheLeadersManifestAndDropsForgetSteps) {
   auto m = StartMemory("a");
   PeerRoute r;
