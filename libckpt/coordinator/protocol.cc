@@ -1,8 +1,6 @@
 #include "coordinator/protocol.h"
 
 #include <fcntl.h>
-#include <openssl/evp.h>
-#include <openssl/hmac.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -12,6 +10,7 @@
 
 #include "ckpt/coordinator.h"
 #include "util/bytes.h"
+#include "util/crypto.h"
 #include "util/hash.h"
 #include "util/strings.h"
 
@@ -106,13 +105,7 @@ absl::Status CheckPayload(const FrameHeader& h, std::string_view payload) {
   return absl::OkStatus();
 }
 
-std::array<uint8_t, kMacSize> Hmac(std::string_view key, std::string_view message) {
-  std::array<uint8_t, kMacSize> out{};
-  unsigned int len = 0;
-  HMAC(EVP_sha256(), key.data(), static_cast<int>(key.size()), reinterpret_cast<const unsigned char*>(message.data()),
-       message.size(), out.data(), &len);
-  return out;
-}
+std::array<uint8_t, kMacSize> Hmac(std::string_view key, std::string_view message) { return HmacSha256(key, message); }
 
 std::string JoinChallenge(std::string_view nonce, std::string_view job, std::string_view host) {
   ByteWriter w;

@@ -1,16 +1,13 @@
 #include "coordinator/session.h"
 
-#include <sys/random.h>
-
 #include <algorithm>
-#include <cerrno>
 #include <cstring>
-#include <random>
 
 #include "absl/strings/match.h"
 #include "ckpt/limits.h"
 #include "util/bytes.h"
 #include "util/clock.h"
+#include "util/crypto.h"
 #include "util/status_wire.h"
 #include "util/strings.h"
 
@@ -19,28 +16,7 @@ namespace ckpt::coord {
 namespace asio = boost::asio;
 using asio::ip::tcp;
 
-namespace {
-
-// A nonce per connection: one getrandom(2) call (the kernel's CSPRNG; a
-// std::random_device per connection cost a rendezvous of 16,384 members
-// a noticeable share of its time).
-std::string RandomBytes(size_t n) {
-  std::string s(n, '\0');
-  size_t got = 0;
-  while (got < n) {
-    const ssize_t r = getrandom(s.data() + got, n - got, 0);
-    if (r > 0) {
-      got += static_cast<size_t>(r);
-    } else if (r < 0 && errno != EINTR) {
-      std::random_device rd;  // no getrandom: the library's source
-      for (size_t i = got; i < n; ++i) s[i] = static_cast<char>(rd());
-      break;
-    }
-  }
-  return s;
-}
-
-}  // namespace
+namespace {}  // namespace
 
 const char* DropReasonName(DropReason r) {
   switch (r) {

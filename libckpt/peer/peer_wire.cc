@@ -1,16 +1,12 @@
 #include "peer/peer_wire.h"
 
 #include <openssl/crypto.h>
-#include <openssl/evp.h>
-#include <openssl/hmac.h>
-#include <sys/random.h>
 
 #include <algorithm>
-#include <cerrno>
-#include <random>
 
 #include "absl/strings/str_cat.h"
 #include "util/bytes.h"
+#include "util/crypto.h"
 #include "util/hash.h"
 #include "util/strings.h"
 
@@ -99,32 +95,13 @@ std::array<uint8_t, kMacSize> AuthMac(std::string_view token, std::string_view n
   ByteWriter w;
   w.Str("ckpt-peer-v1");
   w.Str(nonce);
-  const std::string message = w.Take();
-  std::array<uint8_t, kMacSize> out{};
-  unsigned int len = 0;
-  HMAC(EVP_sha256(), token.data(), static_cast<int>(token.size()),
-       reinterpret_cast<const unsigned char*>(message.data()), message.size(), out.data(), &len);
-  return out;
+  return HmacSha256(token, w.Take());
 }
 
 bool MacEqual(std::string_view a, const std::array<uint8_t, kMacSize>& b) {
   return a.size() == kMacSize && CRYPTO_memcmp(a.data(), b.data(), kMacSize) == 0;
 }
 
-std::string Nonce() {
-  std::string s(kNonceSize, '\0');
-  size_t got = 0;
-  while (got < s.size()) {
-    const ssize_t r = getrandom(s.data() + got, s.size() - got, 0);
-    if (r > 0) {
-      got += static_cast<size_t>(r);
-    } else if (r < 0 && errno != EINTR) {
-      std::random_device rd;
-      for (size_t i = got; i < s.size(); ++i) s[i] = static_cast<char>(rd());
-      break;
-    }
-  }
-  return s;
-}
+std::string Nonce() { return RandomBytes(kNonceSize); }
 
 }  // namespace ckpt::peer
