@@ -41,6 +41,11 @@ struct CKPT_EXPORT CoordinatorOptions {
   /// (password also from $CKPT_ETCD_PASSWORD). Each record is created only
   /// if absent: a second coordinator on the same prefix is fenced off.
   std::string store;
+  /// With `store`: a store that does not answer at first is waited for as
+  /// a standby waits (Start returns once this coordinator leads), rather
+  /// than failing Start as a setup error. `ckpt coordinator` sets it when a
+  /// replica that stopped acting stands by again.
+  bool wait_for_store = false;
   /// Shared secret of the job; joining proves knowledge of it (HMAC). At
   /// least 16 bytes, not only whitespace.
   std::string token;

@@ -138,8 +138,9 @@ class CoordinatorImpl final : public Coordinator, public SessionOwner {
     address_ = StrCat(addr.to_string(), ":", port_);
     uint64_t torn = 0;
     if (!options_.store.empty()) {
-      CKPT_ASSIGN_OR_RETURN(log_, NewEtcdLog(options_.store, StrCat(ThisProcess(), " ", address_),
-                                             [this](const std::string& line) { Log(line); }));
+      CKPT_ASSIGN_OR_RETURN(log_, NewEtcdLog(
+                                      options_.store, StrCat(ThisProcess(), " ", address_),
+                                      [this](const std::string& line) { Log(line); }, options_.wait_for_store));
     } else {
       if (options_.state_dir.empty()) return absl::InvalidArgumentError("the coordinator needs a state dir or a store");
       log_ = NewJournalLog(options_.state_dir);

@@ -60,6 +60,8 @@ class EtcdLog final : public StateLog {
     if (lease_ != 0) (void)client_.LeaseRevoke(lease_);
   }
 
+  void set_patient(bool patient) { patient_ = patient; }
+
   absl::Status Open(const std::function<absl::Status(std::string_view)>& replay, uint64_t* torn) override {
     *torn = 0;
     observer_ = std::thread([this] { Observe(); });
@@ -161,7 +163,7 @@ class EtcdLog final : public StateLog {
     const int64_t ttl = client_.config().lease_s;
     std::string seen, trouble;
     auto renewed = std::chrono::steady_clock::now();
-    bool reached = false;  // the store answered this replica once
+    bool reached = patient_;  // the store answered this replica once (or it waits anyway)
     while (true) {
       absl::Status s = TryToLead(ttl, &renewed, &seen);
       if (s.ok() && leader_revision_ != 0) break;
@@ -306,6 +308,7 @@ class EtcdLog final : public StateLog {
   int64_t next_ = 1;
   int64_t lease_ = 0;
   int64_t leader_revision_ = 0;
+  bool patient_ = false;
   mutable std::mutex mu_;
   std::condition_variable cv_;
   bool stop_ = false;
@@ -327,10 +330,12 @@ std::string ThisProcess() {
 std::unique_ptr<StateLog> NewJournalLog(const std::string& dir) { return std::make_unique<JournalLog>(dir); }
 
 absl::StatusOr<std::unique_ptr<StateLog>> NewEtcdLog(std::string_view uri, std::string identity,
-                                                     std::function<void(const std::string&)> log) {
+                                                     std::function<void(const std::string&)> log, bool patient) {
   CKPT_ASSIGN_OR_RETURN(EtcdConfig config, ParseEtcdUri(uri));
   if (identity.empty()) identity = ThisProcess();
-  return std::unique_ptr<StateLog>(std::make_unique<EtcdLog>(std::move(config), std::move(identity), std::move(log)));
+  auto etcd = std::make_unique<EtcdLog>(std::move(config), std::move(identity), std::move(log));
+  etcd->set_patient(patient);
+  return std::unique_ptr<StateLog>(std::move(etcd));
 }
 
 absl::Status ReadStateLog(const std::string& state_dir, const std::string& store,

@@ -78,8 +78,11 @@ std::unique_ptr<StateLog> NewJournalLog(const std::string& dir);
 /// "host pid N": who this process is, in leader and replica keys.
 std::string ThisProcess();
 
+/// `patient`: Open waits, standing by, while the store does not answer,
+/// even before it answered once (otherwise that is a setup error).
 absl::StatusOr<std::unique_ptr<StateLog>> NewEtcdLog(std::string_view uri, std::string identity = "",
-                                                     std::function<void(const std::string&)> log = nullptr);
+                                                     std::function<void(const std::string&)> log = nullptr,
+                                                     bool patient = false);
 
 /// The records of a store or journal, read without leading or writing
 /// (`ckpt coordinator history`). `replay` as for Open.

@@ -202,7 +202,9 @@ int CoordinatorMain(int argc, char** argv, int first) {
             "agree. State is journaled in --state-dir (a restart on this machine loses\n"
             "nothing) or kept in etcd with --store (a coordinator started on another machine\n"
             "resumes it; a second one on the same prefix is fenced off). When it cannot\n"
-            "record its state it stops acting and exits with status 1. Prometheus\n"
+            "record its state it stops acting: with --state-dir it exits with status 1;\n"
+            "with --store it stands by again and leads again once it can (exit status 1\n"
+            "instead with --exit-when-stopped, for a supervisor that restarts it). Prometheus\n"
             "metrics: GET /metrics on the same port. Protocol: docs/protocol.md.");
   args.String("listen", &listen, "HOST:PORT to serve on (default 127.0.0.1:7070; port 0 picks one)");
   args.String("state-dir", &state_dir, "directory for the journal (this machine)");
@@ -220,6 +222,9 @@ int CoordinatorMain(int argc, char** argv, int first) {
   args.Int("memory-replicas", &memory_replicas,
            "memory level: copies of each rank's files in other failure domains (default 1)");
   args.Size("max-frame", &max_frame, "largest frame accepted (default 64M)", true);
+  bool exit_when_stopped = false;
+  args.Switch("exit-when-stopped", &exit_when_stopped,
+              "with --store: exit with status 1 on stopping acting instead of standing by again");
   args.String("port-file", &port_file, "write the port listened on to this file once serving");
   args.Int("max-unauthenticated", &max_unauthenticated,
            "connections that have not joined held at once; the oldest is dropped past it (default 256)");
@@ -263,24 +268,40 @@ int CoordinatorMain(int argc, char** argv, int first) {
   o.token = *token;
   // With --store, Start waits while another coordinator leads the prefix
   // (a standby); until it leads, SIGINT and SIGTERM end it the default way.
-  auto c = Coordinator::Start(o);
-  std::signal(SIGINT, OnSignal);
-  std::signal(SIGTERM, OnSignal);
-  if (!c.ok()) {
-    std::fprintf(stderr, "ckpt coordinator: %s\n", std::string(c.status().message()).c_str());
-    return kExitUsage;
-  }
-  if (!port_file.empty()) {
-    const std::string tmp = port_file + ".tmp";
-    std::ofstream(tmp) << (*c)->port() << "\n";
-    std::rename(tmp.c_str(), port_file.c_str());
-  }
-  while (!g_stop) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(100));
-    if (const std::string why = (*c)->halted(); !why.empty()) {
+  // A replica on a store that stops acting (its lease lapsed, the store lost
+  // its quorum, another took over) stands by again on the same address and
+  // leads again when it can: the control plane needs no one to restart it.
+  for (bool first_start = true;; first_start = false) {
+    std::signal(SIGINT, SIG_DFL);
+    std::signal(SIGTERM, SIG_DFL);
+    auto c = Coordinator::Start(o);
+    std::signal(SIGINT, OnSignal);
+    std::signal(SIGTERM, OnSignal);
+    if (!c.ok()) {
+      std::fprintf(stderr, "ckpt coordinator: %s\n", std::string(c.status().message()).c_str());
+      return first_start ? kExitUsage : kExitProblem;
+    }
+    if (!port_file.empty()) {
+      const std::string tmp = port_file + ".tmp";
+      std::ofstream(tmp) << (*c)->port() << "\n";
+      std::rename(tmp.c_str(), port_file.c_str());
+    }
+    std::string why;
+    while (!g_stop && why.empty()) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+      why = (*c)->halted();
+    }
+    if (why.empty()) break;
+    if (store.empty() || exit_when_stopped) {
       std::fprintf(stderr, "ckpt coordinator: stopped acting: %s\n", why.c_str());
       return kExitProblem;
     }
+    std::fprintf(stderr, "ckpt coordinator: stopped acting: %s; standing by again\n", why.c_str());
+    const int port = (*c)->port();
+    c->reset();  // closes the port and hands the lease back where the store answers
+    if (!port_file.empty()) std::remove(port_file.c_str());
+    o.listen = StrCat(listen.substr(0, listen.rfind(':')), ":", port);
+    o.wait_for_store = true;
   }
   std::fprintf(stderr, "ckpt coordinator: stopping\n");
   return kExitOk;
