@@ -20,6 +20,7 @@
 #include "commands.h"
 #include "common/cli.h"
 #include "common/elastic_model.h"
+#include "util/errors.h"
 #include "util/strings.h"
 
 namespace ckpt::tools {
@@ -35,7 +36,60 @@ struct WorkerConfig {
   // The memory level: saves every memory_every steps into peers' memory.
   int64_t memory_every = 0;
   std::shared_ptr<PeerMemory> memory;
+  // Bytes of extra state (f32 rows of 1,024) sharded over the ranks, never
+  // updated: makes saves and restores the size of a real model's.
+  int64_t ballast_bytes = 0;
 };
+
+constexpr int64_t kBallastCols = 1024;
+
+// Rows [first, first + count) of the ballast for `rank` of `world`; its
+// values are a pure function of the global index, so a restore is checked.
+class Ballast {
+ public:
+  Ballast(int64_t bytes, int rank, int world) {
+    rows_ = bytes / (kBallastCols * 4);
+    const int64_t per = rows_ / world, extra = rows_ % world;
+    first_ = rank * per + std::min<int64_t>(rank, extra);
+    count_ = per + (rank < extra ? 1 : 0);
+    v_.resize(static_cast<size_t>(count_ * kBallastCols));
+  }
+  static float Value(int64_t row, int64_t col) { return static_cast<float>((row * kBallastCols + col) % 65521); }
+  void Init() {
+    for (int64_t r = 0; r < count_; ++r) {
+      for (int64_t j = 0; j < kBallastCols; ++j) v_[r * kBallastCols + j] = Value(first_ + r, j);
+    }
+  }
+  TensorSpec spec() const { return TensorSpec{"optimizer.ballast", DType::kF32, {rows_, kBallastCols}}; }
+  absl::Status AddTo(State& s) {
+    if (rows_ == 0) return absl::OkStatus();
+    Box box = Box::Whole(spec().shape);
+    box.offsets[0] = first_;
+    box.sizes[0] = count_;
+    return s.AddShard(spec(), box, v_.data());
+  }
+  // Every 97th row of this rank's part, whole.
+  absl::Status Check() const {
+    for (int64_t r = 0; r < count_; r += 97) {
+      for (int64_t j = 0; j < kBallastCols; ++j) {
+        if (v_[r * kBallastCols + j] != Value(first_ + r, j)) {
+          return absl::DataLossError(StrCat("optimizer.ballast[", first_ + r, ",", j, "] restored wrong"));
+        }
+      }
+    }
+    return absl::OkStatus();
+  }
+
+ private:
+  int64_t rows_ = 0, first_ = 0, count_ = 0;
+  std::vector<float> v_;
+};
+
+// Unix time in microseconds.
+int64_t UnixMicros() {
+  return std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
 
 // A failed collective or commit often arrives just before the coordinator's
 // stop notice: give the notice a moment.
@@ -60,6 +114,12 @@ void Log(const WorkerConfig& c, const std::string& line) {
 absl::StatusOr<bool> RunGeneration(const WorkerConfig& c, CoordinatorClient& client, const Assignment& a) {
   const int rank = a.first_rank;
   ElasticShard shard(rank, a.world_size);
+  Ballast ballast(c.ballast_bytes, rank, a.world_size);
+  auto state_of = [&]() -> absl::StatusOr<State> {
+    State s = shard.state();
+    CKPT_RETURN_IF_ERROR(ballast.AddTo(s));
+    return s;
+  };
   CheckpointerOptions o;
   o.uri = c.root;
   o.rank = rank;
@@ -88,19 +148,24 @@ absl::StatusOr<bool> RunGeneration(const WorkerConfig& c, CoordinatorClient& cli
   int64_t step = 0;
   std::string restored;
   if (a.restore_step >= 0) {
-    State target = shard.state();
+    auto target = state_of();
+    if (!target.ok()) return target.status();
     LoadOptions lo;
     lo.level = a.restore_level;
-    auto loaded = (*cp)->Load(target, a.restore_step, lo);
+    auto loaded = (*cp)->Load(*target, a.restore_step, lo);
     if (!loaded.ok()) return Stopped(client) ? absl::StatusOr<bool>(false) : loaded.status();
+    CKPT_RETURN_IF_ERROR(ballast.Check());
     step = a.restore_step;
     restored = StrCat(" level=", SaveLevelName(loaded->level), " from_memory=", loaded->bytes_from_memory,
-                      " from_peers=", loaded->bytes_from_peers, " from_storage=", loaded->bytes_from_storage);
+                      " from_peers=", loaded->bytes_from_peers, " from_storage=", loaded->bytes_from_storage,
+                      " load_s=", loaded->seconds);
   } else {
     shard.Init();
+    ballast.Init();
   }
+  // `at`: when this rank is ready for its first step (Unix microseconds).
   Log(c, StrCat("generation=", a.generation, " rank=", rank, " world=", a.world_size, " restore=", a.restore_step,
-                restored));
+                restored, " at=", UnixMicros()));
   std::optional<SaveHandle> last;
   SaveLevel last_level = SaveLevel::kDurable;
   while (step < c.steps) {
@@ -136,7 +201,9 @@ absl::StatusOr<bool> RunGeneration(const WorkerConfig& c, CoordinatorClient& cli
     if (corrupt) shard.FlipBiasBit();
     SaveOptions so;
     so.level = memory ? SaveLevel::kMemory : SaveLevel::kDurable;
-    auto h = (*cp)->Save(step, shard.state(), so);
+    auto state = state_of();
+    if (!state.ok()) return state.status();
+    auto h = (*cp)->Save(step, *state, so);
     if (corrupt) shard.FlipBiasBit();  // Save has copied and hashed it
     if (!h.ok()) {
       Log(c, StrCat("rank=", rank, " save of step ", step, " refused: ", h.status().message()));
@@ -182,6 +249,8 @@ int WorkerMain(int argc, char** argv, int first) {
   args.String("domain", &domain, "failure domain of this process for the memory level (default: the host name)");
   args.String("memory-listen", &memory_listen, "HOST:PORT the memory level listens on (default 127.0.0.1:0)");
   args.Int("memory-budget", &memory_budget, "bytes of peers' and own checkpoint files held at most (default 1 GiB)");
+  args.Size("ballast", &c.ballast_bytes,
+            "extra state sharded over the ranks, saved and restored with the model (e.g. 1G; default 0)", true);
   args.Int("step-ms", &c.step_ms, "milliseconds of 'compute' per step (default 10)");
   args.Double("heartbeat-ms", &heartbeat_ms, "heartbeat interval (default 200)");
   args.Int("kill-during-save", &c.kill_during_save, "SIGKILL this process right after Save(step) returns");
