@@ -33,7 +33,6 @@ import tempfile
 import time
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-STAGING = 8 << 20  # ckpt worker's staging arena
 
 
 def parse_size(text):
@@ -94,7 +93,7 @@ def one_run(ckpt, work, mode, args):
     coord = subprocess.Popen(
         [ckpt, "coordinator", "--state-dir", os.path.join(work, "state"), "--token-file", token, "--listen",
          "127.0.0.1:0", "--port-file", port_file, "--min-nodes", str(n - 2), "--max-nodes", str(n), "--heartbeat",
-         f"{hb}ms", "--dead-after", "3", "--join-timeout", "2s"],
+         f"{hb}ms", "--dead-after", "3", "--join-timeout", f"{args.join_timeout_ms}ms"],
         stdout=subprocess.DEVNULL, stderr=open(coord_log, "w"))
     procs.append(coord)
     logs = [os.path.join(work, f"worker{i}.log") for i in range(n)]
@@ -129,7 +128,7 @@ def one_run(ckpt, work, mode, args):
         for v in victims:
             workers[v].wait()
         restore = re.compile(r"generation=(\d+) rank=(\d+) world=(\d+) restore=(\d+) level=(\w+) from_memory=(\d+) "
-                             r"from_peers=(\d+) from_storage=(\d+) load_s=([\d.e+-]+) at=(\d+)")
+                             r"from_peers=(\d+) from_storage=(\d+) load_s=([\d.e+-]+) assigned_at=(\d+) at=(\d+)")
 
         def restored():
             found = []
@@ -142,13 +141,15 @@ def one_run(ckpt, work, mode, args):
 
         wait_for(lambda: restored() is not None, args.timeout, "the survivors' restore", all_logs)
         got = restored()
-        ready = max(int(m.group(10)) for m in got) / 1e6
-        for i in survivors:
-            rss[i] = max(rss[i], peak_rss(workers[i].pid))
+        ready = max(int(m.group(11)) for m in got) / 1e6
+        assigned = max(int(m.group(10)) for m in got) / 1e6
+        rss_through_restore = max(peak_rss(workers[i].pid) for i in survivors)
         share_before = args.ballast / n
         return {
             "mode": mode,
             "kill_to_first_step_s": ready - killed,
+            "kill_to_assignment_s": assigned - killed,
+            "assignment_to_first_step_s": max((int(m.group(11)) - int(m.group(10))) / 1e6 for m in got),
             "restore_step": int(got[0].group(4)),
             "level": got[0].group(5),
             "restore_s_max": max(float(m.group(9)) for m in got),
@@ -156,6 +157,7 @@ def one_run(ckpt, work, mode, args):
             "bytes_from_peers": sum(int(m.group(7)) for m in got),
             "bytes_from_storage": sum(int(m.group(8)) for m in got),
             "survivor_peak_rss_max": max(rss.values()),
+            "survivor_peak_rss_through_restore": rss_through_restore,
             "share_before_kill": share_before,
             "share_after_kill": args.ballast / len(survivors),
         }
@@ -175,6 +177,8 @@ def main():
     ap.add_argument("--runs", type=int, default=3)
     ap.add_argument("--step-ms", type=int, default=50)
     ap.add_argument("--heartbeat-ms", type=int, default=200)
+    ap.add_argument("--join-timeout-ms", type=int, default=500,
+                    help="the coordinator waits this long for more members once enough joined (default 500)")
     ap.add_argument("--memory-budget", default="4G")
     ap.add_argument("--timeout", type=float, default=300)
     ap.add_argument("--json", action="store_true", help="print the results as JSON")
@@ -191,28 +195,41 @@ def main():
                 r = one_run(args.ckpt, os.path.join(base, f"{mode}-{run}"), mode, args)
                 results[mode].append(r)
                 if not args.json:
-                    print(f"run {run} {mode:7}: kill -> first step {r['kill_to_first_step_s']:.2f} s, restore "
+                    print(f"run {run} {mode:7}: kill -> first step {r['kill_to_first_step_s']:.2f} s (kill -> "
+                          f"assignment {r['kill_to_assignment_s']:.2f} s, assignment -> ready "
+                          f"{r['assignment_to_first_step_s']:.2f} s), restore "
                           f"step {r['restore_step']} ({r['level']}) in {r['restore_s_max']:.2f} s, from memory "
                           f"{r['bytes_from_memory'] / 1e6:.0f} MB, peers {r['bytes_from_peers'] / 1e6:.0f} MB, "
                           f"storage {r['bytes_from_storage'] / 1e6:.0f} MB, peak RSS "
-                          f"{r['survivor_peak_rss_max'] / 2**20:.0f} MiB", flush=True)
+                          f"{r['survivor_peak_rss_max'] / 2**20:.0f} MiB before the kill, "
+                          f"{r['survivor_peak_rss_through_restore'] / 2**20:.0f} MiB through the restore", flush=True)
     finally:
         if args.dir is None:
             shutil.rmtree(base, ignore_errors=True)
     summary = {"ballast_bytes": args.ballast, "workers": args.workers, "heartbeat_ms": args.heartbeat_ms,
-               "detection_s": 3 * args.heartbeat_ms / 1000, "runs": results}
+               "detection_s": 3 * args.heartbeat_ms / 1000, "join_timeout_s": args.join_timeout_ms / 1000,
+               "runs": results}
     for mode in results:
         xs = [r["kill_to_first_step_s"] for r in results[mode]]
         summary[f"{mode}_kill_to_first_step_s_median"] = statistics.median(xs)
         summary[f"{mode}_restore_s_median"] = statistics.median(r["restore_s_max"] for r in results[mode])
+        summary[f"{mode}_kill_to_assignment_s_median"] = statistics.median(
+            r["kill_to_assignment_s"] for r in results[mode])
+        summary[f"{mode}_assignment_to_first_step_s_median"] = statistics.median(
+            r["assignment_to_first_step_s"] for r in results[mode])
     summary["durable_over_memory"] = (summary["durable_kill_to_first_step_s_median"] /
                                       summary["memory_kill_to_first_step_s_median"])
     share = args.ballast / args.workers
     # Bound: state + staging + the memory level's files: own and one replica
     # of the newest step and of the one in flight, 2 (r + 1) shares.
-    summary["memory_rss_bound"] = share + STAGING + 4 * share
     summary["memory_peak_rss_max"] = max(r["survivor_peak_rss_max"] for r in results["memory"])
+    summary["memory_peak_rss_median"] = statistics.median(r["survivor_peak_rss_max"] for r in results["memory"])
     summary["durable_peak_rss_max"] = max(r["survivor_peak_rss_max"] for r in results["durable"])
+    # The durable-only process (its state, staging and everything else) plus
+    # the memory level's files: own and one replica of the newest step and of
+    # the one in flight, 2 (r + 1) shares.
+    summary["memory_rss_bound"] = summary["durable_peak_rss_max"] + 4 * share
+    summary["memory_peak_rss_over_bound"] = summary["memory_peak_rss_max"] / summary["memory_rss_bound"]
     if args.json:
         json.dump(summary, sys.stdout, indent=1)
         print()
@@ -221,11 +238,18 @@ def main():
               f"{summary['memory_kill_to_first_step_s_median']:.2f} s, durable "
               f"{summary['durable_kill_to_first_step_s_median']:.2f} s "
               f"({summary['durable_over_memory']:.1f}x); failure detection alone "
-              f"{summary['detection_s']:.2f} s")
-        print(f"peak RSS of a survivor before its restore: memory level "
-              f"{summary['memory_peak_rss_max'] / 2**20:.0f} MiB, durable only "
-              f"{summary['durable_peak_rss_max'] / 2**20:.0f} MiB; share {share / 2**20:.0f} MiB, "
-              f"bound state + staging + 4 shares = {summary['memory_rss_bound'] / 2**20:.0f} MiB")
+              f"{summary['detection_s']:.2f} s, the join timeout {summary['join_timeout_s']:.2f} s")
+        for mode in ("memory", "durable"):
+            print(f"  {mode:7}: kill -> assignment {summary[mode + '_kill_to_assignment_s_median']:.2f} s, "
+                  f"assignment -> ready {summary[mode + '_assignment_to_first_step_s_median']:.2f} s "
+                  f"(restore {summary[mode + '_restore_s_median']:.2f} s; the rest is the new shards' memory "
+                  f"and opening)")
+        print(f"peak RSS of a survivor before the kill: memory level "
+              f"{summary['memory_peak_rss_median'] / 2**20:.0f} MiB median, "
+              f"{summary['memory_peak_rss_max'] / 2**20:.0f} MiB max; durable only "
+              f"{summary['durable_peak_rss_max'] / 2**20:.0f} MiB; share {share / 2**20:.0f} MiB; "
+              f"durable-only + 4 shares = {summary['memory_rss_bound'] / 2**20:.0f} MiB "
+              f"({summary['memory_peak_rss_over_bound']:.2f}x)")
 
 
 if __name__ == "__main__":

@@ -65,6 +65,9 @@ struct CKPT_EXPORT PeerMemoryStats {
   int64_t refused = 0;         ///< files refused for the budget
   int64_t bytes_received = 0;  ///< from peers (replicas placed here)
   int64_t bytes_served = 0;    ///< to peers (restores)
+  /// Memory of dropped files kept to hold the next ones without new page
+  /// faults (counted against the budget's free part).
+  int64_t spare_bytes = 0;
 };
 
 /// One process's memory store and the server that lets peers place and read

@@ -63,8 +63,11 @@ void PeerStore::EraseLocked(std::map<std::string, File, std::less<>>::iterator i
 }
 
 void PeerStore::TrimSpareLocked() {
-  // The smallest go first.
-  while (!spare_.empty() && held_ + reserved_ + spare_bytes_ > budget_) {
+  // The smallest go first. Beyond the budget, and beyond what the files
+  // held now take: the next save's files are about that size, so more would
+  // be memory kept for nothing (a file placed before its predecessor was
+  // dropped left its predecessor's buffer over).
+  while (!spare_.empty() && (held_ + reserved_ + spare_bytes_ > budget_ || spare_bytes_ > held_)) {
     auto smallest = std::min_element(spare_.begin(), spare_.end(),
                                      [](const auto& a, const auto& b) { return a->capacity() < b->capacity(); });
     spare_bytes_ -= static_cast<int64_t>((*smallest)->capacity());
@@ -225,6 +228,7 @@ PeerMemoryStats PeerStore::Stats() const {
   s.refused = refused_;
   s.bytes_received = received_;
   s.bytes_served = served_;
+  s.spare_bytes = spare_bytes_;
   return s;
 }
 

@@ -76,7 +76,7 @@ class PeerStore {
   int64_t held_ = 0, reserved_ = 0, peak_ = 0, refused_ = 0, received_ = 0, served_ = 0;
   std::map<std::string, File, std::less<>> files_;
   // Memory of dropped files kept for Buffer(); its capacity counts against
-  // the budget's free part (held + reserved + spare <= budget).
+  // the budget's free part (held + reserved + spare <= budget) and stays within held.
   std::vector<std::shared_ptr<std::string>> spare_;
   int64_t spare_bytes_ = 0;
   void TrimSpareLocked();

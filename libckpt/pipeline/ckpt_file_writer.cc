@@ -27,16 +27,18 @@ class CkptFileWriter : public ContainerWriter {
       return absl::FailedPreconditionError(StrCat(job.data_path, ": storage requires ", file_->alignment(),
                                                   "-byte alignment, more than the format's 4096"));
     }
-    // The most the frames can take (compressed ones take less; Finish cuts
-    // the file to its length): writes inside the file's length do not
-    // serialize on the inode the way appending ones do.
-    uint64_t frames = kDataHeaderSize;
+    // The most the file can take: the frames (compressed ones take less;
+    // Finish cuts the file to its length), the block index and the footer.
+    // Writes inside the file's length do not serialize on the inode the way
+    // appending ones do, and a file gathered in memory is sized once.
+    uint64_t frames = kDataHeaderSize, blocks = 0;
     for (const SavePiece& p : pieces) {
       if (p.block_count == 0) continue;
+      blocks += p.block_count;
       frames += (p.block_count - 1) * FrameLength(job.block_size) +
                 FrameLength(p.bytes - (p.block_count - 1) * job.block_size);
     }
-    file_->Reserve(frames);
+    file_->Reserve(frames + AlignUp(kIndexHeaderSize + blocks * kIndexEntrySize + kFooterSize, kFrameAlign));
     CKPT_ASSIGN_OR_RETURN(header_, AlignedBuffer::Allocate(kDataHeaderSize, false));
     DataFileHeader hdr;
     hdr.step = job.step;

@@ -112,6 +112,7 @@ void Log(const WorkerConfig& c, const std::string& line) {
 // One generation: open, restore, train and save until done or stopped.
 // Returns true when the job finished.
 absl::StatusOr<bool> RunGeneration(const WorkerConfig& c, CoordinatorClient& client, const Assignment& a) {
+  const int64_t assigned_at = UnixMicros();
   const int rank = a.first_rank;
   ElasticShard shard(rank, a.world_size);
   Ballast ballast(c.ballast_bytes, rank, a.world_size);
@@ -163,9 +164,10 @@ absl::StatusOr<bool> RunGeneration(const WorkerConfig& c, CoordinatorClient& cli
     shard.Init();
     ballast.Init();
   }
-  // `at`: when this rank is ready for its first step (Unix microseconds).
+  // `at`: when this rank is ready for its first step; `assigned_at`: when
+  // its assignment arrived (Unix microseconds).
   Log(c, StrCat("generation=", a.generation, " rank=", rank, " world=", a.world_size, " restore=", a.restore_step,
-                restored, " at=", UnixMicros()));
+                restored, " assigned_at=", assigned_at, " at=", UnixMicros()));
   std::optional<SaveHandle> last;
   SaveLevel last_level = SaveLevel::kDurable;
   while (step < c.steps) {
@@ -192,8 +194,13 @@ absl::StatusOr<bool> RunGeneration(const WorkerConfig& c, CoordinatorClient& cli
         Log(c, StrCat("rank=", rank, " save failed: ", prev.message()));
         return Stopped(client) ? absl::StatusOr<bool>(false) : prev;
       } else {
+        std::string held;
+        if (c.memory) {
+          const PeerMemoryStats m = c.memory->Stats();
+          held = StrCat(" memory_held=", m.held_bytes, " memory_spare=", m.spare_bytes, " memory_files=", m.files);
+        }
         Log(c, StrCat("rank=", rank, " committed ", last_level == SaveLevel::kMemory ? "memory " : "", "step ",
-                      last->Stats().step));
+                      last->Stats().step, held));
       }
       if (last->Stats().step == c.kill_after_commit) kill(getpid(), SIGKILL);
     }
