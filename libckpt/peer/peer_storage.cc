@@ -315,16 +315,18 @@ class PeerWritable final : public WritableFile {
   void WriteAsync(uint64_t offset, absl::Span<const std::byte> data, IoCallback done) override {
     {
       std::lock_guard<std::mutex> lock(mu_);
-      if (data_.capacity() < offset + data.size()) Grow(offset + data.size());
+      if (data_.capacity() < offset + data.size()) Grow(std::max<uint64_t>(offset + data.size(), reserve_));
       if (data_.size() < offset + data.size()) data_.resize(offset + data.size());
       std::memcpy(data_.data() + offset, data.data(), data.size());
     }
     std::move(done)(absl::OkStatus());
   }
   absl::Status Drain() override { return absl::OkStatus(); }
+  // Sized at the first write, on the pipeline's thread: mapping the
+  // memory (page faults) stays out of the trainer's stall.
   void Reserve(uint64_t bytes) override {
     std::lock_guard<std::mutex> lock(mu_);
-    if (data_.capacity() < bytes) Grow(bytes);
+    reserve_ = std::max(reserve_, bytes);
   }
   absl::Status Finish(uint64_t final_size) override {
     std::shared_ptr<const std::string> bytes;
@@ -356,6 +358,7 @@ class PeerWritable final : public WritableFile {
   std::string path_;
   std::mutex mu_;
   std::string data_;
+  uint64_t reserve_ = 0;  // the size announced by Reserve
 };
 
 // A file in other processes' memory: each read goes to the copy that

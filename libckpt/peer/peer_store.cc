@@ -6,6 +6,7 @@
 
 #include "absl/strings/match.h"
 #include "format/root_files.h"
+#include "util/aligned_buffer.h"
 #include "util/strings.h"
 
 namespace ckpt::peer {
@@ -50,7 +51,16 @@ void PeerStore::Release(uint64_t n) {
   reserved_ -= static_cast<int64_t>(n);
 }
 
+void PeerStore::CountStepLocked(std::string_view path, const Bytes& bytes, int sign) {
+  const int64_t step = StepOfPath(path);
+  int64_t& n = step_capacity_[step];
+  n += sign * static_cast<int64_t>(bytes->capacity());
+  step_capacity_high_ = std::max(step_capacity_high_, n);
+  if (n <= 0) step_capacity_.erase(step);
+}
+
 void PeerStore::EraseLocked(std::map<std::string, File, std::less<>>::iterator it) {
+  CountStepLocked(it->first, it->second.bytes, -1);
   held_ -= static_cast<int64_t>(it->second.bytes->size());
   // Nobody reads it any more: keep its memory for the next file.
   if (it->second.bytes.use_count() == 1 && it->second.bytes->capacity() >= (size_t{1} << 20)) {
@@ -63,11 +73,12 @@ void PeerStore::EraseLocked(std::map<std::string, File, std::less<>>::iterator i
 }
 
 void PeerStore::TrimSpareLocked() {
-  // The smallest go first. Beyond the budget, and beyond what the files
-  // held now take: the next save's files are about that size, so more would
-  // be memory kept for nothing (a file placed before its predecessor was
-  // dropped left its predecessor's buffer over).
-  while (!spare_.empty() && (held_ + reserved_ + spare_bytes_ > budget_ || spare_bytes_ > held_)) {
+  // The smallest go first. Beyond the budget, and beyond the most memory
+  // one step's files have taken here: the next save's files need no more,
+  // so more would be memory kept for nothing (a file placed before its
+  // predecessor was dropped leaves that buffer over).
+  while (!spare_.empty() &&
+         (held_ + reserved_ + spare_bytes_ > budget_ || spare_bytes_ > std::max(held_, step_capacity_high_))) {
     auto smallest = std::min_element(spare_.begin(), spare_.end(),
                                      [](const auto& a, const auto& b) { return a->capacity() < b->capacity(); });
     spare_bytes_ -= static_cast<int64_t>((*smallest)->capacity());
@@ -89,7 +100,11 @@ std::shared_ptr<std::string> PeerStore::Buffer(size_t n) {
       spare_bytes_ -= static_cast<int64_t>(out->capacity());
     }
   }
-  if (out == nullptr) out = std::make_shared<std::string>();
+  if (out == nullptr) {
+    out = std::make_shared<std::string>();
+    out->reserve(n);
+    (void)PopulateForWrite(out->data(), n);  // the whole file is written: map it in one call
+  }
   out->resize(n);
   return out;
 }
@@ -99,6 +114,7 @@ void PeerStore::Insert(const std::string& path, Bytes bytes, int64_t generation)
   reserved_ -= static_cast<int64_t>(bytes->size());
   if (auto it = files_.find(path); it != files_.end()) EraseLocked(it);
   held_ += static_cast<int64_t>(bytes->size());
+  CountStepLocked(path, bytes, +1);
   files_.emplace(path, File{std::move(bytes), generation});
 }
 
@@ -111,6 +127,7 @@ absl::Status PeerStore::Put(const std::string& path, Bytes bytes, int64_t genera
   if (size - old > budget_ - held_ - reserved_) return ExhaustedLocked(bytes->size(), path);
   if (it != files_.end()) EraseLocked(it);
   held_ += size;
+  CountStepLocked(path, bytes, +1);
   TrimSpareLocked();
   peak_ = std::max(peak_, held_ + reserved_);
   files_.emplace(path, File{std::move(bytes), generation});

@@ -68,6 +68,8 @@ class PeerStore {
     int64_t generation = 0;
   };
   void EraseLocked(std::map<std::string, File, std::less<>>::iterator it);
+  // Adds (sign +1) or removes (-1) a file's memory from its step's total.
+  void CountStepLocked(std::string_view path, const Bytes& bytes, int sign);
   absl::Status ExhaustedLocked(uint64_t n, std::string_view path);
   void DropIfLocked(const std::function<bool(int64_t)>& drop);
 
@@ -76,9 +78,13 @@ class PeerStore {
   int64_t held_ = 0, reserved_ = 0, peak_ = 0, refused_ = 0, received_ = 0, served_ = 0;
   std::map<std::string, File, std::less<>> files_;
   // Memory of dropped files kept for Buffer(); its capacity counts against
-  // the budget's free part (held + reserved + spare <= budget) and stays within held.
+  // the budget's free part (held + reserved + spare <= budget) and stays
+  // within what one step's files have taken.
   std::vector<std::shared_ptr<std::string>> spare_;
   int64_t spare_bytes_ = 0;
+  // Memory (capacity) of the files held, per step; the most one step took.
+  std::map<int64_t, int64_t> step_capacity_;
+  int64_t step_capacity_high_ = 0;
   void TrimSpareLocked();
 };
 

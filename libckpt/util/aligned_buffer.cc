@@ -35,6 +35,16 @@ void* MapHuge(size_t size) {
 
 }  // namespace
 
+bool PopulateForWrite(void* p, size_t n) {
+#ifndef MADV_POPULATE_WRITE
+  constexpr int MADV_POPULATE_WRITE = 23;  // Linux 5.14
+#endif
+  const uintptr_t begin = AlignUp(reinterpret_cast<uintptr_t>(p), kPageSize);
+  const uintptr_t end = (reinterpret_cast<uintptr_t>(p) + n) / kPageSize * kPageSize;
+  if (end <= begin) return true;
+  return madvise(reinterpret_cast<void*>(begin), end - begin, MADV_POPULATE_WRITE) == 0;
+}
+
 absl::StatusOr<AlignedBuffer> AlignedBuffer::Allocate(size_t size, bool prefault, bool huge) {
   AlignedBuffer buf;
   if (size == 0) return buf;
@@ -49,7 +59,9 @@ absl::StatusOr<AlignedBuffer> AlignedBuffer::Allocate(size_t size, bool prefault
     return ErrnoStatus(errno, StrCat("mmap of ", size, " bytes"));
   }
   if (prefault) {
-    // MAP_POPULATE may be ignored under memory pressure; touch each page.
+    (void)PopulateForWrite(p, size);
+    // MAP_POPULATE and the above may be refused under memory pressure;
+    // touch each page (cheap where they worked).
     volatile std::byte* b = static_cast<std::byte*>(p);
     for (size_t off = 0; off < size; off += kPageSize) b[off] = std::byte{0};
   }

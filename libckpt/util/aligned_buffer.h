@@ -12,6 +12,13 @@ constexpr size_t kPageSize = 4096;
 
 inline size_t AlignUp(size_t n, size_t a) { return (n + a - 1) / a * a; }
 
+/// Maps the whole pages inside [p, p + n) for writing in one call
+/// (MADV_POPULATE_WRITE) rather than one page fault each: on some hosts,
+/// virtual machines above all, a page fault costs ~10 us and first writes
+/// to fresh memory run at a few hundred MB/s. Returns false where the kernel
+/// lacks it (before Linux 5.14); the memory then faults in as usual.
+bool PopulateForWrite(void* p, size_t n);
+
 /// Owns an mmap'ed region. Move-only.
 class AlignedBuffer {
  public:

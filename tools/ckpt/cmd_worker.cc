@@ -20,6 +20,7 @@
 #include "commands.h"
 #include "common/cli.h"
 #include "common/elastic_model.h"
+#include "util/aligned_buffer.h"
 #include "util/errors.h"
 #include "util/strings.h"
 
@@ -52,7 +53,10 @@ class Ballast {
     const int64_t per = rows_ / world, extra = rows_ % world;
     first_ = rank * per + std::min<int64_t>(rank, extra);
     count_ = per + (rank < extra ? 1 : 0);
-    v_.resize(static_cast<size_t>(count_ * kBallastCols));
+    const size_t n = static_cast<size_t>(count_ * kBallastCols);
+    v_.reserve(n);
+    (void)PopulateForWrite(v_.data(), n * sizeof(float));  // one call, not a page fault per 4 KiB
+    v_.resize(n);
   }
   static float Value(int64_t row, int64_t col) { return static_cast<float>((row * kBallastCols + col) % 65521); }
   void Init() {
@@ -116,6 +120,7 @@ absl::StatusOr<bool> RunGeneration(const WorkerConfig& c, CoordinatorClient& cli
   const int rank = a.first_rank;
   ElasticShard shard(rank, a.world_size);
   Ballast ballast(c.ballast_bytes, rank, a.world_size);
+  const double alloc_s = static_cast<double>(UnixMicros() - assigned_at) / 1e6;  // the new shards' memory
   auto state_of = [&]() -> absl::StatusOr<State> {
     State s = shard.state();
     CKPT_RETURN_IF_ERROR(ballast.AddTo(s));
@@ -167,7 +172,7 @@ absl::StatusOr<bool> RunGeneration(const WorkerConfig& c, CoordinatorClient& cli
   // `at`: when this rank is ready for its first step; `assigned_at`: when
   // its assignment arrived (Unix microseconds).
   Log(c, StrCat("generation=", a.generation, " rank=", rank, " world=", a.world_size, " restore=", a.restore_step,
-                restored, " assigned_at=", assigned_at, " at=", UnixMicros()));
+                restored, " alloc_s=", alloc_s, " assigned_at=", assigned_at, " at=", UnixMicros()));
   std::optional<SaveHandle> last;
   SaveLevel last_level = SaveLevel::kDurable;
   while (step < c.steps) {
