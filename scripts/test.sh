@@ -10,13 +10,25 @@ cd "$(dirname "$0")/.."
 scripts/install-deps.sh --test
 jobs=$(nproc)
 fuzz_seconds=${FUZZ_SECONDS:-30}
+# Line tables only (-g1): backtraces and sanitizer reports keep file:line,
+# and the optimised builds compile a quarter faster than with full -g.
+opt_flags=(-DCMAKE_C_FLAGS_RELWITHDEBINFO="-O2 -g1 -DNDEBUG" -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O2 -g1 -DNDEBUG")
+stage_start=$SECONDS
+stage() {
+  if [[ -n "${stage_name:-}" ]]; then
+    echo "-- ${stage_name}: $((SECONDS - stage_start)) s"
+  fi
+  stage_name=$1
+  stage_start=$SECONDS
+  echo "== $1"
+}
 
-echo "== release build and tests"
-cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo
+stage "release build and tests"
+cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo "${opt_flags[@]}"
 cmake --build build
 ctest --test-dir build --output-on-failure -j "$jobs"
 
-echo "== pip install . from scratch into a venv made from Debian's python3"
+stage "pip install . from scratch into a venv made from Debian's python3"
 venv=$(mktemp -d)
 /usr/bin/python3 -m venv --system-site-packages "$venv/venv"
 env -u CKPT_CMAKE_BUILD_DIR CMAKE_BUILD_PARALLEL_LEVEL="$jobs" \
@@ -25,7 +37,7 @@ src=$PWD
 (cd "$venv" && "$venv/venv/bin/python" "$src/tests/python/installed_package.py" "$venv/venv")
 rm -rf "$venv"
 
-echo "== address + undefined-behaviour sanitizers"
+stage "address + undefined-behaviour sanitizers"
 cmake -S . -B build-asan -G Ninja -DCMAKE_BUILD_TYPE=Debug -DCKPT_SANITIZE=address,undefined \
   -DCKPT_BUILD_BENCHMARKS=OFF
 cmake --build build-asan
@@ -34,12 +46,12 @@ ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1 \
 # (the Python tests load the module into /usr/bin/python3, which does not
 # start with the sanitizer runtimes; they run in the release stage)
 
-echo "== ThreadSanitizer: the tests of the concurrent parts"
+stage "ThreadSanitizer: the tests of the concurrent parts"
 # The save pipeline, commit protocol, backends, audits and the coordinator
 # are where threads meet; the pure-logic tests add nothing under TSan.
 tsan_tests=(commit_test roundtrip_test backends_test audit_test claim_test staging_arena_test coordinator_test etcd_test hostile_test
   safetensors_cli_test peer_test)
-cmake -S . -B build-tsan -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCKPT_SANITIZE=thread \
+cmake -S . -B build-tsan -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCKPT_SANITIZE=thread "${opt_flags[@]}" \
   -DCKPT_BUILD_BENCHMARKS=OFF
 cmake --build build-tsan --target "${tsan_tests[@]}" s3_test ckpt_cli crash_saver
 for t in "${tsan_tests[@]}"; do
@@ -55,7 +67,7 @@ TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1" build-tsan/tests/s3_test 
 scripts/s3-test-server.sh stop "$s3dir"
 trap - EXIT
 
-echo "== fuzzing (${fuzz_seconds}s per target)"
+stage "fuzzing (${fuzz_seconds}s per target)"
 CC=clang CXX=clang++ cmake -S . -B build-fuzz -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
   -DCKPT_FUZZ=ON -DCKPT_SANITIZE=address,undefined -DCKPT_BUILD_TESTS=OFF \
   -DCKPT_BUILD_BENCHMARKS=OFF -DCKPT_BUILD_TOOLS=OFF
@@ -83,4 +95,5 @@ for target in manifest data_file frame latest claim safetensors s3_parse coordin
   echo "fuzz_$target: $(grep -E '^stat::number_of_executed_units' "$log" | awk '{print $2}') runs, clean"
   rm -rf "$corpus" "$log"
 done
-echo "== all tests passed"
+stage "all tests passed"
+echo "-- total: ${SECONDS} s"
