@@ -5,7 +5,7 @@
 //
 //   auto memory = ckpt::PeerMemory::Start({.token = token, .domain = "node-3"});
 //   // the coordinator's assignment names the replica holders and, for a
-//   // memory restore, who holds what (ckpt::PeerRouteFor):
+//   // memory restore, who holds what (Assignment::memory_route):
 //   auto storage = ckpt::OpenPeerStorage(*memory, route);
 //   opts.memory_storage = *storage;   // CheckpointerOptions
 //   cp->Save(step, state, {.level = ckpt::SaveLevel::kMemory});
