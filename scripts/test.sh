@@ -16,7 +16,7 @@ opt_flags=(-DCMAKE_C_FLAGS_RELWITHDEBINFO="-O2 -g1 -DNDEBUG" -DCMAKE_CXX_FLAGS_R
 stage_start=$SECONDS
 stage() {
   if [[ -n "${stage_name:-}" ]]; then
-    echo "-- ${stage_name}: $((SECONDS - stage_start)) s"
+    echo "== ${stage_name}: took $((SECONDS - stage_start)) s"
   fi
   stage_name=$1
   stage_start=$SECONDS
@@ -96,4 +96,4 @@ for target in manifest data_file frame latest claim safetensors s3_parse coordin
   rm -rf "$corpus" "$log"
 done
 stage "all tests passed"
-echo "-- total: ${SECONDS} s"
+echo "== total: ${SECONDS} s"
