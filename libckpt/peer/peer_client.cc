@@ -196,6 +196,34 @@ absl::Status PeerConnection::RecvExact(void* dst, size_t n) {
   return absl::OkStatus();
 }
 
+char* PeerConnection::bounce() {
+  if (bounce_ == nullptr) bounce_ = std::make_unique<char[]>(kBounceBytes);
+  return bounce_.get();
+}
+
+absl::Status PeerConnection::SendBulk(std::string_view bytes, Xxh3Stream* sum) {
+  char* b = bounce();
+  for (size_t off = 0; off < bytes.size(); off += kBounceBytes) {
+    const size_t n = std::min(kBounceBytes, bytes.size() - off);
+    std::memcpy(b, bytes.data() + off, n);
+    if (sum != nullptr) sum->Update(b, n);
+    CKPT_RETURN_IF_ERROR(Send(std::string_view(b, n)));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<uint64_t> PeerConnection::RecvBulk(std::byte* dst, size_t n) {
+  char* b = bounce();
+  Xxh3Stream sum;
+  for (size_t off = 0; off < n; off += kBounceBytes) {
+    const size_t k = std::min(kBounceBytes, n - off);
+    CKPT_RETURN_IF_ERROR(RecvExact(b, k));
+    sum.Update(b, k);
+    std::memcpy(dst + off, b, k);
+  }
+  return sum.Digest();
+}
+
 absl::StatusOr<Header> PeerConnection::RecvHeader(uint64_t max_payload) {
   uint8_t b[kHeaderSize];
   CKPT_RETURN_IF_ERROR(RecvExact(b, sizeof(b)));
@@ -236,15 +264,16 @@ absl::Status PeerConnection::Put(std::string_view path, absl::Span<const std::by
   auto begun = Reply(StrCat("put ", path));
   if (!begun.ok()) return begun.status();
   const std::string_view all(reinterpret_cast<const char*>(data.data()), data.size());
+  Xxh3Stream whole;  // of what left this process, through the bounce buffer
   for (uint64_t off = 0; off < data.size(); off += kMaxChunk) {
     const std::string_view part = all.substr(off, kMaxChunk);
     uint8_t hdr[kHeaderSize];
     EncodeHeader(Op::kPutData, part.size(), off, Xxh3(part), hdr);
     CKPT_RETURN_IF_ERROR(Send(std::string_view(reinterpret_cast<const char*>(hdr), sizeof(hdr))));
-    CKPT_RETURN_IF_ERROR(Send(part));
+    CKPT_RETURN_IF_ERROR(SendBulk(part, &whole));
   }
   ByteWriter e;
-  e.U64(Xxh3(all));
+  e.U64(whole.Digest());
   CKPT_RETURN_IF_ERROR(SendFrame(Op::kPutEnd, e.Take()));
   return Reply(StrCat("put ", path)).status();
 }
@@ -287,9 +316,9 @@ absl::Status PeerConnection::Get(std::string_view path, uint64_t offset, absl::S
           absl::DataLossError(StrCat("peer ", endpoint_, " answered a read of ", path, " at byte offset ", offset + off,
                                      " with ", OpName(h->op), " of ", h->length, " bytes at offset ", h->arg)));
     }
-    std::byte* p = dst.data() + off;
-    CKPT_RETURN_IF_ERROR(RecvExact(p, want));
-    if (Xxh3(p, want) != h->checksum) {
+    auto sum = RecvBulk(dst.data() + off, want);
+    if (!sum.ok()) return sum.status();
+    if (*sum != h->checksum) {
       return Fail(absl::DataLossError(StrCat("peer ", endpoint_, ": checksum mismatch in ", path, " bytes [",
                                              offset + off, ", ", offset + off + want, ")")));
     }

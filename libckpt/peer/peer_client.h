@@ -15,6 +15,7 @@
 #include "absl/types/span.h"
 #include "ckpt/storage.h"
 #include "peer/peer_wire.h"
+#include "util/hash.h"
 
 namespace ckpt::peer {
 
@@ -47,6 +48,11 @@ class PeerConnection {
   absl::Status Send(std::string_view bytes);
   absl::Status SendFrame(Op op, std::string_view payload, uint64_t arg = 0);
   absl::Status RecvExact(void* dst, size_t n);
+  /// Sends `bytes` through the bounce buffer, adding them to `*sum`.
+  absl::Status SendBulk(std::string_view bytes, Xxh3Stream* sum);
+  /// Receives n bytes into dst through the bounce buffer; their xxh3.
+  absl::StatusOr<uint64_t> RecvBulk(std::byte* dst, size_t n);
+  char* bounce();
   absl::StatusOr<Header> RecvHeader(uint64_t max_payload);
   /// Reads a reply to `what`: kOk's payload, or the peer's error.
   absl::StatusOr<std::string> Reply(std::string_view what);
@@ -56,6 +62,7 @@ class PeerConnection {
   std::string endpoint_, domain_;
   double timeout_s_;
   bool broken_ = false;
+  std::unique_ptr<char[]> bounce_;  // kBounceBytes, at the first bulk transfer
 };
 
 }  // namespace ckpt::peer

@@ -1,14 +1,16 @@
 // PeerMemory: the store and the Boost.Asio server that lets peers place and
-// read copies in it (one io thread; a connection's frames are handled in
-// order, data frames read straight into the file being placed and served
-// straight from the stored file).
+// read copies in it (a few io threads; a connection's frames are handled in
+// order, on its strand; bulk bytes pass through a small buffer per
+// direction, peer_wire.h kBounceBytes).
 #include <unistd.h>
 
 #include <algorithm>
 #include <cstring>
 #include <deque>
+#include <memory>
 #include <thread>
 #include <utility>
+#include <vector>
 
 #include <boost/asio.hpp>
 
@@ -40,13 +42,16 @@ class Connection : public std::enable_shared_from_this<Connection> {
  private:
   struct Out {
     std::string head;       // header, or a whole small frame
-    PeerStore::Bytes file;  // data served straight from a stored file
+    PeerStore::Bytes file;  // data served from a stored file
     uint64_t offset = 0, length = 0;
+    uint64_t sent = 0;  // of the file's bytes
+    bool head_sent = false;
   };
 
   void ReadHeader();
   void ReadPayload(const Header& h);
   void ReadPutData(const Header& h);
+  void ReadPutPiece(const Header& h, char* dst, uint64_t done);
   void OnFrame(const Header& h);
   absl::Status Handle(const Header& h);
   void Queue(Out out);
@@ -65,6 +70,10 @@ class Connection : public std::enable_shared_from_this<Connection> {
   std::string payload_;
   std::deque<Out> outbox_;
   bool writing_ = false;
+  // kBounceBytes each: what is being received of a put, what is being sent
+  // of a file.
+  std::unique_ptr<char[]> in_bounce_, out_bounce_;
+  Xxh3Stream piece_sum_;
   // The file being placed (put-begin .. put-end).
   std::string upload_path_;
   std::shared_ptr<std::string> upload_;
@@ -238,25 +247,30 @@ void Connection::ReadPutData(const Header& h) {
     return Close(StrCat("put-data at byte offset ", h.arg, " (", h.length, " bytes) past the end of ", upload_path_,
                         " (", upload_->size(), " bytes)"));
   }
-  // A refused put still reads its data (into a scratch buffer) to stay in step.
-  char* dst;
-  if (upload_ != nullptr) {
-    dst = upload_->data() + h.arg;
-  } else {
-    payload_.resize(h.length);
-    dst = payload_.data();
+  // A refused put still reads its data (and drops it) to stay in step.
+  if (in_bounce_ == nullptr) in_bounce_ = std::make_unique<char[]>(kBounceBytes);
+  piece_sum_.Reset();
+  ReadPutPiece(h, upload_ != nullptr ? upload_->data() + h.arg : nullptr, 0);
+}
+
+void Connection::ReadPutPiece(const Header& h, char* dst, uint64_t done) {
+  if (done == h.length) {
+    if (upload_ != nullptr && upload_error_.ok() && piece_sum_.Digest() != h.checksum) {
+      upload_error_ = absl::DataLossError(StrCat("checksum mismatch in ", upload_path_, " bytes [", h.arg, ", ",
+                                                 h.arg + h.length, ") as received from ", peer_));
+    }
+    owner_.store().CountReceived(h.length);
+    return ReadHeader();
   }
+  const size_t n = static_cast<size_t>(std::min<uint64_t>(kBounceBytes, h.length - done));
   auto self = shared_from_this();
-  asio::async_read(
-      socket_, asio::buffer(dst, h.length), [this, self, h, dst](const boost::system::error_code& ec, size_t) {
-        if (ec || closed_) return Close("");
-        if (upload_ != nullptr && upload_error_.ok() && Xxh3(dst, h.length) != h.checksum) {
-          upload_error_ = absl::DataLossError(StrCat("checksum mismatch in ", upload_path_, " bytes [", h.arg, ", ",
-                                                     h.arg + h.length, ") as received from ", peer_));
-        }
-        owner_.store().CountReceived(h.length);
-        ReadHeader();
-      });
+  asio::async_read(socket_, asio::buffer(in_bounce_.get(), n),
+                   [this, self, h, dst, done, n](const boost::system::error_code& ec, size_t) {
+                     if (ec || closed_) return Close("");
+                     piece_sum_.Update(in_bounce_.get(), n);
+                     if (dst != nullptr) std::memcpy(dst + done, in_bounce_.get(), n);
+                     ReadPutPiece(h, dst, done + n);
+                   });
 }
 
 void Connection::OnFrame(const Header& h) {
@@ -431,17 +445,27 @@ void Connection::WriteNext() {
     return;
   }
   writing_ = true;
-  const Out& o = outbox_.front();
-  std::vector<asio::const_buffer> bufs{asio::buffer(o.head)};
-  if (o.file != nullptr) bufs.push_back(asio::buffer(o.file->data() + o.offset, o.length));
+  Out& o = outbox_.front();
+  std::vector<asio::const_buffer> bufs;
+  if (!o.head_sent) bufs.push_back(asio::buffer(o.head));
+  size_t piece = 0;
+  if (o.file != nullptr && o.sent < o.length) {
+    if (out_bounce_ == nullptr) out_bounce_ = std::make_unique<char[]>(kBounceBytes);
+    piece = static_cast<size_t>(std::min<uint64_t>(kBounceBytes, o.length - o.sent));
+    std::memcpy(out_bounce_.get(), o.file->data() + o.offset + o.sent, piece);
+    bufs.push_back(asio::buffer(out_bounce_.get(), piece));
+  }
   auto self = shared_from_this();
-  asio::async_write(socket_, bufs, [this, self](const boost::system::error_code& ec, size_t) {
-    outbox_.pop_front();
+  asio::async_write(socket_, bufs, [this, self, piece](const boost::system::error_code& ec, size_t) {
     if (ec) {
       outbox_.clear();
       writing_ = false;
       return Close("");
     }
+    Out& done = outbox_.front();
+    done.head_sent = true;
+    done.sent += piece;
+    if (done.file == nullptr || done.sent >= done.length) outbox_.pop_front();
     WriteNext();
   });
 }

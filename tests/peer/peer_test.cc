@@ -119,6 +119,23 @@ INSTANTIATE_TEST_SUITE_P(Peer, StorageConformance,
                                                        [](int n) { return "peertest://" + std::to_string(n); }}),
                          [](const ::testing::TestParamInfo<BackendCase>& info) { return info.param.name; });
 
+// Bulk bytes are checksummed piece by piece as they pass the bounce buffer:
+// the pieces' running xxh3 is the frame's.
+TEST(PeerWire, Xxh3OfPiecesIsXxh3OfTheWhole) {
+  const std::string data = Pattern(3 * peer::kBounceBytes + 77, 5);
+  for (size_t piece : {size_t{1}, size_t{7}, size_t{4096}, peer::kBounceBytes, data.size()}) {
+    Xxh3Stream s;
+    for (size_t off = 0; off < data.size(); off += piece) {
+      s.Update(data.data() + off, std::min(piece, data.size() - off));
+    }
+    EXPECT_EQ(s.Digest(), Xxh3(data)) << piece;
+  }
+  Xxh3Stream s;
+  s.Update("x", 1);
+  s.Reset();
+  EXPECT_EQ(s.Digest(), Xxh3(std::string_view()));
+}
+
 TEST(PeerMemory, ReplicasArePlacedAndReadFromPeersWithFailover) {
   LogLines log;
   auto a = StartMemory("node-a", int64_t{1} << 30, &log);
@@ -130,7 +147,8 @@ TEST(PeerMemory, ReplicasArePlacedAndReadFromPeersWithFailover) {
   wr.replicas = {b->endpoint(), c->endpoint()};
   auto writer = OpenPeerStorage(a, wr);
   ASSERT_OK(writer);
-  const std::string data = Pattern(10u << 20, 3);  // several data frames
+  // Several data frames, the last one ending in part of a bounce buffer.
+  const std::string data = Pattern((10u << 20) + 12345, 3);
   Write(**writer, "step-0000000014/rank-000003.ckd", data);
   ASSERT_OK((*writer)->PutAtomic("step-0000000014/MANIFEST", Bytes(std::string("manifest"))));
   for (auto& m : {a, b, c}) {
