@@ -24,6 +24,22 @@ const char* JournalKindName(JournalKind kind) {
   return "?";
 }
 
+const char* MemoryLevelStateName(MemoryLevelView::State state) {
+  switch (state) {
+    case MemoryLevelView::State::kNone:
+      return "none";
+    case MemoryLevelView::State::kHeld:
+      return "held";
+    case MemoryLevelView::State::kUnconfirmed:
+      return "unconfirmed";
+    case MemoryLevelView::State::kDropped:
+      return "dropped";
+    case MemoryLevelView::State::kGone:
+      return "gone";
+  }
+  return "?";
+}
+
 namespace {
 // "record N: " when the caller numbers records (history); a replaying
 // coordinator's log names the key or byte offset itself.
@@ -52,6 +68,7 @@ absl::StatusOr<RecordView> DecodeRecord(int64_t seq, std::string_view record) {
     }
     case JournalKind::kEnded:
       v.generation = r.SVar();
+      if (r.ok() && !r.AtEnd()) v.finished = r.U8() != 0;
       break;
     case JournalKind::kCommitted:
     case JournalKind::kAborted:
@@ -87,6 +104,18 @@ void History::Add(RecordView r) {
           break;
         }
       }
+      // A generation restores a memory step only when it is newer than
+      // every durable one; otherwise its members drop their memory steps.
+      if (memory.state == MemoryLevelView::State::kHeld || memory.state == MemoryLevelView::State::kUnconfirmed) {
+        const bool restored = r.restore_step == memory.step && committed.count(memory.step) == 0;
+        memory.state = restored ? MemoryLevelView::State::kHeld : MemoryLevelView::State::kDropped;
+        memory.held_by = r.generation;
+      }
+      break;
+    case JournalKind::kEnded:
+      if (memory.state == MemoryLevelView::State::kHeld && memory.held_by == r.generation) {
+        memory.state = r.finished ? MemoryLevelView::State::kGone : MemoryLevelView::State::kUnconfirmed;
+      }
       break;
     case JournalKind::kCommitted:
       if (aborted_in_.count({key, r.generation})) {
@@ -94,6 +123,12 @@ void History::Add(RecordView r) {
                                         " committed after it was aborted"));
       }
       (r.memory ? memory_committed : committed).insert(r.step);
+      if (r.memory) {
+        memory.state = MemoryLevelView::State::kHeld;
+        memory.step = r.step;
+        memory.generation = memory.held_by = r.generation;
+        memory.save_world = r.save_world;
+      }
       committed_in_.insert({key, r.generation});
       break;
     case JournalKind::kDecided:

@@ -642,12 +642,15 @@ class CoordinatorImpl final : public Coordinator, public SessionOwner {
     return NewestRestorableStep(**storage, last_committed, [this](const std::string& line) { Log(line); });
   }
 
-  void EndGeneration(const std::string& reason) {
+  // `finished`: every member left, the job is over (its processes' memory
+  // level with it); recorded so that the log tells that from a failure.
+  void EndGeneration(const std::string& reason, bool finished = false) {
     if (!membership_.running()) return;
     const int64_t generation = membership_.generation();
     ByteWriter w;
     w.U8(static_cast<uint8_t>(JournalKind::kEnded));
     w.SVar(generation);
+    if (finished) w.U8(1);
     if (!Journaled(w.Take())) return;
     Log(StrCat("generation ", generation, " ended: ", reason));
     const absl::Status why = absl::AbortedError(StrCat("generation ", generation, " ended: ", reason));
@@ -740,7 +743,7 @@ class CoordinatorImpl final : public Coordinator, public SessionOwner {
     if (id != s->member_id) return absl::PermissionDeniedError("a member can only leave for itself");
     pending_joins_.erase(id);
     // Leaving ends the generation only when others would wait for it.
-    if (membership_.Leave(id)) EndGeneration("every member left: the job finished");
+    if (membership_.Leave(id)) EndGeneration("every member left: the job finished", true);
     s->Reply(h.request_id, MsgType::kAck, "");
     return absl::OkStatus();
   }

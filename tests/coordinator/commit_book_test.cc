@@ -271,5 +271,79 @@ TEST(History, DecodesRecordsAndFindsContradictions) {
   EXPECT_FALSE(DecodeRecord(1, step(JournalKind::kCommitted, 5, 1).substr(0, 1)).ok());
 }
 
+// The memory level through a log: the newest committed memory step is held
+// while its generation runs, unconfirmed once that generation ends, held
+// again by a generation that restores it, dropped by one that restores a
+// durable step instead (even one of the same number), gone when the job
+// finishes.
+TEST(History, FollowsTheNewestMemoryStep) {
+  auto step = [](JournalKind kind, int64_t st, int64_t gen, bool memory) {
+    ByteWriter w;
+    w.U8(static_cast<uint8_t>(kind));
+    w.SVar(StepKey(st, memory));
+    w.SVar(gen);
+    if (memory) w.Var(6);
+    return w.Take();
+  };
+  auto generation = [](int64_t gen, int64_t restore) {
+    ByteWriter w;
+    w.U8(static_cast<uint8_t>(JournalKind::kGeneration));
+    w.SVar(gen);
+    w.Var(2);
+    w.SVar(restore);
+    w.Var(0);
+    return w.Take();
+  };
+  auto ended = [](int64_t gen, bool finished) {
+    ByteWriter w;
+    w.U8(static_cast<uint8_t>(JournalKind::kEnded));
+    w.SVar(gen);
+    if (finished) w.U8(1);
+    return w.Take();
+  };
+  History h;
+  int64_t seq = 0;
+  auto add = [&](const std::string& rec) {
+    auto r = DecodeRecord(++seq, rec);
+    ASSERT_OK(r);
+    h.Add(std::move(*r));
+  };
+  using State = MemoryLevelView::State;
+  add(generation(1, -1));
+  EXPECT_EQ(h.memory.state, State::kNone);
+  add(step(JournalKind::kCommitted, 10, 1, false));
+  add(step(JournalKind::kCommitted, 12, 1, true));
+  add(step(JournalKind::kCommitted, 14, 1, true));
+  EXPECT_EQ(h.memory.state, State::kHeld);
+  EXPECT_EQ(h.memory.step, 14);
+  EXPECT_EQ(h.memory.generation, 1);
+  EXPECT_EQ(h.memory.save_world, 6);
+  EXPECT_EQ(h.memory_committed, (std::set<int64_t>{12, 14}));
+  EXPECT_EQ(h.committed, (std::set<int64_t>{10}));
+  add(ended(1, false));
+  EXPECT_EQ(h.memory.state, State::kUnconfirmed);
+  EXPECT_STREQ(MemoryLevelStateName(h.memory.state), "unconfirmed");
+  add(generation(2, 14));  // restored from memory
+  EXPECT_EQ(h.memory.state, State::kHeld);
+  EXPECT_EQ(h.memory.held_by, 2);
+  EXPECT_EQ(h.memory.generation, 1);
+  add(ended(2, false));
+  add(generation(3, 10));  // the survivors did not hold it all
+  EXPECT_EQ(h.memory.state, State::kDropped);
+  EXPECT_EQ(h.memory.held_by, 3);
+  add(step(JournalKind::kCommitted, 20, 3, false));
+  add(step(JournalKind::kCommitted, 20, 3, true));
+  EXPECT_EQ(h.memory.state, State::kHeld);
+  add(ended(3, false));
+  add(generation(4, 20));  // durable step 20: the memory step of that number is dropped
+  EXPECT_EQ(h.memory.state, State::kDropped);
+  add(step(JournalKind::kCommitted, 22, 4, true));
+  add(ended(4, true));
+  EXPECT_EQ(h.memory.state, State::kGone);
+  EXPECT_EQ(h.memory.step, 22);
+  EXPECT_TRUE(h.records.back().finished);
+  EXPECT_TRUE(h.contradictions.empty());
+}
+
 }  // namespace
 }  // namespace ckpt::coord

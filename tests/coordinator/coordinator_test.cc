@@ -264,6 +264,29 @@ TEST(Coordinator, ALostNodeRestoresTheNewestMemoryStepFromPeers) {
   ExpectFinalStateExact(dir.Join("root"), 40);
   // Later memory steps were saved by the 4 ranks, in the 2 domains left.
   EXPECT_NE(run.logs.find("committed memory step 18"), std::string::npos) << run.logs;
+  // `ckpt list` with the coordinator's state shows both levels: the last
+  // memory step (38: step 40 was durable) went with the job's processes,
+  // and durable step 40 is the newest a restart would restore.
+  int code = -1;
+  const std::string root = dir.Join("root"), state = dir.Join("state");
+  const std::string json = RunCkpt(StrCat("list ", root, " --state-dir ", state, " --json"), &code);
+  EXPECT_EQ(code, 0) << json;
+  EXPECT_NE(json.find("\"newest\":{\"step\":40,\"level\":\"durable\"}"), std::string::npos) << json;
+  EXPECT_NE(json.find("\"memory\":{\"state\":\"gone\",\"step\":38,\"generation\":2,\"save_world\":4,\"held_by\":2"),
+            std::string::npos)
+      << json;
+  EXPECT_NE(json.find("{\"step\":40,\"level\":\"durable\",\"state\":\"committed\",\"latest\":true"), std::string::npos)
+      << json;
+  const std::string text = RunCkpt(StrCat("list ", root, " --state-dir ", state), &code);
+  EXPECT_EQ(code, 0) << text;
+  EXPECT_NE(text.find("memory level: gone: the job finished (every member of generation 2 left)"), std::string::npos)
+      << text;
+  EXPECT_NE(text.find("(* the newest step a restart restores: step 40, from the root)"), std::string::npos) << text;
+  // The history names the levels and the job's end.
+  const std::string history = RunCkpt(StrCat("coordinator history --state-dir ", state), &code);
+  EXPECT_EQ(code, 0) << history;
+  EXPECT_NE(history.find("memory step 14 committed (generation 1)"), std::string::npos) << history;
+  EXPECT_NE(history.find("generation 2 ended (every member left: the job finished)"), std::string::npos) << history;
 }
 
 TEST(Coordinator, WhenNoLiveCopyHoldsAShardTheRestoreFallsBackToDurable) {

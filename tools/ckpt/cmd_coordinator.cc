@@ -82,13 +82,14 @@ std::string RecordLine(const coord::RecordView& r) {
       return t;
     }
     case JournalKind::kEnded:
-      return StrCat("generation ", r.generation, " ended");
+      return StrCat("generation ", r.generation, " ended", r.finished ? " (every member left: the job finished)" : "");
     case JournalKind::kDecided:
-      return StrCat("step ", r.step, " decided for commit (generation ", r.generation, ")");
+      return StrCat(coord::StepName(coord::StepKey(r.step, r.memory)), " decided for commit (generation ", r.generation,
+                    ")");
     case JournalKind::kCommitted:
-      return StrCat("step ", r.step, " committed (generation ", r.generation, ")");
+      return StrCat(coord::StepName(coord::StepKey(r.step, r.memory)), " committed (generation ", r.generation, ")");
     case JournalKind::kAborted:
-      return StrCat("step ", r.step, " aborted (generation ", r.generation, ")");
+      return StrCat(coord::StepName(coord::StepKey(r.step, r.memory)), " aborted (generation ", r.generation, ")");
     case JournalKind::kSdc:
       return StrCat("SDC alert in step ", r.step, ", ", r.chunk, ": ", r.detail);
   }
@@ -141,6 +142,8 @@ int HistoryMain(int argc, char** argv, int first) {
         j.BeginObject().Field("seq", r.seq).Field("kind", coord::JournalKindName(r.kind));
         if (r.generation >= 0) j.Field("generation", r.generation);
         if (r.kind != coord::JournalKind::kGeneration && r.kind != coord::JournalKind::kEnded) j.Field("step", r.step);
+        if (r.memory) j.Field("level", "memory");
+        if (r.finished) j.Field("finished", true);
         if (r.kind == coord::JournalKind::kGeneration) {
           j.Field("world", r.world).Field("restore_step", r.restore_step).Key("members").BeginArray();
           for (const auto& m : r.members) {
