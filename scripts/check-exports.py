@@ -10,6 +10,10 @@ function, enum or constant declared in a public header; template
 instantiations of std:: and absl:: types (over public ckpt types) are
 allowed. Any other exported symbol is listed.
 
+It also checks that every ckpt symbol a library needs from another (libckpt
+for the coordinator's) is one the libraries given export: a library that
+calls an internal function of libckpt links, then fails to load.
+
 It also checks that each library exports something and that a few internal
 names that once leaked (the save engine, the parsers of util/strings.h, the
 coordinator's server) are hidden.
@@ -89,6 +93,19 @@ def check(lib, names):
     return problems, len(symbols), ckpt_symbols
 
 
+def undefined_ckpt(lib):
+    out = subprocess.run(["nm", "-D", "--undefined-only", lib], capture_output=True, text=True)
+    if out.returncode != 0:
+        raise OSError(out.stderr.strip() or f"nm failed on {lib}")
+    return [line.split()[-1] for line in out.stdout.splitlines()
+            if re.match(r"^_ZN?K?4ckpt", line.split()[-1])]
+
+
+def demangle(sym):
+    out = subprocess.run(["c++filt", sym], capture_output=True, text=True)
+    return out.stdout.strip() or sym
+
+
 def main(argv):
     if len(argv) < 2 or argv[1] in ("-h", "--help"):
         print(__doc__.strip())
@@ -103,6 +120,19 @@ def main(argv):
             return 2
         print(f"{os.path.basename(lib)}: {total} exported symbols, {ours} of namespace ckpt")
         all_problems += problems
+    try:
+        defined = set()
+        for lib in argv[1:]:
+            out = subprocess.run(["nm", "-D", "--defined-only", lib], capture_output=True, text=True, check=True)
+            defined.update(line.split()[-1] for line in out.stdout.splitlines() if line.strip())
+        for lib in argv[1:]:
+            for sym in undefined_ckpt(lib):
+                if sym not in defined:
+                    all_problems.append(f"{os.path.basename(lib)}: needs {demangle(sym)!r}, which no library given "
+                                        "exports (it would fail to load)")
+    except (OSError, subprocess.CalledProcessError) as e:
+        print(f"check-exports: {e}", file=sys.stderr)
+        return 2
     for p in all_problems:
         print(p)
     return 1 if all_problems else 0
