@@ -39,7 +39,8 @@ class CMakeBuild(build_ext):
         package = os.path.join(build_dir, "integrations", "python", "ckpt")
         out = os.path.dirname(os.path.abspath(self.get_ext_fullpath(ext.name)))
         os.makedirs(out, exist_ok=True)
-        natives = glob.glob(os.path.join(package, "_ckpt*.so")) + glob.glob(os.path.join(package, "libckpt.so*"))
+        natives = glob.glob(os.path.join(package, "_ckpt*.so")) + glob.glob(os.path.join(package, "libckpt.so*")) + \
+            glob.glob(os.path.join(package, "libckpt_coordinator.so*"))
         if not any(os.path.basename(n).startswith("_ckpt") for n in natives):
             raise RuntimeError(f"the build left no _ckpt module in {package}")
         for f in natives:

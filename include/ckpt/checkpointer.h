@@ -200,6 +200,10 @@ class CKPT_EXPORT Checkpointer {
   /// Latest committed step (of the durable level); NotFound when there is
   /// none.
   absl::StatusOr<int64_t> LatestStep();
+  /// Latest committed step of `level`: for the memory level, what this
+  /// process's memory or its peers' say (FailedPrecondition without
+  /// CheckpointerOptions::memory_storage).
+  absl::StatusOr<int64_t> LatestStep(SaveLevel level);
   absl::StatusOr<std::vector<StepInfo>> ListSteps();
 
   /// Applies retention and removes uncommitted leftovers older than the

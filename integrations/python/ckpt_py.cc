@@ -12,6 +12,7 @@
 #include "ckpt/checkpointer.h"
 #include "ckpt/communicator.h"
 #include "ckpt/interval.h"
+#include "ckpt/peer.h"
 #include "ckpt/state.h"
 #include "ckpt/synthetic.h"
 
@@ -109,6 +110,12 @@ class PyCommunicator : public ckpt::Communicator {
   int rank_, size_;
 };
 
+ckpt::SaveLevel ParseLevel(const std::string& level) {
+  if (level == "durable") return ckpt::SaveLevel::kDurable;
+  if (level == "memory") return ckpt::SaveLevel::kMemory;
+  Raise(absl::StatusCode::kInvalidArgument, "level must be 'durable' or 'memory', not '" + level + "'");
+}
+
 }  // namespace
 
 PYBIND11_MODULE(_ckpt, m) {
@@ -179,8 +186,16 @@ PYBIND11_MODULE(_ckpt, m) {
           },
           py::arg("now_s"), py::arg("level") = "durable")
       .def(
-          "record_save", [](ckpt::IntervalPolicy& p, const ckpt::SaveHandle& h) { p.RecordSave(h.Stats()); },
-          py::arg("handle"), "Folds a finished save's measured stall and write time into the estimates.")
+          "record_save",
+          [](ckpt::IntervalPolicy& p, const ckpt::SaveHandle& h, const std::string& level) {
+            if (level.empty()) return p.RecordSave(h.Stats());
+            if (level != "memory" && level != "durable") throw py::value_error("level is 'memory' or 'durable'");
+            p.RecordSave(h.Stats(),
+                         level == "memory" ? ckpt::CheckpointLevel::kMemory : ckpt::CheckpointLevel::kDurable);
+          },
+          py::arg("handle"), py::arg("level") = "",
+          "Folds a finished save's measured stall and write time into the estimates (of `level`'s, with two "
+          "levels).")
       .def("set_mtbf", &ckpt::IntervalPolicy::SetMtbf)
       .def_property_readonly("durable_every", &ckpt::IntervalPolicy::durable_every)
       .def_property_readonly("interval_s", &ckpt::IntervalPolicy::interval_s)
@@ -289,6 +304,66 @@ PYBIND11_MODULE(_ckpt, m) {
         return py::bytes(*it->second);
       });
 
+  py::class_<ckpt::PeerMemory, std::shared_ptr<ckpt::PeerMemory>>(m, "PeerMemory")
+      .def(py::init([](const std::string& token, const std::string& domain, int64_t budget_bytes,
+                       const std::string& listen) {
+             ckpt::PeerMemoryOptions o;
+             o.token = token;
+             o.domain = domain;
+             o.budget_bytes = budget_bytes;
+             o.listen = listen;
+             absl::StatusOr<std::shared_ptr<ckpt::PeerMemory>> pm;
+             {
+               py::gil_scoped_release release;
+               pm = ckpt::PeerMemory::Start(o);
+             }
+             Check(pm.status());
+             return std::move(pm).value();
+           }),
+           py::arg("token"), py::arg("domain") = "", py::arg("budget_bytes") = int64_t{4} << 30,
+           py::arg("listen") = "127.0.0.1:0",
+           "This process's part of the memory level: a bounded store and the TCP server through which "
+           "peers place and read copies (every connection proves the job's token). domain: the failure "
+           "domain (default: the host name).")
+      .def_property_readonly("endpoint", &ckpt::PeerMemory::endpoint)
+      .def_property_readonly("domain", &ckpt::PeerMemory::domain)
+      .def(
+          "stats",
+          [](const ckpt::PeerMemory& pm) {
+            const ckpt::PeerMemoryStats st = pm.Stats();
+            py::dict d;
+            d["budget_bytes"] = st.budget_bytes;
+            d["held_bytes"] = st.held_bytes;
+            d["peak_bytes"] = st.peak_bytes;
+            d["files"] = st.files;
+            d["refused"] = st.refused;
+            d["bytes_received"] = st.bytes_received;
+            d["bytes_served"] = st.bytes_served;
+            d["spare_bytes"] = st.spare_bytes;
+            return d;
+          },
+          "Memory held, its peak, files refused for the budget, bytes received from and served to peers.")
+      .def(
+          "holdings",
+          [](const ckpt::PeerMemory& pm) {
+            py::list out;
+            for (const ckpt::PeerHolding& h : pm.Holdings()) out.append(py::make_tuple(h.step, h.generation, h.owners));
+            return out;
+          },
+          "(step, generation, owner ranks) of the steps whose files this process holds.")
+      .def("drop_steps_except", &ckpt::PeerMemory::DropStepsExcept, py::arg("step"),
+           "Forgets every step but `step` (-1: all).");
+  m.def(
+      "place_replicas",
+      [](const std::vector<std::string>& domains, int replicas) {
+        auto p = ckpt::PlaceReplicas(domains, replicas);
+        Check(p.status());
+        return std::move(p).value();
+      },
+      py::arg("domains"), py::arg("replicas") = 1,
+      "For each rank (by its failure domain), the ranks whose memory holds its copies: `replicas` of them, "
+      "each in another domain, spread evenly.");
+
   py::class_<ckpt::SaveHandle>(m, "SaveHandle")
       .def(
           "wait",
@@ -310,7 +385,9 @@ PYBIND11_MODULE(_ckpt, m) {
   py::class_<ckpt::Checkpointer>(m, "Checkpointer")
       .def(py::init([](const std::string& uri, int rank, int world_size, const std::string& codec, int keep_last,
                        int64_t staging_bytes, bool direct_io, std::shared_ptr<ckpt::Communicator> communicator,
-                       int staging_threads) {
+                       int staging_threads, std::shared_ptr<ckpt::PeerMemory> memory,
+                       std::vector<std::string> memory_replicas, std::vector<std::vector<std::string>> memory_holders,
+                       std::vector<std::string> memory_peers) {
              ckpt::CheckpointerOptions o;
              o.uri = uri;
              o.rank = rank;
@@ -328,6 +405,22 @@ PYBIND11_MODULE(_ckpt, m) {
              if (staging_threads < 0) Raise(absl::StatusCode::kInvalidArgument, "staging_threads must be >= 0");
              o.engine_options.staging_threads = staging_threads;
              o.direct_io = direct_io;
+             if (memory) {
+               // The memory level: this rank's files go to `memory_replicas`;
+               // rank k's files of a save are read from memory_holders[k]
+               // (every peer when that is not given).
+               ckpt::PeerRoute route;
+               route.replicas = std::move(memory_replicas);
+               route.peers = memory_peers;
+               route.holders = [holders = std::move(memory_holders), peers = std::move(memory_peers)](
+                                   int64_t, int owner) -> std::vector<std::string> {
+                 if (owner >= 0 && static_cast<size_t>(owner) < holders.size()) return holders[owner];
+                 return peers;
+               };
+               auto storage = ckpt::OpenPeerStorage(memory, std::move(route));
+               Check(storage.status());
+               o.memory_storage = std::move(storage).value();
+             }
              absl::StatusOr<std::unique_ptr<ckpt::Checkpointer>> cp;
              {
                py::gil_scoped_release release;
@@ -338,12 +431,16 @@ PYBIND11_MODULE(_ckpt, m) {
            }),
            py::arg("uri"), py::arg("rank") = 0, py::arg("world_size") = 1, py::arg("codec") = "none",
            py::arg("keep_last") = 0, py::arg("staging_bytes") = int64_t{256} << 20, py::arg("direct_io") = true,
-           py::arg("communicator") = nullptr, py::arg("staging_threads") = 0, py::keep_alive<1, 9>())
+           py::arg("communicator") = nullptr, py::arg("staging_threads") = 0, py::arg("memory") = nullptr,
+           py::arg("memory_replicas") = std::vector<std::string>{},
+           py::arg("memory_holders") = std::vector<std::vector<std::string>>{},
+           py::arg("memory_peers") = std::vector<std::string>{}, py::keep_alive<1, 9>())
       .def(
           "save",
           [](ckpt::Checkpointer& cp, int64_t step, PyState& state, std::map<std::string, std::string> metadata,
-             bool allow_older_step, uint64_t save_id) {
+             bool allow_older_step, uint64_t save_id, const std::string& level) {
             ckpt::SaveOptions so;
+            so.level = ParseLevel(level);
             so.metadata = std::move(metadata);
             so.allow_older_step = allow_older_step;
             so.save_id = save_id;
@@ -356,35 +453,56 @@ PYBIND11_MODULE(_ckpt, m) {
             return std::move(h).value();
           },
           py::arg("step"), py::arg("state"), py::arg("metadata") = std::map<std::string, std::string>{},
-          py::arg("allow_older_step") = false, py::arg("save_id") = uint64_t{0},
+          py::arg("allow_older_step") = false, py::arg("save_id") = uint64_t{0}, py::arg("level") = "durable",
           "Copies the state's buffers and returns a SaveHandle; the rest happens in the background. "
           "metadata is recorded in the manifest; allow_older_step saves a step at or below the latest; "
           "save_id (nonzero, the same on every rank, unique per attempt) ties the ranks of one save "
-          "together when they have no communicator.")
+          "together when they have no communicator. level='memory' saves into the memory level (peers' "
+          "memory, given by the constructor's memory=...).")
       .def(
           "load",
-          [](ckpt::Checkpointer& cp, PyState& state, int64_t step) {
+          [](ckpt::Checkpointer& cp, PyState& state, int64_t step, const std::string& level, bool stats) -> py::object {
             if (!state.read_only.empty()) {
               Raise(absl::StatusCode::kInvalidArgument,
                     "tensor '" + state.read_only.front() +
                         "': its buffer is read-only; a load writes into the buffers it is given");
             }
+            ckpt::LoadOptions lo;
+            lo.level = ParseLevel(level);
             absl::StatusOr<ckpt::LoadStats> st;
             {
               py::gil_scoped_release release;
-              st = cp.Load(state.state, step);
+              st = cp.Load(state.state, step, lo);
             }
             Check(st.status());
-            return st->step;
+            if (!stats) return py::int_(st->step);
+            py::dict d;
+            d["step"] = st->step;
+            d["level"] = ckpt::SaveLevelName(st->level);
+            d["seconds"] = st->seconds;
+            d["bytes_read"] = st->bytes_read;
+            d["bytes_from_memory"] = st->bytes_from_memory;
+            d["bytes_from_peers"] = st->bytes_from_peers;
+            d["bytes_from_storage"] = st->bytes_from_storage;
+            return d;
           },
-          py::arg("state"), py::arg("step") = ckpt::kLatestStep, "Fills the state's buffers; returns the step.")
-      .def("latest_step",
-           [](ckpt::Checkpointer& cp) -> py::object {
-             auto s = cp.LatestStep();
-             if (absl::IsNotFound(s.status())) return py::none();
-             Check(s.status());
-             return py::int_(*s);
-           })
+          py::arg("state"), py::arg("step") = ckpt::kLatestStep, py::arg("level") = "durable", py::arg("stats") = false,
+          "Fills the state's buffers; returns the step, or with stats=True a dict: step, level, seconds, "
+          "bytes_read, bytes_from_memory, bytes_from_peers, bytes_from_storage.")
+      .def(
+          "latest_step",
+          [](ckpt::Checkpointer& cp, const std::string& level) -> py::object {
+            const ckpt::SaveLevel l = ParseLevel(level);
+            absl::StatusOr<int64_t> s;
+            {
+              py::gil_scoped_release release;
+              s = cp.LatestStep(l);
+            }
+            if (absl::IsNotFound(s.status())) return py::none();
+            Check(s.status());
+            return py::int_(*s);
+          },
+          py::arg("level") = "durable", "The latest committed step of the level; None when there is none.")
       .def("wait_all", [](ckpt::Checkpointer& cp) {
         absl::Status s;
         {

@@ -424,6 +424,13 @@ absl::StatusOr<LoadStats> Checkpointer::Load(const State& target, int64_t step, 
 
 absl::StatusOr<int64_t> Checkpointer::LatestStep() { return ResolveLatest(impl_->storage()); }
 
+absl::StatusOr<int64_t> Checkpointer::LatestStep(SaveLevel level) {
+  Impl* impl = For(level);
+  if (impl == nullptr)
+    return absl::FailedPreconditionError("the memory level needs CheckpointerOptions::memory_storage");
+  return ResolveLatest(impl->storage());
+}
+
 absl::StatusOr<std::vector<StepInfo>> Checkpointer::ListSteps() { return ListStepsIn(impl_->storage()); }
 
 absl::StatusOr<GcReport> Checkpointer::CollectGarbage(bool dry_run) { return impl_->CollectGarbage(dry_run); }

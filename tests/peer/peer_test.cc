@@ -630,6 +630,12 @@ TEST(MemoryLevel, ASmallerWorldRestoresTheNewestMemoryStepFromPeers) {
         o.memory_storage = memory_storage;
         o.gc_on_open = false;
         CKPT_ASSIGN_OR_RETURN(auto cp, Checkpointer::Open(o));
+        // The newest step of each level, as a restarting rank asks.
+        CKPT_ASSIGN_OR_RETURN(int64_t newest_memory, cp->LatestStep(SaveLevel::kMemory));
+        CKPT_ASSIGN_OR_RETURN(int64_t newest_durable, cp->LatestStep(SaveLevel::kDurable));
+        if (newest_memory != 6 || newest_durable != 4) {
+          return absl::InternalError(StrCat("latest steps: memory ", newest_memory, ", durable ", newest_durable));
+        }
         tools::ElasticShard shard(r, next), expect(r, next);
         expect.Init();
         for (int64_t step = 1; step <= 6; ++step) expect.Train(step);
@@ -668,6 +674,8 @@ TEST(MemoryLevel, ASaveAtTheMemoryLevelWithoutOneIsRefused) {
   auto h = (*cp)->Save(1, shard.state(), so);
   EXPECT_TRUE(absl::IsFailedPrecondition(h.status())) << h.status();
   EXPECT_EQ((*cp)->memory_storage(), nullptr);
+  EXPECT_TRUE(absl::IsFailedPrecondition((*cp)->LatestStep(SaveLevel::kMemory).status()));
+  EXPECT_TRUE(absl::IsNotFound((*cp)->LatestStep(SaveLevel::kDurable).status()));
 }
 
 }  // namespace

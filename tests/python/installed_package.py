@@ -19,8 +19,10 @@ def main():
     assert where.startswith(prefix + os.sep), f"ckpt imported from {where}, not from {prefix}"
     package = os.path.dirname(where)
     with open("/proc/self/maps") as f:
-        libs = {line.split()[-1] for line in f if "libckpt.so" in line}
-    assert libs and all(os.path.dirname(os.path.realpath(p)) == package for p in libs), libs
+        maps = [line.split()[-1] for line in f]
+    for lib in ("libckpt.so", "libckpt_coordinator.so"):
+        libs = {p for p in maps if lib in p}
+        assert libs and all(os.path.dirname(os.path.realpath(p)) == package for p in libs), (lib, libs)
     for name in ("py.typed", "_ckpt.pyi", "errors.py", "torch.py"):
         assert os.path.exists(os.path.join(package, name)), name
     with tempfile.TemporaryDirectory() as d:
@@ -38,6 +40,16 @@ def main():
             raise AssertionError("a missing step loaded")
         except ckpt.NotFoundError:
             pass
+        # The memory level (libckpt_coordinator): a save into this process's
+        # memory and a peer's in another failure domain, read back.
+        own = ckpt.PeerMemory("installed-package-token-0123456789", domain="a")
+        peer = ckpt.PeerMemory("installed-package-token-0123456789", domain="b")
+        mem = ckpt.Checkpointer(os.path.join(d, "root2"), memory=own, memory_replicas=[peer.endpoint])
+        mem.save(3, s, level="memory").wait()
+        b[:] = 0
+        st = mem.load(t, 3, level="memory", stats=True)
+        assert st["level"] == "memory" and st["bytes_from_storage"] == 0 and np.array_equal(a, b), st
+        assert peer.stats()["bytes_received"] > 0
     print(f"installed package ok: {package}")
 
 

@@ -13,7 +13,7 @@ restores PyTorch models, optimizers, schedulers and RNG states with it.
     handle.wait()                                # committed, or raises
 """
 from . import errors as _errors
-from ._ckpt import LATEST, Checkpointer, IntervalPolicy, SaveHandle, State, dtype_size
+from ._ckpt import LATEST, Checkpointer, IntervalPolicy, PeerMemory, SaveHandle, State, dtype_size, place_replicas
 from ._ckpt import _set_error_classes
 from .errors import *  # noqa: F401,F403  (ckpt.Error, ckpt.DataLossError, ...)
 
@@ -26,8 +26,8 @@ _set_error_classes({
     14: _errors.UnavailableError, 15: _errors.DataLossError, 16: _errors.PermissionDeniedError,
 })
 
-__all__ = ["LATEST", "Checkpointer", "IntervalPolicy", "SaveHandle", "State", "add_array", "dtype_size"
-           ] + _errors.__all__
+__all__ = ["LATEST", "Checkpointer", "IntervalPolicy", "PeerMemory", "SaveHandle", "State", "add_array", "dtype_size",
+           "place_replicas"] + _errors.__all__
 
 
 def add_array(state, name, array, global_shape=None, offsets=None, dtype=None):

@@ -17,9 +17,13 @@ Everything that is not a tensor (optimizer hyper-parameters, scheduler
 fields, RNG tuples, extras) travels in one pickled blob: as with
 `torch.load`, only restore checkpoints you trust.
 """
+import os
 import pickle
 import random
+import secrets
+import socket
 import time
+import warnings
 
 import numpy as np
 import torch
@@ -101,9 +105,13 @@ def set_rng_state(s):
     random.setstate(s["python"])
 
 
-def save(checkpointer, step, model=None, optimizer=None, scheduler=None, extra=None, rng=True):
+def save(checkpointer, step, model=None, optimizer=None, scheduler=None, extra=None, rng=True, level="durable",
+         per_rank=False):
     """Starts an asynchronous save of everything given; returns the handle
-    (wait() for the commit). The tensors may change once this returns."""
+    (wait() for the commit). The tensors may change once this returns.
+    level="memory" saves into the memory level (peers' memory). per_rank:
+    every rank of a distributed checkpointer keeps its own non-tensor
+    state (its RNG, `extra`); tensors several ranks hold are written once."""
     tree = {}
     if model is not None:
         tree["model"] = model.state_dict()
@@ -118,16 +126,20 @@ def save(checkpointer, step, model=None, optimizer=None, scheduler=None, extra=N
     state = _ckpt.State()
     keep = []
     skeleton = _flatten(tree, "t", state, keep)
-    state.add_blob(_TREE_BLOB, pickle.dumps(skeleton), True)
-    return checkpointer.save(step, state)
+    state.add_blob(_TREE_BLOB, pickle.dumps(skeleton), not per_rank)
+    return checkpointer.save(step, state, level=level)
 
 
-def load(checkpointer, model=None, optimizer=None, scheduler=None, step=_ckpt.LATEST, rng=True):
+def load(checkpointer, model=None, optimizer=None, scheduler=None, step=_ckpt.LATEST, rng=True, level="durable",
+         stats=None, per_rank=False):
     """Restores what a `save` stored into the given objects (the model's
-    tensors in place); returns (step, extra)."""
+    tensors in place); returns (step, extra). `stats`, a dict, receives the
+    load's figures (level, bytes_from_memory, bytes_from_peers,
+    bytes_from_storage, ...), summed over its reads."""
     probe = _ckpt.State()
-    probe.want_blob(_TREE_BLOB, True)
-    step = checkpointer.load(probe, step)
+    probe.want_blob(_TREE_BLOB, not per_rank)
+    first = checkpointer.load(probe, step, level=level, stats=True)
+    step = first["step"]
     skeleton = pickle.loads(probe.blob(_TREE_BLOB))
     targets = {}
     if model is not None and "model" in skeleton:
@@ -135,7 +147,11 @@ def load(checkpointer, model=None, optimizer=None, scheduler=None, step=_ckpt.LA
     state = _ckpt.State()
     keep = []
     tree = _unflatten(skeleton, state, keep, targets)
-    checkpointer.load(state, step)
+    second = checkpointer.load(state, step, level=level, stats=True)
+    if stats is not None:
+        stats.update(second)
+        for k in ("seconds", "bytes_read", "bytes_from_memory", "bytes_from_peers", "bytes_from_storage"):
+            stats[k] = first[k] + second[k]
     if model is not None and "model" in tree:
         saved = tree["model"]
         if saved.keys() != model.state_dict().keys():
@@ -157,58 +173,179 @@ class CheckpointManager:
     """Saves every `interval` steps, or when an `IntervalPolicy` says so
     (from the failure rate and the save costs it measures), asynchronously:
     the previous save must have committed before the next starts. Keeps the
-    newest `keep_last` and restores the latest on start."""
+    newest `keep_last` and restores the latest on start.
+
+    Two levels (docs/levels.md): with `memory_interval=M` the ranks of an
+    initialised torch.distributed process group (`group`, default the
+    world) also save every M steps into each other's memory, each rank's
+    files held in `memory_replicas` other failure domains (`domain`, default
+    the host name), and `durable_interval` (default `interval`) spaces the
+    saves to `root`. `load_latest` restores the newest step of either
+    level. A memory save that fails (a full `memory_budget`) is reported
+    through `memory_errors` and training goes on. Each rank's peer memory
+    listens on `memory_listen` (default $CKPT_MEMORY_LISTEN or
+    127.0.0.1:0; give the node's address on a multi-node job); the job's
+    token is `token`, $CKPT_JOB_TOKEN, or one rank 0 draws and sends over
+    the process group. With a process group every rank keeps its own RNG
+    state and `extra` (restored onto the same number of ranks)."""
 
     def __init__(self, root, model, optimizer=None, scheduler=None, interval=100, keep_last=3,
-                 codec="none", async_save=True, staging_bytes=256 << 20, policy=None, staging_threads=0):
-        self.checkpointer = _ckpt.Checkpointer(root, codec=codec, keep_last=keep_last,
-                                               staging_bytes=staging_bytes, staging_threads=staging_threads)
+                 codec="none", async_save=True, staging_bytes=256 << 20, policy=None, staging_threads=0,
+                 memory_interval=None, durable_interval=None, group=None, memory_replicas=1,
+                 memory_budget=4 << 30, domain=None, memory_listen=None, token=None):
         self.model, self.optimizer, self.scheduler = model, optimizer, scheduler
-        self.interval = interval
+        self.interval = durable_interval if durable_interval is not None else interval
+        self.memory_interval = memory_interval
         self.policy = policy
         self.async_save = async_save
         self._pending = None
+        self._pending_level = None
         self.saves = 0
+        self.memory = None
+        self.memory_note = None
+        self.memory_errors = []
+        self.last_load = None
+        kwargs = dict(codec=codec, keep_last=keep_last, staging_bytes=staging_bytes, staging_threads=staging_threads)
+        self._dist = None
+        if memory_interval or group is not None:
+            import torch.distributed as dist
+
+            if not dist.is_initialized():
+                raise InvalidArgumentError("memory_interval and group need an initialised torch.distributed "
+                                           "process group")
+            self._dist, self._group = dist, group
+            kwargs["communicator"] = ProcessGroupCommunicator(group)
+        if memory_interval:
+            kwargs.update(self._start_memory(memory_replicas, memory_budget, domain, memory_listen, token))
+        self.checkpointer = _ckpt.Checkpointer(root, **kwargs)
+
+    def _start_memory(self, replicas, budget, domain, listen, token):
+        dist, group = self._dist, self._group
+        if token is None:
+            token = os.environ.get("CKPT_JOB_TOKEN")
+        if token is None:
+            box = [secrets.token_hex(32) if dist.get_rank(group) == 0 else None]
+            dist.broadcast_object_list(box, src=0, group=group)
+            token = box[0]
+        listen = listen or os.environ.get("CKPT_MEMORY_LISTEN") or "127.0.0.1:0"
+        self.memory = _ckpt.PeerMemory(token, domain=domain or socket.gethostname(), budget_bytes=budget,
+                                       listen=listen)
+        everyone = [None] * dist.get_world_size(group)
+        dist.all_gather_object(everyone, (self.memory.endpoint, self.memory.domain), group=group)
+        endpoints = [e for e, _ in everyone]
+        domains = [d for _, d in everyone]
+        rank = dist.get_rank(group)
+        try:
+            placement = _ckpt.place_replicas(domains, replicas)
+        except Exception as e:  # too few failure domains: durable saves only
+            self.memory_note = str(e)
+            warnings.warn(f"ckpt: no memory-level saves: {e}")
+            return {}
+        holders = [[endpoints[owner]] + [endpoints[k] for k in placement[owner]] for owner in range(len(endpoints))]
+        return dict(memory=self.memory, memory_replicas=[endpoints[k] for k in placement[rank]],
+                    memory_holders=holders, memory_peers=endpoints)
+
+    @property
+    def memory_level(self):
+        """True when memory-level saves are made."""
+        return self.memory is not None and self.memory_note is None
+
+    def _agree(self, value):
+        """Rank 0's value on every rank (decisions must be the same)."""
+        if self._dist is None:
+            return value
+        box = [value]
+        self._dist.broadcast_object_list(box, src=0, group=self._group)
+        return box[0]
 
     def load_latest(self):
-        """Restores the latest committed step; returns it (None when none)."""
-        if self.checkpointer.latest_step() is None:
+        """Restores the newest committed step, from memory when the memory
+        level holds one newer than every durable step; returns it (None
+        when there is none). `last_load` gets the load's figures."""
+        durable = self.checkpointer.latest_step()
+        memory = None
+        if self.memory_level:
+            try:
+                memory = self.checkpointer.latest_step("memory")
+            except Exception:  # no copy reachable: the durable level answers
+                memory = None
+        choice = None
+        if memory is not None and (durable is None or memory > durable):
+            choice = (memory, "memory")
+        elif durable is not None:
+            choice = (durable, "durable")
+        choice = self._agree(choice)
+        if choice is None:
             return None
-        step, self.extra = load(self.checkpointer, self.model, self.optimizer, self.scheduler)
+        stats = {}
+        step, self.extra = load(self.checkpointer, self.model, self.optimizer, self.scheduler, step=choice[0],
+                                level=choice[1], stats=stats, per_rank=self._dist is not None)
+        self.last_load = stats
         return step
 
-    def save(self, step, extra=None):
+    def save(self, step, extra=None, level="durable"):
         self.wait()
         if self.policy is not None:
-            self.policy.save_started(time.monotonic())
-        self._pending = save(self.checkpointer, step, self.model, self.optimizer, self.scheduler, extra)
+            self.policy.save_started(time.monotonic(), level)
+        self._pending = save(self.checkpointer, step, self.model, self.optimizer, self.scheduler, extra,
+                             level=level, per_rank=self._dist is not None)
+        self._pending_level = level
         self.saves += 1
         if not self.async_save:
             self.wait()
         return self._pending
 
+    def _level_now(self, step):
+        if self.policy is not None:
+            committed = self._pending is None or self._pending.done()
+            if self.memory_interval is not None:
+                level = self.policy.next_level(time.monotonic(), committed) or None
+                if level == "memory" and not self.memory_level:
+                    level = None
+                return level
+            return "durable" if self.policy.should_checkpoint(time.monotonic(), committed) else None
+        if step % self.interval == 0:
+            return "durable"
+        if self.memory_interval and self.memory_level and step % self.memory_interval == 0:
+            return "memory"
+        return None
+
     def step(self, step, extra=None):
         """Call after every training step: saves when `step` is a multiple of
-        the interval, or when the policy says it is time."""
+        an interval (durable first when both are), or when the policy says
+        it is time; every rank takes rank 0's decision."""
+        level = self._level_now(step)
         if self.policy is not None:
-            durable = self._pending is None or self._pending.done()
-            if self.policy.should_checkpoint(time.monotonic(), durable):
-                return self.save(step, extra)
+            level = self._agree(level)
+        if level is None:
             return None
-        if step % self.interval == 0:
-            return self.save(step, extra)
-        return None
+        return self.save(step, extra, level)
 
     def wait(self):
         if self._pending is not None:
             pending, self._pending = self._pending, None
-            pending.wait()
+            try:
+                pending.wait()
+            except Exception as e:
+                if self._pending_level != "memory":
+                    raise
+                # A memory save that failed costs that step's copy only.
+                self.memory_errors.append(str(e))
+                warnings.warn(f"ckpt: memory step not committed: {e}")
+                return
             if self.policy is not None:
-                self.policy.record_save(pending)
+                if self.memory_interval is not None:
+                    self.policy.record_save(pending, self._pending_level)
+                else:
+                    self.policy.record_save(pending)
 
     def close(self):
         self.wait()
-        self.checkpointer.wait_all()
+        try:
+            self.checkpointer.wait_all()
+        except Exception as e:
+            if str(e) not in self.memory_errors:  # one already reported is no news
+                raise
 
 
 # --------------------------------------------------------------------------

@@ -1,0 +1,145 @@
+"""The memory level through ckpt.torch.CheckpointManager: 3 gloo ranks in 3
+failure domains save into each other's memory every 2 steps and to the root
+every 10. A clobbered model comes back from memory step 14 without reading
+storage, also on a rank that forgot everything it held (its bytes then come
+from peers); later the durable step 20 is the newest and is restored from
+the root. A budget too small fails the memory saves cleanly while durable
+ones go on; ranks in one failure domain make durable saves only.
+
+    /usr/bin/python3 -m pytest test_torch_memory_level.py     (PYTHONPATH holds ckpt)
+Ranks are launched as processes with env:// (torchrun is not used).
+"""
+import os
+import socket
+import subprocess
+import sys
+
+import torch
+
+
+def train(model, optimizer, step):
+    g = torch.Generator().manual_seed(1000 + step)
+    x = torch.randn(32, 16, generator=g)
+    y = torch.randn(32, 4, generator=g)
+    optimizer.zero_grad()
+    torch.nn.functional.mse_loss(model(x), y).backward()
+    optimizer.step()
+
+
+def clobber(model):
+    with torch.no_grad():
+        for p in model.parameters():
+            p.zero_()
+
+
+def same(model, snapshot):
+    return all(torch.equal(v, snapshot[k]) for k, v in model.state_dict().items())
+
+
+def rank_main(mode, root):
+    import torch.distributed as dist
+    import warnings
+
+    from ckpt.torch import CheckpointManager
+
+    dist.init_process_group("gloo", init_method="env://")
+    rank = dist.get_rank()
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(16, 256), torch.nn.ReLU(), torch.nn.Linear(256, 4))
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
+    domain = "node-0" if mode == "one-domain" else f"node-{rank}"
+    budget = 4096 if mode == "budget" else 64 << 20
+    with warnings.catch_warnings(record=True) as warned:
+        warnings.simplefilter("always")
+        m = CheckpointManager(root, model, optimizer, memory_interval=2, durable_interval=10, domain=domain,
+                              memory_budget=budget, keep_last=2)
+    if mode == "one-domain":
+        assert not m.memory_level
+        assert "failure domains" in m.memory_note, m.memory_note
+        assert any("no memory-level saves" in str(w.message) for w in warned)
+    else:
+        assert m.memory_level, m.memory_note
+    for step in range(1, 15):
+        train(model, optimizer, step)
+        m.step(step)
+    m.wait()
+    snapshot = {k: v.clone() for k, v in model.state_dict().items()}
+    clobber(model)
+    if mode == "levels":
+        assert m.memory_errors == [], m.memory_errors
+        assert any(h[0] == 14 for h in m.memory.holdings()), m.memory.holdings()
+        assert m.load_latest() == 14
+        st = m.last_load
+        assert st["level"] == "memory" and st["bytes_from_storage"] == 0, st
+        assert st["bytes_from_memory"] + st["bytes_from_peers"] > 0, st
+        assert same(model, snapshot)
+        # Rank 0 forgets every file it holds: its restore comes from peers.
+        dist.barrier()
+        if rank == 0:
+            m.memory.drop_steps_except(-1)
+            assert m.memory.holdings() == []
+        dist.barrier()
+        clobber(model)
+        assert m.load_latest() == 14
+        st = m.last_load
+        assert st["level"] == "memory" and st["bytes_from_storage"] == 0, st
+        if rank == 0:
+            assert st["bytes_from_peers"] > 0 and st["bytes_from_memory"] == 0, st
+        assert same(model, snapshot)
+        dist.barrier()
+        # Training goes on from the restored state; durable step 20 is then
+        # newer than every memory step and comes from the root.
+        for step in range(15, 21):
+            train(model, optimizer, step)
+            m.step(step)
+        m.wait()
+        snapshot = {k: v.clone() for k, v in model.state_dict().items()}
+        clobber(model)
+        assert m.checkpointer.latest_step("memory") == 18
+        assert m.load_latest() == 20
+        st = m.last_load
+        assert st["level"] == "durable" and st["bytes_from_storage"] > 0, st
+        assert same(model, snapshot)
+    else:
+        # Memory saves refused (budget) or never made (one domain): the
+        # durable step 10 is what a restore finds, and training went on.
+        if mode == "budget":
+            assert m.memory_errors, "a 4 KiB budget held a memory save"
+            assert any("budget" in e for e in m.memory_errors), m.memory_errors
+        assert m.load_latest() == 10
+        assert m.last_load["level"] == "durable"
+    m.close()
+    dist.barrier()
+    dist.destroy_process_group()
+
+
+def launch(mode, world, root):
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    procs = []
+    for rank in range(world):
+        env = dict(os.environ, MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank),
+                   WORLD_SIZE=str(world))
+        env.pop("CKPT_JOB_TOKEN", None)
+        procs.append(subprocess.Popen([sys.executable, __file__, "--rank", mode, root], env=env,
+                                      stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True))
+    outs = [p.communicate(timeout=240)[0] for p in procs]
+    for rank, (p, out) in enumerate(zip(procs, outs)):
+        assert p.returncode == 0, f"rank {rank} of '{mode}' failed:\n{out}"
+
+
+def test_memory_steps_restore_from_memory_and_peers_and_durable_ones_from_the_root(tmp_path):
+    launch("levels", 3, str(tmp_path / "root"))
+
+
+def test_a_full_budget_fails_memory_saves_and_durable_ones_go_on(tmp_path):
+    launch("budget", 3, str(tmp_path / "root"))
+
+
+def test_ranks_in_one_failure_domain_save_durably_only(tmp_path):
+    launch("one-domain", 2, str(tmp_path / "root"))
+
+
+if __name__ == "__main__" and sys.argv[1] == "--rank":
+    rank_main(sys.argv[2], sys.argv[3])
