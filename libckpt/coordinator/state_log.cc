@@ -354,4 +354,16 @@ absl::Status ReadStateLog(const std::string& state_dir, const std::string& store
       state_dir, [&](std::string_view rec) { return replay(++seq, rec); }, &torn);
 }
 
+absl::Status ReadHistory(const std::string& state_dir, const std::string& store, History* history, std::string* where) {
+  return ReadStateLog(
+      state_dir, store,
+      [history](int64_t seq, std::string_view rec) -> absl::Status {
+        auto r = DecodeRecord(seq, rec);
+        if (!r.ok()) return r.status();
+        history->Add(std::move(*r));
+        return absl::OkStatus();
+      },
+      where);
+}
+
 }  // namespace ckpt::coord

@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "coordinator/records.h"
 
 namespace ckpt::coord {
 
@@ -89,6 +90,9 @@ absl::StatusOr<std::unique_ptr<StateLog>> NewEtcdLog(std::string_view uri, std::
 absl::Status ReadStateLog(const std::string& state_dir, const std::string& store,
                           const std::function<absl::Status(int64_t seq, std::string_view record)>& replay,
                           std::string* where);
+
+/// Every record of a store or journal decoded into `*history` (read only).
+absl::Status ReadHistory(const std::string& state_dir, const std::string& store, History* history, std::string* where);
 
 }  // namespace ckpt::coord
 

@@ -4,7 +4,8 @@ every 10. A clobbered model comes back from memory step 14 without reading
 storage, also on a rank that forgot everything it held (its bytes then come
 from peers); later the durable step 20 is the newest and is restored from
 the root. A budget too small fails the memory saves cleanly while durable
-ones go on; ranks in one failure domain make durable saves only.
+ones go on; ranks in one failure domain make durable saves only; a
+two-level IntervalPolicy decides both levels, the same on every rank.
 
     /usr/bin/python3 -m pytest test_torch_memory_level.py     (PYTHONPATH holds ckpt)
 Ranks are launched as processes with env:// (torchrun is not used).
@@ -49,6 +50,9 @@ def rank_main(mode, root):
     optimizer = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
     domain = "node-0" if mode == "one-domain" else f"node-{rank}"
     budget = 4096 if mode == "budget" else 64 << 20
+    if mode == "policy":
+        policy_main(root, model, optimizer, domain)
+        return
     with warnings.catch_warnings(record=True) as warned:
         warnings.simplefilter("always")
         m = CheckpointManager(root, model, optimizer, memory_interval=2, durable_interval=10, domain=domain,
@@ -113,6 +117,40 @@ def rank_main(mode, root):
     dist.destroy_process_group()
 
 
+def policy_main(root, model, optimizer, domain):
+    """A two-level IntervalPolicy decides when and at which level to save
+    (rank 0 decides, every rank follows: a disagreement would fail the
+    commit); the newest step of either level then restores exactly."""
+    import time
+
+    import torch.distributed as dist
+
+    import ckpt
+    from ckpt.torch import CheckpointManager
+
+    policy = ckpt.IntervalPolicy(mtbf_s=3, restart_s=1.0, stall_s=0.005, write_s=0.05, min_interval_s=0.03,
+                                 max_interval_s=1, two_level=True, memory_stall_s=0.002, memory_write_s=0.02,
+                                 memory_restart_s=0.1, survivable=0.9)
+    m = CheckpointManager(root, model, optimizer, memory_interval=1, policy=policy, domain=domain, keep_last=2)
+    step = 0
+    while step < 200 and (m.saves_by_level.get("memory", 0) < 3 or m.saves_by_level.get("durable", 0) < 2):
+        step += 1
+        train(model, optimizer, step)
+        time.sleep(0.01)
+        m.step(step)
+    m.wait()
+    assert m.saves_by_level.get("memory", 0) >= 3 and m.saves_by_level.get("durable", 0) >= 2, m.saves_by_level
+    assert m.memory_errors == [], m.memory_errors
+    snapshot = {k: v.clone() for k, v in model.state_dict().items()}
+    clobber(model)
+    newest = m.load_latest()
+    assert newest == step, (newest, step)  # the last save was of this step, at either level
+    assert same(model, snapshot)
+    m.close()
+    dist.barrier()
+    dist.destroy_process_group()
+
+
 def launch(mode, world, root):
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -135,6 +173,10 @@ def test_memory_steps_restore_from_memory_and_peers_and_durable_ones_from_the_ro
 
 def test_a_full_budget_fails_memory_saves_and_durable_ones_go_on(tmp_path):
     launch("budget", 3, str(tmp_path / "root"))
+
+
+def test_a_two_level_policy_decides_both_levels_on_every_rank(tmp_path):
+    launch("policy", 3, str(tmp_path / "root"))
 
 
 def test_ranks_in_one_failure_domain_save_durably_only(tmp_path):

@@ -311,16 +311,7 @@ int ListMain(int argc, char** argv, int first) {
   coord::History history;
   if (with_memory) {
     std::string where;
-    absl::Status s = coord::ReadStateLog(
-        state_dir, store,
-        [&](int64_t seq, std::string_view rec) -> absl::Status {
-          auto r = coord::DecodeRecord(seq, rec);
-          if (!r.ok()) return r.status();
-          history.Add(std::move(*r));
-          return absl::OkStatus();
-        },
-        &where);
-    if (!s.ok()) return Fail("list", s);
+    if (absl::Status s = coord::ReadHistory(state_dir, store, &history, &where); !s.ok()) return Fail("list", s);
   }
   const coord::MemoryLevelView& memory = history.memory;
   using MemoryState = coord::MemoryLevelView::State;

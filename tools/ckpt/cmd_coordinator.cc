@@ -118,15 +118,7 @@ int HistoryMain(int argc, char** argv, int first) {
   }
   coord::History h;
   std::string where;
-  absl::Status s = coord::ReadStateLog(
-      state_dir, store,
-      [&](int64_t seq, std::string_view rec) -> absl::Status {
-        auto r = coord::DecodeRecord(seq, rec);
-        if (!r.ok()) return r.status();
-        h.Add(std::move(*r));
-        return absl::OkStatus();
-      },
-      &where);
+  absl::Status s = coord::ReadHistory(state_dir, store, &h, &where);
   if (!s.ok()) {
     std::fprintf(stderr, "ckpt coordinator history: %s\n", std::string(s.message()).c_str());
     return kExitUsage;

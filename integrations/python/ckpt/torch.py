@@ -182,7 +182,10 @@ class CheckpointManager:
     the host name), and `durable_interval` (default `interval`) spaces the
     saves to `root`. `load_latest` restores the newest step of either
     level. A memory save that fails (a full `memory_budget`) is reported
-    through `memory_errors` and training goes on. Each rank's peer memory
+    through `memory_errors` and training goes on. With both a
+    `policy=IntervalPolicy(two_level=True, ...)` and `memory_interval` the
+    policy decides when to save and at which level (rank 0 decides, every
+    rank follows); the intervals are then not used. Each rank's peer memory
     listens on `memory_listen` (default $CKPT_MEMORY_LISTEN or
     127.0.0.1:0; give the node's address on a multi-node job); the job's
     token is `token`, $CKPT_JOB_TOKEN, or one rank 0 draws and sends over
@@ -201,6 +204,7 @@ class CheckpointManager:
         self._pending = None
         self._pending_level = None
         self.saves = 0
+        self.saves_by_level = {}
         self.memory = None
         self.memory_note = None
         self.memory_errors = []
@@ -291,6 +295,7 @@ class CheckpointManager:
                              level=level, per_rank=self._dist is not None)
         self._pending_level = level
         self.saves += 1
+        self.saves_by_level[level] = self.saves_by_level.get(level, 0) + 1
         if not self.async_save:
             self.wait()
         return self._pending
