@@ -26,7 +26,7 @@ constexpr Command kCommands[] = {
     {"inspect", ckpt::tools::InspectMain, "show steps, tensors, blobs and the mesh of a checkpoint"},
     {"stats", ckpt::tools::StatsMain, "per-tensor NaN/Inf counts, range, mean and norm; --gate fails on bad ones"},
     {"diff", ckpt::tools::DiffMain, "compare two checkpoints tensor by tensor, across meshes"},
-    {"list", ckpt::tools::ListMain, "steps of a root: state, size, age, tiers"},
+    {"list", ckpt::tools::ListMain, "steps of a root: state, size, age, tiers; with --state-dir the memory level"},
     {"repair", ckpt::tools::RepairMain, "rewrite damaged files of a step from another tier or replica"},
     {"gc", ckpt::tools::GcMain, "apply retention and remove leftovers (dry run unless --yes)"},
     {"plan", ckpt::tools::PlanMain, "plan a save and a resharded load at any scale, without tensor data"},
