@@ -150,8 +150,9 @@ int HistoryMain(int argc, char** argv, int first) {
       j.EndArray();
     }
     j.Field("generations", generations);
-    for (const auto& [name, set] :
-         {std::pair<const char*, const std::set<int64_t>*>{"committed", &h.committed}, {"aborted", &h.aborted}}) {
+    for (const auto& [name, set] : {std::pair<const char*, const std::set<int64_t>*>{"committed", &h.committed},
+                                    {"aborted", &h.aborted},
+                                    {"memory_committed", &h.memory_committed}}) {
       j.Key(name).BeginArray();
       for (int64_t step : *set) j.Int(step);
       j.EndArray();
@@ -165,9 +166,13 @@ int HistoryMain(int argc, char** argv, int first) {
     if (!summary) {
       for (const auto& r : h.records) std::printf("%8lld  %s\n", static_cast<long long>(r.seq), RecordLine(r).c_str());
     }
-    std::printf("%zu generation(s), %zu step(s) committed%s, %zu aborted, %zu contradiction(s)\n", generations,
-                h.committed.size(), h.committed.empty() ? "" : StrCat(" (newest ", *h.committed.rbegin(), ")").c_str(),
-                h.aborted.size(), h.contradictions.size());
+    std::printf(
+        "%zu generation(s), %zu step(s) committed%s, %zu aborted, %zu memory step(s) committed%s, %zu "
+        "contradiction(s)\n",
+        generations, h.committed.size(),
+        h.committed.empty() ? "" : StrCat(" (newest ", *h.committed.rbegin(), ")").c_str(), h.aborted.size(),
+        h.memory_committed.size(), h.memory.step < 0 ? "" : StrCat(" (last ", h.memory.step, ")").c_str(),
+        h.contradictions.size());
     for (const std::string& c : h.contradictions) std::printf("CONTRADICTION: %s\n", c.c_str());
   }
   return h.contradictions.empty() ? kExitOk : kExitProblem;
