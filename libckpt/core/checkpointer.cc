@@ -422,7 +422,7 @@ absl::StatusOr<LoadStats> Checkpointer::Load(const State& target, int64_t step, 
   return impl->Load(target, step, options);
 }
 
-absl::StatusOr<int64_t> Checkpointer::LatestStep() { return ResolveLatest(impl_->storage()); }
+absl::StatusOr<int64_t> Checkpointer::LatestStep() { return LatestStep(SaveLevel::kDurable); }
 
 absl::StatusOr<int64_t> Checkpointer::LatestStep(SaveLevel level) {
   Impl* impl = For(level);

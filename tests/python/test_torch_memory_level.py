@@ -50,8 +50,8 @@ def rank_main(mode, root):
     optimizer = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
     domain = "node-0" if mode == "one-domain" else f"node-{rank}"
     budget = 4096 if mode == "budget" else 64 << 20
-    if mode == "policy":
-        policy_main(root, model, optimizer, domain)
+    if mode.startswith("policy"):
+        policy_main(root, model, optimizer, "node-0" if mode == "policy-one-domain" else domain)
         return
     with warnings.catch_warnings(record=True) as warned:
         warnings.simplefilter("always")
@@ -122,6 +122,7 @@ def policy_main(root, model, optimizer, domain):
     (rank 0 decides, every rank follows: a disagreement would fail the
     commit); the newest step of either level then restores exactly."""
     import time
+    import warnings
 
     import torch.distributed as dist
 
@@ -131,15 +132,22 @@ def policy_main(root, model, optimizer, domain):
     policy = ckpt.IntervalPolicy(mtbf_s=3, restart_s=1.0, stall_s=0.005, write_s=0.05, min_interval_s=0.03,
                                  max_interval_s=1, two_level=True, memory_stall_s=0.002, memory_write_s=0.02,
                                  memory_restart_s=0.1, survivable=0.9)
-    m = CheckpointManager(root, model, optimizer, memory_interval=1, policy=policy, domain=domain, keep_last=2)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # one domain: "no memory-level saves"
+        m = CheckpointManager(root, model, optimizer, memory_interval=1, policy=policy, domain=domain, keep_last=2)
+    want_memory = 3 if m.memory_level else 0
     step = 0
-    while step < 200 and (m.saves_by_level.get("memory", 0) < 3 or m.saves_by_level.get("durable", 0) < 2):
+    while step < 200 and (m.saves_by_level.get("memory", 0) < want_memory or m.saves_by_level.get("durable", 0) < 4):
         step += 1
         train(model, optimizer, step)
         time.sleep(0.01)
         m.step(step)
     m.wait()
-    assert m.saves_by_level.get("memory", 0) >= 3 and m.saves_by_level.get("durable", 0) >= 2, m.saves_by_level
+    assert m.saves_by_level.get("durable", 0) >= 4, m.saves_by_level
+    if m.memory_level:
+        assert m.saves_by_level.get("memory", 0) >= 3, m.saves_by_level
+    else:  # the policy's memory turns became durable saves
+        assert "memory" not in m.saves_by_level, m.saves_by_level
     assert m.memory_errors == [], m.memory_errors
     snapshot = {k: v.clone() for k, v in model.state_dict().items()}
     clobber(model)
@@ -177,6 +185,10 @@ def test_a_full_budget_fails_memory_saves_and_durable_ones_go_on(tmp_path):
 
 def test_a_two_level_policy_decides_both_levels_on_every_rank(tmp_path):
     launch("policy", 3, str(tmp_path / "root"))
+
+
+def test_without_a_memory_level_the_policy_saves_durably(tmp_path):
+    launch("policy-one-domain", 2, str(tmp_path / "root"))
 
 
 def test_ranks_in_one_failure_domain_save_durably_only(tmp_path):

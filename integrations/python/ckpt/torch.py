@@ -185,7 +185,8 @@ class CheckpointManager:
     through `memory_errors` and training goes on. With both a
     `policy=IntervalPolicy(two_level=True, ...)` and `memory_interval` the
     policy decides when to save and at which level (rank 0 decides, every
-    rank follows); the intervals are then not used. Each rank's peer memory
+    rank follows); the intervals are then not used, and without a memory
+    level (too few failure domains) its memory turns are durable saves. Each rank's peer memory
     listens on `memory_listen` (default $CKPT_MEMORY_LISTEN or
     127.0.0.1:0; give the node's address on a multi-node job); the job's
     token is `token`, $CKPT_JOB_TOKEN, or one rank 0 draws and sends over
@@ -228,9 +229,7 @@ class CheckpointManager:
         if token is None:
             token = os.environ.get("CKPT_JOB_TOKEN")
         if token is None:
-            box = [secrets.token_hex(32) if dist.get_rank(group) == 0 else None]
-            dist.broadcast_object_list(box, src=0, group=group)
-            token = box[0]
+            token = self._agree(secrets.token_hex(32))
         listen = listen or os.environ.get("CKPT_MEMORY_LISTEN") or "127.0.0.1:0"
         self.memory = _ckpt.PeerMemory(token, domain=domain or socket.gethostname(), budget_bytes=budget,
                                        listen=listen)
@@ -305,9 +304,9 @@ class CheckpointManager:
             committed = self._pending is None or self._pending.done()
             if self.memory_interval is not None:
                 level = self.policy.next_level(time.monotonic(), committed) or None
-                if level == "memory" and not self.memory_level:
-                    level = None
-                return level
+                # Without a memory level its turns are durable saves: skipping
+                # them would leave the policy asking for memory forever.
+                return "durable" if level == "memory" and not self.memory_level else level
             return "durable" if self.policy.should_checkpoint(time.monotonic(), committed) else None
         if step % self.interval == 0:
             return "durable"
