@@ -8,7 +8,6 @@
 #include <cstring>
 
 #include "ckpt/synthetic.h"
-#include "util/tsan.h"
 
 namespace ckpt {
 namespace {
@@ -96,25 +95,40 @@ template <typename T>
   out += sumsq;
 }
 
-// One entry per dtype, each built for AVX2 and for the baseline, picked at
-// load time. (Sums from the two builds may differ in their last bits; one
-// machine always takes the same one.)
-// Not under ThreadSanitizer: the clones are chosen by an ifunc resolver that
-// runs during relocation, before the sanitizer's runtime is up.
-#ifdef CKPT_TSAN
-#define CKPT_VECTOR_CLONES
+// One entry per dtype, each built for AVX2 and for the baseline; the first
+// call picks one for the machine. (Sums from the two builds may differ in
+// their last bits; one machine always takes the same one.) Chosen in code,
+// not by the compiler's target_clones: its ifunc resolvers run during
+// relocation, before ThreadSanitizer's runtime is up, and clang exports them
+// from the shared library whatever their visibility.
+bool HasAvx2() {
+#if defined(__x86_64__)
+  static const bool avx2 = __builtin_cpu_supports("avx2");
+  return avx2;
 #else
-#define CKPT_VECTOR_CLONES [[gnu::target_clones("avx2", "default")]]
+  return false;
 #endif
-CKPT_VECTOR_CLONES void TallyF32(const std::byte* p, int64_t n, ValueTally& t) { TallyTyped<F32>(p, n, t); }
-CKPT_VECTOR_CLONES void TallyBf16(const std::byte* p, int64_t n, ValueTally& t) { TallyTyped<Bf16>(p, n, t); }
-CKPT_VECTOR_CLONES void TallyF64(const std::byte* p, int64_t n, ValueTally& t) { TallyTyped<F64>(p, n, t); }
-CKPT_VECTOR_CLONES void SumSquaresF32(const std::byte* p, int64_t n, double& out) { SumSquaresFinite<F32>(p, n, out); }
-CKPT_VECTOR_CLONES void SumSquaresBf16(const std::byte* p, int64_t n, double& out) {
-  SumSquaresFinite<Bf16>(p, n, out);
 }
-CKPT_VECTOR_CLONES void SumSquaresF64(const std::byte* p, int64_t n, double& out) { SumSquaresFinite<F64>(p, n, out); }
-#undef CKPT_VECTOR_CLONES
+#if defined(__x86_64__)
+#define CKPT_AVX2 [[gnu::target("avx2")]]
+#else
+#define CKPT_AVX2
+#endif
+#define CKPT_VECTOR_ENTRY(name, Args, Call)                       \
+  CKPT_AVX2 void name##Avx2 Args { Call; }                        \
+  void name##Base Args { Call; }                                  \
+  void name Args {                                                \
+    static const auto fn = HasAvx2() ? &name##Avx2 : &name##Base; \
+    return fn(p, n, out);                                         \
+  }
+CKPT_VECTOR_ENTRY(TallyF32, (const std::byte* p, int64_t n, ValueTally& out), TallyTyped<F32>(p, n, out))
+CKPT_VECTOR_ENTRY(TallyBf16, (const std::byte* p, int64_t n, ValueTally& out), TallyTyped<Bf16>(p, n, out))
+CKPT_VECTOR_ENTRY(TallyF64, (const std::byte* p, int64_t n, ValueTally& out), TallyTyped<F64>(p, n, out))
+CKPT_VECTOR_ENTRY(SumSquaresF32, (const std::byte* p, int64_t n, double& out), SumSquaresFinite<F32>(p, n, out))
+CKPT_VECTOR_ENTRY(SumSquaresBf16, (const std::byte* p, int64_t n, double& out), SumSquaresFinite<Bf16>(p, n, out))
+CKPT_VECTOR_ENTRY(SumSquaresF64, (const std::byte* p, int64_t n, double& out), SumSquaresFinite<F64>(p, n, out))
+#undef CKPT_VECTOR_ENTRY
+#undef CKPT_AVX2
 
 }  // namespace
 

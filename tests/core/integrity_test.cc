@@ -165,11 +165,7 @@ TEST_P(DamageCampaign, EveryDamageIsFoundNamedKeptAndMetadataRepaired) {
   // Under a sanitizer every round costs several times more (each starts
   // three instrumented `ckpt` processes) and what it looks for, memory and
   // thread errors on each path, the first rounds already walk.
-#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
-  const int default_rounds = kind == "file" ? 50 : 15;
-#else
-  const int default_rounds = kind == "file" ? 220 : 40;
-#endif
+  const int default_rounds = kSanitized ? (kind == "file" ? 50 : 15) : (kind == "file" ? 220 : 40);
   const int rounds =
       std::getenv("CKPT_INTEGRITY_ROUNDS") ? std::atoi(std::getenv("CKPT_INTEGRITY_ROUNDS")) : default_rounds;
   std::mt19937_64 rng(kind == "file" ? 16 : kind == "hdf5" ? 17 : 18);

@@ -15,6 +15,20 @@
 
 namespace ckpt::testing {
 
+// True in a build under AddressSanitizer or ThreadSanitizer (gcc defines
+// __SANITIZE_*__; clang 14 answers __has_feature only).
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+inline constexpr bool kSanitized = true;
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer)
+inline constexpr bool kSanitized = true;
+#else
+inline constexpr bool kSanitized = false;
+#endif
+#else
+inline constexpr bool kSanitized = false;
+#endif
+
 /// A fresh directory under $TMPDIR (or /tmp), removed with its contents.
 class TempDir {
  public:
