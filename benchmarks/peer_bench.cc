@@ -100,6 +100,10 @@ int Main(int argc, char** argv) {
   args.Size("size", &size, "state size (default 1G)", true);
   args.Int("runs", &runs, "runs per figure; the median is reported (default 3)");
   args.String("json", &json_path, "also write the figures as JSON to this file");
+  bool times = false;
+  args.Switch("times", &times,
+              "print when each restore from a peer starts and ends on the monotonic clock (for perf record -k "
+              "CLOCK_MONOTONIC, then perf report --time START,END)");
   int exit = 0;
   if (!ParseBenchArgs(args, argc, argv, dir, &exit)) return exit;
   std::filesystem::create_directories(dir);
@@ -181,6 +185,7 @@ int Main(int argc, char** argv) {
       return 1;
     }
     from_peer.Add(NowSeconds() - t0);
+    if (times) std::printf("restore from a peer: monotonic %.6f,%.6f\n", t0, NowSeconds());
     std::printf(
         "run %lld: memory save committed in %.3f s, restore from a peer %.3f s, RSS %s, held %s + %s + %s\n",
         static_cast<long long>(run), (run == 0 ? mem_commit_cold : mem_commit).v.back(), from_peer.v.back(),

@@ -37,7 +37,9 @@ stage "release build and tests"
 cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo "${opt_flags[@]}"
 cmake --build build
 seed_test_costs build
-ctest --test-dir build --output-on-failure -j "$jobs"
+# --timeout: a test that sets no TIMEOUT of its own fails after 15 minutes
+# instead of holding the stage (the longest take under two).
+ctest --test-dir build --output-on-failure -j "$jobs" --timeout 900
 
 stage "pip install . from scratch into a venv made from Debian's python3"
 venv=$(mktemp -d)
@@ -61,7 +63,7 @@ CC=clang CXX=clang++ cmake -S . -B build-asan -G Ninja -DCMAKE_BUILD_TYPE=Debug 
 cmake --build build-asan
 seed_test_costs build-asan
 ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1 \
-  ctest --test-dir build-asan --output-on-failure -j "$jobs" -LE "install|mpi|python"
+  ctest --test-dir build-asan --output-on-failure -j "$jobs" --timeout 900 -LE "install|mpi|python"
 
 stage "ThreadSanitizer: the tests of the concurrent parts"
 # The save pipeline, commit protocol, backends, audits and the coordinator
@@ -84,7 +86,7 @@ run_tsan() {
   log=$(mktemp)
   local filter=()
   [[ "$1" == s3_test ]] && filter=(--gtest_filter='-S3Restart.*:S3Crash.*')
-  if TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1" build-tsan/tests/"$1" --gtest_brief=1 "${filter[@]}" \
+  if TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1" timeout 1200 build-tsan/tests/"$1" --gtest_brief=1 "${filter[@]}" \
       > "$log" 2>&1; then
     echo "$1: passed"
     rm -f "$log"

@@ -500,6 +500,14 @@ TEST(S3Tls, HttpsVerifiesTheServerAgainstTheGivenCa) {
 // clock (its Date header), as the AWS SDKs do.
 TEST(S3Errors, ASkewedClockIsCorrectedFromTheServersDate) {
   REQUIRE_SERVER();
+#if defined(__clang__)
+  if (kSanitized) {
+    // libfaketime's constructor calls dlsym, which allocates through clang's
+    // statically linked ASan runtime before it is initialised: the process
+    // hangs at start. The release and gcc ThreadSanitizer builds run this.
+    GTEST_SKIP() << "libfaketime cannot preload into a clang-sanitized program";
+  }
+#endif
   const std::string uri = Root(UniquePrefix("skew"));
   CommandResult synth = RunCommand(std::string(CKPT_BIN) + " synth --out " + Quote(uri) + " --params 1M");
   ASSERT_EQ(synth.code, 0) << synth.out;
