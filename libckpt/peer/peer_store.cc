@@ -11,6 +11,11 @@
 
 namespace ckpt::peer {
 
+namespace {
+// Buffers smaller than this are not kept for reuse, nor taken from the spares.
+constexpr size_t kSpareMinBytes = size_t{1} << 20;
+}  // namespace
+
 int64_t StepOfPath(std::string_view path) {
   const size_t slash = path.find('/');
   if (slash == std::string_view::npos) return -1;
@@ -63,7 +68,7 @@ void PeerStore::EraseLocked(std::map<std::string, File, std::less<>>::iterator i
   CountStepLocked(it->first, it->second.bytes, -1);
   held_ -= static_cast<int64_t>(it->second.bytes->size());
   // Nobody reads it any more: keep its memory for the next file.
-  if (it->second.bytes.use_count() == 1 && it->second.bytes->capacity() >= (size_t{1} << 20)) {
+  if (it->second.bytes.use_count() == 1 && it->second.bytes->capacity() >= kSpareMinBytes) {
     auto buffer = std::const_pointer_cast<std::string>(std::move(it->second.bytes));
     spare_bytes_ += static_cast<int64_t>(buffer->capacity());
     spare_.push_back(std::move(buffer));
@@ -90,9 +95,13 @@ std::shared_ptr<std::string> PeerStore::Buffer(size_t n) {
   std::shared_ptr<std::string> out;
   {
     std::lock_guard<std::mutex> lock(mu_);
+    // A spare buffer at most twice the size asked for: a small file (a
+    // claim, a report) given a dropped data file's buffer left the next
+    // data file to map a new one, and every process held a share more.
     auto best = spare_.end();
-    for (auto it = spare_.begin(); it != spare_.end(); ++it) {
-      if ((*it)->capacity() >= n && (best == spare_.end() || (*it)->capacity() < (*best)->capacity())) best = it;
+    for (auto it = spare_.begin(); n >= kSpareMinBytes && it != spare_.end(); ++it) {
+      const size_t cap = (*it)->capacity();
+      if (cap >= n && cap / 2 <= n && (best == spare_.end() || cap < (*best)->capacity())) best = it;
     }
     if (best != spare_.end()) {
       out = std::move(*best);

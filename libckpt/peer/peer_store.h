@@ -45,9 +45,10 @@ class PeerStore {
   absl::Status Put(const std::string& path, Bytes bytes, int64_t generation, bool if_absent = false);
 
   /// A buffer of `n` bytes (contents unspecified) for a file about to be
-  /// written or received: the memory of a dropped file when one is big
-  /// enough (its pages are already mapped: a fresh gigabyte costs seconds of
-  /// page faults on some hosts), else a new one.
+  /// written or received: the memory of a dropped file of 1 MiB or more
+  /// that fits and is at most twice `n` (its pages are already mapped: a
+  /// fresh gigabyte costs seconds of page faults on some hosts), else a new
+  /// one.
   std::shared_ptr<std::string> Buffer(size_t n);
 
   Bytes Get(std::string_view path) const;

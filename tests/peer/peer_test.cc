@@ -136,6 +136,31 @@ TEST(PeerWire, Xxh3OfPiecesIsXxh3OfTheWhole) {
   EXPECT_EQ(s.Digest(), Xxh3(std::string_view()));
 }
 
+// A dropped data file's memory goes to the next data file, not to a small
+// file that happens to arrive first: that left every process of a job with
+// a data file's worth of memory more than it needed.
+TEST(PeerStore, DroppedMemoryGoesToAFileOfItsSizeNotToASmallOne) {
+  peer::PeerStore store(int64_t{1} << 30);
+  const size_t big = size_t{8} << 20;
+  std::shared_ptr<std::string> first = store.Buffer(big);
+  const char* mapped = first->data();
+  const size_t capacity = first->capacity();
+  ASSERT_OK(store.Put("step-0000000002/rank-000000.ckd", first, 1));
+  ASSERT_OK(store.Put("step-0000000002/CLAIM", std::make_shared<const std::string>(130, 'c'), 1));
+  first.reset();  // nobody reads it any more once dropped
+  store.DropStepsBefore(4);
+  EXPECT_EQ(store.Stats().spare_bytes, static_cast<int64_t>(capacity));
+  std::shared_ptr<std::string> claim = store.Buffer(130);
+  EXPECT_NE(claim->data(), mapped);
+  EXPECT_LT(claim->capacity(), size_t{1} << 20);
+  std::shared_ptr<std::string> over = store.Buffer(3 * big);  // too small for it
+  EXPECT_NE(over->data(), mapped);
+  std::shared_ptr<std::string> next = store.Buffer(big - 4096);
+  EXPECT_EQ(next->data(), mapped) << "the next data file reuses the dropped one's memory";
+  EXPECT_EQ(next->size(), big - 4096);
+  EXPECT_EQ(store.Stats().spare_bytes, 0);
+}
+
 TEST(PeerMemory, ReplicasArePlacedAndReadFromPeersWithFailover) {
   LogLines log;
   auto a = StartMemory("node-a", int64_t{1} << 30, &log);

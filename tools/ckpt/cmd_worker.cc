@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <fstream>
 #include <optional>
 #include <string>
@@ -88,6 +89,18 @@ class Ballast {
   int64_t rows_ = 0, first_ = 0, count_ = 0;
   std::vector<float> v_;
 };
+
+// A "Vm...:  N kB" line of /proc/self/status in bytes; -1 if absent.
+int64_t ProcStatusBytes(std::string_view field) {
+  std::ifstream in("/proc/self/status");
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.size() > field.size() && line.compare(0, field.size(), field) == 0 && line[field.size()] == ':') {
+      return std::atoll(line.c_str() + field.size() + 1) * 1024;
+    }
+  }
+  return -1;
+}
 
 // Unix time in microseconds.
 int64_t UnixMicros() {
@@ -202,7 +215,8 @@ absl::StatusOr<bool> RunGeneration(const WorkerConfig& c, CoordinatorClient& cli
         std::string held;
         if (c.memory) {
           const PeerMemoryStats m = c.memory->Stats();
-          held = StrCat(" memory_held=", m.held_bytes, " memory_spare=", m.spare_bytes, " memory_files=", m.files);
+          held = StrCat(" memory_held=", m.held_bytes, " memory_spare=", m.spare_bytes, " memory_files=", m.files,
+                        " rss=", ProcStatusBytes("VmRSS"), " rss_peak=", ProcStatusBytes("VmHWM"));
         }
         Log(c, StrCat("rank=", rank, " committed ", last_level == SaveLevel::kMemory ? "memory " : "", "step ",
                       last->Stats().step, held));
