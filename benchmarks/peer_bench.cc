@@ -63,19 +63,6 @@ double IperfLoopback(const std::string& dir) {
   return bps;
 }
 
-// This process's resident memory (VmRSS), bytes.
-int64_t ResidentBytes() {
-  FILE* f = std::fopen("/proc/self/status", "r");
-  if (f == nullptr) return -1;
-  char line[256];
-  int64_t kb = -1;
-  while (std::fgets(line, sizeof(line), f) != nullptr) {
-    if (std::sscanf(line, "VmRSS: %lld kB", reinterpret_cast<long long*>(&kb)) == 1) break;
-  }
-  std::fclose(f);
-  return kb < 0 ? -1 : kb * 1024;
-}
-
 std::shared_ptr<PeerMemory> Memory(const std::string& domain, int64_t budget) {
   PeerMemoryOptions o;
   o.token = "peer-bench-token-0123456789abcdef";
@@ -189,7 +176,7 @@ int Main(int argc, char** argv) {
     std::printf(
         "run %lld: memory save committed in %.3f s, restore from a peer %.3f s, RSS %s, held %s + %s + %s\n",
         static_cast<long long>(run), (run == 0 ? mem_commit_cold : mem_commit).v.back(), from_peer.v.back(),
-        tools::HumanBytes(static_cast<double>(ResidentBytes())).c_str(),
+        tools::HumanBytes(static_cast<double>(tools::ResidentBytes())).c_str(),
         tools::HumanBytes(static_cast<double>(own->Stats().held_bytes + own->Stats().spare_bytes)).c_str(),
         tools::HumanBytes(static_cast<double>(holder->Stats().held_bytes + holder->Stats().spare_bytes)).c_str(),
         tools::HumanBytes(static_cast<double>(fresh->Stats().held_bytes + fresh->Stats().spare_bytes)).c_str());

@@ -114,20 +114,32 @@ bool HasAvx2() {
 #else
 #define CKPT_AVX2
 #endif
-#define CKPT_VECTOR_ENTRY(name, Args, Call)                       \
-  CKPT_AVX2 void name##Avx2 Args { Call; }                        \
-  void name##Base Args { Call; }                                  \
-  void name Args {                                                \
-    static const auto fn = HasAvx2() ? &name##Avx2 : &name##Base; \
-    return fn(p, n, out);                                         \
-  }
-CKPT_VECTOR_ENTRY(TallyF32, (const std::byte* p, int64_t n, ValueTally& out), TallyTyped<F32>(p, n, out))
-CKPT_VECTOR_ENTRY(TallyBf16, (const std::byte* p, int64_t n, ValueTally& out), TallyTyped<Bf16>(p, n, out))
-CKPT_VECTOR_ENTRY(TallyF64, (const std::byte* p, int64_t n, ValueTally& out), TallyTyped<F64>(p, n, out))
-CKPT_VECTOR_ENTRY(SumSquaresF32, (const std::byte* p, int64_t n, double& out), SumSquaresFinite<F32>(p, n, out))
-CKPT_VECTOR_ENTRY(SumSquaresBf16, (const std::byte* p, int64_t n, double& out), SumSquaresFinite<Bf16>(p, n, out))
-CKPT_VECTOR_ENTRY(SumSquaresF64, (const std::byte* p, int64_t n, double& out), SumSquaresFinite<F64>(p, n, out))
-#undef CKPT_VECTOR_ENTRY
+template <typename T>
+CKPT_AVX2 void TallyAvx2(const std::byte* p, int64_t n, ValueTally& t) {
+  TallyTyped<T>(p, n, t);
+}
+template <typename T>
+void TallyBase(const std::byte* p, int64_t n, ValueTally& t) {
+  TallyTyped<T>(p, n, t);
+}
+template <typename T>
+void Tally(const std::byte* p, int64_t n, ValueTally& t) {
+  static const auto fn = HasAvx2() ? &TallyAvx2<T> : &TallyBase<T>;
+  fn(p, n, t);
+}
+template <typename T>
+CKPT_AVX2 void SumSquaresAvx2(const std::byte* p, int64_t n, double& out) {
+  SumSquaresFinite<T>(p, n, out);
+}
+template <typename T>
+void SumSquaresBase(const std::byte* p, int64_t n, double& out) {
+  SumSquaresFinite<T>(p, n, out);
+}
+template <typename T>
+void SumSquares(const std::byte* p, int64_t n, double& out) {
+  static const auto fn = HasAvx2() ? &SumSquaresAvx2<T> : &SumSquaresBase<T>;
+  fn(p, n, out);
+}
 #undef CKPT_AVX2
 
 }  // namespace
@@ -165,11 +177,11 @@ void ValueTally::Merge(const ValueTally& o) {
 void TallyValues(DType dtype, const std::byte* p, int64_t n, ValueTally& t) {
   switch (dtype) {
     case DType::kF32:
-      return TallyF32(p, n, t);
+      return Tally<F32>(p, n, t);
     case DType::kBF16:
-      return TallyBf16(p, n, t);
+      return Tally<Bf16>(p, n, t);
     case DType::kF64:
-      return TallyF64(p, n, t);
+      return Tally<F64>(p, n, t);
     default: {
       const size_t es = DTypeSize(dtype);
       for (int64_t i = 0; i < n; ++i) t.Add(ElementToDouble(dtype, p + es * i));
@@ -189,11 +201,11 @@ void CompareValues(DType dtype, const std::byte* a, const std::byte* b, int64_t 
   if (std::memcmp(a, b, static_cast<size_t>(n) * es) == 0) {
     switch (dtype) {
       case DType::kF32:
-        return SumSquaresF32(a, n, c.sum_sq_a);
+        return SumSquares<F32>(a, n, c.sum_sq_a);
       case DType::kBF16:
-        return SumSquaresBf16(a, n, c.sum_sq_a);
+        return SumSquares<Bf16>(a, n, c.sum_sq_a);
       case DType::kF64:
-        return SumSquaresF64(a, n, c.sum_sq_a);
+        return SumSquares<F64>(a, n, c.sum_sq_a);
       default:
         for (int64_t i = 0; i < n; ++i) {
           const double v = ElementToDouble(dtype, a + es * i);

@@ -182,23 +182,29 @@ pid_t SpawnSelf(const std::vector<std::string>& args, const std::string& out) {
 // The coordinator notices, aborts that step, forms a smaller generation
 // that restores the previous step (resharded), and the job finishes with
 // the exact state of an uninterrupted run.
+// The stories' coordinator: heartbeat 200 ms, dead after 5 missed (1 s), and
+// a 2 s wait for late joiners: a machine busy with other work must not turn
+// a slow start or a descheduled worker into a failure the story does not
+// tell.
+CoordinatorOptions StoryCoordinator(std::string state_dir, std::string token, int min_nodes, int max_nodes) {
+  CoordinatorOptions co;
+  co.state_dir = std::move(state_dir);
+  co.token = std::move(token);
+  co.min_nodes = min_nodes;
+  co.max_nodes = max_nodes;
+  co.heartbeat_s = 0.2;
+  co.dead_after = 5;
+  co.join_timeout_s = 2;
+  co.log = [](const std::string& line) { Print("  coordinator: %s\n", line.c_str()); };
+  return co;
+}
+
 bool RunElastic(const std::string& dir, int workers, int64_t steps, std::vector<Restore>* restores) {
   const std::string root = dir + "/elastic", token_file = dir + "/token";
   const std::string token = WriteTokenFile(token_file);
   if (token.empty()) return false;
-  CoordinatorOptions co;
-  co.state_dir = dir + "/coordinator";
-  co.token = token;
-  co.min_nodes = 2;
-  co.max_nodes = workers;
-  co.heartbeat_s = 0.2;
-  // Dead after 5 missed (1 s) and a 2 s wait for late joiners: a machine
-  // busy with other work must not turn a slow start or a descheduled worker
-  // into a failure the story does not tell.
-  co.dead_after = 5;
-  co.join_timeout_s = 2;
+  CoordinatorOptions co = StoryCoordinator(dir + "/coordinator", token, 2, workers);
   co.root = root;
-  co.log = [](const std::string& line) { Print("  coordinator: %s\n", line.c_str()); };
   Print("elastic restart: a coordinator and %d worker processes (heartbeat 200 ms, dead after 5 missed)\n", workers);
   auto coord = Coordinator::Start(co);
   if (!coord.ok()) {
@@ -242,18 +248,7 @@ bool RunMemoryLevel(const std::string& dir, int64_t steps, std::vector<Restore>*
   const std::string root = dir + "/memory", token_file = dir + "/token";
   const std::string token = WriteTokenFile(token_file);
   if (token.empty()) return false;
-  CoordinatorOptions co;
-  co.state_dir = dir + "/memory-coordinator";
-  co.token = token;
-  co.min_nodes = 4;
-  co.max_nodes = 6;
-  co.heartbeat_s = 0.2;
-  // Dead after 5 missed (1 s) and a 2 s wait for late joiners: a machine
-  // busy with other work must not turn a slow start or a descheduled worker
-  // into a failure the story does not tell.
-  co.dead_after = 5;
-  co.join_timeout_s = 2;
-  co.log = [](const std::string& line) { Print("  coordinator: %s\n", line.c_str()); };
+  CoordinatorOptions co = StoryCoordinator(dir + "/memory-coordinator", token, 4, 6);
   Print(
       "memory level: a coordinator and 6 worker processes on 3 nodes (2 each); a memory save every 2 steps\n"
       "  (each rank's files in its own memory and in a peer's on another node), a durable one every 10\n");

@@ -9,7 +9,6 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
-#include <cstdlib>
 #include <fstream>
 #include <optional>
 #include <string>
@@ -89,18 +88,6 @@ class Ballast {
   int64_t rows_ = 0, first_ = 0, count_ = 0;
   std::vector<float> v_;
 };
-
-// A "Vm...:  N kB" line of /proc/self/status in bytes; -1 if absent.
-int64_t ProcStatusBytes(std::string_view field) {
-  std::ifstream in("/proc/self/status");
-  std::string line;
-  while (std::getline(in, line)) {
-    if (line.size() > field.size() && line.compare(0, field.size(), field) == 0 && line[field.size()] == ':') {
-      return std::atoll(line.c_str() + field.size() + 1) * 1024;
-    }
-  }
-  return -1;
-}
 
 // Unix time in microseconds.
 int64_t UnixMicros() {
@@ -216,7 +203,7 @@ absl::StatusOr<bool> RunGeneration(const WorkerConfig& c, CoordinatorClient& cli
         if (c.memory) {
           const PeerMemoryStats m = c.memory->Stats();
           held = StrCat(" memory_held=", m.held_bytes, " memory_spare=", m.spare_bytes, " memory_files=", m.files,
-                        " rss=", ProcStatusBytes("VmRSS"), " rss_peak=", ProcStatusBytes("VmHWM"));
+                        " rss=", tools::ResidentBytes(), " rss_peak=", static_cast<int64_t>(tools::PeakRssBytes()));
         }
         Log(c, StrCat("rank=", rank, " committed ", last_level == SaveLevel::kMemory ? "memory " : "", "step ",
                       last->Stats().step, held));

@@ -192,6 +192,15 @@ double PeakRssBytes() {
   return static_cast<double>(ru.ru_maxrss) * 1024.0;
 }
 
+int64_t ResidentBytes() {
+  std::ifstream in("/proc/self/status");
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.rfind("VmRSS:", 0) == 0) return std::atoll(line.c_str() + 6) * 1024;
+  }
+  return -1;
+}
+
 bool StderrIsTty() { return isatty(STDERR_FILENO) == 1; }
 
 ProgressBar::ProgressBar(std::string label) : label_(std::move(label)), enabled_(StderrIsTty()) {}

@@ -89,6 +89,8 @@ absl::Status SaveAsRanks(const std::string& uri, int64_t step, std::vector<State
 
 /// This process's peak resident memory, in bytes.
 double PeakRssBytes();
+/// This process's resident memory now (VmRSS), in bytes; -1 if unknown.
+int64_t ResidentBytes();
 
 /// True when stderr is a terminal (progress bars go there).
 bool StderrIsTty();
