@@ -13,7 +13,7 @@ packages=(g++ cmake ninja-build pkg-config liburing-dev libzstd-dev libxxhash-de
 # the certificate of its https endpoint).
 s3=(ceph-mon ceph-osd ceph-mgr radosgw ceph-common awscli s3cmd faketime openssl)
 if [[ "${1:-}" == "--test" ]]; then
-  packages+=(clang libclang-rt-14-dev fio python3 python3-h5py python3-numpy hdf5-tools python3-torch
+  packages+=(clang libclang-rt-14-dev lld fio python3 python3-h5py python3-numpy hdf5-tools python3-torch
             python3-pip python3-venv python3-setuptools python3-pytest clang-format-14 etcd-server etcd-client "${s3[@]}")
 elif [[ "${1:-}" == "--bench" ]]; then
   packages+=(fio iperf3 python3 python3-h5py python3-numpy python3-torch "${s3[@]}")

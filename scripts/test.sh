@@ -2,7 +2,7 @@
 # Installs what is missing, builds, and runs the whole test suite:
 #   1. release build: every test (unit, end to end, crash, install)
 #   2. AddressSanitizer + UndefinedBehaviorSanitizer build: every test
-#   3. ThreadSanitizer build: the tests of the concurrent parts
+#   3. ThreadSanitizer build (clang): the tests of the concurrent parts
 #   4. libFuzzer build (clang): each fuzzer for a bounded time on its corpus
 # FUZZ_SECONDS (default 20) bounds each fuzzer.
 set -euo pipefail
@@ -68,9 +68,10 @@ ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1 \
 stage "ThreadSanitizer: the tests of the concurrent parts"
 # The save pipeline, commit protocol, backends, audits and the coordinator
 # are where threads meet; the pure-logic tests add nothing under TSan.
+# Built with clang, which compiles it in three quarters of gcc's time.
 tsan_tests=(commit_test roundtrip_test backends_test audit_test claim_test staging_arena_test coordinator_test etcd_test hostile_test
   safetensors_cli_test peer_test)
-cmake -S . -B build-tsan -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCKPT_SANITIZE=thread "${opt_flags[@]}" \
+CC=clang CXX=clang++ cmake -S . -B build-tsan -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCKPT_SANITIZE=thread "${opt_flags[@]}" \
   -DCKPT_BUILD_BENCHMARKS=OFF -DCKPT_BUILD_PYTHON=OFF
 cmake --build build-tsan --target "${tsan_tests[@]}" s3_test ckpt_cli crash_saver
 # The s3:// backend's part uploads and parallel reads run against the S3

@@ -438,8 +438,13 @@ TEST(Staging, AutoCodecCompressesOnlyWhenTheStorageIsTheBottleneck) {
   save({slow + "a?fault.write_bandwidth=3M", Codec::kShuffleZstd, false}, &shuffled);
   save({slow + "b?fault.write_bandwidth=3M", Codec::kAuto, false}, &automatic, &slow_blocks);
   save({"mem://auto-fast", Codec::kAuto, false}, &fast, &fast_blocks);
-  // Each block records what it got.
-  EXPECT_GT(slow_blocks["shuffle-zstd"], 50) << slow_blocks["none"];
+  // Each block records what it got: of the 64, all but the first few,
+  // written while the backlog builds up. Under a sanitizer the encoders are
+  // several times slower, the backlog builds up later, and more of the first
+  // blocks go out as they are (14 under clang's ThreadSanitizer here, 2 to 3
+  // in a release build).
+  const int64_t at_most_plain = kSanitized ? 24 : 13;
+  EXPECT_GE(slow_blocks["shuffle-zstd"], 64 - at_most_plain) << slow_blocks["none"];
   EXPECT_EQ(fast_blocks["shuffle-zstd"], 0);
   EXPECT_GE(fast_blocks["none"], 32);
   save({slow + "c?fault.write_bandwidth=3M", Codec::kAuto, true}, &random);
@@ -447,9 +452,9 @@ TEST(Staging, AutoCodecCompressesOnlyWhenTheStorageIsTheBottleneck) {
   // The sink (3 MB/s) is the bottleneck even for compressors slowed ten
   // times by ThreadSanitizer on a loaded machine (at 10 MB/s there, a third
   // of the blocks went out uncompressed): all compressed but the first few blocks,
-  // written while the backlog builds up (3% more bytes here; 6% under
-  // ThreadSanitizer, whose compressors are ten times slower).
-  EXPECT_LE(automatic, shuffled * 1.10);
+  // written while the backlog builds up (3% more bytes in a release build;
+  // 6% under gcc's ThreadSanitizer, 11% under clang's).
+  EXPECT_LE(automatic, shuffled * (kSanitized ? 1.20 : 1.10));
   EXPECT_GT(fast, 0.97);     // writes never queue: stored as is
   EXPECT_GE(random, 0.999);  // nothing to gain
 }
