@@ -290,6 +290,84 @@ TEST(Coordinator, ALostNodeRestoresTheNewestMemoryStepFromPeers) {
   EXPECT_NE(history.find(" memory step(s) committed (last 38), 0 contradiction(s)"), std::string::npos) << history;
 }
 
+// Rank 0's two-level IntervalPolicy decides after each step whether to save
+// and at which level, and broadcasts it: the durable level is slow storage
+// (1 MB/s per process), so the policy puts memory saves between durable
+// ones. Every rank commits exactly the steps rank 0 decided, at the level it
+// decided; the pattern follows the policy's durable_every; the job ends exact.
+TEST(Coordinator, AnIntervalPolicyDecidesBothLevelsForEveryRank) {
+  TempDir dir;
+  WriteToken(dir);
+  CoordinatorProcess coord;
+  coord.Start(dir, "127.0.0.1:0", 4, 4);
+  ASSERT_GT(coord.port, 0) << ReadFile(coord.log);
+  constexpr int64_t kSteps = 200;
+  std::vector<pid_t> workers;
+  for (int i = 0; i < 4; ++i) {
+    std::vector<std::string> args = WorkerArgs(dir, coord.port, i, kSteps);
+    const auto root = std::find(args.begin(), args.end(), "--root");
+    ASSERT_NE(root, args.end());
+    root[1] = StrCat("faulty://", dir.Join("root"), "?fault.write_bandwidth=1M");
+    args.insert(args.end(), {"--step-ms", "20", "--ballast", "1M", "--policy-mtbf", "30", "--policy-min-interval",
+                             "0.1", "--memory-level", "--domain", StrCat("node-", i / 2)});
+    workers.push_back(Spawn(args, dir.Join(StrCat("worker", i, ".out"))));
+  }
+  for (int i = 0; i < 4; ++i) {
+    EXPECT_EQ(WaitExit(workers[i]), 0) << "worker " << i << ": " << ReadFile(dir.Join(StrCat("worker", i, ".out")));
+  }
+  coord.Stop();
+  ExpectFinalStateExact(dir.Join("root"), kSteps);
+  const std::string logs = AllLogs(dir, 4);
+  // Rank 0's decisions, in order.
+  struct Decision {
+    int64_t step;
+    bool memory;
+    int64_t durable_every;
+  };
+  std::vector<Decision> decisions;
+  std::istringstream in(logs);
+  for (std::string line; std::getline(in, line);) {
+    const size_t p = line.find("policy: step ");
+    if (p == std::string::npos) continue;
+    const size_t k = line.find(" durable_every=");
+    ASSERT_NE(k, std::string::npos) << line;
+    decisions.push_back({std::stoll(line.substr(p + 13)), line.find(" level=memory ") != std::string::npos,
+                         std::stoll(line.substr(k + 15))});
+  }
+  ASSERT_GE(decisions.size(), 3u) << logs;
+  EXPECT_EQ(decisions.back().step, kSteps);
+  EXPECT_FALSE(decisions.back().memory);
+  int memory = 0, durable = 0, since_durable = 0;
+  for (size_t i = 0; i < decisions.size(); ++i) {
+    const Decision& d = decisions[i];
+    SCOPED_TRACE(StrCat("step ", d.step));
+    // Every rank committed it at that level.
+    const std::string committed = StrCat(d.memory ? " committed memory step " : " committed step ", d.step);
+    size_t ranks = 0;
+    for (size_t at = logs.find(committed); at != std::string::npos; at = logs.find(committed, at + 1)) {
+      const char next = logs[at + committed.size()];
+      ranks += next == '\n' || next == ' ';
+    }
+    EXPECT_EQ(ranks, 4u) << committed << logs;
+    if (i + 1 < decisions.size()) {
+      // A memory save while fewer than durable_every - 1 came since the last
+      // durable one; a durable save once that many did.
+      EXPECT_EQ(d.memory, since_durable + 1 < d.durable_every) << since_durable << " of " << d.durable_every;
+    }
+    (d.memory ? memory : durable) += 1;
+    since_durable = d.memory ? since_durable + 1 : 0;
+  }
+  EXPECT_GE(memory, 1) << logs;
+  EXPECT_GE(durable, 2) << logs;
+  std::string pattern;
+  for (const Decision& d : decisions) pattern += StrCat(" ", d.step, d.memory ? "m" : "d");
+  std::printf("policy: %d memory and %d durable saves (step, level):%s\n", memory, durable, pattern.c_str());
+  // No rank saved a step rank 0 did not decide.
+  size_t commits = 0;
+  for (size_t at = logs.find(" committed "); at != std::string::npos; at = logs.find(" committed ", at + 1)) ++commits;
+  EXPECT_EQ(commits, 4 * decisions.size()) << logs;
+}
+
 TEST(Coordinator, WhenNoLiveCopyHoldsAShardTheRestoreFallsBackToDurable) {
   TempDir dir;
   const MemoryRun run = RunMemoryLevel(dir, 2);

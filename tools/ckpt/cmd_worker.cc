@@ -16,11 +16,13 @@
 
 #include "ckpt/checkpointer.h"
 #include "ckpt/coordinator.h"
+#include "ckpt/interval.h"
 #include "ckpt/peer.h"
 #include "commands.h"
 #include "common/cli.h"
 #include "common/elastic_model.h"
 #include "util/aligned_buffer.h"
+#include "util/clock.h"
 #include "util/errors.h"
 #include "util/strings.h"
 
@@ -37,6 +39,10 @@ struct WorkerConfig {
   // The memory level: saves every memory_every steps into peers' memory.
   int64_t memory_every = 0;
   std::shared_ptr<PeerMemory> memory;
+  // With a policy, rank 0's IntervalPolicy decides when to save and at
+  // which level instead of save_every/memory_every (each process keeps its
+  // own, for the generations in which it is rank 0).
+  std::shared_ptr<IntervalPolicy> policy;
   // Bytes of extra state (f32 rows of 1,024) sharded over the ranks, never
   // updated: makes saves and restores the size of a real model's.
   int64_t ballast_bytes = 0;
@@ -113,6 +119,33 @@ void Log(const WorkerConfig& c, const std::string& line) {
   std::ofstream(c.log_file, std::ios::app) << line << "\n";
 }
 
+// Rank 0 asks its policy whether to save after `step` and at which level,
+// and tells the others (one byte through the coordinator's broadcast, every
+// step: all ranks must save the same steps). The last step is always saved
+// durably; a memory save the generation cannot make (too few failure
+// domains) is made durable instead.
+absl::StatusOr<CheckpointLevel> PolicyDecision(const WorkerConfig& c, CoordinatorClient& client, const Assignment& a,
+                                               int64_t step, bool previous_committed) {
+  std::string decision;
+  if (a.first_rank == 0) {
+    CheckpointLevel level = c.policy->NextLevel(NowSeconds(), previous_committed);
+    if (step == c.steps) level = CheckpointLevel::kDurable;
+    if (level == CheckpointLevel::kMemory && !a.memory_level()) level = CheckpointLevel::kDurable;
+    decision.assign(1, level == CheckpointLevel::kNone ? 'n' : level == CheckpointLevel::kMemory ? 'm' : 'd');
+    if (level != CheckpointLevel::kNone) {
+      c.policy->SaveStarted(NowSeconds(), level);
+      Log(c, StrCat("policy: step ", step, " level=", level == CheckpointLevel::kMemory ? "memory" : "durable",
+                    " interval_s=", c.policy->interval_s(), " durable_every=", c.policy->durable_every()));
+    }
+  }
+  auto told = client.communicator(0)->Broadcast(decision, 60);
+  if (!told.ok()) return told.status();
+  if (*told == "m") return CheckpointLevel::kMemory;
+  if (*told == "d") return CheckpointLevel::kDurable;
+  if (*told == "n") return CheckpointLevel::kNone;
+  return absl::InternalError(StrCat("step ", step, ": rank 0 sent the save decision '", *told, "'"));
+}
+
 // One generation: open, restore, train and save until done or stopped.
 // Returns true when the job finished.
 absl::StatusOr<bool> RunGeneration(const WorkerConfig& c, CoordinatorClient& client, const Assignment& a) {
@@ -183,8 +216,14 @@ absl::StatusOr<bool> RunGeneration(const WorkerConfig& c, CoordinatorClient& cli
     ++step;
     shard.Train(step);
     std::this_thread::sleep_for(std::chrono::milliseconds(c.step_ms));
-    const bool durable = step % c.save_every == 0 || step == c.steps;
-    const bool memory = !durable && c.memory_every > 0 && step % c.memory_every == 0 && a.memory_level();
+    bool durable = step % c.save_every == 0 || step == c.steps;
+    bool memory = !durable && c.memory_every > 0 && step % c.memory_every == 0 && a.memory_level();
+    if (c.policy) {
+      auto level = PolicyDecision(c, client, a, step, last ? last->Done() : true);
+      if (!level.ok()) return Stopped(client) ? absl::StatusOr<bool>(false) : level.status();
+      durable = *level == CheckpointLevel::kDurable;
+      memory = *level == CheckpointLevel::kMemory;
+    }
     if (!durable && !memory) continue;
     if (last) {
       absl::Status prev = last->Wait();
@@ -199,6 +238,10 @@ absl::StatusOr<bool> RunGeneration(const WorkerConfig& c, CoordinatorClient& cli
         Log(c, StrCat("rank=", rank, " save failed: ", prev.message()));
         return Stopped(client) ? absl::StatusOr<bool>(false) : prev;
       } else {
+        if (c.policy && rank == 0) {
+          c.policy->RecordSave(last->Stats(),
+                               last_level == SaveLevel::kMemory ? CheckpointLevel::kMemory : CheckpointLevel::kDurable);
+        }
         std::string held;
         if (c.memory) {
           const PeerMemoryStats m = c.memory->Stats();
@@ -257,6 +300,14 @@ int WorkerMain(int argc, char** argv, int first) {
   args.Int("save-every", &c.save_every, "save every K steps (default 5) to the root: the durable level");
   args.Int("memory-every", &c.memory_every,
            "also save every M steps into the memory level (peers' memory; 0: off, the default)");
+  double policy_mtbf = 0, policy_min_interval = 0.2;
+  bool memory_level = false;
+  args.Double("policy-mtbf", &policy_mtbf,
+              "rank 0's IntervalPolicy decides when to save, and at which level with --memory-level, from this "
+              "mean time between failures in seconds and the save costs it measures (replaces --save-every and "
+              "--memory-every; 0: off, the default)");
+  args.Double("policy-min-interval", &policy_min_interval, "with --policy-mtbf: seconds between saves at least (0.2)");
+  args.Switch("memory-level", &memory_level, "use the memory level (implied by --memory-every)");
   std::string domain, memory_listen = "127.0.0.1:0";
   int64_t memory_budget = int64_t{1} << 30;
   args.String("domain", &domain, "failure domain of this process for the memory level (default: the host name)");
@@ -283,7 +334,28 @@ int WorkerMain(int argc, char** argv, int first) {
     return kExitUsage;
   }
   c.token = *token;
-  if (c.memory_every > 0) {
+  if (policy_mtbf < 0 || policy_min_interval < 0) {
+    std::fprintf(stderr, "ckpt worker: --policy-mtbf and --policy-min-interval take seconds >= 0\n");
+    return kExitUsage;
+  }
+  if (c.memory_every > 0) memory_level = true;
+  if (policy_mtbf > 0) {
+    // Starting estimates for a small model on local disk; each save's
+    // measured costs replace them.
+    IntervalPolicyOptions po;
+    po.mtbf_s = policy_mtbf;
+    po.two_level = memory_level;
+    po.stall_s = 0.02;
+    po.write_s = 0.2;
+    po.restart_s = 5;
+    po.memory_stall_s = 0.01;
+    po.memory_write_s = 0.05;
+    po.memory_restart_s = 2;
+    po.min_interval_s = policy_min_interval;
+    po.max_interval_s = std::max(policy_min_interval, 3600.0);
+    c.policy = std::make_shared<IntervalPolicy>(po);
+  }
+  if (memory_level) {
     PeerMemoryOptions po;
     po.listen = memory_listen;
     po.token = c.token;
