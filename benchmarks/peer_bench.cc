@@ -2,7 +2,8 @@
 // restore from a peer's memory against a restore from the disk and against
 // the loopback TCP ceiling iperf3 measures in the same run, and the cost of
 // a memory save (its stall, and the time until its copy is in a peer's
-// memory) against a durable one.
+// memory) against a durable one, and how much a training loop running while
+// each save finishes in the background slows down.
 //
 //   peer_bench --dir DIR [--size 1G] [--runs 3] [--json FILE]
 //
@@ -63,6 +64,33 @@ double IperfLoopback(const std::string& dir) {
   return bps;
 }
 
+// Stands in for the trainer between saves: an optimizer-like pass over
+// 64 MiB of f32 (w = 0.999 w + 0.001 g), bound by memory bandwidth as an
+// optimizer step is, on the calling thread.
+class TrainingLoop {
+ public:
+  TrainingLoop() : w_(kElems, 1.0f), g_(kElems, 0.5f) {}
+  // Passes per second while `busy()` holds, for at least `min_s`.
+  template <typename F>
+  double RateWhile(F busy, double min_s) {
+    const double t0 = NowSeconds();
+    int64_t passes = 0;
+    double t = t0;
+    while (busy() || t - t0 < min_s) {
+      for (size_t i = 0; i < kElems; ++i) w_[i] = 0.999f * w_[i] + 0.001f * g_[i];
+      ++passes;
+      t = NowSeconds();
+    }
+    sink_ = sink_ + w_[static_cast<size_t>(passes) % kElems];
+    return static_cast<double>(passes) / (t - t0);
+  }
+
+ private:
+  static constexpr size_t kElems = size_t{16} << 20;
+  std::vector<float> w_, g_;
+  volatile float sink_ = 0;
+};
+
 std::shared_ptr<PeerMemory> Memory(const std::string& domain, int64_t budget) {
   PeerMemoryOptions o;
   o.token = "peer-bench-token-0123456789abcdef";
@@ -116,6 +144,10 @@ int Main(int argc, char** argv) {
   };
   Samples mem_stall, mem_commit, mem_commit_cold, dur_stall, dur_commit, from_peer, from_own, from_disk, iperf,
       disk_ceiling, raw_get;
+  // Training passes per second alone, and while a memory or a durable save
+  // finishes in the background (after its stall), as a fraction of alone.
+  TrainingLoop training;
+  Samples train_alone, train_memory, train_durable;
   for (int64_t run = 0; run < runs; ++run) {
     const std::string root = dir + "/peer-bench-root";
     std::filesystem::remove_all(root);
@@ -137,6 +169,7 @@ int Main(int argc, char** argv) {
     auto h = (*cp)->Save(2, source, mem);
     if (!h.ok()) return 1;
     mem_stall.Add(NowSeconds() - t0);
+    const double during_memory = training.RateWhile([&] { return !h->Done(); }, 0);
     if (absl::Status s = h->Wait(); !s.ok()) {
       std::fprintf(stderr, "memory save: %s\n", std::string(s.message()).c_str());
       return 1;
@@ -149,8 +182,13 @@ int Main(int argc, char** argv) {
     auto d = (*cp)->Save(3, source);
     if (!d.ok()) return 1;
     dur_stall.Add(NowSeconds() - t0);
+    const double during_durable = training.RateWhile([&] { return !d->Done(); }, 0);
     if (!d->Wait().ok()) return 1;
     dur_commit.Add(NowSeconds() - t0);
+    const double alone = training.RateWhile([] { return false; }, 1.0);
+    train_alone.Add(alone);
+    train_memory.Add(during_memory / alone);
+    train_durable.Add(during_durable / alone);
 
     // Restores: from the holder's memory over TCP (a replacement host that
     // holds nothing), from this process's own memory, from the disk.
@@ -249,6 +287,10 @@ int Main(int argc, char** argv) {
       "afresh: %.3f s); durable stall %.3f s, committed %.3f s\n",
       mem_stall.Median(), runs > 1 ? mem_commit.Median() : -1.0, mem_commit_cold.Median(), dur_stall.Median(),
       dur_commit.Median());
+  std::printf(
+      "training (an optimizer-like pass over 64 MiB, %.1f passes/s alone) while the save finishes in the "
+      "background: %.2fx its speed alone during a memory save, %.2fx during a durable save\n",
+      train_alone.Median(), train_memory.Median(), train_durable.Median());
   JsonWriter j;
   j.BeginObject()
       .Field("bytes", state.bytes)
@@ -266,6 +308,9 @@ int Main(int argc, char** argv) {
       .Field("memory_commit_first_s", mem_commit_cold.Median())
       .Field("durable_stall_s", dur_stall.Median())
       .Field("durable_commit_s", dur_commit.Median())
+      .Field("training_passes_per_s", train_alone.Median())
+      .Field("training_during_memory_save_x", train_memory.Median())
+      .Field("training_during_durable_save_x", train_durable.Median())
       .EndObject();
   WriteTextFile(json_path, j.str());
   return 0;

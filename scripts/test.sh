@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Installs what is missing, builds, and runs the whole test suite:
-#   1. release build: every test (unit, end to end, crash, install)
+#   1. release build: every test (unit, end to end, crash, install);
+#      each later stage's tree builds in the background meanwhile (below)
 #   2. AddressSanitizer + UndefinedBehaviorSanitizer build: every test
 #   3. ThreadSanitizer build (clang): the tests of the concurrent parts
 #   4. libFuzzer build (clang): each fuzzer for a bounded time on its corpus
@@ -33,10 +34,80 @@ stage() {
   echo "== $1"
 }
 
+# Each sanitizer and fuzz tree builds in the background while the stage
+# before it runs its tests, at the idle scheduling class (CPU and disk): it
+# takes only what the tests leave unused (a quarter of the two cores during
+# the release ctest run) and yields as soon as a test wants to run. The
+# stage that needs the tree waits for the rest of its build.
+bg_pid="" bg_log="" bg_name="" s3dir=""
+# On any exit: the background build (its own process group) and the S3
+# server of the ThreadSanitizer stage go too.
+cleanup() {
+  if [[ -n "$bg_pid" ]]; then kill -- -"$bg_pid" 2> /dev/null || true; fi
+  if [[ -n "$s3dir" ]]; then scripts/s3-test-server.sh stop "$s3dir" || true; fi
+}
+trap cleanup EXIT
+start_background_build() {
+  bg_name=$1
+  shift
+  bg_log=$(mktemp)
+  set -m  # a process group of its own, which cleanup can end whole
+  (
+    chrt --idle --pid 0 "$BASHPID" > /dev/null
+    ionice -c 3 -p "$BASHPID"
+    "$@"
+  ) > "$bg_log" 2>&1 &
+  bg_pid=$!
+  set +m
+}
+wait_background_build() {
+  local started=$SECONDS
+  if ! wait "$bg_pid"; then
+    cat "$bg_log"
+    echo "the ${bg_name} build failed"
+    exit 1
+  fi
+  rm -f "$bg_log"
+  bg_pid=""
+  echo "(${bg_name} build: waited $((SECONDS - started)) s for the rest of it)"
+}
+
+# Debug keeps the assertions; -O1 (as AddressSanitizer's documentation
+# advises) runs the suite about twice as fast as -O0 and still reports
+# file:line from the line tables. Built with clang: the release stage
+# builds with gcc, so both compilers see every line, and clang compiles
+# this instrumented tree in about half gcc's time. The Python tests load
+# the module into /usr/bin/python3, which does not start with the sanitizer
+# runtimes: they run in the release stage, and the module is not built here.
+build_asan() {
+  CC=clang CXX=clang++ cmake -S . -B build-asan -G Ninja -DCMAKE_BUILD_TYPE=Debug -DCKPT_SANITIZE=address,undefined \
+    -DCMAKE_C_FLAGS_DEBUG="-O1 -g1" -DCMAKE_CXX_FLAGS_DEBUG="-O1 -g1" -DCKPT_BUILD_BENCHMARKS=OFF -DCKPT_BUILD_PYTHON=OFF
+  cmake --build build-asan
+}
+
+# The save pipeline, commit protocol, backends, audits and the coordinator
+# are where threads meet; the pure-logic tests add nothing under TSan.
+# Built with clang, which compiles it in three quarters of gcc's time.
+tsan_tests=(commit_test roundtrip_test backends_test audit_test claim_test staging_arena_test coordinator_test etcd_test hostile_test
+  safetensors_cli_test peer_test)
+build_tsan() {
+  CC=clang CXX=clang++ cmake -S . -B build-tsan -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCKPT_SANITIZE=thread "${opt_flags[@]}" \
+    -DCKPT_BUILD_BENCHMARKS=OFF -DCKPT_BUILD_PYTHON=OFF
+  cmake --build build-tsan --target "${tsan_tests[@]}" s3_test ckpt_cli crash_saver
+}
+
+build_fuzz() {
+  CC=clang CXX=clang++ cmake -S . -B build-fuzz -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo "${opt_flags[@]}" \
+    -DCKPT_FUZZ=ON -DCKPT_SANITIZE=address,undefined -DCKPT_BUILD_TESTS=OFF \
+    -DCKPT_BUILD_BENCHMARKS=OFF -DCKPT_BUILD_TOOLS=OFF -DCKPT_BUILD_PYTHON=OFF
+  cmake --build build-fuzz
+}
+
 stage "release build and tests"
 cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo "${opt_flags[@]}"
 cmake --build build
 seed_test_costs build
+start_background_build "AddressSanitizer" build_asan
 # --timeout: a test that sets no TIMEOUT of its own fails after 15 minutes
 # instead of holding the stage (the longest take under two).
 ctest --test-dir build --output-on-failure -j "$jobs" --timeout 900
@@ -51,33 +122,18 @@ src=$PWD
 rm -rf "$venv"
 
 stage "address + undefined-behaviour sanitizers"
-# Debug keeps the assertions; -O1 (as AddressSanitizer's documentation
-# advises) runs the suite about twice as fast as -O0 and still reports
-# file:line from the line tables. Built with clang: the release stage
-# builds with gcc, so both compilers see every line, and clang compiles
-# this instrumented tree in about half gcc's time. The Python tests load
-# the module into /usr/bin/python3, which does not start with the sanitizer
-# runtimes: they run in the release stage, and the module is not built here.
-CC=clang CXX=clang++ cmake -S . -B build-asan -G Ninja -DCMAKE_BUILD_TYPE=Debug -DCKPT_SANITIZE=address,undefined \
-  -DCMAKE_C_FLAGS_DEBUG="-O1 -g1" -DCMAKE_CXX_FLAGS_DEBUG="-O1 -g1" -DCKPT_BUILD_BENCHMARKS=OFF -DCKPT_BUILD_PYTHON=OFF
-cmake --build build-asan
+wait_background_build
 seed_test_costs build-asan
+start_background_build "ThreadSanitizer" build_tsan
 ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1 \
   ctest --test-dir build-asan --output-on-failure -j "$jobs" --timeout 900 -LE "install|mpi|python"
 
 stage "ThreadSanitizer: the tests of the concurrent parts"
-# The save pipeline, commit protocol, backends, audits and the coordinator
-# are where threads meet; the pure-logic tests add nothing under TSan.
-# Built with clang, which compiles it in three quarters of gcc's time.
-tsan_tests=(commit_test roundtrip_test backends_test audit_test claim_test staging_arena_test coordinator_test etcd_test hostile_test
-  safetensors_cli_test peer_test)
-CC=clang CXX=clang++ cmake -S . -B build-tsan -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCKPT_SANITIZE=thread "${opt_flags[@]}" \
-  -DCKPT_BUILD_BENCHMARKS=OFF -DCKPT_BUILD_PYTHON=OFF
-cmake --build build-tsan --target "${tsan_tests[@]}" s3_test ckpt_cli crash_saver
+wait_background_build
+start_background_build "fuzz" build_fuzz
 # The s3:// backend's part uploads and parallel reads run against the S3
 # server started for this stage (ctest starts its own in the stages above).
 s3dir=build-tsan/tests/s3-server
-trap 'scripts/s3-test-server.sh stop "$s3dir"' EXIT
 scripts/s3-test-server.sh start "$s3dir"
 # One test program per core at a time: much of their time is spent waiting
 # on heartbeats, timeouts and child processes. A failing program's output is
@@ -101,13 +157,10 @@ run_tsan() {
 export -f run_tsan
 printf '%s\n' s3_test coordinator_test "${tsan_tests[@]}" | awk '!seen[$0]++' | xargs -P "$jobs" -I{} bash -c 'run_tsan {}'
 scripts/s3-test-server.sh stop "$s3dir"
-trap - EXIT
+s3dir=""
 
 stage "fuzzing (${fuzz_seconds}s per target)"
-CC=clang CXX=clang++ cmake -S . -B build-fuzz -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo "${opt_flags[@]}" \
-  -DCKPT_FUZZ=ON -DCKPT_SANITIZE=address,undefined -DCKPT_BUILD_TESTS=OFF \
-  -DCKPT_BUILD_BENCHMARKS=OFF -DCKPT_BUILD_TOOLS=OFF -DCKPT_BUILD_PYTHON=OFF
-cmake --build build-fuzz
+wait_background_build
 # One fuzzer per core at a time; each writes a reproducer (crash-*) into
 # the working directory when it finds one.
 run_fuzzer() {
