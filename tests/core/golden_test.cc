@@ -20,6 +20,7 @@ struct Golden {
   std::string codec;
   std::string saved_mesh;
   std::vector<std::string> restore_meshes;
+  uint32_t manifest_version;
 };
 
 class GoldenTest : public ::testing::TestWithParam<Golden> {};
@@ -59,20 +60,23 @@ TEST_P(GoldenTest, VerifiesAndRestoresOntoOtherMeshes) {
   ASSERT_OK(bytes);
   auto m = DecodeManifest(*bytes, path);
   ASSERT_OK(m);
+  EXPECT_EQ(m->format_version, g.manifest_version);
   EXPECT_EQ(EncodeManifest(*m), *bytes);
 }
 
-INSTANTIATE_TEST_SUITE_P(V1, GoldenTest,
-                         ::testing::Values(Golden{"v1-shuffle", 7, "shuffle-zstd", "dp=1,tp=2", {"tp=3", "dp=2,tp=1"}},
-                                           Golden{"v1-zstd", 3, "zstd", "tp=1,pp=2", {"tp=2,pp=2", "pp=1"}},
-                                           Golden{"v1-none", 1, "none", "dp=2", {"tp=5"}}),
-                         [](const ::testing::TestParamInfo<Golden>& info) {
-                           std::string n = info.param.dir;
-                           for (char& c : n) {
-                             if (c == '-') c = '_';
-                           }
-                           return n;
-                         });
+INSTANTIATE_TEST_SUITE_P(
+    Versions, GoldenTest,
+    ::testing::Values(Golden{"v1-shuffle", 7, "shuffle-zstd", "dp=1,tp=2", {"tp=3", "dp=2,tp=1"}, 1},
+                      Golden{"v1-zstd", 3, "zstd", "tp=1,pp=2", {"tp=2,pp=2", "pp=1"}, 1},
+                      Golden{"v1-none", 1, "none", "dp=2", {"tp=5"}, 1},
+                      Golden{"v3-zero", 11, "shuffle-zstd", "dp=2,tp=2", {"dp=3,tp=1", "dp=1,tp=3", "dp=2,tp=2"}, 3}),
+    [](const ::testing::TestParamInfo<Golden>& info) {
+      std::string n = info.param.dir;
+      for (char& c : n) {
+        if (c == '-') c = '_';
+      }
+      return n;
+    });
 
 }  // namespace
 }  // namespace ckpt::testing
