@@ -7,6 +7,8 @@
 #include "absl/strings/str_split.h"
 #include "core/collective_plan.h"
 #include "format/manifest.h"
+#include "format/manifest_part.h"
+#include "format/root_files.h"
 #include "pipeline/loader.h"
 #include "util/errors.h"
 #include "util/status_wire.h"
@@ -30,6 +32,38 @@ absl::StatusOr<LoadStats> LoadStepAlone(Storage& storage, const State& target, i
   return stats;
 }
 
+namespace {
+
+// What a rank asks of the manifest: the boxes and blobs of its target, the
+// blobs of `rank` where they are per rank (as RestrictManifest takes them).
+ManifestWants WantsOf(const State& target, int rank) {
+  ManifestWants w;
+  for (const Shard& s : target.shards()) w.boxes.push_back({s.spec.fqn, s.box});
+  for (const Blob& b : target.blobs()) {
+    w.blobs.push_back({b.name, b.scope == BlobScope::kGlobal ? -1 : (b.source_rank >= 0 ? b.source_rank : rank)});
+  }
+  return w;
+}
+
+// This rank's part of a version-4 manifest, by ranged reads of `path`.
+absl::StatusOr<Manifest> ReadOwnPart(Storage& storage, const std::string& path, const State& target, int rank,
+                                     int64_t* bytes) {
+  CKPT_ASSIGN_OR_RETURN(std::unique_ptr<ReadableFile> file, storage.OpenReadable(path));
+  ManifestPartStats stats;
+  auto part = ReadManifestPart(
+      [&](uint64_t offset, uint64_t len) -> absl::StatusOr<std::string> {
+        std::string out(len, '\0');
+        CKPT_RETURN_IF_ERROR(
+            file->ReadAt(offset, absl::Span<std::byte>(reinterpret_cast<std::byte*>(out.data()), out.size())));
+        return out;
+      },
+      file->size(), WantsOf(target, rank), path, &stats);
+  *bytes = static_cast<int64_t>(stats.bytes_read);
+  return part;
+}
+
+}  // namespace
+
 absl::StatusOr<LoadStats> LoadStepTogether(Storage& storage, Communicator& comm, const State& target, int64_t step,
                                            int rank, const LoadOptions& options, double timeout_s) {
   Manifest manifest;
@@ -39,24 +73,45 @@ absl::StatusOr<LoadStats> LoadStepTogether(Storage& storage, Communicator& comm,
     if (found.ok()) {
       manifest = std::move(found->manifest);
       ReportDamage(*found);
-      verdict = EncodeOutcome(StrCat(found->step, " ", found->fell_back_from, " ", found->note));
+      // "STEP FELL_BACK_FROM VERSION SOURCE NOTE": the ranks read their
+      // parts of a version-4 manifest from the file the leader found intact.
+      verdict = EncodeOutcome(StrCat(found->step, " ", found->fell_back_from, " ", manifest.format_version, " ",
+                                     found->from_copy ? kManifestCopyName : kManifestName, " ", found->note));
     } else {
       verdict = EncodeOutcome(found.status());
     }
   }
   CKPT_ASSIGN_OR_RETURN(verdict, comm.Broadcast(verdict, timeout_s));
   CKPT_ASSIGN_OR_RETURN(verdict, DecodeOutcome(verdict, "the leader's choice of the step to load"));
-  // "STEP FELL_BACK_FROM NOTE"
-  std::vector<std::string> parts = absl::StrSplit(verdict, absl::MaxSplits(' ', 2));
-  int64_t fell_back_from = -1;
-  if (parts.size() >= 2) ParseInt64(parts[1], &fell_back_from);
-  const std::string note = parts.size() >= 3 ? parts[2] : "";
-  CKPT_ASSIGN_OR_RETURN(std::string plan,
-                        DistributeLoadPlan(comm, target, comm.rank() == 0 ? &manifest : nullptr, timeout_s));
-  CKPT_ASSIGN_OR_RETURN(Manifest mine, DecodeManifest(plan, "load plan from the leader"));
+  std::vector<std::string> parts = absl::StrSplit(verdict, absl::MaxSplits(' ', 4));
+  int64_t chosen = -1, fell_back_from = -1, version = 0;
+  if (parts.size() < 4 || !ParseInt64(parts[0], &chosen) || !ParseInt64(parts[1], &fell_back_from) ||
+      !ParseInt64(parts[2], &version)) {
+    return absl::InternalError(StrCat("the leader's choice of the step to load is garbled: '", verdict, "'"));
+  }
+  const std::string note = parts.size() >= 5 ? parts[4] : "";
+  Manifest mine;
+  int64_t manifest_bytes = 0;
+  if (version >= 4) {
+    // Every rank plans from the parts it reads: the leader neither gathers
+    // the ranks' targets nor cuts every rank's plan.
+    if (comm.rank() == 0) {
+      mine = RestrictManifest(manifest, target, comm.rank());
+      auto size = storage.FileSize(StrCat(StepDir(chosen), "/", parts[3]));
+      manifest_bytes = size.ok() ? static_cast<int64_t>(*size) : 0;
+    } else {
+      CKPT_ASSIGN_OR_RETURN(
+          mine, ReadOwnPart(storage, StrCat(StepDir(chosen), "/", parts[3]), target, comm.rank(), &manifest_bytes));
+    }
+  } else {
+    CKPT_ASSIGN_OR_RETURN(std::string plan,
+                          DistributeLoadPlan(comm, target, comm.rank() == 0 ? &manifest : nullptr, timeout_s));
+    CKPT_ASSIGN_OR_RETURN(mine, DecodeManifest(plan, "load plan from the leader"));
+  }
   CKPT_ASSIGN_OR_RETURN(LoadStats stats, LoadFromManifest(storage, mine, target, rank, options));
   stats.damage_note = note;
   stats.fell_back_from = fell_back_from;
+  stats.manifest_bytes = manifest_bytes;
   return stats;
 }
 

@@ -163,7 +163,7 @@ absl::StatusOr<StepExamination> ExamineStep(Storage& storage, int64_t step) {
   return ex;
 }
 
-absl::StatusOr<Manifest> ReadManifest(Storage& storage, int64_t step, std::string* note) {
+absl::StatusOr<Manifest> ReadManifest(Storage& storage, int64_t step, std::string* note, bool* from_copy) {
   auto ex = ExamineStep(storage, step);
   if (!ex.ok()) return ex.status();
   if (ex->info.state == StepState::kPartial) {
@@ -173,6 +173,7 @@ absl::StatusOr<Manifest> ReadManifest(Storage& storage, int64_t step, std::strin
   if (!ex->manifest) {
     return absl::DataLossError(StrCat("step ", step, " is committed but damaged: ", ex->info.damage));
   }
+  if (from_copy != nullptr) *from_copy = ex->from_copy;
   if (note != nullptr) {
     note->clear();
     if (ex->from_copy) {
@@ -253,7 +254,7 @@ absl::StatusOr<LoadableStep> ResolveLoadable(Storage& storage, int64_t step, boo
     out.note = note;
   }
   std::string copy_note;
-  auto m = ReadManifest(storage, step, &copy_note);
+  auto m = ReadManifest(storage, step, &copy_note, &out.from_copy);
   if (m.ok()) {
     out.step = step;
     out.manifest = std::move(m).value();
@@ -276,7 +277,7 @@ absl::StatusOr<LoadableStep> ResolveLoadable(Storage& storage, int64_t step, boo
                                                   "--fallback), or `ckpt repair` the damaged one")));
   }
   std::string older_note;
-  CKPT_ASSIGN_OR_RETURN(out.manifest, ReadManifest(storage, older->step, &older_note));
+  CKPT_ASSIGN_OR_RETURN(out.manifest, ReadManifest(storage, older->step, &older_note, &out.from_copy));
   out.fell_back_from = step;
   out.step = older->step;
   out.note = StrCat(m.status().message(), "; restored step ", older->step, " instead");
@@ -403,6 +404,7 @@ absl::StatusOr<Manifest> MergeReports(const std::vector<Manifest>& reports) {
     CKPT_RETURN_IF_ERROR(CheckExactCover(t.spec, boxes));
     m.tensors.push_back(std::move(t));
   }
+  DescribeByRules(m);
   return m;
 }
 

@@ -41,7 +41,8 @@ absl::StatusOr<StepExamination> ExamineStep(Storage& storage, int64_t step);
 /// damaged (then `*note`, if given, says so). NotFound when the step does
 /// not exist or was never committed (the message says which); DataLoss when
 /// it is committed but neither manifest decodes.
-absl::StatusOr<Manifest> ReadManifest(Storage& storage, int64_t step, std::string* note = nullptr);
+absl::StatusOr<Manifest> ReadManifest(Storage& storage, int64_t step, std::string* note = nullptr,
+                                      bool* from_copy = nullptr);
 
 /// The latest committed step: the highest step whose MANIFEST (or its copy)
 /// exists, damaged or not. LATEST only speeds the search up; when it names
@@ -61,6 +62,7 @@ struct LoadableStep {
   Manifest manifest;
   std::string note;  ///< damage met on the way, for LoadStats and logs
   int64_t fell_back_from = -1;
+  bool from_copy = false;  ///< the manifest was read from MANIFEST.copy
 };
 absl::StatusOr<LoadableStep> ResolveLoadable(Storage& storage, int64_t step, bool allow_fallback);
 

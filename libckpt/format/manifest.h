@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -15,14 +16,20 @@
 #include "ckpt/limits.h"
 #include "ckpt/mesh.h"
 #include "ckpt/tensor.h"
+#include "format/chunk_grid.h"
 
 namespace ckpt {
+
+class Xxh3Stream;
 
 /// 1: the original format. 2: the same bytes; a committed step also holds
 /// MANIFEST.copy, byte-identical, so a missing copy is damage only from 2 on.
 /// 3: the manifest ends with the step's CLAIM, byte for byte, and every file
 /// it commits carries that claim's save id.
-constexpr uint32_t kManifestVersion = 3;
+/// 4: sections a reader can fetch apart (a head, fixed-size file records, a
+/// tensor directory, one record per tensor), each under its own checksum, and
+/// tensors whose chunks form a grid stored as the grid (ChunkGrid).
+constexpr uint32_t kManifestVersion = 4;
 constexpr size_t kManifestHeaderSize = 48;
 
 /// A data file of the step.
@@ -53,7 +60,12 @@ struct ManifestChunk {
 
 struct ManifestTensor {
   TensorSpec spec;
+  /// Every chunk, also when `grid` describes them (then in its cell order).
   std::vector<ManifestChunk> chunks;
+  /// Version 4: set when the chunks are the cells of a grid, which is how
+  /// the tensor is then encoded (DescribeByRules sets it; decoding keeps it).
+  /// Encoding checks it against `chunks` and lists them when they differ.
+  std::optional<ChunkGrid> grid;
 };
 
 struct ManifestBlob {
@@ -96,8 +108,75 @@ struct Manifest {
 std::string EncodeManifest(const Manifest& m);
 /// Decodes and checks everything that can be checked without the data
 /// files: magic, version, checksums, lengths, dtypes, boxes within shapes,
-/// file and block references. `what` names the object in messages.
-absl::StatusOr<Manifest> DecodeManifest(std::string_view bytes, std::string_view what);
+/// file and block references. `what` names the object in messages. At most
+/// `max_chunks` chunks (grid cells included) are accepted.
+absl::StatusOr<Manifest> DecodeManifest(std::string_view bytes, std::string_view what,
+                                        uint64_t max_chunks = kMaxManifestChunks);
+
+// ---- Reading a version-4 manifest in parts (ranged reads) ----
+
+constexpr size_t kManifestFileRecordSize = 96;
+
+/// Where the sections of a version-4 manifest are, in bytes from its start.
+struct ManifestSections {
+  uint64_t size = 0;
+  uint64_t files_at = 0, file_count = 0;
+  uint64_t names_at = 0, names_len = 0;
+  uint64_t directory_at = 0, directory_len = 0, directory_hash = 0;
+  uint64_t tensors_at = 0, tensors_len = 0, tensor_count = 0;
+  uint64_t FileRecordAt(uint64_t i) const { return files_at + kManifestFileRecordSize * i; }
+};
+
+/// From the 48-byte header: how many bytes from the start hold the header
+/// and the head. FailedPrecondition for versions 1-3, which have no sections.
+absl::StatusOr<uint64_t> ManifestHeadBytes(std::string_view header, std::string_view what);
+/// Decodes the header and head from `prefix` (at least ManifestHeadBytes
+/// long) of a manifest of `size` bytes: everything but files and tensors,
+/// and where the sections are.
+absl::StatusOr<Manifest> DecodeManifestHead(std::string_view prefix, uint64_t size, std::string_view what,
+                                            ManifestSections* sections);
+
+/// Where the name a file record stores lies (len 0: the default name).
+struct FileRecordName {
+  uint64_t at = 0;
+  uint32_t len = 0;
+};
+FileRecordName PeekFileRecordName(std::string_view record, const ManifestSections& sections);
+/// File record `index` from its 96 bytes and the name bytes it points at.
+/// `hash` (optional) is a stream to reuse.
+absl::StatusOr<ManifestFile> DecodeFileRecord(std::string_view record, std::string_view name,
+                                              const ManifestSections& sections, uint64_t index, std::string_view what,
+                                              Xxh3Stream* hash = nullptr);
+
+/// A tensor's entry in the directory: its record at [at, at + len).
+struct TensorEntry {
+  std::string fqn;
+  uint64_t at = 0;
+  uint64_t len = 0;
+  uint64_t hash = 0;
+};
+absl::StatusOr<std::vector<TensorEntry>> DecodeTensorDirectory(std::string_view directory,
+                                                               const ManifestSections& sections, std::string_view what);
+/// Decodes a tensor record into `t`: a grid is left unexpanded (t->chunks
+/// empty; see GridChunk), listed chunks are checked against `file_count`
+/// and, when `files` is given, their block ranges. `chunk_budget` is
+/// decreased by the chunks or cells it holds, which may not exceed it.
+absl::Status DecodeTensorRecord(std::string_view record, const TensorEntry& entry,
+                                const std::vector<ManifestFile>* files, uint64_t file_count, uint64_t* chunk_budget,
+                                std::string_view what, ManifestTensor* t);
+/// The chunk of grid cell `cell`, its file's block size given.
+ManifestChunk GridChunk(const ManifestTensor& t, uint64_t cell, uint64_t block_size);
+
+/// The grid `t`'s chunks form, when they do: every chunk one cell, listed in
+/// row-major cell order, each chunk's block count the blocks of its bytes at
+/// its file's block size. nullopt otherwise (and for scalars and tensors
+/// without chunks).
+std::optional<ChunkGrid> DetectGrid(const ManifestTensor& t, const std::vector<ManifestFile>& files);
+
+/// For a manifest (not a rank report) of the newest version: puts each
+/// tensor's chunks in row-major order of their offsets and sets `grid` where
+/// they form one, so the encoding describes them by their rule.
+void DescribeByRules(Manifest& m);
 
 /// Raw byte range [begin, end) of block `b` (relative to the chunk's first
 /// block) within a stream of `total` bytes cut into `block_size` blocks.

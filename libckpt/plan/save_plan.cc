@@ -66,6 +66,22 @@ absl::StatusOr<SavePlan> PlanSave(const std::vector<TensorLayout>& layouts, cons
   std::vector<int64_t> base_rank;   // per chunk: its holder with replica coords 0
   std::vector<int32_t> offsets_of;  // per chunk: index into replica_offsets
   std::vector<std::vector<int64_t>> replica_offsets;
+  // At most one chunk per combination of the coordinates that shard a
+  // tensor: reserved up front, so millions of boxes are never moved.
+  uint64_t most = 0;
+  for (const TensorLayout& layout : layouts) {
+    uint64_t n = 1;
+    for (int md = 0; md < mesh.ndim(); ++md) {
+      if (md != layout.owner_dim && md < static_cast<int>(layout.placements.size()) &&
+          layout.placements[md].kind == Placement::Kind::kShard) {
+        n *= static_cast<uint64_t>(mesh.sizes[md]);
+      }
+    }
+    most += n;
+  }
+  plan.chunks.reserve(most);
+  base_rank.reserve(most);
+  offsets_of.reserve(most);
   for (size_t t = 0; t < layouts.size(); ++t) {
     bool first = true;
     CKPT_RETURN_IF_ERROR(

@@ -61,6 +61,13 @@ TEST_P(GoldenTest, VerifiesAndRestoresOntoOtherMeshes) {
   auto m = DecodeManifest(*bytes, path);
   ASSERT_OK(m);
   EXPECT_EQ(m->format_version, g.manifest_version);
+  if (g.manifest_version >= 4) {
+    // Sharded tensors are stored as grids, the rest listed.
+    int grids = 0, listed = 0;
+    for (const ManifestTensor& t : m->tensors) ++(t.grid.has_value() ? grids : listed);
+    EXPECT_GT(grids, 10);
+    EXPECT_GT(listed, 0);
+  }
   EXPECT_EQ(EncodeManifest(*m), *bytes);
 }
 
@@ -69,7 +76,8 @@ INSTANTIATE_TEST_SUITE_P(
     ::testing::Values(Golden{"v1-shuffle", 7, "shuffle-zstd", "dp=1,tp=2", {"tp=3", "dp=2,tp=1"}, 1},
                       Golden{"v1-zstd", 3, "zstd", "tp=1,pp=2", {"tp=2,pp=2", "pp=1"}, 1},
                       Golden{"v1-none", 1, "none", "dp=2", {"tp=5"}, 1},
-                      Golden{"v3-zero", 11, "shuffle-zstd", "dp=2,tp=2", {"dp=3,tp=1", "dp=1,tp=3", "dp=2,tp=2"}, 3}),
+                      Golden{"v3-zero", 11, "shuffle-zstd", "dp=2,tp=2", {"dp=3,tp=1", "dp=1,tp=3", "dp=2,tp=2"}, 3},
+                      Golden{"v4-grid", 13, "auto", "dp=2,tp=2,pp=2", {"dp=1,tp=3,pp=1", "dp=3,tp=2,pp=2"}, 4}),
     [](const ::testing::TestParamInfo<Golden>& info) {
       std::string n = info.param.dir;
       for (char& c : n) {

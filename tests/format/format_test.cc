@@ -1,9 +1,14 @@
 // On-disk structures: round trips, and every corruption caught and named.
+#include <algorithm>
 #include <cstring>
 #include <random>
 
+#include "ckpt/mesh.h"
+#include "core/collective_plan.h"
+#include "format/chunk_grid.h"
 #include "format/data_file.h"
 #include "format/manifest.h"
+#include "format/manifest_part.h"
 #include "format/root_files.h"
 #include "testutil/test_util.h"
 #include "util/bytes.h"
@@ -206,6 +211,354 @@ TEST(Manifest, RejectsReferencesOutsideTheFile) {
   auto d2 = DecodeManifest(EncodeManifest(m2), "MANIFEST");
   ASSERT_FALSE(d2.ok());
   EXPECT_TRUE(Contains(d2.status(), "outside shape")) << d2.status();
+}
+
+// ---- Version 4: grids and sections ----
+
+TEST(IntRuns, CodesEverySequenceOnceAndReadsItBack) {
+  std::mt19937_64 rng(5);
+  for (int trial = 0; trial < 200; ++trial) {
+    const size_t n = 1 + rng() % 300;
+    std::vector<uint64_t> v(n);
+    v[0] = rng() % 1000;
+    const int64_t step = static_cast<int64_t>(rng() % 7) - 3;
+    for (size_t i = 1; i < n; ++i) {
+      v[i] = rng() % 10 == 0 || v[i - 1] < 3 ? rng() % 5000 : v[i - 1] + static_cast<uint64_t>(step);
+    }
+    IntRuns runs = IntRuns::Of(v);
+    ASSERT_EQ(runs.size(), n);
+    for (size_t i = 0; i < n; ++i) ASSERT_EQ(runs.At(i), v[i]) << trial << " " << i;
+    for (size_t k = 1; k < runs.runs().size(); ++k) ASSERT_NE(runs.runs()[k].step, runs.runs()[k - 1].step);
+    std::vector<uint64_t> seen;
+    EXPECT_TRUE(runs.ForEach([&](uint64_t x) {
+      seen.push_back(x);
+      return true;
+    }));
+    EXPECT_EQ(seen, v);
+    ByteWriter w;
+    runs.Encode(w);
+    ByteReader r(w.str(), "runs");
+    IntRuns back = IntRuns::Decode(r, n, "runs");
+    ASSERT_TRUE(r.ok()) << r.status();
+    EXPECT_TRUE(r.AtEnd());
+    EXPECT_TRUE(back == runs);
+  }
+}
+
+TEST(IntRuns, RefusesCodingsThatAreNotCanonicalOrDoNotAddUp) {
+  auto decode = [](const std::vector<std::pair<int64_t, uint64_t>>& runs, uint64_t n) {
+    ByteWriter w;
+    w.Var(3);
+    w.Var(runs.size());
+    for (auto [step, count] : runs) {
+      w.SVar(step);
+      w.Var(count);
+    }
+    ByteReader r(w.str(), "runs");
+    IntRuns::Decode(r, n, "files");
+    return r.status();
+  };
+  EXPECT_OK(decode({{1, 3}, {2, 1}}, 5));
+  EXPECT_TRUE(Contains(decode({{1, 3}, {1, 1}}, 5), "not canonical"));
+  EXPECT_TRUE(Contains(decode({{1, 0}, {2, 4}}, 5), "length 0"));
+  EXPECT_TRUE(Contains(decode({{1, 2}}, 5), "runs give 3 values"));
+  EXPECT_FALSE(decode({{1, 9}}, 5).ok());
+  // Values wrapping past zero are no values.
+  IntRuns down = IntRuns::Of({1, 0});
+  ByteWriter w;
+  w.Var(0);
+  w.Var(1);
+  w.SVar(-1);
+  w.Var(1);
+  ByteReader r(w.str(), "runs");
+  IntRuns wraps = IntRuns::Decode(r, 2, "files");
+  ASSERT_TRUE(r.ok());
+  EXPECT_FALSE(wraps.ForEach([](uint64_t) { return true; }));
+  EXPECT_TRUE(down.ForEach([](uint64_t) { return true; }));
+}
+
+TEST(ChunkGrid, FindsExactlyTheCellsABoxMeets) {
+  std::mt19937_64 rng(11);
+  for (int trial = 0; trial < 100; ++trial) {
+    ChunkGrid g;
+    const int nd = 1 + static_cast<int>(rng() % 3);
+    Shape shape;
+    for (int d = 0; d < nd; ++d) {
+      std::vector<int64_t> cuts{0};
+      const int k = 1 + static_cast<int>(rng() % 6);
+      for (int i = 0; i < k; ++i) cuts.push_back(cuts.back() + 1 + static_cast<int64_t>(rng() % 5));
+      shape.push_back(cuts.back());
+      g.cuts.push_back(cuts);
+    }
+    for (int q = 0; q < 20; ++q) {
+      Box query;
+      for (int d = 0; d < nd; ++d) {
+        const int64_t a = static_cast<int64_t>(rng() % static_cast<uint64_t>(shape[d]));
+        const int64_t len = 1 + static_cast<int64_t>(rng() % static_cast<uint64_t>(shape[d] - a));
+        query.offsets.push_back(a);
+        query.sizes.push_back(len);
+      }
+      std::vector<uint64_t> want, got;
+      for (uint64_t c = 0; c < g.NumCells(); ++c) {
+        if (!Intersect(g.CellBox(c), query).Empty()) want.push_back(c);
+      }
+      g.ForEachCellMeeting(query, [&](uint64_t c) { got.push_back(c); });
+      ASSERT_EQ(got, want) << query.ToString();
+    }
+  }
+}
+
+// A tensor of `rows` x `cols` split over `parts` files along `dim`,
+// torch.chunk style, each part cut into `tiles` column tiles; file p holds
+// part p from block `base`.
+ManifestTensor SplitTensor(const std::string& name, int64_t rows, int64_t cols, int dim, int64_t parts, int tiles,
+                           uint64_t base, uint64_t block_size) {
+  ManifestTensor t;
+  t.spec = TensorSpec{name, DType::kBF16, {rows, cols}};
+  const std::vector<int64_t> b = ChunkBoundaries(dim == 0 ? rows : cols, parts);
+  for (int64_t p = 0; p < parts; ++p) {
+    if (b[p + 1] == b[p]) continue;
+    uint64_t block = base;
+    const int64_t r0 = dim == 0 ? b[p] : 0, nr = dim == 0 ? b[p + 1] - b[p] : rows;
+    const int64_t c0 = dim == 1 ? b[p] : 0, nc = dim == 1 ? b[p + 1] - b[p] : cols;
+    const std::vector<int64_t> tb = ChunkBoundaries(nc, tiles);
+    for (int k = 0; k < tiles; ++k) {
+      if (tb[k + 1] == tb[k]) continue;
+      Box box({r0, c0 + tb[k]}, {nr, tb[k + 1] - tb[k]});
+      const uint64_t blocks = BlocksOf(static_cast<uint64_t>(box.Volume()) * 2, block_size);
+      t.chunks.push_back(ManifestChunk{static_cast<uint32_t>(p), block, blocks, box});
+      block += blocks;
+    }
+  }
+  return t;
+}
+
+Manifest GridManifest(int64_t ranks, int tiles) {
+  Manifest m = SampleManifest();
+  m.files.clear();
+  m.tensors.clear();
+  m.blobs.clear();
+  m.world_size = static_cast<int32_t>(ranks);
+  m.mesh = Mesh{{"dp"}, {ranks}};
+  for (int64_t r = 0; r < ranks; ++r) {
+    ManifestFile f;
+    f.name = r == 3 ? "rank-000003.h5" : DataFileName(static_cast<int>(r));
+    f.rank = static_cast<int32_t>(r);
+    f.size = 1 << 30;
+    f.index_offset = 1 << 29;
+    f.index_len = 4096;
+    f.index_hash = 1000 + static_cast<uint64_t>(r);
+    f.block_count = 5000;
+    f.block_size = 4096;
+    f.save_id = 77;
+    m.files.push_back(f);
+  }
+  m.tensors.push_back(SplitTensor("a.rows", 4099, 64, 0, ranks, 1, 0, 4096));
+  m.tensors.push_back(SplitTensor("b.cols", 64, 1000, 1, ranks, tiles, 300, 4096));
+  // Not a grid: an L of three boxes.
+  ManifestTensor l;
+  l.spec = TensorSpec{"c.ell", DType::kBF16, {4, 4}};
+  l.chunks.push_back(ManifestChunk{0, 900, 1, Box({0, 0}, {2, 4})});
+  l.chunks.push_back(ManifestChunk{1, 900, 1, Box({2, 0}, {2, 2})});
+  l.chunks.push_back(ManifestChunk{2, 900, 1, Box({2, 2}, {2, 2})});
+  m.tensors.push_back(l);
+  m.blobs.push_back(ManifestBlob{"rng", 1, 16, 1, 901, 1});
+  return m;
+}
+
+TEST(Manifest, GridsRoundTripInAFewBytesWhateverTheRankCount) {
+  size_t small_size = 0;
+  for (auto [ranks, tiles] : {std::pair<int64_t, int>{16, 1}, {512, 1}, {16, 3}, {512, 3}}) {
+    Manifest m = GridManifest(ranks, tiles);
+    const size_t rows_chunks = m.tensors[0].chunks.size(), cols_chunks = m.tensors[1].chunks.size();
+    std::reverse(m.tensors[0].chunks.begin(), m.tensors[0].chunks.end());  // any order in, row-major out
+    DescribeByRules(m);
+    ASSERT_TRUE(m.tensors[0].grid.has_value());
+    ASSERT_TRUE(m.tensors[1].grid.has_value());
+    EXPECT_FALSE(m.tensors[2].grid.has_value());
+    EXPECT_EQ(m.tensors[0].grid->NumCells(), rows_chunks);
+    EXPECT_EQ(m.tensors[1].grid->NumCells(), cols_chunks);
+    const std::string bytes = EncodeManifest(m);
+    auto d = DecodeManifest(bytes, "MANIFEST");
+    ASSERT_OK(d);
+    ASSERT_EQ(d->tensors.size(), 3u);
+    for (size_t t = 0; t < 3; ++t) {
+      ASSERT_EQ(d->tensors[t].chunks.size(), m.tensors[t].chunks.size());
+      for (size_t c = 0; c < m.tensors[t].chunks.size(); ++c) {
+        const ManifestChunk& a = m.tensors[t].chunks[c];
+        const ManifestChunk& b = d->tensors[t].chunks[c];
+        ASSERT_TRUE(a.file == b.file && a.first_block == b.first_block && a.block_count == b.block_count &&
+                    a.box == b.box)
+            << t << " " << c;
+      }
+      EXPECT_EQ(d->tensors[t].grid.has_value(), m.tensors[t].grid.has_value());
+    }
+    EXPECT_EQ(d->files[3].name, "rank-000003.h5");
+    EXPECT_EQ(d->files[4].name, DataFileName(4));
+    EXPECT_EQ(d->blobs[0].first_block, 901u);
+    EXPECT_EQ(EncodeManifest(*d), bytes);
+    Manifest v3 = m;
+    v3.format_version = 3;
+    const size_t v3_tensor_bytes = EncodeManifest(v3).size() - 40 * static_cast<size_t>(ranks);
+    // Untiled, the tensors cost the same at 16 and 512 ranks (files are 96
+    // bytes each); tiled, a few bytes per cell, still less than listing them.
+    const size_t tensor_bytes = bytes.size() - static_cast<size_t>(ranks) * 96 - 14;
+    if (tiles == 1 && small_size == 0) {
+      small_size = tensor_bytes;
+    } else if (tiles == 1) {
+      EXPECT_LT(tensor_bytes, small_size + 64) << small_size;
+    }
+    if (ranks == 512) EXPECT_LT(tensor_bytes * (tiles == 1 ? 20 : 2), v3_tensor_bytes);
+  }
+}
+
+TEST(Manifest, GridCorruptionAndHostileGridsAreRefused) {
+  Manifest m = GridManifest(8, 3);
+  DescribeByRules(m);
+  const std::string bytes = EncodeManifest(m);
+  for (size_t bit = 0; bit < bytes.size() * 8; bit += 5) {
+    std::string copy = bytes;
+    copy[bit / 8] = static_cast<char>(copy[bit / 8] ^ (1 << (bit % 8)));
+    EXPECT_FALSE(DecodeManifest(copy, "MANIFEST").ok()) << "bit " << bit;
+  }
+  // A grid of a million one-element cells in a few bytes: refused past the
+  // chunk limit the reader gives, accepted within it.
+  Manifest big = GridManifest(8, 1);
+  big.tensors.resize(1);
+  big.tensors[0].spec.shape = {1 << 20};
+  big.tensors[0].chunks.clear();
+  ChunkGrid g;
+  std::vector<int64_t> cuts(1 + (1 << 20));
+  for (size_t i = 0; i < cuts.size(); ++i) cuts[i] = static_cast<int64_t>(i);
+  g.cuts.push_back(cuts);
+  g.files = IntRuns::Of(std::vector<uint64_t>(1 << 20, 0));
+  std::vector<uint64_t> first(1 << 20);
+  for (size_t i = 0; i < first.size(); ++i) first[i] = i % 4000;
+  g.first_blocks = IntRuns::Of(first);
+  big.tensors[0].grid = g;
+  // The chunks the grid stands for (the encoder writes a grid only for them).
+  auto fill = [](ManifestTensor& t) {
+    t.chunks.resize(t.grid->NumCells());
+    for (uint64_t i = 0; i < t.chunks.size(); ++i) t.chunks[i] = GridChunk(t, i, 4096);
+  };
+  fill(big.tensors[0]);
+  const std::string hostile = EncodeManifest(big);
+  EXPECT_LT(hostile.size(), 12000u);
+  auto d = DecodeManifest(hostile, "MANIFEST", 1000);
+  ASSERT_FALSE(d.ok());
+  EXPECT_TRUE(Contains(d.status(), "passes the limit of 1000 chunks")) << d.status();
+  auto ok = DecodeManifest(hostile, "MANIFEST");
+  ASSERT_OK(ok);
+  EXPECT_EQ(ok->tensors[0].chunks.size(), size_t{1} << 20);
+  // Blocks past the end of a file are named with the tensor.
+  big.tensors[0].grid->first_blocks = IntRuns::Of(std::vector<uint64_t>(1 << 20, 4999));
+  big.tensors[0].grid->files = IntRuns::Of(std::vector<uint64_t>(1 << 20, 2));
+  std::vector<uint64_t> spill(1 << 20, 4999);
+  spill.back() = 5000;
+  big.tensors[0].grid->first_blocks = IntRuns::Of(spill);
+  fill(big.tensors[0]);
+  auto past = DecodeManifest(EncodeManifest(big), "MANIFEST");
+  ASSERT_FALSE(past.ok());
+  EXPECT_TRUE(Contains(past.status(), "a.rows")) << past.status();
+  EXPECT_TRUE(Contains(past.status(), "beyond rank-000002.ckd")) << past.status();
+}
+
+TEST(ManifestPart, ReadsByRangesWhatRestrictManifestCutsFromTheWhole) {
+  Manifest m = GridManifest(64, 3);
+  m.files[5].name = "custom-5.ckd";
+  m.blobs.push_back(ManifestBlob{"cfg", -1, 8, 9, 902, 1});
+  DescribeByRules(m);
+  const std::string bytes = EncodeManifest(m);
+  auto whole = DecodeManifest(bytes, "MANIFEST");
+  ASSERT_OK(whole);
+  std::mt19937_64 rng(3);
+  std::vector<char> dummy(1);
+  std::string blob_out;
+  for (int trial = 0; trial < 60; ++trial) {
+    State state;
+    ManifestWants wants;
+    for (const ManifestTensor& t : m.tensors) {
+      if (rng() % 4 == 0) continue;
+      Box box;
+      for (int64_t extent : t.spec.shape) {
+        const int64_t a = static_cast<int64_t>(rng() % static_cast<uint64_t>(extent));
+        const int64_t len = trial % 7 == 0 ? 0 : 1 + static_cast<int64_t>(rng() % static_cast<uint64_t>(extent - a));
+        box.offsets.push_back(a);
+        box.sizes.push_back(len);
+      }
+      ASSERT_OK(state.AddShard(t.spec, box, dummy.data()));
+      wants.boxes.push_back({t.spec.fqn, box});
+    }
+    if (trial % 2 == 0) {
+      ASSERT_OK(state.AddBlobOut("rng", &blob_out, BlobScope::kRank, 1));
+      wants.blobs.push_back({"rng", 1});
+    }
+    ASSERT_OK(state.AddBlobOut("cfg", &blob_out, BlobScope::kGlobal));
+    wants.blobs.push_back({"cfg", -1});
+    wants.boxes.push_back({"not.saved", Box({0}, {1})});
+    const Manifest want = RestrictManifest(*whole, state, 0);
+    ManifestPartStats stats;
+    auto got = ReadManifestPart(
+        [&](uint64_t off, uint64_t len) -> absl::StatusOr<std::string> { return bytes.substr(off, len); }, bytes.size(),
+        wants, "MANIFEST", &stats);
+    ASSERT_OK(got);
+    ASSERT_EQ(got->files.size(), want.files.size()) << trial;
+    for (size_t f = 0; f < want.files.size(); ++f) {
+      EXPECT_EQ(got->files[f].name, want.files[f].name);
+      EXPECT_EQ(got->files[f].index_hash, want.files[f].index_hash);
+    }
+    ASSERT_EQ(got->tensors.size(), want.tensors.size()) << trial;
+    for (size_t t = 0; t < want.tensors.size(); ++t) {
+      ASSERT_EQ(got->tensors[t].spec, want.tensors[t].spec);
+      ASSERT_EQ(got->tensors[t].chunks.size(), want.tensors[t].chunks.size()) << want.tensors[t].spec.fqn;
+      for (size_t c = 0; c < want.tensors[t].chunks.size(); ++c) {
+        const ManifestChunk& a = got->tensors[t].chunks[c];
+        const ManifestChunk& b = want.tensors[t].chunks[c];
+        EXPECT_TRUE(a.file == b.file && a.first_block == b.first_block && a.block_count == b.block_count &&
+                    a.box == b.box);
+      }
+    }
+    ASSERT_EQ(got->blobs.size(), want.blobs.size());
+    for (size_t b = 0; b < want.blobs.size(); ++b) EXPECT_EQ(got->blobs[b].file, want.blobs[b].file);
+    EXPECT_EQ(stats.bytes_read, bytes.size());  // a small manifest: one read of it all
+    EXPECT_EQ(stats.reads, 1u);
+  }
+  // At 4,096 ranks a rank loading a few rows reads the head and directory,
+  // two tensor records and a few file records: not the 400 KB of records.
+  Manifest big = GridManifest(4096, 1);
+  DescribeByRules(big);
+  const std::string big_bytes = EncodeManifest(big);
+  ManifestWants rows;
+  rows.boxes.push_back({"a.rows", Box({100, 0}, {3, 64})});
+  rows.boxes.push_back({"b.cols", Box({0, 500}, {64, 1})});
+  ManifestPartStats stats;
+  auto part = ReadManifestPart(
+      [&](uint64_t off, uint64_t len) -> absl::StatusOr<std::string> { return big_bytes.substr(off, len); },
+      big_bytes.size(), rows, "MANIFEST", &stats);
+  ASSERT_OK(part);
+  EXPECT_EQ(part->tensors[0].chunks.size(), 2u);  // rows 100-102: parts of 2 rows
+  EXPECT_EQ(part->files.size(), 3u);
+  EXPECT_GT(big_bytes.size(), 390000u);
+  EXPECT_LT(stats.bytes_read, (64u << 10) + 4096u);
+  // A flipped byte in a part the rank reads is caught; versions 1-3 say to read them whole.
+  ManifestWants one;
+  one.boxes.push_back({"a.rows", Box({0, 0}, {4099, 64})});
+  one.boxes.push_back({"c.ell", Box({0, 0}, {1, 1})});  // the last record
+  for (size_t at : {size_t{60}, bytes.size() - 3}) {
+    std::string bad = bytes;
+    bad[at] = static_cast<char>(bad[at] ^ 0x10);
+    auto got = ReadManifestPart(
+        [&](uint64_t off, uint64_t len) -> absl::StatusOr<std::string> { return bad.substr(off, len); }, bad.size(),
+        one, "MANIFEST");
+    EXPECT_TRUE(absl::IsDataLoss(got.status())) << at << ": " << got.status();
+  }
+  Manifest v3 = m;
+  v3.format_version = 3;
+  const std::string old = EncodeManifest(v3);
+  auto got =
+      ReadManifestPart([&](uint64_t off, uint64_t len) -> absl::StatusOr<std::string> { return old.substr(off, len); },
+                       old.size(), one, "MANIFEST");
+  EXPECT_TRUE(absl::IsFailedPrecondition(got.status())) << got.status();
 }
 
 TEST(Layout, Names) {

@@ -14,11 +14,14 @@
 #include "common/synth_job.h"
 #include "format/data_file.h"
 #include "format/manifest.h"
+#include "format/manifest_part.h"
 #include "format/root_files.h"
+#include "plan/block_ranges.h"
 #include "plan/cover.h"
 #include "plan/load_plan.h"
 #include "plan/tiles.h"
 #include "util/clock.h"
+#include "util/errors.h"
 #include "util/json.h"
 
 namespace ckpt::tools {
@@ -37,6 +40,11 @@ Manifest SimulatedManifest(const SyntheticModel& model, const SavePlan& plan, ui
   for (size_t t = 0; t < tensors.size(); ++t) tensors[t].spec = model.tensors[t].spec;
   const int64_t nranks = plan.mesh.NumRanks();
   std::vector<uint64_t> next_block(nranks, 0), file_bytes(nranks, kDataHeaderSize);
+  {
+    std::vector<size_t> count(tensors.size(), 0);
+    for (const ChunkAssignment& c : plan.chunks) ++count[c.tensor];
+    for (size_t t = 0; t < tensors.size(); ++t) tensors[t].chunks.reserve(count[t]);
+  }
   // Chunks in plan order (sequential memory), each appended to its writer's
   // file; the block numbering per file is what that rank would produce.
   for (const ChunkAssignment& c : plan.chunks) {
@@ -65,14 +73,72 @@ Manifest SimulatedManifest(const SyntheticModel& model, const SavePlan& plan, ui
   std::sort(tensors.begin(), tensors.end(),
             [](const ManifestTensor& a, const ManifestTensor& b) { return a.spec.fqn < b.spec.fqn; });
   m.tensors = std::move(tensors);
+  DescribeByRules(m);
   return m;
+}
+
+// What ranks of the target mesh read of the manifest and how long each takes
+// to plan its own load from it: the head, the directory, the records of its
+// tensors and the file records of the chunks it meets (ReadManifestPart),
+// then the blocks of every chunk it meets. `samples` ranks evenly spread over
+// the mesh, the last one included.
+struct RankPlanning {
+  int64_t ranks = 0;
+  std::vector<double> seconds;
+  std::vector<double> bytes;
+  uint64_t reads_max = 0;
+};
+
+absl::StatusOr<RankPlanning> PlanRanksFromParts(const std::string& manifest, const SyntheticModel& target,
+                                                const Mesh& mesh, int64_t samples) {
+  RankPlanning out;
+  const int64_t n = mesh.NumRanks();
+  samples = std::min(samples, n);
+  std::vector<std::pair<uint64_t, uint64_t>> ranges;
+  for (int64_t k = 0; k < samples; ++k) {
+    const int64_t rank = samples == 1 ? 0 : k * (n - 1) / (samples - 1);
+    const double t0 = NowSeconds();
+    ManifestWants wants;
+    for (const TensorLayout& layout : target.tensors) {
+      CKPT_ASSIGN_OR_RETURN(std::optional<Box> box, RankBox(layout, mesh, rank));
+      if (box.has_value()) wants.boxes.push_back({layout.spec.fqn, std::move(*box)});
+    }
+    ManifestPartStats stats;
+    CKPT_ASSIGN_OR_RETURN(Manifest part, ReadManifestPart(
+                                             [&](uint64_t off, uint64_t len) -> absl::StatusOr<std::string> {
+                                               return manifest.substr(off, len);
+                                             },
+                                             manifest.size(), wants, "simulated manifest", &stats));
+    size_t w = 0;
+    for (const ManifestTensor& t : part.tensors) {
+      while (w < wants.boxes.size() && wants.boxes[w].first != t.spec.fqn) ++w;
+      if (w == wants.boxes.size()) break;
+      const uint64_t es = DTypeSize(t.spec.dtype);
+      for (const ManifestChunk& c : t.chunks) {
+        ranges.clear();
+        NeededBlocks(c.box, Intersect(c.box, wants.boxes[w].second), es, part.files[c.file].block_size, &ranges);
+      }
+    }
+    out.seconds.push_back(NowSeconds() - t0);
+    out.bytes.push_back(static_cast<double>(stats.bytes_read));
+    out.reads_max = std::max(out.reads_max, stats.reads);
+    ++out.ranks;
+  }
+  return out;
+}
+
+double Max(const std::vector<double>& v) { return v.empty() ? 0 : *std::max_element(v.begin(), v.end()); }
+double Median(std::vector<double> v) {
+  if (v.empty()) return 0;
+  std::nth_element(v.begin(), v.begin() + static_cast<std::ptrdiff_t>(v.size() / 2), v.end());
+  return v[v.size() / 2];
 }
 
 }  // namespace
 
 int PlanMain(int argc, char** argv, int first) {
   std::string from_text, to_text, dtype = "bf16", optimizer;
-  int64_t params = 0, layers = 0, experts = 0, block = 1 << 20, tiles = 8;
+  int64_t params = 0, layers = 0, experts = 0, block = 1 << 20, tiles = 8, rank_samples = 256;
   bool zero = false, json = false, per_tensor = false;
   Args args("plan", "--ranks-from MESH --ranks-to MESH --params N [options]",
             "Builds, for a simulated model of that size and without any tensor data, the save\n"
@@ -90,6 +156,8 @@ int PlanMain(int argc, char** argv, int first) {
   args.Switch("zero", &zero, "shard optimizer state over dp (ZeRO-1)");
   args.Size("block-size", &block, "raw bytes per block (default 1M)", true);
   args.Int("max-tiles", &tiles, "column tiles per column-sharded shard (default 8)");
+  args.Int("rank-samples", &rank_samples,
+           "target ranks that plan their own load from the manifest's parts (default 256)");
   args.Switch("per-tensor", &per_tensor, "list the tensors whose load reads the most extra bytes");
   args.Switch("json", &json, "print a JSON object");
   int exit = 0;
@@ -164,6 +232,11 @@ int PlanMain(int argc, char** argv, int first) {
   }
   const double t_load_plan = NowSeconds() - t;
   const double total = NowSeconds() - t0;
+  auto per_rank = PlanRanksFromParts(encoded, *target, *to, std::max<int64_t>(1, rank_samples));
+  if (!per_rank.ok()) {
+    std::fprintf(stderr, "ckpt plan: %s\n", std::string(per_rank.status().message()).c_str());
+    return kExitProblem;
+  }
   const double rss = PeakRssBytes();
 
   if (json) {
@@ -191,6 +264,12 @@ int PlanMain(int argc, char** argv, int first) {
         .Field("bytes_needed", load->bytes_needed)
         .Field("bytes_read", load->bytes_read)
         .Field("read_amplification", load->Amplification())
+        .Field("ranks_sampled", per_rank->ranks)
+        .Field("rank_manifest_bytes_max", Max(per_rank->bytes))
+        .Field("rank_manifest_bytes_median", Median(per_rank->bytes))
+        .Field("rank_manifest_reads_max", static_cast<int64_t>(per_rank->reads_max))
+        .Field("rank_plan_s_max", Max(per_rank->seconds))
+        .Field("rank_plan_s_median", Median(per_rank->seconds))
         .EndObject();
     std::printf("%s\n", w.str().c_str());
   } else {
@@ -211,6 +290,13 @@ int PlanMain(int argc, char** argv, int first) {
                 HumanBytes(static_cast<double>(load->bytes_read)).c_str(),
                 HumanBytes(static_cast<double>(load->bytes_needed)).c_str());
     std::printf("total %.3f s, peak memory %s\n", total, HumanBytes(rss).c_str());
+    std::printf(
+        "each rank planning alone (%lld of %lld ranks): reads %s of manifest at most (median %s, %llu reads), "
+        "plans in %.1f ms at most (median %.1f ms)\n",
+        static_cast<long long>(per_rank->ranks), static_cast<long long>(to->NumRanks()),
+        HumanBytes(Max(per_rank->bytes)).c_str(), HumanBytes(Median(per_rank->bytes)).c_str(),
+        static_cast<unsigned long long>(per_rank->reads_max), Max(per_rank->seconds) * 1e3,
+        Median(per_rank->seconds) * 1e3);
     if (per_tensor) {
       std::vector<size_t> order(target->tensors.size());
       for (size_t i = 0; i < order.size(); ++i) order[i] = i;
