@@ -397,14 +397,17 @@ absl::StatusOr<Manifest> MergeReports(const std::vector<Manifest>& reports) {
       m.blobs.push_back(std::move(b));
     }
   }
-  for (auto& [fqn, t] : tensors) {
+  for (auto& [fqn, t] : tensors) m.tensors.push_back(std::move(t));
+  // A tensor whose chunks are a grid's cells covers its shape exactly (the
+  // grid was checked chunk by chunk); the others are checked box by box.
+  DescribeByRules(m);
+  for (const ManifestTensor& t : m.tensors) {
+    if (t.grid.has_value()) continue;
     std::vector<Box> boxes;
     boxes.reserve(t.chunks.size());
     for (const ManifestChunk& c : t.chunks) boxes.push_back(c.box);
     CKPT_RETURN_IF_ERROR(CheckExactCover(t.spec, boxes));
-    m.tensors.push_back(std::move(t));
   }
-  DescribeByRules(m);
   return m;
 }
 
