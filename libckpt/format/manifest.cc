@@ -31,6 +31,27 @@ std::string WithHeader(uint32_t version, const std::string& body, uint64_t head_
   return out;
 }
 
+// The header's magic, checksum and version (known to this reader).
+absl::StatusOr<uint32_t> CheckHeader(std::string_view header, std::string_view what) {
+  if (header.size() < kManifestHeaderSize) {
+    return absl::DataLossError(
+        StrCat(what, ": truncated: ", header.size(), " bytes, a manifest header alone is ", kManifestHeaderSize));
+  }
+  const char* h = header.data();
+  if (std::memcmp(h, kManifestMagic, 8) != 0) {
+    return absl::DataLossError(StrCat(what, " at byte offset 0: bad manifest magic"));
+  }
+  if (LoadLE64(h + 40) != Xxh3(h, 40)) {
+    return absl::DataLossError(StrCat(what, " at byte offset 0: manifest header checksum mismatch"));
+  }
+  const uint32_t version = LoadLE32(h + 8);
+  if (version == 0 || version > kManifestVersion) {
+    return absl::FailedPreconditionError(StrCat(what, ": unknown manifest version ", version,
+                                                " (this library reads up to ", kManifestVersion, "; upgrade ckpt)"));
+  }
+  return version;
+}
+
 // ---- Pieces every version shares ----
 
 void WritePreamble(ByteWriter& w, const Manifest& m) {
@@ -549,22 +570,8 @@ int64_t Manifest::LogicalBytes() const {
 std::string EncodeManifest(const Manifest& m) { return m.format_version >= 4 ? EncodeV4(m) : EncodeLegacy(m); }
 
 absl::StatusOr<Manifest> DecodeManifest(std::string_view bytes, std::string_view what, uint64_t max_chunks) {
-  if (bytes.size() < kManifestHeaderSize) {
-    return absl::DataLossError(
-        StrCat(what, ": truncated: ", bytes.size(), " bytes, a manifest header alone is ", kManifestHeaderSize));
-  }
+  CKPT_ASSIGN_OR_RETURN(const uint32_t version, CheckHeader(bytes, what));
   const char* h = bytes.data();
-  if (std::memcmp(h, kManifestMagic, 8) != 0) {
-    return absl::DataLossError(StrCat(what, " at byte offset 0: bad manifest magic"));
-  }
-  if (LoadLE64(h + 40) != Xxh3(h, 40)) {
-    return absl::DataLossError(StrCat(what, " at byte offset 0: manifest header checksum mismatch"));
-  }
-  const uint32_t version = LoadLE32(h + 8);
-  if (version == 0 || version > kManifestVersion) {
-    return absl::FailedPreconditionError(StrCat(what, ": unknown manifest version ", version,
-                                                " (this library reads up to ", kManifestVersion, "; upgrade ckpt)"));
-  }
   if (LoadLE32(h + 12) != 0 || (version < 4 && LoadLE64(h + 32) != 0)) {
     return absl::DataLossError(StrCat(what, " at byte offset 12: reserved field is not zero"));
   }
@@ -584,22 +591,8 @@ absl::StatusOr<Manifest> DecodeManifest(std::string_view bytes, std::string_view
 }
 
 absl::StatusOr<uint64_t> ManifestHeadBytes(std::string_view header, std::string_view what) {
-  if (header.size() < kManifestHeaderSize) {
-    return absl::DataLossError(
-        StrCat(what, ": truncated: ", header.size(), " bytes, a manifest header alone is ", kManifestHeaderSize));
-  }
+  CKPT_ASSIGN_OR_RETURN(const uint32_t version, CheckHeader(header, what));
   const char* h = header.data();
-  if (std::memcmp(h, kManifestMagic, 8) != 0) {
-    return absl::DataLossError(StrCat(what, " at byte offset 0: bad manifest magic"));
-  }
-  if (LoadLE64(h + 40) != Xxh3(h, 40)) {
-    return absl::DataLossError(StrCat(what, " at byte offset 0: manifest header checksum mismatch"));
-  }
-  const uint32_t version = LoadLE32(h + 8);
-  if (version == 0 || version > kManifestVersion) {
-    return absl::FailedPreconditionError(StrCat(what, ": unknown manifest version ", version,
-                                                " (this library reads up to ", kManifestVersion, "; upgrade ckpt)"));
-  }
   if (version < 4) {
     return absl::FailedPreconditionError(
         StrCat(what, ": manifest version ", version, " has no sections: read it whole"));
