@@ -487,5 +487,4 @@ Manifest SimulatedManifest(const SyntheticModel& model, const SavePlan& plan, ui
   return m;
 }
 
-
 }  // namespace ckpt::tools
