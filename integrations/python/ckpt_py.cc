@@ -484,11 +484,13 @@ PYBIND11_MODULE(_ckpt, m) {
             d["bytes_from_memory"] = st->bytes_from_memory;
             d["bytes_from_peers"] = st->bytes_from_peers;
             d["bytes_from_storage"] = st->bytes_from_storage;
+            d["manifest_bytes"] = st->manifest_bytes;
             return d;
           },
           py::arg("state"), py::arg("step") = ckpt::kLatestStep, py::arg("level") = "durable", py::arg("stats") = false,
           "Fills the state's buffers; returns the step, or with stats=True a dict: step, level, seconds, "
-          "bytes_read, bytes_from_memory, bytes_from_peers, bytes_from_storage.")
+          "bytes_read, bytes_from_memory, bytes_from_peers, bytes_from_storage, manifest_bytes (of the step's "
+          "manifest, read by this rank itself).")
       .def(
           "latest_step",
           [](ckpt::Checkpointer& cp, const std::string& level) -> py::object {

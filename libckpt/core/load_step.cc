@@ -22,6 +22,16 @@ void ReportDamage(const LoadableStep& found, const std::string& uri) {
                uri.empty() ? "" : " of ", uri.c_str(), found.note.c_str());
 }
 
+namespace {
+
+// Bytes of the manifest file a load read whole (0 when it cannot be told).
+int64_t ManifestSize(Storage& storage, int64_t step, bool from_copy) {
+  auto size = storage.FileSize(StrCat(StepDir(step), "/", from_copy ? kManifestCopyName : kManifestName));
+  return size.ok() ? static_cast<int64_t>(*size) : 0;
+}
+
+}  // namespace
+
 absl::StatusOr<LoadStats> LoadStepAlone(Storage& storage, const State& target, int64_t step, int rank,
                                         const LoadOptions& options) {
   CKPT_ASSIGN_OR_RETURN(LoadableStep found, ResolveLoadable(storage, step, options.allow_fallback));
@@ -29,6 +39,7 @@ absl::StatusOr<LoadStats> LoadStepAlone(Storage& storage, const State& target, i
   CKPT_ASSIGN_OR_RETURN(LoadStats stats, LoadFromManifest(storage, found.manifest, target, rank, options));
   stats.damage_note = found.note;
   stats.fell_back_from = found.fell_back_from;
+  stats.manifest_bytes = ManifestSize(storage, found.step, found.from_copy);
   return stats;
 }
 
@@ -97,8 +108,7 @@ absl::StatusOr<LoadStats> LoadStepTogether(Storage& storage, Communicator& comm,
     // the ranks' targets nor cuts every rank's plan.
     if (comm.rank() == 0) {
       mine = RestrictManifest(manifest, target, comm.rank());
-      auto size = storage.FileSize(StrCat(StepDir(chosen), "/", parts[3]));
-      manifest_bytes = size.ok() ? static_cast<int64_t>(*size) : 0;
+      manifest_bytes = ManifestSize(storage, chosen, parts[3] == kManifestCopyName);
     } else {
       CKPT_ASSIGN_OR_RETURN(
           mine, ReadOwnPart(storage, StrCat(StepDir(chosen), "/", parts[3]), target, comm.rank(), &manifest_bytes));

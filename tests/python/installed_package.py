@@ -49,6 +49,7 @@ def main():
         b[:] = 0
         st = mem.load(t, 3, level="memory", stats=True)
         assert st["level"] == "memory" and st["bytes_from_storage"] == 0 and np.array_equal(a, b), st
+        assert st["manifest_bytes"] > 0, st  # one rank alone reads the whole manifest
         assert peer.stats()["bytes_received"] > 0
     print(f"installed package ok: {package}")
 
