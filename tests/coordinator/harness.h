@@ -143,6 +143,25 @@ inline int FreePort() {
   return ntohs(a.sin_port);
 }
 
+// `n` distinct free loopback ports: every socket stays bound until all are
+// chosen (one FreePort after another may be handed the same port twice).
+inline std::vector<int> FreePorts(int n) {
+  std::vector<int> fds, ports;
+  for (int i = 0; i < n; ++i) {
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a));
+    socklen_t len = sizeof(a);
+    getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
+    fds.push_back(fd);
+    ports.push_back(ntohs(a.sin_port));
+  }
+  for (int fd : fds) close(fd);
+  return ports;
+}
+
 // An etcd cluster of `members` members (Debian's etcd-server) on loopback
 // ports, in a temporary directory; members killed and started again by index.
 /// TLS for a test etcd: its certificate and key, and the CA whose client
@@ -155,11 +174,12 @@ class EtcdServer {
  public:
   explicit EtcdServer(const TempDir& dir, int members = 1, EtcdTls tls = {}) : tls_(std::move(tls)) {
     std::string initial;
+    const std::vector<int> ports = FreePorts(2 * members);
     for (int i = 0; i < members; ++i) {
       Member m;
       m.name = StrCat("m", i + 1);
-      m.client_port = FreePort();
-      m.peer_url = StrCat("http://127.0.0.1:", FreePort());
+      m.client_port = ports[2 * i];
+      m.peer_url = StrCat("http://127.0.0.1:", ports[2 * i + 1]);
       m.data = dir.Join(StrCat("etcd-data-", m.name));
       m.log = dir.Join(StrCat("etcd-", m.name, ".log"));
       if (!initial.empty()) initial += ",";
