@@ -28,7 +28,6 @@
 #include "format/manifest.h"
 #include "format/manifest_part.h"
 #include "format/root_files.h"
-#include "plan/block_ranges.h"
 #include "util/bytes.h"
 #include "util/clock.h"
 #include "util/errors.h"
@@ -44,40 +43,15 @@ struct RankFigures {
   int64_t chunks = 0;
 };
 
-// One rank of the new generation: its boxes, its part of the manifest read
-// from storage by ranges, the blocks of every chunk it meets.
+// One rank of the new generation, reading its part through the storage.
 absl::StatusOr<RankFigures> PlanOneRank(Storage& storage, const std::string& path, const SyntheticModel& target,
                                         const Mesh& mesh, int64_t rank) {
   RankFigures f;
   const double t0 = NowSeconds();
-  ManifestWants wants;
-  for (const TensorLayout& layout : target.tensors) {
-    CKPT_ASSIGN_OR_RETURN(std::optional<Box> box, RankBox(layout, mesh, rank));
-    if (box.has_value()) wants.boxes.push_back({layout.spec.fqn, std::move(*box)});
-  }
   CKPT_ASSIGN_OR_RETURN(std::unique_ptr<ReadableFile> file, storage.OpenReadable(path));
   ManifestPartStats stats;
-  CKPT_ASSIGN_OR_RETURN(Manifest part,
-                        ReadManifestPart(
-                            [&](uint64_t offset, uint64_t len) -> absl::StatusOr<std::string> {
-                              std::string out(len, '\0');
-                              CKPT_RETURN_IF_ERROR(file->ReadAt(
-                                  offset, absl::Span<std::byte>(reinterpret_cast<std::byte*>(out.data()), out.size())));
-                              return out;
-                            },
-                            file->size(), wants, path, &stats));
-  std::vector<std::pair<uint64_t, uint64_t>> ranges;
-  size_t w = 0;
-  for (const ManifestTensor& t : part.tensors) {
-    while (w < wants.boxes.size() && wants.boxes[w].first != t.spec.fqn) ++w;
-    if (w == wants.boxes.size()) break;
-    for (const ManifestChunk& c : t.chunks) {
-      ranges.clear();
-      NeededBlocks(c.box, Intersect(c.box, wants.boxes[w].second), DTypeSize(t.spec.dtype),
-                   part.files[c.file].block_size, &ranges);
-      ++f.chunks;
-    }
-  }
+  CKPT_ASSIGN_OR_RETURN(
+      f.chunks, tools::PlanRankFromManifestPart(FileRangeReader(*file), file->size(), target, mesh, rank, &stats));
   f.seconds = NowSeconds() - t0;
   f.bytes = stats.bytes_read;
   f.reads = stats.reads;

@@ -61,14 +61,7 @@ absl::StatusOr<Manifest> ReadOwnPart(Storage& storage, const std::string& path, 
                                      int64_t* bytes) {
   CKPT_ASSIGN_OR_RETURN(std::unique_ptr<ReadableFile> file, storage.OpenReadable(path));
   ManifestPartStats stats;
-  auto part = ReadManifestPart(
-      [&](uint64_t offset, uint64_t len) -> absl::StatusOr<std::string> {
-        std::string out(len, '\0');
-        CKPT_RETURN_IF_ERROR(
-            file->ReadAt(offset, absl::Span<std::byte>(reinterpret_cast<std::byte*>(out.data()), out.size())));
-        return out;
-      },
-      file->size(), WantsOf(target, rank), path, &stats);
+  auto part = ReadManifestPart(FileRangeReader(*file), file->size(), WantsOf(target, rank), path, &stats);
   *bytes = static_cast<int64_t>(stats.bytes_read);
   return part;
 }

@@ -69,6 +69,15 @@ absl::Status ReadMerged(Reader& r, const std::vector<T>& items, At at, Len len, 
 
 }  // namespace
 
+ManifestRangeReader FileRangeReader(ReadableFile& file) {
+  return [&file](uint64_t offset, uint64_t len) -> absl::StatusOr<std::string> {
+    std::string out(len, '\0');
+    CKPT_RETURN_IF_ERROR(
+        file.ReadAt(offset, absl::Span<std::byte>(reinterpret_cast<std::byte*>(out.data()), out.size())));
+    return out;
+  };
+}
+
 absl::StatusOr<Manifest> ReadManifestPart(const ManifestRangeReader& read, uint64_t size, const ManifestWants& wants,
                                           std::string_view what, ManifestPartStats* stats) {
   ManifestPartStats local;

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "ckpt/storage.h"
 #include "format/manifest.h"
 
 namespace ckpt {
@@ -32,6 +33,9 @@ struct ManifestPartStats {
 
 /// Reads `len` bytes at `offset` of the manifest.
 using ManifestRangeReader = std::function<absl::StatusOr<std::string>(uint64_t offset, uint64_t len)>;
+
+/// A reader of `file` by ReadableFile::ReadAt (which must outlive it).
+ManifestRangeReader FileRangeReader(ReadableFile& file);
 
 /// Reads what `wants` needs of a version-4 manifest of `size` bytes, every
 /// part checked against its checksum. Tensors and blobs the step lacks are

@@ -131,18 +131,6 @@ struct CoordinatorProcess {
   }
 };
 
-inline int FreePort() {
-  int fd = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a));
-  socklen_t len = sizeof(a);
-  getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
-  close(fd);
-  return ntohs(a.sin_port);
-}
-
 // `n` distinct free loopback ports: every socket stays bound until all are
 // chosen (one FreePort after another may be handed the same port twice).
 inline std::vector<int> FreePorts(int n) {
@@ -161,6 +149,8 @@ inline std::vector<int> FreePorts(int n) {
   for (int fd : fds) close(fd);
   return ports;
 }
+
+inline int FreePort() { return FreePorts(1)[0]; }
 
 // An etcd cluster of `members` members (Debian's etcd-server) on loopback
 // ports, in a temporary directory; members killed and started again by index.

@@ -16,7 +16,6 @@
 #include "format/manifest.h"
 #include "format/manifest_part.h"
 #include "format/root_files.h"
-#include "plan/block_ranges.h"
 #include "plan/cover.h"
 #include "plan/load_plan.h"
 #include "plan/tiles.h"
@@ -44,31 +43,15 @@ absl::StatusOr<RankPlanning> PlanRanksFromParts(const std::string& manifest, con
   RankPlanning out;
   const int64_t n = mesh.NumRanks();
   samples = std::min(samples, n);
-  std::vector<std::pair<uint64_t, uint64_t>> ranges;
   for (int64_t k = 0; k < samples; ++k) {
     const int64_t rank = samples == 1 ? 0 : k * (n - 1) / (samples - 1);
     const double t0 = NowSeconds();
-    ManifestWants wants;
-    for (const TensorLayout& layout : target.tensors) {
-      CKPT_ASSIGN_OR_RETURN(std::optional<Box> box, RankBox(layout, mesh, rank));
-      if (box.has_value()) wants.boxes.push_back({layout.spec.fqn, std::move(*box)});
-    }
     ManifestPartStats stats;
-    CKPT_ASSIGN_OR_RETURN(Manifest part, ReadManifestPart(
-                                             [&](uint64_t off, uint64_t len) -> absl::StatusOr<std::string> {
-                                               return manifest.substr(off, len);
-                                             },
-                                             manifest.size(), wants, "simulated manifest", &stats));
-    size_t w = 0;
-    for (const ManifestTensor& t : part.tensors) {
-      while (w < wants.boxes.size() && wants.boxes[w].first != t.spec.fqn) ++w;
-      if (w == wants.boxes.size()) break;
-      const uint64_t es = DTypeSize(t.spec.dtype);
-      for (const ManifestChunk& c : t.chunks) {
-        ranges.clear();
-        NeededBlocks(c.box, Intersect(c.box, wants.boxes[w].second), es, part.files[c.file].block_size, &ranges);
-      }
-    }
+    CKPT_RETURN_IF_ERROR(
+        PlanRankFromManifestPart(
+            [&](uint64_t off, uint64_t len) -> absl::StatusOr<std::string> { return manifest.substr(off, len); },
+            manifest.size(), target, mesh, rank, &stats)
+            .status());
     out.seconds.push_back(NowSeconds() - t0);
     out.bytes.push_back(static_cast<double>(stats.bytes_read));
     out.reads_max = std::max(out.reads_max, stats.reads);

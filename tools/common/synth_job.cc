@@ -14,6 +14,7 @@
 #include "format/data_file.h"
 #include "format/root_files.h"
 #include "pipeline/loader.h"
+#include "plan/block_ranges.h"
 #include "plan/tiles.h"
 #include "util/bytes.h"
 #include "util/clock.h"
@@ -485,6 +486,30 @@ Manifest SimulatedManifest(const SyntheticModel& model, const SavePlan& plan, ui
   m.tensors = std::move(tensors);
   DescribeByRules(m);
   return m;
+}
+
+absl::StatusOr<int64_t> PlanRankFromManifestPart(const ManifestRangeReader& read, uint64_t size,
+                                                 const SyntheticModel& target, const Mesh& mesh, int64_t rank,
+                                                 ManifestPartStats* stats) {
+  ManifestWants wants;
+  std::map<std::string, const Box*> box_of;
+  for (const TensorLayout& layout : target.tensors) {
+    CKPT_ASSIGN_OR_RETURN(std::optional<Box> box, RankBox(layout, mesh, rank));
+    if (box.has_value()) wants.boxes.push_back({layout.spec.fqn, std::move(*box)});
+  }
+  for (const auto& [fqn, box] : wants.boxes) box_of[fqn] = &box;
+  CKPT_ASSIGN_OR_RETURN(Manifest part, ReadManifestPart(read, size, wants, "manifest", stats));
+  std::vector<std::pair<uint64_t, uint64_t>> ranges;
+  int64_t chunks = 0;
+  for (const ManifestTensor& t : part.tensors) {
+    const Box& want = *box_of.at(t.spec.fqn);
+    for (const ManifestChunk& c : t.chunks) {
+      ranges.clear();
+      NeededBlocks(c.box, Intersect(c.box, want), DTypeSize(t.spec.dtype), part.files[c.file].block_size, &ranges);
+      ++chunks;
+    }
+  }
+  return chunks;
 }
 
 }  // namespace ckpt::tools

@@ -18,6 +18,7 @@
 #include "ckpt/plan.h"
 #include "ckpt/synthetic.h"
 #include "format/manifest.h"
+#include "format/manifest_part.h"
 
 namespace ckpt::tools {
 
@@ -137,6 +138,14 @@ std::string HumanBytes(double bytes);
 /// rank, grids described by their rule. No tensor data: for planning at scale
 /// (`ckpt plan`, benchmarks).
 Manifest SimulatedManifest(const SyntheticModel& model, const SavePlan& plan, uint64_t block_size, int max_tiles);
+
+/// One rank of `mesh` restarting: its boxes of `target`, its part of a
+/// version-4 manifest read through `read` (a manifest of `size` bytes), and
+/// the blocks of every chunk its boxes meet. Returns the chunks met; `stats`
+/// gets what was read. For planning at scale (`ckpt plan`, benchmarks).
+absl::StatusOr<int64_t> PlanRankFromManifestPart(const ManifestRangeReader& read, uint64_t size,
+                                                 const SyntheticModel& target, const Mesh& mesh, int64_t rank,
+                                                 ManifestPartStats* stats);
 
 }  // namespace ckpt::tools
 
