@@ -1,5 +1,5 @@
 // Save planning over a mesh: every global box written exactly once, each
-// replicated chunk by one replica chosen to balance bytes.
+// replicated chunk by one replica chosen to balance bytes within its group.
 #ifndef CKPT_PLAN_H_
 #define CKPT_PLAN_H_
 
@@ -30,9 +30,10 @@ struct CKPT_EXPORT SavePlan {
   std::vector<int64_t> bytes_by_rank;
 };
 
-/// Plans a save of `layouts` over `mesh`. Empty boxes are skipped. Writers
-/// are chosen greedily, largest chunk first, to the holder with the fewest
-/// bytes so far (ties to the lowest rank).
+/// Plans a save of `layouts` over `mesh`. Empty boxes are skipped. A box
+/// held by several ranks is written by the holder to which that replica
+/// group's earlier boxes (in tensor order) gave the fewest bytes, ties to the
+/// lowest rank: a rule each holder can apply alone, from the layouts.
 CKPT_EXPORT absl::StatusOr<SavePlan> PlanSave(const std::vector<TensorLayout>& layouts, const Mesh& mesh);
 
 }  // namespace ckpt

@@ -27,8 +27,9 @@ namespace {
 
 // Decodes the manifest bytes found at `path` and checks that they describe
 // `step`. The message names the file.
-absl::StatusOr<Manifest> DecodeStepManifest(std::string_view bytes, const std::string& path, int64_t step) {
-  auto m = DecodeManifest(bytes, path);
+absl::StatusOr<Manifest> DecodeStepManifest(std::string_view bytes, const std::string& path, int64_t step,
+                                            GridChunks grids) {
+  auto m = DecodeManifest(bytes, path, kMaxManifestChunks, grids);
   if (!m.ok()) return m.status();
   if (m->kind != Manifest::Kind::kManifest || m->step != step) {
     return absl::DataLossError(StrCat(path, ": describes step ", m->step,
@@ -90,7 +91,7 @@ std::string_view StepStateName(StepState state) {
   return "unknown";
 }
 
-absl::StatusOr<StepExamination> ExamineStep(Storage& storage, int64_t step) {
+absl::StatusOr<StepExamination> ExamineStep(Storage& storage, int64_t step, GridChunks grids) {
   const std::string dir = StepDir(step);
   const std::string primary = StrCat(dir, "/", kManifestName);
   const std::string copy = StrCat(dir, "/", kManifestCopyName);
@@ -118,7 +119,7 @@ absl::StatusOr<StepExamination> ExamineStep(Storage& storage, int64_t step) {
   // Committed. Decode what is there; an intact MANIFEST wins.
   absl::StatusOr<Manifest> ma = absl::NotFoundError("");
   if (has_a) {
-    ma = a.ok() ? DecodeStepManifest(*a, primary, step) : absl::StatusOr<Manifest>(a.status());
+    ma = a.ok() ? DecodeStepManifest(*a, primary, step, grids) : absl::StatusOr<Manifest>(a.status());
     if (!ma.ok()) ex.manifest_problem = Located(primary, ma.status().message());
   } else {
     ex.manifest_problem = StrCat(primary, " is missing (its copy proves the step was committed)");
@@ -127,7 +128,7 @@ absl::StatusOr<StepExamination> ExamineStep(Storage& storage, int64_t step) {
     if (ma.ok() && b.ok() && *b == *a) {
       // Byte-identical to an intact MANIFEST: intact too.
     } else if (b.ok()) {
-      auto mb = DecodeStepManifest(*b, copy, step);
+      auto mb = DecodeStepManifest(*b, copy, step, grids);
       if (!mb.ok()) {
         ex.copy_problem = Located(copy, mb.status().message());
       } else if (ma.ok()) {
@@ -163,8 +164,9 @@ absl::StatusOr<StepExamination> ExamineStep(Storage& storage, int64_t step) {
   return ex;
 }
 
-absl::StatusOr<Manifest> ReadManifest(Storage& storage, int64_t step, std::string* note, bool* from_copy) {
-  auto ex = ExamineStep(storage, step);
+absl::StatusOr<Manifest> ReadManifest(Storage& storage, int64_t step, std::string* note, bool* from_copy,
+                                      GridChunks grids) {
+  auto ex = ExamineStep(storage, step, grids);
   if (!ex.ok()) return ex.status();
   if (ex->info.state == StepState::kPartial) {
     return absl::NotFoundError(StrCat("step ", step, " was never committed (", StepDir(step),
@@ -191,7 +193,7 @@ absl::StatusOr<std::vector<StepInfo>> ListStepsIn(Storage& storage) {
     if (!e.is_dir) continue;
     std::optional<int64_t> step = ParseStepDir(e.name);
     if (!step) continue;
-    auto ex = ExamineStep(storage, *step);
+    auto ex = ExamineStep(storage, *step, GridChunks::kGridsOnly);
     if (!ex.ok()) {
       if (absl::IsNotFound(ex.status())) continue;  // removed meanwhile
       StepInfo info;
@@ -245,7 +247,7 @@ absl::StatusOr<std::vector<int64_t>> CommittedStepsNewestFirst(Storage& storage)
   return steps;
 }
 
-absl::StatusOr<LoadableStep> ResolveLoadable(Storage& storage, int64_t step, bool allow_fallback) {
+absl::StatusOr<LoadableStep> ResolveLoadable(Storage& storage, int64_t step, bool allow_fallback, GridChunks grids) {
   LoadableStep out;
   const bool latest = step == kLatestStep;
   if (latest) {
@@ -254,7 +256,7 @@ absl::StatusOr<LoadableStep> ResolveLoadable(Storage& storage, int64_t step, boo
     out.note = note;
   }
   std::string copy_note;
-  auto m = ReadManifest(storage, step, &copy_note, &out.from_copy);
+  auto m = ReadManifest(storage, step, &copy_note, &out.from_copy, grids);
   if (m.ok()) {
     out.step = step;
     out.manifest = std::move(m).value();
@@ -277,7 +279,7 @@ absl::StatusOr<LoadableStep> ResolveLoadable(Storage& storage, int64_t step, boo
                                                   "--fallback), or `ckpt repair` the damaged one")));
   }
   std::string older_note;
-  CKPT_ASSIGN_OR_RETURN(out.manifest, ReadManifest(storage, older->step, &older_note, &out.from_copy));
+  CKPT_ASSIGN_OR_RETURN(out.manifest, ReadManifest(storage, older->step, &older_note, &out.from_copy, grids));
   out.fell_back_from = step;
   out.step = older->step;
   out.note = StrCat(m.status().message(), "; restored step ", older->step, " instead");

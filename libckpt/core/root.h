@@ -35,14 +35,17 @@ struct StepExamination {
 /// state (partial, committed, damaged) and, when either manifest decodes,
 /// the manifest. The one place that decides what a step is: listing,
 /// verification, garbage collection, retention and loads all use it.
-absl::StatusOr<StepExamination> ExamineStep(Storage& storage, int64_t step);
+/// `grids` as DecodeManifest takes it (listings keep grids as they are).
+absl::StatusOr<StepExamination> ExamineStep(Storage& storage, int64_t step,
+                                            GridChunks grids = GridChunks::kExpandGrids);
 
 /// Reads and decodes the manifest of `step`, from its copy when MANIFEST is
 /// damaged (then `*note`, if given, says so). NotFound when the step does
 /// not exist or was never committed (the message says which); DataLoss when
 /// it is committed but neither manifest decodes.
+/// `grids` as DecodeManifest takes it.
 absl::StatusOr<Manifest> ReadManifest(Storage& storage, int64_t step, std::string* note = nullptr,
-                                      bool* from_copy = nullptr);
+                                      bool* from_copy = nullptr, GridChunks grids = GridChunks::kExpandGrids);
 
 /// The latest committed step: the highest step whose MANIFEST (or its copy)
 /// exists, damaged or not. LATEST only speeds the search up; when it names
@@ -64,7 +67,8 @@ struct LoadableStep {
   int64_t fell_back_from = -1;
   bool from_copy = false;  ///< the manifest was read from MANIFEST.copy
 };
-absl::StatusOr<LoadableStep> ResolveLoadable(Storage& storage, int64_t step, bool allow_fallback);
+absl::StatusOr<LoadableStep> ResolveLoadable(Storage& storage, int64_t step, bool allow_fallback,
+                                             GridChunks grids = GridChunks::kExpandGrids);
 
 /// Every step directory, ascending, with its state. NotFound when the root
 /// does not exist.

@@ -5,20 +5,52 @@
 namespace ckpt {
 
 IntRuns IntRuns::Of(const std::vector<uint64_t>& values) {
-  IntRuns r;
-  r.size_ = values.size();
-  if (values.empty()) return r;
-  r.first_ = values[0];
-  for (size_t i = 1; i < values.size(); ++i) {
-    const int64_t step = static_cast<int64_t>(values[i] - values[i - 1]);
-    if (!r.runs_.empty() && r.runs_.back().step == step) {
-      ++r.runs_.back().count;
+  Builder b;
+  for (uint64_t v : values) b.Add(v);
+  return b.Finish();
+}
+
+void IntRuns::Builder::Add(uint64_t v) {
+  if (r_.size_++ == 0) {
+    r_.first_ = v;
+  } else {
+    const int64_t step = static_cast<int64_t>(v - last_);
+    if (!r_.runs_.empty() && r_.runs_.back().step == step) {
+      ++r_.runs_.back().count;
     } else {
-      r.runs_.push_back(Run{step, 1});
+      r_.runs_.push_back(Run{step, 1});
     }
   }
-  r.Index();
-  return r;
+  last_ = v;
+}
+
+IntRuns IntRuns::Builder::Finish() {
+  IntRuns out = std::move(r_);
+  r_ = IntRuns();
+  last_ = 0;
+  out.Index();
+  return out;
+}
+
+bool IntRuns::Reader::Next(uint64_t* v) {
+  if (done_ >= runs_.size_) return false;
+  if (done_ == 0) {
+    value_ = runs_.first_;
+  } else {
+    while (run_ < runs_.runs_.size() && in_run_ == runs_.runs_[run_].count) {
+      ++run_;
+      in_run_ = 0;
+    }
+    if (run_ == runs_.runs_.size()) return false;
+    const int64_t step = runs_.runs_[run_].step;
+    const uint64_t next = value_ + static_cast<uint64_t>(step);
+    if ((step > 0 && next < value_) || (step < 0 && next > value_)) return false;
+    value_ = next;
+    ++in_run_;
+  }
+  ++done_;
+  *v = value_;
+  return true;
 }
 
 void IntRuns::Index() {

@@ -30,6 +30,11 @@ class IntRuns {
   IntRuns() = default;
   static IntRuns Of(const std::vector<uint64_t>& values);
 
+  /// Codes a sequence one value at a time, holding only its runs.
+  class Builder;
+  /// Walks the values in order without a call per value.
+  class Reader;
+
   uint64_t size() const { return size_; }
   const std::vector<Run>& runs() const { return runs_; }
   /// Value at `i` (< size()): a binary search over the runs.
@@ -56,6 +61,32 @@ class IntRuns {
   std::vector<Run> runs_;
   std::vector<uint64_t> starts_;        ///< index of each run's first element
   std::vector<uint64_t> start_values_;  ///< the value just before each run
+};
+
+class IntRuns::Builder {
+ public:
+  void Add(uint64_t v);
+  /// The coding of the values added so far; the builder is left empty.
+  IntRuns Finish();
+
+ private:
+  IntRuns r_;
+  uint64_t last_ = 0;
+};
+
+class IntRuns::Reader {
+ public:
+  explicit Reader(const IntRuns& runs) : runs_(runs) {}
+  /// The next value; false at the end or where a value would leave
+  /// [0, 2^64).
+  bool Next(uint64_t* v);
+
+ private:
+  const IntRuns& runs_;
+  uint64_t done_ = 0;  ///< values returned
+  size_t run_ = 0;
+  uint64_t in_run_ = 0;
+  uint64_t value_ = 0;
 };
 
 /// The chunks of a tensor as the cells of a grid, in row-major order (the

@@ -252,7 +252,7 @@ void WriteTensorRecord(ByteWriter& w, const ManifestTensor& t, const std::vector
   w.U8(static_cast<uint8_t>(t.spec.dtype));
   w.Var(t.spec.shape.size());
   for (int64_t d : t.spec.shape) w.Var(static_cast<uint64_t>(d));
-  if (!t.grid.has_value() || !GridMatches(t, files)) {
+  if (!t.grid.has_value() || (!t.GridOnly() && !GridMatches(t, files))) {
     w.U8(kChunksListed);
     WriteExplicitChunks(w, t);
     return;
@@ -308,45 +308,50 @@ std::string EncodeV4(const Manifest& m) {
   return WithHeader(m.format_version, body, head_len);
 }
 
-// Expands a grid into `t.chunks`, checking every cell's file and blocks.
-void ExpandGrid(ByteReader& r, const std::vector<ManifestFile>& files, ManifestTensor& t) {
+// Checks every cell of `t.grid` (its file exists and has its blocks) and,
+// when `expand`, lists the cells in `t.chunks`.
+void CheckGrid(ByteReader& r, const std::vector<ManifestFile>& files, bool expand, ManifestTensor& t) {
   const ChunkGrid& g = *t.grid;
   const uint64_t n = g.NumCells();
   const uint64_t es = DTypeSize(t.spec.dtype);
-  t.chunks.resize(n);
-  uint64_t i = 0;
-  bool ok = g.files.ForEach([&](uint64_t f) {
+  const size_t nd = g.cuts.size();
+  if (expand) t.chunks.resize(n);
+  // Cells in row-major order: the coordinates and the volume of each.
+  std::vector<size_t> at(nd, 0);
+  IntRuns::Reader file_of(g.files), first_of(g.first_blocks);
+  for (uint64_t i = 0; i < n; ++i) {
+    uint64_t f = 0, b = 0;
+    if (!file_of.Next(&f)) {
+      r.Fail(StrCat("tensor '", t.spec.fqn, "': grid file numbers leave the range of integers"));
+      return;
+    }
+    if (!first_of.Next(&b)) {
+      r.Fail(StrCat("tensor '", t.spec.fqn, "': grid block numbers leave the range of integers"));
+      return;
+    }
     if (f >= files.size()) {
       r.Fail(StrCat("tensor '", t.spec.fqn, "' grid cell ", i, " names file ", f, " of ", files.size()));
-      return false;
+      return;
     }
-    t.chunks[i].file = static_cast<uint32_t>(f);
-    t.chunks[i].box = g.CellBox(i);
-    ++i;
-    return true;
-  });
-  if (!ok) {
-    if (r.ok()) r.Fail(StrCat("tensor '", t.spec.fqn, "': grid file numbers leave the range of integers"));
-    return;
+    const ManifestFile& file = files[f];
+    if (file.block_size == 0) {
+      r.Fail(StrCat("tensor '", t.spec.fqn, "' grid cell ", i, ": file ", file.name, " has block size 0"));
+      return;
+    }
+    uint64_t volume = 1;
+    for (size_t d = 0; d < nd; ++d) volume *= static_cast<uint64_t>(g.cuts[d][at[d] + 1] - g.cuts[d][at[d]]);
+    const uint64_t blocks = BlocksOf(volume * es, file.block_size);
+    if (b + blocks < b || b + blocks > file.block_count) {
+      r.Fail(
+          StrCat("tensor '", t.spec.fqn, "' chunk ", g.CellBox(i).ToString(), " references blocks beyond ", file.name));
+      return;
+    }
+    if (expand) t.chunks[i] = ManifestChunk{static_cast<uint32_t>(f), b, blocks, g.CellBox(i)};
+    for (size_t d = nd; d-- > 0;) {
+      if (++at[d] + 1 < g.cuts[d].size()) break;
+      at[d] = 0;
+    }
   }
-  i = 0;
-  ok = g.first_blocks.ForEach([&](uint64_t b) {
-    ManifestChunk& c = t.chunks[i];
-    const ManifestFile& f = files[c.file];
-    if (f.block_size == 0) {
-      r.Fail(StrCat("tensor '", t.spec.fqn, "' grid cell ", i, ": file ", f.name, " has block size 0"));
-      return false;
-    }
-    c.first_block = b;
-    c.block_count = BlocksOf(static_cast<uint64_t>(c.box.Volume()) * es, f.block_size);
-    if (c.first_block + c.block_count < c.first_block || c.first_block + c.block_count > f.block_count) {
-      r.Fail(StrCat("tensor '", t.spec.fqn, "' chunk ", c.box.ToString(), " references blocks beyond ", f.name));
-      return false;
-    }
-    ++i;
-    return true;
-  });
-  if (!ok && r.ok()) r.Fail(StrCat("tensor '", t.spec.fqn, "': grid block numbers leave the range of integers"));
 }
 
 // Reads one tensor record (spec after the name, then its chunks): a grid is
@@ -414,7 +419,8 @@ void ReadTensorRecord(ByteReader& r, const std::vector<ManifestFile>* files, uin
   t.grid = std::move(g);
 }
 
-absl::StatusOr<Manifest> DecodeV4(std::string_view bytes, std::string_view what, uint64_t max_chunks) {
+absl::StatusOr<Manifest> DecodeV4(std::string_view bytes, std::string_view what, uint64_t max_chunks,
+                                  GridChunks grids) {
   ManifestSections sec;
   CKPT_ASSIGN_OR_RETURN(Manifest m, DecodeManifestHead(bytes, bytes.size(), what, &sec));
   m.files.reserve(sec.file_count);
@@ -453,7 +459,7 @@ absl::StatusOr<Manifest> DecodeV4(std::string_view bytes, std::string_view what,
     CKPT_RETURN_IF_ERROR(DecodeTensorRecord(rec, e, &m.files, sec.file_count, &budget, what, &t));
     if (t.grid.has_value()) {
       ByteReader r(rec, std::string(what), e.at);
-      ExpandGrid(r, m.files, t);
+      CheckGrid(r, m.files, grids == GridChunks::kExpandGrids, t);
       if (!r.ok()) return r.status();
     }
     m.tensors.push_back(std::move(t));
@@ -559,6 +565,8 @@ const ManifestTensor* Manifest::FindTensor(std::string_view fqn) const {
 int64_t Manifest::LogicalBytes() const {
   int64_t total = 0;
   for (const auto& t : tensors) {
+    // A grid covers its tensor exactly.
+    if (t.GridOnly()) total += t.spec.NumElements() * static_cast<int64_t>(DTypeSize(t.spec.dtype));
     for (const auto& c : t.chunks) {
       total += c.box.Volume() * static_cast<int64_t>(DTypeSize(t.spec.dtype));
     }
@@ -569,7 +577,8 @@ int64_t Manifest::LogicalBytes() const {
 
 std::string EncodeManifest(const Manifest& m) { return m.format_version >= 4 ? EncodeV4(m) : EncodeLegacy(m); }
 
-absl::StatusOr<Manifest> DecodeManifest(std::string_view bytes, std::string_view what, uint64_t max_chunks) {
+absl::StatusOr<Manifest> DecodeManifest(std::string_view bytes, std::string_view what, uint64_t max_chunks,
+                                        GridChunks grids) {
   CKPT_ASSIGN_OR_RETURN(const uint32_t version, CheckHeader(bytes, what));
   const char* h = bytes.data();
   if (LoadLE32(h + 12) != 0 || (version < 4 && LoadLE64(h + 32) != 0)) {
@@ -586,7 +595,7 @@ absl::StatusOr<Manifest> DecodeManifest(std::string_view bytes, std::string_view
         StrCat(what, " at byte offset ", kManifestHeaderSize, ": manifest body checksum mismatch"));
   }
 
-  if (version >= 4) return DecodeV4(bytes, what, max_chunks);
+  if (version >= 4) return DecodeV4(bytes, what, max_chunks, grids);
   return DecodeLegacy(body, version, what, max_chunks);
 }
 

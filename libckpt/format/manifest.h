@@ -60,12 +60,20 @@ struct ManifestChunk {
 
 struct ManifestTensor {
   TensorSpec spec;
-  /// Every chunk, also when `grid` describes them (then in its cell order).
+  /// Every chunk, also when `grid` describes them (then in its cell order);
+  /// empty in the grid-only form (`grid` set and the chunks not expanded:
+  /// SaveManifestByRules builds it, DecodeManifest with kGridsOnly keeps it).
   std::vector<ManifestChunk> chunks;
   /// Version 4: set when the chunks are the cells of a grid, which is how
   /// the tensor is then encoded (DescribeByRules sets it; decoding keeps it).
-  /// Encoding checks it against `chunks` and lists them when they differ.
+  /// Encoding checks it against `chunks` when they are listed and lists them
+  /// when they differ.
   std::optional<ChunkGrid> grid;
+
+  /// True when only `grid` describes the chunks.
+  bool GridOnly() const { return grid.has_value() && chunks.empty(); }
+  /// Chunks, grid cells included.
+  uint64_t ChunkCount() const { return GridOnly() ? grid->NumCells() : chunks.size(); }
 };
 
 struct ManifestBlob {
@@ -109,9 +117,14 @@ std::string EncodeManifest(const Manifest& m);
 /// Decodes and checks everything that can be checked without the data
 /// files: magic, version, checksums, lengths, dtypes, boxes within shapes,
 /// file and block references. `what` names the object in messages. At most
-/// `max_chunks` chunks (grid cells included) are accepted.
+/// `max_chunks` chunks (grid cells included) are accepted. kGridsOnly leaves
+/// grid tensors in the grid-only form (no ManifestChunk per cell; every cell's
+/// file and blocks are still checked), for readers that look tensors up by
+/// their grid; kExpandGrids lists every cell as a chunk too.
+enum class GridChunks : uint8_t { kExpandGrids, kGridsOnly };
 absl::StatusOr<Manifest> DecodeManifest(std::string_view bytes, std::string_view what,
-                                        uint64_t max_chunks = kMaxManifestChunks);
+                                        uint64_t max_chunks = kMaxManifestChunks,
+                                        GridChunks grids = GridChunks::kExpandGrids);
 
 // ---- Reading a version-4 manifest in parts (ranged reads) ----
 

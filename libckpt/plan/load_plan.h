@@ -29,7 +29,8 @@ struct LoadPlanStats {
 
 /// Plans the load of `target` (tensor layouts over `mesh`) from `m`: for each
 /// distinct target box, the overlapping chunks (interval index) and the
-/// blocks holding the intersections; every rank holding the box counts. Fails
+/// blocks holding the intersections (on the grid of a grid-only tensor);
+/// every rank holding the box counts. Fails
 /// when a target tensor is missing or differs in dtype or shape.
 absl::StatusOr<LoadPlanStats> PlanMeshLoad(const Manifest& m, const std::vector<TensorLayout>& target,
                                            const Mesh& mesh);

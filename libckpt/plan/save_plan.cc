@@ -1,8 +1,10 @@
 #include <algorithm>
+#include <map>
 #include <numeric>
 
 #include "ckpt/plan.h"
 #include "plan/grid.h"
+#include "plan/replica_writers.h"
 #include "util/errors.h"
 #include "util/strings.h"
 
@@ -53,6 +55,40 @@ absl::Status ForEachDistinctBox(
   return absl::OkStatus();
 }
 
+uint32_t ReplicaMask(const TensorLayout& layout, const Mesh& mesh) {
+  uint32_t mask = 0;
+  for (int md = 0; md < mesh.ndim(); ++md) {
+    if (md == layout.owner_dim) continue;
+    const bool shard =
+        md < static_cast<int>(layout.placements.size()) && layout.placements[md].kind == Placement::Kind::kShard;
+    if (!shard) mask |= uint32_t{1} << md;
+  }
+  return mask;
+}
+
+void ChooseReplicaWriters(std::vector<ReplicatedBox>& boxes, int64_t nranks) {
+  std::vector<size_t> order(boxes.size());
+  std::iota(order.begin(), order.end(), size_t{0});
+  std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) {
+    return boxes[a].bytes != boxes[b].bytes ? boxes[a].bytes > boxes[b].bytes : boxes[a].tensor < boxes[b].tensor;
+  });
+  // Per replica mask: bytes given to each rank by that mask's groups (a rank
+  // is in exactly one group per mask).
+  std::map<uint32_t, std::vector<int64_t>> given;
+  for (size_t i : order) {
+    ReplicatedBox& box = boxes[i];
+    std::vector<int64_t>& g = given[box.mask];
+    if (g.empty()) g.assign(static_cast<size_t>(nranks), 0);
+    int64_t best = box.base + box.offsets->front();
+    for (int64_t off : *box.offsets) {
+      const int64_t r = box.base + off;
+      if (g[r] < g[best]) best = r;  // offsets ascend: ties keep the lowest rank
+    }
+    g[best] += box.bytes;
+    box.writer = best;
+  }
+}
+
 absl::StatusOr<SavePlan> PlanSave(const std::vector<TensorLayout>& layouts, const Mesh& mesh) {
   SavePlan plan;
   plan.mesh = mesh;
@@ -82,7 +118,9 @@ absl::StatusOr<SavePlan> PlanSave(const std::vector<TensorLayout>& layouts, cons
   plan.chunks.reserve(most);
   base_rank.reserve(most);
   offsets_of.reserve(most);
+  std::vector<uint32_t> masks(layouts.size());
   for (size_t t = 0; t < layouts.size(); ++t) {
+    masks[t] = ReplicaMask(layouts[t], mesh);
     bool first = true;
     CKPT_RETURN_IF_ERROR(
         ForEachDistinctBox(layouts[t], mesh, [&](Box&& box, int64_t base, const std::vector<int64_t>& offsets) {
@@ -100,26 +138,31 @@ absl::StatusOr<SavePlan> PlanSave(const std::vector<TensorLayout>& layouts, cons
         }));
   }
 
-  // Largest chunks first, each to its least-loaded holder (ties: lowest rank).
-  std::vector<int64_t> bytes(plan.chunks.size());
+  // The writer of a box held by one rank is that rank; the others by the
+  // replica-group rule.
+  std::vector<ReplicatedBox> replicated;
+  std::vector<size_t> chunk_of;
   for (size_t c = 0; c < plan.chunks.size(); ++c) {
-    bytes[c] = plan.chunks[c].box.Volume() * static_cast<int64_t>(DTypeSize(layouts[plan.chunks[c].tensor].spec.dtype));
-  }
-  std::vector<int64_t> order(plan.chunks.size());
-  std::iota(order.begin(), order.end(), 0);
-  std::stable_sort(order.begin(), order.end(), [&](int64_t a, int64_t b) { return bytes[a] > bytes[b]; });
-  for (int64_t c : order) {
+    ChunkAssignment& chunk = plan.chunks[c];
     const std::vector<int64_t>& offs = replica_offsets[offsets_of[c]];
-    int64_t best = base_rank[c] + offs.front();
-    for (int64_t off : offs) {
-      const int64_t r = base_rank[c] + off;
-      if (plan.bytes_by_rank[r] < plan.bytes_by_rank[best] ||
-          (plan.bytes_by_rank[r] == plan.bytes_by_rank[best] && r < best)) {
-        best = r;
-      }
+    if (offs.size() == 1) {
+      chunk.writer = base_rank[c] + offs.front();
+      continue;
     }
-    plan.chunks[c].writer = best;
-    plan.bytes_by_rank[best] += bytes[c];
+    ReplicatedBox box;
+    box.bytes = chunk.box.Volume() * static_cast<int64_t>(DTypeSize(layouts[chunk.tensor].spec.dtype));
+    box.tensor = chunk.tensor;
+    box.mask = masks[chunk.tensor];
+    box.base = base_rank[c];
+    box.offsets = &offs;
+    replicated.push_back(box);
+    chunk_of.push_back(c);
+  }
+  ChooseReplicaWriters(replicated, nranks);
+  for (size_t i = 0; i < replicated.size(); ++i) plan.chunks[chunk_of[i]].writer = replicated[i].writer;
+  for (const ChunkAssignment& chunk : plan.chunks) {
+    plan.bytes_by_rank[chunk.writer] +=
+        chunk.box.Volume() * static_cast<int64_t>(DTypeSize(layouts[chunk.tensor].spec.dtype));
   }
   for (size_t c = 0; c < plan.chunks.size(); ++c) {
     plan.by_rank[plan.chunks[c].writer].push_back(static_cast<int64_t>(c));

@@ -2,13 +2,20 @@
 // and a state re-saved from the new mesh restores back onto the old one.
 #include <filesystem>
 #include <map>
+#include <numeric>
 #include <thread>
 
 #include "ckpt/plan.h"
+#include "ckpt/synthetic.h"
 #include "ckpt/verify.h"
+#include "ckpt/version.h"
 #include "common/synth_job.h"
 #include "core/root.h"
+#include "format/data_file.h"
 #include "format/root_files.h"
+#include "plan/load_plan.h"
+#include "plan/rule_manifest.h"
+#include "plan/tiles.h"
 #include "testutil/test_util.h"
 
 namespace ckpt::testing {
@@ -170,6 +177,181 @@ TEST(ReplicaDedup, ReplicatedChunksAreWrittenOnceAndBalanced) {
   const auto [lo, hi] = std::minmax_element(bytes.begin(), bytes.end());
   EXPECT_GT(*lo, 0);
   EXPECT_LT(static_cast<double>(*hi) / static_cast<double>(*lo), 1.5);
+}
+
+// The reference: the manifest of a save of `plan` built chunk by chunk, each
+// writer's boxes cut into column tiles and blocks, appended to its file in
+// plan order, then described by rules where DetectGrid finds a grid.
+Manifest ManifestChunkByChunk(const SyntheticModel& model, const SavePlan& plan, uint64_t block_size, int max_tiles) {
+  Manifest m;
+  m.step = 1;
+  m.world_size = static_cast<int32_t>(plan.mesh.NumRanks());
+  m.library_version = LibraryVersion();
+  m.mesh = plan.mesh;
+  std::vector<ManifestTensor> tensors(model.tensors.size());
+  for (size_t t = 0; t < tensors.size(); ++t) tensors[t].spec = model.tensors[t].spec;
+  const int64_t nranks = plan.mesh.NumRanks();
+  std::vector<uint64_t> next_block(nranks, 0), file_bytes(nranks, kDataHeaderSize);
+  {
+    std::vector<size_t> count(tensors.size(), 0);
+    for (const ChunkAssignment& c : plan.chunks) ++count[c.tensor];
+    for (size_t t = 0; t < tensors.size(); ++t) tensors[t].chunks.reserve(count[t]);
+  }
+  // Chunks in plan order (sequential memory), each appended to its writer's
+  // file; the block numbering per file is what that rank would produce.
+  for (const ChunkAssignment& c : plan.chunks) {
+    const uint64_t es = DTypeSize(model.tensors[c.tensor].spec.dtype);
+    for (Box& tile : ColumnTiles(c.box, model.tensors[c.tensor].spec.shape, es, max_tiles)) {
+      const uint64_t raw = static_cast<uint64_t>(tile.Volume()) * es;
+      const uint64_t blocks = (raw + block_size - 1) / block_size;
+      tensors[c.tensor].chunks.push_back(
+          ManifestChunk{static_cast<uint32_t>(c.writer), next_block[c.writer], blocks, std::move(tile)});
+      next_block[c.writer] += blocks;
+      file_bytes[c.writer] +=
+          raw / block_size * FrameLength(block_size) + (raw % block_size ? FrameLength(raw % block_size) : 0);
+    }
+  }
+  m.files.resize(nranks);
+  for (int64_t r = 0; r < nranks; ++r) {
+    ManifestFile& f = m.files[r];
+    f.name = DataFileName(static_cast<int>(r));
+    f.rank = static_cast<int32_t>(r);
+    f.block_size = block_size;
+    f.block_count = next_block[r];
+    f.index_offset = file_bytes[r];
+    f.index_len = kIndexHeaderSize + next_block[r] * kIndexEntrySize;
+    f.size = f.index_offset + f.index_len + kFooterSize;
+  }
+  std::sort(tensors.begin(), tensors.end(),
+            [](const ManifestTensor& a, const ManifestTensor& b) { return a.spec.fqn < b.spec.fqn; });
+  m.tensors = std::move(tensors);
+  DescribeByRules(m);
+  return m;
+}
+
+// The manifest built from the layouts' rules (grids, no chunk objects) is
+// byte for byte the one built chunk by chunk from PlanSave, for synthetic
+// models over many meshes and for hand-made layouts that are not grids.
+void ExpectRulesMatchChunkByChunk(const std::vector<TensorLayout>& layouts, const Mesh& mesh, uint64_t block, int tiles,
+                                  const std::string& what) {
+  SCOPED_TRACE(what);
+  auto plan = PlanSave(layouts, mesh);
+  ASSERT_OK(plan);
+  SyntheticModel model;
+  model.tensors = layouts;
+  const std::string reference = EncodeManifest(ManifestChunkByChunk(model, *plan, block, tiles));
+  RuleManifestStats stats;
+  auto by_rules = SaveManifestByRules(layouts, mesh, block, tiles, &stats);
+  ASSERT_OK(by_rules);
+  EXPECT_EQ(stats.chunks,
+            static_cast<int64_t>(std::accumulate(
+                plan->chunks.begin(), plan->chunks.end(), int64_t{0}, [&](int64_t n, const ChunkAssignment& c) {
+                  const uint64_t es = DTypeSize(layouts[c.tensor].spec.dtype);
+                  return n + static_cast<int64_t>(ColumnTiles(c.box, layouts[c.tensor].spec.shape, es, tiles).size());
+                })));
+  EXPECT_EQ(stats.bytes_by_rank, plan->bytes_by_rank);
+  const std::string encoded = EncodeManifest(*by_rules);
+  ASSERT_EQ(encoded.size(), reference.size());
+  EXPECT_TRUE(encoded == reference);
+  EXPECT_EQ(by_rules->LogicalBytes(), DecodeManifest(reference, "reference")->LogicalBytes());
+
+  // Decoded without expanding its grids, it re-encodes to the same bytes,
+  // and a whole-mesh load plans the same on the grids as on the chunks.
+  auto grids = DecodeManifest(encoded, "by rules", kMaxManifestChunks, GridChunks::kGridsOnly);
+  ASSERT_OK(grids);
+  EXPECT_TRUE(EncodeManifest(*grids) == encoded);
+  auto expanded = DecodeManifest(encoded, "by rules");
+  ASSERT_OK(expanded);
+  uint64_t cells = 0;
+  for (const ManifestTensor& t : grids->tensors) cells += t.ChunkCount();
+  EXPECT_EQ(static_cast<int64_t>(cells), stats.chunks);
+  for (const char* onto : {"dp=1", "dp=3,tp=2", "tp=4,pp=2"}) {
+    const Mesh target = *Mesh::Parse(onto);
+    std::vector<TensorLayout> target_layouts = layouts;
+    for (TensorLayout& l : target_layouts) {
+      // The same tensors, each split along its first dimension over every rank.
+      l.placements.assign(target.ndim(), Placement::Replicate());
+      if (!l.spec.shape.empty()) l.placements[0] = Placement::Shard(0);
+      l.split_order.clear();
+      l.owner_dim = -1;
+    }
+    auto a = PlanMeshLoad(*grids, target_layouts, target);
+    auto b = PlanMeshLoad(*expanded, target_layouts, target);
+    ASSERT_OK(a);
+    ASSERT_OK(b);
+    EXPECT_EQ(a->overlaps, b->overlaps) << onto;
+    EXPECT_EQ(a->block_ranges, b->block_ranges) << onto;
+    EXPECT_EQ(a->bytes_read, b->bytes_read) << onto;
+    EXPECT_EQ(a->bytes_needed, b->bytes_needed) << onto;
+  }
+}
+
+TEST(RuleManifest, EqualsTheManifestBuiltChunkByChunk) {
+  struct Case {
+    const char* mesh;
+    int64_t params;
+    int layers;
+    bool zero;
+    int experts;
+  };
+  const Case cases[] = {
+      {"dp=2,tp=2,pp=2", 2000000, 4, true, 0}, {"dp=3,tp=4", 3000000, 3, true, 0},
+      {"ep=4,tp=2", 2000000, 2, true, 8},      {"pp=5", 500000, 3, false, 0},
+      {"tp=3,dp=5", 4000000, 2, true, 0},      {"dp=8,tp=8,pp=2", 20000000, 4, true, 0},
+  };
+  for (const Case& c : cases) {
+    const Mesh mesh = *Mesh::Parse(c.mesh);
+    SyntheticOptions o;
+    o.params = c.params;
+    o.layers = c.layers;
+    o.adam = true;
+    o.zero = c.zero;
+    o.experts = c.experts;
+    auto model = BuildSyntheticModel(o, mesh);
+    ASSERT_OK(model);
+    for (const auto& [block, tiles] : std::vector<std::pair<uint64_t, int>>{{64 << 10, 8}, {1 << 20, 3}, {4096, 1}}) {
+      ExpectRulesMatchChunkByChunk(model->tensors, mesh, block, tiles,
+                                   StrCat(c.mesh, " block ", block, " tiles ", tiles));
+    }
+  }
+
+  // Hand-made layouts over dp=2,tp=2: explicit boundaries with an empty
+  // part, a split order that nests tp inside dp on one dimension, a scalar,
+  // a tensor held by one stage, and column tiles that differ by rows (2-row
+  // boxes are cut, 1-row boxes are not), which is listed box by box.
+  const Mesh mesh = *Mesh::Parse("dp=2,tp=2");
+  std::vector<TensorLayout> layouts;
+  auto add = [&](std::string name, DType dt, Shape shape, std::vector<Placement> p) -> TensorLayout& {
+    TensorLayout l;
+    l.spec = TensorSpec{std::move(name), dt, std::move(shape)};
+    l.placements = std::move(p);
+    layouts.push_back(std::move(l));
+    return layouts.back();
+  };
+  Placement explicit_rows = Placement::Shard(0);
+  explicit_rows.boundaries = {0, 0, 40};
+  add("explicit", DType::kF32, {40, 3000}, {explicit_rows, Placement::Shard(1)});
+  add("nested", DType::kBF16, {1000, 64}, {Placement::Shard(0), Placement::Shard(0)}).split_order = {1, 0};
+  add("scalar", DType::kI64, {}, {Placement::Replicate(), Placement::Replicate()});
+  TensorLayout& staged = add("staged", DType::kF32, {64, 4096}, {Placement::Replicate(), Placement::Shard(1)});
+  staged.owner_dim = 0;
+  staged.owner_index = 1;
+  add("uneven_tiles", DType::kF32, {3, 51200}, {Placement::Shard(0), Placement::Shard(1)});
+  add("replicated", DType::kBF16, {512, 512}, {Placement::Replicate(), Placement::Replicate()});
+  ExpectRulesMatchChunkByChunk(layouts, mesh, 64 << 10, 8, "hand-made");
+  auto m = SaveManifestByRules(layouts, mesh, 64 << 10, 8);
+  ASSERT_OK(m);
+  EXPECT_FALSE(m->FindTensor("uneven_tiles")->grid.has_value());
+  EXPECT_GT(m->FindTensor("uneven_tiles")->chunks.size(), 4u);
+  EXPECT_TRUE(m->FindTensor("explicit")->GridOnly());
+  EXPECT_TRUE(m->FindTensor("nested")->GridOnly());
+
+  // A layout the box computation refuses is refused the same way.
+  layouts.push_back(layouts[0]);
+  layouts.back().spec.fqn = "bad";
+  layouts.back().placements[1] = Placement::Shard(2);
+  EXPECT_FALSE(SaveManifestByRules(layouts, mesh, 64 << 10, 8).ok());
+  EXPECT_FALSE(PlanSave(layouts, mesh).ok());
 }
 
 TEST(ReplicaDedup, CommunicatorAgreesOnWritersForArbitraryStates) {

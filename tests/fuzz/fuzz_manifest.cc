@@ -1,5 +1,6 @@
 // libFuzzer target: the manifest decoder never crashes, and whatever it
-// accepts re-encodes to the same bytes. Grids (version 4) may describe at
+// accepts re-encodes to the same bytes, whether its grids are expanded or
+// kept as grids (both forms accept the same inputs). Grids (version 4) may describe at
 // most 2^16 chunks here, so a few bytes cannot ask for gigabytes. The ranged
 // reader of version 4 never crashes either, and reads every part of what the
 // whole decoder accepted.
@@ -16,6 +17,10 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (m.ok()) {
     if (ckpt::EncodeManifest(*m) != bytes) std::abort();
   }
+  // Kept as grids, it accepts exactly the same inputs and re-encodes the same.
+  auto grids = ckpt::DecodeManifest(bytes, "fuzz", uint64_t{1} << 16, ckpt::GridChunks::kGridsOnly);
+  if (grids.ok() != m.ok()) std::abort();
+  if (grids.ok() && ckpt::EncodeManifest(*grids) != bytes) std::abort();
   ckpt::ManifestWants wants;
   if (m.ok()) {
     for (const ckpt::ManifestTensor& t : m->tensors)

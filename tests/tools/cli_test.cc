@@ -131,6 +131,11 @@ TEST(Cli, PlanAtSixteenThousandRanks) {
   EXPECT_LT(std::stod(r.out.substr(at + 21)), 1.05) << r.out;
   const size_t mb = r.out.find("\"manifest_bytes\":");
   EXPECT_LT(std::stod(r.out.substr(mb + 17)), 64.0 * (1 << 20)) << r.out;
+  // Planned from the layouts' rules: every tensor but the scalar step is a
+  // grid, so the one listed chunk is the step's.
+  EXPECT_TRUE(Has(r.out, "\"tensors\":1690,")) << r.out;
+  EXPECT_TRUE(Has(r.out, "\"grid_tensors\":1689,")) << r.out;
+  EXPECT_TRUE(Has(r.out, "\"listed_chunks\":1,")) << r.out;
 }
 
 TEST(Cli, DemoRunsEndToEnd) {

@@ -18,6 +18,7 @@
 #include "format/root_files.h"
 #include "plan/cover.h"
 #include "plan/load_plan.h"
+#include "plan/rule_manifest.h"
 #include "plan/tiles.h"
 #include "util/clock.h"
 #include "util/errors.h"
@@ -117,19 +118,27 @@ int PlanMain(int argc, char** argv, int first) {
     std::fprintf(stderr, "ckpt plan: %s\n", std::string(model.status().message()).c_str());
     return kExitUsage;
   }
-  auto plan = PlanSave(model->tensors, *from);
-  if (!plan.ok()) {
-    std::fprintf(stderr, "ckpt plan: %s\n", std::string(plan.status().message()).c_str());
+  // The save: every chunk's writer and blocks, as the manifest the leader
+  // commits, from the layouts' rules (grids; no object per chunk).
+  double t = NowSeconds();
+  RuleManifestStats rules;
+  auto built =
+      SaveManifestByRules(model->tensors, *from, static_cast<uint64_t>(block), static_cast<int>(tiles), &rules);
+  if (!built.ok()) {
+    std::fprintf(stderr, "ckpt plan: %s\n", std::string(built.status().message()).c_str());
     return kExitProblem;
   }
-  const double t_save_plan = NowSeconds() - t0;
+  const double t_save_plan = NowSeconds() - t;
+  const int64_t chunks = rules.chunks;
+  const int64_t writer_bytes_max = *std::max_element(rules.bytes_by_rank.begin(), rules.bytes_by_rank.end());
+  int64_t writer_bytes_total = 0;
+  for (int64_t b : rules.bytes_by_rank) writer_bytes_total += b;
 
-  double t = NowSeconds();
-  Manifest m = SimulatedManifest(*model, *plan, static_cast<uint64_t>(block), static_cast<int>(tiles));
-  int64_t chunks = 0;
-  for (const ManifestTensor& mt : m.tensors) {
-    chunks += static_cast<int64_t>(mt.chunks.size());
-    if (mt.grid.has_value()) continue;  // a grid covers its tensor exactly, as the leader knows
+  // The leader's exact-cover check, on the tensors listed chunk by chunk (a
+  // grid covers its tensor exactly).
+  t = NowSeconds();
+  for (const ManifestTensor& mt : built->tensors) {
+    if (mt.grid.has_value()) continue;
     std::vector<Box> boxes;
     boxes.reserve(mt.chunks.size());
     for (const ManifestChunk& c : mt.chunks) boxes.push_back(c.box);
@@ -142,35 +151,44 @@ int PlanMain(int argc, char** argv, int first) {
   const double t_manifest = NowSeconds() - t;
 
   t = NowSeconds();
-  const std::string encoded = EncodeManifest(m);
+  const std::string encoded = EncodeManifest(*built);
   const double t_encode = NowSeconds() - t;
-  m = Manifest();
+  *built = Manifest();
+  // The leader of the restart checks the whole manifest (every cell's file
+  // and blocks) without expanding its grids.
   t = NowSeconds();
-  auto decoded = DecodeManifest(encoded, "simulated manifest");
+  auto decoded = DecodeManifest(encoded, "simulated manifest", kMaxManifestChunks, GridChunks::kGridsOnly);
   const double t_decode = NowSeconds() - t;
   if (!decoded.ok()) {
     std::fprintf(stderr, "ckpt plan: %s\n", std::string(decoded.status().message()).c_str());
     return kExitProblem;
   }
 
-  t = NowSeconds();
   auto target = BuildSyntheticModel(so, *to);
   if (!target.ok()) {
     std::fprintf(stderr, "ckpt plan: %s\n", std::string(target.status().message()).c_str());
     return kExitUsage;
   }
+  // Each rank of the new mesh reads its part and plans its own load.
+  auto per_rank = PlanRanksFromParts(encoded, *target, *to, std::max<int64_t>(1, rank_samples));
+  if (!per_rank.ok()) {
+    std::fprintf(stderr, "ckpt plan: %s\n", std::string(per_rank.status().message()).c_str());
+    return kExitProblem;
+  }
+  // The planning a save and a restart wait for: the save's plan and
+  // manifest, the leader's check, and the slowest rank's own load plan.
+  const double total = t_save_plan + t_manifest + t_encode + t_decode + Max(per_rank->seconds);
+
+  // Every rank's load planned on this one core, for the read amplification
+  // over the whole mesh (a figure of this tool, not a step of a restart).
+  t = NowSeconds();
   auto load = PlanMeshLoad(*decoded, target->tensors, *to);
   if (!load.ok()) {
     std::fprintf(stderr, "ckpt plan: %s\n", std::string(load.status().message()).c_str());
     return kExitProblem;
   }
   const double t_load_plan = NowSeconds() - t;
-  const double total = NowSeconds() - t0;
-  auto per_rank = PlanRanksFromParts(encoded, *target, *to, std::max<int64_t>(1, rank_samples));
-  if (!per_rank.ok()) {
-    std::fprintf(stderr, "ckpt plan: %s\n", std::string(per_rank.status().message()).c_str());
-    return kExitProblem;
-  }
+  const double wall = NowSeconds() - t0;
   const double rss = PeakRssBytes();
 
   if (json) {
@@ -191,6 +209,11 @@ int PlanMain(int argc, char** argv, int first) {
         .Field("decode_s", t_decode)
         .Field("load_plan_s", t_load_plan)
         .Field("total_s", total)
+        .Field("wall_s", wall)
+        .Field("grid_tensors", rules.grid_tensors)
+        .Field("listed_chunks", rules.listed_chunks)
+        .Field("writer_bytes_max", writer_bytes_max)
+        .Field("writer_bytes_mean", static_cast<double>(writer_bytes_total) / static_cast<double>(from->NumRanks()))
         .Field("peak_rss_bytes", rss)
         .Field("distinct_target_boxes", load->distinct_boxes)
         .Field("overlaps", load->overlaps)
@@ -209,21 +232,25 @@ int PlanMain(int argc, char** argv, int first) {
   } else {
     std::printf("model: %.3g params, %d layers, %zu tensors%s\n", static_cast<double>(model->params), model->layers,
                 model->tensors.size(), so.adam ? " (with Adam state)" : "");
-    std::printf("save on %s (%lld ranks): %lld chunks, plan %.3f s\n", from->ToString().c_str(),
-                static_cast<long long>(from->NumRanks()), static_cast<long long>(chunks), t_save_plan);
     std::printf(
-        "manifest: %s, built and exact-cover checked in %.3f s, encoded %.3f s, "
-        "decoded %.3f s\n",
+        "save on %s (%lld ranks): %lld chunks (%lld tensors as grids, %lld chunks listed), planned with its "
+        "manifest in %.3f s; the most bytes one rank writes %s (mean %s)\n",
+        from->ToString().c_str(), static_cast<long long>(from->NumRanks()), static_cast<long long>(chunks),
+        static_cast<long long>(rules.grid_tensors), static_cast<long long>(rules.listed_chunks), t_save_plan,
+        HumanBytes(static_cast<double>(writer_bytes_max)).c_str(),
+        HumanBytes(static_cast<double>(writer_bytes_total) / static_cast<double>(from->NumRanks())).c_str());
+    std::printf(
+        "manifest: %s, listed chunks exact-cover checked in %.3f s, encoded %.3f s, "
+        "checked whole by the leader in %.3f s\n",
         HumanBytes(static_cast<double>(encoded.size())).c_str(), t_manifest, t_encode, t_decode);
     std::printf(
-        "load onto %s (%lld ranks): %lld distinct boxes, %lld overlaps, %lld read "
+        "load onto %s (%lld ranks), every rank planned on this core: %lld distinct boxes, %lld overlaps, %lld read "
         "requests, %.3f s\n",
         to->ToString().c_str(), static_cast<long long>(to->NumRanks()), static_cast<long long>(load->distinct_boxes),
         static_cast<long long>(load->overlaps), static_cast<long long>(load->block_ranges), t_load_plan);
     std::printf("read amplification %.4f (%s read for %s needed, all ranks)\n", load->Amplification(),
                 HumanBytes(static_cast<double>(load->bytes_read)).c_str(),
                 HumanBytes(static_cast<double>(load->bytes_needed)).c_str());
-    std::printf("total %.3f s, peak memory %s\n", total, HumanBytes(rss).c_str());
     std::printf(
         "each rank planning alone (%lld of %lld ranks): reads %s of manifest at most (median %s, %llu reads), "
         "plans in %.1f ms at most (median %.1f ms)\n",
@@ -231,6 +258,10 @@ int PlanMain(int argc, char** argv, int first) {
         HumanBytes(Max(per_rank->bytes)).c_str(), HumanBytes(Median(per_rank->bytes)).c_str(),
         static_cast<unsigned long long>(per_rank->reads_max), Max(per_rank->seconds) * 1e3,
         Median(per_rank->seconds) * 1e3);
+    std::printf(
+        "planning total %.3f s (save plan and manifest, cover, encode, leader's check, slowest rank's "
+        "load plan); peak memory %s; wall %.3f s\n",
+        total, HumanBytes(rss).c_str(), wall);
     if (per_tensor) {
       std::vector<size_t> order(target->tensors.size());
       for (size_t i = 0; i < order.size(); ++i) order[i] = i;

@@ -9,13 +9,10 @@
 
 #include "absl/strings/numbers.h"
 #include "ckpt/verify.h"
-#include "ckpt/version.h"
 #include "core/root.h"
-#include "format/data_file.h"
 #include "format/root_files.h"
 #include "pipeline/loader.h"
 #include "plan/block_ranges.h"
-#include "plan/tiles.h"
 #include "util/bytes.h"
 #include "util/clock.h"
 #include "util/errors.h"
@@ -439,53 +436,6 @@ absl::StatusOr<SynthSaveResult> CombineSaveResults(Communicator& comm, const Syn
     sum.generate_s = std::max(sum.generate_s, generate);
   }
   return sum;
-}
-
-Manifest SimulatedManifest(const SyntheticModel& model, const SavePlan& plan, uint64_t block_size, int max_tiles) {
-  Manifest m;
-  m.step = 1;
-  m.world_size = static_cast<int32_t>(plan.mesh.NumRanks());
-  m.library_version = LibraryVersion();
-  m.mesh = plan.mesh;
-  std::vector<ManifestTensor> tensors(model.tensors.size());
-  for (size_t t = 0; t < tensors.size(); ++t) tensors[t].spec = model.tensors[t].spec;
-  const int64_t nranks = plan.mesh.NumRanks();
-  std::vector<uint64_t> next_block(nranks, 0), file_bytes(nranks, kDataHeaderSize);
-  {
-    std::vector<size_t> count(tensors.size(), 0);
-    for (const ChunkAssignment& c : plan.chunks) ++count[c.tensor];
-    for (size_t t = 0; t < tensors.size(); ++t) tensors[t].chunks.reserve(count[t]);
-  }
-  // Chunks in plan order (sequential memory), each appended to its writer's
-  // file; the block numbering per file is what that rank would produce.
-  for (const ChunkAssignment& c : plan.chunks) {
-    const uint64_t es = DTypeSize(model.tensors[c.tensor].spec.dtype);
-    for (Box& tile : ColumnTiles(c.box, model.tensors[c.tensor].spec.shape, es, max_tiles)) {
-      const uint64_t raw = static_cast<uint64_t>(tile.Volume()) * es;
-      const uint64_t blocks = (raw + block_size - 1) / block_size;
-      tensors[c.tensor].chunks.push_back(
-          ManifestChunk{static_cast<uint32_t>(c.writer), next_block[c.writer], blocks, std::move(tile)});
-      next_block[c.writer] += blocks;
-      file_bytes[c.writer] +=
-          raw / block_size * FrameLength(block_size) + (raw % block_size ? FrameLength(raw % block_size) : 0);
-    }
-  }
-  m.files.resize(nranks);
-  for (int64_t r = 0; r < nranks; ++r) {
-    ManifestFile& f = m.files[r];
-    f.name = DataFileName(static_cast<int>(r));
-    f.rank = static_cast<int32_t>(r);
-    f.block_size = block_size;
-    f.block_count = next_block[r];
-    f.index_offset = file_bytes[r];
-    f.index_len = kIndexHeaderSize + next_block[r] * kIndexEntrySize;
-    f.size = f.index_offset + f.index_len + kFooterSize;
-  }
-  std::sort(tensors.begin(), tensors.end(),
-            [](const ManifestTensor& a, const ManifestTensor& b) { return a.spec.fqn < b.spec.fqn; });
-  m.tensors = std::move(tensors);
-  DescribeByRules(m);
-  return m;
 }
 
 absl::StatusOr<int64_t> PlanRankFromManifestPart(const ManifestRangeReader& read, uint64_t size,

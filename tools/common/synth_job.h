@@ -132,13 +132,6 @@ absl::StatusOr<SyntheticOptions> SyntheticOptionsOf(const std::map<std::string, 
 /// "1.5 GiB", "12.0 MiB".
 std::string HumanBytes(double bytes);
 
-/// The manifest a save of `plan` would commit (uncompressed frames), built
-/// the way the ranks and the leader build it: each writer's chunks cut into
-/// column tiles of at most `max_tiles` and into blocks, one data file per
-/// rank, grids described by their rule. No tensor data: for planning at scale
-/// (`ckpt plan`, benchmarks).
-Manifest SimulatedManifest(const SyntheticModel& model, const SavePlan& plan, uint64_t block_size, int max_tiles);
-
 /// One rank of `mesh` restarting: its boxes of `target`, its part of a
 /// version-4 manifest read through `read` (a manifest of `size` bytes), and
 /// the blocks of every chunk its boxes meet. Returns the chunks met; `stats`
