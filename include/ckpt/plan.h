@@ -36,6 +36,21 @@ struct CKPT_EXPORT SavePlan {
 /// lowest rank: a rule each holder can apply alone, from the layouts.
 CKPT_EXPORT absl::StatusOr<SavePlan> PlanSave(const std::vector<TensorLayout>& layouts, const Mesh& mesh);
 
+/// One box a rank holds, and whether it writes it.
+struct CKPT_EXPORT RankWrite {
+  int32_t tensor = 0;  ///< index into the layout list
+  Box box;
+  bool writes = true;
+};
+
+/// One rank's part of PlanSave, computed alone: the non-empty boxes `rank`
+/// holds, in layout order, each marked with whether PlanSave's rule makes
+/// this rank its writer. It costs the rank's own boxes (times the size of
+/// their replica groups), not the mesh's, and needs nothing from the other
+/// ranks: every holder of a replicated box reaches the same writer.
+CKPT_EXPORT absl::StatusOr<std::vector<RankWrite>> PlanRankWrites(const std::vector<TensorLayout>& layouts,
+                                                                  const Mesh& mesh, int64_t rank);
+
 }  // namespace ckpt
 
 #endif  // CKPT_PLAN_H_

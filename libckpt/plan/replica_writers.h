@@ -33,7 +33,11 @@ struct ReplicatedBox {
 /// boxes count and every member holds all of them, so each member can name
 /// every writer of its group from the layouts alone, without exchanging
 /// shard lists. Sets `writer` of every box.
-void ChooseReplicaWriters(std::vector<ReplicatedBox>& boxes, int64_t nranks);
+void ChooseReplicaWriters(std::vector<ReplicatedBox>& boxes);
+
+/// The holders of a box relative to its base holder, ascending: every
+/// combination of the coordinates of the mesh dimensions in `mask`.
+std::vector<int64_t> ReplicaOffsets(uint32_t mask, const Mesh& mesh);
 
 }  // namespace ckpt
 

@@ -165,21 +165,6 @@ class Files {
   std::vector<uint64_t> frame_bytes;
 };
 
-// The replica offsets of a layout's holders, as ForEachDistinctBox gives them.
-std::vector<int64_t> ReplicaOffsets(uint32_t mask, const Mesh& mesh, const std::vector<int64_t>& stride) {
-  std::vector<int64_t> offsets = {0};
-  for (int md = 0; md < mesh.ndim(); ++md) {
-    if (!(mask & (uint32_t{1} << md))) continue;
-    std::vector<int64_t> next;
-    next.reserve(offsets.size() * static_cast<size_t>(mesh.sizes[md]));
-    for (int64_t base : offsets) {
-      for (int64_t i = 0; i < mesh.sizes[md]; ++i) next.push_back(base + i * stride[md]);
-    }
-    offsets = std::move(next);
-  }
-  return offsets;
-}
-
 // What SplitsOf and ColumnCellsOf depend on: shape, element size,
 // placements, split order and which mesh dimension owns the tensor.
 std::string GeometryKey(const TensorLayout& layout) {
@@ -266,7 +251,7 @@ absl::StatusOr<Manifest> SaveManifestByRules(const std::vector<TensorLayout>& la
           }));
       continue;
     }
-    f.offsets = ReplicaOffsets(f.mask, mesh, stride);
+    f.offsets = ReplicaOffsets(f.mask, mesh);
     if (f.offsets.size() <= 1) continue;
     const int64_t owner_part = layout.owner_dim >= 0 ? layout.owner_index * stride[layout.owner_dim] : 0;
     const std::vector<DimSplit>& splits = *f.geometry->splits;
@@ -287,7 +272,7 @@ absl::StatusOr<Manifest> SaveManifestByRules(const std::vector<TensorLayout>& la
       if (d < 0) break;
     }
   }
-  ChooseReplicaWriters(replicated, nranks);
+  ChooseReplicaWriters(replicated);
 
   // Pass 2: every tensor's chunks, each appended to its writer's file in
   // tensor order.

@@ -66,27 +66,82 @@ uint32_t ReplicaMask(const TensorLayout& layout, const Mesh& mesh) {
   return mask;
 }
 
-void ChooseReplicaWriters(std::vector<ReplicatedBox>& boxes, int64_t nranks) {
+void ChooseReplicaWriters(std::vector<ReplicatedBox>& boxes) {
   std::vector<size_t> order(boxes.size());
   std::iota(order.begin(), order.end(), size_t{0});
   std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) {
     return boxes[a].bytes != boxes[b].bytes ? boxes[a].bytes > boxes[b].bytes : boxes[a].tensor < boxes[b].tensor;
   });
-  // Per replica mask: bytes given to each rank by that mask's groups (a rank
-  // is in exactly one group per mask).
-  std::map<uint32_t, std::vector<int64_t>> given;
+  // Per replica group (mask, base): bytes given to each member so far.
+  std::map<std::pair<uint32_t, int64_t>, std::vector<int64_t>> given;
   for (size_t i : order) {
     ReplicatedBox& box = boxes[i];
-    std::vector<int64_t>& g = given[box.mask];
-    if (g.empty()) g.assign(static_cast<size_t>(nranks), 0);
-    int64_t best = box.base + box.offsets->front();
-    for (int64_t off : *box.offsets) {
-      const int64_t r = box.base + off;
-      if (g[r] < g[best]) best = r;  // offsets ascend: ties keep the lowest rank
+    std::vector<int64_t>& g = given[{box.mask, box.base}];
+    if (g.empty()) g.assign(box.offsets->size(), 0);
+    size_t best = 0;
+    for (size_t k = 1; k < g.size(); ++k) {
+      if (g[k] < g[best]) best = k;  // offsets ascend: ties keep the lowest rank
     }
     g[best] += box.bytes;
-    box.writer = best;
+    box.writer = box.base + (*box.offsets)[best];
   }
+}
+
+std::vector<int64_t> ReplicaOffsets(uint32_t mask, const Mesh& mesh) {
+  std::vector<int64_t> stride(mesh.ndim(), 1);
+  for (int d = mesh.ndim() - 2; d >= 0; --d) stride[d] = stride[d + 1] * mesh.sizes[d + 1];
+  std::vector<int64_t> offsets = {0};
+  for (int md = 0; md < mesh.ndim(); ++md) {
+    if (!(mask & (uint32_t{1} << md))) continue;
+    std::vector<int64_t> next;
+    next.reserve(offsets.size() * static_cast<size_t>(mesh.sizes[md]));
+    for (int64_t base : offsets) {
+      for (int64_t i = 0; i < mesh.sizes[md]; ++i) next.push_back(base + i * stride[md]);
+    }
+    offsets = std::move(next);
+  }
+  return offsets;
+}
+
+absl::StatusOr<std::vector<RankWrite>> PlanRankWrites(const std::vector<TensorLayout>& layouts, const Mesh& mesh,
+                                                      int64_t rank) {
+  CKPT_RETURN_IF_ERROR(CheckMesh(mesh));
+  if (rank < 0 || rank >= mesh.NumRanks()) {
+    return absl::InvalidArgumentError(StrCat("rank ", rank, " is outside mesh ", mesh.ToString()));
+  }
+  const std::vector<int64_t> coords = mesh.Coords(rank);
+  std::vector<int64_t> stride(mesh.ndim(), 1);
+  for (int d = mesh.ndim() - 2; d >= 0; --d) stride[d] = stride[d + 1] * mesh.sizes[d + 1];
+  std::map<uint32_t, std::vector<int64_t>> offsets_of;  // per replica mask
+  std::vector<RankWrite> out;
+  std::vector<ReplicatedBox> replicated;
+  std::vector<size_t> write_of;
+  for (size_t t = 0; t < layouts.size(); ++t) {
+    if (layouts[t].owner_dim >= mesh.ndim()) {
+      return absl::InvalidArgumentError(StrCat("tensor '", layouts[t].spec.fqn, "': owner mesh dim ",
+                                               layouts[t].owner_dim, " outside mesh ", mesh.ToString()));
+    }
+    CKPT_ASSIGN_OR_RETURN(std::optional<Box> box, BoxAtCoords(layouts[t], mesh, coords));
+    if (!box.has_value() || box->Empty()) continue;
+    const uint32_t mask = ReplicaMask(layouts[t], mesh);
+    auto [it, fresh] = offsets_of.try_emplace(mask);
+    if (fresh) it->second = ReplicaOffsets(mask, mesh);
+    int64_t base = rank;
+    for (int md = 0; md < mesh.ndim(); ++md) {
+      if (mask & (uint32_t{1} << md)) base -= coords[md] * stride[md];
+    }
+    const int64_t bytes = box->Volume() * static_cast<int64_t>(DTypeSize(layouts[t].spec.dtype));
+    out.push_back(RankWrite{static_cast<int32_t>(t), std::move(*box), true});
+    if (it->second.size() > 1) {
+      replicated.push_back(ReplicatedBox{bytes, static_cast<int32_t>(t), mask, base, &it->second, -1});
+      write_of.push_back(out.size() - 1);
+    }
+  }
+  // Every group this rank is in has exactly the boxes it holds under that
+  // mask, so the rule gives here what it gives over the whole mesh.
+  ChooseReplicaWriters(replicated);
+  for (size_t i = 0; i < replicated.size(); ++i) out[write_of[i]].writes = replicated[i].writer == rank;
+  return out;
 }
 
 absl::StatusOr<SavePlan> PlanSave(const std::vector<TensorLayout>& layouts, const Mesh& mesh) {
@@ -158,7 +213,7 @@ absl::StatusOr<SavePlan> PlanSave(const std::vector<TensorLayout>& layouts, cons
     replicated.push_back(box);
     chunk_of.push_back(c);
   }
-  ChooseReplicaWriters(replicated, nranks);
+  ChooseReplicaWriters(replicated);
   for (size_t i = 0; i < replicated.size(); ++i) plan.chunks[chunk_of[i]].writer = replicated[i].writer;
   for (const ChunkAssignment& chunk : plan.chunks) {
     plan.bytes_by_rank[chunk.writer] +=

@@ -287,6 +287,52 @@ TEST(SavePlan, EachBoxOnceAndReplicasBalanced) {
   }
 }
 
+// Each rank, planning alone from the layouts, writes exactly what the whole
+// mesh's plan gives it: the replica-group rule needs nothing from the
+// other ranks.
+TEST(SavePlan, EachRankAloneWritesWhatTheWholePlanGivesIt) {
+  struct Case {
+    const char* mesh;
+    bool zero;
+    int experts;
+  };
+  for (const Case& c : {Case{"dp=4,tp=2,pp=2", false, 0}, Case{"dp=4,tp=2,pp=2", true, 0}, Case{"dp=3,tp=4", true, 0},
+                        Case{"ep=2,dp=3,tp=2", false, 4}, Case{"pp=5", false, 0}}) {
+    const Mesh mesh = *Mesh::Parse(c.mesh);
+    SyntheticOptions o;
+    o.params = 3000000;
+    o.layers = 3;
+    o.adam = true;
+    o.zero = c.zero;
+    o.experts = c.experts;
+    auto model = BuildSyntheticModel(o, mesh);
+    ASSERT_OK(model);
+    auto plan = PlanSave(model->tensors, mesh);
+    ASSERT_OK(plan);
+    int64_t replicated = 0;
+    for (int64_t r = 0; r < mesh.NumRanks(); ++r) {
+      std::set<std::pair<int32_t, std::string>> whole, alone;
+      for (int64_t ci : plan->by_rank[r]) {
+        whole.insert({plan->chunks[ci].tensor, plan->chunks[ci].box.ToString()});
+      }
+      auto writes = PlanRankWrites(model->tensors, mesh, r);
+      ASSERT_OK(writes);
+      for (const RankWrite& w : *writes) {
+        // Every box the rank holds is listed, written or not.
+        auto held = RankBox(model->tensors[w.tensor], mesh, r);
+        ASSERT_OK(held);
+        ASSERT_TRUE(held->has_value());
+        EXPECT_EQ(**held, w.box);
+        if (w.writes) alone.insert({w.tensor, w.box.ToString()});
+        replicated += w.writes ? 0 : 1;
+      }
+      EXPECT_EQ(alone, whole) << c.mesh << " rank " << r;
+    }
+    EXPECT_GT(replicated, 0) << c.mesh;
+  }
+  EXPECT_FALSE(PlanRankWrites({}, *Mesh::Parse("dp=2"), 2).ok());
+}
+
 TEST(Synthetic, DeterministicAndSensitive) {
   TensorSpec spec{"layers.0.w", DType::kBF16, {33, 17}};
   auto a = MakeShard(spec, Box::Whole(spec.shape), 5);

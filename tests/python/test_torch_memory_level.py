@@ -137,7 +137,9 @@ def policy_main(root, model, optimizer, domain):
         m = CheckpointManager(root, model, optimizer, memory_interval=1, policy=policy, domain=domain, keep_last=2)
     want_memory = 3 if m.memory_level else 0
     step = 0
-    while step < 200 and (m.saves_by_level.get("memory", 0) < want_memory or m.saves_by_level.get("durable", 0) < 4):
+    # The bound only matters on a loaded machine: saves that take longer
+    # leave fewer turns to the policy per step.
+    while step < 1000 and (m.saves_by_level.get("memory", 0) < want_memory or m.saves_by_level.get("durable", 0) < 4):
         step += 1
         train(model, optimizer, step)
         time.sleep(0.01)

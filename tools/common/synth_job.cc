@@ -55,7 +55,6 @@ absl::StatusOr<std::unique_ptr<SyntheticJob>> SyntheticJob::Create(SynthJobOptio
   std::unique_ptr<SyntheticJob> job(new SyntheticJob());
   job->options_ = std::move(options);
   CKPT_ASSIGN_OR_RETURN(job->model_, BuildSyntheticModel(job->options_.model, job->options_.mesh));
-  CKPT_ASSIGN_OR_RETURN(job->plan_, PlanSave(job->model_.tensors, job->options_.mesh));
   CKPT_ASSIGN_OR_RETURN(job->engine_, CreateSaveEngine(job->options_.engine));
   CKPT_ASSIGN_OR_RETURN(std::shared_ptr<Storage> storage, OpenStorage(job->options_.uri));
   const int world = static_cast<int>(job->options_.mesh.NumRanks());
@@ -80,6 +79,23 @@ absl::StatusOr<std::unique_ptr<SyntheticJob>> SyntheticJob::Create(SynthJobOptio
     CKPT_ASSIGN_OR_RETURN(auto cp, Checkpointer::Open(o));
     job->ranks_.push_back(std::move(cp));
     job->rank_ids_.push_back(r);
+  }
+  const std::vector<TensorLayout>& layouts = job->model_.tensors;
+  if (job->options_.only_rank >= 0) {
+    CKPT_ASSIGN_OR_RETURN(std::vector<RankWrite> mine,
+                          PlanRankWrites(layouts, job->options_.mesh, job->options_.only_rank));
+    job->writes_.emplace_back();
+    for (RankWrite& w : mine) {
+      if (w.writes) job->writes_.back().emplace_back(w.tensor, std::move(w.box));
+    }
+  } else {
+    CKPT_ASSIGN_OR_RETURN(SavePlan plan, PlanSave(layouts, job->options_.mesh));
+    for (int r : job->rank_ids_) {
+      job->writes_.emplace_back();
+      for (int64_t ci : plan.by_rank[r]) {
+        job->writes_.back().emplace_back(plan.chunks[ci].tensor, std::move(plan.chunks[ci].box));
+      }
+    }
   }
   return job;
 }
@@ -114,13 +130,14 @@ absl::Status SyntheticJob::SaveAsync(int64_t step, uint64_t seed) {
     // A single rank's values are generated again only for another seed.
     const bool fill = ranks_.size() > 1 || !buffers_seed_ || *buffers_seed_ != seed;
     if (ranks_.size() > 1) buffers_.clear();
-    buffers_.resize(plan_.by_rank[r].size());
-    for (size_t i = 0; i < plan_.by_rank[r].size(); ++i) {
-      const ChunkAssignment& c = plan_.chunks[plan_.by_rank[r][i]];
-      const TensorSpec& spec = model_.tensors[c.tensor].spec;
-      buffers_[i].resize(static_cast<size_t>(c.box.Volume()) * DTypeSize(spec.dtype));
-      if (fill) FillSynthetic(spec, c.box, seed, buffers_[i].data());
-      CKPT_RETURN_IF_ERROR(state.AddShard(spec, c.box, buffers_[i].data()));
+    const std::vector<std::pair<int32_t, Box>>& writes = writes_[local];
+    buffers_.resize(writes.size());
+    for (size_t i = 0; i < writes.size(); ++i) {
+      const auto& [tensor, box] = writes[i];
+      const TensorSpec& spec = model_.tensors[tensor].spec;
+      buffers_[i].resize(static_cast<size_t>(box.Volume()) * DTypeSize(spec.dtype));
+      if (fill) FillSynthetic(spec, box, seed, buffers_[i].data());
+      CKPT_RETURN_IF_ERROR(state.AddShard(spec, box, buffers_[i].data()));
     }
     const std::string rng = StrCat("rng-state rank ", r, " seed ", seed);
     CKPT_RETURN_IF_ERROR(state.AddBlob("rng", rng.data(), rng.size(), BlobScope::kRank));

@@ -72,14 +72,16 @@ class SyntheticJob {
   /// Figures known once SaveAsync returned (stalls, logical bytes).
   const SynthSaveResult& pending() const { return pending_; }
   const SyntheticModel& model() const { return model_; }
-  const SavePlan& plan() const { return plan_; }
   Checkpointer& leader() { return *ranks_.front(); }
 
  private:
   SyntheticJob() = default;
   SynthJobOptions options_;
   SyntheticModel model_;
-  SavePlan plan_;
+  // Per entry of ranks_: the boxes it writes (tensor index, box). A process
+  // running one rank plans that rank alone (PlanRankWrites); one simulating
+  // several plans the mesh once (PlanSave).
+  std::vector<std::vector<std::pair<int32_t, Box>>> writes_;
   std::shared_ptr<SaveEngine> engine_;
   std::vector<std::unique_ptr<Checkpointer>> ranks_;
   std::vector<int> rank_ids_;  // mesh rank of each entry of ranks_
