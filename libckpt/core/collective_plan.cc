@@ -203,6 +203,24 @@ Manifest RestrictManifest(const Manifest& m, const State& wants, int rank) {
   for (const auto& [fqn, want_boxes] : boxes_by_tensor) {
     const ManifestTensor* t = m.FindTensor(fqn);
     if (t == nullptr) continue;  // the loader reports it
+    if (t->GridOnly()) {
+      // The cells the wanted boxes meet, found on the cuts, in cell order
+      // (the order an expanded grid lists them in).
+      std::vector<uint64_t> cells;
+      for (const Box* b : want_boxes) t->grid->ForEachCellMeeting(*b, [&](uint64_t c) { cells.push_back(c); });
+      std::sort(cells.begin(), cells.end());
+      cells.erase(std::unique(cells.begin(), cells.end()), cells.end());
+      ManifestTensor rt;
+      rt.spec = t->spec;
+      for (uint64_t c : cells) {
+        const uint32_t f = static_cast<uint32_t>(t->grid->files.At(c));
+        ManifestChunk ch = GridChunk(*t, c, m.files[f].block_size);
+        ch.file = file_index(f);
+        rt.chunks.push_back(std::move(ch));
+      }
+      out.tensors.push_back(std::move(rt));
+      continue;
+    }
     std::vector<Box> chunk_boxes;
     chunk_boxes.reserve(t->chunks.size());
     for (const ManifestChunk& c : t->chunks) chunk_boxes.push_back(c.box);

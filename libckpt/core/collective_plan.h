@@ -40,6 +40,7 @@ absl::StatusOr<std::string> DistributeLoadPlan(Communicator& comm, const State& 
 
 /// The part of `m` that overlaps the given boxes and blobs (per-rank blobs
 /// of `rank` or of their source rank): a manifest LoadFromManifest accepts.
+/// Grid-only tensors of `m` are cut on their grid; the part lists chunks.
 Manifest RestrictManifest(const Manifest& m, const State& wants, int rank);
 
 }  // namespace ckpt

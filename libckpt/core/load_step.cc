@@ -34,9 +34,13 @@ int64_t ManifestSize(Storage& storage, int64_t step, bool from_copy) {
 
 absl::StatusOr<LoadStats> LoadStepAlone(Storage& storage, const State& target, int64_t step, int rank,
                                         const LoadOptions& options) {
-  CKPT_ASSIGN_OR_RETURN(LoadableStep found, ResolveLoadable(storage, step, options.allow_fallback));
+  // Checked whole with its grids kept; the loader gets the chunks this
+  // rank's target meets.
+  CKPT_ASSIGN_OR_RETURN(LoadableStep found,
+                        ResolveLoadable(storage, step, options.allow_fallback, GridChunks::kGridsOnly));
   ReportDamage(found, storage.uri());
-  CKPT_ASSIGN_OR_RETURN(LoadStats stats, LoadFromManifest(storage, found.manifest, target, rank, options));
+  CKPT_ASSIGN_OR_RETURN(LoadStats stats, LoadFromManifest(storage, RestrictManifest(found.manifest, target, rank),
+                                                          target, rank, options));
   stats.damage_note = found.note;
   stats.fell_back_from = found.fell_back_from;
   stats.manifest_bytes = ManifestSize(storage, found.step, found.from_copy);
