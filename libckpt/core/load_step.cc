@@ -22,16 +22,6 @@ void ReportDamage(const LoadableStep& found, const std::string& uri) {
                uri.empty() ? "" : " of ", uri.c_str(), found.note.c_str());
 }
 
-namespace {
-
-// Bytes of the manifest file a load read whole (0 when it cannot be told).
-int64_t ManifestSize(Storage& storage, int64_t step, bool from_copy) {
-  auto size = storage.FileSize(StrCat(StepDir(step), "/", from_copy ? kManifestCopyName : kManifestName));
-  return size.ok() ? static_cast<int64_t>(*size) : 0;
-}
-
-}  // namespace
-
 absl::StatusOr<LoadStats> LoadStepAlone(Storage& storage, const State& target, int64_t step, int rank,
                                         const LoadOptions& options) {
   // Checked whole with its grids kept; the loader gets the chunks this
@@ -43,7 +33,7 @@ absl::StatusOr<LoadStats> LoadStepAlone(Storage& storage, const State& target, i
                                                           target, rank, options));
   stats.damage_note = found.note;
   stats.fell_back_from = found.fell_back_from;
-  stats.manifest_bytes = ManifestSize(storage, found.step, found.from_copy);
+  stats.manifest_bytes = found.manifest_bytes;
   return stats;
 }
 
@@ -75,6 +65,7 @@ absl::StatusOr<Manifest> ReadOwnPart(Storage& storage, const std::string& path, 
 absl::StatusOr<LoadStats> LoadStepTogether(Storage& storage, Communicator& comm, const State& target, int64_t step,
                                            int rank, const LoadOptions& options, double timeout_s) {
   Manifest manifest;
+  int64_t manifest_bytes = 0;  // the leader reads it whole, the others their parts
   std::string verdict;
   if (comm.rank() == 0) {
     // Checked whole, grids kept as grids: at 10^5 ranks expanding them would
@@ -82,6 +73,7 @@ absl::StatusOr<LoadStats> LoadStepTogether(Storage& storage, Communicator& comm,
     auto found = ResolveLoadable(storage, step, options.allow_fallback, GridChunks::kGridsOnly);
     if (found.ok()) {
       manifest = std::move(found->manifest);
+      manifest_bytes = found->manifest_bytes;
       ReportDamage(*found);
       // "STEP FELL_BACK_FROM VERSION SOURCE NOTE": the ranks read their
       // parts of a version-4 manifest from the file the leader found intact.
@@ -101,14 +93,16 @@ absl::StatusOr<LoadStats> LoadStepTogether(Storage& storage, Communicator& comm,
   }
   const std::string note = parts.size() >= 5 ? parts[4] : "";
   Manifest mine;
-  int64_t manifest_bytes = 0;
   if (version >= 4) {
     // Every rank plans from the parts it reads: the leader neither gathers
-    // the ranks' targets nor cuts every rank's plan.
-    CKPT_ASSIGN_OR_RETURN(
-        mine, ReadOwnPart(storage, StrCat(StepDir(chosen), "/", parts[3]), target, comm.rank(), &manifest_bytes));
-    // The leader read it whole to check it.
-    if (comm.rank() == 0) manifest_bytes = ManifestSize(storage, chosen, parts[3] == kManifestCopyName);
+    // the ranks' targets nor cuts every rank's plan. The leader cuts its own
+    // part from the manifest it checked (on the grids, nothing expanded).
+    if (comm.rank() == 0) {
+      mine = RestrictManifest(manifest, target, comm.rank());
+    } else {
+      CKPT_ASSIGN_OR_RETURN(
+          mine, ReadOwnPart(storage, StrCat(StepDir(chosen), "/", parts[3]), target, comm.rank(), &manifest_bytes));
+    }
   } else {
     CKPT_ASSIGN_OR_RETURN(std::string plan,
                           DistributeLoadPlan(comm, target, comm.rank() == 0 ? &manifest : nullptr, timeout_s));

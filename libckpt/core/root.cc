@@ -164,26 +164,37 @@ absl::StatusOr<StepExamination> ExamineStep(Storage& storage, int64_t step, Grid
   return ex;
 }
 
-absl::StatusOr<Manifest> ReadManifest(Storage& storage, int64_t step, std::string* note, bool* from_copy,
-                                      GridChunks grids) {
-  auto ex = ExamineStep(storage, step, grids);
-  if (!ex.ok()) return ex.status();
-  if (ex->info.state == StepState::kPartial) {
+namespace {
+
+// The examination of a committed step with an intact manifest, or why it has
+// none: NotFound when it was never committed, DataLoss when it is damaged.
+absl::StatusOr<StepExamination> ExamineCommitted(Storage& storage, int64_t step, GridChunks grids) {
+  CKPT_ASSIGN_OR_RETURN(StepExamination ex, ExamineStep(storage, step, grids));
+  if (ex.info.state == StepState::kPartial) {
     return absl::NotFoundError(StrCat("step ", step, " was never committed (", StepDir(step),
                                       " has no MANIFEST; a save was interrupted or aborted)"));
   }
-  if (!ex->manifest) {
-    return absl::DataLossError(StrCat("step ", step, " is committed but damaged: ", ex->info.damage));
+  if (!ex.manifest) {
+    return absl::DataLossError(StrCat("step ", step, " is committed but damaged: ", ex.info.damage));
   }
-  if (from_copy != nullptr) *from_copy = ex->from_copy;
-  if (note != nullptr) {
-    note->clear();
-    if (ex->from_copy) {
-      *note = StrCat("step ", step, " is damaged (", ex->manifest_problem, "); its manifest was read from ",
-                     kManifestCopyName);
-    }
-  }
-  return std::move(*ex->manifest);
+  return ex;
+}
+
+// What a reader is told when the manifest came from the copy (else empty).
+std::string CopyNote(const StepExamination& ex, int64_t step) {
+  return ex.from_copy ? StrCat("step ", step, " is damaged (", ex.manifest_problem, "); its manifest was read from ",
+                               kManifestCopyName)
+                      : std::string();
+}
+
+}  // namespace
+
+absl::StatusOr<Manifest> ReadManifest(Storage& storage, int64_t step, std::string* note, bool* from_copy,
+                                      GridChunks grids) {
+  CKPT_ASSIGN_OR_RETURN(StepExamination ex, ExamineCommitted(storage, step, grids));
+  if (from_copy != nullptr) *from_copy = ex.from_copy;
+  if (note != nullptr) *note = CopyNote(ex, step);
+  return std::move(*ex.manifest);
 }
 
 absl::StatusOr<std::vector<StepInfo>> ListStepsIn(Storage& storage) {
@@ -255,15 +266,21 @@ absl::StatusOr<LoadableStep> ResolveLoadable(Storage& storage, int64_t step, boo
     CKPT_ASSIGN_OR_RETURN(step, ResolveLatest(storage, &note));
     out.note = note;
   }
-  std::string copy_note;
-  auto m = ReadManifest(storage, step, &copy_note, &out.from_copy, grids);
-  if (m.ok()) {
-    out.step = step;
-    out.manifest = std::move(m).value();
+  // Takes an intact step's manifest, where it came from and its size.
+  auto take = [&](StepExamination& ex, int64_t at) {
+    out.step = at;
+    out.from_copy = ex.from_copy;
+    out.manifest_bytes = static_cast<int64_t>(ex.intact_bytes.size());
+    out.manifest = std::move(*ex.manifest);
+    return CopyNote(ex, at);
+  };
+  auto ex = ExamineCommitted(storage, step, grids);
+  if (ex.ok()) {
+    const std::string copy_note = take(*ex, step);
     if (!copy_note.empty()) out.note = out.note.empty() ? copy_note : StrCat(out.note, "; ", copy_note);
     return out;
   }
-  if (!latest || !absl::IsDataLoss(m.status())) return m.status();
+  if (!latest || !absl::IsDataLoss(ex.status())) return ex.status();
   // The newest committed step is damaged beyond its copy.
   CKPT_ASSIGN_OR_RETURN(std::vector<StepInfo> steps, ListStepsIn(storage));
   const StepInfo* older = nullptr;
@@ -272,17 +289,16 @@ absl::StatusOr<LoadableStep> ResolveLoadable(Storage& storage, int64_t step, boo
   }
   if (!allow_fallback || older == nullptr) {
     return absl::DataLossError(
-        StrCat(m.status().message(), older == nullptr
-                                         ? std::string("; no older intact step exists")
-                                         : StrCat("; the newest intact step is ", older->step,
-                                                  " (allow falling back to restore it: LoadOptions::allow_fallback, "
-                                                  "--fallback), or `ckpt repair` the damaged one")));
+        StrCat(ex.status().message(), older == nullptr
+                                          ? std::string("; no older intact step exists")
+                                          : StrCat("; the newest intact step is ", older->step,
+                                                   " (allow falling back to restore it: LoadOptions::allow_fallback, "
+                                                   "--fallback), or `ckpt repair` the damaged one")));
   }
-  std::string older_note;
-  CKPT_ASSIGN_OR_RETURN(out.manifest, ReadManifest(storage, older->step, &older_note, &out.from_copy, grids));
+  CKPT_ASSIGN_OR_RETURN(StepExamination older_ex, ExamineCommitted(storage, older->step, grids));
+  const std::string older_note = take(older_ex, older->step);
   out.fell_back_from = step;
-  out.step = older->step;
-  out.note = StrCat(m.status().message(), "; restored step ", older->step, " instead");
+  out.note = StrCat(ex.status().message(), "; restored step ", older->step, " instead");
   if (!older_note.empty()) out.note = StrCat(out.note, "; ", older_note);
   return out;
 }

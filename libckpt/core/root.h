@@ -65,7 +65,8 @@ struct LoadableStep {
   Manifest manifest;
   std::string note;  ///< damage met on the way, for LoadStats and logs
   int64_t fell_back_from = -1;
-  bool from_copy = false;  ///< the manifest was read from MANIFEST.copy
+  bool from_copy = false;      ///< the manifest was read from MANIFEST.copy
+  int64_t manifest_bytes = 0;  ///< the size of the manifest file read
 };
 absl::StatusOr<LoadableStep> ResolveLoadable(Storage& storage, int64_t step, bool allow_fallback,
                                              GridChunks grids = GridChunks::kExpandGrids);

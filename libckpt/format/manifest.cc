@@ -826,18 +826,20 @@ std::optional<ChunkGrid> DetectGrid(const ManifestTensor& t, const std::vector<M
   return g;
 }
 
+void DescribeTensorByRules(ManifestTensor& t, const std::vector<ManifestFile>& files) {
+  auto row_major = [](const ManifestChunk& a, const ManifestChunk& b) {
+    return std::lexicographical_compare(a.box.offsets.begin(), a.box.offsets.end(), b.box.offsets.begin(),
+                                        b.box.offsets.end());
+  };
+  if (!std::is_sorted(t.chunks.begin(), t.chunks.end(), row_major)) {
+    std::stable_sort(t.chunks.begin(), t.chunks.end(), row_major);
+  }
+  t.grid = DetectGrid(t, files);
+}
+
 void DescribeByRules(Manifest& m) {
   if (m.kind != Manifest::Kind::kManifest || m.format_version < 4) return;
-  for (ManifestTensor& t : m.tensors) {
-    auto row_major = [](const ManifestChunk& a, const ManifestChunk& b) {
-      return std::lexicographical_compare(a.box.offsets.begin(), a.box.offsets.end(), b.box.offsets.begin(),
-                                          b.box.offsets.end());
-    };
-    if (!std::is_sorted(t.chunks.begin(), t.chunks.end(), row_major)) {
-      std::stable_sort(t.chunks.begin(), t.chunks.end(), row_major);
-    }
-    t.grid = DetectGrid(t, m.files);
-  }
+  for (ManifestTensor& t : m.tensors) DescribeTensorByRules(t, m.files);
 }
 
 }  // namespace ckpt

@@ -190,6 +190,8 @@ std::optional<ChunkGrid> DetectGrid(const ManifestTensor& t, const std::vector<M
 /// tensor's chunks in row-major order of their offsets and sets `grid` where
 /// they form one, so the encoding describes them by their rule.
 void DescribeByRules(Manifest& m);
+/// DescribeByRules for one tensor of a manifest with these files.
+void DescribeTensorByRules(ManifestTensor& t, const std::vector<ManifestFile>& files);
 
 /// Raw byte range [begin, end) of block `b` (relative to the chunk's first
 /// block) within a stream of `total` bytes cut into `block_size` blocks.

@@ -11,6 +11,9 @@
 
 namespace ckpt {
 
+/// What one step along each mesh dimension adds to a rank (row-major).
+std::vector<int64_t> RankStrides(const Mesh& mesh);
+
 /// Calls fn(box, base_rank, replica_offsets) once per distinct non-empty box
 /// of `layout` over `mesh`: the ranks holding it are base_rank + each of
 /// replica_offsets (the coordinates of the mesh dimensions that replicate

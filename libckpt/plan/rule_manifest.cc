@@ -143,24 +143,22 @@ std::optional<ColumnCells> ColumnCellsOf(const TensorLayout& layout, const std::
   return out;
 }
 
-class Files {
- public:
-  Files(int64_t nranks, uint64_t block_size)
-      : block_size_(block_size), next_block(nranks, 0), frame_bytes(nranks, kDataHeaderSize) {}
+// Each rank's data file as chunks are appended to it: its next block and
+// the bytes of its frames so far.
+struct Files {
+  Files(int64_t nranks, uint64_t bytes_per_block)
+      : block_size(bytes_per_block), next_block(nranks, 0), frame_bytes(nranks, kDataHeaderSize) {}
   // Appends `raw` bytes to `writer`'s file; returns the first block.
   uint64_t Append(int64_t writer, uint64_t raw, uint64_t* blocks) {
-    *blocks = BlocksOf(raw, block_size_);
+    *blocks = BlocksOf(raw, block_size);
     const uint64_t first = next_block[writer];
     next_block[writer] += *blocks;
     frame_bytes[writer] +=
-        raw / block_size_ * FrameLength(block_size_) + (raw % block_size_ ? FrameLength(raw % block_size_) : 0);
+        raw / block_size * FrameLength(block_size) + (raw % block_size ? FrameLength(raw % block_size) : 0);
     return first;
   }
 
- private:
-  uint64_t block_size_;
-
- public:
+  uint64_t block_size;
   std::vector<uint64_t> next_block;
   std::vector<uint64_t> frame_bytes;
 };
@@ -188,8 +186,7 @@ absl::StatusOr<Manifest> SaveManifestByRules(const std::vector<TensorLayout>& la
   CKPT_RETURN_IF_ERROR(CheckMesh(mesh));
   if (block_size == 0) return absl::InvalidArgumentError("block size 0");
   const int64_t nranks = mesh.NumRanks();
-  std::vector<int64_t> stride(mesh.ndim(), 1);
-  for (int d = mesh.ndim() - 2; d >= 0; --d) stride[d] = stride[d + 1] * mesh.sizes[d + 1];
+  const std::vector<int64_t> stride = RankStrides(mesh);
   RuleManifestStats local;
   RuleManifestStats& st = stats ? *stats : local;
   st = RuleManifestStats();
@@ -300,11 +297,7 @@ absl::StatusOr<Manifest> SaveManifestByRules(const std::vector<TensorLayout>& la
               t.chunks.push_back(ManifestChunk{static_cast<uint32_t>(writer), first, blocks, std::move(tile)});
             }
           }));
-      std::stable_sort(t.chunks.begin(), t.chunks.end(), [](const ManifestChunk& a, const ManifestChunk& b) {
-        return std::lexicographical_compare(a.box.offsets.begin(), a.box.offsets.end(), b.box.offsets.begin(),
-                                            b.box.offsets.end());
-      });
-      t.grid = DetectGrid(t, m.files);
+      DescribeTensorByRules(t, m.files);
       st.chunks += static_cast<int64_t>(t.chunks.size());
       st.listed_chunks += t.grid.has_value() ? 0 : static_cast<int64_t>(t.chunks.size());
       if (t.grid.has_value()) {

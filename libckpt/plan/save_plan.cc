@@ -9,6 +9,13 @@
 #include "util/strings.h"
 
 namespace ckpt {
+
+std::vector<int64_t> RankStrides(const Mesh& mesh) {
+  std::vector<int64_t> stride(mesh.ndim(), 1);
+  for (int d = mesh.ndim() - 2; d >= 0; --d) stride[d] = stride[d + 1] * mesh.sizes[d + 1];
+  return stride;
+}
+
 absl::Status ForEachDistinctBox(
     const TensorLayout& layout, const Mesh& mesh,
     const std::function<void(Box&& box, int64_t base_rank, const std::vector<int64_t>& replica_offsets)>& fn) {
@@ -16,24 +23,16 @@ absl::Status ForEachDistinctBox(
     return absl::InvalidArgumentError(
         StrCat("tensor '", layout.spec.fqn, "': owner mesh dim ", layout.owner_dim, " outside mesh ", mesh.ToString()));
   }
-  std::vector<int64_t> rank_stride(mesh.ndim(), 1);
-  for (int d = mesh.ndim() - 2; d >= 0; --d) rank_stride[d] = rank_stride[d + 1] * mesh.sizes[d + 1];
-  std::vector<int> shard_dims, replica_dims;
+  if (mesh.ndim() > kMaxTensorRank) {
+    return absl::InvalidArgumentError(
+        StrCat("mesh ", mesh.ToString(), " has more than ", kMaxTensorRank, " dimensions"));
+  }
+  const uint32_t mask = ReplicaMask(layout, mesh);
+  std::vector<int> shard_dims;
   for (int md = 0; md < mesh.ndim(); ++md) {
-    if (md == layout.owner_dim) continue;
-    const bool shard =
-        md < static_cast<int>(layout.placements.size()) && layout.placements[md].kind == Placement::Kind::kShard;
-    (shard ? shard_dims : replica_dims).push_back(md);
+    if (md != layout.owner_dim && !(mask & (uint32_t{1} << md))) shard_dims.push_back(md);
   }
-  std::vector<int64_t> offsets = {0};
-  for (int md : replica_dims) {
-    std::vector<int64_t> next;
-    next.reserve(offsets.size() * mesh.sizes[md]);
-    for (int64_t base : offsets) {
-      for (int64_t i = 0; i < mesh.sizes[md]; ++i) next.push_back(base + i * rank_stride[md]);
-    }
-    offsets = std::move(next);
-  }
+  const std::vector<int64_t> offsets = ReplicaOffsets(mask, mesh);
   std::vector<int64_t> coords(mesh.ndim(), 0);
   if (layout.owner_dim >= 0) {
     if (layout.owner_index < 0 || layout.owner_index >= mesh.sizes[layout.owner_dim]) {
@@ -88,8 +87,7 @@ void ChooseReplicaWriters(std::vector<ReplicatedBox>& boxes) {
 }
 
 std::vector<int64_t> ReplicaOffsets(uint32_t mask, const Mesh& mesh) {
-  std::vector<int64_t> stride(mesh.ndim(), 1);
-  for (int d = mesh.ndim() - 2; d >= 0; --d) stride[d] = stride[d + 1] * mesh.sizes[d + 1];
+  const std::vector<int64_t> stride = RankStrides(mesh);
   std::vector<int64_t> offsets = {0};
   for (int md = 0; md < mesh.ndim(); ++md) {
     if (!(mask & (uint32_t{1} << md))) continue;
@@ -110,8 +108,7 @@ absl::StatusOr<std::vector<RankWrite>> PlanRankWrites(const std::vector<TensorLa
     return absl::InvalidArgumentError(StrCat("rank ", rank, " is outside mesh ", mesh.ToString()));
   }
   const std::vector<int64_t> coords = mesh.Coords(rank);
-  std::vector<int64_t> stride(mesh.ndim(), 1);
-  for (int d = mesh.ndim() - 2; d >= 0; --d) stride[d] = stride[d + 1] * mesh.sizes[d + 1];
+  const std::vector<int64_t> stride = RankStrides(mesh);
   std::map<uint32_t, std::vector<int64_t>> offsets_of;  // per replica mask
   std::vector<RankWrite> out;
   std::vector<ReplicatedBox> replicated;

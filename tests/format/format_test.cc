@@ -254,7 +254,8 @@ TEST(IntRuns, BuilderAndReaderAgreeWithTheWholeSequence) {
     IntRuns::Builder b;
     for (uint64_t x : v) b.Add(x);
     IntRuns built = b.Finish();
-    EXPECT_TRUE(built == IntRuns::Of(v));
+    ASSERT_EQ(built.size(), n);
+    for (size_t i = 0; i < n; i += 1 + n / 50) ASSERT_EQ(built.At(i), v[i]) << trial << " " << i;
     IntRuns::Reader r(built);
     std::vector<uint64_t> seen;
     for (uint64_t x; r.Next(&x);) seen.push_back(x);
@@ -263,23 +264,6 @@ TEST(IntRuns, BuilderAndReaderAgreeWithTheWholeSequence) {
     b.Add(7);
     EXPECT_EQ(b.Finish().size(), 1u);
   }
-  // A reader stops where a value would wrap.
-  IntRuns down = IntRuns::Of({1, 0});
-  ByteWriter w;
-  w.Var(1);
-  w.Var(1);
-  w.SVar(-1);
-  w.Var(2);
-  ByteReader br(w.str(), "runs");
-  IntRuns wrapping = IntRuns::Decode(br, 3, "runs");
-  ASSERT_TRUE(br.ok());
-  IntRuns::Reader r(wrapping);
-  uint64_t x = 0;
-  EXPECT_TRUE(r.Next(&x));
-  EXPECT_TRUE(r.Next(&x));
-  EXPECT_EQ(x, 0u);
-  EXPECT_FALSE(r.Next(&x));
-  EXPECT_TRUE(down.size() == 2);
 }
 
 TEST(IntRuns, RefusesCodingsThatAreNotCanonicalOrDoNotAddUp) {
@@ -312,6 +296,15 @@ TEST(IntRuns, RefusesCodingsThatAreNotCanonicalOrDoNotAddUp) {
   ASSERT_TRUE(r.ok());
   EXPECT_FALSE(wraps.ForEach([](uint64_t) { return true; }));
   EXPECT_TRUE(down.ForEach([](uint64_t) { return true; }));
+  // A reader stops there too, after the values before it.
+  IntRuns::Reader reader(wraps), fine(down);
+  uint64_t x = 7;
+  EXPECT_TRUE(reader.Next(&x));
+  EXPECT_EQ(x, 0u);
+  EXPECT_FALSE(reader.Next(&x));
+  std::vector<uint64_t> seen;
+  while (fine.Next(&x)) seen.push_back(x);
+  EXPECT_EQ(seen, (std::vector<uint64_t>{1, 0}));
 }
 
 TEST(ChunkGrid, FindsExactlyTheCellsABoxMeets) {
