@@ -112,6 +112,10 @@ std::shared_ptr<std::string> PeerStore::Buffer(size_t n) {
   if (out == nullptr) {
     out = std::make_shared<std::string>();
     out->reserve(n);
+    // Held for a whole step, written once, then read by restores and sent
+    // to peers: on huge pages, the copies and checksums over it skip most
+    // page-table walks (docs/performance.md "Memory level").
+    AdviseHugePages(out->data(), n);
     (void)PopulateForWrite(out->data(), n);  // the whole file is written: map it in one call
   }
   out->resize(n);

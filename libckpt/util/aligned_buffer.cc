@@ -5,6 +5,8 @@
 #include <cerrno>
 #include <cstdint>
 #include <cstring>
+#include <fstream>
+#include <string>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -16,7 +18,7 @@ namespace ckpt {
 namespace {
 
 constexpr size_t kHugePage = size_t{2} << 20;
-constexpr size_t kHugeFrom = size_t{4} << 20;
+constexpr size_t kHugeFrom = kHugePagesFrom;
 
 void* MapHuge(size_t size) {
   void* raw = mmap(nullptr, size + kHugePage, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
@@ -43,6 +45,25 @@ bool PopulateForWrite(void* p, size_t n) {
   const uintptr_t end = (reinterpret_cast<uintptr_t>(p) + n) / kPageSize * kPageSize;
   if (end <= begin) return true;
   return madvise(reinterpret_cast<void*>(begin), end - begin, MADV_POPULATE_WRITE) == 0;
+}
+
+void AdviseHugePages(void* p, size_t n) {
+#ifdef MADV_HUGEPAGE
+  if (n < kHugeFrom) return;
+  const uintptr_t begin = AlignUp(reinterpret_cast<uintptr_t>(p), kHugePage);
+  const uintptr_t end = (reinterpret_cast<uintptr_t>(p) + n) / kHugePage * kHugePage;
+  if (end > begin) (void)madvise(reinterpret_cast<void*>(begin), end - begin, MADV_HUGEPAGE);
+#endif
+}
+
+bool HugePagesAdvisable() {
+  static const bool advisable = [] {
+    std::ifstream f("/sys/kernel/mm/transparent_hugepage/enabled");
+    std::string line;
+    std::getline(f, line);
+    return line.find("[always]") != std::string::npos || line.find("[madvise]") != std::string::npos;
+  }();
+  return advisable;
 }
 
 absl::StatusOr<AlignedBuffer> AlignedBuffer::Allocate(size_t size, bool prefault, bool huge) {

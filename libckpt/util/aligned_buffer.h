@@ -19,6 +19,19 @@ inline size_t AlignUp(size_t n, size_t a) { return (n + a - 1) / a * a; }
 /// lacks it (before Linux 5.14); the memory then faults in as usual.
 bool PopulateForWrite(void* p, size_t n);
 
+/// Advises the kernel to back the 2 MiB-aligned part of [p, p + n) with
+/// transparent huge pages (advice only; nothing happens for n under 4 MiB).
+/// For large long-lived buffers that the caller then populates: on hosts
+/// where the page tables are shadowed by a hypervisor, copying into 1 GiB
+/// of 4 KiB pages ran at 1.4-1.9 GB/s and into 2 MiB pages at 17-19 GB/s
+/// (hashing it: 8-11 against 16 GB/s).
+void AdviseHugePages(void* p, size_t n);
+/// Buffers of at least this many bytes are given AdviseHugePages.
+inline constexpr size_t kHugePagesFrom = size_t{4} << 20;
+/// Whether this kernel takes the advice (transparent huge pages "always"
+/// or "madvise"); read once.
+bool HugePagesAdvisable();
+
 /// Owns an mmap'ed region. Move-only.
 class AlignedBuffer {
  public:

@@ -502,6 +502,71 @@ TEST(PeerMemory, AnAbsurdPutSizeIsRefusedAndTheServerServesOn) {
   ASSERT_OK(peer::PeerConnection::Open(m->endpoint(), kToken, 5));
 }
 
+// A put whose data does not match its piece checksum is refused and nothing
+// is held, whether the holder receives through its small buffer (a small
+// file) or straight into the file's memory (one of several MiB, kept on
+// huge pages); the bytes were flipped after the checksum, as a bad link
+// would.
+TEST(PeerMemory, ADamagedPutIsRefusedOnEveryReceivePath) {
+  auto m = StartMemory("a", int64_t{64} << 20);
+  for (size_t size : {size_t{300000}, (size_t{6} << 20) + 4321}) {
+    const std::string path = "step-0000000002/rank-000000.ckd";
+    std::string data = Pattern(size, 4);
+    const int fd = ConnectRaw(m->endpoint());
+    auto [hh, hello] = ReadRawFrame(fd);
+    ASSERT_EQ(hh.op, peer::Op::kHello);
+    ByteReader r(hello, "hello");
+    const auto mac = peer::AuthMac(kToken, r.Str(256));
+    ByteWriter a;
+    a.Str(std::string_view(reinterpret_cast<const char*>(mac.data()), mac.size()));
+    ByteWriter w;
+    w.Str(path);
+    w.Var(data.size());
+    w.SVar(1);
+    std::string out = peer::Frame(peer::Op::kAuth, a.Take()) + peer::Frame(peer::Op::kPutBegin, w.Take());
+    ASSERT_EQ(write(fd, out.data(), out.size()), static_cast<ssize_t>(out.size()));
+    EXPECT_EQ(ReadRawFrame(fd).first.op, peer::Op::kOk);
+    EXPECT_EQ(ReadRawFrame(fd).first.op, peer::Op::kOk);
+    const uint64_t whole = Xxh3(data);
+    out.clear();
+    uint64_t last = 0;  // the last piece's offset: its byte is flipped
+    for (uint64_t off = 0; off < data.size(); off += peer::kMaxChunk) {
+      std::string piece = data.substr(off, peer::kMaxChunk);
+      std::string head(peer::kHeaderSize, '\0');
+      peer::EncodeHeader(peer::Op::kPutData, piece.size(), off, Xxh3(piece), reinterpret_cast<uint8_t*>(head.data()));
+      if (off + piece.size() == data.size()) {
+        piece[piece.size() - 100] ^= 0x01;
+        last = off;
+      }
+      out += head + piece;
+    }
+    ByteWriter e;
+    e.U64(whole);
+    out += peer::Frame(peer::Op::kPutEnd, e.Take());
+    for (size_t done = 0; done < out.size();) {
+      const ssize_t n = write(fd, out.data() + done, out.size() - done);
+      ASSERT_GT(n, 0);
+      done += static_cast<size_t>(n);
+    }
+    auto [eh, error] = ReadRawFrame(fd);
+    EXPECT_EQ(eh.op, peer::Op::kError) << size;
+    EXPECT_NE(error.find(StrCat("checksum mismatch in ", path, " bytes [", last, ", ", size, ") as received from")),
+              std::string::npos)
+        << size << ": " << error;
+    close(fd);
+    EXPECT_TRUE(m->Holdings().empty()) << size;
+    EXPECT_EQ(m->Stats().held_bytes, 0) << size;
+  }
+  // The same file sent intact is held.
+  auto c = peer::PeerConnection::Open(m->endpoint(), kToken, 5);
+  ASSERT_OK(c);
+  const std::string data = Pattern((size_t{6} << 20) + 4321, 4);
+  ASSERT_OK((*c)->Put("step-0000000002/rank-000000.ckd", Bytes(data), 1));
+  std::string got(data.size(), '\0');
+  ASSERT_OK((*c)->Get("step-0000000002/rank-000000.ckd", 0, Bytes(got)));
+  EXPECT_TRUE(got == data);
+}
+
 TEST(PeerMemory, HoldingsNeedTheLeadersManifestAndDropsForgetSteps) {
   auto m = StartMemory("a");
   PeerRoute r;
