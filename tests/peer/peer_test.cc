@@ -469,23 +469,31 @@ std::pair<peer::Header, std::string> ReadRawFrame(int fd) {
   return {*header, payload};
 }
 
+// Reads the hello on a raw connection and returns the auth frame that
+// answers it with the test token; empty when no hello came.
+std::string RawAuthFrame(int fd) {
+  auto [hh, hello] = ReadRawFrame(fd);
+  if (hh.op != peer::Op::kHello) return "";
+  ByteReader r(hello, "hello");
+  const auto mac = peer::AuthMac(kToken, r.Str(256));
+  ByteWriter a;
+  a.Str(std::string_view(reinterpret_cast<const char*>(mac.data()), mac.size()));
+  return peer::Frame(peer::Op::kAuth, a.Take());
+}
+
 // Regression (fuzz_peer): a put announcing 2^63 bytes or more passed the
 // budget check as a negative number and brought the server down.
 TEST(PeerMemory, AnAbsurdPutSizeIsRefusedAndTheServerServesOn) {
   auto m = StartMemory("a", 1 << 20);
   for (uint64_t size : {uint64_t{1} << 63, ~uint64_t{0}, uint64_t{1} << 40}) {
     const int fd = ConnectRaw(m->endpoint());
-    auto [hh, hello] = ReadRawFrame(fd);
-    ASSERT_EQ(hh.op, peer::Op::kHello);
-    ByteReader r(hello, "hello");
-    const auto mac = peer::AuthMac(kToken, r.Str(256));
-    ByteWriter a;
-    a.Str(std::string_view(reinterpret_cast<const char*>(mac.data()), mac.size()));
+    const std::string auth = RawAuthFrame(fd);
+    ASSERT_FALSE(auth.empty());
     ByteWriter w;
     w.Str("step-0000000001/rank-000000.ckd");
     w.Var(size);
     w.SVar(1);
-    const std::string out = peer::Frame(peer::Op::kAuth, a.Take()) + peer::Frame(peer::Op::kPutBegin, w.Take());
+    const std::string out = auth + peer::Frame(peer::Op::kPutBegin, w.Take());
     ASSERT_EQ(write(fd, out.data(), out.size()), static_cast<ssize_t>(out.size()));
     EXPECT_EQ(ReadRawFrame(fd).first.op, peer::Op::kOk);
     auto [eh, error] = ReadRawFrame(fd);
@@ -513,17 +521,13 @@ TEST(PeerMemory, ADamagedPutIsRefusedOnEveryReceivePath) {
     const std::string path = "step-0000000002/rank-000000.ckd";
     std::string data = Pattern(size, 4);
     const int fd = ConnectRaw(m->endpoint());
-    auto [hh, hello] = ReadRawFrame(fd);
-    ASSERT_EQ(hh.op, peer::Op::kHello);
-    ByteReader r(hello, "hello");
-    const auto mac = peer::AuthMac(kToken, r.Str(256));
-    ByteWriter a;
-    a.Str(std::string_view(reinterpret_cast<const char*>(mac.data()), mac.size()));
+    const std::string auth = RawAuthFrame(fd);
+    ASSERT_FALSE(auth.empty());
     ByteWriter w;
     w.Str(path);
     w.Var(data.size());
     w.SVar(1);
-    std::string out = peer::Frame(peer::Op::kAuth, a.Take()) + peer::Frame(peer::Op::kPutBegin, w.Take());
+    std::string out = auth + peer::Frame(peer::Op::kPutBegin, w.Take());
     ASSERT_EQ(write(fd, out.data(), out.size()), static_cast<ssize_t>(out.size()));
     EXPECT_EQ(ReadRawFrame(fd).first.op, peer::Op::kOk);
     EXPECT_EQ(ReadRawFrame(fd).first.op, peer::Op::kOk);
