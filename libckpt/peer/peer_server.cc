@@ -18,7 +18,6 @@
 #include "peer/peer_memory.h"
 #include "peer/peer_store.h"
 #include "peer/peer_wire.h"
-#include "util/aligned_buffer.h"
 #include "util/bytes.h"
 #include "util/errors.h"
 #include "util/hash.h"
@@ -267,7 +266,7 @@ void Connection::ReadPutPiece(const Header& h, char* dst, uint64_t done) {
   // Into the file itself where the store keeps it on huge pages (see
   // WriteNext), checksummed while the piece is still in cache; else through
   // the small buffer.
-  char* into = dst != nullptr && upload_->size() >= kHugePagesFrom && HugePagesAdvisable() ? dst + done : nullptr;
+  char* into = dst != nullptr && PeerStore::OnHugePages(upload_->size()) ? dst + done : nullptr;
   auto self = shared_from_this();
   asio::async_read(socket_, asio::buffer(into != nullptr ? into : in_bounce_.get(), n),
                    [this, self, h, dst, done, n, into](const boost::system::error_code& ec, size_t) {
@@ -459,7 +458,7 @@ void Connection::WriteNext() {
   if (!o.head_sent) bufs.push_back(asio::buffer(o.head));
   size_t piece = 0;
   if (o.file != nullptr && o.sent < o.length) {
-    if (o.file->size() >= kHugePagesFrom && HugePagesAdvisable()) {
+    if (PeerStore::OnHugePages(o.file->size())) {
       // The store keeps such files on huge pages: the kernel copies from
       // them at the rate it copies from a small buffer, so the whole chunk
       // goes in one write (1 GiB from a peer's memory: the data plane went

@@ -91,6 +91,8 @@ void PeerStore::TrimSpareLocked() {
   }
 }
 
+bool PeerStore::OnHugePages(size_t n) { return n >= kHugePagesFrom && HugePagesAdvisable(); }
+
 std::shared_ptr<std::string> PeerStore::Buffer(size_t n) {
   std::shared_ptr<std::string> out;
   {
@@ -115,7 +117,7 @@ std::shared_ptr<std::string> PeerStore::Buffer(size_t n) {
     // Held for a whole step, written once, then read by restores and sent
     // to peers: on huge pages, the copies and checksums over it skip most
     // page-table walks (docs/performance.md "Memory level").
-    AdviseHugePages(out->data(), n);
+    if (OnHugePages(n)) AdviseHugePages(out->data(), n);
     (void)PopulateForWrite(out->data(), n);  // the whole file is written: map it in one call
   }
   out->resize(n);

@@ -50,6 +50,10 @@ class PeerStore {
   /// fresh gigabyte costs seconds of page faults on some hosts), else a new
   /// one.
   std::shared_ptr<std::string> Buffer(size_t n);
+  /// Whether Buffer(n) is on transparent huge pages (where the kernel takes
+  /// the advice): the server then sends from and receives into it directly,
+  /// where smaller files and small pages go through a small buffer.
+  static bool OnHugePages(size_t n);
 
   Bytes Get(std::string_view path) const;
   absl::StatusOr<std::vector<DirEntry>> List(std::string_view dir) const;

@@ -18,7 +18,6 @@ namespace ckpt {
 namespace {
 
 constexpr size_t kHugePage = size_t{2} << 20;
-constexpr size_t kHugeFrom = kHugePagesFrom;
 
 void* MapHuge(size_t size) {
   void* raw = mmap(nullptr, size + kHugePage, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
@@ -29,9 +28,7 @@ void* MapHuge(size_t size) {
   const uintptr_t end = begin + size + kHugePage;
   if (end > aligned + size) munmap(reinterpret_cast<void*>(aligned + size), end - (aligned + size));
   void* p = reinterpret_cast<void*>(aligned);
-#ifdef MADV_HUGEPAGE
-  (void)madvise(p, size, MADV_HUGEPAGE);  // advice only: 4 KiB pages where refused
-#endif
+  AdviseHugePages(p, size);  // advice only: 4 KiB pages where refused
   return p;
 }
 
@@ -49,7 +46,7 @@ bool PopulateForWrite(void* p, size_t n) {
 
 void AdviseHugePages(void* p, size_t n) {
 #ifdef MADV_HUGEPAGE
-  if (n < kHugeFrom) return;
+  if (n < kHugePagesFrom) return;
   const uintptr_t begin = AlignUp(reinterpret_cast<uintptr_t>(p), kHugePage);
   const uintptr_t end = (reinterpret_cast<uintptr_t>(p) + n) / kHugePage * kHugePage;
   if (end > begin) (void)madvise(reinterpret_cast<void*>(begin), end - begin, MADV_HUGEPAGE);
@@ -71,7 +68,7 @@ absl::StatusOr<AlignedBuffer> AlignedBuffer::Allocate(size_t size, bool prefault
   if (size == 0) return buf;
   size = AlignUp(size, kPageSize);
   void* p;
-  if (huge && size >= kHugeFrom) {
+  if (huge && size >= kHugePagesFrom) {
     p = MapHuge(size);
   } else {
     p = mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | (prefault ? MAP_POPULATE : 0), -1, 0);
