@@ -105,11 +105,13 @@ IntRuns IntRuns::Decode(ByteReader& r, uint64_t n, std::string_view field) {
   out.first_ = r.Var();
   const uint64_t pos = r.pos();
   const uint64_t nruns = r.Count(n == 0 ? 0 : n - 1, StrCat(field, " run count"));
+  const std::string length_field = StrCat(field, " run length");  // once, not per run
+  out.runs_.reserve(nruns);
   uint64_t total = 0;
   for (uint64_t i = 0; i < nruns && r.ok(); ++i) {
     Run run;
     run.step = r.SVar();
-    run.count = r.Count(n - 1 - total, StrCat(field, " run length"));
+    run.count = r.Count(n - 1 - total, length_field);
     if (!r.ok()) break;
     if (run.count == 0) {
       r.Fail(StrCat(field, ": a run of length 0"));

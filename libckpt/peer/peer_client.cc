@@ -265,8 +265,8 @@ absl::Status PeerConnection::Put(std::string_view path, absl::Span<const std::by
   if (!begun.ok()) return begun.status();
   const std::string_view all(reinterpret_cast<const char*>(data.data()), data.size());
   Xxh3Stream whole;  // of what left this process, through the bounce buffer
-  for (uint64_t off = 0; off < data.size(); off += kMaxChunk) {
-    const std::string_view part = all.substr(off, kMaxChunk);
+  for (uint64_t off = 0; off < data.size(); off += kPieceBytes) {
+    const std::string_view part = all.substr(off, kPieceBytes);
     uint8_t hdr[kHeaderSize];
     EncodeHeader(Op::kPutData, part.size(), off, Xxh3(part), hdr);
     CKPT_RETURN_IF_ERROR(Send(std::string_view(reinterpret_cast<const char*>(hdr), sizeof(hdr))));
@@ -281,12 +281,18 @@ absl::Status PeerConnection::Put(std::string_view path, absl::Span<const std::by
 absl::Status PeerConnection::Get(std::string_view path, uint64_t offset, absl::Span<std::byte> dst) {
   // Every request first (they are small), then the replies in order: the
   // peer streams one frame while the next request waits in its socket.
+  // Requests end on the file's piece boundaries, so that all but the first
+  // and last are whole pieces (see kPieceBytes).
+  auto piece_end = [&](uint64_t off) {
+    const uint64_t at = offset + off;
+    return std::min<uint64_t>(dst.size(), (at / kPieceBytes + 1) * kPieceBytes - offset);
+  };
   std::string requests;
-  for (uint64_t off = 0; off < dst.size(); off += kMaxChunk) {
+  for (uint64_t off = 0; off < dst.size(); off = piece_end(off)) {
     ByteWriter w;
     w.Str(path);
     w.Var(offset + off);
-    w.Var(std::min<uint64_t>(kMaxChunk, dst.size() - off));
+    w.Var(piece_end(off) - off);
     requests += Frame(Op::kGet, w.Take());
   }
   if (dst.empty()) {
@@ -299,7 +305,7 @@ absl::Status PeerConnection::Get(std::string_view path, uint64_t offset, absl::S
   CKPT_RETURN_IF_ERROR(Send(requests));
   uint64_t off = 0;
   do {
-    const uint64_t want = std::min<uint64_t>(kMaxChunk, dst.size() - off);
+    const uint64_t want = dst.empty() ? 0 : piece_end(off) - off;
     auto h = RecvHeader(kMaxControlPayload);
     if (!h.ok()) return h.status();
     if (h->op == Op::kError) {

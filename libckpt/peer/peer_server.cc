@@ -8,6 +8,7 @@
 #include <cstring>
 #include <deque>
 #include <memory>
+#include <optional>
 #include <thread>
 #include <utility>
 #include <vector>
@@ -77,6 +78,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
   // The file being placed (put-begin .. put-end).
   std::string upload_path_;
   std::shared_ptr<std::string> upload_;
+  std::shared_ptr<PeerStore::PieceSums> upload_sums_;  // of the pieces received whole
   uint64_t upload_reserved_ = 0;
   int64_t upload_generation_ = 0;
   absl::Status upload_error_;
@@ -212,6 +214,7 @@ void Connection::AbandonUpload() {
   if (upload_reserved_ > 0) owner_.store().Release(upload_reserved_);
   upload_reserved_ = 0;
   upload_.reset();
+  upload_sums_.reset();
   upload_path_.clear();
   upload_error_ = absl::OkStatus();
 }
@@ -255,9 +258,15 @@ void Connection::ReadPutData(const Header& h) {
 
 void Connection::ReadPutPiece(const Header& h, char* dst, uint64_t done) {
   if (done == h.length) {
-    if (upload_ != nullptr && upload_error_.ok() && piece_sum_.Digest() != h.checksum) {
-      upload_error_ = absl::DataLossError(StrCat("checksum mismatch in ", upload_path_, " bytes [", h.arg, ", ",
-                                                 h.arg + h.length, ") as received from ", peer_));
+    if (upload_ != nullptr && upload_error_.ok()) {
+      if (piece_sum_.Digest() != h.checksum) {
+        upload_error_ = absl::DataLossError(StrCat("checksum mismatch in ", upload_path_, " bytes [", h.arg, ", ",
+                                                   h.arg + h.length, ") as received from ", peer_));
+      } else if (h.arg % kPieceBytes == 0 && h.length == std::min<uint64_t>(kPieceBytes, upload_->size() - h.arg)) {
+        // A whole piece: reads of it are answered with this checksum.
+        upload_sums_->sum[h.arg / kPieceBytes] = h.checksum;
+        upload_sums_->known[h.arg / kPieceBytes] = 1;
+      }
     }
     owner_.store().CountReceived(h.length);
     return ReadHeader();
@@ -334,6 +343,9 @@ absl::Status Connection::Handle(const Header& h) {
       upload_reserved_ = size;
       upload_generation_ = generation;
       upload_ = store.Buffer(size);
+      upload_sums_ = std::make_shared<PeerStore::PieceSums>();
+      upload_sums_->sum.assign(size / kPieceBytes + (size % kPieceBytes != 0), 0);
+      upload_sums_->known.assign(upload_sums_->sum.size(), 0);
       ReplyOk();
       return absl::OkStatus();
     }
@@ -356,7 +368,7 @@ absl::Status Connection::Handle(const Header& h) {
         AbandonUpload();
         return why;
       }
-      store.Insert(upload_path_, std::move(upload_), upload_generation_);
+      store.Insert(upload_path_, std::move(upload_), upload_generation_, std::move(upload_sums_));
       upload_reserved_ = 0;
       AbandonUpload();
       ReplyOk();
@@ -367,15 +379,19 @@ absl::Status Connection::Handle(const Header& h) {
       const uint64_t offset = r.Var(), length = r.Var();
       if (!r.ok()) return malformed();
       if (length > kMaxChunk) return absl::InvalidArgumentError(StrCat("get of ", length, " bytes"));
-      PeerStore::Bytes file = store.Get(path);
+      auto [file, sums] = store.GetWithSums(path);
       if (file == nullptr) return absl::NotFoundError(StrCat(path, ": not in this peer's memory"));
       if (offset > file->size() || length > file->size() - offset) {
         return absl::OutOfRangeError(
             StrCat("truncated: ", path, " has ", file->size(), " bytes, reading ", length, " at byte offset ", offset));
       }
+      // A whole piece goes out with the checksum it arrived with: no pass
+      // over it here, and memory of this holder that went bad since shows
+      // as a mismatch at the reader, which moves to another copy.
+      std::optional<uint64_t> sum = sums != nullptr ? sums->Of(offset, length, file->size()) : std::nullopt;
       Out out;
       out.head.resize(kHeaderSize);
-      EncodeHeader(Op::kData, length, offset, Xxh3(file->data() + offset, length),
+      EncodeHeader(Op::kData, length, offset, sum ? *sum : Xxh3(file->data() + offset, length),
                    reinterpret_cast<uint8_t*>(out.head.data()));
       out.file = std::move(file);
       out.offset = offset;

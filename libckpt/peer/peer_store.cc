@@ -6,6 +6,7 @@
 
 #include "absl/strings/match.h"
 #include "format/root_files.h"
+#include "peer/peer_wire.h"
 #include "util/aligned_buffer.h"
 #include "util/strings.h"
 
@@ -124,13 +125,20 @@ std::shared_ptr<std::string> PeerStore::Buffer(size_t n) {
   return out;
 }
 
-void PeerStore::Insert(const std::string& path, Bytes bytes, int64_t generation) {
+std::optional<uint64_t> PeerStore::PieceSums::Of(uint64_t offset, uint64_t length, uint64_t file_size) const {
+  if (offset % kPieceBytes != 0 || length != std::min<uint64_t>(kPieceBytes, file_size - offset)) return std::nullopt;
+  const uint64_t i = offset / kPieceBytes;
+  if (i >= sum.size() || i >= known.size() || known[i] == 0) return std::nullopt;
+  return sum[i];
+}
+
+void PeerStore::Insert(const std::string& path, Bytes bytes, int64_t generation, Sums sums) {
   std::lock_guard<std::mutex> lock(mu_);
   reserved_ -= static_cast<int64_t>(bytes->size());
   if (auto it = files_.find(path); it != files_.end()) EraseLocked(it);
   held_ += static_cast<int64_t>(bytes->size());
   CountStepLocked(path, bytes, +1);
-  files_.emplace(path, File{std::move(bytes), generation});
+  files_.emplace(path, File{std::move(bytes), generation, std::move(sums)});
 }
 
 absl::Status PeerStore::Put(const std::string& path, Bytes bytes, int64_t generation, bool if_absent) {
@@ -153,6 +161,13 @@ PeerStore::Bytes PeerStore::Get(std::string_view path) const {
   std::lock_guard<std::mutex> lock(mu_);
   auto it = files_.find(path);
   return it == files_.end() ? nullptr : it->second.bytes;
+}
+
+std::pair<PeerStore::Bytes, PeerStore::Sums> PeerStore::GetWithSums(std::string_view path) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = files_.find(path);
+  if (it == files_.end()) return {nullptr, nullptr};
+  return {it->second.bytes, it->second.sums};
 }
 
 absl::StatusOr<std::vector<DirEntry>> PeerStore::List(std::string_view dir) const {

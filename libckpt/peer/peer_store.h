@@ -13,6 +13,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -33,6 +34,16 @@ class PeerStore {
   explicit PeerStore(int64_t budget_bytes) : budget_(budget_bytes) {}
 
   using Bytes = std::shared_ptr<const std::string>;
+  /// The checksum of each kPieceBytes piece of a file (the last one may be
+  /// shorter) as it was received, where known.
+  struct PieceSums {
+    std::vector<uint64_t> sum;
+    std::vector<uint8_t> known;
+    /// The checksum of bytes [offset, offset + length) when they are one
+    /// whole piece whose checksum is known.
+    std::optional<uint64_t> Of(uint64_t offset, uint64_t length, uint64_t file_size) const;
+  };
+  using Sums = std::shared_ptr<const PieceSums>;
 
   /// Sets aside `n` bytes for a file about to arrive; ResourceExhausted,
   /// naming the file and the budget, when they do not fit.
@@ -40,7 +51,7 @@ class PeerStore {
   void Release(uint64_t n);
   /// Stores a whole file whose size was reserved (the reservation becomes
   /// the file's), replacing one of the same path.
-  void Insert(const std::string& path, Bytes bytes, int64_t generation);
+  void Insert(const std::string& path, Bytes bytes, int64_t generation, Sums sums = nullptr);
   /// Reserve + Insert; with `if_absent`, AlreadyExists when the path is held.
   absl::Status Put(const std::string& path, Bytes bytes, int64_t generation, bool if_absent = false);
 
@@ -56,6 +67,8 @@ class PeerStore {
   static bool OnHugePages(size_t n);
 
   Bytes Get(std::string_view path) const;
+  /// A file with its pieces' checksums (null where none were kept).
+  std::pair<Bytes, Sums> GetWithSums(std::string_view path) const;
   absl::StatusOr<std::vector<DirEntry>> List(std::string_view dir) const;
   bool Remove(std::string_view path);
   void RemoveAll(std::string_view dir);
@@ -71,6 +84,7 @@ class PeerStore {
   struct File {
     Bytes bytes;
     int64_t generation = 0;
+    Sums sums;
   };
   void EraseLocked(std::map<std::string, File, std::less<>>::iterator it);
   // Adds (sign +1) or removes (-1) a file's memory from its step's total.

@@ -25,8 +25,14 @@ inline constexpr size_t kHeaderSize = 32;
 inline constexpr size_t kNonceSize = 32;
 inline constexpr size_t kMacSize = 32;
 inline constexpr uint64_t kMaxPreAuthPayload = 4096;
-/// Largest data frame (put-data, data); requests are split into these.
+/// Largest data frame (put-data, data).
 inline constexpr uint64_t kMaxChunk = uint64_t{4} << 20;
+/// Puts send a file in pieces of this size from its start, and reads are
+/// split at the same boundaries: the holder keeps each piece's checksum as
+/// it arrived and answers a read of a whole piece with it, without hashing
+/// what it sends. A read then also proves that the holder's memory still
+/// holds what the writer sent.
+inline constexpr uint64_t kPieceBytes = uint64_t{1} << 20;
 /// Bulk bytes go through a buffer of this size on both ends: the kernel
 /// copies between the socket and the same few cache-hot pages, and the
 /// program copies them to or from the file. On hosts where the kernel's

@@ -18,6 +18,7 @@
 #include "conformance.h"
 #include "gtest/gtest.h"
 #include "peer/peer_client.h"
+#include "peer/peer_memory.h"
 #include "peer/peer_store.h"
 #include "peer/peer_wire.h"
 #include "testutil/test_util.h"
@@ -401,6 +402,56 @@ TEST(PeerMemory, ACopyWithABadChecksumIsRefusedAndTheNextCopyRead) {
   EXPECT_NE(bad.message().find("checksum mismatch in step-0000000003/rank-000001.ckd bytes [0, 300000)"),
             std::string::npos)
       << bad;
+}
+
+TEST(PeerMemory, AHolderWhoseMemoryChangedSincePutIsCaughtOnTheWire) {
+  auto b = StartMemory("node-b");
+  auto c = StartMemory("node-c");
+  auto a = StartMemory("node-a");
+  auto d = StartMemory("node-d");
+  PeerRoute wr;
+  wr.replicas = {b->endpoint(), c->endpoint()};
+  auto writer = OpenPeerStorage(a, wr);
+  ASSERT_OK(writer);
+  // Three whole pieces and a short last one.
+  const std::string path = "step-0000000021/rank-000002.ckd";
+  const std::string data = Pattern(3 * peer::kPieceBytes + 12345, 21);
+  Write(**writer, path, data);
+  // b's copy goes bad after it was received and checked: a bit flips in its
+  // second piece.
+  peer::PeerStore::Bytes held = peer::LocalStore(*b)->Get(path);
+  ASSERT_NE(held, nullptr);
+  ASSERT_EQ(*held, data);
+  const_cast<std::string&>(*held)[peer::kPieceBytes + 777] ^= 0x10;
+
+  PeerRoute rd;
+  rd.holders = [&](int64_t, int) { return std::vector<std::string>{b->endpoint(), c->endpoint()}; };
+  auto reader = OpenPeerStorage(d, rd);
+  ASSERT_OK(reader);
+  auto f = (*reader)->OpenReadable(path);
+  ASSERT_OK(f);
+  // b answers with the checksum the piece arrived with; the reader sees the
+  // mismatch and reads the file from c instead.
+  std::string got(data.size(), '\0');
+  ASSERT_OK((*f)->ReadAt(0, Bytes(got)));
+  EXPECT_TRUE(got == data);
+  EXPECT_EQ(PeerStorageCounters(**reader).failovers, 1);
+  // With b alone, the error names the damaged piece.
+  rd.holders = [&](int64_t, int) { return std::vector<std::string>{b->endpoint()}; };
+  auto only = OpenPeerStorage(d, rd);
+  ASSERT_OK(only);
+  auto g = (*only)->OpenReadable(path);
+  ASSERT_OK(g);
+  absl::Status bad = (*g)->ReadAt(0, Bytes(got));
+  EXPECT_FALSE(bad.ok());
+  EXPECT_NE(bad.message().find(
+                StrCat("checksum mismatch in ", path, " bytes [", peer::kPieceBytes, ", ", 2 * peer::kPieceBytes, ")")),
+            std::string::npos)
+      << bad;
+  // Its intact pieces, the short last one included, still read from b.
+  std::string tail(data.size() - 2 * peer::kPieceBytes, '\0');
+  ASSERT_OK((*g)->ReadAt(2 * peer::kPieceBytes, Bytes(tail)));
+  EXPECT_TRUE(tail == data.substr(2 * peer::kPieceBytes));
 }
 
 TEST(PeerMemory, TheBudgetRefusesAFileCleanly) {
