@@ -146,8 +146,8 @@ struct CKPT_EXPORT LoadStats {
   int64_t bytes_from_peers = 0;
   int64_t bytes_from_storage = 0;
   /// Bytes of the step's manifest this rank read itself: all of it when it
-  /// loads alone or leads; with a communicator and a manifest of version 4
-  /// each other rank reads only the parts it needs; with an older manifest
+  /// loads alone or leads; with a communicator and a manifest of version 4 or
+  /// later each other rank reads only the parts it needs; with an older manifest
   /// the leader hands each other rank its part (0 here).
   int64_t manifest_bytes = 0;
   /// bytes_decoded / bytes_needed (1.0 when nothing was needed).

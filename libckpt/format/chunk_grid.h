@@ -19,59 +19,90 @@ namespace ckpt {
 /// A sequence of unsigned integers coded as its first value and maximal runs
 /// of equal steps: {5, 9, 13, 17, 2} is first 5, runs (+4 x3), (-15 x1).
 /// Canonical: every run has a count of at least 1 and two adjacent runs never
-/// share a step, so a sequence has exactly one coding.
+/// share a step, so a sequence has exactly one run sequence.
+///
+/// Runs that repeat are kept once: a group is a pattern of 2 to
+/// kMaxPatternRuns runs repeated at least twice (the file numbers of a grid
+/// whose boxes are cut into tiles, box after box and row after row, repeat
+/// such a pattern a thousand times). The builder picks, at each run, the
+/// pattern that covers the most runs (the shortest among equals); a coding
+/// with groups is written only where the manifest's version allows it.
 class IntRuns {
  public:
   struct Run {
     int64_t step = 0;
     uint64_t count = 0;
+    bool operator==(const Run& o) const { return step == o.step && count == o.count; }
   };
+  /// runs()[first, first + len) repeated `times` times; a lone run is a
+  /// group of one run, once.
+  struct Group {
+    uint32_t first = 0;
+    uint32_t len = 0;
+    uint64_t times = 0;
+    bool operator==(const Group& o) const { return first == o.first && len == o.len && times == o.times; }
+  };
+  static constexpr uint32_t kMaxPatternRuns = 64;
 
   IntRuns() = default;
   static IntRuns Of(const std::vector<uint64_t>& values);
 
-  /// Codes a sequence one value at a time, holding only its runs.
+  /// Codes a sequence one value at a time.
   class Builder;
   /// Walks the values in order without a call per value.
   class Reader;
 
   uint64_t size() const { return size_; }
+  /// The runs the groups repeat, each pattern once.
   const std::vector<Run>& runs() const { return runs_; }
-  /// Value at `i` (< size()): a binary search over the runs.
+  const std::vector<Group>& groups() const { return groups_; }
+  /// The whole run sequence, groups expanded (for tests and small codings).
+  std::vector<Run> Expanded() const;
+  /// Value at `i` (< size()): a binary search over the groups.
   uint64_t At(uint64_t i) const;
   /// Calls fn(value) for every element in order; stops early when fn returns
   /// false. Values that would leave [0, 2^64) make it return false too.
   bool ForEach(const std::function<bool(uint64_t)>& fn) const;
 
-  void Encode(ByteWriter& w) const;
-  /// Reads a coding of exactly `n` values (n >= 1), failing `r` on a
-  /// non-canonical coding or a count that does not add up.
-  static IntRuns Decode(ByteReader& r, uint64_t n, std::string_view field);
+  /// With `groups` false (manifests before version 5) every run is written
+  /// out; else each group once.
+  void Encode(ByteWriter& w, bool groups) const;
+  /// Reads a coding of exactly `n` values (n >= 1), failing `r` on a coding
+  /// whose expanded runs are not canonical, a count that does not add up, or
+  /// (with `groups` false) a group.
+  static IntRuns Decode(ByteReader& r, uint64_t n, std::string_view field, bool groups);
 
   bool operator==(const IntRuns& o) const {
-    return first_ == o.first_ && size_ == o.size_ && runs_.size() == o.runs_.size() &&
-           std::equal(runs_.begin(), runs_.end(), o.runs_.begin(),
-                      [](const Run& a, const Run& b) { return a.step == b.step && a.count == b.count; });
+    return first_ == o.first_ && size_ == o.size_ && runs_ == o.runs_ && groups_ == o.groups_;
   }
 
  private:
+  friend class Builder;
+  // Fills groups_ from the canonical run sequence `flat`.
+  void Compress(const std::vector<Run>& flat);
   void Index();
   uint64_t first_ = 0;
   uint64_t size_ = 0;
   std::vector<Run> runs_;
-  std::vector<uint64_t> starts_;        ///< index of each run's first element
-  std::vector<uint64_t> start_values_;  ///< the value just before each run
+  std::vector<Group> groups_;
+  std::vector<uint64_t> starts_;        ///< index of each group's first element
+  std::vector<uint64_t> start_values_;  ///< the value just before each group
+  std::vector<uint64_t> period_cells_;  ///< values in one pass of each group's pattern
+  std::vector<uint64_t> period_delta_;  ///< what one pass adds (mod 2^64)
 };
 
 class IntRuns::Builder {
  public:
   void Add(uint64_t v);
-  /// The coding of the values added so far; the builder is left empty.
+  /// The coding of the values added so far; the builder is left empty (and
+  /// keeps its memory for the next sequence).
   IntRuns Finish();
 
  private:
-  IntRuns r_;
+  uint64_t first_ = 0;
+  uint64_t size_ = 0;
   uint64_t last_ = 0;
+  std::vector<Run> flat_;
 };
 
 class IntRuns::Reader {
@@ -84,7 +115,9 @@ class IntRuns::Reader {
  private:
   const IntRuns& runs_;
   uint64_t done_ = 0;  ///< values returned
-  size_t run_ = 0;
+  size_t group_ = 0;
+  uint64_t time_ = 0;  ///< passes of the group's pattern done
+  uint32_t run_ = 0;   ///< run within the pattern
   uint64_t in_run_ = 0;
   uint64_t value_ = 0;
 };

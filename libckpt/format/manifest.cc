@@ -248,7 +248,9 @@ bool GridMatches(const ManifestTensor& t, const std::vector<ManifestFile>& files
   return ok && g.first_blocks.ForEach([&](uint64_t b) { return t.chunks[i++].first_block == b; });
 }
 
-void WriteTensorRecord(ByteWriter& w, const ManifestTensor& t, const std::vector<ManifestFile>& files) {
+void WriteTensorRecord(ByteWriter& w, const ManifestTensor& t, const std::vector<ManifestFile>& files,
+                       uint32_t version) {
+  const bool groups = version >= 5;  // runs of runs (chunk_grid.h)
   w.U8(static_cast<uint8_t>(t.spec.dtype));
   w.Var(t.spec.shape.size());
   for (int64_t d : t.spec.shape) w.Var(static_cast<uint64_t>(d));
@@ -262,10 +264,10 @@ void WriteTensorRecord(ByteWriter& w, const ManifestTensor& t, const std::vector
     std::vector<uint64_t> widths(cuts.size() - 1);
     for (size_t i = 0; i + 1 < cuts.size(); ++i) widths[i] = static_cast<uint64_t>(cuts[i + 1] - cuts[i]);
     w.Var(widths.size());
-    IntRuns::Of(widths).Encode(w);
+    IntRuns::Of(widths).Encode(w, groups);
   }
-  t.grid->files.Encode(w);
-  t.grid->first_blocks.Encode(w);
+  t.grid->files.Encode(w, groups);
+  t.grid->first_blocks.Encode(w, groups);
 }
 
 std::string EncodeV4(const Manifest& m) {
@@ -286,7 +288,7 @@ std::string EncodeV4(const Manifest& m) {
   std::string records;
   for (const ManifestTensor& t : m.tensors) {
     ByteWriter rec;
-    WriteTensorRecord(rec, t, m.files);
+    WriteTensorRecord(rec, t, m.files, m.format_version);
     dir.Str(t.spec.fqn);
     dir.Var(rec.size());
     dir.U64(Xxh3(rec.str()));
@@ -357,8 +359,9 @@ void CheckGrid(ByteReader& r, const std::vector<ManifestFile>& files, bool expan
 // Reads one tensor record (spec after the name, then its chunks): a grid is
 // not expanded; listed chunks are checked against `nfiles` and the shape,
 // their blocks against `files` when given.
-void ReadTensorRecord(ByteReader& r, const std::vector<ManifestFile>* files, uint64_t nfiles, uint64_t* chunk_budget,
-                      ManifestTensor& t) {
+void ReadTensorRecord(ByteReader& r, const std::vector<ManifestFile>* files, uint64_t nfiles, uint32_t version,
+                      uint64_t* chunk_budget, ManifestTensor& t) {
+  const bool groups = version >= 5;
   uint8_t dt = r.U8();
   if (r.ok() && !IsValidDType(dt)) r.Fail(StrCat("tensor '", t.spec.fqn, "': unknown dtype ", dt));
   t.spec.dtype = static_cast<DType>(dt);
@@ -396,7 +399,7 @@ void ReadTensorRecord(ByteReader& r, const std::vector<ManifestFile>* files, uin
       return;
     }
     cells *= k;
-    IntRuns widths = IntRuns::Decode(r, k, "grid widths");
+    IntRuns widths = IntRuns::Decode(r, k, "grid widths", groups);
     if (!r.ok()) return;
     std::vector<int64_t> cuts{0};
     cuts.reserve(k + 1);
@@ -410,10 +413,21 @@ void ReadTensorRecord(ByteReader& r, const std::vector<ManifestFile>* files, uin
                     t.spec.shape[d]));
       return;
     }
+    if (groups) {
+      // The widths are written again from the cuts: only the writer's own
+      // grouping of them has one encoding.
+      std::vector<uint64_t> values(k);
+      for (uint64_t i = 0; i < k; ++i) values[i] = static_cast<uint64_t>(cuts[i + 1] - cuts[i]);
+      if (!(IntRuns::Of(values) == widths)) {
+        r.Fail(StrCat("tensor '", t.spec.fqn, "': grid widths along dimension ", d,
+                      " are not grouped as a writer groups them (not canonical)"));
+        return;
+      }
+    }
     g.cuts.push_back(std::move(cuts));
   }
-  g.files = IntRuns::Decode(r, cells, "grid files");
-  g.first_blocks = IntRuns::Decode(r, cells, "grid first blocks");
+  g.files = IntRuns::Decode(r, cells, "grid files", groups);
+  g.first_blocks = IntRuns::Decode(r, cells, "grid first blocks", groups);
   if (!r.ok()) return;
   *chunk_budget -= cells;
   t.grid = std::move(g);
@@ -456,7 +470,7 @@ absl::StatusOr<Manifest> DecodeV4(std::string_view bytes, std::string_view what,
     ManifestTensor t;
     t.spec.fqn = std::move(e.fqn);
     e.fqn = t.spec.fqn;
-    CKPT_RETURN_IF_ERROR(DecodeTensorRecord(rec, e, &m.files, sec.file_count, &budget, what, &t));
+    CKPT_RETURN_IF_ERROR(DecodeTensorRecord(rec, e, &m.files, sec.file_count, m.format_version, &budget, what, &t));
     if (t.grid.has_value()) {
       ByteReader r(rec, std::string(what), e.at);
       CheckGrid(r, m.files, grids == GridChunks::kExpandGrids, t);
@@ -755,15 +769,15 @@ absl::StatusOr<std::vector<TensorEntry>> DecodeTensorDirectory(std::string_view 
 }
 
 absl::Status DecodeTensorRecord(std::string_view record, const TensorEntry& entry,
-                                const std::vector<ManifestFile>* files, uint64_t file_count, uint64_t* chunk_budget,
-                                std::string_view what, ManifestTensor* t) {
+                                const std::vector<ManifestFile>* files, uint64_t file_count, uint32_t version,
+                                uint64_t* chunk_budget, std::string_view what, ManifestTensor* t) {
   if (record.size() != entry.len || Xxh3(record) != entry.hash) {
     return absl::DataLossError(
         StrCat(what, " at byte offset ", entry.at, ": record of tensor '", entry.fqn, "' checksum mismatch"));
   }
   t->spec.fqn = entry.fqn;
   ByteReader r(record, std::string(what), entry.at);
-  ReadTensorRecord(r, files, file_count, chunk_budget, *t);
+  ReadTensorRecord(r, files, file_count, version, chunk_budget, *t);
   if (r.ok() && !r.AtEnd()) r.Fail(StrCat("trailing bytes in the record of tensor '", entry.fqn, "'"));
   return r.status();
 }

@@ -29,7 +29,9 @@ class Xxh3Stream;
 /// 4: sections a reader can fetch apart (a head, fixed-size file records, a
 /// tensor directory, one record per tensor), each under its own checksum, and
 /// tensors whose chunks form a grid stored as the grid (ChunkGrid).
-constexpr uint32_t kManifestVersion = 4;
+/// 5: a grid's run-coded sequences keep a pattern of runs that repeats once,
+/// with its repeat count (IntRuns groups).
+constexpr uint32_t kManifestVersion = 5;
 constexpr size_t kManifestHeaderSize = 48;
 
 /// A data file of the step.
@@ -174,9 +176,10 @@ absl::StatusOr<std::vector<TensorEntry>> DecodeTensorDirectory(std::string_view 
 /// empty; see GridChunk), listed chunks are checked against `file_count`
 /// and, when `files` is given, their block ranges. `chunk_budget` is
 /// decreased by the chunks or cells it holds, which may not exceed it.
+/// `version` is the manifest's (its codings differ).
 absl::Status DecodeTensorRecord(std::string_view record, const TensorEntry& entry,
-                                const std::vector<ManifestFile>* files, uint64_t file_count, uint64_t* chunk_budget,
-                                std::string_view what, ManifestTensor* t);
+                                const std::vector<ManifestFile>* files, uint64_t file_count, uint32_t version,
+                                uint64_t* chunk_budget, std::string_view what, ManifestTensor* t);
 /// The chunk of grid cell `cell`, its file's block size given.
 ManifestChunk GridChunk(const ManifestTensor& t, uint64_t cell, uint64_t block_size);
 

@@ -118,7 +118,8 @@ absl::StatusOr<Manifest> ReadManifestPart(const ManifestRangeReader& read, uint6
       [&](const TensorEntry* e, std::string_view rec) -> absl::Status {
         const size_t k = next++;
         ManifestTensor& t = tensors[k];
-        CKPT_RETURN_IF_ERROR(DecodeTensorRecord(rec, *e, nullptr, sec.file_count, &budget, what, &t));
+        CKPT_RETURN_IF_ERROR(
+            DecodeTensorRecord(rec, *e, nullptr, sec.file_count, head.format_version, &budget, what, &t));
         std::vector<uint64_t>& h = hits[k];
         for (const Box* b : boxes[e->fqn]) {
           if (b->ndim() != static_cast<int>(t.spec.shape.size())) continue;  // the loader reports it

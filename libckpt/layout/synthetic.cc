@@ -314,8 +314,7 @@ absl::StatusOr<SyntheticModel> BuildSyntheticModel(const SyntheticOptions& optio
           // ZeRO-1: the piece each rank holds after expert and tensor
           // parallelism is split again over dp, along the dimension tp
           // splits (dim 0 when tp does not split the tensor).
-          const int tp_dim = (tp >= 0 && t.placements[tp].kind == Placement::Kind::kShard) ? t.placements[tp].dim : 0;
-          t.placements[dp] = Placement::Shard(tp_dim);
+          t.placements[dp] = Placement::Shard(0);
           t.split_order.clear();
           if (ep >= 0) t.split_order.push_back(ep);
           if (tp >= 0) t.split_order.push_back(tp);

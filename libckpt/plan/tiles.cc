@@ -36,8 +36,13 @@ std::vector<Box> ColumnTiles(const Box& box, const Shape& shape, uint64_t elem_s
   bool other_cut = false;
   for (int d = 0; d + 1 < nd; ++d) other_cut = other_cut || box.sizes[d] < shape[d];
   if (width == extent && other_cut) return {box};
-  const uint64_t bytes = static_cast<uint64_t>(box.Volume()) * elem_size;
-  if (bytes < 2 * kMinTileBytes || static_cast<uint64_t>(width) * elem_size < kMinRowBytesToTile) return {box};
+  // Whether the columns are worth cutting is decided on the tensor's rows,
+  // not the box's: every box of a split's column interval is then cut alike
+  // (the last, shorter part of an uneven split of the rows included), and a
+  // save's chunks stay one grid.
+  uint64_t interval = static_cast<uint64_t>(width) * elem_size;
+  for (int d = 0; d + 1 < nd; ++d) interval *= static_cast<uint64_t>(shape[d]);
+  if (interval < 2 * kMinTileBytes || static_cast<uint64_t>(width) * elem_size < kMinRowBytesToTile) return {box};
   const int64_t parts = width == extent ? 1 : std::max<int64_t>(1, std::llround(static_cast<double>(extent) / width));
   std::vector<int64_t> cuts = {lo, hi};  // sorted boundaries kept so far
   for (int64_t k : ExpectedColumnSplits(parts)) {
@@ -62,6 +67,9 @@ std::vector<Box> ColumnTiles(const Box& box, const Shape& shape, uint64_t elem_s
     if (wide) cuts = std::move(merged);
   }
   if (cuts.size() == 2) return {box};
+  // A box of a few rows (rows split very finely) is left whole: each tile
+  // would be mostly frame padding.
+  if (static_cast<uint64_t>(box.Volume()) * elem_size < kMinMeanTileBytes * (cuts.size() - 1)) return {box};
   std::vector<Box> tiles;
   tiles.reserve(cuts.size() - 1);
   for (size_t i = 0; i + 1 < cuts.size(); ++i) {

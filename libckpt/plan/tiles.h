@@ -16,9 +16,12 @@
 
 namespace ckpt {
 
-/// Boxes under twice this are not cut: each tile costs a frame (up to
-/// 4 KiB of padding) and a manifest entry.
+/// Column intervals of a tensor (all its rows) under twice this are not cut:
+/// each tile costs a frame (up to 4 KiB of padding) and a manifest entry.
 inline constexpr uint64_t kMinTileBytes = 64 << 10;
+/// Nor are boxes whose tiles would hold less than this on average (a box of
+/// a few rows: the frame padding would be a quarter of the bytes or more).
+inline constexpr uint64_t kMinMeanTileBytes = 16 << 10;
 /// Boxes with shorter rows are not cut: they come from nested splits (tensor
 /// and data parallel on one dimension, as ZeRO shards optimizer state), whose
 /// loads cut where no expected split does.
@@ -42,8 +45,10 @@ std::vector<int64_t> ExpectedColumnSplits(int64_t parts);
 /// apart, and a cut moved by a column would make the load on its other side
 /// read a whole tile for that column). Boxes whose last dimension is whole
 /// while another is cut are not split (a load onto another mesh cuts their
-/// rows, which are contiguous already), nor are 1-d boxes, ones under
-/// 2 * kMinTileBytes and ones with rows under kMinRowBytesToTile. A whole
+/// rows, which are contiguous already), nor are 1-d boxes, ones whose columns
+/// over all the tensor's rows are under 2 * kMinTileBytes, ones with rows
+/// under kMinRowBytesToTile, and ones whose tiles would average under
+/// kMinMeanTileBytes. A whole
 /// tensor takes only splits whose tiles keep kMinWholeTileRowBytes per row. Returns {box} when nothing qualifies.
 std::vector<Box> ColumnTiles(const Box& box, const Shape& shape, uint64_t elem_size, int max_tiles);
 

@@ -318,7 +318,8 @@ TEST(RuleManifest, EqualsTheManifestBuiltChunkByChunk) {
   // Hand-made layouts over dp=2,tp=2: explicit boundaries with an empty
   // part, a split order that nests tp inside dp on one dimension, a scalar,
   // a tensor held by one stage, and column tiles that differ by rows (2-row
-  // boxes are cut, 1-row boxes are not), which is listed box by box.
+  // boxes are cut, 1-row boxes are not: their tiles would average under
+  // kMinMeanTileBytes), which is listed box by box.
   const Mesh mesh = *Mesh::Parse("dp=2,tp=2");
   std::vector<TensorLayout> layouts;
   auto add = [&](std::string name, DType dt, Shape shape, std::vector<Placement> p) -> TensorLayout& {
@@ -336,7 +337,7 @@ TEST(RuleManifest, EqualsTheManifestBuiltChunkByChunk) {
   TensorLayout& staged = add("staged", DType::kF32, {64, 4096}, {Placement::Replicate(), Placement::Shard(1)});
   staged.owner_dim = 0;
   staged.owner_index = 1;
-  add("uneven_tiles", DType::kF32, {3, 51200}, {Placement::Shard(0), Placement::Shard(1)});
+  add("uneven_tiles", DType::kF32, {3, 24000}, {Placement::Shard(0), Placement::Shard(1)});
   add("replicated", DType::kBF16, {512, 512}, {Placement::Replicate(), Placement::Replicate()});
   ExpectRulesMatchChunkByChunk(layouts, mesh, 64 << 10, 8, "hand-made");
   auto m = SaveManifestByRules(layouts, mesh, 64 << 10, 8);
@@ -352,6 +353,62 @@ TEST(RuleManifest, EqualsTheManifestBuiltChunkByChunk) {
   layouts.back().placements[1] = Placement::Shard(2);
   EXPECT_FALSE(SaveManifestByRules(layouts, mesh, 64 << 10, 8).ok());
   EXPECT_FALSE(PlanSave(layouts, mesh).ok());
+}
+
+TEST(RuleManifest, ZeroRowBandsAreOneTiledGridCodedInAFewGroups) {
+  // dp=6 cuts each tensor-parallel piece of the moments into row bands, the
+  // last one shorter; every band is tiled alike, so each tensor is one grid,
+  // and its file numbers and first blocks repeat a pattern per row of bands.
+  const Mesh mesh = *Mesh::Parse("dp=6,tp=4");
+  SyntheticOptions o;
+  o.params = 30000000;
+  o.layers = 2;
+  o.adam = true;
+  o.zero = true;
+  auto model = BuildSyntheticModel(o, mesh);
+  ASSERT_OK(model);
+  ExpectRulesMatchChunkByChunk(model->tensors, mesh, 64 << 10, 8, "dp=6,tp=4");
+  auto m = SaveManifestByRules(model->tensors, mesh, 64 << 10, 8);
+  ASSERT_OK(m);
+  for (const ManifestTensor& t : m->tensors) {
+    if (t.spec.shape.size() >= 1) EXPECT_TRUE(t.GridOnly()) << t.spec.fqn;
+  }
+  const ManifestTensor* down = m->FindTensor("optimizer.state.model.layers.0.mlp.down_proj.weight.exp_avg");
+  ASSERT_NE(down, nullptr);
+  ASSERT_TRUE(down->grid.has_value());
+  EXPECT_EQ(down->grid->cuts[0].size(), 7u);  // six bands
+  EXPECT_GT(down->grid->cuts[1].size(), 5u);  // four pieces, tiled
+  size_t grouped = 0;
+  for (const ManifestTensor& t : m->tensors) {
+    if (!t.grid.has_value()) continue;
+    for (const IntRuns* seq : {&t.grid->files, &t.grid->first_blocks}) {
+      for (const IntRuns::Group& g : seq->groups()) grouped += g.len > 1 ? 1 : 0;
+    }
+  }
+  EXPECT_GT(grouped, 0u);
+  // Version 4 writes every run out: the same chunks, more bytes.
+  const std::string v5 = EncodeManifest(*m);
+  Manifest old = *m;
+  old.format_version = 4;
+  const std::string v4 = EncodeManifest(old);
+  EXPECT_LT(v5.size(), v4.size());
+  auto a = DecodeManifest(v5, "v5");
+  auto b = DecodeManifest(v4, "v4");
+  ASSERT_OK(a);
+  ASSERT_OK(b);
+  EXPECT_EQ(a->format_version, 5u);
+  EXPECT_EQ(b->format_version, 4u);
+  ASSERT_EQ(a->tensors.size(), b->tensors.size());
+  for (size_t i = 0; i < a->tensors.size(); ++i) {
+    const auto& x = a->tensors[i].chunks;
+    const auto& y = b->tensors[i].chunks;
+    ASSERT_EQ(x.size(), y.size()) << a->tensors[i].spec.fqn;
+    for (size_t c = 0; c < x.size(); ++c) {
+      ASSERT_TRUE(x[c].file == y[c].file && x[c].first_block == y[c].first_block && x[c].box == y[c].box)
+          << a->tensors[i].spec.fqn << " chunk " << c;
+    }
+  }
+  EXPECT_TRUE(EncodeManifest(*b) == v4);
 }
 
 TEST(ReplicaDedup, CommunicatorAgreesOnWritersForArbitraryStates) {

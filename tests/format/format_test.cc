@@ -228,21 +228,156 @@ TEST(IntRuns, CodesEverySequenceOnceAndReadsItBack) {
     IntRuns runs = IntRuns::Of(v);
     ASSERT_EQ(runs.size(), n);
     for (size_t i = 0; i < n; ++i) ASSERT_EQ(runs.At(i), v[i]) << trial << " " << i;
-    for (size_t k = 1; k < runs.runs().size(); ++k) ASSERT_NE(runs.runs()[k].step, runs.runs()[k - 1].step);
+    const std::vector<IntRuns::Run> flat = runs.Expanded();
+    for (size_t k = 1; k < flat.size(); ++k) ASSERT_NE(flat[k].step, flat[k - 1].step);
     std::vector<uint64_t> seen;
     EXPECT_TRUE(runs.ForEach([&](uint64_t x) {
       seen.push_back(x);
       return true;
     }));
     EXPECT_EQ(seen, v);
-    ByteWriter w;
-    runs.Encode(w);
-    ByteReader r(w.str(), "runs");
-    IntRuns back = IntRuns::Decode(r, n, "runs");
-    ASSERT_TRUE(r.ok()) << r.status();
-    EXPECT_TRUE(r.AtEnd());
-    EXPECT_TRUE(back == runs);
+    for (bool groups : {true, false}) {
+      ByteWriter w;
+      runs.Encode(w, groups);
+      ByteReader r(w.str(), "runs");
+      IntRuns back = IntRuns::Decode(r, n, "runs", groups);
+      ASSERT_TRUE(r.ok()) << r.status();
+      EXPECT_TRUE(r.AtEnd());
+      EXPECT_TRUE(back.Expanded() == flat);
+      if (groups) EXPECT_TRUE(back == runs);
+      for (size_t i = 0; i < n; ++i) ASSERT_EQ(back.At(i), v[i]) << trial << " " << i;
+    }
   }
+}
+
+// The values of a grid's cells as a save writes them: rows of boxes, each
+// box cut into tiles, box after box; the file number changes from box to
+// box and the first block runs on within a box.
+std::vector<uint64_t> TiledGridSequence(int rows, int boxes, int tiles, bool files, uint64_t jitter_row) {
+  std::vector<uint64_t> v;
+  for (int r = 0; r < rows; ++r) {
+    for (int b = 0; b < boxes; ++b) {
+      for (int t = 0; t < tiles; ++t) {
+        if (files) {
+          v.push_back(static_cast<uint64_t>(1000 + r * 100 + b * 8));
+        } else {
+          v.push_back(static_cast<uint64_t>(500 + t * (3 + t)) + (static_cast<uint64_t>(r) == jitter_row ? 7 : 0));
+        }
+      }
+    }
+  }
+  return v;
+}
+
+TEST(IntRuns, KeepsARepeatedPatternOfRunsOnce) {
+  for (bool files : {true, false}) {
+    for (int tiles : {1, 2, 3}) {
+      const std::vector<uint64_t> v = TiledGridSequence(1024, 8, tiles, files, 1000);
+      IntRuns runs = IntRuns::Of(v);
+      ASSERT_EQ(runs.size(), v.size());
+      // One level of runs needs about one run per box (or per tile); the
+      // groups keep the pattern of a row once (the odd row of first blocks
+      // breaks it in three).
+      EXPECT_LE(runs.groups().size(), files ? 3u : 12u) << files << " " << tiles;
+      EXPECT_LE(runs.runs().size(), 20u) << files << " " << tiles;
+      std::vector<uint64_t> seen;
+      EXPECT_TRUE(runs.ForEach([&](uint64_t x) {
+        seen.push_back(x);
+        return true;
+      }));
+      EXPECT_EQ(seen, v);
+      IntRuns::Reader reader(runs);
+      seen.clear();
+      for (uint64_t x; reader.Next(&x);) seen.push_back(x);
+      EXPECT_EQ(seen, v);
+      for (size_t i = 0; i < v.size(); i += 37) ASSERT_EQ(runs.At(i), v[i]) << i;
+      ASSERT_EQ(runs.At(v.size() - 1), v.back());
+      ByteWriter grouped, flat;
+      runs.Encode(grouped, true);
+      runs.Encode(flat, false);
+      EXPECT_LT(grouped.size(), 300u);
+      if (tiles > 1) EXPECT_GT(flat.size(), 20 * grouped.size());
+      ByteReader r(grouped.str(), "runs");
+      IntRuns back = IntRuns::Decode(r, v.size(), "runs", true);
+      ASSERT_TRUE(r.ok()) << r.status();
+      EXPECT_TRUE(back == runs);
+    }
+  }
+}
+
+TEST(IntRuns, RandomRepeatsReadBackTheSameWhicheverWay) {
+  std::mt19937_64 rng(23);
+  for (int trial = 0; trial < 300; ++trial) {
+    std::vector<uint64_t> v = {rng() % 100};
+    while (v.size() < 2000) {
+      // A pattern of a few steps, repeated, then some noise.
+      const size_t len = 1 + rng() % 9;
+      std::vector<int64_t> steps(len);
+      for (int64_t& st : steps) st = static_cast<int64_t>(rng() % 5) - 2;
+      const size_t times = 1 + rng() % 20;
+      for (size_t t = 0; t < times; ++t) {
+        for (int64_t st : steps) v.push_back(v.back() + static_cast<uint64_t>(st) + (v.back() < 10 ? 10 : 0));
+      }
+      if (rng() % 3 == 0) v.push_back(v.back() + 1000);
+    }
+    IntRuns runs = IntRuns::Of(v);
+    const std::vector<IntRuns::Run> flat = runs.Expanded();
+    for (size_t k = 1; k < flat.size(); ++k) ASSERT_NE(flat[k].step, flat[k - 1].step) << trial;
+    for (size_t i = 0; i < v.size(); ++i) ASSERT_EQ(runs.At(i), v[i]) << trial << " " << i;
+    IntRuns::Reader reader(runs);
+    for (size_t i = 0; i < v.size(); ++i) {
+      uint64_t x = 0;
+      ASSERT_TRUE(reader.Next(&x));
+      ASSERT_EQ(x, v[i]);
+    }
+    uint64_t x;
+    EXPECT_FALSE(reader.Next(&x));
+    for (bool groups : {true, false}) {
+      ByteWriter w;
+      runs.Encode(w, groups);
+      ByteReader r(w.str(), "runs");
+      IntRuns back = IntRuns::Decode(r, v.size(), "runs", groups);
+      ASSERT_TRUE(r.ok()) << r.status();
+      EXPECT_TRUE(back.Expanded() == flat);
+    }
+  }
+}
+
+TEST(IntRuns, RefusesGroupsThatAreNotCanonicalOrDoNotAddUp) {
+  struct G {
+    uint64_t len, times;
+    std::vector<std::pair<int64_t, uint64_t>> runs;
+  };
+  auto decode = [](const std::vector<G>& groups, uint64_t n, bool allow = true) {
+    ByteWriter w;
+    w.Var(3);
+    w.Var(groups.size());
+    for (const G& g : groups) {
+      w.Var(g.len);
+      if (g.len > 1) w.Var(g.times);
+      for (auto [step, count] : g.runs) {
+        w.SVar(step);
+        w.Var(count);
+      }
+    }
+    ByteReader r(w.str(), "runs");
+    IntRuns::Decode(r, n, "files", allow);
+    return r.status();
+  };
+  // (+1 x2, +5 x1) three times, then -3 once: 1 + 9 + 1 values.
+  EXPECT_OK(decode({{2, 3, {{1, 2}, {5, 1}}}, {1, 1, {{-3, 1}}}}, 11));
+  EXPECT_TRUE(Contains(decode({{2, 3, {{1, 2}, {5, 1}}}, {1, 1, {{-3, 1}}}}, 12), "runs give 11 values"));
+  EXPECT_TRUE(Contains(decode({{2, 1, {{1, 2}, {5, 1}}}}, 4), "repeated 1 times"));
+  EXPECT_TRUE(Contains(decode({{0, 2, {}}}, 4), "no runs"));
+  EXPECT_TRUE(Contains(decode({{65, 2, {}}}, 400), "pattern length"));
+  EXPECT_TRUE(Contains(decode({{2, 2, {{1, 2}, {1, 1}}}}, 7), "not canonical"));
+  EXPECT_TRUE(Contains(decode({{3, 2, {{1, 2}, {5, 1}, {1, 1}}}}, 9), "ends with the step it starts with"));
+  EXPECT_TRUE(Contains(decode({{2, 2, {{1, 2}, {5, 1}}}, {1, 1, {{5, 1}}}}, 8), "not canonical"));
+  EXPECT_TRUE(Contains(decode({{2, 2, {{1, 0}, {5, 1}}}}, 4), "length 0"));
+  EXPECT_FALSE(decode({{2, uint64_t{1} << 62, {{1, 2}, {5, 1}}}}, 11).ok());
+  // A manifest before version 5 has no groups: the same bytes read as runs
+  // do not add up.
+  EXPECT_FALSE(decode({{2, 3, {{1, 2}, {5, 1}}}, {1, 1, {{-3, 1}}}}, 11, false).ok());
 }
 
 TEST(IntRuns, BuilderAndReaderAgreeWithTheWholeSequence) {
@@ -276,7 +411,7 @@ TEST(IntRuns, RefusesCodingsThatAreNotCanonicalOrDoNotAddUp) {
       w.Var(count);
     }
     ByteReader r(w.str(), "runs");
-    IntRuns::Decode(r, n, "files");
+    IntRuns::Decode(r, n, "files", false);
     return r.status();
   };
   EXPECT_OK(decode({{1, 3}, {2, 1}}, 5));
@@ -292,7 +427,7 @@ TEST(IntRuns, RefusesCodingsThatAreNotCanonicalOrDoNotAddUp) {
   w.SVar(-1);
   w.Var(1);
   ByteReader r(w.str(), "runs");
-  IntRuns wraps = IntRuns::Decode(r, 2, "files");
+  IntRuns wraps = IntRuns::Decode(r, 2, "files", false);
   ASSERT_TRUE(r.ok());
   EXPECT_FALSE(wraps.ForEach([](uint64_t) { return true; }));
   EXPECT_TRUE(down.ForEach([](uint64_t) { return true; }));

@@ -215,6 +215,21 @@ TEST(ColumnTiles, RowShardsSmallBoxesAndOneDimensionAreNotCut) {
   EXPECT_EQ(ColumnTiles(Box({0, 8}, {8464, 8}), {8464, 8464}, 4, 8).size(), 1u);
 }
 
+TEST(ColumnTiles, EveryRowBandOfAColumnShardIsCutAlike) {
+  // ZeRO's data-parallel split of a tp=8 piece in rows, torch.chunk-style:
+  // 126 bands of 67 rows and a last one of 22. The short band is cut where
+  // the others are, so the save stays one grid.
+  const Shape shape = {8464, 8464};
+  const std::vector<int64_t> full = Cuts(ColumnTiles(Box({67, 1058}, {67, 1058}), shape, 4, 8));
+  EXPECT_GT(full.size(), 2u);
+  EXPECT_EQ(Cuts(ColumnTiles(Box({8442, 1058}, {22, 1058}), shape, 4, 8)), full);
+  // A band of two rows would be mostly frame padding: left whole.
+  EXPECT_EQ(ColumnTiles(Box({0, 1058}, {2, 1058}), shape, 4, 8).size(), 1u);
+  // Columns that hold little over all the tensor's rows are left whole in
+  // every band.
+  EXPECT_EQ(ColumnTiles(Box({0, 128}, {16, 128}), {32, 1024}, 4, 8).size(), 1u);
+}
+
 TEST(ColumnTiles, AWholeTensorIsCutForTheCommonSplitsAsTheBudgetAllows) {
   // 2, 3 and 4 fit in 8 tiles; 6 would add three more cuts (2049 is not
   // 2048), 8 four.
