@@ -262,7 +262,8 @@ void Connection::ReadPutPiece(const Header& h, char* dst, uint64_t done) {
       if (piece_sum_.Digest() != h.checksum) {
         upload_error_ = absl::DataLossError(StrCat("checksum mismatch in ", upload_path_, " bytes [", h.arg, ", ",
                                                    h.arg + h.length, ") as received from ", peer_));
-      } else if (h.arg % kPieceBytes == 0 && h.length == std::min<uint64_t>(kPieceBytes, upload_->size() - h.arg)) {
+      } else if (h.length > 0 && h.arg % kPieceBytes == 0 &&
+                 h.length == std::min<uint64_t>(kPieceBytes, upload_->size() - h.arg)) {
         // A whole piece: reads of it are answered with this checksum.
         upload_sums_->sum[h.arg / kPieceBytes] = h.checksum;
         upload_sums_->known[h.arg / kPieceBytes] = 1;

@@ -622,6 +622,53 @@ TEST(PeerMemory, ADamagedPutIsRefusedOnEveryReceivePath) {
   EXPECT_TRUE(got == data);
 }
 
+// Empty put-data frames (at the end of a file, or the only one of an empty
+// file) are taken as nothing: the file is held, and reads of it check.
+TEST(PeerMemory, EmptyPutPiecesAreTakenAsNothing) {
+  auto m = StartMemory("a", int64_t{64} << 20);
+  for (size_t size : {size_t{0}, size_t{2} << 20}) {
+    const std::string path = StrCat("step-0000000002/empty-", size, ".ckd");
+    const std::string data = Pattern(size, 6);
+    const int fd = ConnectRaw(m->endpoint());
+    const std::string auth = RawAuthFrame(fd);
+    ASSERT_FALSE(auth.empty());
+    ByteWriter w;
+    w.Str(path);
+    w.Var(data.size());
+    w.SVar(1);
+    std::string out = auth + peer::Frame(peer::Op::kPutBegin, w.Take());
+    ASSERT_EQ(write(fd, out.data(), out.size()), static_cast<ssize_t>(out.size()));
+    EXPECT_EQ(ReadRawFrame(fd).first.op, peer::Op::kOk);
+    EXPECT_EQ(ReadRawFrame(fd).first.op, peer::Op::kOk);
+    out.clear();
+    for (uint64_t off = 0; off < data.size(); off += peer::kPieceBytes) {
+      const std::string piece = data.substr(off, peer::kPieceBytes);
+      std::string head(peer::kHeaderSize, '\0');
+      peer::EncodeHeader(peer::Op::kPutData, piece.size(), off, Xxh3(piece), reinterpret_cast<uint8_t*>(head.data()));
+      out += head + piece;
+    }
+    std::string empty(peer::kHeaderSize, '\0');
+    peer::EncodeHeader(peer::Op::kPutData, 0, data.size(), Xxh3(std::string()),
+                       reinterpret_cast<uint8_t*>(empty.data()));
+    out += empty;
+    ByteWriter e;
+    e.U64(Xxh3(data));
+    out += peer::Frame(peer::Op::kPutEnd, e.Take());
+    for (size_t done = 0; done < out.size();) {
+      const ssize_t n = write(fd, out.data() + done, out.size() - done);
+      ASSERT_GT(n, 0);
+      done += static_cast<size_t>(n);
+    }
+    EXPECT_EQ(ReadRawFrame(fd).first.op, peer::Op::kOk) << size;
+    close(fd);
+    auto c = peer::PeerConnection::Open(m->endpoint(), kToken, 5);
+    ASSERT_OK(c);
+    std::string got(data.size(), '\0');
+    ASSERT_OK((*c)->Get(path, 0, Bytes(got)));
+    EXPECT_TRUE(got == data) << size;
+  }
+}
+
 TEST(PeerMemory, HoldingsNeedTheLeadersManifestAndDropsForgetSteps) {
   auto m = StartMemory("a");
   PeerRoute r;
