@@ -273,6 +273,7 @@ absl::StatusOr<Manifest> SaveManifestByRules(const std::vector<TensorLayout>& la
 
   // Pass 2: every tensor's chunks, each appended to its writer's file in
   // tensor order.
+  IntRuns::Builder file_of, first_of;  // reused: each keeps its memory from tensor to tensor
   for (size_t ti = 0; ti < layouts.size(); ++ti) {
     const TensorLayout& layout = layouts[ti];
     const Form& f = forms[ti];
@@ -315,7 +316,6 @@ absl::StatusOr<Manifest> SaveManifestByRules(const std::vector<TensorLayout>& la
     ChunkGrid g;
     for (int d = 0; d + 1 < nd; ++d) g.cuts.push_back(splits[d].cuts);
     g.cuts.push_back(columns.cuts);
-    IntRuns::Builder file_of, first_of;
     std::vector<size_t> at(nd, 0);
     while (true) {
       int64_t base = owner_part, rows = 1;
