@@ -532,6 +532,20 @@ std::string RawAuthFrame(int fd) {
   return peer::Frame(peer::Op::kAuth, a.Take());
 }
 
+// Authenticates a raw connection and begins a put of `size` bytes at
+// `path`; true once both the auth and the put-begin are answered ok.
+bool RawPutBegin(int fd, const std::string& path, uint64_t size) {
+  const std::string auth = RawAuthFrame(fd);
+  if (auth.empty()) return false;
+  ByteWriter w;
+  w.Str(path);
+  w.Var(size);
+  w.SVar(1);
+  const std::string out = auth + peer::Frame(peer::Op::kPutBegin, w.Take());
+  if (write(fd, out.data(), out.size()) != static_cast<ssize_t>(out.size())) return false;
+  return ReadRawFrame(fd).first.op == peer::Op::kOk && ReadRawFrame(fd).first.op == peer::Op::kOk;
+}
+
 // Regression (fuzz_peer): a put announcing 2^63 bytes or more passed the
 // budget check as a negative number and brought the server down.
 TEST(PeerMemory, AnAbsurdPutSizeIsRefusedAndTheServerServesOn) {
@@ -572,18 +586,9 @@ TEST(PeerMemory, ADamagedPutIsRefusedOnEveryReceivePath) {
     const std::string path = "step-0000000002/rank-000000.ckd";
     std::string data = Pattern(size, 4);
     const int fd = ConnectRaw(m->endpoint());
-    const std::string auth = RawAuthFrame(fd);
-    ASSERT_FALSE(auth.empty());
-    ByteWriter w;
-    w.Str(path);
-    w.Var(data.size());
-    w.SVar(1);
-    std::string out = auth + peer::Frame(peer::Op::kPutBegin, w.Take());
-    ASSERT_EQ(write(fd, out.data(), out.size()), static_cast<ssize_t>(out.size()));
-    EXPECT_EQ(ReadRawFrame(fd).first.op, peer::Op::kOk);
-    EXPECT_EQ(ReadRawFrame(fd).first.op, peer::Op::kOk);
+    ASSERT_TRUE(RawPutBegin(fd, path, data.size()));
+    std::string out;
     const uint64_t whole = Xxh3(data);
-    out.clear();
     uint64_t last = 0;  // the last piece's offset: its byte is flipped
     for (uint64_t off = 0; off < data.size(); off += peer::kMaxChunk) {
       std::string piece = data.substr(off, peer::kMaxChunk);
@@ -630,17 +635,8 @@ TEST(PeerMemory, EmptyPutPiecesAreTakenAsNothing) {
     const std::string path = StrCat("step-0000000002/empty-", size, ".ckd");
     const std::string data = Pattern(size, 6);
     const int fd = ConnectRaw(m->endpoint());
-    const std::string auth = RawAuthFrame(fd);
-    ASSERT_FALSE(auth.empty());
-    ByteWriter w;
-    w.Str(path);
-    w.Var(data.size());
-    w.SVar(1);
-    std::string out = auth + peer::Frame(peer::Op::kPutBegin, w.Take());
-    ASSERT_EQ(write(fd, out.data(), out.size()), static_cast<ssize_t>(out.size()));
-    EXPECT_EQ(ReadRawFrame(fd).first.op, peer::Op::kOk);
-    EXPECT_EQ(ReadRawFrame(fd).first.op, peer::Op::kOk);
-    out.clear();
+    ASSERT_TRUE(RawPutBegin(fd, path, data.size()));
+    std::string out;
     for (uint64_t off = 0; off < data.size(); off += peer::kPieceBytes) {
       const std::string piece = data.substr(off, peer::kPieceBytes);
       std::string head(peer::kHeaderSize, '\0');
