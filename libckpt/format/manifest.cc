@@ -248,6 +248,13 @@ bool GridMatches(const ManifestTensor& t, const std::vector<ManifestFile>& files
   return ok && g.first_blocks.ForEach([&](uint64_t b) { return t.chunks[i++].first_block == b; });
 }
 
+// The widths of a grid's cells along one dimension, from its cuts.
+std::vector<uint64_t> CellWidths(const std::vector<int64_t>& cuts) {
+  std::vector<uint64_t> widths(cuts.size() - 1);
+  for (size_t i = 0; i + 1 < cuts.size(); ++i) widths[i] = static_cast<uint64_t>(cuts[i + 1] - cuts[i]);
+  return widths;
+}
+
 void WriteTensorRecord(ByteWriter& w, const ManifestTensor& t, const std::vector<ManifestFile>& files,
                        uint32_t version) {
   const bool groups = version >= 5;  // runs of runs (chunk_grid.h)
@@ -261,8 +268,7 @@ void WriteTensorRecord(ByteWriter& w, const ManifestTensor& t, const std::vector
   }
   w.U8(kChunksGrid);
   for (const std::vector<int64_t>& cuts : t.grid->cuts) {
-    std::vector<uint64_t> widths(cuts.size() - 1);
-    for (size_t i = 0; i + 1 < cuts.size(); ++i) widths[i] = static_cast<uint64_t>(cuts[i + 1] - cuts[i]);
+    const std::vector<uint64_t> widths = CellWidths(cuts);
     w.Var(widths.size());
     IntRuns::Of(widths).Encode(w, groups);
   }
@@ -416,9 +422,7 @@ void ReadTensorRecord(ByteReader& r, const std::vector<ManifestFile>* files, uin
     if (groups) {
       // The widths are written again from the cuts: only the writer's own
       // grouping of them has one encoding.
-      std::vector<uint64_t> values(k);
-      for (uint64_t i = 0; i < k; ++i) values[i] = static_cast<uint64_t>(cuts[i + 1] - cuts[i]);
-      if (!(IntRuns::Of(values) == widths)) {
+      if (!(IntRuns::Of(CellWidths(cuts)) == widths)) {
         r.Fail(StrCat("tensor '", t.spec.fqn, "': grid widths along dimension ", d,
                       " are not grouped as a writer groups them (not canonical)"));
         return;

@@ -262,11 +262,8 @@ void Connection::ReadPutPiece(const Header& h, char* dst, uint64_t done) {
       if (piece_sum_.Digest() != h.checksum) {
         upload_error_ = absl::DataLossError(StrCat("checksum mismatch in ", upload_path_, " bytes [", h.arg, ", ",
                                                    h.arg + h.length, ") as received from ", peer_));
-      } else if (h.length > 0 && h.arg % kPieceBytes == 0 &&
-                 h.length == std::min<uint64_t>(kPieceBytes, upload_->size() - h.arg)) {
-        // A whole piece: reads of it are answered with this checksum.
-        upload_sums_->sum[h.arg / kPieceBytes] = h.checksum;
-        upload_sums_->known[h.arg / kPieceBytes] = 1;
+      } else {
+        upload_sums_->Record(h.arg, h.length, h.checksum);  // reads of a whole piece are answered with it
       }
     }
     owner_.store().CountReceived(h.length);
@@ -344,9 +341,7 @@ absl::Status Connection::Handle(const Header& h) {
       upload_reserved_ = size;
       upload_generation_ = generation;
       upload_ = store.Buffer(size);
-      upload_sums_ = std::make_shared<PeerStore::PieceSums>();
-      upload_sums_->sum.assign(size / kPieceBytes + (size % kPieceBytes != 0), 0);
-      upload_sums_->known.assign(upload_sums_->sum.size(), 0);
+      upload_sums_ = std::make_shared<PeerStore::PieceSums>(size);
       ReplyOk();
       return absl::OkStatus();
     }
@@ -389,7 +384,7 @@ absl::Status Connection::Handle(const Header& h) {
       // A whole piece goes out with the checksum it arrived with: no pass
       // over it here, and memory of this holder that went bad since shows
       // as a mismatch at the reader, which moves to another copy.
-      std::optional<uint64_t> sum = sums != nullptr ? sums->Of(offset, length, file->size()) : std::nullopt;
+      std::optional<uint64_t> sum = sums != nullptr ? sums->Of(offset, length) : std::nullopt;
       Out out;
       out.head.resize(kHeaderSize);
       EncodeHeader(Op::kData, length, offset, sum ? *sum : Xxh3(file->data() + offset, length),

@@ -125,11 +125,25 @@ std::shared_ptr<std::string> PeerStore::Buffer(size_t n) {
   return out;
 }
 
-std::optional<uint64_t> PeerStore::PieceSums::Of(uint64_t offset, uint64_t length, uint64_t file_size) const {
-  if (offset % kPieceBytes != 0 || length != std::min<uint64_t>(kPieceBytes, file_size - offset)) return std::nullopt;
-  const uint64_t i = offset / kPieceBytes;
-  if (i >= sum.size() || i >= known.size() || known[i] == 0) return std::nullopt;
-  return sum[i];
+PeerStore::PieceSums::PieceSums(uint64_t file_size)
+    : file_size_(file_size), sums_(file_size / kPieceBytes + (file_size % kPieceBytes != 0)) {}
+
+std::optional<size_t> PeerStore::PieceSums::Piece(uint64_t offset, uint64_t length) const {
+  // Not an empty range (an empty file, or the end of one): no piece.
+  if (length == 0 || offset % kPieceBytes != 0 || offset >= file_size_ ||
+      length != std::min<uint64_t>(kPieceBytes, file_size_ - offset)) {
+    return std::nullopt;
+  }
+  return static_cast<size_t>(offset / kPieceBytes);
+}
+
+void PeerStore::PieceSums::Record(uint64_t offset, uint64_t length, uint64_t sum) {
+  if (std::optional<size_t> i = Piece(offset, length)) sums_[*i] = sum;
+}
+
+std::optional<uint64_t> PeerStore::PieceSums::Of(uint64_t offset, uint64_t length) const {
+  std::optional<size_t> i = Piece(offset, length);
+  return i ? sums_[*i] : std::nullopt;
 }
 
 void PeerStore::Insert(const std::string& path, Bytes bytes, int64_t generation, Sums sums) {

@@ -34,14 +34,22 @@ class PeerStore {
   explicit PeerStore(int64_t budget_bytes) : budget_(budget_bytes) {}
 
   using Bytes = std::shared_ptr<const std::string>;
-  /// The checksum of each kPieceBytes piece of a file (the last one may be
-  /// shorter) as it was received, where known.
-  struct PieceSums {
-    std::vector<uint64_t> sum;
-    std::vector<uint8_t> known;
+  /// The checksum of each kPieceBytes piece of a file of `file_size` bytes
+  /// (the last piece may be shorter) as it was received, where known.
+  class PieceSums {
+   public:
+    explicit PieceSums(uint64_t file_size);
+    /// Keeps `sum` when bytes [offset, offset + length) are one whole piece.
+    void Record(uint64_t offset, uint64_t length, uint64_t sum);
     /// The checksum of bytes [offset, offset + length) when they are one
     /// whole piece whose checksum is known.
-    std::optional<uint64_t> Of(uint64_t offset, uint64_t length, uint64_t file_size) const;
+    std::optional<uint64_t> Of(uint64_t offset, uint64_t length) const;
+
+   private:
+    // The piece that is exactly [offset, offset + length), if any.
+    std::optional<size_t> Piece(uint64_t offset, uint64_t length) const;
+    uint64_t file_size_;
+    std::vector<std::optional<uint64_t>> sums_;
   };
   using Sums = std::shared_ptr<const PieceSums>;
 

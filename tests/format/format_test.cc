@@ -442,6 +442,48 @@ TEST(IntRuns, RefusesCodingsThatAreNotCanonicalOrDoNotAddUp) {
   EXPECT_EQ(seen, (std::vector<uint64_t>{1, 0}));
 }
 
+// A grid's widths are written again from its cuts, so a version 5 record
+// whose widths are grouped other than as the writer groups them would not
+// re-encode to its bytes: refused, while the writer's grouping is read.
+TEST(IntRuns, GridWidthsMustBeGroupedAsTheWriterGroupsThem) {
+  auto record = [](bool writers) {
+    ByteWriter w;
+    w.U8(static_cast<uint8_t>(DType::kF32));
+    w.Var(1);
+    w.Var(9);  // shape {9}
+    w.U8(1);   // grid
+    w.Var(6);  // cells of widths 1, 2, 1, 2, 1, 2
+    if (writers) {
+      IntRuns::Of({1, 2, 1, 2, 1, 2}).Encode(w, true);
+    } else {  // the same runs, each on its own
+      w.Var(1);
+      w.Var(5);
+      for (int i = 0; i < 5; ++i) {
+        w.Var(1);
+        w.SVar(i % 2 == 0 ? 1 : -1);
+        w.Var(1);
+      }
+    }
+    IntRuns::Of(std::vector<uint64_t>(6, 0)).Encode(w, true);  // files
+    IntRuns::Of(std::vector<uint64_t>(6, 0)).Encode(w, true);  // first blocks
+    return w.Take();
+  };
+  for (bool writers : {true, false}) {
+    const std::string rec = record(writers);
+    TensorEntry e{"t", 0, rec.size(), Xxh3(rec)};
+    ManifestTensor t;
+    uint64_t budget = 100;
+    absl::Status s = DecodeTensorRecord(rec, e, nullptr, 1, 5, &budget, "MANIFEST", &t);
+    if (writers) {
+      EXPECT_OK(s);
+      ASSERT_TRUE(t.grid.has_value());
+      EXPECT_EQ(t.grid->cuts[0], (std::vector<int64_t>{0, 1, 3, 4, 6, 7, 9}));
+    } else {
+      EXPECT_TRUE(Contains(s, "not grouped as a writer groups them")) << s;
+    }
+  }
+}
+
 TEST(ChunkGrid, FindsExactlyTheCellsABoxMeets) {
   std::mt19937_64 rng(11);
   for (int trial = 0; trial < 100; ++trial) {
