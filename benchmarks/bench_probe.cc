@@ -23,38 +23,48 @@ int Fail(const std::string& what, const absl::Status& s) {
   return tools::kExitProblem;
 }
 
+// Medians over --repeat: one pass of a few milliseconds is at the mercy of
+// whatever else the host runs in them.
 int Memcpy(int argc, char** argv) {
-  int64_t size = int64_t{256} << 20, threads = 1;
-  tools::Args args("memcpy", "[--size 256M] [--threads 1]",
-                   "memcpy bandwidth of --size bytes (after a warming pass), split over --threads threads.");
+  int64_t size = int64_t{256} << 20, threads = 1, repeat = 1;
+  tools::Args args("memcpy", "[--size 256M] [--threads 1] [--repeat 1]",
+                   "memcpy bandwidth of --size bytes (after a warming pass), split over --threads threads; "
+                   "the median of --repeat passes.");
   args.Size("size", &size, "bytes copied (default 256M)", true);
   args.Int("threads", &threads,
            "threads copying at once, each an equal part (default 1; 0: as many as a save stages with)");
+  args.Int("repeat", &repeat, "passes measured, the median reported (default 1)");
   int exit = 0;
   if (!args.Parse(argc, argv, 2, &exit)) return exit;
   if (threads == 0) threads = DefaultStagingThreads();
-  if (threads < 1 || threads > 256) {
-    std::fprintf(stderr, "bench_probe memcpy: --threads must be between 1 and 256\n");
+  if (threads < 1 || threads > 256 || repeat < 1 || repeat > 1000) {
+    std::fprintf(stderr, "bench_probe memcpy: --threads must be between 1 and 256, --repeat between 1 and 1000\n");
     return tools::kExitUsage;
   }
+  Samples bw;
+  for (int64_t i = 0; i < repeat; ++i) bw.Add(MemcpyBandwidth(size, static_cast<int>(threads)));
   JsonWriter j;
   j.BeginObject()
       .Field("bytes", size)
       .Field("threads", threads)
-      .Field("bytes_per_s", MemcpyBandwidth(size, static_cast<int>(threads)))
+      .Field("repeat", repeat)
+      .Field("bytes_per_s", bw.Median())
+      .Field("bytes_per_s_min", bw.Min())
+      .Field("bytes_per_s_max", bw.Max())
       .EndObject();
   std::printf("%s\n", j.str().c_str());
   return tools::kExitOk;
 }
 
 // A warm-up save (step 0: maps and registers the staging arena, as a
-// trainer's first save would) and the measured one (step 1).
+// trainer's first save would) and the measured ones (steps 1..--repeat).
 int Save(int argc, char** argv) {
   std::string root, dtype = "bf16", codec = "none", mesh_text = "dp=1";
-  int64_t params = int64_t{128} << 20, staging = 0, layers = 0, staging_threads = 0;
-  tools::Args args("save", "--root DIR [--params 128M] [--dtype bf16] [--codec none] [--mesh dp=1] [--staging B]",
-                   "Saves a synthetic transformer-like state twice (a warm-up, then step 1, "
-                   "measured) and prints the stall, the time until durable and until committed.");
+  int64_t params = int64_t{128} << 20, staging = 0, layers = 0, staging_threads = 0, repeat = 1;
+  tools::Args args("save",
+                   "--root DIR [--params 128M] [--dtype bf16] [--codec none] [--mesh dp=1] [--staging B] [--repeat 1]",
+                   "Saves a synthetic transformer-like state: a warm-up (step 0), then steps 1..--repeat, "
+                   "measured; prints the medians of the stall, the time until durable and until committed.");
   args.String("root", &root, "checkpoint root (required)");
   args.Size("params", &params, "parameters (default 128M)", false);
   args.String("dtype", &dtype, "bf16, f32 or f16 (default bf16)");
@@ -64,13 +74,14 @@ int Save(int argc, char** argv) {
   args.Int("layers", &layers, "transformer layers (default: from --params)");
   args.Int("staging-threads", &staging_threads,
            "threads that stage a save, the caller's included (default: the library's)");
+  args.Int("repeat", &repeat, "measured saves, steps 1..N, all kept (default 1)");
   int exit = 0;
   if (!args.Parse(argc, argv, 2, &exit)) return exit;
   auto mesh = Mesh::Parse(mesh_text);
   auto dt = ParseDType(dtype);
   auto c = ParseCodec(codec);
-  if (root.empty() || !mesh.ok() || !dt || !c) {
-    std::fprintf(stderr, "bench_probe save: needs --root and a valid --mesh, --dtype and --codec\n");
+  if (root.empty() || !mesh.ok() || !dt || !c || repeat < 1 || repeat > 1000) {
+    std::fprintf(stderr, "bench_probe save: needs --root, a valid --mesh, --dtype and --codec, and --repeat 1..1000\n");
     return tools::kExitUsage;
   }
   tools::SynthJobOptions o;
@@ -90,12 +101,17 @@ int Save(int argc, char** argv) {
   auto job = tools::SyntheticJob::Create(o);
   if (!job.ok()) return Fail("save", job.status());
   tools::SynthSaveResult res;
-  for (int64_t step = 0; step <= 1; ++step) {
+  Samples stall, durable, commit;
+  for (int64_t step = 0; step <= repeat; ++step) {
     absl::Status s = (*job)->SaveAsync(step, 1);
     if (!s.ok()) return Fail("save", s);
     auto r = (*job)->Finish();
     if (!r.ok()) return Fail("save", r.status());
     res = *r;
+    if (step == 0) continue;
+    stall.Add(res.stall_max_s);
+    durable.Add(res.write_s);
+    commit.Add(res.commit_s);
   }
   JsonWriter j;
   j.BeginObject()
@@ -105,9 +121,12 @@ int Save(int argc, char** argv) {
       .Field("staging_bytes", static_cast<int64_t>(o.engine.staging_bytes))
       .Field("ranks", res.ranks)
       .Field("staging_threads", staging_threads > 0 ? staging_threads : DefaultStagingThreads())
-      .Field("stall_s", res.stall_max_s)
-      .Field("durable_s", res.write_s)
-      .Field("commit_s", res.commit_s)
+      .Field("repeat", repeat)
+      .Field("stall_s", stall.Median())
+      .Field("stall_s_min", stall.Min())
+      .Field("stall_s_max", stall.Max())
+      .Field("durable_s", durable.Median())
+      .Field("commit_s", commit.Median())
       .EndObject();
   std::printf("%s\n", j.str().c_str());
   return tools::kExitOk;

@@ -32,6 +32,9 @@ CODECS = ["none", "zstd", "shuffle-zstd", "auto"]
 SINK_CODECS = ["none", "shuffle-zstd", "auto"]
 SLOW_SINK_BPS = "200M"
 DTYPES = ["bf16", "f32"]
+# Measured saves per contender and run (their median), and memcpy passes.
+SAVES_PER_RUN = 3
+MEMCPY_PASSES = 5
 DTYPE_BYTES = {"bf16": 2, "f32": 4}
 SAVE_MESH, RESHARD_MESHES = "tp=4", ["tp=2", "tp=3", "tp=8"]
 PLAN_ARGS = ["--ranks-from", "dp=128,tp=8,pp=16", "--ranks-to", "dp=64,tp=8,pp=32", "--params", "70G",
@@ -129,10 +132,13 @@ class Suite:
         r["fio_read"] = self.fio(path, False)
         os.remove(path)
         size = str(min(self.bytes, 1 << 30))
-        r["memcpy"] = self.run("memcpy", [self.probe, "memcpy", "--size", size])
+        # Medians of several passes: one pass takes a few milliseconds, and
+        # a shared host's other work lands in some of them.
+        r["memcpy"] = self.run("memcpy", [self.probe, "memcpy", "--size", size, "--repeat", str(MEMCPY_PASSES)])
         # The stall's ceiling: memcpy on as many threads as a save stages with.
         r["memcpy_staging"] = self.run("memcpy (staging threads)", [self.probe, "memcpy", "--size", size,
-                                                                     "--threads", "0"])
+                                                                     "--threads", "0", "--repeat",
+                                                                     str(MEMCPY_PASSES)])
 
     def group_ckpt(self, r, dtype, codec):
         root = os.path.join(self.dir, f"ckpt-{dtype}-{codec}")
@@ -140,7 +146,7 @@ class Suite:
         key = f"ckpt/{dtype}/{codec}"
         r[key + "/save"] = self.run(f"ckpt save {dtype} {codec}", [
             self.probe, "save", "--root", root, "--params", self.params(dtype), "--dtype", dtype,
-            "--codec", codec])
+            "--codec", codec, "--repeat", str(SAVES_PER_RUN)])
         r[key + "/load"] = self.run(f"ckpt load {dtype} {codec}", [
             self.probe, "load", "--root", root, "--step", "1", "--mesh", "dp=1"])
         # The read ceiling of these very bytes, right after ckpt read them:
@@ -686,7 +692,9 @@ def report_md(s, t, mach, a, elapsed, command, svg_name, date):
              "Figures are medians with [min–max] over the runs; every ratio is the median of the "
              "per-run ratios to the ceiling measured in the same run: the write ceiling and memcpy of the "
              "run, and for every load fio reading the very file that was just loaded, right after it "
-             "(the disk sits behind caches that a separate file would not share).")
+             "(the disk sits behind caches that a separate file would not share). Within a run, the "
+             f"ckpt saves of the tables below are the medians of {SAVES_PER_RUN} saves in one process "
+             f"(steps 1..{SAVES_PER_RUN} after a warm-up) and memcpy the median of {MEMCPY_PASSES} passes.")
     L.append("")
     L.append("### Machine")
     L.append("")

@@ -36,6 +36,12 @@ def test_runner_reports_every_contender(tmp_path):
             assert s[f"{tool}/{dtype}"]["save_s"]["median"] > 0 and s[f"{tool}/{dtype}"]["load_s"]["median"] > 0
         assert s[f"ckpt-py/{dtype}"]["stall_s"]["median"] > 0
     assert s["ckpt/bf16/shuffle-zstd"]["stored_ratio"] < 0.75  # compression happened
+    # Each run's ckpt saves are medians of several saves, memcpy of several passes.
+    raw = res["raw"][0]
+    save = raw["ckpt/bf16/none/save"]
+    assert save["repeat"] == 3 and save["stall_s_min"] <= save["stall_s"] <= save["stall_s_max"]
+    assert raw["memcpy_staging"]["repeat"] == 5
+    assert raw["memcpy_staging"]["bytes_per_s_min"] <= raw["memcpy_staging"]["bytes_per_s"]
     for mesh in ["tp=2", "tp=3"]:
         assert s["reshard"][mesh]["x_same_mesh"]["median"] > 0
     assert s["plan"]["json"]["ranks_from"] == 16384
