@@ -72,6 +72,25 @@ std::shared_ptr<PeerMemory> StartMemory(const std::string& domain, int64_t budge
   return m.ok() ? *m : nullptr;
 }
 
+// Four processes in four failure domains; files written through `writer`
+// (on a) are held by a and replicated to b and c, and d holds nothing.
+struct FourNodes {
+  std::shared_ptr<PeerMemory> a, b, c, d;
+  absl::StatusOr<std::shared_ptr<Storage>> writer;
+};
+
+FourNodes StartFourNodes(LogLines* a_log = nullptr) {
+  FourNodes n;
+  n.a = StartMemory("node-a", int64_t{1} << 30, a_log);
+  n.b = StartMemory("node-b");
+  n.c = StartMemory("node-c");
+  n.d = StartMemory("node-d");
+  PeerRoute wr;
+  wr.replicas = {n.b->endpoint(), n.c->endpoint()};
+  n.writer = OpenPeerStorage(n.a, wr);
+  return n;
+}
+
 absl::Span<const std::byte> Bytes(const std::string& s) {
   return {reinterpret_cast<const std::byte*>(s.data()), s.size()};
 }
@@ -164,14 +183,8 @@ TEST(PeerStore, DroppedMemoryGoesToAFileOfItsSizeNotToASmallOne) {
 
 TEST(PeerMemory, ReplicasArePlacedAndReadFromPeersWithFailover) {
   LogLines log;
-  auto a = StartMemory("node-a", int64_t{1} << 30, &log);
-  auto b = StartMemory("node-b");
-  auto c = StartMemory("node-c");
-  auto d = StartMemory("node-d");
   // Rank 3's files go to a (its own) and to b and c.
-  PeerRoute wr;
-  wr.replicas = {b->endpoint(), c->endpoint()};
-  auto writer = OpenPeerStorage(a, wr);
+  auto [a, b, c, d, writer] = StartFourNodes(&log);
   ASSERT_OK(writer);
   // Several data frames, the last one ending in part of a bounce buffer.
   const std::string data = Pattern((10u << 20) + 12345, 3);
@@ -405,13 +418,7 @@ TEST(PeerMemory, ACopyWithABadChecksumIsRefusedAndTheNextCopyRead) {
 }
 
 TEST(PeerMemory, AHolderWhoseMemoryChangedSincePutIsCaughtOnTheWire) {
-  auto b = StartMemory("node-b");
-  auto c = StartMemory("node-c");
-  auto a = StartMemory("node-a");
-  auto d = StartMemory("node-d");
-  PeerRoute wr;
-  wr.replicas = {b->endpoint(), c->endpoint()};
-  auto writer = OpenPeerStorage(a, wr);
+  auto [a, b, c, d, writer] = StartFourNodes();
   ASSERT_OK(writer);
   // Three whole pieces and a short last one.
   const std::string path = "step-0000000021/rank-000002.ckd";
