@@ -184,7 +184,9 @@ TEST(PeerStore, DroppedMemoryGoesToAFileOfItsSizeNotToASmallOne) {
 TEST(PeerMemory, ReplicasArePlacedAndReadFromPeersWithFailover) {
   LogLines log;
   // Rank 3's files go to a (its own) and to b and c.
-  auto [a, b, c, d, writer] = StartFourNodes(&log);
+  FourNodes n = StartFourNodes(&log);  // named members: lambdas capture them (not so bindings, in clang 14)
+  auto &a = n.a, &b = n.b, &c = n.c, &d = n.d;
+  auto& writer = n.writer;
   ASSERT_OK(writer);
   // Several data frames, the last one ending in part of a bounce buffer.
   const std::string data = Pattern((10u << 20) + 12345, 3);
@@ -418,7 +420,9 @@ TEST(PeerMemory, ACopyWithABadChecksumIsRefusedAndTheNextCopyRead) {
 }
 
 TEST(PeerMemory, AHolderWhoseMemoryChangedSincePutIsCaughtOnTheWire) {
-  auto [a, b, c, d, writer] = StartFourNodes();
+  FourNodes n = StartFourNodes();
+  auto &b = n.b, &c = n.c, &d = n.d;
+  auto& writer = n.writer;
   ASSERT_OK(writer);
   // Three whole pieces and a short last one.
   const std::string path = "step-0000000021/rank-000002.ckd";
