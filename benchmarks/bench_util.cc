@@ -12,6 +12,7 @@
 #include "ckpt/synthetic.h"
 #include "util/aligned_buffer.h"
 #include "util/clock.h"
+#include "util/errors.h"
 
 namespace ckpt::bench {
 
@@ -72,26 +73,37 @@ double DirectIo(const std::string& file, int64_t size, bool write) {
   return static_cast<double>(size) / dt;
 }
 
-// One pass, like the stall it is compared with (after a pass that warms the
-// buffers): a best-of-n would flatter the ceiling.
-double MemcpyBandwidth(int64_t size, int threads) {
-  auto src = AlignedBuffer::Allocate(size, true);
-  auto dst = AlignedBuffer::Allocate(size, true, /*huge=*/true);  // as the staging arena
-  if (!src.ok() || !dst.ok() || threads < 1) return -1;
-  std::memset(src->data(), 1, size);
-  std::memcpy(dst->data(), src->data(), size);
-  const int64_t part = (size / threads + 63) / 64 * 64;
+absl::StatusOr<std::unique_ptr<MemcpyPasses>> MemcpyPasses::Create(int64_t size) {
+  std::unique_ptr<MemcpyPasses> m(new MemcpyPasses());
+  CKPT_ASSIGN_OR_RETURN(m->src_, AlignedBuffer::Allocate(size, true));
+  CKPT_ASSIGN_OR_RETURN(m->dst_, AlignedBuffer::Allocate(size, true, /*huge=*/true));  // as the staging arena
+  m->size_ = size;
+  std::memset(m->src_.data(), 1, size);
+  std::memcpy(m->dst_.data(), m->src_.data(), size);
+  return m;
+}
+
+double MemcpyPasses::Pass(int threads) {
+  if (threads < 1) return -1;
+  const int64_t part = (size_ / threads + 63) / 64 * 64;
   auto copy = [&](int i) {
-    const int64_t begin = std::min<int64_t>(size, i * part);
-    const int64_t end = std::min<int64_t>(size, begin + part);
-    std::memcpy(dst->data() + begin, src->data() + begin, end - begin);
+    const int64_t begin = std::min<int64_t>(size_, i * part);
+    const int64_t end = std::min<int64_t>(size_, begin + part);
+    std::memcpy(dst_.data() + begin, src_.data() + begin, end - begin);
   };
   const double t0 = NowSeconds();
   std::vector<std::thread> helpers;
   for (int i = 1; i < threads; ++i) helpers.emplace_back(copy, i);
   copy(0);
   for (std::thread& t : helpers) t.join();
-  return static_cast<double>(size) / (NowSeconds() - t0);
+  return static_cast<double>(size_) / (NowSeconds() - t0);
+}
+
+// One pass, like the stall it is compared with (after a pass that warms the
+// buffers): a best-of-n would flatter the ceiling.
+double MemcpyBandwidth(int64_t size, int threads) {
+  auto m = MemcpyPasses::Create(size);
+  return m.ok() ? (*m)->Pass(threads) : -1;
 }
 
 StateBuffers MakeState(int64_t size, DType dtype) {

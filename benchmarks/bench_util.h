@@ -5,11 +5,14 @@
 #define CKPT_BENCHMARKS_BENCH_UTIL_H_
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
+#include "absl/status/statusor.h"
 #include "ckpt/tensor.h"
 #include "common/cli.h"
+#include "util/aligned_buffer.h"
 
 namespace ckpt::bench {
 
@@ -28,10 +31,25 @@ double RunFio(const std::string& file, int64_t size, bool write);
 double DirectIo(const std::string& file, int64_t size, bool write);
 /// The write (or read) ceiling of `file`'s disk: fio when installed, else DirectIo.
 double DiskCeiling(const std::string& file, int64_t size, bool write);
-/// One memcpy pass of `size` bytes after a warming pass, bytes/s.
 /// memcpy bandwidth of `size` bytes (after a warming pass), split into
 /// `threads` equal parts copied at once by as many threads.
 double MemcpyBandwidth(int64_t size, int threads = 1);
+
+/// The buffers of MemcpyBandwidth, kept for passes taken beside each
+/// operation they are the ceiling of (one pass a few milliseconds before or
+/// after moves with the host).
+class MemcpyPasses {
+ public:
+  /// Source and destination of `size` bytes, touched and warmed by a pass.
+  static absl::StatusOr<std::unique_ptr<MemcpyPasses>> Create(int64_t size);
+  /// One pass on `threads` threads, bytes/s.
+  double Pass(int threads);
+
+ private:
+  MemcpyPasses() = default;
+  AlignedBuffer src_, dst_;
+  int64_t size_ = 0;
+};
 
 struct StateBuffers {
   std::vector<TensorSpec> specs;

@@ -35,6 +35,10 @@ DTYPES = ["bf16", "f32"]
 # Measured saves per contender and run (their median), and memcpy passes.
 SAVES_PER_RUN = 3
 MEMCPY_PASSES = 5
+# Saves of the stall target per dtype and run, each followed by a memcpy pass
+# of its bytes on as many threads in the same process (--memcpy-beside): a
+# pass a minute away from the save it is compared with moves with the host.
+STALL_SAVES = 5
 DTYPE_BYTES = {"bf16": 2, "f32": 4}
 SAVE_MESH, RESHARD_MESHES = "tp=4", ["tp=2", "tp=3", "tp=8"]
 PLAN_ARGS = ["--ranks-from", "dp=128,tp=8,pp=16", "--ranks-to", "dp=64,tp=8,pp=32", "--params", "70G",
@@ -157,6 +161,13 @@ class Suite:
         r[key + "/verify"] = self.run(f"ckpt verify {dtype} {codec}", [
             self.ckpt, "verify", root, "--step", "1", "--json"])
         shutil.rmtree(root, ignore_errors=True)
+        if codec == "none":
+            # Its own process: the memcpy buffers would count in the peak
+            # RSS of the save above.
+            r[f"ckpt/{dtype}/stall"] = self.run(f"ckpt stall {dtype}, each save beside memcpy", [
+                self.probe, "save", "--root", root, "--params", self.params(dtype), "--dtype", dtype,
+                "--codec", codec, "--repeat", str(STALL_SAVES), "--memcpy-beside"])
+            shutil.rmtree(root, ignore_errors=True)
 
     def group_reshard600(self, r):
         """tp=4 -> tp=3 of a --reshard-params model (2 layers, so its matrices
@@ -297,7 +308,8 @@ class Suite:
         g = [("ceilings", self.group_ceilings, 4)]
         for dtype in DTYPES:
             for codec in CODECS:
-                g.append((f"ckpt {dtype} {codec}", lambda r, d=dtype, c=codec: self.group_ckpt(r, d, c), 4))
+                g.append((f"ckpt {dtype} {codec}", lambda r, d=dtype, c=codec: self.group_ckpt(r, d, c),
+                          5 if codec == "none" else 4))
         g.append(("reshard", self.group_reshard, 2 + len(RESHARD_MESHES)))
         g.append(("reshard 600M", self.group_reshard600, 2))
         if os.path.isdir("/dev/shm"):
@@ -366,6 +378,13 @@ def summarize(runs):
     s["memcpy"] = per_run(lambda r: r["memcpy"]["bytes_per_s"])
     s["memcpy_staging"] = per_run(lambda r: r["memcpy_staging"]["bytes_per_s"])
     s["staging_threads"] = runs[0]["memcpy_staging"]["threads"]
+    for dtype in DTYPES:
+        k = f"ckpt/{dtype}/stall"
+        s[k] = {
+            "stall_s": per_run(lambda r: r[k]["stall_s"]),
+            "memcpy": per_run(lambda r: r[k]["memcpy_bytes_per_s"]),
+            "stall_x_memcpy": per_run(lambda r: r[k]["stall_x_memcpy"]),
+        }
     for dtype in DTYPES:
         alt_save = lambda r, d=dtype: min(r[f"torch/{d}/save"]["seconds"], r[f"h5py/{d}/save"]["seconds"])
         alt_load = lambda r, d=dtype: min(r[f"torch/{d}/load"]["seconds"], r[f"h5py/{d}/load"]["seconds"])
@@ -516,15 +535,15 @@ def targets(s):
         add(f"durable save (none, {dtype}) >= 0.9x write ceiling", x, x >= 0.9, f"{x:.2f}x")
         sp = n["save_speedup_vs_torch"]["median"]
         add(f"durable save (none, {dtype}) >= 1.3x faster than torch.save + fsync", sp, sp >= 1.3, f"{sp:.2f}x")
-        st = n["stall_x_memcpy"]["median"]
-        add(f"stall ({dtype}) >= 0.9x memcpy of as many threads ({s['staging_threads']})", st, st >= 0.9,
-            f"{st:.2f}x")
+        st = s[f"ckpt/{dtype}/stall"]["stall_x_memcpy"]["median"]
+        add(f"stall ({dtype}) >= 0.9x memcpy of as many threads ({s['staging_threads']}), each save beside its "
+            "own pass", st, st >= 0.9, f"{st:.2f}x")
         so = n["stall_over_torch_save"]["median"]
         add(f"stall ({dtype}) <= 1/20 of torch.save's wall time", so, so <= 0.05, f"1/{1 / so:.0f}")
         lx = n["load_x_read"]["median"]
-        add(f"load ({dtype}) >= 0.85x read ceiling", lx, lx >= 0.85, f"{lx:.2f}x")
-        lt = n["load_speedup_vs_torch"]["median"]
-        add(f"load ({dtype}) faster than torch.load", lt, lt > 1.0, f"{lt:.2f}x")
+        add(f"load ({dtype}) >= 0.9x read ceiling", lx, lx >= 0.9, f"{lx:.2f}x")
+        lt = n["load_speedup_vs_best_alt"]["median"]
+        add(f"load ({dtype}) faster than torch.load and h5py", lt, lt > 1.0, f"{lt:.2f}x")
     sz = s["ckpt/bf16/shuffle-zstd"]["save_x_write"]["median"]
     add("shuffle-zstd on bf16: logical throughput >= 1.3x the raw write ceiling", sz, sz >= 1.3, f"{sz:.2f}x")
     worst = max(s["reshard"][m]["x_same_mesh"]["median"] for m in RESHARD_MESHES)
@@ -694,7 +713,10 @@ def report_md(s, t, mach, a, elapsed, command, svg_name, date):
              "run, and for every load fio reading the very file that was just loaded, right after it "
              "(the disk sits behind caches that a separate file would not share). Within a run, the "
              f"ckpt saves of the tables below are the medians of {SAVES_PER_RUN} saves in one process "
-             f"(steps 1..{SAVES_PER_RUN} after a warm-up) and memcpy the median of {MEMCPY_PASSES} passes.")
+             f"(steps 1..{SAVES_PER_RUN} after a warm-up) and memcpy the median of {MEMCPY_PASSES} passes. "
+             f"The stall target pairs each of {STALL_SAVES} further saves (none) with a memcpy pass of its "
+             "bytes on as many threads, in the same process right after it, and takes the median of those "
+             "ratios: on a shared host one pass a minute away can run at a third or three times the speed.")
     L.append("")
     L.append("### Machine")
     L.append("")
@@ -718,6 +740,10 @@ def report_md(s, t, mach, a, elapsed, command, svg_name, date):
     L.append(f"| single-thread memcpy | {fmt(s['memcpy'], gb, 2)} |")
     L.append(f"| memcpy on {s['staging_threads']} threads (as many as a save stages with) | "
              f"{fmt(s['memcpy_staging'], gb, 2)} |")
+    for dtype in DTYPES:
+        st = s[f"ckpt/{dtype}/stall"]
+        L.append(f"| the same, one pass right after each save of the stall target ({dtype}; stall "
+                 f"{fmt(st['stall_s'])} s) | {fmt(st['memcpy'], gb, 2)} |")
     L.append("")
     over = [f"{d} {c}" for d in DTYPES for c in CODECS if s[f"ckpt/{d}/{c}"]["load_x_read"]["median"] > 1]
     if over:

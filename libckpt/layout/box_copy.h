@@ -5,6 +5,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <utility>
 
 #include "ckpt/state.h"
 
@@ -19,14 +20,24 @@ void GatherPacked(const Shard& shard, int64_t first, int64_t count, std::byte* d
 /// shard's memory.
 void ScatterPacked(const Shard& shard, int64_t first, int64_t count, const std::byte* src);
 
-/// Calls fn(row) for each row of the shard's box in row-major order, `row`
-/// pointing at the row's first element; stops early when fn returns false.
-/// REQUIRES: the last dimension is contiguous (stride 1) and box non-empty.
+/// Rows of the shard's box: the product of every size but the last (1 for a
+/// box of one dimension).
+inline int64_t RowCount(const Shard& shard) {
+  int64_t rows = 1;
+  for (int d = 0; d + 1 < shard.box.ndim(); ++d) rows *= shard.box.sizes[d];
+  return rows;
+}
+
+/// Calls fn(row) for rows [first, last) of the shard's box in row-major
+/// order, `row` pointing at the row's first element; stops early when fn
+/// returns false. REQUIRES: the last dimension is contiguous (stride 1),
+/// box non-empty, 0 <= first <= last <= RowCount(shard).
 template <typename Fn>
-void ForEachRow(const Shard& shard, Fn&& fn) {
+void ForEachRowIn(const Shard& shard, int64_t first, int64_t last, Fn&& fn) {
   const int nd = shard.box.ndim();
   const size_t es = DTypeSize(shard.spec.dtype);
   const std::byte* base = static_cast<const std::byte*>(shard.data);
+  if (first >= last) return;
   if (nd <= 1) {
     fn(base);
     return;
@@ -38,19 +49,29 @@ void ForEachRow(const Shard& shard, Fn&& fn) {
   } else {
     for (int d = 0; d < nd; ++d) strides[d] = shard.strides[d];
   }
+  // The index of row `first`, outermost dimension first.
   int64_t idx[32] = {};
   int64_t mem = 0;
-  while (true) {
+  for (int64_t r = first, d = nd - 2; d >= 0; --d) {
+    idx[d] = r % shard.box.sizes[d];
+    r /= shard.box.sizes[d];
+    mem += idx[d] * strides[d];
+  }
+  for (int64_t left = last - first; left > 0; --left) {
     if (!fn(base + mem * static_cast<int64_t>(es))) return;
-    int d = nd - 2;
-    for (; d >= 0; --d) {
+    for (int d = nd - 2; d >= 0; --d) {
       mem += strides[d];
       if (++idx[d] < shard.box.sizes[d]) break;
       mem -= idx[d] * strides[d];
       idx[d] = 0;
     }
-    if (d < 0) return;
   }
+}
+
+/// Every row of the shard's box (ForEachRowIn over all of them).
+template <typename Fn>
+void ForEachRow(const Shard& shard, Fn&& fn) {
+  ForEachRowIn(shard, 0, RowCount(shard), std::forward<Fn>(fn));
 }
 
 /// xxh3 of the shard's packed row-major bytes, chained row by row (each

@@ -154,9 +154,12 @@ class SaveEngine {
   void RecordAuto(DType dtype, uint64_t raw_len, uint64_t stored_len);
   /// Hands a filled slot to the workers. Returns false when the job failed.
   bool Enqueue(const std::shared_ptr<SaveJob>& job, uint64_t block_id, std::byte* slot, uint64_t len, DType dtype);
-  /// Stages pieces[first, last) (the column tiles of one parent shard) in
-  /// one pass over its rows. Returns false when the job failed.
-  bool StageTiles(const std::shared_ptr<SaveJob>& job, const std::vector<SavePiece>& pieces, size_t first, size_t last);
+  /// Stages rows [row_begin, row_end) of pieces[first, last) (the column
+  /// tiles of one parent shard) in one pass over those rows; every tile's
+  /// part of them starts on a block boundary. Returns false when the job
+  /// failed.
+  bool StageTiles(const std::shared_ptr<SaveJob>& job, const std::vector<SavePiece>& pieces, size_t first, size_t last,
+                  int64_t row_begin, int64_t row_end);
   /// One Run's staging, shared out to the staging threads.
   struct StageTask;
   /// Stages `pieces` on the caller and the staging helpers; returns when

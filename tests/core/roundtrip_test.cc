@@ -388,6 +388,58 @@ TEST(Staging, ThreadsAndRanksShareASmallArena) {
   }
 }
 
+// Tiled shards larger than a staging unit are staged in bands of rows, each
+// starting every tile on a block boundary, by several threads at once: a
+// whole 3-d tensor (eight column tiles, bands of 128 rows, a short last
+// band) and a matrix whose rows are a strided view of a wider buffer. Every
+// element comes back, whole and cut across the tiles.
+TEST(Staging, TiledShardsAreStagedInBandsOfRows) {
+  for (int threads : {1, 3}) {
+    for (Codec codec : {Codec::kNone, Codec::kShuffleZstd}) {
+      SaveEngineOptions eo;
+      eo.block_size = kSmallBlock;
+      eo.staging_bytes = 24 * (kSmallBlock + 4096);
+      eo.staging_threads = threads;
+      auto engine = CreateSaveEngine(eo);
+      ASSERT_OK(engine);
+      TempDir dir;
+      CheckpointerOptions o;
+      o.uri = dir.path() + "/root";
+      o.codec = codec;
+      o.engine = *engine;
+      auto cp = Checkpointer::Open(o);
+      ASSERT_OK(cp);
+      const TensorSpec cube{"cube", DType::kBF16, {4, 300, 3072}};
+      std::vector<OwnedShard> shards;
+      shards.push_back(MakeShard(cube, Box::Whole(cube.shape), 9));
+      // A 700 x 2048 f32 weight viewed inside a buffer of 4096 columns.
+      const TensorSpec w{"w", DType::kF32, {700, 2048}};
+      OwnedShard wide = MakeShard(TensorSpec{"wide", DType::kF32, {700, 4096}}, Box({0, 0}, {700, 4096}), 0);
+      OwnedShard part = MakeShard(w, Box::Whole(w.shape), 9);
+      for (int64_t r = 0; r < 700; ++r) {
+        std::memcpy(wide.data.data() + (r * 4096 + 1024) * 4, part.data.data() + r * 2048 * 4, 2048 * 4);
+      }
+      State state;
+      ASSERT_OK(state.AddShard(cube, shards[0].box, shards[0].data.data()));
+      ASSERT_OK(state.AddShard(w, part.box, wide.data.data() + 1024 * 4, {4096, 1}));
+      auto h = (*cp)->Save(1, state);
+      ASSERT_OK(h);
+      ASSERT_OK(h->Wait());
+      std::vector<OwnedShard> out = {EmptyShard(cube, Box::Whole(cube.shape)), EmptyShard(w, part.box)};
+      State target = StateOf(out);
+      ASSERT_OK((*cp)->Load(target));
+      for (const auto& s : out) EXPECT_EQ(Mismatches(s, 9), 0) << s.spec.fqn << " threads " << threads;
+      // Cut across the tiles: the middle third of the cube's columns and of
+      // the weight's part.
+      std::vector<OwnedShard> cut = {EmptyShard(cube, Box({1, 17, 1024}, {3, 283, 1024})),
+                                     EmptyShard(w, Box({5, 683}, {690, 683}))};
+      State cut_target = StateOf(cut);
+      ASSERT_OK((*cp)->Load(cut_target));
+      for (const auto& s : cut) EXPECT_EQ(Mismatches(s, 9), 0) << s.spec.fqn << " threads " << threads;
+    }
+  }
+}
+
 // Codec::kAuto against a slow device (a simulated disk of 10 MB/s that
 // serves writes one after another), a sink faster than any compressor
 // (memory), and incompressible bytes: it compresses when the storage is the

@@ -85,6 +85,41 @@ TEST(BoxCopy, GatherAndScatterStrided) {
   EXPECT_EQ(mem[11], 11);
 }
 
+// Rows [first, last) of a strided 3-d box: each range visits exactly the
+// rows the whole walk visits there, in the same order.
+TEST(BoxCopy, RowRangesOfAStridedBoxMatchTheWholeWalk) {
+  // A 2x3x4 box inside a 3x5x8 array (pitches 40 and 8), starting at [1][1][2].
+  std::vector<int32_t> mem(3 * 5 * 8);
+  for (size_t i = 0; i < mem.size(); ++i) mem[i] = static_cast<int32_t>(i);
+  Shard sh{TensorSpec{"t", DType::kI32, {2, 3, 4}}, Box({0, 0, 0}, {2, 3, 4}), mem.data() + 40 + 8 + 2, {40, 8, 1}};
+  ASSERT_EQ(RowCount(sh), 6);
+  std::vector<int32_t> all;
+  ForEachRow(sh, [&](const std::byte* row) {
+    all.push_back(*reinterpret_cast<const int32_t*>(row));
+    return true;
+  });
+  ASSERT_EQ(all, (std::vector<int32_t>{50, 58, 66, 90, 98, 106}));
+  for (int64_t first = 0; first <= 6; ++first) {
+    for (int64_t last = first; last <= 6; ++last) {
+      std::vector<int32_t> got;
+      ForEachRowIn(sh, first, last, [&](const std::byte* row) {
+        got.push_back(*reinterpret_cast<const int32_t*>(row));
+        return true;
+      });
+      EXPECT_EQ(got, std::vector<int32_t>(all.begin() + first, all.begin() + last)) << first << ".." << last;
+    }
+  }
+  // A 1-d box is one row.
+  Shard one{TensorSpec{"r", DType::kI32, {4}}, Box({0}, {4}), mem.data() + 3, {}};
+  EXPECT_EQ(RowCount(one), 1);
+  int calls = 0;
+  ForEachRowIn(one, 0, 1, [&](const std::byte* row) {
+    EXPECT_EQ(*reinterpret_cast<const int32_t*>(row), 3);
+    return ++calls > 0;
+  });
+  EXPECT_EQ(calls, 1);
+}
+
 // The replica hash depends on the values only: a strided view and a packed
 // copy of the same box hash alike, a changed element does not.
 TEST(BoxCopy, HashPackedIgnoresStrides) {

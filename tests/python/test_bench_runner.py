@@ -42,6 +42,14 @@ def test_runner_reports_every_contender(tmp_path):
     assert save["repeat"] == 3 and save["stall_s_min"] <= save["stall_s"] <= save["stall_s_max"]
     assert raw["memcpy_staging"]["repeat"] == 5
     assert raw["memcpy_staging"]["bytes_per_s_min"] <= raw["memcpy_staging"]["bytes_per_s"]
+    # The stall target: each save against a memcpy pass right after it.
+    for dtype in ["bf16", "f32"]:
+        beside = raw[f"ckpt/{dtype}/stall"]
+        assert beside["repeat"] == 5
+        assert beside["memcpy_bytes_per_s_min"] <= beside["memcpy_bytes_per_s"] <= beside["memcpy_bytes_per_s_max"]
+        assert 0 < beside["stall_x_memcpy_min"] <= beside["stall_x_memcpy"] <= beside["stall_x_memcpy_max"]
+        assert s[f"ckpt/{dtype}/stall"]["stall_x_memcpy"]["median"] == beside["stall_x_memcpy"]
+    assert any(t["target"].startswith("stall (bf16)") and "beside its own pass" in t["target"] for t in res["targets"])
     for mesh in ["tp=2", "tp=3"]:
         assert s["reshard"][mesh]["x_same_mesh"]["median"] > 0
     assert s["plan"]["json"]["ranks_from"] == 16384
