@@ -38,9 +38,27 @@ std::byte* StagingArena::TakeFreeSlotLocked(std::unique_lock<std::mutex>& lock) 
 
 std::byte* StagingArena::Acquire(size_t bytes) {
   std::unique_lock<std::mutex> lock(mu_);
-  // Large requests, and small ones too long to be worth a fresh packing
-  // slot, get a slot of their own.
-  if (bytes > slot_bytes_ / 2) return TakeFreeSlotLocked(lock);
+  if (bytes > slot_bytes_ / 2) {
+    // A long request (a whole block, or a long last block of a piece) goes
+    // where the packing slot still has room for it...
+    if (packing_ != nullptr && packed_ + bytes <= slot_bytes_) return PlaceLocked(bytes);
+    // ...or into a slot of its own. When what that slot has left exceeds
+    // what the packing slot has left, it becomes the packing slot: the
+    // short requests after it fill its rest, so a save's tails do not each
+    // waste most of a slot and an arena of a save's size holds the save.
+    std::byte* s = TakeFreeSlotLocked(lock);  // this request's reference
+    if (bytes < slot_bytes_ && (packing_ == nullptr || bytes < packed_)) {
+      const bool freed = packing_ != nullptr && DropRefLocked(packing_);
+      packing_ = s;
+      packed_ = bytes;
+      ++refs_[SlotIndex(s)];  // the packer's
+      if (freed) {
+        lock.unlock();
+        cv_.notify_all();
+      }
+    }
+    return s;
+  }
   while (packing_ == nullptr || packed_ + bytes > slot_bytes_) {
     if (packing_ != nullptr) {
       DropRefLocked(packing_);
@@ -56,6 +74,10 @@ std::byte* StagingArena::Acquire(size_t bytes) {
     // this one back (it would otherwise never be freed) and try theirs.
     if (DropRefLocked(fresh)) cv_.notify_one();
   }
+  return PlaceLocked(bytes);
+}
+
+std::byte* StagingArena::PlaceLocked(size_t bytes) {
   std::byte* p = packing_ + packed_;
   packed_ += bytes;
   ++refs_[SlotIndex(packing_)];

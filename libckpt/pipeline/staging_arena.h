@@ -1,9 +1,11 @@
 // The save engine's bounded staging memory. Fixed slots, each the size of
-// one block and its frame, allocated (and pre-faulted) once. A request
-// larger than half a slot takes a slot of its own; smaller ones (the last,
-// short block of a piece) are packed several to a slot, so a state of many
-// small tensors fits an arena of its size. A slot is free again once every
-// request placed in it was released. Acquire waits while no slot is free:
+// one block and its frame, allocated (and pre-faulted) once. Requests
+// shorter than a slot (the last block of a piece) are packed several to a
+// slot, so a state of many tensors fits an arena of its size: one slot at a
+// time is packed, and a request of more than half a slot that does not fit
+// there takes a slot of its own, whose rest becomes the packing slot when
+// it is the larger room. A slot is free again once every request placed in
+// it was released. Acquire waits while no slot is free:
 // that wait is the only way a save slows its caller down (backpressure).
 // Thread-safe.
 #ifndef CKPT_PIPELINE_STAGING_ARENA_H_
@@ -47,6 +49,8 @@ class StagingArena {
   size_t SlotIndex(const std::byte* p) const { return static_cast<size_t>(p - memory_.data()) / slot_bytes_; }
   std::byte* TakeFreeSlotLocked(std::unique_lock<std::mutex>& lock);
   bool DropRefLocked(const std::byte* p);
+  /// `bytes` at the packing slot's end. REQUIRES: it fits.
+  std::byte* PlaceLocked(size_t bytes);
 
   AlignedBuffer memory_;
   size_t slot_bytes_ = 0;

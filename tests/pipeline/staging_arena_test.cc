@@ -58,6 +58,53 @@ TEST(StagingArena, LargeRequestsTakeASlotEachSmallOnesArePacked) {
   EXPECT_EQ(a.free_slots(), 3u);
 }
 
+// Last blocks of more than half a slot: each used to take a slot of its own
+// and waste the rest, so an arena of a save's size did not hold the save.
+// Now the rest of such a slot is packed: three long and three short tails
+// (40 and 20 KiB of 64) take three slots, not four, and a fourth short one
+// still fits where a long one left room.
+TEST(StagingArena, TheRestOfALongRequestsSlotIsPacked) {
+  auto arena = StagingArena::Create(kSlot, 4, false);
+  ASSERT_OK(arena);
+  StagingArena& a = **arena;
+  std::vector<std::byte*> held;
+  for (int i = 0; i < 3; ++i) {
+    std::byte* longer = a.Acquire(40 << 10);
+    std::byte* shorter = a.Acquire(20 << 10);
+    EXPECT_EQ(shorter - longer, 40 << 10) << i << ": the short one follows the long one in its slot";
+    held.push_back(longer);
+    held.push_back(shorter);
+  }
+  EXPECT_EQ(a.free_slots(), 1u);
+  // A short one fills the packing slot's last 4 KiB.
+  std::byte* small = a.Acquire(4 << 10);
+  EXPECT_EQ(small - held[5], 20 << 10);
+  EXPECT_EQ(a.free_slots(), 1u);
+  // A long one that fits nowhere takes the last slot; the packing slot
+  // stays the fuller one's unless the new one leaves more room.
+  std::byte* last = a.Acquire(36 << 10);
+  EXPECT_EQ((last - a.data()) % static_cast<ptrdiff_t>(kSlot), 0);
+  EXPECT_EQ(a.free_slots(), 0u);
+  std::byte* after = a.Acquire(28 << 10);
+  EXPECT_EQ(after - last, 36 << 10) << "packed after the new slot's request (28 KiB left there, 0 in the old)";
+  held.push_back(small);
+  held.push_back(last);
+  held.push_back(after);
+  for (std::byte* p : held) a.Release(p);
+  // Every slot comes back (the packing slot once a whole request needs it).
+  std::vector<std::byte*> all;
+  for (int i = 0; i < 4; ++i) all.push_back(a.Acquire(kSlot));
+  for (std::byte* p : all) a.Release(p);
+  EXPECT_EQ(a.free_slots(), 4u);
+  // A long one goes where the packing slot has room for it.
+  std::byte* first = a.Acquire(8 << 10);
+  std::byte* fits = a.Acquire(40 << 10);
+  EXPECT_EQ(fits - first, 8 << 10);
+  EXPECT_EQ(a.free_slots(), 3u);
+  a.Release(first);
+  a.Release(fits);
+}
+
 TEST(StagingArena, AFullArenaMakesTheCallerWaitUntilASlotIsReleased) {
   auto arena = StagingArena::Create(kSlot, 2, false);
   ASSERT_OK(arena);
@@ -111,7 +158,11 @@ TEST(StagingArena, ConcurrentUseNeverOverlapsAndLeavesNothingHeld) {
   for (int t = 0; t < 4; ++t) {
     threads.emplace_back([&, t] {
       for (int i = 0; i < 500; ++i) {
-        const size_t bytes = (i + t) % 3 == 0 ? kSlot : 4096 * static_cast<size_t>(1 + (i % 4));
+        // Whole slots, long tails (36-48 KiB: a slot of their own whose rest
+        // may be packed) and short ones.
+        const size_t bytes = (i + t) % 3 == 0   ? kSlot
+                             : (i + t) % 3 == 1 ? 4096 * static_cast<size_t>(9 + (i % 4))
+                                                : 4096 * static_cast<size_t>(1 + (i % 4));
         std::byte* p = a.Acquire(bytes);
         const auto tag = static_cast<std::byte>(t * 16 + (i & 15));
         std::memset(p, static_cast<int>(tag), bytes);
