@@ -714,9 +714,10 @@ def report_md(s, t, mach, a, elapsed, command, svg_name, date):
              "(the disk sits behind caches that a separate file would not share). Within a run, the "
              f"ckpt saves of the tables below are the medians of {SAVES_PER_RUN} saves in one process "
              f"(steps 1..{SAVES_PER_RUN} after a warm-up) and memcpy the median of {MEMCPY_PASSES} passes. "
-             f"The stall target pairs each of {STALL_SAVES} further saves (none) with a memcpy pass of its "
-             "bytes on as many threads, in the same process right after it, and takes the median of those "
-             "ratios: on a shared host one pass a minute away can run at a third or three times the speed.")
+             f"The stall target pairs each of {STALL_SAVES} further saves (none) with memcpy on as many "
+             "threads in the same process right after it (a warming pass, then the measured one, of up to "
+             "256 MiB), and takes the median of those ratios: on a shared host one pass a minute away can "
+             "run at a third or three times the speed.")
     L.append("")
     L.append("### Machine")
     L.append("")
@@ -742,7 +743,7 @@ def report_md(s, t, mach, a, elapsed, command, svg_name, date):
              f"{fmt(s['memcpy_staging'], gb, 2)} |")
     for dtype in DTYPES:
         st = s[f"ckpt/{dtype}/stall"]
-        L.append(f"| the same, one pass right after each save of the stall target ({dtype}; stall "
+        L.append(f"| the same, right after each save of the stall target ({dtype}; stall "
                  f"{fmt(st['stall_s'])} s) | {fmt(st['memcpy'], gb, 2)} |")
     L.append("")
     over = [f"{d} {c}" for d in DTYPES for c in CODECS if s[f"ckpt/{d}/{c}"]["load_x_read"]["median"] > 1]
