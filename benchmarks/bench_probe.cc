@@ -112,10 +112,8 @@ int Save(int argc, char** argv) {
   const int threads = staging_threads > 0 ? static_cast<int>(staging_threads) : DefaultStagingThreads();
   std::unique_ptr<MemcpyPasses> passes;
   if (memcpy_beside) {
-    // Buffers far larger than the caches, yet not the state's size: on
-    // this kind of host touching gigabytes more between saves made the
-    // saves' own memory slower to touch (stalls of 0.06-0.14 s for 1 GiB
-    // against 0.04-0.05 s beside buffers never touched).
+    // Buffers far larger than the caches measure the memory's speed; more
+    // would only add to what the process holds.
     auto m = MemcpyPasses::Create(std::min<int64_t>(state_bytes, kBesideBytes));
     if (!m.ok()) return Fail("save", m.status());
     passes = std::move(*m);

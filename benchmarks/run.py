@@ -35,9 +35,9 @@ DTYPES = ["bf16", "f32"]
 # Measured saves per contender and run (their median), and memcpy passes.
 SAVES_PER_RUN = 3
 MEMCPY_PASSES = 5
-# Saves of the stall target per dtype and run, each followed by a memcpy pass
-# of its bytes on as many threads in the same process (--memcpy-beside): a
-# pass a minute away from the save it is compared with moves with the host.
+# Saves of the stall target per dtype and run, each followed by memcpy on as
+# many threads in the same process (--memcpy-beside): a pass a minute away
+# from the save it is compared with moves with the host.
 STALL_SAVES = 5
 DTYPE_BYTES = {"bf16": 2, "f32": 4}
 SAVE_MESH, RESHARD_MESHES = "tp=4", ["tp=2", "tp=3", "tp=8"]

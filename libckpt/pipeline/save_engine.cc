@@ -282,13 +282,12 @@ bool SaveEngine::StageTiles(const std::shared_ptr<SaveJob>& job, const std::vect
 
 namespace {
 
-// Rows per staging unit of a tiled shard: passes over whole matrices of
-// tens of megabytes left one thread copying the last of them while the
-// others had finished. A band starts every tile on a block boundary (its
-// rows times each tile's row segment are whole blocks) and is about
-// kTileBandBlocks blocks over all tiles (16 MiB with the default blocks),
-// or the whole shard where no such band fits.
+// About this many blocks over all tiles per band (16 MiB with the default
+// blocks): passes over whole matrices of tens of megabytes left one thread
+// copying the last of them while the others had finished.
 constexpr uint64_t kTileBandBlocks = 16;
+
+}  // namespace
 
 int64_t TileBandRows(const std::vector<SavePiece>& pieces, size_t first, size_t last, uint64_t block_size) {
   const Shard& parent = *pieces[first].parent;
@@ -307,8 +306,6 @@ int64_t TileBandRows(const std::vector<SavePiece>& pieces, size_t first, size_t 
   const uint64_t band = std::max<uint64_t>(step, want / step * step);
   return static_cast<int64_t>(std::min<uint64_t>(band, static_cast<uint64_t>(rows)));
 }
-
-}  // namespace
 
 struct SaveEngine::StageTask {
   std::shared_ptr<SaveJob> job;

@@ -64,6 +64,12 @@ struct SavePiece {
   uint64_t block_count = 0;
 };
 
+/// Rows per staging unit of the column tiles pieces[first, last) of one
+/// shard: a band starts every tile's part on a block boundary (its rows
+/// times each tile's row segment are whole blocks); the whole shard where
+/// no such band fits within its rows.
+int64_t TileBandRows(const std::vector<SavePiece>& pieces, size_t first, size_t last, uint64_t block_size);
+
 /// State of one rank's save of one step. Created by the Checkpointer,
 /// driven by the engine.
 struct SaveJob {

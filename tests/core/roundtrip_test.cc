@@ -6,6 +6,7 @@
 #include "ckpt/synthetic.h"
 #include "ckpt/verify.h"
 #include "core/root.h"
+#include "core/save_pieces.h"
 #include "pipeline/save_engine.h"
 #include "storage/mem_storage.h"
 #include "testutil/test_util.h"
@@ -390,9 +391,9 @@ TEST(Staging, ThreadsAndRanksShareASmallArena) {
 
 // Tiled shards larger than a staging unit are staged in bands of rows, each
 // starting every tile on a block boundary, by several threads at once: a
-// whole 3-d tensor (eight column tiles, bands of 128 rows, a short last
-// band) and a matrix whose rows are a strided view of a wider buffer. Every
-// element comes back, whole and cut across the tiles.
+// whole 3-d tensor (six column tiles, bands of 128 rows, a short last band)
+// and a matrix whose rows are a strided view of a wider buffer (eight
+// tiles, bands of 64 rows). Every element comes back, whole and cut across the tiles.
 TEST(Staging, TiledShardsAreStagedInBandsOfRows) {
   for (int threads : {1, 3}) {
     for (Codec codec : {Codec::kNone, Codec::kShuffleZstd}) {
@@ -412,16 +413,32 @@ TEST(Staging, TiledShardsAreStagedInBandsOfRows) {
       const TensorSpec cube{"cube", DType::kBF16, {4, 300, 3072}};
       std::vector<OwnedShard> shards;
       shards.push_back(MakeShard(cube, Box::Whole(cube.shape), 9));
-      // A 700 x 2048 f32 weight viewed inside a buffer of 4096 columns.
-      const TensorSpec w{"w", DType::kF32, {700, 2048}};
-      OwnedShard wide = MakeShard(TensorSpec{"wide", DType::kF32, {700, 4096}}, Box({0, 0}, {700, 4096}), 0);
+      // A 700 x 3072 f32 weight viewed inside a buffer of 6144 columns.
+      const TensorSpec w{"w", DType::kF32, {700, 3072}};
+      OwnedShard wide = MakeShard(TensorSpec{"wide", DType::kF32, {700, 6144}}, Box({0, 0}, {700, 6144}), 0);
       OwnedShard part = MakeShard(w, Box::Whole(w.shape), 9);
       for (int64_t r = 0; r < 700; ++r) {
-        std::memcpy(wide.data.data() + (r * 4096 + 1024) * 4, part.data.data() + r * 2048 * 4, 2048 * 4);
+        std::memcpy(wide.data.data() + (r * 6144 + 1024) * 4, part.data.data() + r * 3072 * 4, 3072 * 4);
       }
       State state;
       ASSERT_OK(state.AddShard(cube, shards[0].box, shards[0].data.data()));
-      ASSERT_OK(state.AddShard(w, part.box, wide.data.data() + 1024 * 4, {4096, 1}));
+      ASSERT_OK(state.AddShard(w, part.box, wide.data.data() + 1024 * 4, {6144, 1}));
+      // Both are tiled and staged in several bands: the cube's six tiles
+      // (1 KiB rows) end on a block boundary every 64 rows and 16 blocks
+      // over all tiles are 170 rows, so bands of 128; w's eight (rows of 1
+      // and 2 KiB) every 64 rows, and 85 rows make bands of 64.
+      SavePieces sp = BuildSavePieces(state, {true, true}, CheckpointerOptions().max_column_tiles, 0);
+      ASSERT_EQ(sp.pieces.size(), 14u);
+      EXPECT_EQ(TileBandRows(sp.pieces, 0, 6, kSmallBlock), 128);
+      EXPECT_EQ(TileBandRows(sp.pieces, 6, 14, kSmallBlock), 64);
+      // Where the tiles line up only after more rows than the shard has
+      // (uneven thirds of 2048 columns, 683 and 682 wide), one pass.
+      const TensorSpec uneven{"u", DType::kF32, {700, 2048}};
+      State u;
+      ASSERT_OK(u.AddShard(uneven, Box::Whole(uneven.shape), part.data.data()));
+      SavePieces up = BuildSavePieces(u, {true}, CheckpointerOptions().max_column_tiles, 0);
+      ASSERT_GT(up.pieces.size(), 1u);
+      EXPECT_EQ(TileBandRows(up.pieces, 0, up.pieces.size(), kSmallBlock), 700);
       auto h = (*cp)->Save(1, state);
       ASSERT_OK(h);
       ASSERT_OK(h->Wait());
@@ -430,9 +447,9 @@ TEST(Staging, TiledShardsAreStagedInBandsOfRows) {
       ASSERT_OK((*cp)->Load(target));
       for (const auto& s : out) EXPECT_EQ(Mismatches(s, 9), 0) << s.spec.fqn << " threads " << threads;
       // Cut across the tiles: the middle third of the cube's columns and of
-      // the weight's part.
+      // the weight's.
       std::vector<OwnedShard> cut = {EmptyShard(cube, Box({1, 17, 1024}, {3, 283, 1024})),
-                                     EmptyShard(w, Box({5, 683}, {690, 683}))};
+                                     EmptyShard(w, Box({5, 1000}, {690, 1100}))};
       State cut_target = StateOf(cut);
       ASSERT_OK((*cp)->Load(cut_target));
       for (const auto& s : cut) EXPECT_EQ(Mismatches(s, 9), 0) << s.spec.fqn << " threads " << threads;
