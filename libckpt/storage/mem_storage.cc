@@ -1,22 +1,114 @@
 #include "storage/mem_storage.h"
 
+#include <algorithm>
+#include <atomic>
 #include <cstring>
 #include <map>
 #include <mutex>
 #include <set>
+#include <shared_mutex>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "storage/uri.h"
+#include "util/aligned_buffer.h"
 #include "util/errors.h"
 #include "util/strings.h"
 
 namespace ckpt {
 namespace {
 
-struct MemFile {
-  std::mutex mu;
-  std::string data;
+// The bytes of one file. Every byte past `size` reads as zero: the buffer
+// comes from fresh anonymous memory, which the kernel zeroes, so a write past
+// the end (writes of a save arrive out of order) need not fill the gap.
+// Copies in and out hold the lock shared, so a save's writers copy in
+// parallel; only growing the buffer takes it exclusively. A file whose size
+// is reserved up front (as a data file is) is never copied to grow, and its
+// pages are faulted in by the writes themselves, 2 MiB at a time where huge
+// pages are allowed.
+class MemFile {
+ public:
+  uint64_t size() const { return size_.load(std::memory_order_acquire); }
+
+  absl::Status Reserve(uint64_t bytes) {
+    std::unique_lock<std::shared_mutex> lock(mu_);
+    return GrowLocked(bytes, /*exact=*/true);
+  }
+
+  absl::Status Write(uint64_t offset, absl::Span<const std::byte> data, const std::string& path) {
+    if (offset > UINT64_MAX - data.size()) {
+      return absl::InvalidArgumentError(StrCat("mem:", path, ": write of ", data.size(), " bytes at byte offset ",
+                                               offset, " is past the largest file"));
+    }
+    const uint64_t end = offset + data.size();
+    {
+      std::shared_lock<std::shared_mutex> lock(mu_);
+      if (end <= buf_.size()) {
+        Copy(offset, data, end);
+        return absl::OkStatus();
+      }
+    }
+    std::unique_lock<std::shared_mutex> lock(mu_);
+    absl::Status s = GrowLocked(end, /*exact=*/false);
+    if (!s.ok()) return Annotate(s, StrCat("mem:", path, ": write of ", data.size(), " bytes at byte offset ", offset));
+    Copy(offset, data, end);
+    return absl::OkStatus();
+  }
+
+  absl::Status Read(uint64_t offset, absl::Span<std::byte> dst, const std::string& path) const {
+    std::shared_lock<std::shared_mutex> lock(mu_);
+    const uint64_t n = size();
+    if (offset > n || dst.size() > n - offset) {
+      return absl::OutOfRangeError(
+          StrCat("truncated: mem:", path, " has ", n, " bytes, reading ", dst.size(), " at byte offset ", offset));
+    }
+    if (!dst.empty()) std::memcpy(dst.data(), buf_.data() + offset, dst.size());
+    return absl::OkStatus();
+  }
+
+  /// Sets the size; bytes cut off are zeroed, so they read as zero if the
+  /// file grows again.
+  absl::Status Resize(uint64_t n, const std::string& path) {
+    std::unique_lock<std::shared_mutex> lock(mu_);
+    const uint64_t old = size();
+    if (n > old) {
+      absl::Status s = GrowLocked(n, /*exact=*/true);
+      if (!s.ok()) return Annotate(s, StrCat("mem:", path, ": resize to ", n, " bytes"));
+    } else if (n < old) {
+      std::memset(buf_.data() + n, 0, old - n);
+    }
+    size_.store(n, std::memory_order_release);
+    return absl::OkStatus();
+  }
+
+ private:
+  // REQUIRES: mu_ held (shared or exclusive) and end <= buf_.size().
+  void Copy(uint64_t offset, absl::Span<const std::byte> data, uint64_t end) {
+    if (!data.empty()) std::memcpy(buf_.data() + offset, data.data(), data.size());
+    uint64_t cur = size_.load(std::memory_order_relaxed);
+    while (cur < end && !size_.compare_exchange_weak(cur, end, std::memory_order_acq_rel)) {
+    }
+  }
+
+  // REQUIRES: mu_ held exclusively. Doubles unless `exact` (a known final
+  // size), so appends cost amortised O(1) copies.
+  absl::Status GrowLocked(uint64_t want, bool exact) {
+    if (want <= buf_.size()) return absl::OkStatus();
+    uint64_t cap = want;
+    if (!exact) cap = std::max<uint64_t>({want, 2 * static_cast<uint64_t>(buf_.size()), 4096});
+    auto grown = AlignedBuffer::Allocate(static_cast<size_t>(cap), /*prefault=*/false, /*huge=*/true);
+    if (!grown.ok()) {
+      return absl::ResourceExhaustedError(StrCat("out of memory for ", cap, " bytes: ", grown.status().message()));
+    }
+    const uint64_t n = size();
+    if (n > 0) std::memcpy(grown->data(), buf_.data(), n);
+    buf_ = std::move(grown).value();
+    return absl::OkStatus();
+  }
+
+  mutable std::shared_mutex mu_;
+  AlignedBuffer buf_;              // capacity; zero past size_
+  std::atomic<uint64_t> size_{0};  // raised by writes under a shared lock
 };
 
 class MemStorage;
@@ -25,20 +117,24 @@ class MemWritable final : public WritableFile {
  public:
   MemWritable(std::shared_ptr<MemFile> file, std::string path) : file_(std::move(file)), path_(std::move(path)) {}
   void WriteAsync(uint64_t offset, absl::Span<const std::byte> data, IoCallback done) override {
-    {
-      std::lock_guard<std::mutex> lock(file_->mu);
-      if (file_->data.size() < offset + data.size()) {
-        file_->data.resize(offset + data.size());
-      }
-      std::memcpy(file_->data.data() + offset, data.data(), data.size());
+    absl::Status s = file_->Write(offset, data, path_);
+    if (!s.ok()) {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (first_error_.ok()) first_error_ = s;
     }
-    std::move(done)(absl::OkStatus());
+    std::move(done)(std::move(s));
   }
-  absl::Status Drain() override { return absl::OkStatus(); }
+  absl::Status Drain() override {
+    std::lock_guard<std::mutex> lock(mu_);
+    return first_error_;
+  }
+  void Reserve(uint64_t bytes) override {
+    // Like fallocate: a shortage shows up in the write that needs the room.
+    (void)file_->Reserve(bytes);
+  }
   absl::Status Finish(uint64_t final_size) override {
-    std::lock_guard<std::mutex> lock(file_->mu);
-    file_->data.resize(final_size);
-    return absl::OkStatus();
+    CKPT_RETURN_IF_ERROR(Drain());
+    return file_->Resize(final_size, path_);
   }
   size_t alignment() const override { return 1; }
   const std::string& path() const override { return path_; }
@@ -46,24 +142,15 @@ class MemWritable final : public WritableFile {
  private:
   std::shared_ptr<MemFile> file_;
   std::string path_;
+  std::mutex mu_;
+  absl::Status first_error_;
 };
 
 class MemReadable final : public ReadableFile {
  public:
   MemReadable(std::shared_ptr<MemFile> file, std::string path) : file_(std::move(file)), path_(std::move(path)) {}
-  uint64_t size() const override {
-    std::lock_guard<std::mutex> lock(file_->mu);
-    return file_->data.size();
-  }
-  absl::Status ReadAt(uint64_t offset, absl::Span<std::byte> dst) override {
-    std::lock_guard<std::mutex> lock(file_->mu);
-    if (offset > file_->data.size() || dst.size() > file_->data.size() - offset) {
-      return absl::OutOfRangeError(StrCat("truncated: mem:", path_, " has ", file_->data.size(), " bytes, reading ",
-                                          dst.size(), " at byte offset ", offset));
-    }
-    std::memcpy(dst.data(), file_->data.data() + offset, dst.size());
-    return absl::OkStatus();
-  }
+  uint64_t size() const override { return file_->size(); }
+  absl::Status ReadAt(uint64_t offset, absl::Span<std::byte> dst) override { return file_->Read(offset, dst, path_); }
   void ReadAsync(uint64_t offset, absl::Span<std::byte> dst, IoCallback done) override {
     std::move(done)(ReadAt(offset, dst));
   }
@@ -74,6 +161,15 @@ class MemReadable final : public ReadableFile {
   std::shared_ptr<MemFile> file_;
   std::string path_;
 };
+
+// A file holding `data`, for whole-file puts.
+absl::StatusOr<std::shared_ptr<MemFile>> FileOf(std::string_view path, absl::Span<const std::byte> data) {
+  auto file = std::make_shared<MemFile>();
+  const std::string p(path);
+  CKPT_RETURN_IF_ERROR(file->Reserve(data.size()));
+  CKPT_RETURN_IF_ERROR(file->Write(0, data, p));
+  return file;
+}
 
 class MemStorage final : public Storage {
  public:
@@ -107,8 +203,7 @@ class MemStorage final : public Storage {
 
   absl::Status PutAtomic(std::string_view path, absl::Span<const std::byte> data) override {
     CKPT_RETURN_IF_ERROR(Check(path));
-    auto file = std::make_shared<MemFile>();
-    file->data.assign(reinterpret_cast<const char*>(data.data()), data.size());
+    CKPT_ASSIGN_OR_RETURN(std::shared_ptr<MemFile> file, FileOf(path, data));
     std::lock_guard<std::mutex> lock(mu_);
     files_[std::string(path)] = std::move(file);
     return absl::OkStatus();
@@ -116,8 +211,7 @@ class MemStorage final : public Storage {
 
   absl::Status PutIfAbsent(std::string_view path, absl::Span<const std::byte> data) override {
     CKPT_RETURN_IF_ERROR(Check(path));
-    auto file = std::make_shared<MemFile>();
-    file->data.assign(reinterpret_cast<const char*>(data.data()), data.size());
+    CKPT_ASSIGN_OR_RETURN(std::shared_ptr<MemFile> file, FileOf(path, data));
     std::lock_guard<std::mutex> lock(mu_);
     if (!files_.emplace(std::string(path), std::move(file)).second) {
       return absl::AlreadyExistsError(StrCat("mem:", path, " already exists"));
@@ -135,8 +229,7 @@ class MemStorage final : public Storage {
       }
       f = it->second;
     }
-    std::lock_guard<std::mutex> lock(f->mu);
-    return f->data.size();
+    return f->size();
   }
 
   absl::StatusOr<std::vector<DirEntry>> List(std::string_view dir) override {

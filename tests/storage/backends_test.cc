@@ -1,14 +1,17 @@
 // Backend behaviour beyond the conformance suite: plugins refused with clear
 // errors, whole checkpoints through a plugin, fault injection (ENOSPC, short
 // writes, bit flips, crashes), and the tiered backend's drain, eviction and
-// loss of the local tier, including a process killed before its drain.
+// loss of the local tier, including a process killed before its drain; the
+// memory backend under writers of one file on many threads.
 #include <signal.h>
 #include <spawn.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cstdlib>
 #include <filesystem>
+#include <thread>
 
 #include "ckpt/checkpointer.h"
 #include "ckpt/plugin_abi.h"
@@ -527,6 +530,90 @@ TEST(Tiered, KilledBeforeTheDrainCompletes) {
   auto durable = OpenStorage(dir.Join("durable"));
   ASSERT_OK(durable);
   EXPECT_FALSE(LatestCommittedStep(**durable).ok()) << "the durable tier published an undrained step";
+}
+
+// Writers of one file copy in parallel, out of order, past the end of what
+// was reserved (so the file grows while others copy): every byte reads back.
+TEST(MemStorage, OutOfOrderWritesFromManyThreadsReadBackExactly) {
+  auto st = OpenStorage("mem://");
+  ASSERT_OK(st);
+  auto w = (*st)->OpenWritable("d/f", WriteOptions{});
+  ASSERT_OK(w);
+  const size_t piece = 65536 + 13, pieces = 96, threads = 4;
+  (*w)->Reserve(piece * 5);
+  std::vector<std::byte> want(piece * pieces);
+  for (size_t i = 0; i < want.size(); ++i) want[i] = static_cast<std::byte>((i * 2654435761u) >> 13);
+  std::atomic<int> done{0}, failed{0};
+  std::vector<std::thread> ts;
+  for (size_t t = 0; t < threads; ++t) {
+    ts.emplace_back([&, t] {
+      for (size_t k = pieces - 1 - t; k < pieces; k -= threads) {  // from the end down
+        (*w)->WriteAsync(k * piece, absl::Span<const std::byte>(want.data() + k * piece, piece),
+                         [&](absl::Status s) { s.ok() ? ++done : ++failed; });
+        if (k < threads) break;
+      }
+    });
+  }
+  for (auto& t : ts) t.join();
+  EXPECT_EQ(done.load(), static_cast<int>(pieces));
+  EXPECT_EQ(failed.load(), 0);
+  ASSERT_OK((*w)->Finish(want.size()));
+  auto r = (*st)->OpenReadable("d/f");
+  ASSERT_OK(r);
+  ASSERT_EQ((*r)->size(), want.size());
+  std::vector<std::byte> got(want.size());
+  ASSERT_OK((*r)->ReadAt(0, absl::Span<std::byte>(got)));
+  EXPECT_TRUE(got == want);
+}
+
+// A write past the end leaves a hole that reads as zero, as in a file; a
+// smaller final size cuts the file, and a read past it is refused by name.
+TEST(MemStorage, HolesReadAsZeroAndTheFinalSizeCuts) {
+  auto st = OpenStorage("mem://");
+  ASSERT_OK(st);
+  auto w = (*st)->OpenWritable("h", WriteOptions{});
+  ASSERT_OK(w);
+  const std::vector<std::byte> ones(4096, std::byte{1});
+  const uint64_t at = (uint64_t{3} << 20) + 5;
+  (*w)->WriteAsync(at, absl::Span<const std::byte>(ones), [](absl::Status s) { EXPECT_OK(s); });
+  (*w)->WriteAsync(0, absl::Span<const std::byte>(ones.data(), 10), [](absl::Status s) { EXPECT_OK(s); });
+  ASSERT_OK((*w)->Drain());
+  auto r = (*st)->OpenReadable("h");
+  ASSERT_OK(r);
+  EXPECT_EQ((*r)->size(), at + ones.size());
+  std::vector<std::byte> got(at + ones.size(), std::byte{7});
+  ASSERT_OK((*r)->ReadAt(0, absl::Span<std::byte>(got)));
+  for (uint64_t i = 0; i < got.size(); ++i) {
+    const std::byte expect = i < 10 || i >= at ? std::byte{1} : std::byte{0};
+    ASSERT_EQ(got[i], expect) << "byte " << i;
+  }
+  ASSERT_OK((*w)->Finish(100));
+  EXPECT_EQ((*r)->size(), 100u);
+  std::byte b[8];
+  absl::Status past = (*r)->ReadAt(96, absl::Span<std::byte>(b, 8));
+  EXPECT_TRUE(absl::IsOutOfRange(past)) << past;
+  EXPECT_NE(past.message().find("mem:h"), std::string::npos) << past;
+  EXPECT_NE(past.message().find("byte offset 96"), std::string::npos) << past;
+}
+
+// A write no memory can hold fails that write with a clear error, and the
+// file reports it when drained; nothing else is disturbed.
+TEST(MemStorage, AWriteBeyondAnyMemoryFailsCleanly) {
+  auto st = OpenStorage("mem://");
+  ASSERT_OK(st);
+  auto w = (*st)->OpenWritable("big", WriteOptions{});
+  ASSERT_OK(w);
+  const std::vector<std::byte> one(1, std::byte{1});
+  absl::Status got;
+  (*w)->WriteAsync(uint64_t{1} << 62, absl::Span<const std::byte>(one), [&](absl::Status s) { got = s; });
+  EXPECT_TRUE(absl::IsResourceExhausted(got)) << got;
+  EXPECT_NE(got.message().find("mem:big"), std::string::npos) << got;
+  EXPECT_TRUE(absl::IsResourceExhausted((*w)->Drain()));
+  (*w)->WriteAsync(UINT64_MAX, absl::Span<const std::byte>(one), [&](absl::Status s) { got = s; });
+  EXPECT_TRUE(absl::IsInvalidArgument(got)) << got;
+  auto size = (*st)->FileSize("big");
+  ASSERT_OK(size);
+  EXPECT_EQ(*size, 0u);
 }
 
 }  // namespace
