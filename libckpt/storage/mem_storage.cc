@@ -2,8 +2,11 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cstdint>
+#include <cstdlib>
 #include <cstring>
 #include <map>
+#include <memory>
 #include <mutex>
 #include <set>
 #include <shared_mutex>
@@ -17,6 +20,35 @@
 
 namespace ckpt {
 namespace {
+
+// Zero-initialised bytes: from calloc while small, so that a small file
+// costs neither a system call nor a whole page, and on (advised) huge pages
+// once large.
+class ZeroedBytes {
+ public:
+  static absl::StatusOr<ZeroedBytes> Allocate(size_t n) {
+    ZeroedBytes b;
+    if (n >= kHugePagesFrom) {
+      CKPT_ASSIGN_OR_RETURN(b.large_, AlignedBuffer::Allocate(n, /*prefault=*/false, /*huge=*/true));
+    } else if (n > 0) {
+      b.small_.reset(static_cast<std::byte*>(std::calloc(n, 1)));
+      if (b.small_ == nullptr) return absl::ResourceExhaustedError(StrCat("calloc of ", n, " bytes failed"));
+    }
+    b.size_ = n;
+    return b;
+  }
+  std::byte* data() { return small_ ? small_.get() : large_.data(); }
+  const std::byte* data() const { return small_ ? small_.get() : large_.data(); }
+  size_t size() const { return size_; }
+
+ private:
+  struct Free {
+    void operator()(std::byte* p) const { std::free(p); }
+  };
+  std::unique_ptr<std::byte, Free> small_;
+  AlignedBuffer large_;
+  size_t size_ = 0;
+};
 
 // The bytes of one file. Every byte past `size` reads as zero: the buffer
 // comes from fresh anonymous memory, which the kernel zeroes, so a write past
@@ -96,7 +128,8 @@ class MemFile {
     if (want <= buf_.size()) return absl::OkStatus();
     uint64_t cap = want;
     if (!exact) cap = std::max<uint64_t>({want, 2 * static_cast<uint64_t>(buf_.size()), 4096});
-    auto grown = AlignedBuffer::Allocate(static_cast<size_t>(cap), /*prefault=*/false, /*huge=*/true);
+    if (cap > SIZE_MAX / 2) return absl::ResourceExhaustedError(StrCat("out of memory for ", cap, " bytes"));
+    auto grown = ZeroedBytes::Allocate(static_cast<size_t>(cap));
     if (!grown.ok()) {
       return absl::ResourceExhaustedError(StrCat("out of memory for ", cap, " bytes: ", grown.status().message()));
     }
@@ -107,7 +140,7 @@ class MemFile {
   }
 
   mutable std::shared_mutex mu_;
-  AlignedBuffer buf_;              // capacity; zero past size_
+  ZeroedBytes buf_;                // capacity; zero past size_
   std::atomic<uint64_t> size_{0};  // raised by writes under a shared lock
 };
 
