@@ -7,6 +7,7 @@
 #include <cstring>
 
 #include "absl/strings/ascii.h"
+#include "util/crypto.h"
 #include "util/strings.h"
 
 namespace ckpt {
@@ -24,6 +25,7 @@ std::string ToHex(const unsigned char* p, size_t n) {
 }
 
 std::string Hmac(std::string_view key, std::string_view data) {
+  KeepOpenSslUntilExit();
   unsigned char out[EVP_MAX_MD_SIZE];
   unsigned int len = 0;
   HMAC(EVP_sha256(), key.data(), static_cast<int>(key.size()), reinterpret_cast<const unsigned char*>(data.data()),
@@ -92,6 +94,7 @@ std::string AmzDate(std::time_t t) {
 std::string Sha256Hex(const void* data, size_t size) {
   unsigned char md[EVP_MAX_MD_SIZE];
   unsigned int len = 0;
+  KeepOpenSslUntilExit();
   EVP_Digest(data, size, md, &len, EVP_sha256(), nullptr);
   return ToHex(md, len);
 }
@@ -99,6 +102,7 @@ std::string Sha256Hex(const void* data, size_t size) {
 std::string Md5Base64(std::string_view data) {
   unsigned char md[EVP_MAX_MD_SIZE];
   unsigned int len = 0;
+  KeepOpenSslUntilExit();
   EVP_Digest(data.data(), data.size(), md, &len, EVP_md5(), nullptr);
   unsigned char b64[64];
   const int n = EVP_EncodeBlock(b64, md, static_cast<int>(len));

@@ -1,5 +1,6 @@
 #include "util/crypto.h"
 
+#include <openssl/crypto.h>
 #include <openssl/evp.h>
 #include <openssl/hmac.h>
 #include <sys/random.h>
@@ -9,7 +10,16 @@
 
 namespace ckpt {
 
+void KeepOpenSslUntilExit() {
+  static const bool once = [] {
+    (void)OPENSSL_init_crypto(OPENSSL_INIT_NO_ATEXIT, nullptr);
+    return true;
+  }();
+  (void)once;
+}
+
 std::array<uint8_t, 32> HmacSha256(std::string_view key, std::string_view message) {
+  KeepOpenSslUntilExit();
   std::array<uint8_t, 32> out{};
   unsigned int len = 0;
   HMAC(EVP_sha256(), key.data(), static_cast<int>(key.size()), reinterpret_cast<const unsigned char*>(message.data()),

@@ -4,16 +4,44 @@
 #include "coordinator/messages.h"
 
 #include <gtest/gtest.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
+#include <cstdlib>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "ckpt/limits.h"
 #include "testutil/test_util.h"
 #include "util/bytes.h"
+#include "util/crypto.h"
 
 namespace ckpt::coord {
 namespace {
+
+// The coordinator's threads may still check a frame's HMAC while the process
+// exits. With OpenSSL's exit-time cleanup registered, such a hash crashed
+// in its freed tables in about a third of these children.
+TEST(Hmac, HashingWhileTheProcessExitsDoesNotCrash) {
+  int died = 0;
+  for (int i = 0; i < 40; ++i) {
+    const pid_t pid = fork();
+    ASSERT_GE(pid, 0);
+    if (pid == 0) {
+      (void)HmacSha256("key", "first");
+      new std::thread([] {
+        while (true) (void)HmacSha256("key", "a frame being checked");
+      });
+      usleep(2000);
+      std::exit(0);
+    }
+    int status = 0;
+    ASSERT_EQ(waitpid(pid, &status, 0), pid);
+    if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) ++died;
+  }
+  EXPECT_EQ(died, 0) << "children that died exiting while hashing, of 40";
+}
 
 std::string Hex(std::string_view s) {
   static const char* d = "0123456789abcdef";
