@@ -91,11 +91,14 @@ class Checkpointer::Impl {
     claim.save_id = save_options.save_id;
     claim.claim_timeout_s = options_.commit_timeout_s;
     claim.collective_timeout_s = options_.collective_timeout_s;
-    CKPT_ASSIGN_OR_RETURN(const uint64_t save_id, ClaimForSave(*storage_, options_.communicator.get(), claim));
-    // Leftovers of an earlier attempt at this step by this rank.
-    (void)storage_->Remove(StrCat(dir, "/", ReportName(options_.rank)));
-    (void)storage_->Remove(StrCat(dir, "/", FailedName(options_.rank)));
-    if (IsLeader()) (void)storage_->Remove(StrCat(dir, "/", kAbortedName));
+    auto take_claim = [this, claim, dir](SaveJob& j) -> absl::Status {
+      CKPT_ASSIGN_OR_RETURN(j.save_id, ClaimForSave(*storage_, options_.communicator.get(), claim));
+      // Leftovers of an earlier attempt at this step by this rank.
+      (void)storage_->Remove(StrCat(dir, "/", ReportName(options_.rank)));
+      (void)storage_->Remove(StrCat(dir, "/", FailedName(options_.rank)));
+      if (IsLeader()) (void)storage_->Remove(StrCat(dir, "/", kAbortedName));
+      return absl::OkStatus();
+    };
 
     auto shared = std::make_shared<SaveHandle::Shared>();
     shared->step = step;
@@ -108,11 +111,19 @@ class Checkpointer::Impl {
     job->data_path = StrCat(dir, "/", job->writer->FileName(options_.rank));
     job->rank = options_.rank;
     job->step = step;
-    job->save_id = save_id;
     job->codec = job->writer->frames_blocks() ? options_.codec : Codec::kNone;
     job->zstd_level = options_.zstd_level;
     job->direct = options_.direct_io;
     job->counters = shared->counters;
+    if (options_.communicator) {
+      // ckpt calls the communicator only from the thread that calls Save
+      // (an MPI job may have initialized MPI for no more): claim first.
+      CKPT_RETURN_IF_ERROR(take_claim(*job));
+    } else {
+      // Claimed while the shards are staged: the claim's fsyncs (or a rank
+      // waiting for the leader's claim) need not lengthen the stall.
+      job->before_writes = take_claim;
+    }
 
     // With a communicator, replicas agree which of them writes each box.
     std::vector<bool> writes(state.shards().size(), true);
@@ -141,8 +152,15 @@ class Checkpointer::Impl {
     absl::Status run = engine_->Run(job, pieces.pieces);
     if (!run.ok()) {
       shared->SetDone(run, NowSeconds() - t0);
+      if (job->save_id == 0) {
+        // Not claimed: the save never began, as when claiming first; the
+        // error is Save's alone, not one of a save to wait for.
+        std::lock_guard<std::mutex> lock(mu_);
+        std::erase(inflight_, shared);
+      }
       return run;
     }
+    const uint64_t save_id = job->save_id;
     const double stall = NowSeconds() - t0;
     // Fill the report's chunks now that blocks are numbered (the job may
     // already be finishing, so this happens under the report's guard).

@@ -142,13 +142,36 @@ absl::Status SaveEngine::Run(std::shared_ptr<SaveJob> job, std::vector<SavePiece
   }
   j.index.assign(nblocks, IndexEntry{});
   j.counters->blocks_total = static_cast<int64_t>(nblocks);
-  CKPT_RETURN_IF_ERROR(j.writer->Open(j, pieces));
   RegisterWith(j.storage);
+  if (!j.before_writes) {
+    CKPT_RETURN_IF_ERROR(OpenFile(job, pieces));
+    Stage(job, pieces);
+    StagingDone(job);
+    return absl::OkStatus();
+  }
+  // Staged blocks wait for before_writes; one count keeps the job from
+  // finishing before it returned.
+  {
+    std::lock_guard<std::mutex> lock(j.mu);
+    j.holding = true;
+    j.outstanding = 1;
+  }
+  absl::Status opened;
+  std::thread opener([&] { opened = OpenWhileStaging(job, pieces); });
+  Stage(job, pieces);
+  opener.join();
+  StagingDone(job);
+  return opened;
+}
 
+absl::Status SaveEngine::OpenFile(const std::shared_ptr<SaveJob>& job, const std::vector<SavePiece>& pieces) {
+  SaveJob& j = *job;
+  CKPT_RETURN_IF_ERROR(j.writer->Open(j, pieces));
   const absl::Span<const std::byte> prologue = j.writer->prologue();
   {
     std::lock_guard<std::mutex> lock(j.mu);
-    j.outstanding = prologue.empty() ? 0 : 1;
+    j.opened = true;
+    if (!prologue.empty()) ++j.outstanding;
   }
   if (!prologue.empty()) {
     j.writer->file().WriteAsync(0, prologue, [this, job](absl::Status s) {
@@ -159,13 +182,47 @@ absl::Status SaveEngine::Run(std::shared_ptr<SaveJob> job, std::vector<SavePiece
       BlockDone(job);
     });
   }
+  return absl::OkStatus();
+}
 
-  Stage(job, pieces);
-  bool finalize = false;
+absl::Status SaveEngine::OpenWhileStaging(const std::shared_ptr<SaveJob>& job, const std::vector<SavePiece>& pieces) {
+  SaveJob& j = *job;
+  absl::Status s = j.before_writes(j);
+  if (s.ok()) s = OpenFile(job, pieces);
+  std::vector<SaveJob::HeldBlock> held;
   {
     std::lock_guard<std::mutex> lock(j.mu);
-    j.staging_done = true;
-    finalize = j.outstanding == 0;
+    if (!s.ok()) {
+      // Run returns this; the blocks staged from now on are dropped by the
+      // workers and stop the staging.
+      if (j.error.ok()) j.error = s;
+      j.notify = false;
+    }
+    j.holding = false;
+    held.swap(j.held);
+  }
+  if (s.ok()) {
+    {
+      std::lock_guard<std::mutex> lock(queue_mu_);
+      for (const SaveJob::HeldBlock& b : held) queue_.push_back(WorkItem{job, b.block_id, b.slot, b.raw_len, b.dtype});
+    }
+    queue_cv_.notify_all();
+  } else {
+    for (const SaveJob::HeldBlock& b : held) {
+      arena_->Release(b.slot);
+      BlockDone(job);
+    }
+  }
+  BlockDone(job);  // the count Run took
+  return s;
+}
+
+void SaveEngine::StagingDone(const std::shared_ptr<SaveJob>& job) {
+  bool finalize = false;
+  {
+    std::lock_guard<std::mutex> lock(job->mu);
+    job->staging_done = true;
+    finalize = job->outstanding == 0;
   }
   if (finalize) {
     {
@@ -174,17 +231,21 @@ absl::Status SaveEngine::Run(std::shared_ptr<SaveJob> job, std::vector<SavePiece
     }
     finalize_cv_.notify_one();
   }
-  return absl::OkStatus();
 }
 
 bool SaveEngine::Enqueue(const std::shared_ptr<SaveJob>& job, uint64_t block_id, std::byte* slot, uint64_t len,
                          DType dtype) {
   job->counters->bytes_staged += static_cast<int64_t>(len);
+  bytes_staged_.fetch_add(static_cast<int64_t>(len), std::memory_order_relaxed);
   bool failed;
   {
     std::lock_guard<std::mutex> lock(job->mu);
     ++job->outstanding;
     failed = !job->error.ok();
+    if (job->holding) {
+      job->held.push_back(SaveJob::HeldBlock{static_cast<uint32_t>(block_id), slot, static_cast<uint32_t>(len), dtype});
+      return true;
+    }
   }
   WorkItem item;
   item.job = job;
@@ -571,9 +632,18 @@ void SaveEngine::FinalizerLoop() {
 
 void SaveEngine::Finalize(SaveJob& job) {
   absl::Status status;
+  bool opened, notify;
   {
     std::lock_guard<std::mutex> lock(job.mu);
     status = job.error;
+    opened = job.opened;
+    notify = job.notify;
+  }
+  // A file never opened is not this job's to remove: the step may be
+  // another save's.
+  if (!opened) {
+    if (job.on_finished && notify) job.on_finished(job, status);
+    return;
   }
   if (status.ok()) status = job.writer->Close(job);
   if (!status.ok()) {
@@ -581,7 +651,7 @@ void SaveEngine::Finalize(SaveJob& job) {
     (void)job.storage->Remove(job.data_path);
     status = Annotate(status, StrCat("save of step ", job.step, " rank ", job.rank));
   }
-  if (job.on_finished) job.on_finished(job, status);
+  if (job.on_finished && notify) job.on_finished(job, status);
 }
 
 }  // namespace ckpt

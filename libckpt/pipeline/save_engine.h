@@ -90,6 +90,13 @@ struct SaveJob {
   /// Runs on the engine's finalizer thread once the data file is durable
   /// (status OK) or the job failed. The data file is removed on failure.
   std::function<void(SaveJob&, absl::Status)> on_finished;
+  /// If set, runs on another thread while Run stages the pieces, and
+  /// nothing reaches the storage (the data file is not even created) until
+  /// it returns OK: staged blocks wait in the arena. A save takes its step's
+  /// claim here, so the trainer's stall is the longer of the two, not both.
+  /// Its error, or the data file's failure to open after it, is what Run
+  /// returns, once staging has stopped; on_finished is then not called.
+  std::function<absl::Status(SaveJob&)> before_writes;
 
   // Results, valid in on_finished.
   std::vector<IndexEntry> index;
@@ -102,10 +109,23 @@ struct SaveJob {
   int64_t bytes_stored = 0;
 
   // Engine-internal.
+  struct HeldBlock {
+    uint32_t block_id = 0;
+    std::byte* slot = nullptr;
+    uint32_t raw_len = 0;
+    DType dtype = DType::kU8;
+  };
   std::mutex mu;
   absl::Status error;
   int64_t outstanding = 0;
   bool staging_done = false;
+  /// The data file was opened (a failed job's file is removed only then).
+  bool opened = false;
+  /// Blocks staged before before_writes returned, while `holding`.
+  bool holding = false;
+  std::vector<HeldBlock> held;
+  /// False when Run returned the job's error itself.
+  bool notify = true;
 };
 
 /// Staging threads an engine gets when SaveEngineOptions::staging_threads
@@ -119,10 +139,11 @@ class SaveEngine {
   SaveEngine(const SaveEngine&) = delete;
   SaveEngine& operator=(const SaveEngine&) = delete;
 
-  /// Opens the job's data file, copies every piece into the arena (blocking
-  /// while the arena is full) and returns; the job finishes in the
-  /// background. Errors before any byte is staged are returned here (and
-  /// on_finished is not called); later errors go to on_finished.
+  /// Opens the job's data file (after job->before_writes, if set), copies
+  /// every piece into the arena (blocking while the arena is full) and
+  /// returns; the job finishes in the background. Errors of the opening
+  /// are returned here (and on_finished is not called); later errors go to
+  /// on_finished.
   absl::Status Run(std::shared_ptr<SaveJob> job, std::vector<SavePiece>& pieces);
 
   size_t block_size() const { return options_.block_size; }
@@ -130,6 +151,8 @@ class SaveEngine {
   int worker_threads() const { return static_cast<int>(workers_.size()); }
   /// Threads that stage one Run, its caller included.
   int staging_threads() const { return static_cast<int>(stagers_.size()) + 1; }
+  /// Bytes copied into the arena by every Run so far.
+  int64_t bytes_staged() const { return bytes_staged_.load(std::memory_order_relaxed); }
 
  private:
   struct WorkItem {
@@ -150,6 +173,13 @@ class SaveEngine {
   void BlockDone(const std::shared_ptr<SaveJob>& job);
   void Finalize(SaveJob& job);
   void RegisterWith(const std::shared_ptr<Storage>& storage);
+  /// Opens the data file and writes its prologue.
+  absl::Status OpenFile(const std::shared_ptr<SaveJob>& job, const std::vector<SavePiece>& pieces);
+  /// Runs job->before_writes, opens the file, and hands the blocks staged
+  /// meanwhile to the workers (or drops them); returns the first error.
+  absl::Status OpenWhileStaging(const std::shared_ptr<SaveJob>& job, const std::vector<SavePiece>& pieces);
+  /// Marks the job staged; finishes it if nothing is left outstanding.
+  void StagingDone(const std::shared_ptr<SaveJob>& job);
   /// Codec::kAuto's choice for a block of `dtype`: compress while the
   /// storage has a backlog (it is the bottleneck and a worker's time is
   /// better spent shrinking bytes), store as is while it keeps up, and
@@ -205,6 +235,7 @@ class SaveEngine {
   // Codec::kAuto: bytes handed to storages and not yet written, and per
   // dtype the stored/raw ratio of compressed blocks (in 1/1000, averaged).
   std::atomic<int64_t> io_backlog_bytes_{0};
+  std::atomic<int64_t> bytes_staged_{0};
   struct AutoClass {
     std::atomic<uint32_t> ratio_milli{0};  ///< 0: not measured yet
     std::atomic<uint32_t> skipped{0};

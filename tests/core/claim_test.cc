@@ -14,6 +14,7 @@
 #include <chrono>
 #include <cstdlib>
 #include <filesystem>
+#include <functional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -24,6 +25,7 @@
 #include "core/root.h"
 #include "format/manifest.h"
 #include "format/root_files.h"
+#include "pipeline/save_engine.h"
 #include "testutil/test_util.h"
 #include "util/bytes.h"
 #include "util/clock.h"
@@ -454,6 +456,178 @@ TEST(Claims, AFileOfAnotherSaveFailsVerifyAndLoad) {
   auto v = VerifyStep(**storage, 9);
   ASSERT_OK(v);
   EXPECT_FALSE(v->ok());
+}
+
+// A storage whose claims (PutIfAbsent of a CLAIM) wait, up to 10 s, until
+// `engine` has staged `need` bytes since mark(), and which counts what is
+// written, created or removed after mark() and before the claim is taken.
+class SlowClaims : public ForwardingStorage {
+ public:
+  SlowClaims(std::shared_ptr<Storage> base, const SaveEngine* engine, int64_t need)
+      : ForwardingStorage(std::move(base)), engine_(engine), need_(need) {}
+  /// Call before each save.
+  void mark() {
+    claimed_ = false;
+    start_ = engine_->bytes_staged();
+    armed_ = true;
+  }
+  bool ready_before_claim() const { return ready_before_claim_; }
+  int writes_before_claim() const { return writes_before_claim_; }
+
+  absl::Status PutIfAbsent(std::string_view path, absl::Span<const std::byte> data) override {
+    if (!path.ends_with(StrCat("/", kClaimName))) return Write(path, ForwardingStorage::PutIfAbsent(path, data));
+    const double deadline = NowSeconds() + 10;
+    while (!Ready() && NowSeconds() < deadline) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    ready_before_claim_ = Ready();
+    absl::Status s = ForwardingStorage::PutIfAbsent(path, data);
+    if (s.ok()) claimed_ = true;
+    return s;
+  }
+  absl::StatusOr<std::unique_ptr<WritableFile>> OpenWritable(std::string_view path,
+                                                             const WriteOptions& options = {}) override {
+    Write(path, absl::OkStatus());
+    return ForwardingStorage::OpenWritable(path, options);
+  }
+  absl::Status PutAtomic(std::string_view path, absl::Span<const std::byte> data) override {
+    return Write(path, ForwardingStorage::PutAtomic(path, data));
+  }
+  absl::Status Remove(std::string_view path) override { return Write(path, ForwardingStorage::Remove(path)); }
+  absl::Status RemoveAll(std::string_view dir) override { return Write(dir, ForwardingStorage::RemoveAll(dir)); }
+
+ private:
+  bool Ready() const { return engine_->bytes_staged() - start_ >= need_; }
+  absl::Status Write(std::string_view path, absl::Status s) {
+    if (armed_ && !claimed_) {
+      ++writes_before_claim_;
+      std::fprintf(stderr, "before the claim: %.*s\n", static_cast<int>(path.size()), path.data());
+    }
+    return s;
+  }
+
+  const SaveEngine* engine_;
+  const int64_t need_;
+  std::atomic<int64_t> start_{0};
+  std::atomic<bool> armed_{false}, claimed_{false}, ready_before_claim_{false};
+  std::atomic<int> writes_before_claim_{0};
+};
+
+const TensorSpec kBig{"model.big", DType::kF32, {1024, 1024}};  // 4 MiB
+
+struct SlowClaimJob {
+  std::shared_ptr<SaveEngine> engine;
+  std::shared_ptr<SlowClaims> storage;
+  std::unique_ptr<Checkpointer> cp;
+};
+
+// A checkpointer on `root` with an arena of `arena` bytes, whose claims
+// wait until its engine has staged `need` bytes of the save.
+SlowClaimJob OpenSlowClaims(const std::string& root, size_t arena, int64_t need) {
+  SlowClaimJob j;
+  SaveEngineOptions eo;
+  eo.block_size = 64 << 10;
+  eo.staging_bytes = arena;
+  auto engine = CreateSaveEngine(eo);
+  EXPECT_OK(engine);
+  if (!engine.ok()) return j;
+  j.engine = *engine;
+  auto base = OpenStorage(root);
+  EXPECT_OK(base);
+  if (!base.ok()) return j;
+  j.storage = std::make_shared<SlowClaims>(*base, j.engine.get(), need);
+  CheckpointerOptions o = Options(root, 0, 1);
+  o.storage = j.storage;
+  o.engine = j.engine;
+  auto cp = Checkpointer::Open(o);
+  EXPECT_OK(cp);
+  if (cp.ok()) j.cp = std::move(*cp);
+  return j;
+}
+
+// Elements of kBig in the committed `step` under `root` that are not the
+// values of `seed`.
+int64_t WrongBigElements(const std::string& root, int64_t step, uint64_t seed) {
+  auto storage = OpenStorage(root);
+  if (!storage.ok()) return -1;
+  std::vector<OwnedShard> out = {EmptyShard(kBig, Box::Whole(kBig.shape))};
+  State t = StateOf(out);
+  if (!LoadCheckpoint(**storage, t, step).ok()) return -1;
+  return Mismatches(out[0], seed);
+}
+
+// The trainer's stall is the staging copy or the claim, whichever is
+// longer: the shards are staged while the claim is taken, and nothing
+// reaches the storage before it is.
+TEST(Claims, ShardsAreStagedWhileTheClaimIsTakenAndNothingIsWrittenBeforeIt) {
+  TempDir tmp;
+  const std::string root = tmp.Join("root");
+  SlowClaimJob j = OpenSlowClaims(root, 8 << 20, kBig.NumElements() * 4);
+  ASSERT_NE(j.cp, nullptr);
+  std::vector<OwnedShard> whole = {MakeShard(kBig, Box::Whole(kBig.shape), 5)};
+  State st = StateOf(whole);
+  j.storage->mark();
+  auto h = j.cp->Save(1, st);
+  ASSERT_OK(h);
+  EXPECT_TRUE(j.storage->ready_before_claim()) << "the claim was taken before the shards were staged";
+  EXPECT_EQ(j.storage->writes_before_claim(), 0);
+  ASSERT_OK(h->Wait());
+  EXPECT_EQ(h->Stats().bytes_logical, kBig.NumElements() * 4);
+  EXPECT_EQ(WrongBigElements(root, 1, 5), 0);
+}
+
+// An arena smaller than the state fills while the claim is pending; the
+// save goes on once it is taken.
+TEST(Claims, AnArenaSmallerThanTheStateWaitsForTheClaim) {
+  TempDir tmp;
+  const std::string root = tmp.Join("root");
+  SlowClaimJob j = OpenSlowClaims(root, 512 << 10, 256 << 10);
+  ASSERT_NE(j.cp, nullptr);
+  for (int64_t step = 1; step <= 2; ++step) {
+    std::vector<OwnedShard> whole = {MakeShard(kBig, Box::Whole(kBig.shape), 10 + step)};
+    State st = StateOf(whole);
+    j.storage->mark();
+    auto h = j.cp->Save(step, st);
+    ASSERT_OK(h);
+    EXPECT_TRUE(j.storage->ready_before_claim()) << "step " << step;
+    EXPECT_EQ(j.storage->writes_before_claim(), 0);
+    ASSERT_OK(h->Wait());
+    EXPECT_EQ(WrongBigElements(root, step, 10 + step), 0);
+  }
+}
+
+// A step held by another live save: the claim fails while the shards are
+// being staged; the save returns the reason, writes nothing into the step
+// (the other save's data file is left as it was), and gives back every
+// slot of the arena, so the next step saves.
+TEST(Claims, AClaimRefusedWhileStagingWritesNothingAndFreesTheArena) {
+  TempDir tmp;
+  const std::string root = tmp.Join("root");
+  SlowClaimJob j = OpenSlowClaims(root, 512 << 10, 256 << 10);
+  ASSERT_NE(j.cp, nullptr);
+  const std::string step_dir = StrCat(root, "/", StepDir(5));
+  fs::create_directories(step_dir);
+  const std::string theirs = EncodeClaim(ForeignClaim(ThisHostName(), getpid()));
+  WriteFile(StrCat(step_dir, "/", kClaimName), theirs);
+  WriteFile(StrCat(step_dir, "/", DataFileName(0)), "their data");
+  std::vector<OwnedShard> whole = {MakeShard(kBig, Box::Whole(kBig.shape), 7)};
+  State st = StateOf(whole);
+  j.storage->mark();
+  auto h = j.cp->Save(5, st);
+  ASSERT_FALSE(h.ok());
+  EXPECT_TRUE(absl::IsAborted(h.status())) << h.status();
+  EXPECT_TRUE(Has(h.status().message(), "claimed by another")) << h.status();
+  EXPECT_TRUE(j.storage->ready_before_claim());
+  EXPECT_EQ(j.storage->writes_before_claim(), 0);
+  // The refusal is Save's answer, not a save left to wait for.
+  EXPECT_OK(j.cp->WaitAll());
+  EXPECT_EQ(ReadFile(StrCat(step_dir, "/", DataFileName(0))), "their data");
+  EXPECT_EQ(ReadFile(StrCat(step_dir, "/", kClaimName)), theirs);
+  std::vector<std::string> names;
+  for (const auto& e : fs::directory_iterator(step_dir)) names.push_back(e.path().filename().string());
+  EXPECT_EQ(names.size(), 2u);
+  auto next = j.cp->Save(6, st);
+  ASSERT_OK(next);
+  ASSERT_OK(next->Wait());
+  EXPECT_EQ(WrongBigElements(root, 6, 7), 0);
 }
 
 }  // namespace
