@@ -151,7 +151,9 @@ class Checkpointer::Impl {
     }
     absl::Status run = engine_->Run(job, pieces.pieces);
     if (!run.ok()) {
-      shared->SetDone(run, NowSeconds() - t0);
+      // The handle gets a copy of its own: it may be released on the
+      // engine's finalizer thread while the caller reads what is returned.
+      shared->SetDone(absl::Status(run.code(), run.message()), NowSeconds() - t0);
       if (job->save_id == 0) {
         // Not claimed: the save never began, as when claiming first; the
         // error is Save's alone, not one of a save to wait for.

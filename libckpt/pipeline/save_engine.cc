@@ -195,7 +195,9 @@ absl::Status SaveEngine::OpenWhileStaging(const std::shared_ptr<SaveJob>& job, c
     if (!s.ok()) {
       // Run returns this; the blocks staged from now on are dropped by the
       // workers and stop the staging.
-      if (j.error.ok()) j.error = s;
+      // A copy of its own: the status Run returns then shares nothing with
+      // the one the finalizer reads.
+      if (j.error.ok()) j.error = absl::Status(s.code(), s.message());
       j.notify = false;
     }
     j.holding = false;
