@@ -34,6 +34,13 @@ class CKPT_EXPORT Communicator {
   /// Every rank receives the leader's message.
   virtual absl::StatusOr<std::string> Broadcast(std::string_view from_leader, double timeout_s) = 0;
   virtual absl::Status Barrier(double timeout_s) = 0;
+  /// Whether the collectives may be called from any thread (still one at a
+  /// time). Save then takes the step's claim (a broadcast from the leader)
+  /// on a thread of its own while it stages; otherwise ckpt calls the
+  /// communicator only from the thread that calls Save or Load. The local
+  /// and coordinator communicators may; MPI's does not (its thread level
+  /// is the application's choice).
+  virtual bool CallableFromAnyThread() const { return false; }
 };
 
 /// `n` communicators for ranks that are threads of one process.

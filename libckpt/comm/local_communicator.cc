@@ -76,6 +76,7 @@ class LocalCommunicator final : public Communicator {
     return Run(
         timeout_s, "barrier", [](LocalGroup::Op&) {}, [](LocalGroup::Op&) {}, false);
   }
+  bool CallableFromAnyThread() const override { return true; }
 
  private:
   // Every rank deposits, waits for all ranks (or, when the leader publishes,

@@ -63,6 +63,8 @@ class CoordinatorComm final : public Communicator {
   absl::StatusOr<std::string> Scatter(const std::vector<std::string>& from_leader, double timeout_s) override;
   absl::StatusOr<std::string> Broadcast(std::string_view from_leader, double timeout_s) override;
   absl::Status Barrier(double timeout_s) override;
+  /// Calls go through the client's connection, under its lock.
+  bool CallableFromAnyThread() const override { return true; }
 
  private:
   absl::StatusOr<std::string> Run(CollectiveOp op, std::string part, double timeout_s);

@@ -115,21 +115,22 @@ class Checkpointer::Impl {
     job->zstd_level = options_.zstd_level;
     job->direct = options_.direct_io;
     job->counters = shared->counters;
-    if (options_.communicator) {
-      // ckpt calls the communicator only from the thread that calls Save
-      // (an MPI job may have initialized MPI for no more): claim first.
-      CKPT_RETURN_IF_ERROR(take_claim(*job));
-    } else {
-      // Claimed while the shards are staged: the claim's fsyncs (or a rank
-      // waiting for the leader's claim) need not lengthen the stall.
-      job->before_writes = take_claim;
-    }
+    // A communicator that must be called from this thread only (MPI's: the
+    // application chose its thread level) has the claim taken first.
+    const bool claim_first = options_.communicator && !options_.communicator->CallableFromAnyThread();
+    if (claim_first) CKPT_RETURN_IF_ERROR(take_claim(*job));
 
     // With a communicator, replicas agree which of them writes each box.
     std::vector<bool> writes(state.shards().size(), true);
     if (options_.communicator) {
       CKPT_ASSIGN_OR_RETURN(
           writes, AgreeOnWriters(*options_.communicator, state, options_.collective_timeout_s, &writer_cache_));
+    }
+    if (!claim_first) {
+      // Claimed while the shards are staged (after the collective above, so
+      // one collective runs at a time): the claim's fsyncs, and on the other
+      // ranks the wait for the leader's verdict, need not lengthen the stall.
+      job->before_writes = take_claim;
     }
     // Replica hashes for the arbiter's silent-data-corruption check, taken
     // now, while the shards cannot change.

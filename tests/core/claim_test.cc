@@ -458,17 +458,19 @@ TEST(Claims, AFileOfAnotherSaveFailsVerifyAndLoad) {
   EXPECT_FALSE(v->ok());
 }
 
-// A storage whose claims (PutIfAbsent of a CLAIM) wait, up to 10 s, until
-// `engine` has staged `need` bytes since mark(), and which counts what is
-// written, created or removed after mark() and before the claim is taken.
+// A storage whose claims (PutIfAbsent of a CLAIM) wait, up to `wait_s`, until
+// each engine given has staged its `need` bytes since mark(), and which
+// counts what is written, created or removed after mark() and before the
+// claim is taken.
 class SlowClaims : public ForwardingStorage {
  public:
-  SlowClaims(std::shared_ptr<Storage> base, const SaveEngine* engine, int64_t need)
-      : ForwardingStorage(std::move(base)), engine_(engine), need_(need) {}
+  using Engines = std::vector<std::pair<const SaveEngine*, int64_t>>;  // engine, need
+  SlowClaims(std::shared_ptr<Storage> base, Engines engines, double wait_s = 10)
+      : ForwardingStorage(std::move(base)), engines_(std::move(engines)), wait_s_(wait_s), start_(engines_.size()) {}
   /// Call before each save.
   void mark() {
     claimed_ = false;
-    start_ = engine_->bytes_staged();
+    for (size_t i = 0; i < engines_.size(); ++i) start_[i] = engines_[i].first->bytes_staged();
     armed_ = true;
   }
   bool ready_before_claim() const { return ready_before_claim_; }
@@ -476,7 +478,7 @@ class SlowClaims : public ForwardingStorage {
 
   absl::Status PutIfAbsent(std::string_view path, absl::Span<const std::byte> data) override {
     if (!path.ends_with(StrCat("/", kClaimName))) return Write(path, ForwardingStorage::PutIfAbsent(path, data));
-    const double deadline = NowSeconds() + 10;
+    const double deadline = NowSeconds() + wait_s_;
     while (!Ready() && NowSeconds() < deadline) std::this_thread::sleep_for(std::chrono::milliseconds(1));
     ready_before_claim_ = Ready();
     absl::Status s = ForwardingStorage::PutIfAbsent(path, data);
@@ -495,7 +497,12 @@ class SlowClaims : public ForwardingStorage {
   absl::Status RemoveAll(std::string_view dir) override { return Write(dir, ForwardingStorage::RemoveAll(dir)); }
 
  private:
-  bool Ready() const { return engine_->bytes_staged() - start_ >= need_; }
+  bool Ready() const {
+    for (size_t i = 0; i < engines_.size(); ++i) {
+      if (engines_[i].first->bytes_staged() - start_[i] < engines_[i].second) return false;
+    }
+    return true;
+  }
   absl::Status Write(std::string_view path, absl::Status s) {
     if (armed_ && !claimed_) {
       ++writes_before_claim_;
@@ -504,9 +511,9 @@ class SlowClaims : public ForwardingStorage {
     return s;
   }
 
-  const SaveEngine* engine_;
-  const int64_t need_;
-  std::atomic<int64_t> start_{0};
+  const Engines engines_;
+  const double wait_s_;
+  std::vector<std::atomic<int64_t>> start_;
   std::atomic<bool> armed_{false}, claimed_{false}, ready_before_claim_{false};
   std::atomic<int> writes_before_claim_{0};
 };
@@ -533,7 +540,7 @@ SlowClaimJob OpenSlowClaims(const std::string& root, size_t arena, int64_t need)
   auto base = OpenStorage(root);
   EXPECT_OK(base);
   if (!base.ok()) return j;
-  j.storage = std::make_shared<SlowClaims>(*base, j.engine.get(), need);
+  j.storage = std::make_shared<SlowClaims>(*base, SlowClaims::Engines{{j.engine.get(), need}});
   CheckpointerOptions o = Options(root, 0, 1);
   o.storage = j.storage;
   o.engine = j.engine;
@@ -628,6 +635,128 @@ TEST(Claims, AClaimRefusedWhileStagingWritesNothingAndFreesTheArena) {
   ASSERT_OK(next);
   ASSERT_OK(next->Wait());
   EXPECT_EQ(WrongBigElements(root, 6, 7), 0);
+}
+
+// A communicator whose collectives must come from one thread (as MPI's at
+// a low thread level): notes every call from another.
+class ThreadBoundComm : public Communicator {
+ public:
+  explicit ThreadBoundComm(std::shared_ptr<Communicator> base) : base_(std::move(base)) {}
+  void Bind() { owner_ = std::this_thread::get_id(); }
+  int stray_calls() const { return stray_; }
+  int rank() const override { return base_->rank(); }
+  int size() const override { return base_->size(); }
+  absl::StatusOr<std::vector<std::string>> Gather(std::string_view mine, double timeout_s) override {
+    Check();
+    return base_->Gather(mine, timeout_s);
+  }
+  absl::StatusOr<std::string> Scatter(const std::vector<std::string>& from_leader, double timeout_s) override {
+    Check();
+    return base_->Scatter(from_leader, timeout_s);
+  }
+  absl::StatusOr<std::string> Broadcast(std::string_view from_leader, double timeout_s) override {
+    Check();
+    return base_->Broadcast(from_leader, timeout_s);
+  }
+  absl::Status Barrier(double timeout_s) override {
+    Check();
+    return base_->Barrier(timeout_s);
+  }
+
+ private:
+  void Check() {
+    if (std::this_thread::get_id() != owner_) ++stray_;
+  }
+  std::shared_ptr<Communicator> base_;
+  std::thread::id owner_;
+  std::atomic<int> stray_{0};
+};
+
+// Two ranks, threads of this process, each with its own engine, on one
+// root; the leader's claim waits until both have staged their half. With
+// `bound`, the communicators must be called from each rank's own thread.
+struct TwoRankRun {
+  bool ready_before_claim = false;
+  int writes_before_claim = -1;
+  int stray_calls = 0;
+};
+TwoRankRun SaveTwoRanksWithSlowClaims(const std::string& root, bool bound) {
+  TwoRankRun out;
+  std::vector<std::shared_ptr<SaveEngine>> engines;
+  for (int r = 0; r < 2; ++r) {
+    SaveEngineOptions eo;
+    eo.block_size = 64 << 10;
+    eo.staging_bytes = 4 << 20;
+    auto e = CreateSaveEngine(eo);
+    EXPECT_OK(e);
+    if (!e.ok()) return out;
+    engines.push_back(*e);
+  }
+  auto base = OpenStorage(root);
+  EXPECT_OK(base);
+  if (!base.ok()) return out;
+  const int64_t half = kBig.NumElements() * 4 / 2;
+  auto storage = std::make_shared<SlowClaims>(
+      *base, SlowClaims::Engines{{engines[0].get(), half}, {engines[1].get(), half}}, bound ? 1.0 : 10.0);
+  std::vector<std::shared_ptr<Communicator>> comms = CreateLocalCommunicators(2);
+  std::vector<std::shared_ptr<ThreadBoundComm>> bound_comms;
+  if (bound) {
+    for (auto& c : comms) {
+      bound_comms.push_back(std::make_shared<ThreadBoundComm>(c));
+      c = bound_comms.back();
+    }
+  }
+  std::vector<std::unique_ptr<Checkpointer>> cps(2);
+  std::vector<absl::Status> results(2);
+  storage->mark();
+  std::vector<std::thread> ranks;
+  for (int r = 0; r < 2; ++r) {
+    ranks.emplace_back([&, r] {
+      if (bound) bound_comms[r]->Bind();
+      CheckpointerOptions o = Options(root, r, 2);
+      o.storage = storage;
+      o.engine = engines[r];
+      o.communicator = comms[r];
+      o.gc_on_open = false;
+      auto cp = Checkpointer::Open(o);
+      if (!cp.ok()) {
+        results[r] = cp.status();
+        return;
+      }
+      std::vector<OwnedShard> mine = {MakeShard(kBig, Box({512 * r, 0}, {512, 1024}), 21)};
+      State st = StateOf(mine);
+      auto h = (*cp)->Save(1, st);
+      results[r] = h.ok() ? h->Wait() : h.status();
+      cps[r] = std::move(*cp);
+    });
+  }
+  for (auto& t : ranks) t.join();
+  EXPECT_OK(results[0]);
+  EXPECT_OK(results[1]);
+  out.ready_before_claim = storage->ready_before_claim();
+  out.writes_before_claim = storage->writes_before_claim();
+  for (auto& c : bound_comms) out.stray_calls += c->stray_calls();
+  EXPECT_EQ(WrongBigElements(root, 1, 21), 0);
+  return out;
+}
+
+// With a communicator that may be called from any thread, every rank stages
+// while the leader claims and broadcasts its verdict.
+TEST(Claims, RanksStageWhileTheLeaderClaimsThroughTheCommunicator) {
+  TempDir tmp;
+  TwoRankRun run = SaveTwoRanksWithSlowClaims(tmp.Join("root"), /*bound=*/false);
+  EXPECT_TRUE(run.ready_before_claim) << "a rank waited for the claim before staging";
+  EXPECT_EQ(run.writes_before_claim, 0);
+}
+
+// A communicator bound to the caller's thread is never called from another:
+// the claim comes first there, and the save is the same.
+TEST(Claims, ACommunicatorBoundToItsThreadIsCalledOnlyFromIt) {
+  TempDir tmp;
+  TwoRankRun run = SaveTwoRanksWithSlowClaims(tmp.Join("root"), /*bound=*/true);
+  EXPECT_EQ(run.stray_calls, 0);
+  EXPECT_FALSE(run.ready_before_claim);  // the claim came before the staging
+  EXPECT_EQ(run.writes_before_claim, 0);
 }
 
 }  // namespace
