@@ -33,6 +33,7 @@ int Memcpy(int argc, char** argv) {
   args.Int("threads", &threads,
            "threads copying at once, each an equal part (default 1; 0: as many as a save stages with)");
   args.Int("repeat", &repeat, "passes measured, the median reported (default 1)");
+  args.Program("bench_probe");
   int exit = 0;
   if (!args.Parse(argc, argv, 2, &exit)) return exit;
   if (threads == 0) threads = DefaultStagingThreads();
@@ -80,6 +81,7 @@ int Save(int argc, char** argv) {
               "after each measured save, memcpy on as many threads as staged it (a warming pass, then the "
               "measured one, of as many bytes as the state), and the median of each save's stall against its "
               "own pass (two more buffers of the state's size: not for measuring peak RSS)");
+  args.Program("bench_probe");
   int exit = 0;
   if (!args.Parse(argc, argv, 2, &exit)) return exit;
   auto mesh = Mesh::Parse(mesh_text);
@@ -173,6 +175,7 @@ int Load(int argc, char** argv) {
   args.String("root", &root, "checkpoint root (required)");
   args.Int("step", &step, "step to load (default 1)");
   args.String("mesh", &mesh_text, "target mesh (default dp=1)");
+  args.Program("bench_probe");
   int exit = 0;
   if (!args.Parse(argc, argv, 2, &exit)) return exit;
   auto mesh = Mesh::Parse(mesh_text);

@@ -126,6 +126,7 @@ StateBuffers MakeState(int64_t size, DType dtype) {
 }
 
 bool ParseBenchArgs(tools::Args& args, int argc, char** argv, const std::string& dir, int* code) {
+  args.Program("");  // a benchmark is a program of its own
   if (!args.Parse(argc, argv, 1, code)) return false;
   if (dir.empty()) {
     std::fprintf(stderr, "--dir is required\n");

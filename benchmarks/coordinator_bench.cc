@@ -344,6 +344,7 @@ int Main(int argc, char** argv) {
                    "--etcd or --store) in etcd; dead-member detection time; with --failovers, the\n"
                    "time from a SIGKILLed leader replica to the standby serving and to the job's\n"
                    "next committed step (ckpt coordinator and ckpt worker processes).");
+  args.Program("");
   args.String("dir", &dir, "state directory (default /tmp/ckpt-coordinator-bench)");
   args.Int("ranks", &ranks, "simulated ranks, one connection each (default 4096)");
   args.Int("runs", &runs, "commits measured; the median is reported (default 5)");

@@ -72,7 +72,7 @@ std::vector<std::string> Split(const std::string& s, char sep) {
 int Main(int argc, char** argv) {
   std::string dir, from_text = "tp=4", to_text = "tp=2;tp=8;tp=3;pp=2;tp=2/pp=2", json_path;
   int64_t params = 256000000, runs = 3, block = 1 << 20, layers = 0;
-  tools::Args args("reshard-bench", "--dir DIR [--params 256M] [--from MESH] [--to M1;M2]",
+  tools::Args args("reshard_bench", "--dir DIR [--params 256M] [--from MESH] [--to M1;M2]",
                    "Same-mesh versus resharded load time of one checkpoint.");
   args.String("dir", &dir, "directory on the storage to measure (required)");
   args.Size("params", &params, "bf16 parameters (default 256M)", false);

@@ -42,7 +42,7 @@ struct CodecFigures {
 int Main(int argc, char** argv) {
   std::string dir, json_path, codecs_text = "none,zstd,shuffle-zstd", dtype_text = "bf16";
   int64_t size = int64_t{1} << 30, runs = 3;
-  tools::Args args("bench", "--dir DIR [--size 1G] [--runs 3] [--codecs ...] [--json FILE]",
+  tools::Args args("save_load_bench", "--dir DIR [--size 1G] [--runs 3] [--codecs ...] [--json FILE]",
                    "Measures ckpt save (stall and durable), load and the hardware ceilings in "
                    "one run.");
   args.String("dir", &dir, "directory on the storage to measure (required)");

@@ -76,7 +76,7 @@ bool Args::Given(const std::string& name) const {
 }
 
 std::string Args::Usage() const {
-  std::string out = StrCat("usage: ckpt ", command_, " ", synopsis_, "\n\n", description_, "\n");
+  std::string out = StrCat("usage: ", Invocation(), " ", synopsis_, "\n\n", description_, "\n");
   if (!positionals_.empty()) {
     out += "\narguments:\n";
     for (const Pos& p : positionals_) {
@@ -99,7 +99,7 @@ std::string Args::Usage() const {
 bool Args::Parse(int argc, char** argv, int first, int* exit) {
   size_t next_pos = 0;
   auto fail = [&](const std::string& msg) {
-    std::fprintf(stderr, "ckpt %s: %s\n\n%s", command_.c_str(), msg.c_str(), Usage().c_str());
+    std::fprintf(stderr, "%s: %s\n\n%s", Invocation().c_str(), msg.c_str(), Usage().c_str());
     *exit = kExitUsage;
     return false;
   };

@@ -26,6 +26,9 @@ enum ExitCode : int { kExitOk = 0, kExitProblem = 1, kExitUsage = 2 };
 class Args {
  public:
   Args(std::string command, std::string synopsis, std::string description);
+  /// The program that `command` belongs to in the usage and error lines
+  /// ("ckpt" unless set; empty: `command` is the program itself).
+  void Program(std::string program) { program_ = std::move(program); }
 
   void String(const std::string& name, std::string* out, const std::string& help);
   void Int(const std::string& name, int64_t* out, const std::string& help);
@@ -43,6 +46,8 @@ class Args {
   /// True when the named flag appeared.
   bool Given(const std::string& name) const;
   std::string Usage() const;
+  /// "ckpt verify", or the program alone.
+  std::string Invocation() const { return program_.empty() ? command_ : program_ + " " + command_; }
 
  private:
   struct Flag {
@@ -60,6 +65,7 @@ class Args {
   Flag* Find(const std::string& name);
 
   std::string command_, synopsis_, description_;
+  std::string program_ = "ckpt";
   std::vector<Flag> flags_;
   std::vector<Pos> positionals_;
 };
