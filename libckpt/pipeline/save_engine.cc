@@ -192,14 +192,10 @@ absl::Status SaveEngine::OpenWhileStaging(const std::shared_ptr<SaveJob>& job, c
   std::vector<SaveJob::HeldBlock> held;
   {
     std::lock_guard<std::mutex> lock(j.mu);
-    if (!s.ok()) {
-      // Run returns this; the blocks staged from now on are dropped by the
-      // workers and stop the staging.
-      // A copy of its own: the status Run returns then shares nothing with
-      // the one the finalizer reads.
-      if (j.error.ok()) j.error = absl::Status(s.code(), s.message());
-      j.notify = false;
-    }
+    // Run returns `s`; blocks staged from now on are dropped by the workers,
+    // which stops the staging. The job's copy shares nothing with it: the
+    // finalizer may free the job while the caller reads what Run returned.
+    if (!s.ok() && j.error.ok()) j.error = absl::Status(s.code(), s.message());
     j.holding = false;
     held.swap(j.held);
   }
@@ -634,26 +630,22 @@ void SaveEngine::FinalizerLoop() {
 
 void SaveEngine::Finalize(SaveJob& job) {
   absl::Status status;
-  bool opened, notify;
+  bool opened;
   {
     std::lock_guard<std::mutex> lock(job.mu);
     status = job.error;
     opened = job.opened;
-    notify = job.notify;
   }
-  // A file never opened is not this job's to remove: the step may be
-  // another save's.
-  if (!opened) {
-    if (job.on_finished && notify) job.on_finished(job, status);
-    return;
-  }
+  // Never opened: Run returned the error, and a file at data_path is not
+  // this job's to remove (the step may be another save's).
+  if (!opened) return;
   if (status.ok()) status = job.writer->Close(job);
   if (!status.ok()) {
     job.writer->Abandon();
     (void)job.storage->Remove(job.data_path);
     status = Annotate(status, StrCat("save of step ", job.step, " rank ", job.rank));
   }
-  if (job.on_finished && notify) job.on_finished(job, status);
+  if (job.on_finished) job.on_finished(job, status);
 }
 
 }  // namespace ckpt

@@ -119,13 +119,12 @@ struct SaveJob {
   absl::Status error;
   int64_t outstanding = 0;
   bool staging_done = false;
-  /// The data file was opened (a failed job's file is removed only then).
+  /// The data file was opened. A job that never opened it returned its
+  /// error from Run: it has no file to remove and no one to tell.
   bool opened = false;
   /// Blocks staged before before_writes returned, while `holding`.
   bool holding = false;
   std::vector<HeldBlock> held;
-  /// False when Run returned the job's error itself.
-  bool notify = true;
 };
 
 /// Staging threads an engine gets when SaveEngineOptions::staging_threads

@@ -1,9 +1,9 @@
 #include "storage/s3_sign.h"
 
 #include <openssl/evp.h>
-#include <openssl/hmac.h>
 
 #include <algorithm>
+#include <array>
 #include <cstring>
 
 #include "absl/strings/ascii.h"
@@ -25,12 +25,8 @@ std::string ToHex(const unsigned char* p, size_t n) {
 }
 
 std::string Hmac(std::string_view key, std::string_view data) {
-  KeepOpenSslUntilExit();
-  unsigned char out[EVP_MAX_MD_SIZE];
-  unsigned int len = 0;
-  HMAC(EVP_sha256(), key.data(), static_cast<int>(key.size()), reinterpret_cast<const unsigned char*>(data.data()),
-       data.size(), out, &len);
-  return std::string(reinterpret_cast<const char*>(out), len);
+  const std::array<uint8_t, 32> mac = HmacSha256(key, data);
+  return std::string(reinterpret_cast<const char*>(mac.data()), mac.size());
 }
 
 std::string CollapseSpaces(std::string_view v) {

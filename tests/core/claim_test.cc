@@ -14,7 +14,6 @@
 #include <chrono>
 #include <cstdlib>
 #include <filesystem>
-#include <functional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -526,17 +525,22 @@ struct SlowClaimJob {
   std::unique_ptr<Checkpointer> cp;
 };
 
-// A checkpointer on `root` with an arena of `arena` bytes, whose claims
-// wait until its engine has staged `need` bytes of the save.
-SlowClaimJob OpenSlowClaims(const std::string& root, size_t arena, int64_t need) {
-  SlowClaimJob j;
+// An engine of 64 KiB blocks and an arena of `arena` bytes.
+std::shared_ptr<SaveEngine> SmallEngine(size_t arena) {
   SaveEngineOptions eo;
   eo.block_size = 64 << 10;
   eo.staging_bytes = arena;
   auto engine = CreateSaveEngine(eo);
   EXPECT_OK(engine);
-  if (!engine.ok()) return j;
-  j.engine = *engine;
+  return engine.ok() ? *engine : nullptr;
+}
+
+// A checkpointer on `root` with an arena of `arena` bytes, whose claims
+// wait until its engine has staged `need` bytes of the save.
+SlowClaimJob OpenSlowClaims(const std::string& root, size_t arena, int64_t need) {
+  SlowClaimJob j;
+  j.engine = SmallEngine(arena);
+  if (j.engine == nullptr) return j;
   auto base = OpenStorage(root);
   EXPECT_OK(base);
   if (!base.ok()) return j;
@@ -684,13 +688,8 @@ TwoRankRun SaveTwoRanksWithSlowClaims(const std::string& root, bool bound) {
   TwoRankRun out;
   std::vector<std::shared_ptr<SaveEngine>> engines;
   for (int r = 0; r < 2; ++r) {
-    SaveEngineOptions eo;
-    eo.block_size = 64 << 10;
-    eo.staging_bytes = 4 << 20;
-    auto e = CreateSaveEngine(eo);
-    EXPECT_OK(e);
-    if (!e.ok()) return out;
-    engines.push_back(*e);
+    engines.push_back(SmallEngine(4 << 20));
+    if (engines.back() == nullptr) return out;
   }
   auto base = OpenStorage(root);
   EXPECT_OK(base);
