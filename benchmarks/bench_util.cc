@@ -78,9 +78,34 @@ absl::StatusOr<std::unique_ptr<MemcpyPasses>> MemcpyPasses::Create(int64_t size)
   CKPT_ASSIGN_OR_RETURN(m->src_, AlignedBuffer::Allocate(size, true));
   CKPT_ASSIGN_OR_RETURN(m->dst_, AlignedBuffer::Allocate(size, true, /*huge=*/true));  // as the staging arena
   m->size_ = size;
+  m->sources_ = {std::span<const std::byte>(m->src_.data(), static_cast<size_t>(size))};
   std::memset(m->src_.data(), 1, size);
   std::memcpy(m->dst_.data(), m->src_.data(), size);
   return m;
+}
+
+absl::StatusOr<std::unique_ptr<MemcpyPasses>> MemcpyPasses::Over(std::vector<std::span<const std::byte>> sources) {
+  std::unique_ptr<MemcpyPasses> m(new MemcpyPasses());
+  int64_t size = 0;
+  for (const auto& s : sources) size += static_cast<int64_t>(s.size());
+  CKPT_ASSIGN_OR_RETURN(m->dst_, AlignedBuffer::Allocate(size, true, /*huge=*/true));
+  m->size_ = size;
+  m->sources_ = std::move(sources);
+  m->Copy(0, size);
+  return m;
+}
+
+// Bytes [begin, end) of the sources, laid end to end, to the same offsets of
+// the destination.
+void MemcpyPasses::Copy(int64_t begin, int64_t end) {
+  int64_t at = 0;
+  for (const auto& s : sources_) {
+    const int64_t n = static_cast<int64_t>(s.size());
+    const int64_t from = std::max(begin, at), to = std::min(end, at + n);
+    if (from < to) std::memcpy(dst_.data() + from, s.data() + (from - at), static_cast<size_t>(to - from));
+    at += n;
+    if (at >= end) break;
+  }
 }
 
 double MemcpyPasses::Pass(int threads) {
@@ -88,8 +113,7 @@ double MemcpyPasses::Pass(int threads) {
   const int64_t part = (size_ / threads + 63) / 64 * 64;
   auto copy = [&](int i) {
     const int64_t begin = std::min<int64_t>(size_, i * part);
-    const int64_t end = std::min<int64_t>(size_, begin + part);
-    std::memcpy(dst_.data() + begin, src_.data() + begin, end - begin);
+    Copy(begin, std::min<int64_t>(size_, begin + part));
   };
   const double t0 = NowSeconds();
   std::vector<std::thread> helpers;

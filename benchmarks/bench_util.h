@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -42,12 +43,18 @@ class MemcpyPasses {
  public:
   /// Source and destination of `size` bytes, touched and warmed by a pass.
   static absl::StatusOr<std::unique_ptr<MemcpyPasses>> Create(int64_t size);
-  /// One pass on `threads` threads, bytes/s.
+  /// Copies of `sources` (memory the caller keeps alive, e.g. the state a
+  /// save copies) into one destination of their total size on huge pages,
+  /// as the staging arena is. The destination is touched by a first pass.
+  static absl::StatusOr<std::unique_ptr<MemcpyPasses>> Over(std::vector<std::span<const std::byte>> sources);
+  /// One pass on `threads` threads (equal parts of the total), bytes/s.
   double Pass(int threads);
 
  private:
   MemcpyPasses() = default;
+  void Copy(int64_t begin, int64_t end);
   AlignedBuffer src_, dst_;
+  std::vector<std::span<const std::byte>> sources_;
   int64_t size_ = 0;
 };
 

@@ -163,6 +163,12 @@ absl::Status SyntheticJob::SaveAsync(int64_t step, uint64_t seed) {
   return absl::OkStatus();
 }
 
+std::vector<std::span<const std::byte>> SyntheticJob::Values() const {
+  std::vector<std::span<const std::byte>> out;
+  for (const auto& b : buffers_) out.emplace_back(b.data(), b.size());
+  return out;
+}
+
 bool SyntheticJob::Done() const {
   for (const SaveHandle& h : handles_) {
     if (!h.Done()) return false;

@@ -8,6 +8,7 @@
 #include <map>
 #include <memory>
 #include <optional>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -72,6 +73,10 @@ class SyntheticJob {
   /// Figures known once SaveAsync returned (stalls, logical bytes).
   const SynthSaveResult& pending() const { return pending_; }
   const SyntheticModel& model() const { return model_; }
+  /// The values the last rank saved came from: all of the state when this
+  /// process runs one rank (they stay allocated between saves, as a
+  /// trainer's do).
+  std::vector<std::span<const std::byte>> Values() const;
   Checkpointer& leader() { return *ranks_.front(); }
 
  private:
