@@ -80,7 +80,7 @@ absl::StatusOr<std::unique_ptr<MemcpyPasses>> MemcpyPasses::Create(int64_t size)
   m->size_ = size;
   m->sources_ = {std::span<const std::byte>(m->src_.data(), static_cast<size_t>(size))};
   std::memset(m->src_.data(), 1, size);
-  std::memcpy(m->dst_.data(), m->src_.data(), size);
+  m->Copy(0, size);
   return m;
 }
 
