@@ -56,17 +56,19 @@ int Memcpy(int argc, char** argv) {
   return tools::kExitOk;
 }
 
-// A warm-up save (step 0: maps and registers the staging arena, as a
-// trainer's first save would) and the measured ones (steps 1..--repeat).
+// Warm-up saves (the first maps and registers the staging arena, as a
+// trainer's first save would; a store whose old steps are removed reaches its
+// steady state after a second) and the measured ones after them.
 int Save(int argc, char** argv) {
   std::string root, dtype = "bf16", codec = "none", mesh_text = "dp=1";
-  int64_t params = int64_t{128} << 20, staging = 0, layers = 0, staging_threads = 0, repeat = 1;
+  int64_t params = int64_t{128} << 20, staging = 0, layers = 0, staging_threads = 0, repeat = 1, warmup = 1, keep = 0;
   bool memcpy_beside = false;
   tools::Args args("save",
                    "--root DIR [--params 128M] [--dtype bf16] [--codec none] [--mesh dp=1] [--staging B] [--repeat 1] "
-                   "[--memcpy-beside]",
-                   "Saves a synthetic transformer-like state: a warm-up (step 0), then steps 1..--repeat, "
-                   "measured; prints the medians of the stall, the time until durable and until committed.");
+                   "[--warmup 1] [--keep N] [--memcpy-beside]",
+                   "Saves a synthetic transformer-like state: --warmup saves (steps 0..W-1), then --repeat "
+                   "measured ones (steps W..W+R-1); prints the medians of the stall, the time until durable and "
+                   "until committed.");
   args.String("root", &root, "checkpoint root (required)");
   args.Size("params", &params, "parameters (default 128M)", false);
   args.String("dtype", &dtype, "bf16, f32 or f16 (default bf16)");
@@ -76,7 +78,9 @@ int Save(int argc, char** argv) {
   args.Int("layers", &layers, "transformer layers (default: from --params)");
   args.Int("staging-threads", &staging_threads,
            "threads that stage a save, the caller's included (default: the library's)");
-  args.Int("repeat", &repeat, "measured saves, steps 1..N, all kept (default 1)");
+  args.Int("repeat", &repeat, "measured saves (default 1)");
+  args.Int("warmup", &warmup, "saves before the measured ones (default 1: maps the staging arena)");
+  args.Int("keep", &keep, "retention: keep the newest N committed steps (default 0: all)");
   args.Switch("memcpy-beside", &memcpy_beside,
               "after each measured save, memcpy on as many threads as staged it (a warming pass, then the "
               "measured one) of the state itself (one rank; several: a buffer of its size) into a buffer on "
@@ -88,8 +92,11 @@ int Save(int argc, char** argv) {
   auto mesh = Mesh::Parse(mesh_text);
   auto dt = ParseDType(dtype);
   auto c = ParseCodec(codec);
-  if (root.empty() || !mesh.ok() || !dt || !c || repeat < 1 || repeat > 1000) {
-    std::fprintf(stderr, "bench_probe save: needs --root, a valid --mesh, --dtype and --codec, and --repeat 1..1000\n");
+  if (root.empty() || !mesh.ok() || !dt || !c || repeat < 1 || repeat > 1000 || warmup < 1 || warmup > 100 ||
+      keep < 0 || keep > 1000) {
+    std::fprintf(stderr,
+                 "bench_probe save: needs --root, a valid --mesh, --dtype and --codec, --repeat 1..1000, --warmup "
+                 "1..100 and --keep 0..1000\n");
     return tools::kExitUsage;
   }
   tools::SynthJobOptions o;
@@ -99,6 +106,7 @@ int Save(int argc, char** argv) {
   o.model.dtype = *dt;
   o.model.layers = static_cast<int>(layers);
   o.codec = *c;
+  o.retention.keep_last = static_cast<int>(keep);
   // The exact state size is known once the model is built; size the arena
   // from it unless told.
   auto model = BuildSyntheticModel(o.model, o.mesh);
@@ -130,14 +138,14 @@ int Save(int argc, char** argv) {
   }
   tools::SynthSaveResult res;
   Samples stall, durable, commit, ceiling, stall_x_memcpy;
-  for (int64_t step = 0; step <= repeat; ++step) {
+  for (int64_t step = 0; step < warmup + repeat; ++step) {
     absl::Status s = (*job)->SaveAsync(step, 1);
     if (!s.ok()) return Fail("save", s);
     auto r = (*job)->Finish();
     if (!r.ok()) return Fail("save", r.status());
     res = *r;
-    if (step == 0) {
-      if (over_state) {
+    if (step < warmup) {
+      if (over_state && passes == nullptr) {
         auto m = MemcpyPasses::Over((*job)->Values());
         if (!m.ok()) return Fail("save", m.status());
         passes = std::move(*m);
@@ -166,6 +174,8 @@ int Save(int argc, char** argv) {
       .Field("ranks", res.ranks)
       .Field("staging_threads", threads)
       .Field("repeat", repeat)
+      .Field("warmup", warmup)
+      .Field("first_step", warmup)
       .Field("stall_s", stall.Median())
       .Field("stall_s_min", stall.Min())
       .Field("stall_s_max", stall.Max())

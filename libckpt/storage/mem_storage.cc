@@ -8,8 +8,10 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <set>
 #include <shared_mutex>
+#include <utility>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
@@ -50,16 +52,71 @@ class ZeroedBytes {
   size_t size_ = 0;
 };
 
-// The bytes of one file. Every byte past `size` reads as zero: the buffer
-// comes from fresh anonymous memory, which the kernel zeroes, so a write past
-// the end (writes of a save arrive out of order) need not fill the gap.
-// Copies in and out hold the lock shared, so a save's writers copy in
-// parallel; only growing the buffer takes it exclusively. A file whose size
-// is reserved up front (as a data file is) is never copied to grow, and its
-// pages are faulted in by the writes themselves, 2 MiB at a time where huge
-// pages are allowed.
+// The memory of removed files kept for new ones (`mem://name?spare=BYTES`):
+// a buffer taken from here is already faulted in, so a store whose old
+// steps are removed as new ones are saved (retention, a tiered store's
+// keep_local) does not pay the kernel's page zeroing on every save. Its
+// bytes are not zero; MemFile zeroes what it must.
+class SparePool {
+ public:
+  explicit SparePool(int64_t cap) : cap_(cap) {}
+  int64_t cap() const { return cap_; }
+
+  /// Keeps `b` if it is large and there is room; frees it otherwise.
+  void Give(ZeroedBytes b) {
+    if (b.size() < kHugePagesFrom || cap_ <= 0) return;
+    std::lock_guard<std::mutex> lock(mu_);
+    if (held_ + static_cast<int64_t>(b.size()) > cap_) return;
+    held_ += static_cast<int64_t>(b.size());
+    const size_t n = b.size();
+    bufs_.emplace(n, std::move(b));
+  }
+
+  /// The smallest kept buffer of at least `n` bytes and at most a quarter
+  /// more (a large one stays for a large file), if any.
+  std::optional<ZeroedBytes> Take(size_t n) {
+    if (n < kHugePagesFrom || cap_ <= 0) return std::nullopt;
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = bufs_.lower_bound(n);
+    if (it == bufs_.end() || it->first > n + n / 4) return std::nullopt;
+    ZeroedBytes b = std::move(it->second);
+    bufs_.erase(it);
+    held_ -= static_cast<int64_t>(b.size());
+    return b;
+  }
+
+  int64_t held() const {
+    std::lock_guard<std::mutex> lock(mu_);
+    return held_;
+  }
+
+ private:
+  const int64_t cap_;
+  mutable std::mutex mu_;
+  int64_t held_ = 0;
+  std::multimap<size_t, ZeroedBytes> bufs_;
+};
+
+// The bytes of one file. Every byte below `size` was written or is zero.
+// A buffer from fresh anonymous memory is zero past `size` (the kernel zeroes
+// it), so a write past the end (writes of a save arrive out of order) need
+// not fill the gap. Copies in and out hold the lock shared, so a save's
+// writers copy in parallel; only growing the buffer takes it exclusively. A
+// file whose size is reserved up front (as a data file is) is never copied to
+// grow, and its pages are faulted in by the writes themselves, 2 MiB at a time
+// where huge pages are allowed. A buffer from the spare pool holds old bytes
+// past `size`: there a write that raises `size` takes the lock exclusively
+// and zeroes the gap it leaves, so no shared writer is inside it meanwhile.
+// The buffer goes back to the pool when the file is gone.
 class MemFile {
  public:
+  explicit MemFile(std::shared_ptr<SparePool> pool = nullptr) : pool_(std::move(pool)) {}
+  ~MemFile() {
+    if (pool_) pool_->Give(std::move(buf_));
+  }
+  MemFile(const MemFile&) = delete;
+  MemFile& operator=(const MemFile&) = delete;
+
   uint64_t size() const { return size_.load(std::memory_order_acquire); }
 
   absl::Status Reserve(uint64_t bytes) {
@@ -75,7 +132,7 @@ class MemFile {
     const uint64_t end = offset + data.size();
     {
       std::shared_lock<std::shared_mutex> lock(mu_);
-      if (end <= buf_.size()) {
+      if (end <= buf_.size() && (!dirty_ || end <= size())) {
         Copy(offset, data, end);
         return absl::OkStatus();
       }
@@ -83,6 +140,7 @@ class MemFile {
     std::unique_lock<std::shared_mutex> lock(mu_);
     absl::Status s = GrowLocked(end, /*exact=*/false);
     if (!s.ok()) return Annotate(s, StrCat("mem:", path, ": write of ", data.size(), " bytes at byte offset ", offset));
+    ZeroGapLocked(offset);
     Copy(offset, data, end);
     return absl::OkStatus();
   }
@@ -106,6 +164,7 @@ class MemFile {
     if (n > old) {
       absl::Status s = GrowLocked(n, /*exact=*/true);
       if (!s.ok()) return Annotate(s, StrCat("mem:", path, ": resize to ", n, " bytes"));
+      ZeroGapLocked(n);
     } else if (n < old) {
       std::memset(buf_.data() + n, 0, old - n);
     }
@@ -122,25 +181,42 @@ class MemFile {
     }
   }
 
+  // REQUIRES: mu_ held exclusively, `to` <= buf_.size(). Zeroes the old
+  // bytes of a spare buffer between the size and `to`.
+  void ZeroGapLocked(uint64_t to) {
+    const uint64_t n = size();
+    if (dirty_ && to > n) std::memset(buf_.data() + n, 0, to - n);
+  }
+
   // REQUIRES: mu_ held exclusively. Doubles unless `exact` (a known final
-  // size), so appends cost amortised O(1) copies.
+  // size), so appends cost amortised O(1) copies. Takes a spare buffer where
+  // the pool has one of the size.
   absl::Status GrowLocked(uint64_t want, bool exact) {
     if (want <= buf_.size()) return absl::OkStatus();
     uint64_t cap = want;
     if (!exact) cap = std::max<uint64_t>({want, 2 * static_cast<uint64_t>(buf_.size()), 4096});
     if (cap > SIZE_MAX / 2) return absl::ResourceExhaustedError(StrCat("out of memory for ", cap, " bytes"));
-    auto grown = ZeroedBytes::Allocate(static_cast<size_t>(cap));
-    if (!grown.ok()) {
-      return absl::ResourceExhaustedError(StrCat("out of memory for ", cap, " bytes: ", grown.status().message()));
+    std::optional<ZeroedBytes> grown = pool_ ? pool_->Take(static_cast<size_t>(cap)) : std::nullopt;
+    const bool spare = grown.has_value();
+    if (!spare) {
+      auto fresh = ZeroedBytes::Allocate(static_cast<size_t>(cap));
+      if (!fresh.ok()) {
+        return absl::ResourceExhaustedError(StrCat("out of memory for ", cap, " bytes: ", fresh.status().message()));
+      }
+      grown = std::move(fresh).value();
     }
     const uint64_t n = size();
     if (n > 0) std::memcpy(grown->data(), buf_.data(), n);
-    buf_ = std::move(grown).value();
+    ZeroedBytes old = std::exchange(buf_, std::move(*grown));
+    dirty_ = spare;
+    if (pool_) pool_->Give(std::move(old));
     return absl::OkStatus();
   }
 
+  const std::shared_ptr<SparePool> pool_;
   mutable std::shared_mutex mu_;
-  ZeroedBytes buf_;                // capacity; zero past size_
+  ZeroedBytes buf_;                // capacity; zero past size_ unless dirty_
+  bool dirty_ = false;             // buf_ came from the spare pool
   std::atomic<uint64_t> size_{0};  // raised by writes under a shared lock
 };
 
@@ -196,8 +272,9 @@ class MemReadable final : public ReadableFile {
 };
 
 // A file holding `data`, for whole-file puts.
-absl::StatusOr<std::shared_ptr<MemFile>> FileOf(std::string_view path, absl::Span<const std::byte> data) {
-  auto file = std::make_shared<MemFile>();
+absl::StatusOr<std::shared_ptr<MemFile>> FileOf(std::string_view path, absl::Span<const std::byte> data,
+                                                std::shared_ptr<SparePool> pool) {
+  auto file = std::make_shared<MemFile>(std::move(pool));
   const std::string p(path);
   CKPT_RETURN_IF_ERROR(file->Reserve(data.size()));
   CKPT_RETURN_IF_ERROR(file->Write(0, data, p));
@@ -206,7 +283,10 @@ absl::StatusOr<std::shared_ptr<MemFile>> FileOf(std::string_view path, absl::Spa
 
 class MemStorage final : public Storage {
  public:
-  explicit MemStorage(std::string uri) : uri_(std::move(uri)) {}
+  MemStorage(std::string uri, int64_t spare) : uri_(std::move(uri)), pool_(std::make_shared<SparePool>(spare)) {}
+
+  int64_t spare_cap() const { return pool_->cap(); }
+  int64_t spare_held() const { return pool_->held(); }
 
   std::string uri() const override { return uri_; }
   StorageCaps caps() const override {
@@ -219,7 +299,7 @@ class MemStorage final : public Storage {
 
   absl::StatusOr<std::unique_ptr<WritableFile>> OpenWritable(std::string_view path, const WriteOptions&) override {
     CKPT_RETURN_IF_ERROR(Check(path));
-    auto file = std::make_shared<MemFile>();
+    auto file = std::make_shared<MemFile>(pool_);
     std::lock_guard<std::mutex> lock(mu_);
     files_[std::string(path)] = file;
     return std::unique_ptr<WritableFile>(std::make_unique<MemWritable>(file, std::string(path)));
@@ -236,7 +316,7 @@ class MemStorage final : public Storage {
 
   absl::Status PutAtomic(std::string_view path, absl::Span<const std::byte> data) override {
     CKPT_RETURN_IF_ERROR(Check(path));
-    CKPT_ASSIGN_OR_RETURN(std::shared_ptr<MemFile> file, FileOf(path, data));
+    CKPT_ASSIGN_OR_RETURN(std::shared_ptr<MemFile> file, FileOf(path, data, pool_));
     std::lock_guard<std::mutex> lock(mu_);
     files_[std::string(path)] = std::move(file);
     return absl::OkStatus();
@@ -244,7 +324,7 @@ class MemStorage final : public Storage {
 
   absl::Status PutIfAbsent(std::string_view path, absl::Span<const std::byte> data) override {
     CKPT_RETURN_IF_ERROR(Check(path));
-    CKPT_ASSIGN_OR_RETURN(std::shared_ptr<MemFile> file, FileOf(path, data));
+    CKPT_ASSIGN_OR_RETURN(std::shared_ptr<MemFile> file, FileOf(path, data, pool_));
     std::lock_guard<std::mutex> lock(mu_);
     if (!files_.emplace(std::string(path), std::move(file)).second) {
       return absl::AlreadyExistsError(StrCat("mem:", path, " already exists"));
@@ -317,25 +397,47 @@ class MemStorage final : public Storage {
   }
 
   std::string uri_;
+  const std::shared_ptr<SparePool> pool_;
   std::mutex mu_;
   std::map<std::string, std::shared_ptr<MemFile>> files_;
 };
 
 }  // namespace
 
-std::shared_ptr<Storage> NewMemStorage() { return std::make_shared<MemStorage>("mem://"); }
+std::shared_ptr<Storage> NewMemStorage(int64_t spare_bytes) {
+  return std::make_shared<MemStorage>(spare_bytes > 0 ? StrCat("mem://?spare=", spare_bytes) : "mem://", spare_bytes);
+}
 
 absl::StatusOr<std::shared_ptr<Storage>> OpenMemStorage(std::string_view uri) {
   CKPT_ASSIGN_OR_RETURN(ParsedUri parsed, ParseUri(uri));
+  for (const auto& [key, value] : parsed.params) {
+    if (key != "spare")
+      return absl::InvalidArgumentError(StrCat(uri, ": unknown option '", key, "' (mem:// takes spare=BYTES)"));
+  }
+  CKPT_ASSIGN_OR_RETURN(const int64_t spare, parsed.Bytes("spare", 0));
+  if (spare < 0) return absl::InvalidArgumentError(StrCat(uri, ": spare must not be negative"));
   const std::string name = parsed.Path();
-  if (name.empty()) return NewMemStorage();
-  // Named stores live for the process so separate opens share files.
+  if (name.empty()) return NewMemStorage(spare);
+  // Named stores live for the process so separate opens share files. The
+  // first open sets the spare memory; a later one naming another fails.
   static std::mutex mu;
-  static auto* stores = new std::map<std::string, std::shared_ptr<Storage>>();
+  static auto* stores = new std::map<std::string, std::shared_ptr<MemStorage>>();
   std::lock_guard<std::mutex> lock(mu);
   auto& slot = (*stores)[name];
-  if (!slot) slot = std::make_shared<MemStorage>(StrCat("mem://", parsed.location));
-  return slot;
+  if (!slot) {
+    slot = std::make_shared<MemStorage>(StrCat("mem://", parsed.location), spare);
+  } else if (parsed.params.count("spare") && slot->spare_cap() != spare) {
+    return absl::InvalidArgumentError(
+        StrCat(uri, ": mem://", name, " is open in this process with spare=", slot->spare_cap()));
+  }
+  return std::shared_ptr<Storage>(slot);
 }
+
+namespace internal {
+int64_t MemSpareBytesHeld(Storage& storage) {
+  auto* m = dynamic_cast<MemStorage*>(&storage);
+  return m == nullptr ? -1 : m->spare_held();
+}
+}  // namespace internal
 
 }  // namespace ckpt

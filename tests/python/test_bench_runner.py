@@ -63,8 +63,15 @@ def test_runner_reports_every_contender(tmp_path):
     assert 0.99 < st["read_amplification"]["median"] < 1.06 and st["peak_rss_export"]["median"] > 0
     for to, amp in s["tp_moves"].items():
         assert 1.0 <= amp < 1.5, (to, amp)
-    for name in ["fast", "tmpfs", "slow"]:
-        assert s["sinks"][f"{name}/auto_x_best"]["median"] > 0
+    for name in ["disk", "fast", "tmpfs", "slow"]:
+        x = s["sinks"][f"{name}/auto_x_best"]
+        assert x["median"] > 0 and x["min"] <= x["max"]
+    # Sinks in rounds of one process per codec; every process warms up twice
+    # and keeps the newest step.
+    assert len(raw["sink/fast/auto/rounds"]) == 2 and len(raw["sink/slow/auto/rounds"]) == 1
+    assert s["sinks"]["disk/none"]["processes"] == 2
+    assert raw["sink/fast/none"]["warmup"] == 2 and raw["sink/fast/none"]["first_step"] == 2
+    assert abs(raw["sink/fast/none"]["commit_s"] - sum(raw["sink/fast/none/rounds"]) / 2) < 1e-9
     assert any(t["target"].startswith("auto (bf16): the same on mem://") for t in res["targets"])
     # Behind the slow device the automatic codec compresses.
     assert s["sinks"]["slow/auto"]["stored_ratio"] < 0.9

@@ -2,7 +2,8 @@
 // errors, whole checkpoints through a plugin, fault injection (ENOSPC, short
 // writes, bit flips, crashes), and the tiered backend's drain, eviction and
 // loss of the local tier, including a process killed before its drain; the
-// memory backend under writers of one file on many threads.
+// memory backend under writers of one file on many threads, and its spare
+// memory reused from removed files.
 #include <signal.h>
 #include <spawn.h>
 #include <sys/wait.h>
@@ -18,6 +19,7 @@
 #include "ckpt/storage.h"
 #include "ckpt/verify.h"
 #include "storage/faulty_storage.h"
+#include "storage/mem_storage.h"
 #include "testutil/test_util.h"
 
 #ifndef CKPT_TEST_PLUGIN_DIR
@@ -614,6 +616,151 @@ TEST(MemStorage, AWriteBeyondAnyMemoryFailsCleanly) {
   auto size = (*st)->FileSize("big");
   ASSERT_OK(size);
   EXPECT_EQ(*size, 0u);
+}
+
+// Writes `data` at `offset` of `w` and waits for it.
+void WriteAt(WritableFile& w, uint64_t offset, absl::Span<const std::byte> data) {
+  absl::Status st = absl::InternalError("not called");
+  w.WriteAsync(offset, data, [&](absl::Status s) { st = s; });
+  ASSERT_OK(w.Drain());
+  ASSERT_OK(st);
+}
+
+// A file of `n` bytes of `fill`, written whole, then removed: its memory is
+// what the next file of that size gets from the spare pool.
+void WriteAndRemove(Storage& s, const std::string& path, size_t n, std::byte fill) {
+  std::vector<std::byte> bytes(n, fill);
+  auto w = s.OpenWritable(path, WriteOptions{false});
+  ASSERT_OK(w);
+  (*w)->Reserve(n);
+  WriteAt(**w, 0, bytes);
+  ASSERT_OK((*w)->Finish(n));
+  w->reset();
+  ASSERT_OK(s.Remove(path));
+}
+
+TEST(MemStorage, SpareMemoryIsReusedAndReadsAsWrittenOrZero) {
+  constexpr size_t kMiB = size_t{1} << 20;
+  auto s = OpenStorage("mem://spare-reuse?spare=64M");
+  ASSERT_OK(s);
+  Storage& st = **s;
+  EXPECT_EQ(internal::MemSpareBytesHeld(st), 0);
+  WriteAndRemove(st, "old", 16 * kMiB, std::byte{0xAB});
+  EXPECT_EQ(internal::MemSpareBytesHeld(st), static_cast<int64_t>(16 * kMiB));
+
+  // Writes out of order into the old memory: the gaps between them read as
+  // zero, never as the old file's bytes.
+  auto w = st.OpenWritable("new", WriteOptions{false});
+  ASSERT_OK(w);
+  (*w)->Reserve(16 * kMiB);
+  EXPECT_EQ(internal::MemSpareBytesHeld(st), 0) << "the reservation takes the spare buffer";
+  std::vector<std::byte> a(kMiB, std::byte{1}), b(kMiB, std::byte{2});
+  WriteAt(**w, 8 * kMiB, a);
+  WriteAt(**w, 2 * kMiB, b);
+  ASSERT_OK((*w)->Finish(12 * kMiB));  // grows past the written bytes
+  auto got = st.GetAll("new");
+  ASSERT_OK(got);
+  ASSERT_EQ(got->size(), 12 * kMiB);
+  size_t bad = got->size();
+  for (size_t i = 0; i < got->size() && bad == got->size(); ++i) {
+    const char want = (i >= 8 * kMiB && i < 9 * kMiB) ? 1 : (i >= 2 * kMiB && i < 3 * kMiB) ? 2 : 0;
+    if ((*got)[i] != want) bad = i;
+  }
+  EXPECT_EQ(bad, got->size()) << "first wrong byte (the old file's bytes read back)";
+}
+
+TEST(MemStorage, SparePoolKeepsAtMostItsBudgetAndOnlyLargeBuffers) {
+  constexpr size_t kMiB = size_t{1} << 20;
+  auto s = OpenStorage("mem://spare-budget?spare=20M");
+  ASSERT_OK(s);
+  WriteAndRemove(**s, "a", 16 * kMiB, std::byte{1});
+  WriteAndRemove(**s, "b", 16 * kMiB, std::byte{2});  // no room: freed
+  EXPECT_EQ(internal::MemSpareBytesHeld(**s), static_cast<int64_t>(16 * kMiB));
+  WriteAndRemove(**s, "small", kMiB, std::byte{3});  // below 4 MiB: freed
+  EXPECT_EQ(internal::MemSpareBytesHeld(**s), static_cast<int64_t>(16 * kMiB));
+  // A file much smaller than the kept buffer does not take it.
+  WriteAndRemove(**s, "c", 8 * kMiB, std::byte{4});
+  EXPECT_EQ(internal::MemSpareBytesHeld(**s), static_cast<int64_t>(16 * kMiB));
+  // Without spare, nothing is kept.
+  auto plain = OpenStorage("mem://spare-none");
+  ASSERT_OK(plain);
+  WriteAndRemove(**plain, "a", 16 * kMiB, std::byte{1});
+  EXPECT_EQ(internal::MemSpareBytesHeld(**plain), 0);
+}
+
+TEST(MemStorage, SpareOptionIsChecked) {
+  EXPECT_FALSE(OpenStorage("mem://spare-bad?spare=lots").ok());
+  EXPECT_FALSE(OpenStorage("mem://spare-bad?spare=-1").ok());
+  auto unknown = OpenStorage("mem://spare-bad?sparse=1M");
+  ASSERT_FALSE(unknown.ok());
+  EXPECT_NE(unknown.status().message().find("sparse"), absl::string_view::npos) << unknown.status();
+  ASSERT_OK(OpenStorage("mem://spare-once?spare=8M"));
+  ASSERT_OK(OpenStorage("mem://spare-once"));  // shares the store as opened
+  auto other = OpenStorage("mem://spare-once?spare=16M");
+  ASSERT_FALSE(other.ok());
+  EXPECT_NE(other.status().message().find("spare=8388608"), absl::string_view::npos) << other.status();
+}
+
+// Writers in parallel, out of order, into a spare buffer full of old bytes:
+// every byte is a writer's or zero (run under TSan too).
+TEST(MemStorage, ParallelWritesIntoSpareMemory) {
+  constexpr size_t kBlock = size_t{64} << 10;
+  constexpr size_t kBlocks = 256;  // 16 MiB
+  auto s = OpenStorage("mem://spare-parallel?spare=32M");
+  ASSERT_OK(s);
+  WriteAndRemove(**s, "old", kBlock * kBlocks, std::byte{0xEE});
+  auto w = (*s)->OpenWritable("new", WriteOptions{false});
+  ASSERT_OK(w);
+  (*w)->Reserve(kBlock * kBlocks);
+  std::atomic<size_t> next{0};
+  std::vector<std::thread> writers;
+  for (int t = 0; t < 4; ++t) {
+    writers.emplace_back([&] {
+      std::vector<std::byte> buf(kBlock);
+      for (size_t i; (i = next.fetch_add(1)) < kBlocks;) {
+        const size_t block = (i * 97) % kBlocks;  // a permutation: 97 is prime to 256
+        if (block % 5 == 4) continue;             // some blocks stay unwritten
+        std::fill(buf.begin(), buf.end(), static_cast<std::byte>(block % 200 + 1));
+        (*w)->WriteAsync(block * kBlock, buf, [](absl::Status st) { ASSERT_OK(st); });
+      }
+    });
+  }
+  for (auto& t : writers) t.join();
+  ASSERT_OK((*w)->Finish(kBlock * kBlocks));
+  auto got = (*s)->GetAll("new");
+  ASSERT_OK(got);
+  ASSERT_EQ(got->size(), kBlock * kBlocks);
+  for (size_t block = 0; block < kBlocks; ++block) {
+    const char want = block % 5 == 4 ? 0 : static_cast<char>(block % 200 + 1);
+    for (size_t i = 0; i < kBlock; i += 4093) ASSERT_EQ((*got)[block * kBlock + i], want) << "block " << block;
+    ASSERT_EQ((*got)[block * kBlock + kBlock - 1], want) << "block " << block;
+  }
+}
+
+// Saves under retention into a store with spare memory: each step reuses
+// the memory of the one retention removed, and every step loads exactly.
+TEST(MemStorage, RetentionRecyclesStepsThroughSpareMemory) {
+  TensorSpec spec{"w", DType::kF32, {1536, 1024}};  // 6 MiB
+  CheckpointerOptions o;
+  auto st = OpenStorage("mem://spare-retention?spare=64M");
+  ASSERT_OK(st);
+  o.storage = *st;
+  o.retention.keep_last = 1;
+  auto cp = Checkpointer::Open(o);
+  ASSERT_OK(cp);
+  for (int64_t step = 1; step <= 4; ++step) {
+    std::vector<OwnedShard> in = {MakeShard(spec, Box::Whole(spec.shape), static_cast<uint64_t>(step))};
+    auto h = (*cp)->Save(step, StateOf(in));
+    ASSERT_OK(h);
+    ASSERT_OK(h->Wait());
+    if (step >= 2) {
+      EXPECT_GT(internal::MemSpareBytesHeld(**st), 0) << "step " << step - 1 << " was removed";
+    }
+    std::vector<OwnedShard> out = {EmptyShard(spec, Box::Whole(spec.shape))};
+    State target = StateOf(out);
+    ASSERT_OK((*cp)->Load(target));
+    EXPECT_EQ(Mismatches(out[0], static_cast<uint64_t>(step)), 0) << "step " << step;
+  }
 }
 
 }  // namespace

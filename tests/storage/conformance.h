@@ -39,7 +39,7 @@ class StorageConformance : public ::testing::TestWithParam<BackendCase> {
     if (GetParam().make_uri) {
       uri = GetParam().make_uri(++counter_);
     } else if (GetParam().scheme == "mem") {
-      uri = "mem://conformance-" + std::to_string(++counter_) + GetParam().name;
+      uri = "mem://conformance-" + std::to_string(++counter_) + GetParam().name + GetParam().query;
     } else if (GetParam().scheme == "tiered") {
       uri = "tiered://?local=" + dir_.path() + "/local&durable=" + dir_.path() + "/durable" + GetParam().query;
     } else if (GetParam().scheme == "faulty-mem") {
