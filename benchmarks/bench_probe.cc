@@ -176,6 +176,7 @@ int Save(int argc, char** argv) {
       .Field("repeat", repeat)
       .Field("warmup", warmup)
       .Field("first_step", warmup)
+      .Field("keep", keep)
       .Field("stall_s", stall.Median())
       .Field("stall_s_min", stall.Min())
       .Field("stall_s_max", stall.Max())

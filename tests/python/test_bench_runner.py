@@ -66,11 +66,12 @@ def test_runner_reports_every_contender(tmp_path):
     for name in ["disk", "fast", "tmpfs", "slow"]:
         x = s["sinks"][f"{name}/auto_x_best"]
         assert x["median"] > 0 and x["min"] <= x["max"]
-    # Sinks in rounds of one process per codec; every process warms up twice
-    # and keeps the newest step.
+    # Sinks in rounds of one process per codec; every process warms up twice;
+    # mem:// keeps the newest step (its memory reused), the disk every step.
     assert len(raw["sink/fast/auto/rounds"]) == 2 and len(raw["sink/slow/auto/rounds"]) == 1
     assert s["sinks"]["disk/none"]["processes"] == 2
     assert raw["sink/fast/none"]["warmup"] == 2 and raw["sink/fast/none"]["first_step"] == 2
+    assert raw["sink/fast/none"]["keep"] == 1 and raw["sink/disk/none"]["keep"] == 0
     assert abs(raw["sink/fast/none"]["commit_s"] - sum(raw["sink/fast/none/rounds"]) / 2) < 1e-9
     assert any(t["target"].startswith("auto (bf16): the same on mem://") for t in res["targets"])
     # Behind the slow device the automatic codec compresses.
