@@ -540,11 +540,13 @@ def summarize(runs):
             for codec in SINK_CODECS:
                 k = f"sink/{name}/{codec}"
                 # Every process's median, all runs and rounds together.
-                pooled[codec] = statistics.median(x for r in runs for x in r[k + "/rounds"])
+                # (Results saved before rounds have one figure per run.)
+                rounds = lambda r, k=k: r.get(k + "/rounds", [r[k]["commit_s"]])
+                pooled[codec] = statistics.median(x for r in runs for x in rounds(r))
                 s["sinks"][f"{name}/{codec}"] = {
                     "commit_s": per_run(lambda r: r[k]["commit_s"]),
                     "commit_s_pooled": pooled[codec],
-                    "processes": sum(len(r[k + "/rounds"]) for r in runs),
+                    "processes": sum(len(rounds(r)) for r in runs),
                     "stored_ratio": runs[0][k]["bytes_stored"] / runs[0][k]["bytes"],
                 }
             # Judged on the pooled medians (the faster of two per-run
@@ -608,10 +610,11 @@ def targets(s):
     worst_move = max(s["tp_moves"].values())
     add(f"ckpt plan at 70B, tp 8 -> 12, 6, 16: read amplification <= 1.05", worst_move, worst_move <= 1.05,
         f"{worst_move:.4f}")
-    if "sinks" in s:
+    if "sinks" in s and "disk/auto_x_best" in s["sinks"]:
         ax = s["sinks"]["disk/auto_x_best"]["median"]
         add("auto (bf16): durable save <= 1.05x the faster of none and shuffle-zstd, on the disk", ax, ax <= 1.05,
             f"{ax:.2f}x")
+    if "sinks" in s:
         fx = s["sinks"]["fast/auto_x_best"]["median"]
         add("auto (bf16): the same on mem:// (a sink faster than the compressors)", fx, fx <= 1.05, f"{fx:.2f}x")
         slow_auto = s["sinks"]["slow/auto"]["stored_ratio"]
