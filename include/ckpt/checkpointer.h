@@ -99,7 +99,8 @@ class CKPT_EXPORT SaveHandle {
  public:
   int64_t step() const;
   /// Blocks until the step is committed (or failed). On a non-leader rank it
-  /// waits for the leader's outcome.
+  /// waits for the leader's outcome; on the leader, also until retention
+  /// removed the steps this commit put past it.
   absl::Status Wait() const;
   /// Blocks until this rank's data is durable (its part of the two-phase
   /// commit), or failed.

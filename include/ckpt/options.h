@@ -109,7 +109,7 @@ struct CKPT_EXPORT SaveStats {
   int64_t step = 0;
   double stall_s = 0;         ///< time Save blocked the caller
   double write_s = 0;         ///< Save start until this rank's data was durable
-  double commit_s = 0;        ///< Save start until the step was committed
+  double commit_s = 0;        ///< Save start until the step was committed (retention's removals excluded)
   int64_t bytes_logical = 0;  ///< tensor and blob bytes
   int64_t bytes_stored = 0;   ///< after compression
   int64_t bytes_written = 0;  ///< file bytes including framing and index

@@ -302,8 +302,11 @@ class Checkpointer::Impl {
     std::lock_guard<std::mutex> lock(mu_);
     tasks_.push_back([this, step, id, shared] {
       absl::Status st = IsLeader() ? CollectAndPublish(step, id) : AwaitOutcome(step);
+      // The commit time ends here; removing older steps is not part of it.
+      const double commit_s = NowSeconds() - shared->t_start;
+      if (st.ok() && IsLeader()) (void)CollectGarbage(false, step);
       if (st.ok() && level_ == SaveLevel::kMemory) DropOlderMemorySteps(step);
-      shared->SetDone(st, NowSeconds() - shared->t_start);
+      shared->SetDone(st, commit_s);
     });
     cv_.notify_all();
   }
@@ -328,9 +331,9 @@ class Checkpointer::Impl {
     absl::Status decided = arbiter_->AwaitDecision(step, options_.commit_timeout_s);
     if (!decided.ok()) return AbortStep(*storage_, step, id, decided);
     absl::Status published = PublishStep(*storage_, step, id, options_.world_size);
-    // Retention never removes the step just committed, nor a save of this
-    // process still in flight.
-    if (published.ok()) (void)CollectGarbage(false, step);
+    // Retention runs after the other ranks are told (the caller), and never
+    // removes the step just committed, nor a save of this process still in
+    // flight.
     absl::Status told = arbiter_->Published(step, published);
     if (published.ok() && !told.ok()) {
       return Annotate(told, StrCat("step ", step, " is committed, but telling the arbiter failed"));
