@@ -62,10 +62,11 @@ int Memcpy(int argc, char** argv) {
 int Save(int argc, char** argv) {
   std::string root, dtype = "bf16", codec = "none", mesh_text = "dp=1";
   int64_t params = int64_t{128} << 20, staging = 0, layers = 0, staging_threads = 0, repeat = 1, warmup = 1, keep = 0;
+  int64_t pause_workers = -1;
   bool memcpy_beside = false;
   tools::Args args("save",
                    "--root DIR [--params 128M] [--dtype bf16] [--codec none] [--mesh dp=1] [--staging B] [--repeat 1] "
-                   "[--warmup 1] [--keep N] [--memcpy-beside]",
+                   "[--warmup 1] [--keep N] [--pause-workers -1] [--memcpy-beside]",
                    "Saves a synthetic transformer-like state: --warmup saves (steps 0..W-1), then --repeat "
                    "measured ones (steps W..W+R-1); prints the medians of the stall, the time until durable and "
                    "until committed.");
@@ -81,6 +82,8 @@ int Save(int argc, char** argv) {
   args.Int("repeat", &repeat, "measured saves (default 1)");
   args.Int("warmup", &warmup, "saves before the measured ones (default 1: maps the staging arena)");
   args.Int("keep", &keep, "retention: keep the newest N committed steps (default 0: all)");
+  args.Int("pause-workers", &pause_workers,
+           "whether the workers wait while a save stages: 1, 0 or -1 (default: the library's choice)");
   args.Switch("memcpy-beside", &memcpy_beside,
               "after each measured save, memcpy on as many threads as staged it (a warming pass, then the "
               "measured one) of the state itself (one rank; several: a buffer of its size) into a buffer on "
@@ -114,6 +117,7 @@ int Save(int argc, char** argv) {
   const int64_t state_bytes = model->params * static_cast<int64_t>(DTypeSize(*dt));
   o.engine.staging_bytes = static_cast<size_t>(staging > 0 ? staging : state_bytes + (16 << 20));
   o.engine.staging_threads = static_cast<int>(staging_threads);
+  o.engine.pause_workers_while_staging = static_cast<int>(pause_workers);
   auto job = tools::SyntheticJob::Create(o);
   if (!job.ok()) return Fail("save", job.status());
   const int threads = staging_threads > 0 ? static_cast<int>(staging_threads) : DefaultStagingThreads();

@@ -48,6 +48,13 @@ struct CKPT_EXPORT SaveEngineOptions {
   /// Nice value added to the background threads so they yield to the
   /// trainer's threads (0 leaves them at the caller's priority).
   int background_nice = 10;
+  /// Whether the workers leave staged blocks alone while a Save is staging,
+  /// until it returns or the arena runs full: on a machine without a core
+  /// for each, they would take the staging threads' cores (and the memory
+  /// bandwidth) and lengthen the stall, to start the writes a stall earlier.
+  /// -1: when the staging threads and the workers outnumber the hardware
+  /// threads; 0: never; 1: always.
+  int pause_workers_while_staging = -1;
 };
 
 /// Where a save is kept (docs/levels.md).

@@ -76,6 +76,18 @@ absl::Status SaveEngine::Init() {
   int stagers = options_.staging_threads;
   if (stagers <= 0) stagers = DefaultStagingThreads();
   for (int i = 1; i < stagers; ++i) stagers_.emplace_back([this] { StagerLoop(); });
+  pause_workers_ = options_.pause_workers_while_staging > 0 ||
+                   (options_.pause_workers_while_staging < 0 &&
+                    static_cast<unsigned>(stagers + workers) > std::max(1u, std::thread::hardware_concurrency()));
+  arena_->SetOnFull([this] {
+    // A staging thread waits for a slot: only the workers free one.
+    {
+      std::lock_guard<std::mutex> lock(queue_mu_);
+      if (stagings_ == 0 || arena_ran_full_) return;
+      arena_ran_full_ = true;
+    }
+    queue_cv_.notify_all();
+  });
   tile_budget_ = tile_budget_max_ = slots / 2;
   // A backlog the storage needs a while to write: one block per worker twice
   // over, so it is still writing when the blocks being compressed arrive.
@@ -251,11 +263,13 @@ bool SaveEngine::Enqueue(const std::shared_ptr<SaveJob>& job, uint64_t block_id,
   item.slot = slot;
   item.raw_len = static_cast<uint32_t>(len);
   item.dtype = dtype;
+  bool wake;
   {
     std::lock_guard<std::mutex> lock(queue_mu_);
     queue_.push_back(std::move(item));
+    wake = !WorkersPausedLocked();
   }
-  queue_cv_.notify_one();
+  if (wake) queue_cv_.notify_one();
   // A failed job's blocks are dropped by the workers; stop copying more.
   return !failed;
 }
@@ -388,6 +402,19 @@ struct SaveEngine::StageTask {
 };
 
 void SaveEngine::Stage(const std::shared_ptr<SaveJob>& job, const std::vector<SavePiece>& pieces) {
+  {
+    std::lock_guard<std::mutex> lock(queue_mu_);
+    ++stagings_;
+  }
+  StageAll(job, pieces);
+  {
+    std::lock_guard<std::mutex> lock(queue_mu_);
+    if (--stagings_ == 0) arena_ran_full_ = false;
+  }
+  queue_cv_.notify_all();
+}
+
+void SaveEngine::StageAll(const std::shared_ptr<SaveJob>& job, const std::vector<SavePiece>& pieces) {
   auto task = std::make_shared<StageTask>();
   task->job = job;
   task->pieces = &pieces;
@@ -509,7 +536,7 @@ void SaveEngine::WorkerLoop(std::byte* out) {
     WorkItem item;
     {
       std::unique_lock<std::mutex> lock(queue_mu_);
-      queue_cv_.wait(lock, [&] { return stop_ || !queue_.empty(); });
+      queue_cv_.wait(lock, [&] { return stop_ || (!queue_.empty() && !WorkersPausedLocked()); });
       if (queue_.empty()) return;
       item = std::move(queue_.front());
       queue_.pop_front();

@@ -200,9 +200,12 @@ class SaveEngine {
   /// Stages `pieces` on the caller and the staging helpers; returns when
   /// every block is in the arena (or the job failed).
   void Stage(const std::shared_ptr<SaveJob>& job, const std::vector<SavePiece>& pieces);
+  void StageAll(const std::shared_ptr<SaveJob>& job, const std::vector<SavePiece>& pieces);
   /// Stages units of `task` until none is left.
   void StageUnits(StageTask& task);
   void StagerLoop();
+  /// REQUIRES: queue_mu_. Whether the workers leave the queue alone.
+  bool WorkersPausedLocked() const { return pause_workers_ && stagings_ > 0 && !arena_ran_full_; }
 
   SaveEngineOptions options_;
   // Slots that multi-tile passes may hold at once, all threads together.
@@ -218,6 +221,11 @@ class SaveEngine {
   std::condition_variable queue_cv_;
   std::deque<WorkItem> queue_;
   std::deque<std::shared_ptr<SaveJob>> finalize_queue_;
+  // Runs staging now, and whether the arena ran full since none was: the
+  // workers wait meanwhile when pause_workers_ (WorkersPausedLocked).
+  bool pause_workers_ = false;
+  int stagings_ = 0;
+  bool arena_ran_full_ = false;
   std::condition_variable finalize_cv_;
   bool stop_ = false;
   std::vector<std::thread> workers_;

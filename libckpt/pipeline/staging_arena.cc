@@ -21,7 +21,7 @@ absl::StatusOr<std::unique_ptr<StagingArena>> StagingArena::Create(size_t slot_b
 }
 
 std::byte* StagingArena::TakeFreeSlotLocked(std::unique_lock<std::mutex>& lock) {
-  cv_.wait(lock, [&] {
+  auto ready = [&] {
     if (!free_.empty()) return true;
     // A packing slot whose requests have all been released is given back
     // rather than held while a whole one is awaited.
@@ -29,7 +29,15 @@ std::byte* StagingArena::TakeFreeSlotLocked(std::unique_lock<std::mutex>& lock) 
     DropRefLocked(packing_);
     packing_ = nullptr;
     return true;
-  });
+  };
+  if (!ready()) {
+    if (on_full_) {
+      lock.unlock();
+      on_full_();
+      lock.lock();
+    }
+    cv_.wait(lock, ready);
+  }
   std::byte* s = free_.back();
   free_.pop_back();
   refs_[SlotIndex(s)] = 1;

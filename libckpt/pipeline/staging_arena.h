@@ -14,6 +14,7 @@
 #include <condition_variable>
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <vector>
@@ -43,6 +44,9 @@ class StagingArena {
   size_t size() const { return memory_.size(); }
   /// Slots holding no request and not being packed into.
   size_t free_slots() const;
+  /// Called (without the arena's lock) each time an Acquire finds no free
+  /// slot, before it waits. Set before the arena is shared.
+  void SetOnFull(std::function<void()> on_full) { on_full_ = std::move(on_full); }
 
  private:
   StagingArena() = default;
@@ -61,6 +65,7 @@ class StagingArena {
   std::vector<uint32_t> refs_;    ///< per slot: requests in it, +1 while it is being packed
   std::byte* packing_ = nullptr;  ///< the slot small requests are packed into
   size_t packed_ = 0;             ///< bytes of packing_ handed out
+  std::function<void()> on_full_;
 };
 
 }  // namespace ckpt

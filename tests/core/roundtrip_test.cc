@@ -324,68 +324,148 @@ TEST_P(RoundTripTest, StateLargerThanArenaStreams) {
 // is shared by three threads, with an arena of a few slots: column-tiled
 // shards (one pass over the rows, holding a slot per tile), plain shards and
 // blobs, each rank waiting on the arena in turn. Every element comes back.
+// With the workers paused while staging, and without: a full arena must
+// wake them, or the savers wait forever.
 TEST(Staging, ThreadsAndRanksShareASmallArena) {
-  for (int threads : {1, 3}) {
-    for (size_t slots : {size_t{2}, size_t{8}, size_t{64}}) {
-      SaveEngineOptions eo;
-      eo.block_size = kSmallBlock;
-      eo.staging_bytes = slots * (kSmallBlock + 4096);
-      eo.staging_threads = threads;
-      auto engine = CreateSaveEngine(eo);
-      ASSERT_OK(engine);
-      ASSERT_EQ((*engine)->staging_threads(), threads);
-      TempDir dir;
-      const std::string uri = dir.path() + "/root";
-      constexpr int kRanks = 4;
-      // A row-parallel weight cut over the ranks (tiled), a whole matrix
-      // per rank (tiled in halves) and a norm.
-      const TensorSpec w{"w", DType::kBF16, {96, 8 * 1536}};
-      std::vector<std::vector<OwnedShard>> data(kRanks);
-      std::vector<std::unique_ptr<Checkpointer>> ranks;
-      for (int r = 0; r < kRanks; ++r) {
-        CheckpointerOptions o;
-        o.uri = uri;
-        o.rank = r;
-        o.world_size = kRanks;
-        o.codec = r % 2 ? Codec::kShuffleZstd : Codec::kNone;
-        o.engine = *engine;
-        o.commit_timeout_s = 30;
-        auto cp = Checkpointer::Open(o);
-        ASSERT_OK(cp);
-        ranks.push_back(std::move(cp).value());
-        const int64_t cols = w.shape[1] / kRanks;
-        data[r].push_back(MakeShard(w, Box({0, r * cols}, {96, cols}), 21));
-        const TensorSpec m{"m." + std::to_string(r), DType::kF32, {64, 1024}};
-        data[r].push_back(MakeShard(m, Box::Whole(m.shape), 21));
-        const TensorSpec n{"n." + std::to_string(r), DType::kF32, {1000}};
-        data[r].push_back(MakeShard(n, Box::Whole(n.shape), 21));
-      }
-      std::vector<std::thread> savers;
-      std::vector<absl::Status> results(kRanks);
-      for (int r = 0; r < kRanks; ++r) {
-        savers.emplace_back([&, r] {
-          State st = StateOf(data[r]);
-          const std::string blob = "rank " + std::to_string(r);
-          absl::Status s = st.AddBlob("rng", blob.data(), blob.size(), BlobScope::kRank);
-          auto h = s.ok() ? ranks[r]->Save(3, st) : absl::StatusOr<SaveHandle>(s);
-          results[r] = h.ok() ? h->Wait() : h.status();
-        });
-      }
-      for (auto& t : savers) t.join();
-      for (int r = 0; r < kRanks; ++r) EXPECT_TRUE(results[r].ok()) << "rank " << r << ": " << results[r];
-      // Loaded onto three ranks' worth of columns (cuts inside the tiles).
-      for (int part = 0; part < 3; ++part) {
-        const int64_t c0 = part * w.shape[1] / 3, c1 = (part + 1) * w.shape[1] / 3;
-        std::vector<OwnedShard> out = {EmptyShard(w, Box({0, c0}, {96, c1 - c0}))};
+  for (int pause : {0, 1})
+    for (int threads : {1, 3}) {
+      for (size_t slots : {size_t{2}, size_t{8}, size_t{64}}) {
+        SaveEngineOptions eo;
+        eo.block_size = kSmallBlock;
+        eo.staging_bytes = slots * (kSmallBlock + 4096);
+        eo.staging_threads = threads;
+        eo.pause_workers_while_staging = pause;
+        auto engine = CreateSaveEngine(eo);
+        ASSERT_OK(engine);
+        ASSERT_EQ((*engine)->staging_threads(), threads);
+        TempDir dir;
+        const std::string uri = dir.path() + "/root";
+        constexpr int kRanks = 4;
+        // A row-parallel weight cut over the ranks (tiled), a whole matrix
+        // per rank (tiled in halves) and a norm.
+        const TensorSpec w{"w", DType::kBF16, {96, 8 * 1536}};
+        std::vector<std::vector<OwnedShard>> data(kRanks);
+        std::vector<std::unique_ptr<Checkpointer>> ranks;
         for (int r = 0; r < kRanks; ++r) {
-          out.push_back(EmptyShard(data[r][1].spec, data[r][1].box));
-          out.push_back(EmptyShard(data[r][2].spec, data[r][2].box));
+          CheckpointerOptions o;
+          o.uri = uri;
+          o.rank = r;
+          o.world_size = kRanks;
+          o.codec = r % 2 ? Codec::kShuffleZstd : Codec::kNone;
+          o.engine = *engine;
+          o.commit_timeout_s = 30;
+          auto cp = Checkpointer::Open(o);
+          ASSERT_OK(cp);
+          ranks.push_back(std::move(cp).value());
+          const int64_t cols = w.shape[1] / kRanks;
+          data[r].push_back(MakeShard(w, Box({0, r * cols}, {96, cols}), 21));
+          const TensorSpec m{"m." + std::to_string(r), DType::kF32, {64, 1024}};
+          data[r].push_back(MakeShard(m, Box::Whole(m.shape), 21));
+          const TensorSpec n{"n." + std::to_string(r), DType::kF32, {1000}};
+          data[r].push_back(MakeShard(n, Box::Whole(n.shape), 21));
         }
-        State target = StateOf(out);
-        ASSERT_OK(ranks[part]->Load(target));
-        for (const auto& s : out) EXPECT_EQ(Mismatches(s, 21), 0) << s.spec.fqn << " threads " << threads;
+        std::vector<std::thread> savers;
+        std::vector<absl::Status> results(kRanks);
+        for (int r = 0; r < kRanks; ++r) {
+          savers.emplace_back([&, r] {
+            State st = StateOf(data[r]);
+            const std::string blob = "rank " + std::to_string(r);
+            absl::Status s = st.AddBlob("rng", blob.data(), blob.size(), BlobScope::kRank);
+            auto h = s.ok() ? ranks[r]->Save(3, st) : absl::StatusOr<SaveHandle>(s);
+            results[r] = h.ok() ? h->Wait() : h.status();
+          });
+        }
+        for (auto& t : savers) t.join();
+        for (int r = 0; r < kRanks; ++r) EXPECT_TRUE(results[r].ok()) << "rank " << r << ": " << results[r];
+        // Loaded onto three ranks' worth of columns (cuts inside the tiles).
+        for (int part = 0; part < 3; ++part) {
+          const int64_t c0 = part * w.shape[1] / 3, c1 = (part + 1) * w.shape[1] / 3;
+          std::vector<OwnedShard> out = {EmptyShard(w, Box({0, c0}, {96, c1 - c0}))};
+          for (int r = 0; r < kRanks; ++r) {
+            out.push_back(EmptyShard(data[r][1].spec, data[r][1].box));
+            out.push_back(EmptyShard(data[r][2].spec, data[r][2].box));
+          }
+          State target = StateOf(out);
+          ASSERT_OK(ranks[part]->Load(target));
+          for (const auto& s : out) EXPECT_EQ(Mismatches(s, 21), 0) << s.spec.fqn << " threads " << threads;
+        }
       }
     }
+}
+
+// Paused workers touch no staged block until the Save returns when the
+// arena holds the whole state: each data write sees every byte staged.
+TEST(Staging, PausedWorkersWaitForTheStagingToEnd) {
+  for (int pause : {1, 0}) {
+    SaveEngineOptions eo;
+    eo.block_size = kSmallBlock;
+    eo.staging_bytes = size_t{40} << 20;
+    eo.staging_threads = 1;
+    eo.pause_workers_while_staging = pause;
+    auto engine = CreateSaveEngine(eo);
+    ASSERT_OK(engine);
+    // Bytes staged when each data block's write was handed to the storage.
+    class Recording : public ForwardingStorage {
+     public:
+      Recording(std::shared_ptr<Storage> base, std::shared_ptr<SaveEngine> engine)
+          : ForwardingStorage(std::move(base)), engine_(std::move(engine)) {}
+      absl::StatusOr<std::unique_ptr<WritableFile>> OpenWritable(std::string_view path,
+                                                                 const WriteOptions& o = {}) override {
+        auto file = ForwardingStorage::OpenWritable(path, o);
+        if (!file.ok()) return file.status();
+        return std::unique_ptr<WritableFile>(new Writer(this, std::move(file).value()));
+      }
+      std::mutex mu;
+      std::vector<int64_t> staged_at_write;
+
+     private:
+      class Writer : public WritableFile {
+       public:
+        Writer(Recording* owner, std::unique_ptr<WritableFile> base) : owner_(owner), base_(std::move(base)) {}
+        void WriteAsync(uint64_t offset, absl::Span<const std::byte> data, IoCallback done) override {
+          if (offset > 0 && data.size() >= kSmallBlock) {
+            std::lock_guard<std::mutex> lock(owner_->mu);
+            owner_->staged_at_write.push_back(owner_->engine_->bytes_staged());
+          }
+          base_->WriteAsync(offset, data, std::move(done));
+        }
+        absl::Status Drain() override { return base_->Drain(); }
+        absl::Status Finish(uint64_t size) override { return base_->Finish(size); }
+        void Reserve(uint64_t bytes) override { base_->Reserve(bytes); }
+        size_t alignment() const override { return base_->alignment(); }
+        const std::string& path() const override { return base_->path(); }
+
+       private:
+        Recording* owner_;
+        std::unique_ptr<WritableFile> base_;
+      };
+      std::shared_ptr<SaveEngine> engine_;
+    };
+    auto mem = OpenStorage(absl::StrCat("mem://pause-", pause));
+    ASSERT_OK(mem);
+    auto rec = std::make_shared<Recording>(*mem, *engine);
+    CheckpointerOptions o;
+    o.storage = rec;
+    o.engine = *engine;
+    auto cp = Checkpointer::Open(o);
+    ASSERT_OK(cp);
+    const TensorSpec w{"w", DType::kF32, {2048, 4096}};  // 32 MiB: 512 blocks
+    std::vector<OwnedShard> shards = {MakeShard(w, Box::Whole(w.shape), 4)};
+    State st = StateOf(shards);
+    auto h = (*cp)->Save(1, st);
+    ASSERT_OK(h);
+    ASSERT_OK(h->Wait());
+    const int64_t total = (*engine)->bytes_staged();
+    ASSERT_EQ(total, int64_t{32} << 20);
+    std::lock_guard<std::mutex> lock(rec->mu);
+    ASSERT_GT(rec->staged_at_write.size(), 400u);  // some blocks end a column tile short
+    const int64_t first = *std::min_element(rec->staged_at_write.begin(), rec->staged_at_write.end());
+    // (Unpaused, when a worker gets a core first is up to the scheduler.)
+    if (pause) EXPECT_EQ(first, total) << "a block was written while the state was still being staged";
+    std::vector<OwnedShard> out = {EmptyShard(w, Box::Whole(w.shape))};
+    State target = StateOf(out);
+    ASSERT_OK((*cp)->Load(target));
+    EXPECT_EQ(Mismatches(out[0], 4), 0);
   }
 }
 

@@ -25,6 +25,30 @@ TEST(StagingArena, RefusesImpossibleShapes) {
   EXPECT_FALSE(StagingArena::Create(kSlot, 0, false).ok());
 }
 
+// An Acquire that finds no free slot says so before it waits (the save
+// engine wakes its workers then); the hook runs without the arena's lock,
+// so it may free a slot itself.
+TEST(StagingArena, AFullArenaCallsItsHookBeforeWaiting) {
+  auto arena = StagingArena::Create(kSlot, 2, false);
+  ASSERT_OK(arena);
+  std::byte* a = (*arena)->Acquire(kSlot);
+  std::byte* b = (*arena)->Acquire(kSlot);
+  int calls = 0;
+  (*arena)->SetOnFull([&] {
+    ++calls;
+    (*arena)->Release(a);
+  });
+  std::byte* c = (*arena)->Acquire(kSlot);
+  EXPECT_EQ(calls, 1);
+  EXPECT_EQ(c, a);
+  (*arena)->Release(b);
+  std::byte* d = (*arena)->Acquire(kSlot);  // a slot was free: no call
+  EXPECT_EQ(calls, 1);
+  (*arena)->Release(c);
+  (*arena)->Release(d);
+  EXPECT_EQ((*arena)->free_slots(), 2u);
+}
+
 TEST(StagingArena, LargeRequestsTakeASlotEachSmallOnesArePacked) {
   auto arena = StagingArena::Create(kSlot, 4, false);
   ASSERT_OK(arena);
