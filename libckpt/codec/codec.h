@@ -29,6 +29,15 @@ struct EncodedBlock {
   uint16_t flags = 0;
 };
 
+namespace internal {
+/// Shuffle's byte planes: `n` elements of `width` bytes at `in` become
+/// `width` planes of n bytes at `out`, the most significant byte's first
+/// (after a left rotation by one bit with `rotate`), and back. `vector`
+/// false keeps to the scalar loops (tests compare the two).
+void SplitBytePlanes(size_t width, const std::byte* in, size_t n, bool rotate, std::byte* out, bool vector);
+void JoinBytePlanes(size_t width, const std::byte* in, size_t n, bool rotate, std::byte* out, bool vector);
+}  // namespace internal
+
 /// Per-thread codec state. Not thread-safe: one instance per worker.
 class BlockCodec {
  public:

@@ -134,5 +134,37 @@ TEST(Codec, EmptyBlocksDecode) {
   EXPECT_FALSE(codec.Decode(Codec::kZstd, 1, 0, {}, absl::Span<std::byte>(one), "x").ok());
 }
 
+// Shuffle's planes, vector loops and scalar ones, against the layout the
+// format names (plane 0: the most significant byte after rotating left by
+// one bit), at lengths around the vector width, and back.
+TEST(Codec, BytePlanesMatchTheFormatAtEveryLength) {
+  std::mt19937_64 rng(7);
+  for (size_t width : {2u, 4u, 8u}) {
+    for (bool rotate : {false, true}) {
+      for (size_t n : {0u, 1u, 31u, 32u, 33u, 63u, 64u, 65u, 1000u, 65537u}) {
+        std::vector<std::byte> in(n * width);
+        for (auto& b : in) b = static_cast<std::byte>(rng());
+        std::vector<std::byte> want(in.size());
+        for (size_t i = 0; i < n; ++i) {
+          uint64_t x = 0;
+          for (size_t b = 0; b < width; ++b) x |= uint64_t{static_cast<uint8_t>(in[i * width + b])} << (8 * b);
+          if (rotate) {
+            const uint64_t top = (x >> (8 * width - 1)) & 1;
+            x = ((x << 1) | top) & (width == 8 ? ~uint64_t{0} : (uint64_t{1} << (8 * width)) - 1);
+          }
+          for (size_t b = 0; b < width; ++b) want[(width - 1 - b) * n + i] = static_cast<std::byte>(x >> (8 * b));
+        }
+        for (bool vector : {false, true}) {
+          std::vector<std::byte> planes(in.size()), back(in.size());
+          internal::SplitBytePlanes(width, in.data(), n, rotate, planes.data(), vector);
+          EXPECT_EQ(planes, want) << "width " << width << " rotate " << rotate << " n " << n << " vector " << vector;
+          internal::JoinBytePlanes(width, planes.data(), n, rotate, back.data(), vector);
+          EXPECT_EQ(back, in) << "width " << width << " rotate " << rotate << " n " << n << " vector " << vector;
+        }
+      }
+    }
+  }
+}
+
 }  // namespace
 }  // namespace ckpt::testing
