@@ -201,9 +201,9 @@ class Suite:
         disk_dir = os.path.join(self.dir, "ckpt-sink-disk")
         slow_dir = os.path.join(self.dir, "ckpt-slow")
         # mem:// keeps the newest step, with room for the one retention
-        # removes, so the next reuses its memory. Files stay on the others:
-        # retention's unlink of a data file is part of the commit, and here
-        # it costs more for a larger file (0.30 s for 1 GiB on ext4).
+        # removes, so the next reuses its memory. Files stay on the others,
+        # so that no save there follows a removal (an unlink of 1 GiB takes
+        # 0.30 s on ext4, and the next save writes into what it freed).
         out = [("disk", disk_dir, disk_dir, SINK_ROUNDS, 0),
                ("fast", None, f"mem://ckpt-bench-{os.getpid()}?spare={2 * self.bytes}", SINK_ROUNDS, 1)]
         if os.path.isdir("/dev/shm"):
@@ -883,8 +883,8 @@ def report_md(s, t, mach, a, elapsed, command, svg_name, date):
                  f"and on the disk behind a simulated device of {SLOW_SINK_BPS}B/s "
                  f"(`faulty://DIR?fault.write_bandwidth={SLOW_SINK_BPS}`, slower than them). Each process saves "
                  f"twice to warm up, then {SINK_SAVES} times measured (the median; `bench_probe save --warmup 2 "
-                 f"--repeat {SINK_SAVES}`, on mem:// with `--keep 1`, elsewhere every step kept, as retention's "
-                 f"unlink of an old step is part of a commit and costs more for a larger file); each run has {SINK_ROUNDS} "
+                 f"--repeat {SINK_SAVES}`, on mem:// with `--keep 1`, elsewhere every step kept, so that no save "
+                 f"follows a removal of an old step); each run has {SINK_ROUNDS} "
                  f"rounds of one process per codec (one round behind the slow device), the codecs' order rotating. "
                  f"The times are medians over the runs' figures (each the median of its rounds); auto / faster "
                  f"divides auto's median over every process of every run by the faster of the others' (the range: "
