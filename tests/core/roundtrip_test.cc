@@ -461,7 +461,9 @@ TEST(Staging, PausedWorkersWaitForTheStagingToEnd) {
     ASSERT_GT(rec->staged_at_write.size(), 400u);  // some blocks end a column tile short
     const int64_t first = *std::min_element(rec->staged_at_write.begin(), rec->staged_at_write.end());
     // (Unpaused, when a worker gets a core first is up to the scheduler.)
-    if (pause) EXPECT_EQ(first, total) << "a block was written while the state was still being staged";
+    if (pause) {
+      EXPECT_EQ(first, total) << "a block was written while the state was still being staged";
+    }
     std::vector<OwnedShard> out = {EmptyShard(w, Box::Whole(w.shape))};
     State target = StateOf(out);
     ASSERT_OK((*cp)->Load(target));
