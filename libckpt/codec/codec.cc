@@ -207,18 +207,6 @@ void JoinBytePlanes(size_t width, const std::byte* in, size_t n, bool rotate, st
 
 }  // namespace internal
 
-namespace {
-
-void Split(size_t width, const std::byte* in, size_t n, bool rotate, std::byte* out) {
-  internal::SplitBytePlanes(width, in, n, rotate, out, true);
-}
-
-void Join(size_t width, const std::byte* in, size_t n, bool rotate, std::byte* out) {
-  internal::JoinBytePlanes(width, in, n, rotate, out, true);
-}
-
-}  // namespace
-
 double SampledEntropyBits(absl::Span<const std::byte> data) {
   if (data.empty()) return 0;
   // 16384 samples: the estimate's bias (about 255 / (2 n ln 2) bits) stays
@@ -303,7 +291,7 @@ absl::StatusOr<EncodedBlock> BlockCodec::Encode(Codec codec, DType dtype, absl::
   const size_t n = raw.size() / width;
   const bool rotate = IsFloatingPoint(dtype);
   planes_.resize(raw.size());
-  Split(width, raw.data(), n, rotate, planes_.data());
+  internal::SplitBytePlanes(width, raw.data(), n, rotate, planes_.data(), true);
 
   std::byte* hdr = out.data();
   hdr[0] = static_cast<std::byte>(width);
@@ -387,7 +375,7 @@ absl::Status BlockCodec::Decode(Codec codec, uint8_t elem_width, uint16_t flags,
         pos += len;
       }
       if (pos != stored.size()) return corrupt("trailing bytes after the planes");
-      Join(width, planes_.data(), n, (flags & kFlagRotated) != 0, raw_out.data());
+      internal::JoinBytePlanes(width, planes_.data(), n, (flags & kFlagRotated) != 0, raw_out.data(), true);
       return absl::OkStatus();
     }
     case Codec::kAuto:  // a save's choice, never a block's

@@ -198,7 +198,8 @@ class SaveEngine {
   /// One Run's staging, shared out to the staging threads.
   struct StageTask;
   /// Stages `pieces` on the caller and the staging helpers; returns when
-  /// every block is in the arena (or the job failed).
+  /// every block is in the arena (or the job failed). Counted in stagings_
+  /// while StageAll runs, which does the work.
   void Stage(const std::shared_ptr<SaveJob>& job, const std::vector<SavePiece>& pieces);
   void StageAll(const std::shared_ptr<SaveJob>& job, const std::vector<SavePiece>& pieces);
   /// Stages units of `task` until none is left.
