@@ -15,10 +15,11 @@ enum class Codec : uint8_t {
   kNone = 0,         ///< stored as is
   kZstd = 1,         ///< Zstandard over the whole block
   kShuffleZstd = 2,  ///< byte planes by element width, each zstd or raw
-  /// A save's choice per block (never a block's codec): stored as is while
-  /// the storage drains blocks faster than they come, shuffle-zstd (zstd for
-  /// one-byte types) while blocks queue up for the storage, and as is for a
-  /// kind of tensor that does not compress. Each block records what it got.
+  /// A save's choice per block (never a block's codec): shuffle-zstd (zstd
+  /// for one-byte types) when the storage's backlog, at the rate it is
+  /// measured to drain, outlasts compressing the block at the rate that
+  /// dtype is measured to compress; as is otherwise, and for a kind of
+  /// tensor that does not compress. Each block records what it got.
   kAuto = 3,
 };
 CKPT_EXPORT std::string_view CodecName(Codec codec);

@@ -14,6 +14,7 @@
 #include "layout/box_copy.h"
 #include "pipeline/block_encoder.h"
 #include "pipeline/staging_arena.h"
+#include "util/clock.h"
 #include "util/errors.h"
 #include "util/hash.h"
 #include "util/stream_copy.h"
@@ -21,10 +22,6 @@
 
 namespace ckpt {
 namespace {
-
-// Codec::kAuto stores a dtype as is once its compressed blocks keep more
-// than this much of their size (in 1/1000).
-constexpr uint32_t kAutoIncompressibleMilli = 970;
 
 // Background work must not slow the trainer's own threads (the staging copy
 // runs on the caller's thread): raise this thread's nice value.
@@ -89,9 +86,10 @@ absl::Status SaveEngine::Init() {
     queue_cv_.notify_all();
   });
   tile_budget_ = tile_budget_max_ = slots / 2;
-  // A backlog the storage needs a while to write: one block per worker twice
-  // over, so it is still writing when the blocks being compressed arrive.
-  auto_busy_bytes_ = static_cast<int64_t>(2 * static_cast<size_t>(workers) * options_.block_size);
+  // Until the rates are measured: a backlog of one block per worker twice
+  // over, so the storage is still writing when the blocks being compressed
+  // arrive.
+  auto_ = std::make_unique<AutoChooser>(static_cast<int64_t>(2 * static_cast<size_t>(workers) * options_.block_size));
   return absl::OkStatus();
 }
 
@@ -136,6 +134,16 @@ void SaveEngine::RegisterWith(const std::shared_ptr<Storage>& storage) {
   });
 }
 
+std::shared_ptr<SinkMeter> SaveEngine::SinkFor(const std::shared_ptr<Storage>& storage) {
+  std::lock_guard<std::mutex> lock(reg_mu_);
+  auto& [weak, meter] = sinks_[storage.get()];
+  if (meter == nullptr || weak.expired()) {
+    weak = storage;
+    meter = std::make_shared<SinkMeter>();
+  }
+  return meter;
+}
+
 absl::Status SaveEngine::Run(std::shared_ptr<SaveJob> job, std::vector<SavePiece>& pieces) {
   SaveJob& j = *job;
   j.block_size = options_.block_size;
@@ -155,6 +163,7 @@ absl::Status SaveEngine::Run(std::shared_ptr<SaveJob> job, std::vector<SavePiece
   j.index.assign(nblocks, IndexEntry{});
   j.counters->blocks_total = static_cast<int64_t>(nblocks);
   RegisterWith(j.storage);
+  j.sink = SinkFor(j.storage);
   if (!j.before_writes) {
     CKPT_RETURN_IF_ERROR(OpenFile(job, pieces));
     Stage(job, pieces);
@@ -559,8 +568,10 @@ void SaveEngine::ProcessBlock(WorkItem& item, BlockCodec& codec, std::byte* out)
   }
   BlockEncoding how;
   how.framed = job->writer->frames_blocks();
-  how.codec = job->codec == Codec::kAuto ? ChooseAuto(item.dtype) : job->codec;
+  const bool automatic = job->codec == Codec::kAuto;
+  how.codec = automatic ? auto_->Choose(item.dtype, item.raw_len, *job->sink) : job->codec;
   how.zstd_level = job->zstd_level;
+  const double t0 = automatic ? NowSeconds() : 0;
   auto entry = EncodeBlockInPlace(codec, how, item.dtype, item.block_id, item.slot, item.raw_len,
                                   absl::Span<std::byte>(out, out_bytes_ - kTrailerSize));
   if (!entry.ok()) {
@@ -572,7 +583,9 @@ void SaveEngine::ProcessBlock(WorkItem& item, BlockCodec& codec, std::byte* out)
     BlockDone(job);
     return;
   }
-  if (job->codec == Codec::kAuto && how.codec != Codec::kNone) RecordAuto(item.dtype, item.raw_len, entry->stored_len);
+  if (automatic && how.codec != Codec::kNone) {
+    auto_->Record(item.dtype, item.raw_len, entry->stored_len, NowSeconds() - t0);
+  }
   const uint64_t frame_len = entry->frame_len;
   {
     std::lock_guard<std::mutex> lock(job->mu);
@@ -590,39 +603,20 @@ void SaveEngine::SubmitFrame(const std::shared_ptr<SaveJob>& job, uint32_t block
     std::lock_guard<std::mutex> lock(job->mu);
     offset = job->index[block_id].offset;
   }
-  io_backlog_bytes_.fetch_add(static_cast<int64_t>(frame_len), std::memory_order_relaxed);
-  job->writer->file().WriteAsync(
-      offset, absl::Span<const std::byte>(buf, frame_len), [this, job, buf, frame_len](absl::Status s) {
-        io_backlog_bytes_.fetch_sub(static_cast<int64_t>(frame_len), std::memory_order_relaxed);
-        arena_->Release(buf);
-        if (!s.ok()) {
-          std::lock_guard<std::mutex> lock(job->mu);
-          if (job->error.ok()) job->error = s;
-        } else {
-          job->counters->blocks_written += 1;
-          job->counters->bytes_written += static_cast<int64_t>(frame_len);
-        }
-        BlockDone(job);
-      });
-}
-
-Codec SaveEngine::ChooseAuto(DType dtype) {
-  AutoClass& c = auto_classes_[static_cast<size_t>(dtype) % auto_classes_.size()];
-  const uint32_t ratio = c.ratio_milli.load(std::memory_order_relaxed);
-  if (ratio >= kAutoIncompressibleMilli && c.skipped.fetch_add(1, std::memory_order_relaxed) % 64 != 63) {
-    return Codec::kNone;
-  }
-  if (io_backlog_bytes_.load(std::memory_order_relaxed) < auto_busy_bytes_) return Codec::kNone;
-  return Codec::kShuffleZstd;  // zstd for one-byte types (BlockCodec decides)
-}
-
-void SaveEngine::RecordAuto(DType dtype, uint64_t raw_len, uint64_t stored_len) {
-  if (raw_len == 0) return;
-  AutoClass& c = auto_classes_[static_cast<size_t>(dtype) % auto_classes_.size()];
-  const uint32_t r =
-      static_cast<uint32_t>(std::max<uint64_t>(1, std::min<uint64_t>(1000, stored_len * 1000 / raw_len)));
-  const uint32_t old = c.ratio_milli.load(std::memory_order_relaxed);
-  c.ratio_milli.store(old == 0 ? r : (3 * old + r) / 4, std::memory_order_relaxed);
+  job->sink->Submitted(frame_len, NowSeconds());
+  job->writer->file().WriteAsync(offset, absl::Span<const std::byte>(buf, frame_len),
+                                 [this, job, buf, frame_len](absl::Status s) {
+                                   job->sink->Completed(frame_len, NowSeconds());
+                                   arena_->Release(buf);
+                                   if (!s.ok()) {
+                                     std::lock_guard<std::mutex> lock(job->mu);
+                                     if (job->error.ok()) job->error = s;
+                                   } else {
+                                     job->counters->blocks_written += 1;
+                                     job->counters->bytes_written += static_cast<int64_t>(frame_len);
+                                   }
+                                   BlockDone(job);
+                                 });
 }
 
 void SaveEngine::BlockDone(const std::shared_ptr<SaveJob>& job) {

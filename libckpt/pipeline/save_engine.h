@@ -31,6 +31,7 @@
 #include "ckpt/state.h"
 #include "ckpt/storage.h"
 #include "format/data_file.h"
+#include "pipeline/auto_codec.h"
 #include "pipeline/container_writer.h"
 #include "pipeline/staging_arena.h"
 #include "util/aligned_buffer.h"
@@ -125,6 +126,8 @@ struct SaveJob {
   /// Blocks staged before before_writes returned, while `holding`.
   bool holding = false;
   std::vector<HeldBlock> held;
+  /// The storage's writes, measured for Codec::kAuto.
+  std::shared_ptr<SinkMeter> sink;
 };
 
 /// Staging threads an engine gets when SaveEngineOptions::staging_threads
@@ -179,14 +182,8 @@ class SaveEngine {
   absl::Status OpenWhileStaging(const std::shared_ptr<SaveJob>& job, const std::vector<SavePiece>& pieces);
   /// Marks the job staged; finishes it if nothing is left outstanding.
   void StagingDone(const std::shared_ptr<SaveJob>& job);
-  /// Codec::kAuto's choice for a block of `dtype`: compress while the
-  /// storage has a backlog (it is the bottleneck and a worker's time is
-  /// better spent shrinking bytes), store as is while it keeps up, and
-  /// store as is a dtype whose blocks do not compress (one in 64 is tried
-  /// again).
-  Codec ChooseAuto(DType dtype);
-  /// What compressing a block of `dtype` gave, for ChooseAuto.
-  void RecordAuto(DType dtype, uint64_t raw_len, uint64_t stored_len);
+  /// The meter of `storage`'s writes, shared by every job headed there.
+  std::shared_ptr<SinkMeter> SinkFor(const std::shared_ptr<Storage>& storage);
   /// Hands a filled slot to the workers. Returns false when the job failed.
   bool Enqueue(const std::shared_ptr<SaveJob>& job, uint64_t block_id, std::byte* slot, uint64_t len, DType dtype);
   /// Stages rows [row_begin, row_end) of pieces[first, last) (the column
@@ -240,20 +237,13 @@ class SaveEngine {
   bool stop_stagers_ = false;
   std::vector<std::thread> stagers_;
 
-  // Codec::kAuto: bytes handed to storages and not yet written, and per
-  // dtype the stored/raw ratio of compressed blocks (in 1/1000, averaged).
-  std::atomic<int64_t> io_backlog_bytes_{0};
+  std::unique_ptr<AutoChooser> auto_;
   std::atomic<int64_t> bytes_staged_{0};
-  struct AutoClass {
-    std::atomic<uint32_t> ratio_milli{0};  ///< 0: not measured yet
-    std::atomic<uint32_t> skipped{0};
-  };
-  std::array<AutoClass, 32> auto_classes_;
-  int64_t auto_busy_bytes_ = 0;
 
   std::mutex reg_mu_;
   std::vector<std::thread> registrars_;
   std::map<Storage*, std::pair<std::weak_ptr<Storage>, uint64_t>> registered_;
+  std::map<Storage*, std::pair<std::weak_ptr<Storage>, std::shared_ptr<SinkMeter>>> sinks_;
 };
 
 }  // namespace ckpt
