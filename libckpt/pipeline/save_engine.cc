@@ -392,7 +392,7 @@ int64_t TileBandRows(const std::vector<SavePiece>& pieces, size_t first, size_t 
 struct SaveEngine::StageTask {
   std::shared_ptr<SaveJob> job;
   const std::vector<SavePiece>* pieces = nullptr;
-  /// What one thread stages at a time, in save order: a block of a piece,
+  /// What one thread stages at a time, largest first: a block of a piece,
   /// or (end > piece + 1) rows [row_begin, row_end) of the column tiles
   /// [piece, end) of one shard in one pass over those rows.
   struct Unit {
@@ -401,6 +401,7 @@ struct SaveEngine::StageTask {
     uint64_t block = 0;
     int64_t row_begin = 0;
     int64_t row_end = 0;
+    uint64_t bytes = 0;  ///< staged by the unit
   };
   std::vector<Unit> units;
   std::atomic<size_t> next{0};
@@ -438,19 +439,30 @@ void SaveEngine::StageAll(const std::shared_ptr<SaveJob>& job, const std::vector
       if (end - pi + 1 <= tile_budget_max_) {
         const int64_t rows = RowCount(*p.parent);
         const int64_t band = TileBandRows(pieces, pi, end, options_.block_size);
+        uint64_t row_bytes = 0;  // of all the tiles
+        for (size_t t = pi; t < end; ++t)
+          row_bytes += pieces[t].bytes / static_cast<uint64_t>(std::max<int64_t>(1, rows));
         for (int64_t r = 0; r < rows; r += band) {
-          task->units.push_back(
-              {static_cast<uint32_t>(pi), static_cast<uint32_t>(end), 0, r, std::min(rows, r + band)});
+          const int64_t r1 = std::min(rows, r + band);
+          task->units.push_back({static_cast<uint32_t>(pi), static_cast<uint32_t>(end), 0, r, r1,
+                                 row_bytes * static_cast<uint64_t>(r1 - r)});
         }
         pi = end;
         continue;
       }
     }
     for (uint64_t b = 0; b < p.block_count; ++b) {
-      task->units.push_back({static_cast<uint32_t>(pi), static_cast<uint32_t>(pi + 1), b});
+      task->units.push_back({static_cast<uint32_t>(pi), static_cast<uint32_t>(pi + 1), b, 0, 0,
+                             std::min<uint64_t>(options_.block_size, p.bytes - b * options_.block_size)});
     }
     ++pi;
   }
+  // Largest first: a pass over a whole matrix (one band when its tiles'
+  // rows meet block boundaries only at its end) taken last kept one thread
+  // copying tens of megabytes after the others had nothing left; taken
+  // first, the small units that follow even the threads out.
+  std::stable_sort(task->units.begin(), task->units.end(),
+                   [](const StageTask::Unit& a, const StageTask::Unit& b) { return a.bytes > b.bytes; });
   // The helpers join unless another rank's Run has them (it then stages
   // alone on its own thread).
   bool shared = false;

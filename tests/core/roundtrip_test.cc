@@ -7,6 +7,7 @@
 #include "ckpt/verify.h"
 #include "core/root.h"
 #include "core/save_pieces.h"
+#include "format/frame_check.h"
 #include "pipeline/save_engine.h"
 #include "storage/mem_storage.h"
 #include "testutil/test_util.h"
@@ -395,6 +396,55 @@ TEST(Staging, ThreadsAndRanksShareASmallArena) {
 
 // Paused workers touch no staged block until the Save returns when the
 // arena holds the whole state: each data write sees every byte staged.
+// Staging takes its largest units first, so that the last a thread copies
+// is short and the threads finish together. With one staging thread and
+// one worker that waits for the staging, the data file holds the blocks in
+// the order they were staged.
+TEST(Staging, TheLargestUnitsAreStagedFirst) {
+  SaveEngineOptions eo;
+  eo.block_size = kSmallBlock;
+  eo.staging_bytes = size_t{4} << 20;
+  eo.staging_threads = 1;
+  eo.worker_threads = 1;
+  eo.pause_workers_while_staging = 1;
+  auto engine = CreateSaveEngine(eo);
+  ASSERT_OK(engine);
+  CheckpointerOptions o;
+  o.uri = "mem://largest-first";
+  o.engine = *engine;
+  o.max_column_tiles = 1;
+  auto cp = Checkpointer::Open(o);
+  ASSERT_OK(cp);
+  const TensorSpec small{"a.small", DType::kF32, {100}};
+  const TensorSpec big{"b.big", DType::kF32, {65536}};  // four blocks
+  std::vector<OwnedShard> shards = {MakeShard(small, Box::Whole(small.shape), 1),
+                                    MakeShard(big, Box::Whole(big.shape), 2)};
+  auto h = (*cp)->Save(1, StateOf(shards));
+  ASSERT_OK(h);
+  ASSERT_OK(h->Wait());
+  auto storage = OpenStorage(o.uri);
+  ASSERT_OK(storage);
+  auto m = ReadManifest(**storage, 1);
+  ASSERT_OK(m);
+  ASSERT_EQ(m->files.size(), 1u);
+  const std::string path = StepDir(1) + "/" + m->files[0].name;
+  auto rf = (*storage)->OpenReadable(path);
+  ASSERT_OK(rf);
+  auto index = ReadFileIndex(**rf, m->files[0], path);
+  ASSERT_OK(index);
+  std::map<std::string, uint64_t> first_offset;
+  for (const ManifestTensor& t : m->tensors) {
+    ASSERT_EQ(t.chunks.size(), 1u) << t.spec.fqn;
+    first_offset[t.spec.fqn] = (*index)[t.chunks[0].first_block].offset;
+  }
+  EXPECT_LT(first_offset["b.big"], first_offset["a.small"]);
+  std::vector<OwnedShard> out = {EmptyShard(small, Box::Whole(small.shape)), EmptyShard(big, Box::Whole(big.shape))};
+  State target = StateOf(out);
+  ASSERT_OK((*cp)->Load(target));
+  EXPECT_EQ(out[0].data, shards[0].data);
+  EXPECT_EQ(out[1].data, shards[1].data);
+}
+
 TEST(Staging, PausedWorkersWaitForTheStagingToEnd) {
   for (int pause : {1, 0}) {
     SaveEngineOptions eo;
