@@ -25,8 +25,8 @@ void SinkMeter::Completed(uint64_t bytes, double now) {
   busy_sum_ = busy_sum_ * fade + dt;
   busy_total_ += dt;
   ++completions_;
-  // A storage that writes inline (no measurable time): a microsecond.
   if (busy_total_ >= kMinSeconds || completions_ >= kMinCompletions) {
+    // A storage that writes inline takes no measurable time: a microsecond.
     rate_.store(bytes_sum_ / std::max(busy_sum_, 1e-6), std::memory_order_relaxed);
   }
 }

@@ -110,19 +110,19 @@ SaveEngine::~SaveEngine() {
   if (finalizer_.joinable()) finalizer_.join();
   for (auto& t : registrars_) t.join();
   std::lock_guard<std::mutex> lock(reg_mu_);
-  for (auto& [ptr, reg] : registered_) {
-    if (auto s = reg.first.lock()) s->UnregisterBuffers(reg.second);
+  for (auto& [ptr, known] : storages_) {
+    if (auto s = known.storage.lock()) s->UnregisterBuffers(known.token);
   }
 }
 
-void SaveEngine::RegisterWith(const std::shared_ptr<Storage>& storage) {
+std::shared_ptr<SinkMeter> SaveEngine::RegisterWith(const std::shared_ptr<Storage>& storage) {
   // Pinning hundreds of MiB takes tens of milliseconds; do it off the
   // caller's path. Writes submitted before it completes use unregistered
   // buffers, which is equally correct.
   std::lock_guard<std::mutex> lock(reg_mu_);
-  auto it = registered_.find(storage.get());
-  if (it != registered_.end() && !it->second.first.expired()) return;
-  registered_[storage.get()] = {std::weak_ptr<Storage>(storage), 0};
+  KnownStorage& known = storages_[storage.get()];
+  if (known.sink != nullptr && !known.storage.expired()) return known.sink;
+  known = KnownStorage{storage, 0, std::make_shared<SinkMeter>()};
   std::weak_ptr<Storage> weak = storage;
   Storage* key = storage.get();
   registrars_.emplace_back([this, weak, key] {
@@ -130,18 +130,9 @@ void SaveEngine::RegisterWith(const std::shared_ptr<Storage>& storage) {
     if (!s) return;
     uint64_t token = s->RegisterBuffers({absl::Span<std::byte>(arena_->data(), arena_->size())});
     std::lock_guard<std::mutex> l(reg_mu_);
-    registered_[key].second = token;
+    storages_[key].token = token;
   });
-}
-
-std::shared_ptr<SinkMeter> SaveEngine::SinkFor(const std::shared_ptr<Storage>& storage) {
-  std::lock_guard<std::mutex> lock(reg_mu_);
-  auto& [weak, meter] = sinks_[storage.get()];
-  if (meter == nullptr || weak.expired()) {
-    weak = storage;
-    meter = std::make_shared<SinkMeter>();
-  }
-  return meter;
+  return known.sink;
 }
 
 absl::Status SaveEngine::Run(std::shared_ptr<SaveJob> job, std::vector<SavePiece>& pieces) {
@@ -162,8 +153,7 @@ absl::Status SaveEngine::Run(std::shared_ptr<SaveJob> job, std::vector<SavePiece
   }
   j.index.assign(nblocks, IndexEntry{});
   j.counters->blocks_total = static_cast<int64_t>(nblocks);
-  RegisterWith(j.storage);
-  j.sink = SinkFor(j.storage);
+  j.sink = RegisterWith(j.storage);
   if (!j.before_writes) {
     CKPT_RETURN_IF_ERROR(OpenFile(job, pieces));
     Stage(job, pieces);

@@ -174,7 +174,9 @@ class SaveEngine {
   void SubmitFrame(const std::shared_ptr<SaveJob>& job, uint32_t block_id, std::byte* buf, uint64_t frame_len);
   void BlockDone(const std::shared_ptr<SaveJob>& job);
   void Finalize(SaveJob& job);
-  void RegisterWith(const std::shared_ptr<Storage>& storage);
+  /// Registers the arena with `storage` (once, in the background) and
+  /// returns the meter of its writes, shared by every job headed there.
+  std::shared_ptr<SinkMeter> RegisterWith(const std::shared_ptr<Storage>& storage);
   /// Opens the data file and writes its prologue.
   absl::Status OpenFile(const std::shared_ptr<SaveJob>& job, const std::vector<SavePiece>& pieces);
   /// Runs job->before_writes, opens the file, and hands the blocks staged
@@ -182,8 +184,6 @@ class SaveEngine {
   absl::Status OpenWhileStaging(const std::shared_ptr<SaveJob>& job, const std::vector<SavePiece>& pieces);
   /// Marks the job staged; finishes it if nothing is left outstanding.
   void StagingDone(const std::shared_ptr<SaveJob>& job);
-  /// The meter of `storage`'s writes, shared by every job headed there.
-  std::shared_ptr<SinkMeter> SinkFor(const std::shared_ptr<Storage>& storage);
   /// Hands a filled slot to the workers. Returns false when the job failed.
   bool Enqueue(const std::shared_ptr<SaveJob>& job, uint64_t block_id, std::byte* slot, uint64_t len, DType dtype);
   /// Stages rows [row_begin, row_end) of pieces[first, last) (the column
@@ -242,8 +242,14 @@ class SaveEngine {
 
   std::mutex reg_mu_;
   std::vector<std::thread> registrars_;
-  std::map<Storage*, std::pair<std::weak_ptr<Storage>, uint64_t>> registered_;
-  std::map<Storage*, std::pair<std::weak_ptr<Storage>, std::shared_ptr<SinkMeter>>> sinks_;
+  // Each storage the engine writes to: the arena's registration with it
+  // (token 0: none, or not yet) and the meter of its writes.
+  struct KnownStorage {
+    std::weak_ptr<Storage> storage;
+    uint64_t token = 0;
+    std::shared_ptr<SinkMeter> sink;
+  };
+  std::map<Storage*, KnownStorage> storages_;
 };
 
 }  // namespace ckpt
