@@ -68,11 +68,13 @@ CKPT_EXPORT double AsyncInterval(double stall, double write, double mtbf);
 // durable saves (storage) survive every failure. Saves start every
 // `memory_period` of wall time; every `durable_every`-th is durable instead
 // of a memory save. After a survivable failure the job restarts from the
-// newest committed save of either level (a durable save is also held in
-// memory) at the memory level's restart cost; after any other, from the
-// newest committed durable save at the durable restart cost. A memory save
-// must commit before the next save starts, a durable one before the next
-// durable one (memory saves may start while it drains).
+// newest committed save of either level: from peers' memory at the memory
+// level's restart cost when that is a memory save, from storage at the
+// durable restart cost when it is the durable one (a durable save is not
+// held in memory). After any other failure it restarts from the newest
+// committed durable save. A memory save must commit before the next save
+// starts, a durable one before the next durable one (memory saves may start
+// while it drains).
 
 struct CKPT_EXPORT LevelCosts {
   double stall = 0;    ///< the trainer is blocked this long per save
@@ -87,18 +89,23 @@ struct CKPT_EXPORT TwoLevelPlan {
   double goodput = 0;         ///< TwoLevelGoodput at this plan
 };
 
-/// First-order goodput of a two-level schedule (the waste of each kind of
-/// failure and of the saves, added; exact to O((period / mtbf)^2)):
+/// First-order goodput of a two-level schedule (the waste of the saves and
+/// of each kind of failure, added; exact to O((period / mtbf)^2)). With
+/// commit delays c1 = s1 + w1, c2 = s2 + w2, and e = min(c2, P + c1):
 ///   1 - [(k-1) s1 + s2] / (k P)
-///     - p/M (P/2 + s1 + w1 + r1) - (1-p)/M (k P/2 + s2 + w2 + r2)
-/// (for k = 1 every save is durable and the survivable term uses s2, w2).
+///     - p/M (P/2 + [(k-1) c1 + e] / k + (1-f) r1 + f r2)
+///     - (1-p)/M (k P/2 + c2 + r2),
+/// where f = (P + c1 - e) / (k P) is the share of the cycle in which the
+/// durable save is the newest committed one. For k = 1 every failure
+/// restores the durable save: 1 - s2/P - (P/2 + c2 + r2)/M.
 CKPT_EXPORT double TwoLevelGoodput(double memory_period, int64_t durable_every, const LevelCosts& memory,
                                    const LevelCosts& durable, double survivable, double mtbf);
 
-/// The schedule maximising TwoLevelGoodput: for each k the period that
-/// zeroes the derivative, P = sqrt(2 [(k-1) s1 + s2] / (k (p + (1-p) k) / M)),
-/// held to the commit constraints; the best k of 1..100000. survivable in
-/// [0, 1): with 0 memory saves cannot pay and k = 1.
+/// The schedule maximising TwoLevelGoodput: for each k, the goodput is
+/// A/P + B P + const on either side of P = c2 - c1, so the best period is a
+/// side's stationary point sqrt(A/B) held to that side and to the commit
+/// constraints, or a side's lower end; the best k of 1..100000. survivable
+/// in [0, 1): with 0 memory saves cannot pay and k = 1.
 CKPT_EXPORT TwoLevelPlan TwoLevelInterval(const LevelCosts& memory, const LevelCosts& durable, double survivable,
                                           double mtbf);
 

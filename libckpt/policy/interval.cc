@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <vector>
 
 namespace ckpt {
 namespace {
@@ -85,25 +86,56 @@ double TwoLevelGoodput(double memory_period, int64_t durable_every, const LevelC
   const double p = std::clamp(survivable, 0.0, 1.0);
   if (P <= 0 || mtbf <= 0) return 0;
   const double saves = ((k - 1) * memory.stall + durable.stall) / (k * P);
-  const LevelCosts& newest = durable_every > 1 ? memory : durable;
-  const double lost = p / mtbf * (P / 2 + newest.stall + newest.write + memory.restart) +
-                      (1 - p) / mtbf * (k * P / 2 + durable.stall + durable.write + durable.restart);
-  return std::max(0.0, 1 - saves - lost);
+  const double c1 = memory.stall + memory.write, c2 = durable.stall + durable.write;
+  const double lost_durable = k * P / 2 + c2 + durable.restart;
+  if (durable_every <= 1) return std::max(0.0, 1 - saves - lost_durable / mtbf);
+  // A survivable failure goes back to the newest committed save of either
+  // level. The durable save is that one from its commit (c2 after it starts)
+  // until the next memory save commits (P + c1 after it); when it commits
+  // later than that it never is. Averaged over a cycle of k saves the work
+  // lost is P/2 plus the mean commit delay, with the durable one's capped at
+  // P + c1, and a fraction f of these restores read storage.
+  const double e = std::min(c2, P + c1);
+  const double f = (P + c1 - e) / (k * P);
+  const double lost_survivable = P / 2 + ((k - 1) * c1 + e) / k + (1 - f) * memory.restart + f * durable.restart;
+  return std::max(0.0, 1 - saves - (p * lost_survivable + (1 - p) * lost_durable) / mtbf);
 }
 
 TwoLevelPlan TwoLevelInterval(const LevelCosts& memory, const LevelCosts& durable, double survivable, double mtbf) {
   const double p = std::clamp(survivable, 0.0, 0.999999);
-  const double rate = 1 / std::max(mtbf, 1e-9);
+  const double M = std::max(mtbf, 1e-9);
+  const double c1 = memory.stall + memory.write, c2 = durable.stall + durable.write;
   TwoLevelPlan best;
   best.goodput = -1;
   for (int64_t k = 1; k <= 100000; ++k) {
     const double kd = static_cast<double>(k);
-    double P = std::sqrt(2 * ((kd - 1) * memory.stall + durable.stall) / (kd * (p + (1 - p) * kd) * rate));
     // A save commits before the next starts; a durable one before the
     // next durable one.
-    P = std::max(P, k > 1 ? memory.stall + memory.write : durable.stall + durable.write);
-    P = std::max(P, (durable.stall + durable.write) / kd);
-    const double g = TwoLevelGoodput(P, k, memory, durable, p, mtbf);
+    const double lowest = std::max(k > 1 ? c1 : c2, c2 / kd);
+    // TwoLevelGoodput is A/P + B P + const on each side of P = c2 - c1
+    // (below it the durable save is never the newest committed one): the
+    // best period is the stationary point of a side held to that side, or
+    // the side's lower end where the side only rises.
+    const double A = ((kd - 1) * memory.stall + durable.stall) / kd;
+    std::vector<double> candidates = {lowest};
+    auto side = [&](double a, double b, double from, double to) {
+      from = std::max(from, lowest);
+      if (from > to) return;
+      candidates.push_back(from);
+      if (a > 0 && b > 0) candidates.push_back(std::clamp(std::sqrt(a / b), from, to));
+    };
+    if (k == 1) {
+      side(A, 1 / (2 * M), lowest, HUGE_VAL);
+    } else {
+      side(A, (p * (0.5 + 1 / kd) + (1 - p) * kd / 2) / M, 0, c2 - c1);
+      side(A + p * (durable.restart - memory.restart) * (c1 - c2) / (kd * M), (p + (1 - p) * kd) / (2 * M),
+           std::max(0.0, c2 - c1), HUGE_VAL);
+    }
+    double P = lowest, g = -1;
+    for (double x : candidates) {
+      const double gx = TwoLevelGoodput(x, k, memory, durable, p, mtbf);
+      if (gx > g) P = x, g = gx;
+    }
     if (g > best.goodput) {
       best.memory_period = P;
       best.durable_every = k;

@@ -55,7 +55,10 @@ double RunBlocking(const SimulationConfig& c, FailureClock& clock, int64_t* fail
 // durable_every-th durable. Each failure is survivable by memory with
 // probability `survivable`; a failure during a restart is drawn the same
 // way, and one that is not survivable turns a memory restore into a
-// durable one.
+// durable one. A survivable failure goes back to the newest committed save
+// of either level, from peers' memory when that is a memory save and from
+// storage when it is the durable one (durable saves are not held in
+// memory).
 double RunTwoLevel(const SimulationConfig& c, FailureClock& clock, std::mt19937_64& kind, int64_t* failures,
                    int64_t* memory_restores, int64_t* durable_restores) {
   const LevelCosts durable{c.stall, c.write, c.restart};
@@ -67,13 +70,19 @@ double RunTwoLevel(const SimulationConfig& c, FailureClock& clock, std::mt19937_
     bool durable;
   };
   std::vector<Pending> pending;
-  double t = 0, progress = 0, mem_point = 0, dur_point = 0;
-  int64_t index = 0;  // saves started
+  // newest: the newest committed save of either level (its progress, and
+  // whether it is durable); dur_point: the newest durable one.
+  double t = 0, progress = 0, newest = 0, dur_point = 0;
+  bool newest_durable = true;  // the start, as if saved durably
+  int64_t index = 0;           // saves started
   double next_failure = clock.Next(0);
   auto settle = [&](double now) {
     for (size_t i = 0; i < pending.size();) {
       if (pending[i].at <= now) {
-        mem_point = std::max(mem_point, pending[i].progress);
+        if (pending[i].progress > newest) {
+          newest = pending[i].progress;
+          newest_durable = pending[i].durable;
+        }
         if (pending[i].durable) dur_point = std::max(dur_point, pending[i].progress);
         pending.erase(pending.begin() + static_cast<std::ptrdiff_t>(i));
       } else {
@@ -81,28 +90,26 @@ double RunTwoLevel(const SimulationConfig& c, FailureClock& clock, std::mt19937_
       }
     }
   };
+  auto lose_memory = [&] {  // the memory copies are gone
+    newest = dur_point;
+    newest_durable = true;
+  };
   auto fail = [&] {
     t = next_failure;
     ++*failures;
     settle(t);
     pending.clear();  // saves still committing are lost
-    bool from_memory = coin(kind) < c.survivable;
-    if (!from_memory) mem_point = dur_point;  // the memory copies are gone
-    double restart = from_memory ? c.memory.restart : durable.restart;
+    if (coin(kind) >= c.survivable) lose_memory();
     next_failure = clock.Next(t);
-    while (next_failure - t < restart) {
+    while (next_failure - t < (newest_durable ? durable.restart : c.memory.restart)) {
       t = next_failure;
       ++*failures;
-      if (coin(kind) >= c.survivable) {
-        from_memory = false;
-        mem_point = dur_point;
-        restart = durable.restart;
-      }
+      if (coin(kind) >= c.survivable) lose_memory();
       next_failure = clock.Next(t);
     }
-    t += restart;
-    progress = from_memory ? mem_point : dur_point;
-    ++*(from_memory ? memory_restores : durable_restores);
+    t += newest_durable ? durable.restart : c.memory.restart;
+    progress = newest;
+    ++*(newest_durable ? durable_restores : memory_restores);
   };
   while (progress < c.work) {
     const bool is_durable = (index + 1) % k == 0;

@@ -301,14 +301,14 @@ TEST(Coordinator, AnIntervalPolicyDecidesBothLevelsForEveryRank) {
   CoordinatorProcess coord;
   coord.Start(dir, "127.0.0.1:0", 4, 4);
   ASSERT_GT(coord.port, 0) << ReadFile(coord.log);
-  constexpr int64_t kSteps = 200;
+  constexpr int64_t kSteps = 300;
   std::vector<pid_t> workers;
   for (int i = 0; i < 4; ++i) {
     std::vector<std::string> args = WorkerArgs(dir, coord.port, i, kSteps);
     const auto root = std::find(args.begin(), args.end(), "--root");
     ASSERT_NE(root, args.end());
     root[1] = StrCat("faulty://", dir.Join("root"), "?fault.write_bandwidth=1M");
-    args.insert(args.end(), {"--step-ms", "20", "--ballast", "1M", "--policy-mtbf", "30", "--policy-min-interval",
+    args.insert(args.end(), {"--step-ms", "20", "--ballast", "1M", "--policy-mtbf", "10", "--policy-min-interval",
                              "0.1", "--memory-level", "--domain", StrCat("node-", i / 2)});
     workers.push_back(Spawn(args, dir.Join(StrCat("worker", i, ".out"))));
   }

@@ -283,9 +283,60 @@ TEST(TwoLevel, CadenceFollowsWhatMemorySurvives) {
     EXPECT_GT(plan.durable_every, last) << p;
     last = plan.durable_every;
   }
-  // The simulator restores from memory only what memory survives.
+  // The simulator restores from memory only what memory survives, and
+  // from storage only what it does not, or a durable save that is the
+  // newest: never, when a memory save started after it commits first (30 s
+  // apart, 5.5 s to commit a memory save, 62 s a durable one), but for
+  // failures before the first save.
   EXPECT_EQ(Simulate(TwoLevelRun(300, 4, 0.0, 20)).memory_restores_per_run, 0);
-  EXPECT_EQ(Simulate(TwoLevelRun(300, 4, 1.0, 20)).durable_restores_per_run, 0);
+  const SimulationResult all = Simulate(TwoLevelRun(30, 4, 1.0, 20));
+  EXPECT_GT(all.memory_restores_per_run, 100);
+  EXPECT_LT(all.durable_restores_per_run, 0.2);
+}
+
+// A durable save is held in storage only: a failure memory survives still
+// restores it from storage when it is the newest committed save. With every
+// save durable the durable restart is paid whatever memory survives; with a
+// memory save between durable ones, only in the part of the cycle where the
+// durable save is the newest. The model follows the simulator there, in the
+// goodput and in the share of restores from storage.
+TEST(TwoLevel, ADurableSaveIsRestoredFromStorage) {
+  const double M = 4 * kHour;
+  for (double restart : {60.0, 600.0}) {
+    const LevelCosts durable{kDurable.stall, kDurable.write, restart};
+    EXPECT_NEAR(TwoLevelGoodput(300, 1, kMemory, durable, 0.9, M), TwoLevelGoodput(300, 1, kMemory, durable, 0.0, M),
+                1e-12);
+    EXPECT_NEAR(TwoLevelGoodput(300, 1, kMemory, durable, 0.9, M),
+                1 - kDurable.stall / 300 - (150 + kDurable.stall + kDurable.write + restart) / M, 1e-12);
+  }
+  EXPECT_EQ(Simulate(TwoLevelRun(300, 1, 0.9, 20)).memory_restores_per_run, 0);
+
+  struct Case {
+    double period;
+    int64_t every;
+  };
+  // 300 s, every 1: all durable. 120 s, every 4: the durable save (committed
+  // 62 s after it starts) is the newest for 63.5 s of each 480. 30 s, every
+  // 4: a memory save started after it commits first, so it never is.
+  for (const Case& c : {Case{300, 1}, Case{120, 4}, Case{30, 4}, Case{600, 3}}) {
+    const SimulationResult sim = Simulate(TwoLevelRun(c.period, c.every, 0.9, 300));
+    EXPECT_NEAR(sim.goodput, TwoLevelGoodput(c.period, c.every, kMemory, kDurable, 0.9, M),
+                3 * sim.goodput_ci95 + 0.003)
+        << c.period << " s, durable every " << c.every;
+    const double k = static_cast<double>(c.every), c1 = kMemory.stall + kMemory.write,
+                 c2 = kDurable.stall + kDurable.write;
+    const double f = c.every == 1 ? 1 : (c.period + c1 - std::min(c2, c.period + c1)) / (k * c.period);
+    const double from_storage =
+        sim.durable_restores_per_run / (sim.durable_restores_per_run + sim.memory_restores_per_run);
+    EXPECT_NEAR(from_storage, 0.1 + 0.9 * f, 0.03) << c.period << " s, durable every " << c.every;
+  }
+
+  // The durable restart moves the cadence: the dearer a restore from
+  // storage, the more memory saves between durable ones.
+  const TwoLevelPlan quick = TwoLevelInterval(kMemory, {kDurable.stall, kDurable.write, 60}, 0.9, M);
+  const TwoLevelPlan slow = TwoLevelInterval(kMemory, {kDurable.stall, kDurable.write, 2 * kHour}, 0.9, M);
+  EXPECT_LT(quick.durable_every, slow.durable_every);
+  EXPECT_GT(quick.goodput, slow.goodput);
 }
 
 TEST(Policy, TwoLevelsAlternateMemoryAndDurableSaves) {

@@ -129,13 +129,13 @@ def policy_main(root, model, optimizer, domain):
     import ckpt
     from ckpt.torch import CheckpointManager
 
-    policy = ckpt.IntervalPolicy(mtbf_s=3, restart_s=1.0, stall_s=0.005, write_s=0.05, min_interval_s=0.03,
+    policy = ckpt.IntervalPolicy(mtbf_s=3, restart_s=0.1, stall_s=0.005, write_s=0.05, min_interval_s=0.03,
                                  max_interval_s=1, two_level=True, memory_stall_s=0.002, memory_write_s=0.02,
                                  memory_restart_s=0.1, survivable=0.9)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # one domain: "no memory-level saves"
         m = CheckpointManager(root, model, optimizer, memory_interval=1, policy=policy, domain=domain, keep_last=2)
-    # The policy starts from the costs given above (a durable save every 4th)
+    # The policy starts from the costs given above (a durable save every 5th)
     # and learns each level's from the saves it makes: where a memory save
     # commits slower than a durable one (a loaded machine: a clean CI run saw
     # 2 memory saves, then only durable ones), durable saves are the better
