@@ -39,36 +39,6 @@ inline void WriteToken(const TempDir& dir) {
   chmod(dir.Join("token").c_str(), 0600);
 }
 
-/// Starts `args` with stdout and stderr appended to `out`; with
-/// `max_descriptors` > 0 the child's soft and hard RLIMIT_NOFILE are set to it;
-/// `env` ("NAME=value") is added to the child's environment.
-inline pid_t Spawn(const std::vector<std::string>& args, const std::string& out, rlim_t max_descriptors = 0,
-                   const std::vector<std::string>& env = {}) {
-  const pid_t pid = fork();
-  if (pid == 0) {
-    for (const std::string& e : env) putenv(const_cast<char*>(e.c_str()));
-    const int fd = ::open(out.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
-    dup2(fd, 1);
-    dup2(fd, 2);
-    if (max_descriptors > 0) {
-      rlimit rl{max_descriptors, max_descriptors};
-      if (setrlimit(RLIMIT_NOFILE, &rl) != 0) _exit(126);
-    }
-    std::vector<char*> argv;
-    for (const std::string& a : args) argv.push_back(const_cast<char*>(a.c_str()));
-    argv.push_back(nullptr);
-    execv(argv[0], argv.data());
-    _exit(127);
-  }
-  return pid;
-}
-
-inline int WaitExit(pid_t pid) {
-  int status = 0;
-  waitpid(pid, &status, 0);
-  return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-}
-
 inline int ReadPort(const std::string& file) {
   for (int i = 0; i < 600; ++i) {  // 15 s: a replica may first wait out its predecessor's lease
     std::ifstream f(file);

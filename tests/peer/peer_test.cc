@@ -1,15 +1,21 @@
 // The memory level's data plane: the storage conformance suite over peer
 // memory, replicas placed and read back across processes' servers (here
 // several servers of one process, real TCP on loopback), failover from a
-// dead or lying copy, refused tokens and garbage, the budget.
+// dead or lying copy (one a process SIGKILLed while it streams a read),
+// refused tokens and garbage, the budget.
 #include "ckpt/peer.h"
 
 #include <netinet/in.h>
 #include <sys/socket.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <atomic>
 #include <chrono>
+#include <csignal>
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
 #include <map>
 #include <thread>
 
@@ -465,6 +471,70 @@ TEST(PeerMemory, AHolderWhoseMemoryChangedSincePutIsCaughtOnTheWire) {
   std::string tail(data.size() - 2 * peer::kPieceBytes, '\0');
   ASSERT_OK((*g)->ReadAt(2 * peer::kPieceBytes, Bytes(tail)));
   EXPECT_TRUE(tail == data.substr(2 * peer::kPieceBytes));
+}
+
+// A holder SIGKILLed while it streams a read: the reader, waiting on a
+// half-sent read, sees the connection close, reads the whole range again
+// from the next copy, and returns the right bytes; its log says why.
+TEST(PeerMemory, AHolderKilledMidReadIsFailedOverToTheNextCopy) {
+  TempDir dir;
+  // A holder in a process of its own, which stops itself (SIGSTOP) once it
+  // has taken on serving 4 MiB.
+  const pid_t holder = Spawn({PEER_HOLDER_PATH, dir.path(), "4194304", kToken}, dir.Join("holder.out"));
+  ASSERT_GT(holder, 0);
+  struct Reap {  // on any early return too
+    pid_t pid;
+    ~Reap() {
+      if (pid > 0) kill(pid, SIGKILL), WaitExit(pid);
+    }
+  } reap{holder};
+  std::string k;
+  for (int i = 0; i < 3000 && k.empty(); ++i) {  // 30 s: a sanitizer's start-up
+    std::ifstream f(dir.Join("endpoint"));
+    std::getline(f, k);
+    if (k.empty()) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  ASSERT_FALSE(k.empty()) << ReadFile(dir.Join("holder.out"));
+  LogLines log;
+  auto a = StartMemory("node-a");
+  auto c = StartMemory("node-c");
+  auto d = StartMemory("node-d", int64_t{1} << 30, &log);
+  const std::string path = "step-0000000030/rank-000001.ckd";
+  const std::string data = Pattern(96u << 20, 30);
+  {
+    PeerRoute wr;
+    wr.replicas = {k, c->endpoint()};
+    auto w = OpenPeerStorage(a, wr);
+    ASSERT_OK(w);
+    Write(**w, path, data);
+  }
+  PeerRoute rd;
+  rd.holders = [&](int64_t, int) { return std::vector<std::string>{k, c->endpoint()}; };
+  auto reader = OpenPeerStorage(d, rd);
+  ASSERT_OK(reader);
+  auto f = (*reader)->OpenReadable(path);
+  ASSERT_OK(f);
+  std::string got(data.size(), '\0');
+  absl::Status read;
+  std::thread t([&] { read = (*f)->ReadAt(0, Bytes(got)); });
+  bool stopped = false;
+  for (int i = 0; i < 3000 && !stopped; ++i) {
+    stopped = std::ifstream(dir.Join("serving")).good();
+    if (!stopped) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  // Stopped with the read under way: its requests taken, replies queued,
+  // the reader waiting on the socket.
+  EXPECT_TRUE(stopped) << ReadFile(dir.Join("holder.out"));
+  kill(holder, SIGKILL);
+  t.join();
+  EXPECT_EQ(WaitExit(holder), 128 + SIGKILL);
+  reap.pid = -1;
+  ASSERT_OK(read);
+  EXPECT_TRUE(got == data);
+  EXPECT_EQ(PeerStorageCounters(**reader).failovers, 1);
+  EXPECT_EQ(PeerStorageCounters(**reader).from_peers, static_cast<int64_t>(data.size()));
+  EXPECT_GE(c->Stats().bytes_served, static_cast<int64_t>(data.size()));
+  EXPECT_TRUE(log.Holds(StrCat("read of ", path, " at byte offset 0 moved to ", c->endpoint(), " (peer ", k)));
 }
 
 TEST(PeerMemory, TheBudgetRefusesAFileCleanly) {

@@ -1,5 +1,6 @@
 #include "testutil/test_util.h"
 
+#include <fcntl.h>
 #include <stdlib.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -79,6 +80,33 @@ CommandResult RunCommand(const std::string& command) {
   while ((n = fread(buf, 1, sizeof(buf), p)) > 0) out.append(buf, n);
   const int status = pclose(p);
   return CommandResult{WIFEXITED(status) ? WEXITSTATUS(status) : -1, out};
+}
+
+pid_t Spawn(const std::vector<std::string>& args, const std::string& out, rlim_t max_descriptors,
+            const std::vector<std::string>& env) {
+  const pid_t pid = fork();
+  if (pid == 0) {
+    for (const std::string& e : env) putenv(const_cast<char*>(e.c_str()));
+    const int fd = ::open(out.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
+    dup2(fd, 1);
+    dup2(fd, 2);
+    if (max_descriptors > 0) {
+      rlimit rl{max_descriptors, max_descriptors};
+      if (setrlimit(RLIMIT_NOFILE, &rl) != 0) _exit(126);
+    }
+    std::vector<char*> argv;
+    for (const std::string& a : args) argv.push_back(const_cast<char*>(a.c_str()));
+    argv.push_back(nullptr);
+    execv(argv[0], argv.data());
+    _exit(127);
+  }
+  return pid;
+}
+
+int WaitExit(pid_t pid) {
+  int status = 0;
+  waitpid(pid, &status, 0);
+  return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
 }
 
 }  // namespace ckpt::testing

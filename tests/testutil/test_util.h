@@ -2,6 +2,9 @@
 #ifndef CKPT_TESTS_TEST_UTIL_H_
 #define CKPT_TESTS_TEST_UTIL_H_
 
+#include <sys/resource.h>
+#include <sys/types.h>
+
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -71,6 +74,14 @@ struct CommandResult {
 };
 /// Runs a shell command line and captures its output.
 CommandResult RunCommand(const std::string& command);
+
+/// Starts `args` (args[0] a path) with stdout and stderr appended to `out`;
+/// with `max_descriptors` > 0 the child's soft and hard RLIMIT_NOFILE are set
+/// to it; `env` ("NAME=value") is added to the child's environment.
+pid_t Spawn(const std::vector<std::string>& args, const std::string& out, rlim_t max_descriptors = 0,
+            const std::vector<std::string>& env = {});
+/// Waits for `pid`: its exit status, or 128 + the signal that ended it.
+int WaitExit(pid_t pid);
 
 #define ASSERT_OK(expr)                                             \
   do {                                                              \
