@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <vector>
 
 namespace ckpt {
 namespace {
@@ -117,12 +116,16 @@ TwoLevelPlan TwoLevelInterval(const LevelCosts& memory, const LevelCosts& durabl
     // best period is the stationary point of a side held to that side, or
     // the side's lower end where the side only rises.
     const double A = ((kd - 1) * memory.stall + durable.stall) / kd;
-    std::vector<double> candidates = {lowest};
+    double P = lowest, g = TwoLevelGoodput(lowest, k, memory, durable, p, mtbf);
+    auto consider = [&](double x) {
+      const double gx = TwoLevelGoodput(x, k, memory, durable, p, mtbf);
+      if (gx > g) P = x, g = gx;
+    };
     auto side = [&](double a, double b, double from, double to) {
       from = std::max(from, lowest);
       if (from > to) return;
-      candidates.push_back(from);
-      if (a > 0 && b > 0) candidates.push_back(std::clamp(std::sqrt(a / b), from, to));
+      consider(from);
+      if (a > 0 && b > 0) consider(std::clamp(std::sqrt(a / b), from, to));
     };
     if (k == 1) {
       side(A, 1 / (2 * M), lowest, HUGE_VAL);
@@ -130,11 +133,6 @@ TwoLevelPlan TwoLevelInterval(const LevelCosts& memory, const LevelCosts& durabl
       side(A, (p * (0.5 + 1 / kd) + (1 - p) * kd / 2) / M, 0, c2 - c1);
       side(A + p * (durable.restart - memory.restart) * (c1 - c2) / (kd * M), (p + (1 - p) * kd) / (2 * M),
            std::max(0.0, c2 - c1), HUGE_VAL);
-    }
-    double P = lowest, g = -1;
-    for (double x : candidates) {
-      const double gx = TwoLevelGoodput(x, k, memory, durable, p, mtbf);
-      if (gx > g) P = x, g = gx;
     }
     if (g > best.goodput) {
       best.memory_period = P;

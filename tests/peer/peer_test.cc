@@ -516,7 +516,11 @@ TEST(PeerMemory, AHolderKilledMidReadIsFailedOverToTheNextCopy) {
   ASSERT_OK(f);
   std::string got(data.size(), '\0');
   absl::Status read;
-  std::thread t([&] { read = (*f)->ReadAt(0, Bytes(got)); });
+  std::atomic<bool> returned{false};
+  std::thread t([&] {
+    read = (*f)->ReadAt(0, Bytes(got));
+    returned = true;
+  });
   bool stopped = false;
   for (int i = 0; i < 3000 && !stopped; ++i) {
     stopped = std::ifstream(dir.Join("serving")).good();
@@ -525,6 +529,7 @@ TEST(PeerMemory, AHolderKilledMidReadIsFailedOverToTheNextCopy) {
   // Stopped with the read under way: its requests taken, replies queued,
   // the reader waiting on the socket.
   EXPECT_TRUE(stopped) << ReadFile(dir.Join("holder.out"));
+  EXPECT_FALSE(returned) << "the read ended before the holder was killed";
   kill(holder, SIGKILL);
   t.join();
   EXPECT_EQ(WaitExit(holder), 128 + SIGKILL);
