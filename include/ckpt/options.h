@@ -46,7 +46,9 @@ struct CKPT_EXPORT SaveEngineOptions {
   /// 0: min(4, hardware threads); 1: the calling thread alone.
   int staging_threads = 0;
   /// Nice value added to the background threads so they yield to the
-  /// trainer's threads (0 leaves them at the caller's priority).
+  /// trainer's threads; they are also batch threads (SCHED_BATCH), which
+  /// never preempt a running thread when they wake. 0 leaves them at the
+  /// caller's priority and policy.
   int background_nice = 10;
   /// Whether the workers leave staged blocks alone while a Save is staging,
   /// until it returns or the arena runs full: on a machine without a core

@@ -1,122 +1,108 @@
 #include "pipeline/staging_arena.h"
 
+#include <algorithm>
+#include <cassert>
+#include <iterator>
+
 #include "util/errors.h"
 #include "util/strings.h"
 
 namespace ckpt {
 
-absl::StatusOr<std::unique_ptr<StagingArena>> StagingArena::Create(size_t slot_bytes, size_t slot_count,
-                                                                   bool prefault) {
-  if (slot_bytes == 0 || slot_bytes % 4096 != 0 || slot_count == 0) {
-    return absl::InvalidArgumentError(StrCat("staging arena: ", slot_count, " slots of ", slot_bytes,
-                                             " bytes (want >= 1 slot of a multiple of 4096)"));
+absl::StatusOr<std::unique_ptr<StagingArena>> StagingArena::Create(size_t max_request, size_t bytes, bool prefault) {
+  if (max_request == 0 || max_request % kPage != 0 || bytes % kPage != 0 || bytes < max_request) {
+    return absl::InvalidArgumentError(StrCat("staging arena of ", bytes, " bytes for requests of up to ", max_request,
+                                             " (want multiples of ", kPage, ", the arena no smaller than a request)"));
   }
   std::unique_ptr<StagingArena> a(new StagingArena());
-  CKPT_ASSIGN_OR_RETURN(a->memory_, AlignedBuffer::Allocate(slot_bytes * slot_count, prefault, /*huge=*/true));
-  a->slot_bytes_ = slot_bytes;
-  a->slot_count_ = slot_count;
-  for (size_t i = 0; i < slot_count; ++i) a->free_.push_back(a->memory_.data() + i * slot_bytes);
-  a->refs_.assign(slot_count, 0);
+  CKPT_ASSIGN_OR_RETURN(a->memory_, AlignedBuffer::Allocate(bytes, prefault, /*huge=*/true));
+  a->max_request_ = max_request;
+  a->pages_.assign(bytes / kPage, 0);
+  a->free_.emplace(0, bytes);
+  a->free_bytes_ = bytes;
   return a;
 }
 
-std::byte* StagingArena::TakeFreeSlotLocked(std::unique_lock<std::mutex>& lock) {
-  auto ready = [&] {
-    if (!free_.empty()) return true;
-    // A packing slot whose requests have all been released is given back
-    // rather than held while a whole one is awaited.
-    if (packing_ == nullptr || refs_[SlotIndex(packing_)] != 1) return false;
-    DropRefLocked(packing_);
-    packing_ = nullptr;
-    return true;
+int64_t StagingArena::TakeLocked(size_t bytes) {
+  if (free_bytes_ < bytes) return -1;
+  auto carve = [&](std::map<size_t, size_t>::iterator it, size_t at) {
+    const size_t begin = it->first, end = it->first + it->second;
+    free_.erase(it);
+    if (at > begin) free_.emplace(begin, at - begin);
+    if (at + bytes < end) free_.emplace(at + bytes, end - at - bytes);
+    pages_[at / kPage] = static_cast<uint32_t>(bytes / kPage);
+    free_bytes_ -= bytes;
+    cursor_ = at + bytes == memory_.size() ? 0 : at + bytes;
+    return static_cast<int64_t>(at);
   };
-  if (!ready()) {
+  // The extent the cursor lies in, from the cursor on.
+  auto after = free_.upper_bound(cursor_);
+  if (after != free_.begin()) {
+    auto in = std::prev(after);
+    if (in->first + in->second >= cursor_ + bytes) return carve(in, cursor_);
+  }
+  // Then the first long enough from there on, wrapping round.
+  for (auto it = after; it != free_.end(); ++it) {
+    if (it->second >= bytes) return carve(it, it->first);
+  }
+  for (auto it = free_.begin(); it != after; ++it) {
+    if (it->second >= bytes) return carve(it, it->first);
+  }
+  return -1;
+}
+
+std::byte* StagingArena::Acquire(size_t bytes) {
+  bytes = std::max(kPage, (bytes + kPage - 1) / kPage * kPage);
+  assert(bytes <= max_request_);
+  std::unique_lock<std::mutex> lock(mu_);
+  int64_t at = TakeLocked(bytes);
+  if (at < 0) {
     if (on_full_) {
       lock.unlock();
       on_full_();
       lock.lock();
     }
-    cv_.wait(lock, ready);
+    cv_.wait(lock, [&] { return (at = TakeLocked(bytes)) >= 0; });
   }
-  std::byte* s = free_.back();
-  free_.pop_back();
-  refs_[SlotIndex(s)] = 1;
-  return s;
-}
-
-std::byte* StagingArena::Acquire(size_t bytes) {
-  std::unique_lock<std::mutex> lock(mu_);
-  if (bytes > slot_bytes_ / 2) {
-    // A long request (a whole block, or a long last block of a piece) goes
-    // where the packing slot still has room for it...
-    if (packing_ != nullptr && packed_ + bytes <= slot_bytes_) return PlaceLocked(bytes);
-    // ...or into a slot of its own. When what that slot has left exceeds
-    // what the packing slot has left, it becomes the packing slot: the
-    // short requests after it fill its rest, so a save's tails do not each
-    // waste most of a slot and an arena of a save's size holds the save.
-    std::byte* s = TakeFreeSlotLocked(lock);  // this request's reference
-    if (bytes < slot_bytes_ && (packing_ == nullptr || bytes < packed_)) {
-      const bool freed = packing_ != nullptr && DropRefLocked(packing_);
-      packing_ = s;
-      packed_ = bytes;
-      ++refs_[SlotIndex(s)];  // the packer's
-      if (freed) {
-        lock.unlock();
-        cv_.notify_all();
-      }
-    }
-    return s;
-  }
-  while (packing_ == nullptr || packed_ + bytes > slot_bytes_) {
-    if (packing_ != nullptr) {
-      DropRefLocked(packing_);
-      packing_ = nullptr;  // before waiting: the wait may reclaim packing_
-    }
-    std::byte* fresh = TakeFreeSlotLocked(lock);  // holds the packer's reference
-    if (packing_ == nullptr) {
-      packing_ = fresh;
-      packed_ = 0;
-      break;
-    }
-    // Another caller installed a packing slot while this one waited: give
-    // this one back (it would otherwise never be freed) and try theirs.
-    if (DropRefLocked(fresh)) cv_.notify_one();
-  }
-  return PlaceLocked(bytes);
-}
-
-std::byte* StagingArena::PlaceLocked(size_t bytes) {
-  std::byte* p = packing_ + packed_;
-  packed_ += bytes;
-  ++refs_[SlotIndex(packing_)];
-  return p;
-}
-
-bool StagingArena::DropRefLocked(const std::byte* p) {
-  const size_t i = SlotIndex(p);
-  if (--refs_[i] != 0) return false;
-  free_.push_back(memory_.data() + i * slot_bytes_);
-  return true;
+  return memory_.data() + at;
 }
 
 void StagingArena::Release(std::byte* p) {
-  bool freed, reclaimable;
   {
     std::lock_guard<std::mutex> lock(mu_);
-    freed = DropRefLocked(p);
-    // The packing slot's last request gone: a waiter may take it back.
-    reclaimable = packing_ != nullptr && refs_[SlotIndex(packing_)] == 1;
+    size_t at = static_cast<size_t>(p - memory_.data());
+    assert(at % kPage == 0 && at < memory_.size() && pages_[at / kPage] != 0);
+    size_t len = static_cast<size_t>(pages_[at / kPage]) * kPage;
+    pages_[at / kPage] = 0;
+    free_bytes_ += len;
+    auto next = free_.lower_bound(at);
+    if (next != free_.end() && next->first == at + len) {
+      len += next->second;
+      next = free_.erase(next);
+    }
+    if (next != free_.begin()) {
+      auto prev = std::prev(next);
+      if (prev->first + prev->second == at) {
+        prev->second += len;
+        len = 0;
+      }
+    }
+    if (len != 0) free_.emplace_hint(next, at, len);
   }
-  if (reclaimable) {
-    cv_.notify_all();
-  } else if (freed) {
-    cv_.notify_one();
-  }
+  // Waiters want different lengths: each checks for its own.
+  cv_.notify_all();
 }
 
-size_t StagingArena::free_slots() const {
+size_t StagingArena::free_bytes() const {
   std::lock_guard<std::mutex> lock(mu_);
-  return free_.size();
+  return free_bytes_;
+}
+
+size_t StagingArena::largest_free() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  size_t best = 0;
+  for (const auto& [at, len] : free_) best = std::max(best, len);
+  return best;
 }
 
 }  // namespace ckpt

@@ -1,13 +1,15 @@
-// The save engine's staging arena on its own: packing, reference counts and
-// backpressure.
+// The save engine's staging arena on its own: placement, merging of
+// released room, the bound on fragmentation, and backpressure.
 #include "pipeline/staging_arena.h"
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstring>
 #include <future>
+#include <random>
 #include <set>
 #include <thread>
 #include <vector>
@@ -17,127 +19,108 @@
 namespace ckpt::testing {
 namespace {
 
-constexpr size_t kSlot = 64 << 10;
+constexpr size_t kFrame = 64 << 10;  // the longest request
+constexpr size_t kPage = StagingArena::kPage;
 
 TEST(StagingArena, RefusesImpossibleShapes) {
-  EXPECT_FALSE(StagingArena::Create(0, 4, false).ok());
-  EXPECT_FALSE(StagingArena::Create(1000, 4, false).ok());
-  EXPECT_FALSE(StagingArena::Create(kSlot, 0, false).ok());
+  EXPECT_FALSE(StagingArena::Create(0, 4 * kFrame, false).ok());
+  EXPECT_FALSE(StagingArena::Create(1000, 4 * kFrame, false).ok());
+  EXPECT_FALSE(StagingArena::Create(kFrame, kFrame - kPage, false).ok()) << "smaller than one request";
+  EXPECT_FALSE(StagingArena::Create(kFrame, 4 * kFrame + 100, false).ok()) << "not whole pages";
 }
 
-// An Acquire that finds no free slot says so before it waits (the save
-// engine wakes its workers then); the hook runs without the arena's lock,
-// so it may free a slot itself.
+// An Acquire that finds no room says so before it waits (the save engine
+// wakes its workers then); the hook runs without the arena's lock, so it may
+// release something itself.
 TEST(StagingArena, AFullArenaCallsItsHookBeforeWaiting) {
-  auto arena = StagingArena::Create(kSlot, 2, false);
+  auto arena = StagingArena::Create(kFrame, 2 * kFrame, false);
   ASSERT_OK(arena);
-  std::byte* a = (*arena)->Acquire(kSlot);
-  std::byte* b = (*arena)->Acquire(kSlot);
+  std::byte* a = (*arena)->Acquire(kFrame);
+  std::byte* b = (*arena)->Acquire(kFrame);
   int calls = 0;
   (*arena)->SetOnFull([&] {
     ++calls;
     (*arena)->Release(a);
   });
-  std::byte* c = (*arena)->Acquire(kSlot);
+  std::byte* c = (*arena)->Acquire(kFrame);
   EXPECT_EQ(calls, 1);
   EXPECT_EQ(c, a);
   (*arena)->Release(b);
-  std::byte* d = (*arena)->Acquire(kSlot);  // a slot was free: no call
+  std::byte* d = (*arena)->Acquire(kFrame);  // there was room: no call
   EXPECT_EQ(calls, 1);
   (*arena)->Release(c);
   (*arena)->Release(d);
-  EXPECT_EQ((*arena)->free_slots(), 2u);
+  EXPECT_EQ((*arena)->free_bytes(), 2 * kFrame);
+  EXPECT_EQ((*arena)->largest_free(), 2 * kFrame);
 }
 
-TEST(StagingArena, LargeRequestsTakeASlotEachSmallOnesArePacked) {
-  auto arena = StagingArena::Create(kSlot, 4, false);
+// Requests of any length lie back to back: a save's short last blocks
+// waste nothing, so an arena exactly the size of a save's frames holds them
+// all. (With one slot per long request, 40 KiB tails of 64 KiB slots wasted
+// a third of the arena, and a save sized to fit ran out of room at its end
+// and waited for the disk.)
+TEST(StagingArena, RequestsOfAnyLengthLieBackToBack) {
+  const std::vector<size_t> lengths = {kFrame, 40 << 10, 20 << 10, kFrame, 36 << 10, 4 << 10, 60 << 10, 28 << 10};
+  size_t total = 0;
+  for (size_t n : lengths) total += n;
+  ASSERT_EQ(total % kPage, 0u);
+  auto arena = StagingArena::Create(kFrame, total, false);
   ASSERT_OK(arena);
   StagingArena& a = **arena;
-  EXPECT_EQ(a.size(), 4 * kSlot);
-  std::byte* whole = a.Acquire(kSlot);
-  EXPECT_EQ(a.free_slots(), 3u);
-  // Eight small requests share one slot, back to back.
-  std::vector<std::byte*> small;
-  for (int i = 0; i < 8; ++i) small.push_back(a.Acquire(kSlot / 8));
-  EXPECT_EQ(a.free_slots(), 2u);
-  for (int i = 1; i < 8; ++i) EXPECT_EQ(small[i] - small[i - 1], static_cast<ptrdiff_t>(kSlot / 8)) << i;
-  EXPECT_EQ((small[0] - a.data()) % static_cast<ptrdiff_t>(kSlot), 0);
-  // The ninth does not fit: a new packing slot.
-  std::byte* ninth = a.Acquire(kSlot / 8);
-  EXPECT_EQ(a.free_slots(), 1u);
-  EXPECT_NE((ninth - a.data()) / static_cast<ptrdiff_t>(kSlot), (small[0] - a.data()) / static_cast<ptrdiff_t>(kSlot));
-  // Every request lies inside the arena and none overlap.
-  std::set<std::byte*> seen(small.begin(), small.end());
-  seen.insert(whole);
-  seen.insert(ninth);
-  EXPECT_EQ(seen.size(), 10u);
-  // The full packed slot is free once all eight of its requests are.
-  for (int i = 0; i < 7; ++i) a.Release(small[i]);
-  EXPECT_EQ(a.free_slots(), 1u);
-  a.Release(small[7]);
-  EXPECT_EQ(a.free_slots(), 2u);
-  a.Release(whole);
-  EXPECT_EQ(a.free_slots(), 3u);
-  a.Release(ninth);  // the packing slot stays the packer's until it is needed
-  EXPECT_EQ(a.free_slots(), 3u);
-}
-
-// Last blocks of more than half a slot: each used to take a slot of its own
-// and waste the rest, so an arena of a save's size did not hold the save.
-// Now the rest of such a slot is packed: three long and three short tails
-// (40 and 20 KiB of 64) take three slots, not four, and a fourth short one
-// still fits where a long one left room.
-TEST(StagingArena, TheRestOfALongRequestsSlotIsPacked) {
-  auto arena = StagingArena::Create(kSlot, 4, false);
-  ASSERT_OK(arena);
-  StagingArena& a = **arena;
-  std::vector<std::byte*> held;
-  for (int i = 0; i < 3; ++i) {
-    std::byte* longer = a.Acquire(40 << 10);
-    std::byte* shorter = a.Acquire(20 << 10);
-    EXPECT_EQ(shorter - longer, 40 << 10) << i << ": the short one follows the long one in its slot";
-    held.push_back(longer);
-    held.push_back(shorter);
+  int calls = 0;
+  a.SetOnFull([&] { ++calls; });
+  std::vector<std::byte*> got;
+  size_t at = 0;
+  for (size_t n : lengths) {
+    got.push_back(a.Acquire(n));
+    EXPECT_EQ(got.back() - a.data(), static_cast<ptrdiff_t>(at)) << n;
+    at += n;
   }
-  EXPECT_EQ(a.free_slots(), 1u);
-  // A short one fills the packing slot's last 4 KiB.
-  std::byte* small = a.Acquire(4 << 10);
-  EXPECT_EQ(small - held[5], 20 << 10);
-  EXPECT_EQ(a.free_slots(), 1u);
-  // A long one that fits nowhere takes the last slot; the packing slot
-  // stays the fuller one's unless the new one leaves more room.
-  std::byte* last = a.Acquire(36 << 10);
-  EXPECT_EQ((last - a.data()) % static_cast<ptrdiff_t>(kSlot), 0);
-  EXPECT_EQ(a.free_slots(), 0u);
-  std::byte* after = a.Acquire(28 << 10);
-  EXPECT_EQ(after - last, 36 << 10) << "packed after the new slot's request (28 KiB left there, 0 in the old)";
-  held.push_back(small);
-  held.push_back(last);
-  held.push_back(after);
-  for (std::byte* p : held) a.Release(p);
-  // Every slot comes back (the packing slot once a whole request needs it).
-  std::vector<std::byte*> all;
-  for (int i = 0; i < 4; ++i) all.push_back(a.Acquire(kSlot));
-  for (std::byte* p : all) a.Release(p);
-  EXPECT_EQ(a.free_slots(), 4u);
-  // A long one goes where the packing slot has room for it.
-  std::byte* first = a.Acquire(8 << 10);
-  std::byte* fits = a.Acquire(40 << 10);
-  EXPECT_EQ(fits - first, 8 << 10);
-  EXPECT_EQ(a.free_slots(), 3u);
-  a.Release(first);
-  a.Release(fits);
+  EXPECT_EQ(calls, 0) << "the arena ran out of room with every request fitting";
+  EXPECT_EQ(a.free_bytes(), 0u);
+  for (std::byte* p : got) a.Release(p);
+  EXPECT_EQ(a.free_bytes(), total);
+  EXPECT_EQ(a.largest_free(), total) << "released neighbours merge";
 }
 
-TEST(StagingArena, AFullArenaMakesTheCallerWaitUntilASlotIsReleased) {
-  auto arena = StagingArena::Create(kSlot, 2, false);
+// The cursor moves on past released room and wraps at the end, so blocks
+// freed in the order they were written leave the arena whole: a ring.
+TEST(StagingArena, TheCursorWrapsAndReleasedRoomMerges) {
+  auto arena = StagingArena::Create(kFrame, 3 * kFrame, false);
   ASSERT_OK(arena);
   StagingArena& a = **arena;
-  std::byte* first = a.Acquire(kSlot);
-  std::byte* second = a.Acquire(kSlot);
+  std::byte* p0 = a.Acquire(kFrame);
+  std::byte* p1 = a.Acquire(kFrame);
+  a.Release(p0);
+  std::byte* p2 = a.Acquire(kFrame);
+  EXPECT_EQ(p2 - a.data(), static_cast<ptrdiff_t>(2 * kFrame)) << "placed at the cursor, not in the freed room";
+  std::byte* p3 = a.Acquire(kFrame);
+  EXPECT_EQ(p3, p0) << "wrapped to the start";
+  a.Release(p1);
+  a.Release(p3);
+  EXPECT_EQ(a.largest_free(), 2 * kFrame) << "the first two frames merged";
+  // A request longer than the room at the cursor goes to the next run that
+  // fits: the cursor is at kFrame, inside the free run [0, 2 * kFrame).
+  std::byte* half = a.Acquire(kFrame / 2);
+  EXPECT_EQ(half - a.data(), static_cast<ptrdiff_t>(kFrame));
+  std::byte* whole = a.Acquire(kFrame);
+  EXPECT_EQ(whole, a.data()) << "the room after the cursor is too short: the run before it";
+  a.Release(p2);
+  a.Release(half);
+  a.Release(whole);
+  EXPECT_EQ(a.free_bytes(), 3 * kFrame);
+  EXPECT_EQ(a.largest_free(), 3 * kFrame);
+}
+
+TEST(StagingArena, AFullArenaMakesTheCallerWaitUntilRoomIsReleased) {
+  auto arena = StagingArena::Create(kFrame, 2 * kFrame, false);
+  ASSERT_OK(arena);
+  StagingArena& a = **arena;
+  std::byte* first = a.Acquire(kFrame);
+  std::byte* second = a.Acquire(kFrame);
   std::atomic<bool> got{false};
   auto third = std::async(std::launch::async, [&] {
-    std::byte* p = a.Acquire(kSlot);
+    std::byte* p = a.Acquire(kFrame);
     got = true;
     return p;
   });
@@ -145,36 +128,72 @@ TEST(StagingArena, AFullArenaMakesTheCallerWaitUntilASlotIsReleased) {
   EXPECT_FALSE(got) << "nothing was free";
   a.Release(second);
   ASSERT_EQ(third.wait_for(std::chrono::seconds(5)), std::future_status::ready);
-  EXPECT_EQ(third.get(), second) << "the released slot is the one handed out";
+  EXPECT_EQ(third.get(), second) << "the released room is what is handed out";
   a.Release(first);
 }
 
-// Regression: a waiter for a whole slot was woken only when a slot became
-// free, not when the packing slot's last request was released (the slot it
-// may take back), so it waited for an unrelated block to finish.
-TEST(StagingArena, AWaiterTakesBackThePackingSlotOnceItEmpties) {
-  auto arena = StagingArena::Create(kSlot, 2, false);
+// A waiter for a whole frame is not served by scattered free pages: it is
+// woken when releases merge into a run long enough.
+TEST(StagingArena, AWaiterIsServedOnceFreedRoomMergesIntoARunLongEnough) {
+  auto arena = StagingArena::Create(kFrame, 2 * kFrame, false);
   ASSERT_OK(arena);
   StagingArena& a = **arena;
-  std::byte* small = a.Acquire(4096);   // slot A, being packed
-  std::byte* whole = a.Acquire(kSlot);  // slot B, held throughout
-  auto waiter = std::async(std::launch::async, [&] { return a.Acquire(kSlot); });
+  std::vector<std::byte*> quarters;
+  for (int i = 0; i < 8; ++i) quarters.push_back(a.Acquire(kFrame / 4));
+  auto waiter = std::async(std::launch::async, [&] { return a.Acquire(kFrame); });
+  // Every other quarter: half the arena free, no run longer than a quarter.
+  for (int i = 0; i < 8; i += 2) a.Release(quarters[i]);
+  EXPECT_EQ(a.free_bytes(), kFrame);
+  EXPECT_EQ(a.largest_free(), kFrame / 4);
   std::this_thread::sleep_for(std::chrono::milliseconds(100));
   EXPECT_EQ(waiter.wait_for(std::chrono::milliseconds(0)), std::future_status::timeout);
-  a.Release(small);
+  // Quarters 1 and 3 join 0..4 into one run of a whole frame.
+  a.Release(quarters[1]);
+  EXPECT_EQ(waiter.wait_for(std::chrono::milliseconds(100)), std::future_status::timeout);
+  a.Release(quarters[3]);
   ASSERT_EQ(waiter.wait_for(std::chrono::seconds(5)), std::future_status::ready)
-      << "the emptied packing slot was not handed to the waiter";
+      << "freed room merged into a whole frame, and the waiter was not served";
   std::byte* got = waiter.get();
-  EXPECT_EQ((got - a.data()) / static_cast<ptrdiff_t>(kSlot), (small - a.data()) / static_cast<ptrdiff_t>(kSlot));
+  EXPECT_EQ(got, quarters[0]);
   a.Release(got);
-  a.Release(whole);
-  EXPECT_EQ(a.free_slots(), 2u);
+  for (int i = 5; i < 8; i += 2) a.Release(quarters[i]);
+  EXPECT_EQ(a.free_bytes(), 2 * kFrame);
+}
+
+// The bound the save engine relies on: whatever h extents of up to a frame
+// stay held, and wherever they lie, an arena of at least 2h + 1 frames has a
+// whole frame free once everything else is released.
+TEST(StagingArena, HeldExtentsBelowTheBoundAlwaysLeaveAWholeFrame) {
+  std::mt19937 rng(7);
+  for (int round = 0; round < 200; ++round) {
+    const size_t held = 1 + rng() % 6;
+    const size_t frames = 2 * held + 1;
+    auto arena = StagingArena::Create(kFrame, frames * kFrame, false);
+    ASSERT_OK(arena);
+    StagingArena& a = **arena;
+    // Fill the arena with requests of random lengths, keep `held` of them
+    // chosen at random, release the rest.
+    std::vector<std::byte*> all;
+    size_t used = 0;
+    while (true) {
+      const size_t n = kPage * (1 + rng() % (kFrame / kPage));
+      if (a.largest_free() < n) break;
+      all.push_back(a.Acquire(n));
+      used += n;
+    }
+    std::shuffle(all.begin(), all.end(), rng);
+    const size_t keep = std::min(held, all.size());
+    for (size_t i = keep; i < all.size(); ++i) a.Release(all[i]);
+    EXPECT_GE(a.largest_free(), kFrame) << "round " << round << ": " << keep << " held in " << frames << " frames";
+    for (size_t i = 0; i < keep; ++i) a.Release(all[i]);
+    EXPECT_EQ(a.free_bytes(), frames * kFrame);
+  }
 }
 
 // Many threads acquiring and releasing mixed sizes never get overlapping
 // memory and leave every slot free.
 TEST(StagingArena, ConcurrentUseNeverOverlapsAndLeavesNothingHeld) {
-  auto arena = StagingArena::Create(kSlot, 3, false);
+  auto arena = StagingArena::Create(kFrame, 3 * kFrame, false);
   ASSERT_OK(arena);
   StagingArena& a = **arena;
   std::atomic<int> overlaps{0};
@@ -182,9 +201,8 @@ TEST(StagingArena, ConcurrentUseNeverOverlapsAndLeavesNothingHeld) {
   for (int t = 0; t < 4; ++t) {
     threads.emplace_back([&, t] {
       for (int i = 0; i < 500; ++i) {
-        // Whole slots, long tails (36-48 KiB: a slot of their own whose rest
-        // may be packed) and short ones.
-        const size_t bytes = (i + t) % 3 == 0   ? kSlot
+        // Whole frames, long tails and short ones.
+        const size_t bytes = (i + t) % 3 == 0   ? kFrame
                              : (i + t) % 3 == 1 ? 4096 * static_cast<size_t>(9 + (i % 4))
                                                 : 4096 * static_cast<size_t>(1 + (i % 4));
         std::byte* p = a.Acquire(bytes);
@@ -203,11 +221,8 @@ TEST(StagingArena, ConcurrentUseNeverOverlapsAndLeavesNothingHeld) {
   }
   for (auto& th : threads) th.join();
   EXPECT_EQ(overlaps.load(), 0);
-  // Everything released; the packing slot is reclaimed by the next whole request.
-  std::vector<std::byte*> all;
-  for (int i = 0; i < 3; ++i) all.push_back(a.Acquire(kSlot));
-  for (std::byte* p : all) a.Release(p);
-  EXPECT_EQ(a.free_slots(), 3u);
+  EXPECT_EQ(a.free_bytes(), 3 * kFrame);
+  EXPECT_EQ(a.largest_free(), 3 * kFrame) << "everything released merged back into one run";
 }
 
 }  // namespace
