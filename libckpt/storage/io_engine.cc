@@ -20,7 +20,14 @@
 
 namespace ckpt {
 
+namespace {
+std::atomic<uint64_t> g_syncs_completed{0};
+}  // namespace
+
+uint64_t SyncRequestsCompleted() { return g_syncs_completed.load(std::memory_order_relaxed); }
+
 absl::Status IoError(const IoRequest& r, int err) {
+  if (r.kind == IoRequest::Kind::kSync) return ErrnoStatus(err, StrCat("fdatasync of ", r.path ? *r.path : "?"));
   return ErrnoStatus(err, StrCat(r.kind == IoRequest::Kind::kRead ? "read" : "write", " of ", r.len - r.done,
                                  " bytes at offset ", r.offset + r.done, " in ", r.path ? *r.path : "?"));
 }
@@ -145,6 +152,13 @@ class UringEngine final : public IoEngine {
 
   // Submitter thread only.
   void Prepare(IoRequest* r) {
+    if (r->kind == IoRequest::Kind::kSync) {
+      io_uring_sqe* sqe = GetSqe();
+      io_uring_prep_fsync(sqe, r->fd, IORING_FSYNC_DATASYNC);
+      TsanRelease(r);
+      io_uring_sqe_set_data(sqe, r);
+      return;
+    }
     const int fixed = FixedIndex(*r);
     io_uring_sqe* sqe = GetSqe();
     void* buf = r->buf + r->done;
@@ -201,6 +215,7 @@ class UringEngine final : public IoEngine {
   }
 
   void Complete(IoRequest* r, absl::Status status) {
+    if (r->kind == IoRequest::Kind::kSync) g_syncs_completed.fetch_add(1, std::memory_order_relaxed);
     IoCallback cb = std::move(r->callback);
     delete r;
     std::move(cb)(std::move(status));
@@ -225,6 +240,8 @@ class UringEngine final : public IoEngine {
         Resubmit(r);
       } else if (res < 0) {
         Complete(r, IoError(*r, -res));
+      } else if (r->kind == IoRequest::Kind::kSync) {
+        Complete(r, absl::OkStatus());
       } else if (res == 0) {
         if (r->kind == IoRequest::Kind::kRead) {
           Complete(r, TruncatedRead(*r));
@@ -297,7 +314,15 @@ class ThreadEngine final : public IoEngine {
       }
       space_cv_.notify_one();
       absl::Status status;
-      while (r->done < r->len) {
+      if (r->kind == IoRequest::Kind::kSync) {
+        int rc;
+        do {
+          rc = fdatasync(r->fd);
+        } while (rc != 0 && errno == EINTR);
+        if (rc != 0) status = IoError(*r, errno);
+        g_syncs_completed.fetch_add(1, std::memory_order_relaxed);
+      }
+      while (r->kind != IoRequest::Kind::kSync && r->done < r->len) {
         ssize_t n = r->kind == IoRequest::Kind::kRead
                         ? pread(r->fd, r->buf + r->done, r->len - r->done, static_cast<off_t>(r->offset + r->done))
                         : pwrite(r->fd, r->buf + r->done, r->len - r->done, static_cast<off_t>(r->offset + r->done));

@@ -17,7 +17,8 @@
 namespace ckpt {
 
 struct IoRequest {
-  enum class Kind : uint8_t { kRead, kWrite };
+  /// kSync: fdatasync of `fd` (offset, buf and len unused).
+  enum class Kind : uint8_t { kRead, kWrite, kSync };
   Kind kind = Kind::kRead;
   int fd = -1;
   uint64_t offset = 0;
@@ -49,8 +50,12 @@ absl::StatusOr<std::unique_ptr<IoEngine>> CreateUringEngine(unsigned depth);
 /// `threads` workers doing blocking pread/pwrite.
 std::unique_ptr<IoEngine> CreateThreadEngine(int threads, unsigned depth);
 
+/// kSync requests completed so far by every engine of the process (a
+/// statistic; tests read it).
+uint64_t SyncRequestsCompleted();
+
 /// Builds the status of a failed request: "<kind> of N bytes at offset X in
-/// <path>: <errno text>".
+/// <path>: <errno text>" ("fdatasync of <path>: ..." for kSync).
 absl::Status IoError(const IoRequest& r, int err);
 
 }  // namespace ckpt

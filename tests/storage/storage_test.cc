@@ -10,10 +10,12 @@
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
+#include <future>
 #include <thread>
 
 #include "ckpt/checkpointer.h"
 #include "storage/conformance.h"
+#include "storage/io_engine.h"
 #include "storage/mem_storage.h"
 #include "storage/uri.h"
 #include "testutil/test_util.h"
@@ -148,6 +150,81 @@ TEST(FileStorage, FallsBackToBufferedWhereODirectIsRefused) {
   }
   umount2(mnt.c_str(), MNT_DETACH);
 }
+
+// The file backend flushes behind its writes: each time flush_every more
+// bytes have landed, an fdatasync goes to the engine, so the device's write
+// cache drains while a save still produces and the final one has little
+// left. flush_every=0 leaves it to Finish.
+class FlushBehind : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(FlushBehind, WritesAreFlushedAsTheyLand) {
+  TempDir dir;
+  constexpr size_t kPiece = 256 << 10;
+  constexpr int kPieces = 16;
+  auto buf = AlignedBuffer::Allocate(kPiece * kPieces, true);
+  ASSERT_OK(buf);
+  for (size_t i = 0; i < buf->size(); ++i) buf->data()[i] = static_cast<std::byte>(i * 7 + i / 4096);
+  for (const std::string every : {"256K", "0"}) {
+    auto s = OpenStorage(dir.path() + "/r" + every + "?engine=" + GetParam() + "&flush_every=" + every);
+    ASSERT_OK(s);
+    auto w = (*s)->OpenWritable("f.bin", WriteOptions{true});
+    ASSERT_OK(w);
+    const uint64_t before = SyncRequestsCompleted();
+    for (int i = 0; i < kPieces; ++i) {
+      std::promise<absl::Status> done;
+      (*w)->WriteAsync(i * kPiece, absl::Span<const std::byte>(buf->data() + i * kPiece, kPiece),
+                       [&](absl::Status x) { done.set_value(x); });
+      ASSERT_OK(done.get_future().get());
+    }
+    ASSERT_OK((*w)->Finish(kPiece * kPieces));
+    const uint64_t flushes = SyncRequestsCompleted() - before;
+    if (every == "0") {
+      EXPECT_EQ(flushes, 0u) << "flushed with flush_every=0";
+    } else {
+      // One flush at a time: a write that finds one still running skips it.
+      EXPECT_GE(flushes, 4u) << "16 writes of 256 KiB, one flush every 256 KiB landed";
+      EXPECT_LE(flushes, 15u);
+    }
+    auto all = (*s)->GetAll("f.bin");
+    ASSERT_OK(all);
+    ASSERT_EQ(all->size(), buf->size());
+    EXPECT_EQ(std::memcmp(all->data(), buf->data(), buf->size()), 0);
+  }
+  EXPECT_FALSE(OpenStorage(dir.path() + "?flush_every=-1").ok());
+  EXPECT_FALSE(OpenStorage(dir.path() + "?flush_every=lots").ok());
+}
+
+// A failed flush is the request's error, naming the file: the kernel tells
+// one fdatasync of a lost write, so the file backend keeps it as the file's
+// error for Finish.
+TEST_P(FlushBehind, AFailedSyncNamesItsFile) {
+  std::unique_ptr<IoEngine> engine;
+  if (GetParam() == "io_uring") {
+    auto e = CreateUringEngine(8);
+    ASSERT_OK(e);
+    engine = std::move(*e);
+  } else {
+    engine = CreateThreadEngine(2, 8);
+  }
+  int fds[2];
+  ASSERT_EQ(pipe(fds), 0);
+  auto req = std::make_unique<IoRequest>();
+  req->kind = IoRequest::Kind::kSync;
+  req->fd = fds[1];  // fdatasync of a pipe: EINVAL
+  req->path = std::make_shared<const std::string>("/some/pipe");
+  std::promise<absl::Status> done;
+  req->callback = [&](absl::Status x) { done.set_value(x); };
+  const uint64_t before = SyncRequestsCompleted();
+  engine->Submit(std::move(req));
+  absl::Status st = done.get_future().get();
+  EXPECT_FALSE(st.ok());
+  EXPECT_NE(st.message().find("fdatasync of /some/pipe"), absl::string_view::npos) << st;
+  EXPECT_EQ(SyncRequestsCompleted() - before, 1u);
+  close(fds[0]);
+  close(fds[1]);
+}
+
+INSTANTIATE_TEST_SUITE_P(Engines, FlushBehind, ::testing::Values("io_uring", "threads"));
 
 TEST(MemStorage, NamedStoresAreShared) {
   auto a = OpenStorage("mem://shared-name");
