@@ -313,34 +313,35 @@ class ThreadEngine final : public IoEngine {
         queue_.pop_front();
       }
       space_cv_.notify_one();
-      absl::Status status;
-      if (r->kind == IoRequest::Kind::kSync) {
-        int rc;
-        do {
-          rc = fdatasync(r->fd);
-        } while (rc != 0 && errno == EINTR);
-        if (rc != 0) status = IoError(*r, errno);
-        g_syncs_completed.fetch_add(1, std::memory_order_relaxed);
-      }
-      while (r->kind != IoRequest::Kind::kSync && r->done < r->len) {
-        ssize_t n = r->kind == IoRequest::Kind::kRead
-                        ? pread(r->fd, r->buf + r->done, r->len - r->done, static_cast<off_t>(r->offset + r->done))
-                        : pwrite(r->fd, r->buf + r->done, r->len - r->done, static_cast<off_t>(r->offset + r->done));
-        if (n < 0) {
-          if (errno == EINTR || errno == EAGAIN) continue;
-          status = IoError(*r, errno);
-          break;
-        }
-        if (n == 0) {
-          status = r->kind == IoRequest::Kind::kRead ? TruncatedRead(*r) : IoError(*r, EIO);
-          break;
-        }
-        r->done += static_cast<size_t>(n);
-      }
+      absl::Status status = r->kind == IoRequest::Kind::kSync ? Sync(*r) : Transfer(*r);
       IoCallback cb = std::move(r->callback);
       r.reset();
       std::move(cb)(std::move(status));
     }
+  }
+
+  static absl::Status Sync(const IoRequest& r) {
+    int rc;
+    do {
+      rc = fdatasync(r.fd);
+    } while (rc != 0 && errno == EINTR);
+    g_syncs_completed.fetch_add(1, std::memory_order_relaxed);
+    return rc == 0 ? absl::OkStatus() : IoError(r, errno);
+  }
+
+  static absl::Status Transfer(IoRequest& r) {
+    while (r.done < r.len) {
+      ssize_t n = r.kind == IoRequest::Kind::kRead
+                      ? pread(r.fd, r.buf + r.done, r.len - r.done, static_cast<off_t>(r.offset + r.done))
+                      : pwrite(r.fd, r.buf + r.done, r.len - r.done, static_cast<off_t>(r.offset + r.done));
+      if (n < 0) {
+        if (errno == EINTR || errno == EAGAIN) continue;
+        return IoError(r, errno);
+      }
+      if (n == 0) return r.kind == IoRequest::Kind::kRead ? TruncatedRead(r) : IoError(r, EIO);
+      r.done += static_cast<size_t>(n);
+    }
+    return absl::OkStatus();
   }
 
   const size_t depth_;

@@ -224,6 +224,40 @@ TEST_P(FlushBehind, AFailedSyncNamesItsFile) {
   close(fds[1]);
 }
 
+// The file backend keeps a failed flush as the file's error: a file that is
+// /dev/null takes every write, but refuses fdatasync (EINVAL), and Drain
+// reports that, naming the file; with flush_every=0 nothing is flushed
+// before Finish and Drain is clean.
+TEST_P(FlushBehind, AFailedFlushIsTheFilesError) {
+  TempDir dir;
+  constexpr size_t kPiece = 64 << 10;
+  auto buf = AlignedBuffer::Allocate(kPiece, true);
+  ASSERT_OK(buf);
+  for (const std::string every : {"64K", "0"}) {
+    const std::string root = dir.path() + "/r" + every;
+    std::filesystem::create_directories(root);
+    std::filesystem::create_symlink("/dev/null", root + "/f.bin");
+    auto s = OpenStorage(root + "?engine=" + GetParam() + "&flush_every=" + every);
+    ASSERT_OK(s);
+    auto w = (*s)->OpenWritable("f.bin", WriteOptions{false});
+    ASSERT_OK(w);
+    for (int i = 0; i < 8; ++i) {
+      std::promise<absl::Status> done;
+      (*w)->WriteAsync(i * kPiece, absl::Span<const std::byte>(buf->data(), kPiece),
+                       [&](absl::Status x) { done.set_value(x); });
+      const absl::Status written = done.get_future().get();
+      ASSERT_TRUE(written.ok()) << "a write to /dev/null: " << written;
+    }
+    absl::Status drained = (*w)->Drain();
+    if (every == "0") {
+      EXPECT_OK(drained);
+    } else {
+      EXPECT_FALSE(drained.ok()) << "the failed flush was not kept";
+      EXPECT_NE(drained.message().find("fdatasync of " + root + "/f.bin"), absl::string_view::npos) << drained;
+    }
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(Engines, FlushBehind, ::testing::Values("io_uring", "threads"));
 
 TEST(MemStorage, NamedStoresAreShared) {
