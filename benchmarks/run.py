@@ -9,7 +9,8 @@ median of --runs with its range, and each ratio is the median of the per-run
 ratios to the ceiling measured in the same run.
 
 Writes results.json, chart.svg and report.md to --out; --update-docs also
-rewrites the generated part of docs/performance.md and docs/performance-run.svg.
+rewrites the section of docs/performance.md for this --size and its chart,
+docs/performance-run-SIZE.svg.
 """
 import argparse
 import datetime
@@ -37,11 +38,18 @@ SLOW_SINK_BPS = "200M"
 # Saves per codec, sink and process (their median), after two warm-up saves
 # (the second brings a store whose old step is removed to its steady state).
 SINK_SAVES = 3
-# Processes per codec, sink and run, in rounds whose codec order rotates, so
-# that the codecs are compared in adjacent processes (one process per codec
-# and run, a minute apart, moved with the host by more than the 5% margin).
-# The slow device, judged by stored bytes, gets one round.
-SINK_ROUNDS = 2
+# Processes per codec, sink and run, in rounds, so that the codecs are
+# compared in adjacent processes (one process per codec and run, a minute
+# apart, moved with the host by more than the 5% margin). mem:// gets more:
+# its saves take a tenth of a second and one process differs from the next
+# by up to 15% there. The slow device, judged by stored bytes, gets one round.
+SINK_ROUNDS, FAST_SINK_ROUNDS = 2, 4
+# The codecs' order in successive rounds: over six rounds each codec comes
+# first twice and follows each other codec twice, and each pair of rounds is
+# one order and its reverse. A plain rotation put auto right after
+# shuffle-zstd in two rounds of three and none there never, so whatever a
+# process leaves behind for the next counted against one codec only.
+SINK_ORDERS = [[0, 1, 2], [2, 1, 0], [1, 2, 0], [0, 2, 1], [2, 0, 1], [1, 0, 2]]
 DTYPES = ["bf16", "f32"]
 # Measured saves per contender and run (their median), and memcpy passes.
 SAVES_PER_RUN = 3
@@ -63,7 +71,21 @@ PLAN_ARGS = ["--ranks-from", "dp=128,tp=8,pp=16", "--ranks-to", "dp=64,tp=8,pp=3
 TP_FROM = "dp=128,tp=8,pp=16"
 TP_MOVES = ["dp=96,tp=12,pp=16", "dp=192,tp=6,pp=16", "dp=64,tp=16,pp=16"]
 TP_MODEL = ["--params", "70G", "--layers", "80", "--optimizer", "adam", "--zero"]
-BEGIN, END = "<!-- BEGIN benchmarks/run -->", "<!-- END benchmarks/run -->"
+
+
+def size_label(n):
+    """The --size a state of n bytes is asked for with: 1G, 256M."""
+    for unit, shift in [("T", 40), ("G", 30), ("M", 20), ("K", 10)]:
+        if n >= 1 << shift and n % (1 << shift) == 0:
+            return f"{n >> shift}{unit}"
+    return str(n)
+
+
+def doc_section(n):
+    """performance.md holds one generated section per state size, between
+    these markers, and its chart beside it."""
+    tag = f"benchmarks/run --size {size_label(n)}"
+    return f"<!-- BEGIN {tag} -->", f"<!-- END {tag} -->", f"performance-run-{size_label(n)}.svg"
 
 
 def parse_size(text):
@@ -205,7 +227,7 @@ class Suite:
         # so that no save there follows a removal (an unlink of 1 GiB takes
         # 0.30 s on ext4, and the next save writes into what it freed).
         out = [("disk", disk_dir, disk_dir, SINK_ROUNDS, 0),
-               ("fast", None, f"mem://ckpt-bench-{os.getpid()}?spare={2 * self.bytes}", SINK_ROUNDS, 1)]
+               ("fast", None, f"mem://ckpt-bench-{os.getpid()}?spare={2 * self.bytes}", FAST_SINK_ROUNDS, 1)]
         if os.path.isdir("/dev/shm"):
             shm = os.path.join("/dev/shm", f"ckpt-bench-{os.getpid()}")
             out.append(("tmpfs", shm, shm, SINK_ROUNDS, 0))
@@ -218,9 +240,11 @@ class Suite:
     def group_sinks(self, r):
         for name, root, uri, rounds, keep in self.sinks():
             figs = {c: [] for c in SINK_CODECS}
+            orders = r[f"sink/{name}/orders"] = []
             for i in range(rounds):
-                k = (self.run_index * rounds + i) % len(SINK_CODECS)
-                for codec in SINK_CODECS[k:] + SINK_CODECS[:k]:
+                order = [SINK_CODECS[c] for c in SINK_ORDERS[(self.run_index * rounds + i) % len(SINK_ORDERS)]]
+                orders.append(order)
+                for codec in order:
                     if root:
                         shutil.rmtree(root, ignore_errors=True)
                     figs[codec].append(self.run(f"ckpt save {codec} on the {name} sink (round {i + 1})", [
@@ -885,7 +909,8 @@ def report_md(s, t, mach, a, elapsed, command, svg_name, date):
                  f"twice to warm up, then {SINK_SAVES} times measured (the median; `bench_probe save --warmup 2 "
                  f"--repeat {SINK_SAVES}`, on mem:// with `--keep 1`, elsewhere every step kept, so that no save "
                  f"follows a removal of an old step); each run has {SINK_ROUNDS} "
-                 f"rounds of one process per codec (one round behind the slow device), the codecs' order rotating. "
+                 f"rounds of one process per codec ({FAST_SINK_ROUNDS} on mem://, one behind the slow device), "
+                 f"in orders where each codec follows each other one as often. "
                  f"The times are medians over the runs' figures (each the median of its rounds); auto / faster "
                  f"divides auto's median over every process of every run by the faster of the others' (the range: "
                  f"the runs' own ratios).")
@@ -980,7 +1005,8 @@ def main():
     ap.add_argument("--build", default=os.path.join(REPO, "build"), help="the build directory")
     ap.add_argument("--out", default=None, help="results directory (default BUILD/bench-results)")
     ap.add_argument("--update-docs", action="store_true",
-                    help="rewrite the generated part of docs/performance.md and docs/performance-run.svg")
+                    help="rewrite the section of docs/performance.md for this --size, and its chart "
+                         "docs/performance-run-SIZE.svg")
     ap.add_argument("--docs", default=os.path.join(REPO, "docs"), help="the docs directory --update-docs writes")
     ap.add_argument("--json", action="store_true", help="print the results JSON instead of the report")
     ap.add_argument("--no-s3", action="store_true",
@@ -1044,13 +1070,16 @@ def main():
         doc = os.path.join(a.docs, "performance.md")
         with open(doc) as f:
             text = f.read()
-        if BEGIN not in text or END not in text:
-            sys.exit(f"{doc} has no {BEGIN} ... {END} section to replace")
-        gen = report_md(s, t, mach, a, elapsed, command, "performance-run.svg", date)
-        text = text[:text.index(BEGIN) + len(BEGIN)] + "\n" + gen + "\n" + text[text.index(END):]
+        begin, end, chart = doc_section(a.size)
+        if begin not in text or end not in text or text.index(begin) > text.index(end):
+            print(f"run.py: {doc} has no section for --size {size_label(a.size)} to replace: add the lines\n"
+                  f"{begin}\n{end}\nwhere its figures belong", file=sys.stderr)
+            return 2
+        gen = report_md(s, t, mach, a, elapsed, command, chart, date)
+        text = text[:text.index(begin) + len(begin)] + "\n" + gen + "\n" + text[text.index(end):]
         with open(doc, "w") as f:
             f.write(text)
-        with open(os.path.join(a.docs, "performance-run.svg"), "w") as f:
+        with open(os.path.join(a.docs, chart), "w") as f:
             f.write(svg)
     if a.json:
         print(json.dumps(results, indent=1))

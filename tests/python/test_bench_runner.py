@@ -14,7 +14,10 @@ def test_runner_reports_every_contender(tmp_path):
     repo = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     docs = os.path.join(tmp, "docs")
     os.makedirs(docs)
-    before = "# Performance\n\nhand-written intro\n\n<!-- BEGIN benchmarks/run -->\nold figures\n<!-- END benchmarks/run -->\n\nhand-written tail\n"
+    # A section per state size: the run rewrites the one of its --size.
+    before = ("# Performance\n\nhand-written intro\n\n<!-- BEGIN benchmarks/run --size 16M -->\nold figures\n"
+              "<!-- END benchmarks/run --size 16M -->\n\nhand-written middle\n\n<!-- BEGIN benchmarks/run --size 1G -->\n"
+              "other size\n<!-- END benchmarks/run --size 1G -->\n\nhand-written tail\n")
     with open(os.path.join(docs, "performance.md"), "w") as f:
         f.write(before)
     out = os.path.join(tmp, "out")
@@ -68,11 +71,19 @@ def test_runner_reports_every_contender(tmp_path):
         assert x["median"] > 0 and x["min"] <= x["max"]
     # Sinks in rounds of one process per codec; every process warms up twice;
     # mem:// keeps the newest step (its memory reused), the disk every step.
-    assert len(raw["sink/fast/auto/rounds"]) == 2 and len(raw["sink/slow/auto/rounds"]) == 1
+    assert len(raw["sink/fast/auto/rounds"]) == 4 and len(raw["sink/slow/auto/rounds"]) == 1
     assert s["sinks"]["disk/none"]["processes"] == 2
     assert raw["sink/fast/none"]["warmup"] == 2 and raw["sink/fast/none"]["first_step"] == 2
     assert raw["sink/fast/none"]["keep"] == 1 and raw["sink/disk/none"]["keep"] == 0
-    assert abs(raw["sink/fast/none"]["commit_s"] - sum(raw["sink/fast/none/rounds"]) / 2) < 1e-9
+    fast = sorted(raw["sink/fast/none/rounds"])
+    assert abs(raw["sink/fast/none"]["commit_s"] - (fast[1] + fast[2]) / 2) < 1e-9
+    # Each pair of rounds is one codec order and its reverse, and over the
+    # four rounds on mem:// no codec always follows the same one.
+    orders = raw["sink/fast/orders"]
+    assert len(orders) == 4 and orders[1] == orders[0][::-1] and orders[3] == orders[2][::-1]
+    assert all(sorted(o) == ["auto", "none", "shuffle-zstd"] for o in orders)
+    before_auto = {o[o.index("auto") - 1] for o in orders if o.index("auto") > 0}
+    assert before_auto == {"none", "shuffle-zstd"}
     assert any(t["target"].startswith("auto (bf16): the same on mem://") for t in res["targets"])
     # Behind the slow device the automatic codec compresses.
     assert s["sinks"]["slow/auto"]["stored_ratio"] < 0.9
@@ -90,8 +101,23 @@ def test_runner_reports_every_contender(tmp_path):
         assert "| target | figure | met |" in f.read()
     with open(os.path.join(docs, "performance.md")) as f:
         after = f.read()
-    assert after.startswith("# Performance\n\nhand-written intro\n\n<!-- BEGIN benchmarks/run -->\n")
-    assert after.endswith("<!-- END benchmarks/run -->\n\nhand-written tail\n")
+    assert after.startswith("# Performance\n\nhand-written intro\n\n<!-- BEGIN benchmarks/run --size 16M -->\n")
+    assert after.endswith("<!-- END benchmarks/run --size 16M -->\n\nhand-written middle\n\n"
+                          "<!-- BEGIN benchmarks/run --size 1G -->\nother size\n<!-- END benchmarks/run --size 1G -->\n\n"
+                          "hand-written tail\n")
     assert "old figures" not in after and "| target | figure | met |" in after
-    assert os.path.exists(os.path.join(docs, "performance-run.svg"))
+    assert "performance-run-16M.svg" in after and os.path.exists(os.path.join(docs, "performance-run-16M.svg"))
+    # A file without a section for the size is left as it was, and the
+    # message names the markers to add.
+    other = os.path.join(tmp, "other-docs")
+    os.makedirs(other)
+    with open(os.path.join(other, "performance.md"), "w") as f:
+        f.write(before.replace("--size 16M", "--size 256M"))
+    p = subprocess.run([sys.executable, os.path.join(repo, "benchmarks", "run.py"), "--build", build, "--from-json",
+                        os.path.join(out, "results.json"), "--out", os.path.join(tmp, "out2"), "--update-docs", "--docs",
+                        other], capture_output=True, text=True, timeout=120)
+    assert p.returncode == 2 and "<!-- BEGIN benchmarks/run --size 16M -->" in p.stderr, p.stderr
+    with open(os.path.join(other, "performance.md")) as f:
+        assert f.read() == before.replace("--size 16M", "--size 256M")
+    assert not os.path.exists(os.path.join(other, "performance-run-16M.svg"))
     print("benchmark runner ok:", ", ".join(f"{t['target']}: {t['figure']}" for t in res["targets"][:3]))
