@@ -59,10 +59,11 @@ struct CKPT_EXPORT CheckpointerOptions {
   /// Ask the storage for O_DIRECT writes (falls back where refused).
   bool direct_io = true;
   /// Shards cut along their last dimension (and large whole tensors) are
-  /// saved as up to this many column tiles (each its own chunk), cut where
-  /// loads onto the tensor-parallel sizes users move to would cut, so such a
-  /// load reads only the tiles it needs (docs/resharding.md). 1 disables
-  /// tiling.
+  /// saved as up to this many column tiles (each its own chunk), and shards
+  /// of 2 MiB or more cut along their first dimension only as up to this
+  /// many row slabs, cut where loads onto the tensor-parallel sizes users
+  /// move to would cut, so such a load reads only the chunks it needs
+  /// (docs/resharding.md). 1 disables both.
   int max_column_tiles = 8;
   /// Collectives among the ranks. With one, Save agrees which replica writes
   /// each box that several ranks hold (balancing bytes), and Load has the

@@ -20,10 +20,13 @@ SavePieces BuildSavePieces(const State& state, const std::vector<bool>& writes, 
     const Shard& s = state.shards()[si];
     if (s.box.Empty() || !writes[si]) continue;
     std::vector<Shard> cut = TileShard(s, max_column_tiles);
-    const bool split = cut.size() > 1;
+    // Column tiles are staged together in passes over the shard's rows; row
+    // slabs are runs of its rows, each staged as a shard of its own.
+    const int nd = s.box.ndim();
+    const bool columns = cut.size() > 1 && cut.front().box.sizes[nd - 1] != s.box.sizes[nd - 1];
     for (Shard& t : cut) {
       out.tiles.push_back(std::move(t));
-      out.parents.push_back(split ? &s : nullptr);
+      out.parents.push_back(columns ? &s : nullptr);
     }
   }
   for (size_t ti = 0; ti < out.tiles.size(); ++ti) {

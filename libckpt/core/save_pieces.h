@@ -23,15 +23,15 @@ namespace ckpt {
 
 struct SavePieces {
   std::deque<Shard> tiles;            ///< stable addresses: the engine points into them
-  std::vector<const Shard*> parents;  ///< per tile, its shard when the shard was cut
+  std::vector<const Shard*> parents;  ///< per tile, its shard when the shard was cut into column tiles
   std::vector<const Blob*> blobs;     ///< per blob piece, its blob
   /// Tiles first (in order), then blobs.
   std::vector<SavePiece> pieces;
 };
 
 /// The pieces of `state` this rank writes: non-empty shards whose `writes`
-/// entry is true (the replicas' agreement), column-sharded ones cut into at
-/// most `max_column_tiles` column tiles (plan/tiles), then every
+/// entry is true (the replicas' agreement), each cut into at most
+/// `max_column_tiles` column tiles or row slabs (SaveTiles), then every
 /// blob that has data (load targets are skipped). Rank-scoped blobs carry
 /// `rank`.
 SavePieces BuildSavePieces(const State& state, const std::vector<bool>& writes, int max_column_tiles, int rank);

@@ -143,6 +143,36 @@ std::optional<ColumnCells> ColumnCellsOf(const TensorLayout& layout, const std::
   return out;
 }
 
+// The first dimension's cuts once every box is cut into its row slabs, and
+// where each row interval's slabs start among them (as ColumnCells); only
+// for layouts that cut the first dimension alone, where RowTiles cuts.
+std::optional<ColumnCells> RowCellsOf(const TensorLayout& layout, const std::vector<DimSplit>& splits, int max_tiles) {
+  const Shape& shape = layout.spec.shape;
+  const int nd = static_cast<int>(shape.size());
+  if (nd < 2 || splits[0].cuts.size() <= 2) return std::nullopt;
+  for (int d = 1; d < nd; ++d) {
+    if (splits[d].cuts.size() != 2) return std::nullopt;
+  }
+  const uint64_t es = DTypeSize(layout.spec.dtype);
+  Box box;
+  box.offsets.assign(nd, 0);
+  box.sizes.assign(shape.begin(), shape.end());
+  ColumnCells out;
+  out.cuts.push_back(splits[0].cuts.front());
+  bool cut = false;
+  for (size_t i = 0; i + 1 < splits[0].cuts.size(); ++i) {
+    out.first.push_back(out.cuts.size() - 1);
+    box.offsets[0] = splits[0].cuts[i];
+    box.sizes[0] = splits[0].cuts[i + 1] - splits[0].cuts[i];
+    const std::vector<Box> slabs = RowTiles(box, shape, es, max_tiles);
+    cut = cut || slabs.size() > 1;
+    for (const Box& slab : slabs) out.cuts.push_back(slab.offsets[0] + slab.sizes[0]);
+  }
+  out.first.push_back(out.cuts.size() - 1);
+  if (!cut) return std::nullopt;
+  return out;
+}
+
 // Each rank's data file as chunks are appended to it: its next block and
 // the bytes of its frames so far.
 struct Files {
@@ -207,6 +237,8 @@ absl::StatusOr<Manifest> SaveManifestByRules(const std::vector<TensorLayout>& la
   struct Geometry {
     std::optional<std::vector<DimSplit>> splits;
     std::optional<ColumnCells> columns;
+    /// Row slabs, where the save cuts them (its columns are then not cut).
+    std::optional<ColumnCells> rows;
   };
   // Layers repeat the same shapes and placements: each geometry is worked
   // out once (the holders' rank parts exclude the owner's coordinate).
@@ -231,7 +263,15 @@ absl::StatusOr<Manifest> SaveManifestByRules(const std::vector<TensorLayout>& la
     if (geometry == nullptr) {
       geometry = std::make_unique<Geometry>();
       if (nd > 0) geometry->splits = SplitsOf(layout, mesh, stride);
-      if (geometry->splits.has_value()) geometry->columns = ColumnCellsOf(layout, *geometry->splits, max_tiles);
+      if (geometry->splits.has_value()) {
+        geometry->columns = ColumnCellsOf(layout, *geometry->splits, max_tiles);
+        geometry->rows = RowCellsOf(layout, *geometry->splits, max_tiles);
+        // SaveTiles cuts rows only where it cuts no columns.
+        if (geometry->rows.has_value() && (!geometry->columns.has_value() ||
+                                           geometry->columns->cuts.size() != geometry->splits->back().cuts.size())) {
+          geometry->rows.reset();
+        }
+      }
     }
     f.geometry = owned ? geometry.get() : nullptr;
     f.first_replicated = replicated.size();
@@ -292,7 +332,7 @@ absl::StatusOr<Manifest> SaveManifestByRules(const std::vector<TensorLayout>& la
           ForEachDistinctBox(layout, mesh, [&](Box&& box, int64_t base, const std::vector<int64_t>& offsets) {
             const int64_t writer = writer_of(base, offsets);
             st.bytes_by_rank[writer] += box.Volume() * static_cast<int64_t>(es);
-            for (Box& tile : ColumnTiles(box, layout.spec.shape, es, max_tiles)) {
+            for (Box& tile : SaveTiles(box, layout.spec.shape, es, max_tiles)) {
               uint64_t blocks = 0;
               const uint64_t first = files.Append(writer, static_cast<uint64_t>(tile.Volume()) * es, &blocks);
               t.chunks.push_back(ManifestChunk{static_cast<uint32_t>(writer), first, blocks, std::move(tile)});
@@ -313,23 +353,31 @@ absl::StatusOr<Manifest> SaveManifestByRules(const std::vector<TensorLayout>& la
     const std::vector<DimSplit>& splits = *f.geometry->splits;
     const ColumnCells& columns = *f.geometry->columns;
     const int64_t owner_part = layout.owner_dim >= 0 ? layout.owner_index * stride[layout.owner_dim] : 0;
+    // With row slabs every other dimension is one interval, so a box's
+    // slabs follow each other in the grid's row-major order too.
+    const std::optional<ColumnCells>& slabs = f.geometry->rows;
     ChunkGrid g;
-    for (int d = 0; d + 1 < nd; ++d) g.cuts.push_back(splits[d].cuts);
+    for (int d = 0; d + 1 < nd; ++d) g.cuts.push_back(d == 0 && slabs ? slabs->cuts : splits[d].cuts);
     g.cuts.push_back(columns.cuts);
     std::vector<size_t> at(nd, 0);
     while (true) {
       int64_t base = owner_part, rows = 1;
       for (int d = 0; d < nd; ++d) base += splits[d].rank_part[at[d]];
-      for (int d = 0; d + 1 < nd; ++d) rows *= splits[d].cuts[at[d] + 1] - splits[d].cuts[at[d]];
+      for (int d = 1; d + 1 < nd; ++d) rows *= splits[d].cuts[at[d] + 1] - splits[d].cuts[at[d]];
       const std::vector<int64_t>& last = splits[nd - 1].cuts;
       const int64_t writer = writer_of(base, f.offsets);
-      st.bytes_by_rank[writer] += rows * (last[at[nd - 1] + 1] - last[at[nd - 1]]) * static_cast<int64_t>(es);
-      for (size_t c = columns.first[at[nd - 1]]; c < columns.first[at[nd - 1] + 1]; ++c) {
-        const uint64_t raw = static_cast<uint64_t>(rows * (columns.cuts[c + 1] - columns.cuts[c])) * es;
-        uint64_t blocks = 0;
-        file_of.Add(static_cast<uint64_t>(writer));
-        first_of.Add(files.Append(writer, raw, &blocks));
-        ++st.chunks;
+      const int64_t height = nd > 1 ? splits[0].cuts[at[0] + 1] - splits[0].cuts[at[0]] : 1;
+      st.bytes_by_rank[writer] += height * rows * (last[at[nd - 1] + 1] - last[at[nd - 1]]) * static_cast<int64_t>(es);
+      const size_t s0 = slabs ? slabs->first[at[0]] : 0, s1 = slabs ? slabs->first[at[0] + 1] : 1;
+      for (size_t r = s0; r < s1; ++r) {
+        const int64_t slab_rows = slabs ? slabs->cuts[r + 1] - slabs->cuts[r] : height;
+        for (size_t c = columns.first[at[nd - 1]]; c < columns.first[at[nd - 1] + 1]; ++c) {
+          const uint64_t raw = static_cast<uint64_t>(slab_rows * rows * (columns.cuts[c + 1] - columns.cuts[c])) * es;
+          uint64_t blocks = 0;
+          file_of.Add(static_cast<uint64_t>(writer));
+          first_of.Add(files.Append(writer, raw, &blocks));
+          ++st.chunks;
+        }
       }
       int d = nd - 1;
       for (; d >= 0; --d) {

@@ -81,11 +81,56 @@ std::vector<Box> ColumnTiles(const Box& box, const Shape& shape, uint64_t elem_s
   return tiles;
 }
 
+std::vector<Box> RowTiles(const Box& box, const Shape& shape, uint64_t elem_size, int max_tiles) {
+  const int nd = box.ndim();
+  if (nd < 2 || box.Empty() || max_tiles < 2 || static_cast<int>(shape.size()) != nd) return {box};
+  uint64_t row_bytes = elem_size;
+  for (int d = 1; d < nd; ++d) {
+    if (box.sizes[d] != shape[d]) return {box};
+    row_bytes *= static_cast<uint64_t>(shape[d]);
+  }
+  const int64_t extent = shape[0];
+  const int64_t lo = box.offsets[0];
+  const int64_t height = box.sizes[0];
+  const int64_t hi = lo + height;
+  if (height == extent || static_cast<uint64_t>(height) * row_bytes < 2 * kMinRowTileBytes) return {box};
+  const int64_t parts = std::max<int64_t>(1, std::llround(static_cast<double>(extent) / height));
+  std::vector<int64_t> cuts = {lo, hi};
+  for (int64_t k : ExpectedColumnSplits(parts)) {
+    std::vector<int64_t> mine;
+    for (int64_t b : ChunkBoundaries(extent, k)) {
+      if (b > lo && b < hi && !std::binary_search(cuts.begin(), cuts.end(), b)) mine.push_back(b);
+    }
+    if (mine.empty() || static_cast<int64_t>(cuts.size() - 1 + mine.size()) > max_tiles) continue;
+    // A slab of a row or two is kept: torch.chunk's parts of 8H + 1 rows
+    // into 4 and 8 end a row apart, and without that row's own slab a load
+    // onto 8 would read the block across it.
+    cuts.insert(cuts.end(), mine.begin(), mine.end());
+    std::sort(cuts.begin(), cuts.end());
+  }
+  if (cuts.size() == 2) return {box};
+  std::vector<Box> slabs;
+  slabs.reserve(cuts.size() - 1);
+  for (size_t i = 0; i + 1 < cuts.size(); ++i) {
+    Box b = box;
+    b.offsets[0] = cuts[i];
+    b.sizes[0] = cuts[i + 1] - cuts[i];
+    slabs.push_back(std::move(b));
+  }
+  return slabs;
+}
+
+std::vector<Box> SaveTiles(const Box& box, const Shape& shape, uint64_t elem_size, int max_tiles) {
+  std::vector<Box> tiles = ColumnTiles(box, shape, elem_size, max_tiles);
+  if (tiles.size() > 1) return tiles;
+  return RowTiles(box, shape, elem_size, max_tiles);
+}
+
 std::vector<Shard> TileShard(const Shard& shard, int max_tiles) {
   const uint64_t es = DTypeSize(shard.spec.dtype);
   const bool rows_contiguous = shard.strides.empty() || shard.strides.back() == 1;
   if (!rows_contiguous) return {shard};
-  const std::vector<Box> boxes = ColumnTiles(shard.box, shard.spec.shape, es, max_tiles);
+  const std::vector<Box> boxes = SaveTiles(shard.box, shard.spec.shape, es, max_tiles);
   if (boxes.size() == 1) return {shard};
   std::vector<int64_t> strides = shard.strides;
   if (strides.empty()) {

@@ -1,4 +1,5 @@
-// Cutting column-sharded shards into column tiles at save time.
+// Cutting shards into tiles at save time: column tiles for column-sharded
+// shards, row slabs for row-sharded ones.
 //
 // A chunk's blocks are runs of its row-major bytes, so a later load that
 // keeps all rows but only some columns (a tensor-parallel degree change on a
@@ -28,6 +29,10 @@ inline constexpr uint64_t kMinMeanTileBytes = 16 << 10;
 inline constexpr uint64_t kMinRowBytesToTile = 256;
 /// Tiles of a whole (unsharded) tensor keep rows of at least this many bytes.
 inline constexpr uint64_t kMinWholeTileRowBytes = 1024;
+/// Boxes under twice this are not cut into row slabs (RowTiles): a load that
+/// cuts a box's rows where no slab ends reads at most one block too many
+/// there, which in a box of a few blocks is not worth a chunk per slab.
+inline constexpr uint64_t kMinRowTileBytes = 1 << 20;
 
 /// The part counts a load is expected to split the last dimension into, for
 /// a box that is one of `parts` torch.chunk-style parts of it (1: the whole
@@ -52,10 +57,24 @@ std::vector<int64_t> ExpectedColumnSplits(int64_t parts);
 /// tensor takes only splits whose tiles keep kMinWholeTileRowBytes per row. Returns {box} when nothing qualifies.
 std::vector<Box> ColumnTiles(const Box& box, const Shape& shape, uint64_t elem_size, int max_tiles);
 
-/// `shard` as its column tiles (ColumnTiles of its box), each a Shard that
-/// views the same memory with the parent's strides; {shard} when it is not
-/// split, or when its rows are not contiguous in memory (tiles are staged by
-/// walking the parent's rows).
+/// Splits a box cut along its first dimension only (every other dimension
+/// whole: a tensor-parallel shard of a column-parallel weight) into row slabs
+/// at the cuts that loads onto ExpectedColumnSplits of its part count would
+/// make along that dimension, all of one split's cuts or none, within
+/// `max_tiles` slabs, in boxes of at least 2 * kMinRowTileBytes. A block holds a
+/// run of the box's rows, so without a slab ending there a load that starts
+/// or ends mid-box reads the block across its cut whole; with one, exactly
+/// its rows. Returns {box} when nothing qualifies.
+std::vector<Box> RowTiles(const Box& box, const Shape& shape, uint64_t elem_size, int max_tiles);
+
+/// The chunks a save cuts `box` into: its column tiles where ColumnTiles
+/// cuts it, else its row slabs (RowTiles).
+std::vector<Box> SaveTiles(const Box& box, const Shape& shape, uint64_t elem_size, int max_tiles);
+
+/// `shard` as its tiles (SaveTiles of its box), each a Shard that views the
+/// same memory with the parent's strides; {shard} when it is not split, or
+/// when its rows are not contiguous in memory (tiles are staged by walking
+/// the parent's rows).
 std::vector<Shard> TileShard(const Shard& shard, int max_tiles);
 
 }  // namespace ckpt

@@ -268,5 +268,81 @@ TEST(ColumnTiles, TileShardsViewTheParentsMemory) {
   EXPECT_EQ(TileShard(whole, 1).size(), 1u);
 }
 
+std::vector<int64_t> RowCuts(const std::vector<Box>& slabs) {
+  std::vector<int64_t> out;
+  for (const Box& b : slabs) out.push_back(b.offsets[0]);
+  out.push_back(slabs.back().offsets[0] + slabs.back().sizes[0]);
+  return out;
+}
+
+// A tp=4 shard of a column-parallel weight (rows cut) is cut into row slabs
+// where tp=8, 6 and 3 cut, so a load onto any of them reads exactly its
+// rows; every slab keeps all columns.
+TEST(RowTiles, RowShardsAreCutWhereOtherTensorParallelSizesCut) {
+  const Shape shape{8464, 8464};
+  const std::vector<int64_t> b4 = ChunkBoundaries(8464, 4);
+  for (int64_t i = 0; i < 4; ++i) {
+    const Box box({b4[i], 0}, {b4[i + 1] - b4[i], 8464});
+    const std::vector<Box> slabs = RowTiles(box, shape, 2, 8);
+    EXPECT_EQ(SaveTiles(box, shape, 2, 8), slabs);
+    const std::vector<int64_t> cuts = RowCuts(slabs);
+    for (int64_t k : {8, 6, 3}) {
+      for (int64_t b : ChunkBoundaries(8464, k)) {
+        if (b > b4[i] && b < b4[i + 1]) {
+          EXPECT_TRUE(HasCutNear(cuts, b, 0)) << "tp=" << k << " cut " << b << " in shard " << i;
+        }
+      }
+    }
+    for (const Box& s : slabs) {
+      EXPECT_EQ(s.offsets[1], 0);
+      EXPECT_EQ(s.sizes[1], 8464);
+    }
+  }
+  // Shard 0 of 4 (rows [0, 2116)): tp=8 cuts at 1058, tp=6 at 1411.
+  EXPECT_EQ(RowCuts(RowTiles(Box({0, 0}, {2116, 8464}), shape, 2, 8)), (std::vector<int64_t>{0, 1058, 1411, 2116}));
+  // torch.chunk's parts of 8H + 1 rows into 4 and 8 end a row apart: that
+  // row is a slab of its own. Within a budget of two slabs only the first
+  // split that fits is kept.
+  const Shape vocab{8 * 2048 + 1, 2048};
+  EXPECT_EQ(RowCuts(RowTiles(Box({4097, 0}, {4097, 2048}), vocab, 2, 8)),
+            (std::vector<int64_t>{4097, 4098, 5462, 6147, 8193, 8194}));
+  EXPECT_EQ(RowCuts(RowTiles(Box({0, 0}, {2116, 8464}), shape, 2, 2)), (std::vector<int64_t>{0, 1058, 2116}));
+}
+
+TEST(RowTiles, WholeTensorsColumnShardsNestedAndSmallBoxesAreNotCut) {
+  const Shape shape{8464, 8464};
+  EXPECT_EQ(RowTiles(Box({0, 0}, {8464, 8464}), shape, 2, 8).size(), 1u);  // whole
+  EXPECT_EQ(RowTiles(Box({0, 0}, {8464, 1058}), shape, 2, 8).size(), 1u);  // columns cut
+  EXPECT_EQ(RowTiles(Box({0, 0}, {1058, 4232}), shape, 2, 8).size(), 1u);  // both cut
+  EXPECT_EQ(RowTiles(Box({0}, {1 << 24}), {1 << 26}, 4, 8).size(), 1u);    // 1-d
+  EXPECT_EQ(RowTiles(Box({0, 0}, {2116, 8464}), shape, 2, 1).size(), 1u);  // no budget
+  // A part of 4 rows of 128 KiB (512 KiB) is under 2 * kMinRowTileBytes.
+  EXPECT_EQ(RowTiles(Box({0, 0}, {4, 65536}), {16, 65536}, 2, 8).size(), 1u);
+  // A 3-d box cut on its first dimension alone is cut like a matrix.
+  EXPECT_GT(RowTiles(Box({0, 0, 0}, {4, 512, 1024}), {16, 512, 1024}, 2, 8).size(), 1u);
+  // Where ColumnTiles cuts, SaveTiles keeps its tiles.
+  const Box col({0, 0}, {8464, 1058});
+  EXPECT_EQ(SaveTiles(col, shape, 2, 8), ColumnTiles(col, shape, 2, 8));
+  EXPECT_GT(SaveTiles(col, shape, 2, 8).size(), 1u);
+}
+
+// Slabs view the parent's memory: each slab starts at its first row.
+TEST(RowTiles, SlabShardsViewTheParentsRows) {
+  const TensorSpec spec{"w", DType::kF32, {4096, 1024}};
+  std::vector<float> mem(1024 * 1024);
+  for (size_t i = 0; i < mem.size(); ++i) mem[i] = static_cast<float>(i);
+  Shard part{spec, Box({1024, 0}, {1024, 1024}), mem.data(), {}};  // rows [1024, 2048): part 1 of 4
+  std::vector<Shard> slabs = TileShard(part, 8);
+  ASSERT_GT(slabs.size(), 1u);
+  int64_t row = 1024;
+  for (const Shard& s : slabs) {
+    EXPECT_EQ(s.box.offsets[0], row);
+    EXPECT_EQ(s.box.sizes[1], 1024);
+    EXPECT_EQ(static_cast<const float*>(s.data)[0], static_cast<float>((row - 1024) * 1024));
+    row += s.box.sizes[0];
+  }
+  EXPECT_EQ(row, 2048);
+}
+
 }  // namespace
 }  // namespace ckpt::testing
