@@ -60,7 +60,7 @@ struct CKPT_EXPORT CheckpointerOptions {
   bool direct_io = true;
   /// Shards cut along their last dimension (and large whole tensors) are
   /// saved as up to this many column tiles (each its own chunk), and shards
-  /// of 2 MiB or more cut along their first dimension only as up to this
+  /// of 256 KiB or more cut along their first dimension only as up to this
   /// many row slabs, cut where loads onto the tensor-parallel sizes users
   /// move to would cut, so such a load reads only the chunks it needs
   /// (docs/resharding.md). 1 disables both.

@@ -95,6 +95,7 @@ std::vector<Box> RowTiles(const Box& box, const Shape& shape, uint64_t elem_size
   const int64_t hi = lo + height;
   if (height == extent || static_cast<uint64_t>(height) * row_bytes < 2 * kMinRowTileBytes) return {box};
   const int64_t parts = std::max<int64_t>(1, std::llround(static_cast<double>(extent) / height));
+  if (parts > kMaxRowTileParts) return {box};
   std::vector<int64_t> cuts = {lo, hi};
   for (int64_t k : ExpectedColumnSplits(parts)) {
     std::vector<int64_t> mine;

@@ -29,10 +29,15 @@ inline constexpr uint64_t kMinMeanTileBytes = 16 << 10;
 inline constexpr uint64_t kMinRowBytesToTile = 256;
 /// Tiles of a whole (unsharded) tensor keep rows of at least this many bytes.
 inline constexpr uint64_t kMinWholeTileRowBytes = 1024;
-/// Boxes under twice this are not cut into row slabs (RowTiles): a load that
-/// cuts a box's rows where no slab ends reads at most one block too many
-/// there, which in a box of a few blocks is not worth a chunk per slab.
-inline constexpr uint64_t kMinRowTileBytes = 1 << 20;
+/// Boxes under twice this are not cut into row slabs (RowTiles): each slab
+/// costs a frame (up to 4 KiB of padding) and a grid cell.
+inline constexpr uint64_t kMinRowTileBytes = 128 << 10;
+/// Nor are boxes that are one of more parts than this of their first
+/// dimension: they come from nested splits (ZeRO's data-parallel split of a
+/// tensor-parallel shard), whose loads onto another mesh cut where no
+/// expected split does, and at scale they are most of the chunks (slabs of
+/// them made the manifest of 131,072 ranks four times larger).
+inline constexpr int64_t kMaxRowTileParts = 32;
 
 /// The part counts a load is expected to split the last dimension into, for
 /// a box that is one of `parts` torch.chunk-style parts of it (1: the whole
@@ -61,7 +66,8 @@ std::vector<Box> ColumnTiles(const Box& box, const Shape& shape, uint64_t elem_s
 /// whole: a tensor-parallel shard of a column-parallel weight) into row slabs
 /// at the cuts that loads onto ExpectedColumnSplits of its part count would
 /// make along that dimension, all of one split's cuts or none, within
-/// `max_tiles` slabs, in boxes of at least 2 * kMinRowTileBytes. A block holds a
+/// `max_tiles` slabs, in boxes of at least 2 * kMinRowTileBytes that are
+/// one of at most kMaxRowTileParts parts. A block holds a
 /// run of the box's rows, so without a slab ending there a load that starts
 /// or ends mid-box reads the block across its cut whole; with one, exactly
 /// its rows. Returns {box} when nothing qualifies.

@@ -316,8 +316,14 @@ TEST(RowTiles, WholeTensorsColumnShardsNestedAndSmallBoxesAreNotCut) {
   EXPECT_EQ(RowTiles(Box({0, 0}, {1058, 4232}), shape, 2, 8).size(), 1u);  // both cut
   EXPECT_EQ(RowTiles(Box({0}, {1 << 24}), {1 << 26}, 4, 8).size(), 1u);    // 1-d
   EXPECT_EQ(RowTiles(Box({0, 0}, {2116, 8464}), shape, 2, 1).size(), 1u);  // no budget
-  // A part of 4 rows of 128 KiB (512 KiB) is under 2 * kMinRowTileBytes.
-  EXPECT_EQ(RowTiles(Box({0, 0}, {4, 65536}), {16, 65536}, 2, 8).size(), 1u);
+  // A part of 2 rows of 64 KiB (128 KiB) is under 2 * kMinRowTileBytes;
+  // one of 4 such rows is cut.
+  EXPECT_EQ(RowTiles(Box({0, 0}, {2, 32768}), {16, 32768}, 2, 8).size(), 1u);
+  EXPECT_GT(RowTiles(Box({0, 0}, {4, 32768}), {32, 32768}, 2, 8).size(), 1u);
+  // One of 128 parts (a nested split: ZeRO's data-parallel bands of a
+  // tensor-parallel shard) is not cut, however large.
+  EXPECT_EQ(RowTiles(Box({0, 0}, {64, 8192}), {8192, 8192}, 4, 8).size(), 1u);
+  EXPECT_GT(RowTiles(Box({0, 0}, {256, 8192}), {8192, 8192}, 4, 8).size(), 1u);
   // A 3-d box cut on its first dimension alone is cut like a matrix.
   EXPECT_GT(RowTiles(Box({0, 0, 0}, {4, 512, 1024}), {16, 512, 1024}, 2, 8).size(), 1u);
   // Where ColumnTiles cuts, SaveTiles keeps its tiles.
