@@ -181,8 +181,10 @@ TEST_P(FlushBehind, WritesAreFlushedAsTheyLand) {
     if (every == "0") {
       EXPECT_EQ(flushes, 0u) << "flushed with flush_every=0";
     } else {
-      // One flush at a time: a write that finds one still running skips it.
-      EXPECT_GE(flushes, 4u) << "16 writes of 256 KiB, one flush every 256 KiB landed";
+      // One flush at a time: a write that finds one still running skips it,
+      // so a slow first flush (ThreadSanitizer, a loaded host) can cover
+      // every later write; at least it was sent.
+      EXPECT_GE(flushes, 1u) << "16 writes of 256 KiB, one flush every 256 KiB landed";
       EXPECT_LE(flushes, 15u);
     }
     auto all = (*s)->GetAll("f.bin");
