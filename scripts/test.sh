@@ -138,14 +138,15 @@ start_background_build "fuzz" build_fuzz
 s3dir=build-tsan/tests/s3-server
 scripts/s3-test-server.sh start "$s3dir"
 # One test program per core at a time: much of their time is spent waiting
-# on heartbeats, timeouts and child processes. A failing program's output is
+# on heartbeats, timeouts and child processes. tests/tsan.supp names what an
+# uninstrumented library (abseil) hides from the sanitizer. A failing program's output is
 # printed whole.
 run_tsan() {
   local log
   log=$(mktemp)
   local filter=()
   [[ "$1" == s3_test ]] && filter=(--gtest_filter='-S3Restart.*:S3Crash.*')
-  if TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1" timeout 1200 build-tsan/tests/"$1" --gtest_brief=1 "${filter[@]}" \
+  if TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1 suppressions=$PWD/tests/tsan.supp" timeout 1200 build-tsan/tests/"$1" --gtest_brief=1 "${filter[@]}" \
       > "$log" 2>&1; then
     echo "$1: passed"
     rm -f "$log"
