@@ -64,9 +64,10 @@ int Save(int argc, char** argv) {
   int64_t params = int64_t{128} << 20, staging = 0, layers = 0, staging_threads = 0, repeat = 1, warmup = 1, keep = 0;
   int64_t pause_workers = -1;
   bool memcpy_beside = false;
+  std::string memcpy_into = "arena";
   tools::Args args("save",
                    "--root DIR [--params 128M] [--dtype bf16] [--codec none] [--mesh dp=1] [--staging B] [--repeat 1] "
-                   "[--warmup 1] [--keep N] [--pause-workers -1] [--memcpy-beside]",
+                   "[--warmup 1] [--keep N] [--pause-workers -1] [--memcpy-beside [--memcpy-into arena]]",
                    "Saves a synthetic transformer-like state: --warmup saves (steps 0..W-1), then --repeat "
                    "measured ones (steps W..W+R-1); prints the medians of the stall, the time until durable and "
                    "until committed.");
@@ -86,9 +87,12 @@ int Save(int argc, char** argv) {
            "whether the workers wait while a save stages: 1, 0 or -1 (default: the library's choice)");
   args.Switch("memcpy-beside", &memcpy_beside,
               "after each measured save, memcpy on as many threads as staged it (a warming pass, then the "
-              "measured one) of the state itself (one rank; several: a buffer of its size) into a buffer on "
-              "huge pages as the arena is, and the median of each save's stall against its own pass (more "
-              "memory: not for measuring peak RSS)");
+              "measured one) of the state itself (one rank; several: a buffer of its size) into the staging "
+              "arena (several ranks: a buffer on huge pages), and the median of each save's stall against its "
+              "own pass (more memory: not for measuring peak RSS)");
+  args.String("memcpy-into", &memcpy_into,
+              "where one rank's passes copy to: arena (the save engine's own staging arena, idle between saves: "
+              "the very pages the stall copies into) or buffer (one of its own, on huge pages); default arena");
   args.Program("bench_probe");
   int exit = 0;
   if (!args.Parse(argc, argv, 2, &exit)) return exit;
@@ -96,10 +100,10 @@ int Save(int argc, char** argv) {
   auto dt = ParseDType(dtype);
   auto c = ParseCodec(codec);
   if (root.empty() || !mesh.ok() || !dt || !c || repeat < 1 || repeat > 1000 || warmup < 1 || warmup > 100 ||
-      keep < 0 || keep > 1000) {
+      keep < 0 || keep > 1000 || (memcpy_into != "arena" && memcpy_into != "buffer")) {
     std::fprintf(stderr,
                  "bench_probe save: needs --root, a valid --mesh, --dtype and --codec, --repeat 1..1000, --warmup "
-                 "1..100 and --keep 0..1000\n");
+                 "1..100, --keep 0..1000 and --memcpy-into arena or buffer\n");
     return tools::kExitUsage;
   }
   tools::SynthJobOptions o;
@@ -123,7 +127,11 @@ int Save(int argc, char** argv) {
   const int threads = staging_threads > 0 ? static_cast<int>(staging_threads) : DefaultStagingThreads();
   std::unique_ptr<MemcpyPasses> passes;
   // One rank: the passes copy the very buffers the save copies (after the
-  // warm-up, once they exist) into memory like the arena's. Passes over
+  // warm-up, once they exist) into the engine's arena, idle between saves:
+  // the very pages the stall writes (--memcpy-into buffer: a buffer of
+  // their own on huge pages, whose placement differs from the arena's by
+  // process; 8 alternating rounds at 1 GiB gave per-process ratios of
+  // 0.83-1.16 that way against 0.90-1.23 into the arena). Passes over
   // other memory of the state's size slowed the saves between them here
   // (1 GiB, 4 alternating rounds of 5 saves: stall medians 0.052-0.149 s
   // against 0.043-0.062 s): the host pays for touching a gigabyte of other
@@ -150,7 +158,8 @@ int Save(int argc, char** argv) {
     res = *r;
     if (step < warmup) {
       if (over_state && passes == nullptr) {
-        auto m = MemcpyPasses::Over((*job)->Values());
+        auto m = memcpy_into == "arena" ? MemcpyPasses::Into((*job)->Values(), (*job)->engine().IdleArenaMemory())
+                                        : MemcpyPasses::Over((*job)->Values());
         if (!m.ok()) return Fail("save", m.status());
         passes = std::move(*m);
       }
@@ -187,7 +196,8 @@ int Save(int argc, char** argv) {
       .Field("durable_s", durable.Median())
       .Field("commit_s", commit.Median());
   if (passes != nullptr) {
-    j.Field("memcpy_bytes_per_s", ceiling.Median())
+    j.Field("memcpy_into", over_state ? memcpy_into : std::string("buffer"))
+        .Field("memcpy_bytes_per_s", ceiling.Median())
         .Field("memcpy_bytes_per_s_min", ceiling.Min())
         .Field("memcpy_bytes_per_s_max", ceiling.Max())
         .Field("stall_x_memcpy", stall_x_memcpy.Median())

@@ -9,6 +9,7 @@
 #include <cstring>
 #include <thread>
 
+#include "absl/strings/str_cat.h"
 #include "ckpt/synthetic.h"
 #include "util/aligned_buffer.h"
 #include "util/clock.h"
@@ -76,7 +77,8 @@ double DirectIo(const std::string& file, int64_t size, bool write) {
 absl::StatusOr<std::unique_ptr<MemcpyPasses>> MemcpyPasses::Create(int64_t size) {
   std::unique_ptr<MemcpyPasses> m(new MemcpyPasses());
   CKPT_ASSIGN_OR_RETURN(m->src_, AlignedBuffer::Allocate(size, true));
-  CKPT_ASSIGN_OR_RETURN(m->dst_, AlignedBuffer::Allocate(size, true, /*huge=*/true));  // as the staging arena
+  CKPT_ASSIGN_OR_RETURN(m->own_dst_, AlignedBuffer::Allocate(size, true, /*huge=*/true));  // as the staging arena
+  m->dst_ = m->own_dst_.data();
   m->size_ = size;
   m->sources_ = {std::span<const std::byte>(m->src_.data(), static_cast<size_t>(size))};
   std::memset(m->src_.data(), 1, size);
@@ -88,10 +90,25 @@ absl::StatusOr<std::unique_ptr<MemcpyPasses>> MemcpyPasses::Over(std::vector<std
   std::unique_ptr<MemcpyPasses> m(new MemcpyPasses());
   int64_t size = 0;
   for (const auto& s : sources) size += static_cast<int64_t>(s.size());
-  CKPT_ASSIGN_OR_RETURN(m->dst_, AlignedBuffer::Allocate(size, true, /*huge=*/true));
+  CKPT_ASSIGN_OR_RETURN(m->own_dst_, AlignedBuffer::Allocate(size, true, /*huge=*/true));
+  m->dst_ = m->own_dst_.data();
   m->size_ = size;
   m->sources_ = std::move(sources);
   m->Copy(0, size);
+  return m;
+}
+
+absl::StatusOr<std::unique_ptr<MemcpyPasses>> MemcpyPasses::Into(std::vector<std::span<const std::byte>> sources,
+                                                                 std::span<std::byte> destination) {
+  std::unique_ptr<MemcpyPasses> m(new MemcpyPasses());
+  int64_t size = 0;
+  for (const auto& s : sources) size += static_cast<int64_t>(s.size());
+  if (static_cast<int64_t>(destination.size()) < size) {
+    return absl::InvalidArgumentError(absl::StrCat("memcpy passes of ", size, " bytes into ", destination.size()));
+  }
+  m->dst_ = destination.data();
+  m->size_ = size;
+  m->sources_ = std::move(sources);
   return m;
 }
 
@@ -102,7 +119,7 @@ void MemcpyPasses::Copy(int64_t begin, int64_t end) {
   for (const auto& s : sources_) {
     const int64_t n = static_cast<int64_t>(s.size());
     const int64_t from = std::max(begin, at), to = std::min(end, at + n);
-    if (from < to) std::memcpy(dst_.data() + from, s.data() + (from - at), static_cast<size_t>(to - from));
+    if (from < to) std::memcpy(dst_ + from, s.data() + (from - at), static_cast<size_t>(to - from));
     at += n;
     if (at >= end) break;
   }

@@ -47,13 +47,19 @@ class MemcpyPasses {
   /// save copies) into one destination of their total size on huge pages,
   /// as the staging arena is. The destination is touched by a first pass.
   static absl::StatusOr<std::unique_ptr<MemcpyPasses>> Over(std::vector<std::span<const std::byte>> sources);
+  /// Copies of `sources` into `destination` (at least their total size),
+  /// which the caller keeps alive and otherwise idle while passes run: an
+  /// idle save engine's staging arena.
+  static absl::StatusOr<std::unique_ptr<MemcpyPasses>> Into(std::vector<std::span<const std::byte>> sources,
+                                                            std::span<std::byte> destination);
   /// One pass on `threads` threads (equal parts of the total), bytes/s.
   double Pass(int threads);
 
  private:
   MemcpyPasses() = default;
   void Copy(int64_t begin, int64_t end);
-  AlignedBuffer src_, dst_;
+  AlignedBuffer src_, own_dst_;
+  std::byte* dst_ = nullptr;
   std::vector<std::span<const std::byte>> sources_;
   int64_t size_ = 0;
 };

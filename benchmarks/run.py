@@ -797,7 +797,7 @@ def report_md(s, t, mach, a, elapsed, command, svg_name, date):
              f"(steps 1..{SAVES_PER_RUN} after a warm-up) and memcpy the median of {MEMCPY_PASSES} passes. "
              f"The stall target pairs each of {STALL_SAVES} further saves (none) with memcpy on as many "
              "threads in the same process right after it (a warming pass, then the measured one, copying the "
-             "saved state itself into a buffer on huge pages, as the arena is), and takes the median of those "
+             "saved state itself into the save's own staging arena, idle between saves), and takes the median of those "
              "ratios: on a shared host one pass a minute away can run at a third or three times the speed.")
     L.append("")
     L.append("### Machine")

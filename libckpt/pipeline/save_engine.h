@@ -21,6 +21,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <span>
 #include <string>
 #include <thread>
 #include <vector>
@@ -155,6 +156,10 @@ class SaveEngine {
   int staging_threads() const { return static_cast<int>(stagers_.size()) + 1; }
   /// Bytes copied into the arena by every Run so far.
   int64_t bytes_staged() const { return bytes_staged_.load(std::memory_order_relaxed); }
+  /// The arena's memory, for a caller that knows no Run is staging and no
+  /// job is in flight: a benchmark that measures memcpy into the very pages
+  /// a stall copies into.
+  std::span<std::byte> IdleArenaMemory() { return {arena_->data(), arena_->size()}; }
 
  private:
   struct WorkItem {

@@ -49,6 +49,7 @@ def test_runner_reports_every_contender(tmp_path):
     for dtype in ["bf16", "f32"]:
         beside = raw[f"ckpt/{dtype}/stall"]
         assert beside["repeat"] == 5
+        assert beside["memcpy_into"] == "arena"  # the pages the stall copies into
         assert beside["memcpy_bytes_per_s_min"] <= beside["memcpy_bytes_per_s"] <= beside["memcpy_bytes_per_s_max"]
         assert 0 < beside["stall_x_memcpy_min"] <= beside["stall_x_memcpy"] <= beside["stall_x_memcpy_max"]
         assert s[f"ckpt/{dtype}/stall"]["stall_x_memcpy"]["median"] == beside["stall_x_memcpy"]

@@ -30,4 +30,8 @@ for b in save_load_bench reshard_bench backends_bench audit_bench manyrank_bench
   check "$b"
 done
 for sub in memcpy save load; do check bench_probe "$sub"; done
+# A value it does not know is a usage error too.
+"$dir/bench_probe" save --root "${TMPDIR:-/tmp}/bench-usage-unused" --memcpy-into elsewhere > /dev/null 2>&1
+rc=$?
+[ $rc -eq 2 ] || { echo "bench_probe save --memcpy-into elsewhere exited $rc"; failed=1; }
 exit $failed

@@ -78,6 +78,7 @@ class SyntheticJob {
   /// trainer's do).
   std::vector<std::span<const std::byte>> Values() const;
   Checkpointer& leader() { return *ranks_.front(); }
+  SaveEngine& engine() { return *engine_; }
 
  private:
   SyntheticJob() = default;
