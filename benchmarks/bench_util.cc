@@ -87,13 +87,12 @@ absl::StatusOr<std::unique_ptr<MemcpyPasses>> MemcpyPasses::Create(int64_t size)
 }
 
 absl::StatusOr<std::unique_ptr<MemcpyPasses>> MemcpyPasses::Over(std::vector<std::span<const std::byte>> sources) {
-  std::unique_ptr<MemcpyPasses> m(new MemcpyPasses());
   int64_t size = 0;
   for (const auto& s : sources) size += static_cast<int64_t>(s.size());
-  CKPT_ASSIGN_OR_RETURN(m->own_dst_, AlignedBuffer::Allocate(size, true, /*huge=*/true));
-  m->dst_ = m->own_dst_.data();
-  m->size_ = size;
-  m->sources_ = std::move(sources);
+  CKPT_ASSIGN_OR_RETURN(AlignedBuffer dst, AlignedBuffer::Allocate(size, true, /*huge=*/true));
+  CKPT_ASSIGN_OR_RETURN(std::unique_ptr<MemcpyPasses> m,
+                        Into(std::move(sources), std::span<std::byte>(dst.data(), dst.size())));
+  m->own_dst_ = std::move(dst);
   m->Copy(0, size);
   return m;
 }
@@ -101,13 +100,11 @@ absl::StatusOr<std::unique_ptr<MemcpyPasses>> MemcpyPasses::Over(std::vector<std
 absl::StatusOr<std::unique_ptr<MemcpyPasses>> MemcpyPasses::Into(std::vector<std::span<const std::byte>> sources,
                                                                  std::span<std::byte> destination) {
   std::unique_ptr<MemcpyPasses> m(new MemcpyPasses());
-  int64_t size = 0;
-  for (const auto& s : sources) size += static_cast<int64_t>(s.size());
-  if (static_cast<int64_t>(destination.size()) < size) {
-    return absl::InvalidArgumentError(absl::StrCat("memcpy passes of ", size, " bytes into ", destination.size()));
+  for (const auto& s : sources) m->size_ += static_cast<int64_t>(s.size());
+  if (static_cast<int64_t>(destination.size()) < m->size_) {
+    return absl::InvalidArgumentError(absl::StrCat("memcpy passes of ", m->size_, " bytes into ", destination.size()));
   }
   m->dst_ = destination.data();
-  m->size_ = size;
   m->sources_ = std::move(sources);
   return m;
 }
