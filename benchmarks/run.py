@@ -37,13 +37,20 @@ SINK_CODECS = ["none", "shuffle-zstd", "auto"]
 SLOW_SINK_BPS = "200M"
 # Saves per codec, sink and process (their median), after two warm-up saves
 # (the second brings a store whose old step is removed to its steady state).
-SINK_SAVES = 3
+# mem:// gets more: its saves take a tenth of a second.
+SINK_SAVES, FAST_SINK_SAVES = 3, 5
 # Processes per codec, sink and run, in rounds, so that the codecs are
 # compared in adjacent processes (one process per codec and run, a minute
 # apart, moved with the host by more than the 5% margin). mem:// gets more:
-# its saves take a tenth of a second and one process differs from the next
-# by up to 15% there. The slow device, judged by stored bytes, gets one round.
-SINK_ROUNDS, FAST_SINK_ROUNDS = 2, 4
+# there a save's stall is a third of it, and on a host whose memory copies
+# run at 18 GB/s in one process and 30 in the next, process times fall in
+# two groups, 25% apart. The median of 12 processes per codec then lands in
+# either group by the luck of the draw: two codecs doing the same work
+# differed by more than 5% in about one suite in six (resampled from 32
+# processes of none and auto alternating), and in one in twelve with 24
+# processes (8 rounds x 3 runs). The slow device, judged by stored bytes,
+# gets one round.
+SINK_ROUNDS, FAST_SINK_ROUNDS = 2, 8
 # The codecs' order in successive rounds: over six rounds each codec comes
 # first twice and follows each other codec twice, and each pair of rounds is
 # one order and its reverse. A plain rotation put auto right after
@@ -219,26 +226,27 @@ class Suite:
         shutil.rmtree(root, ignore_errors=True)
 
     def sinks(self):
-        """(name, directory to clear or None, URI, rounds, steps kept)."""
+        """(name, directory to clear or None, URI, rounds, steps kept, measured saves)."""
         disk_dir = os.path.join(self.dir, "ckpt-sink-disk")
         slow_dir = os.path.join(self.dir, "ckpt-slow")
         # mem:// keeps the newest step, with room for the one retention
         # removes, so the next reuses its memory. Files stay on the others,
         # so that no save there follows a removal (an unlink of 1 GiB takes
         # 0.30 s on ext4, and the next save writes into what it freed).
-        out = [("disk", disk_dir, disk_dir, SINK_ROUNDS, 0),
-               ("fast", None, f"mem://ckpt-bench-{os.getpid()}?spare={2 * self.bytes}", FAST_SINK_ROUNDS, 1)]
+        out = [("disk", disk_dir, disk_dir, SINK_ROUNDS, 0, SINK_SAVES),
+               ("fast", None, f"mem://ckpt-bench-{os.getpid()}?spare={2 * self.bytes}", FAST_SINK_ROUNDS, 1,
+                FAST_SINK_SAVES)]
         if os.path.isdir("/dev/shm"):
             shm = os.path.join("/dev/shm", f"ckpt-bench-{os.getpid()}")
-            out.append(("tmpfs", shm, shm, SINK_ROUNDS, 0))
-        out.append(("slow", slow_dir, f"faulty://{slow_dir}?fault.write_bandwidth={SLOW_SINK_BPS}", 1, 0))
+            out.append(("tmpfs", shm, shm, SINK_ROUNDS, 0, SINK_SAVES))
+        out.append(("slow", slow_dir, f"faulty://{slow_dir}?fault.write_bandwidth={SLOW_SINK_BPS}", 1, 0, SINK_SAVES))
         return out
 
     def sink_processes(self):
         return sum(sink[3] for sink in self.sinks()) * len(SINK_CODECS)
 
     def group_sinks(self, r):
-        for name, root, uri, rounds, keep in self.sinks():
+        for name, root, uri, rounds, keep, saves in self.sinks():
             figs = {c: [] for c in SINK_CODECS}
             orders = r[f"sink/{name}/orders"] = []
             for i in range(rounds):
@@ -249,7 +257,7 @@ class Suite:
                         shutil.rmtree(root, ignore_errors=True)
                     figs[codec].append(self.run(f"ckpt save {codec} on the {name} sink (round {i + 1})", [
                         self.probe, "save", "--root", uri, "--params", self.params("bf16"), "--codec", codec,
-                        "--warmup", "2", "--keep", str(keep), "--repeat", str(SINK_SAVES)]))
+                        "--warmup", "2", "--keep", str(keep), "--repeat", str(saves)]))
                     if root:
                         shutil.rmtree(root, ignore_errors=True)
             for codec, got in figs.items():
@@ -906,9 +914,9 @@ def report_md(s, t, mach, a, elapsed, command, svg_name, date):
                  f"than the compressors), on tmpfs (`/dev/shm`; shown, not judged, see the notes after this section) "
                  f"and on the disk behind a simulated device of {SLOW_SINK_BPS}B/s "
                  f"(`faulty://DIR?fault.write_bandwidth={SLOW_SINK_BPS}`, slower than them). Each process saves "
-                 f"twice to warm up, then {SINK_SAVES} times measured (the median; `bench_probe save --warmup 2 "
-                 f"--repeat {SINK_SAVES}`, on mem:// with `--keep 1`, elsewhere every step kept, so that no save "
-                 f"follows a removal of an old step); each run has {SINK_ROUNDS} "
+                 f"twice to warm up, then {SINK_SAVES} times measured ({FAST_SINK_SAVES} on mem://; the median: "
+                 f"`bench_probe save --warmup 2 --repeat N`, on mem:// with `--keep 1`, elsewhere every step kept, "
+                 f"so that no save follows a removal of an old step); each run has {SINK_ROUNDS} "
                  f"rounds of one process per codec ({FAST_SINK_ROUNDS} on mem://, one behind the slow device), "
                  f"in orders where each codec follows each other one as often. "
                  f"The times are medians over the runs' figures (each the median of its rounds); auto / faster "
