@@ -54,6 +54,8 @@ class MemcpyPasses {
                                                             std::span<std::byte> destination);
   /// One pass on `threads` threads (equal parts of the total), bytes/s.
   double Pass(int threads);
+  /// Where the passes copy to: the sources' total size.
+  std::span<const std::byte> destination() const { return {dst_, static_cast<size_t>(size_)}; }
 
  private:
   MemcpyPasses() = default;

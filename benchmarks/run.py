@@ -13,6 +13,7 @@ rewrites the section of docs/performance.md for this --size and its chart,
 docs/performance-run-SIZE.svg.
 """
 import argparse
+import collections
 import datetime
 import json
 import os
@@ -47,10 +48,14 @@ SINK_SAVES, FAST_SINK_SAVES = 3, 5
 # two groups, 25% apart. The median of 12 processes per codec then lands in
 # either group by the luck of the draw: two codecs doing the same work
 # differed by more than 5% in about one suite in six (resampled from 32
-# processes of none and auto alternating), and in one in twelve with 24
+# processes of none and auto alternating), and in one in eleven with 24
 # processes (8 rounds x 3 runs). The slow device, judged by stored bytes,
 # gets one round.
 SINK_ROUNDS, FAST_SINK_ROUNDS = 2, 8
+# A sink of the automatic codec's comparison: the directory to clear between
+# processes (None: nothing on disk), the --root URI, rounds per run, steps
+# kept (--keep) and measured saves per process (--repeat).
+Sink = collections.namedtuple("Sink", "name root uri rounds keep saves")
 # The codecs' order in successive rounds: over six rounds each codec comes
 # first twice and follows each other codec twice, and each pair of rounds is
 # one order and its reverse. A plain rotation put auto right after
@@ -226,24 +231,25 @@ class Suite:
         shutil.rmtree(root, ignore_errors=True)
 
     def sinks(self):
-        """(name, directory to clear or None, URI, rounds, steps kept, measured saves)."""
+        """The sinks auto is compared on, each a Sink."""
         disk_dir = os.path.join(self.dir, "ckpt-sink-disk")
         slow_dir = os.path.join(self.dir, "ckpt-slow")
         # mem:// keeps the newest step, with room for the one retention
         # removes, so the next reuses its memory. Files stay on the others,
         # so that no save there follows a removal (an unlink of 1 GiB takes
         # 0.30 s on ext4, and the next save writes into what it freed).
-        out = [("disk", disk_dir, disk_dir, SINK_ROUNDS, 0, SINK_SAVES),
-               ("fast", None, f"mem://ckpt-bench-{os.getpid()}?spare={2 * self.bytes}", FAST_SINK_ROUNDS, 1,
-                FAST_SINK_SAVES)]
+        out = [Sink("disk", disk_dir, disk_dir, SINK_ROUNDS, 0, SINK_SAVES),
+               Sink("fast", None, f"mem://ckpt-bench-{os.getpid()}?spare={2 * self.bytes}", FAST_SINK_ROUNDS, 1,
+                    FAST_SINK_SAVES)]
         if os.path.isdir("/dev/shm"):
             shm = os.path.join("/dev/shm", f"ckpt-bench-{os.getpid()}")
-            out.append(("tmpfs", shm, shm, SINK_ROUNDS, 0, SINK_SAVES))
-        out.append(("slow", slow_dir, f"faulty://{slow_dir}?fault.write_bandwidth={SLOW_SINK_BPS}", 1, 0, SINK_SAVES))
+            out.append(Sink("tmpfs", shm, shm, SINK_ROUNDS, 0, SINK_SAVES))
+        out.append(Sink("slow", slow_dir, f"faulty://{slow_dir}?fault.write_bandwidth={SLOW_SINK_BPS}", 1, 0,
+                        SINK_SAVES))
         return out
 
     def sink_processes(self):
-        return sum(sink[3] for sink in self.sinks()) * len(SINK_CODECS)
+        return sum(sink.rounds for sink in self.sinks()) * len(SINK_CODECS)
 
     def group_sinks(self, r):
         for name, root, uri, rounds, keep, saves in self.sinks():

@@ -4,6 +4,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstddef>
 #include <span>
 #include <vector>
@@ -44,11 +45,16 @@ TEST(MemcpyPasses, IntoRefusesADestinationShorterThanTheSources) {
   EXPECT_NE(m.status().message().find("4096 bytes into 4095"), std::string::npos) << m.status();
 }
 
-TEST(MemcpyPasses, OverKeepsADestinationOfItsOwn) {
-  const std::vector<std::byte> a = Pattern(3 << 20, 5);
-  auto m = MemcpyPasses::Over({std::span(a)});
+TEST(MemcpyPasses, OverCopiesIntoADestinationOfItsOwn) {
+  const std::vector<std::byte> a = Pattern(3 << 20, 5), b = Pattern(5, 6);
+  auto m = MemcpyPasses::Over({std::span(a), std::span(b)});
   ASSERT_TRUE(m.ok()) << m.status();
+  const std::span<const std::byte> dst = (*m)->destination();
+  ASSERT_EQ(dst.size(), a.size() + b.size());
+  EXPECT_TRUE(dst.data() < a.data() || dst.data() >= a.data() + a.size()) << "not the source itself";
   EXPECT_GT((*m)->Pass(2), 0);
+  EXPECT_TRUE(std::equal(a.begin(), a.end(), dst.begin()));
+  EXPECT_TRUE(std::equal(b.begin(), b.end(), dst.begin() + static_cast<std::ptrdiff_t>(a.size())));
 }
 
 }  // namespace
