@@ -211,24 +211,25 @@ int Save(int argc, char** argv) {
 
 int Load(int argc, char** argv) {
   std::string root, mesh_text = "dp=1";
-  int64_t step = 1;
-  tools::Args args("load", "--root DIR [--step 1] [--mesh dp=1]",
+  int64_t step = 1, repeat = 1;
+  tools::Args args("load", "--root DIR [--step 1] [--mesh dp=1] [--repeat 1]",
                    "Loads a step written by `save` onto --mesh (ranks one after another), times "
                    "the loads alone, then compares every element with the generator.");
   args.String("root", &root, "checkpoint root (required)");
   args.Int("step", &step, "step to load (default 1)");
   args.String("mesh", &mesh_text, "target mesh (default dp=1)");
+  args.Int("repeat", &repeat, "loads of each rank, one after another; load_s sums each rank's median (default 1)");
   args.Program("bench_probe");
   int exit = 0;
   if (!args.Parse(argc, argv, 2, &exit)) return exit;
   auto mesh = Mesh::Parse(mesh_text);
-  if (root.empty() || !mesh.ok()) {
-    std::fprintf(stderr, "bench_probe load: needs --root and a valid --mesh\n");
+  if (root.empty() || !mesh.ok() || repeat < 1 || repeat > 1000) {
+    std::fprintf(stderr, "bench_probe load: needs --root, a valid --mesh and --repeat between 1 and 1000\n");
     return tools::kExitUsage;
   }
   auto storage = OpenStorage(root);
   if (!storage.ok()) return Fail("load", storage.status());
-  auto res = tools::RestoreCheck(**storage, step, *mesh);
+  auto res = tools::RestoreCheck(**storage, step, *mesh, {}, static_cast<int>(repeat));
   if (!res.ok()) return Fail("load", res.status());
   if (res->mismatches != 0) {
     std::fprintf(stderr, "bench_probe load: %lld elements differ; first: %s\n", static_cast<long long>(res->mismatches),
@@ -242,6 +243,7 @@ int Load(int argc, char** argv) {
       .Field("bytes_read", res->bytes_read)
       .Field("bytes_decoded", res->bytes_decoded)
       .Field("bytes_needed", res->bytes_needed)
+      .Field("repeat", repeat)
       .Field("load_s", res->load_seconds)
       .EndObject();
   std::printf("%s\n", j.str().c_str());

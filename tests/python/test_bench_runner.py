@@ -57,6 +57,7 @@ def test_runner_reports_every_contender(tmp_path):
     # Resharded loads in rounds, each mesh judged against the same round.
     rounds = raw["reshard/rounds"]
     assert len(rounds) == s["reshard"]["rounds"] == 3
+    assert raw["reshard/load/tp=8"]["repeat"] == 5  # each rank's median of 5 loads
     for mesh in ["tp=2", "tp=3", "tp=8"]:
         assert s["reshard"][mesh]["x_same_mesh"]["median"] > 0
         ratios = sorted(rd[mesh] / rd["tp=4"] for rd in rounds)

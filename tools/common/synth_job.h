@@ -109,6 +109,7 @@ struct RestoreCheckResult {
   int64_t bytes_needed = 0;
   double seconds = 0;          ///< the whole check: loads and comparisons
   double load_seconds = 0;     ///< the load calls alone (target buffers already allocated)
+  int load_passes = 1;         ///< loads of each rank; load_seconds sums each rank's median
   std::string first_mismatch;  ///< tensor, box and index of the first one
   std::string saved_mesh;
   std::string damage_note;  ///< damage met on the way to the step (LoadStats::damage_note)
@@ -117,9 +118,11 @@ struct RestoreCheckResult {
 /// Loads `step` (kLatestStep for the latest) of a checkpoint written by
 /// `ckpt synth` onto `mesh`, one simulated rank at a time, and compares every
 /// element with the generator. The model is rebuilt from the manifest's
-/// metadata.
+/// metadata. With `load_passes` > 1 each rank is loaded that many times
+/// into the same buffers before the check, and the median of its times
+/// counts: a benchmark's figure on a device whose speed wanders.
 absl::StatusOr<RestoreCheckResult> RestoreCheck(Storage& storage, int64_t step, const Mesh& mesh,
-                                                const LoadOptions& options = {});
+                                                const LoadOptions& options = {}, int load_passes = 1);
 
 /// The same for one rank of a job whose ranks are separate processes: every
 /// rank calls it together; the leader reads the manifest once and hands each
