@@ -971,7 +971,8 @@ def report_md(s, t, mach, a, elapsed, command, svg_name, date):
     L.append(f"The bf16 state saved on `{SAVE_MESH}` (one process, a thread per rank) and loaded onto each mesh, "
              f"ranks one after another, {rs['rounds']} times per run in rounds whose order alternates (the same mesh "
              f"first, then last). Each process loads every rank {RESHARD_REPEAT} times and counts its median; seconds "
-             "are medians over every process, x same-mesh the median of each round's ratio.")
+             "are each run's median round (median [min–max] over the runs), x same-mesh the median of each round's "
+             "ratio.")
     L.append("")
     L.append("| load onto | seconds | x same-mesh | bytes decoded / needed |")
     L.append("|---|---:|---:|---:|")
