@@ -203,6 +203,8 @@ TEST(RowSlabs, RowShardsAreSavedAsSlabsAndLoadOntoOtherSizesExactly) {
     ASSERT_OK(thrice);
     EXPECT_EQ(once->load_passes, 1);
     EXPECT_EQ(thrice->load_passes, 3);
+    EXPECT_EQ(once->loads, 3);  // one per rank
+    EXPECT_EQ(thrice->loads, 9);
     EXPECT_EQ(thrice->mismatches, 0) << thrice->first_mismatch;
     EXPECT_EQ(thrice->elements, once->elements);
     EXPECT_EQ(thrice->bytes_read, once->bytes_read);

@@ -267,6 +267,7 @@ absl::Status CheckRank(const SyntheticModel& model, const Mesh& mesh, int64_t r,
     const double l0 = NowSeconds();
     CKPT_ASSIGN_OR_RETURN(ls, load(target));
     times.push_back(NowSeconds() - l0);
+    ++res->loads;
   }
   std::sort(times.begin(), times.end());
   const size_t n = times.size();
@@ -414,11 +415,12 @@ absl::StatusOr<RestoreCheckResult> RestoreCheckCollective(std::shared_ptr<Storag
   w.SVar(res.bytes_read);
   w.SVar(res.bytes_decoded);
   w.SVar(res.bytes_needed);
+  w.SVar(res.loads);
   w.Str(res.first_mismatch);
   CKPT_ASSIGN_OR_RETURN(std::vector<std::string> all, comm->Gather(w.Take(), timeout));
   if (comm->rank() == 0) {
     RestoreCheckResult sum = res;
-    sum.elements = sum.mismatches = sum.bytes_read = sum.bytes_decoded = sum.bytes_needed = 0;
+    sum.elements = sum.mismatches = sum.bytes_read = sum.bytes_decoded = sum.bytes_needed = sum.loads = 0;
     sum.first_mismatch.clear();
     for (const std::string& msg : all) {
       ByteReader rr(msg, "restore-check result");
@@ -427,6 +429,7 @@ absl::StatusOr<RestoreCheckResult> RestoreCheckCollective(std::shared_ptr<Storag
       sum.bytes_read += rr.SVar();
       sum.bytes_decoded += rr.SVar();
       sum.bytes_needed += rr.SVar();
+      sum.loads += rr.SVar();
       std::string first = rr.Str();
       if (sum.first_mismatch.empty()) sum.first_mismatch = first;
       if (!rr.ok()) return rr.status();
