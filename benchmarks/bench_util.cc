@@ -11,18 +11,14 @@
 
 #include "absl/strings/str_cat.h"
 #include "ckpt/synthetic.h"
+#include "common/stats.h"
 #include "util/aligned_buffer.h"
 #include "util/clock.h"
 #include "util/errors.h"
 
 namespace ckpt::bench {
 
-double Samples::Median() const {
-  if (v.empty()) return 0;
-  auto s = v;
-  std::sort(s.begin(), s.end());
-  return s.size() % 2 ? s[s.size() / 2] : (s[s.size() / 2 - 1] + s[s.size() / 2]) / 2;
-}
+double Samples::Median() const { return tools::Median(v); }
 double Samples::Min() const { return v.empty() ? 0 : *std::min_element(v.begin(), v.end()); }
 double Samples::Max() const { return v.empty() ? 0 : *std::max_element(v.begin(), v.end()); }
 

@@ -9,6 +9,7 @@
 #include "ckpt/verify.h"
 #include "commands.h"
 #include "common/cli.h"
+#include "common/stats.h"
 #include "common/synth_job.h"
 #include "format/root_files.h"
 #include "util/clock.h"
@@ -16,15 +17,6 @@
 #include "util/strings.h"
 
 namespace ckpt::tools {
-namespace {
-
-double Median(std::vector<double> v) {
-  if (v.empty()) return 0;
-  std::sort(v.begin(), v.end());
-  return v.size() % 2 ? v[v.size() / 2] : 0.5 * (v[v.size() / 2 - 1] + v[v.size() / 2]);
-}
-
-}  // namespace
 
 int BenchMain(int argc, char** argv, int first) {
   std::string out, mesh_text = "dp=1", codec_name = "none", costs_path;

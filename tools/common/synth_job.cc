@@ -9,6 +9,7 @@
 
 #include "absl/strings/numbers.h"
 #include "ckpt/verify.h"
+#include "common/stats.h"
 #include "core/root.h"
 #include "format/root_files.h"
 #include "pipeline/loader.h"
@@ -263,15 +264,13 @@ absl::Status CheckRank(const SyntheticModel& model, const Mesh& mesh, int64_t r,
   }
   std::vector<double> times;
   LoadStats ls;
-  for (int p = 0; p < std::max(1, passes); ++p) {
+  for (int p = 0; p < passes; ++p) {
     const double l0 = NowSeconds();
     CKPT_ASSIGN_OR_RETURN(ls, load(target));
     times.push_back(NowSeconds() - l0);
     ++res->loads;
   }
-  std::sort(times.begin(), times.end());
-  const size_t n = times.size();
-  res->load_seconds += n % 2 == 1 ? times[n / 2] : (times[n / 2 - 1] + times[n / 2]) / 2;
+  res->load_seconds += Median(std::move(times));
   res->bytes_read += ls.bytes_read;
   res->bytes_decoded += ls.bytes_decoded;
   res->bytes_needed += ls.bytes_needed;
@@ -322,12 +321,11 @@ absl::StatusOr<RestoreCheckResult> RestoreCheck(Storage& storage, int64_t step, 
   res.ranks = static_cast<int>(mesh.NumRanks());
   res.tensors = static_cast<int64_t>(model.tensors.size());
   res.saved_mesh = meta.saved_mesh;
-  res.load_passes = std::max(1, load_passes);
   for (int64_t r = 0; r < mesh.NumRanks(); ++r) {
     CKPT_RETURN_IF_ERROR(CheckRank(
         model, mesh, r, meta.seed,
         [&](const State& target) { return LoadFromManifest(storage, manifest, target, static_cast<int>(r), options); },
-        &res, res.load_passes));
+        &res, std::max(1, load_passes)));
   }
   res.seconds = NowSeconds() - t0;
   return res;

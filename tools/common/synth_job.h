@@ -109,8 +109,7 @@ struct RestoreCheckResult {
   int64_t bytes_needed = 0;
   double seconds = 0;          ///< the whole check: loads and comparisons
   double load_seconds = 0;     ///< the load calls alone (target buffers already allocated)
-  int load_passes = 1;         ///< loads of each rank; load_seconds sums each rank's median
-  int64_t loads = 0;           ///< load calls made: ranks x load_passes
+  int64_t loads = 0;           ///< load calls: ranks x passes (load_seconds sums each rank's median)
   std::string first_mismatch;  ///< tensor, box and index of the first one
   std::string saved_mesh;
   std::string damage_note;  ///< damage met on the way to the step (LoadStats::damage_note)
