@@ -346,7 +346,7 @@ class ClientImpl final : public CoordinatorClient {
     }
     if (!hello_reply->standby_of.empty() && !options_.accept_standby) {
       close(fd);
-      return absl::UnavailableError(StrCat(address, " stands by (", hello_reply->standby_of, " leads)"));
+      return absl::UnavailableError(StrCat(address, " stands by (leader: ", hello_reply->standby_of, ")"));
     }
     const std::string nonce = hello_reply->nonce;
     bool resumed = false, lost_generation = false;

@@ -10,6 +10,7 @@
 #include <fstream>
 #include <sstream>
 #include <string>
+#include <utility>
 
 #include "util/bytes.h"
 #include "util/errors.h"
@@ -28,16 +29,16 @@ absl::Status Errno(std::string_view what, const std::string& path) {
 
 }  // namespace
 
+Journal::Journal(std::string dir) : dir_(std::move(dir)), path_(PathIn(dir_)) {}
+
 Journal::~Journal() {
   if (fd_ >= 0) ::close(fd_);
 }
 
-absl::Status Journal::Open(const std::string& dir, const std::function<absl::Status(std::string_view)>& replay,
-                           uint64_t* torn) {
+absl::Status Journal::Open(const std::function<absl::Status(std::string_view)>& replay, uint64_t* torn) {
   std::error_code ec;
-  std::filesystem::create_directories(dir, ec);
-  if (ec) return absl::InternalError(StrCat("creating state dir ", dir, ": ", ec.message()));
-  path_ = dir + "/journal";
+  std::filesystem::create_directories(dir_, ec);
+  if (ec) return absl::InternalError(StrCat("creating state dir ", dir_, ": ", ec.message()));
   fd_ = ::open(path_.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600);
   if (fd_ < 0) return Errno("opening", path_);
   struct stat st {};
@@ -60,7 +61,7 @@ absl::Status Journal::Open(const std::string& dir, const std::function<absl::Sta
   }
   if (::lseek(fd_, static_cast<off_t>(pos), SEEK_SET) < 0) return Errno("seeking in", path_);
   // The directory entry of a new journal must survive a crash too.
-  const int dfd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  const int dfd = ::open(dir_.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
   if (dfd >= 0) {
     (void)::fsync(dfd);
     ::close(dfd);
@@ -89,7 +90,7 @@ absl::Status Journal::Parse(const std::string& path, std::string_view all,
 
 absl::Status Journal::Read(const std::string& dir, const std::function<absl::Status(std::string_view)>& replay,
                            uint64_t* torn) {
-  const std::string path = dir + "/journal";
+  const std::string path = PathIn(dir);
   std::ifstream in(path, std::ios::binary);
   if (!in) return absl::NotFoundError(StrCat("no coordinator journal at ", path));
   std::stringstream ss;

@@ -19,6 +19,7 @@
 #include <list>
 #include <map>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <random>
 #include <set>
@@ -41,6 +42,7 @@
 #include "coordinator/messages.h"
 #include "coordinator/protocol.h"
 #include "coordinator/records.h"
+#include "coordinator/server.h"
 #include "coordinator/session.h"
 #include "coordinator/state_log.h"
 #include "coordinator/status.h"
@@ -97,8 +99,9 @@ class CoordinatorImpl final : public Coordinator, public SessionOwner {
     if (reserve_fd_ >= 0) ::close(reserve_fd_);
   }
 
-  absl::Status Init() {
-    if (options_.state_dir.empty() && options_.store.empty()) {
+  // `log`: where the state lives, or null for the one the options name.
+  absl::Status Init(std::unique_ptr<StateLog> log) {
+    if (options_.state_dir.empty() && options_.store.empty() && !log) {
       return absl::InvalidArgumentError("the coordinator needs a state dir or a store");
     }
     if (options_.token.empty()) return absl::InvalidArgumentError("the coordinator needs a token");
@@ -137,7 +140,9 @@ class CoordinatorImpl final : public Coordinator, public SessionOwner {
     port_ = acceptor_.local_endpoint().port();
     address_ = StrCat(addr.to_string(), ":", port_);
     uint64_t torn = 0;
-    if (!options_.store.empty()) {
+    if (log) {
+      log_ = std::move(log);
+    } else if (!options_.store.empty()) {
       CKPT_ASSIGN_OR_RETURN(log_, NewEtcdLog(
                                       options_.store, StrCat(ThisProcess(), " ", address_),
                                       [this](const std::string& line) { Log(line); }, options_.wait_for_store));
@@ -185,7 +190,10 @@ class CoordinatorImpl final : public Coordinator, public SessionOwner {
   std::string StatusOnIoThread() override { return BuildStatus(); }
 
   uint32_t max_frame() const override { return options_.max_frame_bytes; }
+  // Called from the io thread, the starting thread (replay) and the state
+  // log's own threads: the caller's logger sees one line at a time.
   void Log(const std::string& line) override {
+    std::lock_guard<std::mutex> lock(log_mu_);
     if (options_.log) {
       options_.log(line);
     } else {
@@ -278,8 +286,8 @@ class CoordinatorImpl final : public Coordinator, public SessionOwner {
     }
     if (!serving_) {
       // A standby acts on nothing: the client goes to the next address.
-      s->ReplyError(h.request_id, absl::UnavailableError(StrCat("the coordinator replica at ", address_, " stands by; ",
-                                                                StandbyOf(), " leads")));
+      s->ReplyError(h.request_id, absl::UnavailableError(StrCat("the coordinator replica at ", address_,
+                                                                " stands by (leader: ", StandbyOf(), ")")));
       s->CloseAfterWrite();
       return absl::OkStatus();
     }
@@ -1041,10 +1049,13 @@ class CoordinatorImpl final : public Coordinator, public SessionOwner {
   std::string BuildStatusText() { return StatusText(View()); }
   std::string BuildStatus() { return coord::StatusJson(View()); }
 
-  // Who leads, as a standby last saw it.
+  // Who leads, as a standby last saw it, or why none does yet. Runs on the
+  // io thread while Init replays: it reads only the log's view.
   std::string StandbyOf() const {
-    const std::string leader = log_ ? log_->View().leader : std::string();
-    return leader.empty() ? std::string("another replica") : leader;
+    if (!log_) return "not known yet";
+    const StoreView v = log_->View();
+    if (!v.leader.empty()) return v.leader;
+    return v.kind == "journal" ? StrCat("none: ", address_, " is replaying its journal") : "not known yet";
   }
 
   // A snapshot of everything the status and the metrics show. A standby
@@ -1150,7 +1161,8 @@ class CoordinatorImpl final : public Coordinator, public SessionOwner {
     });
   }
 
-  CoordinatorOptions options_;
+  const CoordinatorOptions options_;
+  std::mutex log_mu_;  // one line at a time into options_.log
   asio::io_context io_;
   tcp::acceptor acceptor_;
   asio::steady_timer tick_;
@@ -1207,10 +1219,19 @@ class CoordinatorImpl final : public Coordinator, public SessionOwner {
 }  // namespace
 }  // namespace coord
 
-absl::StatusOr<std::unique_ptr<Coordinator>> Coordinator::Start(const CoordinatorOptions& options) {
-  auto c = std::make_unique<coord::CoordinatorImpl>(options);
-  if (absl::Status s = c->Init(); !s.ok()) return s;
+namespace coord {
+
+absl::StatusOr<std::unique_ptr<Coordinator>> StartCoordinator(const CoordinatorOptions& options,
+                                                              std::unique_ptr<StateLog> log) {
+  auto c = std::make_unique<CoordinatorImpl>(options);
+  if (absl::Status s = c->Init(std::move(log)); !s.ok()) return s;
   return std::unique_ptr<Coordinator>(std::move(c));
+}
+
+}  // namespace coord
+
+absl::StatusOr<std::unique_ptr<Coordinator>> Coordinator::Start(const CoordinatorOptions& options) {
+  return coord::StartCoordinator(options, nullptr);
 }
 
 }  // namespace ckpt

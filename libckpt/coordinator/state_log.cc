@@ -20,9 +20,9 @@ namespace {
 
 class JournalLog final : public StateLog {
  public:
-  explicit JournalLog(std::string dir) : dir_(std::move(dir)) {}
+  explicit JournalLog(std::string dir) : journal_(std::move(dir)) {}
   absl::Status Open(const std::function<absl::Status(std::string_view)>& replay, uint64_t* torn) override {
-    return journal_.Open(dir_, replay, torn);
+    return journal_.Open(replay, torn);
   }
   absl::Status Append(std::string_view record) override { return journal_.Append(record); }
   std::string Describe() const override { return StrCat("journal ", journal_.path()); }
@@ -34,7 +34,6 @@ class JournalLog final : public StateLog {
   }
 
  private:
-  std::string dir_;
   Journal journal_;
 };
 

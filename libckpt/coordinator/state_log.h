@@ -46,6 +46,10 @@ struct StoreView {
   double probed_s_ago = -1;         ///< -1: not probed yet
 };
 
+/// Threads: the coordinator calls Open once, on the thread that starts it,
+/// while its io thread already answers hellos and status as a standby; it
+/// calls Append and Health on the io thread, after Open returned. Describe
+/// and View may be called from any thread at any time, Open included.
 class StateLog {
  public:
   virtual ~StateLog() = default;
@@ -57,6 +61,7 @@ class StateLog {
   /// another writer took its place (this one is fenced off).
   virtual absl::Status Append(std::string_view record) = 0;
   /// "journal /var/ckpt/journal", "etcd http://10.0.0.1:2379 /ckpt/job42/".
+  /// Fixed at construction: callable from any thread, also while Open runs.
   virtual std::string Describe() const = 0;
   /// Not OK once this writer may no longer append (its leadership lapsed).
   virtual absl::Status Health() const { return absl::OkStatus(); }

@@ -73,6 +73,7 @@ void StoreText(std::string& t, const StatusView& v) {
     }
   } else {
     StrAppend(&t, "state in ", st.where, "\n");
+    if (!v.serving) StrAppend(&t, "standby: replaying the journal, not serving yet\n");
   }
   const LatencyStats& a = v.appends;
   if (a.count > 0) {

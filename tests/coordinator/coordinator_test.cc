@@ -31,6 +31,7 @@
 
 #include "common/elastic_model.h"
 #include "coordinator/harness.h"
+#include "coordinator/held_replay.h"
 #include "coordinator/protocol.h"
 #include "support/sim_member.h"
 #include "testutil/test_util.h"
@@ -873,6 +874,19 @@ TEST(Coordinator, CorruptReplicaRaisesAlertEndToEnd) {
       << status;
   EXPECT_NE(status.find("\"step\":10,\"chunk\""), std::string::npos) << status;
   ExpectFinalStateExact(dir.Join("root"), 20);
+}
+
+// Regression: a coordinator restarted under a running job answered a
+// reconnecting worker's hello from its io thread while its starting thread
+// was still opening the journal, a data race on the journal's path that
+// ThreadSanitizer caught in CoordinatorKilledAndRestartedMidRun. Held in the
+// middle of its replay, it answers hellos, status, metrics and joins as a
+// standby that says why it does not lead, then serves what it replayed.
+TEST(Coordinator, RestartedCoordinatorAnswersAsAStandbyWhileItReplaysItsJournal) {
+  TempDir dir;
+  const CoordinatorOptions o = InProcess(dir, 1);
+  ASSERT_NO_FATAL_FAILURE(RecordOneCommittedStep(o, 7));
+  ASSERT_NO_FATAL_FAILURE(ExpectStandbyWhileReplaying(o, coord::NewJournalLog(o.state_dir), 7));
 }
 
 TEST(Coordinator, WrongTokenIsRefused) {

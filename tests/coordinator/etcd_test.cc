@@ -13,6 +13,7 @@
 #include "ckpt/coordinator.h"
 #include "coordinator/etcd_client.h"
 #include "coordinator/harness.h"
+#include "coordinator/held_replay.h"
 #include "coordinator/state_log.h"
 #include "storage/http_client.h"
 #include "testutil/test_util.h"
@@ -129,6 +130,21 @@ TEST(Etcd, StateLogReplaysFencesAndRefusesForeignKeys) {
   absl::Status unreachable = (*dead)->Open([](std::string_view) { return absl::OkStatus(); }, &torn);
   EXPECT_TRUE(absl::IsUnavailable(unreachable)) << unreachable;
   EXPECT_NE(unreachable.message().find("127.0.0.1:1"), absl::string_view::npos) << unreachable;
+}
+
+// A replica that won the store's leader key answers as a standby while it
+// replays the log from etcd (held at its first record), then serves it.
+TEST(Etcd, ANewLeaderAnswersAsAStandbyWhileItReplaysTheStore) {
+  TempDir dir;
+  EtcdServer etcd(dir);
+  ASSERT_TRUE(etcd.up()) << etcd.log();
+  CoordinatorOptions o = InProcess(dir, 1);
+  o.state_dir.clear();
+  o.store = etcd.Uri("/ckpt/held");
+  ASSERT_NO_FATAL_FAILURE(RecordOneCommittedStep(o, 7));
+  auto log = coord::NewEtcdLog(o.store, "held replica");
+  ASSERT_OK(log);
+  ASSERT_NO_FATAL_FAILURE(ExpectStandbyWhileReplaying(o, std::move(log).value(), 7));
 }
 
 // How many records a log opened on `uri` replays (it leads, then lets go);

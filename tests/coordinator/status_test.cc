@@ -94,6 +94,17 @@ TEST(Status, TextNamesMembersWaitersStragglersAndAlerts) {
   EXPECT_EQ(st.find("generation"), std::string::npos) << st;
   EXPECT_EQ(StatusJson(standby).find("generation"), std::string::npos);
   EXPECT_NE(StatusJson(standby).find("\"serving\":false"), std::string::npos);
+  // A coordinator replaying its journal says so.
+  StatusView replaying;
+  replaying.serving = false;
+  replaying.store.kind = "journal";
+  replaying.store.where = "journal /var/ckpt/journal";
+  replaying.store.leading = false;
+  const std::string rt = StatusText(replaying);
+  EXPECT_NE(rt.find("state in journal /var/ckpt/journal\nstandby: replaying the journal, not serving yet\n"),
+            std::string::npos)
+      << rt;
+  EXPECT_EQ(rt.find("generation"), std::string::npos) << rt;
 }
 
 // Every sample belongs to a family announced by HELP and TYPE before it.

@@ -49,8 +49,11 @@ class SimMember {
     auto h = DecodeHello(hello->second);
     if (!h.ok()) return false;
     nonce_ = h->nonce;
+    hello_ = *std::move(h);
     return true;
   }
+  /// What the coordinator said to the hello of Connect.
+  const HelloReply& hello() const { return hello_; }
   bool SendJoin(std::string_view token, const std::string& host) {
     JoinRequest j;
     j.job = "sim";
@@ -106,6 +109,11 @@ class SimMember {
     return Send(MsgType::kPublished, Encode(PublishedRequest{generation_, step, true, ""}));
   }
   bool SendHeartbeat() { return Send(MsgType::kHeartbeat, Encode(HeartbeatRequest{member_, generation_})); }
+  /// Sends one frame and reads the next frame that comes back.
+  std::optional<std::pair<MsgType, std::string>> Request(MsgType t, std::string_view payload) {
+    if (!Send(t, payload)) return std::nullopt;
+    return Read();
+  }
   int rank() const { return rank_; }
   /// Bytes as they are, framed or not.
   bool SendRaw(std::string_view bytes) {
@@ -129,10 +137,6 @@ class SimMember {
     const std::string f = EncodeFrame(t, ++id_, payload);
     return send(fd_, f.data(), f.size(), MSG_NOSIGNAL) == static_cast<ssize_t>(f.size());
   }
-  std::optional<std::pair<MsgType, std::string>> Request(MsgType t, std::string_view payload) {
-    if (!Send(t, payload)) return std::nullopt;
-    return Read();
-  }
   bool ReadAll(char* p, size_t n) {
     while (n > 0) {
       const ssize_t got = recv(fd_, p, n, 0);
@@ -147,6 +151,7 @@ class SimMember {
   int64_t generation_ = 0;
   int rank_ = -1;
   std::string nonce_;
+  HelloReply hello_;
 };
 
 }  // namespace ckpt::coord
