@@ -161,6 +161,45 @@ TEST_F(SafetensorsExport, OnlyExcludeAndRenameChooseAndNameTheTensors) {
   EXPECT_EQ(Export("x", "--only 'nothing*'").code, 2);
 }
 
+// Finding: an export into a directory that held an earlier multi-shard
+// export wrote model.safetensors and left the old index, shards and
+// SHA256SUMS: every reader (ckpt, and a Hugging Face loader that prefers the
+// index) got the older step, and verify said ok. The directory is the
+// export's own: a second export is refused, or with --overwrite replaces the
+// first whole; files that are no export's stay.
+TEST_F(SafetensorsExport, ASecondExportIntoOneDirectoryIsRefusedOrReplacesTheFirst) {
+  ASSERT_EQ(Export("hf", "--max-shard-size 2MB --checksums").code, 0);
+  const std::string hf = dir_.Join("hf");
+  WriteFile(hf + "/config.json", "{\"model_type\": \"test\"}\n");
+  auto listing = [&] {
+    std::vector<std::string> names;
+    for (const auto& e : std::filesystem::directory_iterator(hf)) names.push_back(e.path().filename().string());
+    std::sort(names.begin(), names.end());
+    return names;
+  };
+  const std::vector<std::string> first = listing();
+  ASSERT_GT(first.size(), 3u);
+  // Another step of another model.
+  const std::string other = dir_.Join("other");
+  CommandResult synth = RunCommand(kBin + " synth --out " + other + " --params 1M --layers 1 --step 9 --seed 5");
+  ASSERT_EQ(synth.code, 0) << synth.out;
+  const std::string again = kBin + " export " + other + " --format safetensors --to " + hf;
+  CommandResult refused = RunCommand(again);
+  EXPECT_EQ(refused.code, 2) << refused.out;
+  EXPECT_NE(refused.out.find("already holds an export"), std::string::npos) << refused.out;
+  EXPECT_EQ(listing(), first);
+  CommandResult replaced = RunCommand(again + " --overwrite");
+  ASSERT_EQ(replaced.code, 0) << replaced.out;
+  EXPECT_EQ(listing(), (std::vector<std::string>{"config.json", "model.safetensors"}));
+  EXPECT_EQ(ReadFile(hf + "/config.json"), "{\"model_type\": \"test\"}\n");
+  CommandResult same = RunCommand(kBin + " diff --tensors-only " + other + " " + hf);
+  EXPECT_EQ(same.code, 0) << "every reader sees the new step only: " << same.out;
+  EXPECT_NE(same.out.find(", 0 different tensors"), std::string::npos) << same.out;
+  CommandResult list = RunCommand(kBin + " list safetensors://" + hf);
+  EXPECT_NE(list.out.find("9 "), std::string::npos) << list.out;
+  EXPECT_EQ(RunCommand(kBin + " verify " + hf).code, 0);
+}
+
 // The export read in place (safetensors:// or the plain path): restored onto
 // other meshes, verified against SHA256SUMS, and a row slab of a large
 // tensor read with little more than its rows.

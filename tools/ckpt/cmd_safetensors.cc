@@ -32,6 +32,7 @@
 #include <thread>
 #include <vector>
 
+#include "absl/strings/match.h"
 #include "ckpt/checkpointer.h"
 #include "ckpt/dtype.h"
 #include "ckpt/verify.h"
@@ -297,13 +298,73 @@ absl::Status WriteSmallFile(const std::string& path, const std::string& text) {
   return w.Finish(path, &unused);
 }
 
+// What an export writes into its directory, and what readers take for one:
+// shards, the index, SHA256SUMS, and the staging folder of an export that
+// did not finish.
+bool IsExportArtifact(const std::string& name) {
+  return absl::EndsWith(name, ".safetensors") || name == "model.safetensors.index.json" || name == "SHA256SUMS" ||
+         absl::StartsWith(name, ".ckpt-export.");
+}
+
+// The export artifacts in `dir` (none when it does not exist), sorted.
+absl::StatusOr<std::vector<std::string>> ExportArtifactsIn(const std::string& dir) {
+  std::vector<std::string> found;
+  std::error_code ec;
+  if (!std::filesystem::exists(dir, ec)) return found;
+  if (!std::filesystem::is_directory(dir, ec)) return absl::InvalidArgumentError(StrCat(dir, " is not a directory"));
+  for (const auto& e : std::filesystem::directory_iterator(dir, ec)) {
+    const std::string name = e.path().filename().string();
+    if (IsExportArtifact(name)) found.push_back(name);
+  }
+  if (ec) return absl::InternalError(StrCat("listing ", dir, ": ", ec.message()));
+  std::sort(found.begin(), found.end());
+  return found;
+}
+
+absl::Status SyncDirectory(const std::string& dir) {
+  const int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (fd < 0) return absl::InternalError(StrCat("opening ", dir, ": ", std::strerror(errno)));
+  const int rc = ::fsync(fd);
+  ::close(fd);
+  if (rc != 0) return absl::InternalError(StrCat("fsync ", dir, ": ", std::strerror(errno)));
+  return absl::OkStatus();
+}
+
+// Replaces the export in `to` with the one finished in `stage` (a folder
+// inside it): the old artifacts go first, the index before its shards, so
+// that no reader ever finds the two exports mixed; then the new files move
+// in, shards first and the index and SHA256SUMS last. Files that are no
+// export's (config.json, a tokenizer) are left as they are.
+absl::Status PublishExport(const std::string& to, const std::string& stage, const std::vector<std::string>& files,
+                           const std::vector<std::string>& old) {
+  std::vector<std::string> order = old;
+  std::stable_sort(order.begin(), order.end(), [](const std::string& a, const std::string& b) {
+    return !absl::EndsWith(a, ".safetensors") && absl::EndsWith(b, ".safetensors");
+  });
+  for (const std::string& name : order) {
+    std::error_code ec;
+    std::filesystem::remove_all(StrCat(to, "/", name), ec);
+    if (ec) return absl::InternalError(StrCat("removing the earlier export's ", to, "/", name, ": ", ec.message()));
+  }
+  CKPT_RETURN_IF_ERROR(SyncDirectory(to));
+  for (const std::string& name : files) {  // shards, then the index, then SHA256SUMS
+    if (std::rename(StrCat(stage, "/", name).c_str(), StrCat(to, "/", name).c_str()) != 0) {
+      return absl::InternalError(StrCat("moving ", name, " into ", to, ": ", std::strerror(errno)));
+    }
+  }
+  CKPT_RETURN_IF_ERROR(SyncDirectory(to));
+  std::error_code ec;
+  std::filesystem::remove_all(stage, ec);
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 int ExportSafetensorsMain(int argc, char** argv, int first) {
   int64_t step = kLatestStep;
   std::string dir, to, format, max_shard = "5GB", dtype_name, only, exclude, rename_file;
   int64_t budget = int64_t{256} << 20;
-  bool checksums = false, json = false;
+  bool checksums = false, json = false, overwrite = false;
   Args args("export", "DIR --format safetensors --to OUTDIR [options]",
             "Writes one committed step in the Hugging Face layout: model-0000K-of-0000N.safetensors\n"
             "shards and model.safetensors.index.json (or a single model.safetensors), every tensor\n"
@@ -313,6 +374,10 @@ int ExportSafetensorsMain(int argc, char** argv, int first) {
             "__metadata__ (\"ckpt.meta.KEY\", \"ckpt.blob.NAME\", \"ckpt.blob.rank-R.NAME\"); blobs that\n"
             "are not UTF-8 text are listed and left out. safetensors has no checksums: --checksums\n"
             "writes SHA256SUMS beside the shards (sha256sum -c reads it).\n"
+            "OUTDIR is the export's own: one that already holds an export (safetensors files, an\n"
+            "index or SHA256SUMS) is refused unless --overwrite, which replaces that export whole.\n"
+            "The new files are written in a folder inside OUTDIR and moved in last, so no reader\n"
+            "ever sees two exports mixed; other files there (config.json, a tokenizer) are kept.\n"
             "Exit: 0 written, 1 a block failed its checks or a write failed, 2 usage.");
   args.Positional("DIR", &dir, "checkpoint root (path or storage URI)");
   args.String("format", &format, "safetensors (hdf5 is `ckpt export --to FILE.h5`)");
@@ -328,6 +393,7 @@ int ExportSafetensorsMain(int argc, char** argv, int first) {
               "file of renames, a rule a line: 'OLD NEW' or 're:PATTERN REPLACEMENT' (ECMAScript, $1 for groups)");
   args.Size("budget", &budget, "memory for tensor data in flight (default 256M)", true);
   args.Switch("checksums", &checksums, "write SHA256SUMS beside the shards");
+  args.Switch("overwrite", &overwrite, "replace an earlier export in OUTDIR (its shards, index and SHA256SUMS)");
   args.Switch("json", &json, "print what was written as JSON");
   int exit = 0;
   if (!args.Parse(argc, argv, first, &exit)) return exit;
@@ -340,6 +406,15 @@ int ExportSafetensorsMain(int argc, char** argv, int first) {
     return kExitProblem;
   };
   if (to.empty()) return usage("give --to DIR (see --help)");
+  auto earlier = ExportArtifactsIn(to);
+  if (!earlier.ok()) return usage(std::string(earlier.status().message()));
+  if (!earlier->empty() && !overwrite) {
+    std::string names;
+    for (size_t i = 0; i < earlier->size() && i < 4; ++i) StrAppend(&names, i ? ", " : "", (*earlier)[i]);
+    if (earlier->size() > 4) StrAppend(&names, ", ...");
+    return usage(StrCat(to, " already holds an export (", names,
+                        "): readers would mix the two; give --overwrite to replace it, or another --to"));
+  }
   const std::optional<int64_t> shard_limit = ParseShardSize(max_shard);
   if (!shard_limit || *shard_limit <= 0) return usage(StrCat("--max-shard-size: cannot read '", max_shard, "'"));
   if (budget < 4096) return usage("--budget must be at least 4K");
@@ -431,9 +506,19 @@ int ExportSafetensorsMain(int argc, char** argv, int first) {
     first_meta[StrCat("ckpt.blob.", label)] = std::move(value);
   }
 
+  // Everything is written in a folder of its own inside OUTDIR, then moved
+  // in (PublishExport).
+  const std::string stage = StrCat(to, "/.ckpt-export.", ::getpid());
   std::error_code ec;
-  std::filesystem::create_directories(to, ec);
-  if (ec) return usage(StrCat("cannot create ", to, ": ", ec.message()));
+  std::filesystem::create_directories(stage, ec);
+  if (ec) return usage(StrCat("cannot create ", stage, ": ", ec.message()));
+  struct RemoveStage {
+    const std::string& dir;
+    ~RemoveStage() {
+      std::error_code ignored;
+      std::filesystem::remove_all(dir, ignored);
+    }
+  } remove_stage{stage};
 
   ProgressBar progress("export");
   // Two batch buffers, reused for every shard; loads read a few MiB ahead.
@@ -457,8 +542,8 @@ int ExportSafetensorsMain(int argc, char** argv, int first) {
     }
     const std::string header = EncodeSafetensorsHeader(
         header_tensors, si == 0 ? first_meta : std::map<std::string, std::string>{{"format", "pt"}});
-    const std::string final_path = StrCat(to, "/", name);
-    const std::string tmp_path = StrCat(final_path, ".tmp.", ::getpid());
+    const std::string final_path = StrCat(stage, "/", name);
+    const std::string tmp_path = StrCat(final_path, ".tmp");
     ShardWriter w;
     if (absl::Status s = w.Open(tmp_path, checksums); !s.ok()) return problem(std::string(s.message()));
     if (absl::Status s = w.Write(0, reinterpret_cast<const std::byte*>(header.data()), header.size()); !s.ok()) {
@@ -580,7 +665,7 @@ int ExportSafetensorsMain(int argc, char** argv, int first) {
     SafetensorsIndex index;
     index.total_size = total;
     for (const OutTensor& t : tensors) index.weight_map[t.name] = ShardName(t.shard, shards.size());
-    if (absl::Status s = WriteSmallFile(StrCat(to, "/model.safetensors.index.json"), EncodeSafetensorsIndex(index));
+    if (absl::Status s = WriteSmallFile(StrCat(stage, "/model.safetensors.index.json"), EncodeSafetensorsIndex(index));
         !s.ok()) {
       return problem(std::string(s.message()));
     }
@@ -589,11 +674,12 @@ int ExportSafetensorsMain(int argc, char** argv, int first) {
   if (checksums) {
     std::string text;
     for (const auto& [file, sha] : sums) StrAppend(&text, sha, "  ", file, "\n");
-    if (absl::Status s = WriteSmallFile(StrCat(to, "/SHA256SUMS"), text); !s.ok()) {
+    if (absl::Status s = WriteSmallFile(StrCat(stage, "/SHA256SUMS"), text); !s.ok()) {
       return problem(std::string(s.message()));
     }
     files.push_back("SHA256SUMS");
   }
+  if (absl::Status s = PublishExport(to, stage, files, *earlier); !s.ok()) return problem(std::string(s.message()));
   for (const std::string& l : left_out) std::fprintf(stderr, "ckpt export: left out %s\n", l.c_str());
   if (json) {
     JsonWriter j;
