@@ -6,7 +6,9 @@
 
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "ckpt/checkpointer.h"
@@ -49,12 +51,54 @@ ckpt::DType ParseDType(const std::string& name) {
 }
 
 // A State plus what keeps its buffers alive and the blobs it will receive.
+// Where the buffer `owner` holds its bytes now, and how many: by the buffer
+// protocol (numpy arrays), or data_ptr() and numel() * element_size()
+// (torch tensors); nullopt when the owner says neither.
+std::optional<std::pair<uintptr_t, int64_t>> BufferOf(const py::object& owner, bool* readonly = nullptr) {
+  if (py::isinstance<py::buffer>(owner)) {
+    py::buffer_info info = owner.cast<py::buffer>().request();
+    if (readonly != nullptr) *readonly = info.readonly;
+    return std::make_pair(reinterpret_cast<uintptr_t>(info.ptr),
+                          static_cast<int64_t>(info.size) * static_cast<int64_t>(info.itemsize));
+  }
+  if (py::hasattr(owner, "numel") && py::hasattr(owner, "element_size") && py::hasattr(owner, "data_ptr")) {
+    return std::make_pair(owner.attr("data_ptr")().cast<uintptr_t>(),
+                          owner.attr("numel")().cast<int64_t>() * owner.attr("element_size")().cast<int64_t>());
+  }
+  return std::nullopt;
+}
+
 struct PyState {
   ckpt::State state;
   std::vector<py::object> owners;
+  // A shard whose owner reports its buffer: where its box lies in it. A
+  // numpy array resized with refcheck=False (or a tensor resized in place)
+  // moves or frees its bytes, whatever references are held; a save or
+  // load checks first that every such buffer still holds the box.
+  struct Placed {
+    std::string name;
+    size_t owner = 0;  // index into owners
+    uintptr_t data = 0;
+    int64_t need = 0;
+  };
+  std::vector<Placed> placed;
   std::vector<std::string> read_only;  // shards a load must not write
   std::map<std::string, std::unique_ptr<std::string>> blob_outs;
   std::vector<std::unique_ptr<std::string>> blob_ins;
+
+  // REQUIRES: the GIL.
+  void CheckBuffersInPlace() const {
+    for (const Placed& p : placed) {
+      auto now = BufferOf(owners[p.owner]);
+      if (!now || p.data < now->first || p.need > now->second ||
+          p.data - now->first > static_cast<uintptr_t>(now->second - p.need)) {
+        Raise(absl::StatusCode::kFailedPrecondition,
+              "tensor '" + p.name +
+                  "': its buffer was resized or moved after it was added to the state (the box no longer lies "
+                  "in it); add it again");
+      }
+    }
+  }
 };
 
 // A Communicator implemented in Python (e.g. over torch.distributed). Called
@@ -249,21 +293,19 @@ PYBIND11_MODULE(_ckpt, m) {
             box.offsets.assign(offsets.begin(), offsets.end());
             box.sizes.assign(sizes.begin(), sizes.end());
             Check(ckpt::CheckTensorSpec(spec));
+            // The owner says how large the buffer is: numpy arrays and
+            // other buffers by the buffer protocol, torch tensors by
+            // numel() and element_size().
+            bool readonly = false;
+            const auto buffer = BufferOf(owner, &readonly);
             if (nbytes < 0) {
-              // The owner says how large the buffer is: numpy arrays and
-              // other buffers by the buffer protocol, torch tensors by
-              // numel() and element_size().
-              if (py::isinstance<py::buffer>(owner)) {
-                py::buffer_info info = owner.cast<py::buffer>().request();
-                nbytes = static_cast<int64_t>(info.size) * static_cast<int64_t>(info.itemsize);
-                writable = writable && !info.readonly;
-              } else if (py::hasattr(owner, "numel") && py::hasattr(owner, "element_size")) {
-                nbytes = owner.attr("numel")().cast<int64_t>() * owner.attr("element_size")().cast<int64_t>();
-              } else {
+              if (!buffer) {
                 Raise(absl::StatusCode::kInvalidArgument,
                       "tensor '" + name +
                           "': pass nbytes (the size of the buffer at data_ptr) or an owner that knows it");
               }
+              nbytes = buffer->second;
+              writable = writable && !readonly;
             }
             const int64_t need = box.Volume() * static_cast<int64_t>(ckpt::DTypeSize(spec.dtype));
             if (need > nbytes) {
@@ -272,6 +314,7 @@ PYBIND11_MODULE(_ckpt, m) {
                                                             " bytes, the buffer holds " + std::to_string(nbytes));
             }
             Check(s.state.AddShard(spec, box, reinterpret_cast<void*>(data)));
+            if (buffer) s.placed.push_back(PyState::Placed{name, s.owners.size(), data, need});
             s.owners.push_back(std::move(owner));
             if (!writable) s.read_only.push_back(name);
           },
@@ -444,6 +487,7 @@ PYBIND11_MODULE(_ckpt, m) {
             so.metadata = std::move(metadata);
             so.allow_older_step = allow_older_step;
             so.save_id = save_id;
+            state.CheckBuffersInPlace();
             absl::StatusOr<ckpt::SaveHandle> h;
             {
               py::gil_scoped_release release;
@@ -469,6 +513,7 @@ PYBIND11_MODULE(_ckpt, m) {
             }
             ckpt::LoadOptions lo;
             lo.level = ParseLevel(level);
+            state.CheckBuffersInPlace();
             absl::StatusOr<ckpt::LoadStats> st;
             {
               py::gil_scoped_release release;

@@ -201,3 +201,27 @@ def test_numpy_round_trip_errors_dtypes_and_interval_policy(tmp_path):
     print(f"numpy round trip ok; policy-driven manager saved {manager.saves} times "
           f"(interval {policy.interval_s:.3f} s, measured write {policy.write_s:.4f} s)")
 
+
+
+def test_an_array_resized_after_it_was_added_is_refused_not_read(tmp_path):
+    """Regression: an array resized with refcheck=False after add_array had
+    its bytes moved or freed, and the save read them anyway (a crash). A save
+    or load checks first that every array still holds its box."""
+    cp = ckpt.Checkpointer(f"{tmp_path}/resized")
+    a = np.ones((256, 256), dtype=np.float32)
+    s = ckpt.State()
+    ckpt.add_array(s, "a", a)
+    a.resize((16, 16), refcheck=False)
+    for attempt in (lambda: cp.save(1, s).wait(), lambda: cp.load(s)):
+        try:
+            attempt()
+            raise AssertionError("a save or load used an array that was resized")
+        except ckpt.Error as e:
+            assert "tensor 'a'" in str(e) and "resized or moved" in str(e), str(e)
+    fresh = ckpt.State()
+    ckpt.add_array(fresh, "a", a)
+    cp.save(1, fresh).wait()
+    back = np.zeros_like(a)
+    t = ckpt.State()
+    ckpt.add_array(t, "a", back)
+    assert cp.load(t) == 1 and np.array_equal(back, a)
