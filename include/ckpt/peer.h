@@ -42,8 +42,12 @@ struct CKPT_EXPORT PeerMemoryOptions {
   /// Bytes of checkpoint data (own files and replicas) held at most; a file
   /// that does not fit is refused with ResourceExhausted.
   int64_t budget_bytes = int64_t{4} << 30;
-  /// Limit of each network operation (connect, one request's reply).
+  /// Limit of each network operation (connect, one request's reply); a
+  /// connection that has not proved the token within it is dropped.
   double io_timeout_s = 30;
+  /// Connections that have not proved the token yet, held at once; past it
+  /// the oldest such one is dropped (as the coordinator does).
+  int max_unauthenticated = 64;
   /// Refusals and failovers; default: stderr.
   std::function<void(const std::string&)> log;
 };

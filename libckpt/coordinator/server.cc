@@ -1,6 +1,8 @@
 // The coordinator service. Everything runs on one Asio thread: sessions,
 // timers and the state they share need no locks. Durable decisions are
 // journaled (and fsynced) before anyone is told of them.
+#include "coordinator/server.h"
+
 #include <fcntl.h>
 #include <poll.h>
 #include <sys/resource.h>
@@ -42,12 +44,12 @@
 #include "coordinator/messages.h"
 #include "coordinator/protocol.h"
 #include "coordinator/records.h"
-#include "coordinator/server.h"
 #include "coordinator/session.h"
 #include "coordinator/state_log.h"
 #include "coordinator/status.h"
 #include "util/bytes.h"
 #include "util/clock.h"
+#include "util/descriptors.h"
 #include "util/errors.h"
 #include "util/status_wire.h"
 #include "util/strings.h"
@@ -96,7 +98,6 @@ class CoordinatorImpl final : public Coordinator, public SessionOwner {
     });
     if (thread_.joinable()) thread_.join();
     if (verifier_.joinable()) verifier_.join();
-    if (reserve_fd_ >= 0) ::close(reserve_fd_);
   }
 
   // `log`: where the state lives, or null for the one the options name.
@@ -114,8 +115,7 @@ class CoordinatorImpl final : public Coordinator, public SessionOwner {
     idle_timeout_s_ = options_.idle_timeout_s > 0
                           ? options_.idle_timeout_s
                           : std::max(30.0, 4 * options_.heartbeat_s * std::max(1, options_.dead_after));
-    RaiseDescriptorLimit();
-    reserve_fd_ = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
+    LogDescriptorLimit(RaiseDescriptorLimit());
     // It listens before it leads: a standby answers hellos (saying who
     // leads, so workers move on) and status requests.
     const size_t colon = options_.listen.rfind(':');
@@ -1100,14 +1100,7 @@ class CoordinatorImpl final : public Coordinator, public SessionOwner {
 
   // The soft limit on descriptors is raised to the hard one: each member
   // holds one connection, and the unauthenticated ones are capped.
-  void RaiseDescriptorLimit() {
-    rlimit rl{};
-    if (getrlimit(RLIMIT_NOFILE, &rl) != 0) return;
-    if (rl.rlim_cur < rl.rlim_max) {
-      rlimit raised = rl;
-      raised.rlim_cur = rl.rlim_max;
-      if (setrlimit(RLIMIT_NOFILE, &raised) == 0) rl = raised;
-    }
+  void LogDescriptorLimit(const rlimit& rl) {
     Log(StrCat("descriptor limit ", rl.rlim_cur, " (hard ", rl.rlim_max, "); at most ", options_.max_unauthenticated,
                " connections may wait to join, for ", options_.handshake_timeout_s,
                " s each; joined connections idle for ", idle_timeout_s_, " s are dropped"));
@@ -1123,18 +1116,9 @@ class CoordinatorImpl final : public Coordinator, public SessionOwner {
       Accept();
       return;
     }
-    if (reserve_fd_ >= 0) {
-      ::close(reserve_fd_);
-      pollfd p{acceptor_.native_handle(), POLLIN, 0};
-      if (::poll(&p, 1, 0) == 1) {
-        const int fd = ::accept4(acceptor_.native_handle(), nullptr, nullptr, SOCK_CLOEXEC);
-        if (fd >= 0) {
-          ::close(fd);
-          CountDrop(DropReason::kDescriptors,
-                    StrCat("out of descriptors (", ec.message(), "): refused a connection; every open one has joined"));
-        }
-      }
-      reserve_fd_ = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
+    if (reserve_.RefuseOne(acceptor_.native_handle())) {
+      CountDrop(DropReason::kDescriptors,
+                StrCat("out of descriptors (", ec.message(), "): refused a connection; every open one has joined"));
     }
     accept_pause_.expires_after(std::chrono::milliseconds(100));
     accept_pause_.async_wait([this](const boost::system::error_code& e) {
@@ -1145,9 +1129,7 @@ class CoordinatorImpl final : public Coordinator, public SessionOwner {
   void Accept() {
     acceptor_.async_accept([this](const boost::system::error_code& ec, tcp::socket socket) {
       if (ec == asio::error::operation_aborted) return;
-      if (ec.value() == EMFILE || ec.value() == ENFILE || ec.value() == ENOBUFS || ec.value() == ENOMEM) {
-        return OnAcceptOutOfDescriptors(ec);
-      }
+      if (OutOfDescriptors(ec.value())) return OnAcceptOutOfDescriptors(ec);
       if (ec) {
         Accept();  // the peer went away before it was accepted
         return;
@@ -1182,7 +1164,7 @@ class CoordinatorImpl final : public Coordinator, public SessionOwner {
   size_t sweep_at_ = 64;                               // sessions_ is swept of closed ones at this size
   std::list<std::weak_ptr<Session>> unauthenticated_;  // oldest first
   double idle_timeout_s_ = 30;
-  int reserve_fd_ = -1;  // given up to accept (and close) a connection when descriptors run out
+  DescriptorReserve reserve_;  // given up to accept (and close) a connection when descriptors run out
   asio::steady_timer accept_pause_{io_};
   uint64_t drops_[static_cast<size_t>(DropReason::kCount)] = {};
   struct Throttle {

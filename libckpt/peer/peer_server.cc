@@ -5,9 +5,13 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
+#include <chrono>
 #include <cstring>
 #include <deque>
+#include <list>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <thread>
 #include <utility>
@@ -20,6 +24,7 @@
 #include "peer/peer_store.h"
 #include "peer/peer_wire.h"
 #include "util/bytes.h"
+#include "util/descriptors.h"
 #include "util/errors.h"
 #include "util/hash.h"
 #include "util/status_wire.h"
@@ -32,6 +37,33 @@ namespace asio = boost::asio;
 using asio::ip::tcp;
 
 class PeerMemoryImpl;
+class Connection;
+
+// Replies queued on one connection before it stops reading its requests:
+// a peer that sends and never reads is held to this, not to memory.
+constexpr size_t kMaxQueuedReplies = 16;
+
+// The connections that have not proved the token yet, oldest first, shared
+// by the accepting strand and every connection's strand. An entry leaves the
+// list only through its own connection (Untrack, on authenticating or
+// closing, or its destructor), so no iterator held by a connection goes
+// stale; the ones chosen to go are marked and closed on their own strands.
+class Unauthenticated {
+ public:
+  using List = std::list<std::weak_ptr<Connection>>;
+  // Adds `c` at `*at`; the oldest ones to drop so that at most `limit` stay.
+  std::vector<std::shared_ptr<Connection>> Add(const std::shared_ptr<Connection>& c, List::iterator* at, size_t limit);
+  void Remove(List::iterator at) {
+    std::lock_guard<std::mutex> lock(mu_);
+    list_.erase(at);
+  }
+  // The oldest one not already being dropped, marked so (null: none).
+  std::shared_ptr<Connection> TakeOldest();
+
+ private:
+  std::mutex mu_;
+  List list_;
+};
 
 // One peer's connection. Lives while a read or write of it is pending.
 class Connection : public std::enable_shared_from_this<Connection> {
@@ -39,6 +71,20 @@ class Connection : public std::enable_shared_from_this<Connection> {
   Connection(tcp::socket socket, PeerMemoryImpl& owner);
   void Start();
   tcp::socket::executor_type executor() { return socket_.get_executor(); }
+  // Closes it on its own strand (from any thread).
+  void Drop(const std::string& why) {
+    asio::dispatch(socket_.get_executor(), [self = shared_from_this(), why] { self->Close(why); });
+  }
+  // Its place among the unauthenticated (set once, on the accepting strand,
+  // before Start).
+  void Tracked(Unauthenticated::List::iterator at) {
+    tracked_ = true;
+    tracked_at_ = at;
+  }
+  // Chosen to make room (set under the list's lock, once).
+  bool MarkDropping() { return !dropping_.exchange(true); }
+  bool dropping() const { return dropping_.load(); }
+  ~Connection() { Untrack(); }
 
  private:
   struct Out {
@@ -61,6 +107,9 @@ class Connection : public std::enable_shared_from_this<Connection> {
   void ReplyError(const absl::Status& s);
   void Close(const std::string& why);
   void AbandonUpload();
+  void Untrack();
+  // Reads the next request, unless too many replies wait to go out.
+  void ReadNextUnlessBacklogged();
 
   tcp::socket socket_;
   PeerMemoryImpl& owner_;
@@ -71,6 +120,10 @@ class Connection : public std::enable_shared_from_this<Connection> {
   std::string payload_;
   std::deque<Out> outbox_;
   bool writing_ = false;
+  bool read_paused_ = false;  // a request is not read until replies drain
+  bool tracked_ = false;      // on the unauthenticated list, at tracked_at_
+  Unauthenticated::List::iterator tracked_at_;
+  std::atomic<bool> dropping_{false};
   // kBounceBytes each: what is being received of a put, what is being sent
   // of a file.
   std::unique_ptr<char[]> in_bounce_, out_bounce_;
@@ -140,6 +193,7 @@ class PeerMemoryImpl final : public PeerMemory, public std::enable_shared_from_t
   void DropStepsExcept(int64_t step) override { store_->DropStepsExcept(step); }
   PeerMemoryStats Stats() const override { return store_->Stats(); }
 
+  Unauthenticated& unauthenticated() { return unauthenticated_; }
   PeerStore& store() { return *store_; }
   std::shared_ptr<PeerStore> store_ptr() { return store_; }
   const PeerMemoryOptions& options() const { return options_; }
@@ -154,25 +208,97 @@ class PeerMemoryImpl final : public PeerMemory, public std::enable_shared_from_t
   }
 
  private:
+  // One accept at a time: its handler, the pause timer's and the reserve
+  // are never run concurrently.
   void Accept() {
     acceptor_.async_accept(asio::make_strand(io_), [this](const boost::system::error_code& ec, tcp::socket socket) {
       if (ec == asio::error::operation_aborted) return;
+      if (ckpt::OutOfDescriptors(ec.value())) return OnOutOfDescriptors(ec);
       if (!ec) {
-        // Started on the connection's strand, like every handler of it.
         auto c = std::make_shared<Connection>(std::move(socket), *this);
+        Unauthenticated::List::iterator at;
+        auto oldest = unauthenticated_.Add(c, &at, static_cast<size_t>(std::max(1, options_.max_unauthenticated)));
+        c->Tracked(at);
+        for (const auto& o : oldest) {
+          o->Drop(StrCat(options_.max_unauthenticated,
+                         " connections are waiting to authenticate; the oldest is "
+                         "dropped"));
+        }
+        // Started on the connection's strand, like every handler of it.
         asio::dispatch(c->executor(), [c] { c->Start(); });
       }
       Accept();
     });
   }
 
+  // Out of descriptors: the oldest connection that has not authenticated
+  // makes room; with none, the reserve descriptor is given up to refuse the
+  // newcomer, and accepting pauses a little. Never a busy loop.
+  void OnOutOfDescriptors(const boost::system::error_code& ec) {
+    if (auto oldest = unauthenticated_.TakeOldest()) {
+      oldest->Drop(StrCat("out of descriptors (", ec.message(),
+                          "): the oldest connection that has not "
+                          "authenticated makes room"));
+      Accept();
+      return;
+    }
+    if (reserve_.RefuseOne(acceptor_.native_handle())) ++refused_;
+    const auto now = std::chrono::steady_clock::now();
+    if (now - last_refusal_log_ > std::chrono::seconds(60)) {
+      Log(StrCat("out of descriptors (", ec.message(), "): refusing connections; every open one has authenticated (",
+                 refused_, " refused so far)"));
+      last_refusal_log_ = now;
+    }
+    accept_pause_.expires_after(std::chrono::milliseconds(100));
+    accept_pause_.async_wait([this](const boost::system::error_code& e) {
+      if (!e) Accept();
+    });
+  }
+
   PeerMemoryOptions options_;
   std::shared_ptr<PeerStore> store_;
+  // Before io_: the connections its handlers still hold when it goes take
+  // themselves off this list.
+  Unauthenticated unauthenticated_;
   asio::io_context io_;
   tcp::acceptor acceptor_;
+  asio::steady_timer accept_pause_{io_};
+  DescriptorReserve reserve_;  // of the accepting strand
+  uint64_t refused_ = 0;
+  std::chrono::steady_clock::time_point last_refusal_log_;
   std::vector<std::thread> threads_;
   std::string endpoint_;
 };
+
+std::vector<std::shared_ptr<Connection>> Unauthenticated::Add(const std::shared_ptr<Connection>& c, List::iterator* at,
+                                                              size_t limit) {
+  std::lock_guard<std::mutex> lock(mu_);
+  *at = list_.insert(list_.end(), c);
+  size_t waiting = 0;
+  for (const auto& w : list_) {
+    auto each = w.lock();
+    waiting += each && !each->dropping() ? 1 : 0;
+  }
+  std::vector<std::shared_ptr<Connection>> drop;
+  for (const auto& w : list_) {
+    if (waiting <= limit) break;
+    auto each = w.lock();
+    if (each && each->MarkDropping()) {
+      drop.push_back(std::move(each));
+      --waiting;
+    }
+  }
+  return drop;
+}
+
+std::shared_ptr<Connection> Unauthenticated::TakeOldest() {
+  std::lock_guard<std::mutex> lock(mu_);
+  for (const auto& w : list_) {
+    auto each = w.lock();
+    if (each && each->MarkDropping()) return each;
+  }
+  return nullptr;
+}
 
 Connection::Connection(tcp::socket socket, PeerMemoryImpl& owner)
     : socket_(std::move(socket)), owner_(owner), auth_deadline_(socket_.get_executor()) {
@@ -203,11 +329,18 @@ void Connection::Close(const std::string& why) {
   if (closed_) return;
   closed_ = true;
   if (!why.empty()) owner_.Log(StrCat("connection from ", peer_, " closed: ", why));
+  Untrack();
   AbandonUpload();
   boost::system::error_code ec;
   auth_deadline_.cancel();
   socket_.shutdown(tcp::socket::shutdown_both, ec);
   socket_.close(ec);
+}
+
+void Connection::Untrack() {
+  if (!tracked_) return;
+  tracked_ = false;
+  owner_.unauthenticated().Remove(tracked_at_);
 }
 
 void Connection::AbandonUpload() {
@@ -303,6 +436,7 @@ void Connection::OnFrame(const Header& h) {
     }
     authenticated_ = true;
     auth_deadline_.cancel();
+    Untrack();
     ReplyOk();
     return ReadHeader();
   }
@@ -310,6 +444,14 @@ void Connection::OnFrame(const Header& h) {
   if (absl::IsInvalidArgument(s)) return Close(std::string(s.message()));  // malformed: stop listening
   if (!s.ok()) ReplyError(s);
   if (payload_.capacity() > (1u << 20)) std::string().swap(payload_);
+  ReadNextUnlessBacklogged();
+}
+
+void Connection::ReadNextUnlessBacklogged() {
+  if (outbox_.size() >= kMaxQueuedReplies) {
+    read_paused_ = true;  // WriteNext reads on once the replies drain
+    return;
+  }
   ReadHeader();
 }
 
@@ -495,6 +637,10 @@ void Connection::WriteNext() {
     done.head_sent = true;
     done.sent += piece;
     if (done.file == nullptr || done.sent >= done.length) outbox_.pop_front();
+    if (read_paused_ && !closed_ && outbox_.size() <= kMaxQueuedReplies / 2) {
+      read_paused_ = false;
+      ReadHeader();
+    }
     WriteNext();
   });
 }

@@ -302,31 +302,6 @@ inline bool ClosedByPeer(int fd, double timeout_s = 5) {
   }
 }
 
-/// A line of /proc/PID/status ("VmHWM", "VmRSS") in KiB; -1 if missing.
-inline int64_t ProcStatusKib(pid_t pid, const std::string& key) {
-  std::ifstream f(StrCat("/proc/", pid, "/status"));
-  std::string line;
-  while (std::getline(f, line)) {
-    if (line.rfind(key + ":", 0) == 0) return std::stoll(line.substr(key.size() + 1));
-  }
-  return -1;
-}
-
-/// User + system CPU seconds the process has used so far.
-inline double ProcCpuSeconds(pid_t pid) {
-  std::ifstream f(StrCat("/proc/", pid, "/stat"));
-  std::string all((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
-  const size_t close_paren = all.rfind(')');
-  if (close_paren == std::string::npos) return -1;
-  std::istringstream rest(all.substr(close_paren + 2));
-  std::string field;
-  double ticks = 0;
-  for (int i = 3; i <= 15 && rest >> field; ++i) {
-    if (i == 14 || i == 15) ticks += std::stod(field);  // utime, stime
-  }
-  return ticks / static_cast<double>(sysconf(_SC_CLK_TCK));
-}
-
 }  // namespace ckpt::testing
 
 #endif  // CKPT_TESTS_COORDINATOR_HARNESS_H_

@@ -1,7 +1,7 @@
 // Test helper: a peer-memory holder as a process of its own, for tests that
 // kill one while it streams.
 //
-//   peer_holder DIR SERVE_BYTES TOKEN
+//   peer_holder DIR SERVE_BYTES TOKEN [MAX_UNAUTHENTICATED]
 //
 // Writes its endpoint to DIR/endpoint. Once it has taken on serving
 // SERVE_BYTES bytes it writes the count to DIR/serving and stops itself
@@ -29,8 +29,8 @@ bool WriteWhole(const std::string& path, const std::string& text) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  if (argc != 4) {
-    std::fprintf(stderr, "usage: peer_holder DIR SERVE_BYTES TOKEN\n");
+  if (argc != 4 && argc != 5) {
+    std::fprintf(stderr, "usage: peer_holder DIR SERVE_BYTES TOKEN [MAX_UNAUTHENTICATED]\n");
     return 2;
   }
   const std::string dir = argv[1];
@@ -40,6 +40,7 @@ int main(int argc, char** argv) {
   o.domain = "node-k";
   o.budget_bytes = int64_t{1} << 30;
   o.io_timeout_s = 5;
+  if (argc == 5) o.max_unauthenticated = std::atoi(argv[4]);
   o.log = [](const std::string& line) { std::fprintf(stderr, "%s\n", line.c_str()); };
   auto m = ckpt::PeerMemory::Start(o);
   if (!m.ok()) {

@@ -6,6 +6,7 @@
 #include "ckpt/peer.h"
 
 #include <netinet/in.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -309,6 +310,124 @@ TEST(PeerMemory, GarbageOnTheSocketClosesThatConnectionOnly) {
   Write(**s, "step-0000000002/rank-000001.ckd", "still serving");
   EXPECT_EQ(a->Holdings().size(), 1u);
   EXPECT_TRUE(log.Holds("garbage"));
+}
+
+// A holder in a process of its own, with `max_descriptors` as its limit
+// (0: as inherited); its endpoint once it serves.
+struct HolderProcess {
+  HolderProcess(const TempDir& dir, rlim_t max_descriptors, const std::string& max_unauthenticated = "") {
+    std::vector<std::string> args = {PEER_HOLDER_PATH, dir.path(), "1000000000000", kToken};
+    if (!max_unauthenticated.empty()) args.push_back(max_unauthenticated);
+    pid = Spawn(args, dir.Join("holder.log"), max_descriptors);
+    for (int i = 0; i < 500 && endpoint.empty(); ++i) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+      std::ifstream in(dir.Join("endpoint"));
+      std::getline(in, endpoint);
+    }
+  }
+  ~HolderProcess() {
+    kill(pid, SIGKILL);
+    WaitExit(pid);
+  }
+  pid_t pid = -1;
+  std::string endpoint;
+};
+
+// The test's own descriptor limit, raised for a flood of connections.
+void AllowDescriptors(rlim_t n) {
+  rlimit rl{};
+  getrlimit(RLIMIT_NOFILE, &rl);
+  if (rl.rlim_cur < n) {
+    rl.rlim_cur = std::min(n, rl.rlim_max);
+    setrlimit(RLIMIT_NOFILE, &rl);
+  }
+}
+
+// Finding: 400 idle connections against a descriptor limit of 256 spun the
+// peer server's accept loop at 100% of a core (EMFILE retried at once) and
+// kept a legitimate peer out. Connections that have not authenticated are
+// capped (the oldest dropped), and out of descriptors the server refuses
+// the newcomer with its reserve descriptor and pauses: with the cap (64) and
+// with a cap above the descriptor limit (so that EMFILE is met), the server
+// stays under a fifth of a core and a legitimate peer gets in.
+TEST(PeerMemory, AFloodOfIdleConnectionsNeitherSpinsTheServerNorKeepsAPeerOut) {
+  AllowDescriptors(1024);
+  for (const std::string cap : {"", "1000"}) {
+    SCOPED_TRACE(cap.empty() ? "the default cap" : "a cap above the descriptor limit");
+    TempDir dir;
+    HolderProcess holder(dir, 256, cap);
+    ASSERT_FALSE(holder.endpoint.empty()) << ReadFile(dir.Join("holder.log"));
+    std::vector<int> idle;
+    for (int i = 0; i < 400; ++i) idle.push_back(ConnectRaw(holder.endpoint));
+    std::this_thread::sleep_for(std::chrono::milliseconds(500));
+    const double cpu0 = ProcCpuSeconds(holder.pid);
+    std::this_thread::sleep_for(std::chrono::seconds(5));
+    const double cpu = ProcCpuSeconds(holder.pid) - cpu0;
+    EXPECT_LT(cpu, 1.0) << "seconds of CPU in 5 s\n" << ReadFile(dir.Join("holder.log"));
+    auto peer = peer::PeerConnection::Open(holder.endpoint, kToken, 5);
+    EXPECT_TRUE(peer.ok()) << peer.status();
+    for (int fd : idle) close(fd);
+  }
+}
+
+// Finding: an authenticated peer that sent requests and never read the
+// replies grew the holder from 24 MB to 4.4 GB in 20 s (the reply queue was
+// unbounded), and the memory stayed. A connection now stops reading its
+// requests while 16 replies wait: the holder takes in less than 64 MiB of
+// requests (socket buffers), its RSS grows by less than 8 MiB, and stays
+// within that once the peer goes.
+TEST(PeerMemory, APeerThatNeverReadsItsRepliesIsHeldToABoundedQueue) {
+  TempDir dir;
+  HolderProcess holder(dir, 0);
+  ASSERT_FALSE(holder.endpoint.empty()) << ReadFile(dir.Join("holder.log"));
+  const int fd = ConnectRaw(holder.endpoint);
+  uint8_t h[peer::kHeaderSize];
+  ASSERT_EQ(recv(fd, h, sizeof(h), MSG_WAITALL), static_cast<ssize_t>(sizeof(h)));
+  auto hello = peer::ParseHeader(h, 1 << 20);
+  ASSERT_OK(hello);
+  std::string payload(hello->length, '\0');
+  ASSERT_EQ(recv(fd, payload.data(), payload.size(), MSG_WAITALL), static_cast<ssize_t>(payload.size()));
+  ByteReader r(payload, "hello");
+  const std::string nonce = r.Str(peer::kNonceSize);
+  ASSERT_TRUE(r.ok());
+  const auto mac = peer::AuthMac(kToken, nonce);
+  ByteWriter auth;
+  auth.Str(std::string_view(reinterpret_cast<const char*>(mac.data()), mac.size()));
+  const std::string auth_frame = peer::Frame(peer::Op::kAuth, auth.Take());
+  ASSERT_EQ(send(fd, auth_frame.data(), auth_frame.size(), MSG_NOSIGNAL), static_cast<ssize_t>(auth_frame.size()));
+  ASSERT_EQ(recv(fd, h, sizeof(h), MSG_WAITALL), static_cast<ssize_t>(sizeof(h)));
+  auto ok = peer::ParseHeader(h, 1 << 20);
+  ASSERT_OK(ok);
+  ASSERT_EQ(ok->op, peer::Op::kOk);
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  const int64_t base = ProcStatusKib(holder.pid, "VmRSS");
+  // Requests as fast as the socket takes them, for 5 s, replies never read.
+  ByteWriter list;
+  list.Str("");
+  std::string burst;
+  const std::string one = peer::Frame(peer::Op::kList, list.Take());
+  for (int i = 0; i < 256; ++i) burst += one;
+  int64_t sent = 0;
+  const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+  while (std::chrono::steady_clock::now() < until) {
+    const ssize_t n = send(fd, burst.data(), burst.size(), MSG_NOSIGNAL | MSG_DONTWAIT);
+    if (n > 0) {
+      sent += n;
+    } else {
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
+  }
+  const int64_t grown = ProcStatusKib(holder.pid, "VmRSS") - base;
+  std::printf("requests sent: %lld bytes; holder RSS grew %lld KiB\n", static_cast<long long>(sent),
+              static_cast<long long>(grown));
+  EXPECT_LT(grown, 8 << 10) << "KiB more after " << sent << " bytes of requests";
+  EXPECT_LT(sent, int64_t{64} << 20) << "the holder kept reading requests it could not answer";
+  close(fd);
+  std::this_thread::sleep_for(std::chrono::seconds(1));
+  EXPECT_LT(ProcStatusKib(holder.pid, "VmRSS") - base, 8 << 10);
+  // It serves on.
+  auto peer = peer::PeerConnection::Open(holder.endpoint, kToken, 5);
+  EXPECT_TRUE(peer.ok()) << peer.status();
 }
 
 // A peer that speaks the protocol and lies: the data it sends does not

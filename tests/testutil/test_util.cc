@@ -8,9 +8,11 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <sstream>
 
 #include "ckpt/synthetic.h"
+#include "util/strings.h"
 
 namespace ckpt::testing {
 
@@ -80,6 +82,29 @@ CommandResult RunCommand(const std::string& command) {
   while ((n = fread(buf, 1, sizeof(buf), p)) > 0) out.append(buf, n);
   const int status = pclose(p);
   return CommandResult{WIFEXITED(status) ? WEXITSTATUS(status) : -1, out};
+}
+
+int64_t ProcStatusKib(pid_t pid, const std::string& key) {
+  std::ifstream f(StrCat("/proc/", pid, "/status"));
+  std::string line;
+  while (std::getline(f, line)) {
+    if (line.rfind(key + ":", 0) == 0) return std::stoll(line.substr(key.size() + 1));
+  }
+  return -1;
+}
+
+double ProcCpuSeconds(pid_t pid) {
+  std::ifstream f(StrCat("/proc/", pid, "/stat"));
+  std::string all((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+  const size_t close_paren = all.rfind(')');
+  if (close_paren == std::string::npos) return -1;
+  std::istringstream rest(all.substr(close_paren + 2));
+  std::string field;
+  double ticks = 0;
+  for (int i = 3; i <= 15 && rest >> field; ++i) {
+    if (i == 14 || i == 15) ticks += std::stod(field);  // utime, stime
+  }
+  return ticks / static_cast<double>(sysconf(_SC_CLK_TCK));
 }
 
 pid_t Spawn(const std::vector<std::string>& args, const std::string& out, rlim_t max_descriptors,

@@ -83,6 +83,11 @@ pid_t Spawn(const std::vector<std::string>& args, const std::string& out, rlim_t
 /// Waits for `pid`: its exit status, or 128 + the signal that ended it.
 int WaitExit(pid_t pid);
 
+/// A line of /proc/PID/status ("VmHWM", "VmRSS") in KiB; -1 if missing.
+int64_t ProcStatusKib(pid_t pid, const std::string& key);
+/// User + system CPU seconds the process has used so far.
+double ProcCpuSeconds(pid_t pid);
+
 #define ASSERT_OK(expr)                                             \
   do {                                                              \
     const ::absl::Status ckpt_s_ = ::ckpt::testing::AsStatus(expr); \
