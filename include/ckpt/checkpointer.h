@@ -128,10 +128,18 @@ class CKPT_EXPORT SaveHandle {
 /// (the atomic rename is the commit point) or, if that is lost, its copy
 /// MANIFEST.copy (written only after the rename); whether they decode does
 /// not change that.
+///
+/// Only what the storage proves counts: "partial" needs every account the
+/// storage gives to agree that neither manifest exists, "damaged" needs bytes
+/// read that are wrong (or a manifest proven missing beside its copy). When
+/// the storage errs instead (EIO, a timeout, a 5xx) or contradicts itself (a
+/// listing names a manifest that its GET cannot find), the step is
+/// "unreadable": nothing is known, and no cleanup ever removes it.
 enum class StepState : uint8_t {
-  kPartial,    ///< neither MANIFEST nor its copy: a save that never committed
-  kCommitted,  ///< MANIFEST decodes and its copy is intact
-  kDamaged,    ///< committed, but MANIFEST or its copy is missing or does not decode
+  kPartial,     ///< neither MANIFEST nor its copy: a save that never committed
+  kCommitted,   ///< MANIFEST decodes and its copy is intact
+  kDamaged,     ///< committed, but MANIFEST or its copy is missing or does not decode
+  kUnreadable,  ///< the storage erred or contradicted itself reading its manifests
 };
 CKPT_EXPORT std::string_view StepStateName(StepState state);
 
@@ -143,7 +151,8 @@ struct CKPT_EXPORT StepInfo {
   /// loaded and verified. True for every committed step, and for a damaged
   /// one whose other manifest copy is intact.
   bool committed = false;
-  /// For a damaged step: what is wrong, naming the file and byte offset.
+  /// For a damaged step: what is wrong, naming the file and byte offset;
+  /// for an unreadable one, the storage's error.
   std::string damage;
   int64_t bytes = 0;  ///< sum of file sizes
   int64_t created_unix_ns = 0;
@@ -156,6 +165,9 @@ struct CKPT_EXPORT GcReport {
   std::vector<int64_t> removed_partial;  ///< uncommitted leftovers
   std::vector<int64_t> removed_damaged;  ///< damaged steps, only when asked for
   std::vector<int64_t> kept_damaged;     ///< damaged steps left in place
+  /// Steps whose manifests the storage could not read (or contradicted
+  /// itself about): never removed.
+  std::vector<int64_t> kept_unreadable;
   /// Uncommitted steps kept because their claim names a save still running
   /// on this host (a live process); claims from other hosts are not kept.
   std::vector<int64_t> kept_running;

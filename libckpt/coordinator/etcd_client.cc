@@ -278,6 +278,15 @@ absl::StatusOr<std::vector<EtcdKv>> EtcdClient::Range(std::string_view key, std:
       const JsonValue* val = kv.Find("value");
       if (k == nullptr) return absl::DataLossError("etcd's range answer: a key-value without a key");
       CKPT_ASSIGN_OR_RETURN(e.key, Base64Decode(k->text));
+      // A key outside the range asked for is refused, never acted on (a
+      // proxy or server that ignores range_end must not hand this client
+      // another prefix's keys).
+      const bool inside = range_end.empty() ? e.key == key : (e.key >= key && e.key < range_end);
+      if (!inside) {
+        return absl::DataLossError(StrCat("etcd's range answer names the key '", Printable(e.key),
+                                          "', outside the range asked for ['", Printable(key), "', '",
+                                          Printable(range_end), "')"));
+      }
       if (val != nullptr) {
         auto decoded = Base64Decode(val->text);
         if (!decoded.ok()) return absl::DataLossError(StrCat("etcd key ", e.key, ": ", decoded.status().message()));

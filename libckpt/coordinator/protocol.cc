@@ -11,6 +11,7 @@
 #include "ckpt/coordinator.h"
 #include "util/bytes.h"
 #include "util/crypto.h"
+#include "util/errors.h"
 #include "util/hash.h"
 #include "util/strings.h"
 
@@ -139,9 +140,11 @@ bool MacEqual(const uint8_t* a, const uint8_t* b) {
 namespace ckpt {
 
 absl::StatusOr<std::string> ReadJobToken(const std::string& path) {
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0)
-    return absl::InvalidArgumentError(StrCat("cannot read the token file ", path, ": ", std::strerror(errno)));
+  auto opened = OpenRegularFile(path);
+  if (!opened.ok()) {
+    return absl::InvalidArgumentError(StrCat("cannot read the token file: ", opened.status().message()));
+  }
+  const int fd = *opened;
   struct stat st {};
   std::string token;
   bool ok = ::fstat(fd, &st) == 0;

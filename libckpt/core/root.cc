@@ -10,15 +10,19 @@
 #include <map>
 #include <optional>
 #include <set>
+#include <string>
+#include <vector>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "format/data_file.h"
 #include "format/root_files.h"
 #include "plan/cover.h"
 #include "storage/s3_storage.h"
 #include "util/bytes.h"
 #include "util/clock.h"
 #include "util/errors.h"
+#include "util/hash.h"
 #include "util/strings.h"
 
 namespace ckpt {
@@ -40,16 +44,20 @@ absl::StatusOr<Manifest> DecodeStepManifest(std::string_view bytes, const std::s
 }
 
 // True when the file exists (an I/O error other than NotFound counts as
-// existing: it must not make a committed step look partial).
-bool Exists(Storage& storage, const std::string& path) {
+// existing: it must not make a committed step look partial). A storage out
+// of time is an error: it would not answer the next question either.
+absl::StatusOr<bool> Exists(Storage& storage, const std::string& path) {
   auto size = storage.FileSize(path);
+  if (absl::IsDeadlineExceeded(size.status())) return size.status();
   return size.ok() || !absl::IsNotFound(size.status());
 }
 
 // The commit mark of a step: its MANIFEST, or the copy standing in for it.
-bool HasCommitMark(Storage& storage, int64_t step) {
+absl::StatusOr<bool> HasCommitMark(Storage& storage, int64_t step) {
   const std::string dir = StepDir(step);
-  return Exists(storage, StrCat(dir, "/", kManifestName)) || Exists(storage, StrCat(dir, "/", kManifestCopyName));
+  CKPT_ASSIGN_OR_RETURN(bool primary, Exists(storage, StrCat(dir, "/", kManifestName)));
+  if (primary) return true;
+  return Exists(storage, StrCat(dir, "/", kManifestCopyName));
 }
 
 // Step directories under the root, newest first; NotFound when the root
@@ -71,6 +79,43 @@ absl::StatusOr<std::vector<int64_t>> StepDirsNewestFirst(Storage& storage) {
   return steps;
 }
 
+// "" when `m` is the commit of the save whose files the step holds: its
+// record of CLAIM is the CLAIM on the storage, and the footer of each of its
+// data files carries the save id it records; otherwise what disagrees (or
+// could not be read: that is no evidence for it either).
+std::string Disagreement(Storage& storage, const std::string& dir, const Manifest& m) {
+  if (m.format_version < 3) return "a manifest of format version < 3 records no save ids";
+  const std::string claim_path = StrCat(dir, "/", kClaimName);
+  auto claim = storage.GetAll(claim_path);
+  if (!claim.ok()) return StrCat(claim_path, ": ", claim.status().message());
+  if (*claim != m.claim) return StrCat("its record of ", kClaimName, " is not the ", kClaimName, " in the step");
+  for (const ManifestFile& f : m.files) {
+    if (!absl::EndsWith(f.name, ".ckd")) continue;
+    const std::string path = StrCat(dir, "/", f.name);
+    auto file = storage.OpenReadable(path);
+    if (!file.ok()) return StrCat(path, ": ", file.status().message());
+    const uint64_t size = (*file)->size();
+    if (size < kFooterSize) return StrCat(path, " is too short for a footer");
+    std::byte tail[kFooterSize];
+    if (absl::Status r = (*file)->ReadAt(size - kFooterSize, absl::MakeSpan(tail, kFooterSize)); !r.ok()) {
+      return StrCat(path, ": ", r.message());
+    }
+    auto footer = DecodeFooter(tail, path, size - kFooterSize);
+    if (!footer.ok()) return std::string(footer.status().message());
+    if (footer->save_id != f.save_id) {
+      char want[19], got[19];
+      return StrCat(path, " was written by save ", HexHashTo(footer->save_id, got), ", it records save ",
+                    HexHashTo(f.save_id, want));
+    }
+  }
+  return "";
+}
+
+// A partial step that a gc began removing (ExamineStep said so).
+bool Retiring(const StepInfo& s) {
+  return s.state == StepState::kPartial && absl::StrContains(s.damage, AV(kRetiringName));
+}
+
 // "PATH: message", unless the message already starts with the path.
 std::string Located(const std::string& path, absl::string_view message) {
   if (absl::StartsWith(message, path)) return std::string(message);
@@ -87,6 +132,8 @@ std::string_view StepStateName(StepState state) {
       return "committed";
     case StepState::kDamaged:
       return "damaged";
+    case StepState::kUnreadable:
+      return "unreadable";
   }
   return "unknown";
 }
@@ -97,51 +144,108 @@ absl::StatusOr<StepExamination> ExamineStep(Storage& storage, int64_t step, Grid
   const std::string copy = StrCat(dir, "/", kManifestCopyName);
   StepExamination ex;
   ex.info.step = step;
+  // A storage that ran out of time answers nothing more for this step.
   auto a = storage.GetAll(primary);
+  if (absl::IsDeadlineExceeded(a.status())) return a.status();
   auto b = storage.GetAll(copy);
-  const bool has_a = a.ok() || !absl::IsNotFound(a.status());
-  const bool has_b = b.ok() || !absl::IsNotFound(b.status());
-  if (!has_a && !has_b) {
+  if (absl::IsDeadlineExceeded(b.status())) return b.status();
+  const bool missing_a = absl::IsNotFound(a.status()), missing_b = absl::IsNotFound(b.status());
+  // "Missing" needs the listing to agree: a GET that answers NotFound for a
+  // manifest the listing names (a lagging replica, a caching proxy) proves
+  // nothing either way.
+  std::vector<std::string> contradicted;
+  if (missing_a || missing_b) {
     auto files = storage.List(dir);
     if (!files.ok()) {
-      if (absl::IsNotFound(files.status())) {
+      if (absl::IsNotFound(files.status()) && missing_a && missing_b) {
         return absl::NotFoundError(StrCat("step ", step, " not found under ", storage.uri()));
       }
-      return files.status();
+      if (absl::IsDeadlineExceeded(files.status())) return files.status();
+      if (!absl::IsNotFound(files.status())) {
+        ex.info.state = StepState::kUnreadable;
+        ex.info.damage = StrCat("listing ", dir, ": ", files.status().message());
+        return ex;
+      }
+    } else {
+      bool retiring = false;
+      for (const DirEntry& f : *files) {
+        if ((missing_a && f.name == kManifestName) || (missing_b && f.name == kManifestCopyName)) {
+          contradicted.push_back(StrCat(dir, "/", f.name));
+        }
+        retiring = retiring || f.name == kRetiringName;
+      }
+      // gc removes the copy first, then MANIFEST: its marker with the copy
+      // gone is a removal that stopped half-way.
+      const bool removal_stopped = retiring && missing_b && contradicted.empty();
+      if ((missing_a && missing_b && contradicted.empty()) || removal_stopped) {
+        ex.info.state = StepState::kPartial;
+        if (retiring) {
+          ex.info.damage = StrCat("a gc began removing it (", kRetiringName, "); the next gc finishes the removal");
+        }
+        for (const DirEntry& f : *files) {
+          auto size = storage.FileSize(StrCat(dir, "/", f.name));
+          if (size.ok()) ex.info.bytes += static_cast<int64_t>(*size);
+        }
+        return ex;
+      }
     }
-    ex.info.state = StepState::kPartial;
-    for (const DirEntry& f : *files) {
-      auto size = storage.FileSize(StrCat(dir, "/", f.name));
-      if (size.ok()) ex.info.bytes += static_cast<int64_t>(*size);
-    }
-    return ex;
   }
-  // Committed. Decode what is there; an intact MANIFEST wins.
+  // What the storage could not tell: errors other than NotFound, and
+  // listings that contradict a NotFound.
+  std::vector<std::string> unreadable;
+  for (const std::string& path : contradicted) {
+    unreadable.push_back(StrCat(path,
+                                ": the listing names it but reading it answers NotFound (the storage "
+                                "contradicts itself: a lagging replica or a caching proxy?)"));
+  }
+  if (!a.ok() && !missing_a) unreadable.push_back(Located(primary, a.status().message()));
+  if (!b.ok() && !missing_b) unreadable.push_back(Located(copy, b.status().message()));
+  // Committed. Decode what was read; an intact MANIFEST wins.
   absl::StatusOr<Manifest> ma = absl::NotFoundError("");
-  if (has_a) {
-    ma = a.ok() ? DecodeStepManifest(*a, primary, step, grids) : absl::StatusOr<Manifest>(a.status());
+  if (a.ok()) {
+    ma = DecodeStepManifest(*a, primary, step, grids);
     if (!ma.ok()) ex.manifest_problem = Located(primary, ma.status().message());
-  } else {
+  } else if (missing_a && contradicted.empty()) {
     ex.manifest_problem = StrCat(primary, " is missing (its copy proves the step was committed)");
   }
-  if (has_b) {
-    if (ma.ok() && b.ok() && *b == *a) {
+  if (b.ok()) {
+    if (ma.ok() && *b == *a) {
       // Byte-identical to an intact MANIFEST: intact too.
-    } else if (b.ok()) {
+    } else {
       auto mb = DecodeStepManifest(*b, copy, step, grids);
       if (!mb.ok()) {
         ex.copy_problem = Located(copy, mb.status().message());
       } else if (ma.ok()) {
-        ex.copy_problem =
-            StrCat(copy, " decodes but differs from ", kManifestName, " (both cannot be the commit of one save)");
+        // Two commits of two saves: the step's own files say which is right.
+        ex.manifests_differ = true;
+        const std::string against_a = Disagreement(storage, dir, *ma);
+        const std::string against_b = Disagreement(storage, dir, *mb);
+        const std::string differ =
+            StrCat(" decodes but differs from ", kManifestName, " (both cannot be the commit of one save)");
+        if (against_a.empty() && !against_b.empty()) {
+          ex.copy_problem = StrCat(copy, differ, "; it is not the commit of the step's files: ", against_b);
+        } else if (against_b.empty() && !against_a.empty()) {
+          ex.manifest_problem = StrCat(primary, " decodes but differs from ", kManifestCopyName,
+                                       "; it is not the commit of the step's files: ", against_a);
+          ma = std::move(mb);
+          ex.from_copy = true;
+        } else {
+          ex.copy_problem = StrCat(copy, differ);
+          ex.undecided = against_a.empty() ? std::string("both agree with CLAIM and the data files")
+                                           : StrCat("neither agrees with the step's files (", kManifestName, ": ",
+                                                    against_a, "; ", kManifestCopyName, ": ", against_b, ")");
+          ex.manifest_problem = StrCat(primary, " and ", kManifestCopyName,
+                                       " are the commits of two saves and the evidence does not "
+                                       "decide which is right: ",
+                                       ex.undecided);
+          ma = absl::DataLossError(ex.manifest_problem);
+        }
       } else {
         ma = std::move(mb);
         ex.from_copy = true;
       }
-    } else {
-      ex.copy_problem = Located(copy, b.status().message());
     }
-  } else if (!ma.ok() || ma->format_version >= 2) {
+  } else if (missing_b && contradicted.empty() && a.ok() && (!ma.ok() || ma->format_version >= 2)) {
     // Manifests of version 1 were written without a copy.
     ex.copy_problem = StrCat(copy,
                              " is missing (the save stopped between its commit and the copy, or it was "
@@ -153,6 +257,14 @@ absl::StatusOr<StepExamination> ExamineStep(Storage& storage, int64_t step, Grid
     for (const ManifestFile& f : ma->files) ex.info.bytes += static_cast<int64_t>(f.size);
     ex.intact_bytes = ex.from_copy ? *b : *a;
     ex.manifest = std::move(ma).value();
+  }
+  if (!unreadable.empty()) {
+    // Whatever else was found, the state is not known: never "damaged".
+    ex.info.state = StepState::kUnreadable;
+    std::string what;
+    for (const std::string& u : unreadable) what = what.empty() ? u : StrCat(what, "; ", u);
+    ex.info.damage = what;
+    return ex;
   }
   const bool damaged = !ex.manifest_problem.empty() || !ex.copy_problem.empty();
   ex.info.state = damaged ? StepState::kDamaged : StepState::kCommitted;
@@ -207,9 +319,11 @@ absl::StatusOr<std::vector<StepInfo>> ListStepsIn(Storage& storage) {
     auto ex = ExamineStep(storage, *step, GridChunks::kGridsOnly);
     if (!ex.ok()) {
       if (absl::IsNotFound(ex.status())) continue;  // removed meanwhile
+      // Out of time: the storage does not answer, for the other steps either.
+      if (absl::IsDeadlineExceeded(ex.status())) return ex.status();
       StepInfo info;
       info.step = *step;
-      info.state = StepState::kDamaged;
+      info.state = StepState::kUnreadable;
       info.damage = std::string(ex.status().message());
       out.push_back(info);
       continue;
@@ -228,7 +342,8 @@ absl::StatusOr<int64_t> ResolveLatest(Storage& storage, std::string* note) {
   CKPT_ASSIGN_OR_RETURN(std::vector<int64_t> steps, StepDirsNewestFirst(storage));
   std::optional<int64_t> best;
   for (int64_t step : steps) {
-    if (HasCommitMark(storage, step)) {
+    CKPT_ASSIGN_OR_RETURN(bool committed, HasCommitMark(storage, step));
+    if (committed) {
       best = step;
       break;
     }
@@ -236,6 +351,7 @@ absl::StatusOr<int64_t> ResolveLatest(Storage& storage, std::string* note) {
   if (note) {
     note->clear();
     auto text = storage.GetAll(kLatestName);
+    if (absl::IsDeadlineExceeded(text.status())) return text.status();
     if (text.ok()) {
       auto pointed = DecodeLatest(*text);
       if (!pointed.ok()) {
@@ -254,8 +370,12 @@ absl::StatusOr<int64_t> ResolveLatest(Storage& storage, std::string* note) {
 
 absl::StatusOr<std::vector<int64_t>> CommittedStepsNewestFirst(Storage& storage) {
   CKPT_ASSIGN_OR_RETURN(std::vector<int64_t> steps, StepDirsNewestFirst(storage));
-  std::erase_if(steps, [&](int64_t step) { return !HasCommitMark(storage, step); });
-  return steps;
+  std::vector<int64_t> committed;
+  for (int64_t step : steps) {
+    CKPT_ASSIGN_OR_RETURN(bool mark, HasCommitMark(storage, step));
+    if (mark) committed.push_back(step);
+  }
+  return committed;
 }
 
 absl::StatusOr<LoadableStep> ResolveLoadable(Storage& storage, int64_t step, bool allow_fallback, GridChunks grids) {
@@ -314,9 +434,15 @@ absl::StatusOr<std::vector<int64_t>> HealManifestCopies(Storage& storage) {
   for (int64_t step : *steps) {
     const std::string dir = StepDir(step);
     const std::string copy = StrCat(dir, "/", kManifestCopyName);
-    if (!Exists(storage, StrCat(dir, "/", kManifestName)) || Exists(storage, copy)) continue;
+    CKPT_ASSIGN_OR_RETURN(bool has_primary, Exists(storage, StrCat(dir, "/", kManifestName)));
+    if (!has_primary) continue;
+    CKPT_ASSIGN_OR_RETURN(bool has_copy, Exists(storage, copy));
+    if (has_copy) continue;
     auto ex = ExamineStep(storage, step);
-    if (!ex.ok() || !ex->manifest || ex->from_copy || ex->copy_problem.empty()) continue;  // v1, or damaged
+    if (!ex.ok() || ex->info.state != StepState::kDamaged || !ex->manifest || ex->from_copy ||
+        ex->copy_problem.empty() || ex->manifests_differ) {
+      continue;  // v1, unreadable, or damaged otherwise
+    }
     CKPT_RETURN_IF_ERROR(storage.PutAtomic(copy, AsBytesView(ex->intact_bytes)));
     healed.push_back(step);
   }
@@ -328,11 +454,19 @@ absl::Status RepairStepMetadata(Storage& storage, int64_t step, bool dry_run, st
                                 std::vector<std::string>* lost) {
   CKPT_ASSIGN_OR_RETURN(StepExamination ex, ExamineStep(storage, step));
   const std::string dir = StepDir(step);
+  if (ex.info.state == StepState::kUnreadable) {
+    lost->push_back(StrCat("step ", step, " is unreadable (", ex.info.damage, "); nothing was changed"));
+    return absl::OkStatus();
+  }
   // A damaged or missing CLAIM of a committed step, from the manifest's
-  // record of it.
+  // record of it (a CLAIM the storage could not read is left alone).
   if (ex.manifest && !ex.manifest->claim.empty()) {
     const std::string path = StrCat(dir, "/", kClaimName);
     auto text = storage.GetAll(path);
+    if (!text.ok() && !absl::IsNotFound(text.status())) {
+      lost->push_back(StrCat(path, " is unreadable (", text.status().message(), "); nothing was changed"));
+      return absl::OkStatus();
+    }
     if (!text.ok() || *text != ex.manifest->claim) {
       if (!dry_run) CKPT_RETURN_IF_ERROR(storage.PutAtomic(path, AsBytesView(ex.manifest->claim)));
       repaired->push_back(StrCat(path, ": rewritten from the manifest (",
@@ -341,6 +475,12 @@ absl::Status RepairStepMetadata(Storage& storage, int64_t step, bool dry_run, st
   }
   if (ex.info.state != StepState::kDamaged) return absl::OkStatus();
   if (!ex.manifest) {
+    if (!ex.undecided.empty()) {
+      lost->push_back(StrCat("step ", step, ": ", kManifestName, " and ", kManifestCopyName,
+                             " are the commits of two saves and the evidence does not decide which is right (",
+                             ex.undecided, "); nothing was changed"));
+      return absl::OkStatus();
+    }
     lost->push_back(StrCat("step ", step, ": neither manifest decodes (", ex.info.damage,
                            "); a copy of the step from another tier is needed (ckpt repair --from)"));
     return absl::OkStatus();
@@ -433,8 +573,9 @@ absl::Status PublishLatest(Storage& storage, int64_t step) {
   auto text = storage.GetAll(kLatestName);
   if (text.ok()) {
     auto current = DecodeLatest(*text);
-    if (current.ok() && *current > step && HasCommitMark(storage, *current)) {
-      return absl::OkStatus();
+    if (current.ok() && *current > step) {
+      CKPT_ASSIGN_OR_RETURN(bool newer_committed, HasCommitMark(storage, *current));
+      if (newer_committed) return absl::OkStatus();
     }
   }
   return storage.PutAtomic(kLatestName, AsBytesView(EncodeLatest(step)));
@@ -545,6 +686,9 @@ absl::StatusOr<GcReport> CollectGarbageIn(Storage& storage, const GcOptions& opt
   if (newest >= 0) keep.insert(newest);
   if (auto text = storage.GetAll(kLatestName); text.ok()) {
     if (auto pointed = DecodeLatest(*text); pointed.ok()) keep.insert(*pointed);
+  } else if (!absl::IsNotFound(text.status())) {
+    // Which step LATEST protects is not known: nothing is removed blind.
+    return Annotate(text.status(), "reading LATEST before removing anything");
   }
   keep.insert(options.protect.begin(), options.protect.end());
   const char* removes = options.dry_run ? "would remove" : "removed";
@@ -567,27 +711,41 @@ absl::StatusOr<GcReport> CollectGarbageIn(Storage& storage, const GcOptions& opt
         report.removed_damaged.push_back(s.step);
         report.reasons.push_back(StrCat(removes, " damaged step ", s.step, " as asked: ", s.damage));
         break;
+      case StepState::kUnreadable:
+        // Nothing is known of it: never removed, whatever was asked.
+        report.kept_unreadable.push_back(s.step);
+        report.reasons.push_back(StrCat("kept unreadable step ", s.step, ": ", s.damage,
+                                        "; the storage could not say what it is, so nothing removes it"));
+        continue;
       case StepState::kPartial:
         if (s.step > newest && !options.remove_newer_partial) continue;
-        // A save another process on this host is still writing.
-        if (auto claim = ReadStepClaim(storage, s.step); claim.ok() && ClaimIsRunningHere(*claim)) {
+        // A save another process on this host is still writing (not a
+        // removal: its claim names the save that once committed it).
+        if (auto claim = ReadStepClaim(storage, s.step); !Retiring(s) && claim.ok() && ClaimIsRunningHere(*claim)) {
           report.kept_running.push_back(s.step);
           report.reasons.push_back(StrCat("kept partial step ", s.step, ": claimed by a save still running, ",
                                           DescribeClaim(*claim, UnixNanos())));
           continue;
         }
         report.removed_partial.push_back(s.step);
-        report.reasons.push_back(StrCat(removes, " partial step ", s.step, ": never committed (no ", kManifestName,
-                                        " nor ", kManifestCopyName, "), ",
-                                        s.step > newest ? "newer than every committed step, left by a save that stopped"
-                                                        : StrCat("older than committed step ", newest)));
+        report.reasons.push_back(
+            StrCat(removes, " partial step ", s.step, ": ",
+                   !s.damage.empty() ? s.damage
+                                     : StrCat("never committed (no ", kManifestName, " nor ", kManifestCopyName, ")"),
+                   ", ",
+                   s.step > newest ? "newer than every committed step, left by a save that stopped"
+                                   : StrCat("older than committed step ", newest)));
         break;
     }
     report.bytes_freed += s.bytes;
     if (options.dry_run) continue;
-    // Un-commit first (the copy, then MANIFEST) so a crash mid-removal
-    // leaves a partial step, never a damaged one.
+    // Un-commit first: the marker, then the copy, then MANIFEST, so that a
+    // removal stopped at any point leaves either a committed step (retention
+    // decides again) or one that ExamineStep calls partial, which the next
+    // gc removes; never a damaged one.
     if (s.state != StepState::kPartial) {
+      CKPT_RETURN_IF_ERROR(
+          storage.PutAtomic(StrCat(dir, "/", kRetiringName), AsBytesView(std::string_view("ckpt-retiring 1\n"))));
       for (std::string_view name : {kManifestCopyName, kManifestName}) {
         absl::Status r = storage.Remove(StrCat(dir, "/", name));
         if (!r.ok() && !absl::IsNotFound(r)) return r;

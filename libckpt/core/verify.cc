@@ -62,6 +62,11 @@ class Verifier {
       return absl::NotFoundError(StrCat("step ", step_, " was never committed (", dir_,
                                         " has no MANIFEST; a save was interrupted or aborted)"));
     }
+    // Nothing can be said of a step whose manifests the storage could not
+    // read: that is no damage, and no verdict.
+    if (ex->info.state == StepState::kUnreadable) {
+      return absl::UnavailableError(StrCat("step ", step_, " is unreadable: ", ex->info.damage));
+    }
     // Damage to either manifest file is a problem of its own, named by file;
     // the data is then checked against whichever of the two is intact.
     if (!ex->manifest_problem.empty()) {

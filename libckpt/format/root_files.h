@@ -31,6 +31,10 @@ inline constexpr std::string_view kAbortedName = "ABORTED";
 /// Created exclusively (Storage::PutIfAbsent) by a save's leader before any
 /// rank writes: the step's one writer. Kept after the commit.
 inline constexpr std::string_view kClaimName = "CLAIM";
+/// Written by gc into a committed step before it un-commits it (removes
+/// MANIFEST.copy, then MANIFEST): a step holding it whose copy is gone is a
+/// removal that stopped half-way, which the next gc finishes, not damage.
+inline constexpr std::string_view kRetiringName = "RETIRING";
 
 std::string StepDir(int64_t step);
 /// The step of a directory name written by StepDir ("step-" and at least ten

@@ -321,6 +321,12 @@ absl::StatusOr<std::unique_ptr<ReadableFile>> FaultyStorage::OpenReadable(std::s
   return std::unique_ptr<ReadableFile>(new Reader(this, std::move(base)));
 }
 
+absl::StatusOr<std::string> FaultyStorage::GetAll(std::string_view path) {
+  Delay();
+  CKPT_RETURN_IF_ERROR(OpFault("read", path, false));
+  return ForwardingStorage::GetAll(path);
+}
+
 absl::Status FaultyStorage::PutFault(std::string_view path, size_t bytes) {
   Delay();
   CKPT_RETURN_IF_ERROR(OpFault("put", path, true));

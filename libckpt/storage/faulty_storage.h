@@ -73,6 +73,9 @@ class FaultyStorage : public ForwardingStorage {
   absl::StatusOr<std::unique_ptr<WritableFile>> OpenWritable(std::string_view path,
                                                              const WriteOptions& options = {}) override;
   absl::StatusOr<std::unique_ptr<ReadableFile>> OpenReadable(std::string_view path) override;
+  /// Reads of whole small files (manifests, LATEST, CLAIM) meet the read
+  /// faults too.
+  absl::StatusOr<std::string> GetAll(std::string_view path) override;
   absl::Status PutAtomic(std::string_view path, absl::Span<const std::byte> data) override;
   absl::Status PutIfAbsent(std::string_view path, absl::Span<const std::byte> data) override;
   absl::StatusOr<std::vector<DirEntry>> List(std::string_view dir) override;

@@ -329,17 +329,12 @@ class FileStorage final : public Storage {
   absl::StatusOr<std::unique_ptr<ReadableFile>> OpenReadable(std::string_view path) override {
     CKPT_RETURN_IF_ERROR(CheckRelative(path));
     std::string full = Full(path);
-    int fd = open(full.c_str(), O_RDONLY | O_CLOEXEC);
-    if (fd < 0) return ErrnoStatus(errno, StrCat("open ", full));
+    CKPT_ASSIGN_OR_RETURN(const int fd, OpenRegularFile(full));
     struct stat st;
     if (fstat(fd, &st) != 0) {
       int err = errno;
       close(fd);
       return ErrnoStatus(err, StrCat("fstat ", full));
-    }
-    if (!S_ISREG(st.st_mode)) {
-      close(fd);
-      return absl::InvalidArgumentError(StrCat(full, " is not a regular file"));
     }
     int dfd = direct_ ? open(full.c_str(), O_RDONLY | O_CLOEXEC | O_DIRECT) : -1;
     return std::unique_ptr<ReadableFile>(std::make_unique<FileReadable>(

@@ -281,6 +281,14 @@ class PluginStorage : public Storage {
     };
     CKPT_RETURN_IF_ERROR(
         FromCode(s_->table->list(s_->handle, p.c_str(), emit, &out, err), err, StrCat("listing '", p, "'")));
+    // A name the plugin lists is one entry of this directory: never a path
+    // into another one, never the directory itself or its parent.
+    for (const DirEntry& e : out) {
+      if (e.name.empty() || e.name == "." || e.name == ".." || e.name.find('/') != std::string::npos) {
+        return absl::DataLossError(StrCat("listing '", p, "': the plugin ", s_->table->scheme, " listed '",
+                                          Printable(e.name), "', which is not a name in that directory"));
+      }
+    }
     std::sort(out.begin(), out.end(), [](const DirEntry& a, const DirEntry& b) { return a.name < b.name; });
     return out;
   }

@@ -1,8 +1,10 @@
 #include "storage/s3_parse.h"
 
 #include <ctime>
+#include <utility>
 
 #include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
 #include "util/errors.h"
 #include "util/strings.h"
 
@@ -174,6 +176,64 @@ absl::StatusOr<S3ListPage> ParseListObjectsV2(std::string_view xml) {
     return absl::DataLossError("S3 answer: a truncated listing without <NextContinuationToken>");
   }
   return page;
+}
+
+namespace {
+
+absl::Status Foreign(std::string_view kind, std::string_view key, std::string_view prefix, std::string_view what) {
+  return absl::DataLossError(StrCat(what, ": the server listed ", kind, " '", Printable(key.substr(0, 512)),
+                                    "', which is not under the prefix asked for ('", Printable(prefix),
+                                    "'); refusing a listing that names another directory's keys"));
+}
+
+// The first path component of `rest` (a key past its directory's prefix)
+// and whether more follows it.
+std::pair<std::string_view, bool> FirstComponent(std::string_view rest) {
+  const size_t slash = rest.find('/');
+  if (slash == std::string_view::npos) return {rest, false};
+  return {rest.substr(0, slash), true};
+}
+
+bool BadName(std::string_view name) { return name.empty() || name == "." || name == ".."; }
+
+}  // namespace
+
+absl::Status AddDirectoryEntries(const S3ListPage& page, std::string_view prefix, std::string_view what,
+                                 std::map<std::string, bool>* entries) {
+  for (const S3ListedObject& o : page.objects) {
+    std::string_view rest = o.key;
+    if (!ConsumePrefix(&rest, prefix)) return Foreign("the key", o.key, prefix, what);
+    if (rest.empty()) continue;  // the directory's own marker
+    const auto [name, deeper] = FirstComponent(rest);
+    if (BadName(name)) return Foreign("the key", o.key, prefix, what);
+    bool& is_dir = (*entries)[std::string(name)];
+    is_dir = is_dir || deeper;
+  }
+  for (const std::string& p : page.prefixes) {
+    std::string_view rest = p;
+    if (!ConsumePrefix(&rest, prefix)) return Foreign("the common prefix", p, prefix, what);
+    const auto [name, deeper] = FirstComponent(rest);
+    (void)deeper;
+    if (BadName(name)) return Foreign("the common prefix", p, prefix, what);
+    (*entries)[std::string(name)] = true;
+  }
+  return absl::OkStatus();
+}
+
+absl::Status AddKeysUnder(const S3ListPage& page, std::string_view prefix, std::string_view what,
+                          std::vector<std::string>* keys) {
+  for (const S3ListedObject& o : page.objects) {
+    if (!absl::StartsWith(o.key, AV(prefix))) return Foreign("the key", o.key, prefix, what);
+    keys->push_back(o.key);
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CheckUploadsUnder(const S3UploadPage& page, std::string_view prefix, std::string_view what) {
+  for (const S3Upload& u : page.uploads) {
+    if (!absl::StartsWith(u.key, AV(prefix))) return Foreign("the upload of", u.key, prefix, what);
+  }
+  return absl::OkStatus();
 }
 
 absl::StatusOr<S3UploadPage> ParseListMultipartUploads(std::string_view xml) {

@@ -49,6 +49,24 @@ struct S3ListPage {
 /// A ListObjectsV2 answer.
 absl::StatusOr<S3ListPage> ParseListObjectsV2(std::string_view xml);
 
+/// Adds the entries of one page of a delimited listing of the directory
+/// `prefix` ("" for the whole bucket, else ending in '/') to `entries`
+/// (name -> is a directory). Every key and common prefix must start with
+/// `prefix`: a server or proxy that drops the prefix must not make another
+/// directory's keys look like this one's, so a foreign key is DataLoss
+/// naming it (escaped) and `what`, and so is a name that is empty, "." or
+/// "..". A key with a '/' past the prefix (a server that ignored the
+/// delimiter) counts as the directory of its first component; the key that
+/// is `prefix` itself (a folder marker) is no entry.
+absl::Status AddDirectoryEntries(const S3ListPage& page, std::string_view prefix, std::string_view what,
+                                 std::map<std::string, bool>* entries);
+
+/// Appends the object keys of one page of an undelimited listing of
+/// `prefix` to `keys`, each checked to start with `prefix` as above: only
+/// keys proven under a directory are ever deleted with it.
+absl::Status AddKeysUnder(const S3ListPage& page, std::string_view prefix, std::string_view what,
+                          std::vector<std::string>* keys);
+
 struct S3Upload {
   std::string key;
   std::string upload_id;
@@ -62,6 +80,10 @@ struct S3UploadPage {
 };
 /// A ListMultipartUploads answer.
 absl::StatusOr<S3UploadPage> ParseListMultipartUploads(std::string_view xml);
+
+/// DataLoss naming the first upload of `page` whose key does not start
+/// with `prefix` (and `what`), as for listings of objects.
+absl::Status CheckUploadsUnder(const S3UploadPage& page, std::string_view prefix, std::string_view what);
 
 /// The UploadId of an InitiateMultipartUpload answer.
 absl::StatusOr<std::string> ParseInitiateMultipartUpload(std::string_view xml);

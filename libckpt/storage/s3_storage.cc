@@ -10,6 +10,7 @@
 #include <fstream>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <random>
 #include <set>
 #include <sstream>
@@ -109,6 +110,9 @@ struct S3Call {
   absl::Span<std::byte> into;
   bool has_into = false;
   std::string what;  // for messages: "GET s3://b/k"
+  // When the whole operation this request belongs to must end (a listing's
+  // pages share one); unset: the configured deadline from the first attempt.
+  std::optional<Clock::time_point> deadline;
 };
 
 bool Retryable(long status, const std::string& code) {
@@ -131,12 +135,25 @@ class S3Client {
     return cfg_.prefix.empty() ? std::string(path) : StrCat(cfg_.prefix, "/", path);
   }
 
+  // When an operation that starts now must end.
+  Clock::time_point DeadlineFromNow() const {
+    return Clock::now() + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(cfg_.deadline_s));
+  }
+
   // Sends `call`, retrying transport failures, 5xx and throttling with
-  // exponential backoff and full jitter until the deadline. Returns the
-  // response of the last attempt (any status) or the transport error.
-  absl::StatusOr<HttpResponse> Send(const S3Call& call, int* attempts = nullptr) {
+  // exponential backoff and full jitter until the deadline, which bounds
+  // the whole: each attempt (its connection included) is cut at the time
+  // left. Returns the response of the last attempt (any status) or the
+  // transport error, saying how many attempts were made over how long.
+  // What Send did, for the error of an answer that is not a success.
+  struct Tried {
+    int attempts = 0;
+    bool out_of_time = false;  // it stopped because the deadline came
+    std::string text;          // " (3 attempts in 6012 ms; the deadline of 6 s ran out)"
+  };
+  absl::StatusOr<HttpResponse> Send(const S3Call& call, int* attempts = nullptr, Tried* tried = nullptr) {
     const auto start = Clock::now();
-    const auto deadline = start + std::chrono::duration<double>(cfg_.deadline_s);
+    const auto deadline = call.deadline.value_or(DeadlineFromNow());
     const std::string payload_hash = !call.payload_hash.empty() ? call.payload_hash
                                      : call.body.empty()        ? std::string(kEmptySha256)
                                                                 : Sha256Hex(call.body.data(), call.body.size());
@@ -152,7 +169,14 @@ class S3Client {
     int attempt = 0;
     double backoff = 0.05;
     absl::StatusOr<HttpResponse> last = absl::UnavailableError("not sent");
+    bool out_of_time = false;
     while (true) {
+      const double left = std::chrono::duration<double>(deadline - Clock::now()).count();
+      if (left < 0.001) {
+        out_of_time = true;
+        if (attempt == 0) last = absl::DeadlineExceededError("no time was left to send it");
+        break;
+      }
       ++attempt;
       SigV4Request sreq;
       sreq.method = call.method;
@@ -170,6 +194,8 @@ class S3Client {
       for (const auto& [k, v] : sreq.headers) req.headers.push_back(StrCat(k, ": ", v));
       req.headers.push_back(StrCat("Authorization: ", SigV4Authorization(sreq, cfg_.creds, cfg_.region, date)));
       req.body = call.body;
+      req.timeout_s = left;
+      req.connect_timeout_s = std::min(req.connect_timeout_s, left);
       req.ca_file = cfg_.ca_file;
       req.into = call.into;
       req.has_into = call.has_into;
@@ -198,41 +224,57 @@ class S3Client {
         if (e.code == "RequestTimeTooSkewed" && attempt == 1 && AdoptServerClock(*last)) retry = true;
       }
       if (!retry) break;
-      if (Clock::now() + std::chrono::duration<double>(backoff) >= deadline) break;
-      // Full jitter: uniform in [0, backoff], the window doubling to 2 s.
+      // Full jitter: uniform in [0, backoff], the window doubling to 2 s;
+      // the last wait ends at the deadline, where one more attempt is cut.
       thread_local std::mt19937_64 rng{std::random_device{}()};
-      const double sleep = std::uniform_real_distribution<double>(0, backoff)(rng);
+      const double sleep = std::min(std::uniform_real_distribution<double>(0, backoff)(rng),
+                                    std::max(0.0, std::chrono::duration<double>(deadline - Clock::now()).count()));
       std::this_thread::sleep_for(std::chrono::duration<double>(sleep));
       backoff = std::min(backoff * 2, 2.0);
     }
     if (attempts != nullptr) *attempts = attempt;
+    const std::string tries = Tries(attempt, start, out_of_time);
     if (!last.ok()) {
-      return absl::Status(
-          last.status().code(),
-          StrCat(call.what, ": ", last.status().message(), " (", attempt, attempt == 1 ? " attempt" : " attempts",
-                 " in ", static_cast<int64_t>(std::chrono::duration<double>(Clock::now() - start).count() * 1000 + 0.5),
-                 " ms)"));
+      return absl::Status(out_of_time && absl::IsUnavailable(last.status()) ? absl::StatusCode::kDeadlineExceeded
+                                                                            : last.status().code(),
+                          StrCat(call.what, ": ", last.status().message(), tries));
     }
+    if (tried != nullptr) *tried = Tried{attempt, out_of_time, tries};
     return last;
+  }
+
+  // " (3 attempts in 6012 ms; the deadline of 6 s ran out)".
+  std::string Tries(int attempt, Clock::time_point start, bool out_of_time) const {
+    const auto ms = static_cast<int64_t>(std::chrono::duration<double>(Clock::now() - start).count() * 1000 + 0.5);
+    return StrCat(" (", attempt, attempt == 1 ? " attempt" : " attempts", " in ", ms, " ms",
+                  out_of_time ? StrCat("; the deadline of ", cfg_.deadline_s, " s ran out") : std::string(), ")");
   }
 
   // Send, then any non-2xx status as an error.
   absl::StatusOr<HttpResponse> Do(const S3Call& call, int* attempts = nullptr) {
-    CKPT_ASSIGN_OR_RETURN(HttpResponse resp, Send(call, attempts));
+    Tried tried;
+    CKPT_ASSIGN_OR_RETURN(HttpResponse resp, Send(call, attempts, &tried));
     if (resp.status >= 200 && resp.status < 300) return resp;
-    return ErrorOf(call, resp);
+    absl::Status error = ErrorOf(call, resp, tried.text);
+    // Retried until the deadline: the storage did not answer in time.
+    if (tried.out_of_time && absl::IsUnavailable(error)) return absl::DeadlineExceededError(error.message());
+    return error;
   }
 
   // The status for a failed answer: the code says what kind, the message
   // carries the server's code, message and request id.
-  absl::Status ErrorOf(const S3Call& call, const HttpResponse& resp) const {
+  // `tries`: how many attempts over how long (Send's account), when known.
+  // The server's words are escaped before they reach a terminal or a log.
+  absl::Status ErrorOf(const S3Call& call, const HttpResponse& resp, std::string_view tries = "") const {
     S3ErrorBody e = ParseS3Error(resp.body);
     if (e.code.empty()) {
       // HEAD answers carry no body.
       e.code = resp.status == 404 ? "NotFound" : resp.status == 403 ? "Forbidden" : StrCat("HTTP ", resp.status);
     }
-    std::string msg = StrCat(call.what, ": ", e.code, e.message.empty() ? "" : StrCat(" (", e.message, ")"));
-    if (!e.request_id.empty()) StrAppend(&msg, " [request ", e.request_id, "]");
+    std::string msg = StrCat(Printable(call.what), ": ", Printable(e.code),
+                             e.message.empty() ? "" : StrCat(" (", Printable(e.message.substr(0, 1024)), ")"));
+    if (!e.request_id.empty()) StrAppend(&msg, " [request ", Printable(e.request_id.substr(0, 256)), "]");
+    StrAppend(&msg, tries);
     if (e.code == "RequestTimeTooSkewed") {
       auto d = resp.headers.find("date");
       StrAppend(&msg, ": this machine's clock and the server's differ too much",
@@ -902,15 +944,8 @@ class S3Storage final : public Storage {
     if (!dir.empty()) CKPT_RETURN_IF_ERROR(Check(dir));
     const std::string prefix = DirPrefix(dir);
     std::map<std::string, bool> entries;
-    CKPT_RETURN_IF_ERROR(ListKeys(prefix, true, [&](const S3ListPage& page) {
-      for (const S3ListedObject& o : page.objects) {
-        if (o.key.size() > prefix.size()) entries[o.key.substr(prefix.size())] = false;
-      }
-      for (const std::string& p : page.prefixes) {
-        std::string name = p.substr(prefix.size());
-        if (!name.empty() && name.back() == '/') name.pop_back();
-        if (!name.empty()) entries[name] = true;
-      }
+    CKPT_RETURN_IF_ERROR(ListKeys(prefix, true, [&](const S3ListPage& page, const std::string& what) {
+      return AddDirectoryEntries(page, prefix, what, &entries);
     }));
     if (entries.empty() && !dir.empty()) {
       return absl::NotFoundError(StrCat("list ", client().Uri(prefix), ": no such directory (no object under it)"));
@@ -942,8 +977,8 @@ class S3Storage final : public Storage {
     CKPT_ASSIGN_OR_RETURN(std::vector<S3Upload> uploads, ListUploads(prefix));
     for (const S3Upload& u : uploads) CKPT_RETURN_IF_ERROR(AbortUpload(u.key, u.upload_id));
     std::vector<std::string> keys;
-    CKPT_RETURN_IF_ERROR(ListKeys(prefix, false, [&](const S3ListPage& page) {
-      for (const S3ListedObject& o : page.objects) keys.push_back(o.key);
+    CKPT_RETURN_IF_ERROR(ListKeys(prefix, false, [&](const S3ListPage& page, const std::string& what) {
+      return AddKeysUnder(page, prefix, what, &keys);
     }));
     keys.push_back(client().Key(dir));  // a file of that name, as on a file system
     for (size_t i = 0; i < keys.size(); i += 1000) {
@@ -1031,11 +1066,22 @@ class S3Storage final : public Storage {
     return absl::OkStatus();
   }
 
+  // A listing is one operation: its pages share one deadline, and it ends
+  // after more pages than any checkpoint root needs (a server that says
+  // "truncated" forever).
+  static constexpr int kMaxListPages = 100000;  // 10^8 keys
+  static absl::Status TooManyPages(const std::string& what) {
+    return absl::DataLossError(
+        StrCat(what, ": still truncated after ", kMaxListPages, " pages; refusing a listing that never ends"));
+  }
+
   template <typename F>
   absl::Status ListKeys(const std::string& prefix, bool delimited, F&& on_page) {
     std::string token;
+    const auto deadline = client().DeadlineFromNow();
     for (int pages = 0;; ++pages) {
       S3Call call;
+      call.deadline = deadline;
       call.query = {{"list-type", "2"}, {"prefix", prefix}};
       if (delimited) call.query.emplace_back("delimiter", "/");
       if (!token.empty()) call.query.emplace_back("continuation-token", token);
@@ -1043,9 +1089,10 @@ class S3Storage final : public Storage {
       CKPT_ASSIGN_OR_RETURN(HttpResponse resp, client().Do(call));
       auto page = ParseListObjectsV2(resp.body);
       if (!page.ok()) return Annotate(page.status(), call.what);
-      on_page(*page);
+      CKPT_RETURN_IF_ERROR(on_page(*page, call.what));
       if (!page->truncated) return absl::OkStatus();
       if (page->next_token == token) return absl::DataLossError(StrCat(call.what, ": the listing does not advance"));
+      if (pages + 1 >= kMaxListPages) return TooManyPages(call.what);
       token = page->next_token;
     }
   }
@@ -1053,8 +1100,10 @@ class S3Storage final : public Storage {
   absl::StatusOr<std::vector<S3Upload>> ListUploads(const std::string& prefix) {
     std::vector<S3Upload> out;
     std::string key_marker, id_marker;
+    const auto deadline = client().DeadlineFromNow();
     for (int pages = 0;; ++pages) {
       S3Call call;
+      call.deadline = deadline;
       call.query = {{"uploads", ""}, {"prefix", prefix}};
       if (!key_marker.empty()) call.query.emplace_back("key-marker", key_marker);
       if (!id_marker.empty()) call.query.emplace_back("upload-id-marker", id_marker);
@@ -1062,13 +1111,13 @@ class S3Storage final : public Storage {
       CKPT_ASSIGN_OR_RETURN(HttpResponse resp, client().Do(call));
       auto page = ParseListMultipartUploads(resp.body);
       if (!page.ok()) return Annotate(page.status(), call.what);
-      for (S3Upload& u : page->uploads) {
-        if (absl::StartsWith(u.key, prefix)) out.push_back(std::move(u));
-      }
+      CKPT_RETURN_IF_ERROR(CheckUploadsUnder(*page, prefix, call.what));
+      for (S3Upload& u : page->uploads) out.push_back(std::move(u));
       if (!page->truncated) return out;
       if (page->next_key_marker == key_marker && page->next_upload_id_marker == id_marker) {
         return absl::DataLossError(StrCat(call.what, ": the listing does not advance"));
       }
+      if (pages + 1 >= kMaxListPages) return TooManyPages(call.what);
       key_marker = page->next_key_marker;
       id_marker = page->next_upload_id_marker;
     }

@@ -3,9 +3,11 @@
 #ifndef CKPT_UTIL_ERRORS_H_
 #define CKPT_UTIL_ERRORS_H_
 
+#include <string>
 #include <string_view>
 
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
 
 namespace ckpt {
 
@@ -18,6 +20,12 @@ absl::Status ErrnoStatus(int err, std::string_view what);
 
 /// Prepends context to a status message, keeping its code.
 absl::Status Annotate(const absl::Status& status, std::string_view context);
+
+/// Opens `path` read-only (close-on-exec) when it is a regular file. A FIFO,
+/// a socket or a device is refused (InvalidArgument naming it) before
+/// anything can block on it: open(2) of a FIFO without a writer waits for
+/// one forever. The descriptor, blocking, or the errno status.
+absl::StatusOr<int> OpenRegularFile(const std::string& path);
 
 }  // namespace ckpt
 

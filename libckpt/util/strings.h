@@ -74,6 +74,12 @@ bool GlobMatch(std::string_view pattern, std::string_view text);
 /// `s` with & < > " ' written as XML/HTML entities (SVG text, S3 request bodies).
 std::string XmlEscape(std::string_view s);
 
+/// `s` safe to print on a terminal or in a log line: control characters
+/// (C0, DEL, NUL, and the C1 range as UTF-8) and backslashes written as
+/// \xNN escapes, everything else as it is. For text that came from outside
+/// (server error messages, listed names) before it reaches a message.
+std::string Printable(std::string_view s);
+
 }  // namespace ckpt
 
 #endif  // CKPT_UTIL_STRINGS_H_

@@ -200,7 +200,9 @@ static ckpt_plugin_code lf_open_readable(ckpt_storage* s, const char* path, ckpt
     free(f);
     return fail(err, CKPT_PLUGIN_ERR_INVALID, "path too long: %s", path);
   }
-  f->fd = open(f->path, O_RDONLY | O_CLOEXEC);
+  /* Non-blocking, so that a FIFO without a writer cannot hold the open;
+     only a regular file is read. */
+  f->fd = open(f->path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
   struct stat st;
   if (f->fd < 0 || fstat(f->fd, &st) != 0) {
     const ckpt_plugin_code c = sys_fail(err, "opening", f->path);
@@ -208,6 +210,13 @@ static ckpt_plugin_code lf_open_readable(ckpt_storage* s, const char* path, ckpt
     free(f);
     return c;
   }
+  if (!S_ISREG(st.st_mode)) {
+    close(f->fd);
+    const ckpt_plugin_code c = fail(err, CKPT_PLUGIN_ERR_INVALID, "%s is not a regular file", f->path);
+    free(f);
+    return c;
+  }
+  (void)fcntl(f->fd, F_SETFL, fcntl(f->fd, F_GETFL) & ~O_NONBLOCK);
   *size = (uint64_t)st.st_size;
   *out = f;
   return CKPT_PLUGIN_OK;

@@ -6,6 +6,8 @@
 //
 // CKPT_INTEGRITY_ROUNDS scales the damage campaign
 // (scripts/reliability-campaign.sh runs it long).
+#include <sys/stat.h>
+
 #include <algorithm>
 #include <cstdlib>
 #include <filesystem>
@@ -694,6 +696,150 @@ TEST(Integrity, RestartsRestoreAStepWithOneIntactManifest) {
   EXPECT_EQ(NewestRestorableStep(**storage, -1, keep), 5);
   EXPECT_NE(log[0].find("step 10 fails verification"), std::string::npos) << log[0];
   EXPECT_EQ(NewestRestorableStep(**storage, 4, keep), -1);
+}
+
+// Finding: when MANIFEST and MANIFEST.copy both decode but differ (here
+// MANIFEST is another save's commit of the same step), `ckpt repair`
+// rewrote the copy and CLAIM from MANIFEST, said "fixed", exited 0, and the
+// step could never load again. Repair and loads now take the one whose save
+// id CLAIM and the data files' footers agree with; when nothing decides,
+// repair exits 1 and changes nothing, and a load refuses rather than guess.
+TEST(Integrity, RepairKeepsTheManifestTheStepsOwnFilesAgreeWith) {
+  TempDir tmp;
+  const std::string other = tmp.Join("other");
+  ASSERT_OK(SaveOne(other, 1));  // the same step, another save (another save id)
+  const std::string foreign = ReadFile(StrCat(other, "/", StepDir(1), "/MANIFEST"));
+  const std::string foreign_claim = ReadFile(StrCat(other, "/", StepDir(1), "/CLAIM"));
+  for (const char* wrong : {"MANIFEST", "MANIFEST.copy"}) {
+    SCOPED_TRACE(wrong);
+    const std::string root = tmp.Join(StrCat("root-", wrong));
+    ASSERT_OK(SaveOne(root, 1));
+    const std::string sd = StrCat(root, "/", StepDir(1));
+    const std::string own = ReadFile(sd + "/MANIFEST");
+    ASSERT_NE(own, foreign);
+    WriteFile(StrCat(sd, "/", wrong), foreign);
+    EXPECT_EQ(States(root)[1], StepState::kDamaged);
+    // A load takes the manifest of the step's own files.
+    auto storage = OpenStorage(root);
+    ASSERT_OK(storage);
+    std::vector<OwnedShard> out = {EmptyShard(kWeight, Box::Whole(kWeight.shape))};
+    State target = StateOf(out);
+    ASSERT_OK(LoadCheckpoint(**storage, target, 1));
+    EXPECT_EQ(Mismatches(out[0], 1), 0);
+    auto r = RunCommand(Ckpt(StrCat("repair ", root)));
+    EXPECT_EQ(r.code, 0) << r.out;
+    EXPECT_NE(r.out.find(StrCat(StepDir(1), "/", wrong, ": rewritten")), std::string::npos) << r.out;
+    EXPECT_EQ(ReadFile(sd + "/MANIFEST"), own);
+    EXPECT_EQ(ReadFile(sd + "/MANIFEST.copy"), own);
+    auto v = RunCommand(Ckpt(StrCat("verify ", root, " --all")));
+    EXPECT_EQ(v.code, 0) << v.out;
+  }
+  // Nothing decides: MANIFEST is the other save's and so is CLAIM, while the
+  // data files are this save's. Repair changes nothing and exits 1; a load
+  // refuses.
+  const std::string root = tmp.Join("root-undecided");
+  ASSERT_OK(SaveOne(root, 1));
+  const std::string sd = StrCat(root, "/", StepDir(1));
+  WriteFile(sd + "/MANIFEST", foreign);
+  WriteFile(sd + "/CLAIM", foreign_claim);
+  const std::string copy_before = ReadFile(sd + "/MANIFEST.copy");
+  auto r = RunCommand(Ckpt(StrCat("repair ", root)));
+  EXPECT_EQ(r.code, 1) << r.out;
+  EXPECT_NE(r.out.find("the evidence does not decide"), std::string::npos) << r.out;
+  EXPECT_EQ(ReadFile(sd + "/MANIFEST"), foreign);
+  EXPECT_EQ(ReadFile(sd + "/MANIFEST.copy"), copy_before);
+  EXPECT_EQ(ReadFile(sd + "/CLAIM"), foreign_claim);
+  auto storage = OpenStorage(root);
+  ASSERT_OK(storage);
+  std::vector<OwnedShard> out = {EmptyShard(kWeight, Box::Whole(kWeight.shape))};
+  State target = StateOf(out);
+  auto refused = LoadCheckpoint(**storage, target, 1);
+  EXPECT_TRUE(absl::IsDataLoss(refused.status())) << refused.status();
+}
+
+// Finding: ExamineStep counted any read error other than NotFound as
+// damage, so during a storage outage `list` showed a healthy step as
+// damaged and `gc --damaged --yes` would have deleted it. Such a step is
+// now "unreadable": listed with the storage's error (exit 1), verified as
+// unreadable (exit 2), never collected, and a repair changes nothing.
+TEST(Integrity, AReadErrorMakesAStepUnreadableNeverDamagedAndNothingCollectsIt) {
+  TempDir tmp;
+  const std::string root = tmp.Join("root");
+  for (int64_t step = 1; step <= 3; ++step) ASSERT_OK(SaveOne(root, step));
+  const std::string faulty = StrCat("'faulty://", root, "?fault.fail_on=read&fault.match=", StepDir(2), "/MANIFEST'");
+  auto list = RunCommand(Ckpt(StrCat("list ", faulty)));
+  EXPECT_EQ(list.code, 1) << list.out;
+  EXPECT_NE(list.out.find("unreadable"), std::string::npos) << list.out;
+  EXPECT_EQ(list.out.find("damaged"), std::string::npos) << list.out;
+  EXPECT_NE(list.out.find("(injected)"), std::string::npos) << list.out;
+  auto verify = RunCommand(Ckpt(StrCat("verify ", faulty, " --step 2")));
+  EXPECT_EQ(verify.code, 2) << verify.out;
+  EXPECT_NE(verify.out.find("step 2 is unreadable"), std::string::npos) << verify.out;
+  auto gc = RunCommand(Ckpt(StrCat("gc ", faulty, " --damaged --keep-last 1 --yes")));
+  EXPECT_EQ(gc.code, 1) << gc.out;
+  EXPECT_NE(gc.out.find("kept unreadable step 2"), std::string::npos) << gc.out;
+  EXPECT_TRUE(fs::exists(StrCat(root, "/", StepDir(2), "/MANIFEST")));
+  const std::string manifest = ReadFile(StrCat(root, "/", StepDir(2), "/MANIFEST"));
+  auto repair = RunCommand(Ckpt(StrCat("repair ", faulty, " --step 2")));
+  EXPECT_EQ(repair.code, 1) << repair.out;
+  EXPECT_EQ(ReadFile(StrCat(root, "/", StepDir(2), "/MANIFEST")), manifest);
+  // Healthy again, the step is what it always was.
+  EXPECT_EQ(States(root)[2], StepState::kCommitted);
+  EXPECT_EQ(RunCommand(Ckpt(StrCat("verify ", root, " --step 2"))).code, 0);
+}
+
+// Finding: a FIFO in place of a data file blocked every reader in open(2),
+// for good. It is refused, by name, before anything can wait on it.
+TEST(Integrity, AFifoInPlaceOfADataFileIsRefusedNotWaitedOn) {
+  TempDir tmp;
+  const std::string root = tmp.Join("root");
+  ASSERT_OK(SaveOne(root, 1));
+  const std::string data = StrCat(root, "/", StepDir(1), "/", DataFileName(0));
+  fs::remove(data);
+  ASSERT_EQ(mkfifo(data.c_str(), 0644), 0);
+  auto r = RunCommand(StrCat("timeout 30 ", Ckpt(StrCat("verify ", root))));
+  EXPECT_NE(r.code, 124) << "verify waited on the FIFO\n" << r.out;
+  EXPECT_NE(r.code, 0) << r.out;
+  EXPECT_NE(r.out.find("is a FIFO, not a regular file"), std::string::npos) << r.out;
+  std::vector<OwnedShard> out = {EmptyShard(kWeight, Box::Whole(kWeight.shape))};
+  State target = StateOf(out);
+  auto storage = OpenStorage(root);
+  ASSERT_OK(storage);
+  auto loaded = LoadCheckpoint(**storage, target, 1);
+  EXPECT_FALSE(loaded.ok());
+  EXPECT_NE(loaded.status().message().find("FIFO"), absl::string_view::npos) << loaded.status();
+}
+
+// Finding: a gc killed between removing MANIFEST.copy and MANIFEST left a
+// step that the next plain gc kept as "damaged", for good. Killed at each
+// operation that changes the storage, in turn, the next plain gc finishes
+// the removal: no step is left damaged and the kept step verifies.
+TEST(Integrity, AGcKilledAtAnyOperationIsFinishedByTheNextGc) {
+  TempDir tmp;
+  const std::string base = tmp.Join("base");
+  for (int64_t step = 1; step <= 3; ++step) ASSERT_OK(SaveOne(base, step));
+  bool finished = false;
+  int runs = 0;
+  for (int op = 1; op <= 40 && !finished; ++op) {
+    SCOPED_TRACE(StrCat("killed at operation ", op));
+    const std::string root = tmp.Join(StrCat("root", op));
+    fs::copy(base, root, fs::copy_options::recursive);
+    auto killed = RunCommand(Ckpt(StrCat("gc 'faulty://", root, "?fault.kill_at_op=", op, "' --keep-last 1 --yes")));
+    finished = killed.code == 0;
+    ++runs;
+    auto gc = RunCommand(Ckpt(StrCat("gc ", root, " --keep-last 1 --yes")));
+    EXPECT_EQ(gc.code, 0) << gc.out;
+    EXPECT_EQ(gc.out.find("damaged"), std::string::npos) << gc.out;
+    const auto states = States(root);
+    EXPECT_EQ(states.size(), 1u) << gc.out;
+    for (const auto& [step, state] : states) {
+      EXPECT_EQ(step, 3);
+      EXPECT_EQ(state, StepState::kCommitted) << step;
+    }
+    EXPECT_EQ(RunCommand(Ckpt(StrCat("verify ", root, " --all"))).code, 0);
+  }
+  EXPECT_TRUE(finished) << "gc was killed at each of its first 40 operations";
+  EXPECT_GE(runs, 10) << "fewer operations than two step removals take";
 }
 
 }  // namespace

@@ -373,8 +373,11 @@ int ListMain(int argc, char** argv, int first) {
     std::printf("%-12s %s%-10s %10s %10s %s\n", "step", with_memory ? "level    " : "", "state", "size", "age",
                 local ? "tiers" : "");
   }
-  bool any_damaged = false;
-  for (const StepInfo& s : *steps) any_damaged = any_damaged || s.state == StepState::kDamaged;
+  bool any_damaged = false, any_unreadable = false;
+  for (const StepInfo& s : *steps) {
+    any_damaged = any_damaged || s.state == StepState::kDamaged;
+    any_unreadable = any_unreadable || s.state == StepState::kUnreadable;
+  }
   auto print_memory = [&] {
     const std::string state = coord::MemoryLevelStateName(memory.state);
     if (json) {
@@ -433,7 +436,7 @@ int ListMain(int argc, char** argv, int first) {
       std::printf("%-12lld %s%-10s %10s %10s %s\n", static_cast<long long>(s.step), with_memory ? "durable  " : "",
                   mark ? (state + " *").c_str() : state.c_str(), HumanBytes(static_cast<double>(s.bytes)).c_str(),
                   age_text.c_str(), tiers(s.step).c_str());
-      if (!s.damage.empty()) std::printf("             %s\n", s.damage.c_str());
+      if (!s.damage.empty()) std::printf("             %s\n", Printable(s.damage).c_str());
     }
   }
   if (!memory_printed) print_memory();
@@ -460,7 +463,12 @@ int ListMain(int argc, char** argv, int first) {
         "damaged steps are kept by every cleanup; `ckpt verify DIR --all` details them, "
         "`ckpt repair DIR` rebuilds damaged manifests\n");
   }
-  return any_damaged ? kExitProblem : kExitOk;
+  if (!json && any_unreadable) {
+    std::printf(
+        "unreadable steps: the storage erred or contradicted itself reading their manifests; nothing removes them "
+        "(try again when the storage is healthy)\n");
+  }
+  return any_damaged || any_unreadable ? kExitProblem : kExitOk;
 }
 
 int GcMain(int argc, char** argv, int first) {
@@ -486,8 +494,9 @@ int GcMain(int argc, char** argv, int first) {
   if (keep_last < 0 || keep_every < 0) return Fail("gc", absl::InvalidArgumentError("counts must be >= 0"));
   auto storage = OpenStorage(dir);
   if (!storage.ok()) return Fail("gc", storage.status());
-  if (!ListCheckpointSteps(**storage).ok()) {
-    return Fail("gc", absl::NotFoundError(StrCat("checkpoint root ", dir, " does not exist")));
+  if (absl::Status listed = ListCheckpointSteps(**storage).status(); !listed.ok()) {
+    return Fail("gc", absl::IsNotFound(listed) ? absl::NotFoundError(StrCat("checkpoint root ", dir, " does not exist"))
+                                               : listed);
   }
   GcOptions o;
   o.retention.keep_last = static_cast<int>(keep_last);
@@ -508,18 +517,21 @@ int GcMain(int argc, char** argv, int first) {
     for (int64_t s : report->removed_damaged) w.Int(s);
     w.EndArray().Key("kept_damaged").BeginArray();
     for (int64_t s : report->kept_damaged) w.Int(s);
+    w.EndArray().Key("kept_unreadable").BeginArray();
+    for (int64_t s : report->kept_unreadable) w.Int(s);
     w.EndArray().Key("aborted_uploads").BeginArray();
     for (const std::string& u : report->aborted_uploads) w.String(u);
     w.EndArray().Key("reasons").BeginArray();
     for (const std::string& r : report->reasons) w.String(r);
     w.EndArray().Field("bytes_freed", report->bytes_freed).EndObject();
     std::printf("%s\n", w.str().c_str());
-    return kExitOk;
+    return report->kept_unreadable.empty() ? kExitOk : kExitProblem;
   }
-  for (const std::string& r : report->reasons) std::printf("%s\n", r.c_str());
+  for (const std::string& r : report->reasons) std::printf("%s\n", Printable(r).c_str());
   std::printf("%s %s%s\n", yes ? "freed" : "would free", HumanBytes(static_cast<double>(report->bytes_freed)).c_str(),
               yes ? "" : " (dry run: add --yes to remove)");
-  return kExitOk;
+  // Steps the storage could not account for are a problem to look at.
+  return report->kept_unreadable.empty() ? kExitOk : kExitProblem;
 }
 
 }  // namespace ckpt::tools
@@ -548,14 +560,32 @@ int RepairMetadataOnly(const std::string& dir, int64_t step, bool dry_run, bool 
   auto steps = ListCheckpointSteps(**storage);
   if (!steps.ok()) return Fail("repair", steps.status());
   std::vector<std::string> repaired, lost;
+  std::vector<int64_t> touched;
   for (const StepInfo& s : *steps) {
     if (s.state == StepState::kPartial) continue;
     if (step != kLatestStep && s.step != step) continue;
+    const size_t before = repaired.size();
     if (absl::Status r = RepairStepMetadata(**storage, s.step, dry_run, &repaired, &lost); !r.ok()) {
       return Fail("repair", r);
     }
+    if (repaired.size() > before) touched.push_back(s.step);
   }
   if (absl::Status r = RepairLatest(**storage, dry_run, &repaired); !r.ok()) return Fail("repair", r);
+  // A repair is done when the step verifies: what it rewrote is checked
+  // against the data files once more, and a step that still fails is lost.
+  if (!dry_run) {
+    for (int64_t each : touched) {
+      VerifyOptions vo;
+      vo.deep = false;
+      auto rep = VerifyStep(**storage, each, vo);
+      if (!rep.ok()) {
+        lost.push_back(StrCat("step ", each, " after the repair: ", rep.status().message()));
+      } else if (!rep->ok()) {
+        lost.push_back(StrCat("step ", each,
+                              " still fails `ckpt verify --fast` after the repair: ", rep->problems.front().message));
+      }
+    }
+  }
   if (json) {
     JsonWriter w;
     w.BeginObject().Field("root", dir).Field("dry_run", dry_run).Field("ok", lost.empty());

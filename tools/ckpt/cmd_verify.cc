@@ -79,15 +79,17 @@ int VerifyMain(int argc, char** argv, int first) {
   for (const auto& [tier, target] : targets) {
     Storage& st = *target;
     const std::string where = tier.empty() ? dir : StrCat(dir, " (", tier, " tier)");
-    if (auto lp = CheckLatestPointer(st)) {
-      if (!latest_problem) latest_problem = lp;
-      ok = false;
-    }
+    // The steps first: a root that cannot be listed is unreadable (exit 2)
+    // before anything else is asked of it.
     auto list = ListCheckpointSteps(st);
     if (!list.ok()) {
       if (!tier.empty() && absl::IsNotFound(list.status())) continue;  // an empty tier
-      std::fprintf(stderr, "ckpt verify: %s\n", std::string(list.status().message()).c_str());
+      std::fprintf(stderr, "ckpt verify: %s\n", Printable(SV(list.status().message())).c_str());
       return kExitUsage;
+    }
+    if (auto lp = CheckLatestPointer(st)) {
+      if (!latest_problem) latest_problem = lp;
+      ok = false;
     }
     // Which steps: every one (--all), the one asked for, or the step LATEST
     // names and the newest committed step (damaged or not).
