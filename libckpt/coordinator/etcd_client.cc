@@ -242,7 +242,7 @@ absl::StatusOr<std::string> EtcdClient::Call(std::string_view path, const std::s
     auto err = ParseJson(*body_or, "etcd's error answer");
     std::string msg = StrCat("HTTP ", status);
     if (err.ok()) {
-      if (const JsonValue* m = err->Find("message"); m != nullptr && !m->text.empty()) msg = m->text;
+      if (const JsonValue* m = err->Find("message"); m != nullptr && !m->text.empty()) msg = Printable(m->text);
     }
     if (!config_.user.empty() && msg.find("token") != std::string::npos) {
       // An expired token: once more with a new one.

@@ -80,7 +80,14 @@ class EtcdLog final : public StateLog {
     const std::string end = EtcdClient::PrefixEnd(dir);
     std::string from = dir;
     int64_t expect = 1;
-    while (true) {
+    // Pages advance (Range refuses keys before `from`), and a log longer
+    // than any job writes is refused rather than read forever.
+    constexpr int kMaxPages = 100000;  // 10^8 records
+    for (int pages = 0;; ++pages) {
+      if (pages == kMaxPages) {
+        return absl::DataLossError(
+            StrCat(Describe(), ": more than ", kMaxPages, " pages of records; refusing a log that never ends"));
+      }
       bool more = false;
       auto page = client_.Range(from, end, 1000, &more);
       if (!page.ok()) return Annotate(page.status(), StrCat("reading the coordinator's state from ", Describe()));

@@ -2,7 +2,9 @@
 // listings, upload listings, error bodies, InitiateMultipartUpload answers,
 // ISO 8601 times and INI files. The first byte picks the reader.
 #include <cstdint>
+#include <map>
 #include <string>
+#include <vector>
 
 #include "storage/s3_parse.h"
 
@@ -13,6 +15,23 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     case 0: {
       auto page = ckpt::ParseListObjectsV2(text);
       if (page.ok() && page->truncated && page->next_token.empty()) __builtin_trap();
+      if (page.ok()) {
+        // Whatever the server listed, nothing accepted lies outside the
+        // prefix, and no accepted name is a path.
+        const std::string prefix = "root/dir/";
+        std::vector<std::string> keys;
+        if (ckpt::AddKeysUnder(*page, prefix, "fuzz", &keys).ok()) {
+          for (const std::string& k : keys) {
+            if (k.compare(0, prefix.size(), prefix) != 0) __builtin_trap();
+          }
+        }
+        std::map<std::string, bool> entries;
+        if (ckpt::AddDirectoryEntries(*page, prefix, "fuzz", &entries).ok()) {
+          for (const auto& [name, is_dir] : entries) {
+            if (name.empty() || name == "." || name == ".." || name.find('/') != std::string::npos) __builtin_trap();
+          }
+        }
+      }
       break;
     }
     case 1: {

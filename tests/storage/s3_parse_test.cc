@@ -1,9 +1,12 @@
 // The pieces of the s3:// backend that need no server: Signature V4
 // against AWS's published example, the XML and INI readers on good and
-// hostile input, and the URI's options and credentials.
+// hostile input, the listing checks against foreign keys, and the URI's
+// options and credentials.
 #include "storage/s3_parse.h"
 
 #include <fstream>
+#include <map>
+#include <random>
 
 #include "ckpt/storage.h"
 #include "storage/s3_sign.h"
@@ -95,6 +98,61 @@ TEST(S3Xml, HostileBodiesAreErrorsNotCrashes) {
   EXPECT_EQ(e.message, "gone & lost");
   EXPECT_EQ(e.request_id, "tx1");
   EXPECT_TRUE(ParseS3Error("<html>proxy error</html>").code.empty());
+}
+
+// Property: whatever a listing holds, every name it yields is one
+// component of the directory asked for, and every key it yields for a
+// removal lies under the prefix; a key or common prefix outside it is
+// refused, naming it with control characters escaped.
+TEST(S3Listing, ForeignKeysAreRefusedAndEveryAcceptedNameIsUnderThePrefix) {
+  const std::string prefix = "team/job/";
+  const std::vector<std::string> pool = {"team/job/LATEST",
+                                         "team/job/step-0000000001/MANIFEST",
+                                         "team/job/step-0000000001/rank-000000.ckd",
+                                         "team/job/",
+                                         "team/jobX/step-0000000001/MANIFEST",
+                                         "team/jo",
+                                         "other-team/model.bin",
+                                         "team/job/../escape",
+                                         "team/job//double",
+                                         "team/job/./dot",
+                                         std::string("team/job/nul\0name", 18),
+                                         "team/job/\x1b[31mred"};
+  std::mt19937 rng(7);
+  int refused = 0, accepted = 0;
+  for (int round = 0; round < 2000; ++round) {
+    S3ListPage page;
+    const int n = static_cast<int>(rng() % 5);
+    for (int i = 0; i < n; ++i) {
+      const std::string& k = pool[rng() % pool.size()];
+      if (rng() % 3 == 0) {
+        page.prefixes.push_back(k.back() == '/' ? k : k + "/");
+      } else {
+        page.objects.push_back(S3ListedObject{k, 1});
+      }
+    }
+    bool foreign = false;
+    for (const auto& o : page.objects) foreign = foreign || o.key.rfind(prefix, 0) != 0;
+    std::vector<std::string> keys;
+    absl::Status under = AddKeysUnder(page, prefix, "list", &keys);
+    EXPECT_EQ(under.ok(), !foreign);
+    for (const std::string& k : keys) EXPECT_EQ(k.rfind(prefix, 0), 0u) << k;
+    std::map<std::string, bool> entries;
+    absl::Status dir = AddDirectoryEntries(page, prefix, "list", &entries);
+    if (!dir.ok()) {
+      ++refused;
+      EXPECT_TRUE(absl::IsDataLoss(dir)) << dir;
+      EXPECT_EQ(std::string(dir.message()).find('\x1b'), std::string::npos) << "an escape reached a message";
+      EXPECT_EQ(std::string(dir.message()).find('\0'), std::string::npos) << "a NUL reached a message";
+      continue;
+    }
+    ++accepted;
+    for (const auto& [name, is_dir] : entries) {
+      EXPECT_FALSE(name.empty() || name == "." || name == ".." || name.find('/') != std::string::npos) << name;
+    }
+  }
+  EXPECT_GT(refused, 100);
+  EXPECT_GT(accepted, 100);
 }
 
 TEST(S3Ini, ReadsProfilesAndNamesTheBadLine) {

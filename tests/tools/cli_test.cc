@@ -75,6 +75,21 @@ TEST(Cli, UsageErrorsExitTwo) {
   EXPECT_EQ(Ckpt("verify --bogus x").code, 2);
 }
 
+// Finding: verify and restore-check gave different exit codes for the
+// same root that the storage could not read (2 and 1). Every command that
+// reads a root says 2 for it.
+TEST(Cli, AnUnreadableRootIsExitTwoForEveryCommand) {
+  TempDir dir;
+  const std::string root = dir.Join("root");
+  ASSERT_EQ(Ckpt("synth --out " + root + " --params 100K").code, 0);
+  const std::string unreadable = " 'faulty://" + root + "?fault.fail_on=list,read'";
+  for (const std::string cmd : {"verify", "restore-check", "list", "inspect", "stats", "gc"}) {
+    CliRun r = Ckpt(cmd + unreadable + (cmd == "restore-check" ? " --mesh tp=1" : ""));
+    EXPECT_EQ(r.code, 2) << cmd << ": " << r.out;
+    EXPECT_TRUE(Has(r.out, "(injected)")) << cmd << ": " << r.out;
+  }
+}
+
 TEST(Cli, SynthRestoreVerifyInspect) {
   TempDir dir;
   const std::string root = dir.Join("root");

@@ -67,9 +67,9 @@ int RestoreCheckMain(int argc, char** argv, int first) {
   }
   if (!res.ok()) {
     std::fprintf(stderr, "ckpt restore-check: %s\n", std::string(res.status().message()).c_str());
-    // Corruption found while loading is a problem; a missing root or step
-    // is unreadable input.
-    return absl::IsNotFound(res.status()) || absl::IsFailedPrecondition(res.status()) ? kExitUsage : kExitProblem;
+    // Corruption found while loading is a problem; a missing root or step,
+    // or one the storage cannot read, is unreadable input.
+    return ExitCodeOf(res.status());
   }
   if (!res->damage_note.empty()) std::fprintf(stderr, "ckpt restore-check: %s\n", res->damage_note.c_str());
   const double amp = res->bytes_needed ? static_cast<double>(res->bytes_decoded) / res->bytes_needed : 1.0;

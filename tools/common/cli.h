@@ -22,6 +22,15 @@ namespace ckpt::tools {
 /// Exit codes of every subcommand (docs/cli.md).
 enum ExitCode : int { kExitOk = 0, kExitProblem = 1, kExitUsage = 2 };
 
+/// The exit code of a command that stopped on `s`: damage found in what was
+/// read (DataLoss) is a problem (1); anything else, a root or step that is
+/// missing or that the storage could not read, is unreadable input (2). One
+/// answer for every command that reads a root.
+inline int ExitCodeOf(const absl::Status& s) {
+  if (s.ok()) return kExitOk;
+  return absl::IsDataLoss(s) ? kExitProblem : kExitUsage;
+}
+
 /// A minimal flag parser: --name value, --name=value, --switch, positionals.
 class Args {
  public:
