@@ -234,22 +234,25 @@ class PeerMemoryImpl final : public PeerMemory, public std::enable_shared_from_t
   // Out of descriptors: the oldest connection that has not authenticated
   // makes room; with none, the reserve descriptor is given up to refuse the
   // newcomer, and accepting pauses a little. Never a busy loop.
+  // The dropped connection closes on its own strand: accepting waits a
+  // moment for its descriptor rather than dropping the next one at once.
   void OnOutOfDescriptors(const boost::system::error_code& ec) {
+    auto pause = std::chrono::milliseconds(100);
     if (auto oldest = unauthenticated_.TakeOldest()) {
       oldest->Drop(StrCat("out of descriptors (", ec.message(),
                           "): the oldest connection that has not "
                           "authenticated makes room"));
-      Accept();
-      return;
+      pause = std::chrono::milliseconds(5);
+    } else {
+      if (reserve_.RefuseOne(acceptor_.native_handle())) ++refused_;
+      const auto now = std::chrono::steady_clock::now();
+      if (now - last_refusal_log_ > std::chrono::seconds(60)) {
+        Log(StrCat("out of descriptors (", ec.message(), "): refusing connections; every open one has authenticated (",
+                   refused_, " refused so far)"));
+        last_refusal_log_ = now;
+      }
     }
-    if (reserve_.RefuseOne(acceptor_.native_handle())) ++refused_;
-    const auto now = std::chrono::steady_clock::now();
-    if (now - last_refusal_log_ > std::chrono::seconds(60)) {
-      Log(StrCat("out of descriptors (", ec.message(), "): refusing connections; every open one has authenticated (",
-                 refused_, " refused so far)"));
-      last_refusal_log_ = now;
-    }
-    accept_pause_.expires_after(std::chrono::milliseconds(100));
+    accept_pause_.expires_after(pause);
     accept_pause_.async_wait([this](const boost::system::error_code& e) {
       if (!e) Accept();
     });
