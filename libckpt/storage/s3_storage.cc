@@ -130,6 +130,8 @@ class S3Client {
   WorkerPool& pool() { return pool_; }
 
   std::string Uri(std::string_view key) const { return StrCat("s3://", cfg_.bucket, "/", key); }
+  /// The server, for messages: "http://127.0.0.1:7480".
+  std::string Endpoint() const { return StrCat(cfg_.scheme, "://", cfg_.host); }
 
   std::string Key(std::string_view path) const {
     return cfg_.prefix.empty() ? std::string(path) : StrCat(cfg_.prefix, "/", path);
@@ -1089,7 +1091,7 @@ class S3Storage final : public Storage {
       CKPT_ASSIGN_OR_RETURN(HttpResponse resp, client().Do(call));
       auto page = ParseListObjectsV2(resp.body);
       if (!page.ok()) return Annotate(page.status(), call.what);
-      CKPT_RETURN_IF_ERROR(on_page(*page, call.what));
+      CKPT_RETURN_IF_ERROR(on_page(*page, StrCat(call.what, " from ", client().Endpoint())));
       if (!page->truncated) return absl::OkStatus();
       if (page->next_token == token) return absl::DataLossError(StrCat(call.what, ": the listing does not advance"));
       if (pages + 1 >= kMaxListPages) return TooManyPages(call.what);
@@ -1111,7 +1113,7 @@ class S3Storage final : public Storage {
       CKPT_ASSIGN_OR_RETURN(HttpResponse resp, client().Do(call));
       auto page = ParseListMultipartUploads(resp.body);
       if (!page.ok()) return Annotate(page.status(), call.what);
-      CKPT_RETURN_IF_ERROR(CheckUploadsUnder(*page, prefix, call.what));
+      CKPT_RETURN_IF_ERROR(CheckUploadsUnder(*page, prefix, StrCat(call.what, " from ", client().Endpoint())));
       for (S3Upload& u : page->uploads) out.push_back(std::move(u));
       if (!page->truncated) return out;
       if (page->next_key_marker == key_marker && page->next_upload_id_marker == id_marker) {

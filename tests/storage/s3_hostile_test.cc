@@ -86,6 +86,7 @@ TEST(HostileS3, AListingOfForeignKeysIsRefusedAndNothingOutsideTheRootIsDeleted)
     CommandResult gc = Ckpt(StrCat("gc ", Q(b.root), " --newer-partial --yes"));
     EXPECT_NE(gc.code, 0) << mode << "\n" << gc.out;
     EXPECT_NE(gc.out.find("not under the prefix asked for"), std::string::npos) << mode << "\n" << gc.out;
+    EXPECT_NE(gc.out.find(StrCat("from ", server.endpoint())), std::string::npos) << "the server is named\n" << gc.out;
     EXPECT_EQ(server.Keys("bkt"), b.before) << mode << ": gc deleted keys\n" << gc.out;
     ASSERT_TRUE(server.Set("ignore_prefix="));
   }
