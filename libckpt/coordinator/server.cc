@@ -4,7 +4,6 @@
 #include "coordinator/server.h"
 
 #include <fcntl.h>
-#include <poll.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -1098,8 +1097,9 @@ class CoordinatorImpl final : public Coordinator, public SessionOwner {
     return v;
   }
 
-  // The soft limit on descriptors is raised to the hard one: each member
-  // holds one connection, and the unauthenticated ones are capped.
+  // Says the descriptor limit in force (Init raises the soft one to the
+  // hard one: each member holds one connection, and the unauthenticated
+  // ones are capped).
   void LogDescriptorLimit(const rlimit& rl) {
     Log(StrCat("descriptor limit ", rl.rlim_cur, " (hard ", rl.rlim_max, "); at most ", options_.max_unauthenticated,
                " connections may wait to join, for ", options_.handshake_timeout_s,
