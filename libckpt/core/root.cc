@@ -8,9 +8,11 @@
 #include <cstdio>
 #include <cstring>
 #include <map>
+#include <memory>
 #include <optional>
 #include <set>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/match.h"
@@ -79,37 +81,54 @@ absl::StatusOr<std::vector<int64_t>> StepDirsNewestFirst(Storage& storage) {
   return steps;
 }
 
-// "" when `m` is the commit of the save whose files the step holds: its
-// record of CLAIM is the CLAIM on the storage, and the footer of each of its
-// data files carries the save id it records; otherwise what disagrees (or
-// could not be read: that is no evidence for it either).
-std::string Disagreement(Storage& storage, const std::string& dir, const Manifest& m) {
-  if (m.format_version < 3) return "a manifest of format version < 3 records no save ids";
-  const std::string claim_path = StrCat(dir, "/", kClaimName);
-  auto claim = storage.GetAll(claim_path);
-  if (!claim.ok()) return StrCat(claim_path, ": ", claim.status().message());
-  if (*claim != m.claim) return StrCat("its record of ", kClaimName, " is not the ", kClaimName, " in the step");
-  for (const ManifestFile& f : m.files) {
-    if (!absl::EndsWith(f.name, ".ckd")) continue;
-    const std::string path = StrCat(dir, "/", f.name);
-    auto file = storage.OpenReadable(path);
-    if (!file.ok()) return StrCat(path, ": ", file.status().message());
-    const uint64_t size = (*file)->size();
-    if (size < kFooterSize) return StrCat(path, " is too short for a footer");
-    std::byte tail[kFooterSize];
-    if (absl::Status r = (*file)->ReadAt(size - kFooterSize, absl::MakeSpan(tail, kFooterSize)); !r.ok()) {
-      return StrCat(path, ": ", r.message());
+// What a step's own files say about which save wrote them: its CLAIM and
+// the save id in each data file's footer, each read once however many
+// manifests are weighed against them.
+class StepEvidence {
+ public:
+  StepEvidence(Storage& storage, std::string dir) : storage_(storage), dir_(std::move(dir)) {}
+
+  // "" when `m` is the commit of the save whose files the step holds: its
+  // record of CLAIM is the CLAIM on the storage, and the footer of each of
+  // its data files carries the save id it records; otherwise what disagrees
+  // (or could not be read: that is no evidence for it either).
+  std::string Disagreement(const Manifest& m) {
+    if (m.format_version < 3) return "a manifest of format version < 3 records no save ids";
+    const std::string claim_path = StrCat(dir_, "/", kClaimName);
+    if (!claim_) claim_ = storage_.GetAll(claim_path);
+    if (!claim_->ok()) return StrCat(claim_path, ": ", claim_->status().message());
+    if (**claim_ != m.claim) return StrCat("its record of ", kClaimName, " is not the ", kClaimName, " in the step");
+    for (const ManifestFile& f : m.files) {
+      if (!absl::EndsWith(f.name, ".ckd")) continue;
+      const std::string path = StrCat(dir_, "/", f.name);
+      auto [it, fresh] = footers_.try_emplace(f.name, absl::UnknownError(""));
+      if (fresh) it->second = FooterSaveId(path);
+      if (!it->second.ok()) return std::string(it->second.status().message());
+      if (*it->second != f.save_id) {
+        char want[19], got[19];
+        return StrCat(path, " was written by save ", HexHashTo(*it->second, got), ", it records save ",
+                      HexHashTo(f.save_id, want));
+      }
     }
-    auto footer = DecodeFooter(tail, path, size - kFooterSize);
-    if (!footer.ok()) return std::string(footer.status().message());
-    if (footer->save_id != f.save_id) {
-      char want[19], got[19];
-      return StrCat(path, " was written by save ", HexHashTo(footer->save_id, got), ", it records save ",
-                    HexHashTo(f.save_id, want));
-    }
+    return "";
   }
-  return "";
-}
+
+ private:
+  absl::StatusOr<uint64_t> FooterSaveId(const std::string& path) {
+    CKPT_ASSIGN_OR_RETURN(std::unique_ptr<ReadableFile> file, storage_.OpenReadable(path));
+    const uint64_t size = file->size();
+    if (size < kFooterSize) return absl::DataLossError(StrCat(path, " is too short for a footer"));
+    std::byte tail[kFooterSize];
+    CKPT_RETURN_IF_ERROR(file->ReadAt(size - kFooterSize, absl::MakeSpan(tail, kFooterSize)));
+    CKPT_ASSIGN_OR_RETURN(DataFileFooter footer, DecodeFooter(tail, path, size - kFooterSize));
+    return footer.save_id;
+  }
+
+  Storage& storage_;
+  const std::string dir_;
+  std::optional<absl::StatusOr<std::string>> claim_;
+  std::map<std::string, absl::StatusOr<uint64_t>> footers_;  // data file name -> save id
+};
 
 // A partial step that a gc began removing (ExamineStep said so).
 bool Retiring(const StepInfo& s) {
@@ -217,9 +236,9 @@ absl::StatusOr<StepExamination> ExamineStep(Storage& storage, int64_t step, Grid
         ex.copy_problem = Located(copy, mb.status().message());
       } else if (ma.ok()) {
         // Two commits of two saves: the step's own files say which is right.
-        ex.manifests_differ = true;
-        const std::string against_a = Disagreement(storage, dir, *ma);
-        const std::string against_b = Disagreement(storage, dir, *mb);
+        StepEvidence evidence(storage, dir);
+        const std::string against_a = evidence.Disagreement(*ma);
+        const std::string against_b = evidence.Disagreement(*mb);
         const std::string differ =
             StrCat(" decodes but differs from ", kManifestName, " (both cannot be the commit of one save)");
         if (against_a.empty() && !against_b.empty()) {
@@ -440,7 +459,7 @@ absl::StatusOr<std::vector<int64_t>> HealManifestCopies(Storage& storage) {
     if (has_copy) continue;
     auto ex = ExamineStep(storage, step);
     if (!ex.ok() || ex->info.state != StepState::kDamaged || !ex->manifest || ex->from_copy ||
-        ex->copy_problem.empty() || ex->manifests_differ) {
+        ex->copy_problem.empty()) {
       continue;  // v1, unreadable, or damaged otherwise
     }
     CKPT_RETURN_IF_ERROR(storage.PutAtomic(copy, AsBytesView(ex->intact_bytes)));

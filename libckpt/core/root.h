@@ -29,11 +29,10 @@ struct StepExamination {
   std::string copy_problem;
   /// The bytes of the intact one (for repairs).
   std::string intact_bytes;
-  /// MANIFEST and its copy both decode but differ (the commits of two
-  /// saves). The one whose save id agrees with CLAIM and with the data
+  /// When MANIFEST and its copy both decode but differ (the commits of two
+  /// saves), the one whose save id agrees with CLAIM and with the data
   /// files' footers is `manifest` (and its bytes `intact_bytes`); when the
-  /// evidence decides nothing, `manifest` is empty and `undecided` says why.
-  bool manifests_differ = false;
+  /// evidence decides nothing, `manifest` is empty and this says why.
   std::string undecided;
 };
 

@@ -149,7 +149,6 @@ class S3Client {
   // transport error, saying how many attempts were made over how long.
   // What Send did, for the error of an answer that is not a success.
   struct Tried {
-    int attempts = 0;
     bool out_of_time = false;  // it stopped because the deadline came
     std::string text;          // " (3 attempts in 6012 ms; the deadline of 6 s ran out)"
   };
@@ -235,13 +234,15 @@ class S3Client {
       backoff = std::min(backoff * 2, 2.0);
     }
     if (attempts != nullptr) *attempts = attempt;
-    const std::string tries = Tries(attempt, start, out_of_time);
     if (!last.ok()) {
       return absl::Status(out_of_time && absl::IsUnavailable(last.status()) ? absl::StatusCode::kDeadlineExceeded
                                                                             : last.status().code(),
-                          StrCat(call.what, ": ", last.status().message(), tries));
+                          StrCat(call.what, ": ", last.status().message(), Tries(attempt, start, out_of_time)));
     }
-    if (tried != nullptr) *tried = Tried{attempt, out_of_time, tries};
+    // The account of the attempts is made for a failed answer only.
+    if (tried != nullptr && (last->status < 200 || last->status >= 300)) {
+      *tried = Tried{out_of_time, Tries(attempt, start, out_of_time)};
+    }
     return last;
   }
 
