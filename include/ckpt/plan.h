@@ -32,8 +32,10 @@ struct CKPT_EXPORT SavePlan {
 
 /// Plans a save of `layouts` over `mesh`. Empty boxes are skipped. A box
 /// held by several ranks is written by the holder to which that replica
-/// group's earlier boxes (in tensor order) gave the fewest bytes, ties to the
-/// lowest rank: a rule each holder can apply alone, from the layouts.
+/// group's earlier boxes (largest first, ties in the order of the tensors'
+/// names) gave the fewest bytes, ties to the lowest rank: a rule each holder
+/// can apply alone, from the layouts. The Checkpointer's saves follow it,
+/// with layouts or given boxes.
 CKPT_EXPORT absl::StatusOr<SavePlan> PlanSave(const std::vector<TensorLayout>& layouts, const Mesh& mesh);
 
 /// One box a rank holds, and whether it writes it.

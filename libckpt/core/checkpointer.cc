@@ -17,6 +17,7 @@
 #include "core/load_step.h"
 #include "core/publish.h"
 #include "core/root.h"
+#include "core/rule_commit.h"
 #include "core/save_handle.h"
 #include "core/save_pieces.h"
 #include "core/storage_arbiter.h"
@@ -120,9 +121,21 @@ class Checkpointer::Impl {
     const bool claim_first = options_.communicator && !options_.communicator->CallableFromAnyThread();
     if (claim_first) CKPT_RETURN_IF_ERROR(take_claim(*job));
 
-    // With a communicator, replicas agree which of them writes each box.
+    // Which replica writes each box that several ranks hold: with layouts,
+    // each rank works it out alone (no collective); for boxes given one by
+    // one, the leader does from every rank's list (with a communicator).
+    // Both follow plan/'s rule.
     std::vector<bool> writes(state.shards().size(), true);
-    if (options_.communicator) {
+    const int tiles = job->writer->tiles_shards() ? options_.max_column_tiles : 1;
+    std::shared_ptr<const SaveRules> rules;
+    if (state.LaidOut()) {
+      CKPT_RETURN_IF_ERROR(
+          rank_rules_.Update(state, options_.rank, options_.world_size, options_.mesh, engine_->block_size(), tiles));
+      writes = rank_rules_.writes();
+      // The leader builds the manifest from the rules where every block is
+      // framed (.ckd): the rank then reports a summary of its file.
+      if (job->writer->frames_blocks()) rules = rank_rules_.rules();
+    } else if (options_.communicator) {
       CKPT_ASSIGN_OR_RETURN(
           writes, AgreeOnWriters(*options_.communicator, state, options_.collective_timeout_s, &writer_cache_));
     }
@@ -137,14 +150,19 @@ class Checkpointer::Impl {
     auto replicas = std::make_shared<std::vector<ReplicaHash>>();
     if (options_.arbiter && options_.hash_replicas) *replicas = HashReplicas(state, writes);
     // Pieces: non-empty shards (large ones as column tiles), then blobs.
-    SavePieces pieces =
-        BuildSavePieces(state, writes, job->writer->tiles_shards() ? options_.max_column_tiles : 1, options_.rank);
+    SavePieces pieces = BuildSavePieces(state, writes, tiles, options_.rank);
     // The report skeleton needs the piece -> block mapping from Run.
-    auto report =
-        std::make_shared<Manifest>(NewRankReport(step, options_.world_size, job->codec, options_.mesh, save_options));
+    auto report = std::make_shared<Manifest>(NewRankReport(
+        step, options_.world_size, job->codec, rules ? std::optional<Mesh>(rules->mesh) : options_.mesh, save_options));
+    std::shared_ptr<RankSummary> summary;
+    if (rules) {
+      summary = std::make_shared<RankSummary>();
+      summary->rank = options_.rank;
+      summary->blobs = SummaryBlobsOf(state);
+    }
 
-    job->on_finished = [this, shared, report, replicas](SaveJob& j, absl::Status s) {
-      OnDataFinished(j, std::move(s), shared, report, std::move(*replicas));
+    job->on_finished = [this, shared, report, replicas, rules, summary](SaveJob& j, absl::Status s) {
+      OnDataFinished(j, std::move(s), shared, report, std::move(*replicas), rules, summary);
     };
     {
       std::lock_guard<std::mutex> lock(mu_);
@@ -170,7 +188,7 @@ class Checkpointer::Impl {
     {
       std::lock_guard<std::mutex> lock(report_mu_);
       report->stall_s = stall;
-      FillReport(pieces, state, options_.rank, report.get());
+      if (!summary) FillReport(pieces, state, options_.rank, report.get());
       report_ready_[report.get()] = true;
     }
     report_cv_.notify_all();
@@ -241,7 +259,8 @@ class Checkpointer::Impl {
  private:
   // Engine finalizer thread: this rank's data file is durable (or failed).
   void OnDataFinished(SaveJob& j, absl::Status s, std::shared_ptr<SaveHandle::Shared> shared,
-                      std::shared_ptr<Manifest> report, std::vector<ReplicaHash> replicas) {
+                      std::shared_ptr<Manifest> report, std::vector<ReplicaHash> replicas,
+                      std::shared_ptr<const SaveRules> rules, std::shared_ptr<RankSummary> summary) {
     const std::string dir = StepDir(j.step);
     const double write_s = NowSeconds() - shared->t_start;
     bool lost_claim = false;
@@ -264,7 +283,18 @@ class Checkpointer::Impl {
       // The report's atomic write also makes the data file's directory
       // entry durable (same directory).
       if (s.ok()) {
-        s = storage_->PutAtomic(StrCat(dir, "/", ReportName(j.rank)), AsBytesView(EncodeManifest(*report)));
+        std::string bytes;
+        if (summary) {
+          summary->binding = RuleBinding(j.step, j.save_id, rules->hash);
+          SummarizeFile(DataFileEntry(j), summary.get());
+          summary->stall_s = static_cast<float>(report->stall_s);
+          summary->write_s = static_cast<float>(write_s);
+          summary->bytes_stored = static_cast<uint64_t>(j.bytes_stored);
+          bytes = EncodeRankSummary(*summary);
+        } else {
+          bytes = EncodeManifest(*report);
+        }
+        s = storage_->PutAtomic(StrCat(dir, "/", ReportName(j.rank)), AsBytesView(bytes));
       }
     } else {
       std::lock_guard<std::mutex> lock(report_mu_);
@@ -300,8 +330,8 @@ class Checkpointer::Impl {
     const int64_t step = j.step;
     const uint64_t id = j.save_id;
     std::lock_guard<std::mutex> lock(mu_);
-    tasks_.push_back([this, step, id, shared] {
-      absl::Status st = IsLeader() ? CollectAndPublish(step, id) : AwaitOutcome(step);
+    tasks_.push_back([this, step, id, shared, rules, report] {
+      absl::Status st = IsLeader() ? CollectAndPublish(step, id, rules.get(), *report) : AwaitOutcome(step);
       // The commit time ends here; removing older steps is not part of it.
       const double commit_s = NowSeconds() - shared->t_start;
       if (st.ok() && IsLeader()) (void)CollectGarbage(false, step);
@@ -327,10 +357,11 @@ class Checkpointer::Impl {
 
   // Leader: waits for the arbiter's decision (every rank's report on the
   // storage, or the coordinator's votes), then commits and says so.
-  absl::Status CollectAndPublish(int64_t step, uint64_t id) {
+  absl::Status CollectAndPublish(int64_t step, uint64_t id, const SaveRules* rules, const Manifest& head) {
     absl::Status decided = arbiter_->AwaitDecision(step, options_.commit_timeout_s);
     if (!decided.ok()) return AbortStep(*storage_, step, id, decided);
-    absl::Status published = PublishStep(*storage_, step, id, options_.world_size);
+    const RuleCommit by_rules{rules, &rule_manifest_, &head};
+    absl::Status published = PublishStep(*storage_, step, id, options_.world_size, rules ? &by_rules : nullptr);
     // Retention runs after the other ranks are told (the caller), and never
     // removes the step just committed, nor a save of this process still in
     // flight.
@@ -365,7 +396,9 @@ class Checkpointer::Impl {
   std::shared_ptr<CommitArbiter> arbiter_;
   std::shared_ptr<SaveEngine> engine_;
   std::mutex save_mu_;
-  WriterCache writer_cache_;  // REQUIRES: save_mu_
+  WriterCache writer_cache_;    // REQUIRES: save_mu_
+  RankRules rank_rules_;        // REQUIRES: save_mu_
+  RuleManifest rule_manifest_;  // the committer thread's
 
   std::mutex report_mu_;
   std::condition_variable report_cv_;

@@ -2,11 +2,11 @@
 
 #include <algorithm>
 #include <map>
-#include <numeric>
 
 #include "absl/container/flat_hash_map.h"
 #include "ckpt/limits.h"
 #include "plan/cover.h"
+#include "plan/replica_writers.h"
 #include "util/bytes.h"
 #include "util/errors.h"
 #include "util/hash.h"
@@ -144,20 +144,43 @@ absl::StatusOr<std::vector<bool>> AgreeOnWriters(Communicator& comm, const State
       }
     }
     if (leader_error.ok()) {
-      std::vector<size_t> order(groups.size());
-      std::iota(order.begin(), order.end(), 0);
-      std::stable_sort(order.begin(), order.end(),
-                       [&](size_t a, size_t b) { return groups[a].bytes > groups[b].bytes; });
-      std::vector<int64_t> load(all.size(), 0);
+      // plan/'s rule, with each box's holders as its replica group.
+      std::map<std::string, int32_t> name_order;
+      for (const auto& [fqn, spec] : specs) name_order.emplace(fqn, static_cast<int32_t>(name_order.size()));
+      std::map<std::vector<int64_t>, uint32_t> group_id;  // offsets from the base holder -> id
+      std::vector<std::vector<int64_t>> offsets;
+      std::vector<ReplicatedBox> replicated;
+      std::vector<size_t> group_of_box;
       masks.resize(all.size());
       for (size_t r = 0; r < all.size(); ++r) masks[r].assign(states[r].shards().size(), '0');
-      for (size_t g : order) {
-        const Holder* best = &groups[g].holders.front();
-        for (const Holder& h : groups[g].holders) {
-          if (load[h.rank] < load[best->rank]) best = &h;
+      // Ids in order of first use, so the pointers below stay put once made.
+      for (const Group& g : groups) {
+        if (g.holders.size() < 2) continue;
+        std::vector<int64_t> offs;
+        for (const Holder& h : g.holders) offs.push_back(h.rank - g.holders.front().rank);
+        group_id.try_emplace(std::move(offs), static_cast<uint32_t>(group_id.size()));
+      }
+      offsets.resize(group_id.size());
+      for (const auto& [offs, id] : group_id) offsets[id] = offs;
+      for (size_t gi = 0; gi < groups.size(); ++gi) {
+        const Group& g = groups[gi];
+        const Holder& first = g.holders.front();
+        if (g.holders.size() < 2) {
+          masks[first.rank][first.index] = '1';
+          continue;
         }
-        load[best->rank] += groups[g].bytes;
-        masks[best->rank][best->index] = '1';
+        std::vector<int64_t> offs;
+        for (const Holder& h : g.holders) offs.push_back(h.rank - first.rank);
+        const uint32_t id = group_id.at(offs);
+        const std::string& fqn = states[first.rank].shards()[first.index].spec.fqn;
+        replicated.push_back(ReplicatedBox{g.bytes, name_order.at(fqn), id, first.rank, &offsets[id], -1});
+        group_of_box.push_back(gi);
+      }
+      ChooseReplicaWriters(replicated);
+      for (size_t i = 0; i < replicated.size(); ++i) {
+        for (const Holder& h : groups[group_of_box[i]].holders) {
+          if (h.rank == replicated[i].writer) masks[h.rank][h.index] = '1';
+        }
       }
     } else {
       masks.assign(all.size(), std::string());

@@ -26,8 +26,10 @@ struct WriterCache {
 
 /// Collective: every rank passes its State; each learns which of its shards
 /// it writes (mask over state.shards()). A box held identically by several
-/// ranks is written by one of them, chosen greedily (largest first) to
-/// balance bytes. Errors when ranks disagree on a tensor's dtype or shape.
+/// ranks is written by the one plan/'s replica rule (ChooseReplicaWriters)
+/// names, its holders taken as its replica group: the writers a save of the
+/// same state by its layouts chooses. Errors when ranks disagree on a
+/// tensor's dtype or shape.
 absl::StatusOr<std::vector<bool>> AgreeOnWriters(Communicator& comm, const State& state, double timeout_s,
                                                  WriterCache* cache);
 

@@ -20,7 +20,10 @@ bool Shard::Contiguous() const {
 
 int64_t Shard::PackedBytes() const { return box.Volume() * static_cast<int64_t>(DTypeSize(spec.dtype)); }
 
-absl::Status State::AddShard(const TensorSpec& spec, const Box& box, void* data, std::vector<int64_t> strides) {
+namespace {
+
+// Everything AddShard checks but overlaps with the state's other shards.
+absl::Status CheckShard(const TensorSpec& spec, const Box& box, const void* data, const std::vector<int64_t>& strides) {
   if (spec.fqn.empty()) {
     return absl::InvalidArgumentError("tensor name (fqn) is empty");
   }
@@ -44,6 +47,13 @@ absl::Status State::AddShard(const TensorSpec& spec, const Box& box, void* data,
   if (data == nullptr && !box.Empty()) {
     return absl::InvalidArgumentError(StrCat("tensor '", spec.fqn, "': null data for box ", box.ToString()));
   }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::Status State::AddShard(const TensorSpec& spec, const Box& box, void* data, std::vector<int64_t> strides) {
+  CKPT_RETURN_IF_ERROR(CheckShard(spec, box, data, strides));
   for (const Shard& other : shards_) {
     if (other.spec.fqn != spec.fqn) continue;
     if (!(other.spec == spec)) {
@@ -57,12 +67,57 @@ absl::Status State::AddShard(const TensorSpec& spec, const Box& box, void* data,
     }
   }
   shards_.push_back(Shard{spec, box, data, std::move(strides)});
+  shard_layouts_.push_back(-1);
+  box_shards_ = true;
   return absl::OkStatus();
 }
 
 absl::Status State::AddTensor(const TensorSpec& spec, void* data) {
   return AddShard(spec, Box::Whole(spec.shape), data);
 }
+
+absl::Status State::SetMesh(const Mesh& mesh, int64_t rank) {
+  if (!layouts_.empty()) return absl::FailedPreconditionError("SetMesh after AddLayout: the layouts have a mesh");
+  CKPT_RETURN_IF_ERROR(CheckMesh(mesh));
+  if (rank < 0 || rank >= mesh.NumRanks()) {
+    return absl::InvalidArgumentError(StrCat("rank ", rank, " is outside mesh ", mesh.ToString()));
+  }
+  mesh_ = mesh;
+  mesh_rank_ = rank;
+  return absl::OkStatus();
+}
+
+absl::Status State::AddLayout(const TensorLayout& layout, void* data, std::vector<int64_t> strides) {
+  if (!mesh_.has_value()) {
+    return absl::FailedPreconditionError(
+        StrCat("tensor '", layout.spec.fqn, "': AddLayout needs the mesh first (State::SetMesh)"));
+  }
+  if (declared_.count(layout.spec.fqn) > 0) {
+    return absl::InvalidArgumentError(StrCat("tensor '", layout.spec.fqn, "': its layout is declared twice"));
+  }
+  CKPT_ASSIGN_OR_RETURN(std::optional<Box> box, RankBox(layout, *mesh_, mesh_rank_));
+  if (box.has_value()) {
+    if (box_shards_) {
+      // Boxes given by AddShard may be of this tensor: checked against them.
+      CKPT_RETURN_IF_ERROR(AddShard(layout.spec, *box, data, std::move(strides)));
+      shard_layouts_.back() = static_cast<int32_t>(layouts_.size());
+    } else {
+      // The only shard of its tensor (declared once): no overlap to look for.
+      CKPT_RETURN_IF_ERROR(CheckShard(layout.spec, *box, data, strides));
+      shards_.push_back(Shard{layout.spec, *box, data, std::move(strides)});
+      shard_layouts_.push_back(static_cast<int32_t>(layouts_.size()));
+    }
+  } else {
+    // Held elsewhere: its spec is still checked.
+    int probe = 0;
+    CKPT_RETURN_IF_ERROR(CheckShard(layout.spec, Box::Whole(layout.spec.shape), &probe, {}));
+  }
+  declared_.insert(layout.spec.fqn);
+  layouts_.push_back(layout);
+  return absl::OkStatus();
+}
+
+bool State::LaidOut() const { return !layouts_.empty() && !box_shards_; }
 
 namespace {
 

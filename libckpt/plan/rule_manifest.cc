@@ -250,6 +250,7 @@ absl::StatusOr<Manifest> SaveManifestByRules(const std::vector<TensorLayout>& la
     size_t first_replicated = 0;  ///< its boxes' place in `replicated`
   };
   std::vector<Form> forms(layouts.size());
+  const std::vector<int32_t> name_order = NameOrder(layouts);
   std::vector<ReplicatedBox> replicated;
   for (size_t ti = 0; ti < layouts.size(); ++ti) {
     const TensorLayout& layout = layouts[ti];
@@ -282,8 +283,7 @@ absl::StatusOr<Manifest> SaveManifestByRules(const std::vector<TensorLayout>& la
             if (first) f.offsets = offsets;
             first = false;
             if (offsets.size() > 1) {
-              replicated.push_back(
-                  ReplicatedBox{box.Volume() * es, static_cast<int32_t>(ti), f.mask, base, &f.offsets, -1});
+              replicated.push_back(ReplicatedBox{box.Volume() * es, name_order[ti], f.mask, base, &f.offsets, -1});
             }
           }));
       continue;
@@ -300,7 +300,7 @@ absl::StatusOr<Manifest> SaveManifestByRules(const std::vector<TensorLayout>& la
         base += ds.rank_part[at[d]];
         volume *= ds.cuts[at[d] + 1] - ds.cuts[at[d]];
       }
-      replicated.push_back(ReplicatedBox{volume * es, static_cast<int32_t>(ti), f.mask, base, &f.offsets, -1});
+      replicated.push_back(ReplicatedBox{volume * es, name_order[ti], f.mask, base, &f.offsets, -1});
       int d = nd - 1;
       for (; d >= 0; --d) {
         if (++at[d] + 1 < splits[d].cuts.size()) break;

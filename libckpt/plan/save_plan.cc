@@ -60,7 +60,7 @@ uint32_t ReplicaMask(const TensorLayout& layout, const Mesh& mesh) {
     if (md == layout.owner_dim) continue;
     const bool shard =
         md < static_cast<int>(layout.placements.size()) && layout.placements[md].kind == Placement::Kind::kShard;
-    if (!shard) mask |= uint32_t{1} << md;
+    if (!shard && mesh.sizes[md] > 1) mask |= uint32_t{1} << md;
   }
   return mask;
 }
@@ -69,13 +69,13 @@ void ChooseReplicaWriters(std::vector<ReplicatedBox>& boxes) {
   std::vector<size_t> order(boxes.size());
   std::iota(order.begin(), order.end(), size_t{0});
   std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) {
-    return boxes[a].bytes != boxes[b].bytes ? boxes[a].bytes > boxes[b].bytes : boxes[a].tensor < boxes[b].tensor;
+    return boxes[a].bytes != boxes[b].bytes ? boxes[a].bytes > boxes[b].bytes : boxes[a].order < boxes[b].order;
   });
   // Per replica group (mask, base): bytes given to each member so far.
   std::map<std::pair<uint32_t, int64_t>, std::vector<int64_t>> given;
   for (size_t i : order) {
     ReplicatedBox& box = boxes[i];
-    std::vector<int64_t>& g = given[{box.mask, box.base}];
+    std::vector<int64_t>& g = given[{box.group, box.base}];
     if (g.empty()) g.assign(box.offsets->size(), 0);
     size_t best = 0;
     for (size_t k = 1; k < g.size(); ++k) {
@@ -84,6 +84,16 @@ void ChooseReplicaWriters(std::vector<ReplicatedBox>& boxes) {
     g[best] += box.bytes;
     box.writer = box.base + (*box.offsets)[best];
   }
+}
+
+std::vector<int32_t> NameOrder(const std::vector<TensorLayout>& layouts) {
+  std::vector<int32_t> by_name(layouts.size());
+  std::iota(by_name.begin(), by_name.end(), 0);
+  std::stable_sort(by_name.begin(), by_name.end(),
+                   [&](int32_t a, int32_t b) { return layouts[a].spec.fqn < layouts[b].spec.fqn; });
+  std::vector<int32_t> place(layouts.size());
+  for (size_t i = 0; i < by_name.size(); ++i) place[by_name[i]] = static_cast<int32_t>(i);
+  return place;
 }
 
 std::vector<int64_t> ReplicaOffsets(uint32_t mask, const Mesh& mesh) {
@@ -110,6 +120,7 @@ absl::StatusOr<std::vector<RankWrite>> PlanRankWrites(const std::vector<TensorLa
   const std::vector<int64_t> coords = mesh.Coords(rank);
   const std::vector<int64_t> stride = RankStrides(mesh);
   std::map<uint32_t, std::vector<int64_t>> offsets_of;  // per replica mask
+  const std::vector<int32_t> name_order = NameOrder(layouts);
   std::vector<RankWrite> out;
   std::vector<ReplicatedBox> replicated;
   std::vector<size_t> write_of;
@@ -130,7 +141,7 @@ absl::StatusOr<std::vector<RankWrite>> PlanRankWrites(const std::vector<TensorLa
     const int64_t bytes = box->Volume() * static_cast<int64_t>(DTypeSize(layouts[t].spec.dtype));
     out.push_back(RankWrite{static_cast<int32_t>(t), std::move(*box), true});
     if (it->second.size() > 1) {
-      replicated.push_back(ReplicatedBox{bytes, static_cast<int32_t>(t), mask, base, &it->second, -1});
+      replicated.push_back(ReplicatedBox{bytes, name_order[t], mask, base, &it->second, -1});
       write_of.push_back(out.size() - 1);
     }
   }
@@ -192,6 +203,7 @@ absl::StatusOr<SavePlan> PlanSave(const std::vector<TensorLayout>& layouts, cons
 
   // The writer of a box held by one rank is that rank; the others by the
   // replica-group rule.
+  const std::vector<int32_t> name_order = NameOrder(layouts);
   std::vector<ReplicatedBox> replicated;
   std::vector<size_t> chunk_of;
   for (size_t c = 0; c < plan.chunks.size(); ++c) {
@@ -203,8 +215,8 @@ absl::StatusOr<SavePlan> PlanSave(const std::vector<TensorLayout>& layouts, cons
     }
     ReplicatedBox box;
     box.bytes = chunk.box.Volume() * static_cast<int64_t>(DTypeSize(layouts[chunk.tensor].spec.dtype));
-    box.tensor = chunk.tensor;
-    box.mask = masks[chunk.tensor];
+    box.order = name_order[chunk.tensor];
+    box.group = masks[chunk.tensor];
     box.base = base_rank[c];
     box.offsets = &offs;
     replicated.push_back(box);

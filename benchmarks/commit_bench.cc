@@ -1,0 +1,287 @@
+// The commit of a save at scale, on the Checkpointer's own code. Every rank
+// of the mesh runs its part of a save of a laid-out state (the State built
+// by AddLayout, RankRules planning which boxes it writes, BuildSavePieces
+// cutting them, the summary it files); the leader then runs PublishStep, as
+// the Checkpointer's committer does: it reads the ranks' summaries from the
+// storage, builds the manifest from the layouts' rules on the first save and
+// reuses it after, checks every summary against it, writes MANIFEST, its
+// copy and LATEST. Data files are skipped (only metadata is measured): each
+// summary describes the file the rank's pieces make when stored
+// uncompressed. Ranks run one after another on --threads threads here; on a
+// cluster each runs on its own host, so a rank's figure is its own time.
+//
+//   build/benchmarks/commit_bench --ranks-from dp=1024,tp=8,pp=16 --params 405G --layers 126
+//       --optimizer adam --zero --json /tmp/commit.json      (one command line)
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "bench_util.h"
+#include "ckpt/storage.h"
+#include "ckpt/synthetic.h"
+#include "common/cli.h"
+#include "common/synth_job.h"
+#include "core/claim.h"
+#include "core/publish.h"
+#include "core/rule_commit.h"
+#include "core/save_pieces.h"
+#include "format/chunk_grid.h"
+#include "format/data_file.h"
+#include "format/root_files.h"
+#include "util/bytes.h"
+#include "util/clock.h"
+#include "util/errors.h"
+#include "util/hash.h"
+#include "util/json.h"
+#include "util/strings.h"
+
+namespace ckpt::bench {
+namespace {
+
+constexpr uint64_t kBlockSize = 1 << 20;
+constexpr int kTiles = 8;
+constexpr size_t kRngBytes = 5056;  // torch's CPU generator state and some
+
+// Resident and peak resident bytes of this process; resetting the peak.
+int64_t StatusBytes(const char* key) {
+  std::ifstream in("/proc/self/status");
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.rfind(key, 0) == 0) return std::stoll(line.substr(std::string(key).size())) * 1024;
+  }
+  return -1;
+}
+void ResetPeak() {
+  std::ofstream out("/proc/self/clear_refs");
+  out << "5";
+}
+
+// One rank's part of the save: what it plans, and the summary it files.
+struct RankOut {
+  double plan_s = 0;    // first save: RankRules planning the rank's writes
+  double steady_s = 0;  // a later save with the same layouts
+  double state_s = 0;   // building the laid-out State
+  RankSummary summary;
+};
+
+absl::StatusOr<RankOut> RunRank(const SyntheticModel& model, const Mesh& mesh, int64_t rank,
+                                std::shared_ptr<const SaveRules>* rules_out) {
+  static const std::byte dummy[1] = {};  // data is never read: no file is written
+  RankOut out;
+  double t0 = NowSeconds();
+  State st;
+  CKPT_RETURN_IF_ERROR(st.SetMesh(mesh, rank));
+  for (const TensorLayout& l : model.tensors) CKPT_RETURN_IF_ERROR(st.AddLayout(l, const_cast<std::byte*>(dummy)));
+  static const std::string rng(kRngBytes, 'r');
+  CKPT_RETURN_IF_ERROR(st.AddBlob("rng", rng.data(), rng.size()));
+  out.state_s = NowSeconds() - t0;
+  RankRules rr;
+  const int world = static_cast<int>(mesh.NumRanks());
+  t0 = NowSeconds();
+  CKPT_RETURN_IF_ERROR(rr.Update(st, static_cast<int>(rank), world, mesh, kBlockSize, kTiles));
+  out.plan_s = NowSeconds() - t0;
+  t0 = NowSeconds();
+  CKPT_RETURN_IF_ERROR(rr.Update(st, static_cast<int>(rank), world, mesh, kBlockSize, kTiles));
+  out.steady_s = NowSeconds() - t0;
+  if (rules_out != nullptr) *rules_out = rr.rules();
+  // The file the pieces make, stored uncompressed (as the engine numbers
+  // blocks: each piece's bytes cut into blocks of the block size).
+  SavePieces pieces = BuildSavePieces(st, rr.writes(), kTiles, static_cast<int>(rank));
+  uint64_t blocks = 0, frames = kDataHeaderSize, raw = 0;
+  for (const SavePiece& p : pieces.pieces) {
+    blocks += BlocksOf(p.bytes, kBlockSize);
+    frames +=
+        p.bytes / kBlockSize * FrameLength(kBlockSize) + (p.bytes % kBlockSize ? FrameLength(p.bytes % kBlockSize) : 0);
+    raw += p.bytes;
+  }
+  RankSummary& s = out.summary;
+  s.rank = static_cast<int32_t>(rank);
+  s.block_count = blocks;
+  s.index_offset = frames;
+  s.size = frames + kIndexHeaderSize + blocks * kIndexEntrySize + kFooterSize;
+  s.index_hash = Xxh3Seeded(&rank, sizeof(rank), 1);
+  s.bytes_stored = raw;
+  s.blobs = SummaryBlobsOf(st);
+  return out;
+}
+
+int Main(int argc, char** argv) {
+  std::string dir, from_text, optimizer, json_path;
+  int64_t params = 0, layers = 0, threads = 2;
+  bool zero = false;
+  tools::Args args("commit_bench", "--ranks-from MESH --params N [options]",
+                   "Times a save's commit at scale on the Checkpointer's code: every rank's planning and\n"
+                   "summary, then the leader's PublishStep (first save and steady state). Data files are\n"
+                   "skipped; the metadata is real.");
+  args.String("dir", &dir, "root directory for the step (default: mem://, the storage in this process)");
+  args.String("ranks-from", &from_text, "the mesh saved from, e.g. dp=1024,tp=8,pp=16");
+  args.Size("params", &params, "parameter count, e.g. 405G", false);
+  args.Int("layers", &layers, "transformer layers (default: from --params)");
+  args.String("optimizer", &optimizer, "'adam' adds fp32 exp_avg/exp_avg_sq and a step");
+  args.Switch("zero", &zero, "shard optimizer state over dp (ZeRO-1)");
+  args.Int("threads", &threads, "threads the ranks run on (default 2)");
+  args.String("json", &json_path, "also write the figures as JSON to this file");
+  int exit = 0;
+  if (!args.Parse(argc, argv, 1, &exit)) return exit;
+  auto mesh = Mesh::Parse(from_text);
+  if (!mesh.ok() || params <= 0) {
+    std::fprintf(stderr, "commit_bench: need --ranks-from and --params\n%s", args.Usage().c_str());
+    return 2;
+  }
+  SyntheticOptions so;
+  so.params = params;
+  so.adam = optimizer == "adam";
+  so.zero = zero;
+  so.layers = static_cast<int>(layers);
+  auto model = BuildSyntheticModel(so, *mesh);
+  if (!model.ok()) {
+    std::fprintf(stderr, "commit_bench: %s\n", std::string(model.status().message()).c_str());
+    return 2;
+  }
+  const int64_t n = mesh->NumRanks();
+
+  // Every rank's part, on --threads threads.
+  std::vector<RankOut> ranks(static_cast<size_t>(n));
+  std::shared_ptr<const SaveRules> rules;
+  std::atomic<int64_t> next{0};
+  std::mutex mu;
+  absl::Status failure;
+  double t0 = NowSeconds();
+  std::vector<std::thread> pool;
+  for (int64_t t = 0; t < std::max<int64_t>(1, threads); ++t) {
+    pool.emplace_back([&] {
+      for (int64_t r; (r = next.fetch_add(1)) < n;) {
+        auto out = RunRank(*model, *mesh, r, r == 0 ? &rules : nullptr);
+        if (!out.ok()) {
+          std::lock_guard<std::mutex> lock(mu);
+          failure = out.status();
+          return;
+        }
+        ranks[static_cast<size_t>(r)] = std::move(*out);
+      }
+    });
+  }
+  for (auto& th : pool) th.join();
+  const double all_ranks_s = NowSeconds() - t0;
+  if (!failure.ok()) {
+    std::fprintf(stderr, "commit_bench: %s\n", std::string(failure.message()).c_str());
+    return 1;
+  }
+  Samples plan_s, steady_s, state_s;
+  for (const RankOut& r : ranks) {
+    plan_s.Add(r.plan_s);
+    steady_s.Add(r.steady_s);
+    state_s.Add(r.state_s);
+  }
+
+  // The leader: two saves, the first building the rules' manifest.
+  const std::string root = dir.empty() ? "mem://" : dir + "/root";
+  if (!dir.empty()) std::filesystem::remove_all(root);
+  auto storage = OpenStorage(root);
+  if (!storage.ok()) {
+    std::fprintf(stderr, "commit_bench: %s\n", std::string(storage.status().message()).c_str());
+    return 1;
+  }
+  RuleManifest rule_manifest;
+  struct Save {
+    double seconds = 0;
+    int64_t peak = 0;
+    int64_t received = 0;
+    int64_t manifest_bytes = 0;
+  };
+  Save saves[2];
+  const int64_t rss_before = StatusBytes("VmRSS:");
+  for (int i = 0; i < 2; ++i) {
+    const int64_t step = i + 1;
+    ClaimRequest claim;
+    claim.step = step;
+    claim.world_size = static_cast<int>(n);
+    auto id = ClaimForSave(**storage, nullptr, claim);
+    if (!id.ok()) {
+      std::fprintf(stderr, "commit_bench: %s\n", std::string(id.status().message()).c_str());
+      return 1;
+    }
+    // The ranks file their summaries, bound to this save.
+    for (RankOut& r : ranks) {
+      r.summary.binding = RuleBinding(step, *id, rules->hash);
+      const std::string bytes = EncodeRankSummary(r.summary);
+      saves[i].received += static_cast<int64_t>(bytes.size());
+      if (absl::Status s =
+              (*storage)->PutAtomic(StrCat(StepDir(step), "/", ReportName(r.summary.rank)), AsBytesView(bytes));
+          !s.ok()) {
+        std::fprintf(stderr, "commit_bench: %s\n", std::string(s.message()).c_str());
+        return 1;
+      }
+    }
+    const Manifest head = NewRankReport(step, static_cast<int>(n), Codec::kNone, *mesh, SaveOptions{});
+    const RuleCommit commit{rules.get(), &rule_manifest, &head};
+    ResetPeak();
+    const int64_t rss0 = StatusBytes("VmRSS:");
+    t0 = NowSeconds();
+    absl::Status published = PublishStep(**storage, step, *id, static_cast<int>(n), &commit);
+    saves[i].seconds = NowSeconds() - t0;
+    saves[i].peak = StatusBytes("VmHWM:") - std::min(rss0, rss_before);
+    if (!published.ok()) {
+      std::fprintf(stderr, "commit_bench: step %lld: %s\n", static_cast<long long>(step),
+                   std::string(published.message()).c_str());
+      return 1;
+    }
+    auto size = (*storage)->FileSize(StrCat(StepDir(step), "/", kManifestName));
+    saves[i].manifest_bytes = size.ok() ? static_cast<int64_t>(*size) : -1;
+  }
+
+  std::printf("%lld ranks over %s, %zu tensors; storage %s; data files skipped\n", static_cast<long long>(n),
+              mesh->ToString().c_str(), model->tensors.size(), root.c_str());
+  std::printf(
+      "each rank: builds its laid-out state %.2f ms max, plans its writes %.2f ms max (%.2f ms median); "
+      "a save with the same layouts %.3f ms max\n",
+      state_s.Max() * 1e3, plan_s.Max() * 1e3, plan_s.Median() * 1e3, steady_s.Max() * 1e3);
+  std::printf("all %lld ranks one after another on %lld threads here: %.1f s\n", static_cast<long long>(n),
+              static_cast<long long>(threads), all_ranks_s);
+  std::printf("leader, first save: %.3f s (the rules' manifest built in %.3f s), peak +%s\n", saves[0].seconds,
+              rule_manifest.build_seconds(), tools::HumanBytes(static_cast<double>(saves[0].peak)).c_str());
+  std::printf("leader, steady state: %.3f s, peak +%s; received %s (%.1f bytes per rank); manifest %s\n",
+              saves[1].seconds, tools::HumanBytes(static_cast<double>(saves[1].peak)).c_str(),
+              tools::HumanBytes(static_cast<double>(saves[1].received)).c_str(),
+              static_cast<double>(saves[1].received) / static_cast<double>(n),
+              tools::HumanBytes(static_cast<double>(saves[1].manifest_bytes)).c_str());
+  if (!json_path.empty()) {
+    JsonWriter j;
+    j.BeginObject()
+        .Field("ranks", n)
+        .Field("mesh", mesh->ToString())
+        .Field("tensors", static_cast<int64_t>(model->tensors.size()))
+        .Field("storage", root)
+        .Field("data_files", std::string("skipped"))
+        .Field("leader_seconds", saves[1].seconds)
+        .Field("leader_peak_bytes", saves[1].peak)
+        .Field("leader_bytes_received", saves[1].received)
+        .Field("first_save_seconds", saves[0].seconds)
+        .Field("first_save_peak_bytes", saves[0].peak)
+        .Field("rules_manifest_build_seconds", rule_manifest.build_seconds())
+        .Field("manifest_bytes", saves[1].manifest_bytes)
+        .Field("rank_state_seconds_max", state_s.Max())
+        .Field("rank_plan_seconds_max", plan_s.Max())
+        .Field("rank_plan_seconds_median", plan_s.Median())
+        .Field("rank_steady_seconds_max", steady_s.Max())
+        .Field("all_ranks_here_seconds", all_ranks_s)
+        .Field("threads", threads)
+        .EndObject();
+    WriteTextFile(json_path, j.str());
+  }
+  if (!dir.empty()) std::filesystem::remove_all(root);
+  return 0;
+}
+
+}  // namespace
+}  // namespace ckpt::bench
+
+int main(int argc, char** argv) { return ckpt::bench::Main(argc, argv); }
