@@ -119,7 +119,7 @@ struct CKPT_EXPORT SaveStats {
   double stall_s = 0;         ///< time Save blocked the caller
   double write_s = 0;         ///< Save start until this rank's data was durable
   double commit_s = 0;        ///< Save start until the step was committed (retention's removals excluded)
-  int64_t bytes_logical = 0;  ///< tensor and blob bytes
+  int64_t bytes_logical = 0;  ///< tensor and blob bytes this rank writes (not replicas others write)
   int64_t bytes_stored = 0;   ///< after compression
   int64_t bytes_written = 0;  ///< file bytes including framing and index
   int64_t blocks = 0;

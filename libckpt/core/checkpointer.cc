@@ -197,7 +197,10 @@ class Checkpointer::Impl {
       shared->stats.step = step;
       shared->stats.save_id = save_id;
       shared->stats.stall_s = stall;
-      shared->stats.bytes_logical = state.LogicalBytes();
+      // What this rank writes: a replica another rank writes is not its.
+      int64_t logical = 0;
+      for (const SavePiece& p : pieces.pieces) logical += static_cast<int64_t>(p.bytes);
+      shared->stats.bytes_logical = logical;
     }
     return SaveHandle(shared);
   }

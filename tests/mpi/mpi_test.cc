@@ -9,7 +9,11 @@
 #include <random>
 #include <thread>
 
+#include "ckpt/synthetic.h"
 #include "ckpt/verify.h"
+#include "common/synth_job.h"
+#include "core/root.h"
+#include "plan/rule_manifest.h"
 #include "testutil/test_util.h"
 
 #ifndef CKPT_BIN
@@ -99,6 +103,61 @@ TEST(Mpi, RankKilledMidSaveLeavesNothingPublished) {
   State t = StateOf(out);
   ASSERT_OK(LoadCheckpoint(**storage, t, *latest));
   EXPECT_EQ(Mismatches(out[0], static_cast<uint64_t>(*latest)), 0);
+}
+
+TEST(Mpi, ALaidOutJobOfManyProcessesCommitsTheManifestOfItsRules) {
+  // 32 processes each declare the model by its layouts: no rank sends the
+  // leader its chunk list, and the committed tensors are the rules' own.
+  TempDir dir;
+  const std::string root = dir.Join("root");
+  CmdResult s = Shell(std::string(CKPT_BIN) + " synth --out " + root +
+                      " --params 1M --layers 4 --mesh dp=4,tp=4,pp=2 --optimizer adam --zero"
+                      " --codec zstd --block-size 64K --staging 4M --procs --json");
+  ASSERT_EQ(s.code, 0) << s.out;
+  EXPECT_TRUE(Has(s.out, "\"ranks\":32")) << s.out;
+  auto storage = OpenStorage(root);
+  ASSERT_OK(storage);
+  auto committed = ReadManifest(**storage, 0);
+  ASSERT_OK(committed);
+  uint64_t seed = 0;
+  auto options = tools::SyntheticOptionsOf(committed->metadata, 0, &seed);
+  ASSERT_OK(options);
+  const Mesh mesh = *Mesh::Parse("dp=4,tp=4,pp=2");
+  auto model = BuildSyntheticModel(*options, mesh);
+  ASSERT_OK(model);
+  auto rules = SaveManifestByRules(model->tensors, mesh, 64 << 10, 8);
+  ASSERT_OK(rules);
+  // The same tensors, cell for cell; each file holds the rules' blocks and
+  // then its blobs'.
+  auto expanded = DecodeManifest(EncodeManifest(*rules), "rules");
+  ASSERT_OK(expanded);
+  ASSERT_EQ(committed->tensors.size(), expanded->tensors.size());
+  for (size_t t = 0; t < expanded->tensors.size(); ++t) {
+    const ManifestTensor& a = committed->tensors[t];
+    const ManifestTensor& b = expanded->tensors[t];
+    ASSERT_EQ(a.spec.fqn, b.spec.fqn);
+    ASSERT_EQ(a.chunks.size(), b.chunks.size()) << a.spec.fqn;
+    for (size_t c = 0; c < a.chunks.size(); ++c) {
+      ASSERT_TRUE(a.chunks[c].box == b.chunks[c].box && a.chunks[c].file == b.chunks[c].file &&
+                  a.chunks[c].first_block == b.chunks[c].first_block &&
+                  a.chunks[c].block_count == b.chunks[c].block_count)
+          << a.spec.fqn << " chunk " << c;
+    }
+  }
+  ASSERT_EQ(committed->files.size(), 32u);
+  for (size_t f = 0; f < committed->files.size(); ++f) {
+    uint64_t blob_blocks = 0;
+    for (const ManifestBlob& b : committed->blobs) {
+      if (b.file == f) blob_blocks += b.block_count;
+    }
+    EXPECT_EQ(committed->files[f].block_count, rules->files[f].block_count + blob_blocks) << f;
+  }
+  auto v = VerifyStep(**storage, 0);
+  ASSERT_OK(v);
+  EXPECT_TRUE(v->ok());
+  CmdResult r = Shell(std::string(CKPT_BIN) + " restore-check " + root + " --mesh dp=2,tp=2 --json");
+  EXPECT_EQ(r.code, 0) << r.out;
+  EXPECT_TRUE(Has(r.out, "\"mismatches\":0")) << r.out;
 }
 
 }  // namespace

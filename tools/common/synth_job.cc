@@ -127,18 +127,46 @@ absl::Status SyntheticJob::SaveAsync(int64_t step, uint64_t seed) {
   for (size_t local = 0; local < ranks_.size(); ++local) {
     const int r = rank_ids_[local];
     const double g0 = NowSeconds();
+    // The state as a trainer declares it: every tensor by its layout, so
+    // the Checkpointer plans this rank's writes alone and the leader builds
+    // the manifest from the rules. Only the boxes this rank writes get
+    // values; the replicas it holds are never read by the save, so they
+    // stay untouched (and non-resident).
     State state;
+    CKPT_RETURN_IF_ERROR(state.SetMesh(options_.mesh, r));
     // A single rank's values are generated again only for another seed.
     const bool fill = ranks_.size() > 1 || !buffers_seed_ || *buffers_seed_ != seed;
-    if (ranks_.size() > 1) buffers_.clear();
+    if (ranks_.size() > 1) {
+      buffers_.clear();
+      held_.clear();
+    }
     const std::vector<std::pair<int32_t, Box>>& writes = writes_[local];
     buffers_.resize(writes.size());
+    std::vector<std::byte*> data_of(model_.tensors.size(), nullptr);
     for (size_t i = 0; i < writes.size(); ++i) {
       const auto& [tensor, box] = writes[i];
       const TensorSpec& spec = model_.tensors[tensor].spec;
       buffers_[i].resize(static_cast<size_t>(box.Volume()) * DTypeSize(spec.dtype));
       if (fill) FillSynthetic(spec, box, seed, buffers_[i].data());
-      CKPT_RETURN_IF_ERROR(state.AddShard(spec, box, buffers_[i].data()));
+      data_of[tensor] = buffers_[i].data();
+    }
+    size_t next_held = 0;
+    for (size_t t = 0; t < model_.tensors.size(); ++t) {
+      const TensorLayout& layout = model_.tensors[t];
+      if (data_of[t] == nullptr) {
+        CKPT_ASSIGN_OR_RETURN(std::optional<Box> box, RankBox(layout, options_.mesh, r));
+        if (box.has_value() && !box->Empty()) {
+          const size_t bytes = static_cast<size_t>(box->Volume()) * DTypeSize(layout.spec.dtype);
+          if (next_held == held_.size()) held_.emplace_back();
+          HeldBuffer& h = held_[next_held++];
+          if (h.size != bytes) {
+            h.data.reset(new std::byte[bytes]);
+            h.size = bytes;
+          }
+          data_of[t] = h.data.get();
+        }
+      }
+      CKPT_RETURN_IF_ERROR(state.AddLayout(layout, data_of[t]));
     }
     const std::string rng = StrCat("rng-state rank ", r, " seed ", seed);
     CKPT_RETURN_IF_ERROR(state.AddBlob("rng", rng.data(), rng.size(), BlobScope::kRank));

@@ -84,9 +84,11 @@ class SyntheticJob {
   SyntheticJob() = default;
   SynthJobOptions options_;
   SyntheticModel model_;
-  // Per entry of ranks_: the boxes it writes (tensor index, box). A process
-  // running one rank plans that rank alone (PlanRankWrites); one simulating
-  // several plans the mesh once (PlanSave).
+  // Per entry of ranks_: the boxes it writes (tensor index, box), the ones
+  // to fill with values (the Checkpointer, given the layouts, chooses the
+  // same by the same rule). A process running one rank plans that rank
+  // alone (PlanRankWrites); one simulating several plans the mesh once
+  // (PlanSave).
   std::vector<std::vector<std::pair<int32_t, Box>>> writes_;
   std::shared_ptr<SaveEngine> engine_;
   std::vector<std::unique_ptr<Checkpointer>> ranks_;
@@ -96,6 +98,12 @@ class SyntheticJob {
   std::vector<double> rank_start_;
   std::vector<std::vector<std::byte>> buffers_;  // the values being saved
   std::optional<uint64_t> buffers_seed_;         // what buffers_ hold (one rank)
+  // The replicas a rank holds but does not write: never read, never filled.
+  struct HeldBuffer {
+    std::unique_ptr<std::byte[]> data;
+    size_t size = 0;
+  };
+  std::vector<HeldBuffer> held_;
 };
 
 struct RestoreCheckResult {
