@@ -10,8 +10,14 @@
 // uncompressed. Ranks run one after another on --threads threads here; on a
 // cluster each runs on its own host, so a rank's figure is its own time.
 //
-//   build/benchmarks/commit_bench --ranks-from dp=1024,tp=8,pp=16 --params 405G --layers 126
-//       --optimizer adam --zero --json /tmp/commit.json      (one command line)
+// Then a restart onto --ranks-to, through Load's code: the leader resolves
+// the step and checks its manifest (ResolveLoadable, grids kept), and each of
+// --rank-samples ranks of the new mesh reads its part of the manifest
+// (ReadOwnPart) and plans its load (PlanLoad, the loader's own planning).
+//
+//   build/benchmarks/commit_bench --ranks-from dp=1024,tp=8,pp=16 --ranks-to dp=512,tp=8,pp=32
+//       --params 405G --layers 126 --optimizer adam --zero --json /tmp/commit.json
+//   (one command line)
 #include <unistd.h>
 
 #include <algorithm>
@@ -30,12 +36,14 @@
 #include "common/cli.h"
 #include "common/synth_job.h"
 #include "core/claim.h"
+#include "core/load_step.h"
 #include "core/publish.h"
 #include "core/rule_commit.h"
 #include "core/save_pieces.h"
 #include "format/chunk_grid.h"
 #include "format/data_file.h"
 #include "format/root_files.h"
+#include "pipeline/loader.h"
 #include "util/bytes.h"
 #include "util/clock.h"
 #include "util/errors.h"
@@ -114,8 +122,8 @@ absl::StatusOr<RankOut> RunRank(const SyntheticModel& model, const Mesh& mesh, i
 }
 
 int Main(int argc, char** argv) {
-  std::string dir, from_text, optimizer, json_path;
-  int64_t params = 0, layers = 0, threads = 2;
+  std::string dir, from_text, to_text, optimizer, json_path;
+  int64_t params = 0, layers = 0, threads = 2, rank_samples = 256;
   bool zero = false;
   tools::Args args("commit_bench", "--ranks-from MESH --params N [options]",
                    "Times a save's commit at scale on the Checkpointer's code: every rank's planning and\n"
@@ -123,6 +131,8 @@ int Main(int argc, char** argv) {
                    "skipped; the metadata is real.");
   args.String("dir", &dir, "root directory for the step (default: mem://, the storage in this process)");
   args.String("ranks-from", &from_text, "the mesh saved from, e.g. dp=1024,tp=8,pp=16");
+  args.String("ranks-to", &to_text, "the mesh of the restart (default: the same)");
+  args.Int("rank-samples", &rank_samples, "ranks of the restart that plan their loads, evenly spread (default 256)");
   args.Size("params", &params, "parameter count, e.g. 405G", false);
   args.Int("layers", &layers, "transformer layers (default: from --params)");
   args.String("optimizer", &optimizer, "'adam' adds fp32 exp_avg/exp_avg_sq and a step");
@@ -132,7 +142,8 @@ int Main(int argc, char** argv) {
   int exit = 0;
   if (!args.Parse(argc, argv, 1, &exit)) return exit;
   auto mesh = Mesh::Parse(from_text);
-  if (!mesh.ok() || params <= 0) {
+  auto to = Mesh::Parse(to_text.empty() ? from_text : to_text);
+  if (!mesh.ok() || !to.ok() || params <= 0) {
     std::fprintf(stderr, "commit_bench: need --ranks-from and --params\n%s", args.Usage().c_str());
     return 2;
   }
@@ -142,8 +153,9 @@ int Main(int argc, char** argv) {
   so.zero = zero;
   so.layers = static_cast<int>(layers);
   auto model = BuildSyntheticModel(so, *mesh);
-  if (!model.ok()) {
-    std::fprintf(stderr, "commit_bench: %s\n", std::string(model.status().message()).c_str());
+  auto target = BuildSyntheticModel(so, *to);
+  if (!model.ok() || !target.ok()) {
+    std::fprintf(stderr, "commit_bench: %s\n", std::string((model.ok() ? target : model).status().message()).c_str());
     return 2;
   }
   const int64_t n = mesh->NumRanks();
@@ -238,6 +250,42 @@ int Main(int argc, char** argv) {
     saves[i].manifest_bytes = size.ok() ? static_cast<int64_t>(*size) : -1;
   }
 
+  // The restart, through Load's code.
+  t0 = NowSeconds();
+  auto found = ResolveLoadable(**storage, kLatestStep, false, GridChunks::kGridsOnly);
+  const double resolve_s = NowSeconds() - t0;
+  if (!found.ok()) {
+    std::fprintf(stderr, "commit_bench: restart: %s\n", std::string(found.status().message()).c_str());
+    return 1;
+  }
+  *found = LoadableStep();
+  const std::string manifest_path = StrCat(StepDir(2), "/", kManifestName);
+  const int64_t n_to = to->NumRanks();
+  const int64_t samples = std::min(rank_samples, n_to);
+  Samples restart_s, part_bytes;
+  for (int64_t k = 0; k < samples; ++k) {
+    static std::byte nowhere[1];
+    const int64_t rank = samples == 1 ? 0 : k * (n_to - 1) / (samples - 1);
+    const double r0 = NowSeconds();
+    State st;
+    absl::Status s = st.SetMesh(*to, rank);
+    for (const TensorLayout& l : target->tensors) {
+      if (s.ok()) s = st.AddLayout(l, nowhere);
+    }
+    int64_t bytes = 0;
+    auto part = s.ok() ? ReadOwnPart(**storage, manifest_path, st, static_cast<int>(rank), &bytes)
+                       : absl::StatusOr<Manifest>(s);
+    auto plan = part.ok() ? PlanLoad(*part, st, static_cast<int>(rank)) : absl::StatusOr<LoadPlanCounts>(part.status());
+    if (!plan.ok()) {
+      std::fprintf(stderr, "commit_bench: restart, rank %lld: %s\n", static_cast<long long>(rank),
+                   std::string(plan.status().message()).c_str());
+      return 1;
+    }
+    restart_s.Add(NowSeconds() - r0);
+    part_bytes.Add(static_cast<double>(bytes));
+  }
+  const double restart_plan_s = resolve_s + restart_s.Max();
+
   std::printf("%lld ranks over %s, %zu tensors; storage %s; data files skipped\n", static_cast<long long>(n),
               mesh->ToString().c_str(), model->tensors.size(), root.c_str());
   std::printf(
@@ -253,6 +301,12 @@ int Main(int argc, char** argv) {
               tools::HumanBytes(static_cast<double>(saves[1].received)).c_str(),
               static_cast<double>(saves[1].received) / static_cast<double>(n),
               tools::HumanBytes(static_cast<double>(saves[1].manifest_bytes)).c_str());
+  std::printf(
+      "restart onto %s (%lld ranks): the leader resolves the step in %.3f s; each rank reads its part "
+      "(%s at most) and plans its load in %.2f ms at most (%.2f ms median, %lld sampled); generation formed "
+      "-> every rank has its plan %.3f s\n",
+      to->ToString().c_str(), static_cast<long long>(n_to), resolve_s, tools::HumanBytes(part_bytes.Max()).c_str(),
+      restart_s.Max() * 1e3, restart_s.Median() * 1e3, static_cast<long long>(samples), restart_plan_s);
   if (!json_path.empty()) {
     JsonWriter j;
     j.BeginObject()
@@ -273,6 +327,11 @@ int Main(int argc, char** argv) {
         .Field("rank_plan_seconds_median", plan_s.Median())
         .Field("rank_steady_seconds_max", steady_s.Max())
         .Field("all_ranks_here_seconds", all_ranks_s)
+        .Field("restart_mesh", to->ToString())
+        .Field("restart_leader_seconds", resolve_s)
+        .Field("restart_rank_seconds_max", restart_s.Max())
+        .Field("restart_rank_manifest_bytes_max", part_bytes.Max())
+        .Field("restart_plan_seconds", restart_plan_s)
         .Field("threads", threads)
         .EndObject();
     WriteTextFile(json_path, j.str());

@@ -50,7 +50,8 @@ ManifestWants WantsOf(const State& target, int rank) {
   return w;
 }
 
-// This rank's part of a version-4 manifest, by ranged reads of `path`.
+}  // namespace
+
 absl::StatusOr<Manifest> ReadOwnPart(Storage& storage, const std::string& path, const State& target, int rank,
                                      int64_t* bytes) {
   CKPT_ASSIGN_OR_RETURN(std::unique_ptr<ReadableFile> file, storage.OpenReadable(path));
@@ -59,8 +60,6 @@ absl::StatusOr<Manifest> ReadOwnPart(Storage& storage, const std::string& path, 
   *bytes = static_cast<int64_t>(stats.bytes_read);
   return part;
 }
-
-}  // namespace
 
 absl::StatusOr<LoadStats> LoadStepTogether(Storage& storage, Communicator& comm, const State& target, int64_t step,
                                            int rank, const LoadOptions& options, double timeout_s) {

@@ -27,6 +27,12 @@ absl::StatusOr<LoadStats> LoadStepAlone(Storage& storage, const State& target, i
 absl::StatusOr<LoadStats> LoadStepTogether(Storage& storage, Communicator& comm, const State& target, int64_t step,
                                            int rank, const LoadOptions& options, double timeout_s);
 
+/// A rank's part of a version-4 manifest at `path`, read by ranged reads:
+/// what LoadStepTogether's ranks other than the leader plan their loads
+/// from. `bytes` receives the bytes read.
+absl::StatusOr<Manifest> ReadOwnPart(Storage& storage, const std::string& path, const State& target, int rank,
+                                     int64_t* bytes);
+
 /// What a load met on its way to the step it read, on stderr: the trainer's
 /// log is where an operator looks at 3 a.m.
 void ReportDamage(const LoadableStep& found, const std::string& uri = "");

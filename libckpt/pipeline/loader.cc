@@ -16,6 +16,7 @@
 #include "layout/box_copy.h"
 #include "pipeline/frame_reader.h"
 #include "plan/block_ranges.h"
+#include "plan/box_reads.h"
 #include "plan/cover.h"
 #include "util/aligned_buffer.h"
 #include "util/clock.h"
@@ -137,8 +138,20 @@ std::string ChunkName(const ChunkWork& w) {
 
 class Loader {
  public:
-  Loader(Storage& storage, const Manifest& m, const LoadOptions& options)
+  // `storage` may be null for Plan alone.
+  Loader(Storage* storage, const Manifest& m, const LoadOptions& options)
       : storage_(storage), m_(m), options_(options) {}
+
+  absl::StatusOr<LoadPlanCounts> PlanOnly(const State& target, int rank) {
+    CKPT_RETURN_IF_ERROR(Plan(target, rank));
+    LoadPlanCounts out;
+    out.bytes_needed = stats_.bytes_needed;
+    for (const auto& w : work_) {
+      ++out.chunks;
+      out.blocks += static_cast<int64_t>(w->blocks.size());
+    }
+    return out;
+  }
 
   absl::StatusOr<LoadStats> Run(const State& target, int rank) {
     const double t0 = NowSeconds();
@@ -152,45 +165,44 @@ class Loader {
 
  private:
   absl::Status Plan(const State& target, int rank) {
-    std::map<const ManifestChunk*, ChunkWork*> by_chunk;
-    std::map<const ManifestTensor*, std::unique_ptr<std::vector<Box>>> boxes;
-    std::map<const ManifestTensor*, std::unique_ptr<ChunkIndex>> indexes;
+    // Per tensor, its chunk finder (plan/'s read planner); per chunk met, its
+    // work (a chunk is named by its file and first block).
+    std::map<const ManifestTensor*, std::unique_ptr<ChunkFinder>> finders;
+    std::map<std::pair<uint32_t, uint64_t>, ChunkWork*> by_chunk;
+    std::vector<const ManifestChunk*> hits;
     for (const Shard& shard : target.shards()) {
-      const ManifestTensor* t = m_.FindTensor(shard.spec.fqn);
-      if (t == nullptr) {
-        if (options_.allow_missing) continue;
-        return absl::NotFoundError(StrCat("tensor '", shard.spec.fqn, "' is not in step ", m_.step));
+      auto found = FindSavedTensor(m_, shard.spec);
+      if (!found.ok()) {
+        if (absl::IsNotFound(found.status()) && options_.allow_missing) continue;
+        return found.status();
       }
-      if (!(t->spec == shard.spec)) {
-        return absl::InvalidArgumentError(StrCat("tensor '", shard.spec.fqn, "': step ", m_.step, " has ",
-                                                 DTypeName(t->spec.dtype), " ", ShapeToString(t->spec.shape),
-                                                 ", the target asks for ", DTypeName(shard.spec.dtype), " ",
-                                                 ShapeToString(shard.spec.shape)));
-      }
+      const ManifestTensor* t = *found;
       if (shard.box.Empty()) continue;
-      auto& idx = indexes[t];
-      if (!idx) {
-        auto& b = boxes[t];
-        b = std::make_unique<std::vector<Box>>();
-        for (const ManifestChunk& c : t->chunks) b->push_back(c.box);
-        idx = std::make_unique<ChunkIndex>(*b);
-      }
+      std::unique_ptr<ChunkFinder>& finder = finders[t];
+      if (finder == nullptr) finder = std::make_unique<ChunkFinder>(*t, m_.files);
+      hits.clear();
+      finder->ForEachMeeting(shard.box, [&](const ManifestChunk& c) {
+        if (t->GridOnly()) {
+          grid_chunks_.push_back(c);  // a grid cell: kept while the load runs
+          hits.push_back(&grid_chunks_.back());
+        } else {
+          hits.push_back(&c);
+        }
+      });
       // Geometry, not counts: the chunks must tile the target box (an
       // overlap and a gap of equal size would balance a count).
-      const std::vector<int64_t> hits = idx->Query(shard.box);
       {
         std::vector<const Box*> hit_boxes;
         hit_boxes.reserve(hits.size());
-        for (int64_t ci : hits) hit_boxes.push_back(&t->chunks[ci].box);
+        for (const ManifestChunk* c : hits) hit_boxes.push_back(&c->box);
         if (absl::Status cover = CheckExactCoverOf(t->spec, shard.box, hit_boxes); !cover.ok()) {
           return absl::DataLossError(
               StrCat("step ", m_.step, ": ", cover.message(), " (loading box ", shard.box.ToString(), ")"));
         }
       }
-      for (int64_t ci : hits) {
-        const ManifestChunk* c = &t->chunks[ci];
+      for (const ManifestChunk* c : hits) {
         Box inter = Intersect(c->box, shard.box);
-        ChunkWork*& w = by_chunk[c];
+        ChunkWork*& w = by_chunk[{c->file, c->first_block}];
         if (w == nullptr) {
           work_.push_back(std::make_unique<ChunkWork>());
           w = work_.back().get();
@@ -239,7 +251,7 @@ class Loader {
             StrCat(ChunkName(*w), ": file ", m_.files[w->file].name, " has an invalid block size ", bs));
       }
       std::vector<std::pair<uint64_t, uint64_t>> ranges;
-      for (const Piece& p : w->pieces) NeededBlocks(w->chunk->box, p.inter, es, bs, &ranges);
+      for (const Piece& p : w->pieces) BlocksToRead(*w->chunk, p.inter, es, bs, &ranges);
       NormalizeRanges(&ranges);
       for (const auto& [b0, b1] : ranges) {
         for (uint64_t b = b0; b <= b1; ++b) w->blocks.push_back(b);
@@ -262,7 +274,7 @@ class Loader {
     for (const auto& [file, unused] : needed) {
       const ManifestFile& mf = m_.files[file];
       const std::string path = StrCat(dir, "/", mf.name);
-      auto f = storage_.OpenReadable(path);
+      auto f = storage_->OpenReadable(path);
       if (!f.ok()) return Annotate(f.status(), StrCat("step ", m_.step));
       auto entries = ReadFileIndex(**f, mf, path);
       if (!entries.ok()) return entries.status();
@@ -421,12 +433,13 @@ class Loader {
     std::string path;
   };
 
-  Storage& storage_;
+  Storage* storage_;
   const Manifest& m_;
   LoadOptions options_;
   std::vector<std::unique_ptr<ChunkWork>> work_;
   std::map<uint32_t, OpenFile> files_;
-  std::deque<IndexEntry> parts_;  // entries of the parts of unchecked blocks (stable addresses)
+  std::deque<IndexEntry> parts_;           // entries of the parts of unchecked blocks (stable addresses)
+  std::deque<ManifestChunk> grid_chunks_;  // the grid cells met (stable addresses)
   LoadStats stats_;
   std::string first_error_context_;
 };
@@ -435,8 +448,14 @@ class Loader {
 
 absl::StatusOr<LoadStats> LoadFromManifest(Storage& storage, const Manifest& manifest, const State& target, int rank,
                                            const LoadOptions& options) {
-  Loader loader(storage, manifest, options);
+  Loader loader(&storage, manifest, options);
   return loader.Run(target, rank);
+}
+
+absl::StatusOr<LoadPlanCounts> PlanLoad(const Manifest& manifest, const State& target, int rank,
+                                        const LoadOptions& options) {
+  Loader loader(nullptr, manifest, options);
+  return loader.PlanOnly(target, rank);
 }
 
 double LoadStats::ReadAmplification() const {

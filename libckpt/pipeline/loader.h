@@ -17,6 +17,16 @@ namespace ckpt {
 absl::StatusOr<LoadStats> LoadFromManifest(Storage& storage, const Manifest& manifest, const State& target, int rank,
                                            const LoadOptions& options);
 
+/// What LoadFromManifest would read, planned by its own code and nothing
+/// read: the chunks and blobs met and their blocks.
+struct LoadPlanCounts {
+  int64_t chunks = 0;  ///< chunks and blobs read from
+  int64_t blocks = 0;
+  int64_t bytes_needed = 0;
+};
+absl::StatusOr<LoadPlanCounts> PlanLoad(const Manifest& manifest, const State& target, int rank,
+                                        const LoadOptions& options = {});
+
 }  // namespace ckpt
 
 #endif  // CKPT_PIPELINE_LOADER_H_

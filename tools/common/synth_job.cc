@@ -503,25 +503,17 @@ absl::StatusOr<SynthSaveResult> CombineSaveResults(Communicator& comm, const Syn
 absl::StatusOr<int64_t> PlanRankFromManifestPart(const ManifestRangeReader& read, uint64_t size,
                                                  const SyntheticModel& target, const Mesh& mesh, int64_t rank,
                                                  ManifestPartStats* stats) {
+  // The rank's target as a trainer declares it (no memory behind it: only
+  // planned), its part of the manifest, and the loader's own plan of it.
+  static std::byte nowhere[1];
+  State st;
+  CKPT_RETURN_IF_ERROR(st.SetMesh(mesh, rank));
+  for (const TensorLayout& layout : target.tensors) CKPT_RETURN_IF_ERROR(st.AddLayout(layout, nowhere));
   ManifestWants wants;
-  std::map<std::string, const Box*> box_of;
-  for (const TensorLayout& layout : target.tensors) {
-    CKPT_ASSIGN_OR_RETURN(std::optional<Box> box, RankBox(layout, mesh, rank));
-    if (box.has_value()) wants.boxes.push_back({layout.spec.fqn, std::move(*box)});
-  }
-  for (const auto& [fqn, box] : wants.boxes) box_of[fqn] = &box;
+  for (const Shard& s : st.shards()) wants.boxes.push_back({s.spec.fqn, s.box});
   CKPT_ASSIGN_OR_RETURN(Manifest part, ReadManifestPart(read, size, wants, "manifest", stats));
-  std::vector<std::pair<uint64_t, uint64_t>> ranges;
-  int64_t chunks = 0;
-  for (const ManifestTensor& t : part.tensors) {
-    const Box& want = *box_of.at(t.spec.fqn);
-    for (const ManifestChunk& c : t.chunks) {
-      ranges.clear();
-      NeededBlocks(c.box, Intersect(c.box, want), DTypeSize(t.spec.dtype), part.files[c.file].block_size, &ranges);
-      ++chunks;
-    }
-  }
-  return chunks;
+  CKPT_ASSIGN_OR_RETURN(LoadPlanCounts plan, PlanLoad(part, st, static_cast<int>(rank)));
+  return plan.chunks;
 }
 
 }  // namespace ckpt::tools

@@ -151,10 +151,11 @@ absl::StatusOr<SyntheticOptions> SyntheticOptionsOf(const std::map<std::string, 
 /// "1.5 GiB", "12.0 MiB".
 std::string HumanBytes(double bytes);
 
-/// One rank of `mesh` restarting: its boxes of `target`, its part of a
-/// version-4 manifest read through `read` (a manifest of `size` bytes), and
-/// the blocks of every chunk its boxes meet. Returns the chunks met; `stats`
-/// gets what was read. For planning at scale (`ckpt plan`, benchmarks).
+/// One rank of `mesh` restarting: its boxes of `target` (a laid-out State),
+/// its part of a version-4 manifest read through `read` (a manifest of
+/// `size` bytes), and the loader's own plan of it (PlanLoad: the chunks and
+/// blocks its boxes meet). Returns the chunks met; `stats` gets what was
+/// read. For planning at scale (`ckpt plan`, benchmarks).
 absl::StatusOr<int64_t> PlanRankFromManifestPart(const ManifestRangeReader& read, uint64_t size,
                                                  const SyntheticModel& target, const Mesh& mesh, int64_t rank,
                                                  ManifestPartStats* stats);
