@@ -110,6 +110,45 @@ CKPT_C_EXPORT void ckpt_state_free(ckpt_state* state);
 CKPT_C_EXPORT int ckpt_state_add_shard(ckpt_state* state, const char* name, int dtype, int ndim,
                                        const int64_t* global_shape, const int64_t* offsets, const int64_t* sizes,
                                        void* data);
+/** How one mesh dimension lays a tensor out. */
+typedef struct ckpt_placement {
+  int shard;           /**< 0: replicated over the mesh dimension; 1: split along tensor dimension `dim` */
+  int dim;             /**< the tensor dimension it splits */
+  const int64_t* cuts; /**< NULL: torch.chunk-style even parts; else mesh size + 1 bounds from 0 to the extent */
+} ckpt_placement;
+
+/** A tensor declared by its layout over the state's mesh (as
+ * ckpt::TensorLayout). Set every field with ckpt_layout_init first. */
+typedef struct ckpt_layout {
+  const char* name;
+  int dtype;
+  int ndim;
+  const int64_t* shape;             /**< the global shape, ndim values */
+  int n_placements;                 /**< up to the mesh's dimensions; the rest replicate */
+  const ckpt_placement* placements; /**< one per mesh dimension, in mesh order */
+  int n_split_order;                /**< 0: mesh order */
+  const int* split_order;           /**< mesh dimensions in the order they split one tensor dimension */
+  int owner_dim;                    /**< -1 (default): every rank; else only ranks at owner_index on it */
+  int64_t owner_index;
+} ckpt_layout;
+
+CKPT_C_EXPORT void ckpt_layout_init(ckpt_layout* layout);
+/** The mesh the state's layouts are over (`ndim` dimensions: names and
+ * sizes, row-major rank order) and this rank's place in it; once, before the
+ * first ckpt_state_add_layout. */
+CKPT_C_EXPORT int ckpt_state_set_mesh(ckpt_state* state, int ndim, const char* const* names, const int64_t* sizes,
+                                      int64_t rank);
+/** The box this rank holds of `layout` (offsets and sizes, ndim values
+ * each), to size its buffer; *held is 0 when it holds none. Declares nothing. */
+CKPT_C_EXPORT int ckpt_state_layout_box(const ckpt_state* state, const ckpt_layout* layout, int64_t* offsets,
+                                        int64_t* sizes, int* held);
+/** Declares a tensor by its layout and adds the box this rank holds, packed
+ * row-major at `data` (NULL where it holds none). Every rank declares every
+ * tensor of the model, in the same order; a state whose tensors are all
+ * declared so is saved without any rank sending its chunk list
+ * (docs/resharding.md). */
+CKPT_C_EXPORT int ckpt_state_add_layout(ckpt_state* state, const ckpt_layout* layout, void* data);
+
 /** A blob to save; `global` nonzero: one for the job, else one per rank. */
 CKPT_C_EXPORT int ckpt_state_add_blob(ckpt_state* state, const char* name, const void* data, size_t size, int global);
 /** A blob to load into `buffer` (capacity bytes); *size receives its length.

@@ -131,6 +131,100 @@ int ckpt_state_add_shard(ckpt_state* state, const char* name, int dtype, int ndi
   return Result(state->state.AddShard(spec, box, data));
 }
 
+namespace {
+
+absl::StatusOr<ckpt::TensorLayout> LayoutOf(const ckpt_layout* l) {
+  if (l == nullptr || l->name == nullptr) return absl::InvalidArgumentError("ckpt_layout: a name is required");
+  if (l->dtype < CKPT_F64 || l->dtype > CKPT_BOOL) {
+    return absl::InvalidArgumentError(std::string("tensor '") + l->name + "': unknown dtype");
+  }
+  if (l->ndim < 0 || l->ndim > 32 || (l->ndim > 0 && l->shape == nullptr) || l->n_placements < 0 ||
+      l->n_placements > 32 || (l->n_placements > 0 && l->placements == nullptr) || l->n_split_order < 0 ||
+      l->n_split_order > 32 || (l->n_split_order > 0 && l->split_order == nullptr)) {
+    return absl::InvalidArgumentError(std::string("tensor '") + l->name +
+                                      "': ndim, n_placements and n_split_order must be 0..32, with their arrays");
+  }
+  ckpt::TensorLayout out;
+  out.spec = ckpt::TensorSpec{l->name, static_cast<ckpt::DType>(l->dtype), ckpt::Shape(l->shape, l->shape + l->ndim)};
+  for (int i = 0; i < l->n_placements; ++i) {
+    const ckpt_placement& p = l->placements[i];
+    ckpt::Placement placement = p.shard ? ckpt::Placement::Shard(p.dim) : ckpt::Placement::Replicate();
+    out.placements.push_back(std::move(placement));
+  }
+  out.split_order.assign(l->split_order, l->split_order + l->n_split_order);
+  out.owner_dim = l->owner_dim;
+  out.owner_index = l->owner_index;
+  return out;
+}
+
+// The cuts of each sharding placement: mesh size + 1 values, once the mesh is known.
+absl::Status AddCuts(const ckpt_layout* l, const ckpt::Mesh& mesh, ckpt::TensorLayout* out) {
+  for (int i = 0; i < l->n_placements && i < mesh.ndim(); ++i) {
+    const ckpt_placement& p = l->placements[i];
+    if (p.shard && p.cuts != nullptr) {
+      out->placements[i].boundaries.assign(p.cuts, p.cuts + mesh.sizes[i] + 1);
+    }
+  }
+  if (l->n_placements > mesh.ndim()) {
+    return absl::InvalidArgumentError(std::string("tensor '") + l->name + "': " + std::to_string(l->n_placements) +
+                                      " placements for a mesh of " + std::to_string(mesh.ndim()) + " dimensions");
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+void ckpt_layout_init(ckpt_layout* layout) {
+  if (layout == nullptr) return;
+  *layout = ckpt_layout{};
+  layout->owner_dim = -1;
+}
+
+int ckpt_state_set_mesh(ckpt_state* state, int ndim, const char* const* names, const int64_t* sizes, int64_t rank) {
+  if (state == nullptr || ndim < 1 || ndim > 32 || names == nullptr || sizes == nullptr) {
+    return Invalid("ckpt_state_set_mesh: a state and 1..32 named dimensions with their sizes are required");
+  }
+  ckpt::Mesh mesh;
+  for (int i = 0; i < ndim; ++i) {
+    if (names[i] == nullptr) return Invalid("ckpt_state_set_mesh: a dimension without a name");
+    mesh.names.emplace_back(names[i]);
+    mesh.sizes.push_back(sizes[i]);
+  }
+  return Result(state->state.SetMesh(mesh, rank));
+}
+
+int ckpt_state_layout_box(const ckpt_state* state, const ckpt_layout* layout, int64_t* offsets, int64_t* sizes,
+                          int* held) {
+  if (state == nullptr || held == nullptr) return Invalid("ckpt_state_layout_box: state and held are required");
+  if (!state->state.mesh().has_value()) {
+    return Fail(absl::FailedPreconditionError("ckpt_state_layout_box: the state has no mesh (ckpt_state_set_mesh)"));
+  }
+  auto l = LayoutOf(layout);
+  if (!l.ok()) return Fail(l.status());
+  if (absl::Status s = AddCuts(layout, *state->state.mesh(), &*l); !s.ok()) return Fail(s);
+  auto box = ckpt::RankBox(*l, *state->state.mesh(), state->state.mesh_rank());
+  if (!box.ok()) return Fail(box.status());
+  *held = box->has_value() ? 1 : 0;
+  if (box->has_value() && layout->ndim > 0) {
+    if (offsets == nullptr || sizes == nullptr) return Invalid("ckpt_state_layout_box: offsets and sizes are required");
+    for (int d = 0; d < layout->ndim; ++d) {
+      offsets[d] = (**box).offsets[d];
+      sizes[d] = (**box).sizes[d];
+    }
+  }
+  return CKPT_OK;
+}
+
+int ckpt_state_add_layout(ckpt_state* state, const ckpt_layout* layout, void* data) {
+  if (state == nullptr) return Invalid("ckpt_state_add_layout: a state is required");
+  auto l = LayoutOf(layout);
+  if (!l.ok()) return Fail(l.status());
+  if (state->state.mesh().has_value()) {
+    if (absl::Status s = AddCuts(layout, *state->state.mesh(), &*l); !s.ok()) return Fail(s);
+  }
+  return Result(state->state.AddLayout(*l, data));
+}
+
 int ckpt_state_add_blob(ckpt_state* state, const char* name, const void* data, size_t size, int global) {
   if (state == nullptr || name == nullptr) return Invalid("ckpt_state_add_blob: state and name are required");
   return Result(state->state.AddBlob(name, data, size, global ? ckpt::BlobScope::kGlobal : ckpt::BlobScope::kRank));

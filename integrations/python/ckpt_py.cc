@@ -154,6 +154,63 @@ class PyCommunicator : public ckpt::Communicator {
   int rank_, size_;
 };
 
+// The buffer checks of a shard added to a Python state; `add` adds it.
+template <typename Add>
+void AddPlaced(PyState& s, const ckpt::TensorSpec& spec, const ckpt::Box& box, uintptr_t data, py::object owner,
+               int64_t nbytes, bool writable, Add add) {
+  // The owner says how large the buffer is: numpy arrays and other buffers
+  // by the buffer protocol, torch tensors by numel() and element_size().
+  bool readonly = false;
+  const auto buffer = BufferOf(owner, &readonly);
+  if (nbytes < 0) {
+    if (!buffer) {
+      Raise(absl::StatusCode::kInvalidArgument,
+            "tensor '" + spec.fqn + "': pass nbytes (the size of the buffer at data_ptr) or an owner that knows it");
+    }
+    nbytes = buffer->second;
+    writable = writable && !readonly;
+  }
+  const int64_t need = box.Volume() * static_cast<int64_t>(ckpt::DTypeSize(spec.dtype));
+  if (need > nbytes) {
+    Raise(absl::StatusCode::kInvalidArgument,
+          "tensor '" + spec.fqn + "': box " + box.ToString() + " of " + std::string(ckpt::DTypeName(spec.dtype)) +
+              " needs " + std::to_string(need) + " bytes, the buffer holds " + std::to_string(nbytes));
+  }
+  Check(add());
+  if (buffer) s.placed.push_back(PyState::Placed{spec.fqn, s.owners.size(), data, need});
+  s.owners.push_back(std::move(owner));
+  if (!writable) s.read_only.push_back(spec.fqn);
+}
+
+// A layout from Python: placements are None (replicate), a tensor dimension
+// (shard evenly) or (dimension, cuts).
+ckpt::TensorLayout PyLayout(const std::string& name, const std::string& dtype, const std::vector<int64_t>& shape,
+                            const py::list& placements, int owner_dim, int64_t owner_index,
+                            const std::vector<int>& split_order) {
+  ckpt::TensorLayout l;
+  l.spec = ckpt::TensorSpec{name, ParseDType(dtype), ckpt::Shape(shape.begin(), shape.end())};
+  Check(ckpt::CheckTensorSpec(l.spec));
+  for (const py::handle& p : placements) {
+    if (p.is_none()) {
+      l.placements.push_back(ckpt::Placement::Replicate());
+    } else if (py::isinstance<py::int_>(p)) {
+      l.placements.push_back(ckpt::Placement::Shard(p.cast<int>()));
+    } else if (py::isinstance<py::tuple>(p) && py::len(p) == 2) {
+      auto t = p.cast<py::tuple>();
+      ckpt::Placement shard = ckpt::Placement::Shard(t[0].cast<int>());
+      shard.boundaries = t[1].cast<std::vector<int64_t>>();
+      l.placements.push_back(std::move(shard));
+    } else {
+      Raise(absl::StatusCode::kInvalidArgument,
+            "tensor '" + name + "': a placement is None, a tensor dimension, or (dimension, cuts)");
+    }
+  }
+  l.split_order = split_order;
+  l.owner_dim = owner_dim;
+  l.owner_index = owner_index;
+  return l;
+}
+
 ckpt::SaveLevel ParseLevel(const std::string& level) {
   if (level == "durable") return ckpt::SaveLevel::kDurable;
   if (level == "memory") return ckpt::SaveLevel::kMemory;
@@ -293,30 +350,8 @@ PYBIND11_MODULE(_ckpt, m) {
             box.offsets.assign(offsets.begin(), offsets.end());
             box.sizes.assign(sizes.begin(), sizes.end());
             Check(ckpt::CheckTensorSpec(spec));
-            // The owner says how large the buffer is: numpy arrays and
-            // other buffers by the buffer protocol, torch tensors by
-            // numel() and element_size().
-            bool readonly = false;
-            const auto buffer = BufferOf(owner, &readonly);
-            if (nbytes < 0) {
-              if (!buffer) {
-                Raise(absl::StatusCode::kInvalidArgument,
-                      "tensor '" + name +
-                          "': pass nbytes (the size of the buffer at data_ptr) or an owner that knows it");
-              }
-              nbytes = buffer->second;
-              writable = writable && !readonly;
-            }
-            const int64_t need = box.Volume() * static_cast<int64_t>(ckpt::DTypeSize(spec.dtype));
-            if (need > nbytes) {
-              Raise(absl::StatusCode::kInvalidArgument, "tensor '" + name + "': box " + box.ToString() + " of " +
-                                                            dtype + " needs " + std::to_string(need) +
-                                                            " bytes, the buffer holds " + std::to_string(nbytes));
-            }
-            Check(s.state.AddShard(spec, box, reinterpret_cast<void*>(data)));
-            if (buffer) s.placed.push_back(PyState::Placed{name, s.owners.size(), data, need});
-            s.owners.push_back(std::move(owner));
-            if (!writable) s.read_only.push_back(name);
+            AddPlaced(s, spec, box, data, std::move(owner), nbytes, writable,
+                      [&] { return s.state.AddShard(spec, box, reinterpret_cast<void*>(data)); });
           },
           py::arg("name"), py::arg("dtype"), py::arg("global_shape"), py::arg("offsets"), py::arg("sizes"),
           py::arg("data_ptr"), py::arg("owner"), py::arg("nbytes") = -1, py::arg("writable") = true,
@@ -324,6 +359,65 @@ PYBIND11_MODULE(_ckpt, m) {
           "`owner` is kept alive with the state. The box must fit the buffer: `nbytes`, or what the owner "
           "reports (buffer protocol, or numel() * element_size()). A state with a read-only shard can be "
           "saved but not loaded into.")
+      .def(
+          "set_mesh",
+          [](PyState& s, std::vector<std::string> names, std::vector<int64_t> sizes, int64_t rank) {
+            if (names.size() != sizes.size()) {
+              Raise(absl::StatusCode::kInvalidArgument, "set_mesh: one size per dimension name");
+            }
+            ckpt::Mesh mesh;
+            mesh.names = std::move(names);
+            mesh.sizes = std::move(sizes);
+            Check(s.state.SetMesh(mesh, rank));
+          },
+          py::arg("names"), py::arg("sizes"), py::arg("rank"),
+          "The mesh the state's layouts are over (dimension names and sizes, row-major rank order) and this "
+          "rank's place in it; once, before add_layout.")
+      .def(
+          "layout_box",
+          [](const PyState& s, const std::string& name, const std::string& dtype, std::vector<int64_t> global_shape,
+             py::list placements, int owner_dim, int64_t owner_index, std::vector<int> split_order) -> py::object {
+            if (!s.state.mesh()) Raise(absl::StatusCode::kFailedPrecondition, "layout_box: the state has no mesh");
+            const ckpt::TensorLayout layout =
+                PyLayout(name, dtype, global_shape, placements, owner_dim, owner_index, split_order);
+            auto box = ckpt::RankBox(layout, *s.state.mesh(), s.state.mesh_rank());
+            Check(box.status());
+            if (!box->has_value()) return py::none();
+            const ckpt::Box& b = **box;
+            return py::make_tuple(std::vector<int64_t>(b.offsets.begin(), b.offsets.end()),
+                                  std::vector<int64_t>(b.sizes.begin(), b.sizes.end()));
+          },
+          py::arg("name"), py::arg("dtype"), py::arg("global_shape"), py::arg("placements"), py::arg("owner_dim") = -1,
+          py::arg("owner_index") = 0, py::arg("split_order") = std::vector<int>{},
+          "(offsets, sizes) of the box this rank holds of the layout, or None; declares nothing.")
+      .def(
+          "add_layout",
+          [](PyState& s, const std::string& name, const std::string& dtype, std::vector<int64_t> global_shape,
+             py::list placements, uintptr_t data, py::object owner, int64_t nbytes, bool writable, int owner_dim,
+             int64_t owner_index, std::vector<int> split_order) {
+            if (!s.state.mesh()) {
+              Raise(absl::StatusCode::kFailedPrecondition,
+                    "tensor '" + name + "': add_layout needs the mesh first (set_mesh)");
+            }
+            const ckpt::TensorLayout layout =
+                PyLayout(name, dtype, global_shape, placements, owner_dim, owner_index, split_order);
+            auto box = ckpt::RankBox(layout, *s.state.mesh(), s.state.mesh_rank());
+            Check(box.status());
+            if (!box->has_value() || (**box).Empty()) {
+              Check(s.state.AddLayout(layout, reinterpret_cast<void*>(data)));
+              return;
+            }
+            AddPlaced(s, layout.spec, **box, data, std::move(owner), nbytes, writable,
+                      [&] { return s.state.AddLayout(layout, reinterpret_cast<void*>(data)); });
+          },
+          py::arg("name"), py::arg("dtype"), py::arg("global_shape"), py::arg("placements"), py::arg("data_ptr") = 0,
+          py::arg("owner") = py::none(), py::arg("nbytes") = -1, py::arg("writable") = true, py::arg("owner_dim") = -1,
+          py::arg("owner_index") = 0, py::arg("split_order") = std::vector<int>{},
+          "Declares a tensor by its layout over the mesh and adds the box this rank holds (layout_box), packed "
+          "row-major at data_ptr. `placements` has one entry per mesh dimension: None (replicated), a tensor "
+          "dimension (split into even parts along it) or (dimension, cuts). Every rank declares every tensor, "
+          "in the same order; a state whose tensors all have layouts is saved without any rank sending its "
+          "chunk list.")
       .def(
           "add_blob",
           [](PyState& s, const std::string& name, py::bytes data, bool global) {
@@ -550,6 +644,8 @@ PYBIND11_MODULE(_ckpt, m) {
             return py::int_(*s);
           },
           py::arg("level") = "durable", "The latest committed step of the level; None when there is none.")
+      .def_property_readonly("rank", [](const ckpt::Checkpointer& cp) { return cp.options().rank; })
+      .def_property_readonly("world_size", [](const ckpt::Checkpointer& cp) { return cp.options().world_size; })
       .def("wait_all", [](ckpt::Checkpointer& cp) {
         absl::Status s;
         {

@@ -225,3 +225,45 @@ def test_an_array_resized_after_it_was_added_is_refused_not_read(tmp_path):
     t = ckpt.State()
     ckpt.add_array(t, "a", back)
     assert cp.load(t) == 1 and np.array_equal(back, a)
+
+
+def test_numpy_states_declared_by_layouts(tmp_path):
+    # Two ranks of a mesh dp=2 in this process: "w" split in rows at cuts,
+    # "b" replicated. Each learns its box from the layout; the replica is
+    # written once, and the step loads whole.
+    root = f"{tmp_path}/layouts"
+    w = np.arange(6 * 4, dtype=np.float32).reshape(6, 4)
+    b = np.arange(4, dtype=np.float32) + 100
+    placements = {"w": [(0, [0, 2, 6])], "b": [None]}
+    handles, keep = [], []
+    for rank in range(2):
+        cp = ckpt.Checkpointer(root, rank=rank, world_size=2)
+        s = ckpt.State()
+        try:
+            s.add_layout("w", "float32", [6, 4], placements["w"], 0, None)
+            raise AssertionError("a layout before the mesh was accepted")
+        except ckpt.Error as e:
+            assert "set_mesh" in str(e), str(e)
+        s.set_mesh(["dp"], [2], rank)
+        offsets, sizes = s.layout_box("w", "float32", [6, 4], placements["w"])
+        assert offsets == [[0, 2][rank], 0] and sizes == [[2, 4][rank], 4], (offsets, sizes)
+        mine = np.ascontiguousarray(w[offsets[0]:offsets[0] + sizes[0]])
+        bias = b.copy()
+        keep += [cp, mine, bias]
+        s.add_layout("w", "float32", [6, 4], placements["w"], mine.ctypes.data, mine)
+        s.add_layout("b", "float32", [4], placements["b"], bias.ctypes.data, bias)
+        try:
+            s.add_layout("b", "float32", [4], placements["b"], bias.ctypes.data, bias)
+            raise AssertionError("a layout declared twice was accepted")
+        except ckpt.InvalidArgumentError as e:
+            assert "twice" in str(e), str(e)
+        handles.append(cp.save(1, s, save_id=0x1a70))
+        keep.append(s)
+    for h in handles:
+        h.wait()
+    got_w, got_b = np.zeros_like(w), np.zeros_like(b)
+    t = ckpt.State()
+    ckpt.add_array(t, "w", got_w)
+    ckpt.add_array(t, "b", got_b)
+    assert ckpt.Checkpointer(root).load(t) == 1
+    assert np.array_equal(got_w, w) and np.array_equal(got_b, b)

@@ -1,6 +1,7 @@
 """4 gloo ranks save a model with its 2-d weights sharded along dim 0
-(FSDP-style) and its biases replicated; 2 ranks restore it (resharded) and
-the reassembled global state equals what was saved.
+(FSDP-style) and its biases replicated, declared by their layouts; 2 ranks
+restore it (resharded) and the reassembled global state equals what was
+saved.
 
     /usr/bin/python3 -m pytest test_torch_distributed.py     (PYTHONPATH holds ckpt)
 Ranks are launched as processes with env:// (torchrun is not used).
@@ -29,6 +30,10 @@ def rank_main(mode, root, out):
     full = model().state_dict()
     if mode == "save":
         tensors = {k: ct.shard_rows(v, rank, world) if v.dim() == 2 else v for k, v in full.items()}
+        # Rows from shard_rows and whole tensors: declared by their layouts
+        # (the rows split over the ranks, the biases replicated).
+        assert ct._layouts(cp, tensors) == {k: 0 if v.dim() == 2 else None for k, v in full.items()}
+        assert ct._layouts(cp, dict(tensors, other=ct.Shard(full["0.weight"], [99, 10], [0, 0]))) is None
         ct.save_tensors(cp, 1, tensors).wait()
     else:
         targets = {}

@@ -388,10 +388,12 @@ class ProcessGroupCommunicator(_ckpt.Communicator):
 
 class Shard:
     """The part of a global tensor this rank holds: `local` is the box at
-    `offsets` of a tensor of `global_shape`."""
+    `offsets` of a tensor of `global_shape`. `rows_of` is (rank, world) when
+    the part is the rank's even share of the rows (shard_rows): its layout."""
 
-    def __init__(self, local, global_shape, offsets):
+    def __init__(self, local, global_shape, offsets, rows_of=None):
         self.local, self.global_shape, self.offsets = local, list(global_shape), list(offsets)
+        self.rows_of = rows_of
 
 
 def shard_rows(tensor, rank, world):
@@ -401,7 +403,23 @@ def shard_rows(tensor, rank, world):
     per = -(-rows // world)
     start = min(rows, rank * per)
     stop = min(rows, start + per)
-    return Shard(tensor[start:stop], tensor.shape, [start] + [0] * (tensor.dim() - 1))
+    return Shard(tensor[start:stop], tensor.shape, [start] + [0] * (tensor.dim() - 1), rows_of=(rank, world))
+
+
+def _layouts(checkpointer, tensors):
+    """{name: placement} when every value's layout over the ranks is known:
+    a whole tensor (replicated: every rank holds it) or this rank's rows
+    from shard_rows over all of them. None otherwise."""
+    rank, world = checkpointer.rank, checkpointer.world_size
+    out = {}
+    for name, value in tensors.items():
+        if isinstance(value, Shard):
+            if value.rows_of != (rank, world):
+                return None
+            out[name] = 0
+        else:
+            out[name] = None
+    return out
 
 
 def distributed_checkpointer(root, group=None, **kwargs):
@@ -423,11 +441,35 @@ def _add(state, name, value, keep):
 
 def save_tensors(checkpointer, step, tensors):
     """Saves {name: tensor or Shard}: whole tensors that several ranks hold
-    are replicas (written once), Shards are this rank's part."""
+    are replicas (written once), Shards are this rank's part.
+
+    When every value is a whole tensor or this rank's shard_rows part, the
+    state is declared by its layouts over the ranks (a mesh "world"): each
+    rank then works out alone which replicas it writes, and the leader
+    builds the manifest from the layouts instead of every rank's chunk list.
+    Every rank must then pass the same names in the same order (as with
+    torch.distributed.checkpoint); a rank that does not fails the commit
+    with an error that says so."""
     state = _ckpt.State()
     keep = []
+    layouts = _layouts(checkpointer, tensors)
+    if layouts is None:
+        for name, value in tensors.items():
+            _add(state, name, value, keep)
+        return checkpointer.save(step, state)
+    state.set_mesh(["world"], [checkpointer.world_size], checkpointer.rank)
     for name, value in tensors.items():
-        _add(state, name, value, keep)
+        t = value.local if isinstance(value, Shard) else value
+        if t.device.type != "cpu":
+            t = t.cpu()
+        t = t.detach()
+        if not t.is_contiguous():
+            if isinstance(value, Shard):
+                raise InvalidArgumentError(f"{name}: the local shard must be contiguous")
+            t = t.contiguous()
+        keep.append(t)
+        shape = value.global_shape if isinstance(value, Shard) else list(t.shape)
+        state.add_layout(name, _dtype_name(t), shape, [layouts[name]], t.data_ptr(), t)
     return checkpointer.save(step, state)
 
 
