@@ -16,7 +16,7 @@
 // (ReadOwnPart) and plans its load (PlanLoad, the loader's own planning).
 //
 //   build/benchmarks/commit_bench --ranks-from dp=1024,tp=8,pp=16 --ranks-to dp=512,tp=8,pp=32
-//       --params 405G --layers 126 --optimizer adam --zero --json /tmp/commit.json
+//       --params 405G --layers 126 --optimizer adam --zero --json
 //   (one command line)
 #include <unistd.h>
 
@@ -122,9 +122,9 @@ absl::StatusOr<RankOut> RunRank(const SyntheticModel& model, const Mesh& mesh, i
 }
 
 int Main(int argc, char** argv) {
-  std::string dir, from_text, to_text, optimizer, json_path;
+  std::string dir, from_text, to_text, optimizer;
   int64_t params = 0, layers = 0, threads = 2, rank_samples = 256;
-  bool zero = false;
+  bool zero = false, json = false;
   tools::Args args("commit_bench", "--ranks-from MESH --params N [options]",
                    "Times a save's commit at scale on the Checkpointer's code: every rank's planning and\n"
                    "summary, then the leader's PublishStep (first save and steady state). Data files are\n"
@@ -138,8 +138,9 @@ int Main(int argc, char** argv) {
   args.String("optimizer", &optimizer, "'adam' adds fp32 exp_avg/exp_avg_sq and a step");
   args.Switch("zero", &zero, "shard optimizer state over dp (ZeRO-1)");
   args.Int("threads", &threads, "threads the ranks run on (default 2)");
-  args.String("json", &json_path, "also write the figures as JSON to this file");
+  args.Switch("json", &json, "print the figures as one JSON object instead of text");
   int exit = 0;
+  args.Program("");  // a benchmark is a program of its own
   if (!args.Parse(argc, argv, 1, &exit)) return exit;
   auto mesh = Mesh::Parse(from_text);
   auto to = Mesh::Parse(to_text.empty() ? from_text : to_text);
@@ -286,28 +287,30 @@ int Main(int argc, char** argv) {
   }
   const double restart_plan_s = resolve_s + restart_s.Max();
 
-  std::printf("%lld ranks over %s, %zu tensors; storage %s; data files skipped\n", static_cast<long long>(n),
-              mesh->ToString().c_str(), model->tensors.size(), root.c_str());
-  std::printf(
-      "each rank: builds its laid-out state %.2f ms max, plans its writes %.2f ms max (%.2f ms median); "
-      "a save with the same layouts %.3f ms max\n",
-      state_s.Max() * 1e3, plan_s.Max() * 1e3, plan_s.Median() * 1e3, steady_s.Max() * 1e3);
-  std::printf("all %lld ranks one after another on %lld threads here: %.1f s\n", static_cast<long long>(n),
-              static_cast<long long>(threads), all_ranks_s);
-  std::printf("leader, first save: %.3f s (the rules' manifest built in %.3f s), peak +%s\n", saves[0].seconds,
-              rule_manifest.build_seconds(), tools::HumanBytes(static_cast<double>(saves[0].peak)).c_str());
-  std::printf("leader, steady state: %.3f s, peak +%s; received %s (%.1f bytes per rank); manifest %s\n",
-              saves[1].seconds, tools::HumanBytes(static_cast<double>(saves[1].peak)).c_str(),
-              tools::HumanBytes(static_cast<double>(saves[1].received)).c_str(),
-              static_cast<double>(saves[1].received) / static_cast<double>(n),
-              tools::HumanBytes(static_cast<double>(saves[1].manifest_bytes)).c_str());
-  std::printf(
-      "restart onto %s (%lld ranks): the leader resolves the step in %.3f s; each rank reads its part "
-      "(%s at most) and plans its load in %.2f ms at most (%.2f ms median, %lld sampled); generation formed "
-      "-> every rank has its plan %.3f s\n",
-      to->ToString().c_str(), static_cast<long long>(n_to), resolve_s, tools::HumanBytes(part_bytes.Max()).c_str(),
-      restart_s.Max() * 1e3, restart_s.Median() * 1e3, static_cast<long long>(samples), restart_plan_s);
-  if (!json_path.empty()) {
+  if (!json) {
+    std::printf("%lld ranks over %s, %zu tensors; storage %s; data files skipped\n", static_cast<long long>(n),
+                mesh->ToString().c_str(), model->tensors.size(), root.c_str());
+    std::printf(
+        "each rank: builds its laid-out state %.2f ms max, plans its writes %.2f ms max (%.2f ms median); "
+        "a save with the same layouts %.3f ms max\n",
+        state_s.Max() * 1e3, plan_s.Max() * 1e3, plan_s.Median() * 1e3, steady_s.Max() * 1e3);
+    std::printf("all %lld ranks one after another on %lld threads here: %.1f s\n", static_cast<long long>(n),
+                static_cast<long long>(threads), all_ranks_s);
+    std::printf("leader, first save: %.3f s (the rules' manifest built in %.3f s), peak +%s\n", saves[0].seconds,
+                rule_manifest.build_seconds(), tools::HumanBytes(static_cast<double>(saves[0].peak)).c_str());
+    std::printf("leader, steady state: %.3f s, peak +%s; received %s (%.1f bytes per rank); manifest %s\n",
+                saves[1].seconds, tools::HumanBytes(static_cast<double>(saves[1].peak)).c_str(),
+                tools::HumanBytes(static_cast<double>(saves[1].received)).c_str(),
+                static_cast<double>(saves[1].received) / static_cast<double>(n),
+                tools::HumanBytes(static_cast<double>(saves[1].manifest_bytes)).c_str());
+    std::printf(
+        "restart onto %s (%lld ranks): the leader resolves the step in %.3f s; each rank reads its part "
+        "(%s at most) and plans its load in %.2f ms at most (%.2f ms median, %lld sampled); generation formed "
+        "-> every rank has its plan %.3f s\n",
+        to->ToString().c_str(), static_cast<long long>(n_to), resolve_s, tools::HumanBytes(part_bytes.Max()).c_str(),
+        restart_s.Max() * 1e3, restart_s.Median() * 1e3, static_cast<long long>(samples), restart_plan_s);
+  }
+  if (json) {
     JsonWriter j;
     j.BeginObject()
         .Field("ranks", n)
@@ -334,7 +337,7 @@ int Main(int argc, char** argv) {
         .Field("restart_plan_seconds", restart_plan_s)
         .Field("threads", threads)
         .EndObject();
-    WriteTextFile(json_path, j.str());
+    std::printf("%s\n", j.str().c_str());
   }
   if (!dir.empty()) std::filesystem::remove_all(root);
   return 0;
