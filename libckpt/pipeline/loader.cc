@@ -251,7 +251,7 @@ class Loader {
             StrCat(ChunkName(*w), ": file ", m_.files[w->file].name, " has an invalid block size ", bs));
       }
       std::vector<std::pair<uint64_t, uint64_t>> ranges;
-      for (const Piece& p : w->pieces) BlocksToRead(*w->chunk, p.inter, es, bs, &ranges);
+      for (const Piece& p : w->pieces) BlocksToRead(w->chunk->box, p.inter, es, bs, &ranges);
       NormalizeRanges(&ranges);
       for (const auto& [b0, b1] : ranges) {
         for (uint64_t b = b0; b <= b1; ++b) w->blocks.push_back(b);

@@ -32,9 +32,18 @@ void ChunkFinder::ForEachMeeting(const Box& box, const std::function<void(const 
   for (int64_t ci : index_->Query(box)) fn(t_.chunks[static_cast<size_t>(ci)]);
 }
 
-void BlocksToRead(const ManifestChunk& chunk, const Box& box, uint64_t elem_size, uint64_t block_size,
+void ChunkFinder::ForEachBoxMeeting(const Box& box, const std::function<void(const Box&, uint32_t)>& fn) {
+  if (t_.GridOnly()) {
+    t_.grid->ForEachCellMeeting(
+        box, [&](uint64_t cell) { fn(t_.grid->CellBox(cell), static_cast<uint32_t>(t_.grid->files.At(cell))); });
+    return;
+  }
+  ForEachMeeting(box, [&](const ManifestChunk& c) { fn(c.box, c.file); });
+}
+
+void BlocksToRead(const Box& chunk, const Box& box, uint64_t elem_size, uint64_t block_size,
                   std::vector<std::pair<uint64_t, uint64_t>>* ranges) {
-  NeededBlocks(chunk.box, Intersect(chunk.box, box), elem_size, block_size, ranges);
+  NeededBlocks(chunk, Intersect(chunk, box), elem_size, block_size, ranges);
 }
 
 }  // namespace ckpt

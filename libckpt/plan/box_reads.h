@@ -36,6 +36,9 @@ class ChunkFinder {
   /// a listed chunk is `t`'s own (its address stays valid), a grid cell of a
   /// grid-only tensor a value made for the call (GridChunk).
   void ForEachMeeting(const Box& box, const std::function<void(const ManifestChunk&)>& fn);
+  /// The same when only each chunk's box and file are needed: a grid cell's
+  /// first block is not looked up.
+  void ForEachBoxMeeting(const Box& box, const std::function<void(const Box& chunk, uint32_t file)>& fn);
 
  private:
   const ManifestTensor& t_;
@@ -44,10 +47,10 @@ class ChunkFinder {
   std::unique_ptr<ChunkIndex> index_;  // built on first use
 };
 
-/// The blocks of `chunk` (elements of `elem_size` bytes, blocks of
+/// The blocks of a chunk of box `chunk` (elements of `elem_size` bytes, blocks of
 /// `block_size` raw bytes) that hold its intersection with `box`, appended
 /// to `ranges` as inclusive block ranges relative to the chunk's first block.
-void BlocksToRead(const ManifestChunk& chunk, const Box& box, uint64_t elem_size, uint64_t block_size,
+void BlocksToRead(const Box& chunk, const Box& box, uint64_t elem_size, uint64_t block_size,
                   std::vector<std::pair<uint64_t, uint64_t>>* ranges);
 
 }  // namespace ckpt

@@ -25,11 +25,11 @@ absl::StatusOr<LoadPlanStats> PlanMeshLoad(const Manifest& m, const std::vector<
           ++stats.distinct_boxes;
           stats.bytes_needed += holders * box.Volume() * static_cast<int64_t>(es);
           // One (target box, saved chunk) overlap: the blocks holding it.
-          finder.ForEachMeeting(box, [&](const ManifestChunk& c) {
-            const uint64_t block_size = m.files[c.file].block_size;
-            const uint64_t stream = static_cast<uint64_t>(c.box.Volume()) * es;
+          finder.ForEachBoxMeeting(box, [&](const Box& chunk, uint32_t file) {
+            const uint64_t block_size = m.files[file].block_size;
+            const uint64_t stream = static_cast<uint64_t>(chunk.Volume()) * es;
             ranges.clear();
-            BlocksToRead(c, box, es, block_size, &ranges);
+            BlocksToRead(chunk, box, es, block_size, &ranges);
             ++stats.overlaps;
             stats.block_ranges += holders * static_cast<int64_t>(ranges.size());
             for (const auto& [b0, b1] : ranges) {
