@@ -14,7 +14,8 @@ packages=(g++ cmake ninja-build pkg-config liburing-dev libzstd-dev libxxhash-de
 s3=(ceph-mon ceph-osd ceph-mgr radosgw ceph-common awscli s3cmd faketime openssl)
 if [[ "${1:-}" == "--test" ]]; then
   packages+=(clang libclang-rt-14-dev lld fio python3 python3-h5py python3-numpy hdf5-tools python3-torch
-            python3-pip python3-venv python3-setuptools python3-pytest clang-format-14 etcd-server etcd-client "${s3[@]}")
+            python3-pip python3-venv python3-setuptools python3-pytest clang-format-14 etcd-server etcd-client
+            iproute2 iperf3 faketime util-linux "${s3[@]}")
 elif [[ "${1:-}" == "--bench" ]]; then
   packages+=(fio iperf3 python3 python3-h5py python3-numpy python3-torch "${s3[@]}")
 fi

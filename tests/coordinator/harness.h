@@ -55,11 +55,12 @@ struct CoordinatorProcess {
   int port = 0;
   std::vector<std::string> args;
   std::string log;
-  std::string root;                  // the checkpoint root it verifies; dir/root when empty
-  std::string store;                 // --store URI instead of --state-dir dir/state
-  std::string name = "coordinator";  // its files: dir/NAME.log, dir/NAME.port
-  bool standby = false;              // do not wait for it to serve (another leads the store)
-  std::vector<std::string> env;      // added to its environment ("NAME=value")
+  std::string root;                   // the checkpoint root it verifies; dir/root when empty
+  std::string store;                  // --store URI instead of --state-dir dir/state
+  std::string name = "coordinator";   // its files: dir/NAME.log, dir/NAME.port
+  bool standby = false;               // do not wait for it to serve (another leads the store)
+  std::vector<std::string> env;       // added to its environment ("NAME=value")
+  std::vector<std::string> launcher;  // runs it (e.g. on a host of a NetnsCluster: NetnsCluster::On)
   void Start(const TempDir& dir, const std::string& listen, int min_nodes, int max_nodes,
              const std::vector<std::string>& extra = {}, rlim_t max_descriptors = 0) {
     const std::string port_file = dir.Join(name + ".port");
@@ -87,6 +88,7 @@ struct CoordinatorProcess {
             "--root",
             root.empty() ? dir.Join("root") : root};
     args.insert(args.end(), extra.begin(), extra.end());
+    args.insert(args.begin(), launcher.begin(), launcher.end());
     log = dir.Join(name + ".log");
     pid = Spawn(args, log, max_descriptors, env);
     port = standby ? 0 : ReadPort(port_file);

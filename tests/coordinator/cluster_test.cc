@@ -1,0 +1,208 @@
+// Hosts that are separate network stacks (network namespaces on a bridge,
+// scripts/cluster.sh): links cut both ways and one way, slowed and healed,
+// checked with iperf3; and an elastic job whose coordinator and workers run
+// on different hosts while one host is cut off.
+#include <signal.h>
+#include <sys/wait.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "ckpt/checkpointer.h"
+#include "ckpt/verify.h"
+#include "common/elastic_model.h"
+#include "coordinator/harness.h"
+#include "core/root.h"
+#include "support/netns_cluster.h"
+#include "testutil/test_util.h"
+#include "util/clock.h"
+#include "util/strings.h"
+
+namespace ckpt::testing {
+namespace {
+
+using tools::ElasticShard;
+using tools::kElasticBias;
+using tools::kElasticWeight;
+
+// iperf3's measured receive rate from `host` to `server_addr`, in bits per
+// second; -1 when the client failed (no connection within a second).
+double Iperf(const NetnsCluster& c, int host, const std::string& server_addr) {
+  CommandResult r =
+      RunCommand(c.Shell(host, StrCat("iperf3 -c ", server_addr, " -p 5201 -t 1 -J --connect-timeout 1000")) + " 2>&1");
+  if (r.code != 0) return -1;
+  const size_t sum = r.out.find("\"sum_received\"");
+  if (sum == std::string::npos) return -1;
+  const size_t at = r.out.find("\"bits_per_second\":", sum);
+  if (at == std::string::npos) return -1;
+  return std::strtod(r.out.c_str() + at + std::strlen("\"bits_per_second\":"), nullptr);
+}
+
+// Iperf until it succeeds (a link brought back up takes a moment to carry
+// traffic), for up to `seconds`.
+double IperfOnceUp(const NetnsCluster& c, int host, const std::string& server_addr, double seconds) {
+  const double until = NowSeconds() + seconds;
+  double rate = Iperf(c, host, server_addr);
+  while (rate < 0 && NowSeconds() < until) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    rate = Iperf(c, host, server_addr);
+  }
+  return rate;
+}
+
+TEST(Cluster, HostsAreSeparateNetworkStacksThatCanBeCutSlowedAndHealed) {
+  TempDir dir;
+  auto cluster = NetnsCluster::Up(3);
+  ASSERT_OK(cluster);
+  NetnsCluster& c = **cluster;
+  const std::string a0 = c.Addr(0), a1 = c.Addr(1), a2 = c.Addr(2);
+  ASSERT_FALSE(a0.empty());
+  EXPECT_NE(a0, a1);
+  // Each host has its own address, hostname and nothing else.
+  CommandResult self = RunCommand(c.Shell(1, "hostname; ip -4 -o addr show") + " 2>&1");
+  ASSERT_EQ(self.code, 0) << self.out;
+  EXPECT_NE(self.out.find(StrCat("ck-", c.id(), "-h1")), std::string::npos) << self.out;
+  EXPECT_NE(self.out.find(a1 + "/24"), std::string::npos) << self.out;
+  EXPECT_EQ(self.out.find(a0 + "/"), std::string::npos) << self.out;
+  // No route leaves the bridge.
+  CommandResult out = RunCommand(c.Shell(1, "ip route get 192.0.2.1") + " 2>&1");
+  EXPECT_NE(out.code, 0) << out.out;
+
+  pid_t server = Spawn(c.On(0, {"iperf3", "-s", "-B", a0, "-p", "5201"}), dir.Join("iperf.log"));
+  EXPECT_GT(IperfOnceUp(c, 1, a0, 5), 200e6) << ReadFile(dir.Join("iperf.log"));
+
+  ASSERT_OK(c.Limit(1, "20mbit"));
+  const double slow = Iperf(c, 1, a0);
+  EXPECT_GT(slow, 5e6);
+  EXPECT_LT(slow, 30e6);
+  EXPECT_GT(Iperf(c, 2, a0), 100e6) << "host 2 was slowed with host 1";
+
+  ASSERT_OK(c.Cut(1));
+  EXPECT_LT(Iperf(c, 1, a0), 0) << "host 1 reached host 0 through a cut link";
+  EXPECT_GT(Iperf(c, 2, a0), 0);
+  ASSERT_OK(c.Heal(1));
+  EXPECT_GT(IperfOnceUp(c, 1, a0, 5), 200e6) << "healing left the link slow or cut";
+
+  // One way: host 1's packets to host 0 are dropped, host 2's are not.
+  ASSERT_OK(c.CutFrom(1, 0));
+  EXPECT_LT(Iperf(c, 1, a0), 0);
+  EXPECT_GT(Iperf(c, 2, a0), 0);
+  ASSERT_OK(c.Heal(1));
+  EXPECT_GT(IperfOnceUp(c, 1, a0, 5), 0);
+
+  // A host's clock, shifted for its processes.
+  CommandResult clock = RunCommand(StrCat(CKPT_CLUSTER_SH, " exec ", c.id(), " 2 --clock +120s date +%s"));
+  ASSERT_EQ(clock.code, 0) << clock.out;
+  const double shift = std::strtod(clock.out.c_str(), nullptr) - static_cast<double>(time(nullptr));
+  EXPECT_GT(shift, 110);
+  EXPECT_LT(shift, 130);
+
+  kill(server, SIGKILL);
+  WaitExit(server);
+}
+
+TEST(Cluster, CollectRemovesTheClustersOfOwnersThatAreGone) {
+  // A child makes a cluster and dies without removing it.
+  CommandResult made = RunCommand(StrCat("sh -c '", CKPT_CLUSTER_SH, " up 2 --owner $$' 2>&1"));
+  ASSERT_EQ(made.code, 0) << made.out;
+  std::string id = made.out;
+  while (!id.empty() && id.back() == '\n') id.pop_back();
+  ASSERT_EQ(id.size(), 6u) << made.out;
+  EXPECT_EQ(RunCommand(StrCat("ip netns list | grep -c ck-", id, "-")).out, "2\n");
+  ASSERT_EQ(RunCommand(StrCat(CKPT_CLUSTER_SH, " collect")).code, 0);
+  EXPECT_EQ(RunCommand(StrCat("ip netns list | grep -c ck-", id, "-")).out, "0\n");
+  EXPECT_EQ(RunCommand(StrCat("ip link show ckb", id, " 2>&1")).code, 1);
+}
+
+// The coordinator on host 0; two workers on host 1 and two on host 2. Once
+// step 15 is committed host 2's link is cut: the coordinator finds its
+// workers silent within heartbeat x dead-after + 0.5 s, the workers of host 1
+// restore the last committed step and finish, and host 2's workers, cut off
+// but alive, commit nothing. Every committed step verifies and the final
+// state is the uninterrupted run's.
+TEST(Cluster, AnIsolatedWorkerHostCommitsNothingAndTheOthersFinish) {
+  TempDir dir;
+  WriteToken(dir);
+  auto cluster = NetnsCluster::Up(3);
+  ASSERT_OK(cluster);
+  NetnsCluster& c = **cluster;
+  CoordinatorProcess coord;
+  coord.launcher = c.On(0, {});
+  coord.Start(dir, c.Addr(0) + ":0", 2, 4);
+  ASSERT_GT(coord.port, 0) << ReadFile(coord.log);
+  constexpr int64_t kSteps = 80;
+  std::vector<pid_t> workers;
+  for (int i = 0; i < 4; ++i) {
+    const int host = i < 2 ? 1 : 2;
+    workers.push_back(
+        Spawn(c.On(host, {CKPT_BIN, "worker", "--connect", StrCat(c.Addr(0), ":", coord.port), "--token-file",
+                          dir.Join("token"), "--root", dir.Join("root"), "--steps", std::to_string(kSteps),
+                          "--save-every", "5", "--step-ms", "30", "--log", dir.Join(StrCat("worker", i, ".log"))}),
+              dir.Join(StrCat("worker", i, ".out"))));
+  }
+  auto storage = OpenStorage(dir.Join("root"));
+  ASSERT_OK(storage);
+  for (int i = 0; i < 600; ++i) {
+    auto latest = LatestCommittedStep(**storage);
+    if (latest.ok() && *latest >= 15) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(25));
+  }
+  ASSERT_OK(LatestCommittedStep(**storage));
+  const double cut_at = NowSeconds();
+  const double cut_unix = static_cast<double>(UnixNanos()) / 1e9;
+  ASSERT_OK(c.Cut(2));
+  // Detected: the coordinator ends the generation.
+  double detected = -1;
+  for (int i = 0; i < 200 && detected < 0; ++i) {
+    if (ReadFile(coord.log).find("ended: ") != std::string::npos) detected = NowSeconds() - cut_at;
+    if (detected < 0) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  ASSERT_GT(detected, 0) << ReadFile(coord.log);
+  EXPECT_LT(detected, 0.2 * 3 + 0.5) << "heartbeat 200 ms, dead after 3";
+  std::printf("isolated host detected %.2f s after its link was cut\n", detected);
+  // Host 1's workers finish the run.
+  for (int i = 0; i < 2; ++i) {
+    EXPECT_EQ(WaitExit(workers[i]), 0) << "worker " << i << ": " << ReadFile(dir.Join(StrCat("worker", i, ".out")))
+                                       << ReadFile(coord.log);
+  }
+  // Host 2's workers never committed after the cut; they go with their host.
+  c.KillHost(2);
+  for (int i = 2; i < 4; ++i) WaitExit(workers[i]);
+  ASSERT_OK(c.Heal(2));
+  auto latest = LatestCommittedStep(**storage);
+  ASSERT_OK(latest);
+  EXPECT_EQ(*latest, kSteps);
+  auto steps = ListCheckpointSteps(**storage);
+  ASSERT_OK(steps);
+  int after_cut = 0;
+  for (const StepInfo& s : *steps) {
+    if (!s.committed) continue;
+    auto v = VerifyStep(**storage, s.step);
+    ASSERT_OK(v);
+    EXPECT_TRUE(v->ok()) << "step " << s.step;
+    // Every step committed after the cut is the two survivors' alone.
+    auto m = ReadManifest(**storage, s.step);
+    ASSERT_OK(m);
+    if (m->created_unix_ns > static_cast<int64_t>(cut_unix * 1e9) + 1'000'000'000) {
+      ++after_cut;
+      EXPECT_EQ(m->world_size, 2) << "step " << s.step;
+    }
+  }
+  EXPECT_GT(after_cut, 0);
+  std::vector<float> w(static_cast<size_t>(kElasticWeight.NumElements())), b(64);
+  State target;
+  ASSERT_OK(target.AddTensor(kElasticWeight, w.data()));
+  ASSERT_OK(target.AddTensor(kElasticBias, b.data()));
+  ASSERT_OK(LoadCheckpoint(**storage, target, kSteps));
+  const ElasticShard expected = ElasticShard::Expected(kSteps);
+  EXPECT_EQ(0, std::memcmp(w.data(), expected.weight().data(), w.size() * 4)) << "weight differs";
+  EXPECT_EQ(0, std::memcmp(b.data(), expected.bias().data(), b.size() * 4)) << "bias differs";
+  coord.Stop();
+}
+
+}  // namespace
+}  // namespace ckpt::testing
