@@ -54,6 +54,13 @@ struct CKPT_EXPORT CoordinatorOptions {
   int min_nodes = 1;
   int max_nodes = 1 << 20;
   double join_timeout_s = 2;
+  /// Growing back: while members wait as spares and the running generation
+  /// has fewer than `max_nodes` members, the generation ends (a planned end)
+  /// right after its next committed step, and the next one forms with the
+  /// spares and restores that step. At most once every `grow_spacing_s`
+  /// since the last generation formed. Off: spares wait until a member fails.
+  bool grow = true;
+  double grow_spacing_s = 10;
   /// A member that sent no heartbeat for heartbeat_s * dead_after is dead.
   double heartbeat_s = 1;
   int dead_after = 5;

@@ -543,6 +543,7 @@ class CoordinatorImpl final : public Coordinator, public SessionOwner {
     w.U8(static_cast<uint8_t>(JournalKind::kGeneration));
     membership_.EncodeGeneration(w);
     if (!Journaled(w.Take())) return;
+    formed_at_ = NowSeconds();
     Log(StrCat("generation ", membership_.generation(), " formed: ", ids.size(), " member(s), world size ",
                membership_.world(),
                restore_step >= 0 ? StrCat(", restore ", restore_level_ == kMemoryLevel ? "memory step " : "step ",
@@ -647,6 +648,22 @@ class CoordinatorImpl final : public Coordinator, public SessionOwner {
       return last_committed;
     }
     return NewestRestorableStep(**storage, last_committed, [this](const std::string& line) { Log(line); });
+  }
+
+  // Growing back (CoordinatorOptions::grow): a step of the running
+  // generation was just committed, so ending it now loses no saved work; the
+  // spares waiting join the next generation, which restores that step.
+  void MaybeGrow(int64_t step, int64_t generation) {
+    if (!options_.grow || !membership_.running() || membership_.generation() != generation || forming_) return;
+    if (membership_.waiting_count() == 0 || static_cast<int>(membership_.member_count()) >= options_.max_nodes) return;
+    if (NowSeconds() - formed_at_ < options_.grow_spacing_s) return;
+    ForgetDisconnectedWaiters();
+    const size_t spares = membership_.waiting_count();
+    if (spares == 0) return;
+    ++grows_;
+    EndGeneration(StrCat("growing back: ", spares, " member(s) wait beside the ", membership_.member_count(),
+                         " of this generation (at most ", options_.max_nodes, "), and ", StepName(step),
+                         " is committed"));
   }
 
   // `finished`: every member left, the job is over (its processes' memory
@@ -933,6 +950,8 @@ class CoordinatorImpl final : public Coordinator, public SessionOwner {
             last_committed_ = std::max(last_committed_, e.step);
           }
           ++commits_;
+          // Once this event's answers are out, spares may join.
+          asio::post(io_, [this, step = e.step, gen = e.generation] { MaybeGrow(step, gen); });
           RecordDurations(std::move(e.durations));
           for (size_t i = 0; i < w.outcome.size(); ++i) {
             if (2 * i >= w.outcome.size() && i > 0) CrashPoint("outcome");
@@ -1175,6 +1194,8 @@ class CoordinatorImpl final : public Coordinator, public SessionOwner {
 
   Membership membership_;
   int64_t last_committed_ = -1;  // newest durable step committed
+  double formed_at_ = 0;         // when the running generation formed
+  uint64_t grows_ = 0;           // generations ended to grow back
   // Memory steps committed: the generation that saved each and its ranks.
   struct MemoryCommit {
     int64_t generation = 0;

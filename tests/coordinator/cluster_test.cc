@@ -119,12 +119,14 @@ TEST(Cluster, CollectRemovesTheClustersOfOwnersThatAreGone) {
 }
 
 // The coordinator on host 0; two workers on host 1 and two on host 2. Once
-// step 15 is committed host 2's link is cut: the coordinator finds its
-// workers silent within heartbeat x dead-after + 0.5 s, the workers of host 1
-// restore the last committed step and finish, and host 2's workers, cut off
-// but alive, commit nothing. Every committed step verifies and the final
-// state is the uninterrupted run's.
-TEST(Cluster, AnIsolatedWorkerHostCommitsNothingAndTheOthersFinish) {
+// step 15 is committed host 2's link is cut for 2 s: the coordinator finds
+// its workers silent within heartbeat x dead-after + 0.5 s and the workers of
+// host 1 go on as a generation of two; host 2's workers, cut off but alive,
+// commit nothing. When the link is healed they wait as spares, and the job
+// grows back to four members after its next committed step. All four
+// finish; every committed step verifies, and the final state is the
+// uninterrupted run's.
+TEST(Cluster, AnIsolatedHostCommitsNothingAndTheJobGrowsBackWhenItReturns) {
   TempDir dir;
   WriteToken(dir);
   auto cluster = NetnsCluster::Up(3);
@@ -132,9 +134,9 @@ TEST(Cluster, AnIsolatedWorkerHostCommitsNothingAndTheOthersFinish) {
   NetnsCluster& c = **cluster;
   CoordinatorProcess coord;
   coord.launcher = c.On(0, {});
-  coord.Start(dir, c.Addr(0) + ":0", 2, 4);
+  coord.Start(dir, c.Addr(0) + ":0", 2, 4, {"--grow-spacing", "1s"});
   ASSERT_GT(coord.port, 0) << ReadFile(coord.log);
-  constexpr int64_t kSteps = 80;
+  constexpr int64_t kSteps = 240;
   std::vector<pid_t> workers;
   for (int i = 0; i < 4; ++i) {
     const int host = i < 2 ? 1 : 2;
@@ -153,46 +155,59 @@ TEST(Cluster, AnIsolatedWorkerHostCommitsNothingAndTheOthersFinish) {
   }
   ASSERT_OK(LatestCommittedStep(**storage));
   const double cut_at = NowSeconds();
-  const double cut_unix = static_cast<double>(UnixNanos()) / 1e9;
+  const int64_t cut_unix_ns = UnixNanos();
   ASSERT_OK(c.Cut(2));
   // Detected: the coordinator ends the generation.
   double detected = -1;
-  for (int i = 0; i < 200 && detected < 0; ++i) {
+  for (int i = 0; i < 300 && detected < 0; ++i) {
     if (ReadFile(coord.log).find("ended: ") != std::string::npos) detected = NowSeconds() - cut_at;
     if (detected < 0) std::this_thread::sleep_for(std::chrono::milliseconds(10));
   }
   ASSERT_GT(detected, 0) << ReadFile(coord.log);
   EXPECT_LT(detected, 0.2 * 3 + 0.5) << "heartbeat 200 ms, dead after 3";
-  std::printf("isolated host detected %.2f s after its link was cut\n", detected);
-  // Host 1's workers finish the run.
-  for (int i = 0; i < 2; ++i) {
-    EXPECT_EQ(WaitExit(workers[i]), 0) << "worker " << i << ": " << ReadFile(dir.Join(StrCat("worker", i, ".out")))
-                                       << ReadFile(coord.log);
-  }
-  // Host 2's workers never committed after the cut; they go with their host.
-  c.KillHost(2);
-  for (int i = 2; i < 4; ++i) WaitExit(workers[i]);
+  std::this_thread::sleep_for(std::chrono::milliseconds(2000));
+  const int64_t healed_unix_ns = UnixNanos();
+  const double healed_at = NowSeconds();
   ASSERT_OK(c.Heal(2));
+  // Back at full size: a generation of four forms after the heal.
+  double grown = -1;
+  for (int i = 0; i < 1500 && grown < 0; ++i) {
+    const std::string log = ReadFile(coord.log);
+    const size_t grow = log.find("growing back");
+    if (grow != std::string::npos && log.find("formed: 4 member(s)", grow) != std::string::npos) {
+      grown = NowSeconds() - healed_at;
+    }
+    if (grown < 0) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  EXPECT_GT(grown, 0) << "the job did not grow back: " << ReadFile(coord.log);
+  std::printf("isolated host detected %.2f s after its link was cut; full size again %.2f s after it was healed\n",
+              detected, grown);
+  for (int i = 0; i < 4; ++i) {
+    EXPECT_EQ(WaitExit(workers[i]), 0) << "worker " << i << ": " << ReadFile(dir.Join(StrCat("worker", i, ".out")))
+                                       << ReadFile(dir.Join(StrCat("worker", i, ".log"))) << ReadFile(coord.log);
+  }
   auto latest = LatestCommittedStep(**storage);
   ASSERT_OK(latest);
   EXPECT_EQ(*latest, kSteps);
   auto steps = ListCheckpointSteps(**storage);
   ASSERT_OK(steps);
-  int after_cut = 0;
+  int while_cut = 0, grown_back = 0;
   for (const StepInfo& s : *steps) {
     if (!s.committed) continue;
     auto v = VerifyStep(**storage, s.step);
     ASSERT_OK(v);
     EXPECT_TRUE(v->ok()) << "step " << s.step;
-    // Every step committed after the cut is the two survivors' alone.
     auto m = ReadManifest(**storage, s.step);
     ASSERT_OK(m);
-    if (m->created_unix_ns > static_cast<int64_t>(cut_unix * 1e9) + 1'000'000'000) {
-      ++after_cut;
+    // While host 2 was cut off, only host 1's two workers committed.
+    if (m->created_unix_ns > cut_unix_ns + 1'500'000'000 && m->created_unix_ns < healed_unix_ns) {
+      ++while_cut;
       EXPECT_EQ(m->world_size, 2) << "step " << s.step;
     }
+    if (s.step == kSteps) grown_back = m->world_size;
   }
-  EXPECT_GT(after_cut, 0);
+  EXPECT_GT(while_cut, 0);
+  EXPECT_EQ(grown_back, 4) << "the last step was not saved by the whole job";
   std::vector<float> w(static_cast<size_t>(kElasticWeight.NumElements())), b(64);
   State target;
   ASSERT_OK(target.AddTensor(kElasticWeight, w.data()));

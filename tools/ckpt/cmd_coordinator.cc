@@ -218,6 +218,12 @@ int CoordinatorMain(int argc, char** argv, int first) {
   args.Int("dead-after", &dead_after, "missed heartbeats before a worker is dead (default 5)");
   args.String("join-timeout", &join_timeout, "wait for more members after the minimum joined (default 2s)");
   args.String("root", &root, "checkpoint root: restore only a step whose manifest verifies");
+  bool no_grow = false;
+  std::string grow_spacing = "10s";
+  args.Switch("no-grow", &no_grow,
+              "a fixed-size job: spares wait until a member fails (default: when members wait and the generation "
+              "is below --max-nodes, it ends after its next committed step and re-forms with them)");
+  args.String("grow-spacing", &grow_spacing, "least time between a generation forming and growing it (default 10s)");
   int64_t memory_replicas = 1;
   args.Int("memory-replicas", &memory_replicas,
            "memory level: copies of each rank's files in other failure domains (default 1)");
@@ -250,7 +256,9 @@ int CoordinatorMain(int argc, char** argv, int first) {
     return kExitUsage;
   }
   o.max_unauthenticated = static_cast<int>(std::clamp<int64_t>(max_unauthenticated, 0, 1 << 30));
+  o.grow = !no_grow;
   if (!ParsePositiveDuration(heartbeat, &o.heartbeat_s) || !ParsePositiveDuration(join_timeout, &o.join_timeout_s) ||
+      !ParsePositiveDuration(grow_spacing, &o.grow_spacing_s) ||
       !ParsePositiveDuration(handshake_timeout, &o.handshake_timeout_s) ||
       (!idle_timeout.empty() && !ParsePositiveDuration(idle_timeout, &o.idle_timeout_s))) {
     std::fprintf(stderr, "ckpt coordinator: durations look like 1s, 500ms or 2.5\n");
