@@ -1096,6 +1096,7 @@ class CoordinatorImpl final : public Coordinator, public SessionOwner {
     v.commits = commits_;
     v.aborts = aborts_;
     v.deaths = deaths_;
+    v.grows = grows_;
     v.heartbeat_misses = heartbeat_misses_;
     v.refused_joins = refused_;
     v.bad_frames = bad_frames();

@@ -101,6 +101,7 @@ std::string StatusJson(const StatusView& v) {
       .Field("commits", v.commits)
       .Field("aborts", v.aborts)
       .Field("deaths", v.deaths)
+      .Field("grows", v.grows)
       .Field("heartbeat_misses", v.heartbeat_misses)
       .Field("refused_joins", v.refused_joins)
       .Field("bad_frames", v.bad_frames);
@@ -142,8 +143,9 @@ std::string StatusText(const StatusView& v) {
   if (!v.serving) return t;
   StrAppend(&t, "generation ", v.generation, v.running ? " running" : " not running", ", world size ", v.world_size,
             ", restore step ", v.restore_step, ", last committed step ", v.last_committed_step, "\n");
-  StrAppend(&t, "commits ", v.commits, ", aborts ", v.aborts, ", deaths ", v.deaths, ", heartbeat misses ",
-            v.heartbeat_misses, ", refused joins ", v.refused_joins, ", bad frames ", v.bad_frames, "\n");
+  StrAppend(&t, "commits ", v.commits, ", aborts ", v.aborts, ", deaths ", v.deaths, ", grown back ", v.grows,
+            ", heartbeat misses ", v.heartbeat_misses, ", refused joins ", v.refused_joins, ", bad frames ",
+            v.bad_frames, "\n");
   StrAppend(&t, "members:\n");
   for (const StatusView::Member& m : v.members) {
     char ago[32];
@@ -210,6 +212,7 @@ std::string PrometheusMetrics(const StatusView& v) {
   counter("ckpt_coordinator_heartbeat_misses_total", "Heartbeat intervals missed by members.",
           static_cast<double>(v.heartbeat_misses));
   counter("ckpt_coordinator_deaths_total", "Members declared dead.", static_cast<double>(v.deaths));
+  counter("ckpt_coordinator_grows_total", "Generations ended to grow back with spares.", static_cast<double>(v.grows));
   counter("ckpt_coordinator_sdc_alerts_total", "Replica disagreements (silent data corruption).",
           static_cast<double>(v.sdc_alerts.size()));
   counter("ckpt_coordinator_refused_joins_total", "Joins refused (wrong token).", static_cast<double>(v.refused_joins));

@@ -46,6 +46,7 @@ struct StatusView {
   int64_t restore_step = -1;
   int64_t last_committed_step = -1;
   uint64_t commits = 0, aborts = 0, deaths = 0, heartbeat_misses = 0, refused_joins = 0, bad_frames = 0;
+  uint64_t grows = 0;                                     ///< generations ended to grow back
   std::vector<std::pair<std::string, uint64_t>> dropped;  ///< by reason, every reason listed
   size_t unauthenticated_connections = 0;
   size_t joined_connections = 0;

@@ -21,6 +21,7 @@ StatusView Sample() {
   v.commits = 5;
   v.aborts = 1;
   v.deaths = 2;
+  v.grows = 1;
   v.refused_joins = 1;
   v.dropped = {{"bad_frame", 2}, {"idle_timeout", 0}};
   v.unauthenticated_connections = 1;
@@ -52,7 +53,7 @@ TEST(Status, JsonCarriesEveryField) {
   const std::string j = StatusJson(Sample());
   for (const char* want :
        {"\"generation\":3,\"running\":true,\"forming\":false,\"world_size\":4,\"restore_step\":20,"
-        "\"last_committed_step\":25,\"commits\":5,\"aborts\":1,\"deaths\":2",
+        "\"last_committed_step\":25,\"commits\":5,\"aborts\":1,\"deaths\":2,\"grows\":1",
         "\"dropped_connections\":{\"bad_frame\":2,\"idle_timeout\":0}", "\"unauthenticated_connections\":1",
         "{\"id\":9,\"host\":\"node-b\",\"first_rank\":2,\"local_ranks\":2,\"last_heartbeat_s_ago\":4.5,"
         "\"connected\":false}",
