@@ -219,5 +219,73 @@ TEST(Cluster, AnIsolatedHostCommitsNothingAndTheJobGrowsBackWhenItReturns) {
   coord.Stop();
 }
 
+// The memory level across hosts, with nothing but --connect: two workers on
+// each of hosts 1-3 save into peers' memory every 2 steps (each process
+// listens on, and advertises, its host's address toward the coordinator; its
+// failure domain is its host's name). Host 3 is lost once memory step 14 is
+// committed: the four survivors restore step 14 from their own and their
+// peers' memory on the other hosts, reading nothing from storage.
+TEST(Cluster, TheMemoryLevelAcrossHostsRestoresALostHostsRanksFromPeers) {
+  TempDir dir;
+  WriteToken(dir);
+  auto cluster = NetnsCluster::Up(4);
+  ASSERT_OK(cluster);
+  NetnsCluster& c = **cluster;
+  CoordinatorProcess coord;
+  coord.launcher = c.On(0, {});
+  coord.Start(dir, c.Addr(0) + ":0", 4, 6, {"--no-grow"});
+  ASSERT_GT(coord.port, 0) << ReadFile(coord.log);
+  constexpr int64_t kSteps = 40;
+  std::vector<pid_t> workers;
+  for (int i = 0; i < 6; ++i) {
+    const int host = 1 + i / 2;
+    std::vector<std::string> args = {CKPT_BIN,         "worker",
+                                     "--connect",      StrCat(c.Addr(0), ":", coord.port),
+                                     "--token-file",   dir.Join("token"),
+                                     "--root",         dir.Join("root"),
+                                     "--steps",        std::to_string(kSteps),
+                                     "--save-every",   "10",
+                                     "--memory-every", "2",
+                                     "--log",          dir.Join(StrCat("worker", i, ".log"))};
+    if (host == 3) args.insert(args.end(), {"--kill-after-commit", "14"});
+    workers.push_back(Spawn(c.On(host, args), dir.Join(StrCat("worker", i, ".out"))));
+  }
+  for (int i = 0; i < 6; ++i) {
+    const int rc = WaitExit(workers[i]);
+    if (i >= 4) {
+      EXPECT_EQ(rc, 128 + SIGKILL) << i;
+    } else {
+      EXPECT_EQ(rc, 0) << "worker " << i << ": " << ReadFile(dir.Join(StrCat("worker", i, ".out")));
+    }
+  }
+  coord.Stop();
+  const std::string log = ReadFile(coord.log);
+  EXPECT_NE(log.find("restore memory step 14 from peers' memory"), std::string::npos) << log;
+  // The processes advertised their hosts' addresses, not loopback.
+  std::string logs;
+  for (int i = 0; i < 6; ++i) logs += ReadFile(dir.Join(StrCat("worker", i, ".log")));
+  int64_t from_peers = 0;
+  for (int r = 0; r < 4; ++r) {
+    const std::string line = StrCat("generation=2 rank=", r, " world=4 restore=14 level=memory");
+    const size_t at = logs.find(line);
+    ASSERT_NE(at, std::string::npos) << line << "\n" << logs << log;
+    const std::string rest = logs.substr(at, logs.find('\n', at) - at);
+    EXPECT_NE(rest.find(" from_storage=0"), std::string::npos) << rest;
+    const size_t p = rest.find(" from_peers=");
+    ASSERT_NE(p, std::string::npos) << rest;
+    from_peers += std::stoll(rest.substr(p + 12));
+  }
+  EXPECT_GT(from_peers, 0) << logs;
+  auto storage = OpenStorage(dir.Join("root"));
+  ASSERT_OK(storage);
+  std::vector<float> w(static_cast<size_t>(kElasticWeight.NumElements())), b(64);
+  State target;
+  ASSERT_OK(target.AddTensor(kElasticWeight, w.data()));
+  ASSERT_OK(target.AddTensor(kElasticBias, b.data()));
+  ASSERT_OK(LoadCheckpoint(**storage, target, kSteps));
+  const ElasticShard expected = ElasticShard::Expected(kSteps);
+  EXPECT_EQ(0, std::memcmp(w.data(), expected.weight().data(), w.size() * 4)) << "weight differs";
+}
+
 }  // namespace
 }  // namespace ckpt::testing

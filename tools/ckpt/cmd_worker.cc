@@ -21,6 +21,7 @@
 #include "commands.h"
 #include "common/cli.h"
 #include "common/elastic_model.h"
+#include "common/net_addr.h"
 #include "util/aligned_buffer.h"
 #include "util/clock.h"
 #include "util/errors.h"
@@ -308,10 +309,12 @@ int WorkerMain(int argc, char** argv, int first) {
               "--memory-every; 0: off, the default)");
   args.Double("policy-min-interval", &policy_min_interval, "with --policy-mtbf: seconds between saves at least (0.2)");
   args.Switch("memory-level", &memory_level, "use the memory level (implied by --memory-every)");
-  std::string domain, memory_listen = "127.0.0.1:0";
+  std::string domain, memory_listen;
   int64_t memory_budget = int64_t{1} << 30;
   args.String("domain", &domain, "failure domain of this process for the memory level (default: the host name)");
-  args.String("memory-listen", &memory_listen, "HOST:PORT the memory level listens on (default 127.0.0.1:0)");
+  args.String("memory-listen", &memory_listen,
+              "HOST:PORT the memory level listens on and advertises (default: this host's address on the route to "
+              "the coordinator, port 0)");
   args.Int("memory-budget", &memory_budget, "bytes of peers' and own checkpoint files held at most (default 1 GiB)");
   args.Size("ballast", &c.ballast_bytes,
             "extra state sharded over the ranks, saved and restored with the model (e.g. 1G; default 0)", true);
@@ -354,6 +357,18 @@ int WorkerMain(int argc, char** argv, int first) {
     po.min_interval_s = policy_min_interval;
     po.max_interval_s = std::max(policy_min_interval, 3600.0);
     c.policy = std::make_shared<IntervalPolicy>(po);
+  }
+  if (memory_level && memory_listen.empty()) {
+    // Peers on other hosts reach this one at the address its route to the
+    // coordinator leaves from (127.0.0.1 when the coordinator is local).
+    auto local = LocalAddressToward(c.connect);
+    if (!local.ok()) {
+      std::fprintf(stderr,
+                   "ckpt worker: the memory level needs an address the other hosts reach: %s; give --memory-listen\n",
+                   std::string(local.status().message()).c_str());
+      return kExitUsage;
+    }
+    memory_listen = *local + ":0";
   }
   if (memory_level) {
     PeerMemoryOptions po;

@@ -187,8 +187,9 @@ class CheckpointManager:
     policy decides when to save and at which level (rank 0 decides, every
     rank follows); the intervals are then not used, and without a memory
     level (too few failure domains) its memory turns are durable saves. Each rank's peer memory
-    listens on `memory_listen` (default $CKPT_MEMORY_LISTEN or
-    127.0.0.1:0; give the node's address on a multi-node job); the job's
+    listens on `memory_listen` (default $CKPT_MEMORY_LISTEN, else this
+    host's address on the route to $MASTER_ADDR, port 0: what the other
+    nodes reach; 127.0.0.1 without MASTER_ADDR); the job's
     token is `token`, $CKPT_JOB_TOKEN, or one rank 0 draws and sends over
     the process group. With a process group every rank keeps its own RNG
     state and `extra` (restored onto the same number of ranks)."""
@@ -230,7 +231,7 @@ class CheckpointManager:
             token = os.environ.get("CKPT_JOB_TOKEN")
         if token is None:
             token = self._agree(secrets.token_hex(32))
-        listen = listen or os.environ.get("CKPT_MEMORY_LISTEN") or "127.0.0.1:0"
+        listen = listen or os.environ.get("CKPT_MEMORY_LISTEN") or f"{_address_toward_master()}:0"
         self.memory = _ckpt.PeerMemory(token, domain=domain or socket.gethostname(), budget_bytes=budget,
                                        listen=listen)
         everyone = [None] * dist.get_world_size(group)
@@ -354,6 +355,20 @@ class CheckpointManager:
 
 # --------------------------------------------------------------------------
 # Distributed: ranks coordinate through a torch.distributed process group.
+
+
+def _address_toward_master():
+    """This host's address on the route to $MASTER_ADDR (a datagram
+    socket's connect picks the route and sends nothing); 127.0.0.1 without
+    one."""
+    master = os.environ.get("MASTER_ADDR")
+    if not master:
+        return "127.0.0.1"
+    family = socket.AF_INET6 if ":" in master else socket.AF_INET
+    with socket.socket(family, socket.SOCK_DGRAM) as s:
+        s.connect((master, int(os.environ.get("MASTER_PORT", "9"))))
+        address = s.getsockname()[0]
+    return f"[{address}]" if family == socket.AF_INET6 else address
 
 
 class ProcessGroupCommunicator(_ckpt.Communicator):
