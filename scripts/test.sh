@@ -128,7 +128,7 @@ wait_background_build
 seed_test_costs build-asan
 start_background_build "ThreadSanitizer" build_tsan
 ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1 \
-  ctest --test-dir build-asan --output-on-failure -j "$jobs" --timeout 900 -LE "install|mpi|python"
+  ctest --test-dir build-asan --output-on-failure -j "$jobs" --timeout 900 -LE "install|mpi|python|campaign"
 
 stage "ThreadSanitizer: the tests of the concurrent parts"
 wait_background_build
