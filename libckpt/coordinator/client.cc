@@ -2,6 +2,7 @@
 // to requests and reconnects (with backoff) when the connection drops, and a
 // heartbeat thread. Requests the coordinator treats idempotently
 // (collectives, votes, decisions) are sent again after a reconnect.
+#include <fcntl.h>
 #include <netdb.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
@@ -32,6 +33,10 @@
 namespace ckpt {
 namespace coord {
 namespace {
+
+// Heartbeats in a row without an answer after which a connection that
+// looks open is taken for a cut-off coordinator and dropped.
+constexpr int kSilentHeartbeats = 3;
 
 struct Reply {
   MsgType type = MsgType::kAck;
@@ -315,14 +320,34 @@ class ClientImpl final : public CoordinatorClient {
     }
     int fd = -1;
     int err = 0;
+    // Each attempt is bounded: a host cut off answers no SYN, and the
+    // kernel would retry for minutes before the next replica is tried.
+    const int connect_ms = static_cast<int>(std::max(1.0, 2 * options_.heartbeat_s) * 1000);
     for (addrinfo* a = res; a != nullptr && fd < 0; a = a->ai_next) {
-      fd = socket(a->ai_family, a->ai_socktype | SOCK_CLOEXEC, a->ai_protocol);
+      fd = socket(a->ai_family, a->ai_socktype | SOCK_CLOEXEC | SOCK_NONBLOCK, a->ai_protocol);
       if (fd < 0) continue;
-      if (connect(fd, a->ai_addr, a->ai_addrlen) != 0) {
+      int rc = connect(fd, a->ai_addr, a->ai_addrlen);
+      if (rc != 0 && errno == EINPROGRESS) {
+        pollfd pfd{fd, POLLOUT, 0};
+        rc = poll(&pfd, 1, connect_ms);
+        if (rc == 1) {
+          socklen_t len = sizeof(err);
+          getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &len);
+          rc = err == 0 ? 0 : -1;
+          errno = err;
+        } else {
+          errno = rc == 0 ? ETIMEDOUT : errno;
+          rc = -1;
+        }
+      }
+      if (rc != 0) {
         err = errno;
         close(fd);
         fd = -1;
+        continue;
       }
+      // Blocking again for the exchanges that follow (they bound their own reads).
+      fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) & ~O_NONBLOCK);
     }
     freeaddrinfo(res);
     if (fd < 0) return absl::UnavailableError(StrCat("connecting to ", address, ": ", std::strerror(err)));
@@ -548,6 +573,10 @@ class ClientImpl final : public CoordinatorClient {
   }
 
   void HeartbeatLoop() {
+    // Heartbeats in a row that got no answer over a connection that looks
+    // open: a partition closes no socket, so a coordinator cut off (or its
+    // host) is noticed only by its silence.
+    int unanswered = 0;
     while (true) {
       {
         std::unique_lock<std::mutex> lock(mu_);
@@ -559,7 +588,16 @@ class ClientImpl final : public CoordinatorClient {
       const int64_t generation = assignment().generation;
       auto r = Call(MsgType::kHeartbeat, Encode(HeartbeatRequest{member_id_.load(), generation}),
                     options_.heartbeat_s * 2, false);
+      if (!r.ok() && absl::IsDeadlineExceeded(r.status()) && ++unanswered >= kSilentHeartbeats) {
+        // Dropped: the reader reconnects, to another replica if this one
+        // stays silent.
+        unanswered = 0;
+        std::lock_guard<std::mutex> lock(mu_);
+        if (connected_ && fd_ >= 0) shutdown(fd_, SHUT_RDWR);
+        continue;
+      }
       if (!r.ok() || r->type != MsgType::kHeartbeatAck) continue;
+      unanswered = 0;
       auto ack = DecodeHeartbeatAck(r->payload);
       if (!ack.ok()) continue;
       const bool stop = ack->stop;

@@ -8,6 +8,7 @@
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
+#include <fstream>
 #include <random>
 #include <string>
 #include <thread>
@@ -29,6 +30,24 @@ namespace {
 using tools::ElasticShard;
 using tools::kElasticBias;
 using tools::kElasticWeight;
+
+int64_t Latest(Storage& storage) {
+  auto latest = LatestCommittedStep(storage);
+  return latest.ok() ? *latest : -1;
+}
+
+// The port a coordinator wrote to `file` once it serves (a standby writes it
+// when it takes over), waiting up to `seconds`; 0 if none came.
+int WaitForPortFile(const std::string& file, double seconds) {
+  const double until = NowSeconds() + seconds;
+  while (NowSeconds() < until) {
+    std::ifstream f(file);
+    int port = 0;
+    if (f >> port && port > 0) return port;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  return 0;
+}
 
 // iperf3's measured receive rate from `host` to `server_addr`, in bits per
 // second; -1 when the client failed (no connection within a second).
@@ -288,6 +307,87 @@ TEST(Cluster, TheMemoryLevelAcrossHostsRestoresALostHostsRanksFromPeers) {
   EXPECT_EQ(0, std::memcmp(w.data(), expected.weight().data(), w.size() * 4)) << "weight differs";
 }
 
+// The control plane across hosts: a three-member etcd cluster on hosts 0-2,
+// coordinator replicas on hosts 0 and 1 sharing its prefix (lease 1 s), one
+// worker on each of hosts 3 and 4. Once step 15 is committed the leader's
+// host (coordinator and etcd member both) is cut off: the standby on host 1
+// leads once the lease lapses, the workers, finding their connection silent,
+// reach it, and the job finishes exact. Healed, the cut-off replica stands by again; the history in etcd
+// holds no contradiction.
+TEST(Cluster, TheCoordinatorLeadersHostCutOffFromEtcdAndWorkers) {
+  TempDir dir;
+  WriteToken(dir);
+  auto cluster = NetnsCluster::Up(5);
+  ASSERT_OK(cluster);
+  NetnsCluster& c = **cluster;
+  std::vector<EtcdPlacement> hosts;
+  for (int h = 0; h < 3; ++h) hosts.push_back(EtcdPlacement{c.Addr(h), c.On(h, {})});
+  EtcdServer etcd(dir, 3, {}, hosts);
+  ASSERT_TRUE(etcd.up()) << etcd.log();
+  const std::string listen_a = StrCat(c.Addr(0), ":7070"), listen_b = StrCat(c.Addr(1), ":7070");
+  CoordinatorProcess a, b;
+  a.name = "coord-a";
+  b.name = "coord-b";
+  a.launcher = c.On(0, {});
+  b.launcher = c.On(1, {});
+  a.store = b.store = etcd.Uri("/ckpt/jobs/hosts?lease=1&timeout=1");
+  a.Start(dir, listen_a, 2, 2);
+  ASSERT_EQ(a.port, 7070) << ReadFile(a.log);
+  b.standby = true;
+  b.Start(dir, listen_b, 2, 2);
+  constexpr int64_t kSteps = 120;
+  std::vector<pid_t> workers;
+  for (int i = 0; i < 2; ++i) {
+    workers.push_back(
+        Spawn(c.On(3 + i, {CKPT_BIN, "worker", "--connect", StrCat(listen_a, ",", listen_b), "--token-file",
+                           dir.Join("token"), "--root", dir.Join("root"), "--steps", std::to_string(kSteps),
+                           "--save-every", "5", "--step-ms", "30", "--log", dir.Join(StrCat("worker", i, ".log"))}),
+              dir.Join(StrCat("worker", i, ".out"))));
+  }
+  auto storage = OpenStorage(dir.Join("root"));
+  ASSERT_OK(storage);
+  for (int i = 0; i < 600 && Latest(**storage) < 15; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(25));
+  ASSERT_GE(Latest(**storage), 15);
+  const double cut_at = NowSeconds();
+  ASSERT_OK(c.Cut(0));
+  const int took_over = WaitForPortFile(dir.Join("coord-b.port"), 30);
+  ASSERT_EQ(took_over, 7070) << ReadFile(b.log);
+  const double failover_s = NowSeconds() - cut_at;
+  const int64_t at_takeover = Latest(**storage);
+  for (int i = 0; i < 600 && Latest(**storage) <= at_takeover; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(25));
+  }
+  const double next_commit_s = NowSeconds() - cut_at;
+  ASSERT_OK(c.Heal(0));
+  for (int i = 0; i < 2; ++i) {
+    EXPECT_EQ(WaitExit(workers[i]), 0) << "worker " << i << ": " << ReadFile(dir.Join(StrCat("worker", i, ".out")))
+                                       << ReadFile(b.log);
+  }
+  EXPECT_EQ(Latest(**storage), kSteps);
+  // The standby leads once the lease (1 s) and the store's timeout (1 s)
+  // ran out; the workers drop the silent connection after 3 unanswered
+  // heartbeats and find it: the next step within 5 s of the cut.
+  EXPECT_LT(failover_s, 4.0);
+  EXPECT_LT(next_commit_s, 5.0);
+  std::printf(
+      "the leader's host cut off: the standby led %.2f s later (lease 1 s), the next step committed %.2f s "
+      "after the cut\n",
+      failover_s, next_commit_s);
+  b.Stop();
+  a.Stop();
+  CommandResult history =
+      RunCommand(StrCat(CKPT_BIN, " coordinator history --store ", etcd.Uri("/ckpt/jobs/hosts"), " --summary 2>&1"));
+  EXPECT_EQ(history.code, 0) << history.out;
+  EXPECT_NE(history.out.find(" 0 contradiction(s)"), std::string::npos) << history.out;
+  std::vector<float> w(static_cast<size_t>(kElasticWeight.NumElements())), b64(64);
+  State target;
+  ASSERT_OK(target.AddTensor(kElasticWeight, w.data()));
+  ASSERT_OK(target.AddTensor(kElasticBias, b64.data()));
+  ASSERT_OK(LoadCheckpoint(**storage, target, kSteps));
+  const ElasticShard expected = ElasticShard::Expected(kSteps);
+  EXPECT_EQ(0, std::memcmp(w.data(), expected.weight().data(), w.size() * 4)) << "weight differs";
+}
+
 // ---------------- the partition campaign ----------------
 
 enum class Nemesis { kKillHost, kIsolateHost, kSplitWorkers, kCutOneWay, kSlowLink, kShiftClock };
@@ -302,11 +402,6 @@ struct RoundResult {
   double recovered_s = -1;  // fault -> the next step committed
   std::string why;          // what went wrong, for the log
 };
-
-int64_t Latest(Storage& storage) {
-  auto latest = LatestCommittedStep(storage);
-  return latest.ok() ? *latest : -1;
-}
 
 // One round: a coordinator on host 0, two workers on each of hosts 1-3
 // saving every 5 steps to the root and every 2 into peers' memory; once step

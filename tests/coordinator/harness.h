@@ -132,16 +132,25 @@ struct EtcdTls {
   std::string cert_file, key_file, client_ca_file;
 };
 
+/// Where an etcd member runs: its address and what starts it (default:
+/// 127.0.0.1 ports, this machine's stack). A NetnsCluster puts members on
+/// hosts of their own: `address` the host's, `launcher` NetnsCluster::On.
+struct EtcdPlacement {
+  std::string address;
+  std::vector<std::string> launcher;
+};
+
 class EtcdServer {
  public:
-  explicit EtcdServer(const TempDir& dir, int members = 1, EtcdTls tls = {}) : tls_(std::move(tls)) {
+  explicit EtcdServer(const TempDir& dir, int members = 1, EtcdTls tls = {}, std::vector<EtcdPlacement> placements = {})
+      : tls_(std::move(tls)), placements_(std::move(placements)) {
     std::string initial;
     const std::vector<int> ports = FreePorts(2 * members);
     for (int i = 0; i < members; ++i) {
       Member m;
       m.name = StrCat("m", i + 1);
       m.client_port = ports[2 * i];
-      m.peer_url = StrCat("http://127.0.0.1:", ports[2 * i + 1]);
+      m.peer_url = StrCat("http://", Address(i), ":", ports[2 * i + 1]);
       m.data = dir.Join(StrCat("etcd-data-", m.name));
       m.log = dir.Join(StrCat("etcd-", m.name, ".log"));
       if (!initial.empty()) initial += ",";
@@ -177,7 +186,9 @@ class EtcdServer {
   // etcd://every member/prefix
   std::string Uri(const std::string& prefix) const {
     std::string hosts;
-    for (const Member& m : members_) hosts += StrCat(hosts.empty() ? "" : ",", "127.0.0.1:", m.client_port);
+    for (size_t i = 0; i < members_.size(); ++i) {
+      hosts += StrCat(hosts.empty() ? "" : ",", Address(static_cast<int>(i)), ":", members_[i].client_port);
+    }
     return StrCat("etcd://", hosts, prefix);
   }
 
@@ -189,7 +200,8 @@ class EtcdServer {
   };
   void Spawn(int i) {
     Member& m = members_[i];
-    const std::string client_url = StrCat(tls_.cert_file.empty() ? "http" : "https", "://127.0.0.1:", m.client_port);
+    const std::string client_url =
+        StrCat(tls_.cert_file.empty() ? "http" : "https", "://", Address(i), ":", m.client_port);
     std::vector<std::string> args = {"/usr/bin/etcd",
                                      "--name",
                                      m.name,
@@ -213,13 +225,20 @@ class EtcdServer {
       args.insert(args.end(), {"--cert-file", tls_.cert_file, "--key-file", tls_.key_file, "--client-cert-auth",
                                "--trusted-ca-file", tls_.client_ca_file});
     }
+    if (i < static_cast<int>(placements_.size())) {
+      args.insert(args.begin(), placements_[i].launcher.begin(), placements_[i].launcher.end());
+    }
     m.pid = ::ckpt::testing::Spawn(args, m.log);
+  }
+  std::string Address(int i) const {
+    return i < static_cast<int>(placements_.size()) ? placements_[i].address : "127.0.0.1";
   }
   bool WaitHealthy(int i) {
     HttpClient http;
     for (int k = 0; k < 300; ++k) {
       HttpRequest req;
-      req.url = StrCat(tls_.cert_file.empty() ? "http" : "https", "://127.0.0.1:", members_[i].client_port, "/health");
+      req.url =
+          StrCat(tls_.cert_file.empty() ? "http" : "https", "://", Address(i), ":", members_[i].client_port, "/health");
       req.ca_file = tls_.client_ca_file;  // the tests' one CA signs both sides
       req.cert_file = tls_.cert_file;     // the server's certificate may serve as a client's too
       req.key_file = tls_.key_file;
@@ -234,6 +253,7 @@ class EtcdServer {
   }
 
   EtcdTls tls_;
+  std::vector<EtcdPlacement> placements_;
   std::string last_health_;
   std::vector<Member> members_;
   std::string initial_cluster_;
