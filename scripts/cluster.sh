@@ -126,13 +126,21 @@ cmd_up() {
   kill -0 "$owner" 2> /dev/null || die "up: owner $owner is not running"
   mkdir -p "$state_root"
   cmd_collect
+  # One `up` at a time chooses its subnet, and a cluster's directory appears
+  # whole (a rename): a `collect` running beside it never sees one without
+  # its owner.
+  exec 9> "$state_root/.lock"
+  flock 9
   id=$(head -c 16 /dev/urandom | od -An -tx1 | tr -d ' \n' | head -c 6)
   dir="$state_root/$id"
-  mkdir "$dir"
-  echo "$owner $(awk '{print $22}' "/proc/$owner/stat")" > "$dir/owner"
-  echo "$n" > "$dir/hosts"
   subnet=$(pick_subnet)
-  echo "$subnet" > "$dir/subnet"
+  mkdir "$state_root/.new-$id"
+  echo "$owner $(awk '{print $22}' "/proc/$owner/stat")" > "$state_root/.new-$id/owner"
+  echo "$n" > "$state_root/.new-$id/hosts"
+  echo "$subnet" > "$state_root/.new-$id/subnet"
+  mv "$state_root/.new-$id" "$dir"
+  flock -u 9
+  exec 9>&-
   hosts=$n
   trap 'teardown "$id"' ERR
   local br h ns v

@@ -22,6 +22,7 @@
 #include "support/netns_cluster.h"
 #include "testutil/test_util.h"
 #include "util/clock.h"
+#include "util/errors.h"
 #include "util/strings.h"
 
 namespace ckpt::testing {
@@ -34,6 +35,35 @@ using tools::kElasticWeight;
 int64_t Latest(Storage& storage) {
   auto latest = LatestCommittedStep(storage);
   return latest.ok() ? *latest : -1;
+}
+
+// OK when `steps` of the root holds the uninterrupted run's state.
+absl::Status IsTheUninterruptedRun(Storage& storage, int64_t steps) {
+  std::vector<float> w(static_cast<size_t>(kElasticWeight.NumElements())), b(64);
+  State target;
+  CKPT_RETURN_IF_ERROR(target.AddTensor(kElasticWeight, w.data()));
+  CKPT_RETURN_IF_ERROR(target.AddTensor(kElasticBias, b.data()));
+  CKPT_RETURN_IF_ERROR(LoadCheckpoint(storage, target, steps).status());
+  const ElasticShard expected = ElasticShard::Expected(steps);
+  if (std::memcmp(w.data(), expected.weight().data(), w.size() * 4) != 0 ||
+      std::memcmp(b.data(), expected.bias().data(), b.size() * 4) != 0) {
+    return absl::DataLossError(StrCat("step ", steps, " is not the uninterrupted run's state"));
+  }
+  return absl::OkStatus();
+}
+
+// `ckpt worker` number `i` of a `steps`-step job whose coordinator is at
+// `connect`, with `extra` options.
+std::vector<std::string> WorkerArgs(const TempDir& dir, const std::string& connect, int i, int64_t steps,
+                                    std::vector<std::string> extra) {
+  std::vector<std::string> args = {CKPT_BIN,       "worker",
+                                   "--connect",    connect,
+                                   "--token-file", dir.Join("token"),
+                                   "--root",       dir.Join("root"),
+                                   "--steps",      std::to_string(steps),
+                                   "--log",        dir.Join(StrCat("worker", i, ".log"))};
+  args.insert(args.end(), extra.begin(), extra.end());
+  return args;
 }
 
 // The port a coordinator wrote to `file` once it serves (a standby writes it
@@ -160,11 +190,9 @@ TEST(Cluster, AnIsolatedHostCommitsNothingAndTheJobGrowsBackWhenItReturns) {
   std::vector<pid_t> workers;
   for (int i = 0; i < 4; ++i) {
     const int host = i < 2 ? 1 : 2;
-    workers.push_back(
-        Spawn(c.On(host, {CKPT_BIN, "worker", "--connect", StrCat(c.Addr(0), ":", coord.port), "--token-file",
-                          dir.Join("token"), "--root", dir.Join("root"), "--steps", std::to_string(kSteps),
-                          "--save-every", "5", "--step-ms", "30", "--log", dir.Join(StrCat("worker", i, ".log"))}),
-              dir.Join(StrCat("worker", i, ".out"))));
+    workers.push_back(Spawn(c.On(host, WorkerArgs(dir, StrCat(c.Addr(0), ":", coord.port), i, kSteps,
+                                                  {"--save-every", "5", "--step-ms", "30"})),
+                            dir.Join(StrCat("worker", i, ".out"))));
   }
   auto storage = OpenStorage(dir.Join("root"));
   ASSERT_OK(storage);
@@ -184,7 +212,7 @@ TEST(Cluster, AnIsolatedHostCommitsNothingAndTheJobGrowsBackWhenItReturns) {
     if (detected < 0) std::this_thread::sleep_for(std::chrono::milliseconds(10));
   }
   ASSERT_GT(detected, 0) << ReadFile(coord.log);
-  EXPECT_LT(detected, 0.2 * 3 + 0.5) << "heartbeat 200 ms, dead after 3";
+  EXPECT_LT(detected, 0.2 * 3 + 0.5 * (kSanitized ? 2 : 1)) << "heartbeat 200 ms, dead after 3";
   std::this_thread::sleep_for(std::chrono::milliseconds(2000));
   const int64_t healed_unix_ns = UnixNanos();
   const double healed_at = NowSeconds();
@@ -228,14 +256,7 @@ TEST(Cluster, AnIsolatedHostCommitsNothingAndTheJobGrowsBackWhenItReturns) {
   }
   EXPECT_GT(while_cut, 0);
   EXPECT_EQ(grown_back, 4) << "the last step was not saved by the whole job";
-  std::vector<float> w(static_cast<size_t>(kElasticWeight.NumElements())), b(64);
-  State target;
-  ASSERT_OK(target.AddTensor(kElasticWeight, w.data()));
-  ASSERT_OK(target.AddTensor(kElasticBias, b.data()));
-  ASSERT_OK(LoadCheckpoint(**storage, target, kSteps));
-  const ElasticShard expected = ElasticShard::Expected(kSteps);
-  EXPECT_EQ(0, std::memcmp(w.data(), expected.weight().data(), w.size() * 4)) << "weight differs";
-  EXPECT_EQ(0, std::memcmp(b.data(), expected.bias().data(), b.size() * 4)) << "bias differs";
+  EXPECT_OK(IsTheUninterruptedRun(**storage, kSteps));
   coord.Stop();
 }
 
@@ -259,14 +280,8 @@ TEST(Cluster, TheMemoryLevelAcrossHostsRestoresALostHostsRanksFromPeers) {
   std::vector<pid_t> workers;
   for (int i = 0; i < 6; ++i) {
     const int host = 1 + i / 2;
-    std::vector<std::string> args = {CKPT_BIN,         "worker",
-                                     "--connect",      StrCat(c.Addr(0), ":", coord.port),
-                                     "--token-file",   dir.Join("token"),
-                                     "--root",         dir.Join("root"),
-                                     "--steps",        std::to_string(kSteps),
-                                     "--save-every",   "10",
-                                     "--memory-every", "2",
-                                     "--log",          dir.Join(StrCat("worker", i, ".log"))};
+    std::vector<std::string> args =
+        WorkerArgs(dir, StrCat(c.Addr(0), ":", coord.port), i, kSteps, {"--save-every", "10", "--memory-every", "2"});
     if (host == 3) args.insert(args.end(), {"--kill-after-commit", "14"});
     workers.push_back(Spawn(c.On(host, args), dir.Join(StrCat("worker", i, ".out"))));
   }
@@ -298,13 +313,7 @@ TEST(Cluster, TheMemoryLevelAcrossHostsRestoresALostHostsRanksFromPeers) {
   EXPECT_GT(from_peers, 0) << logs;
   auto storage = OpenStorage(dir.Join("root"));
   ASSERT_OK(storage);
-  std::vector<float> w(static_cast<size_t>(kElasticWeight.NumElements())), b(64);
-  State target;
-  ASSERT_OK(target.AddTensor(kElasticWeight, w.data()));
-  ASSERT_OK(target.AddTensor(kElasticBias, b.data()));
-  ASSERT_OK(LoadCheckpoint(**storage, target, kSteps));
-  const ElasticShard expected = ElasticShard::Expected(kSteps);
-  EXPECT_EQ(0, std::memcmp(w.data(), expected.weight().data(), w.size() * 4)) << "weight differs";
+  EXPECT_OK(IsTheUninterruptedRun(**storage, kSteps));
 }
 
 // The control plane across hosts: a three-member etcd cluster on hosts 0-2,
@@ -338,11 +347,9 @@ TEST(Cluster, TheCoordinatorLeadersHostCutOffFromEtcdAndWorkers) {
   constexpr int64_t kSteps = 120;
   std::vector<pid_t> workers;
   for (int i = 0; i < 2; ++i) {
-    workers.push_back(
-        Spawn(c.On(3 + i, {CKPT_BIN, "worker", "--connect", StrCat(listen_a, ",", listen_b), "--token-file",
-                           dir.Join("token"), "--root", dir.Join("root"), "--steps", std::to_string(kSteps),
-                           "--save-every", "5", "--step-ms", "30", "--log", dir.Join(StrCat("worker", i, ".log"))}),
-              dir.Join(StrCat("worker", i, ".out"))));
+    workers.push_back(Spawn(c.On(3 + i, WorkerArgs(dir, StrCat(listen_a, ",", listen_b), i, kSteps,
+                                                   {"--save-every", "5", "--step-ms", "30"})),
+                            dir.Join(StrCat("worker", i, ".out"))));
   }
   auto storage = OpenStorage(dir.Join("root"));
   ASSERT_OK(storage);
@@ -366,9 +373,12 @@ TEST(Cluster, TheCoordinatorLeadersHostCutOffFromEtcdAndWorkers) {
   EXPECT_EQ(Latest(**storage), kSteps);
   // The standby leads once the lease (1 s) and the store's timeout (1 s)
   // ran out; the workers drop the silent connection after 3 unanswered
-  // heartbeats and find it: the next step within 5 s of the cut.
-  EXPECT_LT(failover_s, 4.0);
-  EXPECT_LT(next_commit_s, 5.0);
+  // heartbeats and find it.
+  // Alone on this machine: 2.6 s and 2.9 s. The bounds leave room for
+  // other tests running beside it, and for the sanitizers.
+  const double slack = kSanitized ? 3.0 : 1.0;
+  EXPECT_LT(failover_s, 6.0 * slack);
+  EXPECT_LT(next_commit_s, 8.0 * slack);
   std::printf(
       "the leader's host cut off: the standby led %.2f s later (lease 1 s), the next step committed %.2f s "
       "after the cut\n",
@@ -379,13 +389,7 @@ TEST(Cluster, TheCoordinatorLeadersHostCutOffFromEtcdAndWorkers) {
       RunCommand(StrCat(CKPT_BIN, " coordinator history --store ", etcd.Uri("/ckpt/jobs/hosts"), " --summary 2>&1"));
   EXPECT_EQ(history.code, 0) << history.out;
   EXPECT_NE(history.out.find(" 0 contradiction(s)"), std::string::npos) << history.out;
-  std::vector<float> w(static_cast<size_t>(kElasticWeight.NumElements())), b64(64);
-  State target;
-  ASSERT_OK(target.AddTensor(kElasticWeight, w.data()));
-  ASSERT_OK(target.AddTensor(kElasticBias, b64.data()));
-  ASSERT_OK(LoadCheckpoint(**storage, target, kSteps));
-  const ElasticShard expected = ElasticShard::Expected(kSteps);
-  EXPECT_EQ(0, std::memcmp(w.data(), expected.weight().data(), w.size() * 4)) << "weight differs";
+  EXPECT_OK(IsTheUninterruptedRun(**storage, kSteps));
 }
 
 // ---------------- the partition campaign ----------------
@@ -432,15 +436,8 @@ RoundResult RunRound(Nemesis nemesis, uint64_t seed) {
   std::vector<pid_t> workers;
   for (int i = 0; i < 6; ++i) {
     const int host = 1 + i / 2;
-    std::vector<std::string> args = {CKPT_BIN,         "worker",
-                                     "--connect",      StrCat(c.Addr(0), ":", coord.port),
-                                     "--token-file",   dir.Join("token"),
-                                     "--root",         dir.Join("root"),
-                                     "--steps",        std::to_string(kSteps),
-                                     "--save-every",   "5",
-                                     "--memory-every", "2",
-                                     "--step-ms",      "20",
-                                     "--log",          dir.Join(StrCat("worker", i, ".log"))};
+    std::vector<std::string> args = WorkerArgs(dir, StrCat(c.Addr(0), ":", coord.port), i, kSteps,
+                                               {"--save-every", "5", "--memory-every", "2", "--step-ms", "20"});
     workers.push_back(Spawn(c.On(host, args, nemesis == Nemesis::kShiftClock && host == victim ? clock : ""),
                             dir.Join(StrCat("worker", i, ".out"))));
   }
@@ -529,17 +526,10 @@ RoundResult RunRound(Nemesis nemesis, uint64_t seed) {
       }
     }
   }
-  std::vector<float> w(static_cast<size_t>(kElasticWeight.NumElements())), b(64);
-  State target;
-  (void)target.AddTensor(kElasticWeight, w.data());
-  (void)target.AddTensor(kElasticBias, b.data());
   if (Latest(**storage) == kSteps) {
-    const ElasticShard expected = ElasticShard::Expected(kSteps);
-    if (!LoadCheckpoint(**storage, target, kSteps).ok() ||
-        std::memcmp(w.data(), expected.weight().data(), w.size() * 4) != 0 ||
-        std::memcmp(b.data(), expected.bias().data(), b.size() * 4) != 0) {
+    if (absl::Status run = IsTheUninterruptedRun(**storage, kSteps); !run.ok()) {
       ++out.lost;
-      out.why += "the final state is not the uninterrupted run's\n";
+      out.why += StrCat(run.message(), "\n");
     }
   }
   CommandResult history =
