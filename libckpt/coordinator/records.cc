@@ -122,6 +122,16 @@ void History::Add(RecordView r) {
         contradictions.push_back(StrCat("record ", r.seq, ": ", StepName(key), " of generation ", r.generation,
                                         " committed after it was aborted"));
       }
+      if (!r.memory) {
+        // A generation restores the newest committed step or a newer one:
+        // a durable step committed again by another generation was written
+        // twice.
+        auto [at, first] = committed_by_.emplace(r.step, r.generation);
+        if (!first && at->second != r.generation) {
+          contradictions.push_back(StrCat("record ", r.seq, ": ", StepName(key), " committed by generation ",
+                                          r.generation, " after generation ", at->second, " committed it"));
+        }
+      }
       (r.memory ? memory_committed : committed).insert(r.step);
       if (r.memory) {
         memory.state = MemoryLevelView::State::kHeld;

@@ -6,6 +6,7 @@
 #define CKPT_COORDINATOR_RECORDS_H_
 
 #include <cstdint>
+#include <map>
 #include <set>
 #include <string>
 #include <string_view>
@@ -95,6 +96,7 @@ struct History {
 
  private:
   std::set<std::pair<int64_t, int64_t>> committed_in_, aborted_in_;  // (StepKey, generation)
+  std::map<int64_t, int64_t> committed_by_;                          // durable step -> generation
 };
 
 }  // namespace ckpt::coord

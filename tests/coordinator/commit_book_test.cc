@@ -216,7 +216,7 @@ TEST(CommitBook, StragglersAreFarSlowerThanTheTypicalRank) {
 // tells legitimate sequences (a decided step aborted when its leader could
 // not publish; a step aborted in one generation saved again in the next)
 // from contradictions (one step of one generation committed and aborted;
-// generations going back).
+// generations going back; one durable step committed by two generations).
 TEST(History, DecodesRecordsAndFindsContradictions) {
   auto step = [](JournalKind kind, int64_t st, int64_t gen) {
     ByteWriter w;
@@ -255,15 +255,16 @@ TEST(History, DecodesRecordsAndFindsContradictions) {
 
   History bad;
   seq = 0;
-  for (const std::string& rec :
-       {generation(2), step(JournalKind::kCommitted, 5, 2), step(JournalKind::kAborted, 5, 2), generation(1)}) {
+  for (const std::string& rec : {generation(2), step(JournalKind::kCommitted, 5, 2), step(JournalKind::kAborted, 5, 2),
+                                 generation(1), generation(3), step(JournalKind::kCommitted, 5, 3)}) {
     auto r = DecodeRecord(++seq, rec);
     ASSERT_OK(r);
     bad.Add(std::move(*r));
   }
-  ASSERT_EQ(bad.contradictions.size(), 2u);
+  ASSERT_EQ(bad.contradictions.size(), 3u);
   EXPECT_EQ(bad.contradictions[0], "record 3: step 5 of generation 2 aborted after it was committed");
   EXPECT_EQ(bad.contradictions[1], "record 4: generation 1 after generation 2 (record 1)");
+  EXPECT_EQ(bad.contradictions[2], "record 6: step 5 committed by generation 3 after generation 2 committed it");
 
   auto unknown = DecodeRecord(9, std::string("\x09\x01", 2));
   ASSERT_FALSE(unknown.ok());

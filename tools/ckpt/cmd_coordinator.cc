@@ -103,8 +103,9 @@ int HistoryMain(int argc, char** argv, int first) {
             "Prints every record of a coordinator's state, oldest first: generations\n"
             "formed and ended, steps decided, committed and aborted, SDC alerts; then\n"
             "checks that no decision contradicts another (a step of one generation both\n"
-            "committed and aborted, a generation number that does not grow). Reads\n"
-            "only: safe while the coordinator runs, and never takes the lead.\n"
+            "committed and aborted, a step committed by two generations, a generation\n"
+            "number that does not grow). Reads only: safe while the coordinator runs,\n"
+            "and never takes the lead.\n"
             "Exit status: 0 consistent, 1 contradictions found, 2 unreadable.");
   args.String("state-dir", &state_dir, "the coordinator's --state-dir (its journal)");
   args.String("store", &store, "the coordinator's --store (etcd)");
@@ -152,6 +153,7 @@ int HistoryMain(int argc, char** argv, int first) {
     j.Field("generations", generations);
     for (const auto& [name, set] : {std::pair<const char*, const std::set<int64_t>*>{"committed", &h.committed},
                                     {"aborted", &h.aborted},
+                                    {"decided", &h.decided},
                                     {"memory_committed", &h.memory_committed}}) {
       j.Key(name).BeginArray();
       for (int64_t step : *set) j.Int(step);
