@@ -5,6 +5,7 @@
 #include <signal.h>
 #include <sys/wait.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
@@ -392,6 +393,133 @@ TEST(Cluster, TheCoordinatorLeadersHostCutOffFromEtcdAndWorkers) {
       RunCommand(StrCat(CKPT_BIN, " coordinator history --store ", etcd.Uri("/ckpt/jobs/hosts"), " --summary 2>&1"));
   EXPECT_EQ(history.code, 0) << history.out;
   EXPECT_NE(history.out.find(" 0 contradiction(s)"), std::string::npos) << history.out;
+  EXPECT_OK(IsTheUninterruptedRun(**storage, kSteps));
+}
+
+// The durable level on an S3 server of its own host: Ceph's RADOS Gateway
+// (scripts/s3-server.sh, run inside host 3's namespace on its address)
+// behind a link limited to 200 mbit, the coordinator on host 0, two
+// workers on each of hosts 1 and 2 saving 32 MiB of ballast with the model.
+// iperf3 measures the link first. Host 2 dies once step 20 is committed:
+// the survivors restore it from the gateway, across the slow link, and the
+// restore's rate is held against the link's. Then the storage host's link
+// is cut for 2 s while saves go on: those saves fail or wait, nothing
+// half-written is committed, and the job finishes with every committed
+// step whole and the uninterrupted run's state.
+TEST(Cluster, TheS3GatewayOnAStorageHostBehindALimitedLink) {
+  TempDir dir;
+  WriteToken(dir);
+  auto cluster = NetnsCluster::Up(4);
+  ASSERT_OK(cluster);
+  NetnsCluster& c = **cluster;
+  const std::string s3_dir = dir.Join("s3");
+  const std::string storage_addr = c.Addr(3);
+  CommandResult up = RunCommand(c.Shell(3, StrCat("CEPH_S3_DIR=", s3_dir, " BIND_ADDR=", storage_addr,
+                                                  " MON_PORT=6789 RGW_PORT=7480 STORE=memstore STORE_BYTES=2147483648 ",
+                                                  CKPT_S3_SERVER_SH, " start")) +
+                                " 2>&1");
+  // Stopped by its PIDs however the test ends (and the cluster's removal
+  // kills whatever still runs in the namespace).
+  struct StopGateway {
+    std::string dir;
+    ~StopGateway() { (void)RunCommand(StrCat("CEPH_S3_DIR=", dir, " ", CKPT_S3_SERVER_SH, " stop 2>&1")); }
+  } stop_gateway{s3_dir};
+  ASSERT_EQ(up.code, 0) << up.out;
+  const std::string endpoint = StrCat("http://", storage_addr, ":7480");
+  const std::vector<std::string> creds = {"AWS_ACCESS_KEY_ID=testkey", "AWS_SECRET_ACCESS_KEY=testsecret",
+                                          "AWS_DEFAULT_REGION=us-east-1"};
+  for (const std::string& kv : creds) putenv(const_cast<char*>(kv.c_str()));
+  CommandResult mb = RunCommand(StrCat("/usr/bin/aws --endpoint-url ", endpoint, " s3 mb s3://ckpt-test 2>&1"));
+  ASSERT_EQ(mb.code, 0) << mb.out;
+  const std::string root = StrCat("s3://ckpt-test/job?endpoint=", endpoint);
+
+  ASSERT_OK(c.Limit(3, "200mbit"));
+  pid_t iperf = Spawn(c.On(3, {"iperf3", "-s", "-B", storage_addr, "-p", "5201"}), dir.Join("iperf.log"));
+  const double link_bps = IperfOnceUp(c, 1, storage_addr, 5);
+  kill(iperf, SIGKILL);
+  WaitExit(iperf);
+  ASSERT_GT(link_bps, 100e6) << ReadFile(dir.Join("iperf.log"));
+  EXPECT_LT(link_bps, 250e6);
+
+  CoordinatorProcess coord;
+  coord.launcher = c.On(0, {});
+  coord.root = root;
+  coord.env = creds;
+  coord.Start(dir, c.Addr(0) + ":0", 2, 4, {"--no-grow"});
+  ASSERT_GT(coord.port, 0) << ReadFile(coord.log);
+  constexpr int64_t kSteps = 80;
+  std::vector<pid_t> workers;
+  for (int i = 0; i < 4; ++i) {
+    const int host = 1 + i / 2;
+    std::vector<std::string> args = WorkerArgs(dir, StrCat(c.Addr(0), ":", coord.port), i, kSteps,
+                                               {"--save-every", "10", "--step-ms", "20", "--ballast", "32M"});
+    args[std::find(args.begin(), args.end(), "--root") - args.begin() + 1] = root;
+    if (host == 2) args.insert(args.end(), {"--kill-after-commit", "20"});
+    workers.push_back(Spawn(c.On(host, args), dir.Join(StrCat("worker", i, ".out")), 0, creds));
+  }
+  auto storage = OpenStorage(root);
+  ASSERT_OK(storage);
+  // The survivors restore step 20 from the gateway.
+  std::string logs;
+  std::vector<std::string> restores;
+  for (int i = 0; i < 1200 && restores.size() < 2; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    restores.clear();
+    for (int w = 0; w < 2; ++w) {
+      const std::string log = ReadFile(dir.Join(StrCat("worker", w, ".log")));
+      const size_t at = log.find(" world=2 restore=20 level=durable");
+      if (at != std::string::npos) restores.push_back(log.substr(at, log.find('\n', at) - at));
+    }
+  }
+  ASSERT_EQ(restores.size(), 2u) << ReadFile(coord.log) << ReadFile(dir.Join("worker0.log"));
+  int64_t from_storage = 0;
+  double load_s = 0;
+  for (const std::string& line : restores) {
+    const size_t b = line.find(" from_storage="), t = line.find(" load_s=");
+    ASSERT_NE(b, std::string::npos) << line;
+    ASSERT_NE(t, std::string::npos) << line;
+    from_storage += std::stoll(line.substr(b + 14));
+    load_s = std::max(load_s, std::stod(line.substr(t + 8)));
+  }
+  // Every byte of the step, read once over the slow link.
+  EXPECT_GT(from_storage, 32 << 20);
+  const double rate = static_cast<double>(from_storage) * 8 / load_s;
+  std::printf(
+      "restore of %.1f MiB from the gateway behind a %.0f Mbit/s link (iperf3): %.2f s, %.0f Mbit/s, %.2f of "
+      "the link\n",
+      static_cast<double>(from_storage) / (1 << 20), link_bps / 1e6, load_s, rate / 1e6, rate / link_bps);
+  EXPECT_GT(rate, 0.3 * link_bps) << "the restore ran far below the link";
+
+  // The storage host cut off for 2 s while the survivors save.
+  const int64_t before_cut = Latest(**storage);
+  const int64_t cut_unix_ns = UnixNanos();
+  ASSERT_OK(c.Cut(3));
+  std::this_thread::sleep_for(std::chrono::seconds(2));
+  ASSERT_OK(c.Heal(3));
+  for (int i = 0; i < 4; ++i) {
+    const int rc = WaitExit(workers[i]);
+    if (i >= 2) {
+      EXPECT_EQ(rc, 128 + SIGKILL) << i;
+    } else {
+      EXPECT_EQ(rc, 0) << "worker " << i << ": " << ReadFile(dir.Join(StrCat("worker", i, ".out")))
+                       << ReadFile(dir.Join(StrCat("worker", i, ".log"))) << ReadFile(coord.log);
+    }
+  }
+  coord.Stop();
+  EXPECT_EQ(Latest(**storage), kSteps);
+  EXPECT_GT(kSteps, before_cut);
+  auto steps = ListCheckpointSteps(**storage);
+  ASSERT_OK(steps);
+  for (const StepInfo& s : *steps) {
+    if (!s.committed) continue;
+    auto v = VerifyStep(**storage, s.step);
+    ASSERT_OK(v);
+    EXPECT_TRUE(v->ok()) << "step " << s.step;
+    auto m = ReadManifest(**storage, s.step);
+    ASSERT_OK(m);
+    std::printf("step %lld committed %.2f s after the cut\n", static_cast<long long>(s.step),
+                static_cast<double>(m->created_unix_ns - cut_unix_ns) / 1e9);
+  }
   EXPECT_OK(IsTheUninterruptedRun(**storage, kSteps));
 }
 
