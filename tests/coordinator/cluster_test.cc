@@ -537,14 +537,15 @@ constexpr const char* kNemesisNames[kNemeses] = {"kill a host",
 
 struct RoundResult {
   bool finished = true;
-  int lost = 0;              // committed steps that do not verify, or a final state that is not the run's
-  int contradictions = 0;    // `ckpt coordinator history` exit 1, or the root against the history
-  double detected_s = -1;    // fault -> a generation ended, or the leader cut from etcd stopped acting
-  double recovered_s = -1;   // fault -> the next step committed
-  double back_s = -1;        // heal -> a generation of all six workers formed (when the job had shrunk)
-  double first_step_s = -1;  // the returning host's join -> its workers' first step
-  bool standby_led = false;  // the etcd round: the standby led once the lease lapsed
-  std::string why;           // what went wrong, for the log
+  int lost = 0;                 // committed steps that do not verify, or a final state that is not the run's
+  int contradictions = 0;       // `ckpt coordinator history` exit 1, or the root against the history
+  double detected_s = -1;       // fault -> a generation ended, or the leader cut from etcd stopped acting
+  double recovered_s = -1;      // fault -> the next step committed
+  double back_s = -1;           // heal -> a generation of all six workers formed (when the job had shrunk)
+  double first_step_s = -1;     // the returning host's join -> its workers' first step
+  double save_interval_s = -1;  // the median time between two committed durable steps
+  bool standby_led = false;     // the etcd round: the standby led once the lease lapsed
+  std::string why;              // what went wrong, for the log
 };
 
 // The steps `ckpt coordinator history --json` lists under `key` ("committed").
@@ -801,6 +802,7 @@ RoundResult RunRound(Nemesis nemesis, uint64_t seed) {
   for (int64_t s : HistorySteps(history.out, "decided")) decided.insert(s);
   auto steps = ListCheckpointSteps(**storage);
   if (steps.ok()) {
+    std::vector<int64_t> created;
     for (const StepInfo& s : *steps) {
       if (!s.committed) continue;
       auto v = VerifyStep(**storage, s.step);
@@ -816,11 +818,19 @@ RoundResult RunRound(Nemesis nemesis, uint64_t seed) {
       }
       auto m = ReadManifest(**storage, s.step);
       if (m.ok()) {
+        created.push_back(m->created_unix_ns);
         if (const std::string stray = StrayFiles(dir.Join("root"), s.step, *m); !stray.empty()) {
           ++out.contradictions;
           out.why += StrCat("step ", s.step, " holds files its save did not write:", stray, "\n");
         }
       }
+    }
+    std::sort(created.begin(), created.end());
+    std::vector<double> gaps;
+    for (size_t i = 1; i < created.size(); ++i) gaps.push_back(static_cast<double>(created[i] - created[i - 1]) / 1e9);
+    if (!gaps.empty()) {
+      std::nth_element(gaps.begin(), gaps.begin() + gaps.size() / 2, gaps.end());
+      out.save_interval_s = gaps[gaps.size() / 2];
     }
   }
   if (Latest(**storage) == kSteps) {
@@ -855,6 +865,7 @@ TEST(Cluster, PartitionCampaign) {
   };
   Tally tally[kNemeses];
   int lost = 0, contradictions = 0, unfinished = 0;
+  std::vector<double> intervals;
   for (int r = 0; r < rounds; ++r) {
     // Every nemesis in the first rounds, in an order the seed picks; then
     // at random.
@@ -873,6 +884,7 @@ TEST(Cluster, PartitionCampaign) {
     add(t.back, t.back_max, res.back_s);
     add(t.first_steps, t.first_step_max, res.first_step_s);
     t.standby_led += res.standby_led ? 1 : 0;
+    if (res.save_interval_s > 0) intervals.push_back(res.save_interval_s);
     lost += res.lost;
     contradictions += res.contradictions;
     unfinished += res.finished ? 0 : 1;
@@ -895,6 +907,11 @@ TEST(Cluster, PartitionCampaign) {
         kNemesisNames[n], t.rounds, t.detected, t.detect_max, t.recovered, t.recover_max, t.back, t.back_max,
         t.first_step_max, t.first_steps,
         n == static_cast<int>(Nemesis::kLeaderFromEtcd) ? StrCat("; the standby led in ", t.standby_led).c_str() : "");
+  }
+  if (!intervals.empty()) {
+    std::sort(intervals.begin(), intervals.end());
+    std::printf("durable saves committed every %.2f s (the median of the rounds' medians; %.2f-%.2f)\n",
+                intervals[intervals.size() / 2], intervals.front(), intervals.back());
   }
   std::printf("%d rounds, %d lost steps, %d contradictions, %d unfinished jobs (seed %llu)\n", rounds, lost,
               contradictions, unfinished, static_cast<unsigned long long>(seed));
