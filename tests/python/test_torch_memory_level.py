@@ -5,7 +5,8 @@ storage, also on a rank that forgot everything it held (its bytes then come
 from peers); later the durable step 20 is the newest and is restored from
 the root. A budget too small fails the memory saves cleanly while durable
 ones go on; ranks in one failure domain make durable saves only; a
-two-level IntervalPolicy decides both levels, the same on every rank.
+two-level IntervalPolicy decides both levels, the same on every rank. The
+first run again with each rank on a host of its own (network namespaces).
 
     /usr/bin/python3 -m pytest test_torch_memory_level.py     (PYTHONPATH holds ckpt)
 Ranks are launched as processes with env:// (torchrun is not used).
@@ -48,7 +49,9 @@ def rank_main(mode, root):
     torch.manual_seed(0)
     model = torch.nn.Sequential(torch.nn.Linear(16, 256), torch.nn.ReLU(), torch.nn.Linear(256, 4))
     optimizer = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
-    domain = "node-0" if mode == "one-domain" else f"node-{rank}"
+    # "hosts": each rank on a host of its own (a network namespace), its
+    # failure domain its host's name and its address the host's own.
+    domain = "node-0" if mode == "one-domain" else None if mode == "hosts" else f"node-{rank}"
     budget = 4096 if mode == "budget" else 64 << 20
     if mode.startswith("policy"):
         policy_main(root, model, optimizer, "node-0" if mode == "policy-one-domain" else domain)
@@ -63,13 +66,16 @@ def rank_main(mode, root):
         assert any("no memory-level saves" in str(w.message) for w in warned)
     else:
         assert m.memory_level, m.memory_note
+    if mode == "hosts":
+        assert m.memory.domain == socket.gethostname() == os.environ["CKPT_TEST_HOSTNAME"], m.memory.domain
+        assert m.memory.endpoint.rsplit(":", 1)[0] == os.environ["CKPT_TEST_HOST_ADDR"], m.memory.endpoint
     for step in range(1, 15):
         train(model, optimizer, step)
         m.step(step)
     m.wait()
     snapshot = {k: v.clone() for k, v in model.state_dict().items()}
     clobber(model)
-    if mode == "levels":
+    if mode in ("levels", "hosts"):
         assert m.memory_errors == [], m.memory_errors
         assert any(h[0] == 14 for h in m.memory.holdings()), m.memory.holdings()
         assert m.load_latest() == 14
@@ -181,6 +187,33 @@ def launch(mode, world, root):
     outs = [p.communicate(timeout=240)[0] for p in procs]
     for rank, (p, out) in enumerate(zip(procs, outs)):
         assert p.returncode == 0, f"rank {rank} of '{mode}' failed:\n{out}"
+
+
+def test_across_hosts_the_copies_go_to_the_other_hosts_memory(tmp_path):
+    """The same run with each rank on a host of its own (network namespaces
+    on a bridge, tests/python/netns_cluster.py): nothing names a domain or an
+    address, the ranks take their host's name and the address their route
+    to MASTER_ADDR leaves from, and rank 0's restore comes from the other
+    hosts' memory."""
+    from netns_cluster import NetnsCluster
+
+    assert os.geteuid() == 0, "network namespaces need root"
+    with NetnsCluster(3) as c:
+        procs = []
+        for rank in range(3):
+            # gloo finds its own address through the host name unless told
+            # the interface; each host's is eth0.
+            env = dict(os.environ, MASTER_ADDR=c.addr(0), MASTER_PORT="29500", RANK=str(rank), WORLD_SIZE="3",
+                       CKPT_TEST_HOST_ADDR=c.addr(rank), CKPT_TEST_HOSTNAME=c.hostname(rank),
+                       GLOO_SOCKET_IFNAME="eth0")
+            env.pop("CKPT_JOB_TOKEN", None)
+            env.pop("CKPT_MEMORY_LISTEN", None)
+            procs.append(subprocess.Popen(c.on(rank, [sys.executable, __file__, "--rank", "hosts",
+                                                      str(tmp_path / "root")]),
+                                          env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True))
+        outs = [p.communicate(timeout=120)[0] for p in procs]  # the cluster's removal kills what is left
+        for rank, (p, out) in enumerate(zip(procs, outs)):
+            assert p.returncode == 0, f"rank {rank} on host {rank} failed:\n{out}"
 
 
 def test_memory_steps_restore_from_memory_and_peers_and_durable_ones_from_the_root(tmp_path):
