@@ -10,7 +10,7 @@ Layers, lowest first (a file may include its own folder and lower layers):
                                 communicator.h, version.h, experimental/commit_arbiter.h
     1  layout, codec            ckpt/dtype.h, tensor.h, mesh.h, state.h, synthetic.h
     2  format                   ckpt/storage.h, plugin_abi.h (the interface the format reads through)
-    3  storage, plan            ckpt/plan.h (a backend may present another format as a root:
+    3  storage, plan            ckpt/plan.h, conformance.h (a backend may present another format as a root:
                                 safetensors models read in place)
     4  pipeline
     5  core, comm, policy, peer ckpt/checkpointer.h, verify.h, audit.h, mpi.h, interval.h, peer.h
@@ -42,7 +42,7 @@ PUBLIC_LAYER = {
     "export.h": 0, "limits.h": 0, "codec.h": 0, "options.h": 0, "communicator.h": 0, "version.h": 0,
     "dtype.h": 1, "tensor.h": 1, "mesh.h": 1, "state.h": 1, "synthetic.h": 1,
     "storage.h": 2, "plugin_abi.h": 2,
-    "plan.h": 3,
+    "plan.h": 3, "conformance.h": 3,
     "checkpointer.h": 5, "verify.h": 5, "audit.h": 5, "mpi.h": 5, "interval.h": 5, "peer.h": 5,
     "experimental/commit_arbiter.h": 0,
     "coordinator.h": 6,

@@ -276,6 +276,12 @@ CKPT_EXPORT PluginInfo LoadStoragePlugin(const std::string& file);
 /// Loads every "*.so" in the plugin path, in path order.
 CKPT_EXPORT std::vector<PluginInfo> DiscoverStoragePlugins();
 
+/// Opens `uri` with a plugin that loaded without error (LoadStoragePlugin),
+/// whether or not it is on the plugin path. The "io_threads" query
+/// parameter (default 4) sizes the host threads that run the plugin's
+/// blocking calls; the whole URI is passed to the plugin.
+CKPT_EXPORT absl::StatusOr<std::shared_ptr<Storage>> OpenPluginStorage(const PluginInfo& plugin, std::string_view uri);
+
 /// Opens storage for `uri`: "scheme://rest"; a plain path means file://.
 /// Options ride in the query ("file:///data/ckpt?direct=0&engine=threads").
 /// A scheme no built-in serves is looked up among the plugins on the plugin

@@ -1,7 +1,5 @@
 // Storage plugins: finding shared objects on the plugin path, checking their
 // ABI, and adapting their C function table to the Storage interface.
-#include "storage/plugin_storage.h"
-
 #include <dirent.h>
 #include <dlfcn.h>
 
@@ -15,6 +13,7 @@
 #include <thread>
 
 #include "ckpt/plugin_abi.h"
+#include "ckpt/storage.h"
 #include "storage/uri.h"
 #include "util/errors.h"
 #include "util/strings.h"

@@ -7,7 +7,6 @@
 #include "storage/faulty_storage.h"
 #include "storage/file_storage.h"
 #include "storage/mem_storage.h"
-#include "storage/plugin_storage.h"
 #include "storage/s3_storage.h"
 #include "storage/safetensors_storage.h"
 #include "storage/tiered_storage.h"

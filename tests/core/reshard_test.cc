@@ -469,7 +469,9 @@ TEST(RuleManifest, ZeroRowBandsAreOneTiledGridCodedInAFewGroups) {
   auto m = SaveManifestByRules(model->tensors, mesh, 64 << 10, 8);
   ASSERT_OK(m);
   for (const ManifestTensor& t : m->tensors) {
-    if (t.spec.shape.size() >= 1) EXPECT_TRUE(t.GridOnly()) << t.spec.fqn;
+    if (t.spec.shape.size() >= 1) {
+      EXPECT_TRUE(t.GridOnly()) << t.spec.fqn;
+    }
   }
   const ManifestTensor* down = m->FindTensor("optimizer.state.model.layers.0.mlp.down_proj.weight.exp_avg");
   ASSERT_NE(down, nullptr);

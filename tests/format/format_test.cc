@@ -244,7 +244,9 @@ TEST(IntRuns, CodesEverySequenceOnceAndReadsItBack) {
       ASSERT_TRUE(r.ok()) << r.status();
       EXPECT_TRUE(r.AtEnd());
       EXPECT_TRUE(back.Expanded() == flat);
-      if (groups) EXPECT_TRUE(back == runs);
+      if (groups) {
+        EXPECT_TRUE(back == runs);
+      }
       for (size_t i = 0; i < n; ++i) ASSERT_EQ(back.At(i), v[i]) << trial << " " << i;
     }
   }
@@ -296,7 +298,9 @@ TEST(IntRuns, KeepsARepeatedPatternOfRunsOnce) {
       runs.Encode(grouped, true);
       runs.Encode(flat, false);
       EXPECT_LT(grouped.size(), 300u);
-      if (tiles > 1) EXPECT_GT(flat.size(), 20 * grouped.size());
+      if (tiles > 1) {
+        EXPECT_GT(flat.size(), 20 * grouped.size());
+      }
       ByteReader r(grouped.str(), "runs");
       IntRuns back = IntRuns::Decode(r, v.size(), "runs", true);
       ASSERT_TRUE(r.ok()) << r.status();

@@ -1,8 +1,10 @@
 // Saves and loads one tensor through the installed library.
 #include <cstdio>
+#include <string>
 #include <vector>
 
 #include "ckpt/checkpointer.h"
+#include "ckpt/conformance.h"
 #include "ckpt/version.h"
 
 int main(int argc, char** argv) {
@@ -19,6 +21,13 @@ int main(int argc, char** argv) {
   auto h = (*cp)->Save(1, s);
   if (!h.ok() || !h->Wait().ok()) return 1;
   if (!(*cp)->Load(t).ok() || back != w) return 1;
-  std::printf("ckpt %s: saved and loaded through find_package(ckpt)\n", ckpt::LibraryVersion());
+  // A backend's own tests run the conformance suite through the installed header.
+  int n = 0;
+  for (const ckpt::ConformanceCase& c : ckpt::StorageConformanceCases()) {
+    const std::string root = "mem://consumer-conformance-" + std::to_string(++n);
+    if (!ckpt::RunStorageConformanceCase(c.name, [&] { return ckpt::OpenStorage(root); }).ok()) return 1;
+  }
+  std::printf("ckpt %s: saved and loaded through find_package(ckpt); %d conformance cases passed on mem://\n",
+              ckpt::LibraryVersion(), n);
   return 0;
 }

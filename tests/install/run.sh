@@ -27,6 +27,10 @@ cmake -S "$src/plugin" -B "$work/plugin" -G Ninja -DCMAKE_PREFIX_PATH="$work/pre
 cmake --build "$work/plugin" > /dev/null
 export CKPT_PLUGIN_PATH="$work/plugin"
 "$ckpt" plugins --json | grep -q '"scheme":"extfs"'
+# The installed tool runs the conformance suite against the out-of-tree
+# plugin; the conformance header is installed for backends' own tests.
+"$ckpt" plugins check "$(find "$work/plugin" -name '*.so' | head -1)" | grep -q "8 of 8 cases passed"
+test -f "$work/prefix/include/ckpt/conformance.h"
 "$ckpt" synth --out "extfs://$work/ext" --params 1M --mesh tp=2 --step 3 > /dev/null
 "$ckpt" restore-check "extfs://$work/ext" --mesh tp=3 | grep -q "all elements match"
 "$ckpt" verify "extfs://$work/ext"

@@ -28,6 +28,17 @@
 namespace ckpt::testing {
 namespace {
 
+// Every case of the suite has its test (storage/conformance.h).
+TEST(StorageConformanceSuite, EveryCaseIsRun) {
+  std::vector<std::string> names;
+  for (const ConformanceCase& c : StorageConformanceCases()) names.push_back(c.name);
+  EXPECT_EQ(names, (std::vector<std::string>{"WriteThenRangedRead", "AlignedDirectWritesAndFinishTruncates",
+                                             "UnalignedWritesFollowTheAlignmentRule", "PutAtomicReplacesWhole",
+                                             "PutIfAbsentCreatesOnceAcrossRacingCallers", "ListRemoveAndMissing",
+                                             "ConcurrentWritersToOneFile", "RejectsEscapingPaths"}));
+  EXPECT_TRUE(absl::IsNotFound(RunStorageConformanceCase("NoSuchCase", [] { return OpenStorage("mem://x"); })));
+}
+
 INSTANTIATE_TEST_SUITE_P(Backends, StorageConformance,
                          ::testing::Values(BackendCase{"file_uring", "file", "?engine=io_uring"},
                                            BackendCase{"file_threads", "file", "?engine=threads"},

@@ -346,6 +346,40 @@ TEST(Cli, IntervalRejectsBadInput) {
 namespace ckpt::testing {
 namespace {
 
+// `ckpt plugins check` runs the conformance suite against a plugin: the
+// bundled localfs passes every case; a plugin whose put_if_absent
+// overwrites fails, naming the case and what went wrong; one that does not
+// load is exit 2.
+TEST(Cli, PluginsCheckRunsTheConformanceSuiteAgainstAPlugin) {
+  const std::string localfs = std::string(CKPT_TEST_PLUGIN_DIR) + "/libckpt-localfs.so";
+  CliRun ok = Ckpt("plugins check " + localfs);
+  EXPECT_EQ(ok.code, 0) << ok.out;
+  EXPECT_TRUE(Has(ok.out, "8 of 8 cases passed")) << ok.out;
+  EXPECT_TRUE(Has(ok.out, "ok   PutIfAbsentCreatesOnceAcrossRacingCallers")) << ok.out;
+  // Under a root of its own: the cases' roots are made there, and only there.
+  TempDir dir;
+  CliRun under = Ckpt("plugins check " + localfs + " --case RejectsEscapingPaths --root localfs://" +
+                      dir.Join("roots") + " --json");
+  EXPECT_EQ(under.code, 0) << under.out;
+  EXPECT_TRUE(Has(under.out, "\"passed\":1,\"failed\":0")) << under.out;
+
+  const std::string broken = std::string(CKPT_TEST_BAD_PLUGIN_DIR) + "/libckpt-brokenfs.so";
+  CliRun bad = Ckpt("plugins check " + broken + " 2>&1");
+  EXPECT_EQ(bad.code, 1) << bad.out;
+  EXPECT_TRUE(Has(bad.out, "FAIL PutIfAbsentCreatesOnceAcrossRacingCallers (")) << bad.out;
+  EXPECT_TRUE(Has(bad.out, "PutIfAbsent on an existing file must fail with kAlreadyExists; it returned OK")) << bad.out;
+  EXPECT_TRUE(Has(bad.out, "7 of 8 cases passed")) << bad.out;
+  CliRun json = Ckpt("plugins check " + broken + " --json");
+  EXPECT_EQ(json.code, 1) << json.out;
+  EXPECT_TRUE(Has(json.out, "\"name\":\"PutIfAbsentCreatesOnceAcrossRacingCallers\"")) << json.out;
+  EXPECT_TRUE(Has(json.out, "\"failed\":1")) << json.out;
+
+  CliRun unloadable = Ckpt("plugins check " + std::string(CKPT_TEST_BAD_PLUGIN_DIR) + "/libckpt-bad-wrong_abi.so 2>&1");
+  EXPECT_EQ(unloadable.code, 2) << unloadable.out;
+  EXPECT_TRUE(Has(unloadable.out, "ABI version 42")) << unloadable.out;
+  EXPECT_EQ(Ckpt("plugins check " + localfs + " --case NoSuchCase 2>&1").code, 2);
+}
+
 TEST(Cli, PluginsListsBackendsAndRefusedPlugins) {
   const std::string good = std::string("CKPT_PLUGIN_PATH=") + CKPT_TEST_PLUGIN_DIR + " ";
   CliRun r = Ckpt("plugins --json", good);
