@@ -6,8 +6,19 @@
 #   3. ThreadSanitizer build (clang): the tests of the concurrent parts
 #   4. libFuzzer build (clang): each fuzzer for a bounded time on its corpus
 # FUZZ_SECONDS (default 20) bounds each fuzzer.
+#
+#   scripts/test.sh            everything above (CI runs this)
+#   scripts/test.sh --quick    the release build and its unit tier only (tests/tiers.txt):
+#                              what to run before a commit, about a minute once built
 set -euo pipefail
 cd "$(dirname "$0")/.."
+quick=0
+case "${1:-}" in
+  --quick) quick=1 ;;
+  -h | --help) sed -n '2,12p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+  "") ;;
+  *) echo "usage: scripts/test.sh [--quick]" >&2; exit 2 ;;
+esac
 scripts/install-deps.sh --test
 jobs=$(nproc)
 fuzz_seconds=${FUZZ_SECONDS:-20}
@@ -109,10 +120,18 @@ stage "release build and tests"
 cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo "${opt_flags[@]}"
 cmake --build build
 seed_test_costs build
+if ((quick)); then
+  ctest --test-dir build --output-on-failure -j "$jobs" --timeout 120 -L '^unit$'
+  python3 scripts/tiers.py build
+  stage "the unit tier passed"
+  exit 0
+fi
 start_background_build "AddressSanitizer" build_asan
 # --timeout: a test that sets no TIMEOUT of its own fails after 15 minutes
 # instead of holding the stage (the longest take under two).
 ctest --test-dir build --output-on-failure -j "$jobs" --timeout 900
+# Every test labelled unit stayed under its limit (tests/tiers.txt).
+python3 scripts/tiers.py build
 
 stage "pip install . from scratch into a venv made from Debian's python3"
 venv=$(mktemp -d)
