@@ -40,6 +40,17 @@ struct CKPT_EXPORT StorageCaps {
 /// short and must not call back into the file that issued it.
 using IoCallback = absl::AnyInvocable<void(absl::Status) &&>;
 
+/// An optional capability of a backend beyond the Storage interface (an
+/// object store's unfinished uploads, a memory store's counters): a class
+/// derived from this one with a `static constexpr std::string_view kName`.
+/// Found with FindCapability<T>(storage); adapters forward the question to
+/// the storage they wrap, so a capability of an s3:// root works behind
+/// tiered:// and faulty:// alike.
+class CKPT_EXPORT StorageCapability {
+ public:
+  virtual ~StorageCapability() = default;
+};
+
 /// A file being written.
 ///
 /// Thread-safety: WriteAsync may be called from several threads at once;
@@ -182,7 +193,20 @@ class CKPT_EXPORT Storage {
     int64_t peers = 0;
   };
   virtual MemoryReads memory_reads() const { return {}; }
+
+  /// The capability named `name` (StorageCapability), or nullptr: the
+  /// default, a backend with no capability beyond this interface.
+  virtual StorageCapability* Capability(std::string_view name) {
+    (void)name;
+    return nullptr;
+  }
 };
+
+/// The capability T of `storage` (through any adapters), or nullptr.
+template <typename T>
+T* FindCapability(Storage& storage) {
+  return static_cast<T*>(storage.Capability(T::kName));
+}
 
 /// Forwards every call to another storage; decorators (fault injection,
 /// tiering, accounting) override only what they change. Thread-safety is
@@ -219,6 +243,7 @@ class CKPT_EXPORT ForwardingStorage : public Storage {
   absl::Status WaitReplicated() override { return base_->WaitReplicated(); }
   std::string LocalPath(std::string_view path) override { return base_->LocalPath(path); }
   MemoryReads memory_reads() const override { return base_->memory_reads(); }
+  StorageCapability* Capability(std::string_view name) override { return base_->Capability(name); }
 
   Storage& base() { return *base_; }
 

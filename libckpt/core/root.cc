@@ -20,7 +20,7 @@
 #include "format/data_file.h"
 #include "format/root_files.h"
 #include "plan/cover.h"
-#include "storage/s3_storage.h"
+#include "storage/capabilities.h"
 #include "util/bytes.h"
 #include "util/clock.h"
 #include "util/errors.h"
@@ -799,13 +799,17 @@ absl::StatusOr<GcReport> CollectGarbageIn(Storage& storage, const GcOptions& opt
   // never show in a listing. Those of a step still being written (partial
   // and kept above) stay; any other is a leftover: its step committed
   // without it, or was removed, or it is outside every step.
-  CKPT_ASSIGN_OR_RETURN(std::vector<S3PendingUpload> uploads, ListPendingUploads(storage));
+  PendingUploads* pending = FindCapability<PendingUploads>(storage);
+  std::vector<PendingUpload> uploads;
+  if (pending != nullptr) {
+    CKPT_ASSIGN_OR_RETURN(uploads, pending->ListPending());
+  }
   std::set<int64_t> writing;
   for (const StepInfo& s : *steps) {
     const bool removed = std::count(report.removed_partial.begin(), report.removed_partial.end(), s.step) > 0;
     if (s.state == StepState::kPartial && !removed) writing.insert(s.step);
   }
-  for (const S3PendingUpload& u : uploads) {
+  for (const PendingUpload& u : uploads) {
     const size_t slash = u.path.find('/');
     const std::optional<int64_t> step =
         slash == std::string::npos ? std::nullopt : ParseStepDir(std::string_view(u.path).substr(0, slash));
@@ -814,7 +818,7 @@ absl::StatusOr<GcReport> CollectGarbageIn(Storage& storage, const GcOptions& opt
     report.reasons.push_back(StrCat(options.dry_run ? "would abort" : "aborted", " unfinished upload of ", u.path,
                                     u.age_s >= 0 ? StrCat(" (started ", u.age_s, " s ago)") : std::string(),
                                     step ? StrCat(": step ", *step, " is not being written") : ": outside any step"));
-    if (!options.dry_run) CKPT_RETURN_IF_ERROR(AbortPendingUpload(storage, u));
+    if (!options.dry_run) CKPT_RETURN_IF_ERROR(pending->AbortPending(u));
   }
   if (!options.dry_run &&
       (!report.removed_steps.empty() || !report.removed_partial.empty() || !report.removed_damaged.empty())) {

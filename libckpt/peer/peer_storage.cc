@@ -158,8 +158,19 @@ class OwnReadable final : public ReadableFile {
   Counters& counters_;
 };
 
-class PeerStorageImpl final : public Storage {
+// The counters of a peer storage, found through adapters.
+class PeerCounters : public StorageCapability {
  public:
+  static constexpr std::string_view kName = "peer-read-counters";
+  virtual Counters& counters() = 0;
+};
+
+class PeerStorageImpl final : public Storage, public PeerCounters {
+ public:
+  StorageCapability* Capability(std::string_view name) override {
+    return name == PeerCounters::kName ? static_cast<PeerCounters*>(this) : nullptr;
+  }
+
   PeerStorageImpl(std::shared_ptr<PeerMemory> memory, PeerRoute route)
       : memory_(std::move(memory)),
         store_(LocalStore(*memory_)),
@@ -290,7 +301,7 @@ class PeerStorageImpl final : public Storage {
   ConnectionPool& pool() { return pool_; }
   ReadThreads& readers() { return readers_; }
   int64_t generation() const { return route_.generation; }
-  Counters& counters() { return counters_; }
+  Counters& counters() override { return counters_; }
   PeerStore& store() { return *store_; }
   PeerMemory& memory() { return *memory_; }
 
@@ -463,7 +474,7 @@ absl::StatusOr<std::shared_ptr<Storage>> OpenPeerStorage(std::shared_ptr<PeerMem
 
 PeerReadCounters PeerStorageCounters(Storage& storage) {
   PeerReadCounters out;
-  if (auto* p = dynamic_cast<peer::PeerStorageImpl*>(&storage)) {
+  if (auto* p = FindCapability<peer::PeerCounters>(storage)) {
     out.from_own = p->counters().from_own;
     out.from_peers = p->counters().from_peers;
     out.failovers = p->counters().failovers;

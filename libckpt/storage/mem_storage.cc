@@ -281,12 +281,22 @@ absl::StatusOr<std::shared_ptr<MemFile>> FileOf(std::string_view path, absl::Spa
   return file;
 }
 
-class MemStorage final : public Storage {
+// How much removed files' memory a mem:// store keeps now (tests).
+class SpareHeld : public StorageCapability {
+ public:
+  static constexpr std::string_view kName = "mem-spare-held";
+  virtual int64_t held() const = 0;
+};
+
+class MemStorage final : public Storage, public SpareHeld {
  public:
   MemStorage(std::string uri, int64_t spare) : uri_(std::move(uri)), pool_(std::make_shared<SparePool>(spare)) {}
 
   int64_t spare_cap() const { return pool_->cap(); }
-  int64_t spare_held() const { return pool_->held(); }
+  int64_t held() const override { return pool_->held(); }
+  StorageCapability* Capability(std::string_view name) override {
+    return name == SpareHeld::kName ? static_cast<SpareHeld*>(this) : nullptr;
+  }
 
   std::string uri() const override { return uri_; }
   StorageCaps caps() const override {
@@ -435,8 +445,8 @@ absl::StatusOr<std::shared_ptr<Storage>> OpenMemStorage(std::string_view uri) {
 
 namespace internal {
 int64_t MemSpareBytesHeld(Storage& storage) {
-  auto* m = dynamic_cast<MemStorage*>(&storage);
-  return m == nullptr ? -1 : m->spare_held();
+  SpareHeld* m = FindCapability<SpareHeld>(storage);
+  return m == nullptr ? -1 : m->held();
 }
 }  // namespace internal
 

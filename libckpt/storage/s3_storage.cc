@@ -19,6 +19,7 @@
 #include "absl/functional/any_invocable.h"
 #include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
+#include "storage/capabilities.h"
 #include "storage/http_client.h"
 #include "storage/s3_parse.h"
 #include "storage/s3_sign.h"
@@ -848,7 +849,7 @@ class S3Readable final : public ReadableFile {
 };
 
 // ---------------------------------------------------------------------------
-class S3Storage final : public Storage {
+class S3Storage final : public Storage, public PendingUploads {
  public:
   S3Storage(std::string uri, S3Config cfg) : uri_(std::move(uri)), s_(std::make_shared<S3Shared>(std::move(cfg))) {}
 
@@ -993,13 +994,17 @@ class S3Storage final : public Storage {
 
   absl::Status SyncDir(std::string_view) override { return absl::OkStatus(); }
 
-  absl::StatusOr<std::vector<S3PendingUpload>> PendingUploads() {
+  StorageCapability* Capability(std::string_view name) override {
+    return name == PendingUploads::kName ? static_cast<PendingUploads*>(this) : nullptr;
+  }
+
+  absl::StatusOr<std::vector<PendingUpload>> ListPending() override {
     CKPT_ASSIGN_OR_RETURN(std::vector<S3Upload> uploads, ListUploads(DirPrefix("")));
-    std::vector<S3PendingUpload> out;
+    std::vector<PendingUpload> out;
     const int64_t now = static_cast<int64_t>(std::time(nullptr));
     const std::string root = DirPrefix("");
     for (const S3Upload& u : uploads) {
-      S3PendingUpload p;
+      PendingUpload p;
       p.path = u.key.substr(root.size());
       p.upload_id = u.upload_id;
       const int64_t t = ParseIso8601(u.initiated);
@@ -1007,6 +1012,10 @@ class S3Storage final : public Storage {
       out.push_back(std::move(p));
     }
     return out;
+  }
+
+  absl::Status AbortPending(const PendingUpload& upload) override {
+    return AbortUpload(KeyOf(upload.path), upload.upload_id);
   }
 
   absl::Status AbortUpload(const std::string& key, const std::string& upload_id) {
@@ -1305,18 +1314,6 @@ absl::StatusOr<std::shared_ptr<Storage>> OpenS3Storage(std::string_view uri) {
   auto storage = std::make_shared<S3Storage>(std::string(uri), std::move(cfg));
   CKPT_RETURN_IF_ERROR(storage->Probe());
   return std::shared_ptr<Storage>(std::move(storage));
-}
-
-absl::StatusOr<std::vector<S3PendingUpload>> ListPendingUploads(Storage& storage) {
-  auto* s3 = dynamic_cast<S3Storage*>(&storage);
-  if (s3 == nullptr) return std::vector<S3PendingUpload>{};
-  return s3->PendingUploads();
-}
-
-absl::Status AbortPendingUpload(Storage& storage, const S3PendingUpload& upload) {
-  auto* s3 = dynamic_cast<S3Storage*>(&storage);
-  if (s3 == nullptr) return absl::InvalidArgumentError(StrCat(storage.uri(), " is not an s3:// root"));
-  return s3->AbortUpload(s3->KeyOf(upload.path), upload.upload_id);
 }
 
 }  // namespace ckpt

@@ -45,20 +45,6 @@ namespace ckpt {
 
 absl::StatusOr<std::shared_ptr<Storage>> OpenS3Storage(std::string_view uri);
 
-/// A multipart upload nobody completed, under an s3:// root.
-struct S3PendingUpload {
-  std::string path;  ///< relative to the root
-  std::string upload_id;
-  int64_t age_s = -1;  ///< since it was initiated; -1 when the server did not say
-};
-
-/// Multipart uploads under `storage` (an s3:// root) that were started and
-/// never completed or aborted. Not an s3:// storage: empty.
-absl::StatusOr<std::vector<S3PendingUpload>> ListPendingUploads(Storage& storage);
-
-/// Aborts one of them (its parts stop taking space).
-absl::Status AbortPendingUpload(Storage& storage, const S3PendingUpload& upload);
-
 }  // namespace ckpt
 
 #endif  // CKPT_STORAGE_S3_STORAGE_H_

@@ -53,6 +53,13 @@ class TieredStorage : public Storage, public std::enable_shared_from_this<Tiered
     return c;
   }
 
+  // The durable tier's capabilities first (an object store's unfinished
+  // uploads live there), then the local tier's.
+  StorageCapability* Capability(std::string_view name) override {
+    if (StorageCapability* c = durable_->Capability(name)) return c;
+    return local_->Capability(name);
+  }
+
   absl::StatusOr<std::unique_ptr<WritableFile>> OpenWritable(std::string_view path,
                                                              const WriteOptions& options) override {
     CKPT_ASSIGN_OR_RETURN(std::unique_ptr<WritableFile> w, local_->OpenWritable(path, options));

@@ -705,15 +705,19 @@ TEST(Staging, AutoCodecDoesNotSlowAStorageFasterThanTheCompressors) {
   timed(*none);
   timed(*automatic);
   std::vector<double> t_none, t_auto;
-  for (int round = 0; round < 3; ++round) {
+  for (int round = 0; round < 4; ++round) {
     t_none.push_back(timed(*none));
     t_auto.push_back(timed(*automatic));
   }
+  // The fastest of each: what the codec choice costs, less the moments the
+  // tests running beside this one take the CPU.
   std::sort(t_none.begin(), t_none.end());
   std::sort(t_auto.begin(), t_auto.end());
   // Compressing every block while the backlog exceeded a fixed size took
   // 0.24 s here, against 0.087 s for none.
-  EXPECT_LE(t_auto[1], 1.25 * t_none[1] + 0.02) << "none " << t_none[1] << " s";
+  // Under the sanitizers (and the tests running beside them) the times of
+  // one save vary more.
+  EXPECT_LE(t_auto[0], (kSanitized ? 1.6 : 1.25) * t_none[0] + 0.02) << "none " << t_none[0] << " s";
   std::vector<OwnedShard> out = {EmptyShard(w, Box::Whole(w.shape))};
   State target = StateOf(out);
   ASSERT_OK(automatic->Load(target, step));
