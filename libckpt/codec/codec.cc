@@ -11,6 +11,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "util/bytes.h"
+#include "util/cpu.h"
 #include "util/strings.h"
 
 namespace ckpt {
@@ -41,8 +42,6 @@ inline U RotR1(U x) {
 // by one bit so IEEE exponent bits fill the leading plane. 2- and 4-byte
 // elements go 32 at a time (the rest by the loops below): the scalar loops
 // took a quarter of a worker's time compressing bf16, as much as zstd.
-const bool kHaveAvx2 = __builtin_cpu_supports("avx2");
-
 #define CKPT_AVX2 [[gnu::target("avx2")]]
 
 CKPT_AVX2 inline __m256i Rot16(__m256i x, bool left) {
@@ -172,7 +171,7 @@ void JoinTail(const std::byte* in, size_t n, size_t done, bool rotate, std::byte
 namespace internal {
 
 void SplitBytePlanes(size_t width, const std::byte* in, size_t n, bool rotate, std::byte* out, bool vector) {
-  vector = vector && kHaveAvx2;
+  vector = vector && Cpu().avx2;
   switch (width) {
     case 2:
       SplitTail<uint16_t>(in, n, vector ? Split16Avx2(in, n, rotate, out) : 0, rotate, out);
@@ -189,7 +188,7 @@ void SplitBytePlanes(size_t width, const std::byte* in, size_t n, bool rotate, s
 }
 
 void JoinBytePlanes(size_t width, const std::byte* in, size_t n, bool rotate, std::byte* out, bool vector) {
-  vector = vector && kHaveAvx2;
+  vector = vector && Cpu().avx2;
   switch (width) {
     case 2:
       JoinTail<uint16_t>(in, n, vector ? Join16Avx2(in, n, rotate, out) : 0, rotate, out);

@@ -13,14 +13,12 @@
 #include "absl/types/span.h"
 #include "ckpt/codec.h"
 #include "ckpt/dtype.h"
+#include "util/block_flags.h"
 
 struct ZSTD_CCtx_s;
 struct ZSTD_DCtx_s;
 
 namespace ckpt {
-
-/// Frame flag: shuffle planes were rotated so a float's exponent bits lead.
-constexpr uint16_t kFlagRotated = 1;
 
 struct EncodedBlock {
   Codec codec = Codec::kNone;  ///< kNone: store the raw bytes instead

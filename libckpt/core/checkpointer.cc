@@ -25,6 +25,7 @@
 #include "format/root_files.h"
 #include "pipeline/loader.h"
 #include "pipeline/save_engine.h"
+#include "storage/capabilities.h"
 #include "util/bytes.h"
 #include "util/clock.h"
 #include "util/errors.h"
@@ -63,6 +64,8 @@ class Checkpointer::Impl {
     } else {
       CKPT_ASSIGN_OR_RETURN(storage_, OpenStorage(options_.uri));
     }
+    // A tiered root may drop a step's local copy once its manifest drained.
+    if (auto* tiers = FindCapability<TierEviction>(*storage_)) tiers->CompleteWhenHolding(kManifestName);
     container_ = ResolveContainer(options_.container, storage_->uri());
     if (container_ == DataContainer::kHdf5 && storage_->LocalPath(kLatestName).empty()) {
       return absl::InvalidArgumentError(

@@ -8,6 +8,7 @@
 #include <cstring>
 
 #include "ckpt/synthetic.h"
+#include "util/cpu.h"
 
 namespace ckpt {
 namespace {
@@ -101,14 +102,7 @@ template <typename T>
 // not by the compiler's target_clones: its ifunc resolvers run during
 // relocation, before ThreadSanitizer's runtime is up, and clang exports them
 // from the shared library whatever their visibility.
-bool HasAvx2() {
-#if defined(__x86_64__)
-  static const bool avx2 = __builtin_cpu_supports("avx2");
-  return avx2;
-#else
-  return false;
-#endif
-}
+bool HasAvx2() { return Cpu().avx2; }
 #if defined(__x86_64__)
 #define CKPT_AVX2 [[gnu::target("avx2")]]
 #else

@@ -18,6 +18,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "ckpt/limits.h"
+#include "util/block_flags.h"
 
 namespace ckpt {
 
@@ -53,16 +54,7 @@ struct FrameTrailer {
 };
 
 /// One index entry per frame, in block-id order.
-/// Index entry flag: a bare block (HDF5 containers) has no trailer or
-/// padding; its frame is exactly its stored bytes, stored uncompressed, and
-/// the index entry alone carries its checksum.
-constexpr uint16_t kFlagBareBlock = 0x2;
-/// Index entry flag, with kFlagBareBlock: the block comes from a file that
-/// carries no checksums (a safetensors model read in place), so its hashes
-/// are 0 and nothing can be checked but its place and length. Only entries
-/// of *.safetensors files carry it, and those always do (ReadFileIndex).
-constexpr uint16_t kFlagUnchecked = 0x4;
-
+/// Index entry flags: util/block_flags.h.
 struct IndexEntry {
   uint64_t offset = 0;  ///< frame start in the file (multiple of 4096)
   uint32_t raw_len = 0;

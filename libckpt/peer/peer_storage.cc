@@ -18,6 +18,7 @@
 #include "util/errors.h"
 #include "util/hash.h"
 #include "util/strings.h"
+#include "util/task_pool.h"
 
 namespace ckpt {
 namespace peer {
@@ -72,54 +73,6 @@ class ConnectionPool {
   double timeout_s_;
   std::mutex mu_;
   std::map<std::string, std::vector<std::unique_ptr<PeerConnection>>> idle_;
-};
-
-// Threads that run remote reads, so that a loader's reads of several
-// buffers are in flight at once (each on its own connection) while it
-// decodes the ones that arrived. Started on first use; joined on
-// destruction.
-class ReadThreads {
- public:
-  ~ReadThreads() {
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      stop_ = true;
-    }
-    cv_.notify_all();
-    for (auto& t : threads_) t.join();
-  }
-  void Run(std::function<void()> task) {
-    std::lock_guard<std::mutex> lock(mu_);
-    if (threads_.empty()) {
-      // One stream per core: on 2 cores, 2 streams restored 1 GiB from a
-      // peer at 0.55x the loopback ceiling, 4 at 0.16-0.33x (the readers
-      // and the serving peer's threads taking turns), 1 at 0.40x.
-      const int n = static_cast<int>(std::clamp(std::thread::hardware_concurrency(), 2u, 8u));
-      for (int i = 0; i < n; ++i) threads_.emplace_back([this] { Loop(); });
-    }
-    tasks_.push_back(std::move(task));
-    cv_.notify_one();
-  }
-
- private:
-  void Loop() {
-    for (;;) {
-      std::function<void()> task;
-      {
-        std::unique_lock<std::mutex> lock(mu_);
-        cv_.wait(lock, [&] { return stop_ || !tasks_.empty(); });
-        if (tasks_.empty()) return;
-        task = std::move(tasks_.front());
-        tasks_.pop_front();
-      }
-      task();
-    }
-  }
-  std::mutex mu_;
-  std::condition_variable cv_;
-  std::deque<std::function<void()>> tasks_;
-  std::vector<std::thread> threads_;
-  bool stop_ = false;
 };
 
 struct Counters {
@@ -299,7 +252,7 @@ class PeerStorageImpl final : public Storage, public PeerCounters {
   }
 
   ConnectionPool& pool() { return pool_; }
-  ReadThreads& readers() { return readers_; }
+  TaskPool& readers() { return readers_; }
   int64_t generation() const { return route_.generation; }
   Counters& counters() override { return counters_; }
   PeerStore& store() { return *store_; }
@@ -318,7 +271,13 @@ class PeerStorageImpl final : public Storage, public PeerCounters {
   PeerRoute route_;
   ConnectionPool pool_;
   Counters counters_;
-  ReadThreads readers_;  // last: its threads end before the members they use
+  // Threads that run remote reads, so that a loader's reads of several
+  // buffers are in flight at once (each on its own connection) while it
+  // decodes the ones that arrived; started on first use. One stream per
+  // core, 2 to 8: more streams than cores left the readers and the serving
+  // peer's threads taking turns. Last: its threads end before the members
+  // they use.
+  TaskPool readers_{static_cast<int>(std::clamp(std::thread::hardware_concurrency(), 2u, 8u))};
 };
 
 // A file being written: gathered in memory, stored and replicated whole by
@@ -428,9 +387,10 @@ class RemoteReadable final : public ReadableFile {
   uint64_t size() const override { return file_->size(); }
   absl::Status ReadAt(uint64_t offset, absl::Span<std::byte> dst) override { return file_->ReadAt(offset, dst); }
   void ReadAsync(uint64_t offset, absl::Span<std::byte> dst, IoCallback done) override {
-    storage_.readers().Run([file = file_, offset, dst, done = std::make_shared<IoCallback>(std::move(done))]() mutable {
-      std::move (*done)(file->ReadAt(offset, dst));
-    });
+    storage_.readers().Submit(
+        [file = file_, offset, dst, done = std::make_shared<IoCallback>(std::move(done))]() mutable {
+          std::move (*done)(file->ReadAt(offset, dst));
+        });
   }
   size_t direct_alignment() const override { return 0; }
   const std::string& path() const override { return file_->path(); }

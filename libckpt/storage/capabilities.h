@@ -31,6 +31,18 @@ class PendingUploads : public StorageCapability {
   virtual absl::Status AbortPending(const PendingUpload& upload) = 0;
 };
 
+/// A store that keeps copies of directories on a fast tier and may drop
+/// them once they are safe elsewhere (tiered:// with keep_local=N): which
+/// directories are complete is the caller's to say, by the file that
+/// completes one (a step's manifest). Until told, it drops none.
+class TierEviction : public StorageCapability {
+ public:
+  static constexpr std::string_view kName = "tier-eviction";
+  /// A top-level directory is complete once `file` in it has reached the
+  /// durable tier.
+  virtual void CompleteWhenHolding(std::string_view file) = 0;
+};
+
 }  // namespace ckpt
 
 #endif  // CKPT_STORAGE_CAPABILITIES_H_

@@ -17,6 +17,7 @@
 #include "storage/uri.h"
 #include "util/errors.h"
 #include "util/strings.h"
+#include "util/task_pool.h"
 
 #ifndef CKPT_PLUGIN_INSTALL_DIR
 #define CKPT_PLUGIN_INSTALL_DIR ""
@@ -52,56 +53,12 @@ absl::Status FromCode(ckpt_plugin_code code, const char* err, std::string_view w
   }
 }
 
-// A small pool running the plugin's blocking calls, so WriteAsync and
-// ReadAsync are asynchronous for the pipeline. Bounded: Submit blocks while
-// `depth` jobs are queued.
-class Pool {
- public:
-  Pool(int threads, size_t depth) : depth_(depth) {
-    for (int i = 0; i < threads; ++i) threads_.emplace_back([this] { Run(); });
-  }
-  ~Pool() {
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      stop_ = true;
-    }
-    cv_.notify_all();
-    for (std::thread& t : threads_) t.join();
-  }
-  void Submit(absl::AnyInvocable<void() &&> job) {
-    std::unique_lock<std::mutex> lock(mu_);
-    room_.wait(lock, [&] { return jobs_.size() < depth_; });
-    jobs_.push_back(std::move(job));
-    cv_.notify_one();
-  }
-
- private:
-  void Run() {
-    for (;;) {
-      absl::AnyInvocable<void() &&> job;
-      {
-        std::unique_lock<std::mutex> lock(mu_);
-        cv_.wait(lock, [&] { return stop_ || !jobs_.empty(); });
-        if (jobs_.empty()) return;
-        job = std::move(jobs_.front());
-        jobs_.pop_front();
-      }
-      room_.notify_one();
-      std::move(job)();
-    }
-  }
-  std::mutex mu_;
-  std::condition_variable cv_, room_;
-  std::deque<absl::AnyInvocable<void() &&>> jobs_;
-  std::vector<std::thread> threads_;
-  size_t depth_;
-  bool stop_ = false;
-};
-
 struct PluginShared {
   const ckpt_storage_plugin* table;
   ckpt_storage* handle;
-  Pool pool;
+  // Runs the plugin's blocking calls, so WriteAsync and ReadAsync are
+  // asynchronous for the pipeline; Submit blocks while 256 wait.
+  TaskPool pool;
   PluginShared(const ckpt_storage_plugin* t, ckpt_storage* h, int threads) : table(t), handle(h), pool(threads, 256) {}
   ~PluginShared() { table->close(handle); }
 };

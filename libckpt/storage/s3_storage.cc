@@ -27,6 +27,7 @@
 #include "util/aligned_buffer.h"
 #include "util/errors.h"
 #include "util/strings.h"
+#include "util/task_pool.h"
 
 namespace ckpt {
 namespace {
@@ -53,50 +54,6 @@ struct S3Config {
   double deadline_s = 120;
   std::string ca_file;  // https: the CAs to trust; empty: the system's store
   S3Credentials creds;
-};
-
-// ---------------------------------------------------------------------------
-// Workers that run requests in the background (part uploads, async reads).
-class WorkerPool {
- public:
-  explicit WorkerPool(int n) {
-    for (int i = 0; i < n; ++i) threads_.emplace_back([this] { Loop(); });
-  }
-  ~WorkerPool() {
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      stop_ = true;
-    }
-    cv_.notify_all();
-    for (auto& t : threads_) t.join();
-  }
-  void Submit(absl::AnyInvocable<void() &&> task) {
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      tasks_.push_back(std::move(task));
-    }
-    cv_.notify_one();
-  }
-
- private:
-  void Loop() {
-    while (true) {
-      absl::AnyInvocable<void() &&> task;
-      {
-        std::unique_lock<std::mutex> lock(mu_);
-        cv_.wait(lock, [&] { return stop_ || !tasks_.empty(); });
-        if (tasks_.empty()) return;
-        task = std::move(tasks_.front());
-        tasks_.pop_front();
-      }
-      std::move(task)();
-    }
-  }
-  std::mutex mu_;
-  std::condition_variable cv_;
-  std::deque<absl::AnyInvocable<void() &&>> tasks_;
-  bool stop_ = false;
-  std::vector<std::thread> threads_;
 };
 
 // ---------------------------------------------------------------------------
@@ -128,7 +85,7 @@ class S3Client {
   explicit S3Client(S3Config cfg) : cfg_(std::move(cfg)), pool_(cfg_.connections) {}
 
   const S3Config& cfg() const { return cfg_; }
-  WorkerPool& pool() { return pool_; }
+  TaskPool& pool() { return pool_; }
 
   std::string Uri(std::string_view key) const { return StrCat("s3://", cfg_.bucket, "/", key); }
   /// The server, for messages: "http://127.0.0.1:7480".
@@ -321,7 +278,7 @@ class S3Client {
   HttpClient http_;
   const bool trace_ = std::getenv("CKPT_S3_TRACE") != nullptr;  // one line per request on stderr
   std::atomic<int64_t> clock_offset_s_{0};
-  WorkerPool pool_;  // last: its threads stop before the rest goes
+  TaskPool pool_;  // last: its threads stop before the rest goes (part uploads, async reads)
 };
 
 // Bytes of parts waiting for or in upload, across every file of a storage.

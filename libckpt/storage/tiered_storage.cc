@@ -9,6 +9,7 @@
 #include <set>
 #include <thread>
 
+#include "storage/capabilities.h"
 #include "storage/uri.h"
 #include "util/aligned_buffer.h"
 #include "util/errors.h"
@@ -27,7 +28,7 @@ std::string Parent(std::string_view path) {
   return slash == std::string_view::npos ? std::string() : std::string(path.substr(0, slash));
 }
 
-class TieredStorage : public Storage, public std::enable_shared_from_this<TieredStorage> {
+class TieredStorage : public Storage, public TierEviction, public std::enable_shared_from_this<TieredStorage> {
  public:
   TieredStorage(std::shared_ptr<Storage> local, std::shared_ptr<Storage> durable, int64_t keep_local, std::string uri)
       : local_(std::move(local)), durable_(std::move(durable)), keep_local_(keep_local), uri_(std::move(uri)) {
@@ -56,8 +57,14 @@ class TieredStorage : public Storage, public std::enable_shared_from_this<Tiered
   // The durable tier's capabilities first (an object store's unfinished
   // uploads live there), then the local tier's.
   StorageCapability* Capability(std::string_view name) override {
+    if (name == TierEviction::kName) return static_cast<TierEviction*>(this);
     if (StorageCapability* c = durable_->Capability(name)) return c;
     return local_->Capability(name);
+  }
+
+  void CompleteWhenHolding(std::string_view file) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    complete_marker_ = std::string(file);
   }
 
   absl::StatusOr<std::unique_ptr<WritableFile>> OpenWritable(std::string_view path,
@@ -276,15 +283,17 @@ class TieredStorage : public Storage, public std::enable_shared_from_this<Tiered
   }
 
   // Keeps the `keep_local_` newest fully drained top-level directories on the
-  // local tier; the others are read from the durable tier from now on.
+  // local tier; the others are read from the durable tier from now on. A
+  // directory counts once its complete_marker_ file is on the durable tier.
   void Evict() {
     auto entries = local_->List("");
     if (!entries.ok()) return;
     std::vector<std::string> drained;
     {
       std::lock_guard<std::mutex> lock(mu_);
+      if (complete_marker_.empty()) return;  // nobody said what completes a directory
       for (const DirEntry& e : *entries) {
-        if (e.is_dir && !pending_in_.count(e.name) && durable_->FileSize(e.name + "/MANIFEST").ok()) {
+        if (e.is_dir && !pending_in_.count(e.name) && durable_->FileSize(e.name + "/" + complete_marker_).ok()) {
           drained.push_back(e.name);
         }
       }
@@ -303,7 +312,8 @@ class TieredStorage : public Storage, public std::enable_shared_from_this<Tiered
   std::deque<Job> queue_;
   std::map<std::string, int64_t> pending_in_;
   bool busy_ = false;
-  std::string current_;  ///< the path being copied while busy_
+  std::string current_;          ///< the path being copied while busy_
+  std::string complete_marker_;  ///< CompleteWhenHolding; empty: evict nothing
   bool stop_ = false;
   absl::Status first_error_;
   std::thread drainer_;

@@ -4,6 +4,8 @@
 #include <cstdint>
 #include <cstring>
 
+#include "util/cpu.h"
+
 #if defined(__x86_64__)
 #include <immintrin.h>
 #endif
@@ -43,9 +45,6 @@ size_t StreamSse2(char* d, const char* s, size_t n) {
   }
   return i;
 }
-
-const bool kHaveAvx2 = __builtin_cpu_supports("avx2");
-const bool kHaveAvx512 = __builtin_cpu_supports("avx512f");
 
 constexpr size_t kPage = 4096;
 constexpr size_t kGroup = 4 * kPage;
@@ -92,8 +91,8 @@ __attribute__((target("avx2"))) size_t StreamPagesAvx2(char* d, const char* s, s
 // Whole groups of pages where the CPU has AVX2 or AVX-512; 0 otherwise.
 // REQUIRES: d 64-byte aligned.
 size_t StreamPages(char* d, const char* s, size_t n) {
-  if (kHaveAvx512) return StreamPagesAvx512(d, s, n);
-  if (kHaveAvx2) return StreamPagesAvx2(d, s, n);
+  if (Cpu().avx512f) return StreamPagesAvx512(d, s, n);
+  if (Cpu().avx2) return StreamPagesAvx2(d, s, n);
   return 0;
 }
 
@@ -137,7 +136,7 @@ void StreamCopyNoFence(void* dst_v, const void* src_v, size_t n) {
     d += pages;
     s += pages;
     n -= pages;
-    const size_t i = kHaveAvx2 ? StreamAvx2(d, s, n) : StreamSse2(d, s, n);
+    const size_t i = Cpu().avx2 ? StreamAvx2(d, s, n) : StreamSse2(d, s, n);
     std::memcpy(d + i, s + i, n - i);
     return;
   }
@@ -155,7 +154,7 @@ void StreamLines(std::byte* dst, const std::byte* src, size_t n) {
   d += pages;
   s += pages;
   n -= pages;
-  if (kHaveAvx2) {
+  if (Cpu().avx2) {
     StreamLinesAvx2(d, s, n);
   } else {
     StreamSse2(d, s, n);

@@ -9,6 +9,7 @@
 #include "layout/box_copy.h"
 #include "testutil/test_util.h"
 #include "util/aligned_buffer.h"
+#include "util/cpu.h"
 #include "util/hash.h"
 #include "util/status_wire.h"
 #include "util/stream_copy.h"
@@ -176,24 +177,33 @@ TEST(StatusWire, CodesAndMessagesSurviveTheTrip) {
   EXPECT_TRUE(absl::IsUnknown(ReadStatus(r)));
 }
 
+// With every set of CPU features this machine has, down to none (the
+// portable paths).
 TEST(StreamCopy, MatchesMemcpyAtEverySizeAndAlignment) {
   std::vector<uint8_t> src(3 << 20);
   for (size_t i = 0; i < src.size(); ++i) src[i] = static_cast<uint8_t>(i * 131 + 7);
-  for (size_t n :
-       {size_t{0}, size_t{1}, size_t{255}, size_t{256} << 10, (size_t{1} << 20) + 77, (size_t{3} << 20) - 64}) {
-    for (size_t dalign : {0, 1, 17, 32}) {
-      for (size_t salign : {0, 3}) {
-        if (n + std::max(dalign, salign) > src.size()) continue;
-        std::vector<uint8_t> dst(n + 64, 0xee);
-        StreamCopy(dst.data() + dalign, src.data() + salign, n);
-        ASSERT_EQ(std::memcmp(dst.data() + dalign, src.data() + salign, n), 0) << n << " " << dalign << " " << salign;
-        if (dalign > 0) {
-          EXPECT_EQ(dst[dalign - 1], 0xee);
+  const CpuFeatures machine = Cpu();
+  std::vector<CpuFeatures> sets = {machine, CpuFeatures{machine.avx2, false}, CpuFeatures{}};
+  for (const CpuFeatures& features : sets) {
+    internal::SetCpuForTest(features);
+    SCOPED_TRACE(absl::StrCat("avx2 ", features.avx2, " avx512f ", features.avx512f));
+    for (size_t n :
+         {size_t{0}, size_t{1}, size_t{255}, size_t{256} << 10, (size_t{1} << 20) + 77, (size_t{3} << 20) - 64}) {
+      for (size_t dalign : {0, 1, 17, 32}) {
+        for (size_t salign : {0, 3}) {
+          if (n + std::max(dalign, salign) > src.size()) continue;
+          std::vector<uint8_t> dst(n + 64, 0xee);
+          StreamCopy(dst.data() + dalign, src.data() + salign, n);
+          ASSERT_EQ(std::memcmp(dst.data() + dalign, src.data() + salign, n), 0) << n << " " << dalign << " " << salign;
+          if (dalign > 0) {
+            EXPECT_EQ(dst[dalign - 1], 0xee);
+          }
+          EXPECT_EQ(dst[dalign + n], 0xee);
         }
-        EXPECT_EQ(dst[dalign + n], 0xee);
       }
     }
   }
+  internal::SetCpuForTest(machine);
 }
 
 TEST(StreamAppender, RunsOfAnyLengthLandContiguously) {

@@ -1,0 +1,44 @@
+// Threads that run queued tasks in the background: the one worker loop
+// (thread, mutex, condition variable, queue, stop) the backends share.
+#ifndef CKPT_UTIL_TASK_POOL_H_
+#define CKPT_UTIL_TASK_POOL_H_
+
+#include <condition_variable>
+#include <cstddef>
+#include <deque>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#include "absl/functional/any_invocable.h"
+
+namespace ckpt {
+
+class TaskPool {
+ public:
+  /// `threads` threads (at least 1), started by the first Submit. Submit
+  /// blocks while `max_queued` tasks wait (0: never blocks).
+  explicit TaskPool(int threads, size_t max_queued = 0);
+  /// Runs every task still queued, then joins the threads.
+  ~TaskPool();
+  TaskPool(const TaskPool&) = delete;
+  TaskPool& operator=(const TaskPool&) = delete;
+
+  /// Queues `task` to run on one of the threads.
+  void Submit(absl::AnyInvocable<void() &&> task);
+
+ private:
+  void Loop();
+
+  const int threads_wanted_;
+  const size_t max_queued_;
+  std::mutex mu_;
+  std::condition_variable work_, room_;
+  std::deque<absl::AnyInvocable<void() &&>> tasks_;
+  std::vector<std::thread> threads_;
+  bool stop_ = false;
+};
+
+}  // namespace ckpt
+
+#endif  // CKPT_UTIL_TASK_POOL_H_

@@ -1,0 +1,82 @@
+// The small shared parts of libckpt/util: the task pool the backends run
+// their background work on, and the one CPU-feature probe.
+#include <atomic>
+#include <chrono>
+#include <thread>
+#include <vector>
+
+#include "testutil/test_util.h"
+#include "util/cpu.h"
+#include "util/task_pool.h"
+
+namespace ckpt::testing {
+namespace {
+
+// Every task runs, on the pool's threads, several at once; destroying the
+// pool runs what is still queued first.
+TEST(TaskPool, RunsEveryTaskAndDrainsTheQueueOnDestruction) {
+  std::atomic<int> ran{0}, running{0}, most{0};
+  const std::thread::id caller = std::this_thread::get_id();
+  std::atomic<bool> on_caller{false};
+  {
+    TaskPool pool(4);
+    for (int i = 0; i < 200; ++i) {
+      pool.Submit([&] {
+        const int now = ++running;
+        int seen = most.load();
+        while (now > seen && !most.compare_exchange_weak(seen, now)) {
+        }
+        if (std::this_thread::get_id() == caller) on_caller = true;
+        std::this_thread::sleep_for(std::chrono::microseconds(200));
+        --running;
+        ++ran;
+      });
+    }
+  }
+  EXPECT_EQ(ran.load(), 200);
+  EXPECT_GT(most.load(), 1) << "the tasks ran one at a time";
+  EXPECT_LE(most.load(), 4);
+  EXPECT_FALSE(on_caller.load());
+}
+
+// With a bound, Submit waits while that many tasks are queued.
+TEST(TaskPool, ABoundedQueueMakesSubmitWait) {
+  TaskPool pool(1, 2);
+  std::atomic<bool> release{false};
+  std::atomic<int> ran{0};
+  auto blocker = [&] {
+    while (!release) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    ++ran;
+  };
+  pool.Submit(blocker);  // runs, and holds the one thread
+  std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  pool.Submit(blocker);
+  pool.Submit(blocker);  // two queued: the bound
+  std::atomic<bool> fourth_in{false};
+  std::thread submitter([&] {
+    pool.Submit([&] { ++ran; });
+    fourth_in = true;
+  });
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  EXPECT_FALSE(fourth_in.load()) << "Submit did not wait for room";
+  release = true;
+  submitter.join();
+  EXPECT_TRUE(fourth_in.load());
+  for (int i = 0; i < 1000 && ran < 4; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  EXPECT_EQ(ran.load(), 4);
+}
+
+// The probe can be overridden (the portable paths' tests), and put back.
+TEST(Cpu, FeaturesCanBeTurnedOffAndBack) {
+  const CpuFeatures machine = Cpu();
+  const CpuFeatures before = internal::SetCpuForTest(CpuFeatures{});
+  EXPECT_EQ(before.avx2, machine.avx2);
+  EXPECT_FALSE(Cpu().avx2);
+  EXPECT_FALSE(Cpu().avx512f);
+  internal::SetCpuForTest(machine);
+  EXPECT_EQ(Cpu().avx2, machine.avx2);
+  EXPECT_EQ(Cpu().avx512f, machine.avx512f);
+}
+
+}  // namespace
+}  // namespace ckpt::testing
