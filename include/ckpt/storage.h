@@ -168,32 +168,6 @@ class CKPT_EXPORT Storage {
   /// Makes the directory's entries (creations, renames, removals) durable.
   virtual absl::Status SyncDir(std::string_view dir) = 0;
 
-  /// Hints that I/O will use these memory regions, so the backend may pin
-  /// them once (io_uring fixed buffers). Returns a token for
-  /// UnregisterBuffers; 0 when the backend ignores the hint. Regions must
-  /// stay valid until unregistered and no I/O on them is in flight then.
-  virtual uint64_t RegisterBuffers(const std::vector<absl::Span<std::byte>>& regions) { return 0; }
-  virtual void UnregisterBuffers(uint64_t token) {}
-
-  /// Blocks until every file finished or put so far has reached the
-  /// storage's most durable tier (tiered://: drained), and returns the first
-  /// error met on the way. Single-tier backends return OK at once.
-  virtual absl::Status WaitReplicated() { return absl::OkStatus(); }
-
-  /// The local filesystem path of `path`, for libraries that must open the
-  /// file themselves (libhdf5); empty when the backend has none.
-  virtual std::string LocalPath(std::string_view path) { return {}; }
-
-  /// Bytes read so far that came from host memory rather than storage:
-  /// this process's (`own`) and other processes' (`peers`). Zeros for
-  /// backends that read from storage (the memory level's peer storage
-  /// counts them).
-  struct MemoryReads {
-    int64_t own = 0;
-    int64_t peers = 0;
-  };
-  virtual MemoryReads memory_reads() const { return {}; }
-
   /// The capability named `name` (StorageCapability), or nullptr: the
   /// default, a backend with no capability beyond this interface.
   virtual StorageCapability* Capability(std::string_view name) {
@@ -207,6 +181,61 @@ template <typename T>
 T* FindCapability(Storage& storage) {
   return static_cast<T*>(storage.Capability(T::kName));
 }
+
+/// Capability: I/O memory pinned once (io_uring fixed buffers, file://).
+class CKPT_EXPORT BufferRegistry : public StorageCapability {
+ public:
+  static constexpr std::string_view kName = "buffer-registry";
+  /// Hints that I/O will use these memory regions, so the backend may pin
+  /// them once. Returns a token for UnregisterBuffers; 0 when it declines.
+  /// Regions must stay valid until unregistered and no I/O on them is in
+  /// flight then.
+  virtual uint64_t RegisterBuffers(const std::vector<absl::Span<std::byte>>& regions) = 0;
+  virtual void UnregisterBuffers(uint64_t token) = 0;
+};
+
+/// Capability: a store with a more durable tier it fills in the background
+/// (tiered://).
+class CKPT_EXPORT Replication : public StorageCapability {
+ public:
+  static constexpr std::string_view kName = "replication";
+  /// Blocks until every file finished or put so far has reached the most
+  /// durable tier, and returns the first error met on the way.
+  virtual absl::Status WaitReplicated() = 0;
+};
+
+/// Capability: files that are files of the local filesystem, for libraries
+/// that must open them themselves (libhdf5).
+class CKPT_EXPORT LocalFiles : public StorageCapability {
+ public:
+  static constexpr std::string_view kName = "local-files";
+  /// The local path of `path`; empty when this file has none.
+  virtual std::string LocalPath(std::string_view path) = 0;
+};
+
+/// Bytes read so far that came from host memory rather than storage: this
+/// process's (`own`) and other processes' (`peers`).
+struct CKPT_EXPORT MemoryReads {
+  int64_t own = 0;
+  int64_t peers = 0;
+};
+
+/// Capability: reads served from host memory (the memory level's peer
+/// storage), counted.
+class CKPT_EXPORT MemoryReadCounter : public StorageCapability {
+ public:
+  static constexpr std::string_view kName = "memory-reads";
+  virtual MemoryReads memory_reads() const = 0;
+};
+
+/// Replication::WaitReplicated of `storage`, or OK at once when it has no
+/// slower tier to wait for.
+CKPT_EXPORT absl::Status WaitReplicated(Storage& storage);
+/// LocalFiles::LocalPath of `storage`, or empty when its files are not
+/// local files.
+CKPT_EXPORT std::string LocalPath(Storage& storage, std::string_view path);
+/// MemoryReadCounter::memory_reads of `storage`, or zeros.
+CKPT_EXPORT MemoryReads MemoryReadsOf(Storage& storage);
 
 /// Forwards every call to another storage; decorators (fault injection,
 /// tiering, accounting) override only what they change. Thread-safety is
@@ -236,13 +265,6 @@ class CKPT_EXPORT ForwardingStorage : public Storage {
   absl::Status Remove(std::string_view path) override { return base_->Remove(path); }
   absl::Status RemoveAll(std::string_view dir) override { return base_->RemoveAll(dir); }
   absl::Status SyncDir(std::string_view dir) override { return base_->SyncDir(dir); }
-  uint64_t RegisterBuffers(const std::vector<absl::Span<std::byte>>& regions) override {
-    return base_->RegisterBuffers(regions);
-  }
-  void UnregisterBuffers(uint64_t token) override { base_->UnregisterBuffers(token); }
-  absl::Status WaitReplicated() override { return base_->WaitReplicated(); }
-  std::string LocalPath(std::string_view path) override { return base_->LocalPath(path); }
-  MemoryReads memory_reads() const override { return base_->memory_reads(); }
   StorageCapability* Capability(std::string_view name) override { return base_->Capability(name); }
 
   Storage& base() { return *base_; }

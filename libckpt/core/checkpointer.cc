@@ -67,7 +67,7 @@ class Checkpointer::Impl {
     // A tiered root may drop a step's local copy once its manifest drained.
     if (auto* tiers = FindCapability<TierEviction>(*storage_)) tiers->CompleteWhenHolding(kManifestName);
     container_ = ResolveContainer(options_.container, storage_->uri());
-    if (container_ == DataContainer::kHdf5 && storage_->LocalPath(kLatestName).empty()) {
+    if (container_ == DataContainer::kHdf5 && LocalPath(*storage_, kLatestName).empty()) {
       return absl::InvalidArgumentError(
           StrCat(storage_->uri(), ": HDF5 data files need a root of local files (file://, posix://, hdf5://)"));
     }
@@ -209,13 +209,13 @@ class Checkpointer::Impl {
   }
 
   absl::StatusOr<LoadStats> Load(const State& target, int64_t step, const LoadOptions& options) {
-    const Storage::MemoryReads before = storage_->memory_reads();
+    const MemoryReads before = MemoryReadsOf(*storage_);
     absl::StatusOr<LoadStats> stats = !options_.communicator
                                           ? LoadStepAlone(*storage_, target, step, options_.rank, options)
                                           : LoadStepTogether(*storage_, *options_.communicator, target, step,
                                                              options_.rank, options, options_.collective_timeout_s);
     if (!stats.ok()) return stats;
-    const Storage::MemoryReads after = storage_->memory_reads();
+    const MemoryReads after = MemoryReadsOf(*storage_);
     stats->level = level_;
     stats->bytes_from_memory = after.own - before.own;
     stats->bytes_from_peers = after.peers - before.peers;

@@ -46,7 +46,7 @@ absl::Status SaveHandle::Wait() const {
 
 absl::Status SaveHandle::WaitReplicated() const {
   CKPT_RETURN_IF_ERROR(Wait());
-  return shared_->storage != nullptr ? shared_->storage->WaitReplicated() : absl::OkStatus();
+  return shared_->storage != nullptr ? ::ckpt::WaitReplicated(*shared_->storage) : absl::OkStatus();
 }
 
 absl::Status SaveHandle::WaitDurable() const {

@@ -118,10 +118,12 @@ class PeerCounters : public StorageCapability {
   virtual Counters& counters() = 0;
 };
 
-class PeerStorageImpl final : public Storage, public PeerCounters {
+class PeerStorageImpl final : public Storage, public PeerCounters, public MemoryReadCounter {
  public:
   StorageCapability* Capability(std::string_view name) override {
-    return name == PeerCounters::kName ? static_cast<PeerCounters*>(this) : nullptr;
+    if (name == PeerCounters::kName) return static_cast<PeerCounters*>(this);
+    if (name == MemoryReadCounter::kName) return static_cast<MemoryReadCounter*>(this);
+    return nullptr;
   }
 
   PeerStorageImpl(std::shared_ptr<PeerMemory> memory, PeerRoute route)

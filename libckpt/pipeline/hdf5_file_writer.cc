@@ -29,7 +29,7 @@ class Hdf5FileWriter : public ContainerWriter {
   bool tiles_shards() const override { return false; }
 
   absl::Status Open(SaveJob& job, const std::vector<SavePiece>& pieces) override {
-    const std::string local = job.storage->LocalPath(job.data_path);
+    const std::string local = LocalPath(*job.storage, job.data_path);
     if (local.empty()) {
       return absl::FailedPreconditionError(StrCat(job.storage->uri(), ": an HDF5 container needs a local file"));
     }

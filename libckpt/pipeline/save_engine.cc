@@ -123,7 +123,10 @@ SaveEngine::~SaveEngine() {
   for (auto& t : registrars_) t.join();
   std::lock_guard<std::mutex> lock(reg_mu_);
   for (auto& [ptr, known] : storages_) {
-    if (auto s = known.storage.lock()) s->UnregisterBuffers(known.token);
+    if (auto s = known.storage.lock()) {
+      if (auto* r = FindCapability<BufferRegistry>(*s); r != nullptr && known.token != 0)
+        r->UnregisterBuffers(known.token);
+    }
   }
 }
 
@@ -140,7 +143,9 @@ std::shared_ptr<SinkMeter> SaveEngine::RegisterWith(const std::shared_ptr<Storag
   registrars_.emplace_back([this, weak, key] {
     std::shared_ptr<Storage> s = weak.lock();
     if (!s) return;
-    uint64_t token = s->RegisterBuffers({absl::Span<std::byte>(arena_->data(), arena_->size())});
+    BufferRegistry* registry = FindCapability<BufferRegistry>(*s);
+    const uint64_t token =
+        registry == nullptr ? 0 : registry->RegisterBuffers({absl::Span<std::byte>(arena_->data(), arena_->size())});
     std::lock_guard<std::mutex> l(reg_mu_);
     storages_[key].token = token;
   });

@@ -280,7 +280,7 @@ class FileReadable final : public ReadableFile {
   std::string rel_;
 };
 
-class FileStorage final : public Storage {
+class FileStorage final : public Storage, public BufferRegistry, public LocalFiles {
  public:
   FileStorage(std::string uri, std::string root, bool direct, uint64_t flush_every, std::unique_ptr<IoEngine> engine)
       : uri_(std::move(uri)),
@@ -324,6 +324,12 @@ class FileStorage final : public Storage {
 
   std::string LocalPath(std::string_view path) override {
     return CheckRelative(path).ok() ? Full(path) : std::string();
+  }
+
+  StorageCapability* Capability(std::string_view name) override {
+    if (name == BufferRegistry::kName) return static_cast<BufferRegistry*>(this);
+    if (name == LocalFiles::kName) return static_cast<LocalFiles*>(this);
+    return nullptr;
   }
 
   absl::StatusOr<std::unique_ptr<ReadableFile>> OpenReadable(std::string_view path) override {

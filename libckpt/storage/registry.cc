@@ -150,6 +150,21 @@ std::vector<BackendInfo> ListStorageBackends() {
   return out;
 }
 
+absl::Status WaitReplicated(Storage& storage) {
+  Replication* r = FindCapability<Replication>(storage);
+  return r == nullptr ? absl::OkStatus() : r->WaitReplicated();
+}
+
+std::string LocalPath(Storage& storage, std::string_view path) {
+  LocalFiles* l = FindCapability<LocalFiles>(storage);
+  return l == nullptr ? std::string() : l->LocalPath(path);
+}
+
+MemoryReads MemoryReadsOf(Storage& storage) {
+  MemoryReadCounter* m = FindCapability<MemoryReadCounter>(storage);
+  return m == nullptr ? MemoryReads{} : m->memory_reads();
+}
+
 absl::StatusOr<std::shared_ptr<Storage>> OpenStorage(std::string_view uri) {
   CKPT_ASSIGN_OR_RETURN(ParsedUri parsed, ParseUri(uri));
   // A plain path to a safetensors model (and not to a ckpt root) reads it in

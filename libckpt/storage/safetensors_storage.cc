@@ -78,7 +78,7 @@ class RootFile : public ReadableFile {
   std::shared_ptr<const void> owner_;
 };
 
-class SafetensorsStorage : public Storage, public std::enable_shared_from_this<SafetensorsStorage> {
+class SafetensorsStorage : public Storage, public LocalFiles, public std::enable_shared_from_this<SafetensorsStorage> {
  public:
   SafetensorsStorage(std::shared_ptr<Storage> base, std::string uri) : base_(std::move(base)), uri_(std::move(uri)) {}
 
@@ -263,7 +263,10 @@ class SafetensorsStorage : public Storage, public std::enable_shared_from_this<S
   // which appends the index).
   std::string LocalPath(std::string_view path) override {
     const Shard* s = FindShard(path);
-    return s == nullptr ? std::string() : base_->LocalPath(s->name);
+    return s == nullptr ? std::string() : ::ckpt::LocalPath(*base_, s->name);
+  }
+  StorageCapability* Capability(std::string_view name) override {
+    return name == LocalFiles::kName ? static_cast<LocalFiles*>(this) : nullptr;
   }
 
  private:

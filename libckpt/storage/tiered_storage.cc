@@ -28,7 +28,10 @@ std::string Parent(std::string_view path) {
   return slash == std::string_view::npos ? std::string() : std::string(path.substr(0, slash));
 }
 
-class TieredStorage : public Storage, public TierEviction, public std::enable_shared_from_this<TieredStorage> {
+class TieredStorage : public Storage,
+                      public TierEviction,
+                      public Replication,
+                      public std::enable_shared_from_this<TieredStorage> {
  public:
   TieredStorage(std::shared_ptr<Storage> local, std::shared_ptr<Storage> durable, int64_t keep_local, std::string uri)
       : local_(std::move(local)), durable_(std::move(durable)), keep_local_(keep_local), uri_(std::move(uri)) {
@@ -56,10 +59,14 @@ class TieredStorage : public Storage, public TierEviction, public std::enable_sh
 
   // The durable tier's capabilities first (an object store's unfinished
   // uploads live there), then the local tier's.
+  // Its own, and the durable tier's unfinished uploads (they live there).
+  // Not the tiers' others: their files are not this store's files (a local
+  // path or registered buffers of one tier would bypass the other).
   StorageCapability* Capability(std::string_view name) override {
     if (name == TierEviction::kName) return static_cast<TierEviction*>(this);
-    if (StorageCapability* c = durable_->Capability(name)) return c;
-    return local_->Capability(name);
+    if (name == Replication::kName) return static_cast<Replication*>(this);
+    if (name == PendingUploads::kName) return durable_->Capability(name);
+    return nullptr;
   }
 
   void CompleteWhenHolding(std::string_view file) override {

@@ -153,7 +153,7 @@ TEST_P(DamageCampaign, EveryDamageIsFoundNamedKeptAndMetadataRepaired) {
   if (kind == "tiered") {
     auto s = OpenStorage(b.uri);
     ASSERT_OK(s);
-    ASSERT_OK((*s)->WaitReplicated());
+    ASSERT_OK(WaitReplicated(**s));
   }
   const std::string pristine = tmp.Join("pristine"), pristine_durable = tmp.Join("pristine-durable");
   CopyTree(b.dir, pristine);

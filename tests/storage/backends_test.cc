@@ -406,7 +406,7 @@ TEST(Tiered, KeepLocalEvictsOlderDrainedSteps) {
   ASSERT_OK(s);
   auto cp = OpenCp(*s);
   for (int64_t step : {1, 2, 3}) ASSERT_OK(SaveStep(*cp, step));
-  ASSERT_OK((*s)->WaitReplicated());
+  ASSERT_OK(WaitReplicated(**s));
   std::vector<std::string> local;
   for (const auto& e : std::filesystem::directory_iterator(dir.Join("local"))) {
     if (e.is_directory()) local.push_back(e.path().filename().string());
@@ -444,7 +444,7 @@ TEST(Tiered, RepairRestoresAFlippedBlockFromTheOtherTier) {
     auto cp = OpenCp(*s);
     ASSERT_OK(SaveStep(*cp, 4));
   }
-  ASSERT_OK((*s)->WaitReplicated());
+  ASSERT_OK(WaitReplicated(**s));
   auto local = OpenStorage(dir.Join("local"));
   auto durable = OpenStorage(dir.Join("durable"));
   ASSERT_OK(local);

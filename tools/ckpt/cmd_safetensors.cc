@@ -756,7 +756,7 @@ int ImportSafetensorsMain(int argc, char** argv, int first) {
     auto index = ReadFileIndex(**f, mf, path);
     if (!index.ok()) return usage(std::string(index.status().message()));
     indexes[i] = std::move(index).value();
-    const std::string local = (*storage)->LocalPath(path);
+    const std::string local = LocalPath(**storage, path);
     const int fd = ::open(local.c_str(), O_RDONLY | O_CLOEXEC);
     if (fd < 0) return usage(StrCat("cannot open ", local, ": ", std::strerror(errno)));
     maps[i].size = static_cast<size_t>(mf.index_offset);
