@@ -34,7 +34,7 @@
 #include "ckpt/coordinator.h"
 #include "ckpt/storage.h"
 #include "common/cli.h"
-#include "storage/http_client.h"
+#include "net/http_client.h"
 #include "support/sim_member.h"
 #include "util/clock.h"
 #include "util/json.h"

@@ -6,8 +6,8 @@
 #include <fstream>
 #include <sstream>
 
-#include "storage/http_client.h"
-#include "storage/uri.h"
+#include "net/http_client.h"
+#include "net/uri.h"
 #include "util/errors.h"
 #include "util/json.h"
 #include "util/json_reader.h"

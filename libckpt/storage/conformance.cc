@@ -135,15 +135,15 @@ absl::Status UnalignedWritesFollowTheAlignmentRule(Storage& s) {
 }
 
 absl::Status PutAtomicReplacesWhole(Storage& s) {
-  CKPT_RETURN_IF_ERROR(Did(s.PutAtomic("x/LATEST", Bytes(std::string("one"))), "PutAtomic(x/LATEST)"));
+  CKPT_RETURN_IF_ERROR(Did(s.PutAtomic("x/current", Bytes(std::string("one"))), "PutAtomic(x/current)"));
   CKPT_RETURN_IF_ERROR(
-      Did(s.PutAtomic("x/LATEST", Bytes(std::string("second value"))), "PutAtomic(x/LATEST) over an existing file"));
-  auto v = s.GetAll("x/LATEST");
-  CKPT_RETURN_IF_ERROR(Did(v, "GetAll(x/LATEST)"));
+      Did(s.PutAtomic("x/current", Bytes(std::string("second value"))), "PutAtomic(x/current) over an existing file"));
+  auto v = s.GetAll("x/current");
+  CKPT_RETURN_IF_ERROR(Did(v, "GetAll(x/current)"));
   CONFORM(*v == "second value", "after two PutAtomic the file holds '", *v, "'");
   auto entries = s.List("x");
   CKPT_RETURN_IF_ERROR(Did(entries, "List(x)"));
-  CONFORM(entries->size() == 1 && (*entries)[0].name == "LATEST", "PutAtomic left ", entries->size(),
+  CONFORM(entries->size() == 1 && (*entries)[0].name == "current", "PutAtomic left ", entries->size(),
           " entries in x (a temporary file behind?)");
   return absl::OkStatus();
 }
@@ -151,16 +151,16 @@ absl::Status PutAtomicReplacesWhole(Storage& s) {
 // The claim a save makes on its step: created once; of racing creators
 // exactly one wins and the file holds the winner's bytes.
 absl::Status PutIfAbsentCreatesOnceAcrossRacingCallers(Storage& s) {
-  CKPT_RETURN_IF_ERROR(Did(s.PutIfAbsent("c/CLAIM", Bytes(std::string("first"))), "PutIfAbsent(c/CLAIM)"));
-  const absl::Status again = s.PutIfAbsent("c/CLAIM", Bytes(std::string("second")));
+  CKPT_RETURN_IF_ERROR(Did(s.PutIfAbsent("c/once", Bytes(std::string("first"))), "PutIfAbsent(c/once)"));
+  const absl::Status again = s.PutIfAbsent("c/once", Bytes(std::string("second")));
   CONFORM(absl::IsAlreadyExists(again), "PutIfAbsent on an existing file must fail with kAlreadyExists; it returned ",
           again.ToString());
-  auto v = s.GetAll("c/CLAIM");
-  CKPT_RETURN_IF_ERROR(Did(v, "GetAll(c/CLAIM)"));
+  auto v = s.GetAll("c/once");
+  CKPT_RETURN_IF_ERROR(Did(v, "GetAll(c/once)"));
   CONFORM(*v == "first", "a refused PutIfAbsent changed the file to '", *v, "'");
   constexpr int kRacers = 8;
   for (int round = 0; round < 5; ++round) {
-    const std::string name = "race/CLAIM" + std::to_string(round);
+    const std::string name = "race/once" + std::to_string(round);
     std::vector<std::thread> threads;
     std::vector<absl::Status> results(kRacers);
     std::vector<std::string> payloads(kRacers);

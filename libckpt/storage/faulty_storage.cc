@@ -10,7 +10,7 @@
 #include <thread>
 
 #include "absl/strings/str_split.h"
-#include "storage/uri.h"
+#include "net/uri.h"
 #include "util/errors.h"
 #include "util/strings.h"
 

@@ -15,8 +15,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "net/uri.h"
 #include "storage/io_engine.h"
-#include "storage/uri.h"
 #include "util/errors.h"
 #include "util/strings.h"
 

@@ -15,7 +15,7 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
-#include "storage/uri.h"
+#include "net/uri.h"
 #include "util/aligned_buffer.h"
 #include "util/errors.h"
 #include "util/strings.h"

@@ -14,7 +14,7 @@
 
 #include "ckpt/plugin_abi.h"
 #include "ckpt/storage.h"
-#include "storage/uri.h"
+#include "net/uri.h"
 #include "util/errors.h"
 #include "util/strings.h"
 #include "util/task_pool.h"

@@ -4,13 +4,13 @@
 
 #include "absl/strings/str_join.h"
 #include "ckpt/storage.h"
+#include "net/uri.h"
 #include "storage/faulty_storage.h"
 #include "storage/file_storage.h"
 #include "storage/mem_storage.h"
 #include "storage/s3_storage.h"
 #include "storage/safetensors_storage.h"
 #include "storage/tiered_storage.h"
-#include "storage/uri.h"
 #include "util/errors.h"
 #include "util/strings.h"
 

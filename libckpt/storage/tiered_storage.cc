@@ -9,8 +9,8 @@
 #include <set>
 #include <thread>
 
+#include "net/uri.h"
 #include "storage/capabilities.h"
-#include "storage/uri.h"
 #include "util/aligned_buffer.h"
 #include "util/errors.h"
 #include "util/strings.h"

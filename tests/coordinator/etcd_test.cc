@@ -15,7 +15,7 @@
 #include "coordinator/harness.h"
 #include "coordinator/held_replay.h"
 #include "coordinator/state_log.h"
-#include "storage/http_client.h"
+#include "net/http_client.h"
 #include "testutil/test_util.h"
 #include "util/strings.h"
 

@@ -24,7 +24,7 @@
 #include <vector>
 
 #include "ckpt/coordinator.h"
-#include "storage/http_client.h"
+#include "net/http_client.h"
 #include "testutil/test_util.h"
 #include "util/strings.h"
 

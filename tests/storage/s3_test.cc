@@ -16,12 +16,12 @@
 #include "ckpt/checkpointer.h"
 #include "ckpt/verify.h"
 #include "core/root.h"
+#include "net/http_client.h"
+#include "net/uri.h"
 #include "storage/capabilities.h"
 #include "storage/conformance.h"
-#include "storage/http_client.h"
 #include "storage/s3_sign.h"
 #include "storage/s3_storage.h"
-#include "storage/uri.h"
 #include "testutil/test_util.h"
 
 extern char** environ;

@@ -14,10 +14,10 @@
 #include <thread>
 
 #include "ckpt/checkpointer.h"
+#include "net/uri.h"
 #include "storage/conformance.h"
 #include "storage/io_engine.h"
 #include "storage/mem_storage.h"
-#include "storage/uri.h"
 #include "testutil/test_util.h"
 #include "util/aligned_buffer.h"
 

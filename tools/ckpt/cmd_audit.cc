@@ -16,7 +16,7 @@
 #include "coordinator/state_log.h"
 #include "core/root.h"
 #include "format/root_files.h"
-#include "storage/uri.h"
+#include "net/uri.h"
 #include "util/bytes.h"
 #include "util/clock.h"
 #include "util/json.h"

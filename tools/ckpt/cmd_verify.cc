@@ -6,7 +6,7 @@
 #include "common/cli.h"
 #include "common/synth_job.h"
 #include "format/root_files.h"
-#include "storage/uri.h"
+#include "net/uri.h"
 #include "util/json.h"
 #include "util/strings.h"
 

@@ -1,4 +1,4 @@
-#include "storage/uri.h"
+#include "net/uri.h"
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/numbers.h"

@@ -1,4 +1,5 @@
-// A small blocking HTTP/1.1 client over libcurl, for the s3:// backend.
+// A small blocking HTTP/1.1 client over libcurl, for the s3:// backend and
+// the coordinator's etcd store.
 //
 // libcurl (Debian's, built with OpenSSL) rather than Boost.Beast: it brings
 // keep-alive connection reuse, TLS with the system's CA store and its
@@ -6,8 +7,8 @@
 // Beast each of those would be ours to write and to get right. Each
 // Perform takes an idle easy handle from a pool (its connection stays open
 // for the next request) and returns it after.
-#ifndef CKPT_STORAGE_HTTP_CLIENT_H_
-#define CKPT_STORAGE_HTTP_CLIENT_H_
+#ifndef CKPT_NET_HTTP_CLIENT_H_
+#define CKPT_NET_HTTP_CLIENT_H_
 
 #include <map>
 #include <mutex>
@@ -73,4 +74,4 @@ class HttpClient {
 
 }  // namespace ckpt
 
-#endif  // CKPT_STORAGE_HTTP_CLIENT_H_
+#endif  // CKPT_NET_HTTP_CLIENT_H_

@@ -1,4 +1,4 @@
-#include "storage/http_client.h"
+#include "net/http_client.h"
 
 #include <curl/curl.h>
 #include <netinet/in.h>

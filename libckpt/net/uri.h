@@ -1,6 +1,6 @@
 // Splitting storage URIs: "scheme://location?key=value&key=value".
-#ifndef CKPT_STORAGE_URI_H_
-#define CKPT_STORAGE_URI_H_
+#ifndef CKPT_NET_URI_H_
+#define CKPT_NET_URI_H_
 
 #include <map>
 #include <string>
@@ -47,4 +47,4 @@ std::string EncodeUriPath(std::string_view path);
 
 }  // namespace ckpt
 
-#endif  // CKPT_STORAGE_URI_H_
+#endif  // CKPT_NET_URI_H_
