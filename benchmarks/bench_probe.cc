@@ -60,7 +60,8 @@ int Memcpy(int argc, char** argv) {
 // trainer's first save would; a store whose old steps are removed reaches its
 // steady state after a second) and the measured ones after them.
 int Save(int argc, char** argv) {
-  std::string root, dtype = "bf16", codec = "none", mesh_text = "dp=1";
+  std::string root, dtype = "bf16", mesh_text = "dp=1";
+  Codec codec = Codec::kNone;
   int64_t params = int64_t{128} << 20, staging = 0, layers = 0, staging_threads = 0, repeat = 1, warmup = 1, keep = 0;
   int64_t pause_workers = -1;
   bool memcpy_beside = false;
@@ -74,7 +75,7 @@ int Save(int argc, char** argv) {
   args.String("root", &root, "checkpoint root (required)");
   args.Size("params", &params, "parameters (default 128M)", false);
   args.String("dtype", &dtype, "bf16, f32 or f16 (default bf16)");
-  args.String("codec", &codec, "none, zstd, shuffle-zstd or auto (default none)");
+  args.CodecFlag("codec", &codec, "default none");
   args.String("mesh", &mesh_text, "mesh of simulated ranks, threads of this process (default dp=1)");
   args.Size("staging", &staging, "staging arena (default: the state plus 16 MiB)", true);
   args.Int("layers", &layers, "transformer layers (default: from --params)");
@@ -98,7 +99,7 @@ int Save(int argc, char** argv) {
   if (!args.Parse(argc, argv, 2, &exit)) return exit;
   auto mesh = Mesh::Parse(mesh_text);
   auto dt = ParseDType(dtype);
-  auto c = ParseCodec(codec);
+  const std::optional<Codec> c = codec;
   if (root.empty() || !mesh.ok() || !dt || !c || repeat < 1 || repeat > 1000 || warmup < 1 || warmup > 100 ||
       keep < 0 || keep > 1000 || (memcpy_into != "arena" && memcpy_into != "buffer")) {
     std::fprintf(stderr,

@@ -4,6 +4,7 @@
 
 #include <cstdint>
 #include <optional>
+#include <string>
 #include <string_view>
 
 #include "ckpt/export.h"
@@ -23,7 +24,11 @@ enum class Codec : uint8_t {
   kAuto = 3,
 };
 CKPT_EXPORT std::string_view CodecName(Codec codec);
+/// The codec of a name CodecName gives ("shuffle" is also shuffle-zstd).
 CKPT_EXPORT std::optional<Codec> ParseCodec(std::string_view name);
+/// Every codec's name, for help and error messages: "none, zstd,
+/// shuffle-zstd or auto".
+CKPT_EXPORT std::string CodecChoices();
 
 }  // namespace ckpt
 

@@ -535,7 +535,7 @@ PYBIND11_MODULE(_ckpt, m) {
                o.world_size = communicator->size();
              }
              auto c = ckpt::ParseCodec(codec);
-             if (!c) Raise(absl::StatusCode::kInvalidArgument, "codec must be none, zstd, shuffle-zstd or auto");
+             if (!c) Raise(absl::StatusCode::kInvalidArgument, "codec must be " + ckpt::CodecChoices());
              o.codec = *c;
              o.retention.keep_last = keep_last;
              o.engine_options.staging_bytes = static_cast<size_t>(staging_bytes);

@@ -397,6 +397,16 @@ std::string_view CodecName(Codec codec) {
   return "unknown";
 }
 
+std::string CodecChoices() {
+  constexpr Codec kAll[] = {Codec::kNone, Codec::kZstd, Codec::kShuffleZstd, Codec::kAuto};
+  std::string out;
+  for (size_t i = 0; i < std::size(kAll); ++i) {
+    if (i > 0) out += i + 1 == std::size(kAll) ? " or " : ", ";
+    out += CodecName(kAll[i]);
+  }
+  return out;
+}
+
 std::optional<Codec> ParseCodec(std::string_view name) {
   if (name == "none") return Codec::kNone;
   if (name == "zstd") return Codec::kZstd;

@@ -115,6 +115,16 @@ TEST(Codec, CorruptStoredBytesFailCleanly) {
   }
 }
 
+// One list of the codecs' names, for every help line and error.
+TEST(Codec, ChoicesNameEveryCodecAndParseBack) {
+  EXPECT_EQ(CodecChoices(), "none, zstd, shuffle-zstd or auto");
+  for (Codec c : {Codec::kNone, Codec::kZstd, Codec::kShuffleZstd, Codec::kAuto}) {
+    EXPECT_EQ(ParseCodec(CodecName(c)), c);
+    EXPECT_NE(CodecChoices().find(CodecName(c)), std::string::npos);
+  }
+  EXPECT_EQ(ParseCodec("lz4"), std::nullopt);
+}
+
 TEST(Codec, UnknownCodecIsNamed) {
   BlockCodec codec;
   std::vector<std::byte> in(8), out(8);

@@ -19,7 +19,8 @@
 namespace ckpt::tools {
 
 int BenchMain(int argc, char** argv, int first) {
-  std::string out, mesh_text = "dp=1", codec_name = "none", costs_path;
+  std::string out, mesh_text = "dp=1", costs_path;
+  Codec codec_choice = Codec::kNone;
   int64_t size = int64_t{256} << 20, runs = 3;
   bool json = false;
   Args args("bench", "--out URI [--size 256M] [--runs 3] [--mesh dp=1] [--codec none] [--costs FILE] [--json]",
@@ -33,13 +34,13 @@ int BenchMain(int argc, char** argv, int first) {
   args.Size("size", &size, "state size (default 256M)", true);
   args.Int("runs", &runs, "saves measured; the median is reported (default 3)");
   args.String("mesh", &mesh_text, "simulated ranks (default dp=1)");
-  args.String("codec", &codec_name, "none, zstd, shuffle-zstd or auto (default none)");
+  args.CodecFlag("codec", &codec_choice, "default none");
   args.String("costs", &costs_path, "write the medians as JSON for `ckpt interval --costs`");
   args.Switch("json", &json, "print a JSON object instead of text");
   int exit = 0;
   if (!args.Parse(argc, argv, first, &exit)) return exit;
   auto mesh = Mesh::Parse(mesh_text);
-  auto codec = ParseCodec(codec_name);
+  const std::optional<Codec> codec = codec_choice;
   if (out.empty() || !mesh.ok() || !codec || runs < 1 || size < (1 << 20)) {
     std::fprintf(stderr, "ckpt bench: needs --out, a valid --mesh and --codec, --runs >= 1, --size >= 1M\n%s",
                  args.Usage().c_str());

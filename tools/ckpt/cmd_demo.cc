@@ -299,7 +299,8 @@ bool RunMemoryLevel(const std::string& dir, int64_t steps, std::vector<Restore>*
 }  // namespace
 
 int DemoMain(int argc, char** argv, int first) {
-  std::string dir = "ckpt-demo", mesh_text = "dp=2,tp=2", restore_text = "tp=4", codec_name = "shuffle-zstd";
+  std::string dir = "ckpt-demo", mesh_text = "dp=2,tp=2", restore_text = "tp=4";
+  Codec codec_choice = Codec::kShuffleZstd;
   int64_t params = 8000000, steps = 12, every = 4, keep = 2, step_ms = 60, workers = 4;
   bool no_elastic = false, json = false;
   Args args("demo", "[--dir DIR] [options]",
@@ -318,7 +319,7 @@ int DemoMain(int argc, char** argv, int first) {
   args.Size("params", &params, "parameter count (default 8M)", false);
   args.String("mesh", &mesh_text, "training mesh (default dp=2,tp=2)");
   args.String("restore-mesh", &restore_text, "mesh to restore onto (default tp=4)");
-  args.String("codec", &codec_name, "none, zstd, shuffle-zstd or auto (default shuffle-zstd)");
+  args.CodecFlag("codec", &codec_choice, "default shuffle-zstd");
   args.Int("steps", &steps, "training steps (default 12)");
   args.Int("every", &every, "save every N steps (default 4)");
   args.Int("keep", &keep, "retention: keep the newest K steps (default 2)");
@@ -334,7 +335,7 @@ int DemoMain(int argc, char** argv, int first) {
   g_json = json;
   auto mesh = Mesh::Parse(mesh_text);
   auto restore_mesh = Mesh::Parse(restore_text);
-  auto codec = ParseCodec(codec_name);
+  const std::optional<Codec> codec = codec_choice;
   if (!mesh.ok() || !restore_mesh.ok() || !codec || steps < 1 || every < 1) {
     std::fprintf(stderr, "ckpt demo: bad --mesh, --restore-mesh, --codec, --steps or --every\n");
     return kExitUsage;

@@ -706,7 +706,8 @@ int ExportSafetensorsMain(int argc, char** argv, int first) {
 
 int ImportSafetensorsMain(int argc, char** argv, int first) {
   int64_t step = -1;
-  std::string in, out, codec_name = "none";
+  std::string in, out;
+  Codec codec_choice = Codec::kNone;
   Args args("import", "MODEL --out DIR [--step S] [--codec C]",
             "Saves a Hugging Face safetensors model (a directory with model.safetensors.index.json\n"
             "and its shards, a directory of *.safetensors files, or one file) as a ckpt checkpoint:\n"
@@ -718,7 +719,7 @@ int ImportSafetensorsMain(int argc, char** argv, int first) {
   args.Positional("MODEL", &in, "safetensors model (directory, file or safetensors:// URI)");
   args.String("out", &out, "checkpoint root to save into (path or storage URI)");
   args.Int("step", &step, "step to save as (default: the model's ckpt.step, else 0)");
-  args.String("codec", &codec_name, "none, zstd, shuffle-zstd or auto (default none)");
+  args.CodecFlag("codec", &codec_choice, "default none");
   int exit = 0;
   if (!args.Parse(argc, argv, first, &exit)) return exit;
   auto usage = [](const std::string& m) {
@@ -726,8 +727,7 @@ int ImportSafetensorsMain(int argc, char** argv, int first) {
     return kExitUsage;
   };
   if (out.empty()) return usage("give --out DIR (see --help)");
-  const std::optional<Codec> codec = ParseCodec(codec_name);
-  if (!codec) return usage(StrCat("--codec must be none, zstd, shuffle-zstd or auto, not '", codec_name, "'"));
+  const std::optional<Codec> codec = codec_choice;
   const std::string uri = in.rfind("safetensors://", 0) == 0 ? in : StrCat("safetensors://", EncodeUriPath(in));
   auto storage = OpenStorage(uri);
   if (!storage.ok()) return usage(std::string(storage.status().message()));

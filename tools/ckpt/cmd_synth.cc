@@ -11,7 +11,8 @@
 namespace ckpt::tools {
 
 int SynthMain(int argc, char** argv, int first) {
-  std::string out, dtype = "bf16", mesh_text = "dp=1", codec_name = "none", optimizer;
+  std::string out, dtype = "bf16", mesh_text = "dp=1", optimizer;
+  Codec codec_choice = Codec::kNone;
   int64_t params = 1000000, step = 0, seed = 0, zstd_level = 1, keep_last = 0;
   int64_t block = 1 << 20, staging = 256 << 20, workers = 0, layers = 0, experts = 0;
   bool zero = false, json = false, no_direct = false, procs = false, allow_older = false;
@@ -26,7 +27,7 @@ int SynthMain(int argc, char** argv, int first) {
   args.String("dtype", &dtype, "parameter dtype: bf16, f32, f16 (default bf16)");
   args.String("mesh", &mesh_text, "mesh, e.g. dp=2,tp=4,pp=2 (default dp=1)");
   args.Int("step", &step, "step number to save (default 0)");
-  args.String("codec", &codec_name, "none, zstd, shuffle-zstd or auto (default none)");
+  args.CodecFlag("codec", &codec_choice, "default none");
   args.Int("zstd-level", &zstd_level, "zstd level (default 1)");
   args.String("optimizer", &optimizer, "'adam' adds fp32 exp_avg/exp_avg_sq and a step");
   args.Switch("zero", &zero, "shard optimizer state over dp (ZeRO-1)");
@@ -55,8 +56,7 @@ int SynthMain(int argc, char** argv, int first) {
   o.mesh = *mesh;
   auto dt = ParseDType(dtype);
   if (!dt) return usage("unknown dtype '" + dtype + "'");
-  auto codec = ParseCodec(codec_name);
-  if (!codec) return usage("unknown codec '" + codec_name + "' (none, zstd, shuffle-zstd)");
+  const std::optional<Codec> codec = codec_choice;
   if (!optimizer.empty() && optimizer != "adam") return usage("--optimizer must be adam");
   if (step < 0) return usage("--step must be >= 0");
   o.model.params = params;

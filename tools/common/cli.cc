@@ -48,6 +48,16 @@ void Args::Size(const std::string& name, int64_t* out, const std::string& help, 
                         }});
 }
 
+void Args::CodecFlag(const std::string& name, Codec* out, const std::string& help) {
+  Flag f{name, StrCat(CodecChoices(), help.empty() ? "" : StrCat(" (", help, ")")), [out](const std::string& v) {
+           const std::optional<Codec> c = ParseCodec(v);
+           if (c) *out = *c;
+           return c.has_value();
+         }};
+  f.choices = CodecChoices();
+  flags_.push_back(std::move(f));
+}
+
 void Args::Switch(const std::string& name, bool* out, const std::string& help) {
   flags_.push_back(Flag{name, help,
                         [out](const std::string&) {
@@ -126,7 +136,9 @@ bool Args::Parse(int argc, char** argv, int first, int* exit) {
         if (i + 1 >= argc) return fail("--" + name + " needs a value");
         value = argv[++i];
       }
-      if (!f->set(value)) return fail("bad value '" + value + "' for --" + name);
+      if (!f->set(value)) {
+        return fail("bad value '" + value + "' for --" + name + (f->choices.empty() ? "" : " (" + f->choices + ")"));
+      }
       f->given = true;
     } else if (a == "-h") {
       std::fputs(Usage().c_str(), stdout);

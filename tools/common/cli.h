@@ -45,6 +45,9 @@ class Args {
   /// Sizes with K/M/G/T suffixes; `binary` selects 1024-based units.
   void Size(const std::string& name, int64_t* out, const std::string& help, bool binary);
   void Switch(const std::string& name, bool* out, const std::string& help);
+  /// A codec by name (ckpt/codec.h); the help line lists every one, then
+  /// `help` (e.g. "default none").
+  void CodecFlag(const std::string& name, Codec* out, const std::string& help);
   /// A required positional argument.
   void Positional(const std::string& name, std::string* out, const std::string& help);
 
@@ -65,6 +68,7 @@ class Args {
     std::function<bool(const std::string&)> set;  // false: bad value
     bool is_switch = false;
     bool given = false;
+    std::string choices;  // the values it takes, for the error on a bad one
   };
   struct Pos {
     std::string name;
