@@ -6,6 +6,7 @@
 #define CKPT_INTERVAL_H_
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -203,8 +204,6 @@ struct CKPT_EXPORT IntervalPolicyOptions {
   double survivable = 0.9;
 };
 
-enum class CheckpointLevel { kNone, kMemory, kDurable };
-
 /// Answers "checkpoint now?" each step, from the failure rate and the save
 /// costs it measures (exponentially smoothed), never before the previous
 /// save is durable. Not thread-safe.
@@ -224,13 +223,14 @@ class CKPT_EXPORT IntervalPolicy {
   double stall_s() const { return stall_; }
   double write_s() const { return write_; }
 
-  /// Two levels: which save to start now, if any (never before the
-  /// previous save committed). Durable every durable_every() saves.
-  CheckpointLevel NextLevel(double now_s, bool previous_committed = true);
+  /// Two levels: the level of the save to start now, or nullopt for none
+  /// now (never before the previous save committed). Durable every
+  /// durable_every() saves.
+  std::optional<SaveLevel> NextLevel(double now_s, bool previous_committed = true);
   /// Call when a save of `level` started at `now_s`.
-  void SaveStarted(double now_s, CheckpointLevel level);
+  void SaveStarted(double now_s, SaveLevel level);
   /// Folds a finished save of `level` into that level's estimates.
-  void RecordSave(const SaveStats& stats, CheckpointLevel level);
+  void RecordSave(const SaveStats& stats, SaveLevel level);
   int64_t durable_every() const { return durable_every_; }
 
  private:

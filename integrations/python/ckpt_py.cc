@@ -268,14 +268,8 @@ PYBIND11_MODULE(_ckpt, m) {
       .def(
           "next_level",
           [](ckpt::IntervalPolicy& p, double now_s, bool previous_committed) -> std::string {
-            switch (p.NextLevel(now_s, previous_committed)) {
-              case ckpt::CheckpointLevel::kMemory:
-                return "memory";
-              case ckpt::CheckpointLevel::kDurable:
-                return "durable";
-              default:
-                return "";
-            }
+            const std::optional<ckpt::SaveLevel> level = p.NextLevel(now_s, previous_committed);
+            return level ? std::string(ckpt::SaveLevelName(*level)) : std::string();
           },
           py::arg("now_s"), py::arg("previous_committed") = true,
           "Two levels: 'memory', 'durable' or '' (no save now).")
@@ -283,7 +277,7 @@ PYBIND11_MODULE(_ckpt, m) {
           "save_started",
           [](ckpt::IntervalPolicy& p, double now_s, const std::string& level) {
             if (level != "memory" && level != "durable") throw py::value_error("level is 'memory' or 'durable'");
-            p.SaveStarted(now_s, level == "memory" ? ckpt::CheckpointLevel::kMemory : ckpt::CheckpointLevel::kDurable);
+            p.SaveStarted(now_s, level == "memory" ? ckpt::SaveLevel::kMemory : ckpt::SaveLevel::kDurable);
           },
           py::arg("now_s"), py::arg("level") = "durable")
       .def(
@@ -291,8 +285,7 @@ PYBIND11_MODULE(_ckpt, m) {
           [](ckpt::IntervalPolicy& p, const ckpt::SaveHandle& h, const std::string& level) {
             if (level.empty()) return p.RecordSave(h.Stats());
             if (level != "memory" && level != "durable") throw py::value_error("level is 'memory' or 'durable'");
-            p.RecordSave(h.Stats(),
-                         level == "memory" ? ckpt::CheckpointLevel::kMemory : ckpt::CheckpointLevel::kDurable);
+            p.RecordSave(h.Stats(), level == "memory" ? ckpt::SaveLevel::kMemory : ckpt::SaveLevel::kDurable);
           },
           py::arg("handle"), py::arg("level") = "",
           "Folds a finished save's measured stall and write time into the estimates (of `level`'s, with two "

@@ -168,27 +168,27 @@ void IntervalPolicy::Recompute() {
   interval_ = std::clamp(interval, options_.min_interval_s, options_.max_interval_s);
 }
 
-CheckpointLevel IntervalPolicy::NextLevel(double now_s, bool previous_committed) {
+std::optional<SaveLevel> IntervalPolicy::NextLevel(double now_s, bool previous_committed) {
   if (last_start_ < 0) {
     last_start_ = now_s;  // the clock starts at the first question
-    return CheckpointLevel::kNone;
+    return std::nullopt;
   }
-  if (!previous_committed || now_s - last_start_ < interval_) return CheckpointLevel::kNone;
-  if (!options_.two_level) return CheckpointLevel::kDurable;
-  return saves_since_durable_ + 1 >= durable_every_ ? CheckpointLevel::kDurable : CheckpointLevel::kMemory;
+  if (!previous_committed || now_s - last_start_ < interval_) return std::nullopt;
+  if (!options_.two_level) return SaveLevel::kDurable;
+  return saves_since_durable_ + 1 >= durable_every_ ? SaveLevel::kDurable : SaveLevel::kMemory;
 }
 
-void IntervalPolicy::SaveStarted(double now_s, CheckpointLevel level) {
+void IntervalPolicy::SaveStarted(double now_s, SaveLevel level) {
   last_start_ = now_s;
-  if (level == CheckpointLevel::kDurable) {
+  if (level == SaveLevel::kDurable) {
     saves_since_durable_ = 0;
-  } else if (level == CheckpointLevel::kMemory) {
+  } else {
     ++saves_since_durable_;
   }
 }
 
-void IntervalPolicy::RecordSave(const SaveStats& stats, CheckpointLevel level) {
-  if (level != CheckpointLevel::kMemory || !options_.two_level) {
+void IntervalPolicy::RecordSave(const SaveStats& stats, SaveLevel level) {
+  if (level != SaveLevel::kMemory || !options_.two_level) {
     RecordSave(stats);
     return;
   }

@@ -355,18 +355,18 @@ TEST(Policy, TwoLevelsAlternateMemoryAndDurableSaves) {
   const TwoLevelPlan plan = TwoLevelInterval(kMemory, kDurable, 0.9, 4 * kHour);
   EXPECT_NEAR(p.interval_s(), plan.memory_period, 1e-9);
   EXPECT_EQ(p.durable_every(), plan.durable_every);
-  EXPECT_EQ(p.NextLevel(0), CheckpointLevel::kNone);
+  EXPECT_EQ(p.NextLevel(0), std::nullopt);
   double now = 0;
   int memory = 0, durable = 0;
   for (int64_t i = 0; i < 3 * p.durable_every(); ++i) {
     now += p.interval_s() + 0.001;
-    EXPECT_EQ(p.NextLevel(now, /*previous_committed=*/false), CheckpointLevel::kNone);
-    const CheckpointLevel level = p.NextLevel(now);
-    ASSERT_NE(level, CheckpointLevel::kNone);
-    (level == CheckpointLevel::kDurable ? durable : memory)++;
-    EXPECT_EQ(level == CheckpointLevel::kDurable, (i + 1) % p.durable_every() == 0) << i;
-    p.SaveStarted(now, level);
-    EXPECT_EQ(p.NextLevel(now + 0.5), CheckpointLevel::kNone);
+    EXPECT_EQ(p.NextLevel(now, /*previous_committed=*/false), std::nullopt);
+    const std::optional<SaveLevel> level = p.NextLevel(now);
+    ASSERT_NE(level, std::nullopt);
+    (*level == SaveLevel::kDurable ? durable : memory)++;
+    EXPECT_EQ(*level == SaveLevel::kDurable, (i + 1) % p.durable_every() == 0) << i;
+    p.SaveStarted(now, *level);
+    EXPECT_EQ(p.NextLevel(now + 0.5), std::nullopt);
   }
   EXPECT_EQ(durable, 3);
   EXPECT_EQ(memory, 3 * (p.durable_every() - 1));
@@ -375,7 +375,7 @@ TEST(Policy, TwoLevelsAlternateMemoryAndDurableSaves) {
   slow.stall_s = 5;
   slow.commit_s = 30;
   const double before = p.interval_s();
-  for (int i = 0; i < 10; ++i) p.RecordSave(slow, CheckpointLevel::kMemory);
+  for (int i = 0; i < 10; ++i) p.RecordSave(slow, SaveLevel::kMemory);
   EXPECT_GT(p.interval_s(), before);
 }
 

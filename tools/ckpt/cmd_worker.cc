@@ -125,25 +125,25 @@ void Log(const WorkerConfig& c, const std::string& line) {
 // step: all ranks must save the same steps). The last step is always saved
 // durably; a memory save the generation cannot make (too few failure
 // domains) is made durable instead.
-absl::StatusOr<CheckpointLevel> PolicyDecision(const WorkerConfig& c, CoordinatorClient& client, const Assignment& a,
-                                               int64_t step, bool previous_committed) {
+absl::StatusOr<std::optional<SaveLevel>> PolicyDecision(const WorkerConfig& c, CoordinatorClient& client,
+                                                        const Assignment& a, int64_t step, bool previous_committed) {
   std::string decision;
   if (a.first_rank == 0) {
-    CheckpointLevel level = c.policy->NextLevel(NowSeconds(), previous_committed);
-    if (step == c.steps) level = CheckpointLevel::kDurable;
-    if (level == CheckpointLevel::kMemory && !a.memory_level()) level = CheckpointLevel::kDurable;
-    decision.assign(1, level == CheckpointLevel::kNone ? 'n' : level == CheckpointLevel::kMemory ? 'm' : 'd');
-    if (level != CheckpointLevel::kNone) {
-      c.policy->SaveStarted(NowSeconds(), level);
-      Log(c, StrCat("policy: step ", step, " level=", level == CheckpointLevel::kMemory ? "memory" : "durable",
-                    " interval_s=", c.policy->interval_s(), " durable_every=", c.policy->durable_every()));
+    std::optional<SaveLevel> level = c.policy->NextLevel(NowSeconds(), previous_committed);
+    if (step == c.steps) level = SaveLevel::kDurable;
+    if (level == SaveLevel::kMemory && !a.memory_level()) level = SaveLevel::kDurable;
+    decision.assign(1, !level ? 'n' : *level == SaveLevel::kMemory ? 'm' : 'd');
+    if (level) {
+      c.policy->SaveStarted(NowSeconds(), *level);
+      Log(c, StrCat("policy: step ", step, " level=", SaveLevelName(*level), " interval_s=", c.policy->interval_s(),
+                    " durable_every=", c.policy->durable_every()));
     }
   }
   auto told = client.communicator(0)->Broadcast(decision, 60);
   if (!told.ok()) return told.status();
-  if (*told == "m") return CheckpointLevel::kMemory;
-  if (*told == "d") return CheckpointLevel::kDurable;
-  if (*told == "n") return CheckpointLevel::kNone;
+  if (*told == "m") return std::optional<SaveLevel>(SaveLevel::kMemory);
+  if (*told == "d") return std::optional<SaveLevel>(SaveLevel::kDurable);
+  if (*told == "n") return std::optional<SaveLevel>();
   return absl::InternalError(StrCat("step ", step, ": rank 0 sent the save decision '", *told, "'"));
 }
 
@@ -222,8 +222,8 @@ absl::StatusOr<bool> RunGeneration(const WorkerConfig& c, CoordinatorClient& cli
     if (c.policy) {
       auto level = PolicyDecision(c, client, a, step, last ? last->Done() : true);
       if (!level.ok()) return Stopped(client) ? absl::StatusOr<bool>(false) : level.status();
-      durable = *level == CheckpointLevel::kDurable;
-      memory = *level == CheckpointLevel::kMemory;
+      durable = *level == SaveLevel::kDurable;
+      memory = *level == SaveLevel::kMemory;
     }
     if (!durable && !memory) continue;
     if (last) {
@@ -240,8 +240,7 @@ absl::StatusOr<bool> RunGeneration(const WorkerConfig& c, CoordinatorClient& cli
         return Stopped(client) ? absl::StatusOr<bool>(false) : prev;
       } else {
         if (c.policy && rank == 0) {
-          c.policy->RecordSave(last->Stats(),
-                               last_level == SaveLevel::kMemory ? CheckpointLevel::kMemory : CheckpointLevel::kDurable);
+          c.policy->RecordSave(last->Stats(), last_level);
         }
         std::string held;
         if (c.memory) {
