@@ -3,6 +3,7 @@
 #define CKPT_TOOLS_CLI_H_
 
 #include <cstdint>
+#include <cstdio>
 #include <functional>
 #include <memory>
 #include <optional>
@@ -29,6 +30,13 @@ enum ExitCode : int { kExitOk = 0, kExitProblem = 1, kExitUsage = 2 };
 inline int ExitCodeOf(const absl::Status& s) {
   if (s.ok()) return kExitOk;
   return absl::IsDataLoss(s) ? kExitProblem : kExitUsage;
+}
+
+/// Prints "ckpt CMD: <message>" on stderr and returns kExitUsage: what a
+/// command was to read could not be read.
+inline int FailUnreadable(const char* cmd, const absl::Status& s) {
+  std::fprintf(stderr, "ckpt %s: %s\n", cmd, std::string(s.message()).c_str());
+  return kExitUsage;
 }
 
 /// A minimal flag parser: --name value, --name=value, --switch, positionals.
