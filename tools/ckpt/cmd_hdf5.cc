@@ -1,6 +1,7 @@
-// ckpt export / ckpt import: a checkpoint step as one HDF5 file with every
-// tensor whole (its global shape), so h5py and h5dump users can open a
-// checkpoint without ckpt, and back.
+// The HDF5 side of ckpt export / ckpt import (cmd_export.cc, cmd_import.cc
+// choose the format): a checkpoint step as one HDF5 file with every tensor
+// whole (its global shape), so h5py and h5dump users can open a checkpoint
+// without ckpt, and back.
 //
 // Layout of the HDF5 file:
 //   /                       attributes ckpt_step (i64), ckpt_version (string)
@@ -30,7 +31,6 @@
 #include "core/root.h"
 #include "format/hdf5_util.h"
 #include "pipeline/loader.h"
-#include "storage/safetensors_storage.h"
 #include "util/strings.h"
 
 namespace ckpt::tools {
@@ -97,13 +97,7 @@ bool WriteDataset(hid_t file, const std::string& name, hid_t type, const std::ve
 
 }  // namespace
 
-int ExportMain(int argc, char** argv, int first) {
-  for (int i = first; i < argc; ++i) {
-    const std::string a = argv[i];
-    if ((a == "--format" && i + 1 < argc && std::string(argv[i + 1]) == "safetensors") || a == "--format=safetensors") {
-      return ExportSafetensorsMain(argc, argv, first);
-    }
-  }
+int ExportHdf5Main(int argc, char** argv, int first) {
   int64_t step = kLatestStep;
   std::string format = "hdf5";
   std::string to, dir;
@@ -214,17 +208,7 @@ herr_t Collect(hid_t, const char* name, const H5O_info_t* info, void* data) {
 
 }  // namespace
 
-int ImportMain(int argc, char** argv, int first) {
-  // A safetensors model (a directory or a file) has its own importer.
-  for (int i = first; i < argc; ++i) {
-    const std::string a = argv[i];
-    if (a.rfind("--", 0) == 0) {
-      if (a == "--out" || a == "--step" || a == "--codec") ++i;
-      continue;
-    }
-    if (a.rfind("safetensors://", 0) == 0 || IsSafetensorsModelPath(a)) return ImportSafetensorsMain(argc, argv, first);
-    break;
-  }
+int ImportHdf5Main(int argc, char** argv, int first) {
   int64_t step = -1;
   std::string out, in;
   Args args("import", "in.h5 --out DIR [--step S]",

@@ -13,10 +13,14 @@ int DemoMain(int argc, char** argv, int first);
 int PlanMain(int argc, char** argv, int first);
 int IntervalMain(int argc, char** argv, int first);
 int PluginsMain(int argc, char** argv, int first);
+// ckpt export and ckpt import (cmd_export.cc, cmd_import.cc) choose the
+// format; each format's side is its own (cmd_hdf5.cc, cmd_safetensors.cc).
 int ExportMain(int argc, char** argv, int first);
+int ImportMain(int argc, char** argv, int first);
+int ExportHdf5Main(int argc, char** argv, int first);
+int ImportHdf5Main(int argc, char** argv, int first);
 int ExportSafetensorsMain(int argc, char** argv, int first);
 int ImportSafetensorsMain(int argc, char** argv, int first);
-int ImportMain(int argc, char** argv, int first);
 int StatsMain(int argc, char** argv, int first);
 int DiffMain(int argc, char** argv, int first);
 int ListMain(int argc, char** argv, int first);
