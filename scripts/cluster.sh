@@ -1,12 +1,15 @@
 #!/usr/bin/env bash
 # Hosts as network namespaces on one bridge, for tests of what crosses a
-# network: each host has its own network stack, address and hostname; links
-# can be cut (both ways or one), slowed, and healed. Needs root and iproute2.
+# network: each host has its own network stack, address, hostname and
+# local-disk directory; links can be cut (both ways or one), slowed, and
+# healed. Needs root and iproute2.
 #
 #   scripts/cluster.sh up HOSTS [--owner PID]   makes a cluster, prints its id
 #   scripts/cluster.sh down ID                  removes it
 #   scripts/cluster.sh addr ID HOST             the address of host HOST (0-based)
 #   scripts/cluster.sh gateway ID               the bridge's address (this machine's side)
+#   scripts/cluster.sh disk ID HOST             the host's local-disk directory (also
+#                                               $CKPT_HOST_DISK in what exec runs)
 #   scripts/cluster.sh exec ID HOST [--clock OFFSET] CMD...
 #                                               runs CMD on the host (its namespace and
 #                                               hostname, its clock shifted by OFFSET,
@@ -27,6 +30,8 @@
 set -euo pipefail
 
 state_root=${CKPT_CLUSTER_STATE:-/run/ckpt-cluster}
+# The hosts' local disks: a directory each, on disk rather than in /run's RAM.
+disk_root=${CKPT_CLUSTER_DISKS:-/var/tmp/ckpt-cluster}
 
 die() {
   echo "cluster.sh: $*" >&2
@@ -34,7 +39,7 @@ die() {
 }
 
 usage() {
-  sed -n '2,26p' "$0" | sed 's/^# \{0,1\}//'
+  sed -n '2,29p' "$0" | sed 's/^# \{0,1\}//'
 }
 
 need_root() {
@@ -99,6 +104,8 @@ teardown() {
     ip link delete "$(veth_of "$id" "$h")" 2> /dev/null || true
   done
   ip link delete "$(bridge_of "$id")" 2> /dev/null || true
+  # Only the directory this script made for the cluster, and only by its id.
+  [[ "$id" =~ ^[0-9a-f]{6}$ ]] && rm -rf "${disk_root:?}/$id"
   rm -rf "$dir"
 }
 
@@ -160,6 +167,7 @@ cmd_up() {
     ip -n "$ns" link set eth0 up
     ip link set "$v" master "$br"
     ip link set "$v" up
+    mkdir -p "$disk_root/$id/h$h"
   done
   trap - ERR
   echo "$id"
@@ -181,8 +189,8 @@ cmd_exec() {
     prefix=(faketime -f "$clock")
   fi
   # Its own hostname too (a UTS namespace of its own).
-  exec ip netns exec "$(ns_of "$id" "$h")" unshare --uts sh -c 'hostname "$0" && exec "$@"' \
-    "ck-$id-h$h" "${prefix[@]}" "$@"
+  exec env CKPT_HOST_DISK="$disk_root/$id/h$h" ip netns exec "$(ns_of "$id" "$h")" unshare --uts \
+    sh -c 'hostname "$0" && exec "$@"' "ck-$id-h$h" "${prefix[@]}" "$@"
 }
 
 cmd_heal() {
@@ -207,6 +215,7 @@ main() {
     down) need_root; [[ $# -eq 1 ]] || die "down ID"; load "$1"; teardown "$1" ;;
     addr) [[ $# -eq 2 ]] || die "addr ID HOST"; load "$1"; host_index "$2"; echo "$subnet.$(($2 + 1))" ;;
     gateway) [[ $# -eq 1 ]] || die "gateway ID"; load "$1"; echo "$subnet.254" ;;
+    disk) [[ $# -eq 2 ]] || die "disk ID HOST"; load "$1"; host_index "$2"; echo "$disk_root/$1/h$2" ;;
     exec) need_root; [[ $# -ge 3 ]] || die "exec ID HOST CMD..."; cmd_exec "$@" ;;
     cut)
       need_root; [[ $# -eq 2 ]] || die "cut ID HOST"; load "$1"; host_index "$2"

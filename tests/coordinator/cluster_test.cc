@@ -125,6 +125,13 @@ TEST(Cluster, HostsAreSeparateNetworkStacksThatCanBeCutSlowedAndHealed) {
   // No route leaves the bridge.
   CommandResult out = RunCommand(c.Shell(1, "ip route get 192.0.2.1") + " 2>&1");
   EXPECT_NE(out.code, 0) << out.out;
+  // Each host has a local-disk directory of its own, which what runs there
+  // finds in $CKPT_HOST_DISK; the cluster's removal takes them.
+  const std::string disk1 = c.Disk(1);
+  ASSERT_FALSE(disk1.empty());
+  EXPECT_NE(disk1, c.Disk(2));
+  EXPECT_EQ(RunCommand(c.Shell(1, "echo $CKPT_HOST_DISK > $CKPT_HOST_DISK/mine")).code, 0);
+  EXPECT_EQ(ReadFile(disk1 + "/mine"), disk1 + "\n");
 
   pid_t server = Spawn(c.On(0, {"iperf3", "-s", "-B", a0, "-p", "5201"}), dir.Join("iperf.log"));
   EXPECT_GT(IperfOnceUp(c, 1, a0, 5), 200e6) << ReadFile(dir.Join("iperf.log"));
@@ -167,9 +174,15 @@ TEST(Cluster, CollectRemovesTheClustersOfOwnersThatAreGone) {
   while (!id.empty() && id.back() == '\n') id.pop_back();
   ASSERT_EQ(id.size(), 6u) << made.out;
   EXPECT_EQ(RunCommand(StrCat("ip netns list | grep -c ck-", id, "-")).out, "2\n");
+  CommandResult disk = RunCommand(StrCat(CKPT_CLUSTER_SH, " disk ", id, " 1"));
+  std::string disk_dir = disk.out;
+  while (!disk_dir.empty() && disk_dir.back() == '\n') disk_dir.pop_back();
+  ASSERT_FALSE(disk_dir.empty());
+  EXPECT_TRUE(std::filesystem::is_directory(disk_dir)) << disk_dir;
   ASSERT_EQ(RunCommand(StrCat(CKPT_CLUSTER_SH, " collect")).code, 0);
   EXPECT_EQ(RunCommand(StrCat("ip netns list | grep -c ck-", id, "-")).out, "0\n");
   EXPECT_EQ(RunCommand(StrCat("ip link show ckb", id, " 2>&1")).code, 1);
+  EXPECT_FALSE(std::filesystem::exists(disk_dir)) << "the host's disk outlived its cluster";
 }
 
 // The coordinator on host 0; two workers on host 1 and two on host 2. Once

@@ -1,7 +1,7 @@
 """Hosts as network namespaces for the Python tests: a face of
 scripts/cluster.sh (the C++ tests use tests/support/netns_cluster.h). Each
-host has its own network stack, address and hostname on a bridge of the
-cluster's own; links can be cut, cut one way, slowed and healed. The cluster
+host has its own network stack, address, hostname and local-disk directory
+on a bridge of the cluster's own; links can be cut, cut one way, slowed and healed. The cluster
 belongs to this process: leaving the `with` block removes it, and if the
 process dies first, the next cluster made on the machine collects it.
 Needs root.
@@ -43,6 +43,10 @@ class NetnsCluster:
     def addr(self, host):
         """The host's address."""
         return _run("addr", self.id, host)
+
+    def disk(self, host):
+        """The host's local-disk directory ($CKPT_HOST_DISK on the host)."""
+        return _run("disk", self.id, host)
 
     def hostname(self, host):
         return f"ck-{self.id}-h{host}"

@@ -69,6 +69,8 @@ def rank_main(mode, root):
     if mode == "hosts":
         assert m.memory.domain == socket.gethostname() == os.environ["CKPT_TEST_HOSTNAME"], m.memory.domain
         assert m.memory.endpoint.rsplit(":", 1)[0] == os.environ["CKPT_TEST_HOST_ADDR"], m.memory.endpoint
+        assert os.environ["CKPT_HOST_DISK"] == os.environ["CKPT_TEST_HOST_DISK"], os.environ["CKPT_HOST_DISK"]
+        assert os.path.isdir(os.environ["CKPT_HOST_DISK"])
     for step in range(1, 15):
         train(model, optimizer, step)
         m.step(step)
@@ -205,6 +207,7 @@ def test_across_hosts_the_copies_go_to_the_other_hosts_memory(tmp_path):
             # the interface; each host's is eth0.
             env = dict(os.environ, MASTER_ADDR=c.addr(0), MASTER_PORT="29500", RANK=str(rank), WORLD_SIZE="3",
                        CKPT_TEST_HOST_ADDR=c.addr(rank), CKPT_TEST_HOSTNAME=c.hostname(rank),
+                       CKPT_TEST_HOST_DISK=c.disk(rank),
                        GLOO_SOCKET_IFNAME="eth0")
             env.pop("CKPT_JOB_TOKEN", None)
             env.pop("CKPT_MEMORY_LISTEN", None)

@@ -1,6 +1,7 @@
 // Hosts as network namespaces for tests of what crosses a network: a C++
-// face of scripts/cluster.sh. Each host has its own network stack, address
-// and hostname; the test cuts, slows and heals their links. The cluster
+// face of scripts/cluster.sh. Each host has its own network stack, address,
+// hostname and local-disk directory; the test cuts, slows and heals their
+// links. The cluster
 // belongs to the test process: the destructor removes it, and if the
 // process dies first, the next cluster made on the machine collects it.
 #ifndef CKPT_TESTS_SUPPORT_NETNS_CLUSTER_H_
@@ -47,6 +48,9 @@ class NetnsCluster {
   std::string Addr(int host) const { return Script("addr", host); }
   /// This machine's address on the cluster's bridge.
   std::string Gateway() const { return Script("gateway", -1); }
+  /// The host's local-disk directory (removed with the cluster; what runs on
+  /// the host finds it in $CKPT_HOST_DISK).
+  std::string Disk(int host) const { return Script("disk", host); }
   /// The command line that runs `args` on `host` (for Spawn): the process
   /// keeps its pid through the namespace switch. `clock`: an offset for
   /// faketime ("+120s", "-2m").
