@@ -35,6 +35,7 @@
 #include "ckpt/storage.h"
 #include "common/cli.h"
 #include "net/http_client.h"
+#include "support/free_ports.h"
 #include "support/sim_member.h"
 #include "util/clock.h"
 #include "util/json.h"
@@ -42,6 +43,7 @@
 
 namespace ckpt::bench {
 namespace {
+using ckpt::testing::FreePort;
 
 constexpr char kToken[] = "bench-token-0123456789";
 
@@ -156,21 +158,6 @@ bool MeasureCommits(const CoordinatorOptions& o, int64_t ranks, int64_t runs, bo
     if (!ack) return false;
   }
   return true;
-}
-
-int FreePort() {
-  const int fd = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  socklen_t len = sizeof(a);
-  int port = 0;
-  if (bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)) == 0 &&
-      getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len) == 0) {
-    port = ntohs(a.sin_port);
-  }
-  close(fd);
-  return port;
 }
 
 pid_t Spawn(const std::vector<std::string>& args, const std::string& out) {

@@ -7,10 +7,11 @@ set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 cmd=${1:?usage: s3-test-server.sh start|stop DIR} dir=${2:?usage: s3-test-server.sh start|stop DIR}
 export CEPH_S3_DIR=$dir
-free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
 case "$cmd" in
   start)
-    RGW_PORT=$(free_port) MON_PORT=$(free_port) RGW_SSL_PORT=$(free_port) STORE=${STORE:-bluestore} STORE_BYTES=${STORE_BYTES:-21474836480} \
+    # Below the ephemeral range: the gateway is killed and started again on its port (kill-rgw/start-rgw).
+    read -r rgw_port mon_port ssl_port <<<"$(python3 "$here/free-ports.py" 3 | tr '\n' ' ')"
+    RGW_PORT=$rgw_port MON_PORT=$mon_port RGW_SSL_PORT=$ssl_port STORE=${STORE:-bluestore} STORE_BYTES=${STORE_BYTES:-21474836480} \
       "$here/s3-server.sh" start
     # shellcheck disable=SC1091
     . "$dir/env"

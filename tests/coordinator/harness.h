@@ -13,11 +13,14 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <fstream>
+#include <random>
 #include <sstream>
 #include <string>
 #include <thread>
@@ -25,6 +28,7 @@
 
 #include "ckpt/coordinator.h"
 #include "net/http_client.h"
+#include "support/free_ports.h"
 #include "testutil/test_util.h"
 #include "util/strings.h"
 
@@ -102,27 +106,6 @@ struct CoordinatorProcess {
     WaitExit(pid);
   }
 };
-
-// `n` distinct free loopback ports: every socket stays bound until all are
-// chosen (one FreePort after another may be handed the same port twice).
-inline std::vector<int> FreePorts(int n) {
-  std::vector<int> fds, ports;
-  for (int i = 0; i < n; ++i) {
-    int fd = socket(AF_INET, SOCK_STREAM, 0);
-    sockaddr_in a{};
-    a.sin_family = AF_INET;
-    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a));
-    socklen_t len = sizeof(a);
-    getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
-    fds.push_back(fd);
-    ports.push_back(ntohs(a.sin_port));
-  }
-  for (int fd : fds) close(fd);
-  return ports;
-}
-
-inline int FreePort() { return FreePorts(1)[0]; }
 
 // An etcd cluster of `members` members (Debian's etcd-server) on loopback
 // ports, in a temporary directory; members killed and started again by index.

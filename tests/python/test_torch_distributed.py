@@ -6,12 +6,22 @@ saved.
     /usr/bin/python3 -m pytest test_torch_distributed.py     (PYTHONPATH holds ckpt)
 Ranks are launched as processes with env:// (torchrun is not used).
 """
+import importlib.util
 import os
-import socket
 import subprocess
 import sys
 
 import torch
+
+
+def free_port():
+    """A loopback port below the ephemeral range (scripts/free-ports.py)."""
+    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "scripts", "free-ports.py")
+    spec = importlib.util.spec_from_file_location("free_ports", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.free_ports(1)[0]
+
 
 
 def model():
@@ -52,9 +62,7 @@ def rank_main(mode, root, out):
 
 
 def launch(mode, world, root, out):
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    port = free_port()
     procs = []
     for rank in range(world):
         env = dict(os.environ, MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank),

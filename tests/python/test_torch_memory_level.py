@@ -11,12 +11,23 @@ first run again with each rank on a host of its own (network namespaces).
     /usr/bin/python3 -m pytest test_torch_memory_level.py     (PYTHONPATH holds ckpt)
 Ranks are launched as processes with env:// (torchrun is not used).
 """
+import importlib.util
 import os
 import socket
 import subprocess
 import sys
 
 import torch
+
+
+def free_port():
+    """A loopback port below the ephemeral range (scripts/free-ports.py)."""
+    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "scripts", "free-ports.py")
+    spec = importlib.util.spec_from_file_location("free_ports", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.free_ports(1)[0]
+
 
 
 def train(model, optimizer, step):
@@ -176,9 +187,7 @@ def policy_main(root, model, optimizer, domain):
 
 
 def launch(mode, world, root):
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    port = free_port()
     procs = []
     for rank in range(world):
         env = dict(os.environ, MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank),
