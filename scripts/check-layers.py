@@ -10,16 +10,20 @@ Layers, lowest first (a file may include its own folder and lower layers):
                                 communicator.h, version.h, experimental/commit_arbiter.h
     1  layout, codec, net       ckpt/dtype.h, tensor.h, mesh.h, state.h, synthetic.h
     2  format                   ckpt/storage.h, plugin_abi.h (the interface the format reads through)
-    3  storage, plan            ckpt/plan.h, conformance.h (a backend may present another format as a root:
-                                safetensors models read in place)
+    3  storage, plan            ckpt/plan.h, conformance.h
+    3.5 format_roots            another format presented as a checkpoint root (safetensors models read
+                                in place): a backend that builds manifests, so above storage
     4  pipeline
     5  core, comm, policy, peer ckpt/checkpointer.h, verify.h, audit.h, mpi.h, interval.h, peer.h
     6  coordinator              ckpt/coordinator.h
     7  integrations, tools      ckpt/ckpt.h (the C API)
 
 Two rules guard the storage seam: nothing in libckpt/storage names a file of
-a checkpoint (no root_files.h, no "MANIFEST" or "step-..." strings), and
-nothing outside it includes a backend's own header (storage/*_storage.h).
+a checkpoint (no root_files.h, no "MANIFEST" or "step-..." strings), and a
+backend's folder (storage/roots/NAME, storage/adapters/NAME, format_roots/NAME)
+is included from nowhere else in the library, the tools, the benchmarks or
+the integrations: a backend's own operations are reached through
+StorageCapability, and backends reach one another through OpenStorage.
 
 Benchmarks and tests sit on top. They may use the tools' shared library
 (tools/common: argument parsing, the synthetic job) and the test doubles of
@@ -37,6 +41,7 @@ FOLDER_LAYER = {
     "layout": 1, "codec": 1,
     "format": 2,
     "storage": 3, "plan": 3,
+    "format_roots": 3.5,
     "pipeline": 4,
     "core": 5, "comm": 5, "policy": 5, "peer": 5,
     "coordinator": 6,
@@ -61,8 +66,8 @@ TEST_PREFIXES = ("support/", "testutil/")
 INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"')
 # A string naming a file of a checkpoint root (format/root_files.h).
 CHECKPOINT_FILE = re.compile(r'"[^"]*(MANIFEST|LATEST|CLAIM|ABORTED|RETIRING|\.ckd|\.report|step-[0-9])[^"]*"')
-# A concrete backend's header.
-BACKEND_HEADER = re.compile(r"^storage/[a-z0-9]+_storage\.h$")
+# A backend's folder, as an included name or a path under libckpt/.
+BACKEND_DIR = re.compile(r"^(storage/(?:roots|adapters)/[a-z0-9_]+|format_roots/[a-z0-9_]+)/")
 
 
 def includes(path):
@@ -84,10 +89,11 @@ def target_layer(name):
 
 
 def sources(root, sub):
+    """The code under `sub`; a test beside the code it tests (NAME_test.cc) sits on top, as tests/ does."""
     top = os.path.join(root, sub)
     for dirpath, _, files in os.walk(top):
         for f in sorted(files):
-            if f.endswith((".h", ".cc", ".c")):
+            if f.endswith((".h", ".cc", ".c")) and not f.endswith("_test.cc"):
                 yield os.path.join(dirpath, f)
 
 
@@ -125,12 +131,14 @@ def check(root):
             for number, line in enumerate(f, 1):
                 if CHECKPOINT_FILE.search(line) and not line.lstrip().startswith("//"):
                     complain(path, number, "storage names a checkpoint file in a string")
-    for path in sources(root, "libckpt"):
-        if os.path.relpath(path, os.path.join(root, "libckpt")).startswith("storage" + os.sep):
-            continue
-        for number, name in includes(path):
-            if BACKEND_HEADER.match(name):
-                complain(path, number, f'includes the backend "{name}": ask for a StorageCapability instead')
+    for sub in ("libckpt", "tools", "benchmarks", "integrations"):
+        for path in sources(root, sub):
+            own = BACKEND_DIR.match(os.path.relpath(path, os.path.join(root, "libckpt")).replace(os.sep, "/"))
+            for number, name in includes(path):
+                theirs = BACKEND_DIR.match(name)
+                if theirs and (sub != "libckpt" or not own or own.group(1) != theirs.group(1)):
+                    complain(path, number, f'includes the backend "{name}": ask for a StorageCapability, '
+                             "or open it through OpenStorage")
     for path in sources(root, "include/ckpt"):
         mine = PUBLIC_LAYER.get(os.path.relpath(path, os.path.join(root, "include/ckpt")))
         if mine is None:
@@ -152,9 +160,7 @@ def check(root):
 
 
 # Known violations still to be removed; anything else found fails.
-# safetensors:// is a format root (a model read in place as a step) that
-# still lives among the backends.
-KNOWN = {"libckpt/storage/safetensors_storage.cc"}
+KNOWN = set()
 
 
 def self_test():
@@ -177,12 +183,18 @@ def self_test():
         write("libckpt/storage/up.cc", '#include "core/root.h"\n')
         write("libckpt/storage/names.cc", 'const char* k = "step-0000000001/MANIFEST";\n')
         write("libckpt/storage/files.cc", '#include "format/root_files.h"\n')
-        write("libckpt/core/backend.cc", '#include "storage/s3_storage.h"\n')
+        write("libckpt/core/backend.cc", '#include "storage/roots/s3/s3_storage.h"\n')
+        write("libckpt/storage/roots/s3/s3_storage.cc", '#include "storage/roots/s3/s3_sign.h"\n')
+        write("libckpt/storage/roots/hdf5/h.cc", '#include "storage/roots/file/io_engine.h"\n')
+        write("libckpt/format_roots/st/st.cc", '#include "format/manifest.h"\n#include "storage/backend.h"\n')
+        write("tools/ckpt/cmd_x.cc", '#include "format_roots/st/st.h"\n')
+        write("libckpt/storage/roots/s3/s3_test.cc", '#include "core/root.h"\n#include "testutil/test_util.h"\n')
         found = check(root)
         expect = ["libckpt/format/bad.cc:1", "libckpt/pipeline/up.cc:1", "libckpt/layout/side.cc:1",
                   "include/ckpt/new.h:1", "include/ckpt/mesh.h:1", "benchmarks/b.cc:1",
                   "libckpt/coordinator/double.cc:1", "libckpt/storage/up.cc:1", "libckpt/storage/names.cc:1",
-                  "libckpt/storage/files.cc:1", "libckpt/core/backend.cc:1"]
+                  "libckpt/storage/files.cc:1", "libckpt/core/backend.cc:1", "libckpt/storage/roots/hdf5/h.cc:1",
+                  "tools/ckpt/cmd_x.cc:1"]
         for e in expect:
             assert any(p.startswith(e) for p in found), (e, found)
         assert len(found) == len(expect), found

@@ -333,6 +333,11 @@ CKPT_EXPORT absl::StatusOr<std::shared_ptr<Storage>> OpenPluginStorage(const Plu
 /// Options ride in the query ("file:///data/ckpt?direct=0&engine=threads").
 /// A scheme no built-in serves is looked up among the plugins on the plugin
 /// path; the error for an unknown scheme lists the plugins that failed.
+/// The scheme OpenStorage would serve `uri` with: the URI's own, or for a
+/// plain path the backend that claims it (a safetensors model directory or
+/// file: "safetensors"), else "file".
+CKPT_EXPORT absl::StatusOr<std::string> StorageSchemeOf(std::string_view uri);
+
 CKPT_EXPORT absl::StatusOr<std::shared_ptr<Storage>> OpenStorage(std::string_view uri);
 
 }  // namespace ckpt

@@ -5,50 +5,17 @@
 #include "absl/strings/str_join.h"
 #include "ckpt/storage.h"
 #include "net/uri.h"
-#include "storage/faulty_storage.h"
-#include "storage/file_storage.h"
-#include "storage/mem_storage.h"
-#include "storage/s3_storage.h"
-#include "storage/safetensors_storage.h"
-#include "storage/tiered_storage.h"
+#include "storage/backend.h"
 #include "util/errors.h"
 #include "util/strings.h"
 
 namespace ckpt {
 namespace {
 
-// hdf5:///path: files as file:// (buffered). The URI also tells the
-// Checkpointer to write HDF5 data files (DataContainer::kAuto resolves from
-// the scheme; format/hdf5_container.h).
-class Hdf5Storage : public ForwardingStorage {
- public:
-  Hdf5Storage(std::shared_ptr<Storage> base, std::string uri)
-      : ForwardingStorage(std::move(base)), uri_(std::move(uri)) {}
-  std::string uri() const override { return uri_; }
-  StorageCaps caps() const override {
-    StorageCaps c = ForwardingStorage::caps();
-    c.engine = StrCat("hdf5(", c.engine, ")");
-    c.direct_io = false;
-    return c;
-  }
-
- private:
-  std::string uri_;
-};
-
-absl::StatusOr<std::shared_ptr<Storage>> OpenHdf5Storage(std::string_view uri) {
-  CKPT_ASSIGN_OR_RETURN(ParsedUri parsed, ParseUri(uri));
-  std::string inner = StrCat("file://", EncodeUriPath(parsed.Path()), "?direct=0");
-  for (const auto& [k, v] : parsed.params) {
-    if (k != "direct") inner += StrCat("&", EncodeUriValue(k), "=", EncodeUriValue(v));
-  }
-  CKPT_ASSIGN_OR_RETURN(std::shared_ptr<Storage> base, OpenFileStorage(inner));
-  return std::shared_ptr<Storage>(new Hdf5Storage(std::move(base), std::string(uri)));
-}
-
 struct Entry {
   BackendInfo info;
   StorageFactory factory;
+  std::function<bool(std::string_view)> claims_path;
 };
 
 struct Registry {
@@ -56,43 +23,24 @@ struct Registry {
   std::map<std::string, Entry> entries;
 };
 
-StorageCaps Caps(std::string engine, bool direct, bool rename, bool durable) {
-  StorageCaps c;
-  c.engine = std::move(engine);
-  c.direct_io = direct;
-  c.atomic_rename = rename;
-  c.durable = durable;
-  c.ranged_reads = true;
-  return c;
-}
+class Builtins final : public StorageBackendRegistrar {
+ public:
+  explicit Builtins(Registry* r) : r_(r) {}
+  void Add(BackendInfo info, StorageFactory open, std::function<bool(std::string_view)> claims_path) override {
+    info.origin = "built-in";
+    const std::string scheme = info.scheme;
+    r_->entries[scheme] = Entry{std::move(info), std::move(open), std::move(claims_path)};
+  }
+
+ private:
+  Registry* r_;
+};
 
 Registry& GetRegistry() {
   static Registry* registry = [] {
     auto* r = new Registry;
-    auto add = [&](const char* scheme, const char* what, StorageCaps caps, StorageFactory f) {
-      r->entries[scheme] = Entry{BackendInfo{scheme, "built-in", what, std::move(caps)}, std::move(f)};
-    };
-    StorageCaps file = Caps("io_uring", true, true, true);
-    file.registered_buffers = true;
-    add("file", "local or shared filesystem through io_uring (threads where io_uring is refused)", file,
-        OpenFileStorage);
-    add("posix", "local or shared filesystem through pread/pwrite threads", Caps("threads", true, true, true),
-        OpenPosixStorage);
-    add("mem", "process memory, shared by name within the process", Caps("memory", false, true, false), OpenMemStorage);
-    add("tiered", "commit on a fast local tier, drain to a durable tier in the background",
-        Caps("tiered", true, true, true), OpenTieredStorage);
-    StorageCaps h5 = Caps("hdf5", false, true, true);
-    add("hdf5", "files as file://, each rank's data an HDF5 file that h5py and h5dump read", h5, OpenHdf5Storage);
-    add("safetensors",
-        "a Hugging Face safetensors model (directory or file) read in place as a read-only root of one step",
-        Caps("safetensors", false, false, true), OpenSafetensorsStorage);
-    StorageCaps s3 = Caps("s3", false, false, true);
-    add("s3",
-        "objects in an S3 bucket (AWS, Ceph RGW, MinIO): multipart uploads, ranged GETs, "
-        "If-None-Match claims, SigV4",
-        s3, OpenS3Storage);
-    add("faulty", "wraps another backend and injects errors, latency, bit flips and crashes",
-        Caps("faulty", false, true, true), OpenFaultyStorage);
+    Builtins builtins(r);
+    RegisterBuiltinStorageBackends(builtins);
     return r;
   }();
   return *registry;
@@ -117,7 +65,7 @@ bool RegisterStorageScheme(BackendInfo info, StorageFactory factory) {
   Registry& r = GetRegistry();
   std::lock_guard<std::mutex> lock(r.mu);
   const std::string scheme = info.scheme;
-  return r.entries.emplace(scheme, Entry{std::move(info), std::move(factory)}).second;
+  return r.entries.emplace(scheme, Entry{std::move(info), std::move(factory), nullptr}).second;
 }
 
 bool RegisterStorageScheme(const std::string& scheme, StorageFactory factory) {
@@ -165,20 +113,36 @@ MemoryReads MemoryReadsOf(Storage& storage) {
   return m == nullptr ? MemoryReads{} : m->memory_reads();
 }
 
+absl::StatusOr<std::string> StorageSchemeOf(std::string_view uri) {
+  CKPT_ASSIGN_OR_RETURN(ParsedUri parsed, ParseUri(uri));
+  if (uri.find("://") != std::string_view::npos || !parsed.params.empty()) return parsed.scheme;
+  std::vector<std::pair<std::string, std::function<bool(std::string_view)>>> claims;
+  {
+    Registry& r = GetRegistry();
+    std::lock_guard<std::mutex> lock(r.mu);
+    for (const auto& [scheme, e] : r.entries) {
+      if (e.claims_path) claims.emplace_back(scheme, e.claims_path);
+    }
+  }
+  for (const auto& [scheme, claims_path] : claims) {
+    if (claims_path(parsed.location)) return scheme;
+  }
+  return parsed.scheme;
+}
+
 absl::StatusOr<std::shared_ptr<Storage>> OpenStorage(std::string_view uri) {
   CKPT_ASSIGN_OR_RETURN(ParsedUri parsed, ParseUri(uri));
-  // A plain path to a safetensors model (and not to a ckpt root) reads it in
-  // place, as safetensors:// would.
-  if (uri.find("://") == std::string_view::npos && parsed.params.empty() && IsSafetensorsModelPath(parsed.location)) {
-    return OpenSafetensorsStorage(StrCat("safetensors://", EncodeUriPath(parsed.location)));
-  }
+  CKPT_ASSIGN_OR_RETURN(const std::string scheme, StorageSchemeOf(uri));
   Registry& r = GetRegistry();
   StorageFactory factory;
   {
     std::lock_guard<std::mutex> lock(r.mu);
-    auto it = r.entries.find(parsed.scheme);
+    auto it = r.entries.find(scheme);
     if (it != r.entries.end()) factory = it->second.factory;
   }
+  // A plain path a backend claims opens as SCHEME://PATH (a safetensors
+  // model read in place).
+  if (factory && scheme != parsed.scheme) return factory(StrCat(scheme, "://", EncodeUriPath(parsed.location)));
   if (factory) return factory(uri);
 
   // Not built in: the first plugin on the path serving the scheme.

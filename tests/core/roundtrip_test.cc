@@ -9,7 +9,7 @@
 #include "core/save_pieces.h"
 #include "format/frame_check.h"
 #include "pipeline/save_engine.h"
-#include "storage/mem_storage.h"
+#include "storage/roots/mem/mem_storage.h"
 #include "testutil/test_util.h"
 
 namespace ckpt::testing {

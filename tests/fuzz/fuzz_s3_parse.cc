@@ -6,7 +6,7 @@
 #include <string>
 #include <vector>
 
-#include "storage/s3_parse.h"
+#include "storage/roots/s3/s3_parse.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (size == 0) return 0;

@@ -18,8 +18,8 @@
 #include "ckpt/plugin_abi.h"
 #include "ckpt/storage.h"
 #include "ckpt/verify.h"
-#include "storage/faulty_storage.h"
-#include "storage/mem_storage.h"
+#include "storage/adapters/faulty/faulty_storage.h"
+#include "storage/roots/mem/mem_storage.h"
 #include "testutil/test_util.h"
 
 #ifndef CKPT_TEST_PLUGIN_DIR

@@ -6,6 +6,7 @@
 #include <sys/mount.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <cstring>
@@ -16,8 +17,8 @@
 #include "ckpt/checkpointer.h"
 #include "net/uri.h"
 #include "storage/conformance.h"
-#include "storage/io_engine.h"
-#include "storage/mem_storage.h"
+#include "storage/roots/file/io_engine.h"
+#include "storage/roots/mem/mem_storage.h"
 #include "testutil/test_util.h"
 #include "util/aligned_buffer.h"
 
@@ -60,6 +61,43 @@ TEST(StorageRegistry, UnknownSchemeListsKnownOnes) {
   EXPECT_NE(s.status().message().find("mem"), absl::string_view::npos) << s.status();
   auto schemes = RegisteredStorageSchemes();
   EXPECT_GE(schemes.size(), 3u);
+}
+
+// Every backend folder (libckpt/storage/backend.h) joins the registry by
+// itself: its scheme is served, from "built-in", with no list naming it.
+TEST(StorageRegistry, EveryBackendFolderRegistersItsScheme) {
+  std::vector<std::string> folders;
+  for (const char* kind : {"libckpt/storage/roots", "libckpt/storage/adapters", "libckpt/format_roots"}) {
+    for (const auto& e : std::filesystem::directory_iterator(std::string(CKPT_SOURCE_DIR) + "/" + kind)) {
+      if (e.is_directory()) folders.push_back(e.path().filename().string());
+    }
+  }
+  ASSERT_GE(folders.size(), 8u);
+  const std::vector<BackendInfo> backends = ListStorageBackends();
+  for (const std::string& name : folders) {
+    if (name == "plugin") continue;  // plugins register the schemes they serve when found
+    const auto it =
+        std::find_if(backends.begin(), backends.end(), [&](const BackendInfo& b) { return b.scheme == name; });
+    ASSERT_NE(it, backends.end()) << "the backend folder " << name << " registered no scheme " << name;
+    EXPECT_EQ(it->origin, "built-in") << name;
+    EXPECT_FALSE(it->description.empty()) << name;
+  }
+}
+
+// The scheme OpenStorage serves a URI or a plain path with: a safetensors
+// model's directory or file is claimed by safetensors://, any other path is
+// file://.
+TEST(StorageRegistry, APlainPathIsClaimedByTheBackendThatServesIt) {
+  TempDir dir;
+  EXPECT_EQ(*StorageSchemeOf("s3://bucket/x"), "s3");
+  EXPECT_EQ(*StorageSchemeOf("mem://x"), "mem");
+  EXPECT_EQ(*StorageSchemeOf(dir.path()), "file");
+  WriteFile(dir.Join("model.safetensors"), std::string("\x02\0\0\0\0\0\0\0{}", 10));
+  EXPECT_EQ(*StorageSchemeOf(dir.path()), "safetensors");
+  EXPECT_EQ(*StorageSchemeOf(dir.Join("model.safetensors")), "safetensors");
+  // A ckpt root beside a model is a ckpt root.
+  WriteFile(dir.Join("LATEST"), "1");
+  EXPECT_EQ(*StorageSchemeOf(dir.path()), "file");
 }
 
 TEST(StorageRegistry, PlainPathIsFileAndParamsAreChecked) {

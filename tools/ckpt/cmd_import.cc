@@ -2,8 +2,8 @@
 // model, a directory or a file (cmd_safetensors.cc), saved as a step.
 #include <string>
 
+#include "ckpt/storage.h"
 #include "commands.h"
-#include "storage/safetensors_storage.h"
 
 namespace ckpt::tools {
 
@@ -15,7 +15,8 @@ int ImportMain(int argc, char** argv, int first) {
       if (a == "--out" || a == "--step" || a == "--codec") ++i;
       continue;
     }
-    if (a.rfind("safetensors://", 0) == 0 || IsSafetensorsModelPath(a)) return ImportSafetensorsMain(argc, argv, first);
+    const absl::StatusOr<std::string> scheme = StorageSchemeOf(a);
+    if (scheme.ok() && *scheme == "safetensors") return ImportSafetensorsMain(argc, argv, first);
     break;
   }
   return ImportHdf5Main(argc, argv, first);

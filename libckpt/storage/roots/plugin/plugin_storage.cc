@@ -15,6 +15,7 @@
 #include "ckpt/plugin_abi.h"
 #include "ckpt/storage.h"
 #include "net/uri.h"
+#include "storage/backend.h"
 #include "util/errors.h"
 #include "util/strings.h"
 #include "util/task_pool.h"
@@ -414,5 +415,9 @@ absl::StatusOr<std::shared_ptr<Storage>> OpenPluginStorage(const PluginInfo& plu
   auto shared = std::make_shared<PluginShared>(plugin.table, handle, static_cast<int>(threads));
   return std::shared_ptr<Storage>(new PluginStorage(u, std::move(shared)));
 }
+
+// Plugins register no scheme up front: OpenStorage finds the first plugin on
+// the plugin path that serves a scheme nothing built in serves (registry.cc).
+CKPT_STORAGE_BACKEND(plugin) {}
 
 }  // namespace ckpt

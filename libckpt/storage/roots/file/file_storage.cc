@@ -1,4 +1,4 @@
-#include "storage/file_storage.h"
+// file:// (io_uring) and posix:// (pread/pwrite threads): a local or shared filesystem.
 
 #include <dirent.h>
 #include <fcntl.h>
@@ -16,7 +16,8 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "net/uri.h"
-#include "storage/io_engine.h"
+#include "storage/backend.h"
+#include "storage/roots/file/io_engine.h"
 #include "util/errors.h"
 #include "util/strings.h"
 
@@ -524,10 +525,20 @@ absl::StatusOr<std::shared_ptr<Storage>> OpenLocal(std::string_view uri, bool al
                                                                 static_cast<uint64_t>(flush_every), std::move(engine)));
 }
 
-}  // namespace
-
 absl::StatusOr<std::shared_ptr<Storage>> OpenFileStorage(std::string_view uri) { return OpenLocal(uri, true); }
 
 absl::StatusOr<std::shared_ptr<Storage>> OpenPosixStorage(std::string_view uri) { return OpenLocal(uri, false); }
+
+}  // namespace
+
+CKPT_STORAGE_BACKEND(file) {
+  StorageCaps file = BackendCaps("io_uring", true, true, true);
+  file.registered_buffers = true;
+  r.Add({"file", "", "local or shared filesystem through io_uring (threads where io_uring is refused)", file},
+        OpenFileStorage);
+  r.Add({"posix", "", "local or shared filesystem through pread/pwrite threads",
+         BackendCaps("threads", true, true, true)},
+        OpenPosixStorage);
+}
 
 }  // namespace ckpt

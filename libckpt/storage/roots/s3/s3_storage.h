@@ -29,8 +29,8 @@
 // stores"): every data object is complete before MANIFEST is PUT, LATEST is
 // PUT after it, single PUTs are atomic, reads after writes are strong, and
 // a step is claimed with a PUT carrying If-None-Match: *.
-#ifndef CKPT_STORAGE_S3_STORAGE_H_
-#define CKPT_STORAGE_S3_STORAGE_H_
+#ifndef CKPT_STORAGE_ROOTS_S3_S3_STORAGE_H_
+#define CKPT_STORAGE_ROOTS_S3_S3_STORAGE_H_
 
 #include <cstdint>
 #include <memory>
@@ -47,4 +47,4 @@ absl::StatusOr<std::shared_ptr<Storage>> OpenS3Storage(std::string_view uri);
 
 }  // namespace ckpt
 
-#endif  // CKPT_STORAGE_S3_STORAGE_H_
+#endif  // CKPT_STORAGE_ROOTS_S3_S3_STORAGE_H_

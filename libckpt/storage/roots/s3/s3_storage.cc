@@ -1,4 +1,4 @@
-#include "storage/s3_storage.h"
+#include "storage/roots/s3/s3_storage.h"
 
 #include <algorithm>
 #include <chrono>
@@ -21,9 +21,10 @@
 #include "absl/strings/match.h"
 #include "net/http_client.h"
 #include "net/uri.h"
+#include "storage/backend.h"
 #include "storage/capabilities.h"
-#include "storage/s3_parse.h"
-#include "storage/s3_sign.h"
+#include "storage/roots/s3/s3_parse.h"
+#include "storage/roots/s3/s3_sign.h"
 #include "util/aligned_buffer.h"
 #include "util/errors.h"
 #include "util/strings.h"
@@ -1271,6 +1272,13 @@ absl::StatusOr<std::shared_ptr<Storage>> OpenS3Storage(std::string_view uri) {
   auto storage = std::make_shared<S3Storage>(std::string(uri), std::move(cfg));
   CKPT_RETURN_IF_ERROR(storage->Probe());
   return std::shared_ptr<Storage>(std::move(storage));
+}
+
+CKPT_STORAGE_BACKEND(s3) {
+  r.Add({"s3", "",
+         "objects in an S3 bucket (AWS, Ceph RGW, MinIO): multipart uploads, ranged GETs, If-None-Match claims, SigV4",
+         BackendCaps("s3", false, false, true)},
+        OpenS3Storage);
 }
 
 }  // namespace ckpt

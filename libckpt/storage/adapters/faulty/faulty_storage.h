@@ -29,8 +29,8 @@
 //                              changes the storage (write, finish, put, remove,
 //                              remove_all, sync_dir), before it runs: a crash at
 //                              an exact point of a save, commit or GC
-#ifndef CKPT_STORAGE_FAULTY_STORAGE_H_
-#define CKPT_STORAGE_FAULTY_STORAGE_H_
+#ifndef CKPT_STORAGE_ADAPTERS_FAULTY_FAULTY_STORAGE_H_
+#define CKPT_STORAGE_ADAPTERS_FAULTY_FAULTY_STORAGE_H_
 
 #include <atomic>
 #include <chrono>
@@ -138,4 +138,4 @@ absl::StatusOr<std::shared_ptr<Storage>> OpenFaultyStorage(std::string_view uri)
 
 }  // namespace ckpt
 
-#endif  // CKPT_STORAGE_FAULTY_STORAGE_H_
+#endif  // CKPT_STORAGE_ADAPTERS_FAULTY_FAULTY_STORAGE_H_

@@ -20,8 +20,8 @@
 #include "net/uri.h"
 #include "storage/capabilities.h"
 #include "storage/conformance.h"
-#include "storage/s3_sign.h"
-#include "storage/s3_storage.h"
+#include "storage/roots/s3/s3_sign.h"
+#include "storage/roots/s3/s3_storage.h"
 #include "testutil/test_util.h"
 
 extern char** environ;

@@ -4,8 +4,8 @@
 // "mem://name?spare=BYTES" keeps up to BYTES of removed files' memory (in
 // buffers of 4 MiB and more) for new files, so saving into a store whose old
 // steps are removed reuses memory already faulted in.
-#ifndef CKPT_STORAGE_MEM_STORAGE_H_
-#define CKPT_STORAGE_MEM_STORAGE_H_
+#ifndef CKPT_STORAGE_ROOTS_MEM_MEM_STORAGE_H_
+#define CKPT_STORAGE_ROOTS_MEM_MEM_STORAGE_H_
 
 #include <cstdint>
 #include <memory>
@@ -30,4 +30,4 @@ int64_t MemSpareBytesHeld(Storage& storage);
 
 }  // namespace ckpt
 
-#endif  // CKPT_STORAGE_MEM_STORAGE_H_
+#endif  // CKPT_STORAGE_ROOTS_MEM_MEM_STORAGE_H_

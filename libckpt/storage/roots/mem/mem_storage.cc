@@ -1,4 +1,4 @@
-#include "storage/mem_storage.h"
+#include "storage/roots/mem/mem_storage.h"
 
 #include <algorithm>
 #include <atomic>
@@ -16,6 +16,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "net/uri.h"
+#include "storage/backend.h"
 #include "util/aligned_buffer.h"
 #include "util/errors.h"
 #include "util/strings.h"
@@ -449,5 +450,10 @@ int64_t MemSpareBytesHeld(Storage& storage) {
   return m == nullptr ? -1 : m->held();
 }
 }  // namespace internal
+
+CKPT_STORAGE_BACKEND(mem) {
+  r.Add({"mem", "", "process memory, shared by name within the process", BackendCaps("memory", false, true, false)},
+        OpenMemStorage);
+}
 
 }  // namespace ckpt

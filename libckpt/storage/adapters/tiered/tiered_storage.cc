@@ -1,4 +1,4 @@
-#include "storage/tiered_storage.h"
+#include "storage/adapters/tiered/tiered_storage.h"
 
 #include <algorithm>
 #include <chrono>
@@ -10,6 +10,7 @@
 #include <thread>
 
 #include "net/uri.h"
+#include "storage/backend.h"
 #include "storage/capabilities.h"
 #include "util/aligned_buffer.h"
 #include "util/errors.h"
@@ -348,6 +349,12 @@ absl::StatusOr<std::shared_ptr<Storage>> OpenTieredStorage(std::string_view uri)
   CKPT_ASSIGN_OR_RETURN(std::shared_ptr<Storage> l, OpenStorage(local));
   CKPT_ASSIGN_OR_RETURN(std::shared_ptr<Storage> d, OpenStorage(durable));
   return MakeTieredStorage(std::move(l), std::move(d), keep_local, std::string(uri));
+}
+
+CKPT_STORAGE_BACKEND(tiered) {
+  r.Add({"tiered", "", "commit on a fast local tier, drain to a durable tier in the background",
+         BackendCaps("tiered", true, true, true)},
+        OpenTieredStorage);
 }
 
 }  // namespace ckpt

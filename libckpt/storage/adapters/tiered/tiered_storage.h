@@ -20,8 +20,8 @@
 // Several processes sharing one tiered root (one per node) each drain their
 // own files; the durable MANIFEST can then precede another node's data
 // files, so tiered roots are for one process per root.
-#ifndef CKPT_STORAGE_TIERED_STORAGE_H_
-#define CKPT_STORAGE_TIERED_STORAGE_H_
+#ifndef CKPT_STORAGE_ADAPTERS_TIERED_TIERED_STORAGE_H_
+#define CKPT_STORAGE_ADAPTERS_TIERED_TIERED_STORAGE_H_
 
 #include <memory>
 #include <string_view>
@@ -39,4 +39,4 @@ std::shared_ptr<Storage> MakeTieredStorage(std::shared_ptr<Storage> local, std::
 
 }  // namespace ckpt
 
-#endif  // CKPT_STORAGE_TIERED_STORAGE_H_
+#endif  // CKPT_STORAGE_ADAPTERS_TIERED_TIERED_STORAGE_H_

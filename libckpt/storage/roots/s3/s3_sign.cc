@@ -1,4 +1,4 @@
-#include "storage/s3_sign.h"
+#include "storage/roots/s3/s3_sign.h"
 
 #include <openssl/evp.h>
 

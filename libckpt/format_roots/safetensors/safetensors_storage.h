@@ -15,8 +15,8 @@
 // served past the file's end. safetensors has no checksums: nothing but
 // structure can be verified (`verify` says so and checks SHA256SUMS when it
 // is present). Writes are refused.
-#ifndef CKPT_STORAGE_SAFETENSORS_STORAGE_H_
-#define CKPT_STORAGE_SAFETENSORS_STORAGE_H_
+#ifndef CKPT_FORMAT_ROOTS_SAFETENSORS_SAFETENSORS_STORAGE_H_
+#define CKPT_FORMAT_ROOTS_SAFETENSORS_SAFETENSORS_STORAGE_H_
 
 #include <memory>
 #include <string_view>
@@ -35,4 +35,4 @@ bool IsSafetensorsModelPath(std::string_view path);
 
 }  // namespace ckpt
 
-#endif  // CKPT_STORAGE_SAFETENSORS_STORAGE_H_
+#endif  // CKPT_FORMAT_ROOTS_SAFETENSORS_SAFETENSORS_STORAGE_H_

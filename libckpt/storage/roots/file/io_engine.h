@@ -1,7 +1,7 @@
 // Asynchronous positional I/O on file descriptors: io_uring, or a pool of
 // threads doing pread/pwrite where io_uring is refused.
-#ifndef CKPT_STORAGE_IO_ENGINE_H_
-#define CKPT_STORAGE_IO_ENGINE_H_
+#ifndef CKPT_STORAGE_ROOTS_FILE_IO_ENGINE_H_
+#define CKPT_STORAGE_ROOTS_FILE_IO_ENGINE_H_
 
 #include <cstddef>
 #include <cstdint>
@@ -60,4 +60,4 @@ absl::Status IoError(const IoRequest& r, int err);
 
 }  // namespace ckpt
 
-#endif  // CKPT_STORAGE_IO_ENGINE_H_
+#endif  // CKPT_STORAGE_ROOTS_FILE_IO_ENGINE_H_

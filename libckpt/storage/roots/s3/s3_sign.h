@@ -1,8 +1,8 @@
 // Signing S3 requests (AWS Signature Version 4) and the hashes S3 asks for.
 // Pure functions over strings: the s3:// backend builds a request, signs it
 // here and hands it to the HTTP client.
-#ifndef CKPT_STORAGE_S3_SIGN_H_
-#define CKPT_STORAGE_S3_SIGN_H_
+#ifndef CKPT_STORAGE_ROOTS_S3_S3_SIGN_H_
+#define CKPT_STORAGE_ROOTS_S3_S3_SIGN_H_
 
 #include <ctime>
 #include <string>
@@ -61,4 +61,4 @@ std::string SigV4Authorization(const SigV4Request& req, const S3Credentials& cre
 
 }  // namespace ckpt
 
-#endif  // CKPT_STORAGE_S3_SIGN_H_
+#endif  // CKPT_STORAGE_ROOTS_S3_S3_SIGN_H_

@@ -1,4 +1,4 @@
-#include "storage/safetensors_storage.h"
+#include "format_roots/safetensors/safetensors_storage.h"
 
 #include <sys/stat.h>
 
@@ -17,7 +17,7 @@
 #include "format/root_files.h"
 #include "format/safetensors.h"
 #include "net/uri.h"
-#include "storage/file_storage.h"
+#include "storage/backend.h"
 #include "util/bytes.h"
 #include "util/errors.h"
 #include "util/hash.h"
@@ -337,7 +337,7 @@ absl::StatusOr<std::shared_ptr<Storage>> OpenSafetensorsStorage(std::string_view
   for (const auto& [k, v] : parsed.params) {
     inner += StrCat(inner.find('?') == std::string::npos ? "?" : "&", EncodeUriValue(k), "=", EncodeUriValue(v));
   }
-  CKPT_ASSIGN_OR_RETURN(std::shared_ptr<Storage> base, OpenFileStorage(inner));
+  CKPT_ASSIGN_OR_RETURN(std::shared_ptr<Storage> base, OpenStorage(inner));
   auto st = std::make_shared<SafetensorsStorage>(base, std::string(uri));
   if (files.empty()) {
     auto index_text = base->GetAll(kIndexName);
@@ -369,6 +369,13 @@ absl::StatusOr<std::shared_ptr<Storage>> OpenSafetensorsStorage(std::string_view
   }
   CKPT_RETURN_IF_ERROR(st->Init(std::move(files)));
   return std::shared_ptr<Storage>(std::move(st));
+}
+
+CKPT_STORAGE_BACKEND(safetensors) {
+  r.Add({"safetensors", "",
+         "a Hugging Face safetensors model (directory or file) read in place as a read-only root of one step",
+         BackendCaps("safetensors", false, false, true)},
+        OpenSafetensorsStorage, IsSafetensorsModelPath);
 }
 
 }  // namespace ckpt

@@ -1,4 +1,4 @@
-#include "storage/faulty_storage.h"
+#include "storage/adapters/faulty/faulty_storage.h"
 
 #include <signal.h>
 #include <unistd.h>
@@ -11,6 +11,7 @@
 
 #include "absl/strings/str_split.h"
 #include "net/uri.h"
+#include "storage/backend.h"
 #include "util/errors.h"
 #include "util/strings.h"
 
@@ -419,6 +420,12 @@ absl::StatusOr<std::shared_ptr<Storage>> OpenFaultyStorage(std::string_view uri)
   }
   CKPT_ASSIGN_OR_RETURN(std::shared_ptr<Storage> base, OpenStorage(parsed.location + inner_query));
   return std::shared_ptr<Storage>(new FaultyStorage(std::move(base), std::move(plan), std::string(uri)));
+}
+
+CKPT_STORAGE_BACKEND(faulty) {
+  r.Add({"faulty", "", "wraps another backend and injects errors, latency, bit flips and crashes",
+         BackendCaps("faulty", false, true, true)},
+        OpenFaultyStorage);
 }
 
 }  // namespace ckpt

@@ -2,8 +2,8 @@
 // bodies of errors, listings and multipart answers, and the INI credentials
 // file. Every input is untrusted: a malformed body is an error naming what
 // was expected, never a crash (fuzzed by tests/fuzz/s3_parse_fuzz.cc).
-#ifndef CKPT_STORAGE_S3_PARSE_H_
-#define CKPT_STORAGE_S3_PARSE_H_
+#ifndef CKPT_STORAGE_ROOTS_S3_S3_PARSE_H_
+#define CKPT_STORAGE_ROOTS_S3_S3_PARSE_H_
 
 #include <cstdint>
 #include <map>
@@ -100,4 +100,4 @@ absl::StatusOr<std::map<std::string, std::map<std::string, std::string>>> ParseI
 
 }  // namespace ckpt
 
-#endif  // CKPT_STORAGE_S3_PARSE_H_
+#endif  // CKPT_STORAGE_ROOTS_S3_S3_PARSE_H_

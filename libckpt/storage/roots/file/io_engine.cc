@@ -1,4 +1,4 @@
-#include "storage/io_engine.h"
+#include "storage/roots/file/io_engine.h"
 
 #include <liburing.h>
 #include <sys/uio.h>

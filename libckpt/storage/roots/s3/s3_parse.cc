@@ -1,4 +1,4 @@
-#include "storage/s3_parse.h"
+#include "storage/roots/s3/s3_parse.h"
 
 #include <ctime>
 #include <utility>

@@ -2,14 +2,14 @@
 // against AWS's published example, the XML and INI readers on good and
 // hostile input, the listing checks against foreign keys, and the URI's
 // options and credentials.
-#include "storage/s3_parse.h"
+#include "storage/roots/s3/s3_parse.h"
 
 #include <fstream>
 #include <map>
 #include <random>
 
 #include "ckpt/storage.h"
-#include "storage/s3_sign.h"
+#include "storage/roots/s3/s3_sign.h"
 #include "testutil/test_util.h"
 
 namespace ckpt::testing {
