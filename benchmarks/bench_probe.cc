@@ -131,20 +131,17 @@ int Save(int argc, char** argv) {
   // warm-up, once they exist) into the engine's arena, idle between saves:
   // the very pages the stall writes (--memcpy-into buffer: a buffer of
   // their own on huge pages, whose placement differs from the arena's by
-  // process; 8 alternating rounds at 1 GiB gave per-process ratios of
-  // 0.83-1.16 that way against 0.90-1.23 into the arena). Passes over
-  // other memory of the state's size slowed the saves between them here
-  // (1 GiB, 4 alternating rounds of 5 saves: stall medians 0.052-0.149 s
-  // against 0.043-0.062 s): the host pays for touching a gigabyte of other
+  // process, so its ratios vary more from process to process). Passes over
+  // other memory of the state's size slowed the saves between them
+  // (docs/performance.md, "Figures behind the code"): the host pays for touching a gigabyte of other
   // 4 KiB pages, and the saved state, untouched since, comes back slower. A
   // trainer's state is written by every step. Several simulated ranks
   // stage one after another from buffers made per save, so their passes
   // use buffers of their own of the state's size.
   const bool over_state = memcpy_beside && mesh->NumRanks() == 1;
   if (memcpy_beside && !over_state) {
-    // As many bytes as the save copies: here a copy of 1 GiB runs at
-    // 20-27 GB/s where one of 256 MiB runs at 32-34, so a smaller pass
-    // would be the ceiling of another copy.
+    // As many bytes as the save copies: a smaller copy runs faster, so a
+    // smaller pass would be the ceiling of another copy.
     auto m = MemcpyPasses::Create(state_bytes);
     if (!m.ok()) return Fail("save", m.status());
     passes = std::move(*m);
@@ -171,8 +168,7 @@ int Save(int argc, char** argv) {
     commit.Add(res.commit_s);
     if (passes != nullptr) {
       // A warming pass first: buffers idle through a save can be slow to
-      // touch again (1.3 GB/s on the first pass after a 1 GiB save here),
-      // and the ceiling is the memory's speed, not that.
+      // touch again, and the ceiling is the memory's speed, not that.
       passes->Pass(threads);
       const double bw = passes->Pass(threads);
       ceiling.Add(bw);

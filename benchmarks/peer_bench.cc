@@ -256,8 +256,7 @@ int Main(int argc, char** argv) {
   }
   // The ceilings after every run, not between them: with iperf3 and fio run
   // between runs, every later run's memory save and restore from a peer took
-  // 3-4x longer on a 2-core virtual machine (1.0 s for the restore in the
-  // first run, 3.3-4.0 s in the next two; 0.9 s in all three without them).
+  // several times longer (docs/performance.md, "Figures behind the code").
   {
     const std::string data_file = dir + "/peer-bench-root/step-0000000003/rank-000000.ckd";
     const int64_t file_bytes = static_cast<int64_t>(std::filesystem::file_size(data_file)) / (4 << 20) * (4 << 20);

@@ -61,8 +61,9 @@ size_t WriteBody(char* data, size_t size, size_t nmemb, void* user) {
 // The answer to a small request often comes as a header segment and a body
 // segment that the server's Nagle holds back until the first is
 // acknowledged, and a reused connection acknowledges in delayed-ACK mode,
-// 40 ms later: every small GET on a kept-alive connection took 44 ms
-// against RADOS Gateway. Asking for quick ACKs once the answer has begun
+// tens of milliseconds later: every small GET on a kept-alive connection
+// waited that long against RADOS Gateway (docs/performance.md, "Figures behind the code").
+// Asking for quick ACKs once the answer has begun
 // sends the pending ACK at once (the kernel leaves quick-ACK mode on its
 // own, and setting it before sending the request does not hold).
 void AckNow(const Transfer& t) {

@@ -618,8 +618,7 @@ void Connection::WriteNext() {
     if (PeerStore::OnHugePages(o.file->size())) {
       // The store keeps such files on huge pages: the kernel copies from
       // them at the rate it copies from a small buffer, so the whole chunk
-      // goes in one write (1 GiB from a peer's memory: the data plane went
-      // from 0.69-0.77x to 0.90-0.95x iperf3 loopback).
+      // goes in one write (the data plane's ratio to iperf3 rose; docs/performance.md, "Figures behind the code").
       piece = static_cast<size_t>(o.length - o.sent);
       bufs.push_back(asio::buffer(o.file->data() + o.offset + o.sent, piece));
     } else {

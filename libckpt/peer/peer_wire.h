@@ -38,7 +38,8 @@ inline constexpr uint64_t kPieceBytes = uint64_t{1} << 20;
 /// program copies them to or from the file. On hosts where the kernel's
 /// access to a page of a process is expensive the first time (virtual
 /// machines with shadow page tables), sending or receiving straight from a
-/// gigabyte-sized file ran at a fifth of the loopback rate.
+/// gigabyte-sized file ran far below the loopback rate (docs/performance.md,
+/// "Figures behind the code").
 inline constexpr size_t kBounceBytes = size_t{256} << 10;
 /// Largest frame of any other kind (a listing).
 inline constexpr uint64_t kMaxControlPayload = uint64_t{16} << 20;

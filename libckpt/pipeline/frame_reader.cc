@@ -51,13 +51,12 @@ absl::Status ReadFrames(std::vector<FrameTask>& tasks, const FrameReaderOptions&
   const size_t nbuf = static_cast<size_t>(
       std::clamp<uint64_t>(std::min<uint64_t>(options.buffer_bytes, total) / std::max<uint64_t>(largest, 1), 2,
                            std::max<size_t>(2, groups.size())));
-  // Not prefaulted: touching 64 MiB first cost every load 21-25 ms before
-  // its first read; the pages now fault in as reads first fill them, while
-  // earlier reads are in flight. On huge pages: every byte loaded is copied
-  // into the pool and out of it again, and where the page tables are
-  // shadowed by a hypervisor those copies ran 5-10x faster from 2 MiB pages
-  // (a 1 GiB restore from the process's own memory went from 2.7 to
-  // 5-7 GB/s; loads of 2 to 256 MiB from disk took as long as before).
+  // Not prefaulted: touching the pool first delayed every load's first
+  // read; the pages now fault in as reads first fill them, while earlier
+  // reads are in flight. On huge pages: every byte loaded is copied into the
+  // pool and out of it again, and where the page tables are shadowed by a
+  // hypervisor those copies ran several times faster from 2 MiB pages
+  // (docs/performance.md, "Figures behind the code").
   CKPT_ASSIGN_OR_RETURN(AlignedBuffer pool, AlignedBuffer::Allocate(nbuf * largest, false, true));
 
   std::mutex mu;

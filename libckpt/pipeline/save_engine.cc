@@ -28,8 +28,8 @@ namespace {
 // runs on the caller's thread): raise this thread's nice value, and make it
 // a batch thread, which the scheduler never lets preempt a running thread
 // when it wakes. Without that, the workers woken as a Save's staging ended
-// took the caller's core before it returned: its stall grew by 1.5-3.8 ms
-// (of 45) spent waiting to run again, on a host of 2 cores.
+// took the caller's core before it returned, and its stall grew by the time
+// it waited to run again (docs/performance.md, "Figures behind the code").
 void LowerThreadPriority(int nice) {
   if (nice <= 0) return;
   const sched_param none{};
@@ -325,7 +325,7 @@ bool SaveEngine::StageTiles(const std::shared_ptr<SaveJob>& job, const std::vect
   // Rows are read in order and each tile's segment is appended to its
   // slot in whole cache lines (see StreamAppender). (Taking a band of rows
   // tile by tile, so one output stream is written at a time, measured
-  // slower: 6.3 against 7.0 GB/s for six tiles of 360-byte segments.)
+  // slower: docs/performance.md, "Figures behind the code".)
   std::vector<StreamAppender> out(ntiles);
   ForEachRowIn(parent, row_begin, row_end, [&](const std::byte* row) {
     for (size_t t = 0; t < ntiles && ok; ++t) {

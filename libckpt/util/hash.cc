@@ -2,8 +2,8 @@
 
 #include <xxhash.h>
 // libxxhash's x86 build carries AVX2 and AVX-512 variants of xxh3, chosen at
-// run time by these entry points; the plain ones stay on SSE2. 1 MiB blocks
-// hash at 60 GB/s against 14 in cache here, and every block is hashed twice
+// run time by these entry points; the plain ones stay on SSE2, several times
+// slower (docs/performance.md, "Figures behind the code"), and every block is hashed twice
 // on a save (raw and stored) and again on a load.
 #if defined(__x86_64__) && __has_include(<xxh_x86dispatch.h>)
 #include <xxh_x86dispatch.h>

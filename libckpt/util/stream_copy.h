@@ -2,13 +2,11 @@
 //
 // Staged bytes are read once more by a hashing worker and then leave for the
 // disk; caching them only evicts the trainer's working set. For multi-MiB
-// copies glibc's memcpy stays below its non-temporal threshold and runs at
-// about two thirds of the bandwidth of streaming stores (measured on the
-// benchmark machine: 4.9 vs 7.3 GB/s for 4 MiB blocks). Streaming one line
-// after another is itself below glibc's large memcpy (7.3 against 9.5 GB/s
-// for 1 MiB blocks, 2 cores of a Xeon VM): copies of 16 KiB and more stream
-// four pages at once, a line of each in turn (10.6 GB/s with AVX-512 stores,
-// 9.9 with AVX2), as glibc does past its threshold.
+// copies glibc's memcpy stays below its non-temporal threshold and runs
+// slower than streaming stores. Streaming one line after another is itself
+// below glibc's large memcpy: copies of 16 KiB and more stream four pages at
+// once, a line of each in turn, as glibc does past its threshold. The
+// figures are in docs/performance.md, "Figures behind the code".
 #ifndef CKPT_UTIL_STREAM_COPY_H_
 #define CKPT_UTIL_STREAM_COPY_H_
 
@@ -30,8 +28,8 @@ void StreamFence();
 /// streaming stores in whole cache lines only: the bytes of an unfinished
 /// line wait in a line buffer until the next run completes it. Streaming
 /// each short run directly leaves a partial line at both of its ends,
-/// which the CPU turns into slow partial writes (2.2 against 7.3 GB/s for
-/// 1072-byte runs on the benchmark machine). Call StreamFence() after
+/// which the CPU turns into slow partial writes (docs/performance.md, "Figures behind the code").
+/// Call StreamFence() after
 /// Finish(), before handing the memory to another thread.
 class StreamAppender {
  public:
