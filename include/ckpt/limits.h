@@ -53,14 +53,20 @@ inline constexpr size_t kMaxClaimBytes = 1024;
 /// Longest host name a CLAIM may hold.
 inline constexpr size_t kMaxClaimHostBytes = 255;
 
-// ---- The coordinator's wire protocol (checked on every frame) ----
+// ---- The wire of the coordinator and the memory level (net/wire.h; checked on every frame) ----
 
 /// Largest payload either side accepts unless configured otherwise.
 inline constexpr uint32_t kDefaultMaxPayload = 16u << 20;
-/// Largest payload accepted on a connection that has not joined: a join
+/// Largest payload accepted on a connection that has not proven the job's
+/// token, by the coordinator and by a memory-level holder alike: a join
 /// (job and host of at most kMaxJoinFieldBytes each, the MAC) fits, nothing
 /// bigger is ever needed before the token is proven.
 inline constexpr uint32_t kMaxPreAuthPayload = 16u << 10;
+/// The memory level: largest frame of file bytes (put-data, data), largest
+/// frame of any other kind (a listing), longest path in a request.
+inline constexpr uint64_t kMaxPeerDataPayload = uint64_t{4} << 20;
+inline constexpr uint64_t kMaxPeerControlPayload = uint64_t{16} << 20;
+inline constexpr uint64_t kMaxPeerPathBytes = 4096;
 /// Longest job name, and host name, in a join.
 inline constexpr size_t kMaxJoinFieldBytes = 4096;
 /// Longest error message, replica key or abort reason carried in a frame.

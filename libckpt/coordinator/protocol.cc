@@ -61,52 +61,26 @@ const char* MsgTypeName(MsgType t) {
   return "unknown";
 }
 
+namespace {
+const char* KindName(uint16_t kind) { return MsgTypeName(static_cast<MsgType>(kind)); }
+}  // namespace
+
+const wire::Protocol kCoordinatorProtocol{kFrameMagic, "coordinator", static_cast<uint16_t>(MsgType::kHello),
+                                          static_cast<uint16_t>(MsgType::kLeave), KindName};
+
 std::string EncodeFrame(MsgType type, uint64_t request_id, std::string_view payload) {
-  ByteWriter w;
-  w.U32(kFrameMagic);
-  w.U8(kProtocolVersion);
-  w.U8(0);  // flags, reserved
-  w.U16(static_cast<uint16_t>(type));
-  w.U64(request_id);
-  w.U32(static_cast<uint32_t>(payload.size()));
-  w.U32(static_cast<uint32_t>(Xxh3(payload)));
-  w.Raw(payload.data(), payload.size());
-  return w.Take();
+  return wire::EncodeFrame(kCoordinatorProtocol, static_cast<uint16_t>(type), request_id, payload);
 }
 
-absl::StatusOr<FrameHeader> ParseHeader(const uint8_t* b, uint32_t max_payload) {
-  if (LoadLE32(b) != kFrameMagic) {
-    return absl::InvalidArgumentError(StrCat("not a ckpt coordinator frame (magic 0x", absl::Hex(LoadLE32(b)), ")"));
-  }
-  FrameHeader h;
-  h.version = b[4];
-  if (h.version != kProtocolVersion) {
-    return absl::InvalidArgumentError(
-        StrCat("protocol version ", h.version, " is not supported (this side speaks ", kProtocolVersion, ")"));
-  }
-  if (b[5] != 0) return absl::InvalidArgumentError(StrCat("unknown frame flags 0x", absl::Hex(b[5])));
-  h.type = static_cast<MsgType>(LoadLE16(b + 6));
-  if (static_cast<uint16_t>(h.type) < 1 || static_cast<uint16_t>(h.type) > 19) {
-    return absl::InvalidArgumentError(StrCat("unknown message type ", LoadLE16(b + 6)));
-  }
-  h.request_id = LoadLE64(b + 8);
-  h.length = LoadLE32(b + 16);
-  h.checksum = LoadLE32(b + 20);
-  if (h.length > max_payload) {
-    return absl::InvalidArgumentError(
-        StrCat(MsgTypeName(h.type), " frame of ", h.length, " bytes exceeds the limit of ", max_payload));
-  }
-  return h;
+absl::StatusOr<FrameHeader> ParseHeader(const uint8_t* b, uint64_t max_payload) {
+  CKPT_ASSIGN_OR_RETURN(const wire::Header w, wire::ParseHeader(kCoordinatorProtocol, b, max_payload));
+  return FrameHeader{static_cast<MsgType>(w.kind), w.tag, w.length, w.checksum};
 }
 
 absl::Status CheckPayload(const FrameHeader& h, std::string_view payload) {
-  if (static_cast<uint32_t>(Xxh3(payload)) != h.checksum) {
-    return absl::InvalidArgumentError(StrCat(MsgTypeName(h.type), " frame: payload checksum mismatch"));
-  }
-  return absl::OkStatus();
+  return wire::CheckPayload(kCoordinatorProtocol,
+                            wire::Header{static_cast<uint16_t>(h.type), h.length, h.request_id, h.checksum}, payload);
 }
-
-std::array<uint8_t, kMacSize> Hmac(std::string_view key, std::string_view message) { return HmacSha256(key, message); }
 
 std::string JoinChallenge(std::string_view nonce, std::string_view job, std::string_view host) {
   ByteWriter w;
@@ -115,24 +89,6 @@ std::string JoinChallenge(std::string_view nonce, std::string_view job, std::str
   w.Str(job);
   w.Str(host);
   return w.Take();
-}
-
-absl::Status CheckTokenStrength(std::string_view token) {
-  constexpr char kHowTo[] = "make one with: (umask 077; head -c 32 /dev/urandom | base64 > TOKEN_FILE)";
-  if (token.find_first_not_of(" \t\r\n\v\f") == std::string_view::npos) {
-    return absl::InvalidArgumentError(StrCat("the job token is only whitespace (", kHowTo, ")"));
-  }
-  if (token.size() < kMinTokenBytes) {
-    return absl::InvalidArgumentError(StrCat("the job token has ", token.size(), " byte(s); at least ", kMinTokenBytes,
-                                             " are required (", kHowTo, ")"));
-  }
-  return absl::OkStatus();
-}
-
-bool MacEqual(const uint8_t* a, const uint8_t* b) {
-  uint8_t diff = 0;
-  for (size_t i = 0; i < kMacSize; ++i) diff |= a[i] ^ b[i];
-  return diff == 0;
 }
 
 }  // namespace ckpt::coord
@@ -165,7 +121,7 @@ absl::StatusOr<std::string> ReadJobToken(const std::string& path) {
                                               ": group and others must have no access (chmod 600 ", path, ")"));
   }
   while (!token.empty() && (token.back() == '\n' || token.back() == '\r')) token.pop_back();
-  if (absl::Status s = coord::CheckTokenStrength(token); !s.ok()) {
+  if (absl::Status s = wire::CheckTokenStrength(token); !s.ok()) {
     return absl::InvalidArgumentError(StrCat(path, ": ", s.message()));
   }
   return token;

@@ -1,6 +1,7 @@
-// The coordinator's wire protocol (docs/protocol.md): length-prefixed
-// frames with a fixed header, a version and a payload checksum. Payloads are
-// encoded with ByteWriter (little-endian, varints) per message type.
+// The coordinator's wire protocol (docs/protocol.md): the frames of
+// net/wire.h under the magic "CKCO", their kind a MsgType, their tag the
+// request id. Payloads are encoded with ByteWriter (little-endian, varints)
+// per message type (messages.h).
 #ifndef CKPT_COORDINATOR_PROTOCOL_H_
 #define CKPT_COORDINATOR_PROTOCOL_H_
 
@@ -11,14 +12,16 @@
 
 #include "absl/status/statusor.h"
 #include "ckpt/limits.h"
+#include "net/wire.h"
 
 namespace ckpt::coord {
 
 inline constexpr uint32_t kFrameMagic = 0x4f434b43;  // "CKCO" little-endian
-inline constexpr uint8_t kProtocolVersion = 1;
-inline constexpr size_t kHeaderSize = 24;
-inline constexpr size_t kNonceSize = 32;
-inline constexpr size_t kMacSize = 32;
+/// The coordinator's messages' version: 2 since they travel on net/wire.h's frames.
+inline constexpr uint8_t kProtocolVersion = 2;
+inline constexpr size_t kHeaderSize = wire::kHeaderSize;
+inline constexpr size_t kNonceSize = wire::kNonceSize;
+inline constexpr size_t kMacSize = wire::kMacSize;
 
 enum class MsgType : uint16_t {
   kHello = 1,         ///< S->C on connect: nonce, coordinator id
@@ -43,13 +46,14 @@ enum class MsgType : uint16_t {
 };
 
 const char* MsgTypeName(MsgType t);
+/// The protocol on net/wire.h's frames.
+extern const wire::Protocol kCoordinatorProtocol;
 
 struct FrameHeader {
-  uint8_t version = kProtocolVersion;
   MsgType type = MsgType::kAck;
   uint64_t request_id = 0;  ///< echoed in the reply; 0 for pushes
-  uint32_t length = 0;
-  uint32_t checksum = 0;  ///< low 32 bits of xxh3 of the payload
+  uint64_t length = 0;
+  uint64_t checksum = 0;  ///< xxh3 of the payload
 };
 
 /// A whole frame: header and payload.
@@ -57,23 +61,21 @@ std::string EncodeFrame(MsgType type, uint64_t request_id, std::string_view payl
 
 /// Parses a header. Errors (bad magic, unknown version, payload larger than
 /// `max_payload`) are InvalidArgument and say what was wrong.
-absl::StatusOr<FrameHeader> ParseHeader(const uint8_t* bytes, uint32_t max_payload);
+absl::StatusOr<FrameHeader> ParseHeader(const uint8_t* bytes, uint64_t max_payload);
 
 /// Checks a payload against its header's checksum.
 absl::Status CheckPayload(const FrameHeader& h, std::string_view payload);
 
 /// HMAC-SHA256(key, message).
-std::array<uint8_t, kMacSize> Hmac(std::string_view key, std::string_view message);
+inline std::array<uint8_t, kMacSize> Hmac(std::string_view key, std::string_view message) {
+  return wire::Mac(key, message);
+}
 
 /// What a joining member signs: the coordinator's nonce, the job and host.
 std::string JoinChallenge(std::string_view nonce, std::string_view job, std::string_view host);
 
-/// Refuses a token that is shorter than kMinTokenBytes or only whitespace,
-/// saying how to make a good one.
-absl::Status CheckTokenStrength(std::string_view token);
-
-/// Constant-time comparison.
-bool MacEqual(const uint8_t* a, const uint8_t* b);
+using wire::CheckTokenStrength;
+using wire::MacEqual;
 
 }  // namespace ckpt::coord
 

@@ -63,7 +63,7 @@ class SessionOwner {
 };
 
 // One TCP connection. Until it proves the token in a join it holds at most a
-// 24-byte header, a payload of kMaxPreAuthPayload or an HTTP request of
+// 32-byte header, a payload of kMaxPreAuthPayload or an HTTP request of
 // kMaxHttpRequest, and one reply: the next frame is not read while a reply
 // is unsent. It must join (or finish its status or HTTP request) within the
 // handshake timeout; once joined it is dropped after the idle timeout

@@ -233,7 +233,7 @@ absl::StatusOr<Header> PeerConnection::RecvHeader(uint64_t max_payload) {
 }
 
 absl::StatusOr<std::string> PeerConnection::Reply(std::string_view what) {
-  auto h = RecvHeader(kMaxControlPayload);
+  auto h = RecvHeader(kMaxPeerControlPayload);
   if (!h.ok()) return h.status();
   std::string payload(h->length, '\0');
   CKPT_RETURN_IF_ERROR(RecvExact(payload.data(), payload.size()));
@@ -306,7 +306,7 @@ absl::Status PeerConnection::Get(std::string_view path, uint64_t offset, absl::S
   uint64_t off = 0;
   do {
     const uint64_t want = dst.empty() ? 0 : piece_end(off) - off;
-    auto h = RecvHeader(kMaxControlPayload);
+    auto h = RecvHeader(kMaxPeerControlPayload);
     if (!h.ok()) return h.status();
     if (h->op == Op::kError) {
       std::string payload(h->length, '\0');
@@ -356,7 +356,7 @@ absl::StatusOr<std::vector<DirEntry>> PeerConnection::List(std::string_view dir)
   std::vector<DirEntry> out;
   for (uint64_t i = 0; i < n && r.ok(); ++i) {
     DirEntry e;
-    e.name = r.Str(kMaxPathBytes);
+    e.name = r.Str(kMaxPeerPathBytes);
     e.is_dir = r.U8() != 0;
     out.push_back(std::move(e));
   }

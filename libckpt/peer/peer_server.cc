@@ -308,7 +308,7 @@ Connection::Connection(tcp::socket socket, PeerMemoryImpl& owner)
   boost::system::error_code ec;
   auto ep = socket_.remote_endpoint(ec);
   peer_ = ec ? std::string("?") : StrCat(ep.address().to_string(), ":", ep.port());
-  nonce_ = Nonce();
+  nonce_ = wire::Nonce();
   socket_.set_option(tcp::no_delay(true), ec);
   socket_.set_option(asio::socket_base::receive_buffer_size(4 << 20), ec);
   socket_.set_option(asio::socket_base::send_buffer_size(4 << 20), ec);
@@ -360,7 +360,7 @@ void Connection::ReadHeader() {
   asio::async_read(socket_, asio::buffer(header_, kHeaderSize),
                    [this, self](const boost::system::error_code& ec, size_t) {
                      if (ec || closed_) return Close("");
-                     auto h = ParseHeader(header_, authenticated_ ? kMaxControlPayload : kMaxPreAuthPayload);
+                     auto h = ParseHeader(header_, authenticated_ ? kMaxPeerControlPayload : kMaxPreAuthPayload);
                      if (!h.ok()) return Close(StrCat("garbage: ", h.status().message()));
                      if (!authenticated_ && h->op != Op::kAuth) {
                        return Close(StrCat("sent ", OpName(h->op), " before authenticating"));
@@ -468,7 +468,7 @@ absl::Status Connection::Handle(const Header& h) {
   };
   switch (h.op) {
     case Op::kPutBegin: {
-      std::string path = r.Str(kMaxPathBytes);
+      std::string path = r.Str(kMaxPeerPathBytes);
       const uint64_t size = r.Var();
       const int64_t generation = r.SVar();
       if (!r.ok()) return malformed();
@@ -516,10 +516,10 @@ absl::Status Connection::Handle(const Header& h) {
       return absl::OkStatus();
     }
     case Op::kGet: {
-      const std::string path = r.Str(kMaxPathBytes);
+      const std::string path = r.Str(kMaxPeerPathBytes);
       const uint64_t offset = r.Var(), length = r.Var();
       if (!r.ok()) return malformed();
-      if (length > kMaxChunk) return absl::InvalidArgumentError(StrCat("get of ", length, " bytes"));
+      if (length > kMaxPeerDataPayload) return absl::InvalidArgumentError(StrCat("get of ", length, " bytes"));
       auto [file, sums] = store.GetWithSums(path);
       if (file == nullptr) return absl::NotFoundError(StrCat(path, ": not in this peer's memory"));
       if (offset > file->size() || length > file->size() - offset) {
@@ -542,7 +542,7 @@ absl::Status Connection::Handle(const Header& h) {
       return absl::OkStatus();
     }
     case Op::kStat: {
-      const std::string path = r.Str(kMaxPathBytes);
+      const std::string path = r.Str(kMaxPeerPathBytes);
       if (!r.ok()) return malformed();
       PeerStore::Bytes file = store.Get(path);
       if (file == nullptr) return absl::NotFoundError(StrCat(path, ": not in this peer's memory"));
@@ -552,7 +552,7 @@ absl::Status Connection::Handle(const Header& h) {
       return absl::OkStatus();
     }
     case Op::kList: {
-      const std::string dir = r.Str(kMaxPathBytes);
+      const std::string dir = r.Str(kMaxPeerPathBytes);
       if (!r.ok()) return malformed();
       CKPT_ASSIGN_OR_RETURN(std::vector<DirEntry> entries, store.List(dir));
       ByteWriter w;
@@ -565,14 +565,14 @@ absl::Status Connection::Handle(const Header& h) {
       return absl::OkStatus();
     }
     case Op::kRemove: {
-      const std::string path = r.Str(kMaxPathBytes);
+      const std::string path = r.Str(kMaxPeerPathBytes);
       if (!r.ok()) return malformed();
       if (!store.Remove(path)) return absl::NotFoundError(StrCat(path, ": not in this peer's memory"));
       ReplyOk();
       return absl::OkStatus();
     }
     case Op::kRemoveAll: {
-      const std::string dir = r.Str(kMaxPathBytes);
+      const std::string dir = r.Str(kMaxPeerPathBytes);
       if (!r.ok()) return malformed();
       if (!dir.empty()) store.RemoveAll(dir);
       ReplyOk();

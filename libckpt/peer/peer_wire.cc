@@ -1,12 +1,11 @@
 #include "peer/peer_wire.h"
 
-#include <openssl/crypto.h>
-
 #include <algorithm>
 
 #include "absl/strings/str_cat.h"
 #include "util/bytes.h"
 #include "util/crypto.h"
+#include "util/errors.h"
 #include "util/hash.h"
 #include "util/strings.h"
 
@@ -46,43 +45,33 @@ const char* OpName(Op op) {
   return "unknown";
 }
 
+namespace {
+const char* KindName(uint16_t kind) { return OpName(static_cast<Op>(kind)); }
+}  // namespace
+
+const wire::Protocol kPeerProtocol{kMagic, "peer-memory", static_cast<uint16_t>(Op::kHello),
+                                   static_cast<uint16_t>(Op::kDropBefore), KindName};
+
 void EncodeHeader(Op op, uint64_t length, uint64_t arg, uint64_t checksum, uint8_t out[kHeaderSize]) {
-  StoreLE32(out, kMagic);
-  out[4] = kVersion;
-  out[5] = static_cast<uint8_t>(op);
-  out[6] = out[7] = 0;
-  StoreLE64(out + 8, length);
-  StoreLE64(out + 16, arg);
-  StoreLE64(out + 24, checksum);
+  wire::EncodeHeader(kPeerProtocol, static_cast<uint16_t>(op), length, arg, checksum, out);
 }
 
 std::string Frame(Op op, std::string_view payload, uint64_t arg) {
-  std::string out(kHeaderSize, '\0');
-  EncodeHeader(op, payload.size(), arg, Xxh3(payload), reinterpret_cast<uint8_t*>(out.data()));
-  out.append(payload);
-  return out;
+  return wire::EncodeFrame(kPeerProtocol, static_cast<uint16_t>(op), arg, payload);
 }
 
-uint64_t PayloadLimit(Op op) { return op == Op::kPutData || op == Op::kData ? kMaxChunk : kMaxControlPayload; }
+uint64_t PayloadLimit(Op op) {
+  return op == Op::kPutData || op == Op::kData ? kMaxPeerDataPayload : kMaxPeerControlPayload;
+}
 
 absl::StatusOr<Header> ParseHeader(const uint8_t* b, uint64_t max_payload) {
-  const uint32_t magic = LoadLE32(b);
-  if (magic != kMagic) {
-    return absl::InvalidArgumentError(absl::StrCat("not a peer-memory frame (magic 0x", absl::Hex(magic), ")"));
-  }
-  if (b[4] != kVersion) {
-    return absl::InvalidArgumentError(
-        StrCat("peer-memory protocol version ", int{b[4]}, " (this build speaks ", int{kVersion}, ")"));
-  }
-  const uint8_t op = b[5];
-  if (op < static_cast<uint8_t>(Op::kHello) || op > static_cast<uint8_t>(Op::kDropBefore)) {
-    return absl::InvalidArgumentError(StrCat("unknown peer-memory op ", int{op}));
-  }
+  // The kind first, for the limit of its kind.
+  CKPT_ASSIGN_OR_RETURN(const wire::Header w, wire::ParseHeader(kPeerProtocol, b, max_payload));
   Header h;
-  h.op = static_cast<Op>(op);
-  h.length = LoadLE64(b + 8);
-  h.arg = LoadLE64(b + 16);
-  h.checksum = LoadLE64(b + 24);
+  h.op = static_cast<Op>(w.kind);
+  h.length = w.length;
+  h.arg = w.tag;
+  h.checksum = w.checksum;
   const uint64_t limit = std::min(max_payload, PayloadLimit(h.op));
   if (h.length > limit) {
     return absl::InvalidArgumentError(
@@ -95,13 +84,11 @@ std::array<uint8_t, kMacSize> AuthMac(std::string_view token, std::string_view n
   ByteWriter w;
   w.Str("ckpt-peer-v1");
   w.Str(nonce);
-  return HmacSha256(token, w.Take());
+  return wire::Mac(token, w.Take());
 }
 
 bool MacEqual(std::string_view a, const std::array<uint8_t, kMacSize>& b) {
-  return a.size() == kMacSize && CRYPTO_memcmp(a.data(), b.data(), kMacSize) == 0;
+  return a.size() == kMacSize && wire::MacEqual(reinterpret_cast<const uint8_t*>(a.data()), b.data());
 }
-
-std::string Nonce() { return RandomBytes(kNonceSize); }
 
 }  // namespace ckpt::peer

@@ -1,12 +1,11 @@
-// The memory level's data plane (docs/protocol.md "Peer memory"): frames of
-// a fixed 32-byte header and a payload whose xxh3 the header carries.
-//
-//   u32 magic "CKPM" | u8 version | u8 op | u16 zero | u64 payload length
-//   | u64 argument (a byte offset for put-data and data) | u64 xxh3(payload)
+// The memory level's data plane (docs/protocol.md "Peer memory"): the
+// frames of net/wire.h under the magic "CKPM", their kind an Op, their tag
+// the byte offset of put-data and data.
 //
 // The server speaks first (hello: nonce, endpoint, domain); the client's
 // first frame is auth (HMAC-SHA256 of the nonce under the job's token).
-// Before it only frames of kMaxPreAuthPayload bytes are read.
+// Before it only frames of kMaxPreAuthPayload bytes are read; the limits
+// are ckpt/limits.h's.
 #ifndef CKPT_PEER_PEER_WIRE_H_
 #define CKPT_PEER_PEER_WIRE_H_
 
@@ -16,17 +15,15 @@
 #include <string_view>
 
 #include "absl/status/statusor.h"
+#include "ckpt/limits.h"
+#include "net/wire.h"
 
 namespace ckpt::peer {
 
 inline constexpr uint32_t kMagic = 0x4d504b43;  // "CKPM" little-endian
-inline constexpr uint8_t kVersion = 1;
-inline constexpr size_t kHeaderSize = 32;
-inline constexpr size_t kNonceSize = 32;
-inline constexpr size_t kMacSize = 32;
-inline constexpr uint64_t kMaxPreAuthPayload = 4096;
-/// Largest data frame (put-data, data).
-inline constexpr uint64_t kMaxChunk = uint64_t{4} << 20;
+inline constexpr size_t kHeaderSize = wire::kHeaderSize;
+inline constexpr size_t kNonceSize = wire::kNonceSize;
+inline constexpr size_t kMacSize = wire::kMacSize;
 /// Puts send a file in pieces of this size from its start, and reads are
 /// split at the same boundaries: the holder keeps each piece's checksum as
 /// it arrived and answers a read of a whole piece with it, without hashing
@@ -41,9 +38,6 @@ inline constexpr uint64_t kPieceBytes = uint64_t{1} << 20;
 /// gigabyte-sized file ran far below the loopback rate (docs/performance.md,
 /// "Figures behind the code").
 inline constexpr size_t kBounceBytes = size_t{256} << 10;
-/// Largest frame of any other kind (a listing).
-inline constexpr uint64_t kMaxControlPayload = uint64_t{16} << 20;
-inline constexpr uint64_t kMaxPathBytes = 4096;
 
 enum class Op : uint8_t {
   kHello = 1,       ///< S->C: str nonce, str endpoint, str domain
@@ -63,6 +57,8 @@ enum class Op : uint8_t {
 };
 
 const char* OpName(Op op);
+/// The protocol on net/wire.h's frames.
+extern const wire::Protocol kPeerProtocol;
 
 struct Header {
   Op op = Op::kOk;
@@ -82,10 +78,8 @@ uint64_t PayloadLimit(Op op);
 
 /// HMAC-SHA256 under `token` of what a client signs for `nonce`.
 std::array<uint8_t, kMacSize> AuthMac(std::string_view token, std::string_view nonce);
+/// Whether `a` (as received) is the MAC `b`, in constant time.
 bool MacEqual(std::string_view a, const std::array<uint8_t, kMacSize>& b);
-
-/// A fresh random nonce (getrandom).
-std::string Nonce();
 
 }  // namespace ckpt::peer
 

@@ -967,15 +967,11 @@ TEST(Coordinator, GarbageClosesOnlyThatConnection) {
   }
   {
     const int fd = RawConnect(port);
-    ByteWriter w;
-    w.U32(coord::kFrameMagic);
-    w.U8(coord::kProtocolVersion);
-    w.U8(0);
-    w.U16(static_cast<uint16_t>(coord::MsgType::kHello));
-    w.U64(1);
-    w.U32(0xfffffff0u);  // a 4 GiB payload
-    w.U32(0);
-    ASSERT_GT(send(fd, w.str().data(), w.size(), MSG_NOSIGNAL), 0);
+    uint8_t header[wire::kHeaderSize];
+    // A 4 GiB payload declared.
+    wire::EncodeHeader(coord::kCoordinatorProtocol, static_cast<uint16_t>(coord::MsgType::kHello), 0xfffffff0u, 1, 0,
+                       header);
+    ASSERT_GT(send(fd, header, sizeof(header), MSG_NOSIGNAL), 0);
     EXPECT_TRUE(ClosedByPeer(fd));
     close(fd);
   }

@@ -45,15 +45,10 @@ void RaiseOwnDescriptorLimit() {
 
 // A frame header that declares `length` payload bytes, of which none follow.
 std::string HeaderDeclaring(coord::MsgType type, uint32_t length) {
-  ByteWriter w;
-  w.U32(coord::kFrameMagic);
-  w.U8(coord::kProtocolVersion);
-  w.U8(0);
-  w.U16(static_cast<uint16_t>(type));
-  w.U64(1);
-  w.U32(length);
-  w.U32(0);
-  return w.Take();
+  std::string header(wire::kHeaderSize, '\0');
+  wire::EncodeHeader(coord::kCoordinatorProtocol, static_cast<uint16_t>(type), length, 1, 0,
+                     reinterpret_cast<uint8_t*>(header.data()));
+  return header;
 }
 
 // The number after "key": in the coordinator's status JSON (-1 if absent).

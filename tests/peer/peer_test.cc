@@ -23,6 +23,7 @@
 #include "ckpt/checkpointer.h"
 #include "common/elastic_model.h"
 #include "conformance.h"
+#include "coordinator/protocol.h"
 #include "gtest/gtest.h"
 #include "peer/peer_client.h"
 #include "peer/peer_memory.h"
@@ -150,6 +151,54 @@ INSTANTIATE_TEST_SUITE_P(Peer, StorageConformance,
 
 // Bulk bytes are checksummed piece by piece as they pass the bounce buffer:
 // the pieces' running xxh3 is the frame's.
+// The coordinator and the memory level speak one framing (net/wire.h): a
+// header round-trips under each protocol, every field of it is checked, and
+// neither protocol takes the other's frames.
+TEST(Wire, OneFramingUnderBothProtocolsChecksEveryField) {
+  const std::string frame = coord::EncodeFrame(coord::MsgType::kStatus, 7, "abc");
+  ASSERT_EQ(frame.size(), wire::kHeaderSize + 3);
+  auto h = coord::ParseHeader(reinterpret_cast<const uint8_t*>(frame.data()), 1 << 20);
+  ASSERT_OK(h);
+  EXPECT_EQ(h->type, coord::MsgType::kStatus);
+  EXPECT_EQ(h->request_id, 7u);
+  EXPECT_EQ(h->length, 3u);
+  EXPECT_OK(coord::CheckPayload(*h, "abc"));
+  EXPECT_FALSE(coord::CheckPayload(*h, "abd").ok());
+  const std::string data = peer::Frame(peer::Op::kData, "xyz", 4096);
+  auto p = peer::ParseHeader(reinterpret_cast<const uint8_t*>(data.data()), 1 << 20);
+  ASSERT_OK(p);
+  EXPECT_EQ(p->op, peer::Op::kData);
+  EXPECT_EQ(p->arg, 4096u);
+  EXPECT_EQ(p->checksum, Xxh3(std::string_view("xyz")));
+  // Each refuses the other's frames by their magic.
+  auto cross = coord::ParseHeader(reinterpret_cast<const uint8_t*>(data.data()), 1 << 20);
+  EXPECT_NE(cross.status().message().find("not a ckpt coordinator frame"), std::string_view::npos) << cross.status();
+  auto cross2 = peer::ParseHeader(reinterpret_cast<const uint8_t*>(frame.data()), 1 << 20);
+  EXPECT_NE(cross2.status().message().find("not a ckpt peer-memory frame"), std::string_view::npos) << cross2.status();
+  // The frame version, the flags, the kind and the length are checked.
+  auto with = [&](size_t at, uint8_t value) {
+    std::string f = frame;
+    f[at] = static_cast<char>(value);
+    return coord::ParseHeader(reinterpret_cast<const uint8_t*>(f.data()), 1 << 20).status();
+  };
+  EXPECT_NE(with(4, 1).message().find("frame version 1 is not supported"), std::string_view::npos) << with(4, 1);
+  EXPECT_NE(with(5, 1).message().find("flags"), std::string_view::npos) << with(5, 1);
+  EXPECT_NE(with(6, 0).message().find("unknown coordinator message kind 0"), std::string_view::npos) << with(6, 0);
+  EXPECT_NE(with(6, 20).message().find("unknown coordinator message kind 20"), std::string_view::npos) << with(6, 20);
+  auto big = coord::ParseHeader(reinterpret_cast<const uint8_t*>(frame.data()), 2);
+  EXPECT_NE(big.status().message().find("status frame of 3 bytes exceeds the limit of 2"), std::string_view::npos)
+      << big.status();
+  // One MAC, compared in constant time, and one nonce source.
+  const auto mac = wire::Mac("token", "message");
+  EXPECT_EQ(mac, coord::Hmac("token", "message"));
+  auto other = mac;
+  other[31] ^= 1;
+  EXPECT_TRUE(wire::MacEqual(mac.data(), mac.data()));
+  EXPECT_FALSE(wire::MacEqual(mac.data(), other.data()));
+  EXPECT_EQ(wire::Nonce().size(), wire::kNonceSize);
+  EXPECT_NE(wire::Nonce(), wire::Nonce());
+}
+
 TEST(PeerWire, Xxh3OfPiecesIsXxh3OfTheWhole) {
   const std::string data = Pattern(3 * peer::kBounceBytes + 77, 5);
   for (size_t piece : {size_t{1}, size_t{7}, size_t{4096}, peer::kBounceBytes, data.size()}) {
@@ -757,7 +806,7 @@ std::pair<peer::Header, std::string> ReadRawFrame(int fd) {
     if (n <= 0) return {};
     got += static_cast<size_t>(n);
   }
-  auto header = peer::ParseHeader(h, peer::kMaxControlPayload);
+  auto header = peer::ParseHeader(h, kMaxPeerControlPayload);
   if (!header.ok()) return {};
   std::string payload(header->length, '\0');
   got = 0;
@@ -839,8 +888,8 @@ TEST(PeerMemory, ADamagedPutIsRefusedOnEveryReceivePath) {
     std::string out;
     const uint64_t whole = Xxh3(data);
     uint64_t last = 0;  // the last piece's offset: its byte is flipped
-    for (uint64_t off = 0; off < data.size(); off += peer::kMaxChunk) {
-      std::string piece = data.substr(off, peer::kMaxChunk);
+    for (uint64_t off = 0; off < data.size(); off += kMaxPeerDataPayload) {
+      std::string piece = data.substr(off, kMaxPeerDataPayload);
       std::string head(peer::kHeaderSize, '\0');
       peer::EncodeHeader(peer::Op::kPutData, piece.size(), off, Xxh3(piece), reinterpret_cast<uint8_t*>(head.data()));
       if (off + piece.size() == data.size()) {
