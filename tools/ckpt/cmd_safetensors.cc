@@ -21,6 +21,7 @@
 #include <deque>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -360,6 +361,368 @@ absl::Status PublishExport(const std::string& to, const std::string& stage, cons
 
 }  // namespace
 
+namespace {
+
+// What `ckpt export --format safetensors` writes: the tensors chosen,
+// renamed, cast and placed in shards.
+struct ExportPlan {
+  std::vector<OutTensor> tensors;  // in the order of their new names
+  std::vector<std::vector<OutTensor*>> shards;
+  uint64_t total = 0;
+};
+
+// The tensors to export, renamed, in the order of their new names; an
+// error (a usage error) when none is left or two would share a name.
+absl::StatusOr<ExportPlan> ChooseTensors(const CheckpointSummary& summary, const std::vector<std::string>& only,
+                                         const std::vector<std::string>& exclude, const Renamer& renamer,
+                                         std::optional<DType> cast) {
+  ExportPlan plan;
+  std::set<std::string> names;
+  for (const TensorSummary& t : summary.tensors) {
+    auto matches = [&](const std::vector<std::string>& globs) {
+      return std::any_of(globs.begin(), globs.end(), [&](const std::string& g) { return GlobMatch(g, t.fqn); });
+    };
+    if (!only.empty() && !matches(only)) continue;
+    if (matches(exclude)) continue;
+    OutTensor o;
+    o.src = &t;
+    o.name = renamer.Apply(t.fqn);
+    if (o.name.empty() || o.name == "__metadata__" || !IsValidUtf8(o.name)) {
+      return absl::InvalidArgumentError(StrCat("tensor '", t.fqn, "' would be named '", o.name,
+                                               "', which safetensors cannot hold (empty, __metadata__ or not UTF-8); "
+                                               "use --rename"));
+    }
+    if (!names.insert(o.name).second) {
+      return absl::InvalidArgumentError(
+          StrCat("two tensors would both be named '", o.name, "' (the second is '", t.fqn, "')"));
+    }
+    o.out_dtype = cast && IsFloatingPoint(t.dtype) ? *cast : t.dtype;
+    o.bytes = static_cast<uint64_t>(TensorSpec{t.fqn, t.dtype, t.shape}.NumElements()) * DTypeSize(o.out_dtype);
+    plan.tensors.push_back(std::move(o));
+  }
+  if (plan.tensors.empty()) return absl::InvalidArgumentError("no tensor is left to export (see --only and --exclude)");
+  std::sort(plan.tensors.begin(), plan.tensors.end(),
+            [](const OutTensor& a, const OutTensor& b) { return a.name < b.name; });
+  return plan;
+}
+
+// Shards: tensors in order, a new shard when the next would pass the limit.
+void PlaceInShards(ExportPlan& plan, uint64_t shard_limit) {
+  plan.shards.assign(1, {});
+  uint64_t in_shard = 0;
+  for (OutTensor& t : plan.tensors) {
+    if (!plan.shards.back().empty() && in_shard + t.bytes > shard_limit) {
+      plan.shards.emplace_back();
+      in_shard = 0;
+    }
+    t.shard = plan.shards.size() - 1;
+    t.begin = in_shard;
+    in_shard += t.bytes;
+    plan.total += t.bytes;
+    plan.shards.back().push_back(&t);
+  }
+}
+
+// The first shard's __metadata__: the step, its metadata, its text blobs
+// (the others are listed in `left_out`).
+absl::StatusOr<std::map<std::string, std::string>> FirstShardMetadata(const StepToRead& opened,
+                                                                      std::vector<std::string>* left_out) {
+  std::map<std::string, std::string> meta = {{"format", "pt"}, {"ckpt.step", StrCat(opened.step)}};
+  for (const auto& [k, v] : opened.manifest.metadata) {
+    if (IsValidUtf8(k) && IsValidUtf8(v)) meta[StrCat("ckpt.meta.", k)] = v;
+  }
+  for (const BlobSummary& b : opened.summary.blobs) {
+    const std::string label = b.rank < 0 ? b.name : StrCat("rank-", b.rank, ".", b.name);
+    if (static_cast<uint64_t>(b.size) > kMaxMetadataBytes) {
+      left_out->push_back(StrCat("blob '", label, "' (", b.size, " bytes: too large for __metadata__)"));
+      continue;
+    }
+    std::string value;
+    State target;
+    (void)target.AddBlobOut(b.name, &value, b.rank < 0 ? BlobScope::kGlobal : BlobScope::kRank, b.rank);
+    CKPT_RETURN_IF_ERROR(
+        LoadFromManifest(*opened.storage, opened.manifest, target, std::max(0, b.rank), LoadOptions{}).status());
+    if (!IsValidUtf8(value) || value.find('\0') != std::string::npos) {
+      left_out->push_back(StrCat("blob '", label, "' (", b.size, " bytes, not UTF-8 text)"));
+      continue;
+    }
+    meta[StrCat("ckpt.blob.", label)] = std::move(value);
+  }
+  return meta;
+}
+
+// Streams one shard's tensors into `w` after its header: this thread loads
+// batches of consecutive slabs (their input at most a quarter of `budget`)
+// while a writer thread converts and writes the batch before; two batches
+// are in memory at most, with their casts.
+class ShardStream {
+ public:
+  ShardStream(const StepToRead& opened, ShardWriter& w, uint64_t header_bytes, std::vector<Slab> slabs, int64_t budget,
+              std::vector<std::byte> (&buffers)[2])
+      : opened_(opened),
+        w_(w),
+        header_bytes_(header_bytes),
+        slabs_(std::move(slabs)),
+        budget_(budget),
+        buffers_(buffers) {}
+
+  // `on_written(bytes)` after each batch is written, on the writer thread.
+  absl::Status Run(const std::function<void(uint64_t)>& on_written) {
+    std::thread writer([&] { WriteBatches(on_written); });
+    absl::Status load_status = LoadBatches();
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      loading_done_ = true;
+    }
+    cv_.notify_all();
+    writer.join();
+    if (!load_status.ok()) return load_status;
+    return write_status_;
+  }
+
+ private:
+  struct Batch {
+    std::vector<std::byte>* in = nullptr;  // one of the two buffers
+    size_t a = 0, b = 0;                   // slabs [a, b)
+  };
+
+  absl::Status LoadBatches() {
+    LoadOptions load_options;
+    load_options.read_buffer_bytes = size_t{16} << 20;  // loads read a few MiB ahead
+    size_t batches = 0;
+    for (size_t a = 0; a < slabs_.size(); ++batches) {
+      size_t b = a;
+      uint64_t in_bytes = 0;
+      while (b < slabs_.size()) {
+        const uint64_t n = static_cast<uint64_t>(slabs_[b].count) * DTypeSize(slabs_[b].t->src->dtype);
+        if (b > a && in_bytes + n > static_cast<uint64_t>(budget_ / 4)) break;
+        in_bytes += n;
+        ++b;
+      }
+      {
+        // Batch i fills buffer i % 2 once batch i - 2 is written.
+        std::unique_lock<std::mutex> lock(mu_);
+        cv_.wait(lock, [&] { return batches_written_ + 2 > batches || !write_status_.ok(); });
+        if (!write_status_.ok()) return absl::OkStatus();
+      }
+      Batch batch{&buffers_[batches % 2], a, b};
+      if (batch.in->size() < in_bytes) batch.in->resize(in_bytes);
+      State target;
+      uint64_t at = 0;
+      for (size_t k = a; k < b; ++k) {
+        const Slab& sl = slabs_[k];
+        const TensorSpec spec{sl.t->src->fqn, sl.t->src->dtype, sl.t->src->shape};
+        CKPT_RETURN_IF_ERROR(target.AddShard(spec, sl.box, batch.in->data() + at));
+        at += static_cast<uint64_t>(sl.count) * DTypeSize(spec.dtype);
+      }
+      CKPT_RETURN_IF_ERROR(LoadFromManifest(*opened_.storage, opened_.manifest, target, 0, load_options).status());
+      std::unique_lock<std::mutex> lock(mu_);
+      cv_.wait(lock, [&] { return !pending_.has_value() || !write_status_.ok(); });
+      if (!write_status_.ok()) return absl::OkStatus();
+      pending_ = batch;
+      cv_.notify_all();
+      a = b;
+    }
+    return absl::OkStatus();
+  }
+
+  void WriteBatches(const std::function<void(uint64_t)>& on_written) {
+    std::vector<std::byte> out_buf;
+    while (true) {
+      Batch batch;
+      {
+        std::unique_lock<std::mutex> lock(mu_);
+        cv_.wait(lock, [&] { return pending_.has_value() || loading_done_; });
+        if (!pending_) return;
+        batch = *pending_;
+        pending_.reset();
+      }
+      cv_.notify_all();
+      uint64_t at = 0, written = 0;
+      absl::Status st;
+      for (size_t k = batch.a; k < batch.b && st.ok(); ++k) {
+        const Slab& sl = slabs_[k];
+        const DType from = sl.t->src->dtype, to_type = sl.t->out_dtype;
+        const std::byte* src = batch.in->data() + at;
+        at += static_cast<uint64_t>(sl.count) * DTypeSize(from);
+        const uint64_t out_n = static_cast<uint64_t>(sl.count) * DTypeSize(to_type);
+        if (from != to_type) {
+          out_buf.resize(out_n);
+          Convert(from, src, to_type, out_buf.data(), sl.count);
+          src = out_buf.data();
+        }
+        const uint64_t offset = header_bytes_ + sl.t->begin + static_cast<uint64_t>(sl.first) * DTypeSize(to_type);
+        st = w_.Write(offset, src, out_n);
+        written += out_n;
+      }
+      on_written(written);
+      std::lock_guard<std::mutex> lock(mu_);
+      ++batches_written_;
+      cv_.notify_all();
+      if (!st.ok()) {
+        write_status_ = st;
+        return;
+      }
+    }
+  }
+
+  const StepToRead& opened_;
+  ShardWriter& w_;
+  const uint64_t header_bytes_;
+  const std::vector<Slab> slabs_;
+  const int64_t budget_;
+  std::vector<std::byte> (&buffers_)[2];
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::optional<Batch> pending_;
+  bool loading_done_ = false;
+  size_t batches_written_ = 0;
+  absl::Status write_status_;
+};
+
+// Writes shard `si` of `plan` into `stage` and returns its SHA-256 when
+// `checksums` (else empty).
+absl::StatusOr<std::string> WriteShard(const StepToRead& opened, const ExportPlan& plan, size_t si,
+                                       const std::map<std::string, std::string>& meta, const std::string& stage,
+                                       int64_t budget, bool checksums, std::vector<std::byte> (&buffers)[2],
+                                       const std::function<void(uint64_t)>& on_written) {
+  std::vector<SafetensorsTensor> header_tensors;
+  for (const OutTensor* t : plan.shards[si]) {
+    SafetensorsTensor h;
+    h.name = t->name;
+    h.dtype_name = std::string(SafetensorsDTypeName(t->out_dtype));
+    h.shape = t->src->shape;
+    h.begin = t->begin;
+    h.end = t->begin + t->bytes;
+    header_tensors.push_back(std::move(h));
+  }
+  const std::string header = EncodeSafetensorsHeader(header_tensors, meta);
+  const std::string final_path = StrCat(stage, "/", ShardName(si, plan.shards.size()));
+  ShardWriter w;
+  CKPT_RETURN_IF_ERROR(w.Open(StrCat(final_path, ".tmp"), checksums));
+  CKPT_RETURN_IF_ERROR(w.Write(0, reinterpret_cast<const std::byte*>(header.data()), header.size()));
+  // Slabs of this shard's tensors, in file order, loaded a budget at a time.
+  std::vector<Slab> slabs;
+  for (const OutTensor* t : plan.shards[si]) {
+    const size_t widest = std::max(DTypeSize(t->src->dtype), DTypeSize(t->out_dtype));
+    const int64_t max_elems = std::max<int64_t>(1, budget / 4 / static_cast<int64_t>(widest));
+    for (Slab& s : CutIntoSlabs(*t, max_elems)) slabs.push_back(std::move(s));
+  }
+  CKPT_RETURN_IF_ERROR(ShardStream(opened, w, header.size(), std::move(slabs), budget, buffers).Run(on_written));
+  std::string sha;
+  CKPT_RETURN_IF_ERROR(w.Finish(final_path, &sha));
+  return sha;
+}
+
+// The shards, then the index (when there are several) and SHA256SUMS (when
+// asked), into `stage`; returns the files written, in that order.
+absl::StatusOr<std::vector<std::string>> WriteExport(const StepToRead& opened, const ExportPlan& plan,
+                                                     const std::map<std::string, std::string>& first_meta,
+                                                     const std::string& stage, int64_t budget, bool checksums) {
+  ProgressBar progress("export");
+  std::vector<std::byte> buffers[2];  // reused for every shard
+  uint64_t done_bytes = 0;
+  auto on_written = [&](uint64_t n) {
+    done_bytes += n;
+    progress.Update(static_cast<int64_t>(done_bytes), static_cast<int64_t>(plan.total));
+  };
+  std::vector<std::pair<std::string, std::string>> sums;  // file, sha256
+  std::vector<std::string> files;
+  for (size_t si = 0; si < plan.shards.size(); ++si) {
+    const std::map<std::string, std::string> meta =
+        si == 0 ? first_meta : std::map<std::string, std::string>{{"format", "pt"}};
+    CKPT_ASSIGN_OR_RETURN(const std::string sha,
+                          WriteShard(opened, plan, si, meta, stage, budget, checksums, buffers, on_written));
+    files.push_back(ShardName(si, plan.shards.size()));
+    if (checksums) sums.emplace_back(files.back(), sha);
+  }
+  progress.Finish();
+  if (plan.shards.size() > 1) {
+    SafetensorsIndex index;
+    index.total_size = plan.total;
+    for (const OutTensor& t : plan.tensors) index.weight_map[t.name] = ShardName(t.shard, plan.shards.size());
+    CKPT_RETURN_IF_ERROR(WriteSmallFile(StrCat(stage, "/model.safetensors.index.json"), EncodeSafetensorsIndex(index)));
+    files.push_back("model.safetensors.index.json");
+  }
+  if (checksums) {
+    std::string text;
+    for (const auto& [file, sha] : sums) StrAppend(&text, sha, "  ", file, "\n");
+    CKPT_RETURN_IF_ERROR(WriteSmallFile(StrCat(stage, "/SHA256SUMS"), text));
+    files.push_back("SHA256SUMS");
+  }
+  return files;
+}
+
+void PrintExport(bool json, const StepToRead& opened, const std::string& to, const ExportPlan& plan, int64_t budget,
+                 const std::vector<std::string>& files, const std::vector<std::string>& left_out) {
+  if (json) {
+    JsonWriter j;
+    j.BeginObject();
+    j.Field("step", opened.step).Field("to", to).Field("tensors", static_cast<int64_t>(plan.tensors.size()));
+    j.Field("shards", static_cast<int64_t>(plan.shards.size())).Field("total_size", static_cast<int64_t>(plan.total));
+    j.Field("budget", budget).Field("peak_rss", static_cast<int64_t>(PeakRssBytes()));
+    j.Key("files").BeginArray();
+    for (const std::string& f : files) j.String(f);
+    j.EndArray();
+    j.Key("left_out").BeginArray();
+    for (const std::string& l : left_out) j.String(l);
+    j.EndArray();
+    j.EndObject();
+    std::printf("%s\n", j.str().c_str());
+    return;
+  }
+  std::printf("exported step %lld: %zu tensors (%s) in %zu shard(s) to %s; peak memory %s (budget %s)\n",
+              static_cast<long long>(opened.step), plan.tensors.size(),
+              HumanBytes(static_cast<double>(plan.total)).c_str(), plan.shards.size(), to.c_str(),
+              HumanBytes(PeakRssBytes()).c_str(), HumanBytes(static_cast<double>(budget)).c_str());
+}
+
+// What ExportSafetensorsMain's options say, checked.
+struct ExportChoices {
+  uint64_t shard_limit = 0;
+  std::optional<DType> cast;
+  Renamer renamer;
+  std::vector<std::string> only, exclude;
+  std::vector<std::string> earlier;  // the export OUTDIR holds now
+};
+
+absl::StatusOr<ExportChoices> CheckExportOptions(const std::string& to, bool overwrite, const std::string& max_shard,
+                                                 int64_t budget, const std::string& dtype_name,
+                                                 const std::string& rename_file, const std::string& only,
+                                                 const std::string& exclude) {
+  ExportChoices c;
+  if (to.empty()) return absl::InvalidArgumentError("give --to DIR (see --help)");
+  CKPT_ASSIGN_OR_RETURN(c.earlier, ExportArtifactsIn(to));
+  if (!c.earlier.empty() && !overwrite) {
+    std::string names;
+    for (size_t i = 0; i < c.earlier.size() && i < 4; ++i) StrAppend(&names, i ? ", " : "", c.earlier[i]);
+    if (c.earlier.size() > 4) StrAppend(&names, ", ...");
+    return absl::InvalidArgumentError(StrCat(to, " already holds an export (", names,
+                                             "): readers would mix the two; give --overwrite to replace it, or "
+                                             "another --to"));
+  }
+  const std::optional<int64_t> shard_limit = ParseShardSize(max_shard);
+  if (!shard_limit || *shard_limit <= 0) {
+    return absl::InvalidArgumentError(StrCat("--max-shard-size: cannot read '", max_shard, "'"));
+  }
+  c.shard_limit = static_cast<uint64_t>(*shard_limit);
+  if (budget < 4096) return absl::InvalidArgumentError("--budget must be at least 4K");
+  if (!dtype_name.empty()) {
+    c.cast = ParseDType(dtype_name);
+    if (!c.cast || (*c.cast != DType::kBF16 && *c.cast != DType::kF16 && *c.cast != DType::kF32)) {
+      return absl::InvalidArgumentError(StrCat("--dtype must be bf16, f16 or f32, not '", dtype_name, "'"));
+    }
+  }
+  if (!rename_file.empty()) {
+    CKPT_ASSIGN_OR_RETURN(c.renamer, ReadRenames(rename_file));
+  }
+  c.only = SplitGlobs(only);
+  c.exclude = SplitGlobs(exclude);
+  return c;
+}
+
+}  // namespace
+
 int ExportSafetensorsMain(int argc, char** argv, int first) {
   int64_t step = kLatestStep;
   std::string dir, to, format, max_shard = "5GB", dtype_name, only, exclude, rename_file;
@@ -397,121 +760,27 @@ int ExportSafetensorsMain(int argc, char** argv, int first) {
   args.Switch("json", &json, "print what was written as JSON");
   int exit = 0;
   if (!args.Parse(argc, argv, first, &exit)) return exit;
-  auto usage = [](const std::string& m) {
-    std::fprintf(stderr, "ckpt export: %s\n", m.c_str());
-    return kExitUsage;
+  auto fail = [](int code, const absl::Status& s) {
+    std::fprintf(stderr, "ckpt export: %s\n", std::string(s.message()).c_str());
+    return code;
   };
-  auto problem = [](const std::string& m) {
-    std::fprintf(stderr, "ckpt export: %s\n", m.c_str());
-    return kExitProblem;
-  };
-  if (to.empty()) return usage("give --to DIR (see --help)");
-  auto earlier = ExportArtifactsIn(to);
-  if (!earlier.ok()) return usage(std::string(earlier.status().message()));
-  if (!earlier->empty() && !overwrite) {
-    std::string names;
-    for (size_t i = 0; i < earlier->size() && i < 4; ++i) StrAppend(&names, i ? ", " : "", (*earlier)[i]);
-    if (earlier->size() > 4) StrAppend(&names, ", ...");
-    return usage(StrCat(to, " already holds an export (", names,
-                        "): readers would mix the two; give --overwrite to replace it, or another --to"));
-  }
-  const std::optional<int64_t> shard_limit = ParseShardSize(max_shard);
-  if (!shard_limit || *shard_limit <= 0) return usage(StrCat("--max-shard-size: cannot read '", max_shard, "'"));
-  if (budget < 4096) return usage("--budget must be at least 4K");
-  std::optional<DType> cast;
-  if (!dtype_name.empty()) {
-    cast = ParseDType(dtype_name);
-    if (!cast || (*cast != DType::kBF16 && *cast != DType::kF16 && *cast != DType::kF32)) {
-      return usage(StrCat("--dtype must be bf16, f16 or f32, not '", dtype_name, "'"));
-    }
-  }
-  Renamer renamer;
-  if (!rename_file.empty()) {
-    auto r = ReadRenames(rename_file);
-    if (!r.ok()) return usage(std::string(r.status().message()));
-    renamer = std::move(r).value();
-  }
-  const std::vector<std::string> only_globs = SplitGlobs(only);
-  const std::vector<std::string> exclude_globs = SplitGlobs(exclude);
-
+  auto choices = CheckExportOptions(to, overwrite, max_shard, budget, dtype_name, rename_file, only, exclude);
+  if (!choices.ok()) return fail(kExitUsage, choices.status());
   auto opened = OpenStepToRead(dir, step, "export");
-  if (!opened.ok()) return usage(std::string(opened.status().message()));
-  step = opened->step;
-  Storage* const storage = opened->storage.get();
-  const CheckpointSummary* const summary = &opened->summary;
-  const Manifest* const manifest = &opened->manifest;
-
-  // The tensors, renamed, in the order of their new names.
-  std::vector<OutTensor> tensors;
-  std::set<std::string> names;
-  for (const TensorSummary& t : summary->tensors) {
-    auto matches = [&](const std::vector<std::string>& globs) {
-      return std::any_of(globs.begin(), globs.end(), [&](const std::string& g) { return GlobMatch(g, t.fqn); });
-    };
-    if (!only_globs.empty() && !matches(only_globs)) continue;
-    if (matches(exclude_globs)) continue;
-    OutTensor o;
-    o.src = &t;
-    o.name = renamer.Apply(t.fqn);
-    if (o.name.empty() || o.name == "__metadata__" || !IsValidUtf8(o.name)) {
-      return usage(StrCat("tensor '", t.fqn, "' would be named '", o.name,
-                          "', which safetensors cannot hold (empty, __metadata__ or not UTF-8); use --rename"));
-    }
-    if (!names.insert(o.name).second) {
-      return usage(StrCat("two tensors would both be named '", o.name, "' (the second is '", t.fqn, "')"));
-    }
-    o.out_dtype = cast && IsFloatingPoint(t.dtype) ? *cast : t.dtype;
-    o.bytes = static_cast<uint64_t>(TensorSpec{t.fqn, t.dtype, t.shape}.NumElements()) * DTypeSize(o.out_dtype);
-    tensors.push_back(std::move(o));
-  }
-  if (tensors.empty()) return usage("no tensor is left to export (see --only and --exclude)");
-  std::sort(tensors.begin(), tensors.end(), [](const OutTensor& a, const OutTensor& b) { return a.name < b.name; });
-
-  // Shards: tensors in order, a new shard when the next would pass the limit.
-  std::vector<std::vector<OutTensor*>> shards(1);
-  uint64_t in_shard = 0, total = 0;
-  for (OutTensor& t : tensors) {
-    if (!shards.back().empty() && in_shard + t.bytes > static_cast<uint64_t>(*shard_limit)) {
-      shards.emplace_back();
-      in_shard = 0;
-    }
-    t.shard = shards.size() - 1;
-    t.begin = in_shard;
-    in_shard += t.bytes;
-    total += t.bytes;
-    shards.back().push_back(&t);
-  }
-
-  // The first shard's __metadata__: the step, its metadata, its text blobs.
-  std::map<std::string, std::string> first_meta = {{"format", "pt"}, {"ckpt.step", StrCat(step)}};
-  for (const auto& [k, v] : manifest->metadata) {
-    if (IsValidUtf8(k) && IsValidUtf8(v)) first_meta[StrCat("ckpt.meta.", k)] = v;
-  }
+  if (!opened.ok()) return fail(kExitUsage, opened.status());
+  auto plan = ChooseTensors(opened->summary, choices->only, choices->exclude, choices->renamer, choices->cast);
+  if (!plan.ok()) return fail(kExitUsage, plan.status());
+  PlaceInShards(*plan, choices->shard_limit);
   std::vector<std::string> left_out;
-  for (const BlobSummary& b : summary->blobs) {
-    const std::string label = b.rank < 0 ? b.name : StrCat("rank-", b.rank, ".", b.name);
-    if (static_cast<uint64_t>(b.size) > kMaxMetadataBytes) {
-      left_out.push_back(StrCat("blob '", label, "' (", b.size, " bytes: too large for __metadata__)"));
-      continue;
-    }
-    std::string value;
-    State target;
-    (void)target.AddBlobOut(b.name, &value, b.rank < 0 ? BlobScope::kGlobal : BlobScope::kRank, b.rank);
-    auto loaded = LoadFromManifest(*storage, *manifest, target, std::max(0, b.rank), LoadOptions{});
-    if (!loaded.ok()) return problem(std::string(loaded.status().message()));
-    if (!IsValidUtf8(value) || value.find('\0') != std::string::npos) {
-      left_out.push_back(StrCat("blob '", label, "' (", b.size, " bytes, not UTF-8 text)"));
-      continue;
-    }
-    first_meta[StrCat("ckpt.blob.", label)] = std::move(value);
-  }
+  auto first_meta = FirstShardMetadata(*opened, &left_out);
+  if (!first_meta.ok()) return fail(kExitProblem, first_meta.status());
 
   // Everything is written in a folder of its own inside OUTDIR, then moved
   // in (PublishExport).
   const std::string stage = StrCat(to, "/.ckpt-export.", ::getpid());
   std::error_code ec;
   std::filesystem::create_directories(stage, ec);
-  if (ec) return usage(StrCat("cannot create ", stage, ": ", ec.message()));
+  if (ec) return fail(kExitUsage, absl::InternalError(StrCat("cannot create ", stage, ": ", ec.message())));
   struct RemoveStage {
     const std::string& dir;
     ~RemoveStage() {
@@ -519,188 +788,11 @@ int ExportSafetensorsMain(int argc, char** argv, int first) {
       std::filesystem::remove_all(dir, ignored);
     }
   } remove_stage{stage};
-
-  ProgressBar progress("export");
-  // Two batch buffers, reused for every shard; loads read a few MiB ahead.
-  std::vector<std::byte> buffers[2];
-  LoadOptions load_options;
-  load_options.read_buffer_bytes = size_t{16} << 20;
-  uint64_t done_bytes = 0;
-  std::vector<std::pair<std::string, std::string>> sums;  // file, sha256
-  std::vector<std::string> files;
-  for (size_t si = 0; si < shards.size(); ++si) {
-    const std::string name = ShardName(si, shards.size());
-    std::vector<SafetensorsTensor> header_tensors;
-    for (const OutTensor* t : shards[si]) {
-      SafetensorsTensor h;
-      h.name = t->name;
-      h.dtype_name = std::string(SafetensorsDTypeName(t->out_dtype));
-      h.shape = t->src->shape;
-      h.begin = t->begin;
-      h.end = t->begin + t->bytes;
-      header_tensors.push_back(std::move(h));
-    }
-    const std::string header = EncodeSafetensorsHeader(
-        header_tensors, si == 0 ? first_meta : std::map<std::string, std::string>{{"format", "pt"}});
-    const std::string final_path = StrCat(stage, "/", name);
-    const std::string tmp_path = StrCat(final_path, ".tmp");
-    ShardWriter w;
-    if (absl::Status s = w.Open(tmp_path, checksums); !s.ok()) return problem(std::string(s.message()));
-    if (absl::Status s = w.Write(0, reinterpret_cast<const std::byte*>(header.data()), header.size()); !s.ok()) {
-      return problem(std::string(s.message()));
-    }
-    // Slabs of this shard's tensors, in file order, loaded a budget at a time.
-    std::vector<Slab> slabs;
-    for (const OutTensor* t : shards[si]) {
-      const size_t widest = std::max(DTypeSize(t->src->dtype), DTypeSize(t->out_dtype));
-      const int64_t max_elems = std::max<int64_t>(1, budget / 4 / static_cast<int64_t>(widest));
-      for (Slab& s : CutIntoSlabs(*t, max_elems)) slabs.push_back(std::move(s));
-    }
-    // Batches of consecutive slabs whose input fits a quarter of the budget:
-    // this thread loads one while a writer converts and writes the one
-    // before (two batches in memory at most, with their casts).
-    struct Batch {
-      std::vector<std::byte>* in = nullptr;  // one of the two buffers
-      size_t a = 0, b = 0;
-    };
-    std::mutex mu;
-    std::condition_variable cv;
-    std::optional<Batch> pending;
-    bool loading_done = false;
-    absl::Status write_status;
-    size_t batches_written = 0;
-    std::thread writer([&] {
-      std::vector<std::byte> out_buf;
-      while (true) {
-        Batch batch;
-        {
-          std::unique_lock<std::mutex> lock(mu);
-          cv.wait(lock, [&] { return pending.has_value() || loading_done; });
-          if (!pending) return;
-          batch = std::move(*pending);
-          pending.reset();
-        }
-        cv.notify_all();
-        uint64_t at = 0;
-        absl::Status st;
-        for (size_t k = batch.a; k < batch.b && st.ok(); ++k) {
-          const Slab& sl = slabs[k];
-          const DType from = sl.t->src->dtype, to_type = sl.t->out_dtype;
-          const std::byte* src = batch.in->data() + at;
-          at += static_cast<uint64_t>(sl.count) * DTypeSize(from);
-          const uint64_t out_n = static_cast<uint64_t>(sl.count) * DTypeSize(to_type);
-          if (from != to_type) {
-            out_buf.resize(out_n);
-            Convert(from, src, to_type, out_buf.data(), sl.count);
-            src = out_buf.data();
-          }
-          const uint64_t offset = header.size() + sl.t->begin + static_cast<uint64_t>(sl.first) * DTypeSize(to_type);
-          st = w.Write(offset, src, out_n);
-          done_bytes += out_n;
-        }
-        progress.Update(static_cast<int64_t>(done_bytes), static_cast<int64_t>(total));
-        std::lock_guard<std::mutex> lock(mu);
-        ++batches_written;
-        cv.notify_all();
-        if (!st.ok()) {
-          write_status = st;
-          return;
-        }
-      }
-    });
-    absl::Status load_status;
-    size_t batches = 0;
-    for (size_t a = 0; a < slabs.size() && load_status.ok(); ++batches) {
-      size_t b = a;
-      uint64_t in_bytes = 0;
-      while (b < slabs.size()) {
-        const uint64_t n = static_cast<uint64_t>(slabs[b].count) * DTypeSize(slabs[b].t->src->dtype);
-        if (b > a && in_bytes + n > static_cast<uint64_t>(budget / 4)) break;
-        in_bytes += n;
-        ++b;
-      }
-      {
-        // Batch i fills buffer i % 2 once batch i - 2 is written.
-        std::unique_lock<std::mutex> lock(mu);
-        cv.wait(lock, [&] { return batches_written + 2 > batches || !write_status.ok(); });
-        if (!write_status.ok()) break;
-      }
-      Batch batch;
-      batch.in = &buffers[batches % 2];
-      if (batch.in->size() < in_bytes) batch.in->resize(in_bytes);
-      batch.a = a;
-      batch.b = b;
-      State target;
-      uint64_t at = 0;
-      for (size_t k = a; k < b && load_status.ok(); ++k) {
-        const Slab& sl = slabs[k];
-        const TensorSpec spec{sl.t->src->fqn, sl.t->src->dtype, sl.t->src->shape};
-        load_status = target.AddShard(spec, sl.box, batch.in->data() + at);
-        at += static_cast<uint64_t>(sl.count) * DTypeSize(spec.dtype);
-      }
-      if (load_status.ok()) load_status = LoadFromManifest(*storage, *manifest, target, 0, load_options).status();
-      if (!load_status.ok()) break;
-      std::unique_lock<std::mutex> lock(mu);
-      cv.wait(lock, [&] { return !pending.has_value() || !write_status.ok(); });
-      if (!write_status.ok()) break;
-      pending = std::move(batch);
-      cv.notify_all();
-      a = b;
-    }
-    {
-      std::lock_guard<std::mutex> lock(mu);
-      loading_done = true;
-    }
-    cv.notify_all();
-    writer.join();
-    if (!load_status.ok()) return problem(std::string(load_status.message()));
-    if (!write_status.ok()) return problem(std::string(write_status.message()));
-    std::string sha;
-    if (absl::Status s = w.Finish(final_path, &sha); !s.ok()) return problem(std::string(s.message()));
-    files.push_back(name);
-    if (checksums) sums.emplace_back(name, sha);
-  }
-  progress.Finish();
-  if (shards.size() > 1) {
-    SafetensorsIndex index;
-    index.total_size = total;
-    for (const OutTensor& t : tensors) index.weight_map[t.name] = ShardName(t.shard, shards.size());
-    if (absl::Status s = WriteSmallFile(StrCat(stage, "/model.safetensors.index.json"), EncodeSafetensorsIndex(index));
-        !s.ok()) {
-      return problem(std::string(s.message()));
-    }
-    files.push_back("model.safetensors.index.json");
-  }
-  if (checksums) {
-    std::string text;
-    for (const auto& [file, sha] : sums) StrAppend(&text, sha, "  ", file, "\n");
-    if (absl::Status s = WriteSmallFile(StrCat(stage, "/SHA256SUMS"), text); !s.ok()) {
-      return problem(std::string(s.message()));
-    }
-    files.push_back("SHA256SUMS");
-  }
-  if (absl::Status s = PublishExport(to, stage, files, *earlier); !s.ok()) return problem(std::string(s.message()));
+  auto files = WriteExport(*opened, *plan, *first_meta, stage, budget, checksums);
+  if (!files.ok()) return fail(kExitProblem, files.status());
+  if (absl::Status s = PublishExport(to, stage, *files, choices->earlier); !s.ok()) return fail(kExitProblem, s);
   for (const std::string& l : left_out) std::fprintf(stderr, "ckpt export: left out %s\n", l.c_str());
-  if (json) {
-    JsonWriter j;
-    j.BeginObject();
-    j.Field("step", step).Field("to", to).Field("tensors", static_cast<int64_t>(tensors.size()));
-    j.Field("shards", static_cast<int64_t>(shards.size())).Field("total_size", static_cast<int64_t>(total));
-    j.Field("budget", budget).Field("peak_rss", static_cast<int64_t>(PeakRssBytes()));
-    j.Key("files").BeginArray();
-    for (const std::string& f : files) j.String(f);
-    j.EndArray();
-    j.Key("left_out").BeginArray();
-    for (const std::string& l : left_out) j.String(l);
-    j.EndArray();
-    j.EndObject();
-    std::printf("%s\n", j.str().c_str());
-  } else {
-    std::printf("exported step %lld: %zu tensors (%s) in %zu shard(s) to %s; peak memory %s (budget %s)\n",
-                static_cast<long long>(step), tensors.size(), HumanBytes(static_cast<double>(total)).c_str(),
-                shards.size(), to.c_str(), HumanBytes(PeakRssBytes()).c_str(),
-                HumanBytes(static_cast<double>(budget)).c_str());
-  }
+  PrintExport(json, *opened, to, *plan, budget, *files, left_out);
   return kExitOk;
 }
 
