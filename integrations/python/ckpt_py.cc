@@ -217,9 +217,8 @@ ckpt::SaveLevel ParseLevel(const std::string& level) {
   Raise(absl::StatusCode::kInvalidArgument, "level must be 'durable' or 'memory', not '" + level + "'");
 }
 
-}  // namespace
-
-PYBIND11_MODULE(_ckpt, m) {
+// The error classes, dtype sizes and the Communicator a trainer implements.
+void BindBasics(py::module_& m) {
   m.doc() = "ckpt: asynchronous sharded checkpoints (native part)";
   m.attr("LATEST") = ckpt::kLatestStep;
   m.def(
@@ -238,7 +237,10 @@ PYBIND11_MODULE(_ckpt, m) {
            "scatter(list[bytes], timeout) -> bytes, broadcast(bytes, timeout) -> bytes, barrier(timeout).")
       .def_property_readonly("rank", &ckpt::Communicator::rank)
       .def_property_readonly("size", &ckpt::Communicator::size);
+}
 
+// IntervalPolicy: when to save next.
+void BindIntervalPolicy(py::module_& m) {
   py::class_<ckpt::IntervalPolicy>(m, "IntervalPolicy")
       .def(py::init([](double mtbf_s, double restart_s, double stall_s, double write_s, double min_interval_s,
                        double max_interval_s, bool two_level, double memory_stall_s, double memory_write_s,
@@ -295,7 +297,10 @@ PYBIND11_MODULE(_ckpt, m) {
       .def_property_readonly("interval_s", &ckpt::IntervalPolicy::interval_s)
       .def_property_readonly("stall_s", &ckpt::IntervalPolicy::stall_s)
       .def_property_readonly("write_s", &ckpt::IntervalPolicy::write_s);
+}
 
+// The synthetic state of `ckpt synth`.
+void BindSynthetic(py::module_& m) {
   // The deterministic transformer-like state of `ckpt synth`, for comparing
   // other savers on the same bytes (benchmarks/run).
   m.def(
@@ -326,7 +331,10 @@ PYBIND11_MODULE(_ckpt, m) {
       },
       py::arg("name"), py::arg("dtype"), py::arg("shape"), py::arg("seed"), py::arg("data_ptr"),
       "Writes the synthetic values of a whole tensor into the packed buffer at data_ptr.");
+}
 
+// State: the tensors and blobs a save writes or a load fills.
+void BindState(py::module_& m) {
   py::class_<PyState>(m, "State")
       .def(py::init<>())
       .def(
@@ -433,7 +441,10 @@ PYBIND11_MODULE(_ckpt, m) {
         if (it == s.blob_outs.end()) Raise(absl::StatusCode::kNotFound, "no blob '" + name + "' was asked for");
         return py::bytes(*it->second);
       });
+}
 
+// PeerMemory: the memory level's store.
+void BindPeerMemory(py::module_& m) {
   py::class_<ckpt::PeerMemory, std::shared_ptr<ckpt::PeerMemory>>(m, "PeerMemory")
       .def(py::init([](const std::string& token, const std::string& domain, int64_t budget_bytes,
                        const std::string& listen) {
@@ -493,7 +504,10 @@ PYBIND11_MODULE(_ckpt, m) {
       py::arg("domains"), py::arg("replicas") = 1,
       "For each rank (by its failure domain), the ranks whose memory holds its copies: `replicas` of them, "
       "each in another domain, spread evenly.");
+}
 
+// SaveHandle: a save in flight.
+void BindSaveHandle(py::module_& m) {
   py::class_<ckpt::SaveHandle>(m, "SaveHandle")
       .def(
           "wait",
@@ -511,7 +525,10 @@ PYBIND11_MODULE(_ckpt, m) {
       .def_property_readonly("commit_s", [](const ckpt::SaveHandle& h) { return h.Stats().commit_s; })
       .def_property_readonly("bytes_stored", [](const ckpt::SaveHandle& h) { return h.Stats().bytes_stored; })
       .def_property_readonly("save_id", [](const ckpt::SaveHandle& h) { return h.Stats().save_id; });
+}
 
+// Checkpointer: saves and loads of one rank.
+void BindCheckpointer(py::module_& m) {
   py::class_<ckpt::Checkpointer>(m, "Checkpointer")
       .def(py::init([](const std::string& uri, int rank, int world_size, const std::string& codec, int keep_last,
                        int64_t staging_bytes, bool direct_io, std::shared_ptr<ckpt::Communicator> communicator,
@@ -647,4 +664,16 @@ PYBIND11_MODULE(_ckpt, m) {
         }
         Check(s);
       });
+}
+
+}  // namespace
+
+PYBIND11_MODULE(_ckpt, m) {
+  BindBasics(m);
+  BindIntervalPolicy(m);
+  BindSynthetic(m);
+  BindState(m);
+  BindPeerMemory(m);
+  BindSaveHandle(m);
+  BindCheckpointer(m);
 }
