@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <map>
+#include <optional>
 
 #include "ckpt/plan.h"
 #include "ckpt/synthetic.h"
@@ -68,6 +69,183 @@ double Median(std::vector<double> v) {
   return v[v.size() / 2];
 }
 
+// What `ckpt plan` measures: the phases' times and sizes of a save on one
+// mesh and a restart onto another.
+struct PlanFigures {
+  std::optional<SyntheticModel> model, target;
+  RuleManifestStats rules;
+  int64_t writer_bytes_max = 0, writer_bytes_total = 0;
+  double t_save_plan = 0, t_manifest = 0, t_encode = 0, t_decode = 0, t_load_plan = 0, total = 0, wall = 0, rss = 0;
+  size_t manifest_bytes = 0;
+  std::optional<RankPlanning> per_rank;
+  std::optional<LoadPlanStats> load;
+};
+
+// A failed phase: its message and the exit code it calls for.
+struct PlanFailure {
+  int exit;
+  absl::Status status;
+};
+
+std::optional<PlanFailure> MeasurePlan(const SyntheticOptions& so, const Mesh& from, const Mesh& to, int64_t block,
+                                       int64_t tiles, int64_t rank_samples, PlanFigures& f) {
+  const double t0 = NowSeconds();
+  auto model = BuildSyntheticModel(so, from);
+  if (!model.ok()) return PlanFailure{kExitUsage, model.status()};
+  f.model = std::move(*model);
+  // The save: every chunk's writer and blocks, as the manifest the leader
+  // commits, from the layouts' rules (grids; no object per chunk).
+  double t = NowSeconds();
+  auto built =
+      SaveManifestByRules(f.model->tensors, from, static_cast<uint64_t>(block), static_cast<int>(tiles), &f.rules);
+  if (!built.ok()) return PlanFailure{kExitProblem, built.status()};
+  f.t_save_plan = NowSeconds() - t;
+  f.writer_bytes_max = *std::max_element(f.rules.bytes_by_rank.begin(), f.rules.bytes_by_rank.end());
+  for (int64_t b : f.rules.bytes_by_rank) f.writer_bytes_total += b;
+
+  // The leader's exact-cover check, on the tensors listed chunk by chunk (a
+  // grid covers its tensor exactly).
+  t = NowSeconds();
+  for (const ManifestTensor& mt : built->tensors) {
+    if (mt.grid.has_value()) continue;
+    std::vector<Box> boxes;
+    boxes.reserve(mt.chunks.size());
+    for (const ManifestChunk& c : mt.chunks) boxes.push_back(c.box);
+    if (absl::Status cover = CheckExactCover(mt.spec, boxes); !cover.ok()) return PlanFailure{kExitProblem, cover};
+  }
+  f.t_manifest = NowSeconds() - t;
+
+  t = NowSeconds();
+  const std::string encoded = EncodeManifest(*built);
+  f.t_encode = NowSeconds() - t;
+  f.manifest_bytes = encoded.size();
+  *built = Manifest();
+  // The leader of the restart checks the whole manifest (every cell's file
+  // and blocks) without expanding its grids.
+  t = NowSeconds();
+  auto decoded = DecodeManifest(encoded, "simulated manifest", kMaxManifestChunks, GridChunks::kGridsOnly);
+  f.t_decode = NowSeconds() - t;
+  if (!decoded.ok()) return PlanFailure{kExitProblem, decoded.status()};
+
+  auto target = BuildSyntheticModel(so, to);
+  if (!target.ok()) return PlanFailure{kExitUsage, target.status()};
+  f.target = std::move(*target);
+  // Each rank of the new mesh reads its part and plans its own load.
+  auto per_rank = PlanRanksFromParts(encoded, *f.target, to, std::max<int64_t>(1, rank_samples));
+  if (!per_rank.ok()) return PlanFailure{kExitProblem, per_rank.status()};
+  f.per_rank = std::move(*per_rank);
+  // The planning a save and a restart wait for: the save's plan and
+  // manifest, the leader's check, and the slowest rank's own load plan.
+  f.total = f.t_save_plan + f.t_manifest + f.t_encode + f.t_decode + Max(f.per_rank->seconds);
+
+  // Every rank's load planned on this one core, for the read amplification
+  // over the whole mesh (a figure of this tool, not a step of a restart).
+  t = NowSeconds();
+  auto load = PlanMeshLoad(*decoded, f.target->tensors, to);
+  if (!load.ok()) return PlanFailure{kExitProblem, load.status()};
+  f.load = std::move(*load);
+  f.t_load_plan = NowSeconds() - t;
+  f.wall = NowSeconds() - t0;
+  f.rss = PeakRssBytes();
+  return std::nullopt;
+}
+
+void PrintPlanJson(const Mesh& from, const Mesh& to, const PlanFigures& f) {
+  const LoadPlanStats& load = *f.load;
+  const RankPlanning& per_rank = *f.per_rank;
+  JsonWriter w;
+  w.BeginObject()
+      .Field("ranks_from", from.NumRanks())
+      .Field("ranks_to", to.NumRanks())
+      .Field("mesh_from", from.ToString())
+      .Field("mesh_to", to.ToString())
+      .Field("params", f.model->params)
+      .Field("tensors", static_cast<int64_t>(f.model->tensors.size()))
+      .Field("layers", f.model->layers)
+      .Field("chunks", f.rules.chunks)
+      .Field("manifest_bytes", static_cast<int64_t>(f.manifest_bytes))
+      .Field("save_plan_s", f.t_save_plan)
+      .Field("manifest_and_cover_s", f.t_manifest)
+      .Field("encode_s", f.t_encode)
+      .Field("decode_s", f.t_decode)
+      .Field("load_plan_s", f.t_load_plan)
+      .Field("total_s", f.total)
+      .Field("wall_s", f.wall)
+      .Field("grid_tensors", f.rules.grid_tensors)
+      .Field("listed_chunks", f.rules.listed_chunks)
+      .Field("writer_bytes_max", f.writer_bytes_max)
+      .Field("writer_bytes_mean", static_cast<double>(f.writer_bytes_total) / static_cast<double>(from.NumRanks()))
+      .Field("peak_rss_bytes", f.rss)
+      .Field("distinct_target_boxes", load.distinct_boxes)
+      .Field("overlaps", load.overlaps)
+      .Field("read_requests", load.block_ranges)
+      .Field("bytes_needed", load.bytes_needed)
+      .Field("bytes_read", load.bytes_read)
+      .Field("read_amplification", load.Amplification())
+      .Field("ranks_sampled", per_rank.ranks)
+      .Field("rank_manifest_bytes_max", Max(per_rank.bytes))
+      .Field("rank_manifest_bytes_median", Median(per_rank.bytes))
+      .Field("rank_manifest_reads_max", static_cast<int64_t>(per_rank.reads_max))
+      .Field("rank_plan_s_max", Max(per_rank.seconds))
+      .Field("rank_plan_s_median", Median(per_rank.seconds))
+      .EndObject();
+  std::printf("%s\n", w.str().c_str());
+}
+
+// The tensors whose load reads the most bytes beyond those it needs.
+void PrintPerTensor(const PlanFigures& f) {
+  const LoadPlanStats& load = *f.load;
+  std::vector<size_t> order(f.target->tensors.size());
+  for (size_t i = 0; i < order.size(); ++i) order[i] = i;
+  auto excess = [&](size_t i) { return load.per_tensor[i].second - load.per_tensor[i].first; };
+  std::sort(order.begin(), order.end(), [&](size_t a, size_t b) { return excess(a) > excess(b); });
+  std::printf("\n%-52s %12s %12s %8s\n", "tensor (most extra bytes first)", "needed", "read", "ratio");
+  for (size_t k = 0; k < std::min<size_t>(15, order.size()); ++k) {
+    const size_t i = order[k];
+    const auto [needed, read] = load.per_tensor[i];
+    if (read <= needed) break;
+    std::printf("%-52s %12s %12s %8.3f\n", f.target->tensors[i].spec.fqn.c_str(),
+                HumanBytes(static_cast<double>(needed)).c_str(), HumanBytes(static_cast<double>(read)).c_str(),
+                needed ? static_cast<double>(read) / static_cast<double>(needed) : 0.0);
+  }
+}
+
+void PrintPlanText(const Mesh& from, const Mesh& to, bool adam, const PlanFigures& f) {
+  const LoadPlanStats& load = *f.load;
+  const RankPlanning& per_rank = *f.per_rank;
+  std::printf("model: %.3g params, %d layers, %zu tensors%s\n", static_cast<double>(f.model->params), f.model->layers,
+              f.model->tensors.size(), adam ? " (with Adam state)" : "");
+  std::printf(
+      "save on %s (%lld ranks): %lld chunks (%lld tensors as grids, %lld chunks listed), planned with its "
+      "manifest in %.3f s; the most bytes one rank writes %s (mean %s)\n",
+      from.ToString().c_str(), static_cast<long long>(from.NumRanks()), static_cast<long long>(f.rules.chunks),
+      static_cast<long long>(f.rules.grid_tensors), static_cast<long long>(f.rules.listed_chunks), f.t_save_plan,
+      HumanBytes(static_cast<double>(f.writer_bytes_max)).c_str(),
+      HumanBytes(static_cast<double>(f.writer_bytes_total) / static_cast<double>(from.NumRanks())).c_str());
+  std::printf(
+      "manifest: %s, listed chunks exact-cover checked in %.3f s, encoded %.3f s, "
+      "checked whole by the leader in %.3f s\n",
+      HumanBytes(static_cast<double>(f.manifest_bytes)).c_str(), f.t_manifest, f.t_encode, f.t_decode);
+  std::printf(
+      "load onto %s (%lld ranks), every rank planned on this core: %lld distinct boxes, %lld overlaps, %lld read "
+      "requests, %.3f s\n",
+      to.ToString().c_str(), static_cast<long long>(to.NumRanks()), static_cast<long long>(load.distinct_boxes),
+      static_cast<long long>(load.overlaps), static_cast<long long>(load.block_ranges), f.t_load_plan);
+  std::printf("read amplification %.4f (%s read for %s needed, all ranks)\n", load.Amplification(),
+              HumanBytes(static_cast<double>(load.bytes_read)).c_str(),
+              HumanBytes(static_cast<double>(load.bytes_needed)).c_str());
+  std::printf(
+      "each rank planning alone (%lld of %lld ranks): reads %s of manifest at most (median %s, %llu reads), "
+      "plans in %.1f ms at most (median %.1f ms)\n",
+      static_cast<long long>(per_rank.ranks), static_cast<long long>(to.NumRanks()),
+      HumanBytes(Max(per_rank.bytes)).c_str(), HumanBytes(Median(per_rank.bytes)).c_str(),
+      static_cast<unsigned long long>(per_rank.reads_max), Max(per_rank.seconds) * 1e3, Median(per_rank.seconds) * 1e3);
+  std::printf(
+      "planning total %.3f s (save plan and manifest, cover, encode, leader's check, slowest rank's "
+      "load plan); peak memory %s; wall %.3f s\n",
+      f.total, HumanBytes(f.rss).c_str(), f.wall);
+}
+
 }  // namespace
 
 int PlanMain(int argc, char** argv, int first) {
@@ -111,172 +289,16 @@ int PlanMain(int argc, char** argv, int first) {
   so.zero = zero;
   so.layers = static_cast<int>(layers);
   so.experts = static_cast<int>(experts);
-
-  const double t0 = NowSeconds();
-  auto model = BuildSyntheticModel(so, *from);
-  if (!model.ok()) {
-    std::fprintf(stderr, "ckpt plan: %s\n", std::string(model.status().message()).c_str());
-    return kExitUsage;
+  PlanFigures figures;
+  if (auto failed = MeasurePlan(so, *from, *to, block, tiles, rank_samples, figures)) {
+    std::fprintf(stderr, "ckpt plan: %s\n", std::string(failed->status.message()).c_str());
+    return failed->exit;
   }
-  // The save: every chunk's writer and blocks, as the manifest the leader
-  // commits, from the layouts' rules (grids; no object per chunk).
-  double t = NowSeconds();
-  RuleManifestStats rules;
-  auto built =
-      SaveManifestByRules(model->tensors, *from, static_cast<uint64_t>(block), static_cast<int>(tiles), &rules);
-  if (!built.ok()) {
-    std::fprintf(stderr, "ckpt plan: %s\n", std::string(built.status().message()).c_str());
-    return kExitProblem;
-  }
-  const double t_save_plan = NowSeconds() - t;
-  const int64_t chunks = rules.chunks;
-  const int64_t writer_bytes_max = *std::max_element(rules.bytes_by_rank.begin(), rules.bytes_by_rank.end());
-  int64_t writer_bytes_total = 0;
-  for (int64_t b : rules.bytes_by_rank) writer_bytes_total += b;
-
-  // The leader's exact-cover check, on the tensors listed chunk by chunk (a
-  // grid covers its tensor exactly).
-  t = NowSeconds();
-  for (const ManifestTensor& mt : built->tensors) {
-    if (mt.grid.has_value()) continue;
-    std::vector<Box> boxes;
-    boxes.reserve(mt.chunks.size());
-    for (const ManifestChunk& c : mt.chunks) boxes.push_back(c.box);
-    absl::Status cover = CheckExactCover(mt.spec, boxes);
-    if (!cover.ok()) {
-      std::fprintf(stderr, "ckpt plan: %s\n", std::string(cover.message()).c_str());
-      return kExitProblem;
-    }
-  }
-  const double t_manifest = NowSeconds() - t;
-
-  t = NowSeconds();
-  const std::string encoded = EncodeManifest(*built);
-  const double t_encode = NowSeconds() - t;
-  *built = Manifest();
-  // The leader of the restart checks the whole manifest (every cell's file
-  // and blocks) without expanding its grids.
-  t = NowSeconds();
-  auto decoded = DecodeManifest(encoded, "simulated manifest", kMaxManifestChunks, GridChunks::kGridsOnly);
-  const double t_decode = NowSeconds() - t;
-  if (!decoded.ok()) {
-    std::fprintf(stderr, "ckpt plan: %s\n", std::string(decoded.status().message()).c_str());
-    return kExitProblem;
-  }
-
-  auto target = BuildSyntheticModel(so, *to);
-  if (!target.ok()) {
-    std::fprintf(stderr, "ckpt plan: %s\n", std::string(target.status().message()).c_str());
-    return kExitUsage;
-  }
-  // Each rank of the new mesh reads its part and plans its own load.
-  auto per_rank = PlanRanksFromParts(encoded, *target, *to, std::max<int64_t>(1, rank_samples));
-  if (!per_rank.ok()) {
-    std::fprintf(stderr, "ckpt plan: %s\n", std::string(per_rank.status().message()).c_str());
-    return kExitProblem;
-  }
-  // The planning a save and a restart wait for: the save's plan and
-  // manifest, the leader's check, and the slowest rank's own load plan.
-  const double total = t_save_plan + t_manifest + t_encode + t_decode + Max(per_rank->seconds);
-
-  // Every rank's load planned on this one core, for the read amplification
-  // over the whole mesh (a figure of this tool, not a step of a restart).
-  t = NowSeconds();
-  auto load = PlanMeshLoad(*decoded, target->tensors, *to);
-  if (!load.ok()) {
-    std::fprintf(stderr, "ckpt plan: %s\n", std::string(load.status().message()).c_str());
-    return kExitProblem;
-  }
-  const double t_load_plan = NowSeconds() - t;
-  const double wall = NowSeconds() - t0;
-  const double rss = PeakRssBytes();
-
   if (json) {
-    JsonWriter w;
-    w.BeginObject()
-        .Field("ranks_from", from->NumRanks())
-        .Field("ranks_to", to->NumRanks())
-        .Field("mesh_from", from->ToString())
-        .Field("mesh_to", to->ToString())
-        .Field("params", model->params)
-        .Field("tensors", static_cast<int64_t>(model->tensors.size()))
-        .Field("layers", model->layers)
-        .Field("chunks", chunks)
-        .Field("manifest_bytes", static_cast<int64_t>(encoded.size()))
-        .Field("save_plan_s", t_save_plan)
-        .Field("manifest_and_cover_s", t_manifest)
-        .Field("encode_s", t_encode)
-        .Field("decode_s", t_decode)
-        .Field("load_plan_s", t_load_plan)
-        .Field("total_s", total)
-        .Field("wall_s", wall)
-        .Field("grid_tensors", rules.grid_tensors)
-        .Field("listed_chunks", rules.listed_chunks)
-        .Field("writer_bytes_max", writer_bytes_max)
-        .Field("writer_bytes_mean", static_cast<double>(writer_bytes_total) / static_cast<double>(from->NumRanks()))
-        .Field("peak_rss_bytes", rss)
-        .Field("distinct_target_boxes", load->distinct_boxes)
-        .Field("overlaps", load->overlaps)
-        .Field("read_requests", load->block_ranges)
-        .Field("bytes_needed", load->bytes_needed)
-        .Field("bytes_read", load->bytes_read)
-        .Field("read_amplification", load->Amplification())
-        .Field("ranks_sampled", per_rank->ranks)
-        .Field("rank_manifest_bytes_max", Max(per_rank->bytes))
-        .Field("rank_manifest_bytes_median", Median(per_rank->bytes))
-        .Field("rank_manifest_reads_max", static_cast<int64_t>(per_rank->reads_max))
-        .Field("rank_plan_s_max", Max(per_rank->seconds))
-        .Field("rank_plan_s_median", Median(per_rank->seconds))
-        .EndObject();
-    std::printf("%s\n", w.str().c_str());
+    PrintPlanJson(*from, *to, figures);
   } else {
-    std::printf("model: %.3g params, %d layers, %zu tensors%s\n", static_cast<double>(model->params), model->layers,
-                model->tensors.size(), so.adam ? " (with Adam state)" : "");
-    std::printf(
-        "save on %s (%lld ranks): %lld chunks (%lld tensors as grids, %lld chunks listed), planned with its "
-        "manifest in %.3f s; the most bytes one rank writes %s (mean %s)\n",
-        from->ToString().c_str(), static_cast<long long>(from->NumRanks()), static_cast<long long>(chunks),
-        static_cast<long long>(rules.grid_tensors), static_cast<long long>(rules.listed_chunks), t_save_plan,
-        HumanBytes(static_cast<double>(writer_bytes_max)).c_str(),
-        HumanBytes(static_cast<double>(writer_bytes_total) / static_cast<double>(from->NumRanks())).c_str());
-    std::printf(
-        "manifest: %s, listed chunks exact-cover checked in %.3f s, encoded %.3f s, "
-        "checked whole by the leader in %.3f s\n",
-        HumanBytes(static_cast<double>(encoded.size())).c_str(), t_manifest, t_encode, t_decode);
-    std::printf(
-        "load onto %s (%lld ranks), every rank planned on this core: %lld distinct boxes, %lld overlaps, %lld read "
-        "requests, %.3f s\n",
-        to->ToString().c_str(), static_cast<long long>(to->NumRanks()), static_cast<long long>(load->distinct_boxes),
-        static_cast<long long>(load->overlaps), static_cast<long long>(load->block_ranges), t_load_plan);
-    std::printf("read amplification %.4f (%s read for %s needed, all ranks)\n", load->Amplification(),
-                HumanBytes(static_cast<double>(load->bytes_read)).c_str(),
-                HumanBytes(static_cast<double>(load->bytes_needed)).c_str());
-    std::printf(
-        "each rank planning alone (%lld of %lld ranks): reads %s of manifest at most (median %s, %llu reads), "
-        "plans in %.1f ms at most (median %.1f ms)\n",
-        static_cast<long long>(per_rank->ranks), static_cast<long long>(to->NumRanks()),
-        HumanBytes(Max(per_rank->bytes)).c_str(), HumanBytes(Median(per_rank->bytes)).c_str(),
-        static_cast<unsigned long long>(per_rank->reads_max), Max(per_rank->seconds) * 1e3,
-        Median(per_rank->seconds) * 1e3);
-    std::printf(
-        "planning total %.3f s (save plan and manifest, cover, encode, leader's check, slowest rank's "
-        "load plan); peak memory %s; wall %.3f s\n",
-        total, HumanBytes(rss).c_str(), wall);
-    if (per_tensor) {
-      std::vector<size_t> order(target->tensors.size());
-      for (size_t i = 0; i < order.size(); ++i) order[i] = i;
-      auto excess = [&](size_t i) { return load->per_tensor[i].second - load->per_tensor[i].first; };
-      std::sort(order.begin(), order.end(), [&](size_t a, size_t b) { return excess(a) > excess(b); });
-      std::printf("\n%-52s %12s %12s %8s\n", "tensor (most extra bytes first)", "needed", "read", "ratio");
-      for (size_t k = 0; k < std::min<size_t>(15, order.size()); ++k) {
-        const size_t i = order[k];
-        const auto [needed, read] = load->per_tensor[i];
-        if (read <= needed) break;
-        std::printf("%-52s %12s %12s %8.3f\n", target->tensors[i].spec.fqn.c_str(),
-                    HumanBytes(static_cast<double>(needed)).c_str(), HumanBytes(static_cast<double>(read)).c_str(),
-                    needed ? static_cast<double>(read) / static_cast<double>(needed) : 0.0);
-      }
-    }
+    PrintPlanText(*from, *to, so.adam, figures);
+    if (per_tensor) PrintPerTensor(figures);
   }
   return kExitOk;
 }
