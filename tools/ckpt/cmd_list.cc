@@ -21,6 +21,183 @@
 
 namespace ckpt::tools {
 
+namespace {
+
+using MemoryState = coord::MemoryLevelView::State;
+
+// What the memory level's state means, in words.
+std::string MemoryDetail(const coord::MemoryLevelView& memory) {
+  switch (memory.state) {
+    case MemoryState::kNone:
+      return "no memory step committed";
+    case MemoryState::kHeld:
+      return StrCat("held by the processes of generation ", memory.held_by, " (committed by generation ",
+                    memory.generation, ", ", memory.save_world, " ranks)");
+    case MemoryState::kUnconfirmed:
+      return StrCat("generation ", memory.held_by,
+                    " ended; the next generation to form finds out whether its members still hold it");
+    case MemoryState::kDropped:
+      return StrCat("dropped: generation ", memory.held_by, " did not restore it");
+    case MemoryState::kGone:
+      return StrCat("gone: the job finished (every member of generation ", memory.held_by, " left)");
+  }
+  return "";
+}
+
+// "12 s", "5 min", "3.0 h", "2.0 d"; "-" when unknown.
+std::string AgeText(double age) {
+  if (age < 0) return "-";
+  char b[32];
+  if (age < 120) {
+    std::snprintf(b, sizeof(b), "%.0f s", age);
+  } else if (age < 7200) {
+    std::snprintf(b, sizeof(b), "%.0f min", age / 60);
+  } else if (age < 3 * 86400) {
+    std::snprintf(b, sizeof(b), "%.1f h", age / 3600);
+  } else {
+    std::snprintf(b, sizeof(b), "%.1f d", age / 86400);
+  }
+  return b;
+}
+
+// Which tiers of a tiered:// root hold a step (each tier opened on its own);
+// empty for any other root.
+class Tiers {
+ public:
+  explicit Tiers(const std::string& uri) {
+    if (auto parsed = ParseUri(uri); parsed.ok() && parsed->scheme == "tiered") {
+      if (auto l = OpenStorage(parsed->Str("local", "")); l.ok()) local_ = *l;
+      if (auto d = OpenStorage(parsed->Str("durable", "")); d.ok()) durable_ = *d;
+    }
+  }
+  bool shown() const { return local_ != nullptr; }
+  std::string Of(int64_t step) const {
+    if (!local_ || !durable_) return "";
+    const std::string m = StrCat(StepDir(step), "/", kManifestName);
+    const bool l = local_->FileSize(m).ok(), d = durable_->FileSize(m).ok();
+    return l && d ? "local+durable" : l ? "local" : d ? "durable" : "-";
+  }
+
+ private:
+  std::shared_ptr<Storage> local_, durable_;
+};
+
+// The listing, as JSON or as a table: a row per step of either level.
+class ListPrinter {
+ public:
+  ListPrinter(bool json, bool with_memory, const Tiers& tiers, const coord::MemoryLevelView& memory,
+              bool newest_is_memory)
+      : json_(json),
+        with_memory_(with_memory),
+        tiers_(tiers),
+        memory_(memory),
+        newest_is_memory_(newest_is_memory),
+        memory_detail_(MemoryDetail(memory)) {}
+
+  void Begin(const std::string& root, int64_t latest, int64_t newest) {
+    w_.BeginObject().Field("root", root).Field("latest", latest);
+    if (with_memory_) {
+      w_.Key("newest").BeginObject().Field("step", newest).Field("level", newest_is_memory_ ? "memory" : "durable");
+      w_.EndObject();
+      w_.Key("memory").BeginObject().Field("state", coord::MemoryLevelStateName(memory_.state));
+      if (memory_.state != MemoryState::kNone) {
+        w_.Field("step", memory_.step).Field("generation", memory_.generation).Field("save_world", memory_.save_world);
+        w_.Field("held_by", memory_.held_by);
+      }
+      w_.Field("detail", memory_detail_).EndObject();
+    }
+    w_.Key("steps").BeginArray();
+    if (!json_) {
+      std::printf("%-12s %s%-10s %10s %10s %s\n", "step", with_memory_ ? "level    " : "", "state", "size", "age",
+                  tiers_.shown() ? "tiers" : "");
+    }
+  }
+
+  void Memory() {
+    const std::string state = coord::MemoryLevelStateName(memory_.state);
+    if (json_) {
+      w_.BeginObject()
+          .Field("step", memory_.step)
+          .Field("level", "memory")
+          .Field("state", state)
+          .Field("newest", newest_is_memory_)
+          .Field("generation", memory_.generation)
+          .EndObject();
+      return;
+    }
+    std::printf("%-12lld memory   %-10s %10s %10s %s\n", static_cast<long long>(memory_.step),
+                newest_is_memory_ ? (state + " *").c_str() : state.c_str(), "-", "-", memory_detail_.c_str());
+  }
+
+  // `mark`: the step a restart restores (the latest, or the newest of both levels).
+  void Durable(const StepInfo& s, double age, bool is_latest, bool mark) {
+    const std::string state(StepStateName(s.state));
+    if (json_) {
+      w_.BeginObject()
+          .Field("step", s.step)
+          .Field("level", "durable")
+          .Field("state", state)
+          .Field("latest", is_latest)
+          .Field("bytes", s.bytes)
+          .Field("age_s", age);
+      if (with_memory_) w_.Field("newest", mark);
+      if (!s.damage.empty()) w_.Field("damage", s.damage);
+      if (tiers_.shown()) w_.Field("tiers", tiers_.Of(s.step));
+      w_.EndObject();
+      return;
+    }
+    std::printf("%-12lld %s%-10s %10s %10s %s\n", static_cast<long long>(s.step), with_memory_ ? "durable  " : "",
+                mark ? (state + " *").c_str() : state.c_str(), HumanBytes(static_cast<double>(s.bytes)).c_str(),
+                AgeText(age).c_str(), tiers_.Of(s.step).c_str());
+    if (!s.damage.empty()) std::printf("             %s\n", Printable(s.damage).c_str());
+  }
+
+  void End(bool latest_known, int64_t latest_step, int64_t newest, bool memory_listed, bool any_damaged,
+           bool any_unreadable) {
+    w_.EndArray().EndObject();
+    if (json_) {
+      std::printf("%s\n", w_.str().c_str());
+      return;
+    }
+    if (with_memory_) {
+      if (!memory_listed) std::printf("memory level: %s\n", memory_detail_.c_str());
+      if (newest >= 0) {
+        std::printf("(* the newest step a restart restores: %s)\n",
+                    newest_is_memory_ ? StrCat("memory step ", newest, ", from the processes' memory").c_str()
+                                      : StrCat("step ", newest, ", from the root").c_str());
+      }
+      if (memory_.state == MemoryState::kUnconfirmed && memory_.step > latest_step) {
+        std::printf(
+            "(memory step %lld is newer: the next generation restores it instead if its members hold every "
+            "rank's files)\n",
+            static_cast<long long>(memory_.step));
+      }
+    } else if (latest_known) {
+      std::printf("(* the latest committed step)\n");
+    }
+    if (any_damaged) {
+      std::printf(
+          "damaged steps are kept by every cleanup; `ckpt verify DIR --all` details them, "
+          "`ckpt repair DIR` rebuilds damaged manifests\n");
+    }
+    if (any_unreadable) {
+      std::printf(
+          "unreadable steps: the storage erred or contradicted itself reading their manifests; nothing removes "
+          "them (try again when the storage is healthy)\n");
+    }
+  }
+
+ private:
+  const bool json_, with_memory_;
+  const Tiers& tiers_;
+  const coord::MemoryLevelView& memory_;
+  const bool newest_is_memory_;
+  const std::string memory_detail_;
+  JsonWriter w_;
+};
+
+}  // namespace
+
 int ListMain(int argc, char** argv, int first) {
   std::string dir, state_dir, store;
   bool json = false;
@@ -51,164 +228,43 @@ int ListMain(int argc, char** argv, int first) {
   coord::History history;
   if (with_memory) {
     std::string where;
-    if (absl::Status s = coord::ReadHistory(state_dir, store, &history, &where); !s.ok())
+    if (absl::Status s = coord::ReadHistory(state_dir, store, &history, &where); !s.ok()) {
       return FailUnreadable("list", s);
+    }
   }
   const coord::MemoryLevelView& memory = history.memory;
-  using MemoryState = coord::MemoryLevelView::State;
   const bool memory_listed = memory.state == MemoryState::kHeld || memory.state == MemoryState::kUnconfirmed;
   const int64_t latest_step = latest.ok() ? *latest : -1;
   // The newest step a restart would restore: the held memory step when it
   // is newer than every durable one.
   const bool newest_is_memory = memory.state == MemoryState::kHeld && memory.step > latest_step;
   const int64_t newest = newest_is_memory ? memory.step : latest_step;
-  std::string memory_detail;
-  switch (memory.state) {
-    case MemoryState::kNone:
-      memory_detail = "no memory step committed";
-      break;
-    case MemoryState::kHeld:
-      memory_detail = StrCat("held by the processes of generation ", memory.held_by, " (committed by generation ",
-                             memory.generation, ", ", memory.save_world, " ranks)");
-      break;
-    case MemoryState::kUnconfirmed:
-      memory_detail = StrCat("generation ", memory.held_by,
-                             " ended; the next generation to form finds out whether its members still hold it");
-      break;
-    case MemoryState::kDropped:
-      memory_detail = StrCat("dropped: generation ", memory.held_by, " did not restore it");
-      break;
-    case MemoryState::kGone:
-      memory_detail = StrCat("gone: the job finished (every member of generation ", memory.held_by, " left)");
-      break;
-  }
-  // Tiers of a tiered root, opened on their own.
-  std::shared_ptr<Storage> local, durable;
-  if (auto parsed = ParseUri(dir); parsed.ok() && parsed->scheme == "tiered") {
-    if (auto l = OpenStorage(parsed->Str("local", "")); l.ok()) local = *l;
-    if (auto d = OpenStorage(parsed->Str("durable", "")); d.ok()) durable = *d;
-  }
-  auto tiers = [&](int64_t step) -> std::string {
-    if (!local || !durable) return "";
-    const std::string m = StrCat(StepDir(step), "/", kManifestName);
-    const bool l = local->FileSize(m).ok(), d = durable->FileSize(m).ok();
-    return l && d ? "local+durable" : l ? "local" : d ? "durable" : "-";
-  };
-  // Nanoseconds, like the steps' creation times: whole seconds made a step
-  // saved within the current second look younger than now ("-").
-  const double now = static_cast<double>(UnixNanos()) / 1e9;
-  JsonWriter w;
-  w.BeginObject().Field("root", dir).Field("latest", latest_step);
-  if (with_memory) {
-    w.Key("newest").BeginObject().Field("step", newest).Field("level", newest_is_memory ? "memory" : "durable");
-    w.EndObject();
-    w.Key("memory").BeginObject().Field("state", coord::MemoryLevelStateName(memory.state));
-    if (memory.state != MemoryState::kNone) {
-      w.Field("step", memory.step).Field("generation", memory.generation).Field("save_world", memory.save_world);
-      w.Field("held_by", memory.held_by);
-    }
-    w.Field("detail", memory_detail).EndObject();
-  }
-  w.Key("steps").BeginArray();
-  if (!json) {
-    std::printf("%-12s %s%-10s %10s %10s %s\n", "step", with_memory ? "level    " : "", "state", "size", "age",
-                local ? "tiers" : "");
-  }
+  const Tiers tiers(dir);
+  ListPrinter out(json, with_memory, tiers, memory, newest_is_memory);
+  out.Begin(dir, latest_step, newest);
   bool any_damaged = false, any_unreadable = false;
   for (const StepInfo& s : *steps) {
     any_damaged = any_damaged || s.state == StepState::kDamaged;
     any_unreadable = any_unreadable || s.state == StepState::kUnreadable;
   }
-  auto print_memory = [&] {
-    const std::string state = coord::MemoryLevelStateName(memory.state);
-    if (json) {
-      w.BeginObject()
-          .Field("step", memory.step)
-          .Field("level", "memory")
-          .Field("state", state)
-          .Field("newest", newest_is_memory)
-          .Field("generation", memory.generation)
-          .EndObject();
-    } else {
-      std::printf("%-12lld memory   %-10s %10s %10s %s\n", static_cast<long long>(memory.step),
-                  newest_is_memory ? (state + " *").c_str() : state.c_str(), "-", "-", memory_detail.c_str());
-    }
-  };
+  // Nanoseconds, like the steps' creation times: whole seconds made a step
+  // saved within the current second look younger than now ("-").
+  const double now = static_cast<double>(UnixNanos()) / 1e9;
   bool memory_printed = !memory_listed;
   for (const StepInfo& s : *steps) {
     // The memory step among the durable ones, by step number (after a
     // durable step of the same number).
     if (!memory_printed && memory.step < s.step) {
-      print_memory();
+      out.Memory();
       memory_printed = true;
     }
     double age = s.created_unix_ns > 0 ? now - static_cast<double>(s.created_unix_ns) / 1e9 : -1;
     if (age < 0 && age > -1) age = 0;  // another host's clock a little ahead
     const bool is_latest = latest.ok() && *latest == s.step;
-    const bool mark = with_memory ? is_latest && !newest_is_memory : is_latest;
-    const std::string state(StepStateName(s.state));
-    if (json) {
-      w.BeginObject()
-          .Field("step", s.step)
-          .Field("level", "durable")
-          .Field("state", state)
-          .Field("latest", is_latest)
-          .Field("bytes", s.bytes)
-          .Field("age_s", age);
-      if (with_memory) w.Field("newest", mark);
-      if (!s.damage.empty()) w.Field("damage", s.damage);
-      if (local) w.Field("tiers", tiers(s.step));
-      w.EndObject();
-    } else {
-      std::string age_text = "-";
-      if (age >= 0) {
-        char b[32];
-        if (age < 120) {
-          std::snprintf(b, sizeof(b), "%.0f s", age);
-        } else if (age < 7200) {
-          std::snprintf(b, sizeof(b), "%.0f min", age / 60);
-        } else if (age < 3 * 86400) {
-          std::snprintf(b, sizeof(b), "%.1f h", age / 3600);
-        } else {
-          std::snprintf(b, sizeof(b), "%.1f d", age / 86400);
-        }
-        age_text = b;
-      }
-      std::printf("%-12lld %s%-10s %10s %10s %s\n", static_cast<long long>(s.step), with_memory ? "durable  " : "",
-                  mark ? (state + " *").c_str() : state.c_str(), HumanBytes(static_cast<double>(s.bytes)).c_str(),
-                  age_text.c_str(), tiers(s.step).c_str());
-      if (!s.damage.empty()) std::printf("             %s\n", Printable(s.damage).c_str());
-    }
+    out.Durable(s, age, is_latest, with_memory ? is_latest && !newest_is_memory : is_latest);
   }
-  if (!memory_printed) print_memory();
-  w.EndArray().EndObject();
-  if (json) std::printf("%s\n", w.str().c_str());
-  if (!json && with_memory) {
-    if (!memory_listed) std::printf("memory level: %s\n", memory_detail.c_str());
-    if (newest >= 0) {
-      std::printf("(* the newest step a restart restores: %s)\n",
-                  newest_is_memory ? StrCat("memory step ", newest, ", from the processes' memory").c_str()
-                                   : StrCat("step ", newest, ", from the root").c_str());
-    }
-    if (memory.state == MemoryState::kUnconfirmed && memory.step > latest_step) {
-      std::printf(
-          "(memory step %lld is newer: the next generation restores it instead if its members hold every "
-          "rank's files)\n",
-          static_cast<long long>(memory.step));
-    }
-  } else if (!json && latest.ok()) {
-    std::printf("(* the latest committed step)\n");
-  }
-  if (!json && any_damaged) {
-    std::printf(
-        "damaged steps are kept by every cleanup; `ckpt verify DIR --all` details them, "
-        "`ckpt repair DIR` rebuilds damaged manifests\n");
-  }
-  if (!json && any_unreadable) {
-    std::printf(
-        "unreadable steps: the storage erred or contradicted itself reading their manifests; nothing removes them "
-        "(try again when the storage is healthy)\n");
-  }
+  if (!memory_printed) out.Memory();
+  out.End(latest.ok(), latest_step, newest, memory_listed, any_damaged, any_unreadable);
   return any_damaged || any_unreadable ? kExitProblem : kExitOk;
 }
 
