@@ -1,5 +1,10 @@
 // ckpt verify: every block, both checksums, indexes, exact cover.
 #include <cstdio>
+#include <memory>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
 
 #include "ckpt/verify.h"
 #include "commands.h"
@@ -7,6 +12,7 @@
 #include "common/synth_job.h"
 #include "format/root_files.h"
 #include "net/uri.h"
+#include "util/errors.h"
 #include "util/json.h"
 #include "util/strings.h"
 
@@ -20,6 +26,171 @@ void ProblemJson(JsonWriter& w, const VerifyProblem& p) {
   if (!p.file.empty()) w.Field("file", p.file);
   if (p.offset >= 0) w.Field("offset", p.offset);
   w.EndObject();
+}
+
+// One step checked, in one tier of a tiered root ("" otherwise).
+struct Checked {
+  std::string tier;
+  StepState state = StepState::kCommitted;
+  VerifyReport report;
+};
+
+struct VerifyOutcome {
+  bool ok = true;
+  std::optional<VerifyProblem> latest_problem;
+  std::vector<Checked> reports;
+};
+
+using Targets = std::vector<std::pair<std::string, std::shared_ptr<Storage>>>;
+
+// The roots to check: the root, or each tier of a tiered root, which must
+// hold intact copies of the steps it has.
+absl::StatusOr<Targets> VerifyTargets(const std::string& dir) {
+  CKPT_ASSIGN_OR_RETURN(std::shared_ptr<Storage> storage, OpenStorage(dir));
+  Targets targets = {{"", storage}};
+  if (auto parsed = ParseUri(dir); parsed.ok() && parsed->scheme == "tiered") {
+    targets.clear();
+    for (const char* tier : {"local", "durable"}) {
+      auto t = OpenStorage(parsed->Str(tier, ""));
+      if (!t.ok()) return absl::Status(t.status().code(), StrCat(tier, " tier: ", t.status().message()));
+      targets.emplace_back(tier, *t);
+    }
+  }
+  return targets;
+}
+
+// Which steps: every one (--all), the one asked for, or the step LATEST
+// names and the newest committed step (damaged or not).
+absl::StatusOr<std::vector<const StepInfo*>> ChooseSteps(Storage& st, const std::vector<StepInfo>& list,
+                                                         const std::string& tier, const std::string& where, bool all,
+                                                         int64_t step) {
+  std::vector<const StepInfo*> chosen;
+  const StepInfo* newest = nullptr;
+  for (const StepInfo& s : list) {
+    if (s.state != StepState::kPartial) newest = &s;
+  }
+  if (all) {
+    for (const StepInfo& s : list) chosen.push_back(&s);
+  } else if (step != kLatestStep) {
+    for (const StepInfo& s : list) {
+      if (s.step == step) chosen.push_back(&s);
+    }
+    if (chosen.empty() && tier.empty()) {
+      return absl::NotFoundError(StrCat("step ", step, " not found under ", where));
+    }
+  } else {
+    if (auto text = st.GetAll("LATEST"); text.ok()) {
+      if (auto named = DecodeLatest(*text); named.ok()) {
+        for (const StepInfo& s : list) {
+          if (s.step == *named && s.state != StepState::kPartial && &s != newest) chosen.push_back(&s);
+        }
+      }
+    }
+    if (newest != nullptr) chosen.push_back(newest);
+  }
+  if (newest == nullptr && tier.empty() && !all) return absl::NotFoundError(StrCat("no committed step under ", where));
+  return chosen;
+}
+
+// Checks the chosen steps of one target into `out`; an error is a root or
+// step that could not be read.
+absl::Status VerifyTarget(const std::string& dir, const std::string& tier, Storage& st, bool all, int64_t step,
+                          bool fast, int64_t threads, VerifyOutcome& out) {
+  const std::string where = tier.empty() ? dir : StrCat(dir, " (", tier, " tier)");
+  // The steps first: a root that cannot be listed is unreadable (exit 2)
+  // before anything else is asked of it.
+  auto list = ListCheckpointSteps(st);
+  if (!list.ok()) {
+    if (!tier.empty() && absl::IsNotFound(list.status())) return absl::OkStatus();  // an empty tier
+    return absl::Status(list.status().code(), Printable(SV(list.status().message())));
+  }
+  if (auto lp = CheckLatestPointer(st)) {
+    if (!out.latest_problem) out.latest_problem = lp;
+    out.ok = false;
+  }
+  CKPT_ASSIGN_OR_RETURN(const std::vector<const StepInfo*> chosen, ChooseSteps(st, *list, tier, where, all, step));
+  for (const StepInfo* info : chosen) {
+    Checked c;
+    c.tier = tier;
+    c.state = info->state;
+    if (info->state == StepState::kPartial) {
+      c.report.step = info->step;
+      out.reports.push_back(std::move(c));
+      continue;
+    }
+    VerifyOptions vo;
+    vo.deep = !fast;
+    vo.worker_threads = static_cast<int>(threads);
+    ProgressBar bar(StrCat("verify step ", info->step, tier.empty() ? "" : StrCat(" (", tier, ")")));
+    vo.progress = [&bar](int64_t done, int64_t total) { bar.Update(done, total); };
+    auto rep = VerifyStep(st, info->step, vo);
+    bar.Finish();
+    if (!rep.ok()) return rep.status();
+    out.ok = out.ok && rep->ok();
+    c.report = std::move(rep).value();
+    out.reports.push_back(std::move(c));
+  }
+  return absl::OkStatus();
+}
+
+void PrintVerifyJson(const std::string& dir, const VerifyOutcome& v) {
+  JsonWriter w;
+  w.BeginObject().Field("root", dir).Field("ok", v.ok);
+  if (v.latest_problem) {
+    w.Key("latest_problem");
+    ProblemJson(w, *v.latest_problem);
+  }
+  w.Key("steps").BeginArray();
+  for (const Checked& c : v.reports) {
+    const VerifyReport& r = c.report;
+    w.BeginObject().Field("step", r.step).Field("state", std::string(StepStateName(c.state)));
+    if (!c.tier.empty()) w.Field("tier", c.tier);
+    if (c.state == StepState::kPartial) {
+      w.Field("ok", true).EndObject();
+      continue;
+    }
+    w.Field("ok", r.ok())
+        .Field("deep", r.deep)
+        .Field("files", r.files)
+        .Field("tensors", r.tensors)
+        .Field("chunks", r.chunks)
+        .Field("blocks", r.blocks)
+        .Field("bytes_read", r.bytes_read)
+        .Field("seconds", r.seconds)
+        .Field("throughput_bytes_per_s", r.seconds > 0 ? r.bytes_read / r.seconds : 0.0);
+    w.Key("problems").BeginArray();
+    for (const VerifyProblem& p : r.problems) ProblemJson(w, p);
+    w.EndArray();
+    w.Key("notes").BeginArray();
+    for (const std::string& n : r.notes) w.String(n);
+    w.EndArray().EndObject();
+  }
+  w.EndArray().EndObject();
+  std::printf("%s\n", w.str().c_str());
+}
+
+void PrintVerifyText(const VerifyOutcome& v) {
+  if (v.latest_problem) std::printf("LATEST: %s\n", v.latest_problem->message.c_str());
+  for (const Checked& c : v.reports) {
+    const VerifyReport& r = c.report;
+    const std::string label = c.tier.empty() ? "" : StrCat(" (", c.tier, ")");
+    if (c.state == StepState::kPartial) {
+      std::printf("step %lld%s: partial (never committed: a save that stopped; `ckpt gc` removes it)\n",
+                  static_cast<long long>(r.step), label.c_str());
+    } else if (r.ok()) {
+      std::printf(
+          "step %lld%s: ok (%s) %lld files, %lld tensors, %lld chunks, %lld blocks, "
+          "%s read in %.2f s\n",
+          static_cast<long long>(r.step), label.c_str(), r.deep ? "deep" : "fast", static_cast<long long>(r.files),
+          static_cast<long long>(r.tensors), static_cast<long long>(r.chunks), static_cast<long long>(r.blocks),
+          HumanBytes(static_cast<double>(r.bytes_read)).c_str(), r.seconds);
+    } else {
+      std::printf("step %lld%s: %s, %zu problem(s)\n", static_cast<long long>(r.step), label.c_str(),
+                  c.state == StepState::kDamaged ? "DAMAGED" : "committed", r.problems.size());
+      for (const VerifyProblem& p : r.problems) std::printf("  %s\n", p.message.c_str());
+    }
+    for (const std::string& n : r.notes) std::printf("  note: %s\n", n.c_str());
+  }
 }
 
 }  // namespace
@@ -49,163 +220,24 @@ int VerifyMain(int argc, char** argv, int first) {
     std::fprintf(stderr, "ckpt verify: --all and --step exclude each other\n");
     return kExitUsage;
   }
-  auto storage = OpenStorage(dir);
-  if (!storage.ok()) {
-    std::fprintf(stderr, "ckpt verify: %s\n", std::string(storage.status().message()).c_str());
+  auto unreadable = [](const absl::Status& s) {
+    std::fprintf(stderr, "ckpt verify: %s\n", std::string(s.message()).c_str());
     return kExitUsage;
-  }
-  // A tiered root is verified tier by tier: each must hold intact copies of
-  // the steps it has.
-  std::vector<std::pair<std::string, std::shared_ptr<Storage>>> targets = {{"", *storage}};
-  if (auto parsed = ParseUri(dir); parsed.ok() && parsed->scheme == "tiered") {
-    targets.clear();
-    for (const char* tier : {"local", "durable"}) {
-      auto t = OpenStorage(parsed->Str(tier, ""));
-      if (!t.ok()) {
-        std::fprintf(stderr, "ckpt verify: %s tier: %s\n", tier, std::string(t.status().message()).c_str());
-        return kExitUsage;
-      }
-      targets.emplace_back(tier, *t);
-    }
-  }
-  bool ok = true;
-  std::optional<VerifyProblem> latest_problem;
-  struct Checked {
-    std::string tier;
-    StepState state = StepState::kCommitted;
-    VerifyReport report;
   };
-  std::vector<Checked> reports;
-  for (const auto& [tier, target] : targets) {
-    Storage& st = *target;
-    const std::string where = tier.empty() ? dir : StrCat(dir, " (", tier, " tier)");
-    // The steps first: a root that cannot be listed is unreadable (exit 2)
-    // before anything else is asked of it.
-    auto list = ListCheckpointSteps(st);
-    if (!list.ok()) {
-      if (!tier.empty() && absl::IsNotFound(list.status())) continue;  // an empty tier
-      std::fprintf(stderr, "ckpt verify: %s\n", Printable(SV(list.status().message())).c_str());
-      return kExitUsage;
-    }
-    if (auto lp = CheckLatestPointer(st)) {
-      if (!latest_problem) latest_problem = lp;
-      ok = false;
-    }
-    // Which steps: every one (--all), the one asked for, or the step LATEST
-    // names and the newest committed step (damaged or not).
-    std::vector<const StepInfo*> chosen;
-    const StepInfo* newest = nullptr;
-    for (const StepInfo& s : *list) {
-      if (s.state != StepState::kPartial) newest = &s;
-    }
-    if (all) {
-      for (const StepInfo& s : *list) chosen.push_back(&s);
-    } else if (step != kLatestStep) {
-      for (const StepInfo& s : *list) {
-        if (s.step == step) chosen.push_back(&s);
-      }
-      if (chosen.empty() && tier.empty()) {
-        std::fprintf(stderr, "ckpt verify: step %lld not found under %s\n", static_cast<long long>(step),
-                     where.c_str());
-        return kExitUsage;
-      }
-    } else {
-      if (auto text = st.GetAll("LATEST"); text.ok()) {
-        if (auto named = DecodeLatest(*text); named.ok()) {
-          for (const StepInfo& s : *list) {
-            if (s.step == *named && s.state != StepState::kPartial && &s != newest) chosen.push_back(&s);
-          }
-        }
-      }
-      if (newest != nullptr) chosen.push_back(newest);
-    }
-    if (newest == nullptr && tier.empty() && !all) {
-      std::fprintf(stderr, "ckpt verify: no committed step under %s\n", where.c_str());
-      return kExitUsage;
-    }
-    for (const StepInfo* info : chosen) {
-      Checked c;
-      c.tier = tier;
-      c.state = info->state;
-      if (info->state == StepState::kPartial) {
-        c.report.step = info->step;
-        reports.push_back(std::move(c));
-        continue;
-      }
-      VerifyOptions vo;
-      vo.deep = !fast;
-      vo.worker_threads = static_cast<int>(threads);
-      ProgressBar bar(StrCat("verify step ", info->step, tier.empty() ? "" : StrCat(" (", tier, ")")));
-      vo.progress = [&bar](int64_t done, int64_t total) { bar.Update(done, total); };
-      auto rep = VerifyStep(st, info->step, vo);
-      bar.Finish();
-      if (!rep.ok()) {
-        std::fprintf(stderr, "ckpt verify: %s\n", std::string(rep.status().message()).c_str());
-        return kExitUsage;
-      }
-      ok = ok && rep->ok();
-      c.report = std::move(rep).value();
-      reports.push_back(std::move(c));
+  auto targets = VerifyTargets(dir);
+  if (!targets.ok()) return unreadable(targets.status());
+  VerifyOutcome outcome;
+  for (const auto& [tier, target] : *targets) {
+    if (absl::Status s = VerifyTarget(dir, tier, *target, all, step, fast, threads, outcome); !s.ok()) {
+      return unreadable(s);
     }
   }
   if (json) {
-    JsonWriter w;
-    w.BeginObject().Field("root", dir).Field("ok", ok);
-    if (latest_problem) {
-      w.Key("latest_problem");
-      ProblemJson(w, *latest_problem);
-    }
-    w.Key("steps").BeginArray();
-    for (const Checked& c : reports) {
-      const VerifyReport& r = c.report;
-      w.BeginObject().Field("step", r.step).Field("state", std::string(StepStateName(c.state)));
-      if (!c.tier.empty()) w.Field("tier", c.tier);
-      if (c.state == StepState::kPartial) {
-        w.Field("ok", true).EndObject();
-        continue;
-      }
-      w.Field("ok", r.ok())
-          .Field("deep", r.deep)
-          .Field("files", r.files)
-          .Field("tensors", r.tensors)
-          .Field("chunks", r.chunks)
-          .Field("blocks", r.blocks)
-          .Field("bytes_read", r.bytes_read)
-          .Field("seconds", r.seconds)
-          .Field("throughput_bytes_per_s", r.seconds > 0 ? r.bytes_read / r.seconds : 0.0);
-      w.Key("problems").BeginArray();
-      for (const VerifyProblem& p : r.problems) ProblemJson(w, p);
-      w.EndArray();
-      w.Key("notes").BeginArray();
-      for (const std::string& n : r.notes) w.String(n);
-      w.EndArray().EndObject();
-    }
-    w.EndArray().EndObject();
-    std::printf("%s\n", w.str().c_str());
+    PrintVerifyJson(dir, outcome);
   } else {
-    if (latest_problem) std::printf("LATEST: %s\n", latest_problem->message.c_str());
-    for (const Checked& c : reports) {
-      const VerifyReport& r = c.report;
-      const std::string label = c.tier.empty() ? "" : StrCat(" (", c.tier, ")");
-      if (c.state == StepState::kPartial) {
-        std::printf("step %lld%s: partial (never committed: a save that stopped; `ckpt gc` removes it)\n",
-                    static_cast<long long>(r.step), label.c_str());
-      } else if (r.ok()) {
-        std::printf(
-            "step %lld%s: ok (%s) %lld files, %lld tensors, %lld chunks, %lld blocks, "
-            "%s read in %.2f s\n",
-            static_cast<long long>(r.step), label.c_str(), r.deep ? "deep" : "fast", static_cast<long long>(r.files),
-            static_cast<long long>(r.tensors), static_cast<long long>(r.chunks), static_cast<long long>(r.blocks),
-            HumanBytes(static_cast<double>(r.bytes_read)).c_str(), r.seconds);
-      } else {
-        std::printf("step %lld%s: %s, %zu problem(s)\n", static_cast<long long>(r.step), label.c_str(),
-                    c.state == StepState::kDamaged ? "DAMAGED" : "committed", r.problems.size());
-        for (const VerifyProblem& p : r.problems) std::printf("  %s\n", p.message.c_str());
-      }
-      for (const std::string& n : r.notes) std::printf("  note: %s\n", n.c_str());
-    }
+    PrintVerifyText(outcome);
   }
-  return ok ? kExitOk : kExitProblem;
+  return outcome.ok ? kExitOk : kExitProblem;
 }
 
 }  // namespace ckpt::tools
