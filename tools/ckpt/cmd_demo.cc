@@ -296,6 +296,109 @@ bool RunMemoryLevel(const std::string& dir, int64_t steps, std::vector<Restore>*
   return FinalStateExact(root, steps) && ok && from_memory;
 }
 
+// The training loop: a step "computes" for `step_ms`, every `every` steps
+// a save starts; each save is reported once it commits. False when a save
+// failed or was refused.
+bool TrainAndSave(SyntheticJob& job, int64_t steps, int64_t every, int64_t step_ms) {
+  int64_t save_step = -1;
+  int64_t steps_since = 0;
+  auto report = [&](bool waited) -> bool {
+    auto res = job.Finish();
+    if (!res.ok()) {
+      Print("  step %4lld  save FAILED: %s\n", static_cast<long long>(save_step),
+            std::string(res.status().message()).c_str());
+      return false;
+    }
+    Print("  step %4lld  committed %s: %s -> %s (ratio %.3f), durable after %.2f s\n",
+          static_cast<long long>(res->step),
+          waited ? "(training waited for it)" : StrCat("while training ran ", steps_since, " more step(s)").c_str(),
+          HumanBytes(static_cast<double>(res->bytes_logical)).c_str(),
+          HumanBytes(static_cast<double>(res->bytes_stored)).c_str(),
+          static_cast<double>(res->bytes_stored) / static_cast<double>(res->bytes_logical), res->write_s);
+    return true;
+  };
+  for (int64_t step = 1; step <= steps; ++step) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(step_ms));  // "compute"
+    ++steps_since;
+    if (job.InFlight() && job.Done() && !report(false)) return false;
+    if (step % every != 0) continue;
+    if (job.InFlight() && !report(true)) return false;
+    absl::Status s = job.SaveAsync(step, static_cast<uint64_t>(step));
+    if (!s.ok()) {
+      Print("  step %4lld  save refused: %s\n", static_cast<long long>(step), std::string(s.message()).c_str());
+      return false;
+    }
+    save_step = step;
+    steps_since = 0;
+    // The stall is what each simulated rank's Save call blocked for.
+    const SynthSaveResult& p = job.pending();
+    Print("  step %4lld  save started: each rank stalled <= %.1f ms to stage %s\n", static_cast<long long>(step),
+          1000.0 * p.stall_max_s, HumanBytes(static_cast<double>(p.bytes_logical) / p.ranks).c_str());
+  }
+  return !job.InFlight() || report(true);
+}
+
+// What retention kept, the latest step restored onto another mesh and
+// compared element by element, and every kept step verified. False when
+// anything differs or fails.
+bool RestoreAndVerify(Storage& storage, const Mesh& restore_mesh, int64_t keep) {
+  auto list = ListCheckpointSteps(storage);
+  std::string kept;
+  if (list.ok()) {
+    for (const StepInfo& s : *list) {
+      if (s.committed) kept += (kept.empty() ? "" : ", ") + std::to_string(s.step);
+    }
+  }
+  Print("  retention keeps the newest %lld: steps %s\n", static_cast<long long>(keep), kept.c_str());
+  Print("  node lost: restoring the latest step onto %s (%lld ranks)...\n", restore_mesh.ToString().c_str(),
+        static_cast<long long>(restore_mesh.NumRanks()));
+  auto rc = RestoreCheck(storage, kLatestStep, restore_mesh);
+  if (!rc.ok()) {
+    Print("  restore FAILED: %s\n", std::string(rc.status().message()).c_str());
+    return false;
+  }
+  Print("  restored step %lld: %lld elements, %s, read amplification %.3f\n", static_cast<long long>(rc->step),
+        static_cast<long long>(rc->elements),
+        rc->mismatches == 0 ? "all identical to what was saved"
+                            : StrCat(rc->mismatches, " DIFFER; first ", rc->first_mismatch).c_str(),
+        rc->bytes_needed ? static_cast<double>(rc->bytes_decoded) / rc->bytes_needed : 1.0);
+  bool ok = rc->mismatches == 0;
+  if (!list.ok()) return ok;
+  for (const StepInfo& s : *list) {
+    if (!s.committed) continue;
+    auto v = VerifyStep(storage, s.step);
+    if (!v.ok() || !v->ok()) {
+      Print("  verify step %lld: %s\n", static_cast<long long>(s.step),
+            !v.ok() ? std::string(v.status().message()).c_str() : v->problems.front().message.c_str());
+      ok = false;
+    } else {
+      Print("  verify step %lld: ok, %lld blocks, both checksums of each\n", static_cast<long long>(s.step),
+            static_cast<long long>(v->blocks));
+    }
+  }
+  return ok;
+}
+
+void PrintDemoJson(bool ok, double seconds, const std::vector<Restore>& restores) {
+  JsonWriter j;
+  j.BeginObject().Field("ok", ok).Field("seconds", seconds).Key("restores").BeginArray();
+  for (const Restore& r : restores) {
+    j.BeginObject()
+        .Field("story", r.story)
+        .Field("generation", r.generation)
+        .Field("rank", r.rank)
+        .Field("world", r.world)
+        .Field("step", r.step)
+        .Field("level", r.level)
+        .Field("bytes_from_memory", r.from_memory)
+        .Field("bytes_from_peers", r.from_peers)
+        .Field("bytes_from_storage", r.from_storage)
+        .EndObject();
+  }
+  j.EndArray().EndObject();
+  std::printf("%s\n", j.str().c_str());
+}
+
 }  // namespace
 
 int DemoMain(int argc, char** argv, int first) {
@@ -374,104 +477,15 @@ int DemoMain(int argc, char** argv, int first) {
   Print("  root %s (%s, %s)\n", dir.c_str(), caps.engine.c_str(),
         caps.direct_io ? "O_DIRECT where the filesystem allows" : "buffered");
 
-  int64_t save_step = -1;
-  int64_t steps_since = 0;
-  auto report = [&](bool waited) -> bool {
-    auto res = (*job)->Finish();
-    if (!res.ok()) {
-      Print("  step %4lld  save FAILED: %s\n", static_cast<long long>(save_step),
-            std::string(res.status().message()).c_str());
-      return false;
-    }
-    Print("  step %4lld  committed %s: %s -> %s (ratio %.3f), durable after %.2f s\n",
-          static_cast<long long>(res->step),
-          waited ? "(training waited for it)" : StrCat("while training ran ", steps_since, " more step(s)").c_str(),
-          HumanBytes(static_cast<double>(res->bytes_logical)).c_str(),
-          HumanBytes(static_cast<double>(res->bytes_stored)).c_str(),
-          static_cast<double>(res->bytes_stored) / static_cast<double>(res->bytes_logical), res->write_s);
-    return true;
-  };
-  for (int64_t step = 1; step <= steps; ++step) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(step_ms));  // "compute"
-    ++steps_since;
-    if ((*job)->InFlight() && (*job)->Done() && !report(false)) return kExitProblem;
-    if (step % every != 0) continue;
-    if ((*job)->InFlight() && !report(true)) return kExitProblem;
-    absl::Status s = (*job)->SaveAsync(step, static_cast<uint64_t>(step));
-    if (!s.ok()) {
-      Print("  step %4lld  save refused: %s\n", static_cast<long long>(step), std::string(s.message()).c_str());
-      return kExitProblem;
-    }
-    save_step = step;
-    steps_since = 0;
-    // The stall is what each simulated rank's Save call blocked for.
-    const SynthSaveResult& p = (*job)->pending();
-    Print("  step %4lld  save started: each rank stalled <= %.1f ms to stage %s\n", static_cast<long long>(step),
-          1000.0 * p.stall_max_s, HumanBytes(static_cast<double>(p.bytes_logical) / p.ranks).c_str());
-  }
-  if ((*job)->InFlight() && !report(true)) return kExitProblem;
-
-  auto list = ListCheckpointSteps(**storage);
-  std::string kept;
-  if (list.ok()) {
-    for (const StepInfo& s : *list) {
-      if (s.committed) kept += (kept.empty() ? "" : ", ") + std::to_string(s.step);
-    }
-  }
-  Print("  retention keeps the newest %lld: steps %s\n", static_cast<long long>(keep), kept.c_str());
-
-  Print("  node lost: restoring the latest step onto %s (%lld ranks)...\n", restore_mesh->ToString().c_str(),
-        static_cast<long long>(restore_mesh->NumRanks()));
-  auto rc = RestoreCheck(**storage, kLatestStep, *restore_mesh);
-  if (!rc.ok()) {
-    Print("  restore FAILED: %s\n", std::string(rc.status().message()).c_str());
-    return kExitProblem;
-  }
-  Print("  restored step %lld: %lld elements, %s, read amplification %.3f\n", static_cast<long long>(rc->step),
-        static_cast<long long>(rc->elements),
-        rc->mismatches == 0 ? "all identical to what was saved"
-                            : StrCat(rc->mismatches, " DIFFER; first ", rc->first_mismatch).c_str(),
-        rc->bytes_needed ? static_cast<double>(rc->bytes_decoded) / rc->bytes_needed : 1.0);
-  bool ok = rc->mismatches == 0;
-  if (list.ok()) {
-    for (const StepInfo& s : *list) {
-      if (!s.committed) continue;
-      auto v = VerifyStep(**storage, s.step);
-      if (!v.ok() || !v->ok()) {
-        Print("  verify step %lld: %s\n", static_cast<long long>(s.step),
-              !v.ok() ? std::string(v.status().message()).c_str() : v->problems.front().message.c_str());
-        ok = false;
-      } else {
-        Print("  verify step %lld: ok, %lld blocks, both checksums of each\n", static_cast<long long>(s.step),
-              static_cast<long long>(v->blocks));
-      }
-    }
-  }
+  if (!TrainAndSave(**job, steps, every, step_ms)) return kExitProblem;
+  bool ok = RestoreAndVerify(**storage, *restore_mesh, keep);
   std::vector<Restore> restores;
   if (!no_elastic) {
     ok = RunElastic(dir, static_cast<int>(std::max<int64_t>(workers, 2)), 40, &restores) && ok;
     ok = RunMemoryLevel(dir, 30, &restores) && ok;
   }
   Print("%s in %.1f s\n", ok ? "done" : "FAILED", NowSeconds() - t0);
-  if (json) {
-    JsonWriter j;
-    j.BeginObject().Field("ok", ok).Field("seconds", NowSeconds() - t0).Key("restores").BeginArray();
-    for (const Restore& r : restores) {
-      j.BeginObject()
-          .Field("story", r.story)
-          .Field("generation", r.generation)
-          .Field("rank", r.rank)
-          .Field("world", r.world)
-          .Field("step", r.step)
-          .Field("level", r.level)
-          .Field("bytes_from_memory", r.from_memory)
-          .Field("bytes_from_peers", r.from_peers)
-          .Field("bytes_from_storage", r.from_storage)
-          .EndObject();
-    }
-    j.EndArray().EndObject();
-    std::printf("%s\n", j.str().c_str());
-  }
+  if (json) PrintDemoJson(ok, NowSeconds() - t0, restores);
   return ok ? kExitOk : kExitProblem;
 }
 
