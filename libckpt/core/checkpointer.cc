@@ -2,12 +2,10 @@
 
 #include <algorithm>
 #include <condition_variable>
-#include <deque>
 #include <functional>
 #include <map>
 #include <mutex>
 #include <optional>
-#include <thread>
 
 #include "absl/strings/str_cat.h"
 #include "ckpt/experimental/commit_arbiter.h"
@@ -30,6 +28,7 @@
 #include "util/clock.h"
 #include "util/errors.h"
 #include "util/strings.h"
+#include "util/task_pool.h"
 
 namespace ckpt {
 
@@ -40,15 +39,8 @@ class Checkpointer::Impl {
   explicit Impl(CheckpointerOptions options, SaveLevel level = SaveLevel::kDurable)
       : options_(std::move(options)), level_(level) {}
 
-  ~Impl() {
-    (void)WaitAll();
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      stop_ = true;
-    }
-    cv_.notify_all();
-    if (committer_.joinable()) committer_.join();
-  }
+  // The committer (the last member) runs what is queued and stops first.
+  ~Impl() { (void)WaitAll(); }
 
   absl::Status Init() {
     if (options_.world_size < 1 || options_.rank < 0 || options_.rank >= options_.world_size) {
@@ -77,7 +69,6 @@ class Checkpointer::Impl {
       CKPT_ASSIGN_OR_RETURN(engine_, SaveEngine::Create(options_.engine_options));
     }
     arbiter_ = options_.arbiter ? options_.arbiter : std::make_shared<StorageArbiter>(storage_, options_.world_size);
-    committer_ = std::thread([this] { CommitLoop(); });
     return absl::OkStatus();
   }
 
@@ -335,8 +326,7 @@ class Checkpointer::Impl {
     shared->SetDurable(absl::OkStatus(), write_s);
     const int64_t step = j.step;
     const uint64_t id = j.save_id;
-    std::lock_guard<std::mutex> lock(mu_);
-    tasks_.push_back([this, step, id, shared, rules, report] {
+    committer_.Submit([this, step, id, shared, rules, report] {
       absl::Status st = IsLeader() ? CollectAndPublish(step, id, rules.get(), *report) : AwaitOutcome(step);
       // The commit time ends here; removing older steps is not part of it.
       const double commit_s = NowSeconds() - shared->t_start;
@@ -344,21 +334,6 @@ class Checkpointer::Impl {
       if (st.ok() && level_ == SaveLevel::kMemory) DropOlderMemorySteps(step);
       shared->SetDone(st, commit_s);
     });
-    cv_.notify_all();
-  }
-
-  void CommitLoop() {
-    while (true) {
-      std::function<void()> task;
-      {
-        std::unique_lock<std::mutex> lock(mu_);
-        cv_.wait(lock, [&] { return stop_ || !tasks_.empty(); });
-        if (tasks_.empty()) return;
-        task = std::move(tasks_.front());
-        tasks_.pop_front();
-      }
-      task();
-    }
   }
 
   // Leader: waits for the arbiter's decision (every rank's report on the
@@ -411,11 +386,10 @@ class Checkpointer::Impl {
   std::map<const Manifest*, bool> report_ready_;
 
   std::mutex mu_;
-  std::condition_variable cv_;
-  std::deque<std::function<void()>> tasks_;
-  std::vector<std::shared_ptr<SaveHandle::Shared>> inflight_;
-  bool stop_ = false;
-  std::thread committer_;
+  std::vector<std::shared_ptr<SaveHandle::Shared>> inflight_;  // REQUIRES: mu_
+  // Commits saves in the order their writes finished: one thread, last so
+  // that it stops before anything it uses goes.
+  TaskPool committer_{1};
 };
 
 const char* SaveLevelName(SaveLevel level) { return level == SaveLevel::kMemory ? "memory" : "durable"; }

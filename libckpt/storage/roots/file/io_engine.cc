@@ -16,6 +16,7 @@
 #include "absl/strings/str_cat.h"
 #include "util/errors.h"
 #include "util/strings.h"
+#include "util/task_pool.h"
 #include "util/tsan.h"
 
 namespace ckpt {
@@ -277,49 +278,23 @@ class UringEngine final : public IoEngine {
   uint64_t next_token_ = 0;
 };
 
+// Blocking pread/pwrite/fdatasync on a pool of threads; Submit waits while
+// `depth` requests are queued.
 class ThreadEngine final : public IoEngine {
  public:
-  ThreadEngine(int threads, unsigned depth) : depth_(std::max(1u, depth)) {
-    for (int i = 0; i < std::max(1, threads); ++i) {
-      workers_.emplace_back([this] { Run(); });
-    }
-  }
-  ~ThreadEngine() override {
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      stop_ = true;
-    }
-    cv_.notify_all();
-    for (auto& t : workers_) t.join();
-  }
+  ThreadEngine(int threads, unsigned depth) : pool_(std::max(1, threads), std::max(1u, depth)) {}
   std::string_view name() const override { return "threads"; }
 
   void Submit(std::unique_ptr<IoRequest> request) override {
-    std::unique_lock<std::mutex> lock(mu_);
-    space_cv_.wait(lock, [&] { return queue_.size() < depth_; });
-    queue_.push_back(std::move(request));
-    cv_.notify_one();
-  }
-
- private:
-  void Run() {
-    while (true) {
-      std::unique_ptr<IoRequest> r;
-      {
-        std::unique_lock<std::mutex> lock(mu_);
-        cv_.wait(lock, [&] { return stop_ || !queue_.empty(); });
-        if (queue_.empty()) return;
-        r = std::move(queue_.front());
-        queue_.pop_front();
-      }
-      space_cv_.notify_one();
+    pool_.Submit([r = std::move(request)]() mutable {
       absl::Status status = r->kind == IoRequest::Kind::kSync ? Sync(*r) : Transfer(*r);
       IoCallback cb = std::move(r->callback);
       r.reset();
       std::move(cb)(std::move(status));
-    }
+    });
   }
 
+ private:
   static absl::Status Sync(const IoRequest& r) {
     int rc;
     do {
@@ -344,13 +319,7 @@ class ThreadEngine final : public IoEngine {
     return absl::OkStatus();
   }
 
-  const size_t depth_;
-  std::mutex mu_;
-  std::condition_variable cv_;
-  std::condition_variable space_cv_;
-  std::deque<std::unique_ptr<IoRequest>> queue_;
-  bool stop_ = false;
-  std::vector<std::thread> workers_;
+  TaskPool pool_;
 };
 
 }  // namespace
