@@ -121,6 +121,186 @@ absl::StatusOr<RankOut> RunRank(const SyntheticModel& model, const Mesh& mesh, i
   return out;
 }
 
+// The leader's two saves: the first builds the rules' manifest, the second
+// is the steady state.
+struct LeaderSave {
+  double seconds = 0;
+  int64_t peak = 0;
+  int64_t received = 0;
+  int64_t manifest_bytes = 0;
+};
+
+// What a restart costs: the leader resolving the step, then each sampled
+// rank reading its part and planning its load.
+struct RestartFigures {
+  double resolve_s = 0;
+  Samples rank_s, part_bytes;
+  int64_t samples = 0;
+};
+
+// Every rank's part, on `threads` threads; rank 0 also returns the rules.
+absl::StatusOr<double> RunAllRanks(const SyntheticModel& model, const Mesh& mesh, int64_t threads,
+                                   std::vector<RankOut>& ranks, std::shared_ptr<const SaveRules>* rules) {
+  const int64_t n = mesh.NumRanks();
+  ranks.assign(static_cast<size_t>(n), RankOut{});
+  std::atomic<int64_t> next{0};
+  std::mutex mu;
+  absl::Status failure;
+  const double t0 = NowSeconds();
+  std::vector<std::thread> pool;
+  for (int64_t t = 0; t < std::max<int64_t>(1, threads); ++t) {
+    pool.emplace_back([&] {
+      for (int64_t r; (r = next.fetch_add(1)) < n;) {
+        auto out = RunRank(model, mesh, r, r == 0 ? rules : nullptr);
+        if (!out.ok()) {
+          std::lock_guard<std::mutex> lock(mu);
+          failure = out.status();
+          return;
+        }
+        ranks[static_cast<size_t>(r)] = std::move(*out);
+      }
+    });
+  }
+  for (auto& th : pool) th.join();
+  if (!failure.ok()) return failure;
+  return NowSeconds() - t0;
+}
+
+// Two saves committed by the leader from every rank's summary.
+absl::Status LeaderSaves(Storage& storage, std::vector<RankOut>& ranks, const SaveRules& rules, const Mesh& mesh,
+                         RuleManifest& rule_manifest, LeaderSave (&saves)[2]) {
+  const int64_t n = mesh.NumRanks();
+  const int64_t rss_before = StatusBytes("VmRSS:");
+  for (int i = 0; i < 2; ++i) {
+    const int64_t step = i + 1;
+    ClaimRequest claim;
+    claim.step = step;
+    claim.world_size = static_cast<int>(n);
+    CKPT_ASSIGN_OR_RETURN(const uint64_t id, ClaimForSave(storage, nullptr, claim));
+    // The ranks file their summaries, bound to this save.
+    for (RankOut& r : ranks) {
+      r.summary.binding = RuleBinding(step, id, rules.hash);
+      const std::string bytes = EncodeRankSummary(r.summary);
+      saves[i].received += static_cast<int64_t>(bytes.size());
+      CKPT_RETURN_IF_ERROR(
+          storage.PutAtomic(StrCat(StepDir(step), "/", ReportName(r.summary.rank)), AsBytesView(bytes)));
+    }
+    const Manifest head = NewRankReport(step, static_cast<int>(n), Codec::kNone, mesh, SaveOptions{});
+    const RuleCommit commit{&rules, &rule_manifest, &head};
+    ResetPeak();
+    const int64_t rss0 = StatusBytes("VmRSS:");
+    const double t0 = NowSeconds();
+    absl::Status published = PublishStep(storage, step, id, static_cast<int>(n), &commit);
+    saves[i].seconds = NowSeconds() - t0;
+    saves[i].peak = StatusBytes("VmHWM:") - std::min(rss0, rss_before);
+    if (!published.ok()) return Annotate(published, StrCat("step ", step));
+    auto size = storage.FileSize(StrCat(StepDir(step), "/", kManifestName));
+    saves[i].manifest_bytes = size.ok() ? static_cast<int64_t>(*size) : -1;
+  }
+  return absl::OkStatus();
+}
+
+// The restart onto `to`, through Load's code.
+absl::StatusOr<RestartFigures> Restart(Storage& storage, const SyntheticModel& target, const Mesh& to,
+                                       int64_t rank_samples) {
+  RestartFigures f;
+  double t0 = NowSeconds();
+  auto found = ResolveLoadable(storage, kLatestStep, false, GridChunks::kGridsOnly);
+  f.resolve_s = NowSeconds() - t0;
+  if (!found.ok()) return Annotate(found.status(), "restart");
+  *found = LoadableStep();
+  const std::string manifest_path = StrCat(StepDir(2), "/", kManifestName);
+  const int64_t n_to = to.NumRanks();
+  f.samples = std::min(rank_samples, n_to);
+  for (int64_t k = 0; k < f.samples; ++k) {
+    static std::byte nowhere[1];
+    const int64_t rank = f.samples == 1 ? 0 : k * (n_to - 1) / (f.samples - 1);
+    const double r0 = NowSeconds();
+    State st;
+    absl::Status s = st.SetMesh(to, rank);
+    for (const TensorLayout& l : target.tensors) {
+      if (s.ok()) s = st.AddLayout(l, nowhere);
+    }
+    int64_t bytes = 0;
+    auto part =
+        s.ok() ? ReadOwnPart(storage, manifest_path, st, static_cast<int>(rank), &bytes) : absl::StatusOr<Manifest>(s);
+    auto plan = part.ok() ? PlanLoad(*part, st, static_cast<int>(rank)) : absl::StatusOr<LoadPlanCounts>(part.status());
+    if (!plan.ok()) return Annotate(plan.status(), StrCat("restart, rank ", rank));
+    f.rank_s.Add(NowSeconds() - r0);
+    f.part_bytes.Add(static_cast<double>(bytes));
+  }
+  return f;
+}
+
+// Everything the benchmark reports.
+struct CommitFigures {
+  int64_t n = 0, n_to = 0, threads = 0;
+  std::string mesh, to, root;
+  size_t tensors = 0;
+  Samples plan_s, steady_s, state_s;
+  double all_ranks_s = 0, rules_build_s = 0;
+  LeaderSave saves[2];
+  RestartFigures restart;
+  double restart_plan_s() const { return restart.resolve_s + restart.rank_s.Max(); }
+};
+
+void PrintCommitText(const CommitFigures& f) {
+  const LeaderSave* saves = f.saves;
+  std::printf("%lld ranks over %s, %zu tensors; storage %s; data files skipped\n", static_cast<long long>(f.n),
+              f.mesh.c_str(), f.tensors, f.root.c_str());
+  std::printf(
+      "each rank: builds its laid-out state %.2f ms max, plans its writes %.2f ms max (%.2f ms median); "
+      "a save with the same layouts %.3f ms max\n",
+      f.state_s.Max() * 1e3, f.plan_s.Max() * 1e3, f.plan_s.Median() * 1e3, f.steady_s.Max() * 1e3);
+  std::printf("all %lld ranks one after another on %lld threads here: %.1f s\n", static_cast<long long>(f.n),
+              static_cast<long long>(f.threads), f.all_ranks_s);
+  std::printf("leader, first save: %.3f s (the rules' manifest built in %.3f s), peak +%s\n", saves[0].seconds,
+              f.rules_build_s, tools::HumanBytes(static_cast<double>(saves[0].peak)).c_str());
+  std::printf("leader, steady state: %.3f s, peak +%s; received %s (%.1f bytes per rank); manifest %s\n",
+              saves[1].seconds, tools::HumanBytes(static_cast<double>(saves[1].peak)).c_str(),
+              tools::HumanBytes(static_cast<double>(saves[1].received)).c_str(),
+              static_cast<double>(saves[1].received) / static_cast<double>(f.n),
+              tools::HumanBytes(static_cast<double>(saves[1].manifest_bytes)).c_str());
+  std::printf(
+      "restart onto %s (%lld ranks): the leader resolves the step in %.3f s; each rank reads its part "
+      "(%s at most) and plans its load in %.2f ms at most (%.2f ms median, %lld sampled); generation formed "
+      "-> every rank has its plan %.3f s\n",
+      f.to.c_str(), static_cast<long long>(f.n_to), f.restart.resolve_s,
+      tools::HumanBytes(f.restart.part_bytes.Max()).c_str(), f.restart.rank_s.Max() * 1e3,
+      f.restart.rank_s.Median() * 1e3, static_cast<long long>(f.restart.samples), f.restart_plan_s());
+}
+
+void PrintCommitJson(const CommitFigures& f) {
+  const LeaderSave* saves = f.saves;
+  JsonWriter j;
+  j.BeginObject()
+      .Field("ranks", f.n)
+      .Field("mesh", f.mesh)
+      .Field("tensors", static_cast<int64_t>(f.tensors))
+      .Field("storage", f.root)
+      .Field("data_files", std::string("skipped"))
+      .Field("leader_seconds", saves[1].seconds)
+      .Field("leader_peak_bytes", saves[1].peak)
+      .Field("leader_bytes_received", saves[1].received)
+      .Field("first_save_seconds", saves[0].seconds)
+      .Field("first_save_peak_bytes", saves[0].peak)
+      .Field("rules_manifest_build_seconds", f.rules_build_s)
+      .Field("manifest_bytes", saves[1].manifest_bytes)
+      .Field("rank_state_seconds_max", f.state_s.Max())
+      .Field("rank_plan_seconds_max", f.plan_s.Max())
+      .Field("rank_plan_seconds_median", f.plan_s.Median())
+      .Field("rank_steady_seconds_max", f.steady_s.Max())
+      .Field("all_ranks_here_seconds", f.all_ranks_s)
+      .Field("restart_mesh", f.to)
+      .Field("restart_leader_seconds", f.restart.resolve_s)
+      .Field("restart_rank_seconds_max", f.restart.rank_s.Max())
+      .Field("restart_rank_manifest_bytes_max", f.restart.part_bytes.Max())
+      .Field("restart_plan_seconds", f.restart_plan_s())
+      .Field("threads", f.threads)
+      .EndObject();
+  std::printf("%s\n", j.str().c_str());
+}
+
 int Main(int argc, char** argv) {
   std::string dir, from_text, to_text, optimizer;
   int64_t params = 0, layers = 0, threads = 2, rank_samples = 256;
@@ -159,187 +339,43 @@ int Main(int argc, char** argv) {
     std::fprintf(stderr, "commit_bench: %s\n", std::string((model.ok() ? target : model).status().message()).c_str());
     return 2;
   }
-  const int64_t n = mesh->NumRanks();
-
-  // Every rank's part, on --threads threads.
-  std::vector<RankOut> ranks(static_cast<size_t>(n));
-  std::shared_ptr<const SaveRules> rules;
-  std::atomic<int64_t> next{0};
-  std::mutex mu;
-  absl::Status failure;
-  double t0 = NowSeconds();
-  std::vector<std::thread> pool;
-  for (int64_t t = 0; t < std::max<int64_t>(1, threads); ++t) {
-    pool.emplace_back([&] {
-      for (int64_t r; (r = next.fetch_add(1)) < n;) {
-        auto out = RunRank(*model, *mesh, r, r == 0 ? &rules : nullptr);
-        if (!out.ok()) {
-          std::lock_guard<std::mutex> lock(mu);
-          failure = out.status();
-          return;
-        }
-        ranks[static_cast<size_t>(r)] = std::move(*out);
-      }
-    });
-  }
-  for (auto& th : pool) th.join();
-  const double all_ranks_s = NowSeconds() - t0;
-  if (!failure.ok()) {
-    std::fprintf(stderr, "commit_bench: %s\n", std::string(failure.message()).c_str());
+  auto fail = [](const absl::Status& s) {
+    std::fprintf(stderr, "commit_bench: %s\n", std::string(s.message()).c_str());
     return 1;
-  }
-  Samples plan_s, steady_s, state_s;
-  for (const RankOut& r : ranks) {
-    plan_s.Add(r.plan_s);
-    steady_s.Add(r.steady_s);
-    state_s.Add(r.state_s);
-  }
-
-  // The leader: two saves, the first building the rules' manifest.
-  const std::string root = dir.empty() ? "mem://" : dir + "/root";
-  if (!dir.empty()) std::filesystem::remove_all(root);
-  auto storage = OpenStorage(root);
-  if (!storage.ok()) {
-    std::fprintf(stderr, "commit_bench: %s\n", std::string(storage.status().message()).c_str());
-    return 1;
-  }
-  RuleManifest rule_manifest;
-  struct Save {
-    double seconds = 0;
-    int64_t peak = 0;
-    int64_t received = 0;
-    int64_t manifest_bytes = 0;
   };
-  Save saves[2];
-  const int64_t rss_before = StatusBytes("VmRSS:");
-  for (int i = 0; i < 2; ++i) {
-    const int64_t step = i + 1;
-    ClaimRequest claim;
-    claim.step = step;
-    claim.world_size = static_cast<int>(n);
-    auto id = ClaimForSave(**storage, nullptr, claim);
-    if (!id.ok()) {
-      std::fprintf(stderr, "commit_bench: %s\n", std::string(id.status().message()).c_str());
-      return 1;
-    }
-    // The ranks file their summaries, bound to this save.
-    for (RankOut& r : ranks) {
-      r.summary.binding = RuleBinding(step, *id, rules->hash);
-      const std::string bytes = EncodeRankSummary(r.summary);
-      saves[i].received += static_cast<int64_t>(bytes.size());
-      if (absl::Status s =
-              (*storage)->PutAtomic(StrCat(StepDir(step), "/", ReportName(r.summary.rank)), AsBytesView(bytes));
-          !s.ok()) {
-        std::fprintf(stderr, "commit_bench: %s\n", std::string(s.message()).c_str());
-        return 1;
-      }
-    }
-    const Manifest head = NewRankReport(step, static_cast<int>(n), Codec::kNone, *mesh, SaveOptions{});
-    const RuleCommit commit{rules.get(), &rule_manifest, &head};
-    ResetPeak();
-    const int64_t rss0 = StatusBytes("VmRSS:");
-    t0 = NowSeconds();
-    absl::Status published = PublishStep(**storage, step, *id, static_cast<int>(n), &commit);
-    saves[i].seconds = NowSeconds() - t0;
-    saves[i].peak = StatusBytes("VmHWM:") - std::min(rss0, rss_before);
-    if (!published.ok()) {
-      std::fprintf(stderr, "commit_bench: step %lld: %s\n", static_cast<long long>(step),
-                   std::string(published.message()).c_str());
-      return 1;
-    }
-    auto size = (*storage)->FileSize(StrCat(StepDir(step), "/", kManifestName));
-    saves[i].manifest_bytes = size.ok() ? static_cast<int64_t>(*size) : -1;
+  CommitFigures f;
+  f.n = mesh->NumRanks();
+  f.n_to = to->NumRanks();
+  f.threads = threads;
+  f.mesh = mesh->ToString();
+  f.to = to->ToString();
+  f.tensors = model->tensors.size();
+  std::vector<RankOut> ranks;
+  std::shared_ptr<const SaveRules> rules;
+  auto all_ranks_s = RunAllRanks(*model, *mesh, threads, ranks, &rules);
+  if (!all_ranks_s.ok()) return fail(all_ranks_s.status());
+  f.all_ranks_s = *all_ranks_s;
+  for (const RankOut& r : ranks) {
+    f.plan_s.Add(r.plan_s);
+    f.steady_s.Add(r.steady_s);
+    f.state_s.Add(r.state_s);
   }
-
-  // The restart, through Load's code.
-  t0 = NowSeconds();
-  auto found = ResolveLoadable(**storage, kLatestStep, false, GridChunks::kGridsOnly);
-  const double resolve_s = NowSeconds() - t0;
-  if (!found.ok()) {
-    std::fprintf(stderr, "commit_bench: restart: %s\n", std::string(found.status().message()).c_str());
-    return 1;
-  }
-  *found = LoadableStep();
-  const std::string manifest_path = StrCat(StepDir(2), "/", kManifestName);
-  const int64_t n_to = to->NumRanks();
-  const int64_t samples = std::min(rank_samples, n_to);
-  Samples restart_s, part_bytes;
-  for (int64_t k = 0; k < samples; ++k) {
-    static std::byte nowhere[1];
-    const int64_t rank = samples == 1 ? 0 : k * (n_to - 1) / (samples - 1);
-    const double r0 = NowSeconds();
-    State st;
-    absl::Status s = st.SetMesh(*to, rank);
-    for (const TensorLayout& l : target->tensors) {
-      if (s.ok()) s = st.AddLayout(l, nowhere);
-    }
-    int64_t bytes = 0;
-    auto part = s.ok() ? ReadOwnPart(**storage, manifest_path, st, static_cast<int>(rank), &bytes)
-                       : absl::StatusOr<Manifest>(s);
-    auto plan = part.ok() ? PlanLoad(*part, st, static_cast<int>(rank)) : absl::StatusOr<LoadPlanCounts>(part.status());
-    if (!plan.ok()) {
-      std::fprintf(stderr, "commit_bench: restart, rank %lld: %s\n", static_cast<long long>(rank),
-                   std::string(plan.status().message()).c_str());
-      return 1;
-    }
-    restart_s.Add(NowSeconds() - r0);
-    part_bytes.Add(static_cast<double>(bytes));
-  }
-  const double restart_plan_s = resolve_s + restart_s.Max();
-
-  if (!json) {
-    std::printf("%lld ranks over %s, %zu tensors; storage %s; data files skipped\n", static_cast<long long>(n),
-                mesh->ToString().c_str(), model->tensors.size(), root.c_str());
-    std::printf(
-        "each rank: builds its laid-out state %.2f ms max, plans its writes %.2f ms max (%.2f ms median); "
-        "a save with the same layouts %.3f ms max\n",
-        state_s.Max() * 1e3, plan_s.Max() * 1e3, plan_s.Median() * 1e3, steady_s.Max() * 1e3);
-    std::printf("all %lld ranks one after another on %lld threads here: %.1f s\n", static_cast<long long>(n),
-                static_cast<long long>(threads), all_ranks_s);
-    std::printf("leader, first save: %.3f s (the rules' manifest built in %.3f s), peak +%s\n", saves[0].seconds,
-                rule_manifest.build_seconds(), tools::HumanBytes(static_cast<double>(saves[0].peak)).c_str());
-    std::printf("leader, steady state: %.3f s, peak +%s; received %s (%.1f bytes per rank); manifest %s\n",
-                saves[1].seconds, tools::HumanBytes(static_cast<double>(saves[1].peak)).c_str(),
-                tools::HumanBytes(static_cast<double>(saves[1].received)).c_str(),
-                static_cast<double>(saves[1].received) / static_cast<double>(n),
-                tools::HumanBytes(static_cast<double>(saves[1].manifest_bytes)).c_str());
-    std::printf(
-        "restart onto %s (%lld ranks): the leader resolves the step in %.3f s; each rank reads its part "
-        "(%s at most) and plans its load in %.2f ms at most (%.2f ms median, %lld sampled); generation formed "
-        "-> every rank has its plan %.3f s\n",
-        to->ToString().c_str(), static_cast<long long>(n_to), resolve_s, tools::HumanBytes(part_bytes.Max()).c_str(),
-        restart_s.Max() * 1e3, restart_s.Median() * 1e3, static_cast<long long>(samples), restart_plan_s);
-  }
+  f.root = dir.empty() ? "mem://" : dir + "/root";
+  if (!dir.empty()) std::filesystem::remove_all(f.root);
+  auto storage = OpenStorage(f.root);
+  if (!storage.ok()) return fail(storage.status());
+  RuleManifest rule_manifest;
+  if (absl::Status s = LeaderSaves(**storage, ranks, *rules, *mesh, rule_manifest, f.saves); !s.ok()) return fail(s);
+  f.rules_build_s = rule_manifest.build_seconds();
+  auto restart = Restart(**storage, *target, *to, rank_samples);
+  if (!restart.ok()) return fail(restart.status());
+  f.restart = std::move(*restart);
   if (json) {
-    JsonWriter j;
-    j.BeginObject()
-        .Field("ranks", n)
-        .Field("mesh", mesh->ToString())
-        .Field("tensors", static_cast<int64_t>(model->tensors.size()))
-        .Field("storage", root)
-        .Field("data_files", std::string("skipped"))
-        .Field("leader_seconds", saves[1].seconds)
-        .Field("leader_peak_bytes", saves[1].peak)
-        .Field("leader_bytes_received", saves[1].received)
-        .Field("first_save_seconds", saves[0].seconds)
-        .Field("first_save_peak_bytes", saves[0].peak)
-        .Field("rules_manifest_build_seconds", rule_manifest.build_seconds())
-        .Field("manifest_bytes", saves[1].manifest_bytes)
-        .Field("rank_state_seconds_max", state_s.Max())
-        .Field("rank_plan_seconds_max", plan_s.Max())
-        .Field("rank_plan_seconds_median", plan_s.Median())
-        .Field("rank_steady_seconds_max", steady_s.Max())
-        .Field("all_ranks_here_seconds", all_ranks_s)
-        .Field("restart_mesh", to->ToString())
-        .Field("restart_leader_seconds", resolve_s)
-        .Field("restart_rank_seconds_max", restart_s.Max())
-        .Field("restart_rank_manifest_bytes_max", part_bytes.Max())
-        .Field("restart_plan_seconds", restart_plan_s)
-        .Field("threads", threads)
-        .EndObject();
-    std::printf("%s\n", j.str().c_str());
+    PrintCommitJson(f);
+  } else {
+    PrintCommitText(f);
   }
-  if (!dir.empty()) std::filesystem::remove_all(root);
+  if (!dir.empty()) std::filesystem::remove_all(f.root);
   return 0;
 }
 
