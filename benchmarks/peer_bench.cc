@@ -27,6 +27,7 @@
 #include "common/synth_job.h"
 #include "peer/peer_client.h"
 #include "util/clock.h"
+#include "util/errors.h"
 #include "util/json.h"
 
 namespace ckpt::bench {
@@ -104,6 +105,222 @@ std::shared_ptr<PeerMemory> Memory(const std::string& domain, int64_t budget) {
   return *m;
 }
 
+// The figures of every run, and what the runs share: the state, three
+// processes' peer memories (this one's, a holder's, and a replacement
+// host's that holds nothing).
+class PeerBench {
+ public:
+  PeerBench(std::string dir, int64_t size, bool times) : dir_(std::move(dir)), times_(times) {
+    state_ = MakeState(size, DType::kF32);
+    const int64_t budget = 3 * state_.bytes + (int64_t{256} << 20);
+    own_ = Memory("host-a", budget);
+    holder_ = Memory("host-b", budget);
+    fresh_ = Memory("host-c", budget);
+    for (size_t i = 0; i < state_.specs.size(); ++i) {
+      (void)source_.AddTensor(state_.specs[i], state_.data[i].data());
+      (void)target_.AddTensor(state_.specs[i], state_.out[i].data());
+    }
+  }
+  int64_t bytes() const { return state_.bytes; }
+  std::string root() const { return dir_ + "/peer-bench-root"; }
+
+  absl::Status Run(int64_t run) {
+    std::filesystem::remove_all(root());
+    CKPT_ASSIGN_OR_RETURN(std::unique_ptr<Checkpointer> cp, Saves(run));
+    CKPT_RETURN_IF_ERROR(Restores(run, *cp));
+    cp.reset();
+    own_->DropStepsExcept(-1);
+    holder_->DropStepsExcept(-1);
+    return absl::OkStatus();
+  }
+
+  // The ceilings after every run, not between them: with iperf3 and fio run
+  // between runs, every later run's memory save and restore from a peer took
+  // several times longer (docs/performance.md, "Figures behind the code").
+  void Ceilings(int64_t runs) {
+    const std::string data_file = root() + "/step-0000000003/rank-000000.ckd";
+    const int64_t file_bytes = static_cast<int64_t>(std::filesystem::file_size(data_file)) / (4 << 20) * (4 << 20);
+    for (int64_t run = 0; run < runs; ++run) {
+      disk_ceiling_.Add(DiskCeiling(data_file, file_bytes, false));
+      iperf_.Add(IperfLoopback(dir_));
+    }
+    std::filesystem::remove_all(root());
+  }
+
+  void Print(int64_t runs) {
+    const double gb = 1e9, bytes = static_cast<double>(state_.bytes);
+    const double peer_bw = bytes / from_peer_.Median(), own_bw = bytes / from_own_.Median(),
+                 disk_bw = bytes / from_disk_.Median(), ip = iperf_.Median(), dc = disk_ceiling_.Median();
+    std::printf("\nrestore of %s (medians of %lld):\n", tools::HumanBytes(bytes).c_str(), static_cast<long long>(runs));
+    std::printf("  from a peer's memory   %.3f s  %.2f GB/s  %s\n", from_peer_.Median(), peer_bw / gb,
+                ip > 0 ? (std::to_string(peer_bw / ip).substr(0, 4) + "x iperf3 loopback (" +
+                          std::to_string(ip / gb).substr(0, 4) + " GB/s)")
+                             .c_str()
+                       : "(iperf3 not installed: no ceiling)");
+    std::printf(
+        "  from its own memory    %.3f s  %.2f GB/s (the loader's own ceiling: checks and copies, no network)\n",
+        from_own_.Median(), own_bw / gb);
+    std::printf("  data plane alone (one file read whole, frames checked, nothing decoded) %.2f GB/s  %.2fx iperf3\n",
+                raw_get_.Median() / gb, ip > 0 ? raw_get_.Median() / ip : -1.0);
+    std::printf("  from the disk (O_DIRECT) %.3f s  %.2f GB/s  %.2fx the disk's read ceiling (%.2f GB/s)\n",
+                from_disk_.Median(), disk_bw / gb, disk_bw / dc, dc / gb);
+    std::printf(
+        "save: memory level stall %.3f s, committed (copy in a peer's memory) %.3f s (the first, mapping its "
+        "memory afresh: %.3f s); durable stall %.3f s, committed %.3f s\n",
+        mem_stall_.Median(), runs > 1 ? mem_commit_.Median() : -1.0, mem_commit_cold_.Median(), dur_stall_.Median(),
+        dur_commit_.Median());
+    std::printf(
+        "training (an optimizer-like pass over 64 MiB, %.1f passes/s alone) while the save finishes in the "
+        "background: %.2fx its speed alone during a memory save, %.2fx during a durable save\n",
+        train_alone_.Median(), train_memory_.Median(), train_durable_.Median());
+  }
+
+  std::string Json(int64_t runs) {
+    const double bytes = static_cast<double>(state_.bytes), ip = iperf_.Median();
+    JsonWriter j;
+    j.BeginObject()
+        .Field("bytes", state_.bytes)
+        .Field("runs", runs)
+        .Field("restore_peer_s", from_peer_.Median())
+        .Field("restore_own_s", from_own_.Median())
+        .Field("restore_disk_s", from_disk_.Median())
+        .Field("iperf3_bytes_per_s", ip)
+        .Field("disk_read_ceiling_bytes_per_s", disk_ceiling_.Median())
+        .Field("peer_vs_iperf3", ip > 0 ? bytes / from_peer_.Median() / ip : -1.0)
+        .Field("data_plane_bytes_per_s", raw_get_.Median())
+        .Field("data_plane_vs_iperf3", ip > 0 ? raw_get_.Median() / ip : -1.0)
+        .Field("memory_stall_s", mem_stall_.Median())
+        .Field("memory_commit_s", runs > 1 ? mem_commit_.Median() : -1.0)
+        .Field("memory_commit_first_s", mem_commit_cold_.Median())
+        .Field("durable_stall_s", dur_stall_.Median())
+        .Field("durable_commit_s", dur_commit_.Median())
+        .Field("training_passes_per_s", train_alone_.Median())
+        .Field("training_during_memory_save_x", train_memory_.Median())
+        .Field("training_during_durable_save_x", train_durable_.Median())
+        .EndObject();
+    return j.str();
+  }
+
+ private:
+  // Every restored byte must be the saved one; the target is cleared after.
+  void Check(const char* what) {
+    for (size_t i = 0; i < state_.specs.size(); ++i) {
+      if (state_.out[i] != state_.data[i]) {
+        std::fprintf(stderr, "%s returned different bytes for %s\n", what, state_.specs[i].fqn.c_str());
+        std::exit(1);
+      }
+      std::fill(state_.out[i].begin(), state_.out[i].end(), std::byte{0});
+    }
+  }
+
+  // A memory save (step 2) and a durable one (step 3), each with training
+  // passes run while it finishes in the background, as a fraction of the
+  // passes alone.
+  absl::StatusOr<std::unique_ptr<Checkpointer>> Saves(int64_t run) {
+    PeerRoute route;
+    route.replicas = {holder_->endpoint()};
+    auto memory_storage = OpenPeerStorage(own_, route);
+    CheckpointerOptions o;
+    o.uri = root();
+    o.memory_storage = *memory_storage;
+    o.engine_options.staging_bytes = static_cast<size_t>(state_.bytes) + (64 << 20);
+    CKPT_ASSIGN_OR_RETURN(std::unique_ptr<Checkpointer> cp, Checkpointer::Open(o));
+    // Warm-up: maps the arena.
+    CKPT_ASSIGN_OR_RETURN(SaveHandle warm, cp->Save(1, source_));
+    CKPT_RETURN_IF_ERROR(warm.Wait());
+    SaveOptions mem;
+    mem.level = SaveLevel::kMemory;
+    double t0 = NowSeconds();
+    CKPT_ASSIGN_OR_RETURN(SaveHandle h, cp->Save(2, source_, mem));
+    mem_stall_.Add(NowSeconds() - t0);
+    const double during_memory = training_.RateWhile([&] { return !h.Done(); }, 0);
+    CKPT_RETURN_IF_ERROR(Annotate(h.Wait(), "memory save"));
+    // The first memory save maps its memory afresh (on this kind of host,
+    // page faults cost seconds per GiB); later ones reuse what the dropped
+    // steps held, as a training job's saves do.
+    (run == 0 ? mem_commit_cold_ : mem_commit_).Add(NowSeconds() - t0);
+    t0 = NowSeconds();
+    CKPT_ASSIGN_OR_RETURN(SaveHandle d, cp->Save(3, source_));
+    dur_stall_.Add(NowSeconds() - t0);
+    const double during_durable = training_.RateWhile([&] { return !d.Done(); }, 0);
+    CKPT_RETURN_IF_ERROR(Annotate(d.Wait(), "durable save"));
+    dur_commit_.Add(NowSeconds() - t0);
+    const double alone = training_.RateWhile([] { return false; }, 1.0);
+    train_alone_.Add(alone);
+    train_memory_.Add(during_memory / alone);
+    train_durable_.Add(during_durable / alone);
+    return cp;
+  }
+
+  // Restores: from the holder's memory over TCP (a replacement host that
+  // holds nothing), the data plane alone, from this process's own memory,
+  // from the disk.
+  absl::Status Restores(int64_t run, Checkpointer& cp) {
+    PeerRoute elsewhere;
+    elsewhere.holders = [&](int64_t, int) { return std::vector<std::string>{holder_->endpoint()}; };
+    auto remote = OpenPeerStorage(fresh_, elsewhere);
+    LoadOptions lo;
+    lo.level = SaveLevel::kMemory;
+    CheckpointerOptions ro;
+    ro.uri = root();
+    ro.memory_storage = *remote;
+    ro.gc_on_open = false;
+    CKPT_ASSIGN_OR_RETURN(std::unique_ptr<Checkpointer> reader, Checkpointer::Open(ro));
+    double t0 = NowSeconds();
+    auto lp = reader->Load(target_, 2, lo);
+    if (!lp.ok()) return Annotate(lp.status(), "restore from a peer");
+    from_peer_.Add(NowSeconds() - t0);
+    if (times_) std::printf("restore from a peer: monotonic %.6f,%.6f\n", t0, NowSeconds());
+    std::printf("run %lld: memory save committed in %.3f s, restore from a peer %.3f s, RSS %s, held %s + %s + %s\n",
+                static_cast<long long>(run), (run == 0 ? mem_commit_cold_ : mem_commit_).v.back(), from_peer_.v.back(),
+                tools::HumanBytes(static_cast<double>(tools::ResidentBytes())).c_str(), Held(*own_).c_str(),
+                Held(*holder_).c_str(), Held(*fresh_).c_str());
+    std::fflush(stdout);
+    Check("the restore from a peer");
+    if (lp->bytes_from_peers < state_.bytes) {
+      return absl::DataLossError(
+          StrCat("the restore read ", lp->bytes_from_peers, " bytes from peers, less than the state"));
+    }
+    CKPT_RETURN_IF_ERROR(DataPlane());
+    t0 = NowSeconds();
+    CKPT_RETURN_IF_ERROR(cp.Load(target_, 2, lo).status());
+    from_own_.Add(NowSeconds() - t0);
+    Check("the restore from its own memory");
+    t0 = NowSeconds();
+    CKPT_RETURN_IF_ERROR(cp.Load(target_, 3).status());
+    from_disk_.Add(NowSeconds() - t0);
+    Check("the restore from disk");
+    return absl::OkStatus();
+  }
+
+  // The data plane alone: the whole data file from the holder into a buffer
+  // already touched, no decoding (what iperf3 does, plus the frame checksums).
+  absl::Status DataPlane() {
+    const std::string data_path = "step-0000000002/rank-000000.ckd";
+    CKPT_ASSIGN_OR_RETURN(auto c,
+                          peer::PeerConnection::Open(holder_->endpoint(), "peer-bench-token-0123456789abcdef", 30));
+    CKPT_ASSIGN_OR_RETURN(const uint64_t size, c->Stat(data_path));
+    std::vector<std::byte> buf(size, std::byte{1});
+    const double t0 = NowSeconds();
+    CKPT_RETURN_IF_ERROR(c->Get(data_path, 0, absl::Span<std::byte>(buf)));
+    raw_get_.Add(static_cast<double>(size) / (NowSeconds() - t0));
+    return absl::OkStatus();
+  }
+
+  static std::string Held(PeerMemory& m) {
+    return tools::HumanBytes(static_cast<double>(m.Stats().held_bytes + m.Stats().spare_bytes));
+  }
+
+  const std::string dir_;
+  const bool times_;
+  StateBuffers state_;
+  std::shared_ptr<PeerMemory> own_, holder_, fresh_;
+  State source_, target_;
+  TrainingLoop training_;
+  Samples mem_stall_, mem_commit_, mem_commit_cold_, dur_stall_, dur_commit_, from_peer_, from_own_, from_disk_, iperf_,
+      disk_ceiling_, raw_get_, train_alone_, train_memory_, train_durable_;
+};
+
 }  // namespace
 
 int Main(int argc, char** argv) {
@@ -122,196 +339,19 @@ int Main(int argc, char** argv) {
   int exit = 0;
   if (!ParseBenchArgs(args, argc, argv, dir, &exit)) return exit;
   std::filesystem::create_directories(dir);
-  StateBuffers state = MakeState(size, DType::kF32);
-  std::printf("state: %s of f32 weights; %lld runs\n", tools::HumanBytes(static_cast<double>(state.bytes)).c_str(),
+  PeerBench bench(dir, size, times);
+  std::printf("state: %s of f32 weights; %lld runs\n", tools::HumanBytes(static_cast<double>(bench.bytes())).c_str(),
               static_cast<long long>(runs));
   std::fflush(stdout);
-  const int64_t budget = 3 * state.bytes + (int64_t{256} << 20);
-  auto own = Memory("host-a", budget), holder = Memory("host-b", budget), fresh = Memory("host-c", budget);
-  State source, target;
-  for (size_t i = 0; i < state.specs.size(); ++i) {
-    (void)source.AddTensor(state.specs[i], state.data[i].data());
-    (void)target.AddTensor(state.specs[i], state.out[i].data());
-  }
-  auto check = [&](const char* what) {
-    for (size_t i = 0; i < state.specs.size(); ++i) {
-      if (state.out[i] != state.data[i]) {
-        std::fprintf(stderr, "%s returned different bytes for %s\n", what, state.specs[i].fqn.c_str());
-        std::exit(1);
-      }
-      std::fill(state.out[i].begin(), state.out[i].end(), std::byte{0});
-    }
-  };
-  Samples mem_stall, mem_commit, mem_commit_cold, dur_stall, dur_commit, from_peer, from_own, from_disk, iperf,
-      disk_ceiling, raw_get;
-  // Training passes per second alone, and while a memory or a durable save
-  // finishes in the background (after its stall), as a fraction of alone.
-  TrainingLoop training;
-  Samples train_alone, train_memory, train_durable;
   for (int64_t run = 0; run < runs; ++run) {
-    const std::string root = dir + "/peer-bench-root";
-    std::filesystem::remove_all(root);
-    PeerRoute route;
-    route.replicas = {holder->endpoint()};
-    auto memory_storage = OpenPeerStorage(own, route);
-    CheckpointerOptions o;
-    o.uri = root;
-    o.memory_storage = *memory_storage;
-    o.engine_options.staging_bytes = static_cast<size_t>(state.bytes) + (64 << 20);
-    auto cp = Checkpointer::Open(o);
-    if (!cp.ok()) return 1;
-    // Warm-up: maps the arena.
-    auto warm = (*cp)->Save(1, source);
-    if (!warm.ok() || !warm->Wait().ok()) return 1;
-    SaveOptions mem;
-    mem.level = SaveLevel::kMemory;
-    double t0 = NowSeconds();
-    auto h = (*cp)->Save(2, source, mem);
-    if (!h.ok()) return 1;
-    mem_stall.Add(NowSeconds() - t0);
-    const double during_memory = training.RateWhile([&] { return !h->Done(); }, 0);
-    if (absl::Status s = h->Wait(); !s.ok()) {
-      std::fprintf(stderr, "memory save: %s\n", std::string(s.message()).c_str());
+    if (absl::Status s = bench.Run(run); !s.ok()) {
+      std::fprintf(stderr, "peer_bench: %s\n", std::string(s.message()).c_str());
       return 1;
     }
-    // The first memory save maps its memory afresh (on this kind of host,
-    // page faults cost seconds per GiB); later ones reuse what the dropped
-    // steps held, as a training job's saves do.
-    (run == 0 ? mem_commit_cold : mem_commit).Add(NowSeconds() - t0);
-    t0 = NowSeconds();
-    auto d = (*cp)->Save(3, source);
-    if (!d.ok()) return 1;
-    dur_stall.Add(NowSeconds() - t0);
-    const double during_durable = training.RateWhile([&] { return !d->Done(); }, 0);
-    if (!d->Wait().ok()) return 1;
-    dur_commit.Add(NowSeconds() - t0);
-    const double alone = training.RateWhile([] { return false; }, 1.0);
-    train_alone.Add(alone);
-    train_memory.Add(during_memory / alone);
-    train_durable.Add(during_durable / alone);
-
-    // Restores: from the holder's memory over TCP (a replacement host that
-    // holds nothing), from this process's own memory, from the disk.
-    PeerRoute elsewhere;
-    elsewhere.holders = [&](int64_t, int) { return std::vector<std::string>{holder->endpoint()}; };
-    auto remote = OpenPeerStorage(fresh, elsewhere);
-    LoadOptions lo;
-    lo.level = SaveLevel::kMemory;
-    CheckpointerOptions ro;
-    ro.uri = root;
-    ro.memory_storage = *remote;
-    ro.gc_on_open = false;
-    auto reader = Checkpointer::Open(ro);
-    if (!reader.ok()) return 1;
-    t0 = NowSeconds();
-    auto lp = (*reader)->Load(target, 2, lo);
-    if (!lp.ok()) {
-      std::fprintf(stderr, "restore from a peer: %s\n", std::string(lp.status().message()).c_str());
-      return 1;
-    }
-    from_peer.Add(NowSeconds() - t0);
-    if (times) std::printf("restore from a peer: monotonic %.6f,%.6f\n", t0, NowSeconds());
-    std::printf(
-        "run %lld: memory save committed in %.3f s, restore from a peer %.3f s, RSS %s, held %s + %s + %s\n",
-        static_cast<long long>(run), (run == 0 ? mem_commit_cold : mem_commit).v.back(), from_peer.v.back(),
-        tools::HumanBytes(static_cast<double>(tools::ResidentBytes())).c_str(),
-        tools::HumanBytes(static_cast<double>(own->Stats().held_bytes + own->Stats().spare_bytes)).c_str(),
-        tools::HumanBytes(static_cast<double>(holder->Stats().held_bytes + holder->Stats().spare_bytes)).c_str(),
-        tools::HumanBytes(static_cast<double>(fresh->Stats().held_bytes + fresh->Stats().spare_bytes)).c_str());
-    std::fflush(stdout);
-    check("the restore from a peer");
-    if (lp->bytes_from_peers < state.bytes) {
-      std::fprintf(stderr, "the restore read %lld bytes from peers, less than the state\n",
-                   static_cast<long long>(lp->bytes_from_peers));
-      return 1;
-    }
-    // The data plane alone: the whole data file from the holder into a
-    // buffer already touched, no decoding (what iperf3 does, plus the frame
-    // checksums).
-    {
-      const std::string data_path = "step-0000000002/rank-000000.ckd";
-      auto c = peer::PeerConnection::Open(holder->endpoint(), "peer-bench-token-0123456789abcdef", 30);
-      auto size = c.ok() ? (*c)->Stat(data_path) : absl::StatusOr<uint64_t>(c.status());
-      if (!size.ok()) return 1;
-      std::vector<std::byte> buf(*size, std::byte{1});
-      t0 = NowSeconds();
-      if (!(*c)->Get(data_path, 0, absl::Span<std::byte>(buf)).ok()) return 1;
-      raw_get.Add(static_cast<double>(*size) / (NowSeconds() - t0));
-    }
-    t0 = NowSeconds();
-    auto lo_own = (*cp)->Load(target, 2, lo);
-    if (!lo_own.ok()) return 1;
-    from_own.Add(NowSeconds() - t0);
-    check("the restore from its own memory");
-    t0 = NowSeconds();
-    auto ld = (*cp)->Load(target, 3);
-    if (!ld.ok()) return 1;
-    from_disk.Add(NowSeconds() - t0);
-    check("the restore from disk");
-    reader->reset();
-    cp->reset();
-    own->DropStepsExcept(-1);
-    holder->DropStepsExcept(-1);
-    if (run + 1 < runs) std::filesystem::remove_all(root);
   }
-  // The ceilings after every run, not between them: with iperf3 and fio run
-  // between runs, every later run's memory save and restore from a peer took
-  // several times longer (docs/performance.md, "Figures behind the code").
-  {
-    const std::string data_file = dir + "/peer-bench-root/step-0000000003/rank-000000.ckd";
-    const int64_t file_bytes = static_cast<int64_t>(std::filesystem::file_size(data_file)) / (4 << 20) * (4 << 20);
-    for (int64_t run = 0; run < runs; ++run) {
-      disk_ceiling.Add(DiskCeiling(data_file, file_bytes, false));
-      iperf.Add(IperfLoopback(dir));
-    }
-    std::filesystem::remove_all(dir + "/peer-bench-root");
-  }
-  const double gb = 1e9, bytes = static_cast<double>(state.bytes);
-  const double peer_bw = bytes / from_peer.Median(), own_bw = bytes / from_own.Median(),
-               disk_bw = bytes / from_disk.Median(), ip = iperf.Median(), dc = disk_ceiling.Median();
-  std::printf("\nrestore of %s (medians of %lld):\n", tools::HumanBytes(bytes).c_str(), static_cast<long long>(runs));
-  std::printf("  from a peer's memory   %.3f s  %.2f GB/s  %s\n", from_peer.Median(), peer_bw / gb,
-              ip > 0 ? (std::to_string(peer_bw / ip).substr(0, 4) + "x iperf3 loopback (" +
-                        std::to_string(ip / gb).substr(0, 4) + " GB/s)")
-                           .c_str()
-                     : "(iperf3 not installed: no ceiling)");
-  std::printf("  from its own memory    %.3f s  %.2f GB/s (the loader's own ceiling: checks and copies, no network)\n",
-              from_own.Median(), own_bw / gb);
-  std::printf("  data plane alone (one file read whole, frames checked, nothing decoded) %.2f GB/s  %.2fx iperf3\n",
-              raw_get.Median() / gb, ip > 0 ? raw_get.Median() / ip : -1.0);
-  std::printf("  from the disk (O_DIRECT) %.3f s  %.2f GB/s  %.2fx the disk's read ceiling (%.2f GB/s)\n",
-              from_disk.Median(), disk_bw / gb, disk_bw / dc, dc / gb);
-  std::printf(
-      "save: memory level stall %.3f s, committed (copy in a peer's memory) %.3f s (the first, mapping its memory "
-      "afresh: %.3f s); durable stall %.3f s, committed %.3f s\n",
-      mem_stall.Median(), runs > 1 ? mem_commit.Median() : -1.0, mem_commit_cold.Median(), dur_stall.Median(),
-      dur_commit.Median());
-  std::printf(
-      "training (an optimizer-like pass over 64 MiB, %.1f passes/s alone) while the save finishes in the "
-      "background: %.2fx its speed alone during a memory save, %.2fx during a durable save\n",
-      train_alone.Median(), train_memory.Median(), train_durable.Median());
-  JsonWriter j;
-  j.BeginObject()
-      .Field("bytes", state.bytes)
-      .Field("runs", runs)
-      .Field("restore_peer_s", from_peer.Median())
-      .Field("restore_own_s", from_own.Median())
-      .Field("restore_disk_s", from_disk.Median())
-      .Field("iperf3_bytes_per_s", ip)
-      .Field("disk_read_ceiling_bytes_per_s", dc)
-      .Field("peer_vs_iperf3", ip > 0 ? peer_bw / ip : -1.0)
-      .Field("data_plane_bytes_per_s", raw_get.Median())
-      .Field("data_plane_vs_iperf3", ip > 0 ? raw_get.Median() / ip : -1.0)
-      .Field("memory_stall_s", mem_stall.Median())
-      .Field("memory_commit_s", runs > 1 ? mem_commit.Median() : -1.0)
-      .Field("memory_commit_first_s", mem_commit_cold.Median())
-      .Field("durable_stall_s", dur_stall.Median())
-      .Field("durable_commit_s", dur_commit.Median())
-      .Field("training_passes_per_s", train_alone.Median())
-      .Field("training_during_memory_save_x", train_memory.Median())
-      .Field("training_during_durable_save_x", train_durable.Median())
-      .EndObject();
-  WriteTextFile(json_path, j.str());
+  bench.Ceilings(runs);
+  bench.Print(runs);
+  WriteTextFile(json_path, bench.Json(runs));
   return 0;
 }
 
