@@ -59,6 +59,79 @@ absl::StatusOr<RankFigures> PlanOneRank(Storage& storage, const std::string& pat
   return f;
 }
 
+// A root holding one committed step whose manifest is `encoded` (and its copy).
+absl::Status WriteRoot(Storage& storage, const std::string& encoded) {
+  for (const std::string& name :
+       {StepDir(1) + "/" + std::string(kManifestName), StepDir(1) + "/" + std::string(kManifestCopyName)}) {
+    CKPT_RETURN_IF_ERROR(storage.PutAtomic(name, AsBytesView(encoded)));
+  }
+  return storage.PutAtomic(kLatestName, AsBytesView(EncodeLatest(1)));
+}
+
+// Every rank (or `planned` of them, evenly spread) reading its part and
+// planning its load, on `threads` threads; returns the time for all.
+absl::StatusOr<double> PlanEveryRank(Storage& storage, const std::string& path, const SyntheticModel& target,
+                                     const Mesh& to, int64_t planned, int64_t threads,
+                                     std::vector<RankFigures>& figures) {
+  const int64_t n = to.NumRanks();
+  figures.assign(static_cast<size_t>(planned), RankFigures{});
+  std::atomic<int64_t> next{0};
+  std::mutex mu;
+  absl::Status failure;
+  const double t0 = NowSeconds();
+  std::vector<std::thread> pool;
+  for (int64_t t = 0; t < std::max<int64_t>(1, threads); ++t) {
+    pool.emplace_back([&] {
+      for (int64_t k; (k = next.fetch_add(1)) < planned;) {
+        const int64_t rank = planned == n ? k : (planned == 1 ? 0 : k * (n - 1) / (planned - 1));
+        auto f = PlanOneRank(storage, path, target, to, rank);
+        if (!f.ok()) {
+          std::lock_guard<std::mutex> lock(mu);
+          failure = f.status();
+          return;
+        }
+        figures[static_cast<size_t>(k)] = *f;
+      }
+    });
+  }
+  for (auto& th : pool) th.join();
+  if (!failure.ok()) return failure;
+  return NowSeconds() - t0;
+}
+
+// The old scheme: the leader expands the manifest, then cuts and encodes
+// each rank's part (timed on `samples` ranks).
+struct OldScheme {
+  double leader_s = 0, cut_mean = 0;
+  int64_t samples = 0;
+};
+
+absl::StatusOr<OldScheme> TimeOldScheme(Storage& storage, const SyntheticModel& target, const Mesh& to,
+                                        int64_t leader_samples) {
+  OldScheme o;
+  const int64_t n = to.NumRanks();
+  const double t0 = NowSeconds();
+  CKPT_ASSIGN_OR_RETURN(const LoadableStep found, ResolveLoadable(storage, kLatestStep, false));
+  o.leader_s = NowSeconds() - t0;
+  std::vector<char> dummy(1);
+  Samples cut_s;
+  o.samples = std::min(leader_samples, n);
+  for (int64_t k = 0; k < o.samples; ++k) {
+    const int64_t rank = o.samples == 1 ? 0 : k * (n - 1) / (o.samples - 1);
+    State st;
+    for (const TensorLayout& layout : target.tensors) {
+      auto box = RankBox(layout, to, rank);
+      if (box.ok() && box->has_value()) (void)st.AddShard(layout.spec, **box, dummy.data());
+    }
+    const double c0 = NowSeconds();
+    const std::string part = EncodeManifest(RestrictManifest(found.manifest, st, static_cast<int>(rank)));
+    cut_s.Add(NowSeconds() - c0);
+  }
+  for (double x : cut_s.v) o.cut_mean += x;
+  o.cut_mean /= std::max<size_t>(1, cut_s.v.size());
+  return o;
+}
+
 int Main(int argc, char** argv) {
   std::string dir, from_text, to_text, optimizer, json_path;
   int64_t params = 0, layers = 0, threads = 2, leader_samples = 64, max_ranks = 0;
@@ -98,63 +171,34 @@ int Main(int argc, char** argv) {
                  std::string((model.ok() ? target : model).status().message()).c_str());
     return 2;
   }
-  auto built = SaveManifestByRules(model->tensors, *from, 1 << 20, 8);
-  if (!built.ok()) {
-    std::fprintf(stderr, "restart_plan_bench: %s\n", std::string(built.status().message()).c_str());
+  auto fail = [](const absl::Status& s) {
+    std::fprintf(stderr, "restart_plan_bench: %s\n", std::string(s.message()).c_str());
     return 1;
-  }
+  };
+  auto built = SaveManifestByRules(model->tensors, *from, 1 << 20, 8);
+  if (!built.ok()) return fail(built.status());
   const std::string encoded = EncodeManifest(*built);
   *built = Manifest();
   const std::string root = dir + "/root";
   std::filesystem::remove_all(root);
   auto storage = OpenStorage(root);
-  if (!storage.ok()) return 1;
+  if (!storage.ok()) return fail(storage.status());
+  if (absl::Status s = WriteRoot(**storage, encoded); !s.ok()) return fail(s);
   const std::string path = StepDir(1) + "/" + std::string(kManifestName);
-  for (const std::string& name : {path, StepDir(1) + "/" + std::string(kManifestCopyName)}) {
-    if (!(*storage)->PutAtomic(name, AsBytesView(encoded)).ok()) return 1;
-  }
-  if (!(*storage)->PutAtomic(kLatestName, AsBytesView(EncodeLatest(1))).ok()) return 1;
 
   // The leader: the step resolved, its manifest read whole and checked
   // (grids kept as grids, as LoadStepTogether's leader does).
-  double t0 = NowSeconds();
+  const double t0 = NowSeconds();
   auto found = ResolveLoadable(**storage, kLatestStep, false, GridChunks::kGridsOnly);
   const double leader_s = NowSeconds() - t0;
-  if (!found.ok()) {
-    std::fprintf(stderr, "restart_plan_bench: %s\n", std::string(found.status().message()).c_str());
-    return 1;
-  }
+  if (!found.ok()) return fail(found.status());
   *found = LoadableStep();
 
-  // Every rank (or --max-ranks of them), on --threads threads.
   const int64_t n = to->NumRanks();
   const int64_t planned = max_ranks > 0 ? std::min(max_ranks, n) : n;
-  std::vector<RankFigures> figures(static_cast<size_t>(planned));
-  std::atomic<int64_t> next{0};
-  std::mutex mu;
-  absl::Status failure;
-  t0 = NowSeconds();
-  std::vector<std::thread> pool;
-  for (int64_t t = 0; t < std::max<int64_t>(1, threads); ++t) {
-    pool.emplace_back([&] {
-      for (int64_t k; (k = next.fetch_add(1)) < planned;) {
-        const int64_t rank = planned == n ? k : (planned == 1 ? 0 : k * (n - 1) / (planned - 1));
-        auto f = PlanOneRank(**storage, path, *target, *to, rank);
-        if (!f.ok()) {
-          std::lock_guard<std::mutex> lock(mu);
-          failure = f.status();
-          return;
-        }
-        figures[static_cast<size_t>(k)] = *f;
-      }
-    });
-  }
-  for (auto& th : pool) th.join();
-  const double all_ranks_s = NowSeconds() - t0;
-  if (!failure.ok()) {
-    std::fprintf(stderr, "restart_plan_bench: %s\n", std::string(failure.message()).c_str());
-    return 1;
-  }
+  std::vector<RankFigures> figures;
+  auto all_ranks_s = PlanEveryRank(**storage, path, *target, *to, planned, threads, figures);
+  if (!all_ranks_s.ok()) return fail(all_ranks_s.status());
   Samples rank_s, rank_bytes;
   uint64_t reads_max = 0;
   for (const RankFigures& f : figures) {
@@ -162,30 +206,10 @@ int Main(int argc, char** argv) {
     rank_bytes.Add(static_cast<double>(f.bytes));
     reads_max = std::max(reads_max, f.reads);
   }
-
-  // The old scheme: the leader expands the manifest, then cuts and encodes
-  // each rank's part.
-  t0 = NowSeconds();
-  found = ResolveLoadable(**storage, kLatestStep, false);
-  const double old_leader_s = NowSeconds() - t0;
-  if (!found.ok()) return 1;
-  std::vector<char> dummy(1);
-  Samples cut_s;
-  const int64_t samples = std::min(leader_samples, n);
-  for (int64_t k = 0; k < samples; ++k) {
-    const int64_t rank = samples == 1 ? 0 : k * (n - 1) / (samples - 1);
-    State st;
-    for (const TensorLayout& layout : target->tensors) {
-      auto box = RankBox(layout, *to, rank);
-      if (box.ok() && box->has_value()) (void)st.AddShard(layout.spec, **box, dummy.data());
-    }
-    const double c0 = NowSeconds();
-    const std::string part = EncodeManifest(RestrictManifest(found->manifest, st, static_cast<int>(rank)));
-    cut_s.Add(NowSeconds() - c0);
-  }
-  double cut_mean = 0;
-  for (double x : cut_s.v) cut_mean += x;
-  cut_mean /= std::max<size_t>(1, cut_s.v.size());
+  auto old_scheme = TimeOldScheme(**storage, *target, *to, leader_samples);
+  if (!old_scheme.ok()) return fail(old_scheme.status());
+  const double old_leader_s = old_scheme->leader_s, cut_mean = old_scheme->cut_mean;
+  const int64_t samples = old_scheme->samples;
 
   const double formed_to_plans = leader_s + rank_s.Max();
   const double old_formed_to_plans = old_leader_s + cut_mean * static_cast<double>(n);
@@ -200,7 +224,7 @@ int Main(int argc, char** argv) {
       static_cast<long long>(planned), rank_s.Median() * 1e3, rank_s.Max() * 1e3,
       tools::HumanBytes(rank_bytes.Max()).c_str(), static_cast<unsigned long long>(reads_max));
   std::printf("all %lld ranks one after another on %lld threads here: %.2f s\n", static_cast<long long>(planned),
-              static_cast<long long>(threads), all_ranks_s);
+              static_cast<long long>(threads), *all_ranks_s);
   std::printf("generation formed -> every rank has its plan (ranks on their own hosts): %.3f s\n", formed_to_plans);
   std::printf(
       "the leader cutting every rank's part instead (versions 1-3): %.2f ms per rank, %.1f s for %lld ranks "
@@ -218,7 +242,7 @@ int Main(int argc, char** argv) {
         .Field("rank_plan_s_median", rank_s.Median())
         .Field("rank_plan_s_max", rank_s.Max())
         .Field("rank_manifest_bytes_max", rank_bytes.Max())
-        .Field("all_ranks_here_s", all_ranks_s)
+        .Field("all_ranks_here_s", *all_ranks_s)
         .Field("threads", threads)
         .Field("formed_to_every_plan_s", formed_to_plans)
         .Field("leader_cut_per_rank_s", cut_mean)
