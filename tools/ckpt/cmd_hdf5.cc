@@ -206,6 +206,29 @@ herr_t Collect(hid_t, const char* name, const H5O_info_t* info, void* data) {
   return 0;
 }
 
+// The dtype a dataset imports as: its ckpt_dtype tag (written by export,
+// checked against what is stored), else inferred from its HDF5 type.
+absl::StatusOr<DType> DatasetDType(hid_t ds, hid_t type, const std::string& name, const std::string& in) {
+  if (auto attr = ReadStringAttr(ds, "ckpt_dtype")) {
+    const std::optional<DType> dtype = ParseDType(*attr);
+    if (!dtype)
+      return absl::InvalidArgumentError(StrCat(in, ": dataset '", name, "' has unknown ckpt_dtype '", *attr, "'"));
+    // The tag must describe what is stored: export writes each dtype as
+    // one HDF5 type (bool also as h5py's enum).
+    Hid expect = Hdf5TypeOf(*dtype);
+    const bool h5py_bool = *dtype == DType::kBool && H5Tget_class(type) == H5T_ENUM && H5Tget_size(type) == 1;
+    if (!h5py_bool && H5Tequal(type, expect.get()) <= 0) {
+      return absl::InvalidArgumentError(StrCat(
+          in, ": dataset '", name, "' is tagged ckpt_dtype=", *attr, " but stored as ", H5Tget_size(type), "-byte ",
+          H5Tget_class(type) == H5T_FLOAT ? "floats" : "values of another type", "; refusing to reinterpret it"));
+    }
+    return *dtype;
+  }
+  const std::optional<DType> dtype = InferDType(type);
+  if (!dtype) return absl::InvalidArgumentError(StrCat(in, ": dataset '", name, "' has a type ckpt cannot import"));
+  return *dtype;
+}
+
 }  // namespace
 
 int ImportHdf5Main(int argc, char** argv, int first) {
@@ -314,25 +337,8 @@ int ImportHdf5Main(int argc, char** argv, int first) {
       if (!added.ok()) return usage(StrCat(in, ": ", added.message()));
       continue;
     }
-    std::optional<DType> dtype;
-    if (auto attr = ReadStringAttr(ds.get(), "ckpt_dtype")) {
-      dtype = ParseDType(*attr);
-      if (!dtype) return usage(StrCat(in, ": dataset '", name, "' has unknown ckpt_dtype '", *attr, "'"));
-      // The tag must describe what is stored: export writes each dtype as
-      // one HDF5 type (bool also as h5py's enum).
-      Hid expect = Hdf5TypeOf(*dtype);
-      const bool h5py_bool =
-          *dtype == DType::kBool && H5Tget_class(type.get()) == H5T_ENUM && H5Tget_size(type.get()) == 1;
-      if (!h5py_bool && H5Tequal(type.get(), expect.get()) <= 0) {
-        return usage(StrCat(in, ": dataset '", name, "' is tagged ckpt_dtype=", *attr, " but stored as ",
-                            H5Tget_size(type.get()), "-byte ",
-                            H5Tget_class(type.get()) == H5T_FLOAT ? "floats" : "values of another type",
-                            "; refusing to reinterpret it"));
-      }
-    } else {
-      dtype = InferDType(type.get());
-      if (!dtype) return usage(StrCat(in, ": dataset '", name, "' has a type ckpt cannot import"));
-    }
+    auto dtype = DatasetDType(ds.get(), type.get(), name, in);
+    if (!dtype.ok()) return usage(std::string(dtype.status().message()));
     Hid mem = Hdf5TypeOf(*dtype);
     if (*dtype == DType::kBool && H5Tget_class(type.get()) == H5T_ENUM) mem = Hid(H5Tcopy(type.get()), H5Tclose);
     const TensorSpec spec{name, *dtype, shape};
