@@ -1,6 +1,9 @@
 #include "coordinator/messages.h"
 
 #include <bit>
+#include <concepts>
+#include <string>
+#include <type_traits>
 #include <utility>
 
 #include "ckpt/limits.h"
@@ -26,312 +29,282 @@ absl::StatusOr<T> Done(const ByteReader& r, T m) {
   return m;
 }
 
+// Each message's fields are listed once, in a Fields() function that a
+// FieldWriter walks to encode and a FieldReader walks to decode. A field
+// read past the payload, or over its limit, fails the reader (DataLoss,
+// naming the message and the byte offset); every later read is a no-op.
+class FieldWriter {
+ public:
+  static constexpr bool kReading = false;
+  void U8(uint8_t v) { w_.U8(v); }
+  void Bool(bool v) { w_.U8(v ? 1 : 0); }
+  void Var(uint64_t v) { w_.Var(v); }
+  void Count(uint64_t v, uint64_t /*limit*/, std::string_view /*what*/) { w_.Var(v); }
+  void SVar(int64_t v) { w_.SVar(v); }
+  void U64(uint64_t v) { w_.U64(v); }
+  void F64(double v) { w_.U64(std::bit_cast<uint64_t>(v)); }
+  void Str(const std::string& s, uint64_t /*limit*/) { w_.Str(s); }
+  // An index into a list of `n`: written as it is.
+  void Index(uint32_t v, size_t /*n*/, std::string_view /*what*/, std::string_view /*of*/) { w_.Var(v); }
+  // A part appended in a later version: written when `present`.
+  bool Tail(bool present) const { return present; }
+  bool ok() const { return true; }
+  template <typename T, typename Each>
+  void List(const std::vector<T>& v, uint64_t /*limit*/, std::string_view /*what*/, Each each) {
+    w_.Var(v.size());
+    for (const T& x : v) each(x);
+  }
+  std::string Take() { return w_.Take(); }
+
+ private:
+  ByteWriter w_;
+};
+
+class FieldReader {
+ public:
+  static constexpr bool kReading = true;
+  FieldReader(std::string_view payload, std::string what) : r_(payload, std::move(what)) {}
+  void U8(uint8_t& v) { v = r_.U8(); }
+  void Bool(bool& v) { v = r_.U8() != 0; }
+  void Var(uint64_t& v) { v = r_.Var(); }
+  void Count(uint64_t& v, uint64_t limit, std::string_view what) { v = r_.Count(limit, what); }
+  void Count(uint32_t& v, uint64_t limit, std::string_view what) { v = static_cast<uint32_t>(r_.Count(limit, what)); }
+  void SVar(int64_t& v) { v = r_.SVar(); }
+  void U64(uint64_t& v) { v = r_.U64(); }
+  void F64(double& v) { v = std::bit_cast<double>(r_.U64()); }
+  void Str(std::string& s, uint64_t limit) { s = r_.Str(limit); }
+  // An index into a list of `n` ("holder 2 is not one of the 2 endpoints").
+  void Index(uint32_t& v, size_t n, std::string_view what, std::string_view of) {
+    const uint64_t x = r_.Var();
+    if (r_.ok() && x >= n) r_.Fail(StrCat(what, " ", x, " is not one of the ", n, " ", of));
+    v = static_cast<uint32_t>(x);
+  }
+  // A part appended in a later version: read when bytes remain.
+  bool Tail(bool /*present*/) const { return r_.ok() && !r_.AtEnd(); }
+  bool ok() const { return r_.ok(); }
+  const absl::Status& status() const { return r_.status(); }
+  template <typename T, typename Each>
+  void List(std::vector<T>& v, uint64_t limit, std::string_view what, Each each) {
+    const uint64_t n = r_.Count(limit, what);
+    for (uint64_t i = 0; i < n && r_.ok(); ++i) {
+      T x{};
+      each(x);
+      v.push_back(std::move(x));
+    }
+  }
+
+ private:
+  ByteReader r_;
+};
+
+// M is the message type T, const when it is written.
+template <typename M, typename T>
+concept Message = std::same_as<std::remove_const_t<M>, T>;
+
+template <typename F, Message<HelloReply> M>
+void Fields(F& f, M& m) {
+  f.Str(m.nonce, kMaxNonceBytes);
+  if (f.Tail(true)) {
+    f.Str(m.coordinator_id, kMaxNonceBytes);
+    f.Var(m.max_frame);
+    if (f.Tail(!m.standby_of.empty())) f.Str(m.standby_of, 4 * kMaxNonceBytes);
+  }
+}
+
+template <typename F, Message<JoinRequest> M>
+void Fields(F& f, M& m) {
+  f.Str(m.job, kMaxJoinFieldBytes);
+  f.Str(m.host, kMaxJoinFieldBytes);
+  f.Count(m.local_ranks, kMaxLocalRanks, "local ranks");
+  f.Var(m.previous_member);
+  f.SVar(m.previous_generation);
+  f.Bool(m.resume);
+  f.Str(m.mac, kMaxMacBytes);
+  if (f.Tail(!m.peer_endpoint.empty())) {  // the memory level
+    f.Str(m.peer_endpoint, kMaxJoinFieldBytes);
+    f.Str(m.peer_domain, kMaxJoinFieldBytes);
+    f.List(m.held, kMaxHeldSteps, "held steps", [&](auto& h) {
+      f.SVar(h.step);
+      f.SVar(h.generation);
+      f.List(h.owners, kMaxLocalRanks, "held owners", [&](auto& o) { f.Count(o, kMaxLocalRanks * 64, "owner"); });
+    });
+  }
+}
+
+template <typename F, Message<AssignReply> M>
+void Fields(F& f, M& m) {
+  f.U8(m.status);
+  f.Str(m.message, kMaxWireTextBytes);
+  if (!f.ok() || m.status != AssignReply::kAssigned) return;
+  f.Var(m.member_id);
+  f.SVar(m.generation);
+  f.Var(m.first_rank);
+  f.Var(m.local_ranks);
+  f.Var(m.world_size);
+  f.Var(m.members);
+  f.SVar(m.restore_step);
+  f.Var(m.heartbeat_ms);
+  if (f.Tail(true)) {  // the memory level
+    f.U8(m.restore_level);
+    f.Str(m.memory_note, kMaxWireTextBytes);
+    f.List(m.endpoints, kMaxListEntries, "endpoints", [&](auto& e) { f.Str(e, kMaxJoinFieldBytes); });
+    auto holders = [&](auto& lists) {
+      f.List(lists, kMaxListEntries, "ranks", [&](auto& l) {
+        f.List(l, 64, "holders", [&](auto& x) { f.Index(x, m.endpoints.size(), "holder", "endpoints"); });
+      });
+    };
+    holders(m.holders);
+    holders(m.restore_holders);
+  }
+}
+
+template <typename F, Message<HeartbeatRequest> M>
+void Fields(F& f, M& m) {
+  f.Var(m.member);
+  f.SVar(m.generation);
+}
+
+template <typename F, Message<HeartbeatAck> M>
+void Fields(F& f, M& m) {
+  f.SVar(m.generation);
+  f.Bool(m.stop);
+  f.Str(m.reason, kMaxWireTextBytes);
+}
+
+template <typename F, Message<StopPush> M>
+void Fields(F& f, M& m) {
+  f.SVar(m.generation);
+  f.Str(m.reason, kMaxWireTextBytes);
+}
+
+// The op travels as a byte, checked by the decoder once every field is read.
+template <typename F, Message<CollectiveRequest> M>
+void Fields(F& f, M& m, uint8_t& op, uint64_t max_part) {
+  f.SVar(m.generation);
+  f.Var(m.rank);
+  f.Var(m.seq);
+  f.U8(op);
+  f.Var(m.timeout_ms);
+  f.Str(m.part, max_part);
+}
+
+template <typename F, Message<VoteRequest> M>
+void Fields(F& f, M& m) {
+  f.SVar(m.generation);
+  f.Var(m.rank);
+  f.SVar(m.step);
+  f.Bool(m.vote.ok);
+  f.Str(m.vote.error, kMaxWireTextBytes);
+  f.F64(m.vote.stall_s);
+  f.F64(m.vote.write_s);
+  f.SVar(m.vote.bytes);
+  f.List(m.vote.replicas, kMaxListEntries, "replica hashes", [&](auto& h) {
+    f.Str(h.key, kMaxWireTextBytes);
+    f.U64(h.hash);
+    f.Bool(h.written);
+  });
+  if (f.Tail(m.level != 0)) f.U8(m.level);  // appended only where it says more than the default
+}
+
+template <typename F, Message<StepWaitRequest> M>
+void Fields(F& f, M& m) {
+  f.SVar(m.generation);
+  f.SVar(m.step);
+  f.Var(m.timeout_ms);
+  if (f.Tail(m.level != 0)) f.U8(m.level);
+}
+
+template <typename F, Message<PublishedRequest> M>
+void Fields(F& f, M& m) {
+  f.SVar(m.generation);
+  f.SVar(m.step);
+  f.Bool(m.ok);
+  f.Str(m.message, kMaxWireTextBytes);
+  if (f.Tail(m.level != 0)) f.U8(m.level);
+}
+
+template <typename F, Message<LeaveRequest> M>
+void Fields(F& f, M& m) {
+  f.Var(m.member);
+}
+
+// An empty payload asks for JSON.
+template <typename F, Message<StatusRequest> M>
+void Fields(F& f, M& m) {
+  if (!f.Tail(true)) return;
+  uint8_t text = m.text ? 1 : 0;
+  f.U8(text);
+  if constexpr (F::kReading) m.text = text == 1;
+}
+
+template <typename T>
+std::string EncodeFields(const T& m) {
+  FieldWriter w;
+  Fields(w, m);
+  return w.Take();
+}
+
+template <typename T>
+absl::StatusOr<T> DecodeFields(std::string_view payload, const char* what) {
+  FieldReader r(payload, what);
+  T m;
+  Fields(r, m);
+  if (!r.ok()) return r.status();
+  return m;
+}
+
 }  // namespace
 
-std::string Encode(const HelloReply& m) {
-  ByteWriter w;
-  w.Str(m.nonce);
-  w.Str(m.coordinator_id);
-  w.Var(m.max_frame);
-  if (!m.standby_of.empty()) w.Str(m.standby_of);
-  return w.Take();
-}
-absl::StatusOr<HelloReply> DecodeHello(std::string_view payload) {
-  ByteReader r(payload, "hello");
-  HelloReply m;
-  m.nonce = r.Str(kMaxNonceBytes);
-  if (r.ok() && !r.AtEnd()) {
-    m.coordinator_id = r.Str(kMaxNonceBytes);
-    m.max_frame = r.Var();
-    if (r.ok() && !r.AtEnd()) m.standby_of = r.Str(4 * kMaxNonceBytes);
-  }
-  return Done(r, std::move(m));
-}
-
-std::string Encode(const JoinRequest& m) {
-  ByteWriter w;
-  w.Str(m.job);
-  w.Str(m.host);
-  w.Var(m.local_ranks);
-  w.Var(m.previous_member);
-  w.SVar(m.previous_generation);
-  w.U8(m.resume ? 1 : 0);
-  w.Str(m.mac);
-  if (!m.peer_endpoint.empty()) {
-    w.Str(m.peer_endpoint);
-    w.Str(m.peer_domain);
-    w.Var(m.held.size());
-    for (const HeldStep& h : m.held) {
-      w.SVar(h.step);
-      w.SVar(h.generation);
-      w.Var(h.owners.size());
-      for (uint32_t o : h.owners) w.Var(o);
-    }
-  }
-  return w.Take();
-}
-absl::StatusOr<JoinRequest> DecodeJoin(std::string_view payload) {
-  ByteReader r(payload, "join");
-  JoinRequest m;
-  m.job = r.Str(kMaxJoinFieldBytes);
-  m.host = r.Str(kMaxJoinFieldBytes);
-  m.local_ranks = r.Count(kMaxLocalRanks, "local ranks");
-  m.previous_member = r.Var();
-  m.previous_generation = r.SVar();
-  m.resume = r.U8() != 0;
-  m.mac = r.Str(kMaxMacBytes);
-  if (r.ok() && !r.AtEnd()) {
-    m.peer_endpoint = r.Str(kMaxJoinFieldBytes);
-    m.peer_domain = r.Str(kMaxJoinFieldBytes);
-    const uint64_t n = r.Count(kMaxHeldSteps, "held steps");
-    for (uint64_t i = 0; i < n && r.ok(); ++i) {
-      HeldStep h;
-      h.step = r.SVar();
-      h.generation = r.SVar();
-      const uint64_t k = r.Count(kMaxLocalRanks, "held owners");
-      for (uint64_t j = 0; j < k && r.ok(); ++j)
-        h.owners.push_back(static_cast<uint32_t>(r.Count(kMaxLocalRanks * 64, "owner")));
-      m.held.push_back(std::move(h));
-    }
-  }
-  return Done(r, std::move(m));
-}
-
-std::string Encode(const AssignReply& m) {
-  ByteWriter w;
-  w.U8(m.status);
-  w.Str(m.message);
-  if (m.status != AssignReply::kAssigned) return w.Take();
-  w.Var(m.member_id);
-  w.SVar(m.generation);
-  w.Var(m.first_rank);
-  w.Var(m.local_ranks);
-  w.Var(m.world_size);
-  w.Var(m.members);
-  w.SVar(m.restore_step);
-  w.Var(m.heartbeat_ms);
-  w.U8(m.restore_level);
-  w.Str(m.memory_note);
-  w.Var(m.endpoints.size());
-  for (const std::string& e : m.endpoints) w.Str(e);
-  for (const auto* lists : {&m.holders, &m.restore_holders}) {
-    w.Var(lists->size());
-    for (const auto& l : *lists) {
-      w.Var(l.size());
-      for (uint32_t i : l) w.Var(i);
-    }
-  }
-  return w.Take();
-}
-absl::StatusOr<AssignReply> DecodeAssign(std::string_view payload) {
-  ByteReader r(payload, "assign");
-  AssignReply m;
-  m.status = r.U8();
-  m.message = r.Str(kMaxWireTextBytes);
-  if (!r.ok() || m.status != AssignReply::kAssigned) return Done(r, std::move(m));
-  m.member_id = r.Var();
-  m.generation = r.SVar();
-  m.first_rank = r.Var();
-  m.local_ranks = r.Var();
-  m.world_size = r.Var();
-  m.members = r.Var();
-  m.restore_step = r.SVar();
-  m.heartbeat_ms = r.Var();
-  if (r.ok() && !r.AtEnd()) {
-    m.restore_level = r.U8();
-    m.memory_note = r.Str(kMaxWireTextBytes);
-    const uint64_t n = r.Count(kMaxListEntries, "endpoints");
-    for (uint64_t i = 0; i < n && r.ok(); ++i) m.endpoints.push_back(r.Str(kMaxJoinFieldBytes));
-    for (auto* lists : {&m.holders, &m.restore_holders}) {
-      const uint64_t k = r.Count(kMaxListEntries, "ranks");
-      for (uint64_t i = 0; i < k && r.ok(); ++i) {
-        std::vector<uint32_t> l(r.Count(64, "holders"));
-        for (uint32_t& x : l) {
-          const uint64_t v = r.Var();
-          if (r.ok() && v >= n) r.Fail(StrCat("holder ", v, " is not one of the ", n, " endpoints"));
-          x = static_cast<uint32_t>(v);
-        }
-        lists->push_back(std::move(l));
-      }
-    }
-  }
-  return Done(r, std::move(m));
-}
-
-std::string Encode(const HeartbeatRequest& m) {
-  ByteWriter w;
-  w.Var(m.member);
-  w.SVar(m.generation);
-  return w.Take();
-}
-absl::StatusOr<HeartbeatRequest> DecodeHeartbeat(std::string_view payload) {
-  ByteReader r(payload, "heartbeat");
-  HeartbeatRequest m;
-  m.member = r.Var();
-  m.generation = r.SVar();
-  return Done(r, std::move(m));
-}
-
-std::string Encode(const HeartbeatAck& m) {
-  ByteWriter w;
-  w.SVar(m.generation);
-  w.U8(m.stop ? 1 : 0);
-  w.Str(m.reason);
-  return w.Take();
-}
-absl::StatusOr<HeartbeatAck> DecodeHeartbeatAck(std::string_view payload) {
-  ByteReader r(payload, "heartbeat ack");
-  HeartbeatAck m;
-  m.generation = r.SVar();
-  m.stop = r.U8() != 0;
-  m.reason = r.Str(kMaxWireTextBytes);
-  return Done(r, std::move(m));
-}
-
-std::string Encode(const StopPush& m) {
-  ByteWriter w;
-  w.SVar(m.generation);
-  w.Str(m.reason);
-  return w.Take();
-}
-absl::StatusOr<StopPush> DecodeStop(std::string_view payload) {
-  ByteReader r(payload, "stop");
-  StopPush m;
-  m.generation = r.SVar();
-  m.reason = r.Str(kMaxWireTextBytes);
-  return Done(r, std::move(m));
-}
-
+std::string Encode(const HelloReply& m) { return EncodeFields(m); }
+std::string Encode(const JoinRequest& m) { return EncodeFields(m); }
+std::string Encode(const AssignReply& m) { return EncodeFields(m); }
+std::string Encode(const HeartbeatRequest& m) { return EncodeFields(m); }
+std::string Encode(const HeartbeatAck& m) { return EncodeFields(m); }
+std::string Encode(const StopPush& m) { return EncodeFields(m); }
+std::string Encode(const VoteRequest& m) { return EncodeFields(m); }
+std::string Encode(const StepWaitRequest& m) { return EncodeFields(m); }
+std::string Encode(const PublishedRequest& m) { return EncodeFields(m); }
+std::string Encode(const LeaveRequest& m) { return EncodeFields(m); }
+std::string Encode(const StatusRequest& m) { return EncodeFields(m); }
 std::string Encode(const CollectiveRequest& m) {
-  ByteWriter w;
-  w.SVar(m.generation);
-  w.Var(m.rank);
-  w.Var(m.seq);
-  w.U8(static_cast<uint8_t>(m.op));
-  w.Var(m.timeout_ms);
-  w.Str(m.part);
+  FieldWriter w;
+  uint8_t op = static_cast<uint8_t>(m.op);
+  Fields(w, m, op, 0);
   return w.Take();
+}
+
+absl::StatusOr<HelloReply> DecodeHello(std::string_view p) { return DecodeFields<HelloReply>(p, "hello"); }
+absl::StatusOr<JoinRequest> DecodeJoin(std::string_view p) { return DecodeFields<JoinRequest>(p, "join"); }
+absl::StatusOr<AssignReply> DecodeAssign(std::string_view p) { return DecodeFields<AssignReply>(p, "assign"); }
+absl::StatusOr<HeartbeatRequest> DecodeHeartbeat(std::string_view p) {
+  return DecodeFields<HeartbeatRequest>(p, "heartbeat");
+}
+absl::StatusOr<HeartbeatAck> DecodeHeartbeatAck(std::string_view p) {
+  return DecodeFields<HeartbeatAck>(p, "heartbeat ack");
+}
+absl::StatusOr<StopPush> DecodeStop(std::string_view p) { return DecodeFields<StopPush>(p, "stop"); }
+absl::StatusOr<VoteRequest> DecodeVote(std::string_view p) { return DecodeFields<VoteRequest>(p, "vote"); }
+absl::StatusOr<StepWaitRequest> DecodeStepWait(std::string_view p) {
+  return DecodeFields<StepWaitRequest>(p, "step wait");
+}
+absl::StatusOr<PublishedRequest> DecodePublished(std::string_view p) {
+  return DecodeFields<PublishedRequest>(p, "published");
+}
+absl::StatusOr<LeaveRequest> DecodeLeave(std::string_view p) { return DecodeFields<LeaveRequest>(p, "leave"); }
+absl::StatusOr<StatusRequest> DecodeStatusRequest(std::string_view p) {
+  return DecodeFields<StatusRequest>(p, "status");
 }
 absl::StatusOr<CollectiveRequest> DecodeCollective(std::string_view payload, uint64_t max_part) {
-  ByteReader r(payload, "collective");
+  FieldReader r(payload, "collective");
   CollectiveRequest m;
-  m.generation = r.SVar();
-  m.rank = r.Var();
-  m.seq = r.Var();
-  const uint8_t op = r.U8();
-  m.timeout_ms = r.Var();
-  m.part = r.Str(max_part);
+  uint8_t op = 0;
+  Fields(r, m, op, max_part);
   if (!r.ok()) return r.status();
   if (op > static_cast<uint8_t>(CollectiveOp::kBarrier)) {
     return absl::InvalidArgumentError(StrCat("unknown collective ", static_cast<int>(op)));
   }
   m.op = static_cast<CollectiveOp>(op);
   return m;
-}
-
-std::string Encode(const VoteRequest& m) {
-  ByteWriter w;
-  w.SVar(m.generation);
-  w.Var(m.rank);
-  w.SVar(m.step);
-  w.U8(m.vote.ok ? 1 : 0);
-  w.Str(m.vote.error);
-  w.U64(std::bit_cast<uint64_t>(m.vote.stall_s));
-  w.U64(std::bit_cast<uint64_t>(m.vote.write_s));
-  w.SVar(m.vote.bytes);
-  w.Var(m.vote.replicas.size());
-  for (const ReplicaHash& h : m.vote.replicas) {
-    w.Str(h.key);
-    w.U64(h.hash);
-    w.U8(h.written ? 1 : 0);
-  }
-  if (m.level != 0) w.U8(m.level);  // appended only where it says more than the default
-  return w.Take();
-}
-absl::StatusOr<VoteRequest> DecodeVote(std::string_view payload) {
-  ByteReader r(payload, "vote");
-  VoteRequest m;
-  m.generation = r.SVar();
-  m.rank = r.Var();
-  m.step = r.SVar();
-  m.vote.ok = r.U8() != 0;
-  m.vote.error = r.Str(kMaxWireTextBytes);
-  m.vote.stall_s = std::bit_cast<double>(r.U64());
-  m.vote.write_s = std::bit_cast<double>(r.U64());
-  m.vote.bytes = r.SVar();
-  const uint64_t n = r.Count(kMaxListEntries, "replica hashes");
-  for (uint64_t i = 0; i < n && r.ok(); ++i) {
-    ReplicaHash rh;
-    rh.key = r.Str(kMaxWireTextBytes);
-    rh.hash = r.U64();
-    rh.written = r.U8() != 0;
-    m.vote.replicas.push_back(std::move(rh));
-  }
-  if (r.ok() && !r.AtEnd()) m.level = r.U8();
-  return Done(r, std::move(m));
-}
-
-std::string Encode(const StepWaitRequest& m) {
-  ByteWriter w;
-  w.SVar(m.generation);
-  w.SVar(m.step);
-  w.Var(m.timeout_ms);
-  if (m.level != 0) w.U8(m.level);  // appended only where it says more than the default
-  return w.Take();
-}
-absl::StatusOr<StepWaitRequest> DecodeStepWait(std::string_view payload) {
-  ByteReader r(payload, "step wait");
-  StepWaitRequest m;
-  m.generation = r.SVar();
-  m.step = r.SVar();
-  m.timeout_ms = r.Var();
-  if (r.ok() && !r.AtEnd()) m.level = r.U8();
-  return Done(r, std::move(m));
-}
-
-std::string Encode(const PublishedRequest& m) {
-  ByteWriter w;
-  w.SVar(m.generation);
-  w.SVar(m.step);
-  w.U8(m.ok ? 1 : 0);
-  w.Str(m.message);
-  if (m.level != 0) w.U8(m.level);  // appended only where it says more than the default
-  return w.Take();
-}
-absl::StatusOr<PublishedRequest> DecodePublished(std::string_view payload) {
-  ByteReader r(payload, "published");
-  PublishedRequest m;
-  m.generation = r.SVar();
-  m.step = r.SVar();
-  m.ok = r.U8() != 0;
-  m.message = r.Str(kMaxWireTextBytes);
-  if (r.ok() && !r.AtEnd()) m.level = r.U8();
-  return Done(r, std::move(m));
-}
-
-std::string Encode(const LeaveRequest& m) {
-  ByteWriter w;
-  w.Var(m.member);
-  return w.Take();
-}
-absl::StatusOr<LeaveRequest> DecodeLeave(std::string_view payload) {
-  ByteReader r(payload, "leave");
-  LeaveRequest m;
-  m.member = r.Var();
-  return Done(r, std::move(m));
-}
-
-std::string Encode(const StatusRequest& m) {
-  ByteWriter w;
-  w.U8(m.text ? 1 : 0);
-  return w.Take();
-}
-absl::StatusOr<StatusRequest> DecodeStatusRequest(std::string_view payload) {
-  StatusRequest m;
-  if (payload.empty()) return m;
-  ByteReader r(payload, "status");
-  m.text = r.U8() == 1;
-  return Done(r, std::move(m));
 }
 
 std::string EncodeDecision(const absl::Status& s) {

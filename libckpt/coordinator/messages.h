@@ -1,9 +1,11 @@
-// The payloads of the coordinator's frames, as types: each has one encoder
-// and one decoder, used by the server, the client and the test double
-// (tests/support/sim_member.h). The byte layout is docs/protocol.md's. A
-// decoder refuses a payload that is short or exceeds a limit of
-// ckpt/limits.h (DataLoss, naming the message and the byte offset); bytes
-// after the fields it knows are ignored, so a newer peer may append fields.
+// The payloads of the coordinator's frames, as types. Each message's fields
+// are listed once (its Fields() in messages.cc); its encoder and decoder are
+// both walks over that list, used by the server, the client and the test
+// double (tests/support/sim_member.h). The byte layout is docs/protocol.md's
+// (messages_test pins it). A decoder refuses a payload that is short or
+// exceeds a limit of ckpt/limits.h (DataLoss, naming the message and the
+// byte offset); bytes after the fields it knows are ignored, so a newer peer
+// may append fields.
 #ifndef CKPT_COORDINATOR_MESSAGES_H_
 #define CKPT_COORDINATOR_MESSAGES_H_
 
