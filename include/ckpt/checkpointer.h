@@ -15,6 +15,7 @@
 #include <map>
 #include <memory>
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -159,7 +160,7 @@ struct CKPT_EXPORT StepInfo {
 };
 
 /// The result of a garbage-collection pass. Damaged steps are never removed
-/// unless asked for by name (GcOptions in core/root.h, `ckpt gc --damaged`).
+/// unless asked for by name (GcOptions::remove_damaged, `ckpt gc --damaged`).
 struct CKPT_EXPORT GcReport {
   std::vector<int64_t> removed_steps;    ///< committed steps past retention
   std::vector<int64_t> removed_partial;  ///< uncommitted leftovers
@@ -192,6 +193,28 @@ CKPT_EXPORT absl::StatusOr<LoadStats> LoadCheckpoint(Storage& storage, const Sta
 
 /// All step directories under a root, ascending.
 CKPT_EXPORT absl::StatusOr<std::vector<StepInfo>> ListCheckpointSteps(Storage& storage);
+
+/// What a garbage-collection pass over a root may remove.
+struct CKPT_EXPORT GcOptions {
+  RetentionPolicy retention;
+  bool dry_run = false;
+  /// Also remove uncommitted steps newer than the latest committed one
+  /// (safe only when no save is running, e.g. when a job starts).
+  bool remove_newer_partial = false;
+  /// Remove damaged steps too. Never implied: a damaged step is a committed
+  /// checkpoint that may still be repaired.
+  bool remove_damaged = false;
+  /// Steps never removed (saves of this process in flight or just made).
+  std::set<int64_t> protect;
+};
+
+/// Applies retention to intact committed steps and removes uncommitted
+/// leftovers, without opening a Checkpointer (what `ckpt gc` runs); damaged
+/// steps are kept (and listed) unless `remove_damaged`, unreadable ones
+/// always. The latest committed step is always kept. Each removal is
+/// un-committed first (copy, then MANIFEST), so a crash mid-way leaves a
+/// partial step.
+CKPT_EXPORT absl::StatusOr<GcReport> CollectGarbage(Storage& storage, const GcOptions& options);
 
 /// One rank's view of a checkpoint root. Thread-safe; Save calls are
 /// serialized (a Save waits until the previous one has left the staging

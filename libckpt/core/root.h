@@ -115,23 +115,7 @@ int64_t ProcessStartTicks(int64_t pid);
 /// own saves are protected by their Checkpointer.
 bool ClaimIsRunningHere(const StepClaim& claim);
 
-struct GcOptions {
-  RetentionPolicy retention;
-  bool dry_run = false;
-  /// Also remove uncommitted steps newer than the latest committed one
-  /// (safe only when no save is running, e.g. when a job starts).
-  bool remove_newer_partial = false;
-  /// Remove damaged steps too. Never implied: a damaged step is a committed
-  /// checkpoint that may still be repaired.
-  bool remove_damaged = false;
-  /// Steps never removed (saves of this process in flight or just made).
-  std::set<int64_t> protect;
-};
-
-/// Applies retention to intact committed steps and removes uncommitted
-/// leftovers; damaged steps are kept (and listed) unless `remove_damaged`.
-/// The latest committed step is always kept. Each removal is un-committed
-/// first (copy, then MANIFEST), so a crash mid-way leaves a partial step.
+/// CollectGarbage (ckpt/checkpointer.h), for the Checkpointer's own passes.
 absl::StatusOr<GcReport> CollectGarbageIn(Storage& storage, const GcOptions& options);
 
 /// A new job's leader, before its first save: writes the missing

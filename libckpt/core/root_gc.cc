@@ -255,6 +255,10 @@ absl::StatusOr<GcReport> CollectGarbageIn(Storage& storage, const GcOptions& opt
   return report;
 }
 
+absl::StatusOr<GcReport> CollectGarbage(Storage& storage, const GcOptions& options) {
+  return CollectGarbageIn(storage, options);
+}
+
 absl::Status CleanRootAtJobStart(Storage& storage, const RetentionPolicy& retention) {
   if (auto healed = HealManifestCopies(storage); healed.ok()) {
     for (int64_t step : *healed) {

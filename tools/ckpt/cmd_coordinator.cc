@@ -10,7 +10,6 @@
 #include "ckpt/coordinator.h"
 #include "commands.h"
 #include "common/cli.h"
-#include "coordinator/records.h"
 #include "coordinator/state_log.h"
 #include "util/json.h"
 #include "util/strings.h"

@@ -9,7 +9,6 @@
 #include "commands.h"
 #include "common/cli.h"
 #include "common/synth_job.h"
-#include "core/root.h"
 #include "util/bytes.h"
 #include "util/json.h"
 #include "util/strings.h"
@@ -50,7 +49,7 @@ int GcMain(int argc, char** argv, int first) {
   o.dry_run = !yes;
   o.remove_newer_partial = partial;
   o.remove_damaged = damaged;
-  auto report = CollectGarbageIn(**storage, o);
+  auto report = CollectGarbage(**storage, o);
   if (!report.ok()) return FailUnreadable("gc", report.status());
   if (json) {
     JsonWriter w;

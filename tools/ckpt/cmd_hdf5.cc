@@ -28,7 +28,6 @@
 #include "commands.h"
 #include "common/cli.h"
 #include "common/synth_job.h"
-#include "core/root.h"
 #include "format/hdf5_util.h"
 #include "pipeline/loader.h"
 #include "util/strings.h"

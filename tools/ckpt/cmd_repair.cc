@@ -10,7 +10,6 @@
 #include "commands.h"
 #include "common/cli.h"
 #include "core/root.h"
-#include "format/root_files.h"
 #include "net/uri.h"
 #include "util/bytes.h"
 #include "util/json.h"

@@ -8,7 +8,6 @@
 #include "ckpt/verify.h"
 #include "commands.h"
 #include "common/cli.h"
-#include "core/root.h"
 #include "util/bytes.h"
 #include "util/json.h"
 #include "util/strings.h"
