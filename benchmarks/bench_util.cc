@@ -4,9 +4,11 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <mutex>
 #include <thread>
 
 #include "absl/strings/str_cat.h"
@@ -181,6 +183,27 @@ void WriteTextFile(const std::string& path, const std::string& text) {
 double DiskCeiling(const std::string& file, int64_t size, bool write) {
   const double bw = HaveFio() ? RunFio(file, size, write) : -1;
   return bw > 0 ? bw : DirectIo(file, size, write);
+}
+
+absl::Status ParallelFor(int64_t n, int64_t threads, const std::function<absl::Status(int64_t)>& fn) {
+  std::atomic<int64_t> next{0};
+  std::atomic<bool> stop{false};
+  std::mutex mu;
+  absl::Status failure;
+  std::vector<std::thread> pool;
+  for (int64_t t = 0; t < std::max<int64_t>(1, threads); ++t) {
+    pool.emplace_back([&] {
+      for (int64_t i; !stop.load() && (i = next.fetch_add(1)) < n;) {
+        if (absl::Status s = fn(i); !s.ok()) {
+          std::lock_guard<std::mutex> lock(mu);
+          if (failure.ok()) failure = s;
+          stop = true;
+        }
+      }
+    });
+  }
+  for (auto& th : pool) th.join();
+  return failure;
 }
 
 }  // namespace ckpt::bench

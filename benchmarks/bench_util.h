@@ -5,6 +5,7 @@
 #define CKPT_BENCHMARKS_BENCH_UTIL_H_
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <span>
 #include <string>
@@ -82,6 +83,11 @@ void WriteTextFile(const std::string& path, const std::string& text);
 
 /// Transformer-like weights: 64 MiB tensors of `dtype` filling `size` bytes.
 StateBuffers MakeState(int64_t size, DType dtype);
+
+/// Runs fn(i) for every i in [0, n) on `threads` threads (at least one),
+/// each taking the next index; the first error stops the others and is
+/// returned.
+absl::Status ParallelFor(int64_t n, int64_t threads, const std::function<absl::Status(int64_t)>& fn);
 
 }  // namespace ckpt::bench
 

@@ -143,26 +143,11 @@ absl::StatusOr<double> RunAllRanks(const SyntheticModel& model, const Mesh& mesh
                                    std::vector<RankOut>& ranks, std::shared_ptr<const SaveRules>* rules) {
   const int64_t n = mesh.NumRanks();
   ranks.assign(static_cast<size_t>(n), RankOut{});
-  std::atomic<int64_t> next{0};
-  std::mutex mu;
-  absl::Status failure;
   const double t0 = NowSeconds();
-  std::vector<std::thread> pool;
-  for (int64_t t = 0; t < std::max<int64_t>(1, threads); ++t) {
-    pool.emplace_back([&] {
-      for (int64_t r; (r = next.fetch_add(1)) < n;) {
-        auto out = RunRank(model, mesh, r, r == 0 ? rules : nullptr);
-        if (!out.ok()) {
-          std::lock_guard<std::mutex> lock(mu);
-          failure = out.status();
-          return;
-        }
-        ranks[static_cast<size_t>(r)] = std::move(*out);
-      }
-    });
-  }
-  for (auto& th : pool) th.join();
-  if (!failure.ok()) return failure;
+  CKPT_RETURN_IF_ERROR(ParallelFor(n, threads, [&](int64_t r) -> absl::Status {
+    CKPT_ASSIGN_OR_RETURN(ranks[static_cast<size_t>(r)], RunRank(model, mesh, r, r == 0 ? rules : nullptr));
+    return absl::OkStatus();
+  }));
   return NowSeconds() - t0;
 }
 

@@ -75,27 +75,12 @@ absl::StatusOr<double> PlanEveryRank(Storage& storage, const std::string& path, 
                                      std::vector<RankFigures>& figures) {
   const int64_t n = to.NumRanks();
   figures.assign(static_cast<size_t>(planned), RankFigures{});
-  std::atomic<int64_t> next{0};
-  std::mutex mu;
-  absl::Status failure;
   const double t0 = NowSeconds();
-  std::vector<std::thread> pool;
-  for (int64_t t = 0; t < std::max<int64_t>(1, threads); ++t) {
-    pool.emplace_back([&] {
-      for (int64_t k; (k = next.fetch_add(1)) < planned;) {
-        const int64_t rank = planned == n ? k : (planned == 1 ? 0 : k * (n - 1) / (planned - 1));
-        auto f = PlanOneRank(storage, path, target, to, rank);
-        if (!f.ok()) {
-          std::lock_guard<std::mutex> lock(mu);
-          failure = f.status();
-          return;
-        }
-        figures[static_cast<size_t>(k)] = *f;
-      }
-    });
-  }
-  for (auto& th : pool) th.join();
-  if (!failure.ok()) return failure;
+  CKPT_RETURN_IF_ERROR(ParallelFor(planned, threads, [&](int64_t k) -> absl::Status {
+    const int64_t rank = planned == n ? k : (planned == 1 ? 0 : k * (n - 1) / (planned - 1));
+    CKPT_ASSIGN_OR_RETURN(figures[static_cast<size_t>(k)], PlanOneRank(storage, path, target, to, rank));
+    return absl::OkStatus();
+  }));
   return NowSeconds() - t0;
 }
 
