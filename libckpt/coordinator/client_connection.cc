@@ -112,7 +112,7 @@ absl::Status ClientImpl::ConnectTo(const std::string& address) {
     close(fd);
     return hello.status();
   }
-  auto hello_reply = DecodeHello(hello->payload);
+  auto hello_reply = Decode<HelloReply>(hello->payload);
   if (!hello_reply.ok() || hello->type != MsgType::kHello) {
     close(fd);
     return absl::DataLossError(StrCat(address, " did not answer like a ckpt coordinator"));
@@ -298,7 +298,7 @@ void ClientImpl::ReadLoop() {
 
 void ClientImpl::Dispatch(uint64_t id, Reply r) {
   if (r.type == MsgType::kStop) {
-    auto stop = DecodeStop(r.payload);
+    auto stop = Decode<StopPush>(r.payload);
     if (!stop.ok()) return;  // nothing to act on
     std::lock_guard<std::mutex> lock(mu_);
     if (stop->generation != assignment_.generation) return;  // about one this member already left
@@ -341,7 +341,7 @@ void ClientImpl::HeartbeatLoop() {
     }
     if (!r.ok() || r->type != MsgType::kHeartbeatAck) continue;
     unanswered = 0;
-    auto ack = DecodeHeartbeatAck(r->payload);
+    auto ack = Decode<HeartbeatAck>(r->payload);
     if (!ack.ok()) continue;
     const bool stop = ack->stop;
     const std::string& reason = ack->reason;

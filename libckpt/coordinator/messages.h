@@ -1,6 +1,6 @@
 // The payloads of the coordinator's frames, as types. Each message's fields
-// are listed once (its Fields() in messages.cc); its encoder and decoder are
-// both walks over that list, used by the server, the client and the test
+// are listed once (its Fields(), beside its members); Encode and Decode<T>
+// are both walks over that list, used by the server, the client and the test
 // double (tests/support/sim_member.h). The byte layout is docs/protocol.md's
 // (messages_test pins it). A decoder refuses a payload that is short or
 // exceeds a limit of ckpt/limits.h (DataLoss, naming the message and the
@@ -10,6 +10,7 @@
 #define CKPT_COORDINATOR_MESSAGES_H_
 
 #include <cstdint>
+#include <limits>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -17,6 +18,8 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "ckpt/experimental/commit_arbiter.h"
+#include "ckpt/limits.h"
+#include "coordinator/message_fields.h"
 
 namespace ckpt::coord {
 
@@ -33,6 +36,16 @@ struct HelloReply {
   /// Set by a standby replica: who leads (workers move to the next
   /// address). Empty: this coordinator serves.
   std::string standby_of;
+  static constexpr const char* kName = "hello";
+  template <typename F, typename M>
+  static void Fields(F& f, M& m) {
+    f.Str(m.nonce, kMaxNonceBytes);
+    if (f.Tail(true)) {
+      f.Str(m.coordinator_id, kMaxNonceBytes);
+      f.Var(m.max_frame);
+      if (f.Tail(!m.standby_of.empty())) f.Str(m.standby_of, 4 * kMaxNonceBytes);
+    }
+  }
 };
 
 /// What a member's memory holds of one step (the memory level): the
@@ -57,6 +70,26 @@ struct JoinRequest {
   std::string peer_endpoint;  ///< where its peer memory listens
   std::string peer_domain;    ///< its failure domain
   std::vector<HeldStep> held;
+  static constexpr const char* kName = "join";
+  template <typename F, typename M>
+  static void Fields(F& f, M& m) {
+    f.Str(m.job, kMaxJoinFieldBytes);
+    f.Str(m.host, kMaxJoinFieldBytes);
+    f.Count(m.local_ranks, kMaxLocalRanks, "local ranks");
+    f.Var(m.previous_member);
+    f.SVar(m.previous_generation);
+    f.Bool(m.resume);
+    f.Str(m.mac, kMaxMacBytes);
+    if (f.Tail(!m.peer_endpoint.empty())) {  // the memory level
+      f.Str(m.peer_endpoint, kMaxJoinFieldBytes);
+      f.Str(m.peer_domain, kMaxJoinFieldBytes);
+      f.List(m.held, kMaxHeldSteps, "held steps", [&](auto& h) {
+        f.SVar(h.step);
+        f.SVar(h.generation);
+        f.List(h.owners, kMaxLocalRanks, "held owners", [&](auto& o) { f.Count(o, kMaxLocalRanks * 64, "owner"); });
+      });
+    }
+  }
 };
 
 /// assign (S->C): a place in a generation, or why there is none.
@@ -85,12 +118,45 @@ struct AssignReply {
   /// For a memory restore, per rank of the save: the live endpoints holding
   /// its files.
   std::vector<std::vector<uint32_t>> restore_holders;
+  static constexpr const char* kName = "assign";
+  template <typename F, typename M>
+  static void Fields(F& f, M& m) {
+    f.U8(m.status);
+    f.Str(m.message, kMaxWireTextBytes);
+    if (!f.ok() || m.status != AssignReply::kAssigned) return;
+    f.Var(m.member_id);
+    f.SVar(m.generation);
+    f.Var(m.first_rank);
+    f.Var(m.local_ranks);
+    f.Var(m.world_size);
+    f.Var(m.members);
+    f.SVar(m.restore_step);
+    f.Var(m.heartbeat_ms);
+    if (f.Tail(true)) {  // the memory level
+      f.U8(m.restore_level);
+      f.Str(m.memory_note, kMaxWireTextBytes);
+      f.List(m.endpoints, kMaxListEntries, "endpoints", [&](auto& e) { f.Str(e, kMaxJoinFieldBytes); });
+      auto holders = [&](auto& lists) {
+        f.List(lists, kMaxListEntries, "ranks", [&](auto& l) {
+          f.List(l, 64, "holders", [&](auto& x) { f.Index(x, m.endpoints.size(), "holder", "endpoints"); });
+        });
+      };
+      holders(m.holders);
+      holders(m.restore_holders);
+    }
+  }
 };
 
 /// heartbeat (C->S).
 struct HeartbeatRequest {
   uint64_t member = 0;
   int64_t generation = 0;
+  static constexpr const char* kName = "heartbeat";
+  template <typename F, typename M>
+  static void Fields(F& f, M& m) {
+    f.Var(m.member);
+    f.SVar(m.generation);
+  }
 };
 
 /// heartbeat ack (S->C), and the stop push (S->C, without `generation` first
@@ -99,10 +165,23 @@ struct HeartbeatAck {
   int64_t generation = 0;
   bool stop = false;
   std::string reason;
+  static constexpr const char* kName = "heartbeat ack";
+  template <typename F, typename M>
+  static void Fields(F& f, M& m) {
+    f.SVar(m.generation);
+    f.Bool(m.stop);
+    f.Str(m.reason, kMaxWireTextBytes);
+  }
 };
 struct StopPush {
   int64_t generation = 0;
   std::string reason;
+  static constexpr const char* kName = "stop";
+  template <typename F, typename M>
+  static void Fields(F& f, M& m) {
+    f.SVar(m.generation);
+    f.Str(m.reason, kMaxWireTextBytes);
+  }
 };
 
 /// collective (C->S): one rank's part.
@@ -113,6 +192,16 @@ struct CollectiveRequest {
   CollectiveOp op = CollectiveOp::kBarrier;
   uint64_t timeout_ms = 0;
   std::string part;
+  static constexpr const char* kName = "collective";
+  template <typename F, typename M>
+  static void Fields(F& f, M& m) {
+    f.SVar(m.generation);
+    f.Var(m.rank);
+    f.Var(m.seq);
+    f.Enum(m.op, CollectiveOp::kBarrier, "collective");
+    f.Var(m.timeout_ms);
+    f.Str(m.part, f.PartLimit());
+  }
 };
 
 /// vote (C->S): phase 1 of the commit.
@@ -122,6 +211,24 @@ struct VoteRequest {
   int64_t step = 0;
   SaveVote vote;
   uint8_t level = 0;  ///< SaveLevel (appended)
+  static constexpr const char* kName = "vote";
+  template <typename F, typename M>
+  static void Fields(F& f, M& m) {
+    f.SVar(m.generation);
+    f.Var(m.rank);
+    f.SVar(m.step);
+    f.Bool(m.vote.ok);
+    f.Str(m.vote.error, kMaxWireTextBytes);
+    f.F64(m.vote.stall_s);
+    f.F64(m.vote.write_s);
+    f.SVar(m.vote.bytes);
+    f.List(m.vote.replicas, kMaxListEntries, "replica hashes", [&](auto& h) {
+      f.Str(h.key, kMaxWireTextBytes);
+      f.U64(h.hash);
+      f.Bool(h.written);
+    });
+    if (f.Tail(m.level != 0)) f.U8(m.level);  // appended only where it says more than the default
+  }
 };
 
 /// decide and await-outcome (C->S): wait for a step's decision or outcome.
@@ -130,6 +237,14 @@ struct StepWaitRequest {
   int64_t step = 0;
   uint64_t timeout_ms = 0;
   uint8_t level = 0;  ///< SaveLevel (appended)
+  static constexpr const char* kName = "step wait";
+  template <typename F, typename M>
+  static void Fields(F& f, M& m) {
+    f.SVar(m.generation);
+    f.SVar(m.step);
+    f.Var(m.timeout_ms);
+    if (f.Tail(m.level != 0)) f.U8(m.level);
+  }
 };
 
 /// published (C->S, the leader): the manifest is published, or why not.
@@ -139,45 +254,59 @@ struct PublishedRequest {
   bool ok = true;
   std::string message;
   uint8_t level = 0;  ///< SaveLevel (appended)
+  static constexpr const char* kName = "published";
+  template <typename F, typename M>
+  static void Fields(F& f, M& m) {
+    f.SVar(m.generation);
+    f.SVar(m.step);
+    f.Bool(m.ok);
+    f.Str(m.message, kMaxWireTextBytes);
+    if (f.Tail(m.level != 0)) f.U8(m.level);
+  }
 };
 
 /// leave (C->S).
 struct LeaveRequest {
   uint64_t member = 0;
+  static constexpr const char* kName = "leave";
+  template <typename F, typename M>
+  static void Fields(F& f, M& m) {
+    f.Var(m.member);
+  }
 };
 
 /// status (C->S) and its reply.
 struct StatusRequest {
   bool text = false;  ///< human-readable instead of JSON
+  static constexpr const char* kName = "status";
+  template <typename F, typename M>
+  static void Fields(F& f, M& m) {
+    // An empty payload (older clients) asks for JSON.
+    if (!f.Tail(true)) return;
+    uint8_t text = m.text ? 1 : 0;
+    f.U8(text);
+    if constexpr (F::kReading) m.text = text == 1;
+  }
 };
 
-std::string Encode(const HelloReply& m);
-std::string Encode(const JoinRequest& m);
-std::string Encode(const AssignReply& m);
-std::string Encode(const HeartbeatRequest& m);
-std::string Encode(const HeartbeatAck& m);
-std::string Encode(const StopPush& m);
-std::string Encode(const CollectiveRequest& m);
-std::string Encode(const VoteRequest& m);
-std::string Encode(const StepWaitRequest& m);
-std::string Encode(const PublishedRequest& m);
-std::string Encode(const LeaveRequest& m);
-std::string Encode(const StatusRequest& m);
+/// A message's payload: its Fields() written in order.
+template <typename T>
+std::string Encode(const T& m) {
+  FieldWriter w;
+  T::Fields(w, m);
+  return w.Take();
+}
 
-absl::StatusOr<HelloReply> DecodeHello(std::string_view payload);
-absl::StatusOr<JoinRequest> DecodeJoin(std::string_view payload);
-absl::StatusOr<AssignReply> DecodeAssign(std::string_view payload);
-absl::StatusOr<HeartbeatRequest> DecodeHeartbeat(std::string_view payload);
-absl::StatusOr<HeartbeatAck> DecodeHeartbeatAck(std::string_view payload);
-absl::StatusOr<StopPush> DecodeStop(std::string_view payload);
-/// `max_part`: the largest part accepted (the server's frame limit).
-absl::StatusOr<CollectiveRequest> DecodeCollective(std::string_view payload, uint64_t max_part);
-absl::StatusOr<VoteRequest> DecodeVote(std::string_view payload);
-absl::StatusOr<StepWaitRequest> DecodeStepWait(std::string_view payload);
-absl::StatusOr<PublishedRequest> DecodePublished(std::string_view payload);
-absl::StatusOr<LeaveRequest> DecodeLeave(std::string_view payload);
-/// An empty payload (older clients) asks for JSON.
-absl::StatusOr<StatusRequest> DecodeStatusRequest(std::string_view payload);
+/// Decodes a message of type T. `part_limit`: the largest part a
+/// collective accepts (the server's frame limit).
+template <typename T>
+absl::StatusOr<T> Decode(std::string_view payload, uint64_t part_limit = std::numeric_limits<uint64_t>::max()) {
+  FieldReader r(payload, T::kName, part_limit);
+  T m;
+  T::Fields(r, m);
+  if (!r.ok()) return r.status();
+  return m;
+}
 
 /// decision and outcome (S->C): OK, or the status that stopped the step.
 std::string EncodeDecision(const absl::Status& s);

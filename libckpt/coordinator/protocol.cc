@@ -4,6 +4,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
@@ -19,54 +20,33 @@ namespace ckpt::coord {
 
 const char* MsgTypeName(MsgType t) {
   switch (t) {
-    case MsgType::kHello:
-      return "hello";
-    case MsgType::kJoin:
-      return "join";
-    case MsgType::kAssign:
-      return "assign";
-    case MsgType::kHeartbeat:
-      return "heartbeat";
-    case MsgType::kHeartbeatAck:
-      return "heartbeat-ack";
-    case MsgType::kStop:
-      return "stop";
-    case MsgType::kCollective:
-      return "collective";
-    case MsgType::kCollectiveResult:
-      return "collective-result";
-    case MsgType::kVote:
-      return "vote";
-    case MsgType::kDecide:
-      return "decide";
-    case MsgType::kDecision:
-      return "decision";
-    case MsgType::kPublished:
-      return "published";
-    case MsgType::kAwaitOutcome:
-      return "await-outcome";
-    case MsgType::kOutcome:
-      return "outcome";
-    case MsgType::kStatus:
-      return "status";
-    case MsgType::kStatusReply:
-      return "status-reply";
-    case MsgType::kAck:
-      return "ack";
-    case MsgType::kError:
-      return "error";
-    case MsgType::kLeave:
-      return "leave";
+#define CKPT_MSG_NAME_REQUEST(name, number, text, admits) \
+  case MsgType::k##name:                                  \
+    return text;
+#define CKPT_MSG_NAME_REPLY(name, number, text) \
+  case MsgType::k##name:                        \
+    return text;
+    CKPT_COORDINATOR_REQUESTS(CKPT_MSG_NAME_REQUEST)
+    CKPT_COORDINATOR_REPLIES(CKPT_MSG_NAME_REPLY)
+#undef CKPT_MSG_NAME_REQUEST
+#undef CKPT_MSG_NAME_REPLY
   }
   return "unknown";
 }
 
 namespace {
 const char* KindName(uint16_t kind) { return MsgTypeName(static_cast<MsgType>(kind)); }
+
+// The kinds span 1 to the largest number in the lists.
+#define CKPT_MSG_NUMBER_REQUEST(name, number, text, admits) number,
+#define CKPT_MSG_NUMBER_REPLY(name, number, text) number,
+constexpr uint16_t kLastKind =
+    std::max({CKPT_COORDINATOR_REQUESTS(CKPT_MSG_NUMBER_REQUEST) CKPT_COORDINATOR_REPLIES(CKPT_MSG_NUMBER_REPLY)});
+#undef CKPT_MSG_NUMBER_REQUEST
+#undef CKPT_MSG_NUMBER_REPLY
 }  // namespace
 
-const wire::Protocol kCoordinatorProtocol{kFrameMagic, "coordinator", static_cast<uint16_t>(MsgType::kHello),
-                                          static_cast<uint16_t>(MsgType::kLeave), KindName};
+const wire::Protocol kCoordinatorProtocol{kFrameMagic, "coordinator", 1, kLastKind, KindName};
 
 std::string EncodeFrame(MsgType type, uint64_t request_id, std::string_view payload) {
   return wire::EncodeFrame(kCoordinatorProtocol, static_cast<uint16_t>(type), request_id, payload);

@@ -23,26 +23,51 @@ inline constexpr size_t kHeaderSize = wire::kHeaderSize;
 inline constexpr size_t kNonceSize = wire::kNonceSize;
 inline constexpr size_t kMacSize = wire::kMacSize;
 
+/// Who may send a request, checked before its handler runs.
+enum class Admits : uint8_t {
+  kAnyone,   ///< answered by a standby replica too
+  kServing,  ///< the serving coordinator, before a join
+  kMember,   ///< a member that joined
+};
+
+// Every frame kind, listed once. A request (C->S) names who may send it;
+// the server calls its handler `On<Name>` (declared from this list in
+// server_impl.h, dispatched from it in server.cc). Replies and pushes
+// (S->C) have no handler. A new message: a line here, its payload in
+// messages.h, its handler in the server file of its concern, its call in
+// client.cc.
+//
+// X(Name, number on the wire, name in logs, Admits)
+#define CKPT_COORDINATOR_REQUESTS(X)                                                                \
+  X(Hello, 1, "hello", kAnyone)                 /* S->C on connect too: nonce, coordinator id */    \
+  X(Join, 2, "join", kServing)                  /* job, host, local ranks, previous member, HMAC */ \
+  X(Heartbeat, 4, "heartbeat", kMember)         /* member, generation */                            \
+  X(Collective, 7, "collective", kMember)       /* one rank's part of a collective */               \
+  X(Vote, 9, "vote", kMember)                   /* phase 1 of the commit, per rank and step */      \
+  X(Decide, 10, "decide", kMember)              /* the leader waits for the decision */             \
+  X(Published, 12, "published", kMember)        /* the leader: the manifest is published, or not */ \
+  X(AwaitOutcome, 13, "await-outcome", kMember) /* wait until a step commits or aborts */           \
+  X(Status, 15, "status", kAnyone)              /* the coordinator's state, JSON or text */         \
+  X(Leave, 19, "leave", kMember)                /* the member leaves for good */
+
+// X(Name, number on the wire, name in logs)
+#define CKPT_COORDINATOR_REPLIES(X)                                                     \
+  X(Assign, 3, "assign")              /* a new generation's membership, or a refusal */ \
+  X(HeartbeatAck, 5, "heartbeat-ack") /* current generation, whether to stop */         \
+  X(Stop, 6, "stop")                  /* push: the generation ended */                  \
+  X(CollectiveResult, 8, "collective-result")                                           \
+  X(Decision, 11, "decision")                                                           \
+  X(Outcome, 14, "outcome")                                                             \
+  X(StatusReply, 16, "status-reply")                                                    \
+  X(Ack, 17, "ack")                                                                     \
+  X(Error, 18, "error") /* the request failed: status code, message */
+
 enum class MsgType : uint16_t {
-  kHello = 1,         ///< S->C on connect: nonce, coordinator id
-  kJoin = 2,          ///< C->S: job, host, local ranks, previous member id, HMAC
-  kAssign = 3,        ///< S->C: membership of a new generation (or a refusal)
-  kHeartbeat = 4,     ///< C->S: member, generation
-  kHeartbeatAck = 5,  ///< S->C: current generation, whether to stop
-  kStop = 6,          ///< S->C push: the generation ended (a member died)
-  kCollective = 7,    ///< C->S: one rank's part of a gather/scatter/broadcast/barrier
-  kCollectiveResult = 8,
-  kVote = 9,     ///< C->S: phase 1 of the commit, one per rank and step
-  kDecide = 10,  ///< C->S (leader): wait for the commit decision
-  kDecision = 11,
-  kPublished = 12,     ///< C->S (leader): the manifest is published (or not)
-  kAwaitOutcome = 13,  ///< C->S: wait until the step is committed or aborted
-  kOutcome = 14,
-  kStatus = 15,  ///< C->S: the coordinator's state, as JSON
-  kStatusReply = 16,
-  kAck = 17,
-  kError = 18,  ///< S->C: the request failed (status code, message)
-  kLeave = 19,  ///< C->S: the member leaves for good
+#define CKPT_MSG_TYPE_REQUEST(name, number, text, admits) k##name = number,
+#define CKPT_MSG_TYPE_REPLY(name, number, text) k##name = number,
+  CKPT_COORDINATOR_REQUESTS(CKPT_MSG_TYPE_REQUEST) CKPT_COORDINATOR_REPLIES(CKPT_MSG_TYPE_REPLY)
+#undef CKPT_MSG_TYPE_REQUEST
+#undef CKPT_MSG_TYPE_REPLY
 };
 
 const char* MsgTypeName(MsgType t);

@@ -204,52 +204,42 @@ void CoordinatorImpl::LogThrottled(size_t kind, const std::string& line) {
   t.suppressed = 0;
 }
 
+// From protocol.h's list.
+struct CoordinatorImpl::Route {
+  Admits admits = Admits::kMember;
+  absl::Status (CoordinatorImpl::*handle)(const std::shared_ptr<Session>&, const FrameHeader&,
+                                          std::string_view) = nullptr;
+};
+
+CoordinatorImpl::Route CoordinatorImpl::RouteOf(MsgType type) {
+  switch (type) {
+#define CKPT_ROUTE(name, number, text, admits) \
+  case MsgType::k##name:                       \
+    return {Admits::admits, &CoordinatorImpl::On##name};
+    CKPT_COORDINATOR_REQUESTS(CKPT_ROUTE)
+#undef CKPT_ROUTE
+    default:
+      return {};
+  }
+}
+
 absl::Status CoordinatorImpl::Handle(const std::shared_ptr<Session>& s, const FrameHeader& h,
                                      std::string_view payload) {
-  switch (h.type) {
-    case MsgType::kHello: {
-      HelloReply hello{s->nonce(), coordinator_id_, options_.max_frame_bytes, ""};
-      if (!serving_) hello.standby_of = StandbyOf();
-      s->Reply(h.request_id, MsgType::kHello, Encode(hello));
-      return absl::OkStatus();
-    }
-    case MsgType::kStatus: {
-      CKPT_ASSIGN_OR_RETURN(const StatusRequest req, DecodeStatusRequest(payload));
-      s->Reply(h.request_id, MsgType::kStatusReply, EncodeBytes(req.text ? BuildStatusText() : BuildStatus()));
-      return absl::OkStatus();
-    }
-    default:
-      break;
+  const Route route = RouteOf(h.type);
+  if (route.handle == nullptr) {
+    return absl::InvalidArgumentError(StrCat("a coordinator does not take ", MsgTypeName(h.type), " frames"));
   }
-  if (!serving_) {
+  if (route.admits != Admits::kAnyone && !serving_) {
     // A standby acts on nothing: the client goes to the next address.
     s->ReplyError(h.request_id, absl::UnavailableError(StrCat("the coordinator replica at ", address_,
                                                               " stands by (leader: ", StandbyOf(), ")")));
     s->CloseAfterWrite();
     return absl::OkStatus();
   }
-  if (h.type == MsgType::kJoin) return OnJoin(s, h, payload);
-  if (s->member_id == 0) {
+  if (route.admits == Admits::kMember && s->member_id == 0) {
     return absl::PermissionDeniedError(StrCat(MsgTypeName(h.type), " before a successful join"));
   }
-  switch (h.type) {
-    case MsgType::kHeartbeat:
-      return OnHeartbeat(s, h, payload);
-    case MsgType::kCollective:
-      return OnCollective(s, h, payload);
-    case MsgType::kVote:
-      return OnVote(s, h, payload);
-    case MsgType::kDecide:
-      return OnDecide(s, h, payload);
-    case MsgType::kPublished:
-      return OnPublished(s, h, payload);
-    case MsgType::kAwaitOutcome:
-      return OnAwaitOutcome(s, h, payload);
-    case MsgType::kLeave:
-      return OnLeave(s, h, payload);
-    default:
-      return absl::InvalidArgumentError(StrCat("a coordinator does not take ", MsgTypeName(h.type), " frames"));
-  }
+  return (this->*route.handle)(s, h, payload);
 }
 
 void CoordinatorImpl::OnAcceptOutOfDescriptors(const boost::system::error_code& ec) {

@@ -65,7 +65,7 @@ absl::Status CoordinatorImpl::CheckRank(const std::shared_ptr<Session>& s, int64
 
 absl::Status CoordinatorImpl::OnCollective(const std::shared_ptr<Session>& s, const FrameHeader& h,
                                            std::string_view payload) {
-  CKPT_ASSIGN_OR_RETURN(CollectiveRequest req, DecodeCollective(payload, options_.max_frame_bytes));
+  CKPT_ASSIGN_OR_RETURN(CollectiveRequest req, Decode<CollectiveRequest>(payload, options_.max_frame_bytes));
   const int64_t gen = req.generation;
   const int rank = static_cast<int>(req.rank);
   const uint64_t seq = req.seq;

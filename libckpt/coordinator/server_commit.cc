@@ -153,7 +153,7 @@ void CoordinatorImpl::Apply(std::vector<BookEvent> events) {
 
 absl::Status CoordinatorImpl::OnVote(const std::shared_ptr<Session>& s, const FrameHeader& h,
                                      std::string_view payload) {
-  CKPT_ASSIGN_OR_RETURN(VoteRequest req, DecodeVote(payload));
+  CKPT_ASSIGN_OR_RETURN(VoteRequest req, Decode<VoteRequest>(payload));
   const int64_t gen = req.generation;
   const int rank = static_cast<int>(req.rank);
   const int64_t step = StepKey(req.step, req.level == kMemoryLevel);
@@ -173,7 +173,7 @@ absl::Status CoordinatorImpl::OnVote(const std::shared_ptr<Session>& s, const Fr
 
 absl::Status CoordinatorImpl::OnDecide(const std::shared_ptr<Session>& s, const FrameHeader& h,
                                        std::string_view payload) {
-  CKPT_ASSIGN_OR_RETURN(const StepWaitRequest req, DecodeStepWait(payload));
+  CKPT_ASSIGN_OR_RETURN(const StepWaitRequest req, Decode<StepWaitRequest>(payload));
   const int64_t gen = req.generation;
   const int64_t step = StepKey(req.step, req.level == kMemoryLevel);
   const double timeout = static_cast<double>(req.timeout_ms) / 1000.0;
@@ -192,7 +192,7 @@ absl::Status CoordinatorImpl::OnDecide(const std::shared_ptr<Session>& s, const 
 
 absl::Status CoordinatorImpl::OnPublished(const std::shared_ptr<Session>& s, const FrameHeader& h,
                                           std::string_view payload) {
-  CKPT_ASSIGN_OR_RETURN(const PublishedRequest req, DecodePublished(payload));
+  CKPT_ASSIGN_OR_RETURN(const PublishedRequest req, Decode<PublishedRequest>(payload));
   const int64_t gen = req.generation;
   const int64_t step = StepKey(req.step, req.level == kMemoryLevel);
   const bool ok = req.ok;
@@ -227,7 +227,7 @@ void CoordinatorImpl::RecordDurations(SaveDurations d) {
 
 absl::Status CoordinatorImpl::OnAwaitOutcome(const std::shared_ptr<Session>& s, const FrameHeader& h,
                                              std::string_view payload) {
-  CKPT_ASSIGN_OR_RETURN(const StepWaitRequest req, DecodeStepWait(payload));
+  CKPT_ASSIGN_OR_RETURN(const StepWaitRequest req, Decode<StepWaitRequest>(payload));
   const int64_t gen = req.generation;
   const int64_t step = StepKey(req.step, req.level == kMemoryLevel);
   const double timeout = static_cast<double>(req.timeout_ms) / 1000.0;

@@ -161,9 +161,21 @@ class CoordinatorImpl final : public Coordinator, public SessionOwner {
   }
 
  private:
-  // ---------------- rendezvous (server_rendezvous.cc) ----------------
-  absl::Status OnJoin(const std::shared_ptr<Session>& s, const FrameHeader& h, std::string_view payload);
+  // ---------------- the handlers ----------------
+  // One per request of protocol.h's list, `On<Name>`, each in the file of
+  // its concern (hello and status: server_status.cc; join:
+  // server_rendezvous.cc; heartbeat and leave: server_liveness.cc;
+  // collective: server_collectives.cc; vote, decide, published and
+  // await-outcome: server_commit.cc). Handle() checks who may send it first.
+#define CKPT_DECLARE_HANDLER(name, number, text, admits) \
+  absl::Status On##name(const std::shared_ptr<Session>& s, const FrameHeader& h, std::string_view payload);
+  CKPT_COORDINATOR_REQUESTS(CKPT_DECLARE_HANDLER)
+#undef CKPT_DECLARE_HANDLER
+  // Who may send a request, and its handler (server.cc).
+  struct Route;
+  static Route RouteOf(MsgType type);
 
+  // ---------------- rendezvous (server_rendezvous.cc) ----------------
   std::string AssignPayload(const Member& m);
 
   // Waiting members whose connection is gone are forgotten.
@@ -204,18 +216,12 @@ class CoordinatorImpl final : public Coordinator, public SessionOwner {
   void EndGeneration(const std::string& reason, bool finished = false);
 
   // ---------------- heartbeats and failure detection (server_liveness.cc) ----------------
-  absl::Status OnHeartbeat(const std::shared_ptr<Session>& s, const FrameHeader& h, std::string_view payload);
-
   void Tick();
 
   void ExpireWaiters(double now);
 
-  absl::Status OnLeave(const std::shared_ptr<Session>& s, const FrameHeader& h, std::string_view payload);
-
   // ---------------- collectives (server_collectives.cc) ----------------
   absl::Status CheckRank(const std::shared_ptr<Session>& s, int64_t gen, int rank);
-
-  absl::Status OnCollective(const std::shared_ptr<Session>& s, const FrameHeader& h, std::string_view payload);
 
   // ---------------- two-phase commit (server_commit.cc) ----------------
   // The ledger is the CommitBook (commit_book.h); here its decisions are
@@ -251,15 +257,7 @@ class CoordinatorImpl final : public Coordinator, public SessionOwner {
   // decision; then counted, logged and answered.
   void Apply(std::vector<BookEvent> events);
 
-  absl::Status OnVote(const std::shared_ptr<Session>& s, const FrameHeader& h, std::string_view payload);
-
-  absl::Status OnDecide(const std::shared_ptr<Session>& s, const FrameHeader& h, std::string_view payload);
-
-  absl::Status OnPublished(const std::shared_ptr<Session>& s, const FrameHeader& h, std::string_view payload);
-
   void RecordDurations(SaveDurations d);
-
-  absl::Status OnAwaitOutcome(const std::shared_ptr<Session>& s, const FrameHeader& h, std::string_view payload);
 
   // ---------------- status (server_status.cc) ----------------
 

@@ -55,7 +55,7 @@ namespace ckpt::coord {
 
 absl::Status CoordinatorImpl::OnHeartbeat(const std::shared_ptr<Session>& s, const FrameHeader& h,
                                           std::string_view payload) {
-  CKPT_ASSIGN_OR_RETURN(const HeartbeatRequest hb, DecodeHeartbeat(payload));
+  CKPT_ASSIGN_OR_RETURN(const HeartbeatRequest hb, Decode<HeartbeatRequest>(payload));
   const uint64_t id = hb.member;
   const int64_t gen = hb.generation;
   HeartbeatAck ack;
@@ -125,7 +125,7 @@ void CoordinatorImpl::ExpireWaiters(double now) {
 
 absl::Status CoordinatorImpl::OnLeave(const std::shared_ptr<Session>& s, const FrameHeader& h,
                                       std::string_view payload) {
-  CKPT_ASSIGN_OR_RETURN(const LeaveRequest leave, DecodeLeave(payload));
+  CKPT_ASSIGN_OR_RETURN(const LeaveRequest leave, Decode<LeaveRequest>(payload));
   const uint64_t id = leave.member;
   if (id != s->member_id) return absl::PermissionDeniedError("a member can only leave for itself");
   pending_joins_.erase(id);

@@ -55,7 +55,7 @@ namespace ckpt::coord {
 
 absl::Status CoordinatorImpl::OnJoin(const std::shared_ptr<Session>& s, const FrameHeader& h,
                                      std::string_view payload) {
-  CKPT_ASSIGN_OR_RETURN(const JoinRequest join, DecodeJoin(payload));
+  CKPT_ASSIGN_OR_RETURN(const JoinRequest join, Decode<JoinRequest>(payload));
   const std::string& job = join.job;
   const std::string& host = join.host;
   const int local = static_cast<int>(join.local_ranks);

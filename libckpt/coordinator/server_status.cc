@@ -1,4 +1,4 @@
-// The coordinator service (server_impl.h): status, in JSON, text and metrics.
+// The coordinator service (server_impl.h): hello, and status in JSON, text and metrics.
 #include <fcntl.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
@@ -51,6 +51,21 @@
 #include "util/strings.h"
 
 namespace ckpt::coord {
+
+absl::Status CoordinatorImpl::OnHello(const std::shared_ptr<Session>& s, const FrameHeader& h,
+                                      std::string_view /*payload*/) {
+  HelloReply hello{s->nonce(), coordinator_id_, options_.max_frame_bytes, ""};
+  if (!serving_) hello.standby_of = StandbyOf();
+  s->Reply(h.request_id, MsgType::kHello, Encode(hello));
+  return absl::OkStatus();
+}
+
+absl::Status CoordinatorImpl::OnStatus(const std::shared_ptr<Session>& s, const FrameHeader& h,
+                                       std::string_view payload) {
+  CKPT_ASSIGN_OR_RETURN(const StatusRequest req, Decode<StatusRequest>(payload));
+  s->Reply(h.request_id, MsgType::kStatusReply, EncodeBytes(req.text ? BuildStatusText() : BuildStatus()));
+  return absl::OkStatus();
+}
 
 std::string CoordinatorImpl::StandbyOf() const {
   if (!log_) return "not known yet";

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "ckpt/limits.h"
+#include "coordinator/protocol.h"
 #include "testutil/test_util.h"
 #include "util/bytes.h"
 #include "util/crypto.h"
@@ -56,7 +57,7 @@ std::string Hex(std::string_view s) {
 
 TEST(Messages, EveryMessageRoundTrips) {
   JoinRequest j{"job", "host-7:123", 8, 42, 3, true, std::string(32, '\x5a')};
-  auto j2 = DecodeJoin(Encode(j));
+  auto j2 = Decode<JoinRequest>(Encode(j));
   ASSERT_OK(j2);
   EXPECT_EQ(j2->job, "job");
   EXPECT_EQ(j2->host, "host-7:123");
@@ -75,7 +76,7 @@ TEST(Messages, EveryMessageRoundTrips) {
   a.members = 8;
   a.restore_step = -1;
   a.heartbeat_ms = 500;
-  auto a2 = DecodeAssign(Encode(a));
+  auto a2 = Decode<AssignReply>(Encode(a));
   ASSERT_OK(a2);
   EXPECT_EQ(a2->member_id, 9u);
   EXPECT_EQ(a2->first_rank, 16u);
@@ -85,7 +86,7 @@ TEST(Messages, EveryMessageRoundTrips) {
   AssignReply refused;
   refused.status = AssignReply::kRefused;
   refused.message = "wrong token";
-  auto r2 = DecodeAssign(Encode(refused));
+  auto r2 = Decode<AssignReply>(Encode(refused));
   ASSERT_OK(r2);
   EXPECT_EQ(r2->status, AssignReply::kRefused);
   EXPECT_EQ(r2->message, "wrong token");
@@ -100,7 +101,7 @@ TEST(Messages, EveryMessageRoundTrips) {
   v.vote.write_s = 3.5;
   v.vote.bytes = 1 << 30;
   v.vote.replicas = {{"w[0:4]", 0x1234, true}, {"b[0:2]", 0x9, false}};
-  auto v2 = DecodeVote(Encode(v));
+  auto v2 = Decode<VoteRequest>(Encode(v));
   ASSERT_OK(v2);
   EXPECT_EQ(v2->step, 100);
   EXPECT_FALSE(v2->vote.ok);
@@ -114,30 +115,30 @@ TEST(Messages, EveryMessageRoundTrips) {
   EXPECT_TRUE(v2->vote.replicas[0].written);
 
   CollectiveRequest c{7, 3, 11, CollectiveOp::kScatter, 2500, "part"};
-  auto c2 = DecodeCollective(Encode(c), 1 << 20);
+  auto c2 = Decode<CollectiveRequest>(Encode(c), 1 << 20);
   ASSERT_OK(c2);
   EXPECT_EQ(c2->op, CollectiveOp::kScatter);
   EXPECT_EQ(c2->seq, 11u);
   EXPECT_EQ(c2->part, "part");
 
-  auto hb = DecodeHeartbeatAck(Encode(HeartbeatAck{5, true, "generation 4 is over"}));
+  auto hb = Decode<HeartbeatAck>(Encode(HeartbeatAck{5, true, "generation 4 is over"}));
   ASSERT_OK(hb);
   EXPECT_TRUE(hb->stop);
   EXPECT_EQ(hb->reason, "generation 4 is over");
-  auto st = DecodeStop(Encode(StopPush{6, "member 3 died"}));
+  auto st = Decode<StopPush>(Encode(StopPush{6, "member 3 died"}));
   ASSERT_OK(st);
   EXPECT_EQ(st->generation, 6);
-  auto w = DecodeStepWait(Encode(StepWaitRequest{1, 20, 30000}));
+  auto w = Decode<StepWaitRequest>(Encode(StepWaitRequest{1, 20, 30000}));
   ASSERT_OK(w);
   EXPECT_EQ(w->timeout_ms, 30000u);
-  auto p = DecodePublished(Encode(PublishedRequest{1, 20, false, "EIO"}));
+  auto p = Decode<PublishedRequest>(Encode(PublishedRequest{1, 20, false, "EIO"}));
   ASSERT_OK(p);
   EXPECT_FALSE(p->ok);
   EXPECT_EQ(p->message, "EIO");
-  EXPECT_EQ(DecodeLeave(Encode(LeaveRequest{77}))->member, 77u);
-  EXPECT_TRUE(DecodeStatusRequest(Encode(StatusRequest{true}))->text);
-  EXPECT_FALSE(DecodeStatusRequest("")->text) << "older clients send nothing and get JSON";
-  auto hello = DecodeHello(Encode(HelloReply{"nonce", "ckpt-coordinator/1", 1 << 26}));
+  EXPECT_EQ(Decode<LeaveRequest>(Encode(LeaveRequest{77}))->member, 77u);
+  EXPECT_TRUE(Decode<StatusRequest>(Encode(StatusRequest{true}))->text);
+  EXPECT_FALSE(Decode<StatusRequest>("")->text) << "older clients send nothing and get JSON";
+  auto hello = Decode<HelloReply>(Encode(HelloReply{"nonce", "ckpt-coordinator/1", 1 << 26}));
   ASSERT_OK(hello);
   EXPECT_EQ(hello->coordinator_id, "ckpt-coordinator/1");
   EXPECT_EQ(hello->max_frame, 1u << 26);
@@ -162,26 +163,26 @@ TEST(Messages, TheMemoryLevelRoundTrips) {
   VoteRequest v;
   v.step = 14;
   v.level = kMemoryLevel;
-  EXPECT_EQ(DecodeVote(Encode(v))->level, kMemoryLevel);
-  EXPECT_EQ(DecodeVote(Encode(VoteRequest{}))->level, 0);
+  EXPECT_EQ(Decode<VoteRequest>(Encode(v))->level, kMemoryLevel);
+  EXPECT_EQ(Decode<VoteRequest>(Encode(VoteRequest{}))->level, 0);
   EXPECT_EQ(Encode(StepWaitRequest{2, 300, 1000, kMemoryLevel}), Encode(StepWaitRequest{2, 300, 1000}) + "\x01");
-  EXPECT_EQ(DecodeStepWait(Encode(StepWaitRequest{2, 300, 1000, kMemoryLevel}))->level, kMemoryLevel);
+  EXPECT_EQ(Decode<StepWaitRequest>(Encode(StepWaitRequest{2, 300, 1000, kMemoryLevel}))->level, kMemoryLevel);
   PublishedRequest p{1, 20, true, ""};
   p.level = kMemoryLevel;
-  EXPECT_EQ(DecodePublished(Encode(p))->level, kMemoryLevel);
+  EXPECT_EQ(Decode<PublishedRequest>(Encode(p))->level, kMemoryLevel);
 
   JoinRequest j{"j", "h", 2, 0, -1, false, "m"};
   j.peer_endpoint = "10.0.0.7:4100";
   j.peer_domain = "rack-3";
   j.held = {HeldStep{14, 1, {0, 5}}, HeldStep{16, 1, {}}};
-  auto dj = DecodeJoin(Encode(j));
+  auto dj = Decode<JoinRequest>(Encode(j));
   ASSERT_OK(dj);
   EXPECT_EQ(dj->peer_endpoint, "10.0.0.7:4100");
   EXPECT_EQ(dj->peer_domain, "rack-3");
   ASSERT_EQ(dj->held.size(), 2u);
   EXPECT_EQ(dj->held[0].step, 14);
   EXPECT_EQ(dj->held[0].owners, (std::vector<uint32_t>{0, 5}));
-  EXPECT_TRUE(DecodeJoin(Encode(JoinRequest{"j", "h", 1, 0, -1, false, "m"}))->peer_endpoint.empty());
+  EXPECT_TRUE(Decode<JoinRequest>(Encode(JoinRequest{"j", "h", 1, 0, -1, false, "m"}))->peer_endpoint.empty());
 
   AssignReply a;
   a.world_size = 2;
@@ -190,7 +191,7 @@ TEST(Messages, TheMemoryLevelRoundTrips) {
   a.endpoints = {"a:1", "b:2"};
   a.holders = {{0, 1}, {1, 0}};
   a.restore_holders = {{1}, {0, 1}, {1}};
-  auto da = DecodeAssign(Encode(a));
+  auto da = Decode<AssignReply>(Encode(a));
   ASSERT_OK(da);
   EXPECT_EQ(da->restore_level, kMemoryLevel);
   EXPECT_EQ(da->endpoints, a.endpoints);
@@ -198,7 +199,7 @@ TEST(Messages, TheMemoryLevelRoundTrips) {
   EXPECT_EQ(da->restore_holders, a.restore_holders);
   // A holder that is not one of the endpoints is refused by name.
   a.restore_holders = {{2}};
-  auto bad = DecodeAssign(Encode(a));
+  auto bad = Decode<AssignReply>(Encode(a));
   ASSERT_FALSE(bad.ok());
   EXPECT_NE(bad.status().message().find("holder 2 is not one of the 2 endpoints"), std::string::npos) << bad.status();
 }
@@ -305,22 +306,42 @@ TEST(Messages, EveryMessagesBytesArePinned) {
   }
 }
 
+// The kinds are generated from one list (protocol.h): their numbers and
+// names are the protocol's, and a kind past the list is refused by the frame
+// parser.
+TEST(Messages, EveryKindsNumberAndNameArePinned) {
+  const std::vector<std::string> names = {
+      "hello", "join",   "assign",   "heartbeat", "heartbeat-ack", "stop",    "collective", "collective-result",
+      "vote",  "decide", "decision", "published", "await-outcome", "outcome", "status",     "status-reply",
+      "ack",   "error",  "leave"};
+  for (size_t i = 0; i < names.size(); ++i) {
+    EXPECT_EQ(MsgTypeName(static_cast<MsgType>(i + 1)), names[i]) << "kind " << i + 1;
+  }
+  EXPECT_STREQ(MsgTypeName(static_cast<MsgType>(names.size() + 1)), "unknown");
+  EXPECT_EQ(kCoordinatorProtocol.last_kind, names.size());
+  std::string frame = EncodeFrame(MsgType::kLeave, 1, "");
+  ASSERT_OK(ParseHeader(reinterpret_cast<const uint8_t*>(frame.data()), 1024).status());
+  StoreLE16(frame.data() + 6, static_cast<uint16_t>(names.size() + 1));
+  auto past = ParseHeader(reinterpret_cast<const uint8_t*>(frame.data()), 1024);
+  EXPECT_FALSE(past.ok()) << "a kind past the list";
+}
+
 TEST(Messages, ShortOrOversizedPayloadsAreRefusedByName) {
   const std::string vote = Encode(VoteRequest{});
   for (size_t cut = 0; cut < vote.size(); ++cut) {
-    auto v = DecodeVote(std::string_view(vote).substr(0, cut));
+    auto v = Decode<VoteRequest>(std::string_view(vote).substr(0, cut));
     ASSERT_FALSE(v.ok()) << cut;
     EXPECT_TRUE(absl::IsDataLoss(v.status()));
     EXPECT_NE(v.status().message().find("vote: truncated"), std::string::npos) << v.status();
   }
   JoinRequest j;
   j.host = std::string(kMaxJoinFieldBytes + 1, 'h');
-  auto big = DecodeJoin(Encode(j));
+  auto big = Decode<JoinRequest>(Encode(j));
   ASSERT_FALSE(big.ok());
   EXPECT_NE(big.status().message().find("exceeds the limit 4096"), std::string::npos) << big.status();
   CollectiveRequest c;
   c.part = std::string(100, 'p');
-  EXPECT_FALSE(DecodeCollective(Encode(c), 99).ok());
+  EXPECT_FALSE(Decode<CollectiveRequest>(Encode(c), 99).ok());
   ByteWriter w;
   w.SVar(0);
   w.Var(0);
@@ -328,7 +349,7 @@ TEST(Messages, ShortOrOversizedPayloadsAreRefusedByName) {
   w.U8(9);
   w.Var(0);
   w.Str("");
-  auto unknown = DecodeCollective(w.Take(), 16);
+  auto unknown = Decode<CollectiveRequest>(w.Take(), 16);
   ASSERT_FALSE(unknown.ok());
   EXPECT_NE(unknown.status().message().find("unknown collective 9"), std::string::npos) << unknown.status();
   absl::Status decision;

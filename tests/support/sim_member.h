@@ -46,7 +46,7 @@ class SimMember {
     setsockopt(fd_, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
     auto hello = Request(MsgType::kHello, "");
     if (!hello) return false;
-    auto h = DecodeHello(hello->second);
+    auto h = Decode<HelloReply>(hello->second);
     if (!h.ok()) return false;
     nonce_ = h->nonce;
     hello_ = *std::move(h);
@@ -65,7 +65,7 @@ class SimMember {
   bool ReadAssign() {
     auto f = Read();
     if (!f || f->first != MsgType::kAssign) return false;
-    auto a = DecodeAssign(f->second);
+    auto a = Decode<AssignReply>(f->second);
     if (!a.ok() || a->status != AssignReply::kAssigned) return false;
     member_ = a->member_id;
     generation_ = a->generation;
