@@ -255,10 +255,9 @@ void PrintCommitText(const CommitFigures& f) {
       f.restart.rank_s.Median() * 1e3, static_cast<long long>(f.restart.samples), f.restart_plan_s());
 }
 
-void PrintCommitJson(const CommitFigures& f) {
+void WriteCommitJson(JsonWriter& w, const CommitFigures& f) {
   const LeaderSave* saves = f.saves;
-  JsonWriter j;
-  j.BeginObject()
+  w.BeginObject()
       .Field("ranks", f.n)
       .Field("mesh", f.mesh)
       .Field("tensors", static_cast<int64_t>(f.tensors))
@@ -283,7 +282,6 @@ void PrintCommitJson(const CommitFigures& f) {
       .Field("restart_plan_seconds", f.restart_plan_s())
       .Field("threads", f.threads)
       .EndObject();
-  std::printf("%s\n", j.str().c_str());
 }
 
 int Main(int argc, char** argv) {
@@ -355,11 +353,8 @@ int Main(int argc, char** argv) {
   auto restart = Restart(**storage, *target, *to, rank_samples);
   if (!restart.ok()) return fail(restart.status());
   f.restart = std::move(*restart);
-  if (json) {
-    PrintCommitJson(f);
-  } else {
-    PrintCommitText(f);
-  }
+  tools::Render(
+      json, [&](JsonWriter& w) { WriteCommitJson(w, f); }, [&] { PrintCommitText(f); });
   if (!dir.empty()) std::filesystem::remove_all(f.root);
   return 0;
 }

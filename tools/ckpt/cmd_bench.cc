@@ -103,44 +103,46 @@ int BenchMain(int argc, char** argv, int first) {
   bar.Finish();
   (void)(*storage)->RemoveAll(StepDir(runs));
   (void)(*storage)->Remove(std::string(kLatestName));
-  JsonWriter w;
-  w.BeginObject()
-      .Field("uri", out)
-      .Field("bytes", bytes)
-      .Field("bytes_stored", stored)
-      .Field("codec", std::string(CodecName(*codec)))
-      .Field("ranks", mesh->NumRanks())
-      .Field("runs", runs)
-      .Field("stall_s", Median(stall))
-      .Field("write_s", Median(write))
-      .Field("commit_s", Median(commit))
-      .Field("load_s", Median(load))
-      .Field("verify_s", Median(verify))
-      .EndObject();
+  auto write_json = [&](JsonWriter& w) {
+    w.BeginObject()
+        .Field("uri", out)
+        .Field("bytes", bytes)
+        .Field("bytes_stored", stored)
+        .Field("codec", std::string(CodecName(*codec)))
+        .Field("ranks", mesh->NumRanks())
+        .Field("runs", runs)
+        .Field("stall_s", Median(stall))
+        .Field("write_s", Median(write))
+        .Field("commit_s", Median(commit))
+        .Field("load_s", Median(load))
+        .Field("verify_s", Median(verify))
+        .EndObject();
+  };
   if (!costs_path.empty()) {
+    JsonWriter costs;
+    write_json(costs);
     std::ofstream f(costs_path);
-    f << w.str() << "\n";
+    f << costs.str() << "\n";
     if (!f) {
       std::fprintf(stderr, "ckpt bench: cannot write %s\n", costs_path.c_str());
       return kExitUsage;
     }
   }
-  if (json) {
-    std::printf("%s\n", w.str().c_str());
-    return kExitOk;
-  }
-  const double gb = static_cast<double>(bytes) / 1e9;
-  std::printf("%s: %s of bf16 on %lld rank(s), codec %s, medians of %lld run(s)\n", out.c_str(),
-              HumanBytes(static_cast<double>(bytes)).c_str(), static_cast<long long>(mesh->NumRanks()),
-              std::string(CodecName(*codec)).c_str(), static_cast<long long>(runs));
-  std::printf("  stall (training blocked)  %8.3f s  %7.2f GB/s\n", Median(stall), gb / Median(stall));
-  std::printf("  durable                   %8.3f s  %7.2f GB/s\n", Median(write), gb / Median(write));
-  std::printf("  committed                 %8.3f s\n", Median(commit));
-  std::printf("  load (same mesh)          %8.3f s  %7.2f GB/s\n", Median(load), gb / Median(load));
-  std::printf("  verify (deep)             %8.3f s  %7.2f GB/s\n", Median(verify), gb / Median(verify));
-  if (!costs_path.empty()) {
-    std::printf("costs written to %s: ckpt interval --costs %s --mtbf 24h\n", costs_path.c_str(), costs_path.c_str());
-  }
+  // The costs file holds the same JSON that --json prints.
+  Render(json, write_json, [&] {
+    const double gb = static_cast<double>(bytes) / 1e9;
+    std::printf("%s: %s of bf16 on %lld rank(s), codec %s, medians of %lld run(s)\n", out.c_str(),
+                HumanBytes(static_cast<double>(bytes)).c_str(), static_cast<long long>(mesh->NumRanks()),
+                std::string(CodecName(*codec)).c_str(), static_cast<long long>(runs));
+    std::printf("  stall (training blocked)  %8.3f s  %7.2f GB/s\n", Median(stall), gb / Median(stall));
+    std::printf("  durable                   %8.3f s  %7.2f GB/s\n", Median(write), gb / Median(write));
+    std::printf("  committed                 %8.3f s\n", Median(commit));
+    std::printf("  load (same mesh)          %8.3f s  %7.2f GB/s\n", Median(load), gb / Median(load));
+    std::printf("  verify (deep)             %8.3f s  %7.2f GB/s\n", Median(verify), gb / Median(verify));
+    if (!costs_path.empty()) {
+      std::printf("costs written to %s: ckpt interval --costs %s --mtbf 24h\n", costs_path.c_str(), costs_path.c_str());
+    }
+  });
   return kExitOk;
 }
 

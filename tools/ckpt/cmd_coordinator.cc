@@ -125,57 +125,60 @@ int HistoryMain(int argc, char** argv, int first) {
   }
   size_t generations = 0;
   for (const auto& r : h.records) generations += r.kind == coord::JournalKind::kGeneration ? 1 : 0;
-  if (json) {
-    JsonWriter j;
-    j.BeginObject().Field("where", where).Field("records_total", h.records.size());
-    if (!summary) {
-      j.Key("records").BeginArray();
-      for (const auto& r : h.records) {
-        j.BeginObject().Field("seq", r.seq).Field("kind", coord::JournalKindName(r.kind));
-        if (r.generation >= 0) j.Field("generation", r.generation);
-        if (r.kind != coord::JournalKind::kGeneration && r.kind != coord::JournalKind::kEnded) j.Field("step", r.step);
-        if (r.memory) j.Field("level", "memory");
-        if (r.finished) j.Field("finished", true);
-        if (r.kind == coord::JournalKind::kGeneration) {
-          j.Field("world", r.world).Field("restore_step", r.restore_step).Key("members").BeginArray();
-          for (const auto& m : r.members) {
-            j.BeginObject().Field("id", m.id).Field("host", m.host).Field("first_rank", m.first_rank);
-            j.Field("local_ranks", m.local_ranks).EndObject();
+  Render(
+      json,
+      [&](JsonWriter& w) {
+        w.BeginObject().Field("where", where).Field("records_total", h.records.size());
+        if (!summary) {
+          w.Key("records").BeginArray();
+          for (const auto& r : h.records) {
+            w.BeginObject().Field("seq", r.seq).Field("kind", coord::JournalKindName(r.kind));
+            if (r.generation >= 0) w.Field("generation", r.generation);
+            if (r.kind != coord::JournalKind::kGeneration && r.kind != coord::JournalKind::kEnded)
+              w.Field("step", r.step);
+            if (r.memory) w.Field("level", "memory");
+            if (r.finished) w.Field("finished", true);
+            if (r.kind == coord::JournalKind::kGeneration) {
+              w.Field("world", r.world).Field("restore_step", r.restore_step).Key("members").BeginArray();
+              for (const auto& m : r.members) {
+                w.BeginObject().Field("id", m.id).Field("host", m.host).Field("first_rank", m.first_rank);
+                w.Field("local_ranks", m.local_ranks).EndObject();
+              }
+              w.EndArray();
+            }
+            if (r.kind == coord::JournalKind::kSdc) w.Field("chunk", r.chunk).Field("detail", r.detail);
+            w.EndObject();
           }
-          j.EndArray();
+          w.EndArray();
         }
-        if (r.kind == coord::JournalKind::kSdc) j.Field("chunk", r.chunk).Field("detail", r.detail);
-        j.EndObject();
-      }
-      j.EndArray();
-    }
-    j.Field("generations", generations);
-    for (const auto& [name, set] : {std::pair<const char*, const std::set<int64_t>*>{"committed", &h.committed},
-                                    {"aborted", &h.aborted},
-                                    {"decided", &h.decided},
-                                    {"memory_committed", &h.memory_committed}}) {
-      j.Key(name).BeginArray();
-      for (int64_t step : *set) j.Int(step);
-      j.EndArray();
-    }
-    j.Key("contradictions").BeginArray();
-    for (const std::string& c : h.contradictions) j.String(c);
-    j.EndArray().EndObject();
-    std::printf("%s\n", j.str().c_str());
-  } else {
-    std::printf("%s: %zu records\n", where.c_str(), h.records.size());
-    if (!summary) {
-      for (const auto& r : h.records) std::printf("%8lld  %s\n", static_cast<long long>(r.seq), RecordLine(r).c_str());
-    }
-    std::printf(
-        "%zu generation(s), %zu step(s) committed%s, %zu aborted, %zu memory step(s) committed%s, %zu "
-        "contradiction(s)\n",
-        generations, h.committed.size(),
-        h.committed.empty() ? "" : StrCat(" (newest ", *h.committed.rbegin(), ")").c_str(), h.aborted.size(),
-        h.memory_committed.size(), h.memory.step < 0 ? "" : StrCat(" (last ", h.memory.step, ")").c_str(),
-        h.contradictions.size());
-    for (const std::string& c : h.contradictions) std::printf("CONTRADICTION: %s\n", c.c_str());
-  }
+        w.Field("generations", generations);
+        for (const auto& [name, set] : {std::pair<const char*, const std::set<int64_t>*>{"committed", &h.committed},
+                                        {"aborted", &h.aborted},
+                                        {"decided", &h.decided},
+                                        {"memory_committed", &h.memory_committed}}) {
+          w.Key(name).BeginArray();
+          for (int64_t step : *set) w.Int(step);
+          w.EndArray();
+        }
+        w.Key("contradictions").BeginArray();
+        for (const std::string& c : h.contradictions) w.String(c);
+        w.EndArray().EndObject();
+      },
+      [&] {
+        std::printf("%s: %zu records\n", where.c_str(), h.records.size());
+        if (!summary) {
+          for (const auto& r : h.records)
+            std::printf("%8lld  %s\n", static_cast<long long>(r.seq), RecordLine(r).c_str());
+        }
+        std::printf(
+            "%zu generation(s), %zu step(s) committed%s, %zu aborted, %zu memory step(s) committed%s, %zu "
+            "contradiction(s)\n",
+            generations, h.committed.size(),
+            h.committed.empty() ? "" : StrCat(" (newest ", *h.committed.rbegin(), ")").c_str(), h.aborted.size(),
+            h.memory_committed.size(), h.memory.step < 0 ? "" : StrCat(" (last ", h.memory.step, ")").c_str(),
+            h.contradictions.size());
+        for (const std::string& c : h.contradictions) std::printf("CONTRADICTION: %s\n", c.c_str());
+      });
   return h.contradictions.empty() ? kExitOk : kExitProblem;
 }
 

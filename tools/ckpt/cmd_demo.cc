@@ -379,11 +379,10 @@ bool RestoreAndVerify(Storage& storage, const Mesh& restore_mesh, int64_t keep) 
   return ok;
 }
 
-void PrintDemoJson(bool ok, double seconds, const std::vector<Restore>& restores) {
-  JsonWriter j;
-  j.BeginObject().Field("ok", ok).Field("seconds", seconds).Key("restores").BeginArray();
+void WriteDemoJson(JsonWriter& w, bool ok, double seconds, const std::vector<Restore>& restores) {
+  w.BeginObject().Field("ok", ok).Field("seconds", seconds).Key("restores").BeginArray();
   for (const Restore& r : restores) {
-    j.BeginObject()
+    w.BeginObject()
         .Field("story", r.story)
         .Field("generation", r.generation)
         .Field("rank", r.rank)
@@ -395,8 +394,7 @@ void PrintDemoJson(bool ok, double seconds, const std::vector<Restore>& restores
         .Field("bytes_from_storage", r.from_storage)
         .EndObject();
   }
-  j.EndArray().EndObject();
-  std::printf("%s\n", j.str().c_str());
+  w.EndArray().EndObject();
 }
 
 }  // namespace
@@ -485,7 +483,9 @@ int DemoMain(int argc, char** argv, int first) {
     ok = RunMemoryLevel(dir, 30, &restores) && ok;
   }
   Print("%s in %.1f s\n", ok ? "done" : "FAILED", NowSeconds() - t0);
-  if (json) PrintDemoJson(ok, NowSeconds() - t0, restores);
+  // The text was printed as the demo went (on stderr under --json).
+  Render(
+      json, [&](JsonWriter& w) { WriteDemoJson(w, ok, NowSeconds() - t0, restores); }, [] {});
   return ok ? kExitOk : kExitProblem;
 }
 

@@ -84,74 +84,75 @@ int DiffMain(int argc, char** argv, int first) {
       ++different;
     }
   }
-  if (json) {
-    JsonWriter w;
-    w.BeginObject()
-        .Field("identical", identical)
-        .Field("identical_by_checksum", by_checksum)
-        .Field("different", different);
-    w.Key("tensors").BeginArray();
-    for (const TensorDiff& d : *diffs) {
-      if (d.kind == TensorDiff::Kind::kIdentical && !all) continue;
-      w.BeginObject().Field("name", d.fqn).Field("kind", DiffKindName(d.kind)).Field("elements", d.elements);
-      if (d.kind == TensorDiff::Kind::kChanged) {
-        w.Field("differing", d.differing)
-            .Field("first_index", d.first_index)
-            .Field("max_abs", d.max_abs)
-            .Field("rel_l2", d.rel_l2);
-      }
-      if (!d.note.empty()) w.Field("note", d.note);
-      w.EndObject();
-    }
-    w.EndArray();
-    w.Field("blobs_and_metadata_identical", items_identical).Field("blobs_and_metadata_different", items_different);
-    w.Key("blobs_and_metadata").BeginArray();
-    for (const ItemDiff& d : *items) {
-      if (d.kind == ItemDiff::Kind::kIdentical && !all) continue;
-      w.BeginObject().Field("name", d.what).Field("kind", item_kind(d.kind));
-      if (!d.note.empty()) w.Field("note", d.note);
-      w.EndObject();
-    }
-    w.EndArray().EndObject();
-    std::printf("%s\n", w.str().c_str());
-  } else {
-    for (const TensorDiff& d : *diffs) {
-      switch (d.kind) {
-        case TensorDiff::Kind::kIdentical:
-          if (all) std::printf("  identical  %s%s\n", d.fqn.c_str(), d.by_checksum ? " (by checksum)" : "");
-          break;
-        case TensorDiff::Kind::kChanged:
-          std::printf(
-              "  changed    %s: %lld of %lld elements differ (first at index %lld), max |a-b| %.6g, "
-              "relative L2 %.3g\n",
-              d.fqn.c_str(), static_cast<long long>(d.differing), static_cast<long long>(d.elements),
-              static_cast<long long>(d.first_index), d.max_abs, d.rel_l2);
-          break;
-        case TensorDiff::Kind::kOnlyInA:
-          std::printf("  only in A  %s\n", d.fqn.c_str());
-          break;
-        case TensorDiff::Kind::kOnlyInB:
-          std::printf("  only in B  %s\n", d.fqn.c_str());
-          break;
-        case TensorDiff::Kind::kMismatch:
-          std::printf("  mismatch   %s: %s\n", d.fqn.c_str(), d.note.c_str());
-          break;
-      }
-    }
-    for (const ItemDiff& d : *items) {
-      if (d.kind == ItemDiff::Kind::kIdentical && !all) continue;
-      const char* label = d.kind == ItemDiff::Kind::kIdentical ? "identical"
-                          : d.kind == ItemDiff::Kind::kChanged ? "changed  "
-                          : d.kind == ItemDiff::Kind::kOnlyInA ? "only in A"
-                                                               : "only in B";
-      std::printf("  %s  %s%s%s\n", label, d.what.c_str(), d.note.empty() ? "" : ": ", d.note.c_str());
-    }
-    std::printf(
-        "%lld identical (%lld by checksum), %lld different tensors; %lld identical, %lld different blobs "
-        "and metadata entries\n",
-        static_cast<long long>(identical), static_cast<long long>(by_checksum), static_cast<long long>(different),
-        static_cast<long long>(items_identical), static_cast<long long>(items_different));
-  }
+  Render(
+      json,
+      [&](JsonWriter& w) {
+        w.BeginObject()
+            .Field("identical", identical)
+            .Field("identical_by_checksum", by_checksum)
+            .Field("different", different);
+        w.Key("tensors").BeginArray();
+        for (const TensorDiff& d : *diffs) {
+          if (d.kind == TensorDiff::Kind::kIdentical && !all) continue;
+          w.BeginObject().Field("name", d.fqn).Field("kind", DiffKindName(d.kind)).Field("elements", d.elements);
+          if (d.kind == TensorDiff::Kind::kChanged) {
+            w.Field("differing", d.differing)
+                .Field("first_index", d.first_index)
+                .Field("max_abs", d.max_abs)
+                .Field("rel_l2", d.rel_l2);
+          }
+          if (!d.note.empty()) w.Field("note", d.note);
+          w.EndObject();
+        }
+        w.EndArray();
+        w.Field("blobs_and_metadata_identical", items_identical).Field("blobs_and_metadata_different", items_different);
+        w.Key("blobs_and_metadata").BeginArray();
+        for (const ItemDiff& d : *items) {
+          if (d.kind == ItemDiff::Kind::kIdentical && !all) continue;
+          w.BeginObject().Field("name", d.what).Field("kind", item_kind(d.kind));
+          if (!d.note.empty()) w.Field("note", d.note);
+          w.EndObject();
+        }
+        w.EndArray().EndObject();
+      },
+      [&] {
+        for (const TensorDiff& d : *diffs) {
+          switch (d.kind) {
+            case TensorDiff::Kind::kIdentical:
+              if (all) std::printf("  identical  %s%s\n", d.fqn.c_str(), d.by_checksum ? " (by checksum)" : "");
+              break;
+            case TensorDiff::Kind::kChanged:
+              std::printf(
+                  "  changed    %s: %lld of %lld elements differ (first at index %lld), max |a-b| %.6g, "
+                  "relative L2 %.3g\n",
+                  d.fqn.c_str(), static_cast<long long>(d.differing), static_cast<long long>(d.elements),
+                  static_cast<long long>(d.first_index), d.max_abs, d.rel_l2);
+              break;
+            case TensorDiff::Kind::kOnlyInA:
+              std::printf("  only in A  %s\n", d.fqn.c_str());
+              break;
+            case TensorDiff::Kind::kOnlyInB:
+              std::printf("  only in B  %s\n", d.fqn.c_str());
+              break;
+            case TensorDiff::Kind::kMismatch:
+              std::printf("  mismatch   %s: %s\n", d.fqn.c_str(), d.note.c_str());
+              break;
+          }
+        }
+        for (const ItemDiff& d : *items) {
+          if (d.kind == ItemDiff::Kind::kIdentical && !all) continue;
+          const char* label = d.kind == ItemDiff::Kind::kIdentical ? "identical"
+                              : d.kind == ItemDiff::Kind::kChanged ? "changed  "
+                              : d.kind == ItemDiff::Kind::kOnlyInA ? "only in A"
+                                                                   : "only in B";
+          std::printf("  %s  %s%s%s\n", label, d.what.c_str(), d.note.empty() ? "" : ": ", d.note.c_str());
+        }
+        std::printf(
+            "%lld identical (%lld by checksum), %lld different tensors; %lld identical, %lld different blobs "
+            "and metadata entries\n",
+            static_cast<long long>(identical), static_cast<long long>(by_checksum), static_cast<long long>(different),
+            static_cast<long long>(items_identical), static_cast<long long>(items_different));
+      });
   return different > 0 || items_different > 0 ? kExitProblem : kExitOk;
 }
 

@@ -51,30 +51,32 @@ int GcMain(int argc, char** argv, int first) {
   o.remove_damaged = damaged;
   auto report = CollectGarbage(**storage, o);
   if (!report.ok()) return FailUnreadable("gc", report.status());
-  if (json) {
-    JsonWriter w;
-    w.BeginObject().Field("dry_run", !yes);
-    w.Key("removed_steps").BeginArray();
-    for (int64_t s : report->removed_steps) w.Int(s);
-    w.EndArray().Key("removed_partial").BeginArray();
-    for (int64_t s : report->removed_partial) w.Int(s);
-    w.EndArray().Key("removed_damaged").BeginArray();
-    for (int64_t s : report->removed_damaged) w.Int(s);
-    w.EndArray().Key("kept_damaged").BeginArray();
-    for (int64_t s : report->kept_damaged) w.Int(s);
-    w.EndArray().Key("kept_unreadable").BeginArray();
-    for (int64_t s : report->kept_unreadable) w.Int(s);
-    w.EndArray().Key("aborted_uploads").BeginArray();
-    for (const std::string& u : report->aborted_uploads) w.String(u);
-    w.EndArray().Key("reasons").BeginArray();
-    for (const std::string& r : report->reasons) w.String(r);
-    w.EndArray().Field("bytes_freed", report->bytes_freed).EndObject();
-    std::printf("%s\n", w.str().c_str());
-    return report->kept_unreadable.empty() ? kExitOk : kExitProblem;
-  }
-  for (const std::string& r : report->reasons) std::printf("%s\n", Printable(r).c_str());
-  std::printf("%s %s%s\n", yes ? "freed" : "would free", HumanBytes(static_cast<double>(report->bytes_freed)).c_str(),
-              yes ? "" : " (dry run: add --yes to remove)");
+  Render(
+      json,
+      [&](JsonWriter& w) {
+        w.BeginObject().Field("dry_run", !yes);
+        w.Key("removed_steps").BeginArray();
+        for (int64_t s : report->removed_steps) w.Int(s);
+        w.EndArray().Key("removed_partial").BeginArray();
+        for (int64_t s : report->removed_partial) w.Int(s);
+        w.EndArray().Key("removed_damaged").BeginArray();
+        for (int64_t s : report->removed_damaged) w.Int(s);
+        w.EndArray().Key("kept_damaged").BeginArray();
+        for (int64_t s : report->kept_damaged) w.Int(s);
+        w.EndArray().Key("kept_unreadable").BeginArray();
+        for (int64_t s : report->kept_unreadable) w.Int(s);
+        w.EndArray().Key("aborted_uploads").BeginArray();
+        for (const std::string& u : report->aborted_uploads) w.String(u);
+        w.EndArray().Key("reasons").BeginArray();
+        for (const std::string& r : report->reasons) w.String(r);
+        w.EndArray().Field("bytes_freed", report->bytes_freed).EndObject();
+      },
+      [&] {
+        for (const std::string& r : report->reasons) std::printf("%s\n", Printable(r).c_str());
+        std::printf("%s %s%s\n", yes ? "freed" : "would free",
+                    HumanBytes(static_cast<double>(report->bytes_freed)).c_str(),
+                    yes ? "" : " (dry run: add --yes to remove)");
+      });
   // Steps the storage could not account for are a problem to look at.
   return report->kept_unreadable.empty() ? kExitOk : kExitProblem;
 }

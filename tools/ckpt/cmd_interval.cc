@@ -321,9 +321,8 @@ long long Steps(const IntervalInputs& in, double s) {
   return std::isfinite(in.step) ? std::llround(s / in.step) : -1LL;
 }
 
-void PrintJson(const IntervalInputs& in, const IntervalResults& r) {
+void WriteJson(JsonWriter& w, const IntervalInputs& in, const IntervalResults& r) {
   const bool sim = in.simulate > 0, steps = std::isfinite(in.step);
-  JsonWriter w;
   w.BeginObject().Field("mtbf_s", in.mtbf).Field("mtbf_source", in.mtbf_source);
   if (in.estimate.failures > 0) {
     w.Field("mtbf_lower95_s", in.estimate.lower95).Field("mtbf_upper95_s", in.estimate.upper95);
@@ -381,7 +380,6 @@ void PrintJson(const IntervalInputs& in, const IntervalResults& r) {
   if (std::isfinite(r.dollars_per_day)) w.Field("cost_lost_per_day", r.dollars_per_day);
   if (std::isfinite(in.current)) w.Field("current_interval_s", in.current).Field("current_goodput", r.current_goodput);
   w.EndObject();
-  std::printf("%s\n", w.str().c_str());
 }
 
 void PrintText(const IntervalInputs& in, const IntervalResults& r) {
@@ -515,11 +513,8 @@ int IntervalMain(int argc, char** argv, int first) {
     std::fprintf(stderr, "ckpt interval: %s\n", std::string(s.message()).c_str());
     return kExitUsage;
   }
-  if (json) {
-    PrintJson(in, r);
-  } else {
-    PrintText(in, r);
-  }
+  Render(
+      json, [&](JsonWriter& w) { WriteJson(w, in, r); }, [&] { PrintText(in, r); });
   return kExitOk;
 }
 

@@ -145,10 +145,9 @@ std::optional<PlanFailure> MeasurePlan(const SyntheticOptions& so, const Mesh& f
   return std::nullopt;
 }
 
-void PrintPlanJson(const Mesh& from, const Mesh& to, const PlanFigures& f) {
+void WritePlanJson(JsonWriter& w, const Mesh& from, const Mesh& to, const PlanFigures& f) {
   const LoadPlanStats& load = *f.load;
   const RankPlanning& per_rank = *f.per_rank;
-  JsonWriter w;
   w.BeginObject()
       .Field("ranks_from", from.NumRanks())
       .Field("ranks_to", to.NumRanks())
@@ -184,7 +183,6 @@ void PrintPlanJson(const Mesh& from, const Mesh& to, const PlanFigures& f) {
       .Field("rank_plan_s_max", Max(per_rank.seconds))
       .Field("rank_plan_s_median", Median(per_rank.seconds))
       .EndObject();
-  std::printf("%s\n", w.str().c_str());
 }
 
 // The tensors whose load reads the most bytes beyond those it needs.
@@ -289,12 +287,12 @@ int PlanMain(int argc, char** argv, int first) {
     std::fprintf(stderr, "ckpt plan: %s\n", std::string(failed->status.message()).c_str());
     return failed->exit;
   }
-  if (json) {
-    PrintPlanJson(*from, *to, figures);
-  } else {
-    PrintPlanText(*from, *to, so.adam, figures);
-    if (per_tensor) PrintPerTensor(figures);
-  }
+  Render(
+      json, [&](JsonWriter& w) { WritePlanJson(w, *from, *to, figures); },
+      [&] {
+        PrintPlanText(*from, *to, so.adam, figures);
+        if (per_tensor) PrintPerTensor(figures);
+      });
   return kExitOk;
 }
 

@@ -109,24 +109,26 @@ int CheckMain(int argc, char** argv, int first) {
     std::error_code ec;
     std::filesystem::remove_all(temp, ec);  // made by this command, above
   }
-  if (json) {
-    JsonWriter w;
-    w.BeginObject().Field("file", plugin.file).Field("scheme", plugin.scheme).Field("version", plugin.version);
-    w.Key("cases").BeginArray();
-    for (const Outcome& o : outcomes) {
-      w.BeginObject()
-          .Field("name", o.name)
-          .Field("what", o.what)
-          .Field("ok", o.status.ok())
-          .Field("seconds", o.seconds);
-      if (!o.status.ok()) w.Field("error", std::string(o.status.message()));
-      w.EndObject();
-    }
-    w.EndArray().Field("passed", static_cast<int64_t>(outcomes.size()) - failed).Field("failed", failed).EndObject();
-    std::printf("%s\n", w.str().c_str());
-  } else {
-    std::printf("%zu of %zu cases passed\n", outcomes.size() - failed, outcomes.size());
-  }
+  Render(
+      json,
+      [&](JsonWriter& w) {
+        w.BeginObject().Field("file", plugin.file).Field("scheme", plugin.scheme).Field("version", plugin.version);
+        w.Key("cases").BeginArray();
+        for (const Outcome& o : outcomes) {
+          w.BeginObject()
+              .Field("name", o.name)
+              .Field("what", o.what)
+              .Field("ok", o.status.ok())
+              .Field("seconds", o.seconds);
+          if (!o.status.ok()) w.Field("error", std::string(o.status.message()));
+          w.EndObject();
+        }
+        w.EndArray()
+            .Field("passed", static_cast<int64_t>(outcomes.size()) - failed)
+            .Field("failed", failed)
+            .EndObject();
+      },
+      [&] { std::printf("%zu of %zu cases passed\n", outcomes.size() - failed, outcomes.size()); });
   return failed > 0 ? kExitProblem : kExitOk;
 }
 
@@ -154,55 +156,55 @@ int PluginsMain(int argc, char** argv, int first) {
   int failed = 0;
   for (const PluginInfo& p : plugins) failed += !p.error.empty();
 
-  if (json) {
-    JsonWriter w;
-    w.BeginObject().Field("abi_version", static_cast<int64_t>(CKPT_PLUGIN_ABI_VERSION));
-    w.Key("plugin_path").BeginArray();
-    for (const std::string& d : StoragePluginPath()) w.String(d);
-    w.EndArray();
-    w.Key("backends").BeginArray();
-    for (const BackendInfo& b : backends) {
-      w.BeginObject()
-          .Field("scheme", b.scheme)
-          .Field("origin", b.origin)
-          .Field("description", b.description)
-          .Field("engine", b.caps.engine)
-          .Field("direct_io", b.caps.direct_io)
-          .Field("atomic_rename", b.caps.atomic_rename)
-          .Field("ranged_reads", b.caps.ranged_reads)
-          .Field("registered_buffers", b.caps.registered_buffers)
-          .Field("durable", b.caps.durable)
-          .EndObject();
-    }
-    w.EndArray();
-    w.Key("plugins").BeginArray();
-    for (const PluginInfo& p : plugins) {
-      w.BeginObject().Field("file", p.file).Field("ok", p.error.empty());
-      if (p.error.empty()) {
-        w.Field("scheme", p.scheme)
-            .Field("version", p.version)
-            .Field("abi_version", static_cast<int64_t>(p.abi_version));
-      } else {
-        w.Field("error", p.error);
-      }
-      w.EndObject();
-    }
-    w.EndArray().EndObject();
-    std::printf("%s\n", w.str().c_str());
-    return failed > 0 ? kExitProblem : kExitOk;
-  }
-
-  std::printf("storage backends (plugin ABI version %u):\n", CKPT_PLUGIN_ABI_VERSION);
-  for (const BackendInfo& b : backends) {
-    std::printf("  %-9s %s\n", b.scheme.c_str(), b.description.c_str());
-    std::printf("  %-9s from %s; %s\n", "", b.origin.c_str(), CapsText(b.caps).c_str());
-  }
-  std::printf("plugin path:");
-  for (const std::string& d : StoragePluginPath()) std::printf(" %s", d.c_str());
-  std::printf("\n");
-  for (const PluginInfo& p : plugins) {
-    if (!p.error.empty()) std::printf("  cannot use %s\n", p.error.c_str());
-  }
+  Render(
+      json,
+      [&](JsonWriter& w) {
+        w.BeginObject().Field("abi_version", static_cast<int64_t>(CKPT_PLUGIN_ABI_VERSION));
+        w.Key("plugin_path").BeginArray();
+        for (const std::string& d : StoragePluginPath()) w.String(d);
+        w.EndArray();
+        w.Key("backends").BeginArray();
+        for (const BackendInfo& b : backends) {
+          w.BeginObject()
+              .Field("scheme", b.scheme)
+              .Field("origin", b.origin)
+              .Field("description", b.description)
+              .Field("engine", b.caps.engine)
+              .Field("direct_io", b.caps.direct_io)
+              .Field("atomic_rename", b.caps.atomic_rename)
+              .Field("ranged_reads", b.caps.ranged_reads)
+              .Field("registered_buffers", b.caps.registered_buffers)
+              .Field("durable", b.caps.durable)
+              .EndObject();
+        }
+        w.EndArray();
+        w.Key("plugins").BeginArray();
+        for (const PluginInfo& p : plugins) {
+          w.BeginObject().Field("file", p.file).Field("ok", p.error.empty());
+          if (p.error.empty()) {
+            w.Field("scheme", p.scheme)
+                .Field("version", p.version)
+                .Field("abi_version", static_cast<int64_t>(p.abi_version));
+          } else {
+            w.Field("error", p.error);
+          }
+          w.EndObject();
+        }
+        w.EndArray().EndObject();
+      },
+      [&] {
+        std::printf("storage backends (plugin ABI version %u):\n", CKPT_PLUGIN_ABI_VERSION);
+        for (const BackendInfo& b : backends) {
+          std::printf("  %-9s %s\n", b.scheme.c_str(), b.description.c_str());
+          std::printf("  %-9s from %s; %s\n", "", b.origin.c_str(), CapsText(b.caps).c_str());
+        }
+        std::printf("plugin path:");
+        for (const std::string& d : StoragePluginPath()) std::printf(" %s", d.c_str());
+        std::printf("\n");
+        for (const PluginInfo& p : plugins) {
+          if (!p.error.empty()) std::printf("  cannot use %s\n", p.error.c_str());
+        }
+      });
   return failed > 0 ? kExitProblem : kExitOk;
 }
 

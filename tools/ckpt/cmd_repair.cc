@@ -65,20 +65,21 @@ int RepairMetadataOnly(const std::string& dir, int64_t step, bool dry_run, bool 
       }
     }
   }
-  if (json) {
-    JsonWriter w;
-    w.BeginObject().Field("root", dir).Field("dry_run", dry_run).Field("ok", lost.empty());
-    w.Key("repaired").BeginArray();
-    for (const std::string& r : repaired) w.String(r);
-    w.EndArray().Key("lost").BeginArray();
-    for (const std::string& r : lost) w.String(r);
-    w.EndArray().EndObject();
-    std::printf("%s\n", w.str().c_str());
-  } else {
-    if (repaired.empty() && lost.empty()) std::printf("%s: metadata intact\n", dir.c_str());
-    for (const std::string& r : repaired) std::printf("%s %s\n", dry_run ? "would fix" : "fixed", r.c_str());
-    for (const std::string& r : lost) std::printf("lost: %s\n", r.c_str());
-  }
+  Render(
+      json,
+      [&](JsonWriter& w) {
+        w.BeginObject().Field("root", dir).Field("dry_run", dry_run).Field("ok", lost.empty());
+        w.Key("repaired").BeginArray();
+        for (const std::string& r : repaired) w.String(r);
+        w.EndArray().Key("lost").BeginArray();
+        for (const std::string& r : lost) w.String(r);
+        w.EndArray().EndObject();
+      },
+      [&] {
+        if (repaired.empty() && lost.empty()) std::printf("%s: metadata intact\n", dir.c_str());
+        for (const std::string& r : repaired) std::printf("%s %s\n", dry_run ? "would fix" : "fixed", r.c_str());
+        for (const std::string& r : lost) std::printf("lost: %s\n", r.c_str());
+      });
   return lost.empty() ? kExitOk : kExitProblem;
 }
 

@@ -73,42 +73,43 @@ int RestoreCheckMain(int argc, char** argv, int first) {
   }
   if (!res->damage_note.empty()) std::fprintf(stderr, "ckpt restore-check: %s\n", res->damage_note.c_str());
   const double amp = res->bytes_needed ? static_cast<double>(res->bytes_decoded) / res->bytes_needed : 1.0;
-  if (json) {
-    JsonWriter w;
-    w.BeginObject()
-        .Field("step", res->step)
-        .Field("mesh", mesh->ToString())
-        .Field("saved_mesh", res->saved_mesh)
-        .Field("ranks", res->ranks)
-        .Field("tensors", res->tensors)
-        .Field("elements", res->elements)
-        .Field("mismatches", res->mismatches)
-        .Field("bytes_read", res->bytes_read)
-        .Field("bytes_decoded", res->bytes_decoded)
-        .Field("bytes_needed", res->bytes_needed)
-        .Field("read_amplification", amp)
-        .Field("seconds", res->seconds)
-        .Field("load_seconds", res->load_seconds)
-        .Field("ok", res->mismatches == 0);
-    if (!res->first_mismatch.empty()) w.Field("first_mismatch", res->first_mismatch);
-    if (!res->damage_note.empty()) w.Field("damage", res->damage_note);
-    w.EndObject();
-    std::printf("%s\n", w.str().c_str());
-  } else {
-    std::printf("step %lld (saved as %s) onto %s: %d ranks, %lld elements of %lld tensors\n",
-                static_cast<long long>(res->step), res->saved_mesh.c_str(), mesh->ToString().c_str(), res->ranks,
-                static_cast<long long>(res->elements), static_cast<long long>(res->tensors));
-    std::printf("  read %s (decoded %s) for %s needed: amplification %.3f, %.2f s\n",
-                HumanBytes(static_cast<double>(res->bytes_read)).c_str(),
-                HumanBytes(static_cast<double>(res->bytes_decoded)).c_str(),
-                HumanBytes(static_cast<double>(res->bytes_needed)).c_str(), amp, res->seconds);
-    if (res->mismatches == 0) {
-      std::printf("  all elements match\n");
-    } else {
-      std::printf("  %lld elements differ; first: %s\n", static_cast<long long>(res->mismatches),
-                  res->first_mismatch.c_str());
-    }
-  }
+  Render(
+      json,
+      [&](JsonWriter& w) {
+        w.BeginObject()
+            .Field("step", res->step)
+            .Field("mesh", mesh->ToString())
+            .Field("saved_mesh", res->saved_mesh)
+            .Field("ranks", res->ranks)
+            .Field("tensors", res->tensors)
+            .Field("elements", res->elements)
+            .Field("mismatches", res->mismatches)
+            .Field("bytes_read", res->bytes_read)
+            .Field("bytes_decoded", res->bytes_decoded)
+            .Field("bytes_needed", res->bytes_needed)
+            .Field("read_amplification", amp)
+            .Field("seconds", res->seconds)
+            .Field("load_seconds", res->load_seconds)
+            .Field("ok", res->mismatches == 0);
+        if (!res->first_mismatch.empty()) w.Field("first_mismatch", res->first_mismatch);
+        if (!res->damage_note.empty()) w.Field("damage", res->damage_note);
+        w.EndObject();
+      },
+      [&] {
+        std::printf("step %lld (saved as %s) onto %s: %d ranks, %lld elements of %lld tensors\n",
+                    static_cast<long long>(res->step), res->saved_mesh.c_str(), mesh->ToString().c_str(), res->ranks,
+                    static_cast<long long>(res->elements), static_cast<long long>(res->tensors));
+        std::printf("  read %s (decoded %s) for %s needed: amplification %.3f, %.2f s\n",
+                    HumanBytes(static_cast<double>(res->bytes_read)).c_str(),
+                    HumanBytes(static_cast<double>(res->bytes_decoded)).c_str(),
+                    HumanBytes(static_cast<double>(res->bytes_needed)).c_str(), amp, res->seconds);
+        if (res->mismatches == 0) {
+          std::printf("  all elements match\n");
+        } else {
+          std::printf("  %lld elements differ; first: %s\n", static_cast<long long>(res->mismatches),
+                      res->first_mismatch.c_str());
+        }
+      });
   // Damage met on the way (a manifest read from its copy, a step passed
   // over) is a problem even when every element matched.
   return res->mismatches == 0 && res->damage_note.empty() ? kExitOk : kExitProblem;

@@ -655,26 +655,28 @@ absl::StatusOr<std::vector<std::string>> WriteExport(const StepToRead& opened, c
 
 void PrintExport(bool json, const StepToRead& opened, const std::string& to, const ExportPlan& plan, int64_t budget,
                  const std::vector<std::string>& files, const std::vector<std::string>& left_out) {
-  if (json) {
-    JsonWriter j;
-    j.BeginObject();
-    j.Field("step", opened.step).Field("to", to).Field("tensors", static_cast<int64_t>(plan.tensors.size()));
-    j.Field("shards", static_cast<int64_t>(plan.shards.size())).Field("total_size", static_cast<int64_t>(plan.total));
-    j.Field("budget", budget).Field("peak_rss", static_cast<int64_t>(PeakRssBytes()));
-    j.Key("files").BeginArray();
-    for (const std::string& f : files) j.String(f);
-    j.EndArray();
-    j.Key("left_out").BeginArray();
-    for (const std::string& l : left_out) j.String(l);
-    j.EndArray();
-    j.EndObject();
-    std::printf("%s\n", j.str().c_str());
-    return;
-  }
-  std::printf("exported step %lld: %zu tensors (%s) in %zu shard(s) to %s; peak memory %s (budget %s)\n",
-              static_cast<long long>(opened.step), plan.tensors.size(),
-              HumanBytes(static_cast<double>(plan.total)).c_str(), plan.shards.size(), to.c_str(),
-              HumanBytes(PeakRssBytes()).c_str(), HumanBytes(static_cast<double>(budget)).c_str());
+  Render(
+      json,
+      [&](JsonWriter& w) {
+        w.BeginObject();
+        w.Field("step", opened.step).Field("to", to).Field("tensors", static_cast<int64_t>(plan.tensors.size()));
+        w.Field("shards", static_cast<int64_t>(plan.shards.size()))
+            .Field("total_size", static_cast<int64_t>(plan.total));
+        w.Field("budget", budget).Field("peak_rss", static_cast<int64_t>(PeakRssBytes()));
+        w.Key("files").BeginArray();
+        for (const std::string& f : files) w.String(f);
+        w.EndArray();
+        w.Key("left_out").BeginArray();
+        for (const std::string& l : left_out) w.String(l);
+        w.EndArray();
+        w.EndObject();
+      },
+      [&] {
+        std::printf("exported step %lld: %zu tensors (%s) in %zu shard(s) to %s; peak memory %s (budget %s)\n",
+                    static_cast<long long>(opened.step), plan.tensors.size(),
+                    HumanBytes(static_cast<double>(plan.total)).c_str(), plan.shards.size(), to.c_str(),
+                    HumanBytes(PeakRssBytes()).c_str(), HumanBytes(static_cast<double>(budget)).c_str());
+      });
 }
 
 // What ExportSafetensorsMain's options say, checked.

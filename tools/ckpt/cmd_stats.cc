@@ -73,52 +73,54 @@ int StatsMain(int argc, char** argv, int first) {
     problems = GateProblems(*stats, previous_step >= 0 ? &before : nullptr, g);
   }
 
-  if (json) {
-    JsonWriter w;
-    w.BeginObject().Field("step", step);
-    w.Key("tensors").BeginArray();
-    for (const TensorStats& t : *stats) {
-      w.BeginObject()
-          .Field("name", t.fqn)
-          .Field("dtype", DTypeName(t.dtype))
-          .Field("shape", ShapeToString(t.shape))
-          .Field("elements", t.elements)
-          .Field("nan", t.nan)
-          .Field("inf", t.inf)
-          .Field("zero_fraction", t.ZeroFraction())
-          .Field("min", t.min)
-          .Field("max", t.max)
-          .Field("mean", t.mean)
-          .Field("l2", t.l2)
-          .EndObject();
-    }
-    w.EndArray();
-    if (gate) {
-      w.Field("previous_step", previous_step).Field("ok", problems.empty());
-      w.Key("problems").BeginArray();
-      for (const std::string& p : problems) w.String(p);
-      w.EndArray();
-    }
-    w.EndObject();
-    std::printf("%s\n", w.str().c_str());
-  } else {
-    std::printf("step %lld: %zu tensors\n", static_cast<long long>(step), stats->size());
-    std::printf("%-48s %6s %6s %8s %12s %12s %12s %12s\n", "tensor", "nan", "inf", "zeros", "min", "max", "mean", "l2");
-    for (const TensorStats& t : *stats) {
-      std::printf("%-48s %6lld %6lld %7.1f%% %12.5g %12.5g %12.5g %12.5g\n", t.fqn.c_str(),
-                  static_cast<long long>(t.nan), static_cast<long long>(t.inf), 100 * t.ZeroFraction(), t.min, t.max,
-                  t.mean, t.l2);
-    }
-    if (gate) {
-      if (problems.empty()) {
-        std::printf("gate: ok%s\n", previous_step >= 0 ? StrCat(" (norms against step ", previous_step, ")").c_str()
-                                                       : " (no earlier step to compare norms with)");
-      } else {
-        std::printf("gate: FAILED\n");
-        for (const std::string& p : problems) std::printf("  %s\n", p.c_str());
-      }
-    }
-  }
+  Render(
+      json,
+      [&](JsonWriter& w) {
+        w.BeginObject().Field("step", step);
+        w.Key("tensors").BeginArray();
+        for (const TensorStats& t : *stats) {
+          w.BeginObject()
+              .Field("name", t.fqn)
+              .Field("dtype", DTypeName(t.dtype))
+              .Field("shape", ShapeToString(t.shape))
+              .Field("elements", t.elements)
+              .Field("nan", t.nan)
+              .Field("inf", t.inf)
+              .Field("zero_fraction", t.ZeroFraction())
+              .Field("min", t.min)
+              .Field("max", t.max)
+              .Field("mean", t.mean)
+              .Field("l2", t.l2)
+              .EndObject();
+        }
+        w.EndArray();
+        if (gate) {
+          w.Field("previous_step", previous_step).Field("ok", problems.empty());
+          w.Key("problems").BeginArray();
+          for (const std::string& p : problems) w.String(p);
+          w.EndArray();
+        }
+        w.EndObject();
+      },
+      [&] {
+        std::printf("step %lld: %zu tensors\n", static_cast<long long>(step), stats->size());
+        std::printf("%-48s %6s %6s %8s %12s %12s %12s %12s\n", "tensor", "nan", "inf", "zeros", "min", "max", "mean",
+                    "l2");
+        for (const TensorStats& t : *stats) {
+          std::printf("%-48s %6lld %6lld %7.1f%% %12.5g %12.5g %12.5g %12.5g\n", t.fqn.c_str(),
+                      static_cast<long long>(t.nan), static_cast<long long>(t.inf), 100 * t.ZeroFraction(), t.min,
+                      t.max, t.mean, t.l2);
+        }
+        if (gate) {
+          if (problems.empty()) {
+            std::printf("gate: ok%s\n", previous_step >= 0 ? StrCat(" (norms against step ", previous_step, ")").c_str()
+                                                           : " (no earlier step to compare norms with)");
+          } else {
+            std::printf("gate: FAILED\n");
+            for (const std::string& p : problems) std::printf("  %s\n", p.c_str());
+          }
+        }
+      });
   return problems.empty() ? kExitOk : kExitProblem;
 }
 

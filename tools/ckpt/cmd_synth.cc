@@ -113,36 +113,37 @@ int SynthMain(int argc, char** argv, int first) {
   }
   const double ratio =
       res->bytes_logical ? static_cast<double>(res->bytes_stored) / static_cast<double>(res->bytes_logical) : 1.0;
-  if (json) {
-    JsonWriter w;
-    w.BeginObject()
-        .Field("step", res->step)
-        .Field("ranks", res->ranks)
-        .Field("mesh", o.mesh.ToString())
-        .Field("params", (*job)->model().params)
-        .Field("dtype", DTypeName(*dt))
-        .Field("codec", CodecName(*codec))
-        .Field("bytes_logical", res->bytes_logical)
-        .Field("bytes_stored", res->bytes_stored)
-        .Field("bytes_written", res->bytes_written)
-        .Field("ratio", ratio)
-        .Field("stall_s", res->stall_max_s)
-        .Field("stall_total_s", res->stall_total_s)
-        .Field("write_s", res->write_s)
-        .Field("commit_s", res->commit_s)
-        .Field("generate_s", res->generate_s)
-        .EndObject();
-    std::printf("%s\n", w.str().c_str());
-  } else {
-    std::printf("saved step %lld to %s: %d ranks (%s), %.3g params %s%s\n", static_cast<long long>(res->step),
-                out.c_str(), res->ranks, o.mesh.ToString().c_str(), static_cast<double>((*job)->model().params),
-                std::string(DTypeName(*dt)).c_str(), o.model.adam ? (zero ? " + Adam (ZeRO-1)" : " + Adam") : "");
-    std::printf(
-        "  %s logical -> %s stored (ratio %.3f, %s)\n", HumanBytes(static_cast<double>(res->bytes_logical)).c_str(),
-        HumanBytes(static_cast<double>(res->bytes_stored)).c_str(), ratio, std::string(CodecName(*codec)).c_str());
-    std::printf("  stall %.3f s (longest rank), durable after %.2f s, committed after %.2f s\n", res->stall_max_s,
-                res->write_s, res->commit_s);
-  }
+  Render(
+      json,
+      [&](JsonWriter& w) {
+        w.BeginObject()
+            .Field("step", res->step)
+            .Field("ranks", res->ranks)
+            .Field("mesh", o.mesh.ToString())
+            .Field("params", (*job)->model().params)
+            .Field("dtype", DTypeName(*dt))
+            .Field("codec", CodecName(*codec))
+            .Field("bytes_logical", res->bytes_logical)
+            .Field("bytes_stored", res->bytes_stored)
+            .Field("bytes_written", res->bytes_written)
+            .Field("ratio", ratio)
+            .Field("stall_s", res->stall_max_s)
+            .Field("stall_total_s", res->stall_total_s)
+            .Field("write_s", res->write_s)
+            .Field("commit_s", res->commit_s)
+            .Field("generate_s", res->generate_s)
+            .EndObject();
+      },
+      [&] {
+        std::printf("saved step %lld to %s: %d ranks (%s), %.3g params %s%s\n", static_cast<long long>(res->step),
+                    out.c_str(), res->ranks, o.mesh.ToString().c_str(), static_cast<double>((*job)->model().params),
+                    std::string(DTypeName(*dt)).c_str(), o.model.adam ? (zero ? " + Adam (ZeRO-1)" : " + Adam") : "");
+        std::printf(
+            "  %s logical -> %s stored (ratio %.3f, %s)\n", HumanBytes(static_cast<double>(res->bytes_logical)).c_str(),
+            HumanBytes(static_cast<double>(res->bytes_stored)).c_str(), ratio, std::string(CodecName(*codec)).c_str());
+        std::printf("  stall %.3f s (longest rank), durable after %.2f s, committed after %.2f s\n", res->stall_max_s,
+                    res->write_s, res->commit_s);
+      });
   // Flushed now: with a tiered:// root the process may still be draining
   // to the durable tier when a caller reads this.
   std::fflush(stdout);

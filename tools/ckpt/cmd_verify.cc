@@ -133,8 +133,7 @@ absl::Status VerifyTarget(const std::string& dir, const std::string& tier, Stora
   return absl::OkStatus();
 }
 
-void PrintVerifyJson(const std::string& dir, const VerifyOutcome& v) {
-  JsonWriter w;
+void WriteVerifyJson(JsonWriter& w, const std::string& dir, const VerifyOutcome& v) {
   w.BeginObject().Field("root", dir).Field("ok", v.ok);
   if (v.latest_problem) {
     w.Key("latest_problem");
@@ -166,7 +165,6 @@ void PrintVerifyJson(const std::string& dir, const VerifyOutcome& v) {
     w.EndArray().EndObject();
   }
   w.EndArray().EndObject();
-  std::printf("%s\n", w.str().c_str());
 }
 
 void PrintVerifyText(const VerifyOutcome& v) {
@@ -232,11 +230,8 @@ int VerifyMain(int argc, char** argv, int first) {
       return unreadable(s);
     }
   }
-  if (json) {
-    PrintVerifyJson(dir, outcome);
-  } else {
-    PrintVerifyText(outcome);
-  }
+  Render(
+      json, [&](JsonWriter& w) { WriteVerifyJson(w, dir, outcome); }, [&] { PrintVerifyText(outcome); });
   return outcome.ok ? kExitOk : kExitProblem;
 }
 

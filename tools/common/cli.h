@@ -17,6 +17,7 @@
 #include "ckpt/storage.h"
 #include "ckpt/verify.h"
 #include "format/manifest.h"
+#include "util/json.h"
 
 namespace ckpt::tools {
 
@@ -37,6 +38,22 @@ inline int ExitCodeOf(const absl::Status& s) {
 inline int FailUnreadable(const char* cmd, const absl::Status& s) {
   std::fprintf(stderr, "ckpt %s: %s\n", cmd, std::string(s.message()).c_str());
   return kExitUsage;
+}
+
+/// How every command prints its result: with `--json`, one JSON document on
+/// stdout that `to_json` writes into the writer it is given; otherwise the
+/// lines for a person that `to_text` prints. A command keeps its two
+/// renderings apart (a lambda or a function each), and the choice is made
+/// here, once.
+template <typename ToJson, typename ToText>
+void Render(bool json, ToJson&& to_json, ToText&& to_text) {
+  if (json) {
+    JsonWriter w;
+    to_json(w);
+    std::printf("%s\n", w.str().c_str());
+  } else {
+    to_text();
+  }
 }
 
 /// A minimal flag parser: --name value, --name=value, --switch, positionals.
