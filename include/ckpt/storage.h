@@ -228,6 +228,24 @@ class CKPT_EXPORT MemoryReadCounter : public StorageCapability {
   virtual MemoryReads memory_reads() const = 0;
 };
 
+/// One whole copy of a store that keeps several (a tier of tiered://).
+struct CKPT_EXPORT StorageTier {
+  std::string name;  ///< "local", "durable"
+  std::shared_ptr<Storage> storage;
+};
+
+/// Capability: a store made of tiers that each hold a whole copy of what
+/// they keep (tiered://: the local tier, then the durable one), for tools
+/// that list, verify or repair each copy on its own.
+class CKPT_EXPORT Tiers : public StorageCapability {
+ public:
+  static constexpr std::string_view kName = "tiers";
+  virtual std::vector<StorageTier> tiers() = 0;
+};
+
+/// Tiers::tiers of `storage`, or empty when it keeps one copy.
+CKPT_EXPORT std::vector<StorageTier> TiersOf(Storage& storage);
+
 /// Replication::WaitReplicated of `storage`, or OK at once when it has no
 /// slower tier to wait for.
 CKPT_EXPORT absl::Status WaitReplicated(Storage& storage);
@@ -339,6 +357,11 @@ CKPT_EXPORT absl::StatusOr<std::shared_ptr<Storage>> OpenPluginStorage(const Plu
 CKPT_EXPORT absl::StatusOr<std::string> StorageSchemeOf(std::string_view uri);
 
 CKPT_EXPORT absl::StatusOr<std::shared_ptr<Storage>> OpenStorage(std::string_view uri);
+
+/// The URI that opens the local path `path` with the backend of `scheme`
+/// (its characters escaped as the URI needs): StorageUri("safetensors",
+/// "/models/llama 3") is "safetensors:///models/llama%203".
+CKPT_EXPORT std::string StorageUri(std::string_view scheme, std::string_view path);
 
 }  // namespace ckpt
 

@@ -121,6 +121,20 @@ struct CKPT_EXPORT RepairReport {
 CKPT_EXPORT absl::StatusOr<RepairReport> RepairStep(Storage& damaged, Storage& source, int64_t step,
                                                     bool dry_run = false);
 
+/// Rewrites a LATEST that CheckLatestPointer finds wrong to name the newest
+/// committed step. Returns what it rewrote (empty when LATEST was right,
+/// or when no step is committed); with `dry_run`, what it would.
+CKPT_EXPORT absl::StatusOr<std::vector<std::string>> RepairLatestPointer(Storage& storage, bool dry_run = false);
+
+/// Repairs what a root can rebuild from itself, with no other copy: the
+/// metadata of each committed step (or only `step`), a damaged or missing
+/// MANIFEST from its copy or the copy from MANIFEST, byte-identically; then
+/// LATEST from the steps. Each step it rewrote is verified again (fast), and
+/// one that still fails is listed in `lost`, as is what no copy covers.
+/// `report.step` is `step` as given.
+CKPT_EXPORT absl::StatusOr<RepairReport> RepairMetadata(Storage& storage, int64_t step = kLatestStep,
+                                                        bool dry_run = false);
+
 /// Summarizes a committed step from its manifest and file indexes.
 CKPT_EXPORT absl::StatusOr<CheckpointSummary> SummarizeStep(Storage& storage, int64_t step);
 

@@ -2,6 +2,7 @@
 #include <map>
 #include <set>
 
+#include "ckpt/checkpointer.h"
 #include "ckpt/verify.h"
 #include "core/root.h"
 #include "format/root_files.h"
@@ -158,6 +159,51 @@ absl::StatusOr<RepairReport> RepairStep(Storage& damaged, Storage& source, int64
     if (unfixable.count(p.file)) continue;  // already listed
     const std::string m = StrCat("still damaged after repair: ", p.message);
     if (std::find(report.lost.begin(), report.lost.end(), m) == report.lost.end()) report.lost.push_back(m);
+  }
+  return report;
+}
+
+absl::StatusOr<std::vector<std::string>> RepairLatestPointer(Storage& storage, bool dry_run) {
+  std::vector<std::string> repaired;
+  auto problem = CheckLatestPointer(storage);
+  if (!problem) return repaired;
+  auto newest = ResolveLatest(storage);
+  if (!newest.ok()) {
+    if (absl::IsNotFound(newest.status())) return repaired;
+    return newest.status();
+  }
+  repaired.push_back(StrCat("LATEST: rewritten to name step ", *newest, " (", problem->message, ")"));
+  if (!dry_run) CKPT_RETURN_IF_ERROR(storage.PutAtomic(kLatestName, AsBytesView(EncodeLatest(*newest))));
+  return repaired;
+}
+
+absl::StatusOr<RepairReport> RepairMetadata(Storage& storage, int64_t step, bool dry_run) {
+  CKPT_ASSIGN_OR_RETURN(std::vector<StepInfo> steps, ListCheckpointSteps(storage));
+  RepairReport report;
+  report.step = step;
+  std::vector<int64_t> touched;
+  for (const StepInfo& s : steps) {
+    if (s.state == StepState::kPartial) continue;
+    if (step != kLatestStep && s.step != step) continue;
+    const size_t before = report.repaired.size();
+    CKPT_RETURN_IF_ERROR(RepairStepMetadata(storage, s.step, dry_run, &report.repaired, &report.lost));
+    if (report.repaired.size() > before) touched.push_back(s.step);
+  }
+  CKPT_ASSIGN_OR_RETURN(std::vector<std::string> latest, RepairLatestPointer(storage, dry_run));
+  report.repaired.insert(report.repaired.end(), latest.begin(), latest.end());
+  if (dry_run) return report;
+  // A repair is done when the step verifies: what it rewrote is checked
+  // against the data files once more, and a step that still fails is lost.
+  for (int64_t each : touched) {
+    VerifyOptions vo;
+    vo.deep = false;
+    auto rep = VerifyStep(storage, each, vo);
+    if (!rep.ok()) {
+      report.lost.push_back(StrCat("step ", each, " after the repair: ", rep.status().message()));
+    } else if (!rep->ok()) {
+      report.lost.push_back(
+          StrCat("step ", each, " still fails `ckpt verify --fast` after the repair: ", rep->problems.front().message));
+    }
   }
   return report;
 }

@@ -113,6 +113,15 @@ MemoryReads MemoryReadsOf(Storage& storage) {
   return m == nullptr ? MemoryReads{} : m->memory_reads();
 }
 
+std::vector<StorageTier> TiersOf(Storage& storage) {
+  Tiers* t = FindCapability<Tiers>(storage);
+  return t == nullptr ? std::vector<StorageTier>{} : t->tiers();
+}
+
+std::string StorageUri(std::string_view scheme, std::string_view path) {
+  return StrCat(scheme, "://", EncodeUriPath(path));
+}
+
 absl::StatusOr<std::string> StorageSchemeOf(std::string_view uri) {
   CKPT_ASSIGN_OR_RETURN(ParsedUri parsed, ParseUri(uri));
   if (uri.find("://") != std::string_view::npos || !parsed.params.empty()) return parsed.scheme;
@@ -142,7 +151,7 @@ absl::StatusOr<std::shared_ptr<Storage>> OpenStorage(std::string_view uri) {
   }
   // A plain path a backend claims opens as SCHEME://PATH (a safetensors
   // model read in place).
-  if (factory && scheme != parsed.scheme) return factory(StrCat(scheme, "://", EncodeUriPath(parsed.location)));
+  if (factory && scheme != parsed.scheme) return factory(StorageUri(scheme, parsed.location));
   if (factory) return factory(uri);
 
   // Not built in: the first plugin on the path serving the scheme.

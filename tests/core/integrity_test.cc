@@ -350,6 +350,48 @@ TEST(Integrity, RepairRebuildsManifestAndLatestBitIdentically) {
   EXPECT_EQ(RunCommand(Ckpt(StrCat("verify ", root, " --all"))).code, 0);
 }
 
+// The same repair through the public API: one step, then the whole root.
+TEST(Integrity, RepairMetadataAndRepairLatestPointerAreTheLibrarysToo) {
+  TempDir tmp;
+  const std::string root = tmp.Join("root");
+  for (int64_t step = 1; step <= 3; ++step) ASSERT_OK(SaveOne(root, step));
+  const std::string m1 = StrCat(root, "/", StepDir(1), "/MANIFEST"), m2 = StrCat(root, "/", StepDir(2), "/MANIFEST");
+  const std::string manifest1 = ReadFile(m1), manifest2 = ReadFile(m2), latest = ReadFile(root + "/LATEST");
+  fs::remove(m1);
+  fs::remove(m2);
+  fs::remove(root + "/LATEST");
+  auto storage = OpenStorage(root);
+  ASSERT_OK(storage);
+
+  auto dry = RepairMetadata(**storage, 2, /*dry_run=*/true);
+  ASSERT_OK(dry);
+  EXPECT_TRUE(dry->ok());
+  EXPECT_EQ(dry->step, 2);
+  EXPECT_FALSE(fs::exists(m2)) << "a dry run wrote";
+  EXPECT_FALSE(fs::exists(root + "/LATEST")) << "a dry run wrote";
+
+  auto one = RepairMetadata(**storage, 2);
+  ASSERT_OK(one);
+  EXPECT_TRUE(one->ok());
+  EXPECT_EQ(ReadFile(m2), manifest2);
+  EXPECT_FALSE(fs::exists(m1)) << "only the step asked for";
+  EXPECT_EQ(ReadFile(root + "/LATEST"), latest) << "LATEST is the root's, rebuilt with any step";
+  auto again = RepairLatestPointer(**storage);
+  ASSERT_OK(again);
+  EXPECT_TRUE(again->empty()) << "an intact LATEST is left alone";
+
+  auto all = RepairMetadata(**storage);
+  ASSERT_OK(all);
+  EXPECT_TRUE(all->ok());
+  EXPECT_EQ(ReadFile(m1), manifest1);
+  WriteFile(root + "/LATEST", "garbage");
+  auto pointer = RepairLatestPointer(**storage);
+  ASSERT_OK(pointer);
+  ASSERT_EQ(pointer->size(), 1u);
+  EXPECT_NE((*pointer)[0].find("step 3"), std::string::npos) << (*pointer)[0];
+  EXPECT_EQ(ReadFile(root + "/LATEST"), latest);
+}
+
 // Regression: saving step 150 after 200 with keep-last 1 printed
 // "committed" and the step was gone, removed by its own retention.
 TEST(Integrity, AnOlderStepIsRefusedUnlessAskedAndThenKept) {

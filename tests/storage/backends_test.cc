@@ -436,6 +436,48 @@ TEST(Tiered, DrainErrorsReachWaitReplicated) {
   EXPECT_EQ(LoadAndCount(**s, kLatestStep, 1), 0);  // still loads from local
 }
 
+// Tools reach each copy of a tiered root through the Tiers capability,
+// also behind an adapter; a root of one copy has none.
+TEST(Tiered, EachTierIsOpenToToolsThroughTheTiersCapability) {
+  TempDir dir;
+  auto s = OpenStorage(TieredUri(dir));
+  ASSERT_OK(s);
+  {
+    auto cp = OpenCp(*s);
+    ASSERT_OK(SaveStep(*cp, 4));
+  }
+  ASSERT_OK(WaitReplicated(**s));
+  std::vector<StorageTier> tiers = TiersOf(**s);
+  ASSERT_EQ(tiers.size(), 2u);
+  EXPECT_EQ(tiers[0].name, "local");
+  EXPECT_EQ(tiers[1].name, "durable");
+  ASSERT_OK(tiers[0].storage->FileSize("step-0000000004/MANIFEST"));
+  ASSERT_OK(tiers[1].storage->FileSize("step-0000000004/MANIFEST"));
+  // Evicting the local copy shows in the local tier alone.
+  std::filesystem::remove_all(dir.Join("local/step-0000000004"));
+  EXPECT_TRUE(absl::IsNotFound(tiers[0].storage->FileSize("step-0000000004/MANIFEST").status()));
+  EXPECT_TRUE(tiers[1].storage->FileSize("step-0000000004/MANIFEST").ok());
+
+  auto wrapped = OpenStorage("faulty://tiered://?local=" + dir.Join("local") + "&durable=" + dir.Join("durable"));
+  ASSERT_OK(wrapped);
+  EXPECT_EQ(TiersOf(**wrapped).size(), 2u) << "the adapter forwards the capability";
+  auto plain = OpenStorage(dir.Join("durable"));
+  ASSERT_OK(plain);
+  EXPECT_TRUE(TiersOf(**plain).empty());
+}
+
+TEST(Storage, StorageUriEscapesAPathForTheBackendNamed) {
+  EXPECT_EQ(StorageUri("safetensors", "/models/llama 3"), "safetensors:///models/llama%203");
+  TempDir dir;
+  const std::string odd = dir.Join("a dir?with&odd=chars%41");
+  std::filesystem::create_directories(odd);
+  auto s = OpenStorage(StorageUri("file", odd));
+  ASSERT_OK(s);
+  const std::string one = "1";
+  ASSERT_OK((*s)->PutAtomic("x", absl::Span<const std::byte>(reinterpret_cast<const std::byte*>(one.data()), 1)));
+  EXPECT_TRUE(std::filesystem::exists(odd + "/x"));
+}
+
 TEST(Tiered, RepairRestoresAFlippedBlockFromTheOtherTier) {
   TempDir dir;
   auto s = OpenStorage(TieredUri(dir));

@@ -1,6 +1,10 @@
 // ckpt list: the steps of a root, committed, partial, damaged or
 // unreadable, at both levels.
 #include <cstdio>
+#include <set>
+#include <string>
+#include <utility>
+#include <vector>
 
 #include "ckpt/audit.h"
 #include "ckpt/checkpointer.h"
@@ -10,8 +14,6 @@
 #include "common/cli.h"
 #include "common/synth_job.h"
 #include "coordinator/state_log.h"
-#include "format/root_files.h"
-#include "net/uri.h"
 #include "util/bytes.h"
 #include "util/clock.h"
 #include "util/json.h"
@@ -58,32 +60,38 @@ std::string AgeText(double age) {
   return b;
 }
 
-// Which tiers of a tiered:// root hold a step (each tier opened on its own);
-// empty for any other root.
-class Tiers {
+// Which tiers of a tiered:// root hold a step (each tier listed on its
+// own); empty for any other root.
+class TierColumn {
  public:
-  explicit Tiers(const std::string& uri) {
-    if (auto parsed = ParseUri(uri); parsed.ok() && parsed->scheme == "tiered") {
-      if (auto l = OpenStorage(parsed->Str("local", "")); l.ok()) local_ = *l;
-      if (auto d = OpenStorage(parsed->Str("durable", "")); d.ok()) durable_ = *d;
+  explicit TierColumn(Storage& root) {
+    for (const StorageTier& t : TiersOf(root)) {
+      std::set<int64_t> held;
+      if (auto steps = ListCheckpointSteps(*t.storage); steps.ok()) {
+        for (const StepInfo& s : *steps) {
+          if (s.state != StepState::kPartial) held.insert(s.step);
+        }
+      }
+      tiers_.emplace_back(t.name, std::move(held));
     }
   }
-  bool shown() const { return local_ != nullptr; }
+  bool shown() const { return !tiers_.empty(); }
   std::string Of(int64_t step) const {
-    if (!local_ || !durable_) return "";
-    const std::string m = StrCat(StepDir(step), "/", kManifestName);
-    const bool l = local_->FileSize(m).ok(), d = durable_->FileSize(m).ok();
-    return l && d ? "local+durable" : l ? "local" : d ? "durable" : "-";
+    std::string out;
+    for (const auto& [name, held] : tiers_) {
+      if (held.count(step)) out += (out.empty() ? "" : "+") + name;
+    }
+    return shown() && out.empty() ? "-" : out;
   }
 
  private:
-  std::shared_ptr<Storage> local_, durable_;
+  std::vector<std::pair<std::string, std::set<int64_t>>> tiers_;
 };
 
 // The listing, as JSON or as a table: a row per step of either level.
 class ListPrinter {
  public:
-  ListPrinter(bool json, bool with_memory, const Tiers& tiers, const coord::MemoryLevelView& memory,
+  ListPrinter(bool json, bool with_memory, const TierColumn& tiers, const coord::MemoryLevelView& memory,
               bool newest_is_memory)
       : json_(json),
         with_memory_(with_memory),
@@ -187,7 +195,7 @@ class ListPrinter {
 
  private:
   const bool json_, with_memory_;
-  const Tiers& tiers_;
+  const TierColumn& tiers_;
   const coord::MemoryLevelView& memory_;
   const bool newest_is_memory_;
   const std::string memory_detail_;
@@ -237,7 +245,7 @@ int ListMain(int argc, char** argv, int first) {
   // is newer than every durable one.
   const bool newest_is_memory = memory.state == MemoryState::kHeld && memory.step > latest_step;
   const int64_t newest = newest_is_memory ? memory.step : latest_step;
-  const Tiers tiers(dir);
+  const TierColumn tiers(**storage);
   ListPrinter out(json, with_memory, tiers, memory, newest_is_memory);
   out.Begin(dir, latest_step, newest);
   bool any_damaged = false, any_unreadable = false;

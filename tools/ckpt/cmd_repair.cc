@@ -9,8 +9,6 @@
 #include "ckpt/verify.h"
 #include "commands.h"
 #include "common/cli.h"
-#include "core/root.h"
-#include "net/uri.h"
 #include "util/bytes.h"
 #include "util/json.h"
 #include "util/strings.h"
@@ -19,52 +17,13 @@ namespace ckpt::tools {
 
 namespace {
 
-// Rewrites a LATEST that CheckLatestPointer finds wrong to name the newest
-// committed step.
-absl::Status RepairLatest(Storage& storage, bool dry_run, std::vector<std::string>* repaired) {
-  auto problem = CheckLatestPointer(storage);
-  if (!problem) return absl::OkStatus();
-  auto newest = ResolveLatest(storage);
-  if (!newest.ok()) return absl::IsNotFound(newest.status()) ? absl::OkStatus() : newest.status();
-  repaired->push_back(StrCat("LATEST: rewritten to name step ", *newest, " (", problem->message, ")"));
-  if (dry_run) return absl::OkStatus();
-  return storage.PutAtomic(kLatestName, AsBytesView(EncodeLatest(*newest)));
-}
-
 // `ckpt repair ROOT` with no other copy: manifests from their copies (and
 // back), LATEST from the steps.
-int RepairMetadataOnly(const std::string& dir, int64_t step, bool dry_run, bool json) {
-  auto storage = OpenStorage(dir);
-  if (!storage.ok()) return FailUnreadable("repair", storage.status());
-  auto steps = ListCheckpointSteps(**storage);
-  if (!steps.ok()) return FailUnreadable("repair", steps.status());
-  std::vector<std::string> repaired, lost;
-  std::vector<int64_t> touched;
-  for (const StepInfo& s : *steps) {
-    if (s.state == StepState::kPartial) continue;
-    if (step != kLatestStep && s.step != step) continue;
-    const size_t before = repaired.size();
-    if (absl::Status r = RepairStepMetadata(**storage, s.step, dry_run, &repaired, &lost); !r.ok()) {
-      return FailUnreadable("repair", r);
-    }
-    if (repaired.size() > before) touched.push_back(s.step);
-  }
-  if (absl::Status r = RepairLatest(**storage, dry_run, &repaired); !r.ok()) return FailUnreadable("repair", r);
-  // A repair is done when the step verifies: what it rewrote is checked
-  // against the data files once more, and a step that still fails is lost.
-  if (!dry_run) {
-    for (int64_t each : touched) {
-      VerifyOptions vo;
-      vo.deep = false;
-      auto rep = VerifyStep(**storage, each, vo);
-      if (!rep.ok()) {
-        lost.push_back(StrCat("step ", each, " after the repair: ", rep.status().message()));
-      } else if (!rep->ok()) {
-        lost.push_back(StrCat("step ", each,
-                              " still fails `ckpt verify --fast` after the repair: ", rep->problems.front().message));
-      }
-    }
-  }
+int RepairMetadataOnly(Storage& storage, const std::string& dir, int64_t step, bool dry_run, bool json) {
+  auto report = RepairMetadata(storage, step, dry_run);
+  if (!report.ok()) return FailUnreadable("repair", report.status());
+  const std::vector<std::string>& repaired = report->repaired;
+  const std::vector<std::string>& lost = report->lost;
   Render(
       json,
       [&](JsonWriter& w) {
@@ -107,17 +66,18 @@ int RepairMain(int argc, char** argv, int first) {
   if (!args.Parse(argc, argv, first, &exit)) return exit;
   std::vector<std::pair<std::shared_ptr<Storage>, std::shared_ptr<Storage>>> pairs;  // (damaged, source)
   std::vector<std::string> labels;
-  auto parsed = ParseUri(dir);
-  if (!parsed.ok()) return FailUnreadable("repair", parsed.status());
-  if (parsed->scheme == "tiered" && from.empty()) {
-    auto l = OpenStorage(parsed->Str("local", ""));
-    auto d = OpenStorage(parsed->Str("durable", ""));
-    if (!l.ok()) return FailUnreadable("repair", l.status());
-    if (!d.ok()) return FailUnreadable("repair", d.status());
-    pairs = {{*l, *d}, {*d, *l}};
-    labels = {"local tier (from the durable tier)", "durable tier (from the local tier)"};
+  std::shared_ptr<Storage> root;
+  if (from.empty()) {
+    auto opened = OpenStorage(dir);
+    if (!opened.ok()) return FailUnreadable("repair", opened.status());
+    root = *opened;
+  }
+  if (const std::vector<StorageTier> tiers = root ? TiersOf(*root) : std::vector<StorageTier>{}; tiers.size() == 2) {
+    pairs = {{tiers[0].storage, tiers[1].storage}, {tiers[1].storage, tiers[0].storage}};
+    labels = {StrCat(tiers[0].name, " tier (from the ", tiers[1].name, " tier)"),
+              StrCat(tiers[1].name, " tier (from the ", tiers[0].name, " tier)")};
   } else {
-    if (from.empty()) return RepairMetadataOnly(dir, step, dry_run, json);
+    if (from.empty()) return RepairMetadataOnly(*root, dir, step, dry_run, json);
     auto a = OpenStorage(dir);
     auto b = OpenStorage(from);
     if (!a.ok()) return FailUnreadable("repair", a.status());
@@ -184,10 +144,9 @@ int RepairMain(int argc, char** argv, int first) {
       }
     }
     // The copy's LATEST, from its own steps.
-    std::vector<std::string> latest_fixed;
-    if (absl::Status l = RepairLatest(*pairs[i].first, dry_run, &latest_fixed); !l.ok())
-      return FailUnreadable("repair", l);
-    for (const std::string& f : latest_fixed) {
+    auto latest_fixed = RepairLatestPointer(*pairs[i].first, dry_run);
+    if (!latest_fixed.ok()) return FailUnreadable("repair", latest_fixed.status());
+    for (const std::string& f : *latest_fixed) {
       w.BeginObject().Field("copy", labels[i]).Field("ok", true).Key("repaired").BeginArray().String(f);
       w.EndArray().EndObject();
       if (!json) std::printf("%s: %s %s\n", labels[i].c_str(), dry_run ? "would fix" : "fixed", f.c_str());

@@ -43,7 +43,6 @@
 #include "core/root.h"
 #include "format/frame_check.h"
 #include "format/safetensors.h"
-#include "net/uri.h"
 #include "pipeline/loader.h"
 #include "util/aligned_buffer.h"
 #include "util/errors.h"
@@ -822,7 +821,7 @@ int ImportSafetensorsMain(int argc, char** argv, int first) {
   };
   if (out.empty()) return usage("give --out DIR (see --help)");
   const std::optional<Codec> codec = codec_choice;
-  const std::string uri = in.rfind("safetensors://", 0) == 0 ? in : StrCat("safetensors://", EncodeUriPath(in));
+  const std::string uri = in.rfind("safetensors://", 0) == 0 ? in : StorageUri("safetensors", in);
   auto storage = OpenStorage(uri);
   if (!storage.ok()) return usage(std::string(storage.status().message()));
   auto latest = LatestCommittedStep(**storage);

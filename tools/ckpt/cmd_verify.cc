@@ -11,7 +11,6 @@
 #include "common/cli.h"
 #include "common/synth_job.h"
 #include "format/root_files.h"
-#include "net/uri.h"
 #include "util/errors.h"
 #include "util/json.h"
 #include "util/strings.h"
@@ -48,13 +47,9 @@ using Targets = std::vector<std::pair<std::string, std::shared_ptr<Storage>>>;
 absl::StatusOr<Targets> VerifyTargets(const std::string& dir) {
   CKPT_ASSIGN_OR_RETURN(std::shared_ptr<Storage> storage, OpenStorage(dir));
   Targets targets = {{"", storage}};
-  if (auto parsed = ParseUri(dir); parsed.ok() && parsed->scheme == "tiered") {
+  if (std::vector<StorageTier> tiers = TiersOf(*storage); !tiers.empty()) {
     targets.clear();
-    for (const char* tier : {"local", "durable"}) {
-      auto t = OpenStorage(parsed->Str(tier, ""));
-      if (!t.ok()) return absl::Status(t.status().code(), StrCat(tier, " tier: ", t.status().message()));
-      targets.emplace_back(tier, *t);
-    }
+    for (StorageTier& t : tiers) targets.emplace_back(std::move(t.name), std::move(t.storage));
   }
   return targets;
 }

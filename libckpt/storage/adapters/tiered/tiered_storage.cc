@@ -32,6 +32,7 @@ std::string Parent(std::string_view path) {
 class TieredStorage : public Storage,
                       public TierEviction,
                       public Replication,
+                      public Tiers,
                       public std::enable_shared_from_this<TieredStorage> {
  public:
   TieredStorage(std::shared_ptr<Storage> local, std::shared_ptr<Storage> durable, int64_t keep_local, std::string uri)
@@ -58,17 +59,18 @@ class TieredStorage : public Storage,
     return c;
   }
 
-  // The durable tier's capabilities first (an object store's unfinished
-  // uploads live there), then the local tier's.
   // Its own, and the durable tier's unfinished uploads (they live there).
   // Not the tiers' others: their files are not this store's files (a local
   // path or registered buffers of one tier would bypass the other).
   StorageCapability* Capability(std::string_view name) override {
     if (name == TierEviction::kName) return static_cast<TierEviction*>(this);
     if (name == Replication::kName) return static_cast<Replication*>(this);
+    if (name == Tiers::kName) return static_cast<Tiers*>(this);
     if (name == PendingUploads::kName) return durable_->Capability(name);
     return nullptr;
   }
+
+  std::vector<StorageTier> tiers() override { return {{"local", local_}, {"durable", durable_}}; }
 
   void CompleteWhenHolding(std::string_view file) override {
     std::lock_guard<std::mutex> lock(mu_);
