@@ -18,8 +18,9 @@ Layers, lowest first (a file may include its own folder and lower layers):
     6  coordinator              ckpt/coordinator.h
     7  integrations, tools      ckpt/ckpt.h (the C API)
 
-Two rules guard the storage seam: nothing in libckpt/storage names a file of
-a checkpoint (no root_files.h, no "MANIFEST" or "step-..." strings), and a
+Two rules guard the storage seam: nothing below core (libckpt/storage, plan,
+pipeline) names a file of a checkpoint (no root_files.h, no "MANIFEST" or
+"step-..." strings), and a
 backend's folder (storage/roots/NAME, storage/adapters/NAME, format_roots/NAME)
 is included from nowhere else in the library, the tools, the benchmarks or
 the integrations: a backend's own operations are reached through
@@ -123,14 +124,19 @@ def check(root):
     # The storage seam: a backend moves bytes and never names a file of a
     # checkpoint (which file completes a step is the caller's to say:
     # TierEviction); nor does anything outside storage/ name a backend.
-    for path in sources(root, "libckpt/storage"):
-        for number, name in includes(path):
-            if name == "format/root_files.h":
-                complain(path, number, 'storage includes "format/root_files.h": a backend names no checkpoint file')
-        with open(path, encoding="utf-8", errors="replace") as f:
-            for number, line in enumerate(f, 1):
-                if CHECKPOINT_FILE.search(line) and not line.lstrip().startswith("//"):
-                    complain(path, number, "storage names a checkpoint file in a string")
+    # Below core, the same holds for plan and pipeline: where a step's files
+    # are is the manifest's to say (ManifestFilePath), and a container
+    # writer takes its file's name from its format (format/data_file.h).
+    for below_core in ("storage", "plan", "pipeline"):
+        for path in sources(root, "libckpt/" + below_core):
+            for number, name in includes(path):
+                if name == "format/root_files.h":
+                    complain(path, number,
+                             f'{below_core} includes "format/root_files.h": nothing below core names a checkpoint file')
+            with open(path, encoding="utf-8", errors="replace") as f:
+                for number, line in enumerate(f, 1):
+                    if CHECKPOINT_FILE.search(line) and not line.lstrip().startswith("//"):
+                        complain(path, number, f"{below_core} names a checkpoint file in a string")
     for sub in ("libckpt", "tools", "benchmarks", "integrations"):
         for path in sources(root, sub):
             own = BACKEND_DIR.match(os.path.relpath(path, os.path.join(root, "libckpt")).replace(os.sep, "/"))
@@ -183,6 +189,8 @@ def self_test():
         write("libckpt/storage/up.cc", '#include "core/root.h"\n')
         write("libckpt/storage/names.cc", 'const char* k = "step-0000000001/MANIFEST";\n')
         write("libckpt/storage/files.cc", '#include "format/root_files.h"\n')
+        write("libckpt/pipeline/files.cc", '#include "format/root_files.h"\n')
+        write("libckpt/plan/names.cc", 'const char* k = "LATEST";\n')
         write("libckpt/core/backend.cc", '#include "storage/roots/s3/s3_storage.h"\n')
         write("libckpt/storage/roots/s3/s3_storage.cc", '#include "storage/roots/s3/s3_sign.h"\n')
         write("libckpt/storage/roots/hdf5/h.cc", '#include "storage/roots/file/io_engine.h"\n')
@@ -194,7 +202,7 @@ def self_test():
                   "include/ckpt/new.h:1", "include/ckpt/mesh.h:1", "benchmarks/b.cc:1",
                   "libckpt/coordinator/double.cc:1", "libckpt/storage/up.cc:1", "libckpt/storage/names.cc:1",
                   "libckpt/storage/files.cc:1", "libckpt/core/backend.cc:1", "libckpt/storage/roots/hdf5/h.cc:1",
-                  "tools/ckpt/cmd_x.cc:1"]
+                  "tools/ckpt/cmd_x.cc:1", "libckpt/pipeline/files.cc:1", "libckpt/plan/names.cc:1"]
         for e in expect:
             assert any(p.startswith(e) for p in found), (e, found)
         assert len(found) == len(expect), found

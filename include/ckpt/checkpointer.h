@@ -186,6 +186,13 @@ constexpr int64_t kLatestStep = -1;
 /// damaged); NotFound when there is none.
 CKPT_EXPORT absl::StatusOr<int64_t> LatestCommittedStep(Storage& storage);
 
+/// The step the LATEST pointer names, as written, whether or not that step
+/// is committed: NotFound when there is no LATEST, DataLoss when it is
+/// damaged, FailedPrecondition when a newer ckpt wrote it.
+/// (LatestCommittedStep is what a restore wants; this is for tools
+/// that check the pointer itself.)
+CKPT_EXPORT absl::StatusOr<int64_t> ReadLatestPointer(Storage& storage);
+
 /// Loads `target` from a committed step without opening a Checkpointer (no
 /// side effects on the root). `rank` selects per-rank blobs.
 CKPT_EXPORT absl::StatusOr<LoadStats> LoadCheckpoint(Storage& storage, const State& target, int64_t step = kLatestStep,

@@ -427,6 +427,11 @@ absl::StatusOr<std::unique_ptr<Checkpointer>> Checkpointer::Open(CheckpointerOpt
 
 absl::StatusOr<int64_t> LatestCommittedStep(Storage& storage) { return ResolveLatest(storage); }
 
+absl::StatusOr<int64_t> ReadLatestPointer(Storage& storage) {
+  CKPT_ASSIGN_OR_RETURN(const std::string text, storage.GetAll(kLatestName));
+  return DecodeLatest(text);
+}
+
 absl::StatusOr<LoadStats> LoadCheckpoint(Storage& storage, const State& target, int64_t step, int rank,
                                          const LoadOptions& options) {
   return LoadStepAlone(storage, target, step, rank, options);

@@ -3,11 +3,14 @@
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "util/bytes.h"
 #include "util/hash.h"
 #include "util/strings.h"
 
 namespace ckpt {
+
+std::string DataFileName(int rank) { return absl::StrFormat("rank-%06d.ckd", rank); }
 namespace {
 
 constexpr char kHeaderMagic[8] = {'C', 'K', 'P', 'T', 'D', 'A', 'T', 'A'};

@@ -76,6 +76,10 @@ struct DataFileFooter {
   uint64_t save_id = 0;
 };
 
+/// The name of rank `rank`'s data file in its step directory:
+/// "rank-000003.ckd".
+std::string DataFileName(int rank);
+
 void EncodeDataHeader(const DataFileHeader& h, std::byte* out);  // 4096 bytes
 /// Checks magic, header checksum, version and zero padding. `file` names
 /// the file in messages.

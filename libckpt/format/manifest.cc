@@ -15,6 +15,8 @@
 #include "util/strings.h"
 
 namespace ckpt {
+
+std::string ManifestFilePath(const Manifest& m, const ManifestFile& f) { return StrCat(StepDir(m.step), "/", f.name); }
 namespace manifest_codec {
 
 constexpr char kManifestMagic[8] = {'C', 'K', 'P', 'T', 'M', 'A', 'N', 'I'};

@@ -115,6 +115,10 @@ struct Manifest {
   int64_t LogicalBytes() const;
 };
 
+/// Where the manifest's file `f` lives under the root: in its step's
+/// directory.
+std::string ManifestFilePath(const Manifest& m, const ManifestFile& f);
+
 std::string EncodeManifest(const Manifest& m);
 /// Decodes and checks everything that can be checked without the data
 /// files: magic, version, checksums, lengths, dtypes, boxes within shapes,

@@ -25,7 +25,6 @@ std::optional<int64_t> ParseStepDir(std::string_view name) {
   return step;
 }
 
-std::string DataFileName(int rank) { return absl::StrFormat("rank-%06d.ckd", rank); }
 std::string ReportName(int rank) { return absl::StrFormat("rank-%06d.report", rank); }
 std::string FailedName(int rank) { return absl::StrFormat("rank-%06d.failed", rank); }
 

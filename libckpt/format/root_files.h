@@ -19,6 +19,7 @@
 
 #include "absl/status/statusor.h"
 #include "ckpt/limits.h"
+#include "format/data_file.h"  // DataFileName: a rank's .ckd file
 
 namespace ckpt {
 
@@ -41,7 +42,6 @@ std::string StepDir(int64_t step);
 /// digits, no leading zeros beyond those), or nullopt: "step-200" and
 /// "step-0000000200" do not both name step 200.
 std::optional<int64_t> ParseStepDir(std::string_view name);
-std::string DataFileName(int rank);
 std::string ReportName(int rank);
 std::string FailedName(int rank);
 /// Rank of "rank-<digits>.<ext>" with the given extension, or nullopt.

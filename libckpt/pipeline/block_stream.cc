@@ -3,7 +3,6 @@
 #include <algorithm>
 
 #include "format/frame_check.h"
-#include "format/root_files.h"
 #include "util/errors.h"
 #include "util/strings.h"
 
@@ -33,7 +32,7 @@ absl::StatusOr<const StepFiles::File*> StepFiles::Open(uint32_t i) {
   }
   const ManifestFile& mf = m_.files[i];
   auto file = std::make_unique<File>();
-  file->path = StrCat(StepDir(m_.step), "/", mf.name);
+  file->path = ManifestFilePath(m_, mf);
   auto opened = storage_.OpenReadable(file->path);
   if (!opened.ok()) return Annotate(opened.status(), StrCat("step ", m_.step));
   file->file = std::move(opened).value();

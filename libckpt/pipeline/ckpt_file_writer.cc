@@ -4,7 +4,6 @@
 
 #include "absl/strings/str_cat.h"
 #include "format/data_file.h"
-#include "format/root_files.h"
 #include "pipeline/container_writer.h"
 #include "pipeline/save_engine.h"
 #include "util/aligned_buffer.h"

@@ -12,7 +12,6 @@
 #include "absl/strings/str_cat.h"
 #include "codec/codec.h"
 #include "format/frame_check.h"
-#include "format/root_files.h"
 #include "layout/box_copy.h"
 #include "pipeline/frame_reader.h"
 #include "plan/block_ranges.h"
@@ -270,10 +269,9 @@ class Loader {
     for (auto& w : work_) {
       if (!w->blocks.empty()) needed[w->file] = true;
     }
-    const std::string dir = StepDir(m_.step);
     for (const auto& [file, unused] : needed) {
       const ManifestFile& mf = m_.files[file];
-      const std::string path = StrCat(dir, "/", mf.name);
+      const std::string path = ManifestFilePath(m_, mf);
       auto f = storage_->OpenReadable(path);
       if (!f.ok()) return Annotate(f.status(), StrCat("step ", m_.step));
       auto entries = ReadFileIndex(**f, mf, path);

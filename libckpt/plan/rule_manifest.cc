@@ -10,7 +10,6 @@
 #include "ckpt/version.h"
 #include "format/chunk_grid.h"
 #include "format/data_file.h"
-#include "format/root_files.h"
 #include "plan/grid.h"
 #include "plan/replica_writers.h"
 #include "plan/tiles.h"

@@ -384,12 +384,16 @@ TEST(Integrity, RepairMetadataAndRepairLatestPointerAreTheLibrarysToo) {
   ASSERT_OK(all);
   EXPECT_TRUE(all->ok());
   EXPECT_EQ(ReadFile(m1), manifest1);
+  EXPECT_EQ(*ReadLatestPointer(**storage), 3);
   WriteFile(root + "/LATEST", "garbage");
+  EXPECT_TRUE(absl::IsDataLoss(ReadLatestPointer(**storage).status()));
   auto pointer = RepairLatestPointer(**storage);
   ASSERT_OK(pointer);
   ASSERT_EQ(pointer->size(), 1u);
   EXPECT_NE((*pointer)[0].find("step 3"), std::string::npos) << (*pointer)[0];
   EXPECT_EQ(ReadFile(root + "/LATEST"), latest);
+  fs::remove(root + "/LATEST");
+  EXPECT_TRUE(absl::IsNotFound(ReadLatestPointer(**storage).status()));
 }
 
 // Regression: saving step 150 after 200 with keep-last 1 printed

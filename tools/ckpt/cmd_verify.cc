@@ -10,7 +10,6 @@
 #include "commands.h"
 #include "common/cli.h"
 #include "common/synth_job.h"
-#include "format/root_files.h"
 #include "util/errors.h"
 #include "util/json.h"
 #include "util/strings.h"
@@ -74,11 +73,9 @@ absl::StatusOr<std::vector<const StepInfo*>> ChooseSteps(Storage& st, const std:
       return absl::NotFoundError(StrCat("step ", step, " not found under ", where));
     }
   } else {
-    if (auto text = st.GetAll("LATEST"); text.ok()) {
-      if (auto named = DecodeLatest(*text); named.ok()) {
-        for (const StepInfo& s : list) {
-          if (s.step == *named && s.state != StepState::kPartial && &s != newest) chosen.push_back(&s);
-        }
+    if (auto named = ReadLatestPointer(st); named.ok()) {
+      for (const StepInfo& s : list) {
+        if (s.step == *named && s.state != StepState::kPartial && &s != newest) chosen.push_back(&s);
       }
     }
     if (newest != nullptr) chosen.push_back(newest);
