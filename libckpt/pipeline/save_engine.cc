@@ -20,6 +20,7 @@
 #include "util/hash.h"
 #include "util/stream_copy.h"
 #include "util/strings.h"
+#include "util/task_pool.h"
 
 namespace ckpt {
 namespace {
@@ -78,7 +79,8 @@ absl::Status SaveEngine::Init() {
   for (int i = 0; i < workers; ++i) {
     workers_.emplace_back([this, out = out_arena_.data() + i * out_bytes_] { WorkerLoop(out); });
   }
-  finalizer_ = std::thread([this] { FinalizerLoop(); });
+  // Closing a finished job's file, one at a time, in the background.
+  finalizer_ = std::make_unique<TaskPool>(1, 0, [nice = options_.background_nice] { LowerThreadPriority(nice); });
   int stagers = options_.staging_threads;
   if (stagers <= 0) stagers = DefaultStagingThreads();
   for (int i = 1; i < stagers; ++i) stagers_.emplace_back([this] { StagerLoop(); });
@@ -117,9 +119,8 @@ SaveEngine::~SaveEngine() {
     stop_ = true;
   }
   queue_cv_.notify_all();
-  finalize_cv_.notify_all();
   for (auto& t : workers_) t.join();
-  if (finalizer_.joinable()) finalizer_.join();
+  finalizer_.reset();  // closes the files of jobs still queued
   for (auto& t : registrars_) t.join();
   std::lock_guard<std::mutex> lock(reg_mu_);
   for (auto& [ptr, known] : storages_) {
@@ -250,13 +251,7 @@ void SaveEngine::StagingDone(const std::shared_ptr<SaveJob>& job) {
     job->staging_done = true;
     finalize = job->outstanding == 0;
   }
-  if (finalize) {
-    {
-      std::lock_guard<std::mutex> lock(queue_mu_);
-      finalize_queue_.push_back(job);
-    }
-    finalize_cv_.notify_one();
-  }
+  if (finalize) finalizer_->Submit([this, job] { Finalize(*job); });
 }
 
 bool SaveEngine::Enqueue(const std::shared_ptr<SaveJob>& job, uint64_t block_id, std::byte* slot, uint64_t len,
@@ -644,28 +639,7 @@ void SaveEngine::BlockDone(const std::shared_ptr<SaveJob>& job) {
     std::lock_guard<std::mutex> lock(job->mu);
     finalize = --job->outstanding == 0 && job->staging_done;
   }
-  if (finalize) {
-    {
-      std::lock_guard<std::mutex> lock(queue_mu_);
-      finalize_queue_.push_back(job);
-    }
-    finalize_cv_.notify_one();
-  }
-}
-
-void SaveEngine::FinalizerLoop() {
-  LowerThreadPriority(options_.background_nice);
-  while (true) {
-    std::shared_ptr<SaveJob> job;
-    {
-      std::unique_lock<std::mutex> lock(queue_mu_);
-      finalize_cv_.wait(lock, [&] { return stop_ || !finalize_queue_.empty(); });
-      if (finalize_queue_.empty()) return;
-      job = std::move(finalize_queue_.front());
-      finalize_queue_.pop_front();
-    }
-    Finalize(*job);
-  }
+  if (finalize) finalizer_->Submit([this, job] { Finalize(*job); });
 }
 
 void SaveEngine::Finalize(SaveJob& job) {

@@ -36,6 +36,7 @@
 #include "pipeline/container_writer.h"
 #include "pipeline/staging_arena.h"
 #include "util/aligned_buffer.h"
+#include "util/task_pool.h"
 
 namespace ckpt {
 
@@ -174,7 +175,6 @@ class SaveEngine {
   absl::Status Init();
   /// `out`: this worker's buffer for encoded blocks.
   void WorkerLoop(std::byte* out);
-  void FinalizerLoop();
   void ProcessBlock(WorkItem& item, class BlockCodec& codec, std::byte* out);
   void SubmitFrame(const std::shared_ptr<SaveJob>& job, uint32_t block_id, std::byte* buf, uint64_t frame_len);
   void BlockDone(const std::shared_ptr<SaveJob>& job);
@@ -223,16 +223,14 @@ class SaveEngine {
   std::mutex queue_mu_;
   std::condition_variable queue_cv_;
   std::deque<WorkItem> queue_;
-  std::deque<std::shared_ptr<SaveJob>> finalize_queue_;
   // Runs staging now, and whether the arena ran full since none was: the
   // workers wait meanwhile when pause_workers_ (WorkersPausedLocked).
   bool pause_workers_ = false;
   int stagings_ = 0;
   bool arena_ran_full_ = false;
-  std::condition_variable finalize_cv_;
   bool stop_ = false;
   std::vector<std::thread> workers_;
-  std::thread finalizer_;
+  std::unique_ptr<TaskPool> finalizer_;  // one thread
 
   // Staging helpers: they join the Run published in stage_task_.
   std::mutex stage_mu_;

@@ -5,7 +5,8 @@
 
 namespace ckpt {
 
-TaskPool::TaskPool(int threads, size_t max_queued) : threads_wanted_(std::max(1, threads)), max_queued_(max_queued) {}
+TaskPool::TaskPool(int threads, size_t max_queued, std::function<void()> on_start)
+    : threads_wanted_(std::max(1, threads)), max_queued_(max_queued), on_start_(std::move(on_start)) {}
 
 TaskPool::~TaskPool() {
   {
@@ -29,6 +30,7 @@ void TaskPool::Submit(absl::AnyInvocable<void() &&> task) {
 }
 
 void TaskPool::Loop() {
+  if (on_start_) on_start_();
   for (;;) {
     absl::AnyInvocable<void() &&> task;
     {

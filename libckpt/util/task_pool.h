@@ -6,6 +6,7 @@
 #include <condition_variable>
 #include <cstddef>
 #include <deque>
+#include <functional>
 #include <mutex>
 #include <thread>
 #include <vector>
@@ -17,8 +18,9 @@ namespace ckpt {
 class TaskPool {
  public:
   /// `threads` threads (at least 1), started by the first Submit. Submit
-  /// blocks while `max_queued` tasks wait (0: never blocks).
-  explicit TaskPool(int threads, size_t max_queued = 0);
+  /// blocks while `max_queued` tasks wait (0: never blocks). Each thread
+  /// runs `on_start` first, when given (e.g. to lower its priority).
+  explicit TaskPool(int threads, size_t max_queued = 0, std::function<void()> on_start = nullptr);
   /// Runs every task still queued, then joins the threads.
   ~TaskPool();
   TaskPool(const TaskPool&) = delete;
@@ -32,6 +34,7 @@ class TaskPool {
 
   const int threads_wanted_;
   const size_t max_queued_;
+  const std::function<void()> on_start_;
   std::mutex mu_;
   std::condition_variable work_, room_;
   std::deque<absl::AnyInvocable<void() &&>> tasks_;

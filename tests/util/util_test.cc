@@ -2,6 +2,8 @@
 // their background work on, and the one CPU-feature probe.
 #include <atomic>
 #include <chrono>
+#include <mutex>
+#include <set>
 #include <thread>
 #include <vector>
 
@@ -64,6 +66,33 @@ TEST(TaskPool, ABoundedQueueMakesSubmitWait) {
   EXPECT_TRUE(fourth_in.load());
   for (int i = 0; i < 1000 && ran < 4; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(1));
   EXPECT_EQ(ran.load(), 4);
+}
+
+// Each thread runs the start hook once, before any task, on itself: what
+// lowers a background thread's priority reaches every thread that runs tasks.
+TEST(TaskPool, EachThreadRunsTheStartHookBeforeItsTasks) {
+  std::mutex mu;
+  std::set<std::thread::id> started;
+  std::atomic<int> before_start{0}, ran{0};
+  {
+    TaskPool pool(3, 0, [&] {
+      std::lock_guard<std::mutex> lock(mu);
+      EXPECT_TRUE(started.insert(std::this_thread::get_id()).second) << "the hook ran twice on one thread";
+    });
+    for (int i = 0; i < 60; ++i) {
+      pool.Submit([&] {
+        {
+          std::lock_guard<std::mutex> lock(mu);
+          if (!started.count(std::this_thread::get_id())) ++before_start;
+        }
+        std::this_thread::sleep_for(std::chrono::microseconds(300));
+        ++ran;
+      });
+    }
+  }
+  EXPECT_EQ(ran.load(), 60);
+  EXPECT_EQ(before_start.load(), 0);
+  EXPECT_EQ(started.size(), 3u);
 }
 
 // The probe can be overridden (the portable paths' tests), and put back.
