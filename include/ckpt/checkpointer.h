@@ -198,6 +198,12 @@ CKPT_EXPORT absl::StatusOr<int64_t> ReadLatestPointer(Storage& storage);
 CKPT_EXPORT absl::StatusOr<LoadStats> LoadCheckpoint(Storage& storage, const State& target, int64_t step = kLatestStep,
                                                      int rank = 0, const LoadOptions& options = {});
 
+/// Whether `name` is one of a checkpoint root's own top-level entries:
+/// LATEST (and the temporary files a backend writes it through) or a step
+/// directory ("step-0000000100"). For tools that must not take a directory
+/// holding anything else for a root, or must remove only what a root holds.
+CKPT_EXPORT bool IsCheckpointRootEntry(std::string_view name);
+
 /// All step directories under a root, ascending.
 CKPT_EXPORT absl::StatusOr<std::vector<StepInfo>> ListCheckpointSteps(Storage& storage);
 

@@ -427,6 +427,10 @@ absl::StatusOr<std::unique_ptr<Checkpointer>> Checkpointer::Open(CheckpointerOpt
 
 absl::StatusOr<int64_t> LatestCommittedStep(Storage& storage) { return ResolveLatest(storage); }
 
+bool IsCheckpointRootEntry(std::string_view name) {
+  return name.starts_with(kLatestName) || ParseStepDir(name).has_value();
+}
+
 absl::StatusOr<int64_t> ReadLatestPointer(Storage& storage) {
   CKPT_ASSIGN_OR_RETURN(const std::string text, storage.GetAll(kLatestName));
   return DecodeLatest(text);

@@ -421,6 +421,12 @@ TEST(Integrity, OnlyCanonicalStepDirectoriesAreSteps) {
   EXPECT_EQ(ParseStepDir("step-200"), std::nullopt);
   EXPECT_EQ(ParseStepDir("step-00000000200"), std::nullopt);
   EXPECT_EQ(ParseStepDir(StepDir(12345678901)), std::optional<int64_t>(12345678901));
+  // What tools take for a root's own entries (IsCheckpointRootEntry): the same steps.
+  EXPECT_TRUE(IsCheckpointRootEntry("step-0000000200"));
+  EXPECT_TRUE(IsCheckpointRootEntry("LATEST"));
+  EXPECT_FALSE(IsCheckpointRootEntry("step-200"));
+  EXPECT_FALSE(IsCheckpointRootEntry("notes"));
+  EXPECT_FALSE(IsCheckpointRootEntry("MANIFEST"));
   TempDir tmp;
   const std::string root = tmp.Join("root");
   ASSERT_OK(SaveOne(root, 200));

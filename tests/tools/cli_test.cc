@@ -324,6 +324,7 @@ TEST(Cli, BenchWritesCostsThatIntervalReads) {
   auto steps = ListCheckpointSteps(**storage);
   ASSERT_OK(steps);
   EXPECT_TRUE(steps->empty());
+  EXPECT_TRUE(std::filesystem::is_empty(root)) << "LATEST or a step is left";
   ASSERT_EQ(Ckpt("synth --out " + root + " --params 100K --step 1").code, 0);
   EXPECT_EQ(Ckpt("bench --out " + root + " --size 4M").code, 2);
 }

@@ -11,7 +11,6 @@
 #include "common/cli.h"
 #include "common/stats.h"
 #include "common/synth_job.h"
-#include "format/root_files.h"
 #include "util/clock.h"
 #include "util/json.h"
 #include "util/strings.h"
@@ -101,8 +100,13 @@ int BenchMain(int argc, char** argv, int first) {
     bar.Update(run, runs);
   }
   bar.Finish();
-  (void)(*storage)->RemoveAll(StepDir(runs));
-  (void)(*storage)->Remove(std::string(kLatestName));
+  // What the runs wrote: the root held no checkpoint before.
+  if (auto entries = (*storage)->List(""); entries.ok()) {
+    for (const DirEntry& e : *entries) {
+      if (!IsCheckpointRootEntry(e.name)) continue;
+      (void)(e.is_dir ? (*storage)->RemoveAll(e.name) : (*storage)->Remove(e.name));
+    }
+  }
   auto write_json = [&](JsonWriter& w) {
     w.BeginObject()
         .Field("uri", out)

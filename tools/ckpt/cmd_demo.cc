@@ -21,7 +21,6 @@
 #include "common/cli.h"
 #include "common/elastic_model.h"
 #include "common/synth_job.h"
-#include "format/root_files.h"
 #include "util/clock.h"
 #include "util/json.h"
 #include "util/strings.h"
@@ -38,7 +37,7 @@ bool PrepareDir(const std::string& dir, std::string* why) {
   if (!fs::exists(dir, ec)) return true;
   for (const auto& e : fs::directory_iterator(dir, ec)) {
     const std::string name = e.path().filename().string();
-    if (name.rfind("LATEST", 0) == 0 || ParseStepDir(name).has_value()) continue;
+    if (IsCheckpointRootEntry(name)) continue;
     // What the elastic part leaves.
     const bool log = name.size() > 4 && name.substr(name.size() - 4) == ".log";
     if (name == "elastic" || name == "coordinator" || name == "token" || name == "memory" ||
