@@ -17,6 +17,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -184,6 +185,89 @@ class CKPT_EXPORT CoordinatorClient {
   /// Leaves for good (the job finished on this member).
   virtual absl::Status Leave() = 0;
 };
+
+/// The kinds of record in a coordinator's state log (their numbers are the
+/// log's).
+enum class CoordinatorRecordKind : uint8_t {
+  kGeneration = 1,
+  kEnded = 2,
+  kCommitted = 3,
+  kAborted = 4,
+  kSdc = 5,
+  kDecided = 6
+};
+
+/// "generation", "ended", "committed", "aborted", "sdc", "decided".
+CKPT_EXPORT const char* CoordinatorRecordKindName(CoordinatorRecordKind kind);
+
+/// One record of a coordinator's state log, decoded.
+struct CKPT_EXPORT CoordinatorRecord {
+  int64_t seq = 0;  ///< 1-based position in the log
+  CoordinatorRecordKind kind = CoordinatorRecordKind::kGeneration;
+  int64_t generation = -1;
+  int64_t step = -1;      ///< steps and SDC alerts
+  bool memory = false;    ///< a step of the memory level
+  int save_world = 0;     ///< a memory step's commit: the ranks of its save
+  bool finished = false;  ///< a generation's end: every member left (the job finished)
+  // A generation:
+  int world = 0;
+  int64_t restore_step = -1;
+  struct Member {
+    uint64_t id = 0;
+    std::string host;
+    int first_rank = 0;
+    int local_ranks = 0;
+  };
+  std::vector<Member> members;
+  // An SDC alert:
+  std::string chunk, detail;
+};
+
+/// The memory level as a log shows it: the memory step committed last and
+/// whether the job's processes still hold it.
+struct CKPT_EXPORT CoordinatorMemoryLevel {
+  enum class State : uint8_t {
+    kNone,         ///< no memory step was ever committed
+    kHeld,         ///< the running generation committed or restored it
+    kUnconfirmed,  ///< the generation holding it ended and no other formed yet
+    kDropped,      ///< a later generation did not restore it
+    kGone,         ///< the job finished: every member left, its processes exited
+  };
+  State state = State::kNone;
+  int64_t step = -1;
+  int64_t generation = -1;  ///< the generation whose save committed it
+  int save_world = 0;       ///< ranks of that save
+  int64_t held_by = -1;     ///< the generation that held it last, or the one that dropped it
+};
+
+/// "none", "held", "unconfirmed", "dropped", "gone".
+CKPT_EXPORT const char* CoordinatorMemoryStateName(CoordinatorMemoryLevel::State state);
+
+/// Every decision a coordinator's log holds, and what contradicts in them:
+/// a step of one generation both committed and aborted, or decided for
+/// commit after it was aborted; a durable step committed by two
+/// generations; a generation number that does not grow. (A step decided for
+/// commit may still abort: its leader could not publish it; a step aborted
+/// in one generation is saved again in the next.)
+struct CKPT_EXPORT CoordinatorHistory {
+  std::vector<CoordinatorRecord> records;
+  std::set<int64_t> committed, aborted, decided;  ///< durable steps, in any generation
+  std::set<int64_t> memory_committed;             ///< memory steps, in any generation
+  std::vector<std::string> contradictions;
+  /// Each process keeps the newest committed memory step (docs/levels.md),
+  /// and a generation restores it or drops it: this follows that through
+  /// the log. A log cannot tell which processes survived a generation's
+  /// end, so between generations the step is only kUnconfirmed.
+  CoordinatorMemoryLevel memory;
+  std::string where;  ///< the journal or store read
+};
+
+/// Reads a coordinator's state log, its journal (`state_dir`) or its etcd
+/// store (`store`, as CoordinatorOptions::store), without leading or
+/// writing: safe while the coordinator runs (`ckpt coordinator history`,
+/// `ckpt list --state-dir`).
+CKPT_EXPORT absl::StatusOr<CoordinatorHistory> ReadCoordinatorHistory(const std::string& state_dir,
+                                                                      const std::string& store);
 
 }  // namespace ckpt
 

@@ -4,9 +4,12 @@
 #include "util/bytes.h"
 #include "util/strings.h"
 
-namespace ckpt::coord {
+namespace ckpt {
 
-const char* JournalKindName(JournalKind kind) {
+using coord::JournalKind;
+using coord::MemoryLevelView;
+
+const char* CoordinatorRecordKindName(JournalKind kind) {
   switch (kind) {
     case JournalKind::kGeneration:
       return "generation";
@@ -24,7 +27,7 @@ const char* JournalKindName(JournalKind kind) {
   return "?";
 }
 
-const char* MemoryLevelStateName(MemoryLevelView::State state) {
+const char* CoordinatorMemoryStateName(MemoryLevelView::State state) {
   switch (state) {
     case MemoryLevelView::State::kNone:
       return "none";
@@ -39,6 +42,10 @@ const char* MemoryLevelStateName(MemoryLevelView::State state) {
   }
   return "?";
 }
+
+}  // namespace ckpt
+
+namespace ckpt::coord {
 
 namespace {
 // "record N: " when the caller numbers records (history); a replaying

@@ -373,3 +373,19 @@ absl::Status ReadHistory(const std::string& state_dir, const std::string& store,
 }
 
 }  // namespace ckpt::coord
+
+namespace ckpt {
+
+absl::StatusOr<CoordinatorHistory> ReadCoordinatorHistory(const std::string& state_dir, const std::string& store) {
+  if (state_dir.empty() == store.empty()) {
+    return absl::InvalidArgumentError("give one of a state directory and a store");
+  }
+  coord::History history;
+  std::string where;
+  CKPT_RETURN_IF_ERROR(coord::ReadHistory(state_dir, store, &history, &where));
+  CoordinatorHistory out = std::move(history);
+  out.where = std::move(where);
+  return out;
+}
+
+}  // namespace ckpt

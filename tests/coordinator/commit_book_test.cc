@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "coordinator/records.h"
+#include "coordinator/state_log.h"
 #include "testutil/test_util.h"
 #include "util/bytes.h"
 
@@ -270,6 +271,40 @@ TEST(History, DecodesRecordsAndFindsContradictions) {
   ASSERT_FALSE(unknown.ok());
   EXPECT_NE(unknown.status().message().find("record 9: unknown journal record kind 9"), absl::string_view::npos);
   EXPECT_FALSE(DecodeRecord(1, step(JournalKind::kCommitted, 5, 1).substr(0, 1)).ok());
+}
+
+// The same records written to a journal and read back through the public
+// ReadCoordinatorHistory, which reads only.
+TEST(History, ReadCoordinatorHistoryReadsAJournalBack) {
+  testing::TempDir dir;
+  auto step = [](JournalKind kind, int64_t st, int64_t gen) {
+    ByteWriter w;
+    w.U8(static_cast<uint8_t>(kind));
+    w.SVar(st);
+    w.SVar(gen);
+    return w.Take();
+  };
+  {
+    std::unique_ptr<StateLog> log = NewJournalLog(dir.path());
+    uint64_t torn = 0;
+    ASSERT_OK(log->Open([](std::string_view) { return absl::OkStatus(); }, &torn));
+    for (const std::string& rec :
+         {step(JournalKind::kDecided, 5, 1), step(JournalKind::kCommitted, 5, 1), step(JournalKind::kAborted, 5, 1)}) {
+      ASSERT_OK(log->Append(rec));
+    }
+  }
+  auto h = ReadCoordinatorHistory(dir.path(), "");
+  ASSERT_OK(h);
+  ASSERT_EQ(h->records.size(), 3u);
+  EXPECT_EQ(h->records[1].kind, CoordinatorRecordKind::kCommitted);
+  EXPECT_STREQ(CoordinatorRecordKindName(h->records[2].kind), "aborted");
+  EXPECT_EQ(h->committed, (std::set<int64_t>{5}));
+  ASSERT_EQ(h->contradictions.size(), 1u) << "committed, then aborted";
+  EXPECT_FALSE(h->where.empty());
+  EXPECT_STREQ(CoordinatorMemoryStateName(h->memory.state), "none");
+  EXPECT_TRUE(absl::IsInvalidArgument(ReadCoordinatorHistory("", "").status()));
+  EXPECT_TRUE(absl::IsInvalidArgument(ReadCoordinatorHistory(dir.path(), "etcd://127.0.0.1:1/x").status()));
+  EXPECT_FALSE(ReadCoordinatorHistory(dir.Join("missing"), "").ok());
 }
 
 // The memory level through a log: the newest committed memory step is held

@@ -10,7 +10,6 @@
 #include "ckpt/coordinator.h"
 #include "commands.h"
 #include "common/cli.h"
-#include "coordinator/state_log.h"
 #include "util/json.h"
 #include "util/strings.h"
 
@@ -69,8 +68,9 @@ int StatusMain(int argc, char** argv, int first) {
   return standby ? kExitProblem : kExitOk;
 }
 
-std::string RecordLine(const coord::RecordView& r) {
-  using coord::JournalKind;
+std::string RecordLine(const CoordinatorRecord& r) {
+  using JournalKind = CoordinatorRecordKind;
+  const std::string step = StrCat(r.memory ? "memory step " : "step ", r.step);
   switch (r.kind) {
     case JournalKind::kGeneration: {
       std::string t = StrCat("generation ", r.generation, " formed: world ", r.world, ", restore step ", r.restore_step,
@@ -83,12 +83,11 @@ std::string RecordLine(const coord::RecordView& r) {
     case JournalKind::kEnded:
       return StrCat("generation ", r.generation, " ended", r.finished ? " (every member left: the job finished)" : "");
     case JournalKind::kDecided:
-      return StrCat(coord::StepName(coord::StepKey(r.step, r.memory)), " decided for commit (generation ", r.generation,
-                    ")");
+      return StrCat(step, " decided for commit (generation ", r.generation, ")");
     case JournalKind::kCommitted:
-      return StrCat(coord::StepName(coord::StepKey(r.step, r.memory)), " committed (generation ", r.generation, ")");
+      return StrCat(step, " committed (generation ", r.generation, ")");
     case JournalKind::kAborted:
-      return StrCat(coord::StepName(coord::StepKey(r.step, r.memory)), " aborted (generation ", r.generation, ")");
+      return StrCat(step, " aborted (generation ", r.generation, ")");
     case JournalKind::kSdc:
       return StrCat("SDC alert in step ", r.step, ", ", r.chunk, ": ", r.detail);
   }
@@ -116,15 +115,15 @@ int HistoryMain(int argc, char** argv, int first) {
     std::fprintf(stderr, "ckpt coordinator history: give one of --state-dir and --store\n%s", args.Usage().c_str());
     return kExitUsage;
   }
-  coord::History h;
-  std::string where;
-  absl::Status s = coord::ReadHistory(state_dir, store, &h, &where);
-  if (!s.ok()) {
-    std::fprintf(stderr, "ckpt coordinator history: %s\n", std::string(s.message()).c_str());
+  auto read = ReadCoordinatorHistory(state_dir, store);
+  if (!read.ok()) {
+    std::fprintf(stderr, "ckpt coordinator history: %s\n", std::string(read.status().message()).c_str());
     return kExitUsage;
   }
+  const CoordinatorHistory& h = *read;
+  const std::string& where = h.where;
   size_t generations = 0;
-  for (const auto& r : h.records) generations += r.kind == coord::JournalKind::kGeneration ? 1 : 0;
+  for (const auto& r : h.records) generations += r.kind == CoordinatorRecordKind::kGeneration ? 1 : 0;
   Render(
       json,
       [&](JsonWriter& w) {
@@ -132,13 +131,13 @@ int HistoryMain(int argc, char** argv, int first) {
         if (!summary) {
           w.Key("records").BeginArray();
           for (const auto& r : h.records) {
-            w.BeginObject().Field("seq", r.seq).Field("kind", coord::JournalKindName(r.kind));
+            w.BeginObject().Field("seq", r.seq).Field("kind", CoordinatorRecordKindName(r.kind));
             if (r.generation >= 0) w.Field("generation", r.generation);
-            if (r.kind != coord::JournalKind::kGeneration && r.kind != coord::JournalKind::kEnded)
+            if (r.kind != CoordinatorRecordKind::kGeneration && r.kind != CoordinatorRecordKind::kEnded)
               w.Field("step", r.step);
             if (r.memory) w.Field("level", "memory");
             if (r.finished) w.Field("finished", true);
-            if (r.kind == coord::JournalKind::kGeneration) {
+            if (r.kind == CoordinatorRecordKind::kGeneration) {
               w.Field("world", r.world).Field("restore_step", r.restore_step).Key("members").BeginArray();
               for (const auto& m : r.members) {
                 w.BeginObject().Field("id", m.id).Field("host", m.host).Field("first_rank", m.first_rank);
@@ -146,7 +145,7 @@ int HistoryMain(int argc, char** argv, int first) {
               }
               w.EndArray();
             }
-            if (r.kind == coord::JournalKind::kSdc) w.Field("chunk", r.chunk).Field("detail", r.detail);
+            if (r.kind == CoordinatorRecordKind::kSdc) w.Field("chunk", r.chunk).Field("detail", r.detail);
             w.EndObject();
           }
           w.EndArray();

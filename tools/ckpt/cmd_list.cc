@@ -8,12 +8,12 @@
 
 #include "ckpt/audit.h"
 #include "ckpt/checkpointer.h"
+#include "ckpt/coordinator.h"
 #include "ckpt/storage.h"
 #include "ckpt/verify.h"
 #include "commands.h"
 #include "common/cli.h"
 #include "common/synth_job.h"
-#include "coordinator/state_log.h"
 #include "util/bytes.h"
 #include "util/clock.h"
 #include "util/json.h"
@@ -23,10 +23,10 @@ namespace ckpt::tools {
 
 namespace {
 
-using MemoryState = coord::MemoryLevelView::State;
+using MemoryState = CoordinatorMemoryLevel::State;
 
 // What the memory level's state means, in words.
-std::string MemoryDetail(const coord::MemoryLevelView& memory) {
+std::string MemoryDetail(const CoordinatorMemoryLevel& memory) {
   switch (memory.state) {
     case MemoryState::kNone:
       return "no memory step committed";
@@ -91,7 +91,7 @@ class TierColumn {
 // The listing, as JSON or as a table: a row per step of either level.
 class ListPrinter {
  public:
-  ListPrinter(bool json, bool with_memory, const TierColumn& tiers, const coord::MemoryLevelView& memory,
+  ListPrinter(bool json, bool with_memory, const TierColumn& tiers, const CoordinatorMemoryLevel& memory,
               bool newest_is_memory)
       : json_(json),
         with_memory_(with_memory),
@@ -105,7 +105,7 @@ class ListPrinter {
     if (with_memory_) {
       w_.Key("newest").BeginObject().Field("step", newest).Field("level", newest_is_memory_ ? "memory" : "durable");
       w_.EndObject();
-      w_.Key("memory").BeginObject().Field("state", coord::MemoryLevelStateName(memory_.state));
+      w_.Key("memory").BeginObject().Field("state", CoordinatorMemoryStateName(memory_.state));
       if (memory_.state != MemoryState::kNone) {
         w_.Field("step", memory_.step).Field("generation", memory_.generation).Field("save_world", memory_.save_world);
         w_.Field("held_by", memory_.held_by);
@@ -120,7 +120,7 @@ class ListPrinter {
   }
 
   void Memory() {
-    const std::string state = coord::MemoryLevelStateName(memory_.state);
+    const std::string state = CoordinatorMemoryStateName(memory_.state);
     if (json_) {
       w_.BeginObject()
           .Field("step", memory_.step)
@@ -196,7 +196,7 @@ class ListPrinter {
  private:
   const bool json_, with_memory_;
   const TierColumn& tiers_;
-  const coord::MemoryLevelView& memory_;
+  const CoordinatorMemoryLevel& memory_;
   const bool newest_is_memory_;
   const std::string memory_detail_;
   JsonWriter w_;
@@ -231,14 +231,13 @@ int ListMain(int argc, char** argv, int first) {
   auto latest = LatestCommittedStep(**storage);
   // The memory level, from the coordinator's log (read only).
   const bool with_memory = !state_dir.empty() || !store.empty();
-  coord::History history;
+  CoordinatorHistory history;
   if (with_memory) {
-    std::string where;
-    if (absl::Status s = coord::ReadHistory(state_dir, store, &history, &where); !s.ok()) {
-      return FailUnreadable("list", s);
-    }
+    auto read = ReadCoordinatorHistory(state_dir, store);
+    if (!read.ok()) return FailUnreadable("list", read.status());
+    history = std::move(*read);
   }
-  const coord::MemoryLevelView& memory = history.memory;
+  const CoordinatorMemoryLevel& memory = history.memory;
   const bool memory_listed = memory.state == MemoryState::kHeld || memory.state == MemoryState::kUnconfirmed;
   const int64_t latest_step = latest.ok() ? *latest : -1;
   // The newest step a restart would restore: the held memory step when it
