@@ -152,6 +152,9 @@ struct CKPT_EXPORT StepInfo {
   /// loaded and verified. True for every committed step, and for a damaged
   /// one whose other manifest copy is intact.
   bool committed = false;
+  /// The manifest that decodes is MANIFEST.copy: MANIFEST itself is
+  /// damaged or missing.
+  bool manifest_from_copy = false;
   /// For a damaged step: what is wrong, naming the file and byte offset;
   /// for an unreadable one, the storage's error.
   std::string damage;
@@ -198,11 +201,45 @@ CKPT_EXPORT absl::StatusOr<int64_t> ReadLatestPointer(Storage& storage);
 CKPT_EXPORT absl::StatusOr<LoadStats> LoadCheckpoint(Storage& storage, const State& target, int64_t step = kLatestStep,
                                                      int rank = 0, const LoadOptions& options = {});
 
+/// A committed step opened once for reading: its manifest is read and
+/// checked when it opens (from MANIFEST.copy if MANIFEST is damaged), then
+/// each Load reads only the blocks its target needs, as LoadCheckpoint does,
+/// without reading the manifest again. For loading a step piece by piece
+/// (one tensor at a time, as the exporters do). Loads may run at once.
+class CKPT_EXPORT StepReader {
+ public:
+  /// Opens `step` of the root (kLatestStep: the latest committed one);
+  /// NotFound when it is not committed there.
+  static absl::StatusOr<std::unique_ptr<StepReader>> Open(std::shared_ptr<Storage> storage, int64_t step = kLatestStep);
+  ~StepReader();
+  StepReader(const StepReader&) = delete;
+  StepReader& operator=(const StepReader&) = delete;
+
+  int64_t step() const;
+  /// The step's metadata (SaveOptions::metadata of its save).
+  const std::map<std::string, std::string>& metadata() const;
+  /// Damage met while opening (the manifest read from its copy), or empty.
+  const std::string& damage_note() const;
+  /// Fills `target` (`rank` selects per-rank blobs whose source rank is
+  /// unspecified).
+  absl::StatusOr<LoadStats> Load(const State& target, int rank = 0, const LoadOptions& options = {}) const;
+
+ private:
+  struct Impl;
+  explicit StepReader(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
 /// Whether `name` is one of a checkpoint root's own top-level entries:
 /// LATEST (and the temporary files a backend writes it through) or a step
 /// directory ("step-0000000100"). For tools that must not take a directory
 /// holding anything else for a root, or must remove only what a root holds.
 CKPT_EXPORT bool IsCheckpointRootEntry(std::string_view name);
+
+/// One step directory's state, as ListCheckpointSteps lists it (kUnreadable
+/// when the storage could not read it), examining that step alone.
+/// NotFound when it does not exist.
+CKPT_EXPORT absl::StatusOr<StepInfo> DescribeCheckpointStep(Storage& storage, int64_t step);
 
 /// All step directories under a root, ascending.
 CKPT_EXPORT absl::StatusOr<std::vector<StepInfo>> ListCheckpointSteps(Storage& storage);

@@ -443,6 +443,18 @@ absl::StatusOr<LoadStats> LoadCheckpoint(Storage& storage, const State& target, 
 
 absl::StatusOr<std::vector<StepInfo>> ListCheckpointSteps(Storage& storage) { return ListStepsIn(storage); }
 
+absl::StatusOr<StepInfo> DescribeCheckpointStep(Storage& storage, int64_t step) {
+  auto ex = ExamineStep(storage, step, GridChunks::kGridsOnly);
+  if (ex.ok()) return std::move(ex->info);
+  if (absl::IsNotFound(ex.status()) || absl::IsDeadlineExceeded(ex.status())) return ex.status();
+  // As ListCheckpointSteps has it: a step the storage could not read.
+  StepInfo info;
+  info.step = step;
+  info.state = StepState::kUnreadable;
+  info.damage = std::string(ex.status().message());
+  return info;
+}
+
 Checkpointer::Checkpointer(std::unique_ptr<Impl> impl, std::unique_ptr<Impl> memory)
     : impl_(std::move(impl)), memory_(std::move(memory)) {}
 Checkpointer::~Checkpointer() = default;

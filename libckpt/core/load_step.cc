@@ -37,6 +37,37 @@ absl::StatusOr<LoadStats> LoadStepAlone(Storage& storage, const State& target, i
   return stats;
 }
 
+struct StepReader::Impl {
+  std::shared_ptr<Storage> storage;
+  LoadableStep found;
+};
+
+StepReader::StepReader(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+StepReader::~StepReader() = default;
+
+absl::StatusOr<std::unique_ptr<StepReader>> StepReader::Open(std::shared_ptr<Storage> storage, int64_t step) {
+  if (storage == nullptr) return absl::InvalidArgumentError("StepReader::Open: no storage");
+  auto impl = std::make_unique<Impl>();
+  CKPT_ASSIGN_OR_RETURN(impl->found, ResolveLoadable(*storage, step, /*allow_fallback=*/false, GridChunks::kGridsOnly));
+  ReportDamage(impl->found, storage->uri());
+  impl->storage = std::move(storage);
+  return std::unique_ptr<StepReader>(new StepReader(std::move(impl)));
+}
+
+int64_t StepReader::step() const { return impl_->found.step; }
+const std::map<std::string, std::string>& StepReader::metadata() const { return impl_->found.manifest.metadata; }
+const std::string& StepReader::damage_note() const { return impl_->found.note; }
+
+absl::StatusOr<LoadStats> StepReader::Load(const State& target, int rank, const LoadOptions& options) const {
+  const LoadableStep& found = impl_->found;
+  CKPT_ASSIGN_OR_RETURN(
+      LoadStats stats,
+      LoadFromManifest(*impl_->storage, RestrictManifest(found.manifest, target, rank), target, rank, options));
+  stats.damage_note = found.note;
+  stats.manifest_bytes = found.manifest_bytes;
+  return stats;
+}
+
 namespace {
 
 // What a rank asks of the manifest: the boxes and blobs of its target, the

@@ -266,6 +266,7 @@ absl::StatusOr<StepExamination> ExamineStep(Storage& storage, int64_t step, Grid
   }
   if (ma.ok()) {
     ex.info.committed = true;
+    ex.info.manifest_from_copy = ex.from_copy;
     ex.info.created_unix_ns = ma->created_unix_ns;
     for (const ManifestFile& f : ma->files) ex.info.bytes += static_cast<int64_t>(f.size);
     ex.intact_bytes = ex.from_copy ? *b : *a;

@@ -396,6 +396,51 @@ TEST(Integrity, RepairMetadataAndRepairLatestPointerAreTheLibrarysToo) {
   EXPECT_TRUE(absl::IsNotFound(ReadLatestPointer(**storage).status()));
 }
 
+// A step opened once loads piece by piece: one tensor, then a box of the
+// other, then the blob, each bit-exact, as LoadCheckpoint would.
+TEST(Integrity, AStepReaderLoadsPieceByPieceFromOneOpen) {
+  TempDir tmp;
+  const std::string root = tmp.Join("root");
+  ASSERT_OK(SaveOne(root, 4));
+  ASSERT_OK(SaveOne(root, 7));
+  auto storage = OpenStorage(root);
+  ASSERT_OK(storage);
+  auto reader = StepReader::Open(*storage, 4);
+  ASSERT_OK(reader);
+  EXPECT_EQ((*reader)->step(), 4);
+  EXPECT_EQ((*reader)->metadata().at("run"), "integrity");
+  EXPECT_TRUE((*reader)->damage_note().empty());
+  std::vector<OwnedShard> bias = {EmptyShard(kBias, Box::Whole(kBias.shape))};
+  auto loaded = (*reader)->Load(StateOf(bias));
+  ASSERT_OK(loaded);
+  EXPECT_EQ(Mismatches(bias[0], 4), 0);
+  std::vector<OwnedShard> rows = {EmptyShard(kWeight, Box{{32, 0}, {64, 256}})};
+  ASSERT_OK((*reader)->Load(StateOf(rows)));
+  EXPECT_EQ(Mismatches(rows[0], 4), 0);
+  std::string position;
+  State blob;
+  ASSERT_OK(blob.AddBlobOut("position", &position, BlobScope::kGlobal));
+  ASSERT_OK((*reader)->Load(blob));
+  EXPECT_EQ(position, "4");
+
+  auto latest = StepReader::Open(*storage);
+  ASSERT_OK(latest);
+  EXPECT_EQ((*latest)->step(), 7);
+  EXPECT_TRUE(absl::IsNotFound(StepReader::Open(*storage, 5).status()));
+  // Opened from the copy when MANIFEST is damaged, and says so.
+  FlipBit(StrCat(root, "/", StepDir(7), "/MANIFEST"), 40, 1);
+  auto from_copy = StepReader::Open(*storage, 7);
+  ASSERT_OK(from_copy);
+  EXPECT_FALSE((*from_copy)->damage_note().empty());
+  auto info = DescribeCheckpointStep(**storage, 7);
+  ASSERT_OK(info);
+  EXPECT_EQ(info->state, StepState::kDamaged);
+  EXPECT_TRUE(info->committed && info->manifest_from_copy);
+  EXPECT_FALSE(DescribeCheckpointStep(**storage, 4)->manifest_from_copy);
+  EXPECT_EQ(DescribeCheckpointStep(**storage, 4)->state, StepState::kCommitted);
+  EXPECT_TRUE(absl::IsNotFound(DescribeCheckpointStep(**storage, 5).status()));
+}
+
 // Regression: saving step 150 after 200 with keep-last 1 printed
 // "committed" and the step was gone, removed by its own retention.
 TEST(Integrity, AnOlderStepIsRefusedUnlessAskedAndThenKept) {

@@ -29,7 +29,6 @@
 #include "common/cli.h"
 #include "common/synth_job.h"
 #include "format/hdf5_util.h"
-#include "pipeline/loader.h"
 #include "util/strings.h"
 
 namespace ckpt::tools {
@@ -122,9 +121,8 @@ int ExportHdf5Main(int argc, char** argv, int first) {
   auto opened = OpenStepToRead(dir, step, "export");
   if (!opened.ok()) return usage(std::string(opened.status().message()));
   step = opened->step;
-  Storage* const storage = opened->storage.get();
   const CheckpointSummary* const summary = &opened->summary;
-  const Manifest* const manifest = &opened->manifest;
+  const StepReader& reader = *opened->reader;
 
   H5Eset_auto2(H5E_DEFAULT, nullptr, nullptr);  // errors are reported here, by name
   Hid file(H5Fcreate(to.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT), H5Fclose);
@@ -147,7 +145,7 @@ int ExportHdf5Main(int argc, char** argv, int first) {
       std::fprintf(stderr, "ckpt export: %s\n", std::string(st.message()).c_str());
       return kExitProblem;
     }
-    auto loaded = LoadFromManifest(*storage, *manifest, target, /*rank=*/0, LoadOptions{});
+    auto loaded = reader.Load(target, /*rank=*/0);
     if (!loaded.ok()) {
       std::fprintf(stderr, "ckpt export: %s\n", std::string(loaded.status().message()).c_str());
       return kExitProblem;
@@ -164,7 +162,7 @@ int ExportHdf5Main(int argc, char** argv, int first) {
     std::string value;
     State target;
     (void)target.AddBlobOut(b.name, &value, b.rank < 0 ? BlobScope::kGlobal : BlobScope::kRank, b.rank);
-    auto loaded = LoadFromManifest(*storage, *manifest, target, std::max(0, b.rank), LoadOptions{});
+    auto loaded = reader.Load(target, std::max(0, b.rank));
     if (!loaded.ok()) {
       std::fprintf(stderr, "ckpt export: %s\n", std::string(loaded.status().message()).c_str());
       return kExitProblem;
@@ -177,7 +175,7 @@ int ExportHdf5Main(int argc, char** argv, int first) {
     }
   }
   int index = 0;
-  for (const auto& [key, value] : manifest->metadata) {
+  for (const auto& [key, value] : reader.metadata()) {
     const std::string name = StrCat(kMetadataGroup, "/", index++);
     if (!WriteDataset(file.get(), name, H5T_STD_U8LE, {static_cast<hsize_t>(value.size())}, value.data(), "")) {
       return usage(StrCat("cannot write metadata '", key, "' to ", to));
@@ -190,7 +188,7 @@ int ExportHdf5Main(int argc, char** argv, int first) {
   if (H5Fflush(file.get(), H5F_SCOPE_GLOBAL) < 0) return usage(StrCat("cannot flush ", to));
   std::printf("exported step %lld: %zu tensors (%s), %zu blobs, %zu metadata entries to %s\n",
               static_cast<long long>(step), summary->tensors.size(), HumanBytes(static_cast<double>(bytes)).c_str(),
-              summary->blobs.size(), manifest->metadata.size(), to.c_str());
+              summary->blobs.size(), reader.metadata().size(), to.c_str());
   return kExitOk;
 }
 

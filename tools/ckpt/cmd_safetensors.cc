@@ -427,7 +427,7 @@ void PlaceInShards(ExportPlan& plan, uint64_t shard_limit) {
 absl::StatusOr<std::map<std::string, std::string>> FirstShardMetadata(const StepToRead& opened,
                                                                       std::vector<std::string>* left_out) {
   std::map<std::string, std::string> meta = {{"format", "pt"}, {"ckpt.step", StrCat(opened.step)}};
-  for (const auto& [k, v] : opened.manifest.metadata) {
+  for (const auto& [k, v] : opened.reader->metadata()) {
     if (IsValidUtf8(k) && IsValidUtf8(v)) meta[StrCat("ckpt.meta.", k)] = v;
   }
   for (const BlobSummary& b : opened.summary.blobs) {
@@ -439,8 +439,7 @@ absl::StatusOr<std::map<std::string, std::string>> FirstShardMetadata(const Step
     std::string value;
     State target;
     (void)target.AddBlobOut(b.name, &value, b.rank < 0 ? BlobScope::kGlobal : BlobScope::kRank, b.rank);
-    CKPT_RETURN_IF_ERROR(
-        LoadFromManifest(*opened.storage, opened.manifest, target, std::max(0, b.rank), LoadOptions{}).status());
+    CKPT_RETURN_IF_ERROR(opened.reader->Load(target, std::max(0, b.rank)).status());
     if (!IsValidUtf8(value) || value.find('\0') != std::string::npos) {
       left_out->push_back(StrCat("blob '", label, "' (", b.size, " bytes, not UTF-8 text)"));
       continue;
@@ -514,7 +513,7 @@ class ShardStream {
         CKPT_RETURN_IF_ERROR(target.AddShard(spec, sl.box, batch.in->data() + at));
         at += static_cast<uint64_t>(sl.count) * DTypeSize(spec.dtype);
       }
-      CKPT_RETURN_IF_ERROR(LoadFromManifest(*opened_.storage, opened_.manifest, target, 0, load_options).status());
+      CKPT_RETURN_IF_ERROR(opened_.reader->Load(target, 0, load_options).status());
       std::unique_lock<std::mutex> lock(mu_);
       cv_.wait(lock, [&] { return !pending_.has_value() || !write_status_.ok(); });
       if (!write_status_.ok()) return absl::OkStatus();

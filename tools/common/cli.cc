@@ -12,7 +12,6 @@
 
 #include "ckpt/checkpointer.h"
 #include "common/synth_job.h"
-#include "core/root.h"
 #include "util/clock.h"
 #include "util/errors.h"
 #include "util/strings.h"
@@ -164,7 +163,7 @@ absl::StatusOr<StepToRead> OpenStepToRead(const std::string& uri, int64_t step, 
   out.step = step;
   WarnIfDamaged(*out.storage, step, command);
   CKPT_ASSIGN_OR_RETURN(out.summary, SummarizeStep(*out.storage, step));
-  CKPT_ASSIGN_OR_RETURN(out.manifest, ReadManifest(*out.storage, step));
+  CKPT_ASSIGN_OR_RETURN(out.reader, StepReader::Open(out.storage, step));
   return out;
 }
 
@@ -247,13 +246,13 @@ void ProgressBar::Finish() {
 namespace ckpt::tools {
 
 void WarnIfDamaged(Storage& storage, int64_t step, const char* command) {
-  auto ex = ExamineStep(storage, step);
-  if (!ex.ok() || ex->info.state != StepState::kDamaged) return;
+  auto info = DescribeCheckpointStep(storage, step);
+  if (!info.ok() || info->state != StepState::kDamaged) return;
   std::fprintf(stderr, "ckpt %s: step %lld is damaged (%s)%s\n", command, static_cast<long long>(step),
-               ex->info.damage.c_str(),
-               !ex->manifest   ? ""
-               : ex->from_copy ? "; its manifest was read from MANIFEST.copy"
-                               : "; `ckpt repair` rebuilds it");
+               info->damage.c_str(),
+               !info->committed           ? ""
+               : info->manifest_from_copy ? "; its manifest was read from MANIFEST.copy"
+                                          : "; `ckpt repair` rebuilds it");
 }
 
 }  // namespace ckpt::tools

@@ -121,7 +121,7 @@ struct StepToRead {
   std::shared_ptr<Storage> storage;
   int64_t step = 0;
   CheckpointSummary summary;
-  Manifest manifest;
+  std::unique_ptr<StepReader> reader;  ///< loads pieces of the step
 };
 absl::StatusOr<StepToRead> OpenStepToRead(const std::string& uri, int64_t step, const char* command);
 
