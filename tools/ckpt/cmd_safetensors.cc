@@ -43,7 +43,6 @@
 #include "core/root.h"
 #include "format/frame_check.h"
 #include "format/safetensors.h"
-#include "pipeline/loader.h"
 #include "util/aligned_buffer.h"
 #include "util/errors.h"
 #include "util/json.h"

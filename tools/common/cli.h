@@ -16,7 +16,6 @@
 #include "ckpt/state.h"
 #include "ckpt/storage.h"
 #include "ckpt/verify.h"
-#include "format/manifest.h"
 #include "util/json.h"
 
 namespace ckpt::tools {
