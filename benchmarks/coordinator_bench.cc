@@ -319,6 +319,40 @@ std::string Ms(const Samples& s) {
              : StrCat(Fixed(s.Median() * 1e3, 1), " ms (", Fixed(s.Min() * 1e3, 1), "..", Fixed(s.Max() * 1e3, 1), ")");
 }
 
+// Detection: two members, one falls silent; the seconds until the other is
+// told (-1: never, within ten times the bound; kDetectionFailed: the run
+// itself failed).
+constexpr double kDetectionFailed = -2;
+
+double MeasureDetection(const CoordinatorOptions& o, const std::string& state_dir, double heartbeat,
+                        int64_t dead_after) {
+  CoordinatorOptions d = o;
+  d.state_dir = state_dir;
+  d.min_nodes = d.max_nodes = 2;
+  d.heartbeat_s = heartbeat;
+  d.dead_after = static_cast<int>(dead_after);
+  auto dc = Coordinator::Start(d);
+  if (!dc.ok()) return kDetectionFailed;
+  coord::SimMember a, b;
+  if (!a.Connect((*dc)->port()) || !b.Connect((*dc)->port()) || !a.SendJoin(kToken, "a") || !b.SendJoin(kToken, "b") ||
+      !a.ReadAssign() || !b.ReadAssign()) {
+    return kDetectionFailed;
+  }
+  if (!a.Heartbeat()) return kDetectionFailed;
+  const double silent_since = NowSeconds();  // `a` sends nothing more
+  while (NowSeconds() - silent_since < 10 * heartbeat * static_cast<double>(dead_after + 1)) {
+    if (!b.SendHeartbeat()) return kDetectionFailed;
+    auto f = b.Read();
+    if (!f) return kDetectionFailed;
+    if (f->first == coord::MsgType::kStop) return NowSeconds() - silent_since;
+    if (f->first == coord::MsgType::kHeartbeatAck && f->second.size() > 1 && f->second[1] == 1) {
+      return NowSeconds() - silent_since;
+    }
+    std::this_thread::sleep_for(std::chrono::duration<double>(heartbeat / 4));
+  }
+  return -1;
+}
+
 int Main(int argc, char** argv) {
   std::string dir = "/tmp/ckpt-coordinator-bench", json_path, store, ckpt;
   int64_t ranks = 4096, runs = 5, failovers = 0;
@@ -396,37 +430,8 @@ int Main(int argc, char** argv) {
     if (!MeasureCommits(e, ranks, runs, fork_coordinator, &in_etcd)) return 1;
   }
 
-  // Detection: two members, one falls silent.
-  CoordinatorOptions d = o;
-  d.state_dir = dir + "/detect";
-  d.min_nodes = d.max_nodes = 2;
-  d.heartbeat_s = heartbeat;
-  d.dead_after = static_cast<int>(dead_after);
-  auto dc = Coordinator::Start(d);
-  if (!dc.ok()) return 1;
-  coord::SimMember a, b;
-  if (!a.Connect((*dc)->port()) || !b.Connect((*dc)->port()) || !a.SendJoin(kToken, "a") || !b.SendJoin(kToken, "b") ||
-      !a.ReadAssign() || !b.ReadAssign()) {
-    return 1;
-  }
-  if (!a.Heartbeat()) return 1;
-  const double silent_since = NowSeconds();  // `a` sends nothing more
-  double detected = -1;
-  while (NowSeconds() - silent_since < 10 * heartbeat * static_cast<double>(dead_after + 1)) {
-    if (!b.SendHeartbeat()) return 1;
-    auto f = b.Read();
-    if (!f) return 1;
-    if (f->first == coord::MsgType::kStop) {
-      detected = NowSeconds() - silent_since;
-      break;
-    }
-    if (f->first == coord::MsgType::kHeartbeatAck && f->second.size() > 1 && f->second[1] == 1) {
-      detected = NowSeconds() - silent_since;
-      break;
-    }
-    std::this_thread::sleep_for(std::chrono::duration<double>(heartbeat / 4));
-  }
-  dc->reset();
+  const double detected = MeasureDetection(o, dir + "/detect", heartbeat, dead_after);
+  if (detected == kDetectionFailed) return 1;
   FailoverFigures fo;
   if (failovers > 0) {
     const std::string fdir = dir + "/failover";
