@@ -4,6 +4,7 @@
 #define CKPT_PLAN_H_
 
 #include <cstdint>
+#include <utility>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -52,6 +53,33 @@ struct CKPT_EXPORT RankWrite {
 /// ranks: every holder of a replicated box reaches the same writer.
 CKPT_EXPORT absl::StatusOr<std::vector<RankWrite>> PlanRankWrites(const std::vector<TensorLayout>& layouts,
                                                                   const Mesh& mesh, int64_t rank);
+
+/// What a save's manifest built from the layouts' rules holds (the
+/// manifest its leader commits).
+struct CKPT_EXPORT RuleManifestStats {
+  int64_t chunks = 0;         ///< every tensor's chunks, grid cells included
+  int64_t grid_tensors = 0;   ///< tensors described by their grid alone
+  int64_t listed_chunks = 0;  ///< chunks of the tensors that are not a grid
+  /// Per rank of the mesh: raw bytes it writes.
+  std::vector<int64_t> bytes_by_rank;
+};
+
+/// The load of a whole mesh planned against a manifest: what every rank
+/// reads.
+struct CKPT_EXPORT LoadPlanStats {
+  int64_t ranks = 0;
+  int64_t distinct_boxes = 0;  ///< target boxes planned (replicas share one)
+  int64_t overlaps = 0;        ///< (target box, saved chunk) pairs
+  int64_t block_ranges = 0;    ///< contiguous read requests, all ranks
+  int64_t blocks = 0;          ///< blocks read, all ranks
+  int64_t bytes_needed = 0;    ///< raw bytes the ranks ask for, all ranks
+  int64_t bytes_read = 0;      ///< raw bytes of the blocks read, all ranks
+  double Amplification() const {
+    return bytes_needed ? static_cast<double>(bytes_read) / static_cast<double>(bytes_needed) : 1.0;
+  }
+  /// Per target tensor (same order as the layouts): bytes needed and read.
+  std::vector<std::pair<int64_t, int64_t>> per_tensor;
+};
 
 }  // namespace ckpt
 

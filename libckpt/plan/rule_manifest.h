@@ -10,17 +10,10 @@
 
 #include "absl/status/statusor.h"
 #include "ckpt/mesh.h"
+#include "ckpt/plan.h"
 #include "format/manifest.h"
 
 namespace ckpt {
-
-struct RuleManifestStats {
-  int64_t chunks = 0;         ///< every tensor's chunks, grid cells included
-  int64_t grid_tensors = 0;   ///< tensors described by their grid alone
-  int64_t listed_chunks = 0;  ///< chunks of the tensors that are not a grid
-  /// Per rank of the mesh: raw bytes it writes.
-  std::vector<int64_t> bytes_by_rank;
-};
 
 /// The manifest of step 1 of a save of `layouts` over `mesh` (one data file
 /// per rank, `block_size` raw bytes per uncompressed block, column tiles as

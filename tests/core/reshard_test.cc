@@ -8,6 +8,7 @@
 #include <thread>
 
 #include "ckpt/plan.h"
+#include "ckpt/plan_costs.h"
 #include "ckpt/synthetic.h"
 #include "ckpt/verify.h"
 #include "ckpt/version.h"
@@ -646,6 +647,43 @@ TEST(CollectiveLoad, EachRankReadsOnlyItsPartOfTheManifest) {
     EXPECT_NE(stats[r].damage_note.find("MANIFEST.copy"), std::string::npos) << r << ": " << stats[r].damage_note;
     EXPECT_GT(stats[r].manifest_bytes, 0) << r;
   }
+}
+
+// The planning costs `ckpt plan` prints, through the public API: the same
+// manifest as SaveManifestByRules, every sampled rank's own plan, and the
+// whole mesh's load; a target that differs from the save is refused.
+TEST(PlanCosts, MeasuresTheSaveTheLeadersCheckAndEveryRanksOwnPlan) {
+  const Mesh from = *Mesh::Parse("dp=2,tp=4");
+  const Mesh to = *Mesh::Parse("dp=1,tp=8");
+  SyntheticOptions o;
+  o.params = 64000000;
+  o.layers = 4;
+  auto saved = BuildSyntheticModel(o, from);
+  auto target = BuildSyntheticModel(o, to);
+  ASSERT_OK(saved);
+  ASSERT_OK(target);
+  PlanCostOptions options;
+  options.rank_samples = 3;
+  auto c = MeasurePlanCosts(saved->tensors, from, target->tensors, to, options);
+  ASSERT_OK(c);
+  auto rules = SaveManifestByRules(saved->tensors, from, options.block_size, options.max_tiles);
+  ASSERT_OK(rules);
+  EXPECT_EQ(c->manifest_bytes, static_cast<int64_t>(EncodeManifest(*rules).size()));
+  EXPECT_EQ(c->save.bytes_by_rank.size(), 8u);
+  EXPECT_EQ(c->sampled_ranks, (std::vector<int64_t>{0, 3, 7}));
+  ASSERT_EQ(c->rank_plan_s.size(), 3u);
+  for (double b : c->rank_manifest_bytes) {
+    EXPECT_GT(b, 0);
+    EXPECT_LE(b, static_cast<double>(c->manifest_bytes));
+  }
+  EXPECT_EQ(c->load.ranks, 8);
+  EXPECT_GE(c->load.Amplification(), 1.0);
+  EXPECT_GE(c->total_s, c->decode_s);
+
+  o.params = 32000000;  // other shapes
+  auto other = BuildSyntheticModel(o, to);
+  ASSERT_OK(other);
+  EXPECT_FALSE(MeasurePlanCosts(saved->tensors, from, other->tensors, to, options).ok());
 }
 
 }  // namespace

@@ -8,54 +8,18 @@
 #include <optional>
 
 #include "ckpt/plan.h"
+#include "ckpt/plan_costs.h"
 #include "ckpt/synthetic.h"
 #include "ckpt/version.h"
 #include "commands.h"
 #include "common/cli.h"
 #include "common/synth_job.h"
-#include "plan/cover.h"
-#include "plan/load_plan.h"
-#include "plan/rule_manifest.h"
 #include "util/clock.h"
 #include "util/errors.h"
 #include "util/json.h"
 
 namespace ckpt::tools {
 namespace {
-
-// What ranks of the target mesh read of the manifest and how long each takes
-// to plan its own load from it: the head, the directory, the records of its
-// tensors and the file records of the chunks it meets (ReadManifestPart),
-// then the blocks of every chunk it meets. `samples` ranks evenly spread over
-// the mesh, the last one included.
-struct RankPlanning {
-  int64_t ranks = 0;
-  std::vector<double> seconds;
-  std::vector<double> bytes;
-  uint64_t reads_max = 0;
-};
-
-absl::StatusOr<RankPlanning> PlanRanksFromParts(const std::string& manifest, const SyntheticModel& target,
-                                                const Mesh& mesh, int64_t samples) {
-  RankPlanning out;
-  const int64_t n = mesh.NumRanks();
-  samples = std::min(samples, n);
-  for (int64_t k = 0; k < samples; ++k) {
-    const int64_t rank = samples == 1 ? 0 : k * (n - 1) / (samples - 1);
-    const double t0 = NowSeconds();
-    ManifestPartStats stats;
-    CKPT_RETURN_IF_ERROR(
-        PlanRankFromManifestPart(
-            [&](uint64_t off, uint64_t len) -> absl::StatusOr<std::string> { return manifest.substr(off, len); },
-            manifest.size(), target, mesh, rank, &stats)
-            .status());
-    out.seconds.push_back(NowSeconds() - t0);
-    out.bytes.push_back(static_cast<double>(stats.bytes_read));
-    out.reads_max = std::max(out.reads_max, stats.reads);
-    ++out.ranks;
-  }
-  return out;
-}
 
 double Max(const std::vector<double>& v) { return v.empty() ? 0 : *std::max_element(v.begin(), v.end()); }
 double Median(std::vector<double> v) {
@@ -64,16 +28,12 @@ double Median(std::vector<double> v) {
   return v[v.size() / 2];
 }
 
-// What `ckpt plan` measures: the phases' times and sizes of a save on one
-// mesh and a restart onto another.
+// What `ckpt plan` measures (MeasurePlanCosts) and of what.
 struct PlanFigures {
   std::optional<SyntheticModel> model, target;
-  RuleManifestStats rules;
+  PlanCosts costs;
   int64_t writer_bytes_max = 0, writer_bytes_total = 0;
-  double t_save_plan = 0, t_manifest = 0, t_encode = 0, t_decode = 0, t_load_plan = 0, total = 0, wall = 0, rss = 0;
-  size_t manifest_bytes = 0;
-  std::optional<RankPlanning> per_rank;
-  std::optional<LoadPlanStats> load;
+  double wall = 0, rss = 0;
 };
 
 // A failed phase: its message and the exit code it calls for.
@@ -82,72 +42,29 @@ struct PlanFailure {
   absl::Status status;
 };
 
-std::optional<PlanFailure> MeasurePlan(const SyntheticOptions& so, const Mesh& from, const Mesh& to, int64_t block,
-                                       int64_t tiles, int64_t rank_samples, PlanFigures& f) {
+std::optional<PlanFailure> MeasurePlan(const SyntheticOptions& so, const Mesh& from, const Mesh& to,
+                                       const PlanCostOptions& options, PlanFigures& f) {
   const double t0 = NowSeconds();
   auto model = BuildSyntheticModel(so, from);
   if (!model.ok()) return PlanFailure{kExitUsage, model.status()};
   f.model = std::move(*model);
-  // The save: every chunk's writer and blocks, as the manifest the leader
-  // commits, from the layouts' rules (grids; no object per chunk).
-  double t = NowSeconds();
-  auto built =
-      SaveManifestByRules(f.model->tensors, from, static_cast<uint64_t>(block), static_cast<int>(tiles), &f.rules);
-  if (!built.ok()) return PlanFailure{kExitProblem, built.status()};
-  f.t_save_plan = NowSeconds() - t;
-  f.writer_bytes_max = *std::max_element(f.rules.bytes_by_rank.begin(), f.rules.bytes_by_rank.end());
-  for (int64_t b : f.rules.bytes_by_rank) f.writer_bytes_total += b;
-
-  // The leader's exact-cover check, on the tensors listed chunk by chunk (a
-  // grid covers its tensor exactly).
-  t = NowSeconds();
-  for (const ManifestTensor& mt : built->tensors) {
-    if (mt.grid.has_value()) continue;
-    std::vector<Box> boxes;
-    boxes.reserve(mt.chunks.size());
-    for (const ManifestChunk& c : mt.chunks) boxes.push_back(c.box);
-    if (absl::Status cover = CheckExactCover(mt.spec, boxes); !cover.ok()) return PlanFailure{kExitProblem, cover};
-  }
-  f.t_manifest = NowSeconds() - t;
-
-  t = NowSeconds();
-  const std::string encoded = EncodeManifest(*built);
-  f.t_encode = NowSeconds() - t;
-  f.manifest_bytes = encoded.size();
-  *built = Manifest();
-  // The leader of the restart checks the whole manifest (every cell's file
-  // and blocks) without expanding its grids.
-  t = NowSeconds();
-  auto decoded = DecodeManifest(encoded, "simulated manifest", kMaxManifestChunks, GridChunks::kGridsOnly);
-  f.t_decode = NowSeconds() - t;
-  if (!decoded.ok()) return PlanFailure{kExitProblem, decoded.status()};
-
   auto target = BuildSyntheticModel(so, to);
   if (!target.ok()) return PlanFailure{kExitUsage, target.status()};
   f.target = std::move(*target);
-  // Each rank of the new mesh reads its part and plans its own load.
-  auto per_rank = PlanRanksFromParts(encoded, *f.target, to, std::max<int64_t>(1, rank_samples));
-  if (!per_rank.ok()) return PlanFailure{kExitProblem, per_rank.status()};
-  f.per_rank = std::move(*per_rank);
-  // The planning a save and a restart wait for: the save's plan and
-  // manifest, the leader's check, and the slowest rank's own load plan.
-  f.total = f.t_save_plan + f.t_manifest + f.t_encode + f.t_decode + Max(f.per_rank->seconds);
-
-  // Every rank's load planned on this one core, for the read amplification
-  // over the whole mesh (a figure of this tool, not a step of a restart).
-  t = NowSeconds();
-  auto load = PlanMeshLoad(*decoded, f.target->tensors, to);
-  if (!load.ok()) return PlanFailure{kExitProblem, load.status()};
-  f.load = std::move(*load);
-  f.t_load_plan = NowSeconds() - t;
+  auto costs = MeasurePlanCosts(f.model->tensors, from, f.target->tensors, to, options);
+  if (!costs.ok()) return PlanFailure{kExitProblem, costs.status()};
+  f.costs = std::move(*costs);
+  const std::vector<int64_t>& by_rank = f.costs.save.bytes_by_rank;
+  f.writer_bytes_max = by_rank.empty() ? 0 : *std::max_element(by_rank.begin(), by_rank.end());
+  for (int64_t b : by_rank) f.writer_bytes_total += b;
   f.wall = NowSeconds() - t0;
   f.rss = PeakRssBytes();
   return std::nullopt;
 }
 
 void WritePlanJson(JsonWriter& w, const Mesh& from, const Mesh& to, const PlanFigures& f) {
-  const LoadPlanStats& load = *f.load;
-  const RankPlanning& per_rank = *f.per_rank;
+  const PlanCosts& c = f.costs;
+  const LoadPlanStats& load = c.load;
   w.BeginObject()
       .Field("ranks_from", from.NumRanks())
       .Field("ranks_to", to.NumRanks())
@@ -156,17 +73,17 @@ void WritePlanJson(JsonWriter& w, const Mesh& from, const Mesh& to, const PlanFi
       .Field("params", f.model->params)
       .Field("tensors", static_cast<int64_t>(f.model->tensors.size()))
       .Field("layers", f.model->layers)
-      .Field("chunks", f.rules.chunks)
-      .Field("manifest_bytes", static_cast<int64_t>(f.manifest_bytes))
-      .Field("save_plan_s", f.t_save_plan)
-      .Field("manifest_and_cover_s", f.t_manifest)
-      .Field("encode_s", f.t_encode)
-      .Field("decode_s", f.t_decode)
-      .Field("load_plan_s", f.t_load_plan)
-      .Field("total_s", f.total)
+      .Field("chunks", f.costs.save.chunks)
+      .Field("manifest_bytes", c.manifest_bytes)
+      .Field("save_plan_s", c.save_plan_s)
+      .Field("manifest_and_cover_s", c.cover_s)
+      .Field("encode_s", c.encode_s)
+      .Field("decode_s", c.decode_s)
+      .Field("load_plan_s", c.load_plan_s)
+      .Field("total_s", c.total_s)
       .Field("wall_s", f.wall)
-      .Field("grid_tensors", f.rules.grid_tensors)
-      .Field("listed_chunks", f.rules.listed_chunks)
+      .Field("grid_tensors", f.costs.save.grid_tensors)
+      .Field("listed_chunks", f.costs.save.listed_chunks)
       .Field("writer_bytes_max", f.writer_bytes_max)
       .Field("writer_bytes_mean", static_cast<double>(f.writer_bytes_total) / static_cast<double>(from.NumRanks()))
       .Field("peak_rss_bytes", f.rss)
@@ -176,18 +93,18 @@ void WritePlanJson(JsonWriter& w, const Mesh& from, const Mesh& to, const PlanFi
       .Field("bytes_needed", load.bytes_needed)
       .Field("bytes_read", load.bytes_read)
       .Field("read_amplification", load.Amplification())
-      .Field("ranks_sampled", per_rank.ranks)
-      .Field("rank_manifest_bytes_max", Max(per_rank.bytes))
-      .Field("rank_manifest_bytes_median", Median(per_rank.bytes))
-      .Field("rank_manifest_reads_max", static_cast<int64_t>(per_rank.reads_max))
-      .Field("rank_plan_s_max", Max(per_rank.seconds))
-      .Field("rank_plan_s_median", Median(per_rank.seconds))
+      .Field("ranks_sampled", static_cast<int64_t>(c.sampled_ranks.size()))
+      .Field("rank_manifest_bytes_max", Max(c.rank_manifest_bytes))
+      .Field("rank_manifest_bytes_median", Median(c.rank_manifest_bytes))
+      .Field("rank_manifest_reads_max", static_cast<int64_t>(c.rank_manifest_reads_max))
+      .Field("rank_plan_s_max", Max(c.rank_plan_s))
+      .Field("rank_plan_s_median", Median(c.rank_plan_s))
       .EndObject();
 }
 
 // The tensors whose load reads the most bytes beyond those it needs.
 void PrintPerTensor(const PlanFigures& f) {
-  const LoadPlanStats& load = *f.load;
+  const LoadPlanStats& load = f.costs.load;
   std::vector<size_t> order(f.target->tensors.size());
   for (size_t i = 0; i < order.size(); ++i) order[i] = i;
   auto excess = [&](size_t i) { return load.per_tensor[i].second - load.per_tensor[i].first; };
@@ -204,39 +121,40 @@ void PrintPerTensor(const PlanFigures& f) {
 }
 
 void PrintPlanText(const Mesh& from, const Mesh& to, bool adam, const PlanFigures& f) {
-  const LoadPlanStats& load = *f.load;
-  const RankPlanning& per_rank = *f.per_rank;
+  const PlanCosts& c = f.costs;
+  const LoadPlanStats& load = c.load;
   std::printf("model: %.3g params, %d layers, %zu tensors%s\n", static_cast<double>(f.model->params), f.model->layers,
               f.model->tensors.size(), adam ? " (with Adam state)" : "");
   std::printf(
       "save on %s (%lld ranks): %lld chunks (%lld tensors as grids, %lld chunks listed), planned with its "
       "manifest in %.3f s; the most bytes one rank writes %s (mean %s)\n",
-      from.ToString().c_str(), static_cast<long long>(from.NumRanks()), static_cast<long long>(f.rules.chunks),
-      static_cast<long long>(f.rules.grid_tensors), static_cast<long long>(f.rules.listed_chunks), f.t_save_plan,
-      HumanBytes(static_cast<double>(f.writer_bytes_max)).c_str(),
+      from.ToString().c_str(), static_cast<long long>(from.NumRanks()), static_cast<long long>(f.costs.save.chunks),
+      static_cast<long long>(f.costs.save.grid_tensors), static_cast<long long>(f.costs.save.listed_chunks),
+      c.save_plan_s, HumanBytes(static_cast<double>(f.writer_bytes_max)).c_str(),
       HumanBytes(static_cast<double>(f.writer_bytes_total) / static_cast<double>(from.NumRanks())).c_str());
   std::printf(
       "manifest: %s, listed chunks exact-cover checked in %.3f s, encoded %.3f s, "
       "checked whole by the leader in %.3f s\n",
-      HumanBytes(static_cast<double>(f.manifest_bytes)).c_str(), f.t_manifest, f.t_encode, f.t_decode);
+      HumanBytes(static_cast<double>(c.manifest_bytes)).c_str(), c.cover_s, c.encode_s, c.decode_s);
   std::printf(
       "load onto %s (%lld ranks), every rank planned on this core: %lld distinct boxes, %lld overlaps, %lld read "
       "requests, %.3f s\n",
       to.ToString().c_str(), static_cast<long long>(to.NumRanks()), static_cast<long long>(load.distinct_boxes),
-      static_cast<long long>(load.overlaps), static_cast<long long>(load.block_ranges), f.t_load_plan);
+      static_cast<long long>(load.overlaps), static_cast<long long>(load.block_ranges), c.load_plan_s);
   std::printf("read amplification %.4f (%s read for %s needed, all ranks)\n", load.Amplification(),
               HumanBytes(static_cast<double>(load.bytes_read)).c_str(),
               HumanBytes(static_cast<double>(load.bytes_needed)).c_str());
   std::printf(
       "each rank planning alone (%lld of %lld ranks): reads %s of manifest at most (median %s, %llu reads), "
       "plans in %.1f ms at most (median %.1f ms)\n",
-      static_cast<long long>(per_rank.ranks), static_cast<long long>(to.NumRanks()),
-      HumanBytes(Max(per_rank.bytes)).c_str(), HumanBytes(Median(per_rank.bytes)).c_str(),
-      static_cast<unsigned long long>(per_rank.reads_max), Max(per_rank.seconds) * 1e3, Median(per_rank.seconds) * 1e3);
+      static_cast<long long>(static_cast<int64_t>(c.sampled_ranks.size())), static_cast<long long>(to.NumRanks()),
+      HumanBytes(Max(c.rank_manifest_bytes)).c_str(), HumanBytes(Median(c.rank_manifest_bytes)).c_str(),
+      static_cast<unsigned long long>(c.rank_manifest_reads_max), Max(c.rank_plan_s) * 1e3,
+      Median(c.rank_plan_s) * 1e3);
   std::printf(
       "planning total %.3f s (save plan and manifest, cover, encode, leader's check, slowest rank's "
       "load plan); peak memory %s; wall %.3f s\n",
-      f.total, HumanBytes(f.rss).c_str(), f.wall);
+      c.total_s, HumanBytes(f.rss).c_str(), f.wall);
 }
 
 }  // namespace
@@ -282,8 +200,12 @@ int PlanMain(int argc, char** argv, int first) {
   so.zero = zero;
   so.layers = static_cast<int>(layers);
   so.experts = static_cast<int>(experts);
+  PlanCostOptions po;
+  po.block_size = static_cast<uint64_t>(block);
+  po.max_tiles = static_cast<int>(tiles);
+  po.rank_samples = rank_samples;
   PlanFigures figures;
-  if (auto failed = MeasurePlan(so, *from, *to, block, tiles, rank_samples, figures)) {
+  if (auto failed = MeasurePlan(so, *from, *to, po, figures)) {
     std::fprintf(stderr, "ckpt plan: %s\n", std::string(failed->status.message()).c_str());
     return failed->exit;
   }

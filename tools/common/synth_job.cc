@@ -10,6 +10,7 @@
 #include "absl/strings/numbers.h"
 #include "ckpt/verify.h"
 #include "common/stats.h"
+#include "core/plan_costs.h"
 #include "core/root.h"
 #include "format/root_files.h"
 #include "pipeline/loader.h"
@@ -503,17 +504,7 @@ absl::StatusOr<SynthSaveResult> CombineSaveResults(Communicator& comm, const Syn
 absl::StatusOr<int64_t> PlanRankFromManifestPart(const ManifestRangeReader& read, uint64_t size,
                                                  const SyntheticModel& target, const Mesh& mesh, int64_t rank,
                                                  ManifestPartStats* stats) {
-  // The rank's target as a trainer declares it (no memory behind it: only
-  // planned), its part of the manifest, and the loader's own plan of it.
-  static std::byte nowhere[1];
-  State st;
-  CKPT_RETURN_IF_ERROR(st.SetMesh(mesh, rank));
-  for (const TensorLayout& layout : target.tensors) CKPT_RETURN_IF_ERROR(st.AddLayout(layout, nowhere));
-  ManifestWants wants;
-  for (const Shard& s : st.shards()) wants.boxes.push_back({s.spec.fqn, s.box});
-  CKPT_ASSIGN_OR_RETURN(Manifest part, ReadManifestPart(read, size, wants, "manifest", stats));
-  CKPT_ASSIGN_OR_RETURN(LoadPlanCounts plan, PlanLoad(part, st, static_cast<int>(rank)));
-  return plan.chunks;
+  return ckpt::PlanRankFromManifestPart(read, size, target.tensors, mesh, rank, stats);
 }
 
 }  // namespace ckpt::tools
