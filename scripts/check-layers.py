@@ -90,11 +90,11 @@ def target_layer(name):
 
 
 def sources(root, sub):
-    """The code under `sub`; a test beside the code it tests (NAME_test.cc) sits on top, as tests/ does."""
+    """The code under `sub`; a test beside the code it tests (NAME_test.cc, and the helpers its tests share, NAME_test.h) sits on top, as tests/ does."""
     top = os.path.join(root, sub)
     for dirpath, _, files in os.walk(top):
         for f in sorted(files):
-            if f.endswith((".h", ".cc", ".c")) and not f.endswith("_test.cc"):
+            if f.endswith((".h", ".cc", ".c")) and not f.endswith(("_test.cc", "_test.h")):
                 yield os.path.join(dirpath, f)
 
 
