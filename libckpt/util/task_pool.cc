@@ -25,8 +25,10 @@ void TaskPool::Submit(absl::AnyInvocable<void() &&> task) {
     }
     if (max_queued_ > 0) room_.wait(lock, [&] { return tasks_.size() < max_queued_; });
     tasks_.push_back(std::move(task));
+    // Under the lock: no thread can take the task, run it and let the
+    // pool's owner destroy the pool while this call still touches it.
+    work_.notify_one();
   }
-  work_.notify_one();
 }
 
 void TaskPool::Loop() {

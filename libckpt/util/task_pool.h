@@ -26,7 +26,10 @@ class TaskPool {
   TaskPool(const TaskPool&) = delete;
   TaskPool& operator=(const TaskPool&) = delete;
 
-  /// Queues `task` to run on one of the threads.
+  /// Queues `task` to run on one of the threads. Submit is done with the
+  /// pool before the task can start, so the pool may be destroyed as soon
+  /// as its tasks say they are done, even while the threads that submitted
+  /// them (I/O completions) are still returning from Submit.
   void Submit(absl::AnyInvocable<void() &&> task);
 
  private:
