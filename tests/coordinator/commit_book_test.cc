@@ -213,19 +213,21 @@ TEST(CommitBook, StragglersAreFarSlowerThanTheTypicalRank) {
   EXPECT_TRUE(Durations(1, two).stragglers.empty());
 }
 
+// A journal record of a step's decision, commit or abort.
+std::string StepRecord(JournalKind kind, int64_t st, int64_t gen) {
+  ByteWriter w;
+  w.U8(static_cast<uint8_t>(kind));
+  w.SVar(st);
+  w.SVar(gen);
+  return w.Take();
+}
+
 // The records a coordinator writes decode back, and the history check
 // tells legitimate sequences (a decided step aborted when its leader could
 // not publish; a step aborted in one generation saved again in the next)
 // from contradictions (one step of one generation committed and aborted;
 // generations going back; one durable step committed by two generations).
 TEST(History, DecodesRecordsAndFindsContradictions) {
-  auto step = [](JournalKind kind, int64_t st, int64_t gen) {
-    ByteWriter w;
-    w.U8(static_cast<uint8_t>(kind));
-    w.SVar(st);
-    w.SVar(gen);
-    return w.Take();
-  };
   auto generation = [](int64_t gen) {
     ByteWriter w;
     w.U8(static_cast<uint8_t>(JournalKind::kGeneration));
@@ -241,9 +243,10 @@ TEST(History, DecodesRecordsAndFindsContradictions) {
   };
   History ok;
   int64_t seq = 0;
-  for (const std::string& rec : {generation(1), step(JournalKind::kDecided, 5, 1), step(JournalKind::kCommitted, 5, 1),
-                                 step(JournalKind::kDecided, 10, 1), step(JournalKind::kAborted, 10, 1), generation(2),
-                                 step(JournalKind::kDecided, 10, 2), step(JournalKind::kCommitted, 10, 2)}) {
+  for (const std::string& rec :
+       {generation(1), StepRecord(JournalKind::kDecided, 5, 1), StepRecord(JournalKind::kCommitted, 5, 1),
+        StepRecord(JournalKind::kDecided, 10, 1), StepRecord(JournalKind::kAborted, 10, 1), generation(2),
+        StepRecord(JournalKind::kDecided, 10, 2), StepRecord(JournalKind::kCommitted, 10, 2)}) {
     auto r = DecodeRecord(++seq, rec);
     ASSERT_OK(r);
     ok.Add(std::move(*r));
@@ -256,8 +259,9 @@ TEST(History, DecodesRecordsAndFindsContradictions) {
 
   History bad;
   seq = 0;
-  for (const std::string& rec : {generation(2), step(JournalKind::kCommitted, 5, 2), step(JournalKind::kAborted, 5, 2),
-                                 generation(1), generation(3), step(JournalKind::kCommitted, 5, 3)}) {
+  for (const std::string& rec :
+       {generation(2), StepRecord(JournalKind::kCommitted, 5, 2), StepRecord(JournalKind::kAborted, 5, 2),
+        generation(1), generation(3), StepRecord(JournalKind::kCommitted, 5, 3)}) {
     auto r = DecodeRecord(++seq, rec);
     ASSERT_OK(r);
     bad.Add(std::move(*r));
@@ -270,26 +274,19 @@ TEST(History, DecodesRecordsAndFindsContradictions) {
   auto unknown = DecodeRecord(9, std::string("\x09\x01", 2));
   ASSERT_FALSE(unknown.ok());
   EXPECT_NE(unknown.status().message().find("record 9: unknown journal record kind 9"), absl::string_view::npos);
-  EXPECT_FALSE(DecodeRecord(1, step(JournalKind::kCommitted, 5, 1).substr(0, 1)).ok());
+  EXPECT_FALSE(DecodeRecord(1, StepRecord(JournalKind::kCommitted, 5, 1).substr(0, 1)).ok());
 }
 
 // The same records written to a journal and read back through the public
 // ReadCoordinatorHistory, which reads only.
 TEST(History, ReadCoordinatorHistoryReadsAJournalBack) {
   testing::TempDir dir;
-  auto step = [](JournalKind kind, int64_t st, int64_t gen) {
-    ByteWriter w;
-    w.U8(static_cast<uint8_t>(kind));
-    w.SVar(st);
-    w.SVar(gen);
-    return w.Take();
-  };
   {
     std::unique_ptr<StateLog> log = NewJournalLog(dir.path());
     uint64_t torn = 0;
     ASSERT_OK(log->Open([](std::string_view) { return absl::OkStatus(); }, &torn));
-    for (const std::string& rec :
-         {step(JournalKind::kDecided, 5, 1), step(JournalKind::kCommitted, 5, 1), step(JournalKind::kAborted, 5, 1)}) {
+    for (const std::string& rec : {StepRecord(JournalKind::kDecided, 5, 1), StepRecord(JournalKind::kCommitted, 5, 1),
+                                   StepRecord(JournalKind::kAborted, 5, 1)}) {
       ASSERT_OK(log->Append(rec));
     }
   }
