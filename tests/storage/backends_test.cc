@@ -21,6 +21,7 @@
 #include "storage/adapters/faulty/faulty_storage.h"
 #include "storage/roots/mem/mem_storage.h"
 #include "testutil/test_util.h"
+#include "util/errors.h"
 
 #ifndef CKPT_TEST_PLUGIN_DIR
 #error "CKPT_TEST_PLUGIN_DIR must name the directory of the built plugins"
@@ -436,17 +437,24 @@ TEST(Tiered, DrainErrorsReachWaitReplicated) {
   EXPECT_EQ(LoadAndCount(**s, kLatestStep, 1), 0);  // still loads from local
 }
 
+// A tiered root in `dir` whose step 4 has drained to the durable tier.
+absl::StatusOr<std::shared_ptr<Storage>> TieredRootHoldingStep4(const TempDir& dir) {
+  CKPT_ASSIGN_OR_RETURN(std::shared_ptr<Storage> s, OpenStorage(TieredUri(dir)));
+  {
+    auto cp = OpenCp(s);
+    if (cp == nullptr) return absl::InternalError("no Checkpointer on the tiered root");
+    CKPT_RETURN_IF_ERROR(SaveStep(*cp, 4));
+  }
+  CKPT_RETURN_IF_ERROR(WaitReplicated(*s));
+  return s;
+}
+
 // Tools reach each copy of a tiered root through the Tiers capability,
 // also behind an adapter; a root of one copy has none.
 TEST(Tiered, EachTierIsOpenToToolsThroughTheTiersCapability) {
   TempDir dir;
-  auto s = OpenStorage(TieredUri(dir));
+  auto s = TieredRootHoldingStep4(dir);
   ASSERT_OK(s);
-  {
-    auto cp = OpenCp(*s);
-    ASSERT_OK(SaveStep(*cp, 4));
-  }
-  ASSERT_OK(WaitReplicated(**s));
   std::vector<StorageTier> tiers = TiersOf(**s);
   ASSERT_EQ(tiers.size(), 2u);
   EXPECT_EQ(tiers[0].name, "local");
@@ -480,13 +488,8 @@ TEST(Storage, StorageUriEscapesAPathForTheBackendNamed) {
 
 TEST(Tiered, RepairRestoresAFlippedBlockFromTheOtherTier) {
   TempDir dir;
-  auto s = OpenStorage(TieredUri(dir));
+  auto s = TieredRootHoldingStep4(dir);
   ASSERT_OK(s);
-  {
-    auto cp = OpenCp(*s);
-    ASSERT_OK(SaveStep(*cp, 4));
-  }
-  ASSERT_OK(WaitReplicated(**s));
   auto local = OpenStorage(dir.Join("local"));
   auto durable = OpenStorage(dir.Join("durable"));
   ASSERT_OK(local);
