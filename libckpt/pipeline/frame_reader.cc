@@ -2,13 +2,13 @@
 
 #include <algorithm>
 #include <condition_variable>
+#include <deque>
 #include <mutex>
 #include <thread>
 
 #include "codec/codec.h"
 #include "util/aligned_buffer.h"
 #include "util/errors.h"
-#include "util/task_pool.h"
 
 namespace ckpt {
 
@@ -63,7 +63,9 @@ absl::Status ReadFrames(std::vector<FrameTask>& tasks, const FrameReaderOptions&
   std::condition_variable cv;
   std::vector<std::byte*> free_bufs;
   for (size_t i = 0; i < nbuf; ++i) free_bufs.push_back(pool.data() + i * largest);
+  std::deque<std::pair<const Group*, std::byte*>> ready;
   absl::Status first_error;
+  bool stop = false;
 
   auto fail = [&](const FrameTask& t, const absl::Status& s) {
     // REQUIRES: mu held.
@@ -75,24 +77,36 @@ absl::Status ReadFrames(std::vector<FrameTask>& tasks, const FrameReaderOptions&
   if (workers <= 0) {
     workers = static_cast<int>(std::min(4u, std::max(1u, std::thread::hardware_concurrency())));
   }
-  // A group read is checked and decoded on a worker, each with a codec of
-  // its own. Declared after what its tasks use, so that it is joined first.
-  TaskPool decoders(workers);
-  auto decode = [&](const Group& g, std::byte* buf) {
-    thread_local BlockCodec codec;
-    thread_local std::vector<std::byte> scratch;
-    for (size_t k = g.first; k < g.last; ++k) {
-      const FrameTask& t = tasks[k];
-      absl::Status st = process(t, absl::Span<const std::byte>(buf + (t.entry->offset - g.offset), t.entry->frame_len),
-                                codec, scratch);
-      std::lock_guard<std::mutex> lock(mu);
-      if (!st.ok()) fail(t, st);
-      if (on_done) on_done(t);
-    }
-    std::lock_guard<std::mutex> lock(mu);
-    free_bufs.push_back(buf);
-    cv.notify_all();
-  };
+  std::vector<std::thread> threads;
+  for (int i = 0; i < workers; ++i) {
+    threads.emplace_back([&] {
+      BlockCodec codec;
+      std::vector<std::byte> scratch;
+      while (true) {
+        std::pair<const Group*, std::byte*> item;
+        {
+          std::unique_lock<std::mutex> lock(mu);
+          cv.wait(lock, [&] { return stop || !ready.empty(); });
+          if (ready.empty()) return;
+          item = ready.front();
+          ready.pop_front();
+        }
+        const Group& g = *item.first;
+        for (size_t k = g.first; k < g.last; ++k) {
+          const FrameTask& t = tasks[k];
+          absl::Status st =
+              process(t, absl::Span<const std::byte>(item.second + (t.entry->offset - g.offset), t.entry->frame_len),
+                      codec, scratch);
+          std::lock_guard<std::mutex> lock(mu);
+          if (!st.ok()) fail(t, st);
+          if (on_done) on_done(t);
+        }
+        std::lock_guard<std::mutex> lock(mu);
+        free_bufs.push_back(item.second);
+        cv.notify_all();
+      }
+    });
+  }
 
   for (const Group& g : groups) {
     std::byte* buf;
@@ -104,21 +118,26 @@ absl::Status ReadFrames(std::vector<FrameTask>& tasks, const FrameReaderOptions&
       free_bufs.pop_back();
     }
     tasks[g.first].file->ReadAsync(g.offset, absl::Span<std::byte>(buf, g.bytes), [&, gp = &g, buf](absl::Status s) {
-      if (s.ok()) {
-        decoders.Submit([&decode, gp, buf] { decode(*gp, buf); });
-        return;
-      }
       std::lock_guard<std::mutex> lock(mu);
-      for (size_t k = gp->first; k < gp->last; ++k) {
-        fail(tasks[k], s);
-        if (on_done) on_done(tasks[k]);
+      if (!s.ok()) {
+        for (size_t k = gp->first; k < gp->last; ++k) {
+          fail(tasks[k], s);
+          if (on_done) on_done(tasks[k]);
+        }
+        free_bufs.push_back(buf);
+      } else {
+        ready.emplace_back(gp, buf);
       }
-      free_bufs.push_back(buf);
       cv.notify_all();
     });
   }
-  std::unique_lock<std::mutex> lock(mu);
-  cv.wait(lock, [&] { return free_bufs.size() == nbuf; });
+  {
+    std::unique_lock<std::mutex> lock(mu);
+    cv.wait(lock, [&] { return free_bufs.size() == nbuf && ready.empty(); });
+    stop = true;
+  }
+  cv.notify_all();
+  for (auto& t : threads) t.join();
   return first_error;
 }
 
