@@ -168,7 +168,9 @@ class CKPT_EXPORT CoordinatorClient {
   virtual ~CoordinatorClient() = default;
 
   /// Joins (or re-joins) and blocks until a generation that includes this
-  /// member forms. Clears stop_requested().
+  /// member forms. Clears stop_requested(). OutOfRange: the job finished
+  /// while this member waited (every member of the running generation
+  /// left); there is nothing left to do. PermissionDenied: a wrong token.
   virtual absl::StatusOr<Assignment> Join(double timeout_s) = 0;
   /// Collectives among the ranks of the current generation; `local_rank`
   /// in [0, local_ranks). Calls fail with Aborted once the generation ends.

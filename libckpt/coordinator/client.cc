@@ -129,6 +129,7 @@ void ClientImpl::ForgetVotes(int64_t step) {
 absl::StatusOr<Assignment> ClientImpl::ParseAssign(std::string_view payload) {
   CKPT_ASSIGN_OR_RETURN(const AssignReply m, Decode<AssignReply>(payload));
   if (m.status == AssignReply::kRefused) return absl::PermissionDeniedError(StrCat("coordinator: ", m.message));
+  if (m.status == AssignReply::kJobFinished) return absl::OutOfRangeError(StrCat("coordinator: ", m.message));
   if (m.status != AssignReply::kAssigned) return absl::AbortedError(StrCat("coordinator: ", m.message));
   Assignment a;
   a.generation = m.generation;

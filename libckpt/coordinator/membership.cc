@@ -56,6 +56,17 @@ void Membership::RemoveWaiting(uint64_t id) {
   waiting_order_.erase(std::remove(waiting_order_.begin(), waiting_order_.end(), id), waiting_order_.end());
 }
 
+std::vector<Member> Membership::TakeWaiting() {
+  std::vector<Member> out;
+  for (uint64_t id : waiting_order_) {
+    auto it = waiting_.find(id);
+    if (it != waiting_.end()) out.push_back(std::move(it->second));
+  }
+  waiting_.clear();
+  waiting_order_.clear();
+  return out;
+}
+
 std::vector<uint64_t> Membership::ForgetDisconnected() {
   std::vector<uint64_t> gone;
   for (const auto& [id, m] : waiting_) {

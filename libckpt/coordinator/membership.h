@@ -66,6 +66,9 @@ class Membership {
   bool IsMember(uint64_t id) const { return running_ && members_.count(id) > 0; }
   /// Adds (or replaces) a member waiting for the next generation.
   void AddWaiting(Member m);
+  /// Removes every waiting member and returns them, in join order (the job
+  /// finished: they are told so instead of waiting for a generation).
+  std::vector<Member> TakeWaiting();
   /// Drops waiting members whose connection is gone; returns their ids.
   std::vector<uint64_t> ForgetDisconnected();
   /// Forms the next generation from the waiting members: survivors of the

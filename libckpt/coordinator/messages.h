@@ -94,7 +94,9 @@ struct JoinRequest {
 
 /// assign (S->C): a place in a generation, or why there is none.
 struct AssignReply {
-  enum Status : uint8_t { kAssigned = 0, kRefused = 1, kNotResumable = 2 };
+  /// kJobFinished: every member of the generation left, the job is over;
+  /// a member that waited as a spare has nothing left to do.
+  enum Status : uint8_t { kAssigned = 0, kRefused = 1, kNotResumable = 2, kJobFinished = 3 };
   uint8_t status = kAssigned;
   std::string message;  ///< why, when not assigned
   uint64_t member_id = 0;

@@ -328,6 +328,23 @@ void CoordinatorImpl::EndGeneration(const std::string& reason, bool finished) {
   for (const Member& m : membership_.End()) {
     if (auto s = m.session.lock()) s->Send(EncodeFrame(MsgType::kStop, 0, Encode(StopPush{generation, reason})));
   }
+  if (finished) {
+    // Spares that waited for a next generation would wait out their join
+    // timeout and report a failure: there is none, the job is done.
+    AssignReply over;
+    over.status = AssignReply::kJobFinished;
+    over.message = StrCat("the job finished: every member of generation ", generation, " left",
+                          last_committed_ >= 0 ? StrCat(" (last committed step ", last_committed_, ")") : "");
+    const std::string payload = Encode(over);
+    for (const Member& m : membership_.TakeWaiting()) {
+      auto it = pending_joins_.find(m.id);
+      if (it == pending_joins_.end()) continue;
+      if (auto s = it->second.session.lock()) s->Reply(it->second.request_id, MsgType::kAssign, payload);
+      pending_joins_.erase(it);
+      Log(StrCat("member ", m.id, " (", m.host, ") waited as a spare: told the job finished"));
+    }
+    return;
+  }
   MaybeForm(false);
 }
 

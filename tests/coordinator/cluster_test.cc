@@ -771,12 +771,15 @@ RoundResult RunRound(Nemesis nemesis, uint64_t seed) {
   for (int i = 0; i < 6; ++i) {
     const bool killed = nemesis == Nemesis::kKillHost && 1 + i / 2 == victim;
     int rc = -1;
-    while (NowSeconds() - healed_at < 90) {
+    // Each worker is looked at at least once: one that exited while an
+    // earlier one used up the window still reports its own exit code.
+    while (true) {
       int status = 0;
       if (waitpid(workers[i], &status, WNOHANG) == workers[i]) {
         rc = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
         break;
       }
+      if (NowSeconds() - healed_at >= 90) break;
       watch(fault_at);
       std::this_thread::sleep_for(std::chrono::milliseconds(10));
     }

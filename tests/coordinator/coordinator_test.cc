@@ -1035,6 +1035,69 @@ TEST(Coordinator, CollectiveDeadlineEndsTheGeneration) {
   EXPECT_TRUE(clients[1]->stop_requested());
 }
 
+// A member that waits as a spare while the others finish the job is told
+// so at once (OutOfRange), instead of waiting out its join timeout.
+TEST(Coordinator, ASpareWaitingWhenTheJobFinishesIsToldTheJobFinished) {
+  TempDir dir;
+  std::vector<std::string> lines;
+  std::mutex mu;
+  CoordinatorOptions o = InProcess(dir, 2);
+  o.log = [&](const std::string& l) {
+    std::lock_guard<std::mutex> lock(mu);
+    lines.push_back(l);
+  };
+  auto coord = Coordinator::Start(o);
+  ASSERT_OK(coord);
+  auto connect = [&] {
+    CoordinatorClientOptions co;
+    co.address = StrCat("127.0.0.1:", (*coord)->port());
+    co.token = kToken;
+    co.heartbeat_s = 0.1;
+    auto c = CoordinatorClient::Connect(co);
+    EXPECT_TRUE(c.ok()) << c.status();
+    return c.ok() ? std::move(c).value() : nullptr;
+  };
+  auto logged = [&](const std::string& want) {
+    std::lock_guard<std::mutex> lock(mu);
+    for (const std::string& l : lines) {
+      if (l.find(want) != std::string::npos) return true;
+    }
+    return false;
+  };
+  std::vector<std::unique_ptr<CoordinatorClient>> members(2);
+  std::vector<std::thread> joins;
+  for (int i = 0; i < 2; ++i) {
+    joins.emplace_back([&, i] {
+      members[i] = connect();
+      ASSERT_NE(members[i], nullptr);
+      ASSERT_OK(members[i]->Join(10));
+    });
+  }
+  for (auto& t : joins) t.join();
+  ASSERT_NE(members[0], nullptr);
+  ASSERT_NE(members[1], nullptr);
+  auto spare = connect();
+  ASSERT_NE(spare, nullptr);
+  absl::StatusOr<Assignment> spare_join = absl::UnknownError("not answered");
+  double answered_after = -1;
+  std::thread waiting([&] {
+    const auto t0 = std::chrono::steady_clock::now();
+    spare_join = spare->Join(60);
+    answered_after = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  });
+  for (int i = 0; i < 250 && !logged("1 waiting"); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  ASSERT_TRUE(logged("1 waiting"));
+  ASSERT_OK(members[0]->Leave());
+  ASSERT_OK(members[1]->Leave());
+  waiting.join();
+  ASSERT_FALSE(spare_join.ok());
+  EXPECT_TRUE(absl::IsOutOfRange(spare_join.status())) << spare_join.status();
+  EXPECT_NE(spare_join.status().message().find("the job finished"), absl::string_view::npos) << spare_join.status();
+  EXPECT_LT(answered_after, 10.0);
+  EXPECT_TRUE(logged("told the job finished"));
+  EXPECT_NE((*coord)->StatusJson().find("\"waiting\":[]"), std::string::npos) << (*coord)->StatusJson();
+}
+
 // Replicas of one box that disagree raise an alert naming the minority; a
 // step whose written copy is the minority's is not committed.
 TEST(Coordinator, ReplicaDisagreementIsCaught) {

@@ -395,6 +395,10 @@ int WorkerMain(int argc, char** argv, int first) {
   }
   for (int attempt = 0; attempt < 20; ++attempt) {
     auto a = (*client)->Join(c.join_timeout_s);
+    if (absl::IsOutOfRange(a.status())) {  // waited as a spare; the others finished the job
+      std::fprintf(stderr, "ckpt worker: %s\n", std::string(a.status().message()).c_str());
+      return kExitOk;
+    }
     if (!a.ok()) {
       std::fprintf(stderr, "ckpt worker: join: %s\n", std::string(a.status().message()).c_str());
       return absl::IsPermissionDenied(a.status()) ? kExitUsage : kExitProblem;
