@@ -6,14 +6,17 @@
 #include <algorithm>
 #include <cstdio>
 #include <mutex>
+#include <type_traits>
 
 #include "ckpt/dtype.h"
-#include "format/hdf5_util.h"
+#include "ckpt/hdf5.h"
 #include "util/errors.h"
 #include "util/hash.h"
 #include "util/strings.h"
 
 namespace ckpt {
+static_assert(std::is_same_v<hid_t, Hid::Id> && std::is_same_v<herr_t, int>,
+              "ckpt/hdf5.h spells hid_t as int64_t and herr_t as int");
 namespace {
 
 absl::Status Fail(const std::string& path, std::string_view what) {
@@ -50,14 +53,14 @@ Hid Hdf5TypeOf(DType d) {
   }
 }
 
-bool WriteHdf5I64Attr(hid_t obj, const char* name, const std::vector<int64_t>& v) {
+bool WriteHdf5I64Attr(int64_t obj, const char* name, const std::vector<int64_t>& v) {
   const hsize_t n = v.size();
   Hid space(v.empty() ? H5Screate(H5S_NULL) : H5Screate_simple(1, &n, nullptr), H5Sclose);
   Hid attr(H5Acreate2(obj, name, H5T_STD_I64LE, space.get(), H5P_DEFAULT, H5P_DEFAULT), H5Aclose);
   return attr.ok() && (v.empty() || H5Awrite(attr.get(), H5T_NATIVE_INT64, v.data()) >= 0);
 }
 
-bool WriteHdf5StringAttr(hid_t obj, const char* name, std::string_view value) {
+bool WriteHdf5StringAttr(int64_t obj, const char* name, std::string_view value) {
   Hid type(H5Tcopy(H5T_C_S1), H5Tclose);
   H5Tset_size(type.get(), std::max<size_t>(1, value.size()));
   Hid space(H5Screate(H5S_SCALAR), H5Sclose);

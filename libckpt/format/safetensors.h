@@ -9,7 +9,7 @@
 // Everything read here is checked before it is used: the header's length
 // against the file and kMaxSafetensorsHeader, the JSON strictly, each dtype,
 // shape and offset range, and the cover of the buffer. Errors name the file
-// and the tensor.
+// and the tensor. The writers and the structs are public (ckpt/safetensors.h).
 #ifndef CKPT_FORMAT_SAFETENSORS_H_
 #define CKPT_FORMAT_SAFETENSORS_H_
 
@@ -22,19 +22,10 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "ckpt/safetensors.h"
 #include "ckpt/tensor.h"
 
 namespace ckpt {
-
-struct SafetensorsTensor {
-  std::string name;
-  std::string dtype_name;      ///< as spelled in the file ("BF16", "F8_E4M3")
-  std::optional<DType> dtype;  ///< ckpt's type for it, when ckpt has one
-  uint32_t elem_bits = 0;      ///< bits per element (4 for F4)
-  Shape shape;
-  uint64_t begin = 0;  ///< byte range in the buffer
-  uint64_t end = 0;
-};
 
 struct SafetensorsFile {
   uint64_t header_len = 0;
@@ -45,8 +36,6 @@ struct SafetensorsFile {
 
 /// Bits per element of a safetensors dtype name, 0 when unknown.
 uint32_t SafetensorsDTypeBits(std::string_view name);
-/// The safetensors name of a ckpt dtype.
-std::string_view SafetensorsDTypeName(DType dtype);
 
 /// The header length from a file's first 8 bytes, checked against the file
 /// size and kMaxSafetensorsHeader.
@@ -57,12 +46,6 @@ absl::StatusOr<uint64_t> DecodeSafetensorsPrefix(const std::byte* first8, uint64
 absl::StatusOr<SafetensorsFile> DecodeSafetensorsHeader(std::string_view json, uint64_t file_size,
                                                         std::string_view file);
 
-/// The 8-byte prefix and the JSON header for `tensors` (their begin/end set,
-/// in buffer order) and `metadata`, padded with spaces so that the buffer
-/// starts at a multiple of 8.
-std::string EncodeSafetensorsHeader(const std::vector<SafetensorsTensor>& tensors,
-                                    const std::map<std::string, std::string>& metadata);
-
 /// Data files of a safetensors root end in ".safetensors": their blocks are
 /// bare and unchecked.
 bool IsSafetensorsDataFile(std::string_view name);
@@ -70,16 +53,9 @@ bool IsSafetensorsDataFile(std::string_view name);
 /// rank reading its rows reads little more than those rows.
 inline constexpr uint64_t kSafetensorsBlockBytes = 64u << 10;
 
-struct SafetensorsIndex {
-  uint64_t total_size = 0;
-  std::map<std::string, std::string> weight_map;  ///< tensor -> shard file name
-  std::map<std::string, std::string> metadata;    ///< other string members of "metadata"
-};
-
 /// Parses model.safetensors.index.json. Shard names must be plain file names
 /// (no directories).
 absl::StatusOr<SafetensorsIndex> DecodeSafetensorsIndex(std::string_view json, std::string_view file);
-std::string EncodeSafetensorsIndex(const SafetensorsIndex& index);
 
 }  // namespace ckpt
 

@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "ckpt/checkpointer.h"
+#include "ckpt/safetensors.h"
 #include "testutil/test_util.h"
 
 #ifndef CKPT_BIN
@@ -375,6 +376,49 @@ TEST(SafetensorsRoot, FilesOutliveTheStorageAndThreadsShareIt) {
   EXPECT_EQ(std::memcmp(got.data(), values, 16), 0);
   std::vector<std::byte> head(8);
   ASSERT_OK((*manifest)->ReadAt(0, absl::Span<std::byte>(head)));
+}
+
+// The root's SafetensorsModel capability says where each tensor's bytes
+// lie, directly and through an adapter; the bytes there are the tensor's.
+TEST(SafetensorsRoot, TheModelCapabilitySaysWhereEachTensorsBytesLie) {
+  TempDir dir;
+  // Two tensors in one file, the second after the first in the buffer, and
+  // metadata as `ckpt export` writes it.
+  std::vector<SafetensorsTensor> tensors(2);
+  tensors[0] = SafetensorsTensor{"b.bias", "F32", DType::kF32, 32, {3}, 0, 12};
+  tensors[1] = SafetensorsTensor{"a.weight", "I16", DType::kI16, 16, {2, 2}, 12, 20};
+  const std::string header = EncodeSafetensorsHeader(tensors, {{"ckpt.step", "42"}, {"ckpt.meta.lr", "0.1"}});
+  const float bias[3] = {0.5f, -1.0f, 2.0f};
+  const int16_t weight[4] = {1, -2, 300, -400};
+  std::string bytes = header + std::string(reinterpret_cast<const char*>(bias), 12) +
+                      std::string(reinterpret_cast<const char*>(weight), 8);
+  WriteFile(dir.Join("model.safetensors"), bytes);
+  for (const std::string uri :
+       {"safetensors://" + dir.Join("model.safetensors"), "faulty://safetensors://" + dir.Join("model.safetensors")}) {
+    auto storage = OpenStorage(uri);
+    ASSERT_TRUE(storage.ok()) << uri << ": " << storage.status();
+    const SafetensorsModel* model = FindCapability<SafetensorsModel>(**storage);
+    ASSERT_NE(model, nullptr) << uri;
+    EXPECT_EQ(model->step(), 42) << uri;
+    EXPECT_EQ(model->metadata().at("lr"), "0.1") << uri;
+    ASSERT_EQ(model->tensors().size(), 2u) << uri;
+    const SafetensorsModel::Tensor& a = model->tensors()[0];  // ascending by name
+    const SafetensorsModel::Tensor& b = model->tensors()[1];
+    EXPECT_EQ(a.spec.fqn, "a.weight");
+    EXPECT_EQ(a.spec.dtype, DType::kI16);
+    EXPECT_EQ(a.spec.shape, (Shape{2, 2}));
+    EXPECT_EQ(b.spec.fqn, "b.bias");
+    EXPECT_EQ(a.bytes, 8u);
+    EXPECT_EQ(b.bytes, 12u);
+    EXPECT_EQ(a.file, dir.Join("model.safetensors"));
+    const std::string back = ReadFile(a.file);
+    EXPECT_EQ(back.compare(a.offset, a.bytes, reinterpret_cast<const char*>(weight), 8), 0) << uri;
+    EXPECT_EQ(back.compare(b.offset, b.bytes, reinterpret_cast<const char*>(bias), 12), 0) << uri;
+  }
+  // A ckpt root has no such capability.
+  auto plain = OpenStorage(dir.Join("empty-root"));
+  ASSERT_OK(plain);
+  EXPECT_EQ(FindCapability<SafetensorsModel>(**plain), nullptr);
 }
 
 // Hand-made broken models: each is exit 2 from the tools, naming the file

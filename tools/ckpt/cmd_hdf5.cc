@@ -22,13 +22,13 @@
 #include <vector>
 
 #include "ckpt/checkpointer.h"
+#include "ckpt/hdf5.h"
 #include "ckpt/storage.h"
 #include "ckpt/verify.h"
 #include "ckpt/version.h"
 #include "commands.h"
 #include "common/cli.h"
 #include "common/synth_job.h"
-#include "format/hdf5_util.h"
 #include "util/strings.h"
 
 namespace ckpt::tools {

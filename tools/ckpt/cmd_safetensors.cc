@@ -10,6 +10,7 @@
 #include <fcntl.h>
 #include <sys/mman.h>
 #include <sys/resource.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -36,13 +37,11 @@
 #include "absl/strings/match.h"
 #include "ckpt/checkpointer.h"
 #include "ckpt/dtype.h"
+#include "ckpt/safetensors.h"
 #include "ckpt/verify.h"
 #include "commands.h"
 #include "common/cli.h"
 #include "common/synth_job.h"
-#include "core/root.h"
-#include "format/frame_check.h"
-#include "format/safetensors.h"
 #include "util/aligned_buffer.h"
 #include "util/errors.h"
 #include "util/json.h"
@@ -822,11 +821,9 @@ int ImportSafetensorsMain(int argc, char** argv, int first) {
   const std::string uri = in.rfind("safetensors://", 0) == 0 ? in : StorageUri("safetensors", in);
   auto storage = OpenStorage(uri);
   if (!storage.ok()) return usage(std::string(storage.status().message()));
-  auto latest = LatestCommittedStep(**storage);
-  if (!latest.ok()) return usage(std::string(latest.status().message()));
-  auto manifest = ReadManifest(**storage, *latest);
-  if (!manifest.ok()) return usage(std::string(manifest.status().message()));
-  if (step < 0) step = manifest->step;
+  const SafetensorsModel* model = FindCapability<SafetensorsModel>(**storage);
+  if (model == nullptr) return usage(StrCat(uri, " is not a safetensors model"));
+  if (step < 0) step = model->step();
 
   // Each shard mapped read-only; a tensor points at its bytes there.
   struct Mapping {
@@ -836,36 +833,31 @@ int ImportSafetensorsMain(int argc, char** argv, int first) {
       if (base != MAP_FAILED) ::munmap(base, size);
     }
   };
-  std::vector<Mapping> maps(manifest->files.size());
-  std::vector<std::vector<IndexEntry>> indexes(manifest->files.size());
-  const std::string dir = StepDir(*latest);
-  for (size_t i = 0; i < manifest->files.size(); ++i) {
-    const ManifestFile& mf = manifest->files[i];
-    const std::string path = StrCat(dir, "/", mf.name);
-    auto f = (*storage)->OpenReadable(path);
-    if (!f.ok()) return usage(std::string(f.status().message()));
-    auto index = ReadFileIndex(**f, mf, path);
-    if (!index.ok()) return usage(std::string(index.status().message()));
-    indexes[i] = std::move(index).value();
-    const std::string local = LocalPath(**storage, path);
-    const int fd = ::open(local.c_str(), O_RDONLY | O_CLOEXEC);
-    if (fd < 0) return usage(StrCat("cannot open ", local, ": ", std::strerror(errno)));
-    maps[i].size = static_cast<size_t>(mf.index_offset);
-    if (maps[i].size > 0) maps[i].base = ::mmap(nullptr, maps[i].size, PROT_READ, MAP_PRIVATE, fd, 0);
-    ::close(fd);
-    if (maps[i].size > 0 && maps[i].base == MAP_FAILED) {
-      return usage(StrCat("cannot map ", local, ": ", std::strerror(errno)));
-    }
-    if (maps[i].size > 0) ::madvise(maps[i].base, maps[i].size, MADV_SEQUENTIAL);
-  }
+  std::map<std::string, Mapping> maps;
   static const std::byte kEmpty[8] = {};
   State state;
-  for (const ManifestTensor& t : manifest->tensors) {
-    const ManifestChunk& c = t.chunks.at(0);
+  uint64_t logical = 0;
+  for (const SafetensorsModel::Tensor& t : model->tensors()) {
     const std::byte* data = kEmpty;
-    if (c.block_count > 0) {
-      data = static_cast<const std::byte*>(maps[c.file].base) + indexes[c.file][c.first_block].offset;
+    if (t.bytes > 0) {
+      if (t.file.empty()) return usage(StrCat(in, ": its files are not local files, which import maps"));
+      Mapping& m = maps[t.file];
+      if (m.base == MAP_FAILED) {
+        const int fd = ::open(t.file.c_str(), O_RDONLY | O_CLOEXEC);
+        if (fd < 0) return usage(StrCat("cannot open ", t.file, ": ", std::strerror(errno)));
+        struct stat st {};
+        if (::fstat(fd, &st) == 0) m.size = static_cast<size_t>(st.st_size);
+        if (m.size > 0) m.base = ::mmap(nullptr, m.size, PROT_READ, MAP_PRIVATE, fd, 0);
+        ::close(fd);
+        if (m.base == MAP_FAILED) return usage(StrCat("cannot map ", t.file, ": ", std::strerror(errno)));
+        ::madvise(m.base, m.size, MADV_SEQUENTIAL);
+      }
+      if (t.offset > m.size || t.bytes > m.size - t.offset) {
+        return usage(StrCat(t.file, " changed underneath: tensor '", t.spec.fqn, "' ends past its ", m.size, " bytes"));
+      }
+      data = static_cast<const std::byte*>(m.base) + t.offset;
     }
+    logical += t.bytes;
     if (absl::Status st = state.AddTensor(t.spec, const_cast<std::byte*>(data)); !st.ok()) {
       return usage(std::string(st.message()));
     }
@@ -874,8 +866,8 @@ int ImportSafetensorsMain(int argc, char** argv, int first) {
   SaveOptions so;
   std::deque<std::string> blob_values;
   std::map<int, std::vector<std::pair<std::string, const std::string*>>> rank_blobs;
-  const bool from_ckpt = manifest->metadata.count("ckpt.step") > 0;
-  for (const auto& [k, v] : manifest->metadata) {
+  const bool from_ckpt = model->metadata().count("ckpt.step") > 0;
+  for (const auto& [k, v] : model->metadata()) {
     std::string_view key = k;
     if (ConsumePrefix(&key, "ckpt.blob.")) {
       blob_values.push_back(v);
@@ -908,9 +900,9 @@ int ImportSafetensorsMain(int argc, char** argv, int first) {
     std::fprintf(stderr, "ckpt import: %s\n", std::string(st.message()).c_str());
     return kExitProblem;
   }
-  std::printf("imported %zu tensors (%s) from %s as step %lld of %s (%d rank(s), codec %s)\n", manifest->tensors.size(),
-              HumanBytes(static_cast<double>(manifest->LogicalBytes())).c_str(), in.c_str(),
-              static_cast<long long>(step), out.c_str(), world, std::string(CodecName(*codec)).c_str());
+  std::printf("imported %zu tensors (%s) from %s as step %lld of %s (%d rank(s), codec %s)\n", model->tensors().size(),
+              HumanBytes(static_cast<double>(logical)).c_str(), in.c_str(), static_cast<long long>(step), out.c_str(),
+              world, std::string(CodecName(*codec)).c_str());
   return kExitOk;
 }
 

@@ -12,6 +12,7 @@
 
 #include "absl/strings/str_join.h"
 #include "ckpt/limits.h"
+#include "ckpt/safetensors.h"
 #include "format/data_file.h"
 #include "format/manifest.h"
 #include "format/root_files.h"
@@ -78,7 +79,10 @@ class RootFile : public ReadableFile {
   std::shared_ptr<const void> owner_;
 };
 
-class SafetensorsStorage : public Storage, public LocalFiles, public std::enable_shared_from_this<SafetensorsStorage> {
+class SafetensorsStorage : public Storage,
+                           public LocalFiles,
+                           public SafetensorsModel,
+                           public std::enable_shared_from_this<SafetensorsStorage> {
  public:
   SafetensorsStorage(std::shared_ptr<Storage> base, std::string uri) : base_(std::move(base)), uri_(std::move(uri)) {}
 
@@ -129,6 +133,8 @@ class SafetensorsStorage : public Storage, public LocalFiles, public std::enable
         }
         ManifestTensor mt;
         mt.spec = TensorSpec{t.name, *t.dtype, t.shape};
+        located_.push_back(SafetensorsModel::Tensor{mt.spec, ::ckpt::LocalPath(*base_, name), sf.data_start + t.begin,
+                                                    t.end - t.begin});
         ManifestChunk c;
         c.file = static_cast<uint32_t>(fi);
         c.box = Box::Whole(t.shape);
@@ -163,6 +169,10 @@ class SafetensorsStorage : public Storage, public LocalFiles, public std::enable
     if (!index_.weight_map.empty()) CKPT_RETURN_IF_ERROR(CheckIndex(owner));
     std::sort(m.tensors.begin(), m.tensors.end(),
               [](const ManifestTensor& a, const ManifestTensor& b) { return a.spec.fqn < b.spec.fqn; });
+    std::sort(
+        located_.begin(), located_.end(),
+        [](const SafetensorsModel::Tensor& a, const SafetensorsModel::Tensor& b) { return a.spec.fqn < b.spec.fqn; });
+    metadata_ = m.metadata;
     // The claim of a save that wrote this step: the headers' hash as its id.
     StepClaim claim;
     claim.save_id = id_hash == 0 ? 1 : id_hash;
@@ -266,8 +276,14 @@ class SafetensorsStorage : public Storage, public LocalFiles, public std::enable
     return s == nullptr ? std::string() : ::ckpt::LocalPath(*base_, s->name);
   }
   StorageCapability* Capability(std::string_view name) override {
-    return name == LocalFiles::kName ? static_cast<LocalFiles*>(this) : nullptr;
+    if (name == LocalFiles::kName) return static_cast<LocalFiles*>(this);
+    if (name == SafetensorsModel::kName) return static_cast<SafetensorsModel*>(this);
+    return nullptr;
   }
+  // SafetensorsModel:
+  const std::vector<SafetensorsModel::Tensor>& tensors() const override { return located_; }
+  int64_t step() const override { return step_; }
+  const std::map<std::string, std::string>& metadata() const override { return metadata_; }
 
  private:
   std::string Display(const std::string& name) const { return StrCat(base_->uri(), "/", name); }
@@ -302,6 +318,8 @@ class SafetensorsStorage : public Storage, public LocalFiles, public std::enable
   int64_t step_ = 0;
   std::string manifest_, claim_, latest_;
   std::optional<std::string> sums_;  // SHA256SUMS beside the shards, if any
+  std::vector<SafetensorsModel::Tensor> located_;
+  std::map<std::string, std::string> metadata_;
 };
 
 bool IsDir(const std::string& p) {
