@@ -24,6 +24,7 @@
 #include "common/cli.h"
 #include "common/synth_job.h"
 #include "core/collective_plan.h"
+#include "core/plan_costs.h"
 #include "core/root.h"
 #include "format/manifest.h"
 #include "format/manifest_part.h"
@@ -52,7 +53,7 @@ absl::StatusOr<RankFigures> PlanOneRank(Storage& storage, const std::string& pat
   CKPT_ASSIGN_OR_RETURN(std::unique_ptr<ReadableFile> file, storage.OpenReadable(path));
   ManifestPartStats stats;
   CKPT_ASSIGN_OR_RETURN(
-      f.chunks, tools::PlanRankFromManifestPart(FileRangeReader(*file), file->size(), target, mesh, rank, &stats));
+      f.chunks, PlanRankFromManifestPart(FileRangeReader(*file), file->size(), target.tensors, mesh, rank, &stats));
   f.seconds = NowSeconds() - t0;
   f.bytes = stats.bytes_read;
   f.reads = stats.reads;

@@ -29,6 +29,7 @@
 #include "util/clock.h"
 #include "util/errors.h"
 #include "util/json.h"
+#include "util/strings.h"
 
 namespace ckpt::bench {
 namespace {

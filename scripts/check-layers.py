@@ -30,7 +30,8 @@ StorageCapability, and backends reach one another through OpenStorage.
 Benchmarks and tests sit on top. They may use the tools' shared library
 (tools/common: argument parsing, the synthetic job) and the test doubles of
 tests/support, but benchmarks may not reach into the command-line tool's
-own files (tools/ckpt), and the library may not include test code.
+own files (tools/ckpt), and the library may not include test code. The
+tools themselves use the public API, util/ and tools/common only.
 Exit status: 0 clean, 1 violations found (listed), 2 usage.
 """
 import os
@@ -159,6 +160,15 @@ def check(root):
                 complain(path, number, f'public header of layer {mine} includes "{name}" (layer {layer})')
             elif not name.startswith("ckpt/") and not name.startswith("absl/"):
                 complain(path, number, f'public header includes the internal "{name}"')
+    # The command-line tool is a client of the public API: beyond include/ckpt
+    # it may use util/ and its own tools/common, nothing else of libckpt.
+    for path in sources(root, "tools"):
+        for number, name in includes(path):
+            layer = target_layer(name)
+            if layer is None or name.startswith(("ckpt/", "util/")) or BACKEND_DIR.match(name):
+                continue
+            complain(path, number, f'the command-line tool includes the internal "{name}": use the public '
+                     "API (include/ckpt), adding to it if it lacks something")
     for path in sources(root, "benchmarks"):
         for number, name in includes(path):
             if os.path.basename(name) in TOOL_HEADERS or name.startswith("ckpt/commands"):
@@ -197,13 +207,15 @@ def self_test():
         write("libckpt/storage/roots/hdf5/h.cc", '#include "storage/roots/file/io_engine.h"\n')
         write("libckpt/format_roots/st/st.cc", '#include "format/manifest.h"\n#include "storage/backend.h"\n')
         write("tools/ckpt/cmd_x.cc", '#include "format_roots/st/st.h"\n')
+        write("tools/common/inside.cc", '#include "common/cli.h"\n#include "util/bytes.h"\n#include "core/root.h"\n')
         write("libckpt/storage/roots/s3/s3_test.cc", '#include "core/root.h"\n#include "testutil/test_util.h"\n')
         found = check(root)
         expect = ["libckpt/format/bad.cc:1", "libckpt/pipeline/up.cc:1", "libckpt/layout/side.cc:1",
                   "include/ckpt/new.h:1", "include/ckpt/mesh.h:1", "benchmarks/b.cc:1",
                   "libckpt/coordinator/double.cc:1", "libckpt/storage/up.cc:1", "libckpt/storage/names.cc:1",
                   "libckpt/storage/files.cc:1", "libckpt/core/backend.cc:1", "libckpt/storage/roots/hdf5/h.cc:1",
-                  "tools/ckpt/cmd_x.cc:1", "libckpt/pipeline/files.cc:1", "libckpt/plan/names.cc:1"]
+                  "tools/ckpt/cmd_x.cc:1", "libckpt/pipeline/files.cc:1", "libckpt/plan/names.cc:1",
+                  "tools/common/inside.cc:3"]
         for e in expect:
             assert any(p.startswith(e) for p in found), (e, found)
         assert len(found) == len(expect), found

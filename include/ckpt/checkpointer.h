@@ -209,8 +209,11 @@ CKPT_EXPORT absl::StatusOr<LoadStats> LoadCheckpoint(Storage& storage, const Sta
 class CKPT_EXPORT StepReader {
  public:
   /// Opens `step` of the root (kLatestStep: the latest committed one);
-  /// NotFound when it is not committed there.
-  static absl::StatusOr<std::unique_ptr<StepReader>> Open(std::shared_ptr<Storage> storage, int64_t step = kLatestStep);
+  /// NotFound when it is not committed there. `allow_fallback`: as
+  /// LoadOptions::allow_fallback, the newest older committed step that reads
+  /// when this one cannot (step() and damage_note() say so).
+  static absl::StatusOr<std::unique_ptr<StepReader>> Open(std::shared_ptr<Storage> storage, int64_t step = kLatestStep,
+                                                          bool allow_fallback = false);
   ~StepReader();
   StepReader(const StepReader&) = delete;
   StepReader& operator=(const StepReader&) = delete;
@@ -218,6 +221,8 @@ class CKPT_EXPORT StepReader {
   int64_t step() const;
   /// The step's metadata (SaveOptions::metadata of its save).
   const std::map<std::string, std::string>& metadata() const;
+  /// Its tensors (global shapes), ascending by name.
+  const std::vector<TensorSpec>& tensors() const;
   /// Damage met while opening (the manifest read from its copy), or empty.
   const std::string& damage_note() const;
   /// Fills `target` (`rank` selects per-rank blobs whose source rank is

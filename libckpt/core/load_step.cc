@@ -40,15 +40,19 @@ absl::StatusOr<LoadStats> LoadStepAlone(Storage& storage, const State& target, i
 struct StepReader::Impl {
   std::shared_ptr<Storage> storage;
   LoadableStep found;
+  std::vector<TensorSpec> tensors;
 };
 
 StepReader::StepReader(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 StepReader::~StepReader() = default;
 
-absl::StatusOr<std::unique_ptr<StepReader>> StepReader::Open(std::shared_ptr<Storage> storage, int64_t step) {
+absl::StatusOr<std::unique_ptr<StepReader>> StepReader::Open(std::shared_ptr<Storage> storage, int64_t step,
+                                                             bool allow_fallback) {
   if (storage == nullptr) return absl::InvalidArgumentError("StepReader::Open: no storage");
   auto impl = std::make_unique<Impl>();
-  CKPT_ASSIGN_OR_RETURN(impl->found, ResolveLoadable(*storage, step, /*allow_fallback=*/false, GridChunks::kGridsOnly));
+  CKPT_ASSIGN_OR_RETURN(impl->found, ResolveLoadable(*storage, step, allow_fallback, GridChunks::kGridsOnly));
+  impl->tensors.reserve(impl->found.manifest.tensors.size());
+  for (const ManifestTensor& t : impl->found.manifest.tensors) impl->tensors.push_back(t.spec);
   ReportDamage(impl->found, storage->uri());
   impl->storage = std::move(storage);
   return std::unique_ptr<StepReader>(new StepReader(std::move(impl)));
@@ -57,6 +61,7 @@ absl::StatusOr<std::unique_ptr<StepReader>> StepReader::Open(std::shared_ptr<Sto
 int64_t StepReader::step() const { return impl_->found.step; }
 const std::map<std::string, std::string>& StepReader::metadata() const { return impl_->found.manifest.metadata; }
 const std::string& StepReader::damage_note() const { return impl_->found.note; }
+const std::vector<TensorSpec>& StepReader::tensors() const { return impl_->tensors; }
 
 absl::StatusOr<LoadStats> StepReader::Load(const State& target, int rank, const LoadOptions& options) const {
   const LoadableStep& found = impl_->found;

@@ -410,6 +410,11 @@ TEST(Integrity, AStepReaderLoadsPieceByPieceFromOneOpen) {
   EXPECT_EQ((*reader)->step(), 4);
   EXPECT_EQ((*reader)->metadata().at("run"), "integrity");
   EXPECT_TRUE((*reader)->damage_note().empty());
+  ASSERT_EQ((*reader)->tensors().size(), 2u);  // ascending by name, global shapes
+  EXPECT_EQ((*reader)->tensors()[0].fqn, std::min(kBias.fqn, kWeight.fqn));
+  for (const TensorSpec& t : (*reader)->tensors()) {
+    EXPECT_EQ(t.shape, t.fqn == kBias.fqn ? kBias.shape : kWeight.shape) << t.fqn;
+  }
   std::vector<OwnedShard> bias = {EmptyShard(kBias, Box::Whole(kBias.shape))};
   auto loaded = (*reader)->Load(StateOf(bias));
   ASSERT_OK(loaded);
@@ -439,6 +444,14 @@ TEST(Integrity, AStepReaderLoadsPieceByPieceFromOneOpen) {
   EXPECT_FALSE(DescribeCheckpointStep(**storage, 4)->manifest_from_copy);
   EXPECT_EQ(DescribeCheckpointStep(**storage, 4)->state, StepState::kCommitted);
   EXPECT_TRUE(absl::IsNotFound(DescribeCheckpointStep(**storage, 5).status()));
+  // Both manifests of step 7 damaged: refused, unless a fallback is allowed,
+  // which opens step 4 and says why.
+  FlipBit(StrCat(root, "/", StepDir(7), "/MANIFEST.copy"), 40, 1);
+  EXPECT_FALSE(StepReader::Open(*storage, 7).ok());
+  auto fell_back = StepReader::Open(*storage, kLatestStep, /*allow_fallback=*/true);
+  ASSERT_OK(fell_back);
+  EXPECT_EQ((*fell_back)->step(), 4);
+  EXPECT_FALSE((*fell_back)->damage_note().empty());
 }
 
 // Regression: saving step 150 after 200 with keep-last 1 printed

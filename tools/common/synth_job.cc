@@ -10,11 +10,6 @@
 #include "absl/strings/numbers.h"
 #include "ckpt/verify.h"
 #include "common/stats.h"
-#include "core/plan_costs.h"
-#include "core/root.h"
-#include "format/root_files.h"
-#include "pipeline/loader.h"
-#include "plan/block_ranges.h"
 #include "util/bytes.h"
 #include "util/clock.h"
 #include "util/errors.h"
@@ -338,14 +333,16 @@ absl::StatusOr<SyntheticOptions> SyntheticOptionsOf(const std::map<std::string, 
 absl::StatusOr<RestoreCheckResult> RestoreCheck(Storage& storage, int64_t step, const Mesh& mesh,
                                                 const LoadOptions& options, int load_passes) {
   const double t0 = NowSeconds();
-  CKPT_ASSIGN_OR_RETURN(LoadableStep found, ResolveLoadable(storage, step, options.allow_fallback));
-  step = found.step;
-  const Manifest manifest = std::move(found.manifest);
+  // Not owned: the caller keeps `storage` alive for the whole check.
+  CKPT_ASSIGN_OR_RETURN(
+      std::unique_ptr<StepReader> reader,
+      StepReader::Open(std::shared_ptr<Storage>(std::shared_ptr<Storage>(), &storage), step, options.allow_fallback));
+  step = reader->step();
   RestoreCheckResult res;
-  res.damage_note = found.note;
+  res.damage_note = reader->damage_note();
   res.load_seconds = NowSeconds() - t0;  // finding and reading the manifest is part of a load
-  CKPT_ASSIGN_OR_RETURN(SynthMeta meta, MetaFrom(manifest.metadata, step));
-  CKPT_ASSIGN_OR_RETURN(SyntheticModel model, ModelFor(meta, mesh, manifest.tensors.size(), step));
+  CKPT_ASSIGN_OR_RETURN(SynthMeta meta, MetaFrom(reader->metadata(), step));
+  CKPT_ASSIGN_OR_RETURN(SyntheticModel model, ModelFor(meta, mesh, reader->tensors().size(), step));
   res.step = step;
   res.ranks = static_cast<int>(mesh.NumRanks());
   res.tensors = static_cast<int64_t>(model.tensors.size());
@@ -353,8 +350,8 @@ absl::StatusOr<RestoreCheckResult> RestoreCheck(Storage& storage, int64_t step, 
   for (int64_t r = 0; r < mesh.NumRanks(); ++r) {
     CKPT_RETURN_IF_ERROR(CheckRank(
         model, mesh, r, meta.seed,
-        [&](const State& target) { return LoadFromManifest(storage, manifest, target, static_cast<int>(r), options); },
-        &res, std::max(1, load_passes)));
+        [&](const State& target) { return reader->Load(target, static_cast<int>(r), options); }, &res,
+        std::max(1, load_passes)));
   }
   res.seconds = NowSeconds() - t0;
   return res;
@@ -372,34 +369,19 @@ absl::StatusOr<RestoreCheckResult> RestoreCheckCollective(std::shared_ptr<Storag
   // The leader reads the manifest's metadata once and shares it.
   std::string header;
   if (comm->rank() == 0) {
-    absl::Status s;
-    if (step == kLatestStep) {
-      auto latest = LatestCommittedStep(*storage);
-      if (latest.ok())
-        step = *latest;
-      else
-        s = latest.status();
-    }
-    Manifest m;
-    if (s.ok()) {
-      auto read = ReadManifest(*storage, step);
-      if (read.ok())
-        m = std::move(read).value();
-      else
-        s = read.status();
-    }
-    if (s.ok()) {
+    auto reader = StepReader::Open(storage, step);
+    if (reader.ok()) {
       ByteWriter w;
-      w.SVar(step);
-      w.Var(m.tensors.size());
-      w.Var(m.metadata.size());
-      for (const auto& [k, v] : m.metadata) {
+      w.SVar((*reader)->step());
+      w.Var((*reader)->tensors().size());
+      w.Var((*reader)->metadata().size());
+      for (const auto& [k, v] : (*reader)->metadata()) {
         w.Str(k);
         w.Str(v);
       }
       header = "+" + w.Take();
     } else {
-      header = StrCat("!", s.message());
+      header = StrCat("!", reader.status().message());
     }
   }
   CKPT_ASSIGN_OR_RETURN(header, comm->Broadcast(header, timeout));
@@ -499,12 +481,6 @@ absl::StatusOr<SynthSaveResult> CombineSaveResults(Communicator& comm, const Syn
     sum.generate_s = std::max(sum.generate_s, generate);
   }
   return sum;
-}
-
-absl::StatusOr<int64_t> PlanRankFromManifestPart(const ManifestRangeReader& read, uint64_t size,
-                                                 const SyntheticModel& target, const Mesh& mesh, int64_t rank,
-                                                 ManifestPartStats* stats) {
-  return ckpt::PlanRankFromManifestPart(read, size, target.tensors, mesh, rank, stats);
 }
 
 }  // namespace ckpt::tools

@@ -18,8 +18,6 @@
 #include "ckpt/mesh.h"
 #include "ckpt/plan.h"
 #include "ckpt/synthetic.h"
-#include "format/manifest.h"
-#include "format/manifest_part.h"
 
 namespace ckpt::tools {
 
@@ -150,15 +148,6 @@ absl::StatusOr<SyntheticOptions> SyntheticOptionsOf(const std::map<std::string, 
 
 /// "1.5 GiB", "12.0 MiB".
 std::string HumanBytes(double bytes);
-
-/// One rank of `mesh` restarting: its boxes of `target` (a laid-out State),
-/// its part of a version-4 manifest read through `read` (a manifest of
-/// `size` bytes), and the loader's own plan of it (PlanLoad: the chunks and
-/// blocks its boxes meet). Returns the chunks met; `stats` gets what was
-/// read. For planning at scale (`ckpt plan`, benchmarks).
-absl::StatusOr<int64_t> PlanRankFromManifestPart(const ManifestRangeReader& read, uint64_t size,
-                                                 const SyntheticModel& target, const Mesh& mesh, int64_t rank,
-                                                 ManifestPartStats* stats);
 
 }  // namespace ckpt::tools
 
