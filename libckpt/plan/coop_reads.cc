@@ -2,12 +2,12 @@
 
 #include <algorithm>
 #include <map>
-#include <numeric>
 #include <utility>
 
 #include "plan/box_reads.h"
 #include "plan/grid.h"
 #include "util/errors.h"
+#include "util/hash.h"
 #include "util/strings.h"
 
 namespace ckpt {
@@ -65,6 +65,37 @@ std::vector<CoopSegment> SweepFile(uint32_t file, std::vector<Need>& needs) {
   return out;
 }
 
+// The order in which the needers of a run take its pieces: one rank of each
+// host in turn (hosts in order of their first needer), then the next rank
+// of each.
+std::vector<int32_t> Turns(const std::vector<int32_t>& needers, const std::vector<size_t>& host_of) {
+  std::vector<std::vector<int32_t>> by_host;
+  std::map<size_t, size_t> slot;
+  for (int32_t r : needers) {
+    auto [it, fresh] = slot.emplace(host_of[static_cast<size_t>(r)], by_host.size());
+    if (fresh) by_host.emplace_back();
+    by_host[it->second].push_back(r);
+  }
+  std::vector<int32_t> turns;
+  for (size_t round = 0; turns.size() < needers.size(); ++round) {
+    for (const std::vector<int32_t>& ranks : by_host) {
+      if (round < ranks.size()) turns.push_back(ranks[round]);
+    }
+  }
+  return turns;
+}
+
+// Where a file's turns start: spread over files, the same on every rank (a
+// rank's part of the manifest numbers its files its own way: the file's
+// name, not its index, says which).
+uint64_t Mix(uint64_t file_hash) {
+  uint64_t x = file_hash * 0x9E3779B97F4A7C15ull;
+  x ^= x >> 31;
+  x *= 0xBF58476D1CE4E5B9ull;
+  x ^= x >> 29;
+  return x;
+}
+
 }  // namespace
 
 absl::StatusOr<CoopReadPlan> PlanCooperativeReads(const Manifest& m, const std::vector<TensorLayout>& target,
@@ -81,7 +112,10 @@ absl::StatusOr<CoopReadPlan> PlanCooperativeReads(const Manifest& m, const std::
   std::vector<std::map<uint64_t, uint64_t>> short_blocks(m.files.size());
   std::vector<std::pair<uint64_t, uint64_t>> ranges;
   for (const TensorLayout& layout : target) {
-    CKPT_ASSIGN_OR_RETURN(const ManifestTensor* t, FindSavedTensor(m, layout.spec));
+    absl::StatusOr<const ManifestTensor*> found = FindSavedTensor(m, layout.spec);
+    if (options.manifest_is_part && absl::IsNotFound(found.status())) continue;
+    CKPT_RETURN_IF_ERROR(found.status());
+    const ManifestTensor* t = *found;
     const uint64_t es = DTypeSize(t->spec.dtype);
     ChunkFinder finder(*t, m.files);
     CKPT_RETURN_IF_ERROR(
@@ -110,10 +144,14 @@ absl::StatusOr<CoopReadPlan> PlanCooperativeReads(const Manifest& m, const std::
     const uint64_t block_size = m.files[f].block_size;
     const uint64_t per_piece = std::max<uint64_t>(1, options.max_segment_bytes / std::max<uint64_t>(block_size, 1));
     for (CoopSegment& run : SweepFile(f, needs[f])) {
-      for (uint64_t b = run.first_block; b <= run.last_block; b += per_piece) {
+      // Pieces lie on a grid of per_piece blocks over the whole file, the
+      // same whatever part of the manifest a rank knows.
+      for (uint64_t b = run.first_block; b <= run.last_block;) {
+        const uint64_t cell_end = (b / per_piece + 1) * per_piece - 1;
         CoopSegment piece = run;
         piece.first_block = b;
-        piece.last_block = std::min(run.last_block, b + per_piece - 1);
+        piece.last_block = std::min(run.last_block, cell_end);
+        b = piece.last_block + 1;
         piece.raw_bytes = (piece.last_block - piece.first_block + 1) * block_size;
         const auto& shorts = short_blocks[f];
         for (auto it = shorts.lower_bound(piece.first_block); it != shorts.end() && it->first <= piece.last_block;
@@ -127,8 +165,7 @@ absl::StatusOr<CoopReadPlan> PlanCooperativeReads(const Manifest& m, const std::
     }
   }
 
-  // Readers: the largest pieces first, each to the needer whose host has
-  // read least so far, then the needer that has, then the lowest rank.
+  // Hosts, in name order, and each rank's.
   std::map<std::string, size_t> host_index;
   for (const std::string& h : host_of_rank) host_index.emplace(h, 0);
   for (auto& [h, i] : host_index) {
@@ -140,23 +177,17 @@ absl::StatusOr<CoopReadPlan> PlanCooperativeReads(const Manifest& m, const std::
     host_of[static_cast<size_t>(r)] = host_index[host_of_rank[static_cast<size_t>(r)]];
   plan.bytes_by_host.assign(plan.hosts.size(), 0);
   plan.bytes_by_reader.assign(static_cast<size_t>(world), 0);
-  std::vector<size_t> order(plan.segments.size());
-  std::iota(order.begin(), order.end(), size_t{0});
-  std::stable_sort(order.begin(), order.end(),
-                   [&](size_t a, size_t b) { return plan.segments[a].raw_bytes > plan.segments[b].raw_bytes; });
-  for (size_t i : order) {
-    CoopSegment& s = plan.segments[i];
-    int32_t best = s.needers.front();
-    for (int32_t r : s.needers) {
-      const auto key = [&](int32_t x) {
-        const size_t ux = static_cast<size_t>(x);
-        return std::make_tuple(plan.bytes_by_host[host_of[ux]], plan.bytes_by_reader[ux], x);
-      };
-      if (key(r) < key(best)) best = r;
-    }
-    s.reader = best;
-    plan.bytes_by_host[host_of[static_cast<size_t>(best)]] += s.raw_bytes;
-    plan.bytes_by_reader[static_cast<size_t>(best)] += s.raw_bytes;
+  for (CoopSegment& s : plan.segments) {
+    const std::vector<int32_t> turns = Turns(s.needers, host_of);
+    const uint64_t per_piece =
+        std::max<uint64_t>(1, options.max_segment_bytes / std::max<uint64_t>(m.files[s.file].block_size, 1));
+    // The piece's cell on the file's grid, and where the file's turns
+    // start: the same on every rank that needs the piece. Consecutive cells
+    // go to the next needer in turn.
+    const uint64_t cell = s.first_block / per_piece;
+    s.reader = turns[(Mix(Xxh3(m.files[s.file].name)) + cell) % turns.size()];
+    plan.bytes_by_host[host_of[static_cast<size_t>(s.reader)]] += s.raw_bytes;
+    plan.bytes_by_reader[static_cast<size_t>(s.reader)] += s.raw_bytes;
   }
   return plan;
 }

@@ -1,8 +1,12 @@
 // Who reads what in a cooperative load: the blocks a laid-out target needs,
-// each with the ranks that need it, and one reader per run of blocks chosen
-// among them, balanced by bytes over hosts and then over ranks. Every rank
-// computes the same plan from the manifest, the target's layouts and the
-// ranks' hosts alone: nothing about the ranks' targets is gathered.
+// each with the ranks that need it, and one reader per piece of a run of
+// blocks chosen among them. The choice depends on the piece and its needers
+// alone, so a rank that knows only its own part of the manifest gives the
+// pieces it needs the readers every other rank gives them: nothing about the
+// ranks' targets is gathered. Pieces lie on a grid of cells over each data
+// file; the needers of a piece take the file's cells in turn, alternating
+// hosts: each host reads its share of every replicated run, give or take a
+// cell.
 #ifndef CKPT_PLAN_COOP_READS_H_
 #define CKPT_PLAN_COOP_READS_H_
 
@@ -27,11 +31,14 @@ struct CoopSegment {
 };
 
 struct CoopReadOptions {
-  /// A run longer than this is cut into pieces of at most this many raw
-  /// bytes (at block boundaries), each with a reader of its own: large
-  /// replicated tensors are then read by several hosts, and a receiver gets
-  /// the first piece while later ones are read.
+  /// Runs are cut into pieces at a grid of cells of this many raw bytes
+  /// (whole blocks) over each data file, each piece with a reader of its
+  /// own: large replicated tensors are then read by several hosts, and a
+  /// receiver gets the first piece while later ones are read.
   uint64_t max_segment_bytes = uint64_t{16} << 20;
+  /// Target tensors the manifest lacks are passed over (the manifest is one
+  /// rank's part) instead of failing the plan.
+  bool manifest_is_part = false;
 };
 
 struct CoopReadPlan {
