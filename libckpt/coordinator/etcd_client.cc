@@ -294,6 +294,7 @@ absl::StatusOr<std::vector<EtcdKv>> EtcdClient::Range(std::string_view key, std:
       }
       e.create_revision = Int(kv.Find("create_revision"));
       e.mod_revision = Int(kv.Find("mod_revision"));
+      e.lease = Int(kv.Find("lease"));
       out.push_back(std::move(e));
     }
   }

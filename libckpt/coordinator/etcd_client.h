@@ -49,6 +49,7 @@ struct EtcdKv {
   std::string value;
   int64_t create_revision = 0;
   int64_t mod_revision = 0;
+  int64_t lease = 0;  ///< the lease the key is attached to, 0 for none
 };
 
 class EtcdClient {

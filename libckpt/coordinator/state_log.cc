@@ -205,6 +205,20 @@ class EtcdLog final : public StateLog {
     }
     int64_t revision = 0;
     CKPT_ASSIGN_OR_RETURN(bool won, client_.CreateGuarded(LeaderKey(), identity_, lease_, "", 0, &revision));
+    std::vector<EtcdKv> leader;
+    if (!won) {
+      bool more = false;
+      CKPT_ASSIGN_OR_RETURN(leader, client_.Range(LeaderKey(), "", 0, &more));
+      // The key is this replica's, on its own lease: an earlier try of this
+      // write went through, but its answer was lost and the client asked
+      // the next member, whose compare then failed. Standing by would wait
+      // for a key that its own renewals keep alive.
+      if (!leader.empty() && leader.front().lease == lease_ && leader.front().value == identity_) {
+        won = true;
+        revision = leader.front().create_revision;
+        Say("the leader key is this replica's own (an answer to its write was lost): leading");
+      }
+    }
     if (won) {
       leader_revision_ = revision;
       // One key per leadership, so that status can count the changes.
@@ -219,8 +233,6 @@ class EtcdLog final : public StateLog {
       Say(StrCat("leading ", Describe(), " (lease ", ttl, " s)"));
       return absl::OkStatus();
     }
-    bool more = false;
-    CKPT_ASSIGN_OR_RETURN(auto leader, client_.Range(LeaderKey(), "", 0, &more));
     const std::string who = !leader.empty() ? leader.front().value : std::string("?");
     if (who != *seen) {
       Say(StrCat("standing by: ", who, " leads ", Describe()));

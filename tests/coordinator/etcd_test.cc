@@ -6,10 +6,14 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <chrono>
+#include <future>
 #include <mutex>
+#include <string>
 #include <thread>
 
+#include "absl/strings/str_join.h"
 #include "ckpt/coordinator.h"
 #include "coordinator/etcd_client.h"
 #include "coordinator/harness.h"
@@ -130,6 +134,142 @@ TEST(Etcd, StateLogReplaysFencesAndRefusesForeignKeys) {
   absl::Status unreachable = (*dead)->Open([](std::string_view) { return absl::OkStatus(); }, &torn);
   EXPECT_TRUE(absl::IsUnavailable(unreachable)) << unreachable;
   EXPECT_NE(unreachable.message().find("127.0.0.1:1"), absl::string_view::npos) << unreachable;
+}
+
+// A hostile proxy in front of one etcd member: it passes each request on
+// (one per connection, as HTTP/1.0, so etcd closes after answering) and
+// hands back the answer, except for the first transaction that names
+// `key`: that one reaches etcd and is applied, and its answer is dropped
+// (the connection closes unanswered), as a member that fails between
+// applying a write and answering it does.
+class LosesOneAnswer {
+ public:
+  LosesOneAnswer(int etcd_port, std::string key_b64) : etcd_port_(etcd_port), key_b64_(std::move(key_b64)) {
+    fd_ = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    socklen_t len = sizeof(a);
+    if (bind(fd_, reinterpret_cast<sockaddr*>(&a), sizeof(a)) != 0 || listen(fd_, 16) != 0 ||
+        getsockname(fd_, reinterpret_cast<sockaddr*>(&a), &len) != 0) {
+      return;
+    }
+    port_ = ntohs(a.sin_port);
+    thread_ = std::thread([this] { Accept(); });
+  }
+  ~LosesOneAnswer() {
+    stop_ = true;
+    shutdown(fd_, SHUT_RDWR);
+    if (thread_.joinable()) thread_.join();
+    close(fd_);
+  }
+  int port() const { return port_; }
+  bool dropped() const { return dropped_; }
+
+ private:
+  void Accept() {
+    while (!stop_) {
+      const int c = accept4(fd_, nullptr, nullptr, SOCK_CLOEXEC);
+      if (c < 0) return;
+      timeval tv{5, 0};
+      setsockopt(c, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+      Serve(c);
+      close(c);
+    }
+  }
+  static bool SendAll(int fd, const std::string& bytes) {
+    size_t at = 0;
+    while (at < bytes.size()) {
+      const ssize_t n = send(fd, bytes.data() + at, bytes.size() - at, MSG_NOSIGNAL);
+      if (n <= 0) return false;
+      at += static_cast<size_t>(n);
+    }
+    return true;
+  }
+  void Serve(int c) {
+    std::string req;
+    char buf[4096];
+    size_t head_end = std::string::npos;
+    size_t want = 0;
+    while (true) {
+      if (head_end == std::string::npos && (head_end = req.find("\r\n\r\n")) != std::string::npos) {
+        const size_t cl = req.find("Content-Length: ");
+        want = head_end + 4 + (cl != std::string::npos && cl < head_end ? std::stoul(req.substr(cl + 16)) : 0);
+      }
+      if (head_end != std::string::npos && req.size() >= want) break;
+      const ssize_t n = recv(c, buf, sizeof(buf), 0);
+      if (n <= 0) return;
+      req.append(buf, static_cast<size_t>(n));
+    }
+    const size_t version = req.find(" HTTP/1.1\r\n");
+    if (version != std::string::npos && version < head_end) req.replace(version, 11, " HTTP/1.0\r\n");
+    const bool drop = !dropped_ && req.rfind("POST /v3/kv/txn ", 0) == 0 && req.find(key_b64_) != std::string::npos;
+    const int e = RawConnect(etcd_port_);
+    if (e < 0) return;
+    std::string answer;
+    if (SendAll(e, req)) {
+      ssize_t n;
+      while ((n = recv(e, buf, sizeof(buf), 0)) > 0) answer.append(buf, static_cast<size_t>(n));
+    }
+    close(e);
+    if (drop) {
+      dropped_ = true;  // applied by etcd; the client hears nothing
+      return;
+    }
+    (void)SendAll(c, answer);
+  }
+
+  int etcd_port_;
+  std::string key_b64_;
+  int fd_ = -1;
+  int port_ = 0;
+  std::atomic<bool> stop_{false};
+  std::atomic<bool> dropped_{false};
+  std::thread thread_;
+};
+
+// The answer to a standby's write of the leader key is lost and the client
+// asks the next member, whose compare then fails: the key is the replica's
+// own, on its own lease, and the replica leads. (It used to stand by for a
+// key its own renewals kept alive, and the job had no coordinator.)
+TEST(Etcd, AReplicaWhoseLeaderWriteLostItsAnswerLeads) {
+  TempDir dir;
+  EtcdServer etcd(dir);
+  ASSERT_TRUE(etcd.up()) << etcd.log();
+  const std::string direct = etcd.Uri("/ckpt/lost");  // etcd://127.0.0.1:PORT/ckpt/lost
+  const size_t colon = direct.rfind(':', direct.find("/ckpt/"));
+  const int etcd_port = std::stoi(direct.substr(colon + 1));
+  LosesOneAnswer proxy(etcd_port, coord::Base64Encode("/ckpt/lost/leader"));
+  ASSERT_GT(proxy.port(), 0);
+  const std::string uri = StrCat("etcd://127.0.0.1:", proxy.port(), ",127.0.0.1:", etcd_port, "/ckpt/lost?timeout=2");
+  std::vector<std::string> lines;
+  std::mutex mu;
+  auto log = coord::NewEtcdLog(uri, "replica behind a lossy member", [&](const std::string& l) {
+    std::lock_guard<std::mutex> lock(mu);
+    lines.push_back(l);
+  });
+  ASSERT_OK(log);
+  std::promise<absl::Status> opened;
+  std::thread opener([&] {
+    uint64_t torn = 0;
+    opened.set_value((*log)->Open([](std::string_view) { return absl::OkStatus(); }, &torn));
+  });
+  auto result = opened.get_future();
+  const bool led = result.wait_for(std::chrono::seconds(20)) == std::future_status::ready;
+  if (!led) {
+    // Unblock the replica (it waits for the key to go) before failing.
+    coord::EtcdClient raw(*coord::ParseEtcdUri(direct));
+    (void)raw.Delete("/ckpt/lost/leader");
+  }
+  opener.join();
+  EXPECT_TRUE(proxy.dropped()) << "the proxy never saw the leader write";
+  ASSERT_TRUE(led) << "the replica stood by for its own leader key";
+  ASSERT_OK(result.get());
+  ASSERT_OK((*log)->Append("a record after the lost answer"));
+  std::lock_guard<std::mutex> lock(mu);
+  bool said = false;
+  for (const std::string& l : lines) said = said || l.find("an answer to its write was lost") != std::string::npos;
+  EXPECT_TRUE(said) << absl::StrJoin(lines, "\n");
 }
 
 // A replica that won the store's leader key answers as a standby while it
