@@ -847,9 +847,14 @@ int ImportSafetensorsMain(int argc, char** argv, int first) {
         if (fd < 0) return usage(StrCat("cannot open ", t.file, ": ", std::strerror(errno)));
         struct stat st {};
         if (::fstat(fd, &st) == 0) m.size = static_cast<size_t>(st.st_size);
-        if (m.size > 0) m.base = ::mmap(nullptr, m.size, PROT_READ, MAP_PRIVATE, fd, 0);
+        if (m.size == 0) {
+          ::close(fd);
+          return usage(StrCat(t.file, " is empty now: it changed underneath"));
+        }
+        m.base = ::mmap(nullptr, m.size, PROT_READ, MAP_PRIVATE, fd, 0);
+        const int mmap_errno = errno;
         ::close(fd);
-        if (m.base == MAP_FAILED) return usage(StrCat("cannot map ", t.file, ": ", std::strerror(errno)));
+        if (m.base == MAP_FAILED) return usage(StrCat("cannot map ", t.file, ": ", std::strerror(mmap_errno)));
         ::madvise(m.base, m.size, MADV_SEQUENTIAL);
       }
       if (t.offset > m.size || t.bytes > m.size - t.offset) {
