@@ -22,6 +22,21 @@ struct CKPT_EXPORT PlanCostOptions {
   /// Ranks of the new mesh that plan their own load, evenly spread over it
   /// (the last one included).
   int64_t rank_samples = 16;
+  /// > 0: the restart's ranks sit this many to a host (ranks 0..N-1 on the
+  /// first), and the cooperative load is planned too: each needed byte
+  /// read from storage by one of the ranks that need it.
+  int64_t ranks_per_host = 0;
+};
+
+/// A cooperative load as planned (not measured): what the restart reads
+/// from storage, against every rank reading what it needs itself.
+struct CKPT_EXPORT CoopPlanFigures {
+  int64_t hosts = 0;
+  int64_t pieces = 0;             ///< pieces with a reader of their own
+  uint64_t bytes_once = 0;        ///< raw bytes read from storage, each once
+  uint64_t bytes_every_rank = 0;  ///< what every rank reading its own reads
+  uint64_t host_bytes_max = 0;    ///< the most one host reads from storage
+  double plan_s = 0;              ///< planning it for every rank on this core
 };
 
 /// Seconds are this process's, on one core.
@@ -48,6 +63,8 @@ struct CKPT_EXPORT PlanCosts {
   /// the read amplification over the whole mesh).
   LoadPlanStats load;
   double load_plan_s = 0;
+  /// With PlanCostOptions::ranks_per_host > 0.
+  CoopPlanFigures coop;
 };
 
 /// Measures the planning of a save of `saved` over `from` and its restart

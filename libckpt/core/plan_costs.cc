@@ -8,11 +8,13 @@
 #include "ckpt/state.h"
 #include "format/manifest.h"
 #include "pipeline/loader.h"
+#include "plan/coop_reads.h"
 #include "plan/cover.h"
 #include "plan/load_plan.h"
 #include "plan/rule_manifest.h"
 #include "util/clock.h"
 #include "util/errors.h"
+#include "util/strings.h"
 
 namespace ckpt {
 
@@ -83,6 +85,19 @@ absl::StatusOr<PlanCosts> MeasurePlanCosts(const std::vector<TensorLayout>& save
   t = NowSeconds();
   CKPT_ASSIGN_OR_RETURN(c.load, PlanMeshLoad(decoded, target, to));
   c.load_plan_s = NowSeconds() - t;
+  if (options.ranks_per_host > 0) {
+    std::vector<std::string> hosts;
+    hosts.reserve(static_cast<size_t>(to.NumRanks()));
+    for (int64_t r = 0; r < to.NumRanks(); ++r) hosts.push_back(StrCat("host", r / options.ranks_per_host));
+    t = NowSeconds();
+    CKPT_ASSIGN_OR_RETURN(CoopReadPlan coop, PlanCooperativeReads(decoded, target, to, hosts));
+    c.coop.plan_s = NowSeconds() - t;
+    c.coop.hosts = static_cast<int64_t>(coop.hosts.size());
+    c.coop.pieces = static_cast<int64_t>(coop.segments.size());
+    c.coop.bytes_once = coop.bytes_once;
+    c.coop.bytes_every_rank = coop.bytes_every_needer;
+    for (uint64_t b : coop.bytes_by_host) c.coop.host_bytes_max = std::max(c.coop.host_bytes_max, b);
+  }
   return c;
 }
 

@@ -679,6 +679,27 @@ TEST(PlanCosts, MeasuresTheSaveTheLeadersCheckAndEveryRanksOwnPlan) {
   EXPECT_EQ(c->load.ranks, 8);
   EXPECT_GE(c->load.Amplification(), 1.0);
   EXPECT_GE(c->total_s, c->decode_s);
+  EXPECT_EQ(c->coop.hosts, 0);  // not asked for
+
+  // The cooperative load planned onto dp=4,tp=2, two ranks to a host: each
+  // byte from storage once, against four times, the hosts' shares close.
+  const Mesh replicated = *Mesh::Parse("dp=4,tp=2");
+  auto onto = BuildSyntheticModel(o, replicated);
+  ASSERT_OK(onto);
+  options.ranks_per_host = 2;
+  auto coop = MeasurePlanCosts(saved->tensors, from, onto->tensors, replicated, options);
+  ASSERT_OK(coop);
+  EXPECT_EQ(coop->coop.hosts, 4);
+  EXPECT_EQ(coop->coop.bytes_every_rank, static_cast<uint64_t>(coop->load.bytes_read));
+  uint64_t model_bytes = 0;
+  for (const TensorLayout& l : onto->tensors) {
+    model_bytes += static_cast<uint64_t>(l.spec.NumElements()) * DTypeSize(l.spec.dtype);
+  }
+  EXPECT_EQ(coop->coop.bytes_once, model_bytes);
+  EXPECT_GE(coop->coop.bytes_every_rank, 4 * coop->coop.bytes_once);
+  // 16 MiB cells on a 130 MB model: shares within a few cells of a quarter.
+  EXPECT_LE(static_cast<double>(coop->coop.host_bytes_max), 0.4 * static_cast<double>(coop->coop.bytes_once));
+  EXPECT_GT(coop->coop.pieces, 0);
 
   o.params = 32000000;  // other shapes
   auto other = BuildSyntheticModel(o, to);

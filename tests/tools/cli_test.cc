@@ -159,6 +159,19 @@ TEST(Cli, PlanAtSixteenThousandRanks) {
   EXPECT_TRUE(Has(r.out, "\"tensors\":1690,")) << r.out;
   EXPECT_TRUE(Has(r.out, "\"grid_tensors\":1689,")) << r.out;
   EXPECT_TRUE(Has(r.out, "\"listed_chunks\":1,")) << r.out;
+  EXPECT_FALSE(Has(r.out, "cooperative_plan")) << r.out;  // not asked for
+
+  // The cooperative load planned for the restart, 8 ranks to a host: dp=64
+  // replicas, so 1/64 of what every rank reading its own reads, from 2,048
+  // hosts.
+  CliRun coop = Ckpt(
+      "plan --ranks-from dp=128,tp=8,pp=16 --ranks-to dp=64,tp=8,pp=32 --params 70G"
+      " --layers 80 --ranks-per-host 8 --json");
+  ASSERT_EQ(coop.code, 0) << coop.out;
+  EXPECT_TRUE(Has(coop.out, "\"cooperative_plan\":{\"hosts\":2048,")) << coop.out;
+  const size_t ratio = coop.out.find("\"storage_bytes_ratio\":");
+  ASSERT_NE(ratio, std::string::npos) << coop.out;
+  EXPECT_NEAR(std::stod(coop.out.substr(ratio + 22)), 1.0 / 64, 1e-4) << coop.out;
 }
 
 TEST(Cli, DemoRunsEndToEnd) {

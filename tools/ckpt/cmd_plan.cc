@@ -98,8 +98,23 @@ void WritePlanJson(JsonWriter& w, const Mesh& from, const Mesh& to, const PlanFi
       .Field("rank_manifest_bytes_median", Median(c.rank_manifest_bytes))
       .Field("rank_manifest_reads_max", static_cast<int64_t>(c.rank_manifest_reads_max))
       .Field("rank_plan_s_max", Max(c.rank_plan_s))
-      .Field("rank_plan_s_median", Median(c.rank_plan_s))
-      .EndObject();
+      .Field("rank_plan_s_median", Median(c.rank_plan_s));
+  if (c.coop.hosts > 0) {
+    // A plan, not a measurement: what the cooperative load would read.
+    w.Key("cooperative_plan")
+        .BeginObject()
+        .Field("hosts", c.coop.hosts)
+        .Field("pieces", c.coop.pieces)
+        .Field("storage_bytes", c.coop.bytes_once)
+        .Field("storage_bytes_every_rank", c.coop.bytes_every_rank)
+        .Field("storage_bytes_ratio", c.coop.bytes_every_rank > 0 ? static_cast<double>(c.coop.bytes_once) /
+                                                                        static_cast<double>(c.coop.bytes_every_rank)
+                                                                  : 0.0)
+        .Field("host_bytes_max", c.coop.host_bytes_max)
+        .Field("plan_s", c.coop.plan_s)
+        .EndObject();
+  }
+  w.EndObject();
 }
 
 // The tensors whose load reads the most bytes beyond those it needs.
@@ -151,6 +166,18 @@ void PrintPlanText(const Mesh& from, const Mesh& to, bool adam, const PlanFigure
       HumanBytes(Max(c.rank_manifest_bytes)).c_str(), HumanBytes(Median(c.rank_manifest_bytes)).c_str(),
       static_cast<unsigned long long>(c.rank_manifest_reads_max), Max(c.rank_plan_s) * 1e3,
       Median(c.rank_plan_s) * 1e3);
+  if (c.coop.hosts > 0) {
+    std::printf(
+        "cooperative load (planned over %lld hosts, %lld pieces, %.3f s): %s from storage instead of %s "
+        "(%.3f), the most one host reads %s\n",
+        static_cast<long long>(c.coop.hosts), static_cast<long long>(c.coop.pieces), c.coop.plan_s,
+        HumanBytes(static_cast<double>(c.coop.bytes_once)).c_str(),
+        HumanBytes(static_cast<double>(c.coop.bytes_every_rank)).c_str(),
+        c.coop.bytes_every_rank > 0
+            ? static_cast<double>(c.coop.bytes_once) / static_cast<double>(c.coop.bytes_every_rank)
+            : 0.0,
+        HumanBytes(static_cast<double>(c.coop.host_bytes_max)).c_str());
+  }
   std::printf(
       "planning total %.3f s (save plan and manifest, cover, encode, leader's check, slowest rank's "
       "load plan); peak memory %s; wall %.3f s\n",
@@ -161,7 +188,7 @@ void PrintPlanText(const Mesh& from, const Mesh& to, bool adam, const PlanFigure
 
 int PlanMain(int argc, char** argv, int first) {
   std::string from_text, to_text, dtype = "bf16", optimizer;
-  int64_t params = 0, layers = 0, experts = 0, block = 1 << 20, tiles = 8, rank_samples = 256;
+  int64_t params = 0, layers = 0, experts = 0, block = 1 << 20, tiles = 8, rank_samples = 256, ranks_per_host = 0;
   bool zero = false, json = false, per_tensor = false;
   Args args("plan", "--ranks-from MESH --ranks-to MESH --params N [options]",
             "Builds, for a simulated model of that size and without any tensor data, the save\n"
@@ -181,6 +208,9 @@ int PlanMain(int argc, char** argv, int first) {
   args.Int("max-tiles", &tiles, "column tiles per column-sharded shard (default 8)");
   args.Int("rank-samples", &rank_samples,
            "target ranks that plan their own load from the manifest's parts (default 256)");
+  args.Int("ranks-per-host", &ranks_per_host,
+           "plan the cooperative load too, the target's ranks this many to a host: what the restart "
+           "reads from storage when each needed byte is read once, by a rank that needs it");
   args.Switch("per-tensor", &per_tensor, "list the tensors whose load reads the most extra bytes");
   args.Switch("json", &json, "print a JSON object");
   int exit = 0;
@@ -204,6 +234,7 @@ int PlanMain(int argc, char** argv, int first) {
   po.block_size = static_cast<uint64_t>(block);
   po.max_tiles = static_cast<int>(tiles);
   po.rank_samples = rank_samples;
+  po.ranks_per_host = ranks_per_host;
   PlanFigures figures;
   if (auto failed = MeasurePlan(so, *from, *to, po, figures)) {
     std::fprintf(stderr, "ckpt plan: %s\n", std::string(failed->status.message()).c_str());
