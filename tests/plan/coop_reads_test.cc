@@ -42,24 +42,41 @@ std::vector<std::string> HostsOf(int64_t world, int per_host) {
   return hosts;
 }
 
-TEST(CoopReads, ReplicasReadEveryByteOnceBalancedOverHosts) {
+// The restart both replica tests plan: 8M parameters with Adam saved on
+// dp=2,tp=2,pp=2, loaded onto dp=4,tp=2 with two ranks to a host, in 1 MiB
+// cells.
+struct Restart {
+  Saved saved;
+  Mesh mesh;
+  std::vector<TensorLayout> target;
+  std::vector<std::string> hosts = HostsOf(8, 2);
+  CoopReadOptions options;
+};
+
+Restart ReplicatedRestart() {
   SyntheticOptions o;
   o.params = 8 << 20;
   o.adam = true;
-  const Saved saved = SaveOn(o, "dp=2,tp=2,pp=2");
-  auto mesh = Mesh::Parse("dp=4,tp=2");
-  ASSERT_OK(mesh);
-  auto target = BuildSyntheticModel(o, *mesh);
-  ASSERT_OK(target);
-  const auto hosts = HostsOf(8, 2);  // 4 hosts of 2 ranks
-  CoopReadOptions options;
-  options.max_segment_bytes = 1 << 20;
-  auto plan = PlanCooperativeReads(saved.manifest, target->tensors, *mesh, hosts, options);
+  Restart r;
+  r.saved = SaveOn(o, "dp=2,tp=2,pp=2");
+  r.mesh = *Mesh::Parse("dp=4,tp=2");
+  auto target = BuildSyntheticModel(o, r.mesh);
+  EXPECT_TRUE(target.ok()) << target.status();
+  if (target.ok()) r.target = target->tensors;
+  r.options.max_segment_bytes = 1 << 20;
+  return r;
+}
+
+TEST(CoopReads, ReplicasReadEveryByteOnceBalancedOverHosts) {
+  const Restart rs = ReplicatedRestart();
+  const Saved& saved = rs.saved;
+  const CoopReadOptions& options = rs.options;
+  auto plan = PlanCooperativeReads(saved.manifest, rs.target, rs.mesh, rs.hosts, options);
   ASSERT_OK(plan);
   // Every byte of the checkpoint is needed (the target holds the whole
   // model) and read once, against four times by every replica alone.
   EXPECT_EQ(plan->bytes_once, saved.raw_bytes);
-  auto every_needer = PlanMeshLoad(saved.manifest, target->tensors, *mesh);
+  auto every_needer = PlanMeshLoad(saved.manifest, rs.target, rs.mesh);
   ASSERT_OK(every_needer);
   EXPECT_EQ(plan->bytes_every_needer, static_cast<uint64_t>(every_needer->bytes_read));
   EXPECT_GE(plan->bytes_every_needer, 4 * plan->bytes_once);
@@ -83,7 +100,7 @@ TEST(CoopReads, ReplicasReadEveryByteOnceBalancedOverHosts) {
     EXPECT_NEAR(static_cast<double>(b) / static_cast<double>(plan->bytes_once), 0.25, 0.04) << "host share";
   }
   // The same inputs give the same plan (every rank computes it alone).
-  auto again = PlanCooperativeReads(saved.manifest, target->tensors, *mesh, hosts, options);
+  auto again = PlanCooperativeReads(saved.manifest, rs.target, rs.mesh, rs.hosts, options);
   ASSERT_OK(again);
   ASSERT_EQ(again->segments.size(), plan->segments.size());
   for (size_t i = 0; i < plan->segments.size(); ++i) {
@@ -95,35 +112,27 @@ TEST(CoopReads, ReplicasReadEveryByteOnceBalancedOverHosts) {
 // A rank knows only its part of the manifest (the chunks its boxes meet):
 // the pieces it needs get the readers the whole plan gives them.
 TEST(CoopReads, EachRanksPartGivesTheReadersOfTheWholePlan) {
-  SyntheticOptions o;
-  o.params = 8 << 20;
-  o.adam = true;
-  const Saved saved = SaveOn(o, "dp=2,tp=2,pp=2");
-  auto mesh = Mesh::Parse("dp=4,tp=2");
-  ASSERT_OK(mesh);
-  auto target = BuildSyntheticModel(o, *mesh);
-  ASSERT_OK(target);
-  const auto hosts = HostsOf(8, 2);
-  CoopReadOptions options;
-  options.max_segment_bytes = 1 << 20;
-  auto whole = PlanCooperativeReads(saved.manifest, target->tensors, *mesh, hosts, options);
+  const Restart rs = ReplicatedRestart();
+  const Saved& saved = rs.saved;
+  const CoopReadOptions& options = rs.options;
+  auto whole = PlanCooperativeReads(saved.manifest, rs.target, rs.mesh, rs.hosts, options);
   ASSERT_OK(whole);
   std::map<std::pair<std::string, uint64_t>, const CoopSegment*> by_place;
   for (const CoopSegment& s : whole->segments) by_place[{saved.manifest.files[s.file].name, s.first_block}] = &s;
   // One buffer stands in for every shard's data: the planner reads none.
   uint64_t largest = 0;
-  for (const TensorLayout& l : target->tensors) {
+  for (const TensorLayout& l : rs.target) {
     largest = std::max<uint64_t>(largest, static_cast<uint64_t>(l.spec.NumElements()) * DTypeSize(l.spec.dtype));
   }
   std::vector<std::byte> scratch(largest);
   CoopReadOptions part_options = options;
   part_options.manifest_is_part = true;
-  for (int64_t r = 0; r < mesh->NumRanks(); ++r) {
+  for (int64_t r = 0; r < rs.mesh.NumRanks(); ++r) {
     State st;
-    ASSERT_OK(st.SetMesh(*mesh, r));
-    for (const TensorLayout& l : target->tensors) ASSERT_OK(st.AddLayout(l, scratch.data()));
+    ASSERT_OK(st.SetMesh(rs.mesh, r));
+    for (const TensorLayout& l : rs.target) ASSERT_OK(st.AddLayout(l, scratch.data()));
     const Manifest part = RestrictManifest(saved.manifest, st, static_cast<int>(r));
-    auto mine = PlanCooperativeReads(part, target->tensors, *mesh, hosts, part_options);
+    auto mine = PlanCooperativeReads(part, rs.target, rs.mesh, rs.hosts, part_options);
     ASSERT_OK(mine);
     size_t needed = 0;
     for (const CoopSegment& s : mine->segments) {
