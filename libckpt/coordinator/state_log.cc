@@ -117,6 +117,10 @@ class EtcdLog final : public StateLog {
     int64_t revision = 0;
     auto created = client_.CreateGuarded(StrCat(LogDir(), key), record, 0, LeaderKey(), leader_revision_, &revision);
     if (!created.ok()) return Annotate(created.status(), StrCat("appending record ", next_, " to ", Describe()));
+    if (!*created && WroteItself(StrCat(LogDir(), key), record)) {
+      Say(StrCat("record ", next_, " is this replica's own (an answer to its write was lost)"));
+      *created = true;
+    }
     if (!*created) {
       return absl::FailedPreconditionError(
           StrCat("record ", next_, " under ", Describe(),
@@ -144,6 +148,19 @@ class EtcdLog final : public StateLog {
   }
 
  private:
+  // Whether a guarded create that failed had in fact gone through: an
+  // earlier try of it was applied, its answer lost, and the client asked
+  // the next member, whose compare then failed. It did when `key` holds
+  // `value` and this replica still holds the leader key it wrote (so no
+  // other leader could have written since).
+  bool WroteItself(const std::string& key, std::string_view value) {
+    bool more = false;
+    auto mine = client_.Range(key, "", 0, &more);
+    auto leader = client_.Range(LeaderKey(), "", 0, &more);
+    return mine.ok() && leader.ok() && !mine->empty() && !leader->empty() && mine->front().value == value &&
+           leader->front().create_revision == leader_revision_ && leader->front().lease == lease_;
+  }
+
   std::string LogDir() const { return StrCat(client_.config().prefix, "log/"); }
   std::string LeaderKey() const { return StrCat(client_.config().prefix, "leader"); }
   std::string ReplicasDir() const { return StrCat(client_.config().prefix, "replicas/"); }

@@ -272,6 +272,45 @@ TEST(Etcd, AReplicaWhoseLeaderWriteLostItsAnswerLeads) {
   EXPECT_TRUE(said) << absl::StrJoin(lines, "\n");
 }
 
+// The same for a record: the answer to the leader's first append is lost
+// after etcd applied it; the record is the leader's own and it goes on
+// leading, with the record written once.
+TEST(Etcd, ALeaderWhoseAppendLostItsAnswerGoesOn) {
+  TempDir dir;
+  EtcdServer etcd(dir);
+  ASSERT_TRUE(etcd.up()) << etcd.log();
+  const std::string direct = etcd.Uri("/ckpt/lost-append");
+  const size_t colon = direct.rfind(':', direct.find("/ckpt/"));
+  const int etcd_port = std::stoi(direct.substr(colon + 1));
+  LosesOneAnswer proxy(etcd_port, coord::Base64Encode("/ckpt/lost-append/log/00000000000000000001"));
+  ASSERT_GT(proxy.port(), 0);
+  const std::string uri =
+      StrCat("etcd://127.0.0.1:", proxy.port(), ",127.0.0.1:", etcd_port, "/ckpt/lost-append?timeout=2");
+  std::vector<std::string> lines;
+  std::mutex mu;
+  auto log = coord::NewEtcdLog(uri, "leader behind a lossy member", [&](const std::string& l) {
+    std::lock_guard<std::mutex> lock(mu);
+    lines.push_back(l);
+  });
+  ASSERT_OK(log);
+  uint64_t torn = 0;
+  ASSERT_OK((*log)->Open([](std::string_view) { return absl::OkStatus(); }, &torn));
+  ASSERT_OK((*log)->Append("first"));
+  EXPECT_TRUE(proxy.dropped()) << "the proxy never saw the first append";
+  ASSERT_OK((*log)->Append("second"));
+  coord::EtcdClient raw(*coord::ParseEtcdUri(direct));
+  bool more = false;
+  auto records = raw.Range("/ckpt/lost-append/log/", "/ckpt/lost-append/log0", 0, &more);
+  ASSERT_OK(records);
+  ASSERT_EQ(records->size(), 2u);
+  EXPECT_EQ((*records)[0].value, "first");
+  EXPECT_EQ((*records)[1].value, "second");
+  std::lock_guard<std::mutex> lock(mu);
+  bool said = false;
+  for (const std::string& l : lines) said = said || l.find("record 1 is this replica's own") != std::string::npos;
+  EXPECT_TRUE(said) << absl::StrJoin(lines, "\n");
+}
+
 // A replica that won the store's leader key answers as a standby while it
 // replays the log from etcd (held at its first record), then serves it.
 TEST(Etcd, ANewLeaderAnswersAsAStandbyWhileItReplaysTheStore) {
