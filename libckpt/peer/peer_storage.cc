@@ -159,7 +159,7 @@ class PeerStorageImpl final : public Storage, public PeerCounters, public Memory
   }
 
   absl::StatusOr<uint64_t> FileSize(std::string_view path) override {
-    if (PeerStore::Bytes b = store_->Get(path); b != nullptr) return b->size();
+    if (PeerStore::Bytes b = OwnCopyCounts(path) ? store_->Get(path) : nullptr; b != nullptr) return b->size();
     std::string tried;
     for (const std::string& ep : Holders(path)) {
       auto size = pool_.With<uint64_t>(ep, [&](PeerConnection& c) { return c.Stat(path); });
@@ -244,6 +244,17 @@ class PeerStorageImpl final : public Storage, public PeerCounters, public Memory
       if (!s.ok()) return s;
     }
     return absl::OkStatus();
+  }
+
+  // Whether this process's own copy of `path` is one to read: the route
+  // names no holders for it, or names this process among them. A copy the
+  // route leaves out is another save's of the same step and owner (a save
+  // that was aborted while this process held its files), not the one being
+  // read.
+  bool OwnCopyCounts(std::string_view path) const {
+    if (!route_.holders) return true;
+    const std::vector<std::string> all = route_.holders(StepOfPath(path), OwnerOfPath(path));
+    return all.empty() || std::find(all.begin(), all.end(), memory_->endpoint()) != all.end();
   }
 
   std::vector<std::string> Holders(std::string_view path) const {
@@ -409,7 +420,7 @@ absl::StatusOr<std::unique_ptr<WritableFile>> PeerStorageImpl::OpenWritable(std:
 }
 
 absl::StatusOr<std::unique_ptr<ReadableFile>> PeerStorageImpl::OpenReadable(std::string_view path) {
-  if (PeerStore::Bytes b = store_->Get(path); b != nullptr) {
+  if (PeerStore::Bytes b = OwnCopyCounts(path) ? store_->Get(path) : nullptr; b != nullptr) {
     return std::unique_ptr<ReadableFile>(std::make_unique<OwnReadable>(std::move(b), std::string(path), counters_));
   }
   std::vector<std::string> holders = Holders(path);

@@ -686,6 +686,53 @@ TEST(PeerMemory, AHolderWhoseMemoryChangedSincePutIsCaughtOnTheWire) {
 // A holder SIGKILLed while it streams a read: the reader, waiting on a
 // half-sent read, sees the connection close, reads the whole range again
 // from the next copy, and returns the right bytes; its log says why.
+// A process still holds its own file of a memory step that was aborted
+// (its generation ended mid-save); a later generation saved that step again
+// without it. Restoring that step, the route names the holders of the save
+// being restored: the stale own copy, left out, is passed over. (It used to
+// be read first, and the restore failed on a file of the wrong size.)
+TEST(PeerMemory, AStaleOwnCopyOfAnAbortedSaveIsPassedOverForTheRestoresHolders) {
+  auto a = StartMemory("node-a");
+  auto b = StartMemory("node-b");
+  const std::string path = "step-0000000022/rank-000001.ckd";
+  const std::string stale = Pattern(57464, 1);
+  const std::string saved = Pattern(69752, 2);
+  {
+    auto w = OpenPeerStorage(a, PeerRoute{});  // the aborted save's file, in a's own memory
+    ASSERT_OK(w);
+    Write(**w, path, stale);
+  }
+  {
+    auto w = OpenPeerStorage(b, PeerRoute{});  // the later save's, in b's
+    ASSERT_OK(w);
+    Write(**w, path, saved);
+  }
+  for (const bool a_holds : {false, true}) {
+    PeerRoute rd;
+    rd.holders = [&](int64_t step, int owner) {
+      std::vector<std::string> out;
+      if (step == 22 && owner == 1) {
+        if (a_holds) out.push_back(a->endpoint());
+        out.push_back(b->endpoint());
+      }
+      return out;
+    };
+    auto reader = OpenPeerStorage(a, rd);
+    ASSERT_OK(reader);
+    // Named a holder, a's own copy is read first, as always.
+    const std::string& want = a_holds ? stale : saved;
+    auto size = (*reader)->FileSize(path);
+    ASSERT_OK(size);
+    EXPECT_EQ(*size, want.size()) << "a holds: " << a_holds;
+    auto f = (*reader)->OpenReadable(path);
+    ASSERT_OK(f);
+    ASSERT_EQ((*f)->size(), want.size());
+    std::string got(want.size(), '\0');
+    ASSERT_OK((*f)->ReadAt(0, Bytes(got)));
+    EXPECT_TRUE(got == want) << "a holds: " << a_holds;
+  }
+}
+
 TEST(PeerMemory, AHolderKilledMidReadIsFailedOverToTheNextCopy) {
   TempDir dir;
   // A holder in a process of its own, which stops itself (SIGSTOP) once it
