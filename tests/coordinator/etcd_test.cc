@@ -228,26 +228,52 @@ class LosesOneAnswer {
   std::thread thread_;
 };
 
+// One etcd behind a LosesOneAnswer proxy (the first of two endpoints, the
+// etcd itself the second), dropping the answer to the first write of
+// PREFIX + `dropped`, and a log under PREFIX whose lines are kept.
+struct LossyEtcd {
+  LossyEtcd(const std::string& prefix, const std::string& dropped)
+      : etcd(dir),
+        direct(etcd.Uri(prefix)),
+        etcd_port(std::stoi(direct.substr(direct.rfind(':', direct.find(prefix)) + 1))),
+        proxy(etcd_port, coord::Base64Encode(prefix + dropped)),
+        uri(StrCat("etcd://127.0.0.1:", proxy.port(), ",127.0.0.1:", etcd_port, prefix, "?timeout=2")) {}
+  absl::StatusOr<std::unique_ptr<coord::StateLog>> Log(const std::string& identity) {
+    return coord::NewEtcdLog(uri, identity, [this](const std::string& l) {
+      std::lock_guard<std::mutex> lock(mu);
+      lines.push_back(l);
+    });
+  }
+  bool Said(const std::string& text) {
+    std::lock_guard<std::mutex> lock(mu);
+    for (const std::string& l : lines) {
+      if (l.find(text) != std::string::npos) return true;
+    }
+    return false;
+  }
+  std::string Lines() {
+    std::lock_guard<std::mutex> lock(mu);
+    return absl::StrJoin(lines, "\n");
+  }
+  TempDir dir;
+  EtcdServer etcd;
+  std::string direct;  // etcd://127.0.0.1:PORT/PREFIX, around the proxy
+  int etcd_port;
+  LosesOneAnswer proxy;
+  std::string uri;
+  std::mutex mu;
+  std::vector<std::string> lines;
+};
+
 // The answer to a standby's write of the leader key is lost and the client
 // asks the next member, whose compare then fails: the key is the replica's
 // own, on its own lease, and the replica leads. (It used to stand by for a
 // key its own renewals kept alive, and the job had no coordinator.)
 TEST(Etcd, AReplicaWhoseLeaderWriteLostItsAnswerLeads) {
-  TempDir dir;
-  EtcdServer etcd(dir);
-  ASSERT_TRUE(etcd.up()) << etcd.log();
-  const std::string direct = etcd.Uri("/ckpt/lost");  // etcd://127.0.0.1:PORT/ckpt/lost
-  const size_t colon = direct.rfind(':', direct.find("/ckpt/"));
-  const int etcd_port = std::stoi(direct.substr(colon + 1));
-  LosesOneAnswer proxy(etcd_port, coord::Base64Encode("/ckpt/lost/leader"));
-  ASSERT_GT(proxy.port(), 0);
-  const std::string uri = StrCat("etcd://127.0.0.1:", proxy.port(), ",127.0.0.1:", etcd_port, "/ckpt/lost?timeout=2");
-  std::vector<std::string> lines;
-  std::mutex mu;
-  auto log = coord::NewEtcdLog(uri, "replica behind a lossy member", [&](const std::string& l) {
-    std::lock_guard<std::mutex> lock(mu);
-    lines.push_back(l);
-  });
+  LossyEtcd lossy("/ckpt/lost", "/leader");
+  ASSERT_TRUE(lossy.etcd.up()) << lossy.etcd.log();
+  ASSERT_GT(lossy.proxy.port(), 0);
+  auto log = lossy.Log("replica behind a lossy member");
   ASSERT_OK(log);
   std::promise<absl::Status> opened;
   std::thread opener([&] {
@@ -258,57 +284,39 @@ TEST(Etcd, AReplicaWhoseLeaderWriteLostItsAnswerLeads) {
   const bool led = result.wait_for(std::chrono::seconds(20)) == std::future_status::ready;
   if (!led) {
     // Unblock the replica (it waits for the key to go) before failing.
-    coord::EtcdClient raw(*coord::ParseEtcdUri(direct));
+    coord::EtcdClient raw(*coord::ParseEtcdUri(lossy.direct));
     (void)raw.Delete("/ckpt/lost/leader");
   }
   opener.join();
-  EXPECT_TRUE(proxy.dropped()) << "the proxy never saw the leader write";
+  EXPECT_TRUE(lossy.proxy.dropped()) << "the proxy never saw the leader write";
   ASSERT_TRUE(led) << "the replica stood by for its own leader key";
   ASSERT_OK(result.get());
   ASSERT_OK((*log)->Append("a record after the lost answer"));
-  std::lock_guard<std::mutex> lock(mu);
-  bool said = false;
-  for (const std::string& l : lines) said = said || l.find("an answer to its write was lost") != std::string::npos;
-  EXPECT_TRUE(said) << absl::StrJoin(lines, "\n");
+  EXPECT_TRUE(lossy.Said("an answer to its write was lost")) << lossy.Lines();
 }
 
 // The same for a record: the answer to the leader's first append is lost
 // after etcd applied it; the record is the leader's own and it goes on
 // leading, with the record written once.
 TEST(Etcd, ALeaderWhoseAppendLostItsAnswerGoesOn) {
-  TempDir dir;
-  EtcdServer etcd(dir);
-  ASSERT_TRUE(etcd.up()) << etcd.log();
-  const std::string direct = etcd.Uri("/ckpt/lost-append");
-  const size_t colon = direct.rfind(':', direct.find("/ckpt/"));
-  const int etcd_port = std::stoi(direct.substr(colon + 1));
-  LosesOneAnswer proxy(etcd_port, coord::Base64Encode("/ckpt/lost-append/log/00000000000000000001"));
-  ASSERT_GT(proxy.port(), 0);
-  const std::string uri =
-      StrCat("etcd://127.0.0.1:", proxy.port(), ",127.0.0.1:", etcd_port, "/ckpt/lost-append?timeout=2");
-  std::vector<std::string> lines;
-  std::mutex mu;
-  auto log = coord::NewEtcdLog(uri, "leader behind a lossy member", [&](const std::string& l) {
-    std::lock_guard<std::mutex> lock(mu);
-    lines.push_back(l);
-  });
+  LossyEtcd lossy("/ckpt/lost-append", "/log/00000000000000000001");
+  ASSERT_TRUE(lossy.etcd.up()) << lossy.etcd.log();
+  ASSERT_GT(lossy.proxy.port(), 0);
+  auto log = lossy.Log("leader behind a lossy member");
   ASSERT_OK(log);
   uint64_t torn = 0;
   ASSERT_OK((*log)->Open([](std::string_view) { return absl::OkStatus(); }, &torn));
   ASSERT_OK((*log)->Append("first"));
-  EXPECT_TRUE(proxy.dropped()) << "the proxy never saw the first append";
+  EXPECT_TRUE(lossy.proxy.dropped()) << "the proxy never saw the first append";
   ASSERT_OK((*log)->Append("second"));
-  coord::EtcdClient raw(*coord::ParseEtcdUri(direct));
+  coord::EtcdClient raw(*coord::ParseEtcdUri(lossy.direct));
   bool more = false;
   auto records = raw.Range("/ckpt/lost-append/log/", "/ckpt/lost-append/log0", 0, &more);
   ASSERT_OK(records);
   ASSERT_EQ(records->size(), 2u);
   EXPECT_EQ((*records)[0].value, "first");
   EXPECT_EQ((*records)[1].value, "second");
-  std::lock_guard<std::mutex> lock(mu);
-  bool said = false;
-  for (const std::string& l : lines) said = said || l.find("record 1 is this replica's own") != std::string::npos;
-  EXPECT_TRUE(said) << absl::StrJoin(lines, "\n");
+  EXPECT_TRUE(lossy.Said("record 1 is this replica's own")) << lossy.Lines();
 }
 
 // A replica that won the store's leader key answers as a standby while it
