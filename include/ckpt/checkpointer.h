@@ -24,6 +24,7 @@
 #include "ckpt/codec.h"
 #include "ckpt/communicator.h"
 #include "ckpt/export.h"
+#include "ckpt/load_exchange.h"
 #include "ckpt/mesh.h"
 #include "ckpt/options.h"
 #include "ckpt/state.h"
@@ -74,6 +75,11 @@ struct CKPT_EXPORT CheckpointerOptions {
   std::shared_ptr<Communicator> communicator;
   /// Limit for each collective; a dead rank fails the call after it.
   double collective_timeout_s = 300;
+  /// With a communicator: how the ranks of a load pass each other the
+  /// pieces they read for one another (LoadOptions::cooperative;
+  /// OpenLoadExchange in ckpt/peer.h). Without one, or over a communicator
+  /// of another size, every rank reads what it needs from storage.
+  std::shared_ptr<LoadExchange> load_exchange;
   /// Commit through this arbiter (see CommitArbiter) rather than by the
   /// leader polling the storage for every rank's report.
   std::shared_ptr<CommitArbiter> arbiter;

@@ -111,6 +111,21 @@ struct CKPT_EXPORT LoadOptions {
   bool allow_fallback = false;
   /// Which level to read the step from.
   SaveLevel level = SaveLevel::kDurable;
+  /// A collective load of a laid-out target (State::SetMesh, AddLayout)
+  /// whose checkpointer has a LoadExchange, at the durable level: ranks
+  /// that need the same stored bytes read each piece once, one of them from
+  /// storage, the others from that rank (docs/resharding.md, "Cooperative
+  /// loads"). Every rank must pass the same value.
+  bool cooperative = true;
+  /// How long a rank waits for a piece another rank reads for it before it
+  /// reads the piece from storage itself (and stops waiting for that rank).
+  /// A rank that died is passed over at once.
+  double cooperative_wait_s = 120;
+  /// Runs of blocks that the same ranks need are cut into pieces of about
+  /// this many raw bytes (whole blocks, on a grid over each data file), each
+  /// with a reader of its own: the hosts share a large tensor's reads, and
+  /// a rank gets the first piece while later ones are read.
+  uint64_t cooperative_piece_bytes = uint64_t{16} << 20;
 };
 
 /// Measured costs of one save, for the interval optimiser.
@@ -154,6 +169,14 @@ struct CKPT_EXPORT LoadStats {
   int64_t bytes_from_memory = 0;
   int64_t bytes_from_peers = 0;
   int64_t bytes_from_storage = 0;
+  /// A cooperative load: bytes_from_storage counts the stored bytes this
+  /// rank read from storage, the pieces it read for other ranks included
+  /// (bytes_for_peers of them), and bytes_from_peers those other ranks read
+  /// for it. peer_failovers counts pieces it read itself because the rank
+  /// that was to read them died, forwent them or was late.
+  bool cooperative = false;
+  int64_t bytes_for_peers = 0;
+  int64_t peer_failovers = 0;
   /// Bytes of the step's manifest this rank read itself: all of it when it
   /// loads alone or leads; with a communicator and a manifest of version 4 or
   /// later each other rank reads only the parts it needs; with an older manifest

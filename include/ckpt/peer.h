@@ -25,7 +25,9 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "ckpt/communicator.h"
 #include "ckpt/export.h"
+#include "ckpt/load_exchange.h"
 #include "ckpt/storage.h"
 
 namespace ckpt {
@@ -128,6 +130,16 @@ CKPT_EXPORT absl::StatusOr<std::shared_ptr<Storage>> OpenPeerStorage(std::shared
                                                                      PeerRoute route);
 /// The counters of a storage from OpenPeerStorage (zeros for any other).
 CKPT_EXPORT PeerReadCounters PeerStorageCounters(Storage& storage);
+
+/// A LoadExchange (ckpt/load_exchange.h) on the memory level's transport,
+/// for CheckpointerOptions::load_exchange: a rank offers the pieces it reads
+/// for others as files of `memory` (within its budget, until the load ends),
+/// and fetches the others' from their memory. A collective over `comm`
+/// (every rank calls it, each with its own memory): the leader gathers the
+/// ranks' endpoints and domains and hands every rank the table. The
+/// domains are the hosts the load spreads its readers over.
+CKPT_EXPORT absl::StatusOr<std::shared_ptr<LoadExchange>> OpenLoadExchange(std::shared_ptr<PeerMemory> memory,
+                                                                           Communicator& comm, double timeout_s = 300);
 
 /// Replica holders for every rank: `domains[i]` is rank i's failure domain.
 /// Rank i's holders are `replicas` ranks, each in another domain and no two

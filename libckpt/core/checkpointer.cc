@@ -201,16 +201,17 @@ class Checkpointer::Impl {
 
   absl::StatusOr<LoadStats> Load(const State& target, int64_t step, const LoadOptions& options) {
     const MemoryReads before = MemoryReadsOf(*storage_);
-    absl::StatusOr<LoadStats> stats = !options_.communicator
-                                          ? LoadStepAlone(*storage_, target, step, options_.rank, options)
-                                          : LoadStepTogether(*storage_, *options_.communicator, target, step,
-                                                             options_.rank, options, options_.collective_timeout_s);
+    absl::StatusOr<LoadStats> stats =
+        !options_.communicator ? LoadStepAlone(*storage_, target, step, options_.rank, options)
+                               : LoadStepTogether(*storage_, *options_.communicator, target, step, options_.rank,
+                                                  options, options_.collective_timeout_s, options_.load_exchange.get());
     if (!stats.ok()) return stats;
     const MemoryReads after = MemoryReadsOf(*storage_);
     stats->level = level_;
     stats->bytes_from_memory = after.own - before.own;
-    stats->bytes_from_peers = after.peers - before.peers;
-    stats->bytes_from_storage = level_ == SaveLevel::kMemory ? 0 : stats->bytes_read;
+    stats->bytes_from_peers += after.peers - before.peers;
+    // A cooperative load counted what it read from storage itself.
+    if (!stats->cooperative) stats->bytes_from_storage = level_ == SaveLevel::kMemory ? 0 : stats->bytes_read;
     return stats;
   }
 

@@ -6,6 +6,7 @@
 
 #include "absl/strings/str_split.h"
 #include "core/collective_plan.h"
+#include "core/coop_load.h"
 #include "format/manifest.h"
 #include "format/manifest_part.h"
 #include "format/root_files.h"
@@ -97,8 +98,40 @@ absl::StatusOr<Manifest> ReadOwnPart(Storage& storage, const std::string& path, 
   return part;
 }
 
+namespace {
+
+// This rank's part of the manifest the leader chose (read by ranged reads
+// of a version-4 manifest, handed by the leader for an older one), and the
+// load of it: cooperative when `exchange` is given.
+absl::StatusOr<LoadStats> LoadPart(Storage& storage, Communicator& comm, const State& target, const Manifest& manifest,
+                                   int64_t chosen, int64_t version, const std::string& source, int rank,
+                                   const LoadOptions& options, LoadExchange* exchange, const std::string& load,
+                                   double timeout_s, int64_t* manifest_bytes) {
+  Manifest mine;
+  if (version >= 4) {
+    // Every rank plans from the parts it reads: the leader neither gathers
+    // the ranks' targets nor cuts every rank's plan. The leader cuts its own
+    // part from the manifest it checked (on the grids, nothing expanded).
+    if (comm.rank() == 0) {
+      mine = RestrictManifest(manifest, target, comm.rank());
+    } else {
+      CKPT_ASSIGN_OR_RETURN(
+          mine, ReadOwnPart(storage, StrCat(StepDir(chosen), "/", source), target, comm.rank(), manifest_bytes));
+    }
+  } else {
+    CKPT_ASSIGN_OR_RETURN(std::string plan,
+                          DistributeLoadPlan(comm, target, comm.rank() == 0 ? &manifest : nullptr, timeout_s));
+    CKPT_ASSIGN_OR_RETURN(mine, DecodeManifest(plan, "load plan from the leader"));
+  }
+  if (exchange != nullptr) return LoadCooperatively(storage, mine, target, rank, options, *exchange, load);
+  return LoadFromManifest(storage, mine, target, rank, options);
+}
+
+}  // namespace
+
 absl::StatusOr<LoadStats> LoadStepTogether(Storage& storage, Communicator& comm, const State& target, int64_t step,
-                                           int rank, const LoadOptions& options, double timeout_s) {
+                                           int rank, const LoadOptions& options, double timeout_s,
+                                           LoadExchange* exchange) {
   Manifest manifest;
   int64_t manifest_bytes = 0;  // the leader reads it whole, the others their parts
   std::string verdict;
@@ -127,26 +160,16 @@ absl::StatusOr<LoadStats> LoadStepTogether(Storage& storage, Communicator& comm,
     return absl::InternalError(StrCat("the leader's choice of the step to load is garbled: '", verdict, "'"));
   }
   const std::string note = parts.size() >= 5 ? parts[4] : "";
-  Manifest mine;
-  if (version >= 4) {
-    // Every rank plans from the parts it reads: the leader neither gathers
-    // the ranks' targets nor cuts every rank's plan. The leader cuts its own
-    // part from the manifest it checked (on the grids, nothing expanded).
-    if (comm.rank() == 0) {
-      mine = RestrictManifest(manifest, target, comm.rank());
-    } else {
-      CKPT_ASSIGN_OR_RETURN(
-          mine, ReadOwnPart(storage, StrCat(StepDir(chosen), "/", parts[3]), target, comm.rank(), &manifest_bytes));
-    }
-  } else {
-    CKPT_ASSIGN_OR_RETURN(std::string plan,
-                          DistributeLoadPlan(comm, target, comm.rank() == 0 ? &manifest : nullptr, timeout_s));
-    CKPT_ASSIGN_OR_RETURN(mine, DecodeManifest(plan, "load plan from the leader"));
-  }
-  CKPT_ASSIGN_OR_RETURN(LoadStats stats, LoadFromManifest(storage, mine, target, rank, options));
-  stats.damage_note = note;
-  stats.fell_back_from = fell_back_from;
-  stats.manifest_bytes = manifest_bytes;
+  // Decided before any rank can fail on its own, so that every rank that
+  // agreed reaches the barrier that ends the load.
+  CKPT_ASSIGN_OR_RETURN(const std::string load, AgreeOnCooperation(comm, target, options, exchange, timeout_s));
+  absl::StatusOr<LoadStats> stats = LoadPart(storage, comm, target, manifest, chosen, version, parts[3], rank, options,
+                                             load.empty() ? nullptr : exchange, load, timeout_s, &manifest_bytes);
+  if (!load.empty()) FinishCooperation(comm, *exchange, load, timeout_s);
+  if (!stats.ok()) return stats;
+  stats->damage_note = note;
+  stats->fell_back_from = fell_back_from;
+  stats->manifest_bytes = manifest_bytes;
   return stats;
 }
 

@@ -9,6 +9,7 @@
 
 #include "absl/status/statusor.h"
 #include "ckpt/communicator.h"
+#include "ckpt/load_exchange.h"
 #include "ckpt/options.h"
 #include "ckpt/state.h"
 #include "ckpt/storage.h"
@@ -24,8 +25,11 @@ absl::StatusOr<LoadStats> LoadStepAlone(Storage& storage, const State& target, i
 
 /// The same, by every rank of `comm` at once (a collective: every rank
 /// calls it). The leader's choice of step, or its error, reaches every rank.
+/// With an `exchange` the ranks load cooperatively where they can
+/// (core/coop_load.h).
 absl::StatusOr<LoadStats> LoadStepTogether(Storage& storage, Communicator& comm, const State& target, int64_t step,
-                                           int rank, const LoadOptions& options, double timeout_s);
+                                           int rank, const LoadOptions& options, double timeout_s,
+                                           LoadExchange* exchange = nullptr);
 
 /// A rank's part of a version-4 manifest at `path`, read by ranged reads:
 /// what LoadStepTogether's ranks other than the leader plan their loads

@@ -12,6 +12,7 @@
 
 #include "absl/strings/str_join.h"
 #include "ckpt/peer.h"
+#include "peer/connection_pool.h"
 #include "peer/peer_client.h"
 #include "peer/peer_memory.h"
 #include "peer/peer_store.h"
@@ -23,57 +24,6 @@
 namespace ckpt {
 namespace peer {
 namespace {
-
-// Idle authenticated connections by endpoint.
-class ConnectionPool {
- public:
-  ConnectionPool(std::string token, double timeout_s) : token_(std::move(token)), timeout_s_(timeout_s) {}
-
-  absl::StatusOr<std::unique_ptr<PeerConnection>> Take(const std::string& endpoint) {
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      auto& idle = idle_[endpoint];
-      if (!idle.empty()) {
-        auto c = std::move(idle.back());
-        idle.pop_back();
-        return c;
-      }
-    }
-    return PeerConnection::Open(endpoint, token_, timeout_s_);
-  }
-
-  void Give(std::unique_ptr<PeerConnection> c) {
-    if (c == nullptr || c->broken()) return;
-    std::lock_guard<std::mutex> lock(mu_);
-    auto& idle = idle_[c->endpoint()];
-    if (idle.size() < 16) idle.push_back(std::move(c));
-  }
-
-  // Runs `op` on a connection to `endpoint`; a pooled connection that fails
-  // to be usable (the peer restarted, closed it) is retried once afresh.
-  template <typename T, typename Op>
-  absl::StatusOr<T> With(const std::string& endpoint, Op op) {
-    for (int attempt = 0;; ++attempt) {
-      bool fresh;
-      {
-        std::lock_guard<std::mutex> lock(mu_);
-        fresh = idle_[endpoint].empty();
-      }
-      auto c = Take(endpoint);
-      if (!c.ok()) return c.status();
-      absl::StatusOr<T> r = op(**c);
-      const bool broken = (*c)->broken();
-      Give(std::move(*c));
-      if (r.ok() || !broken || fresh || attempt > 0 || !absl::IsUnavailable(r.status())) return r;
-    }
-  }
-
- private:
-  std::string token_;
-  double timeout_s_;
-  std::mutex mu_;
-  std::map<std::string, std::vector<std::unique_ptr<PeerConnection>>> idle_;
-};
 
 struct Counters {
   std::atomic<int64_t> from_own{0}, from_peers{0}, failovers{0};

@@ -138,8 +138,8 @@ std::string ChunkName(const ChunkWork& w) {
 class Loader {
  public:
   // `storage` may be null for Plan alone.
-  Loader(Storage* storage, const Manifest& m, const LoadOptions& options)
-      : storage_(storage), m_(m), options_(options) {}
+  Loader(Storage* storage, const Manifest& m, const LoadOptions& options, ReadRouter* router = nullptr)
+      : storage_(storage), m_(m), options_(options), router_(router) {}
 
   absl::StatusOr<LoadPlanCounts> PlanOnly(const State& target, int rank) {
     CKPT_RETURN_IF_ERROR(Plan(target, rank));
@@ -276,8 +276,11 @@ class Loader {
       if (!f.ok()) return Annotate(f.status(), StrCat("step ", m_.step));
       auto entries = ReadFileIndex(**f, mf, path);
       if (!entries.ok()) return entries.status();
-      files_[file] = OpenFile{std::move(f).value(), std::move(entries).value(), path};
+      std::unique_ptr<ReadableFile> readable = std::move(f).value();
+      if (router_ != nullptr) readable = router_->Route(file, std::move(readable), *entries);
+      files_[file] = OpenFile{std::move(readable), std::move(entries).value(), path};
     }
+    if (router_ != nullptr) router_->Start();
     return absl::OkStatus();
   }
 
@@ -434,6 +437,7 @@ class Loader {
   Storage* storage_;
   const Manifest& m_;
   LoadOptions options_;
+  ReadRouter* router_;
   std::vector<std::unique_ptr<ChunkWork>> work_;
   std::map<uint32_t, OpenFile> files_;
   std::deque<IndexEntry> parts_;           // entries of the parts of unchecked blocks (stable addresses)
@@ -445,8 +449,8 @@ class Loader {
 }  // namespace
 
 absl::StatusOr<LoadStats> LoadFromManifest(Storage& storage, const Manifest& manifest, const State& target, int rank,
-                                           const LoadOptions& options) {
-  Loader loader(&storage, manifest, options);
+                                           const LoadOptions& options, ReadRouter* router) {
+  Loader loader(&storage, manifest, options, router);
   return loader.Run(target, rank);
 }
 

@@ -8,14 +8,31 @@
 #include "ckpt/options.h"
 #include "ckpt/state.h"
 #include "ckpt/storage.h"
+#include "format/data_file.h"
 #include "format/manifest.h"
 
 namespace ckpt {
 
+/// Where a load reads its data files' frames: given each file it needs as
+/// storage opened it, with the file's block index, the file to read the
+/// frames from instead (a cooperative load's, core/coop_load.h). Route is
+/// called for every file before the first frame is read.
+class ReadRouter {
+ public:
+  virtual ~ReadRouter() = default;
+  /// `file` indexes the manifest's files. The router keeps `stored`; what
+  /// it returns is used until the load returns.
+  virtual std::unique_ptr<ReadableFile> Route(uint32_t file, std::unique_ptr<ReadableFile> stored,
+                                              const std::vector<IndexEntry>& index) = 0;
+  /// Every file is routed; frames are about to be read.
+  virtual void Start() {}
+};
+
 /// Fills `target` from the committed step described by `manifest`. `rank`
-/// selects per-rank blobs whose source rank is unspecified.
+/// selects per-rank blobs whose source rank is unspecified. With a
+/// `router`, frames are read where it says.
 absl::StatusOr<LoadStats> LoadFromManifest(Storage& storage, const Manifest& manifest, const State& target, int rank,
-                                           const LoadOptions& options);
+                                           const LoadOptions& options, ReadRouter* router = nullptr);
 
 /// What LoadFromManifest would read, planned by its own code and nothing
 /// read: the chunks and blobs met and their blocks.

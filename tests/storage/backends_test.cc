@@ -12,6 +12,7 @@
 #include <atomic>
 #include <cstdlib>
 #include <filesystem>
+#include <future>
 #include <thread>
 
 #include "ckpt/checkpointer.h"
@@ -21,6 +22,7 @@
 #include "storage/adapters/faulty/faulty_storage.h"
 #include "storage/roots/mem/mem_storage.h"
 #include "testutil/test_util.h"
+#include "util/clock.h"
 #include "util/errors.h"
 
 #ifndef CKPT_TEST_PLUGIN_DIR
@@ -359,6 +361,44 @@ TEST(Faulty, CrashDropsWhatWasNotDurable) {
   EXPECT_EQ(LoadAndCount(*f, kLatestStep, 1), 0);
   ASSERT_OK(SaveStep(*cp, 3));
   EXPECT_EQ(LoadAndCount(*f, kLatestStep, 3), 0);
+}
+
+TEST(Faulty, ReadsShareOneLinkOfTheReadBandwidth) {
+  TempDir dir;
+  const std::string data(4 << 20, 'x');
+  {
+    auto s = OpenStorage(dir.path());
+    ASSERT_OK(s);
+    ASSERT_OK((*s)->PutAtomic(
+        "blob", absl::Span<const std::byte>(reinterpret_cast<const std::byte*>(data.data()), data.size())));
+  }
+  // 8 MB/s: 4 MiB takes about half a second, however many threads read it.
+  auto f = OpenStorage("faulty://" + dir.path() + "?fault.read_bandwidth=8M");
+  ASSERT_OK(f);
+  auto file = (*f)->OpenReadable("blob");
+  ASSERT_OK(file);
+  const double t0 = NowSeconds();
+  std::vector<std::thread> readers;
+  std::atomic<int> failed{0};
+  for (int t = 0; t < 4; ++t) {
+    readers.emplace_back([&, t] {
+      std::vector<std::byte> buf(1 << 20);
+      if (!(*file)->ReadAt(static_cast<uint64_t>(t) << 20, absl::MakeSpan(buf)).ok()) ++failed;
+    });
+  }
+  for (auto& r : readers) r.join();
+  const double took = NowSeconds() - t0;
+  EXPECT_EQ(failed.load(), 0);
+  EXPECT_GT(took, 0.45) << "4 MiB at 8 MB/s";
+  EXPECT_LT(took, 3.0);
+  // Asynchronous reads complete no sooner.
+  std::vector<std::byte> buf(1 << 20);
+  std::promise<absl::Status> done;
+  const double t1 = NowSeconds();
+  (*file)->ReadAsync(0, absl::MakeSpan(buf), [&](absl::Status st) { done.set_value(st); });
+  EXPECT_OK(done.get_future().get());
+  EXPECT_GT(NowSeconds() - t1, 0.11) << "1 MiB at 8 MB/s";
+  EXPECT_FALSE(OpenStorage("faulty://" + dir.path() + "?fault.read_bandwidth=fast").ok());
 }
 
 // ---------------------------------------------------------------------------

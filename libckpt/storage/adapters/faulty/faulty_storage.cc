@@ -141,8 +141,10 @@ class FaultyStorage::Reader : public ReadableFile {
   absl::Status ReadAt(uint64_t offset, absl::Span<std::byte> dst) override {
     owner_->Delay();
     CKPT_RETURN_IF_ERROR(owner_->OpFault("read", base_->path(), false));
+    const auto until = owner_->LinkDone(dst.size());
     absl::Status st = base_->ReadAt(offset, dst);
     if (st.ok()) MaybeFlip(dst);
+    if (until) std::this_thread::sleep_until(*until);
     return st;
   }
   void ReadAsync(uint64_t offset, absl::Span<std::byte> dst, IoCallback done) override {
@@ -151,8 +153,14 @@ class FaultyStorage::Reader : public ReadableFile {
       std::move(done)(op);
       return;
     }
-    base_->ReadAsync(offset, dst, [this, dst, done = std::move(done)](absl::Status st) mutable {
+    const auto until = owner_->LinkDone(dst.size());
+    base_->ReadAsync(offset, dst, [this, dst, until, done = std::move(done)](absl::Status st) mutable {
       if (st.ok()) MaybeFlip(dst);
+      if (until && std::chrono::steady_clock::now() < *until) {
+        // Delivered when the link would have carried it.
+        owner_->At(*until, [done = std::move(done), st = std::move(st)]() mutable { std::move(done)(st); });
+        return;
+      }
       std::move(done)(st);
     });
   }
@@ -221,6 +229,17 @@ std::optional<std::chrono::steady_clock::time_point> FaultyStorage::DeviceDone(s
   device_free_ += std::chrono::duration_cast<std::chrono::steady_clock::duration>(
       std::chrono::duration<double>(static_cast<double>(bytes) / static_cast<double>(bw)));
   return device_free_;
+}
+
+std::optional<std::chrono::steady_clock::time_point> FaultyStorage::LinkDone(size_t bytes) {
+  const int64_t bw = Plan().read_bandwidth;
+  if (bw <= 0) return std::nullopt;
+  std::lock_guard<std::mutex> lock(mu_);
+  const auto now = std::chrono::steady_clock::now();
+  if (link_free_ < now) link_free_ = now;
+  link_free_ += std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+      std::chrono::duration<double>(static_cast<double>(bytes) / static_cast<double>(bw)));
+  return link_free_;
 }
 
 // The timer thread outlives nothing it needs: it holds this state, and runs
@@ -384,6 +403,7 @@ absl::StatusOr<std::shared_ptr<Storage>> OpenFaultyStorage(std::string_view uri)
   CKPT_ASSIGN_OR_RETURN(plan.short_write_every, parsed.Int("fault.short_write_every", 0));
   CKPT_ASSIGN_OR_RETURN(plan.latency_s, parsed.Seconds("fault.latency", 0));
   CKPT_ASSIGN_OR_RETURN(plan.write_bandwidth, parsed.Bytes("fault.write_bandwidth", 0));
+  CKPT_ASSIGN_OR_RETURN(plan.read_bandwidth, parsed.Bytes("fault.read_bandwidth", 0));
   CKPT_ASSIGN_OR_RETURN(plan.flip_read_every, parsed.Int("fault.flip_read_every", 0));
   CKPT_ASSIGN_OR_RETURN(plan.crash_mode, parsed.Bool("fault.crash", false));
   plan.match = parsed.Str("fault.match", "");
@@ -407,10 +427,11 @@ absl::StatusOr<std::shared_ptr<Storage>> OpenFaultyStorage(std::string_view uri)
     return absl::InvalidArgumentError(StrCat("storage URI '", uri, "': fault.errno must be EIO or ENOSPC"));
   }
   for (const auto& [k, v] : parsed.params) {
-    static const char* kKnown[] = {"fault.enospc_after", "fault.eio_after",       "fault.short_write_every",
-                                   "fault.latency",      "fault.flip_read_every", "fault.crash",
-                                   "fault.match",        "fault.fail_on",         "fault.errno",
-                                   "fault.fail_after",   "fault.kill_at_op",      "fault.write_bandwidth"};
+    static const char* kKnown[] = {"fault.enospc_after",  "fault.eio_after",       "fault.short_write_every",
+                                   "fault.latency",       "fault.flip_read_every", "fault.crash",
+                                   "fault.match",         "fault.fail_on",         "fault.errno",
+                                   "fault.fail_after",    "fault.kill_at_op",      "fault.write_bandwidth",
+                                   "fault.read_bandwidth"};
     if (k.starts_with("fault.") && std::find(std::begin(kKnown), std::end(kKnown), k) == std::end(kKnown)) {
       return absl::InvalidArgumentError(StrCat("storage URI '", uri, "': unknown fault option '", k, "'"));
     }

@@ -16,6 +16,10 @@
 //                              that writes BYTES per second ("200M"): a slow
 //                              disk, for what a save does when storage is the
 //                              bottleneck
+//   fault.read_bandwidth=BYTES   reads take their turn on one simulated link
+//                              of BYTES per second: a storage server whose
+//                              network is the bottleneck, shared by every
+//                              reader of this storage object
 //   fault.flip_read_every=N    every Nth read returns data with one bit flipped
 //   fault.match=TEXT           only files whose path contains TEXT are affected
 //   fault.crash=1              hold writes back until Finish, so Crash() can
@@ -54,6 +58,7 @@ struct FaultPlan {
   int64_t short_write_every = 0;  ///< 0: never
   double latency_s = 0;
   int64_t write_bandwidth = 0;  ///< bytes per second; 0: unlimited
+  int64_t read_bandwidth = 0;   ///< bytes per second; 0: unlimited
   int64_t flip_read_every = 0;
   std::string match;
   bool crash_mode = false;
@@ -112,6 +117,8 @@ class FaultyStorage : public ForwardingStorage {
   /// plan.write_bandwidth that serves writes one after another; nullopt
   /// when writes are not throttled.
   std::optional<std::chrono::steady_clock::time_point> DeviceDone(size_t bytes);
+  /// The same for a read of `bytes` on a link of plan.read_bandwidth.
+  std::optional<std::chrono::steady_clock::time_point> LinkDone(size_t bytes);
   /// Runs `fn` on the storage's timer thread at `when` (throttled writes
   /// complete there, so the writer is not held up: a disk's queue).
   void At(std::chrono::steady_clock::time_point when, absl::AnyInvocable<void() &&> fn);
@@ -124,6 +131,7 @@ class FaultyStorage : public ForwardingStorage {
   std::string uri_;
   mutable std::mutex mu_;
   std::chrono::steady_clock::time_point device_free_;  ///< guarded by mu_
+  std::chrono::steady_clock::time_point link_free_;    ///< guarded by mu_
   FaultPlan plan_;
   std::atomic<int64_t> written_{0};
   std::atomic<int64_t> ops_{0};
