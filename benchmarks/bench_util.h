@@ -26,6 +26,10 @@ struct Samples {
   double Max() const;
 };
 
+/// iperf3 over loopback (one stream, 3 s; its server's log in `dir`):
+/// received bits per second / 8, or -1 when iperf3 is not installed or fails.
+double IperfLoopback(const std::string& dir);
+
 bool HaveFio();
 /// fio's sequential bandwidth in bytes/s (io_uring, O_DIRECT, QD64, 4 MiB), or -1.
 double RunFio(const std::string& file, int64_t size, bool write);

@@ -34,38 +34,6 @@
 namespace ckpt::bench {
 namespace {
 
-// iperf3 over loopback (one stream, 3 s): received bits per second / 8, or
-// -1 when iperf3 is not installed or fails.
-double IperfLoopback(const std::string& dir) {
-  if (std::system("command -v iperf3 > /dev/null 2>&1") != 0) return -1;
-  const int port = 20000 + static_cast<int>(getpid() % 20000);
-  const std::string server_log = dir + "/iperf3-server.log";
-  const pid_t pid = fork();
-  if (pid == 0) {
-    const std::string p = std::to_string(port);
-    execlp("iperf3", "iperf3", "-s", "-1", "-B", "127.0.0.1", "-p", p.c_str(), "--logfile", server_log.c_str(),
-           static_cast<char*>(nullptr));
-    _exit(127);
-  }
-  double bps = -1;
-  for (int attempt = 0; attempt < 20 && bps < 0; ++attempt) {
-    usleep(100000);
-    const std::string cmd = "iperf3 -c 127.0.0.1 -p " + std::to_string(port) + " -t 3 -J 2>/dev/null";
-    FILE* p = popen(cmd.c_str(), "r");
-    if (p == nullptr) break;
-    std::string out;
-    char buf[4096];
-    for (size_t n; (n = fread(buf, 1, sizeof(buf), p)) > 0;) out.append(buf, n);
-    pclose(p);
-    const size_t at = out.find("\"sum_received\"");
-    const size_t b = at == std::string::npos ? at : out.find("\"bits_per_second\":", at);
-    if (b != std::string::npos) bps = std::stod(out.substr(b + 18)) / 8;
-  }
-  kill(pid, SIGTERM);
-  waitpid(pid, nullptr, 0);
-  return bps;
-}
-
 // Stands in for the trainer between saves: an optimizer-like pass over
 // 64 MiB of f32 (w = 0.999 w + 0.001 g), bound by memory bandwidth as an
 // optimizer step is, on the calling thread.

@@ -534,7 +534,7 @@ void BindCheckpointer(py::module_& m) {
                        int64_t staging_bytes, bool direct_io, std::shared_ptr<ckpt::Communicator> communicator,
                        int staging_threads, std::shared_ptr<ckpt::PeerMemory> memory,
                        std::vector<std::string> memory_replicas, std::vector<std::vector<std::string>> memory_holders,
-                       std::vector<std::string> memory_peers) {
+                       std::vector<std::string> memory_peers, std::shared_ptr<ckpt::PeerMemory> exchange_memory) {
              ckpt::CheckpointerOptions o;
              o.uri = uri;
              o.rank = rank;
@@ -568,6 +568,17 @@ void BindCheckpointer(py::module_& m) {
                Check(storage.status());
                o.memory_storage = std::move(storage).value();
              }
+             if (exchange_memory && communicator) {
+               // Cooperative loads: the ranks pass each other the pieces
+               // they read (a collective: every rank constructs together).
+               absl::StatusOr<std::shared_ptr<ckpt::LoadExchange>> ex;
+               {
+                 py::gil_scoped_release release;
+                 ex = ckpt::OpenLoadExchange(exchange_memory, *communicator, o.collective_timeout_s);
+               }
+               Check(ex.status());
+               o.load_exchange = std::move(ex).value();
+             }
              absl::StatusOr<std::unique_ptr<ckpt::Checkpointer>> cp;
              {
                py::gil_scoped_release release;
@@ -581,7 +592,8 @@ void BindCheckpointer(py::module_& m) {
            py::arg("communicator") = nullptr, py::arg("staging_threads") = 0, py::arg("memory") = nullptr,
            py::arg("memory_replicas") = std::vector<std::string>{},
            py::arg("memory_holders") = std::vector<std::vector<std::string>>{},
-           py::arg("memory_peers") = std::vector<std::string>{}, py::keep_alive<1, 9>())
+           py::arg("memory_peers") = std::vector<std::string>{}, py::arg("exchange_memory") = nullptr,
+           py::keep_alive<1, 9>())
       .def(
           "save",
           [](ckpt::Checkpointer& cp, int64_t step, PyState& state, std::map<std::string, std::string> metadata,
@@ -609,7 +621,8 @@ void BindCheckpointer(py::module_& m) {
           "memory, given by the constructor's memory=...).")
       .def(
           "load",
-          [](ckpt::Checkpointer& cp, PyState& state, int64_t step, const std::string& level, bool stats) -> py::object {
+          [](ckpt::Checkpointer& cp, PyState& state, int64_t step, const std::string& level, bool stats,
+             bool cooperative) -> py::object {
             if (!state.read_only.empty()) {
               Raise(absl::StatusCode::kInvalidArgument,
                     "tensor '" + state.read_only.front() +
@@ -617,6 +630,7 @@ void BindCheckpointer(py::module_& m) {
             }
             ckpt::LoadOptions lo;
             lo.level = ParseLevel(level);
+            lo.cooperative = cooperative;
             state.CheckBuffersInPlace();
             absl::StatusOr<ckpt::LoadStats> st;
             {
@@ -634,12 +648,18 @@ void BindCheckpointer(py::module_& m) {
             d["bytes_from_peers"] = st->bytes_from_peers;
             d["bytes_from_storage"] = st->bytes_from_storage;
             d["manifest_bytes"] = st->manifest_bytes;
+            d["cooperative"] = st->cooperative;
+            d["bytes_for_peers"] = st->bytes_for_peers;
+            d["peer_failovers"] = st->peer_failovers;
             return d;
           },
           py::arg("state"), py::arg("step") = ckpt::kLatestStep, py::arg("level") = "durable", py::arg("stats") = false,
+          py::arg("cooperative") = true,
           "Fills the state's buffers; returns the step, or with stats=True a dict: step, level, seconds, "
           "bytes_read, bytes_from_memory, bytes_from_peers, bytes_from_storage, manifest_bytes (of the step's "
-          "manifest, read by this rank itself).")
+          "manifest, read by this rank itself), cooperative, bytes_for_peers, peer_failovers. A load of a "
+          "laid-out state by every rank of a checkpointer built with exchange_memory is cooperative "
+          "(cooperative=False turns it off): ranks that need the same bytes read them once and pass them on.")
       .def(
           "latest_step",
           [](ckpt::Checkpointer& cp, const std::string& level) -> py::object {

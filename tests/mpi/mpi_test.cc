@@ -58,6 +58,33 @@ TEST(Mpi, ProcsSaveAndRestoreOntoOtherMeshes) {
   EXPECT_EQ(t.code, 0) << t.out;
 }
 
+// Four data-parallel replicas as processes: cooperatively they read the
+// checkpoint from storage about once in all, each alone about four times.
+TEST(Mpi, ProcsRestoreCooperativelyReadingEachStoredByteOnce) {
+  TempDir dir;
+  const std::string root = dir.Join("root");
+  CmdResult s = Shell(std::string(CKPT_BIN) + " synth --out " + root +
+                      " --params 2M --layers 2 --mesh dp=1,tp=2 --block-size 64K --json");
+  ASSERT_EQ(s.code, 0) << s.out;
+  auto figure = [](const std::string& out, const std::string& key) -> int64_t {
+    const size_t at = out.find("\"" + key + "\":");
+    return at == std::string::npos ? -1 : std::atoll(out.c_str() + at + key.size() + 3);
+  };
+  const std::string check = std::string(CKPT_BIN) + " restore-check " + root + " --mesh dp=4,tp=2 --procs --json";
+  CmdResult coop = Shell(check);
+  ASSERT_EQ(coop.code, 0) << coop.out;
+  EXPECT_TRUE(Has(coop.out, "\"mismatches\":0")) << coop.out;
+  EXPECT_TRUE(Has(coop.out, "\"cooperative\":true")) << coop.out;
+  CmdResult solo = Shell(check + " --solo-reads");
+  ASSERT_EQ(solo.code, 0) << solo.out;
+  EXPECT_TRUE(Has(solo.out, "\"cooperative\":false")) << solo.out;
+  const int64_t together = figure(coop.out, "bytes_from_storage"), alone = figure(solo.out, "bytes_from_storage");
+  ASSERT_GT(together, 0) << coop.out;
+  EXPECT_GE(alone, together * 7 / 2) << "cooperative " << together << ", alone " << alone;
+  EXPECT_GT(figure(coop.out, "bytes_from_peers"), together) << coop.out;
+  EXPECT_EQ(figure(coop.out, "peer_failovers"), 0) << coop.out;
+}
+
 TEST(Mpi, RankKilledMidSaveLeavesNothingPublished) {
   TempDir dir;
   const std::string root = dir.Join("root");

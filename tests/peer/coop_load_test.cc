@@ -5,7 +5,11 @@
 // and a reader that refuses, stays silent or sends bad bytes must only cost
 // a failover to storage.
 #include <dirent.h>
+#include <signal.h>
+#include <spawn.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <atomic>
 #include <functional>
@@ -16,8 +20,10 @@
 
 #include "ckpt/checkpointer.h"
 #include "ckpt/communicator.h"
+#include "ckpt/coordinator.h"
 #include "ckpt/load_exchange.h"
 #include "ckpt/peer.h"
+#include "coop_model.h"
 #include "gtest/gtest.h"
 #include "testutil/test_util.h"
 #include "util/clock.h"
@@ -27,41 +33,11 @@
 namespace ckpt::testing {
 namespace {
 
-constexpr uint64_t kSeed = 58;
+constexpr uint64_t kSeed = kCoopSeed;
 const std::string kToken = "coop-load-test-token-0123456789";
 
-TensorLayout Layout(std::string fqn, Shape shape, std::vector<Placement> placements) {
-  TensorLayout l;
-  l.spec = TensorSpec{std::move(fqn), DType::kF32, std::move(shape)};
-  l.placements = std::move(placements);
-  return l;
-}
-
-// Replicated over dp, split over tp, and a tensor every rank holds whole.
-std::vector<TensorLayout> Model() {
-  const Placement R = Placement::Replicate();
-  return {Layout("attn.w", {512, 768}, {R, Placement::Shard(1)}), Layout("mlp.w", {768, 512}, {R, Placement::Shard(0)}),
-          Layout("embed", {1000, 256}, {R, R}), Layout("norm", {768}, {R, R})};
-}
-
-const Mesh& TheMesh() {
-  static const Mesh mesh = *Mesh::Parse("dp=4,tp=2");
-  return mesh;
-}
-
-// Rank r's host: one data-parallel replica per host.
-std::string HostOf(int r) { return StrCat("host-", r / 2); }
-
-absl::Status LaidOut(const std::vector<TensorLayout>& model, int rank, std::vector<OwnedShard>& shards, State* st,
-                     bool fill) {
-  CKPT_RETURN_IF_ERROR(st->SetMesh(TheMesh(), rank));
-  for (const TensorLayout& l : model) {
-    CKPT_ASSIGN_OR_RETURN(std::optional<Box> box, RankBox(l, TheMesh(), rank));
-    shards.push_back(fill ? MakeShard(l.spec, *box, kSeed) : EmptyShard(l.spec, *box));
-  }
-  for (size_t i = 0; i < model.size(); ++i) CKPT_RETURN_IF_ERROR(st->AddLayout(model[i], shards[i].data.data()));
-  return absl::OkStatus();
-}
+const Mesh& TheMesh() { return CoopMesh(); }
+std::string HostOf(int r) { return CoopHostOf(r); }
 
 // Every rank saves step 10 to `root` (one writer for each replicated box).
 void SaveModel(const std::string& root) {
@@ -78,6 +54,7 @@ void SaveModel(const std::string& root) {
       o.codec = Codec::kZstd;
       o.mesh = TheMesh();
       o.engine_options.block_size = 64 << 10;
+      o.engine_options.staging_bytes = 8 << 20;
       o.collective_timeout_s = 60;
       o.communicator = comms[r];
       auto cp = Checkpointer::Open(o);
@@ -87,7 +64,7 @@ void SaveModel(const std::string& root) {
       }
       std::vector<OwnedShard> shards;
       State st;
-      results[r] = LaidOut(Model(), r, shards, &st, true);
+      results[r] = CoopState(r, true, shards, &st);
       if (!results[r].ok()) return;
       auto h = (*cp)->Save(10, st);
       results[r] = h.ok() ? h->Wait() : h.status();
@@ -190,10 +167,11 @@ LoadRun LoadAll(const std::string& root, LoadOptions lo, int hostile_rank = -1,
         o.communicator = comms[r];
         o.load_exchange = exchange;
         o.gc_on_open = false;
+        o.engine_options.staging_bytes = 1;  // loads only
         CKPT_ASSIGN_OR_RETURN(std::unique_ptr<Checkpointer> cp, Checkpointer::Open(o));
         std::vector<OwnedShard> shards;
         State st;
-        CKPT_RETURN_IF_ERROR(LaidOut(Model(), r, shards, &st, false));
+        CKPT_RETURN_IF_ERROR(CoopState(r, false, shards, &st));
         CKPT_ASSIGN_OR_RETURN(run.stats[r], cp->Load(st, 10, lo));
         int64_t bad = 0;
         for (const OwnedShard& s : shards) bad += Mismatches(s, kSeed);
@@ -285,7 +263,7 @@ TEST_F(CoopLoad, AReaderThatRefusesItsPiecesCostsOnlyFailovers) {
 
 TEST_F(CoopLoad, ASilentReaderIsWaitedForOnceThenPassedOver) {
   LoadOptions lo;
-  lo.cooperative_wait_s = 1;
+  lo.cooperative_wait_s = 0.5;
   const double t0 = NowSeconds();
   const LoadRun run = LoadAll(dir_->path(), lo, 4, HostileExchange::Mode::kSilent);
   ASSERT_GT(run.hostile_offers, 0);
@@ -298,6 +276,95 @@ TEST_F(CoopLoad, BadBytesFromAReaderAreCaughtAndReadFromStorage) {
   const LoadRun run = LoadAll(dir_->path(), LoadOptions{}, 5, HostileExchange::Mode::kCorrupts);
   ASSERT_GT(run.hostile_offers, 0);
   EXPECT_GT(Sum(run).failovers, 0);
+}
+
+// The ranks as processes of their own, joined through a coordinator, each
+// behind its own slow link to storage so that the restore takes seconds;
+// rank 3's process is SIGKILLed while it reads its pieces for the others.
+TEST_F(CoopLoad, AReaderKilledMidRestoreLeavesEveryOtherRankBitExact) {
+  TempDir dir;
+  CoordinatorOptions co;
+  co.state_dir = dir.Join("state");
+  co.token = kToken;
+  co.min_nodes = co.max_nodes = 8;
+  co.heartbeat_s = 0.2;
+  co.dead_after = 5;
+  co.log = [](const std::string&) {};
+  auto coord = Coordinator::Start(co);
+  ASSERT_OK(coord);
+  const std::string address = StrCat("127.0.0.1:", (*coord)->port());
+  // 192 KB/s per process: each rank's share of the pieces (about 0.5 MB)
+  // takes seconds to read.
+  const std::string root = StrCat("faulty://", dir_->path(), "?fault.read_bandwidth=192K");
+  std::vector<pid_t> pids;
+  for (int i = 0; i < 8; ++i) {
+    const std::string out = dir.Join(StrCat("out-", i));
+    std::vector<std::string> args = {COOP_RANK_PATH, address, kToken, root, out, std::to_string(256 << 10)};
+    std::vector<char*> argv;
+    for (std::string& a : args) argv.push_back(a.data());
+    argv.push_back(nullptr);
+    pid_t pid = -1;
+    ASSERT_EQ(posix_spawn(&pid, COOP_RANK_PATH, nullptr, nullptr, argv.data(), environ), 0);
+    pids.push_back(pid);
+  }
+  // Rank 3's process, once every rank is loading.
+  pid_t victim = -1;
+  const double t0 = NowSeconds();
+  int loading = 0;
+  while (NowSeconds() - t0 < 60 && loading < 8) {
+    loading = 0;
+    for (int i = 0; i < 8; ++i) {
+      const std::string text = ReadFile(dir.Join(StrCat("out-", i)));
+      if (text.find("loading") != std::string::npos) ++loading;
+      int rank = -1, pid = -1;
+      if (std::sscanf(text.c_str(), "joined %d %d", &rank, &pid) == 2 && rank == 3) victim = pid;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  ASSERT_EQ(loading, 8) << "the ranks did not all start loading";
+  ASSERT_GT(victim, 0);
+  std::this_thread::sleep_for(std::chrono::milliseconds(700));
+  ASSERT_EQ(kill(victim, SIGKILL), 0);
+  // Every process ends: the victim killed, the others once loaded.
+  std::map<pid_t, int> exits;
+  while (NowSeconds() - t0 < 120 && exits.size() < pids.size()) {
+    for (pid_t p : pids) {
+      int status = 0;
+      if (exits.count(p) == 0 && waitpid(p, &status, WNOHANG) == p) exits[p] = status;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  for (pid_t p : pids) {
+    if (exits.count(p) == 0) {
+      kill(p, SIGKILL);
+      waitpid(p, nullptr, 0);
+    }
+  }
+  ASSERT_EQ(exits.size(), pids.size()) << "some ranks never finished";
+  EXPECT_TRUE(WIFSIGNALED(exits[victim]));
+  int64_t failovers = 0, from_peers = 0;
+  int loaded = 0;
+  for (int i = 0; i < 8; ++i) {
+    const std::string text = ReadFile(dir.Join(StrCat("out-", i)));
+    const size_t at = text.find("loaded ");
+    int rank = -1, joined_pid = -1;
+    std::sscanf(text.c_str(), "joined %d %d", &rank, &joined_pid);
+    if (joined_pid == victim) {
+      EXPECT_EQ(at, std::string::npos) << "rank 3 finished before it was killed:\n" << text;
+      continue;
+    }
+    ASSERT_NE(at, std::string::npos) << "rank " << rank << ":\n" << text;
+    long long r, bad, st, peers, mine, fo;
+    ASSERT_EQ(std::sscanf(text.c_str() + at, "loaded %lld %lld %lld %lld %lld %lld", &r, &bad, &st, &peers, &mine, &fo),
+              6);
+    EXPECT_EQ(bad, 0) << "rank " << r << " did not restore bit-exact";
+    failovers += fo;
+    from_peers += peers;
+    ++loaded;
+  }
+  EXPECT_EQ(loaded, 7);
+  EXPECT_GT(failovers, 0) << "no rank read a piece of the dead reader's from storage";
+  EXPECT_GT(from_peers, 0);
 }
 
 }  // namespace

@@ -26,7 +26,7 @@ check() {  # check NAME ARGS...: the program, then the words before the options
   esac
 }
 for b in save_load_bench reshard_bench backends_bench audit_bench manyrank_bench coordinator_bench peer_bench \
-         restart_plan_bench commit_bench; do
+         restart_plan_bench commit_bench restore_fanout_bench; do
   check "$b"
 done
 for sub in memcpy save load; do check bench_probe "$sub"; done

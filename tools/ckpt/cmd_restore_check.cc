@@ -1,18 +1,38 @@
 // ckpt restore-check: load a synthetic checkpoint onto a mesh and compare.
 #include <cstdio>
 
+#include "absl/strings/escaping.h"
+#include "ckpt/peer.h"
 #include "commands.h"
 #include "common/cli.h"
 #include "common/mpi_support.h"
 #include "common/synth_job.h"
+#include "util/crypto.h"
+#include "util/errors.h"
 #include "util/json.h"
 
 namespace ckpt::tools {
+namespace {
+
+// Each rank's peer memory and the exchange over them: the leader draws the
+// job's token and hands it out through the communicator.
+absl::StatusOr<std::shared_ptr<LoadExchange>> StartLoadExchange(Communicator& comm, const std::string& listen) {
+  std::string token;
+  if (comm.rank() == 0) token = absl::BytesToHexString(RandomBytes(16));
+  CKPT_ASSIGN_OR_RETURN(token, comm.Broadcast(token, 60));
+  PeerMemoryOptions o;
+  o.listen = listen;
+  o.token = token;
+  CKPT_ASSIGN_OR_RETURN(std::shared_ptr<PeerMemory> memory, PeerMemory::Start(o));
+  return OpenLoadExchange(std::move(memory), comm, 60);
+}
+
+}  // namespace
 
 int RestoreCheckMain(int argc, char** argv, int first) {
-  std::string dir, mesh_text;
+  std::string dir, mesh_text, peer_listen = "127.0.0.1:0";
   int64_t step = kLatestStep, threads = 0;
-  bool json = false, procs = false, fallback = false;
+  bool json = false, procs = false, fallback = false, solo = false;
   Args args("restore-check", "DIR --mesh MESH [--step S] [--json]",
             "Loads a checkpoint written by `ckpt synth` onto MESH, which may differ from the\n"
             "mesh it was saved from (splits need not be even: tp=3 over a dimension not\n"
@@ -23,7 +43,12 @@ int RestoreCheckMain(int argc, char** argv, int first) {
   args.String("mesh", &mesh_text, "target mesh, e.g. dp=3,tp=4,pp=1");
   args.Int("step", &step, "step to load (default: latest committed)");
   args.Int("threads", &threads, "decode threads (default min(4, cores))");
-  args.Switch("procs", &procs, "one process per rank under mpirun; the leader hands out load plans");
+  args.Switch("procs", &procs,
+              "one process per rank under mpirun; ranks that need the same bytes load them cooperatively (each\n"
+              "stored byte read once, passed between the ranks over their peer memories)");
+  args.Switch("solo-reads", &solo, "with --procs: every rank reads what it needs from storage itself");
+  args.String("peer-listen", &peer_listen,
+              "with --procs: HOST:PORT each rank's peer memory listens on (default 127.0.0.1:0: one machine)");
   args.Switch("json", &json, "print a JSON object instead of text");
   args.Switch("fallback", &fallback,
               "if the latest committed step is damaged beyond its manifest's copy, restore the newest intact one");
@@ -60,7 +85,18 @@ int RestoreCheckMain(int argc, char** argv, int first) {
     }
     comm = *world;
   }
-  auto res = comm ? RestoreCheckCollective(*storage, step, *mesh, comm, lo) : RestoreCheck(**storage, step, *mesh, lo);
+  std::shared_ptr<LoadExchange> exchange;
+  if (comm && !solo) {
+    auto opened = StartLoadExchange(*comm, peer_listen);
+    if (!opened.ok()) {
+      std::fprintf(stderr, "ckpt restore-check: %s\n", std::string(opened.status().message()).c_str());
+      return kExitUsage;
+    }
+    exchange = *opened;
+  }
+  lo.cooperative = !solo;
+  auto res = comm ? RestoreCheckCollective(*storage, step, *mesh, comm, lo, exchange)
+                  : RestoreCheck(**storage, step, *mesh, lo);
   if (comm && comm->rank() != 0) {
     // Only the leader reports; the others' status is in its sums.
     return res.ok() ? kExitOk : kExitProblem;
@@ -88,6 +124,11 @@ int RestoreCheckMain(int argc, char** argv, int first) {
             .Field("bytes_decoded", res->bytes_decoded)
             .Field("bytes_needed", res->bytes_needed)
             .Field("read_amplification", amp)
+            .Field("cooperative", res->cooperative)
+            .Field("bytes_from_storage", res->bytes_from_storage)
+            .Field("bytes_from_peers", res->bytes_from_peers)
+            .Field("bytes_for_peers", res->bytes_for_peers)
+            .Field("peer_failovers", res->peer_failovers)
             .Field("seconds", res->seconds)
             .Field("load_seconds", res->load_seconds)
             .Field("ok", res->mismatches == 0);
@@ -103,6 +144,12 @@ int RestoreCheckMain(int argc, char** argv, int first) {
                     HumanBytes(static_cast<double>(res->bytes_read)).c_str(),
                     HumanBytes(static_cast<double>(res->bytes_decoded)).c_str(),
                     HumanBytes(static_cast<double>(res->bytes_needed)).c_str(), amp, res->seconds);
+        if (res->cooperative) {
+          std::printf("  cooperative: %s from storage, %s passed between ranks, %lld failovers\n",
+                      HumanBytes(static_cast<double>(res->bytes_from_storage)).c_str(),
+                      HumanBytes(static_cast<double>(res->bytes_from_peers)).c_str(),
+                      static_cast<long long>(res->peer_failovers));
+        }
         if (res->mismatches == 0) {
           std::printf("  all elements match\n");
         } else {

@@ -271,20 +271,30 @@ absl::StatusOr<SynthMeta> MetaFrom(const std::map<std::string, std::string>& met
 // `res`.
 absl::Status CheckRank(const SyntheticModel& model, const Mesh& mesh, int64_t r, uint64_t seed,
                        const std::function<absl::StatusOr<LoadStats>(const State&)>& load, RestoreCheckResult* res,
-                       int passes = 1) {
+                       int passes = 1, bool laid_out = false) {
   State target;
   std::vector<std::vector<std::byte>> buffers;
   std::vector<std::pair<const TensorSpec*, Box>> boxes;
-  for (const TensorLayout& t : model.tensors) {
-    CKPT_ASSIGN_OR_RETURN(std::optional<Box> box, RankBox(t, mesh, r));
+  std::vector<int> box_of(model.tensors.size(), -1);  // per tensor, its index in boxes
+  for (size_t t = 0; t < model.tensors.size(); ++t) {
+    CKPT_ASSIGN_OR_RETURN(std::optional<Box> box, RankBox(model.tensors[t], mesh, r));
     if (!box || box->Empty()) continue;
-    boxes.emplace_back(&t.spec, *box);
+    box_of[t] = static_cast<int>(boxes.size());
+    boxes.emplace_back(&model.tensors[t].spec, *box);
   }
   buffers.resize(boxes.size());
   for (size_t i = 0; i < boxes.size(); ++i) {
     buffers[i].assign(static_cast<size_t>(boxes[i].second.Volume()) * DTypeSize(boxes[i].first->dtype),
                       std::byte{0xA5});
-    CKPT_RETURN_IF_ERROR(target.AddShard(*boxes[i].first, boxes[i].second, buffers[i].data()));
+    if (!laid_out) CKPT_RETURN_IF_ERROR(target.AddShard(*boxes[i].first, boxes[i].second, buffers[i].data()));
+  }
+  if (laid_out) {
+    // Every tensor declared by its layout, in the model's order, the ones
+    // this rank holds nothing of too: what a cooperative load plans from.
+    CKPT_RETURN_IF_ERROR(target.SetMesh(mesh, r));
+    for (size_t t = 0; t < model.tensors.size(); ++t) {
+      CKPT_RETURN_IF_ERROR(target.AddLayout(model.tensors[t], box_of[t] < 0 ? nullptr : buffers[box_of[t]].data()));
+    }
   }
   std::vector<double> times;
   LoadStats ls;
@@ -298,6 +308,11 @@ absl::Status CheckRank(const SyntheticModel& model, const Mesh& mesh, int64_t r,
   res->bytes_read += ls.bytes_read;
   res->bytes_decoded += ls.bytes_decoded;
   res->bytes_needed += ls.bytes_needed;
+  res->cooperative = res->cooperative || ls.cooperative;
+  res->bytes_from_storage += ls.cooperative ? ls.bytes_from_storage : ls.bytes_read;
+  res->bytes_from_peers += ls.bytes_from_peers;
+  res->bytes_for_peers += ls.bytes_for_peers;
+  res->peer_failovers += ls.peer_failovers;
   for (size_t i = 0; i < boxes.size(); ++i) {
     int64_t first = -1;
     const int64_t bad = CheckSynthetic(*boxes[i].first, boxes[i].second, seed, buffers[i].data(), &first);
@@ -359,7 +374,8 @@ absl::StatusOr<RestoreCheckResult> RestoreCheck(Storage& storage, int64_t step, 
 
 absl::StatusOr<RestoreCheckResult> RestoreCheckCollective(std::shared_ptr<Storage> storage, int64_t step,
                                                           const Mesh& mesh, std::shared_ptr<Communicator> comm,
-                                                          const LoadOptions& options) {
+                                                          const LoadOptions& options,
+                                                          std::shared_ptr<LoadExchange> exchange) {
   const double t0 = NowSeconds();
   const double timeout = 600;
   if (comm->size() != mesh.NumRanks()) {
@@ -406,6 +422,7 @@ absl::StatusOr<RestoreCheckResult> RestoreCheckCollective(std::shared_ptr<Storag
   o.rank = comm->rank();
   o.world_size = comm->size();
   o.communicator = comm;
+  o.load_exchange = std::move(exchange);
   o.gc_on_open = false;                // a checker never changes the root
   o.engine_options.staging_bytes = 1;  // this process only loads
   CKPT_ASSIGN_OR_RETURN(auto cp, Checkpointer::Open(o));
@@ -415,8 +432,8 @@ absl::StatusOr<RestoreCheckResult> RestoreCheckCollective(std::shared_ptr<Storag
   res.tensors = static_cast<int64_t>(model.tensors.size());
   res.saved_mesh = meta.saved_mesh;
   CKPT_RETURN_IF_ERROR(CheckRank(
-      model, mesh, comm->rank(), meta.seed, [&](const State& target) { return cp->Load(target, step, options); },
-      &res));
+      model, mesh, comm->rank(), meta.seed, [&](const State& target) { return cp->Load(target, step, options); }, &res,
+      1, true));
   // Sum every rank's figures on the leader.
   ByteWriter w;
   w.SVar(res.elements);
@@ -426,11 +443,18 @@ absl::StatusOr<RestoreCheckResult> RestoreCheckCollective(std::shared_ptr<Storag
   w.SVar(res.bytes_needed);
   w.SVar(res.loads);
   w.Str(res.first_mismatch);
+  w.SVar(res.cooperative ? 1 : 0);
+  w.SVar(res.bytes_from_storage);
+  w.SVar(res.bytes_from_peers);
+  w.SVar(res.bytes_for_peers);
+  w.SVar(res.peer_failovers);
   CKPT_ASSIGN_OR_RETURN(std::vector<std::string> all, comm->Gather(w.Take(), timeout));
   if (comm->rank() == 0) {
     RestoreCheckResult sum = res;
     sum.elements = sum.mismatches = sum.bytes_read = sum.bytes_decoded = sum.bytes_needed = sum.loads = 0;
+    sum.bytes_from_storage = sum.bytes_from_peers = sum.bytes_for_peers = sum.peer_failovers = 0;
     sum.first_mismatch.clear();
+    size_t cooperating = 0;  // ranks whose load was cooperative
     for (const std::string& msg : all) {
       ByteReader rr(msg, "restore-check result");
       sum.elements += rr.SVar();
@@ -441,8 +465,14 @@ absl::StatusOr<RestoreCheckResult> RestoreCheckCollective(std::shared_ptr<Storag
       sum.loads += rr.SVar();
       std::string first = rr.Str();
       if (sum.first_mismatch.empty()) sum.first_mismatch = first;
+      cooperating += rr.SVar() != 0 ? 1 : 0;
+      sum.bytes_from_storage += rr.SVar();
+      sum.bytes_from_peers += rr.SVar();
+      sum.bytes_for_peers += rr.SVar();
+      sum.peer_failovers += rr.SVar();
       if (!rr.ok()) return rr.status();
     }
+    sum.cooperative = cooperating == all.size();
     res = sum;
   }
   res.seconds = NowSeconds() - t0;

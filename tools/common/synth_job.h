@@ -119,6 +119,14 @@ struct RestoreCheckResult {
   std::string first_mismatch;  ///< tensor, box and index of the first one
   std::string saved_mesh;
   std::string damage_note;  ///< damage met on the way to the step (LoadStats::damage_note)
+  /// Where the bytes came from, summed over the ranks (LoadStats): a
+  /// cooperative load reads each stored byte about once from storage and
+  /// passes it between ranks.
+  bool cooperative = false;
+  int64_t bytes_from_storage = 0;
+  int64_t bytes_from_peers = 0;
+  int64_t bytes_for_peers = 0;
+  int64_t peer_failovers = 0;
 };
 
 /// Loads `step` (kLatestStep for the latest) of a checkpoint written by
@@ -132,10 +140,13 @@ absl::StatusOr<RestoreCheckResult> RestoreCheck(Storage& storage, int64_t step, 
 
 /// The same for one rank of a job whose ranks are separate processes: every
 /// rank calls it together; the leader reads the manifest once and hands each
-/// rank its part through `comm`. The leader's result sums all ranks.
+/// rank its part through `comm`. The leader's result sums all ranks. The
+/// targets are laid out over `mesh`; with an `exchange` (over `comm`) the
+/// load is cooperative where the layout replicates data.
 absl::StatusOr<RestoreCheckResult> RestoreCheckCollective(std::shared_ptr<Storage> storage, int64_t step,
                                                           const Mesh& mesh, std::shared_ptr<Communicator> comm,
-                                                          const LoadOptions& options = {});
+                                                          const LoadOptions& options = {},
+                                                          std::shared_ptr<LoadExchange> exchange = nullptr);
 
 /// Sums per-rank save figures on the leader (bytes add up; times take the
 /// maximum). Collective.

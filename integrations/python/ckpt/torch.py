@@ -73,24 +73,29 @@ def _flatten(obj, prefix, state, keep):
     return obj
 
 
-def _unflatten(obj, state, keep, targets):
+def _unflatten(obj, state, keep, targets, laid_out=False):
     """The tree with every _TensorRef replaced by a tensor registered for the
     load: the caller's own tensor when `targets` has one (loaded in place),
-    else a new one."""
+    else a new one. `laid_out`: each tensor is declared as one every rank
+    holds whole (the state's mesh is set), so that ranks loading the same
+    tensors can load them cooperatively."""
     if isinstance(obj, _TensorRef):
         t = targets.get(obj.name)
         if t is None or tuple(t.shape) != obj.shape or _dtype_name(t) != obj.dtype or not t.is_contiguous():
             t = torch.empty(obj.shape, dtype=getattr(torch, obj.dtype))
         keep.append(t)
         shape = list(t.shape)
-        state.add_shard(obj.name, _dtype_name(t), shape, [0] * len(shape), shape, t.data_ptr(), t)
+        if laid_out:
+            state.add_layout(obj.name, _dtype_name(t), shape, [None], t.data_ptr(), t)
+        else:
+            state.add_shard(obj.name, _dtype_name(t), shape, [0] * len(shape), shape, t.data_ptr(), t)
         return t
     if isinstance(obj, dict):
-        return {k: _unflatten(v, state, keep, targets) for k, v in obj.items()}
+        return {k: _unflatten(v, state, keep, targets, laid_out) for k, v in obj.items()}
     if isinstance(obj, list):
-        return [_unflatten(v, state, keep, targets) for v in obj]
+        return [_unflatten(v, state, keep, targets, laid_out) for v in obj]
     if isinstance(obj, tuple):
-        return tuple(_unflatten(v, state, keep, targets) for v in obj)
+        return tuple(_unflatten(v, state, keep, targets, laid_out) for v in obj)
     return obj
 
 
@@ -131,11 +136,16 @@ def save(checkpointer, step, model=None, optimizer=None, scheduler=None, extra=N
 
 
 def load(checkpointer, model=None, optimizer=None, scheduler=None, step=_ckpt.LATEST, rng=True, level="durable",
-         stats=None, per_rank=False):
+         stats=None, per_rank=False, cooperative=True):
     """Restores what a `save` stored into the given objects (the model's
     tensors in place); returns (step, extra). `stats`, a dict, receives the
     load's figures (level, bytes_from_memory, bytes_from_peers,
-    bytes_from_storage, ...), summed over its reads."""
+    bytes_from_storage, bytes_for_peers, peer_failovers, cooperative, ...),
+    summed over its reads. per_rank (every rank of a distributed
+    checkpointer loads together): the tensors are declared as every rank's
+    whole copy, so that with a checkpointer built with exchange_memory the
+    ranks read each stored byte once and pass it on (docs/resharding.md,
+    "Cooperative loads"; cooperative=False turns it off)."""
     probe = _ckpt.State()
     probe.want_blob(_TREE_BLOB, not per_rank)
     first = checkpointer.load(probe, step, level=level, stats=True)
@@ -146,11 +156,14 @@ def load(checkpointer, model=None, optimizer=None, scheduler=None, step=_ckpt.LA
         targets = {f"t/model/{k}": v for k, v in model.state_dict().items()}
     state = _ckpt.State()
     keep = []
-    tree = _unflatten(skeleton, state, keep, targets)
-    second = checkpointer.load(state, step, level=level, stats=True)
+    if per_rank:
+        state.set_mesh(["world"], [checkpointer.world_size], checkpointer.rank)
+    tree = _unflatten(skeleton, state, keep, targets, laid_out=per_rank)
+    second = checkpointer.load(state, step, level=level, stats=True, cooperative=cooperative)
     if stats is not None:
         stats.update(second)
-        for k in ("seconds", "bytes_read", "bytes_from_memory", "bytes_from_peers", "bytes_from_storage"):
+        for k in ("seconds", "bytes_read", "bytes_from_memory", "bytes_from_peers", "bytes_from_storage",
+                  "bytes_for_peers", "peer_failovers"):
             stats[k] = first[k] + second[k]
     if model is not None and "model" in tree:
         saved = tree["model"]
@@ -192,12 +205,18 @@ class CheckpointManager:
     nodes reach; 127.0.0.1 without MASTER_ADDR); the job's
     token is `token`, $CKPT_JOB_TOKEN, or one rank 0 draws and sends over
     the process group. With a process group every rank keeps its own RNG
-    state and `extra` (restored onto the same number of ranks)."""
+    state and `extra` (restored onto the same number of ranks), and with
+    `cooperative_load` (the default) restores are cooperative: the ranks
+    read each stored byte once and pass it to the others over their peer
+    memories (started for it when there is no memory level), so that N
+    data-parallel replicas do not read the checkpoint N times
+    (docs/resharding.md, "Cooperative loads"); `last_load` says where the
+    bytes came from."""
 
     def __init__(self, root, model, optimizer=None, scheduler=None, interval=100, keep_last=3,
                  codec="none", async_save=True, staging_bytes=256 << 20, policy=None, staging_threads=0,
                  memory_interval=None, durable_interval=None, group=None, memory_replicas=1,
-                 memory_budget=4 << 30, domain=None, memory_listen=None, token=None):
+                 memory_budget=4 << 30, domain=None, memory_listen=None, token=None, cooperative_load=True):
         self.model, self.optimizer, self.scheduler = model, optimizer, scheduler
         self.interval = durable_interval if durable_interval is not None else interval
         self.memory_interval = memory_interval
@@ -221,19 +240,24 @@ class CheckpointManager:
                                            "process group")
             self._dist, self._group = dist, group
             kwargs["communicator"] = ProcessGroupCommunicator(group)
+        if memory_interval or (self._dist is not None and cooperative_load):
+            self.memory = self._start_peer_memory(memory_budget, domain, memory_listen, token)
         if memory_interval:
-            kwargs.update(self._start_memory(memory_replicas, memory_budget, domain, memory_listen, token))
+            kwargs.update(self._place_memory(memory_replicas))
+        if self.memory is not None and cooperative_load:
+            kwargs["exchange_memory"] = self.memory
         self.checkpointer = _ckpt.Checkpointer(root, **kwargs)
 
-    def _start_memory(self, replicas, budget, domain, listen, token):
-        dist, group = self._dist, self._group
+    def _start_peer_memory(self, budget, domain, listen, token):
         if token is None:
             token = os.environ.get("CKPT_JOB_TOKEN")
         if token is None:
             token = self._agree(secrets.token_hex(32))
         listen = listen or os.environ.get("CKPT_MEMORY_LISTEN") or f"{_address_toward_master()}:0"
-        self.memory = _ckpt.PeerMemory(token, domain=domain or socket.gethostname(), budget_bytes=budget,
-                                       listen=listen)
+        return _ckpt.PeerMemory(token, domain=domain or socket.gethostname(), budget_bytes=budget, listen=listen)
+
+    def _place_memory(self, replicas):
+        dist, group = self._dist, self._group
         everyone = [None] * dist.get_world_size(group)
         dist.all_gather_object(everyone, (self.memory.endpoint, self.memory.domain), group=group)
         endpoints = [e for e, _ in everyone]
@@ -252,7 +276,7 @@ class CheckpointManager:
     @property
     def memory_level(self):
         """True when memory-level saves are made."""
-        return self.memory is not None and self.memory_note is None
+        return bool(self.memory_interval) and self.memory is not None and self.memory_note is None
 
     def _agree(self, value):
         """Rank 0's value on every rank (decisions must be the same)."""
