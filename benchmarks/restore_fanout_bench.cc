@@ -24,6 +24,7 @@
 #include "ckpt/peer.h"
 #include "common/cli.h"
 #include "common/synth_job.h"
+#include "restore_fanout.h"
 #include "util/clock.h"
 #include "util/errors.h"
 #include "util/json.h"
@@ -33,69 +34,7 @@ namespace ckpt::bench {
 using tools::HumanBytes;
 namespace {
 
-constexpr int64_t kCols = 4096;
 const std::string kToken = "restore-fanout-bench-token-0123456789";
-
-// Tensors of kCols columns, split over tp by columns and replicated over
-// every other mesh dimension, adding up to `size` bytes of f32.
-std::vector<TensorLayout> Model(int64_t size) {
-  const int64_t rows_total = std::max<int64_t>(1, size / (kCols * 4));
-  const int64_t per = std::min<int64_t>(rows_total, 4096);
-  std::vector<TensorLayout> out;
-  for (int64_t done = 0, i = 0; done < rows_total; done += per, ++i) {
-    TensorLayout l;
-    l.spec = TensorSpec{StrCat("layers.", i, ".w"), DType::kF32, {std::min(per, rows_total - done), kCols}};
-    l.placements = {Placement::Replicate(), Placement::Shard(1)};
-    out.push_back(std::move(l));
-  }
-  return out;
-}
-
-uint32_t Value(size_t tensor, int64_t row, int64_t col) {
-  uint64_t x = (static_cast<uint64_t>(tensor) << 40) ^ (static_cast<uint64_t>(row) << 16) ^ static_cast<uint64_t>(col);
-  x *= 0x9E3779B97F4A7C15ull;
-  return static_cast<uint32_t>(x >> 32);
-}
-
-// A rank's boxes of the model: filled from Value, or zeroed to load into.
-struct RankState {
-  std::vector<std::vector<uint32_t>> data;
-  std::vector<Box> boxes;
-  State state;
-};
-
-absl::Status Build(const std::vector<TensorLayout>& model, const Mesh& mesh, int rank, bool fill, RankState* rs) {
-  CKPT_RETURN_IF_ERROR(rs->state.SetMesh(mesh, rank));
-  rs->data.resize(model.size());
-  for (size_t t = 0; t < model.size(); ++t) {
-    CKPT_ASSIGN_OR_RETURN(std::optional<Box> box, RankBox(model[t], mesh, rank));
-    rs->boxes.push_back(*box);
-    std::vector<uint32_t>& d = rs->data[t];
-    d.assign(static_cast<size_t>(box->Volume()), 0);
-    if (fill) {
-      for (int64_t r = 0; r < box->sizes[0]; ++r) {
-        for (int64_t c = 0; c < box->sizes[1]; ++c) {
-          d[static_cast<size_t>(r * box->sizes[1] + c)] = Value(t, box->offsets[0] + r, box->offsets[1] + c);
-        }
-      }
-    }
-    CKPT_RETURN_IF_ERROR(rs->state.AddLayout(model[t], d.data()));
-  }
-  return absl::OkStatus();
-}
-
-int64_t Mismatches(const RankState& rs) {
-  int64_t bad = 0;
-  for (size_t t = 0; t < rs.data.size(); ++t) {
-    const Box& b = rs.boxes[t];
-    for (int64_t r = 0; r < b.sizes[0]; ++r) {
-      for (int64_t c = 0; c < b.sizes[1]; ++c) {
-        bad += rs.data[t][static_cast<size_t>(r * b.sizes[1] + c)] != Value(t, b.offsets[0] + r, b.offsets[1] + c);
-      }
-    }
-  }
-  return bad;
-}
 
 // Runs fn(rank) on one thread per rank; the first error.
 absl::Status OnRanks(int n, const std::function<absl::Status(int)>& fn) {
@@ -167,9 +106,10 @@ absl::StatusOr<LoadFigures> Restore(const std::string& root, int64_t bandwidth, 
 }
 
 int Main(int argc, char** argv) {
-  std::string dir;
+  if (argc > 1 && std::string(argv[1]) == "--as-rank") return RankMain(argc, argv);
+  std::string dir, storage_rate = "1gbit", host_rate = "4gbit";
   int64_t size = int64_t{1} << 30, bw = 125000000, runs = 1;
-  bool json = false;
+  bool json = false, cluster = false;
   tools::Args args("restore_fanout_bench", "--dir DIR [--size 1G] [--read-bandwidth 125M] [--runs 1] [--json]",
                    "A dp=4 x tp=2 job's cooperative restore against every rank reading its own and against one\n"
                    "replica reading alone, behind one simulated storage link (ranks are threads with their own\n"
@@ -179,8 +119,23 @@ int Main(int argc, char** argv) {
   args.Size("read-bandwidth", &bw, "the storage link's bytes per second (default 125M: 1 Gbit/s)", false);
   args.Int("runs", &runs, "runs of each restore (medians)");
   args.Switch("json", &json, "print a JSON object");
+  args.Switch("cluster", &cluster,
+              "hosts as network namespaces instead: 4 hosts of 2 rank processes joined through a coordinator,\n"
+              "the checkpoint on an S3 gateway on a fifth host (root; --runs and --read-bandwidth do not apply)");
+  args.String("storage-rate", &storage_rate, "with --cluster: the storage host's link (tc tbf; default 1gbit)");
+  args.String("host-rate", &host_rate, "with --cluster: each rank host's link (default 4gbit)");
   int code = 0;
   if (!ParseBenchArgs(args, argc, argv, dir, &code)) return code;
+  if (cluster) {
+    ClusterRun run;
+    run.dir = dir;
+    run.self = std::filesystem::read_symlink("/proc/self/exe").string();
+    run.size = size;
+    run.storage_rate = storage_rate;
+    run.host_rate = host_rate;
+    run.json = json;
+    return ClusterMain(run);
+  }
   if (size <= 0 || bw <= 0 || runs < 1) {
     std::fprintf(stderr, "restore_fanout_bench: bad --size, --read-bandwidth or --runs\n");
     return 2;

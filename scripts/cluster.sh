@@ -17,7 +17,7 @@
 #   scripts/cluster.sh cut ID HOST              the host's link down (both directions)
 #   scripts/cluster.sh cut-from ID HOST PEER    HOST's packets to PEER are dropped
 #   scripts/cluster.sh limit ID HOST RATE       the host's link limited to RATE (tc tbf,
-#                                               both directions), e.g. 10mbit
+#                                               both directions), e.g. 10mbit or 4gbit
 #   scripts/cluster.sh heal ID HOST             link up, one-way cuts and limits removed
 #   scripts/cluster.sh collect                  removes the clusters of owners that are gone
 #   scripts/cluster.sh list                     the clusters that exist, with their owners
@@ -60,6 +60,23 @@ load() {
 ns_of() { echo "ck-$1-h$2"; }
 bridge_of() { echo "ckb$1"; }
 veth_of() { echo "ckv$1-$2"; }
+
+# tbf's bucket for RATE ("200mbit", "4gbit", "500kbit"): what the rate
+# carries in 10 ms, in bytes (the kernel refills it once a tick; a smaller
+# bucket caps a fast link well below its rate), at least 4000 (32 kbit).
+burst_for() {
+  local rate=$1 bits
+  [[ "$rate" =~ ^([0-9]+)(bit|kbit|mbit|gbit)$ ]] || die "rate '$rate': a number and bit, kbit, mbit or gbit"
+  case "${BASH_REMATCH[2]}" in
+    bit) bits=${BASH_REMATCH[1]} ;;
+    kbit) bits=$((BASH_REMATCH[1] * 1000)) ;;
+    mbit) bits=$((BASH_REMATCH[1] * 1000000)) ;;
+    gbit) bits=$((BASH_REMATCH[1] * 1000000000)) ;;
+  esac
+  local bytes=$((bits / 800))  # 10 ms of it, in bytes
+  ((bytes < 4000)) && bytes=4000
+  echo "$bytes"
+}
 
 host_index() {
   local h=$1
@@ -227,8 +244,9 @@ main() {
       ;;
     limit)
       need_root; [[ $# -eq 3 ]] || die "limit ID HOST RATE"; load "$1"; host_index "$2"
-      tc qdisc replace dev "$(veth_of "$id" "$2")" root tbf rate "$3" burst 32kbit latency 400ms
-      ip netns exec "$(ns_of "$id" "$2")" tc qdisc replace dev eth0 root tbf rate "$3" burst 32kbit latency 400ms
+      burst=$(burst_for "$3")
+      tc qdisc replace dev "$(veth_of "$id" "$2")" root tbf rate "$3" burst "$burst" latency 400ms
+      ip netns exec "$(ns_of "$id" "$2")" tc qdisc replace dev eth0 root tbf rate "$3" burst "$burst" latency 400ms
       ;;
     heal) need_root; [[ $# -eq 2 ]] || die "heal ID HOST"; cmd_heal "$@" ;;
     collect) need_root; cmd_collect ;;

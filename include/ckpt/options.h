@@ -124,8 +124,11 @@ struct CKPT_EXPORT LoadOptions {
   /// Runs of blocks that the same ranks need are cut into pieces of about
   /// this many raw bytes (whole blocks, on a grid over each data file), each
   /// with a reader of its own: the hosts share a large tensor's reads, and
-  /// a rank gets the first piece while later ones are read.
-  uint64_t cooperative_piece_bytes = uint64_t{16} << 20;
+  /// a rank gets the first piece while later ones are read. 4 MiB: on a
+  /// shared storage link readers' pieces then complete one after another
+  /// rather than all at the end (docs/performance.md, "Cooperative
+  /// restores", has the figures behind it).
+  uint64_t cooperative_piece_bytes = uint64_t{4} << 20;
 };
 
 /// Measured costs of one save, for the interval optimiser.

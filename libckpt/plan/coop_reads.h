@@ -35,7 +35,7 @@ struct CoopReadOptions {
   /// (whole blocks) over each data file, each piece with a reader of its
   /// own: large replicated tensors are then read by several hosts, and a
   /// receiver gets the first piece while later ones are read.
-  uint64_t max_segment_bytes = uint64_t{16} << 20;
+  uint64_t max_segment_bytes = uint64_t{4} << 20;
   /// Target tensors the manifest lacks are passed over (the manifest is one
   /// rank's part) instead of failing the plan.
   bool manifest_is_part = false;

@@ -83,31 +83,6 @@ int WaitForPortFile(const std::string& file, double seconds) {
   return 0;
 }
 
-// iperf3's measured receive rate from `host` to `server_addr`, in bits per
-// second; -1 when the client failed (no connection within a second).
-double Iperf(const NetnsCluster& c, int host, const std::string& server_addr) {
-  CommandResult r =
-      RunCommand(c.Shell(host, StrCat("iperf3 -c ", server_addr, " -p 5201 -t 1 -J --connect-timeout 1000")) + " 2>&1");
-  if (r.code != 0) return -1;
-  const size_t sum = r.out.find("\"sum_received\"");
-  if (sum == std::string::npos) return -1;
-  const size_t at = r.out.find("\"bits_per_second\":", sum);
-  if (at == std::string::npos) return -1;
-  return std::strtod(r.out.c_str() + at + std::strlen("\"bits_per_second\":"), nullptr);
-}
-
-// Iperf until it succeeds (a link brought back up takes a moment to carry
-// traffic), for up to `seconds`.
-double IperfOnceUp(const NetnsCluster& c, int host, const std::string& server_addr, double seconds) {
-  const double until = NowSeconds() + seconds;
-  double rate = Iperf(c, host, server_addr);
-  while (rate < 0 && NowSeconds() < until) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(100));
-    rate = Iperf(c, host, server_addr);
-  }
-  return rate;
-}
-
 TEST(Cluster, HostsAreSeparateNetworkStacksThatCanBeCutSlowedAndHealed) {
   TempDir dir;
   auto cluster = NetnsCluster::Up(3);
@@ -134,26 +109,26 @@ TEST(Cluster, HostsAreSeparateNetworkStacksThatCanBeCutSlowedAndHealed) {
   EXPECT_EQ(ReadFile(disk1 + "/mine"), disk1 + "\n");
 
   pid_t server = Spawn(c.On(0, {"iperf3", "-s", "-B", a0, "-p", "5201"}), dir.Join("iperf.log"));
-  EXPECT_GT(IperfOnceUp(c, 1, a0, 5), 200e6) << ReadFile(dir.Join("iperf.log"));
+  EXPECT_GT(c.IperfOnceUp(1, a0, 5), 200e6) << ReadFile(dir.Join("iperf.log"));
 
   ASSERT_OK(c.Limit(1, "20mbit"));
-  const double slow = Iperf(c, 1, a0);
+  const double slow = c.Iperf(1, a0);
   EXPECT_GT(slow, 5e6);
   EXPECT_LT(slow, 30e6);
-  EXPECT_GT(Iperf(c, 2, a0), 100e6) << "host 2 was slowed with host 1";
+  EXPECT_GT(c.Iperf(2, a0), 100e6) << "host 2 was slowed with host 1";
 
   ASSERT_OK(c.Cut(1));
-  EXPECT_LT(Iperf(c, 1, a0), 0) << "host 1 reached host 0 through a cut link";
-  EXPECT_GT(Iperf(c, 2, a0), 0);
+  EXPECT_LT(c.Iperf(1, a0), 0) << "host 1 reached host 0 through a cut link";
+  EXPECT_GT(c.Iperf(2, a0), 0);
   ASSERT_OK(c.Heal(1));
-  EXPECT_GT(IperfOnceUp(c, 1, a0, 5), 200e6) << "healing left the link slow or cut";
+  EXPECT_GT(c.IperfOnceUp(1, a0, 5), 200e6) << "healing left the link slow or cut";
 
   // One way: host 1's packets to host 0 are dropped, host 2's are not.
   ASSERT_OK(c.CutFrom(1, 0));
-  EXPECT_LT(Iperf(c, 1, a0), 0);
-  EXPECT_GT(Iperf(c, 2, a0), 0);
+  EXPECT_LT(c.Iperf(1, a0), 0);
+  EXPECT_GT(c.Iperf(2, a0), 0);
   ASSERT_OK(c.Heal(1));
-  EXPECT_GT(IperfOnceUp(c, 1, a0, 5), 0);
+  EXPECT_GT(c.IperfOnceUp(1, a0, 5), 0);
 
   // A host's clock, shifted for its processes.
   CommandResult clock = RunCommand(StrCat(CKPT_CLUSTER_SH, " exec ", c.id(), " 2 --clock +120s date +%s"));
@@ -448,7 +423,7 @@ TEST(Cluster, TheS3GatewayOnAStorageHostBehindALimitedLink) {
 
   ASSERT_OK(c.Limit(3, "200mbit"));
   pid_t iperf = Spawn(c.On(3, {"iperf3", "-s", "-B", storage_addr, "-p", "5201"}), dir.Join("iperf.log"));
-  const double link_bps = IperfOnceUp(c, 1, storage_addr, 5);
+  const double link_bps = c.IperfOnceUp(1, storage_addr, 5);
   kill(iperf, SIGKILL);
   WaitExit(iperf);
   ASSERT_GT(link_bps, 100e6) << ReadFile(dir.Join("iperf.log"));

@@ -58,19 +58,18 @@ TEST(Mpi, ProcsSaveAndRestoreOntoOtherMeshes) {
   EXPECT_EQ(t.code, 0) << t.out;
 }
 
-// Four data-parallel replicas as processes: cooperatively they read the
-// checkpoint from storage about once in all, each alone about four times.
-TEST(Mpi, ProcsRestoreCooperativelyReadingEachStoredByteOnce) {
-  TempDir dir;
-  const std::string root = dir.Join("root");
-  CmdResult s = Shell(std::string(CKPT_BIN) + " synth --out " + root +
-                      " --params 2M --layers 2 --mesh dp=1,tp=2 --block-size 64K --json");
+// Four data-parallel replicas as processes restore `root` (written by ckpt
+// synth from one replica): cooperatively they read the checkpoint from
+// storage about once in all, each alone about four times.
+void ExpectCooperativeRestoreReadsOnce(const std::string& root) {
+  CmdResult s = Shell(std::string(CKPT_BIN) + " synth --out '" + root +
+                      "' --params 2M --layers 2 --mesh dp=1,tp=2 --block-size 64K --json");
   ASSERT_EQ(s.code, 0) << s.out;
   auto figure = [](const std::string& out, const std::string& key) -> int64_t {
     const size_t at = out.find("\"" + key + "\":");
     return at == std::string::npos ? -1 : std::atoll(out.c_str() + at + key.size() + 3);
   };
-  const std::string check = std::string(CKPT_BIN) + " restore-check " + root + " --mesh dp=4,tp=2 --procs --json";
+  const std::string check = std::string(CKPT_BIN) + " restore-check '" + root + "' --mesh dp=4,tp=2 --procs --json";
   CmdResult coop = Shell(check);
   ASSERT_EQ(coop.code, 0) << coop.out;
   EXPECT_TRUE(Has(coop.out, "\"mismatches\":0")) << coop.out;
@@ -83,6 +82,16 @@ TEST(Mpi, ProcsRestoreCooperativelyReadingEachStoredByteOnce) {
   EXPECT_GE(alone, together * 7 / 2) << "cooperative " << together << ", alone " << alone;
   EXPECT_GT(figure(coop.out, "bytes_from_peers"), together) << coop.out;
   EXPECT_EQ(figure(coop.out, "peer_failovers"), 0) << coop.out;
+}
+
+TEST(Mpi, ProcsRestoreCooperativelyReadingEachStoredByteOnce) {
+  TempDir dir;
+  ExpectCooperativeRestoreReadsOnce(dir.Join("root"));
+}
+
+TEST(Mpi, ProcsRestoreCooperativelyFromATieredRoot) {
+  TempDir dir;
+  ExpectCooperativeRestoreReadsOnce("tiered://?local=" + dir.Join("local") + "&durable=" + dir.Join("durable"));
 }
 
 TEST(Mpi, RankKilledMidSaveLeavesNothingPublished) {

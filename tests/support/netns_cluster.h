@@ -9,6 +9,7 @@
 
 #include <unistd.h>
 
+#include <cstdlib>
 #include <memory>
 #include <sstream>
 #include <string>
@@ -73,6 +74,30 @@ class NetnsCluster {
     return Run(absl::StrCat("limit ", id_, " ", host, " ", rate));
   }
   absl::Status Heal(int host) { return Run(absl::StrCat("heal ", id_, " ", host)); }
+  /// iperf3's measured receive rate from `host` to an iperf3 server at
+  /// `server_addr` port 5201, in bits per second; -1 when the client failed
+  /// (no connection within a second).
+  double Iperf(int host, const std::string& server_addr, int seconds = 1) const {
+    CommandResult r = RunCommand(
+        Shell(host, absl::StrCat("iperf3 -c ", server_addr, " -p 5201 -t ", seconds, " -J --connect-timeout 1000")) +
+        " 2>&1");
+    if (r.code != 0) return -1;
+    const size_t sum = r.out.find("\"sum_received\"");
+    if (sum == std::string::npos) return -1;
+    const std::string key = "\"bits_per_second\":";
+    const size_t at = r.out.find(key, sum);
+    if (at == std::string::npos) return -1;
+    return std::strtod(r.out.c_str() + at + key.size(), nullptr);
+  }
+  /// Iperf until it succeeds (a link brought back up, or a server just
+  /// started, takes a moment), for up to `wait_s`.
+  double IperfOnceUp(int host, const std::string& server_addr, double wait_s, int seconds = 1) const {
+    for (int i = 0;; ++i) {
+      const double rate = Iperf(host, server_addr, seconds);
+      if (rate >= 0 || i * 0.1 >= wait_s) return rate;
+      usleep(100000);
+    }
+  }
   /// SIGKILLs every process running on the host.
   void KillHost(int host) {
     (void)RunCommand(absl::StrCat("ip netns pids ck-", id_, "-h", host, " | xargs -r kill -9"));

@@ -226,6 +226,29 @@ TEST(S3Checkpoint, ReshardedRestoreFromS3ReadsWhatItNeeds) {
   EXPECT_LT(amp, 1.05) << check.out;
 }
 
+// Four data-parallel replicas as processes under mpirun restore from the
+// gateway cooperatively: the bucket serves the checkpoint about once, not
+// once per replica.
+TEST(S3Checkpoint, ReplicasRestoreCooperativelyReadingTheBucketOnce) {
+  REQUIRE_SERVER();
+  const std::string uri = Root(UniquePrefix("coop"));
+  CommandResult synth = RunCommand(std::string(CKPT_BIN) + " synth --out " + Quote(uri) +
+                                   " --params 2M --mesh dp=1,tp=2 --layers 2 --block-size 64K");
+  ASSERT_EQ(synth.code, 0) << synth.out;
+  const std::string check = std::string(CKPT_BIN) + " restore-check " + Quote(uri) + " --mesh dp=4,tp=2 --procs --json";
+  CommandResult coop = RunCommand(check);
+  ASSERT_EQ(coop.code, 0) << coop.out;
+  EXPECT_EQ(JsonNumber(coop.out, "mismatches"), 0) << coop.out;
+  EXPECT_NE(coop.out.find("\"cooperative\":true"), std::string::npos) << coop.out;
+  EXPECT_EQ(JsonNumber(coop.out, "peer_failovers"), 0) << coop.out;
+  CommandResult solo = RunCommand(check + " --solo-reads");
+  ASSERT_EQ(solo.code, 0) << solo.out;
+  const double together = JsonNumber(coop.out, "bytes_from_storage"),
+               alone = JsonNumber(solo.out, "bytes_from_storage");
+  ASSERT_GT(together, 0) << coop.out;
+  EXPECT_GE(alone, 3.5 * together) << "cooperative " << together << ", alone " << alone;
+}
+
 TEST(S3Checkpoint, TieredDrainsToS3AndRestoresWithoutTheLocalTier) {
   REQUIRE_SERVER();
   TempDir dir;
