@@ -77,8 +77,9 @@ struct CKPT_EXPORT CheckpointerOptions {
   double collective_timeout_s = 300;
   /// With a communicator: how the ranks of a load pass each other the
   /// pieces they read for one another (LoadOptions::cooperative;
-  /// OpenLoadExchange in ckpt/peer.h). Without one, or over a communicator
-  /// of another size, every rank reads what it needs from storage.
+  /// OpenLoadExchange in ckpt/peer.h). Every rank gives one (built together
+  /// over this communicator) or none. Without one every rank reads what it
+  /// needs from storage.
   std::shared_ptr<LoadExchange> load_exchange;
   /// Commit through this arbiter (see CommitArbiter) rather than by the
   /// leader polling the storage for every rank's report.

@@ -161,8 +161,13 @@ absl::StatusOr<LoadStats> LoadStepTogether(Storage& storage, Communicator& comm,
   }
   const std::string note = parts.size() >= 5 ? parts[4] : "";
   // Decided before any rank can fail on its own, so that every rank that
-  // agreed reaches the barrier that ends the load.
-  CKPT_ASSIGN_OR_RETURN(const std::string load, AgreeOnCooperation(comm, target, options, exchange, timeout_s));
+  // agreed reaches the barrier that ends the load. Without an exchange (on
+  // every rank: they are opened together) or when turned off, nothing is
+  // agreed and nothing is sent.
+  std::string load;
+  if (exchange != nullptr && options.cooperative && options.level == SaveLevel::kDurable) {
+    CKPT_ASSIGN_OR_RETURN(load, AgreeOnCooperation(comm, target, options, exchange, timeout_s));
+  }
   absl::StatusOr<LoadStats> stats = LoadPart(storage, comm, target, manifest, chosen, version, parts[3], rank, options,
                                              load.empty() ? nullptr : exchange, load, timeout_s, &manifest_bytes);
   if (!load.empty()) FinishCooperation(comm, *exchange, load, timeout_s);
