@@ -8,10 +8,14 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <string>
+#include <thread>
 #include <vector>
 
+#include "ckpt/checkpointer.h"
+#include "ckpt/communicator.h"
 #include "ckpt/mesh.h"
 #include "ckpt/state.h"
 #include "util/errors.h"
@@ -80,6 +84,37 @@ inline int64_t Mismatches(const RankState& rs) {
     }
   }
   return bad;
+}
+
+/// Runs fn(rank) on one thread per rank; the first error.
+inline absl::Status OnRanks(int n, const std::function<absl::Status(int)>& fn) {
+  std::vector<absl::Status> results(static_cast<size_t>(n));
+  std::vector<std::thread> threads;
+  for (int r = 0; r < n; ++r) threads.emplace_back([&, r] { results[static_cast<size_t>(r)] = fn(r); });
+  for (auto& t : threads) t.join();
+  for (int r = 0; r < n; ++r) {
+    if (!results[static_cast<size_t>(r)].ok()) return Annotate(results[static_cast<size_t>(r)], StrCat("rank ", r));
+  }
+  return absl::OkStatus();
+}
+
+/// Step 1 of the model, saved to `root` by the 2 ranks of `one` (dp=1 x
+/// tp=2), threads of this process.
+inline absl::Status SaveOneReplica(const std::string& root, const std::vector<TensorLayout>& model, const Mesh& one) {
+  auto comms = CreateLocalCommunicators(2);
+  return OnRanks(2, [&](int r) -> absl::Status {
+    CheckpointerOptions o;
+    o.uri = root;
+    o.rank = r;
+    o.world_size = 2;
+    o.mesh = one;
+    o.communicator = comms[static_cast<size_t>(r)];
+    CKPT_ASSIGN_OR_RETURN(std::unique_ptr<Checkpointer> cp, Checkpointer::Open(o));
+    RankState rs;
+    CKPT_RETURN_IF_ERROR(Build(model, one, r, true, &rs));
+    CKPT_ASSIGN_OR_RETURN(SaveHandle h, cp->Save(1, rs.state));
+    return h.Wait();
+  });
 }
 
 /// The run across network namespaces (--cluster); `self` is this program.

@@ -36,18 +36,6 @@ namespace {
 
 const std::string kToken = "restore-fanout-bench-token-0123456789";
 
-// Runs fn(rank) on one thread per rank; the first error.
-absl::Status OnRanks(int n, const std::function<absl::Status(int)>& fn) {
-  std::vector<absl::Status> results(static_cast<size_t>(n));
-  std::vector<std::thread> threads;
-  for (int r = 0; r < n; ++r) threads.emplace_back([&, r] { results[static_cast<size_t>(r)] = fn(r); });
-  for (auto& t : threads) t.join();
-  for (int r = 0; r < n; ++r) {
-    if (!results[static_cast<size_t>(r)].ok()) return Annotate(results[static_cast<size_t>(r)], StrCat("rank ", r));
-  }
-  return absl::OkStatus();
-}
-
 struct LoadFigures {
   double seconds = 0;
   int64_t from_storage = 0, from_peers = 0, failovers = 0, mismatches = 0;
@@ -146,25 +134,9 @@ int Main(int argc, char** argv) {
   const Mesh one = *Mesh::Parse("dp=1,tp=2"), four = *Mesh::Parse("dp=4,tp=2");
 
   // One replica saves the checkpoint.
-  {
-    auto comms = CreateLocalCommunicators(2);
-    absl::Status saved = OnRanks(2, [&](int r) -> absl::Status {
-      CheckpointerOptions o;
-      o.uri = root;
-      o.rank = r;
-      o.world_size = 2;
-      o.mesh = one;
-      o.communicator = comms[r];
-      CKPT_ASSIGN_OR_RETURN(std::unique_ptr<Checkpointer> cp, Checkpointer::Open(o));
-      RankState rs;
-      CKPT_RETURN_IF_ERROR(Build(model, one, r, true, &rs));
-      CKPT_ASSIGN_OR_RETURN(SaveHandle h, cp->Save(1, rs.state));
-      return h.Wait();
-    });
-    if (!saved.ok()) {
-      std::fprintf(stderr, "restore_fanout_bench: save: %s\n", std::string(saved.message()).c_str());
-      return 1;
-    }
+  if (absl::Status saved = SaveOneReplica(root, model, one); !saved.ok()) {
+    std::fprintf(stderr, "restore_fanout_bench: save: %s\n", std::string(saved.message()).c_str());
+    return 1;
   }
   int64_t stored = 0;
   for (const auto& e : std::filesystem::directory_iterator(root + "/step-0000000001")) {

@@ -222,32 +222,7 @@ int ClusterMain(const ClusterRun& run) {
   // storage host's link).
   const std::vector<TensorLayout> model = Model(run.size);
   const Mesh one = *Mesh::Parse("dp=1,tp=2"), four = *Mesh::Parse("dp=4,tp=2");
-  {
-    auto comms = CreateLocalCommunicators(2);
-    std::vector<absl::Status> saved(2);
-    std::vector<std::thread> threads;
-    for (int r = 0; r < 2; ++r) {
-      threads.emplace_back([&, r] {
-        saved[r] = [&]() -> absl::Status {
-          CheckpointerOptions o;
-          o.uri = root;
-          o.rank = r;
-          o.world_size = 2;
-          o.mesh = one;
-          o.communicator = comms[r];
-          CKPT_ASSIGN_OR_RETURN(std::unique_ptr<Checkpointer> cp, Checkpointer::Open(o));
-          RankState rs;
-          CKPT_RETURN_IF_ERROR(Build(model, one, r, true, &rs));
-          CKPT_ASSIGN_OR_RETURN(SaveHandle h, cp->Save(1, rs.state));
-          return h.Wait();
-        }();
-      });
-    }
-    for (auto& t : threads) t.join();
-    for (const absl::Status& s : saved) {
-      if (!s.ok()) return fail("the save", s);
-    }
-  }
+  if (absl::Status saved = SaveOneReplica(root, model, one); !saved.ok()) return fail("the save", saved);
   auto stored = OpenStorage(root);
   if (!stored.ok()) return fail("the root", stored.status());
   int64_t checkpoint = 0;

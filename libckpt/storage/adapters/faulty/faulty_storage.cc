@@ -220,26 +220,23 @@ bool FaultyStorage::Affects(std::string_view path) const {
   return plan_.match.empty() || path.find(plan_.match) != std::string_view::npos;
 }
 
-std::optional<std::chrono::steady_clock::time_point> FaultyStorage::DeviceDone(size_t bytes) {
-  const int64_t bw = Plan().write_bandwidth;
-  if (bw <= 0) return std::nullopt;
+std::optional<std::chrono::steady_clock::time_point> FaultyStorage::TakeTurn(
+    int64_t bandwidth, std::chrono::steady_clock::time_point* free_at, size_t bytes) {
+  if (bandwidth <= 0) return std::nullopt;
   std::lock_guard<std::mutex> lock(mu_);
   const auto now = std::chrono::steady_clock::now();
-  if (device_free_ < now) device_free_ = now;
-  device_free_ += std::chrono::duration_cast<std::chrono::steady_clock::duration>(
-      std::chrono::duration<double>(static_cast<double>(bytes) / static_cast<double>(bw)));
-  return device_free_;
+  if (*free_at < now) *free_at = now;
+  *free_at += std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+      std::chrono::duration<double>(static_cast<double>(bytes) / static_cast<double>(bandwidth)));
+  return *free_at;
+}
+
+std::optional<std::chrono::steady_clock::time_point> FaultyStorage::DeviceDone(size_t bytes) {
+  return TakeTurn(Plan().write_bandwidth, &device_free_, bytes);
 }
 
 std::optional<std::chrono::steady_clock::time_point> FaultyStorage::LinkDone(size_t bytes) {
-  const int64_t bw = Plan().read_bandwidth;
-  if (bw <= 0) return std::nullopt;
-  std::lock_guard<std::mutex> lock(mu_);
-  const auto now = std::chrono::steady_clock::now();
-  if (link_free_ < now) link_free_ = now;
-  link_free_ += std::chrono::duration_cast<std::chrono::steady_clock::duration>(
-      std::chrono::duration<double>(static_cast<double>(bytes) / static_cast<double>(bw)));
-  return link_free_;
+  return TakeTurn(Plan().read_bandwidth, &link_free_, bytes);
 }
 
 // The timer thread outlives nothing it needs: it holds this state, and runs

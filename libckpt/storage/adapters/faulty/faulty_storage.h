@@ -119,6 +119,12 @@ class FaultyStorage : public ForwardingStorage {
   std::optional<std::chrono::steady_clock::time_point> DeviceDone(size_t bytes);
   /// The same for a read of `bytes` on a link of plan.read_bandwidth.
   std::optional<std::chrono::steady_clock::time_point> LinkDone(size_t bytes);
+  /// When `bytes` issued now are done on something that serves `bandwidth`
+  /// bytes per second, one request after another, and is free from
+  /// `*free_at` on (which moves past them); nullopt when bandwidth <= 0.
+  std::optional<std::chrono::steady_clock::time_point> TakeTurn(int64_t bandwidth,
+                                                                std::chrono::steady_clock::time_point* free_at,
+                                                                size_t bytes);
   /// Runs `fn` on the storage's timer thread at `when` (throttled writes
   /// complete there, so the writer is not held up: a disk's queue).
   void At(std::chrono::steady_clock::time_point when, absl::AnyInvocable<void() &&> fn);
