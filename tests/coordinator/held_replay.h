@@ -132,7 +132,8 @@ inline void ExpectStandbyWhileReplaying(CoordinatorOptions options, std::unique_
     const std::string metrics = HttpGet(port, "/metrics");
     EXPECT_NE(metrics.find("HTTP/1.0 200 OK"), std::string::npos) << metrics;
     EXPECT_NE(metrics.find("ckpt_coordinator_leader 0"), std::string::npos) << metrics;
-    EXPECT_NE(HttpGet(port, "/status").find("\"serving\":false"), std::string::npos);
+    const std::string http_status = HttpGet(port, "/status");
+    EXPECT_NE(http_status.find("\"serving\":false"), std::string::npos) << "GET /status answered: " << http_status;
     // A join is refused as a standby's, and the connection closed.
     ASSERT_TRUE(m.SendJoin(kToken, StrCat("held-", round)));
     auto refused = m.Read();
