@@ -185,6 +185,9 @@ struct CKPT_EXPORT GcReport {
   /// Unfinished multipart uploads aborted (object stores): paths of the
   /// objects they were writing, under steps that are committed or gone.
   std::vector<std::string> aborted_uploads;
+  /// Rank reports left in committed steps (paths): a leader stopped between
+  /// the commit and removing them. The manifest holds all they said.
+  std::vector<std::string> removed_reports;
   /// One line per step removed or kept for damage, with the reason.
   std::vector<std::string> reasons;
   int64_t bytes_freed = 0;
@@ -268,6 +271,11 @@ struct CKPT_EXPORT GcOptions {
   bool remove_damaged = false;
   /// Steps never removed (saves of this process in flight or just made).
   std::set<int64_t> protect;
+  /// Look for rank reports left after the commit in every kept committed
+  /// step (one listing each), not only in the newest: what `ckpt gc` does.
+  /// A job's start looks at the newest, the one a leader that died while
+  /// publishing leaves them in.
+  bool sweep_every_step = false;
 };
 
 /// Applies retention to intact committed steps and removes uncommitted

@@ -105,6 +105,51 @@ bool ClaimIsRunningHere(const StepClaim& claim) {
   return ProcessRunsHere(claim.pid, claim.pid_start);
 }
 
+namespace {
+
+// Rank reports in committed steps that stay: a committed step is never
+// saved again, so each is a leftover of a leader stopped between the commit
+// and its cleanup (the manifest holds what it said). The newest committed
+// step only, unless asked for every one.
+absl::Status SweepLeftoverReports(Storage& storage, const std::vector<StepInfo>& steps, const std::set<int64_t>& keep,
+                                  const GcOptions& options, GcReport* report) {
+  int64_t newest = -1;
+  for (const StepInfo& s : steps) {
+    if (s.state == StepState::kCommitted) newest = s.step;
+  }
+  for (const StepInfo& s : steps) {
+    if (s.state != StepState::kCommitted || keep.count(s.step) == 0) continue;
+    if (!options.sweep_every_step && s.step != newest) continue;
+    const std::string dir = StepDir(s.step);
+    auto files = storage.List(dir);
+    if (!files.ok()) {
+      if (absl::IsNotFound(files.status())) continue;
+      return Annotate(files.status(), StrCat("listing ", dir, " for rank reports left after its commit"));
+    }
+    int found = 0;
+    for (const DirEntry& f : *files) {
+      if (f.is_dir || !IsReportName(f.name)) continue;
+      const std::string path = StrCat(dir, "/", f.name);
+      if (!options.dry_run) {
+        auto size = storage.FileSize(path);
+        absl::Status r = storage.Remove(path);
+        if (!r.ok() && !absl::IsNotFound(r)) return r;
+        if (size.ok()) report->bytes_freed += static_cast<int64_t>(*size);
+      }
+      report->removed_reports.push_back(path);
+      ++found;
+    }
+    if (found > 0) {
+      report->reasons.push_back(StrCat(options.dry_run ? "would remove " : "removed ", found,
+                                       " rank report(s) left in committed step ", s.step,
+                                       ": its leader stopped between the commit and removing them"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
 absl::StatusOr<GcReport> CollectGarbageIn(Storage& storage, const GcOptions& options) {
   GcReport report;
   auto steps = ListStepsIn(storage);
@@ -205,6 +250,7 @@ absl::StatusOr<GcReport> CollectGarbageIn(Storage& storage, const GcOptions& opt
     }
     CKPT_RETURN_IF_ERROR(storage.RemoveAll(dir));
   }
+  CKPT_RETURN_IF_ERROR(SweepLeftoverReports(storage, *steps, keep, options, &report));
   // Temporary files of interrupted atomic writes at the root.
   auto entries = storage.List("");
   if (entries.ok() && !options.dry_run) {

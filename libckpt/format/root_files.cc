@@ -26,6 +26,7 @@ std::optional<int64_t> ParseStepDir(std::string_view name) {
 }
 
 std::string ReportName(int rank) { return absl::StrFormat("rank-%06d.report", rank); }
+bool IsReportName(std::string_view name) { return ParseRankFile(name, "report").has_value(); }
 std::string FailedName(int rank) { return absl::StrFormat("rank-%06d.failed", rank); }
 
 std::optional<int> ParseRankFile(std::string_view name, std::string_view ext) {

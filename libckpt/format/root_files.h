@@ -43,6 +43,7 @@ std::string StepDir(int64_t step);
 /// "step-0000000200" do not both name step 200.
 std::optional<int64_t> ParseStepDir(std::string_view name);
 std::string ReportName(int rank);
+bool IsReportName(std::string_view name);
 std::string FailedName(int rank);
 /// Rank of "rank-<digits>.<ext>" with the given extension, or nullopt.
 std::optional<int> ParseRankFile(std::string_view name, std::string_view ext);

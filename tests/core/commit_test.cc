@@ -242,6 +242,47 @@ TEST_F(CommitTest, LeaderOpenCollectsLeftoversOfCrashedSaves) {
   EXPECT_TRUE(report->removed_partial.empty());
 }
 
+// Regression (a leader killed between the commit and removing the rank
+// reports left them in the committed step for good): the next job's leader
+// removes them from the newest committed step, `ckpt gc` from every one,
+// and a dry run only lists them. The steps still load.
+TEST_F(CommitTest, RankReportsLeftAfterACommitAreCollected) {
+  {
+    auto cp = Open();
+    ASSERT_OK(SaveStep(*cp, 1));
+    ASSERT_OK(SaveStep(*cp, 2));
+  }
+  const std::string old_report = dir_.Join("root/" + StepDir(1) + "/" + ReportName(0));
+  const std::string new_report = dir_.Join("root/" + StepDir(2) + "/" + ReportName(0));
+  const std::string new_report2 = dir_.Join("root/" + StepDir(2) + "/" + ReportName(1));
+  for (const std::string& p : {old_report, new_report, new_report2}) WriteFile(p, std::string(300, 'r'));
+  auto cp = Open();
+  EXPECT_TRUE(std::filesystem::exists(old_report));
+  EXPECT_FALSE(std::filesystem::exists(new_report));
+  EXPECT_FALSE(std::filesystem::exists(new_report2));
+  WriteFile(new_report, std::string(300, 'r'));
+  GcOptions o;
+  o.sweep_every_step = true;
+  o.dry_run = true;
+  auto dry = CollectGarbage(*failing_, o);
+  ASSERT_OK(dry);
+  EXPECT_EQ(dry->removed_reports.size(), 2u);
+  EXPECT_TRUE(std::filesystem::exists(old_report));
+  o.dry_run = false;
+  auto swept = CollectGarbage(*failing_, o);
+  ASSERT_OK(swept);
+  EXPECT_EQ(swept->removed_reports,
+            (std::vector<std::string>{StepDir(1) + "/" + ReportName(0), StepDir(2) + "/" + ReportName(0)}));
+  EXPECT_EQ(swept->bytes_freed, 600);
+  ASSERT_EQ(swept->reasons.size(), 2u);
+  EXPECT_NE(swept->reasons[0].find("left in committed step 1"), std::string::npos) << swept->reasons[0];
+  EXPECT_FALSE(std::filesystem::exists(old_report));
+  EXPECT_FALSE(std::filesystem::exists(new_report));
+  EXPECT_EQ(Committed(), (std::vector<int64_t>{1, 2}));
+  ExpectLoads(1);
+  ExpectLoads(2);
+}
+
 // Regression: a saver killed between writing step N's manifest and moving
 // LATEST left LATEST at N-1; the next run then tried to save step N again.
 TEST_F(CommitTest, LatestLaggingBehindACommittedManifestIsTolerated) {

@@ -49,6 +49,7 @@ int GcMain(int argc, char** argv, int first) {
   o.dry_run = !yes;
   o.remove_newer_partial = partial;
   o.remove_damaged = damaged;
+  o.sweep_every_step = true;
   auto report = CollectGarbage(**storage, o);
   if (!report.ok()) return FailUnreadable("gc", report.status());
   Render(
@@ -67,6 +68,8 @@ int GcMain(int argc, char** argv, int first) {
         for (int64_t s : report->kept_unreadable) w.Int(s);
         w.EndArray().Key("aborted_uploads").BeginArray();
         for (const std::string& u : report->aborted_uploads) w.String(u);
+        w.EndArray().Key("removed_reports").BeginArray();
+        for (const std::string& r : report->removed_reports) w.String(r);
         w.EndArray().Key("reasons").BeginArray();
         for (const std::string& r : report->reasons) w.String(r);
         w.EndArray().Field("bytes_freed", report->bytes_freed).EndObject();
