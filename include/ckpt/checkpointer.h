@@ -25,6 +25,7 @@
 #include "ckpt/communicator.h"
 #include "ckpt/export.h"
 #include "ckpt/load_exchange.h"
+#include "ckpt/log.h"
 #include "ckpt/mesh.h"
 #include "ckpt/options.h"
 #include "ckpt/state.h"
@@ -92,6 +93,11 @@ struct CKPT_EXPORT CheckpointerOptions {
   /// crashed) and applies retention. Only safe when no other process is
   /// saving to the root at that moment, as when a job starts.
   bool gc_on_open = true;
+  /// Where this checkpointer's messages go (ckpt/log.h): its cleanup at
+  /// Open, claims, commits, failed saves (warning), loads' fallbacks and
+  /// failovers, on whichever thread they happen. Empty: the process's sink
+  /// (SetLogSink; stderr until one is set).
+  LogSink log;
   /// The memory level (docs/levels.md): where saves with
   /// SaveOptions::level = kMemory go and loads with LoadOptions::level =
   /// kMemory come from, usually OpenPeerStorage (ckpt/peer.h). Every rank

@@ -97,6 +97,18 @@ CKPT_C_EXPORT int ckpt_api_version(void);
 /** The message of the last failed call on this thread ("" if none). */
 CKPT_C_EXPORT const char* ckpt_last_error(void);
 
+/** Levels of the library's messages (ckpt::LogLevel). */
+enum { CKPT_LOG_DEBUG = 0, CKPT_LOG_INFO = 1, CKPT_LOG_WARNING = 2, CKPT_LOG_ERROR = 3 };
+/** Receives one message of the library: `component` is "" or names a part
+ * ("coordinator", "peer", "s3", "storage"); `message` has no newline. Both
+ * strings live only for the call. Called from any thread, possibly from
+ * several at once; it must not call into ckpt. */
+typedef void (*ckpt_log_fn)(void* user, int level, const char* component, const char* message);
+/** Sends the library's messages (what it does on its own, saves that failed
+ * in the background) to `fn` instead of stderr, for the whole process; NULL
+ * restores stderr. */
+CKPT_C_EXPORT void ckpt_set_log_sink(ckpt_log_fn fn, void* user);
+
 CKPT_C_EXPORT void ckpt_options_init(ckpt_options* options);
 CKPT_C_EXPORT int ckpt_open(const ckpt_options* options, ckpt_checkpointer** out);
 /** Waits for the saves in flight, then frees. NULL is ignored. */

@@ -86,7 +86,8 @@ struct CKPT_EXPORT CoordinatorOptions {
   /// copy of each rank's files. A generation whose members span fewer than
   /// memory_replicas + 1 domains makes no memory-level saves.
   int memory_replicas = 1;
-  /// Log lines (joins, deaths, refusals, SDC alerts); default: stderr.
+  /// Log lines (joins, deaths, refusals, SDC alerts); default: the
+  /// process's log sink (ckpt/log.h), component "coordinator", level info.
   std::function<void(const std::string&)> log;
 };
 

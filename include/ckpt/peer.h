@@ -50,7 +50,8 @@ struct CKPT_EXPORT PeerMemoryOptions {
   /// Connections that have not proved the token yet, held at once; past it
   /// the oldest such one is dropped (as the coordinator does).
   int max_unauthenticated = 64;
-  /// Refusals and failovers; default: stderr.
+  /// Refusals and failovers; default: the process's log sink (ckpt/log.h),
+  /// component "peer", level info.
   std::function<void(const std::string&)> log;
 };
 

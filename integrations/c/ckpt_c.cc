@@ -8,6 +8,7 @@
 
 #include "ckpt/checkpointer.h"
 #include "ckpt/ckpt.h"
+#include "ckpt/log.h"
 #include "ckpt/state.h"
 
 namespace {
@@ -74,6 +75,17 @@ extern "C" {
 int ckpt_api_version(void) { return CKPT_API_VERSION; }
 
 const char* ckpt_last_error(void) { return g_last_error.c_str(); }
+
+void ckpt_set_log_sink(ckpt_log_fn fn, void* user) {
+  if (fn == nullptr) {
+    ckpt::SetLogSink(nullptr);
+    return;
+  }
+  ckpt::SetLogSink([fn, user](ckpt::LogLevel level, std::string_view component, std::string_view message) {
+    const std::string c(component), m(message);
+    fn(user, static_cast<int>(level), c.c_str(), m.c_str());
+  });
+}
 
 void ckpt_options_init(ckpt_options* o) {
   if (o == nullptr) return;

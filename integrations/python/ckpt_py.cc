@@ -17,6 +17,7 @@
 #include "ckpt/peer.h"
 #include "ckpt/state.h"
 #include "ckpt/synthetic.h"
+#include "log_bridge.h"
 
 namespace py = pybind11;
 
@@ -690,6 +691,7 @@ void BindCheckpointer(py::module_& m) {
 
 PYBIND11_MODULE(_ckpt, m) {
   BindBasics(m);
+  BindLogBridge(m);
   BindIntervalPolicy(m);
   BindSynthetic(m);
   BindState(m);

@@ -33,6 +33,7 @@
 #include "absl/strings/str_join.h"
 #include "ckpt/checkpointer.h"
 #include "ckpt/coordinator.h"
+#include "ckpt/log.h"
 #include "ckpt/peer.h"
 #include "ckpt/storage.h"
 #include "ckpt/verify.h"
@@ -158,7 +159,7 @@ void CoordinatorImpl::Log(const std::string& line) {
   if (options_.log) {
     options_.log(line);
   } else {
-    std::fprintf(stderr, "ckpt coordinator: %s\n", line.c_str());
+    LogMessage(LogLevel::kInfo, "coordinator", line);
   }
 }
 

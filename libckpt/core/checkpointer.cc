@@ -27,6 +27,7 @@
 #include "util/bytes.h"
 #include "util/clock.h"
 #include "util/errors.h"
+#include "util/log.h"
 #include "util/strings.h"
 #include "util/task_pool.h"
 
@@ -74,6 +75,7 @@ class Checkpointer::Impl {
 
   absl::StatusOr<SaveHandle> Save(int64_t step, const State& state, const SaveOptions& save_options) {
     const double t0 = NowSeconds();
+    ScopedLogSink log(&options_.log);
     CKPT_RETURN_IF_ERROR(CheckSaveRequest(step, save_options));
     std::lock_guard<std::mutex> save_lock(save_mu_);
     const std::string dir = StepDir(step);
@@ -87,6 +89,7 @@ class Checkpointer::Impl {
     claim.claim_timeout_s = options_.commit_timeout_s;
     claim.collective_timeout_s = options_.collective_timeout_s;
     auto take_claim = [this, claim, dir](SaveJob& j) -> absl::Status {
+      ScopedLogSink log(&options_.log);  // on the engine's thread
       CKPT_ASSIGN_OR_RETURN(j.save_id, ClaimForSave(*storage_, options_.communicator.get(), claim));
       // Leftovers of an earlier attempt at this step by this rank.
       (void)storage_->Remove(StrCat(dir, "/", ReportName(options_.rank)));
@@ -200,6 +203,7 @@ class Checkpointer::Impl {
   }
 
   absl::StatusOr<LoadStats> Load(const State& target, int64_t step, const LoadOptions& options) {
+    ScopedLogSink log(&options_.log);
     const MemoryReads before = MemoryReadsOf(*storage_);
     absl::StatusOr<LoadStats> stats =
         !options_.communicator ? LoadStepAlone(*storage_, target, step, options_.rank, options)
@@ -235,6 +239,7 @@ class Checkpointer::Impl {
   }
 
   absl::StatusOr<GcReport> CollectGarbage(bool dry_run, int64_t just_committed = -1) {
+    ScopedLogSink log(&options_.log);
     GcOptions gc;
     gc.retention = options_.retention;
     gc.dry_run = dry_run;
@@ -259,6 +264,7 @@ class Checkpointer::Impl {
   void OnDataFinished(SaveJob& j, absl::Status s, std::shared_ptr<SaveHandle::Shared> shared,
                       std::shared_ptr<Manifest> report, std::vector<ReplicaHash> replicas,
                       std::shared_ptr<const SaveRules> rules, std::shared_ptr<RankSummary> summary) {
+    ScopedLogSink log(&options_.log);
     const std::string dir = StepDir(j.step);
     const double write_s = NowSeconds() - shared->t_start;
     bool lost_claim = false;
@@ -321,6 +327,7 @@ class Checkpointer::Impl {
         if (IsLeader())
           (void)AbortStep(*storage_, j.step, j.save_id, absl::AbortedError(StrCat("leader failed: ", s.message())));
       }
+      LogFailedSave(j.step, s);
       shared->SetDone(s, NowSeconds() - shared->t_start);
       return;
     }
@@ -328,11 +335,13 @@ class Checkpointer::Impl {
     const int64_t step = j.step;
     const uint64_t id = j.save_id;
     committer_.Submit([this, step, id, shared, rules, report] {
+      ScopedLogSink log(&options_.log);
       absl::Status st = IsLeader() ? CollectAndPublish(step, id, rules.get(), *report) : AwaitOutcome(step);
       // The commit time ends here; removing older steps is not part of it.
       const double commit_s = NowSeconds() - shared->t_start;
-      if (st.ok() && IsLeader()) (void)CollectGarbage(false, step);
+      if (st.ok() && IsLeader()) CollectAfterCommit(step);
       if (st.ok() && level_ == SaveLevel::kMemory) DropOlderMemorySteps(step);
+      if (!st.ok()) LogFailedSave(step, st);
       shared->SetDone(st, commit_s);
     });
   }
@@ -365,6 +374,24 @@ class Checkpointer::Impl {
       std::optional<int64_t> s = e.is_dir ? ParseStepDir(e.name) : std::nullopt;
       if (s && *s < step) (void)storage_->RemoveAll(e.name);
     }
+  }
+
+  // Retention after a commit, said in the log: what it removed and why,
+  // or why it could not (the step stays committed either way).
+  void CollectAfterCommit(int64_t step) {
+    auto gc = CollectGarbage(false, step);
+    if (!gc.ok()) {
+      LogWarning(StrCat("step ", step, " is committed, but applying retention failed: ", gc.status().ToString()));
+      return;
+    }
+    for (const std::string& why : gc->reasons) LogInfo(why);
+  }
+
+  // A save that did not commit is also said in the log: its handle may
+  // never be waited on.
+  void LogFailedSave(int64_t step, const absl::Status& why) {
+    LogWarning(
+        StrCat(SaveLevelName(level_), " save of step ", step, " by rank ", options_.rank, " failed: ", why.ToString()));
   }
 
   // Non-leader: waits until the leader committed or aborted the step.
@@ -416,6 +443,7 @@ absl::StatusOr<std::unique_ptr<Checkpointer>> Checkpointer::Open(CheckpointerOpt
   }
   auto impl = std::make_unique<Impl>(std::move(options));
   CKPT_RETURN_IF_ERROR(impl->Init());
+  ScopedLogSink log(&impl->options().log);
   if (impl->IsLeader() && impl->options().gc_on_open) {
     CKPT_RETURN_IF_ERROR(CleanRootAtJobStart(impl->storage(), impl->options().retention));
   }

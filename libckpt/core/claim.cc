@@ -4,7 +4,6 @@
 
 #include <algorithm>
 #include <chrono>
-#include <cstdio>
 #include <mutex>
 #include <random>
 #include <thread>
@@ -15,6 +14,7 @@
 #include "util/clock.h"
 #include "util/errors.h"
 #include "util/hash.h"
+#include "util/log.h"
 #include "util/status_wire.h"
 #include "util/strings.h"
 
@@ -74,10 +74,9 @@ absl::Status TakeClaim(Storage& storage, int64_t step, uint64_t id, int world_si
     // before each report and before the commit stop all but one.
     static std::once_flag warned;
     std::call_once(warned, [&] {
-      std::fprintf(stderr,
-                   "ckpt: %s cannot create a file only if it is absent; one writer per step is checked "
-                   "before each commit, not proven at the claim (docs/plugins.md)\n",
-                   storage.uri().c_str());
+      LogWarning(StrCat(storage.uri(),
+                        " cannot create a file only if it is absent; one writer per step is checked "
+                        "before each commit, not proven at the claim (docs/plugins.md)"));
     });
     auto size = storage.FileSize(path);
     if (size.ok()) {

@@ -3,7 +3,6 @@
 #include <algorithm>
 #include <atomic>
 #include <condition_variable>
-#include <cstdio>
 #include <cstring>
 #include <map>
 #include <memory>
@@ -20,6 +19,7 @@
 #include "util/crypto.h"
 #include "util/errors.h"
 #include "util/hash.h"
+#include "util/log.h"
 #include "util/strings.h"
 #include "util/task_pool.h"
 
@@ -103,6 +103,7 @@ class CoopRouter final : public ReadRouter {
         options_(options),
         exchange_(exchange),
         load_(std::move(load)),
+        sink_(ScopedLogSinkOfThisThread()),
         pool_(8) {}
 
   ~CoopRouter() override { Finish(); }
@@ -147,6 +148,7 @@ class CoopRouter final : public ReadRouter {
   const LoadOptions options_;
   LoadExchange& exchange_;
   const std::string load_;
+  const LogSink* const sink_;  // the load's, for the loader's and prefetchers' threads
   std::map<uint32_t, std::unique_ptr<RoutedFile>> files_;
   // The pieces this rank reads for others, in file order, for the
   // prefetchers.
@@ -341,8 +343,8 @@ absl::StatusOr<std::shared_ptr<const std::string>> CoopRouter::Obtain(RoutedFile
     for_peers_ += static_cast<int64_t>((*bytes)->size());
     if (absl::Status offered = exchange_.Offer(p.key, *bytes); !offered.ok()) {
       exchange_.Forgo(p.key);
-      std::fprintf(stderr, "ckpt: cooperative load: rank %d reads %s for itself alone: %s\n", me_, p.key.c_str(),
-                   std::string(offered.message()).c_str());
+      LogVia(sink_, LogLevel::kWarning, "",
+             StrCat("cooperative load: rank ", me_, " reads ", p.key, " for itself alone: ", offered.message()));
     }
     return bytes;
   }
@@ -376,9 +378,10 @@ absl::StatusOr<std::shared_ptr<const std::string>> CoopRouter::Obtain(RoutedFile
       first = reported_.insert(p.reader).second;
     }
     if (first) {
-      std::fprintf(stderr, "ckpt: cooperative load: rank %d reads %s from storage, not from rank %d: %s%s\n", me_,
-                   p.key.c_str(), p.reader, std::string(why.message()).c_str(),
-                   gone ? " (the rank's other pieces too)" : " (the rank's next failovers are counted, not said)");
+      LogVia(sink_, LogLevel::kWarning, "",
+             StrCat("cooperative load: rank ", me_, " reads ", p.key, " from storage, not from rank ", p.reader, ": ",
+                    why.message(),
+                    gone ? " (the rank's other pieces too)" : " (the rank's next failovers are counted, not said)"));
     }
   }
   return ReadStored(f, p);
@@ -428,8 +431,7 @@ absl::StatusOr<LoadStats> LoadCooperatively(Storage& storage, const Manifest& mi
 void FinishCooperation(Communicator& comm, LoadExchange& exchange, const std::string& load, double timeout_s) {
   // The others may still fetch what this rank read for them.
   if (absl::Status all = comm.Barrier(timeout_s); !all.ok()) {
-    std::fprintf(stderr, "ckpt: cooperative load %s: waiting for every rank to finish: %s\n", load.c_str(),
-                 std::string(all.message()).c_str());
+    LogWarning(StrCat("cooperative load ", load, ": waiting for every rank to finish: ", all.message()));
   }
   exchange.Withdraw(load);
 }

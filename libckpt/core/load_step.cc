@@ -1,6 +1,5 @@
 #include "core/load_step.h"
 
-#include <cstdio>
 #include <utility>
 #include <vector>
 
@@ -12,6 +11,7 @@
 #include "format/root_files.h"
 #include "pipeline/loader.h"
 #include "util/errors.h"
+#include "util/log.h"
 #include "util/status_wire.h"
 #include "util/strings.h"
 
@@ -19,8 +19,7 @@ namespace ckpt {
 
 void ReportDamage(const LoadableStep& found, const std::string& uri) {
   if (found.note.empty()) return;
-  std::fprintf(stderr, "ckpt: loading step %lld%s%s: %s\n", static_cast<long long>(found.step),
-               uri.empty() ? "" : " of ", uri.c_str(), found.note.c_str());
+  LogWarning(StrCat("loading step ", found.step, uri.empty() ? "" : " of ", uri, ": ", found.note));
 }
 
 absl::StatusOr<LoadStats> LoadStepAlone(Storage& storage, const State& target, int64_t step, int rank,

@@ -3,7 +3,6 @@
 
 #include <algorithm>
 #include <atomic>
-#include <cstdio>
 #include <mutex>
 #include <string>
 #include <thread>
@@ -16,6 +15,7 @@
 #include "format/root_files.h"
 #include "util/bytes.h"
 #include "util/errors.h"
+#include "util/log.h"
 #include "util/strings.h"
 
 namespace ckpt {
@@ -116,16 +116,15 @@ absl::Status PublishStep(Storage& storage, int64_t step, uint64_t id, int world,
   // Committed. The copy makes the step's metadata survive damage to either
   // file; if writing it fails, the next Open writes it.
   if (absl::Status c = storage.PutAtomic(StrCat(dir, "/", kManifestCopyName), AsBytesView(bytes)); !c.ok()) {
-    std::fprintf(stderr, "ckpt: step %lld is committed, but writing %s/%s failed: %s\n", static_cast<long long>(step),
-                 dir.c_str(), std::string(kManifestCopyName).c_str(), std::string(c.message()).c_str());
+    LogWarning(StrCat("step ", step, " is committed, but writing ", dir, "/", kManifestCopyName,
+                      " failed: ", c.message(), " (the next Open writes it)"));
   }
   // The step is committed whatever happens to LATEST, which only speeds
   // up finding it (loads, `ckpt repair` and the next commit mend it).
   s = PublishLatest(storage, step);
   if (!s.ok()) s = PublishLatest(storage, step);
   if (!s.ok()) {
-    std::fprintf(stderr, "ckpt: step %lld is committed, but moving %s to it failed: %s\n", static_cast<long long>(step),
-                 std::string(kLatestName).c_str(), std::string(s.message()).c_str());
+    LogWarning(StrCat("step ", step, " is committed, but moving ", kLatestName, " to it failed: ", s.message()));
   }
   for (int r = 0; r < world; ++r) {
     (void)storage.Remove(StrCat(dir, "/", ReportName(r)));

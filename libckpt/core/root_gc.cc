@@ -22,6 +22,7 @@
 #include "util/bytes.h"
 #include "util/clock.h"
 #include "util/errors.h"
+#include "util/log.h"
 #include "util/strings.h"
 
 namespace ckpt {
@@ -308,8 +309,7 @@ absl::StatusOr<GcReport> CollectGarbage(Storage& storage, const GcOptions& optio
 absl::Status CleanRootAtJobStart(Storage& storage, const RetentionPolicy& retention) {
   if (auto healed = HealManifestCopies(storage); healed.ok()) {
     for (int64_t step : *healed) {
-      std::fprintf(stderr, "ckpt: wrote the missing %s of step %lld\n", std::string(kManifestCopyName).c_str(),
-                   static_cast<long long>(step));
+      LogInfo(StrCat("wrote the missing ", kManifestCopyName, " of step ", step));
     }
   }
   GcOptions gc;
@@ -317,7 +317,7 @@ absl::Status CleanRootAtJobStart(Storage& storage, const RetentionPolicy& retent
   gc.remove_newer_partial = true;
   auto report = CollectGarbageIn(storage, gc);
   if (!report.ok()) return absl::IsNotFound(report.status()) ? absl::OkStatus() : report.status();
-  for (const std::string& why : report->reasons) std::fprintf(stderr, "ckpt: %s\n", why.c_str());
+  for (const std::string& why : report->reasons) LogInfo(why);
   return absl::OkStatus();
 }
 

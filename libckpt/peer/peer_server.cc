@@ -19,6 +19,7 @@
 
 #include <boost/asio.hpp>
 
+#include "ckpt/log.h"
 #include "ckpt/peer.h"
 #include "peer/peer_memory.h"
 #include "peer/peer_store.h"
@@ -203,7 +204,7 @@ class PeerMemoryImpl final : public PeerMemory, public std::enable_shared_from_t
     if (options_.log) {
       options_.log(line);
     } else {
-      std::fprintf(stderr, "ckpt peer memory %s: %s\n", endpoint_.c_str(), line.c_str());
+      LogMessage(LogLevel::kInfo, "peer", StrCat(endpoint_, ": ", line));
     }
   }
 

@@ -13,6 +13,21 @@
 
 static int failures = 0;
 
+/* What the library said through the log sink. */
+static char said[8192];
+static int said_warnings = 0;
+
+static void Collect(void* user, int level, const char* component, const char* message) {
+  (void)user;
+  if (level >= CKPT_LOG_WARNING) ++said_warnings;
+  if (strlen(said) + strlen(component) + strlen(message) + 4 < sizeof(said)) {
+    strcat(said, component);
+    strcat(said, ": ");
+    strcat(said, message);
+    strcat(said, "\n");
+  }
+}
+
 #define CHECK(cond, ...)                                         \
   do {                                                           \
     if (!(cond)) {                                               \
@@ -43,6 +58,7 @@ int main(int argc, char** argv) {
   o.codec = CKPT_CODEC_ZSTD;
   o.keep_last = 2;
   ckpt_checkpointer* cp = NULL;
+  ckpt_set_log_sink(Collect, NULL);
   CHECK(ckpt_open(&o, &cp) == CKPT_OK, "open");
   if (cp == NULL) return 1;
 
@@ -65,6 +81,10 @@ int main(int argc, char** argv) {
   }
   int64_t latest = 0;
   CHECK(ckpt_latest_step(cp, &latest) == CKPT_OK && latest == 3, "latest %lld", (long long)latest);
+  /* Retention (keep_last 2) removed step 1 after step 3 committed, and said
+   * so through the sink, not on stderr. */
+  CHECK(strstr(said, ": removed committed step 1: past retention") != NULL, "the sink got: %s", said);
+  CHECK(said_warnings == 0, "warnings: %s", said);
 
   /* Saving a committed step again is refused. */
   ckpt_save* again = NULL;

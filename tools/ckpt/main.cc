@@ -1,10 +1,12 @@
 // ckpt: one command-line tool with git-style subcommands.
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <new>
 #include <stdexcept>
 #include <string>
 
+#include "ckpt/log.h"
 #include "ckpt/version.h"
 #include "commands.h"
 
@@ -47,9 +49,23 @@ void PrintHelp(FILE* out) {
   std::fprintf(out, "\nexit status: 0 ok, 1 a problem was found, 2 usage error or unreadable input\n");
 }
 
+// The library's messages go to stderr, at CKPT_LOG_LEVEL (debug, info,
+// warning, error; default info) and above.
+void InstallStderrSink() {
+  ckpt::LogLevel level = ckpt::LogLevel::kInfo;
+  if (const char* env = std::getenv("CKPT_LOG_LEVEL"); env != nullptr) {
+    for (ckpt::LogLevel l :
+         {ckpt::LogLevel::kDebug, ckpt::LogLevel::kInfo, ckpt::LogLevel::kWarning, ckpt::LogLevel::kError}) {
+      if (std::strcmp(env, ckpt::LogLevelName(l)) == 0) level = l;
+    }
+  }
+  ckpt::SetLogSink(ckpt::StderrLogSink(level));
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
+  InstallStderrSink();
   if (argc < 2) {
     PrintHelp(stderr);
     return 2;

@@ -11,10 +11,18 @@ restores PyTorch models, optimizers, schedulers and RNG states with it.
     handle = cp.save(100, state)                 # returns once copied
     ...
     handle.wait()                                # committed, or raises
+
+The library's messages (what it does on its own, saves that failed in the
+background) go to the `logging` logger "ckpt" and its children
+("ckpt.coordinator", "ckpt.peer", "ckpt.s3", "ckpt.storage"), never to
+stderr: configure logging as for any library.
 """
+import atexit as _atexit
+import logging as _logging
+
 from . import errors as _errors
 from ._ckpt import LATEST, Checkpointer, IntervalPolicy, PeerMemory, SaveHandle, State, dtype_size, place_replicas
-from ._ckpt import _set_error_classes
+from ._ckpt import _set_error_classes, _set_log_handler, _stop_logging
 from .errors import *  # noqa: F401,F403  (ckpt.Error, ckpt.DataLossError, ...)
 
 # absl status codes -> exception classes (ckpt/errors.py).
@@ -25,6 +33,17 @@ _set_error_classes({
     11: _errors.InvalidArgumentError, 12: _errors.UnimplementedError, 13: _errors.InternalError,
     14: _errors.UnavailableError, 15: _errors.DataLossError, 16: _errors.PermissionDeniedError,
 })
+
+_LOG_LEVELS = (_logging.DEBUG, _logging.INFO, _logging.WARNING, _logging.ERROR)
+
+
+def _log(level, component, message):
+    logger = _logging.getLogger(f"ckpt.{component}" if component else "ckpt")
+    logger.log(_LOG_LEVELS[level] if 0 <= level < len(_LOG_LEVELS) else _logging.ERROR, "%s", message)
+
+
+_set_log_handler(_log)
+_atexit.register(_stop_logging)
 
 __all__ = ["LATEST", "Checkpointer", "IntervalPolicy", "PeerMemory", "SaveHandle", "State", "add_array", "dtype_size",
            "place_replicas"] + _errors.__all__

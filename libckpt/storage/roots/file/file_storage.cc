@@ -19,6 +19,7 @@
 #include "storage/backend.h"
 #include "storage/roots/file/io_engine.h"
 #include "util/errors.h"
+#include "util/log.h"
 #include "util/strings.h"
 
 namespace ckpt {
@@ -516,7 +517,7 @@ absl::StatusOr<std::shared_ptr<Storage>> OpenLocal(std::string_view uri, bool al
       static std::once_flag once;
       std::string why(uring.status().message());
       std::call_once(once, [&] {
-        std::fprintf(stderr, "ckpt: io_uring unavailable (%s); using the threads engine\n", why.c_str());
+        LogMessage(LogLevel::kInfo, "storage", StrCat("io_uring unavailable (", why, "); using the threads engine"));
       });
     }
   }

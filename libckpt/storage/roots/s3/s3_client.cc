@@ -10,9 +10,11 @@
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
+#include "absl/strings/str_format.h"
 #include "net/uri.h"
 #include "storage/roots/s3/s3_parse.h"
 #include "util/errors.h"
+#include "util/log.h"
 
 namespace ckpt::s3 {
 namespace {
@@ -78,10 +80,11 @@ absl::StatusOr<HttpResponse> S3Client::Send(const S3Call& call, int* attempts, T
     const auto sent = Clock::now();
     last = http_.Perform(req);
     if (trace_) {
-      std::fprintf(stderr, "ckpt s3: %s -> %s in %.1f ms%s\n", call.what.c_str(),
-                   last.ok() ? std::to_string(last->status).c_str() : std::string(last.status().message()).c_str(),
-                   std::chrono::duration<double, std::milli>(Clock::now() - sent).count(),
-                   attempt > 1 ? StrCat(" (attempt ", attempt, ")").c_str() : "");
+      LogMessage(LogLevel::kInfo, "s3",
+                 absl::StrFormat("%s -> %s in %.1f ms%s", call.what,
+                                 last.ok() ? std::to_string(last->status) : std::string(last.status().message()),
+                                 std::chrono::duration<double, std::milli>(Clock::now() - sent).count(),
+                                 attempt > 1 ? StrCat(" (attempt ", attempt, ")") : std::string()));
     }
     bool retry;
     if (!last.ok()) {
@@ -100,6 +103,13 @@ absl::StatusOr<HttpResponse> S3Client::Send(const S3Call& call, int* attempts, T
       if (e.code == "RequestTimeTooSkewed" && attempt == 1 && AdoptServerClock(*last)) retry = true;
     }
     if (!retry) break;
+    if (attempt == 1) {
+      // The first retry of a request is said; the attempts are counted in
+      // the error if it fails in the end.
+      LogMessage(LogLevel::kInfo, "s3",
+                 StrCat(call.what, " answered ", last.ok() ? StrCat("HTTP ", last->status) : last.status().ToString(),
+                        "; retrying until its deadline"));
+    }
     // Full jitter: uniform in [0, backoff], the window doubling to 2 s;
     // the last wait ends at the deadline, where one more attempt is cut.
     thread_local std::mt19937_64 rng{std::random_device{}()};

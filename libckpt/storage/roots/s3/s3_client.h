@@ -122,7 +122,7 @@ class S3Client {
 
   S3Config cfg_;
   HttpClient http_;
-  const bool trace_ = std::getenv("CKPT_S3_TRACE") != nullptr;  // one line per request on stderr
+  const bool trace_ = std::getenv("CKPT_S3_TRACE") != nullptr;  // one message per request
   std::atomic<int64_t> clock_offset_s_{0};
   TaskPool pool_;  // last: its threads stop before the rest goes (part uploads, async reads)
 };
