@@ -50,6 +50,21 @@ struct CKPT_EXPORT SaveEngineOptions {
   /// never preempt a running thread when they wake. 0 leaves them at the
   /// caller's priority and policy.
   int background_nice = 10;
+  /// Run the background threads as SCHED_IDLE instead: only on cores that
+  /// nothing else wants. The trainer never waits for a core it shares with
+  /// them, but on a machine whose cores are all busy a save then advances
+  /// only when the trainer blocks (the next Save waits for it).
+  bool background_idle = false;
+  /// Put the background threads in the idle I/O class (ioprio), where the
+  /// kernel's I/O scheduler supports it: their reads and writes yield to
+  /// the trainer's (its data loader's) on a shared device.
+  bool background_io_idle = true;
+  /// Cores the background threads (compression, checksums, encoding) may
+  /// use together, on average over a few milliseconds: 0 leaves them
+  /// uncapped (worker_threads of them); 0.5 lets them use half a core.
+  /// Bounds the workers to ceil(cpu_budget) threads, and paces them by
+  /// the CPU time each block took.
+  double cpu_budget = 0;
   /// Whether the workers leave staged blocks alone while a Save is staging,
   /// until it returns or the arena runs full: on a machine without a core
   /// for each, they would take the staging threads' cores (and the memory

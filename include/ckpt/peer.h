@@ -114,6 +114,11 @@ struct CKPT_EXPORT PeerRoute {
   /// Tags every file written (see PeerHolding), so that what one
   /// generation saved is never taken for another's save of the same step.
   int64_t generation = 0;
+  /// Paces the copies this rank sends, all replica holders together, to
+  /// this many bytes per second (at least 1 MiB/s), so that they leave
+  /// room on the network for the trainer's own traffic; 0: as fast as the
+  /// network takes them.
+  double send_bytes_per_s = 0;
 };
 
 /// Where bytes read through a peer storage came from.

@@ -535,7 +535,8 @@ void BindCheckpointer(py::module_& m) {
                        int64_t staging_bytes, bool direct_io, std::shared_ptr<ckpt::Communicator> communicator,
                        int staging_threads, std::shared_ptr<ckpt::PeerMemory> memory,
                        std::vector<std::string> memory_replicas, std::vector<std::vector<std::string>> memory_holders,
-                       std::vector<std::string> memory_peers, std::shared_ptr<ckpt::PeerMemory> exchange_memory) {
+                       std::vector<std::string> memory_peers, std::shared_ptr<ckpt::PeerMemory> exchange_memory,
+                       double cpu_budget, const std::string& background, double memory_send_bytes_per_s) {
              ckpt::CheckpointerOptions o;
              o.uri = uri;
              o.rank = rank;
@@ -552,6 +553,14 @@ void BindCheckpointer(py::module_& m) {
              o.engine_options.staging_bytes = static_cast<size_t>(staging_bytes);
              if (staging_threads < 0) Raise(absl::StatusCode::kInvalidArgument, "staging_threads must be >= 0");
              o.engine_options.staging_threads = staging_threads;
+             o.engine_options.cpu_budget = cpu_budget;
+             // The background threads' CPU policy: "batch" (nice 10 and
+             // SCHED_BATCH), "idle" (SCHED_IDLE) or "normal" (the caller's).
+             if (background != "batch" && background != "idle" && background != "normal") {
+               Raise(absl::StatusCode::kInvalidArgument, "background must be \"batch\", \"idle\" or \"normal\"");
+             }
+             o.engine_options.background_idle = background == "idle";
+             if (background == "normal") o.engine_options.background_nice = 0;
              o.direct_io = direct_io;
              if (memory) {
                // The memory level: this rank's files go to `memory_replicas`;
@@ -560,6 +569,7 @@ void BindCheckpointer(py::module_& m) {
                ckpt::PeerRoute route;
                route.replicas = std::move(memory_replicas);
                route.peers = memory_peers;
+               route.send_bytes_per_s = memory_send_bytes_per_s;
                route.holders = [holders = std::move(memory_holders), peers = std::move(memory_peers)](
                                    int64_t, int owner) -> std::vector<std::string> {
                  if (owner >= 0 && static_cast<size_t>(owner) < holders.size()) return holders[owner];
@@ -594,6 +604,7 @@ void BindCheckpointer(py::module_& m) {
            py::arg("memory_replicas") = std::vector<std::string>{},
            py::arg("memory_holders") = std::vector<std::vector<std::string>>{},
            py::arg("memory_peers") = std::vector<std::string>{}, py::arg("exchange_memory") = nullptr,
+           py::arg("cpu_budget") = 0.0, py::arg("background") = "batch", py::arg("memory_send_bytes_per_s") = 0.0,
            py::keep_alive<1, 9>())
       .def(
           "save",

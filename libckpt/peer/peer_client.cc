@@ -255,7 +255,8 @@ absl::StatusOr<std::string> PeerConnection::Reply(std::string_view what) {
   return payload;
 }
 
-absl::Status PeerConnection::Put(std::string_view path, absl::Span<const std::byte> data, int64_t generation) {
+absl::Status PeerConnection::Put(std::string_view path, absl::Span<const std::byte> data, int64_t generation,
+                                 RatePacer* pacer) {
   ByteWriter w;
   w.Str(path);
   w.Var(data.size());
@@ -267,6 +268,7 @@ absl::Status PeerConnection::Put(std::string_view path, absl::Span<const std::by
   Xxh3Stream whole;  // of what left this process, through the bounce buffer
   for (uint64_t off = 0; off < data.size(); off += kPieceBytes) {
     const std::string_view part = all.substr(off, kPieceBytes);
+    if (pacer != nullptr) pacer->Charge(static_cast<double>(part.size()));
     uint8_t hdr[kHeaderSize];
     EncodeHeader(Op::kPutData, part.size(), off, Xxh3(part), hdr);
     CKPT_RETURN_IF_ERROR(Send(std::string_view(reinterpret_cast<const char*>(hdr), sizeof(hdr))));

@@ -15,6 +15,7 @@
 #include "absl/types/span.h"
 #include "ckpt/storage.h"
 #include "peer/peer_wire.h"
+#include "util/background.h"
 #include "util/hash.h"
 
 namespace ckpt::peer {
@@ -30,7 +31,10 @@ class PeerConnection {
 
   /// Places a whole file (split into data frames) and waits until the peer
   /// has checked and stored it.
-  absl::Status Put(std::string_view path, absl::Span<const std::byte> data, int64_t generation);
+  /// With a pacer, each data frame's bytes are charged to it before they
+  /// are sent.
+  absl::Status Put(std::string_view path, absl::Span<const std::byte> data, int64_t generation,
+                   RatePacer* pacer = nullptr);
   /// Reads dst.size() bytes at `offset`, each frame checked.
   absl::Status Get(std::string_view path, uint64_t offset, absl::Span<std::byte> dst);
   absl::StatusOr<uint64_t> Stat(std::string_view path);

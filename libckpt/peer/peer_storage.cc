@@ -16,6 +16,7 @@
 #include "peer/peer_client.h"
 #include "peer/peer_memory.h"
 #include "peer/peer_store.h"
+#include "util/background.h"
 #include "util/errors.h"
 #include "util/hash.h"
 #include "util/strings.h"
@@ -174,7 +175,7 @@ class PeerStorageImpl final : public Storage, public PeerCounters, public Memory
   absl::Status Replicate(std::string_view path, const std::string& bytes) {
     const auto place = [&](const std::string& ep) -> absl::Status {
       auto r = pool_.With<bool>(ep, [&](PeerConnection& c) -> absl::StatusOr<bool> {
-        CKPT_RETURN_IF_ERROR(c.Put(path, AsBytes(bytes), route_.generation));
+        CKPT_RETURN_IF_ERROR(c.Put(path, AsBytes(bytes), route_.generation, sender_.get()));
         return true;
       });
       if (r.ok()) return absl::OkStatus();
@@ -232,6 +233,11 @@ class PeerStorageImpl final : public Storage, public PeerCounters, public Memory
   std::shared_ptr<PeerMemory> memory_;
   std::shared_ptr<PeerStore> store_;
   PeerRoute route_;
+  // Paces the copies sent (PeerRoute::send_bytes_per_s): 10 ms of slack.
+  std::unique_ptr<RatePacer> sender_ = route_.send_bytes_per_s > 0
+                                           ? std::make_unique<RatePacer>(route_.send_bytes_per_s,
+                                                                         route_.send_bytes_per_s / 100)
+                                           : nullptr;
   ConnectionPool pool_;
   Counters counters_;
   // Threads that run remote reads, so that a loader's reads of several
@@ -392,6 +398,10 @@ absl::StatusOr<std::unique_ptr<ReadableFile>> PeerStorageImpl::OpenReadable(std:
 
 absl::StatusOr<std::shared_ptr<Storage>> OpenPeerStorage(std::shared_ptr<PeerMemory> memory, PeerRoute route) {
   if (memory == nullptr) return absl::InvalidArgumentError("OpenPeerStorage: no peer memory");
+  if (route.send_bytes_per_s != 0 && !(route.send_bytes_per_s >= (1 << 20))) {
+    return absl::InvalidArgumentError(StrCat("OpenPeerStorage: a send rate of ", route.send_bytes_per_s,
+                                             " bytes/s; 0 (unpaced) or at least 1 MiB/s"));
+  }
   return std::shared_ptr<Storage>(std::make_shared<peer::PeerStorageImpl>(std::move(memory), std::move(route)));
 }
 

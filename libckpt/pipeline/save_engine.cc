@@ -1,12 +1,8 @@
 #include "pipeline/save_engine.h"
 
-#include <sched.h>
-#include <sys/resource.h>
-#include <sys/syscall.h>
-#include <unistd.h>
-
 #include <algorithm>
 #include <cerrno>
+#include <cmath>
 #include <cstring>
 #include <numeric>
 
@@ -15,6 +11,7 @@
 #include "layout/box_copy.h"
 #include "pipeline/block_encoder.h"
 #include "pipeline/staging_arena.h"
+#include "util/background.h"
 #include "util/clock.h"
 #include "util/errors.h"
 #include "util/hash.h"
@@ -26,16 +23,10 @@ namespace ckpt {
 namespace {
 
 // Background work must not slow the trainer's own threads (the staging copy
-// runs on the caller's thread): raise this thread's nice value, and make it
-// a batch thread, which the scheduler never lets preempt a running thread
-// when it wakes. Without that, the workers woken as a Save's staging ended
-// took the caller's core before it returned, and its stall grew by the time
-// it waited to run again (docs/performance.md, "Figures behind the code").
-void LowerThreadPriority(int nice) {
-  if (nice <= 0) return;
-  const sched_param none{};
-  (void)sched_setscheduler(0, SCHED_BATCH, &none);  // this thread; keeps its nice value
-  setpriority(PRIO_PROCESS, static_cast<id_t>(syscall(SYS_gettid)), nice);
+// runs on the caller's thread): util/background.h (docs/performance.md,
+// "Figures behind the code").
+BackgroundPriority PriorityOf(const SaveEngineOptions& o) {
+  return BackgroundPriority{o.background_nice, o.background_idle, o.background_io_idle};
 }
 
 }  // namespace
@@ -66,6 +57,14 @@ absl::Status SaveEngine::Init() {
   if (workers <= 0) {
     workers = static_cast<int>(std::min(4u, std::max(1u, std::thread::hardware_concurrency())));
   }
+  if (options_.cpu_budget < 0 || options_.cpu_budget > 4096) {
+    return absl::InvalidArgumentError(
+        StrCat("cpu budget ", options_.cpu_budget, " must be 0 (none) or a count of cores"));
+  }
+  if (options_.cpu_budget > 0) {
+    workers = std::min(workers, static_cast<int>(std::ceil(options_.cpu_budget)));
+    pacer_ = std::make_unique<RatePacer>(options_.cpu_budget, 0.02 * options_.cpu_budget);  // 20 ms of slack
+  }
   // A block's frame is the longest request; the arena holds at least two.
   const size_t frame_bytes = FrameLength(options_.block_size);
   const size_t arena_bytes =
@@ -80,7 +79,7 @@ absl::Status SaveEngine::Init() {
     workers_.emplace_back([this, out = out_arena_.data() + i * out_bytes_] { WorkerLoop(out); });
   }
   // Closing a finished job's file, one at a time, in the background.
-  finalizer_ = std::make_unique<TaskPool>(1, 0, [nice = options_.background_nice] { LowerThreadPriority(nice); });
+  finalizer_ = std::make_unique<TaskPool>(1, 0, [p = PriorityOf(options_)] { LowerThisThread(p); });
   int stagers = options_.staging_threads;
   if (stagers <= 0) stagers = DefaultStagingThreads();
   for (int i = 1; i < stagers; ++i) stagers_.emplace_back([this] { StagerLoop(); });
@@ -553,7 +552,7 @@ void SaveEngine::StagerLoop() {
 }
 
 void SaveEngine::WorkerLoop(std::byte* out) {
-  LowerThreadPriority(options_.background_nice);
+  LowerThisThread(PriorityOf(options_));
   BlockCodec codec;
   while (true) {
     WorkItem item;
@@ -564,7 +563,13 @@ void SaveEngine::WorkerLoop(std::byte* out) {
       item = std::move(queue_.front());
       queue_.pop_front();
     }
-    ProcessBlock(item, codec, out);
+    if (pacer_) {
+      const double cpu0 = ThisThreadCpuSeconds();
+      ProcessBlock(item, codec, out);
+      pacer_->Charge(ThisThreadCpuSeconds() - cpu0);
+    } else {
+      ProcessBlock(item, codec, out);
+    }
   }
 }
 

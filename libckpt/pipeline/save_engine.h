@@ -36,6 +36,7 @@
 #include "pipeline/container_writer.h"
 #include "pipeline/staging_arena.h"
 #include "util/aligned_buffer.h"
+#include "util/background.h"
 #include "util/task_pool.h"
 
 namespace ckpt {
@@ -230,6 +231,7 @@ class SaveEngine {
   bool arena_ran_full_ = false;
   bool stop_ = false;
   std::vector<std::thread> workers_;
+  std::unique_ptr<RatePacer> pacer_;     // CPU seconds, with a CPU budget
   std::unique_ptr<TaskPool> finalizer_;  // one thread
 
   // Staging helpers: they join the Run published in stage_task_.

@@ -1,4 +1,6 @@
 // Save then load, across dtypes, codecs, shapes, target cuts and backends.
+#include <sys/resource.h>
+
 #include <random>
 #include <thread>
 
@@ -722,6 +724,53 @@ TEST(Staging, AutoCodecDoesNotSlowAStorageFasterThanTheCompressors) {
   State target = StateOf(out);
   ASSERT_OK(automatic->Load(target, step));
   EXPECT_EQ(out[0].data, shards[0].data);
+}
+
+// A CPU budget bounds the workers to its cores: at a quarter of a core, the
+// process spends at most about that while the save persists (compression is
+// the work), and the state still loads back whole.
+TEST(Staging, ACpuBudgetHoldsTheWorkersToItsCores) {
+  auto storage = OpenStorage("mem://cpu-budget");
+  ASSERT_OK(storage);
+  SaveEngineOptions eo;
+  eo.block_size = kSmallBlock;
+  eo.staging_bytes = 64 << 20;
+  eo.worker_threads = 4;
+  eo.cpu_budget = 0.25;
+  auto engine = SaveEngine::Create(eo);
+  ASSERT_OK(engine);
+  EXPECT_EQ((*engine)->worker_threads(), 1);
+  CheckpointerOptions o;
+  o.storage = *storage;
+  o.engine = *engine;
+  o.codec = Codec::kZstd;
+  o.zstd_level = 3;
+  auto cp = Checkpointer::Open(o);
+  ASSERT_OK(cp);
+  const TensorSpec w{"w", DType::kF32, {4096, 2048}};  // 32 MiB
+  std::vector<OwnedShard> shards = {MakeShard(w, Box::Whole(w.shape), 4)};
+  const State state = StateOf(shards);
+  auto cpu_now = [] {
+    rusage u{};
+    getrusage(RUSAGE_SELF, &u);
+    return static_cast<double>(u.ru_utime.tv_sec + u.ru_stime.tv_sec) +
+           static_cast<double>(u.ru_utime.tv_usec + u.ru_stime.tv_usec) / 1e6;
+  };
+  auto h = (*cp)->Save(1, state);
+  ASSERT_OK(h);
+  const double cpu0 = cpu_now();
+  const auto t0 = std::chrono::steady_clock::now();
+  ASSERT_OK(h->Wait());
+  const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  const double cpu = cpu_now() - cpu0;
+  EXPECT_GT(wall, 0.05);
+  EXPECT_LE(cpu / wall, 0.25 * 1.3 + 0.05) << cpu << " s of CPU in " << wall << " s";
+  std::vector<OwnedShard> out = {EmptyShard(w, Box::Whole(w.shape))};
+  State target = StateOf(out);
+  ASSERT_OK((*cp)->Load(target, 1));
+  EXPECT_EQ(out[0].data, shards[0].data);
+  eo.cpu_budget = -1;
+  EXPECT_FALSE(SaveEngine::Create(eo).ok());
 }
 
 TEST(Staging, ShortBlocksArePackedSoAStateOfItsSizeFitsTheArena) {

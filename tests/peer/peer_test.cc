@@ -1211,5 +1211,35 @@ TEST(MemoryLevel, ASaveAtTheMemoryLevelWithoutOneIsRefused) {
   EXPECT_TRUE(absl::IsNotFound((*cp)->LatestStep(SaveLevel::kDurable).status()));
 }
 
+// The memory level paces its copies (PeerRoute::send_bytes_per_s): 16 MiB
+// at 8 MiB/s takes about two seconds (less the 10 ms of slack), where the
+// same copy unpaced takes a fraction of one; a rate under 1 MiB/s is refused.
+TEST(PeerMemory, CopiesGoOutAtTheirPacedRate) {
+  auto a = StartMemory("node-a");
+  auto b = StartMemory("node-b");
+  ASSERT_NE(a, nullptr);
+  ASSERT_NE(b, nullptr);
+  const std::string data = Pattern(16 << 20, 3);
+  auto timed = [&](double rate, const std::string& path) {
+    PeerRoute route;
+    route.replicas = {b->endpoint()};
+    route.send_bytes_per_s = rate;
+    auto w = OpenPeerStorage(a, route);
+    EXPECT_OK(w);
+    const auto t0 = std::chrono::steady_clock::now();
+    if (w.ok()) Write(**w, path, data);
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  };
+  const double unpaced = timed(0, "step-0000000001/unpaced");
+  const double paced = timed(8 << 20, "step-0000000001/paced");
+  EXPECT_GE(paced, 1.9) << "unpaced " << unpaced;
+  EXPECT_LT(paced, 8.0);
+  EXPECT_LT(unpaced, paced / 2);
+  PeerRoute slow;
+  slow.replicas = {b->endpoint()};
+  slow.send_bytes_per_s = 100e3;
+  EXPECT_TRUE(absl::IsInvalidArgument(OpenPeerStorage(a, slow).status()));
+}
+
 }  // namespace
 }  // namespace ckpt::testing

@@ -22,7 +22,7 @@ def test_runner_reports_every_contender(tmp_path):
         f.write(before)
     out = os.path.join(tmp, "out")
     p = subprocess.run([sys.executable, os.path.join(repo, "benchmarks", "run.py"), "--build", build, "--size", "16M",
-                        "--runs", "1", "--reshard-params", "20M", "--dir", os.path.join(tmp, "data"), "--out", out, "--update-docs", "--docs", docs,
+                        "--runs", "1", "--reshard-params", "20M", "--interference-steps", "12", "--dir", os.path.join(tmp, "data"), "--out", out, "--update-docs", "--docs", docs,
                         "--json"], capture_output=True, text=True, timeout=600)
     assert p.returncode == 0, p.stderr
     res = json.loads(p.stdout)
@@ -97,7 +97,12 @@ def test_runner_reports_every_contender(tmp_path):
                 "load_x_best_cli"]:
         assert k[key]["median"] > 0, key
     assert 0.99 < k["reshard_read_amplification"]["median"] < 2.0
-    assert len(res["targets"]) == 23 and all(isinstance(t["met"], bool) for t in res["targets"])
+    # The trainer's steps during background saves, at both levels.
+    for level in ["durable", "memory"]:
+        assert s["interference"][level]["median"] > 0, level
+        assert raw["interference"][level]["steps_during_saves"] > 0, level
+    assert any(t["target"].startswith("trainer step time during background saves (memory)") for t in res["targets"])
+    assert len(res["targets"]) == 25 and all(isinstance(t["met"], bool) for t in res["targets"])
     assert res["machine"]["cores"] >= 1 and res["machine"]["filesystem"]
     svg = ET.parse(os.path.join(out, "chart.svg")).getroot()
     assert len(svg.findall("{http://www.w3.org/2000/svg}rect")) > 20

@@ -1,5 +1,10 @@
 // The small shared parts of libckpt/util: the task pool the backends run
 // their background work on, and the one CPU-feature probe.
+#include <sched.h>
+#include <sys/resource.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
@@ -10,6 +15,7 @@
 #include <vector>
 
 #include "testutil/test_util.h"
+#include "util/background.h"
 #include "util/cpu.h"
 #include "util/task_pool.h"
 
@@ -134,6 +140,53 @@ TEST(Cpu, FeaturesCanBeTurnedOffAndBack) {
   internal::SetCpuForTest(machine);
   EXPECT_EQ(Cpu().avx2, machine.avx2);
   EXPECT_EQ(Cpu().avx512f, machine.avx512f);
+}
+
+// A pacer holds what two threads charge to its rate: 0.6 s of CPU at half
+// a core takes at least 1.2 s less the slack, and not much more.
+TEST(Background, PacerHoldsTheThreadsToTheRate) {
+  RatePacer pacer(0.5, 0.01);
+  const auto t0 = std::chrono::steady_clock::now();
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 2; ++t) {
+    threads.emplace_back([&] {
+      for (int i = 0; i < 30; ++i) pacer.Charge(0.01);
+    });
+  }
+  for (std::thread& t : threads) t.join();
+  const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  EXPECT_GE(wall, (0.6 - 0.01) / 0.5 - 0.01);
+  EXPECT_LT(wall, 2.5);
+  RatePacer none(0, 0);
+  none.Charge(100);  // no rate: no wait
+}
+
+// Background threads are batch threads at nice 10 by default, or idle ones,
+// and in the idle I/O class where the kernel has it; nice 0 leaves a
+// thread as it was.
+TEST(Background, ThreadsAreLoweredAsAsked) {
+  auto in_thread = [](BackgroundPriority p) {
+    int policy = -1, nice = -100, io = -2;
+    std::thread t([&] {
+      LowerThisThread(p);
+      policy = sched_getscheduler(0);
+      errno = 0;
+      nice = getpriority(PRIO_PROCESS, static_cast<id_t>(syscall(SYS_gettid)));
+      io = ThisThreadIoClass();
+    });
+    t.join();
+    return std::make_tuple(policy, nice, io);
+  };
+  auto [policy, nice, io] = in_thread(BackgroundPriority{});
+  EXPECT_EQ(policy, SCHED_BATCH);
+  EXPECT_EQ(nice, 10);
+  if (io >= 0) EXPECT_EQ(io, 3);  // IOPRIO_CLASS_IDLE
+  std::tie(policy, nice, io) = in_thread(BackgroundPriority{10, true, true});
+  EXPECT_EQ(policy, SCHED_IDLE);
+  std::tie(policy, nice, io) = in_thread(BackgroundPriority{0, false, true});
+  EXPECT_EQ(policy, SCHED_OTHER);
+  EXPECT_EQ(nice, 0);
+  if (io >= 0) EXPECT_NE(io, 3);
 }
 
 }  // namespace

@@ -211,12 +211,20 @@ class CheckpointManager:
     memories (started for it when there is no memory level), so that N
     data-parallel replicas do not read the checkpoint N times
     (docs/resharding.md, "Cooperative loads"); `last_load` says where the
-    bytes came from."""
+    bytes came from.
+
+    ckpt's background threads yield to the trainer: `background="batch"`
+    (nice 10 and SCHED_BATCH, the default), `"idle"` (SCHED_IDLE: only on
+    cores nothing else wants) or `"normal"`; `cpu_budget` caps the cores
+    they use together (0: no cap), and `memory_send_bytes_per_s` paces the
+    memory level's copies (docs/performance.md, "The trainer during
+    background saves")."""
 
     def __init__(self, root, model, optimizer=None, scheduler=None, interval=100, keep_last=3,
                  codec="none", async_save=True, staging_bytes=256 << 20, policy=None, staging_threads=0,
                  memory_interval=None, durable_interval=None, group=None, memory_replicas=1,
-                 memory_budget=4 << 30, domain=None, memory_listen=None, token=None, cooperative_load=True):
+                 memory_budget=4 << 30, domain=None, memory_listen=None, token=None, cooperative_load=True,
+                 cpu_budget=0.0, background="batch", memory_send_bytes_per_s=0.0):
         self.model, self.optimizer, self.scheduler = model, optimizer, scheduler
         self.interval = durable_interval if durable_interval is not None else interval
         self.memory_interval = memory_interval
@@ -230,7 +238,8 @@ class CheckpointManager:
         self.memory_note = None
         self.memory_errors = []
         self.last_load = None
-        kwargs = dict(codec=codec, keep_last=keep_last, staging_bytes=staging_bytes, staging_threads=staging_threads)
+        kwargs = dict(codec=codec, keep_last=keep_last, staging_bytes=staging_bytes, staging_threads=staging_threads,
+                      cpu_budget=cpu_budget, background=background)
         self._dist = None
         if memory_interval or group is not None:
             import torch.distributed as dist
@@ -244,6 +253,7 @@ class CheckpointManager:
             self.memory = self._start_peer_memory(memory_budget, domain, memory_listen, token)
         if memory_interval:
             kwargs.update(self._place_memory(memory_replicas))
+            kwargs["memory_send_bytes_per_s"] = memory_send_bytes_per_s
         if self.memory is not None and cooperative_load:
             kwargs["exchange_memory"] = self.memory
         self.checkpointer = _ckpt.Checkpointer(root, **kwargs)
