@@ -24,6 +24,7 @@
 #include "peer/peer_memory.h"
 #include "peer/peer_store.h"
 #include "peer/peer_wire.h"
+#include "util/background.h"
 #include "util/bytes.h"
 #include "util/descriptors.h"
 #include "util/errors.h"
@@ -183,7 +184,14 @@ class PeerMemoryImpl final : public PeerMemory, public std::enable_shared_from_t
     // its own strand): one thread checksumming and sending every peer's
     // reads was the bottleneck of a restore.
     const unsigned n = std::clamp(std::thread::hardware_concurrency(), 1u, 4u);
-    for (unsigned i = 0; i < n; ++i) threads_.emplace_back([this] { io_.run(); });
+    // Receiving other ranks' copies happens while this process trains: the
+    // threads yield to the trainer's as ckpt's other background threads do.
+    for (unsigned i = 0; i < n; ++i) {
+      threads_.emplace_back([this] {
+        LowerThisThread(BackgroundPriority{});
+        io_.run();
+      });
+    }
     return absl::OkStatus();
   }
 

@@ -13,6 +13,7 @@
 #include "storage/backend.h"
 #include "storage/capabilities.h"
 #include "util/aligned_buffer.h"
+#include "util/background.h"
 #include "util/errors.h"
 #include "util/strings.h"
 
@@ -206,6 +207,7 @@ class TieredStorage : public Storage,
   }
 
   void DrainLoop() {
+    LowerThisThread(BackgroundPriority{});  // copies to the durable tier while the trainer runs
     for (;;) {
       Job job;
       {
