@@ -686,6 +686,22 @@ void BindCheckpointer(py::module_& m) {
             return py::int_(*s);
           },
           py::arg("level") = "durable", "The latest committed step of the level; None when there is none.")
+      .def(
+          "committed_steps",
+          [](ckpt::Checkpointer& cp) {
+            absl::StatusOr<std::vector<ckpt::StepInfo>> steps;
+            {
+              py::gil_scoped_release release;
+              steps = cp.ListSteps();
+            }
+            Check(steps.status());
+            std::vector<int64_t> out;
+            for (const ckpt::StepInfo& s : *steps) {
+              if (s.committed) out.push_back(s.step);
+            }
+            return out;
+          },
+          "The committed steps of the durable level, oldest first.")
       .def_property_readonly("rank", [](const ckpt::Checkpointer& cp) { return cp.options().rank; })
       .def_property_readonly("world_size", [](const ckpt::Checkpointer& cp) { return cp.options().world_size; })
       .def("wait_all", [](ckpt::Checkpointer& cp) {

@@ -244,6 +244,40 @@ int main(int argc, char** argv) {
     }
   }
 
+  /* A storage outage (faulty:// beside a local root): saves fail with
+   * CKPT_UNAVAILABLE while it lasts, and the same checkpointer commits the
+   * next one once the storage is back. */
+  if (strstr(argv[1], "://") == NULL) {
+    char down[4096], uri[8300];
+    snprintf(down, sizeof(down), "%s-down", argv[1]);
+    snprintf(uri, sizeof(uri), "faulty://%s-outage?fault.outage_file=%s", argv[1], down);
+    ckpt_options fo;
+    ckpt_options_init(&fo);
+    fo.uri = uri;
+    ckpt_checkpointer* flaky = NULL;
+    CHECK(ckpt_open(&fo, &flaky) == CKPT_OK, "open %s", uri);
+    for (int64_t step = 1; flaky != NULL && step <= 3; ++step) {
+      FILE* f = step == 2 ? fopen(down, "w") : NULL;
+      if (f != NULL) fclose(f);
+      ckpt_save* s = NULL;
+      rc = ckpt_save_start(flaky, step, st, &s);
+      if (rc == CKPT_OK) {
+        rc = ckpt_save_wait(s);
+        ckpt_save_free(s);
+      }
+      if (step == 2) {
+        CHECK(rc == CKPT_UNAVAILABLE, "a save during the outage gave %d", rc);
+        CHECK(strstr(ckpt_last_error(), "the storage is down") != NULL, "its message");
+        remove(down);
+      } else {
+        CHECK(rc == CKPT_OK, "save %lld around the outage", (long long)step);
+      }
+    }
+    int64_t last = 0;
+    CHECK(flaky != NULL && ckpt_latest_step(flaky, &last) == CKPT_OK && last == 3, "latest after the outage");
+    ckpt_close(flaky);
+  }
+
   ckpt_state_free(target);
   ckpt_state_free(st);
   ckpt_close(cp);

@@ -242,6 +242,52 @@ TEST_F(CommitTest, LeaderOpenCollectsLeftoversOfCrashedSaves) {
   EXPECT_TRUE(report->removed_partial.empty());
 }
 
+// A storage outage fails the saves made meanwhile, each with its error,
+// and leaves the checkpointer whole: once the storage is back the next save
+// commits, the latest step loads, and nothing of the failed saves remains
+// after the next job's cleanup.
+TEST(Outage, SavesFailWhileTheStorageIsDownAndCommitOnceItIsBack) {
+  TempDir dir;
+  const std::string down = dir.Join("down");
+  CheckpointerOptions o;
+  o.uri = StrCat("faulty://", dir.Join("root"), "?fault.outage_file=", down);
+  o.engine_options.staging_bytes = 1 << 20;
+  o.commit_timeout_s = 10;
+  auto cp = Checkpointer::Open(o);
+  ASSERT_OK(cp);
+  auto save = [&](int64_t step) -> absl::Status {
+    std::vector<OwnedShard> s = {MakeShard(kSpec, Box::Whole(kSpec.shape), static_cast<uint64_t>(step))};
+    State st = StateOf(s);
+    auto h = (*cp)->Save(step, st);
+    if (!h.ok()) return h.status();
+    return h->Wait();
+  };
+  ASSERT_OK(save(1));
+  WriteFile(down, "");
+  for (int64_t step : {2, 3}) {
+    absl::Status s = save(step);
+    EXPECT_TRUE(absl::IsUnavailable(s)) << s;
+    EXPECT_NE(s.message().find("the storage is down"), std::string_view::npos) << s;
+  }
+  std::filesystem::remove(down);
+  ASSERT_OK(save(4));
+  auto latest = (*cp)->LatestStep();
+  ASSERT_OK(latest);
+  EXPECT_EQ(*latest, 4);
+  cp->reset();
+  auto again = Checkpointer::Open(o);  // the next job's leader cleans up
+  ASSERT_OK(again);
+  auto steps = (*again)->ListSteps();
+  ASSERT_OK(steps);
+  std::vector<int64_t> all;
+  for (const StepInfo& s : *steps) all.push_back(s.step);
+  EXPECT_EQ(all, (std::vector<int64_t>{1, 4}));
+  std::vector<OwnedShard> out = {EmptyShard(kSpec, Box::Whole(kSpec.shape))};
+  State t = StateOf(out);
+  ASSERT_OK((*again)->Load(t, kLatestStep));
+  EXPECT_EQ(Mismatches(out[0], 4), 0);
+}
+
 // Regression (a leader killed between the commit and removing the rank
 // reports left them in the committed step for good): the next job's leader
 // removes them from the newest committed step, `ckpt gc` from every one,

@@ -17,6 +17,7 @@ Everything that is not a tensor (optimizer hyper-parameters, scheduler
 fields, RNG tuples, extras) travels in one pickled blob: as with
 `torch.load`, only restore checkpoints you trust.
 """
+import logging
 import os
 import pickle
 import random
@@ -33,6 +34,7 @@ from .errors import InvalidArgumentError
 from ._ckpt import IntervalPolicy  # noqa: F401  (re-exported for CheckpointManager(policy=...))
 
 _TREE_BLOB = "torch.tree"
+_log = logging.getLogger("ckpt")
 
 
 class _TensorRef:
@@ -213,6 +215,17 @@ class CheckpointManager:
     (docs/resharding.md, "Cooperative loads"); `last_load` says where the
     bytes came from.
 
+    A save that fails (the storage is down, the disk is full, a rank died
+    mid-save) never stops training: it is logged (logger "ckpt", warning),
+    counted in `failed_saves` and listed in `save_errors`, and a durable
+    one is retried with the state of the time, `retry_backoff_steps` steps
+    later (doubling each time, default a tenth of the interval), up to
+    `retry_attempts` times before the interval's turns take over again.
+    Without a process group a failure is noticed at the first step after
+    it; with one, at the next save or `wait` (every rank then at the same
+    step, so that they retry together). `raise_on_save_error=True` raises
+    it instead, at the next save, `wait` or `close`.
+
     ckpt's background threads yield to the trainer: `background="batch"`
     (nice 10 and SCHED_BATCH, the default), `"idle"` (SCHED_IDLE: only on
     cores nothing else wants) or `"normal"`; `cpu_budget` caps the cores
@@ -224,7 +237,8 @@ class CheckpointManager:
                  codec="none", async_save=True, staging_bytes=256 << 20, policy=None, staging_threads=0,
                  memory_interval=None, durable_interval=None, group=None, memory_replicas=1,
                  memory_budget=4 << 30, domain=None, memory_listen=None, token=None, cooperative_load=True,
-                 cpu_budget=0.0, background="batch", memory_send_bytes_per_s=0.0):
+                 cpu_budget=0.0, background="batch", memory_send_bytes_per_s=0.0, retry_attempts=3,
+                 retry_backoff_steps=None, raise_on_save_error=False):
         self.model, self.optimizer, self.scheduler = model, optimizer, scheduler
         self.interval = durable_interval if durable_interval is not None else interval
         self.memory_interval = memory_interval
@@ -237,6 +251,16 @@ class CheckpointManager:
         self.memory = None
         self.memory_note = None
         self.memory_errors = []
+        self.save_errors = []
+        self.failed_saves = 0
+        self.raise_on_save_error = raise_on_save_error
+        self.retry_attempts = retry_attempts
+        self.retry_backoff_steps = (retry_backoff_steps if retry_backoff_steps is not None
+                                    else max(1, self.interval // 10))
+        self._retries_left = retry_attempts
+        self._backoff = self.retry_backoff_steps
+        self._retry_step = None
+        self._pending_step = None
         self.last_load = None
         kwargs = dict(codec=codec, keep_last=keep_last, staging_bytes=staging_bytes, staging_threads=staging_threads,
                       cpu_budget=cpu_budget, background=background)
@@ -322,19 +346,31 @@ class CheckpointManager:
         return step
 
     def save(self, step, extra=None, level="durable"):
-        self.wait()
+        """Starts a save of this step (after the previous one finished);
+        returns its handle, or None when it could not start (the failure
+        is handled as any failed save's)."""
+        self.wait(step)
         if self.policy is not None:
             self.policy.save_started(time.monotonic(), level)
-        self._pending = save(self.checkpointer, step, self.model, self.optimizer, self.scheduler, extra,
-                             level=level, per_rank=self._dist is not None)
-        self._pending_level = level
         self.saves += 1
         self.saves_by_level[level] = self.saves_by_level.get(level, 0) + 1
+        try:
+            self._pending = save(self.checkpointer, step, self.model, self.optimizer, self.scheduler, extra,
+                                 level=level, per_rank=self._dist is not None)
+        except Exception as e:  # refused before it began: the storage is down, the step exists
+            self._failed(step, level, e, step)
+            return None
+        self._pending_level, self._pending_step = level, step
+        if level == "durable":
+            self._retry_step = None  # this save is the retry
         if not self.async_save:
-            self.wait()
+            self.wait(step)
         return self._pending
 
     def _level_now(self, step):
+        if self._retry_step is not None and step >= self._retry_step:
+            self._retry_step = None
+            return "durable"
         if self.policy is not None:
             committed = self._pending is None or self._pending.done()
             if self.memory_interval is not None:
@@ -353,6 +389,8 @@ class CheckpointManager:
         """Call after every training step: saves when `step` is a multiple of
         an interval (durable first when both are), or when the policy says
         it is time; every rank takes rank 0's decision."""
+        if self._dist is None and self._pending is not None and self._pending.done():
+            self.wait(step)  # a failure is noticed now, and its retry planned from here
         level = self._level_now(step)
         if self.policy is not None:
             level = self._agree(level)
@@ -360,31 +398,50 @@ class CheckpointManager:
             return None
         return self.save(step, extra, level)
 
-    def wait(self):
+    def wait(self, now=None):
+        """Waits for the save in flight. A failure is recorded (and raised
+        with raise_on_save_error); `now`, the current step, plans its retry."""
         if self._pending is not None:
             pending, self._pending = self._pending, None
             try:
                 pending.wait()
             except Exception as e:
-                if self._pending_level != "memory":
-                    raise
-                # A memory save that failed costs that step's copy only.
-                self.memory_errors.append(str(e))
-                warnings.warn(f"ckpt: memory step not committed: {e}")
+                self._failed(self._pending_step, self._pending_level, e, now)
                 return
+            if self._pending_level == "durable":
+                self._retries_left, self._backoff = self.retry_attempts, self.retry_backoff_steps
             if self.policy is not None:
                 if self.memory_interval is not None:
                     self.policy.record_save(pending, self._pending_level)
                 else:
                     self.policy.record_save(pending)
 
+    def _failed(self, step, level, error, now):
+        """A save that did not commit: said, counted, retried; training goes on."""
+        self.failed_saves += 1
+        self.save_errors.append({"step": step, "level": level, "error": str(error)})
+        if level == "memory":
+            # A memory save that failed costs that step's copy only.
+            self.memory_errors.append(str(error))
+            warnings.warn(f"ckpt: memory step not committed: {error}")
+        retry = None
+        if level == "durable" and self._retries_left > 0 and now is not None:
+            retry = now + self._backoff
+            self._retry_step = retry
+            self._retries_left -= 1
+            self._backoff *= 2
+        _log.warning("%s save of step %s failed%s: %s", level, step,
+                     f"; retrying at step {retry}" if retry is not None else "", error)
+        if self.raise_on_save_error:
+            raise error
+
     def close(self):
         self.wait()
         try:
             self.checkpointer.wait_all()
         except Exception as e:
-            if str(e) not in self.memory_errors:  # one already reported is no news
-                raise
+            if str(e) not in {x["error"] for x in self.save_errors}:  # one already reported is no news
+                self._failed(None, "durable", e, None)
 
 
 # --------------------------------------------------------------------------

@@ -203,7 +203,16 @@ void FaultyStorage::SetPlan(FaultPlan plan) {
   failing_ops_ = 0;
 }
 
+absl::Status FaultyStorage::OutageFault(std::string_view path) {
+  const FaultPlan plan = Plan();
+  if (plan.outage_file.empty() || ::access(plan.outage_file.c_str(), F_OK) != 0) return absl::OkStatus();
+  faults_.fetch_add(1);
+  return absl::UnavailableError(
+      StrCat(path, ": the storage is down (an injected outage, while ", plan.outage_file, " exists)"));
+}
+
 absl::Status FaultyStorage::OpFault(std::string_view kind, std::string_view path, bool mutating) {
+  CKPT_RETURN_IF_ERROR(OutageFault(path));
   const FaultPlan plan = Plan();
   if (!plan.match.empty() && path.find(plan.match) == std::string_view::npos) return absl::OkStatus();
   if (mutating && ops_.fetch_add(1) + 1 == plan.kill_at_op) ::kill(::getpid(), SIGKILL);
@@ -326,6 +335,7 @@ absl::Status FaultyStorage::WriteFault(std::string_view path, uint64_t offset, s
 
 absl::StatusOr<std::unique_ptr<WritableFile>> FaultyStorage::OpenWritable(std::string_view path,
                                                                           const WriteOptions& options) {
+  CKPT_RETURN_IF_ERROR(OutageFault(path));
   const bool hold = Plan().crash_mode;
   WriteOptions o = options;
   if (hold) o.direct = false;  // held copies are not aligned
@@ -334,6 +344,7 @@ absl::StatusOr<std::unique_ptr<WritableFile>> FaultyStorage::OpenWritable(std::s
 }
 
 absl::StatusOr<std::unique_ptr<ReadableFile>> FaultyStorage::OpenReadable(std::string_view path) {
+  CKPT_RETURN_IF_ERROR(OutageFault(path));
   CKPT_ASSIGN_OR_RETURN(std::unique_ptr<ReadableFile> base, ForwardingStorage::OpenReadable(path));
   return std::unique_ptr<ReadableFile>(new Reader(this, std::move(base)));
 }
@@ -364,6 +375,11 @@ absl::Status FaultyStorage::PutIfAbsent(std::string_view path, absl::Span<const 
 absl::StatusOr<std::vector<DirEntry>> FaultyStorage::List(std::string_view dir) {
   CKPT_RETURN_IF_ERROR(OpFault("list", dir, false));
   return ForwardingStorage::List(dir);
+}
+
+absl::StatusOr<uint64_t> FaultyStorage::FileSize(std::string_view path) {
+  CKPT_RETURN_IF_ERROR(OutageFault(path));
+  return ForwardingStorage::FileSize(path);
 }
 
 absl::Status FaultyStorage::Remove(std::string_view path) {
@@ -404,6 +420,7 @@ absl::StatusOr<std::shared_ptr<Storage>> OpenFaultyStorage(std::string_view uri)
   CKPT_ASSIGN_OR_RETURN(plan.flip_read_every, parsed.Int("fault.flip_read_every", 0));
   CKPT_ASSIGN_OR_RETURN(plan.crash_mode, parsed.Bool("fault.crash", false));
   plan.match = parsed.Str("fault.match", "");
+  plan.outage_file = parsed.Str("fault.outage_file", "");
   CKPT_ASSIGN_OR_RETURN(plan.fail_after, parsed.Int("fault.fail_after", 1));
   CKPT_ASSIGN_OR_RETURN(plan.kill_at_op, parsed.Int("fault.kill_at_op", 0));
   const std::vector<std::string> kinds = absl::StrSplit(parsed.Str("fault.fail_on", ""), ',', absl::SkipEmpty());
@@ -424,11 +441,11 @@ absl::StatusOr<std::shared_ptr<Storage>> OpenFaultyStorage(std::string_view uri)
     return absl::InvalidArgumentError(StrCat("storage URI '", uri, "': fault.errno must be EIO or ENOSPC"));
   }
   for (const auto& [k, v] : parsed.params) {
-    static const char* kKnown[] = {"fault.enospc_after",  "fault.eio_after",       "fault.short_write_every",
-                                   "fault.latency",       "fault.flip_read_every", "fault.crash",
-                                   "fault.match",         "fault.fail_on",         "fault.errno",
-                                   "fault.fail_after",    "fault.kill_at_op",      "fault.write_bandwidth",
-                                   "fault.read_bandwidth"};
+    static const char* kKnown[] = {"fault.enospc_after",   "fault.eio_after",       "fault.short_write_every",
+                                   "fault.latency",        "fault.flip_read_every", "fault.crash",
+                                   "fault.match",          "fault.fail_on",         "fault.errno",
+                                   "fault.fail_after",     "fault.kill_at_op",      "fault.write_bandwidth",
+                                   "fault.read_bandwidth", "fault.outage_file"};
     if (k.starts_with("fault.") && std::find(std::begin(kKnown), std::end(kKnown), k) == std::end(kKnown)) {
       return absl::InvalidArgumentError(StrCat("storage URI '", uri, "': unknown fault option '", k, "'"));
     }

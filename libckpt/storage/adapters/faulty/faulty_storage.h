@@ -66,6 +66,9 @@ struct FaultPlan {
   int fail_errno = 5;             ///< EIO
   int64_t fail_after = 1;
   int64_t kill_at_op = 0;  ///< 0: never
+  /// While a file exists at this path, every operation fails as
+  /// Unavailable (an outage a test starts and ends; empty: never).
+  std::string outage_file;
 };
 
 class FaultyStorage : public ForwardingStorage {
@@ -84,6 +87,7 @@ class FaultyStorage : public ForwardingStorage {
   absl::Status PutAtomic(std::string_view path, absl::Span<const std::byte> data) override;
   absl::Status PutIfAbsent(std::string_view path, absl::Span<const std::byte> data) override;
   absl::StatusOr<std::vector<DirEntry>> List(std::string_view dir) override;
+  absl::StatusOr<uint64_t> FileSize(std::string_view path) override;
   absl::Status Remove(std::string_view path) override;
   absl::Status RemoveAll(std::string_view dir) override;
   absl::Status SyncDir(std::string_view dir) override;
@@ -133,6 +137,8 @@ class FaultyStorage : public ForwardingStorage {
   /// Counts an operation of `kind` on `path`: kills the process at
   /// kill_at_op (mutating kinds), returns the injected error for fail_on.
   absl::Status OpFault(std::string_view kind, std::string_view path, bool mutating);
+  /// Unavailable while the plan's outage file exists.
+  absl::Status OutageFault(std::string_view path);
 
   std::string uri_;
   mutable std::mutex mu_;

@@ -1,0 +1,91 @@
+"""Failures of checkpointing never stop training: a real torch training loop
+saves every 5 steps through a storage that goes down for a while (faulty://
+with an outage file). The saves meanwhile fail and are reported (counted,
+listed, logged at warning), a failed save is retried after its backoff, and
+once the storage is back the saves commit again, a retry among them. The
+trained model equals an uninterrupted run's, and the last step restores it
+bit-exactly. With raise_on_save_error the failure is raised instead.
+
+    /usr/bin/python3 -m pytest test_torch_failures.py      (PYTHONPATH holds ckpt)
+"""
+import logging
+import os
+
+import pytest
+import torch
+
+import ckpt
+import ckpt.torch as ct
+
+STEPS = 60
+
+
+def make():
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(32, 64), torch.nn.ReLU(), torch.nn.Linear(64, 8))
+    return model, torch.optim.AdamW(model.parameters(), lr=1e-2)
+
+
+def train(model, optimizer, step):
+    g = torch.Generator().manual_seed(step)
+    x, y = torch.randn(16, 32, generator=g), torch.randn(16, 8, generator=g)
+    optimizer.zero_grad()
+    torch.nn.functional.mse_loss(model(x), y).backward()
+    optimizer.step()
+
+
+def test_training_goes_on_through_a_storage_outage(tmp_path, caplog):
+    reference, ref_opt = make()
+    for step in range(1, STEPS + 1):
+        train(reference, ref_opt, step)
+
+    down = tmp_path / "storage-down"
+    root = f"faulty://{tmp_path}/root?fault.outage_file={down}"
+    model, opt = make()
+    m = ct.CheckpointManager(root, model, opt, interval=5, keep_last=0, retry_backoff_steps=2, retry_attempts=3)
+    assert m.load_latest() is None
+    caplog.set_level(logging.WARNING, logger="ckpt")
+    for step in range(1, STEPS + 1):
+        if step == 13:
+            down.write_text("")  # the storage goes down
+        if step == 27:
+            down.unlink()  # and comes back
+        train(model, opt, step)
+        m.step(step)
+    m.close()
+
+    failed = sorted({e["step"] for e in m.save_errors})
+    assert m.failed_saves == len(m.save_errors) >= 4, m.save_errors
+    # Those due while it was down, and the one in flight when it went down.
+    assert {15, 20, 25} <= set(failed) and all(10 <= s < 27 for s in failed), failed
+    assert all(e["level"] == "durable" and "storage is down" in e["error"] for e in m.save_errors), m.save_errors
+    assert any(r.levelno == logging.WARNING and "save of step 15 failed; retrying at step " in r.getMessage()
+               for r in caplog.records), [r.getMessage() for r in caplog.records]
+    committed = m.checkpointer.committed_steps()
+    assert committed[0] == 5 and all(s not in committed for s in failed), committed
+    retried = [s for s in committed if s % 5 != 0]
+    assert retried and 27 <= retried[0] < 30, committed  # a retry committed once the storage was back
+    assert [s for s in committed if s >= 30] == list(range(30, STEPS + 1, 5)), committed
+
+    for a, b in zip(model.parameters(), reference.parameters()):
+        assert torch.equal(a, b), "saving through the outage changed the training"
+    restored, restored_opt = make()
+    r = ct.CheckpointManager(root, restored, restored_opt, interval=5)
+    assert r.load_latest() == STEPS
+    for a, b in zip(restored.parameters(), reference.parameters()):
+        assert torch.equal(a, b)
+    r.close()
+
+
+def test_raise_on_save_error_raises_at_the_next_save(tmp_path):
+    down = tmp_path / "down"
+    model, opt = make()
+    m = ct.CheckpointManager(f"faulty://{tmp_path}/root?fault.outage_file={down}", model, opt, interval=2,
+                             raise_on_save_error=True)
+    train(model, opt, 1)
+    m.step(1)
+    down.write_text("")
+    train(model, opt, 2)
+    with pytest.raises(ckpt.UnavailableError, match="storage is down"):
+        m.step(2)
+    os.unlink(down)
