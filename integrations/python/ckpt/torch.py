@@ -113,7 +113,7 @@ def set_rng_state(s):
 
 
 def save(checkpointer, step, model=None, optimizer=None, scheduler=None, extra=None, rng=True, level="durable",
-         per_rank=False):
+         per_rank=False, data=None):
     """Starts an asynchronous save of everything given; returns the handle
     (wait() for the commit). The tensors may change once this returns.
     level="memory" saves into the memory level (peers' memory). per_rank:
@@ -134,11 +134,13 @@ def save(checkpointer, step, model=None, optimizer=None, scheduler=None, extra=N
     keep = []
     skeleton = _flatten(tree, "t", state, keep)
     state.add_blob(_TREE_BLOB, pickle.dumps(skeleton), not per_rank)
+    if data is not None:  # one record for the job (DataPosition), whatever the ranks
+        state.add_blob(_DATA_BLOB, pickle.dumps(data.state_dict()), True)
     return checkpointer.save(step, state, level=level)
 
 
 def load(checkpointer, model=None, optimizer=None, scheduler=None, step=_ckpt.LATEST, rng=True, level="durable",
-         stats=None, per_rank=False, cooperative=True):
+         stats=None, per_rank=False, cooperative=True, data=None):
     """Restores what a `save` stored into the given objects (the model's
     tensors in place); returns (step, extra). `stats`, a dict, receives the
     load's figures (level, bytes_from_memory, bytes_from_peers,
@@ -147,11 +149,16 @@ def load(checkpointer, model=None, optimizer=None, scheduler=None, step=_ckpt.LA
     checkpointer loads together): the tensors are declared as every rank's
     whole copy, so that with a checkpointer built with exchange_memory the
     ranks read each stored byte once and pass it on (docs/resharding.md,
-    "Cooperative loads"; cooperative=False turns it off)."""
+    "Cooperative loads"; cooperative=False turns it off). `data`, a
+    DataPosition, is restored from the step (which must hold one)."""
     probe = _ckpt.State()
     probe.want_blob(_TREE_BLOB, not per_rank)
+    if data is not None:
+        probe.want_blob(_DATA_BLOB, True)
     first = checkpointer.load(probe, step, level=level, stats=True)
     step = first["step"]
+    if data is not None:
+        data.load_state_dict(pickle.loads(probe.blob(_DATA_BLOB)))
     skeleton = pickle.loads(probe.blob(_TREE_BLOB))
     targets = {}
     if model is not None and "model" in skeleton:
@@ -182,6 +189,95 @@ def load(checkpointer, model=None, optimizer=None, scheduler=None, step=_ckpt.LA
     if rng and "rng" in tree:
         set_rng_state(tree["rng"])
     return step, tree.get("extra")
+
+
+_DATA_BLOB = "torch.data_position"
+
+
+class DataPosition:
+    """Where an epoch-based run stands in its data: the epoch, the seed and
+    the number of samples the whole job consumed in this epoch. Saved with
+    each step by a CheckpointManager given it (`data=`), as one record for
+    the job, and restored at any data-parallel size: every epoch still
+    covers each index of `size` exactly once, none twice, none skipped.
+
+    Each epoch's order is a permutation of range(size) drawn from the seed
+    and the epoch (range(size) itself with shuffle=False). A training step
+    consumes one global batch: the next world x batch_size indices of the
+    order (fewer at the epoch's end), in `world` contiguous parts, rank r
+    taking part r. At the same size and seed a resumed run consumes exactly
+    the order an uninterrupted one would.
+
+        pos = DataPosition(len(dataset), batch_size=32, seed=0)
+        manager = CheckpointManager(root, model, opt, group=..., data=pos)
+        manager.load_latest()                 # restores pos as well
+        while pos.epoch < epochs:
+            for indices in pos.batches(rank, world):   # this epoch's rest
+                train_on([dataset[i] for i in indices])
+                step += 1
+                manager.step(step)            # advances pos by one global batch
+
+    `batches` does not move the position (a DataLoader may fetch ahead of
+    what is trained): the manager's `step` does, or `advance` when there
+    is no manager."""
+
+    def __init__(self, size, batch_size, seed=0, shuffle=True):
+        if size < 1 or batch_size < 1:
+            raise InvalidArgumentError(f"a data position needs size >= 1 and batch_size >= 1, not {size}, "
+                                       f"{batch_size}")
+        self.size, self.batch_size, self.seed, self.shuffle = int(size), int(batch_size), int(seed), bool(shuffle)
+        self.epoch = 0
+        self.consumed = 0
+        self._order_of = None  # (epoch, order)
+
+    def order(self, epoch=None):
+        """The order of the indices in `epoch` (default the current one)."""
+        epoch = self.epoch if epoch is None else epoch
+        if self._order_of is None or self._order_of[0] != epoch:
+            if self.shuffle:
+                g = torch.Generator().manual_seed(self.seed * 1_000_003 + epoch)
+                order = torch.randperm(self.size, generator=g).tolist()
+            else:
+                order = list(range(self.size))
+            self._order_of = (epoch, order)
+        return self._order_of[1]
+
+    def _window(self, consumed, world):
+        return min(world * self.batch_size, self.size - consumed)
+
+    def _part(self, order, consumed, n, rank, world):
+        base, extra = divmod(n, world)
+        start = consumed + rank * base + min(rank, extra)
+        return order[start:start + base + (1 if rank < extra else 0)]
+
+    def batches(self, rank, world):
+        """This rank's indices of each global batch left in the epoch, from
+        the current position, without moving it."""
+        if not 0 <= rank < world:
+            raise InvalidArgumentError(f"rank {rank} is not within world size {world}")
+        order, consumed = self.order(), self.consumed
+        while consumed < self.size:
+            n = self._window(consumed, world)
+            yield self._part(order, consumed, n, rank, world)
+            consumed += n
+
+    def advance(self, world):
+        """One global batch of `world` ranks was trained on."""
+        self.consumed += self._window(self.consumed, world)
+        if self.consumed >= self.size:
+            self.epoch += 1
+            self.consumed = 0
+
+    def state_dict(self):
+        return {"size": self.size, "batch_size": self.batch_size, "seed": self.seed, "shuffle": self.shuffle,
+                "epoch": self.epoch, "consumed": self.consumed}
+
+    def load_state_dict(self, d):
+        if d["size"] != self.size or d["seed"] != self.seed or d["shuffle"] != self.shuffle:
+            raise InvalidArgumentError(
+                f"the saved data position is of a dataset of {d['size']} (seed {d['seed']}, shuffle "
+                f"{d['shuffle']}), this one of {self.size} (seed {self.seed}, shuffle {self.shuffle})")
+        self.epoch, self.consumed = int(d["epoch"]), int(d["consumed"])
 
 
 class CheckpointManager:
@@ -226,6 +322,11 @@ class CheckpointManager:
     step, so that they retry together). `raise_on_save_error=True` raises
     it instead, at the next save, `wait` or `close`.
 
+    With `data=DataPosition(...)` each `step` advances it by one global
+    batch (of the process group's size), every save records it as one
+    record for the job, and `load_latest` restores it, at whatever size the
+    group has now (DataPosition).
+
     ckpt's background threads yield to the trainer: `background="batch"`
     (nice 10 and SCHED_BATCH, the default), `"idle"` (SCHED_IDLE: only on
     cores nothing else wants) or `"normal"`; `cpu_budget` caps the cores
@@ -238,7 +339,7 @@ class CheckpointManager:
                  memory_interval=None, durable_interval=None, group=None, memory_replicas=1,
                  memory_budget=4 << 30, domain=None, memory_listen=None, token=None, cooperative_load=True,
                  cpu_budget=0.0, background="batch", memory_send_bytes_per_s=0.0, retry_attempts=3,
-                 retry_backoff_steps=None, raise_on_save_error=False):
+                 retry_backoff_steps=None, raise_on_save_error=False, data=None):
         self.model, self.optimizer, self.scheduler = model, optimizer, scheduler
         self.interval = durable_interval if durable_interval is not None else interval
         self.memory_interval = memory_interval
@@ -251,6 +352,7 @@ class CheckpointManager:
         self.memory = None
         self.memory_note = None
         self.memory_errors = []
+        self.data = data
         self.save_errors = []
         self.failed_saves = 0
         self.raise_on_save_error = raise_on_save_error
@@ -341,7 +443,7 @@ class CheckpointManager:
             return None
         stats = {}
         step, self.extra = load(self.checkpointer, self.model, self.optimizer, self.scheduler, step=choice[0],
-                                level=choice[1], stats=stats, per_rank=self._dist is not None)
+                                level=choice[1], stats=stats, per_rank=self._dist is not None, data=self.data)
         self.last_load = stats
         return step
 
@@ -356,7 +458,7 @@ class CheckpointManager:
         self.saves_by_level[level] = self.saves_by_level.get(level, 0) + 1
         try:
             self._pending = save(self.checkpointer, step, self.model, self.optimizer, self.scheduler, extra,
-                                 level=level, per_rank=self._dist is not None)
+                                 level=level, per_rank=self._dist is not None, data=self.data)
         except Exception as e:  # refused before it began: the storage is down, the step exists
             self._failed(step, level, e, step)
             return None
@@ -389,6 +491,8 @@ class CheckpointManager:
         """Call after every training step: saves when `step` is a multiple of
         an interval (durable first when both are), or when the policy says
         it is time; every rank takes rank 0's decision."""
+        if self.data is not None:
+            self.data.advance(self._dist.get_world_size(self._group) if self._dist is not None else 1)
         if self._dist is None and self._pending is not None and self._pending.done():
             self.wait(step)  # a failure is noticed now, and its retry planned from here
         level = self._level_now(step)
