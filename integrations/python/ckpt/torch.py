@@ -22,7 +22,9 @@ import os
 import pickle
 import random
 import secrets
+import signal
 import socket
+import sys
 import time
 import warnings
 
@@ -322,6 +324,18 @@ class CheckpointManager:
     step, so that they retry together). `raise_on_save_error=True` raises
     it instead, at the next save, `wait` or `close`.
 
+    Preemption: with `preempt_signals=(signal.SIGTERM, signal.SIGUSR1)` the
+    manager catches those signals (installed from the main thread) and, at
+    the next `step` after one reached any rank (one all-reduce of a flag
+    per step over the group), every rank saves that step: to the memory
+    level first when there is one, then durably, each only while
+    `preempt_deadline` seconds since the signal allow; a save already in
+    flight is finished within the deadline or abandoned (never committed
+    half-written). The process then exits with `preempt_exit_code`
+    (default 143, 128 + SIGTERM), or, with preempt_exit=False, `step`
+    returns and `preempted` says what was committed ({"step", "levels",
+    "seconds"}).
+
     With `data=DataPosition(...)` each `step` advances it by one global
     batch (of the process group's size), every save records it as one
     record for the job, and `load_latest` restores it, at whatever size the
@@ -339,7 +353,8 @@ class CheckpointManager:
                  memory_interval=None, durable_interval=None, group=None, memory_replicas=1,
                  memory_budget=4 << 30, domain=None, memory_listen=None, token=None, cooperative_load=True,
                  cpu_budget=0.0, background="batch", memory_send_bytes_per_s=0.0, retry_attempts=3,
-                 retry_backoff_steps=None, raise_on_save_error=False, data=None):
+                 retry_backoff_steps=None, raise_on_save_error=False, data=None, preempt_signals=(),
+                 preempt_deadline=30.0, preempt_exit=True, preempt_exit_code=143):
         self.model, self.optimizer, self.scheduler = model, optimizer, scheduler
         self.interval = durable_interval if durable_interval is not None else interval
         self.memory_interval = memory_interval
@@ -353,6 +368,13 @@ class CheckpointManager:
         self.memory_note = None
         self.memory_errors = []
         self.data = data
+        self.preempt_deadline, self.preempt_exit, self.preempt_exit_code = preempt_deadline, preempt_exit, \
+            preempt_exit_code
+        self.preempted = None
+        self._preempt_at = None
+        self._old_handlers = {}
+        for sig in preempt_signals:
+            self._old_handlers[sig] = signal.signal(sig, self._on_preempt_signal)
         self.save_errors = []
         self.failed_saves = 0
         self.raise_on_save_error = raise_on_save_error
@@ -493,6 +515,8 @@ class CheckpointManager:
         it is time; every rank takes rank 0's decision."""
         if self.data is not None:
             self.data.advance(self._dist.get_world_size(self._group) if self._dist is not None else 1)
+        if self._old_handlers and self._preemption_agreed():
+            return self._preempt(step, extra)
         if self._dist is None and self._pending is not None and self._pending.done():
             self.wait(step)  # a failure is noticed now, and its retry planned from here
         level = self._level_now(step)
@@ -501,6 +525,76 @@ class CheckpointManager:
         if level is None:
             return None
         return self.save(step, extra, level)
+
+    def _on_preempt_signal(self, signum, frame):
+        if self._preempt_at is None:
+            self._preempt_at = time.monotonic()
+
+    def _preemption_agreed(self):
+        """Whether a preemption signal reached any rank."""
+        mine = self._preempt_at is not None
+        if self._dist is None:
+            return mine
+        flag = torch.tensor([1 if mine else 0], dtype=torch.int32)
+        self._dist.all_reduce(flag, op=self._dist.ReduceOp.MAX, group=self._group)
+        return bool(flag.item())
+
+    def _preempt(self, step, extra):
+        """Saves `step` before the deadline (memory level, then durable),
+        then exits (or says so in `preempted`)."""
+        if self._preempt_at is None:
+            self._preempt_at = time.monotonic()  # another rank was signalled
+        deadline = self._preempt_at + self.preempt_deadline
+
+        def finish(handle):
+            while not handle.done():
+                if time.monotonic() >= deadline:
+                    return False
+                time.sleep(0.002)
+            handle.wait()  # raises if it failed
+            return True
+
+        levels, abandoned = [], False
+        pending, pending_step, pending_level = self._pending, self._pending_step, self._pending_level
+        self._pending = None
+        try:
+            if pending is not None:
+                if not finish(pending):
+                    abandoned = True
+                elif pending_step == step:
+                    levels.append(pending_level)
+        except Exception as e:
+            self._failed(pending_step, pending_level, e, None)
+        wanted = (["memory"] if self.memory_level else []) + ["durable"]
+        for level in [lv for lv in wanted if lv not in levels]:
+            if time.monotonic() >= deadline:
+                break
+            try:
+                handle = save(self.checkpointer, step, self.model, self.optimizer, self.scheduler, extra, level=level,
+                              per_rank=self._dist is not None, data=self.data)
+                if finish(handle):
+                    levels.append(level)
+                else:
+                    abandoned = True  # out of time: never committed, collected at the next start
+                    break
+            except Exception as e:
+                self._failed(step, level, e, None)
+        seconds = time.monotonic() - self._preempt_at
+        self.preempted = {"step": step, "levels": levels, "seconds": seconds}
+        if levels:
+            _log.warning("preempted: step %d committed (%s) %.2f s after the signal", step, ", ".join(levels),
+                         seconds)
+        else:
+            _log.warning("preempted: step %d could not be committed within %.1f s", step, self.preempt_deadline)
+        if self.preempt_exit:
+            if abandoned:
+                # Exiting normally would wait for the abandoned save.
+                logging.shutdown()
+                sys.stdout.flush()
+                sys.stderr.flush()
+                os._exit(self.preempt_exit_code)
+            sys.exit(self.preempt_exit_code)
+        return None
 
     def wait(self, now=None):
         """Waits for the save in flight. A failure is recorded (and raised
@@ -540,6 +634,9 @@ class CheckpointManager:
             raise error
 
     def close(self):
+        for sig, old in self._old_handlers.items():
+            signal.signal(sig, old)
+        self._old_handlers = {}
         self.wait()
         try:
             self.checkpointer.wait_all()
