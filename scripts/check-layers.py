@@ -15,7 +15,7 @@ Layers, lowest first (a file may include its own folder and lower layers):
     3.5 format_roots            another format presented as a checkpoint root (safetensors models read
                                 in place): a backend that builds manifests, so above storage
     4  pipeline
-    5  core, comm, policy, peer ckpt/checkpointer.h, plan_costs.h, verify.h, audit.h, mpi.h, interval.h, peer.h
+    5  core, comm, policy, peer ckpt/checkpointer.h, plan_costs.h, preempt.h, verify.h, audit.h, mpi.h, interval.h, peer.h
     6  coordinator              ckpt/coordinator.h
     7  integrations, tools      ckpt/ckpt.h (the C API)
 
@@ -56,7 +56,7 @@ PUBLIC_LAYER = {
     "dtype.h": 1, "hdf5.h": 1, "tensor.h": 1, "mesh.h": 1, "state.h": 1, "synthetic.h": 1,
     "storage.h": 2, "plugin_abi.h": 2, "safetensors.h": 2,
     "plan.h": 3, "conformance.h": 3,
-    "checkpointer.h": 5, "plan_costs.h": 5, "verify.h": 5, "audit.h": 5, "mpi.h": 5, "interval.h": 5, "peer.h": 5,
+    "checkpointer.h": 5, "plan_costs.h": 5, "preempt.h": 5, "verify.h": 5, "audit.h": 5, "mpi.h": 5, "interval.h": 5, "peer.h": 5,
     "experimental/commit_arbiter.h": 0,
     "coordinator.h": 6,
     "ckpt.h": 7,

@@ -208,6 +208,55 @@ TEST(Coordinator, WorkersKilledMidSaveAndBetweenSaves) {
   ExpectFinalStateExact(dir.Join("root"), 40);
 }
 
+// Preemption: 4 workers run with --preempt-deadline 3; SIGTERM reaches
+// every one mid-run, as a scheduler sends it. At the next step they agree,
+// save that step and exit 143 within the deadline; the step committed is
+// the uninterrupted run's state, and the next start restores it and
+// finishes.
+TEST(Coordinator, WorkersPreemptedBySigtermSaveTheStepAndResumeFromIt) {
+  TempDir dir;
+  WriteToken(dir);
+  CoordinatorProcess coord;
+  coord.Start(dir, "127.0.0.1:0", 4, 4);
+  ASSERT_GT(coord.port, 0) << ReadFile(coord.log);
+  std::vector<pid_t> workers;
+  for (int i = 0; i < 4; ++i) {
+    std::vector<std::string> args = WorkerArgs(dir, coord.port, i, 100000);
+    args[args.size() - 3] = "1000";  // --save-every: no periodic save lands on the preempted step
+    args.insert(args.end(), {"--preempt-deadline", "3", "--step-ms", "5"});
+    workers.push_back(Spawn(args, dir.Join(StrCat("worker", i, ".out"))));
+  }
+  for (int i = 0; i < 400 && AllLogs(dir, 4).find("generation=1 rank=3") == std::string::npos; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  std::this_thread::sleep_for(std::chrono::milliseconds(500));
+  const auto signalled = std::chrono::steady_clock::now();
+  for (pid_t w : workers) kill(w, SIGTERM);
+  for (int i = 0; i < 4; ++i) {
+    EXPECT_EQ(WaitExit(workers[i]), 143) << "worker " << i << ": " << ReadFile(dir.Join(StrCat("worker", i, ".out")));
+  }
+  const double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - signalled).count();
+  EXPECT_LT(took, 3 + 5.0);
+  const std::string logs = AllLogs(dir, 4);
+  const size_t at = logs.find(" preempted at step ");
+  ASSERT_NE(at, std::string::npos) << logs;
+  const int64_t step = std::stoll(logs.substr(at + 19));
+  for (int r = 0; r < 4; ++r) {
+    EXPECT_NE(logs.find(StrCat("rank=", r, " preempted at step ", step, " committed=durable")), std::string::npos)
+        << logs;
+  }
+  ExpectFinalStateExact(dir.Join("root"), step);
+  // The next start restores the step and finishes 10 steps later.
+  workers.clear();
+  for (int i = 0; i < 4; ++i) {
+    workers.push_back(Spawn(WorkerArgs(dir, coord.port, i, step + 10), dir.Join(StrCat("again", i, ".out"))));
+  }
+  for (int i = 0; i < 4; ++i) EXPECT_EQ(WaitExit(workers[i]), 0) << ReadFile(dir.Join(StrCat("again", i, ".out")));
+  coord.Stop();
+  EXPECT_NE(AllLogs(dir, 4).find(StrCat("restore=", step)), std::string::npos);
+  ExpectFinalStateExact(dir.Join("root"), step + 10);
+}
+
 // The memory level: 6 workers in 3 failure domains (2 each) save into
 // peers' memory every 2 steps and to the root every 10; `kill_domains`
 // domains are lost (both their processes SIGKILL themselves once memory

@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <fstream>
 #include <optional>
 #include <string>
@@ -18,6 +19,7 @@
 #include "ckpt/coordinator.h"
 #include "ckpt/interval.h"
 #include "ckpt/peer.h"
+#include "ckpt/preempt.h"
 #include "commands.h"
 #include "common/cli.h"
 #include "common/elastic_model.h"
@@ -47,6 +49,9 @@ struct WorkerConfig {
   // Bytes of extra state (f32 rows of 1,024) sharded over the ranks, never
   // updated: makes saves and restores the size of a real model's.
   int64_t ballast_bytes = 0;
+  // Preemption: on SIGTERM or SIGUSR1 the ranks agree at the next step,
+  // save it within this many seconds and exit with kPreemptedExitCode.
+  double preempt_deadline_s = 0;
 };
 
 constexpr int64_t kBallastCols = 1024;
@@ -217,6 +222,21 @@ absl::StatusOr<bool> RunGeneration(const WorkerConfig& c, CoordinatorClient& cli
     ++step;
     shard.Train(step);
     std::this_thread::sleep_for(std::chrono::milliseconds(c.step_ms));
+    if (c.preempt_deadline_s > 0) {
+      auto now = AgreeOnPreemption(o.communicator.get(), o.collective_timeout_s);
+      if (!now.ok()) return Stopped(client) ? absl::StatusOr<bool>(false) : now.status();
+      if (*now) {
+        auto state = state_of();
+        if (!state.ok()) return state.status();
+        const PreemptionSave p = SaveForPreemption(**cp, step, *state, c.preempt_deadline_s);
+        std::string levels;
+        for (SaveLevel l : p.committed) levels += StrCat(levels.empty() ? "" : ",", SaveLevelName(l));
+        Log(c, StrCat("rank=", rank, " preempted at step ", step, " committed=", levels.empty() ? "none" : levels,
+                      " seconds=", p.seconds, p.abandoned ? " abandoned" : ""));
+        std::fflush(nullptr);
+        std::_Exit(kPreemptedExitCode);  // what is left in flight is abandoned, never committed
+      }
+    }
     bool durable = step % c.save_every == 0 || step == c.steps;
     bool memory = !durable && c.memory_every > 0 && step % c.memory_every == 0 && a.memory_level();
     if (c.policy) {
@@ -298,6 +318,9 @@ int WorkerMain(int argc, char** argv, int first) {
   args.String("root", &c.root, "checkpoint root shared by the workers");
   args.Int("steps", &c.steps, "train until this step (default 40)");
   args.Int("save-every", &c.save_every, "save every K steps (default 5) to the root: the durable level");
+  args.Double("preempt-deadline", &c.preempt_deadline_s,
+              "on SIGTERM or SIGUSR1: at the next step every rank saves it within this many seconds, then exits "
+              "143 (0, the default: the signals keep their default action)");
   args.Int("memory-every", &c.memory_every,
            "also save every M steps into the memory level (peers' memory; 0: off, the default)");
   double policy_mtbf = 0, policy_min_interval = 0.2;
@@ -336,6 +359,16 @@ int WorkerMain(int argc, char** argv, int first) {
     return kExitUsage;
   }
   c.token = *token;
+  if (c.preempt_deadline_s < 0) {
+    std::fprintf(stderr, "ckpt worker: --preempt-deadline takes seconds >= 0\n");
+    return kExitUsage;
+  }
+  if (c.preempt_deadline_s > 0) {
+    if (absl::Status w = WatchForPreemption({SIGTERM, SIGUSR1}); !w.ok()) {
+      std::fprintf(stderr, "ckpt worker: %s\n", std::string(w.message()).c_str());
+      return kExitUsage;
+    }
+  }
   if (policy_mtbf < 0 || policy_min_interval < 0) {
     std::fprintf(stderr, "ckpt worker: --policy-mtbf and --policy-min-interval take seconds >= 0\n");
     return kExitUsage;
