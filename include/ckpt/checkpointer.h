@@ -199,6 +199,16 @@ struct CKPT_EXPORT GcReport {
   int64_t bytes_freed = 0;
 };
 
+/// What a checkpointer's saves of one level came to, since it was opened:
+/// metrics to export (a failed save also fails its handle and is logged).
+struct CKPT_EXPORT SaveCounts {
+  int64_t started = 0;    ///< Save calls that began a save
+  int64_t committed = 0;  ///< saves whose step this rank saw committed
+  int64_t failed = 0;     ///< saves refused at Save, or failed later
+  int64_t last_failed_step = -1;
+  std::string last_error;  ///< the last failure's message
+};
+
 constexpr int64_t kLatestStep = -1;
 
 /// Latest committed step under a root (LATEST, or a scan when LATEST is
@@ -325,6 +335,10 @@ class CKPT_EXPORT Checkpointer {
 
   /// Waits for every save this checkpointer started.
   absl::Status WaitAll();
+
+  /// Counts of this checkpointer's saves at `level` (zeros for a level it
+  /// does not have).
+  SaveCounts Counts(SaveLevel level = SaveLevel::kDurable) const;
 
   Storage& storage();
   /// The memory level's storage; null without one.

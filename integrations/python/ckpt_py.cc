@@ -702,6 +702,22 @@ void BindCheckpointer(py::module_& m) {
             return out;
           },
           "The committed steps of the durable level, oldest first.")
+      .def(
+          "counts",
+          [](const ckpt::Checkpointer& cp, const std::string& level) {
+            const ckpt::SaveCounts c =
+                cp.Counts(level == "memory" ? ckpt::SaveLevel::kMemory : ckpt::SaveLevel::kDurable);
+            py::dict d;
+            d["started"] = c.started;
+            d["committed"] = c.committed;
+            d["failed"] = c.failed;
+            d["last_failed_step"] = c.last_failed_step;
+            d["last_error"] = c.last_error;
+            return d;
+          },
+          py::arg("level") = "durable",
+          "What this checkpointer's saves of the level came to: started, committed, failed, last_failed_step, "
+          "last_error.")
       .def_property_readonly("rank", [](const ckpt::Checkpointer& cp) { return cp.options().rank; })
       .def_property_readonly("world_size", [](const ckpt::Checkpointer& cp) { return cp.options().world_size; })
       .def("wait_all", [](ckpt::Checkpointer& cp) {

@@ -73,9 +73,21 @@ class Checkpointer::Impl {
     return absl::OkStatus();
   }
 
+  // Starts a save; counts it, or counts and logs why it could not start.
   absl::StatusOr<SaveHandle> Save(int64_t step, const State& state, const SaveOptions& save_options) {
-    const double t0 = NowSeconds();
     ScopedLogSink log(&options_.log);
+    absl::StatusOr<SaveHandle> h = StartSave(step, state, save_options);
+    if (!h.ok()) {
+      LogFailedSave(step, h.status());
+    } else {
+      std::lock_guard<std::mutex> lock(counters_mu_);
+      ++counts_.started;
+    }
+    return h;
+  }
+
+  absl::StatusOr<SaveHandle> StartSave(int64_t step, const State& state, const SaveOptions& save_options) {
+    const double t0 = NowSeconds();
     CKPT_RETURN_IF_ERROR(CheckSaveRequest(step, save_options));
     std::lock_guard<std::mutex> save_lock(save_mu_);
     const std::string dir = StepDir(step);
@@ -256,6 +268,11 @@ class Checkpointer::Impl {
 
   bool IsLeader() const { return options_.rank == 0; }
 
+  SaveCounts counts() const {
+    std::lock_guard<std::mutex> lock(counters_mu_);
+    return counts_;
+  }
+
   Storage& storage() { return *storage_; }
   const CheckpointerOptions& options() const { return options_; }
 
@@ -341,7 +358,12 @@ class Checkpointer::Impl {
       const double commit_s = NowSeconds() - shared->t_start;
       if (st.ok() && IsLeader()) CollectAfterCommit(step);
       if (st.ok() && level_ == SaveLevel::kMemory) DropOlderMemorySteps(step);
-      if (!st.ok()) LogFailedSave(step, st);
+      if (!st.ok()) {
+        LogFailedSave(step, st);
+      } else {
+        std::lock_guard<std::mutex> lock(counters_mu_);
+        ++counts_.committed;
+      }
       shared->SetDone(st, commit_s);
     });
   }
@@ -390,6 +412,12 @@ class Checkpointer::Impl {
   // A save that did not commit is also said in the log: its handle may
   // never be waited on.
   void LogFailedSave(int64_t step, const absl::Status& why) {
+    {
+      std::lock_guard<std::mutex> lock(counters_mu_);
+      ++counts_.failed;
+      counts_.last_failed_step = step;
+      counts_.last_error = why.ToString();
+    }
     LogWarning(
         StrCat(SaveLevelName(level_), " save of step ", step, " by rank ", options_.rank, " failed: ", why.ToString()));
   }
@@ -399,6 +427,8 @@ class Checkpointer::Impl {
 
   CheckpointerOptions options_;
   const SaveLevel level_;
+  mutable std::mutex counters_mu_;
+  SaveCounts counts_;  // REQUIRES: counters_mu_
   std::shared_ptr<Storage> storage_;
   DataContainer container_ = DataContainer::kCkpt;
   /// The coordinator's, or the shared storage's (StorageArbiter).
@@ -521,6 +551,11 @@ absl::StatusOr<int64_t> Checkpointer::LatestStep(SaveLevel level) {
 absl::StatusOr<std::vector<StepInfo>> Checkpointer::ListSteps() { return ListStepsIn(impl_->storage()); }
 
 absl::StatusOr<GcReport> Checkpointer::CollectGarbage(bool dry_run) { return impl_->CollectGarbage(dry_run); }
+
+SaveCounts Checkpointer::Counts(SaveLevel level) const {
+  Impl* impl = For(level);
+  return impl == nullptr ? SaveCounts{} : impl->counts();
+}
 
 absl::Status Checkpointer::WaitAll() {
   absl::Status memory = memory_ ? memory_->WaitAll() : absl::OkStatus();

@@ -271,6 +271,12 @@ TEST(Outage, SavesFailWhileTheStorageIsDownAndCommitOnceItIsBack) {
   }
   std::filesystem::remove(down);
   ASSERT_OK(save(4));
+  const SaveCounts counts = (*cp)->Counts();
+  EXPECT_EQ(counts.committed, 2);
+  EXPECT_EQ(counts.failed, 2);
+  EXPECT_EQ(counts.last_failed_step, 3);
+  EXPECT_NE(counts.last_error.find("the storage is down"), std::string::npos) << counts.last_error;
+  EXPECT_EQ((*cp)->Counts(SaveLevel::kMemory).started, 0);
   auto latest = (*cp)->LatestStep();
   ASSERT_OK(latest);
   EXPECT_EQ(*latest, 4);

@@ -44,7 +44,7 @@ def test_training_goes_on_through_a_storage_outage(tmp_path, caplog):
     model, opt = make()
     m = ct.CheckpointManager(root, model, opt, interval=5, keep_last=0, retry_backoff_steps=2, retry_attempts=3)
     assert m.load_latest() is None
-    caplog.set_level(logging.WARNING, logger="ckpt")
+    caplog.set_level(logging.INFO, logger="ckpt")
     for step in range(1, STEPS + 1):
         if step == 13:
             down.write_text("")  # the storage goes down
@@ -59,8 +59,13 @@ def test_training_goes_on_through_a_storage_outage(tmp_path, caplog):
     # Those due while it was down, and the one in flight when it went down.
     assert {15, 20, 25} <= set(failed) and all(10 <= s < 27 for s in failed), failed
     assert all(e["level"] == "durable" and "storage is down" in e["error"] for e in m.save_errors), m.save_errors
-    assert any(r.levelno == logging.WARNING and "save of step 15 failed; retrying at step " in r.getMessage()
-               for r in caplog.records), [r.getMessage() for r in caplog.records]
+    ckpt._ckpt._flush_log()
+    said = [(r.levelno, r.getMessage()) for r in caplog.records]
+    assert any(lv == logging.WARNING and "durable save of step 15 by rank 0 failed" in msg for lv, msg in said), said
+    assert any(lv == logging.INFO and "save of step 15 failed; retrying at step " in msg for lv, msg in said), said
+    counts = m.checkpointer.counts()
+    assert counts["failed"] == m.failed_saves and counts["committed"] >= 7, counts
+    assert "storage is down" in counts["last_error"], counts
     committed = m.checkpointer.committed_steps()
     assert committed[0] == 5 and all(s not in committed for s in failed), committed
     retried = [s for s in committed if s % 5 != 0]

@@ -628,8 +628,9 @@ class CheckpointManager:
             self._retry_step = retry
             self._retries_left -= 1
             self._backoff *= 2
-        _log.warning("%s save of step %s failed%s: %s", level, step,
-                     f"; retrying at step {retry}" if retry is not None else "", error)
+        # The library said the failure at warning level; this is the plan.
+        _log.info("%s save of step %s failed%s: %s", level, step,
+                  f"; retrying at step {retry}" if retry is not None else "", error)
         if self.raise_on_save_error:
             raise error
 
