@@ -8,7 +8,7 @@ Layers, lowest first (a file may include its own folder and lower layers):
 
     0  util                     and the value headers ckpt/export.h, limits.h, codec.h, options.h,
                                 communicator.h, load_exchange.h, version.h, log.h, experimental/commit_arbiter.h
-    1  layout, codec, net       ckpt/dtype.h, hdf5.h, tensor.h, mesh.h, state.h, synthetic.h
+    1  layout, codec, net       ckpt/dtype.h, data_position.h, hdf5.h, tensor.h, mesh.h, state.h, synthetic.h
     2  format                   ckpt/storage.h, plugin_abi.h (the interface the format reads through),
                                 safetensors.h
     3  storage, plan            ckpt/plan.h, conformance.h
@@ -53,7 +53,7 @@ FOLDER_LAYER = {
 PUBLIC_LAYER = {
     "export.h": 0, "limits.h": 0, "codec.h": 0, "options.h": 0, "communicator.h": 0, "load_exchange.h": 0,
     "version.h": 0, "log.h": 0,
-    "dtype.h": 1, "hdf5.h": 1, "tensor.h": 1, "mesh.h": 1, "state.h": 1, "synthetic.h": 1,
+    "dtype.h": 1, "data_position.h": 1, "hdf5.h": 1, "tensor.h": 1, "mesh.h": 1, "state.h": 1, "synthetic.h": 1,
     "storage.h": 2, "plugin_abi.h": 2, "safetensors.h": 2,
     "plan.h": 3, "conformance.h": 3,
     "checkpointer.h": 5, "plan_costs.h": 5, "preempt.h": 5, "verify.h": 5, "audit.h": 5, "mpi.h": 5, "interval.h": 5, "peer.h": 5,

@@ -13,6 +13,7 @@
 
 #include "ckpt/checkpointer.h"
 #include "ckpt/communicator.h"
+#include "ckpt/data_position.h"
 #include "ckpt/interval.h"
 #include "ckpt/peer.h"
 #include "ckpt/state.h"
@@ -528,6 +529,31 @@ void BindSaveHandle(py::module_& m) {
       .def_property_readonly("save_id", [](const ckpt::SaveHandle& h) { return h.Stats().save_id; });
 }
 
+// The data position (ckpt/data_position.h); ckpt.torch.DataPosition wraps it.
+void BindDataPosition(py::module_& m) {
+  py::class_<ckpt::DataPosition>(m, "DataPosition")
+      .def(py::init([](int64_t size, int64_t batch_size, uint64_t seed, bool shuffle) {
+             if (size < 1 || batch_size < 1) {
+               Raise(absl::StatusCode::kInvalidArgument, "a data position needs size >= 1 and batch_size >= 1, not " +
+                                                             std::to_string(size) + ", " + std::to_string(batch_size));
+             }
+             return ckpt::DataPosition(size, batch_size, seed, shuffle);
+           }),
+           py::arg("size"), py::arg("batch_size"), py::arg("seed") = 0, py::arg("shuffle") = true)
+      .def_property_readonly("size", &ckpt::DataPosition::size)
+      .def_property_readonly("batch_size", &ckpt::DataPosition::batch_size)
+      .def_property_readonly("seed", &ckpt::DataPosition::seed)
+      .def_property_readonly("shuffle", &ckpt::DataPosition::shuffle)
+      .def_property_readonly("epoch", &ckpt::DataPosition::epoch)
+      .def_property_readonly("consumed", &ckpt::DataPosition::consumed)
+      .def("index_at", &ckpt::DataPosition::IndexAt, py::arg("epoch"), py::arg("position"))
+      .def("slice", &ckpt::DataPosition::Slice, py::arg("position"), py::arg("count"))
+      .def("batch", &ckpt::DataPosition::Batch, py::arg("rank"), py::arg("world"))
+      .def("advance", &ckpt::DataPosition::Advance, py::arg("world"))
+      .def("encode", &ckpt::DataPosition::Encode)
+      .def("restore", [](ckpt::DataPosition& p, const std::string& record) { Check(p.Restore(record)); });
+}
+
 // Checkpointer: saves and loads of one rank.
 void BindCheckpointer(py::module_& m) {
   py::class_<ckpt::Checkpointer>(m, "Checkpointer")
@@ -740,5 +766,6 @@ PYBIND11_MODULE(_ckpt, m) {
   BindState(m);
   BindPeerMemory(m);
   BindSaveHandle(m);
+  BindDataPosition(m);
   BindCheckpointer(m);
 }

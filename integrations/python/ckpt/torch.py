@@ -221,65 +221,45 @@ class DataPosition:
 
     `batches` does not move the position (a DataLoader may fetch ahead of
     what is trained): the manager's `step` does, or `advance` when there
-    is no manager."""
+    is no manager. The permutation and the cut are ckpt::DataPosition's
+    (ckpt/data_position.h): a C++ trainer resumes the same record."""
 
     def __init__(self, size, batch_size, seed=0, shuffle=True):
-        if size < 1 or batch_size < 1:
-            raise InvalidArgumentError(f"a data position needs size >= 1 and batch_size >= 1, not {size}, "
-                                       f"{batch_size}")
-        self.size, self.batch_size, self.seed, self.shuffle = int(size), int(batch_size), int(seed), bool(shuffle)
-        self.epoch = 0
-        self.consumed = 0
-        self._order_of = None  # (epoch, order)
+        self._native = _ckpt.DataPosition(int(size), int(batch_size), int(seed), bool(shuffle))
+
+    size = property(lambda self: self._native.size)
+    batch_size = property(lambda self: self._native.batch_size)
+    seed = property(lambda self: self._native.seed)
+    shuffle = property(lambda self: self._native.shuffle)
+    epoch = property(lambda self: self._native.epoch)
+    consumed = property(lambda self: self._native.consumed)
 
     def order(self, epoch=None):
         """The order of the indices in `epoch` (default the current one)."""
         epoch = self.epoch if epoch is None else epoch
-        if self._order_of is None or self._order_of[0] != epoch:
-            if self.shuffle:
-                g = torch.Generator().manual_seed(self.seed * 1_000_003 + epoch)
-                order = torch.randperm(self.size, generator=g).tolist()
-            else:
-                order = list(range(self.size))
-            self._order_of = (epoch, order)
-        return self._order_of[1]
-
-    def _window(self, consumed, world):
-        return min(world * self.batch_size, self.size - consumed)
-
-    def _part(self, order, consumed, n, rank, world):
-        base, extra = divmod(n, world)
-        start = consumed + rank * base + min(rank, extra)
-        return order[start:start + base + (1 if rank < extra else 0)]
+        return [self._native.index_at(epoch, p) for p in range(self.size)]
 
     def batches(self, rank, world):
         """This rank's indices of each global batch left in the epoch, from
         the current position, without moving it."""
         if not 0 <= rank < world:
             raise InvalidArgumentError(f"rank {rank} is not within world size {world}")
-        order, consumed = self.order(), self.consumed
-        while consumed < self.size:
-            n = self._window(consumed, world)
-            yield self._part(order, consumed, n, rank, world)
-            consumed += n
+        cursor = _ckpt.DataPosition(self.size, self.batch_size, self.seed, self.shuffle)
+        cursor.restore(self._native.encode())
+        epoch = cursor.epoch
+        while cursor.epoch == epoch:
+            yield cursor.batch(rank, world)
+            cursor.advance(world)
 
     def advance(self, world):
         """One global batch of `world` ranks was trained on."""
-        self.consumed += self._window(self.consumed, world)
-        if self.consumed >= self.size:
-            self.epoch += 1
-            self.consumed = 0
+        self._native.advance(world)
 
     def state_dict(self):
-        return {"size": self.size, "batch_size": self.batch_size, "seed": self.seed, "shuffle": self.shuffle,
-                "epoch": self.epoch, "consumed": self.consumed}
+        return {"record": self._native.encode()}
 
     def load_state_dict(self, d):
-        if d["size"] != self.size or d["seed"] != self.seed or d["shuffle"] != self.shuffle:
-            raise InvalidArgumentError(
-                f"the saved data position is of a dataset of {d['size']} (seed {d['seed']}, shuffle "
-                f"{d['shuffle']}), this one of {self.size} (seed {self.seed}, shuffle {self.shuffle})")
-        self.epoch, self.consumed = int(d["epoch"]), int(d["consumed"])
+        self._native.restore(d["record"])
 
 
 class CheckpointManager:
