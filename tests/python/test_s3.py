@@ -9,19 +9,11 @@ import uuid
 
 import torch
 
+
 import ckpt
 import ckpt.torch as ct
 
-
-def server():
-    """AWS_* and S3_ENDPOINT from the fixture's env file, set for this process."""
-    path = os.environ["CKPT_S3_ENV"]
-    with open(path) as f:
-        for word in f.read().split():
-            if "=" in word:
-                k, v = word.split("=", 1)
-                os.environ[k] = v
-    return os.environ["S3_ENDPOINT"]
+from helpers import s3_server
 
 
 def model():
@@ -31,7 +23,7 @@ def model():
 
 
 def test_manager_saves_to_s3_and_restores_bit_exactly():
-    endpoint = server()
+    endpoint = s3_server()
     root = f"s3://ckpt-test/py-{uuid.uuid4().hex[:8]}?endpoint={endpoint}&part_size=5M"
     m, opt = model()
     mgr = ct.CheckpointManager(root, m, opt, interval=2, keep_last=2, codec="zstd")

@@ -16,19 +16,10 @@ import torch
 
 import ckpt.torch as ct
 
+from helpers import s3_server, small_model, train_step
+
 STEPS = 40
 SCRIPT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "scripts", "s3-server.sh")
-
-
-def server():
-    """AWS_* and S3_ENDPOINT from the fixture's env file, set for this process."""
-    path = os.environ["CKPT_S3_ENV"]
-    with open(path) as f:
-        for word in f.read().split():
-            if "=" in word:
-                k, v = word.split("=", 1)
-                os.environ[k] = v
-    return os.environ["S3_ENDPOINT"]
 
 
 def gateway(what):
@@ -36,27 +27,13 @@ def gateway(what):
     subprocess.run([SCRIPT, what], env=env, check=True, capture_output=True, timeout=120)
 
 
-def make():
-    torch.manual_seed(0)
-    m = torch.nn.Sequential(torch.nn.Linear(32, 64), torch.nn.ReLU(), torch.nn.Linear(64, 8))
-    return m, torch.optim.AdamW(m.parameters(), lr=1e-2)
-
-
-def train(model, opt, step):
-    g = torch.Generator().manual_seed(step)
-    x, y = torch.randn(16, 32, generator=g), torch.randn(16, 8, generator=g)
-    opt.zero_grad()
-    torch.nn.functional.mse_loss(model(x), y).backward()
-    opt.step()
-
-
 def test_training_goes_on_while_the_gateway_is_down():
-    endpoint = server()
+    endpoint = s3_server()
     root = f"s3://ckpt-test/outage-{uuid.uuid4().hex[:8]}?endpoint={endpoint}&deadline=2"
-    reference, ref_opt = make()
+    reference, ref_opt = small_model()
     for step in range(1, STEPS + 1):
-        train(reference, ref_opt, step)
-    model, opt = make()
+        train_step(reference, ref_opt, step)
+    model, opt = small_model()
     m = ct.CheckpointManager(root, model, opt, interval=5, keep_last=0, retry_backoff_steps=2)
     down = False
     try:
@@ -68,7 +45,7 @@ def test_training_goes_on_while_the_gateway_is_down():
             if step == 27:
                 gateway("start-rgw")
                 down = False
-            train(model, opt, step)
+            train_step(model, opt, step)
             m.step(step)
         m.close()
     finally:
@@ -81,7 +58,7 @@ def test_training_goes_on_while_the_gateway_is_down():
     assert all(s in committed for s in range(30, STEPS + 1, 5)), committed
     for a, b in zip(model.parameters(), reference.parameters()):
         assert torch.equal(a, b)
-    restored, restored_opt = make()
+    restored, restored_opt = small_model()
     r = ct.CheckpointManager(root, restored, restored_opt, interval=5)
     assert r.load_latest() == STEPS
     for a, b in zip(restored.parameters(), reference.parameters()):

@@ -8,7 +8,6 @@ the order and the final model equal an uninterrupted run's bit for bit.
     /usr/bin/python3 -m pytest test_torch_data_position.py     (PYTHONPATH holds ckpt)
 Ranks are launched as processes with env:// (torchrun is not used).
 """
-import importlib.util
 import os
 import signal
 import subprocess
@@ -16,16 +15,10 @@ import sys
 
 import torch
 
+from helpers import free_port
+
+
 SIZE, BATCH, EPOCHS, SEED = 10_000, 25, 3, 7
-
-
-def free_port():
-    """A loopback port below the ephemeral range (scripts/free-ports.py)."""
-    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "scripts", "free-ports.py")
-    spec = importlib.util.spec_from_file_location("free_ports", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module.free_ports(1)[0]
 
 
 def rank_main(root, out, phase, kill_at):

@@ -17,31 +17,19 @@ import torch
 import ckpt
 import ckpt.torch as ct
 
+from helpers import small_model, train_step
+
 STEPS = 60
 
 
-def make():
-    torch.manual_seed(0)
-    model = torch.nn.Sequential(torch.nn.Linear(32, 64), torch.nn.ReLU(), torch.nn.Linear(64, 8))
-    return model, torch.optim.AdamW(model.parameters(), lr=1e-2)
-
-
-def train(model, optimizer, step):
-    g = torch.Generator().manual_seed(step)
-    x, y = torch.randn(16, 32, generator=g), torch.randn(16, 8, generator=g)
-    optimizer.zero_grad()
-    torch.nn.functional.mse_loss(model(x), y).backward()
-    optimizer.step()
-
-
 def test_training_goes_on_through_a_storage_outage(tmp_path, caplog):
-    reference, ref_opt = make()
+    reference, ref_opt = small_model()
     for step in range(1, STEPS + 1):
-        train(reference, ref_opt, step)
+        train_step(reference, ref_opt, step)
 
     down = tmp_path / "storage-down"
     root = f"faulty://{tmp_path}/root?fault.outage_file={down}"
-    model, opt = make()
+    model, opt = small_model()
     m = ct.CheckpointManager(root, model, opt, interval=5, keep_last=0, retry_backoff_steps=2, retry_attempts=3)
     assert m.load_latest() is None
     caplog.set_level(logging.INFO, logger="ckpt")
@@ -50,7 +38,7 @@ def test_training_goes_on_through_a_storage_outage(tmp_path, caplog):
             down.write_text("")  # the storage goes down
         if step == 27:
             down.unlink()  # and comes back
-        train(model, opt, step)
+        train_step(model, opt, step)
         m.step(step)
     m.close()
 
@@ -74,7 +62,7 @@ def test_training_goes_on_through_a_storage_outage(tmp_path, caplog):
 
     for a, b in zip(model.parameters(), reference.parameters()):
         assert torch.equal(a, b), "saving through the outage changed the training"
-    restored, restored_opt = make()
+    restored, restored_opt = small_model()
     r = ct.CheckpointManager(root, restored, restored_opt, interval=5)
     assert r.load_latest() == STEPS
     for a, b in zip(restored.parameters(), reference.parameters()):
@@ -84,13 +72,13 @@ def test_training_goes_on_through_a_storage_outage(tmp_path, caplog):
 
 def test_raise_on_save_error_raises_at_the_next_save(tmp_path):
     down = tmp_path / "down"
-    model, opt = make()
+    model, opt = small_model()
     m = ct.CheckpointManager(f"faulty://{tmp_path}/root?fault.outage_file={down}", model, opt, interval=2,
                              raise_on_save_error=True)
-    train(model, opt, 1)
+    train_step(model, opt, 1)
     m.step(1)
     down.write_text("")
-    train(model, opt, 2)
+    train_step(model, opt, 2)
     with pytest.raises(ckpt.UnavailableError, match="storage is down"):
         m.step(2)
     os.unlink(down)

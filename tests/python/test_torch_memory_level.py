@@ -11,7 +11,6 @@ first run again with each rank on a host of its own (network namespaces).
     /usr/bin/python3 -m pytest test_torch_memory_level.py     (PYTHONPATH holds ckpt)
 Ranks are launched as processes with env:// (torchrun is not used).
 """
-import importlib.util
 import os
 import socket
 import subprocess
@@ -19,15 +18,7 @@ import sys
 
 import torch
 
-
-def free_port():
-    """A loopback port below the ephemeral range (scripts/free-ports.py)."""
-    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "scripts", "free-ports.py")
-    spec = importlib.util.spec_from_file_location("free_ports", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module.free_ports(1)[0]
-
+from helpers import free_port
 
 
 def train(model, optimizer, step):

@@ -9,7 +9,6 @@ turn: 20 trials in a row, each one's restart the next one's check.
     /usr/bin/python3 -m pytest test_torch_preemption.py     (PYTHONPATH holds ckpt)
 Ranks are launched as processes with env:// (torchrun is not used).
 """
-import importlib.util
 import json
 import os
 import random
@@ -20,16 +19,10 @@ import time
 
 import torch
 
+from helpers import free_port
+
+
 TRIALS, WORLD, DEADLINE = 20, 4, 3.0
-
-
-def free_port():
-    """A loopback port below the ephemeral range (scripts/free-ports.py)."""
-    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "scripts", "free-ports.py")
-    spec = importlib.util.spec_from_file_location("free_ports", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module.free_ports(1)[0]
 
 
 def make():
