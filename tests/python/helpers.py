@@ -36,6 +36,19 @@ def small_model():
     return model, torch.optim.AdamW(model.parameters(), lr=1e-2)
 
 
+def expect_restores(root, reference, step):
+    """A new CheckpointManager on `root` restores `step` into a fresh
+    small_model() whose parameters then equal `reference`'s bit for bit."""
+    import ckpt.torch as ct
+
+    restored, restored_opt = small_model()
+    m = ct.CheckpointManager(root, restored, restored_opt, interval=5)
+    assert m.load_latest() == step
+    for a, b in zip(restored.parameters(), reference.parameters()):
+        assert torch.equal(a, b), "the restored model differs"
+    m.close()
+
+
 def train_step(model, optimizer, step):
     """One step on a batch drawn from the step number."""
     g = torch.Generator().manual_seed(step)

@@ -17,7 +17,7 @@ import torch
 import ckpt
 import ckpt.torch as ct
 
-from helpers import small_model, train_step
+from helpers import expect_restores, small_model, train_step
 
 STEPS = 60
 
@@ -62,12 +62,7 @@ def test_training_goes_on_through_a_storage_outage(tmp_path, caplog):
 
     for a, b in zip(model.parameters(), reference.parameters()):
         assert torch.equal(a, b), "saving through the outage changed the training"
-    restored, restored_opt = small_model()
-    r = ct.CheckpointManager(root, restored, restored_opt, interval=5)
-    assert r.load_latest() == STEPS
-    for a, b in zip(restored.parameters(), reference.parameters()):
-        assert torch.equal(a, b)
-    r.close()
+    expect_restores(root, reference, STEPS)
 
 
 def test_raise_on_save_error_raises_at_the_next_save(tmp_path):
