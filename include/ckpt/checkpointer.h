@@ -55,6 +55,8 @@ struct CKPT_EXPORT CheckpointerOptions {
   SaveEngineOptions engine_options;
   std::shared_ptr<SaveEngine> engine;
   RetentionPolicy retention;
+  /// Delta saves; off by default.
+  DeltaOptions delta;
   /// How long the leader waits for every rank's report before aborting.
   double commit_timeout_s = 600;
   /// Recorded in the manifest (the mesh the state was saved from).
@@ -173,6 +175,9 @@ struct CKPT_EXPORT StepInfo {
   std::string damage;
   int64_t bytes = 0;  ///< sum of file sizes
   int64_t created_unix_ns = 0;
+  /// Steps its chunks are deltas against (their bases' bases are in their
+  /// own StepInfo); empty for a step saved whole.
+  std::vector<int64_t> delta_bases;
 };
 
 /// The result of a garbage-collection pass. Damaged steps are never removed
@@ -194,6 +199,9 @@ struct CKPT_EXPORT GcReport {
   /// Rank reports left in committed steps (paths): a leader stopped between
   /// the commit and removing them. The manifest holds all they said.
   std::vector<std::string> removed_reports;
+  /// Committed steps past retention kept because a kept step's deltas need
+  /// them (a reason line names the steps that pin each).
+  std::vector<int64_t> kept_bases;
   /// One line per step removed or kept for damage, with the reason.
   std::vector<std::string> reasons;
   int64_t bytes_freed = 0;

@@ -40,6 +40,10 @@ inline constexpr uint64_t kMaxManifestCount = uint64_t{1} << 32;
 /// bounded here. 2^25 is 1.45 times the 23.1 M cells of a 405B-parameter
 /// model with ZeRO saved over 131,072 ranks.
 inline constexpr uint64_t kMaxManifestChunks = uint64_t{1} << 25;
+/// Bases one manifest's deltas may name (ManifestBase).
+inline constexpr uint64_t kMaxDeltaBases = 4096;
+/// Links a delta chain may have: a load follows at most this many bases.
+inline constexpr int kMaxDeltaChain = 256;
 /// Longest data-file name a manifest may hold.
 inline constexpr size_t kMaxFileNameBytes = 4096;
 /// A safetensors header (its JSON), as Hugging Face's own reader allows.

@@ -86,6 +86,26 @@ enum class SaveLevel : uint8_t {
 };
 CKPT_EXPORT const char* SaveLevelName(SaveLevel level);
 
+/// Delta saves (docs/format.md, "Delta chains"; docs/integrations.md): a
+/// chunk saved whole is kept in host memory as a base, and the next saves
+/// of that chunk store its blocks XORed with the base, compressed. Which
+/// chunks are saved as deltas is decided per chunk, by measuring: a frozen
+/// tensor's delta is nearly all zeros; a tensor whose delta does not shrink
+/// is saved whole. Costs one copy of the rank's saved tensors in host
+/// memory (two while a new base is being saved). Loads rebuild a delta from
+/// its base and the delta, reading one more block per block; retention
+/// keeps every base a kept step needs.
+struct CKPT_EXPORT DeltaOptions {
+  /// Deltas saved against one base before the chunk is saved whole again,
+  /// as a new base. 0: every save whole (the default; nothing else changes).
+  int chain = 0;
+  /// A chunk whose delta stored more than this fraction of its base's
+  /// stored bytes is saved whole at its next save, as a new base. When its
+  /// first delta already does, deltas do not pay for it: it is saved whole,
+  /// keeping no base, for the next `chain` saves, then tried again.
+  double rebase_ratio = 0.6;
+};
+
 struct CKPT_EXPORT SaveOptions {
   /// Key/value pairs recorded in the manifest.
   std::map<std::string, std::string> metadata;
@@ -200,6 +220,11 @@ struct CKPT_EXPORT LoadStats {
   /// later each other rank reads only the parts it needs; with an older manifest
   /// the leader hands each other rank its part (0 here).
   int64_t manifest_bytes = 0;
+  /// A step saved as deltas: blocks of its delta chains' bases read to
+  /// rebuild the blocks loaded (their stored bytes; bytes_read counts the
+  /// step's own).
+  int64_t delta_blocks = 0;
+  int64_t bytes_read_from_bases = 0;
   /// bytes_decoded / bytes_needed (1.0 when nothing was needed).
   double ReadAmplification() const;
 };

@@ -84,7 +84,8 @@ absl::Status LoadBatch(Storage& storage, const Manifest& m, const std::vector<Sl
   for (const Slab& s : batch) {
     CKPT_RETURN_IF_ERROR(state.AddShard(*s.spec, s.box(), buf.data() + s.offset));
   }
-  return LoadFromManifest(storage, m, state, /*rank=*/0, LoadOptions{}).status();
+  RootBaseManifests bases(storage);
+  return LoadFromManifest(storage, m, state, /*rank=*/0, LoadOptions{}, nullptr, &bases).status();
 }
 
 absl::StatusOr<int64_t> Resolve(Storage& storage, int64_t step) {
@@ -218,6 +219,9 @@ absl::StatusOr<std::vector<TensorStats>> ComputeStats(Storage& storage, int64_t 
   // Every block is summarised where it was decoded; the per-block results
   // are folded in file order.
   StepFiles files(storage, m);
+  RootBaseManifests bases(storage);
+  DeltaChain chain(storage, &bases);
+  files.set_chain(&chain);
   FrameReaderOptions fo;
   fo.buffer_bytes = static_cast<size_t>(std::max<int64_t>(options.slab_bytes, 1));
   OrderedFold<ValueTally> fold;
@@ -354,6 +358,10 @@ absl::StatusOr<std::vector<TensorDiff>> DiffSteps(Storage& a, int64_t step_a, St
   // block by block, keeping B's last block for A's next one.
   {
     StepFiles files_a(a, ma), files_b(b, mb);
+    RootBaseManifests bases_a(a), bases_b(b);
+    DeltaChain chain_a(a, &bases_a), chain_b(b, &bases_b);
+    files_a.set_chain(&chain_a);
+    files_b.set_chain(&chain_b);
     std::mutex fetchers_mu;
     std::map<std::thread::id, std::unique_ptr<BlockFetcher>> fetchers;
     FrameReaderOptions fo;
@@ -460,7 +468,9 @@ absl::StatusOr<std::string> ReadBlob(Storage& storage, const Manifest& m, const 
   std::string value;
   State target;
   CKPT_RETURN_IF_ERROR(target.AddBlobOut(b.name, &value, b.rank < 0 ? BlobScope::kGlobal : BlobScope::kRank));
-  CKPT_RETURN_IF_ERROR(LoadFromManifest(storage, m, target, std::max(0, b.rank), LoadOptions{}).status());
+  RootBaseManifests bases(storage);
+  CKPT_RETURN_IF_ERROR(
+      LoadFromManifest(storage, m, target, std::max(0, b.rank), LoadOptions{}, nullptr, &bases).status());
   return value;
 }
 

@@ -6,12 +6,14 @@
 #include <map>
 #include <mutex>
 #include <optional>
+#include <set>
 
 #include "absl/strings/str_cat.h"
 #include "ckpt/experimental/commit_arbiter.h"
 #include "ckpt/version.h"
 #include "core/claim.h"
 #include "core/collective_plan.h"
+#include "core/delta_tracker.h"
 #include "core/load_step.h"
 #include "core/publish.h"
 #include "core/root.h"
@@ -142,8 +144,9 @@ class Checkpointer::Impl {
           rank_rules_.Update(state, options_.rank, options_.world_size, options_.mesh, engine_->block_size(), tiles));
       writes = rank_rules_.writes();
       // The leader builds the manifest from the rules where every block is
-      // framed (.ckd): the rank then reports a summary of its file.
-      if (job->writer->frames_blocks()) rules = rank_rules_.rules();
+      // framed (.ckd): the rank then reports a summary of its file. A save
+      // with deltas reports its chunks, each naming its base.
+      if (job->writer->frames_blocks() && !delta_.enabled()) rules = rank_rules_.rules();
     } else if (options_.communicator) {
       CKPT_ASSIGN_OR_RETURN(
           writes, AgreeOnWriters(*options_.communicator, state, options_.collective_timeout_s, &writer_cache_));
@@ -160,6 +163,12 @@ class Checkpointer::Impl {
     if (options_.arbiter && options_.hash_replicas) *replicas = HashReplicas(state, writes);
     // Pieces: non-empty shards (large ones as column tiles), then blobs.
     SavePieces pieces = BuildSavePieces(state, writes, tiles, options_.rank);
+    // Which tiles are deltas, against which base (ckpt data files only).
+    std::vector<std::optional<ManifestBase>> bases;
+    if (delta_.enabled() && job->writer->frames_blocks()) {
+      CKPT_ASSIGN_OR_RETURN(bases, delta_.Plan(step, pieces, &job->keep_alive));
+    }
+    auto tile_blocks = std::make_shared<std::vector<std::pair<uint64_t, uint64_t>>>();
     // The report skeleton needs the piece -> block mapping from Run.
     auto report = std::make_shared<Manifest>(NewRankReport(
         step, options_.world_size, job->codec, rules ? std::optional<Mesh>(rules->mesh) : options_.mesh, save_options));
@@ -170,8 +179,8 @@ class Checkpointer::Impl {
       summary->blobs = SummaryBlobsOf(state);
     }
 
-    job->on_finished = [this, shared, report, replicas, rules, summary](SaveJob& j, absl::Status s) {
-      OnDataFinished(j, std::move(s), shared, report, std::move(*replicas), rules, summary);
+    job->on_finished = [this, shared, report, replicas, rules, summary, tile_blocks](SaveJob& j, absl::Status s) {
+      OnDataFinished(j, std::move(s), shared, report, std::move(*replicas), rules, summary, *tile_blocks);
     };
     {
       std::lock_guard<std::mutex> lock(mu_);
@@ -182,6 +191,7 @@ class Checkpointer::Impl {
       // The handle gets a copy of its own: it may be released on the
       // engine's finalizer thread while the caller reads what is returned.
       shared->SetDone(absl::Status(run.code(), run.message()), NowSeconds() - t0);
+      delta_.Outcome(step, false);
       if (job->save_id == 0) {
         // Not claimed: the save never began, as when claiming first; the
         // error is Save's alone, not one of a save to wait for.
@@ -197,7 +207,12 @@ class Checkpointer::Impl {
     {
       std::lock_guard<std::mutex> lock(report_mu_);
       report->stall_s = stall;
-      if (!summary) FillReport(pieces, state, options_.rank, report.get());
+      if (!summary) FillReport(pieces, state, options_.rank, report.get(), bases.empty() ? nullptr : &bases);
+      if (delta_.enabled()) {
+        for (size_t i = 0; i < pieces.tiles.size(); ++i) {
+          tile_blocks->push_back({pieces.pieces[i].first_block, pieces.pieces[i].block_count});
+        }
+      }
       report_ready_[report.get()] = true;
     }
     report_cv_.notify_all();
@@ -280,7 +295,8 @@ class Checkpointer::Impl {
   // Engine finalizer thread: this rank's data file is durable (or failed).
   void OnDataFinished(SaveJob& j, absl::Status s, std::shared_ptr<SaveHandle::Shared> shared,
                       std::shared_ptr<Manifest> report, std::vector<ReplicaHash> replicas,
-                      std::shared_ptr<const SaveRules> rules, std::shared_ptr<RankSummary> summary) {
+                      std::shared_ptr<const SaveRules> rules, std::shared_ptr<RankSummary> summary,
+                      const std::vector<std::pair<uint64_t, uint64_t>>& tile_blocks) {
     ScopedLogSink log(&options_.log);
     const std::string dir = StepDir(j.step);
     const double write_s = NowSeconds() - shared->t_start;
@@ -292,6 +308,15 @@ class Checkpointer::Impl {
         report_ready_.erase(report.get());
       }
       CompleteReport(j, write_s, report.get());
+      if (!tile_blocks.empty()) {
+        // What each delta stored, against its base's whole size.
+        std::vector<uint64_t> stored(tile_blocks.size(), 0);
+        for (size_t i = 0; i < tile_blocks.size(); ++i) {
+          for (uint64_t b = 0; b < tile_blocks[i].second; ++b)
+            stored[i] += j.index[tile_blocks[i].first + b].stored_len;
+        }
+        delta_.Written(j.step, j.save_id, stored);
+      }
       {
         std::lock_guard<std::mutex> lock(shared->mu);
         shared->stats.bytes_stored = j.bytes_stored;
@@ -345,6 +370,7 @@ class Checkpointer::Impl {
           (void)AbortStep(*storage_, j.step, j.save_id, absl::AbortedError(StrCat("leader failed: ", s.message())));
       }
       LogFailedSave(j.step, s);
+      delta_.Outcome(j.step, false);
       shared->SetDone(s, NowSeconds() - shared->t_start);
       return;
     }
@@ -364,6 +390,7 @@ class Checkpointer::Impl {
         std::lock_guard<std::mutex> lock(counters_mu_);
         ++counts_.committed;
       }
+      delta_.Outcome(step, st.ok());
       shared->SetDone(st, commit_s);
     });
   }
@@ -389,12 +416,19 @@ class Checkpointer::Impl {
   // this process's memory (its own files and the copies it holds for
   // others) are no longer needed; removing them here also removes this
   // rank's copies from its replica holders. Steps still in flight are newer.
+  // The bases of the step's deltas stay.
   void DropOlderMemorySteps(int64_t step) {
+    std::set<int64_t> bases;
+    if (delta_.enabled()) {
+      auto m = ReadManifest(*storage_, step);
+      if (!m.ok()) return;  // keep everything rather than a base it needs
+      for (const ManifestBase& b : m->bases) bases.insert(b.step);
+    }
     auto entries = storage_->List("");
     if (!entries.ok()) return;
     for (const DirEntry& e : *entries) {
       std::optional<int64_t> s = e.is_dir ? ParseStepDir(e.name) : std::nullopt;
-      if (s && *s < step) (void)storage_->RemoveAll(e.name);
+      if (s && *s < step && !bases.count(*s)) (void)storage_->RemoveAll(e.name);
     }
   }
 
@@ -438,6 +472,7 @@ class Checkpointer::Impl {
   WriterCache writer_cache_;    // REQUIRES: save_mu_
   RankRules rank_rules_;        // REQUIRES: save_mu_
   RuleManifest rule_manifest_;  // the committer thread's
+  DeltaTracker delta_{options_.delta};
 
   std::mutex report_mu_;
   std::condition_variable report_cv_;

@@ -212,6 +212,7 @@ Manifest RestrictManifest(const Manifest& m, const State& wants, int rank) {
   out.codec = m.codec;
   out.mesh = m.mesh;
   out.metadata = m.metadata;
+  out.bases = m.bases;
   std::map<uint32_t, uint32_t> file_map;
   auto file_index = [&](uint32_t f) {
     auto [it, added] = file_map.try_emplace(f, static_cast<uint32_t>(out.files.size()));

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "absl/strings/escaping.h"
+#include "core/root.h"
 #include "format/frame_check.h"
 #include "pipeline/loader.h"
 #include "plan/coop_reads.h"
@@ -422,7 +423,8 @@ absl::StatusOr<LoadStats> LoadCooperatively(Storage& storage, const Manifest& mi
   CKPT_ASSIGN_OR_RETURN(CoopReadPlan plan,
                         PlanCooperativeReads(mine, target.layouts(), *target.mesh(), exchange.hosts(), co));
   CoopRouter router(mine, std::move(plan), exchange.rank(), options, exchange, load);
-  absl::StatusOr<LoadStats> stats = LoadFromManifest(storage, mine, target, rank, options, &router);
+  RootBaseManifests bases(storage);
+  absl::StatusOr<LoadStats> stats = LoadFromManifest(storage, mine, target, rank, options, &router, &bases);
   router.Finish();
   if (stats.ok()) router.Fill(*stats);
   return stats;

@@ -6,6 +6,7 @@
 #include "absl/strings/str_split.h"
 #include "core/collective_plan.h"
 #include "core/coop_load.h"
+#include "core/root.h"
 #include "format/manifest.h"
 #include "format/manifest_part.h"
 #include "format/root_files.h"
@@ -29,8 +30,9 @@ absl::StatusOr<LoadStats> LoadStepAlone(Storage& storage, const State& target, i
   CKPT_ASSIGN_OR_RETURN(LoadableStep found,
                         ResolveLoadable(storage, step, options.allow_fallback, GridChunks::kGridsOnly));
   ReportDamage(found, storage.uri());
+  RootBaseManifests bases(storage);
   CKPT_ASSIGN_OR_RETURN(LoadStats stats, LoadFromManifest(storage, RestrictManifest(found.manifest, target, rank),
-                                                          target, rank, options));
+                                                          target, rank, options, nullptr, &bases));
   stats.damage_note = found.note;
   stats.fell_back_from = found.fell_back_from;
   stats.manifest_bytes = found.manifest_bytes;
@@ -65,9 +67,10 @@ const std::vector<TensorSpec>& StepReader::tensors() const { return impl_->tenso
 
 absl::StatusOr<LoadStats> StepReader::Load(const State& target, int rank, const LoadOptions& options) const {
   const LoadableStep& found = impl_->found;
-  CKPT_ASSIGN_OR_RETURN(
-      LoadStats stats,
-      LoadFromManifest(*impl_->storage, RestrictManifest(found.manifest, target, rank), target, rank, options));
+  RootBaseManifests bases(*impl_->storage);
+  CKPT_ASSIGN_OR_RETURN(LoadStats stats,
+                        LoadFromManifest(*impl_->storage, RestrictManifest(found.manifest, target, rank), target, rank,
+                                         options, nullptr, &bases));
   stats.damage_note = found.note;
   stats.manifest_bytes = found.manifest_bytes;
   return stats;
@@ -123,7 +126,8 @@ absl::StatusOr<LoadStats> LoadPart(Storage& storage, Communicator& comm, const S
     CKPT_ASSIGN_OR_RETURN(mine, DecodeManifest(plan, "load plan from the leader"));
   }
   if (exchange != nullptr) return LoadCooperatively(storage, mine, target, rank, options, *exchange, load);
-  return LoadFromManifest(storage, mine, target, rank, options);
+  RootBaseManifests bases(storage);
+  return LoadFromManifest(storage, mine, target, rank, options, nullptr, &bases);
 }
 
 }  // namespace

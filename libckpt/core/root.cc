@@ -268,6 +268,7 @@ absl::StatusOr<StepExamination> ExamineStep(Storage& storage, int64_t step, Grid
     ex.info.committed = true;
     ex.info.manifest_from_copy = ex.from_copy;
     ex.info.created_unix_ns = ma->created_unix_ns;
+    for (const ManifestBase& base : ma->bases) ex.info.delta_bases.push_back(base.step);
     for (const ManifestFile& f : ma->files) ex.info.bytes += static_cast<int64_t>(f.size);
     ex.intact_bytes = ex.from_copy ? *b : *a;
     ex.manifest = std::move(ma).value();
@@ -515,6 +516,11 @@ absl::Status RepairStepMetadata(Storage& storage, int64_t step, bool dry_run, st
   return absl::OkStatus();
 }
 
+absl::StatusOr<std::shared_ptr<const Manifest>> RootBaseManifests::Read(int64_t step) {
+  CKPT_ASSIGN_OR_RETURN(Manifest m, ReadManifest(storage_, step));
+  return std::make_shared<const Manifest>(std::move(m));
+}
+
 absl::StatusOr<Manifest> MergeReports(const std::vector<Manifest>& reports) {
   if (reports.empty()) return absl::InvalidArgumentError("no rank reports to merge");
   Manifest m;
@@ -556,6 +562,23 @@ absl::StatusOr<Manifest> MergeReports(const std::vector<Manifest>& reports) {
       }
       for (ManifestChunk c : t.chunks) {
         c.file = file_index;
+        if (c.base != 0) {
+          const ManifestBase* base = rep.BaseOf(c);
+          if (base == nullptr) {
+            return absl::DataLossError(StrCat("report of rank ", r, " for step ", m.step, ": tensor '", t.spec.fqn,
+                                              "' chunk ", c.box.ToString(), " names a delta base it does not list"));
+          }
+          // Two saves of one step never both commit, so a base step names
+          // one save; ranks that disagree on it are refused.
+          for (const ManifestBase& known : m.bases) {
+            if (known.step == base->step && known.save_id != base->save_id) {
+              return absl::DataLossError(StrCat("report of rank ", r, " for step ", m.step, ": delta base step ",
+                                                base->step, " is save ", base->save_id, ", another rank's is save ",
+                                                known.save_id));
+            }
+          }
+          c.base = m.AddBase(*base);
+        }
         it->second.chunks.push_back(std::move(c));
       }
     }

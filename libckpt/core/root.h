@@ -14,6 +14,7 @@
 #include "ckpt/checkpointer.h"
 #include "format/manifest.h"
 #include "format/root_files.h"
+#include "pipeline/delta_chain.h"
 
 namespace ckpt {
 
@@ -51,6 +52,17 @@ absl::StatusOr<StepExamination> ExamineStep(Storage& storage, int64_t step,
 /// `grids` as DecodeManifest takes it.
 absl::StatusOr<Manifest> ReadManifest(Storage& storage, int64_t step, std::string* note = nullptr,
                                       bool* from_copy = nullptr, GridChunks grids = GridChunks::kExpandGrids);
+
+/// The committed steps of a root as bases of delta chains (pipeline/
+/// delta_chain.h): ReadManifest's answer, every chunk listed.
+class RootBaseManifests : public BaseManifests {
+ public:
+  explicit RootBaseManifests(Storage& storage) : storage_(storage) {}
+  absl::StatusOr<std::shared_ptr<const Manifest>> Read(int64_t step) override;
+
+ private:
+  Storage& storage_;
+};
 
 /// The latest committed step: the highest step whose MANIFEST (or its copy)
 /// exists, damaged or not. LATEST only speeds the search up; when it names

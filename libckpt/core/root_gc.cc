@@ -149,6 +149,60 @@ absl::Status SweepLeftoverReports(Storage& storage, const std::vector<StepInfo>&
   return absl::OkStatus();
 }
 
+// Steps that kept steps' deltas need stay, down their chains. A step whose
+// bases cannot be known (damaged with no manifest that decodes, or
+// unreadable) keeps every committed step older than it, in a root that
+// holds deltas at all.
+void KeepDeltaBases(const std::vector<StepInfo>& steps, const GcOptions& options, std::set<int64_t>* keep,
+                    GcReport* report) {
+  std::map<int64_t, const StepInfo*> by_step;
+  bool deltas = false;
+  for (const StepInfo& s : steps) {
+    by_step[s.step] = &s;
+    deltas = deltas || !s.delta_bases.empty();
+  }
+  if (!deltas) return;
+  const std::set<int64_t> by_retention = *keep;
+  // Steps that stay whatever retention says: kept ones, damaged ones (unless
+  // asked to remove them) and unreadable ones.
+  std::vector<int64_t> todo;
+  int64_t unknown_below = -1;
+  for (const StepInfo& s : steps) {
+    const bool stays = keep->count(s.step) > 0 || s.state == StepState::kUnreadable ||
+                       (s.state == StepState::kDamaged && !options.remove_damaged);
+    if (!stays || s.state == StepState::kPartial) continue;
+    todo.push_back(s.step);
+    if (!s.committed) unknown_below = std::max(unknown_below, s.step);
+  }
+  std::map<int64_t, std::set<int64_t>> pinned_by;
+  while (!todo.empty()) {
+    const int64_t s = todo.back();
+    todo.pop_back();
+    auto it = by_step.find(s);
+    if (it == by_step.end()) continue;
+    for (int64_t b : it->second->delta_bases) {
+      pinned_by[b].insert(s);
+      if (keep->insert(b).second) todo.push_back(b);
+    }
+  }
+  for (const auto& [base, users] : pinned_by) {
+    auto it = by_step.find(base);
+    if (it == by_step.end() || it->second->state != StepState::kCommitted || by_retention.count(base)) continue;
+    std::string names;
+    for (int64_t u : users) names = names.empty() ? StrCat(u) : StrCat(names, ", ", u);
+    report->kept_bases.push_back(base);
+    report->reasons.push_back(StrCat("kept committed step ", base, ": the base of delta step(s) ", names));
+  }
+  if (unknown_below < 0) return;
+  for (const StepInfo& s : steps) {
+    if (s.step >= unknown_below || s.state != StepState::kCommitted || !keep->insert(s.step).second) continue;
+    report->kept_bases.push_back(s.step);
+    report->reasons.push_back(StrCat("kept committed step ", s.step, ": step ", unknown_below,
+                                     " has no manifest that can be read, so which bases its deltas need is "
+                                     "not known"));
+  }
+}
+
 }  // namespace
 
 absl::StatusOr<GcReport> CollectGarbageIn(Storage& storage, const GcOptions& options) {
@@ -184,6 +238,7 @@ absl::StatusOr<GcReport> CollectGarbageIn(Storage& storage, const GcOptions& opt
     return Annotate(text.status(), "reading LATEST before removing anything");
   }
   keep.insert(options.protect.begin(), options.protect.end());
+  KeepDeltaBases(*steps, options, &keep, &report);
   const char* removes = options.dry_run ? "would remove" : "removed";
   for (const StepInfo& s : *steps) {
     const std::string dir = StepDir(s.step);

@@ -52,10 +52,12 @@ SavePieces BuildSavePieces(const State& state, const std::vector<bool>& writes, 
   return out;
 }
 
-void FillReport(const SavePieces& pieces, const State& state, int rank, Manifest* report) {
+void FillReport(const SavePieces& pieces, const State& state, int rank, Manifest* report,
+                const std::vector<std::optional<ManifestBase>>* bases) {
   std::map<std::string, ManifestTensor> tensors;
   size_t pi = 0;
   for (const Shard& t : pieces.tiles) {
+    const size_t tile = pi;
     const SavePiece& p = pieces.pieces[pi++];
     ManifestTensor& mt = tensors[t.spec.fqn];
     mt.spec = t.spec;
@@ -64,6 +66,8 @@ void FillReport(const SavePieces& pieces, const State& state, int rank, Manifest
     c.first_block = p.first_block;
     c.block_count = p.block_count;
     c.box = t.box;
+    if (bases != nullptr && tile < bases->size() && (*bases)[tile].has_value())
+      c.base = report->AddBase(*(*bases)[tile]);
     mt.chunks.push_back(std::move(c));
   }
   for (const Shard& s : state.shards()) {

@@ -47,8 +47,10 @@ Manifest NewRankReport(int64_t step, int world_size, Codec codec, const std::opt
 /// Fills the tensors and blobs of a rank's report from pieces the engine has
 /// numbered (first_block, block_count). Every tensor of the state appears,
 /// those whose shards here are all empty too when they have no elements, so
-/// zero-size tensors are recorded.
-void FillReport(const SavePieces& pieces, const State& state, int rank, Manifest* report);
+/// zero-size tensors are recorded. `bases` (per tile, when given) names
+/// the base of each tile saved as a delta.
+void FillReport(const SavePieces& pieces, const State& state, int rank, Manifest* report,
+                const std::vector<std::optional<ManifestBase>>* bases = nullptr);
 
 /// The report's entry for the data file a finished job wrote.
 ManifestFile DataFileEntry(const SaveJob& job);

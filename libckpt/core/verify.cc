@@ -49,7 +49,7 @@ int64_t OffsetIn(absl::string_view msg) {
 class Verifier {
  public:
   Verifier(Storage& storage, int64_t step, const VerifyOptions& options)
-      : storage_(storage), step_(step), options_(options) {}
+      : storage_(storage), step_(step), options_(options), bases_(storage), chain_(storage, &bases_) {}
 
   absl::StatusOr<VerifyReport> Run() {
     const double t0 = NowSeconds();
@@ -418,7 +418,13 @@ class Verifier {
           [&](const FrameTask& t, absl::Span<const std::byte> frame, BlockCodec& codec,
               std::vector<std::byte>& scratch) -> absl::Status {
             CKPT_RETURN_IF_ERROR(CheckFrame(frame, *t.entry, t.block_id, t.file->path()));
-            auto raw = DecodeFrame(codec, frame, *t.entry, scratch, t.file->path());
+            // A delta is checked rebuilt, down its whole chain.
+            const BlockOwner& o = *static_cast<const BlockOwner*>(t.tag);
+            DeltaBaseFn base;
+            if ((t.entry->flags & kFlagDelta) != 0 && o.tensor != nullptr) {
+              base = chain_.For(m_, *o.tensor, *o.chunk, o.rel_block);
+            }
+            auto raw = DecodeFrame(codec, frame, *t.entry, scratch, t.file->path(), &base);
             return raw.status();
           },
           [&](const FrameTask& t, const absl::Status& s) {
@@ -447,6 +453,8 @@ class Verifier {
   std::vector<std::vector<BlockOwner>> owners_;
   std::vector<std::vector<IndexEntry>> indexes_;
   std::vector<bool> indexed_;  ///< per file: its index was read and checked
+  RootBaseManifests bases_;
+  DeltaChain chain_;
 };
 
 }  // namespace

@@ -6,6 +6,7 @@
 #include "codec/codec.h"
 #include "format/hdf5_container.h"
 #include "format/safetensors.h"
+#include "util/errors.h"
 #include "util/hash.h"
 #include "util/strings.h"
 
@@ -62,26 +63,33 @@ absl::Status CheckFrame(absl::Span<const std::byte> frame, const IndexEntry& e, 
 
 absl::StatusOr<absl::Span<const std::byte>> DecodeFrame(BlockCodec& codec, absl::Span<const std::byte> frame,
                                                         const IndexEntry& e, std::vector<std::byte>& scratch,
-                                                        std::string_view file) {
+                                                        std::string_view file, const DeltaBaseFn* base) {
   const std::string where = StrCat(file, " at byte offset ", e.offset);
   absl::Span<const std::byte> payload = frame.subspan(0, e.stored_len);
   if (e.codec > 2) {
     return absl::DataLossError(StrCat(where, ": unknown codec ", e.codec));
   }
+  const bool delta = (e.flags & kFlagDelta) != 0;
+  if (delta && (base == nullptr || !*base)) {
+    return absl::DataLossError(StrCat(where, ": the block is a delta, and its chunk names no base to rebuild it from"));
+  }
   if (static_cast<Codec>(e.codec) == Codec::kNone) {
-    if (e.raw_len != e.stored_len || e.raw_hash != e.stored_hash) {
+    if (e.raw_len != e.stored_len || (!delta && e.raw_hash != e.stored_hash)) {
       return absl::DataLossError(StrCat(where, ": uncompressed block with inconsistent sizes or checksums"));
     }
-    return payload;
+    if (!delta) return payload;
+    scratch.assign(payload.begin(), payload.end());
+  } else {
+    scratch.resize(e.raw_len);
+    absl::Status s = codec.Decode(static_cast<Codec>(e.codec), e.elem_width, e.flags, payload,
+                                  absl::Span<std::byte>(scratch), where);
+    if (!s.ok()) return s;
   }
-  scratch.resize(e.raw_len);
-  absl::Status s =
-      codec.Decode(static_cast<Codec>(e.codec), e.elem_width, e.flags, payload, absl::Span<std::byte>(scratch), where);
-  if (!s.ok()) return s;
+  if (delta) CKPT_RETURN_IF_ERROR((*base)(absl::Span<std::byte>(scratch)));
   const uint64_t h = Xxh3(scratch.data(), scratch.size());
   if (h != e.raw_hash) {
-    return absl::DataLossError(
-        StrCat(where, ": checksum mismatch in decoded bytes (xxh3 ", Hex(h), ", expected ", Hex(e.raw_hash), ")"));
+    return absl::DataLossError(StrCat(where, ": checksum mismatch in ", delta ? "rebuilt" : "decoded", " bytes (xxh3 ",
+                                      Hex(h), ", expected ", Hex(e.raw_hash), ")"));
   }
   return absl::Span<const std::byte>(scratch);
 }
@@ -135,9 +143,9 @@ absl::StatusOr<std::vector<IndexEntry>> ReadFileIndex(ReadableFile& f, const Man
     std::vector<std::pair<uint64_t, uint64_t>> spans = {{mf.index_offset, mf.index_offset + mf.index_len}};
     for (size_t i = 0; i < entries->size(); ++i) {
       const IndexEntry& e = (*entries)[i];
-      if ((e.flags & kFlagBareBlock) == 0 || ((e.flags & kFlagUnchecked) != 0) != unchecked || e.codec != 0 ||
-          e.frame_len != e.stored_len || e.raw_len != e.stored_len || e.raw_len > kMaxBlockBytes ||
-          e.offset > mf.size || e.frame_len > mf.size - e.offset) {
+      if ((e.flags & kFlagBareBlock) == 0 || ((e.flags & kFlagUnchecked) != 0) != unchecked ||
+          (e.flags & kFlagDelta) != 0 || e.codec != 0 || e.frame_len != e.stored_len || e.raw_len != e.stored_len ||
+          e.raw_len > kMaxBlockBytes || e.offset > mf.size || e.frame_len > mf.size - e.offset) {
         return absl::DataLossError(StrCat(file, " at byte offset ",
                                           mf.index_offset + kIndexHeaderSize + i * kIndexEntrySize,
                                           ": index entry of block ", i, " is malformed"));
@@ -157,7 +165,8 @@ absl::StatusOr<std::vector<IndexEntry>> ReadFileIndex(ReadableFile& f, const Man
   spans.reserve(entries->size());
   for (size_t i = 0; i < entries->size(); ++i) {
     const IndexEntry& e = (*entries)[i];
-    if (e.frame_len != FrameLength(e.stored_len) || e.raw_len > kMaxBlockBytes || e.offset % kFrameAlign != 0) {
+    if (e.frame_len != FrameLength(e.stored_len) || e.raw_len > kMaxBlockBytes || e.offset % kFrameAlign != 0 ||
+        (e.flags & (kFlagBareBlock | kFlagUnchecked)) != 0) {
       return absl::DataLossError(StrCat(file, " at byte offset ",
                                         mf.index_offset + kIndexHeaderSize + i * kIndexEntrySize,
                                         ": index entry of block ", i, " is malformed"));

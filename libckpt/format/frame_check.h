@@ -4,6 +4,7 @@
 #define CKPT_FORMAT_FRAME_CHECK_H_
 
 #include <cstdint>
+#include <functional>
 #include <string_view>
 #include <vector>
 
@@ -24,12 +25,16 @@ class BlockCodec;
 absl::Status CheckFrame(absl::Span<const std::byte> frame, const IndexEntry& e, uint64_t block_id,
                         std::string_view file);
 
+/// XORs a delta block's base bytes into its decoded bytes (DeltaChain).
+using DeltaBaseFn = std::function<absl::Status(absl::Span<std::byte> bytes)>;
+
 /// Decodes a checked frame's stored bytes and verifies the xxh3 of the raw
 /// bytes. Returns the raw bytes: the payload itself for codec none,
-/// otherwise `scratch`.
+/// otherwise `scratch`. A delta block (kFlagDelta) is rebuilt in `scratch`
+/// by `base` before the check; without `base` it is refused.
 absl::StatusOr<absl::Span<const std::byte>> DecodeFrame(BlockCodec& codec, absl::Span<const std::byte> frame,
                                                         const IndexEntry& e, std::vector<std::byte>& scratch,
-                                                        std::string_view file);
+                                                        std::string_view file, const DeltaBaseFn* base = nullptr);
 
 /// Reads and checks a data file's block index: file size, index checksum
 /// against the manifest, entry count, and entries that lie in the data area

@@ -145,6 +145,13 @@ void WriteTail(ByteWriter& w, const Manifest& m) {
   w.SVar(m.bytes_logical);
   w.SVar(m.bytes_stored);
   if (m.format_version >= 3) w.Str(m.claim);
+  if (m.format_version >= 6) {
+    w.Var(m.bases.size());
+    for (const ManifestBase& b : m.bases) {
+      w.SVar(b.step);
+      w.U64(b.save_id);
+    }
+  }
 }
 
 void ReadTail(ByteReader& r, Manifest& m) {
@@ -153,9 +160,25 @@ void ReadTail(ByteReader& r, Manifest& m) {
   m.bytes_logical = r.SVar();
   m.bytes_stored = r.SVar();
   if (m.format_version >= 3) m.claim = r.Str(kMaxClaimBytes);
+  if (m.format_version >= 6) {
+    const uint64_t n = r.Count(kMaxDeltaBases, "delta base count");
+    for (uint64_t i = 0; i < n && r.ok(); ++i) {
+      ManifestBase b;
+      b.step = r.SVar();
+      b.save_id = r.U64();
+      if (!r.ok()) break;
+      if (b.step < 0 || b.step >= m.step || b.save_id == 0) {
+        r.Fail(StrCat("delta base ", i, " (step ", b.step, ") is not an earlier step of a save"));
+      }
+      for (const ManifestBase& o : m.bases) {
+        if (o.step == b.step) r.Fail(StrCat("delta base step ", b.step, " is listed twice"));
+      }
+      m.bases.push_back(b);
+    }
+  }
 }
 
-void WriteExplicitChunks(ByteWriter& w, const ManifestTensor& t) {
+void WriteExplicitChunks(ByteWriter& w, const ManifestTensor& t, uint32_t version) {
   w.Var(t.chunks.size());
   for (const ManifestChunk& c : t.chunks) {
     w.Var(c.file);
@@ -163,12 +186,13 @@ void WriteExplicitChunks(ByteWriter& w, const ManifestTensor& t) {
     w.Var(c.block_count);
     for (int64_t o : c.box.offsets) w.Var(static_cast<uint64_t>(o));
     for (int64_t s : c.box.sizes) w.Var(static_cast<uint64_t>(s));
+    if (version >= 6) w.Var(c.base);
   }
 }
 
 // Reads `nchunks` explicitly listed chunks of `t` (its spec already read).
 void ReadExplicitChunks(ByteReader& r, const std::vector<ManifestFile>* files, uint64_t nfiles, uint64_t nchunks,
-                        ManifestTensor& t) {
+                        uint32_t version, ManifestTensor& t) {
   const size_t nd = t.spec.shape.size();
   t.chunks.reserve(std::min<uint64_t>(nchunks, r.remaining()));
   for (uint64_t c = 0; c < nchunks && r.ok(); ++c) {
@@ -180,6 +204,7 @@ void ReadExplicitChunks(ByteReader& r, const std::vector<ManifestFile>* files, u
     ch.box.sizes.resize(nd);
     for (size_t d = 0; d < nd; ++d) ch.box.offsets[d] = static_cast<int64_t>(r.Count(uint64_t{1} << 48, "offset"));
     for (size_t d = 0; d < nd; ++d) ch.box.sizes[d] = static_cast<int64_t>(r.Count(uint64_t{1} << 48, "size"));
+    if (version >= 6) ch.base = static_cast<uint32_t>(r.Count(kMaxDeltaBases, "chunk base"));
     if (!r.ok()) break;
     if (ch.file >= nfiles) {
       r.Fail(StrCat("tensor '", t.spec.fqn, "' chunk ", c, " names file ", ch.file, " of ", nfiles));
@@ -239,7 +264,7 @@ std::string EncodeLegacy(const Manifest& m) {
     w.U8(static_cast<uint8_t>(t.spec.dtype));
     w.Var(t.spec.shape.size());
     for (int64_t d : t.spec.shape) w.Var(static_cast<uint64_t>(d));
-    WriteExplicitChunks(w, t);
+    WriteExplicitChunks(w, t, m.format_version);
   }
   WriteBlobs(w, m);
   WriteTail(w, m);
@@ -288,7 +313,7 @@ absl::StatusOr<Manifest> DecodeLegacy(std::string_view body, uint32_t version, s
     }
     uint64_t nchunks = r.Count(max_chunks - total_chunks, "chunk count");
     total_chunks += nchunks;
-    ReadExplicitChunks(r, &m.files, m.files.size(), nchunks, t);
+    ReadExplicitChunks(r, &m.files, m.files.size(), nchunks, version, t);
     if (r.ok() && !m.tensors.empty() && !(m.tensors.back().spec.fqn < t.spec.fqn)) {
       r.Fail(StrCat("tensor '", t.spec.fqn, "' out of order or repeated"));
     }
@@ -302,6 +327,24 @@ absl::StatusOr<Manifest> DecodeLegacy(std::string_view body, uint32_t version, s
 }
 
 }  // namespace
+
+absl::Status CheckChunkBases(const Manifest& m, const ManifestTensor& t, std::string_view what) {
+  for (const ManifestChunk& c : t.chunks) {
+    if (c.base > m.bases.size()) {
+      return absl::DataLossError(StrCat(what, ": tensor '", t.spec.fqn, "' chunk ", c.box.ToString(),
+                                        " names delta base ", c.base, " of ", m.bases.size()));
+    }
+  }
+  return absl::OkStatus();
+}
+
+uint32_t Manifest::AddBase(const ManifestBase& b) {
+  for (size_t i = 0; i < bases.size(); ++i) {
+    if (bases[i].step == b.step) return static_cast<uint32_t>(i + 1);
+  }
+  bases.push_back(b);
+  return static_cast<uint32_t>(bases.size());
+}
 
 const ManifestTensor* Manifest::FindTensor(std::string_view fqn) const {
   auto it = std::lower_bound(tensors.begin(), tensors.end(), fqn,
@@ -529,6 +572,10 @@ std::optional<ChunkGrid> DetectGrid(const ManifestTensor& t, const std::vector<M
   const size_t nd = t.spec.shape.size();
   const size_t n = t.chunks.size();
   if (nd == 0 || n == 0) return std::nullopt;
+  // A grid has no room for bases: a tensor with deltas is listed.
+  for (const ManifestChunk& c : t.chunks) {
+    if (c.base != 0) return std::nullopt;
+  }
   ChunkGrid g;
   g.cuts.resize(nd);
   uint64_t cells = 1;

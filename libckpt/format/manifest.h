@@ -31,7 +31,10 @@ class Xxh3Stream;
 /// tensors whose chunks form a grid stored as the grid (ChunkGrid).
 /// 5: a grid's run-coded sequences keep a pattern of runs that repeats once,
 /// with its repeat count (IntRuns groups).
-constexpr uint32_t kManifestVersion = 5;
+/// 6: delta chains. The head lists the steps the manifest's chunks are
+/// deltas against (ManifestBase), and each listed chunk names its base;
+/// chunks with a base are never coded as a grid.
+constexpr uint32_t kManifestVersion = 6;
 constexpr size_t kManifestHeaderSize = 48;
 
 /// A data file of the step.
@@ -58,6 +61,19 @@ struct ManifestChunk {
   uint64_t first_block = 0;
   uint64_t block_count = 0;
   Box box;
+  /// Version 6: 0 when the chunk is stored whole; i >= 1 when its blocks
+  /// flagged kFlagDelta hold their bytes XORed with the same block of the
+  /// chunk with the same box in step Manifest::bases[i - 1] (whose own
+  /// blocks may be deltas in turn: a chain).
+  uint32_t base = 0;
+};
+
+/// A step that chunks of a manifest are deltas against, and the save that
+/// wrote it (the base's files carry that save id).
+struct ManifestBase {
+  int64_t step = 0;
+  uint64_t save_id = 0;
+  bool operator==(const ManifestBase&) const = default;
 };
 
 struct ManifestTensor {
@@ -110,9 +126,19 @@ struct Manifest {
   /// Version 3 manifests: the bytes of the step's CLAIM when it was
   /// committed (empty in rank reports).
   std::string claim;
+  /// Version 6: the bases of the chunks' deltas: distinct steps, each older
+  /// than `step`.
+  std::vector<ManifestBase> bases;
 
   const ManifestTensor* FindTensor(std::string_view fqn) const;
   int64_t LogicalBytes() const;
+  /// The base a chunk's `base` names; null for 0 or a number out of range.
+  const ManifestBase* BaseOf(const ManifestChunk& c) const {
+    return c.base == 0 || c.base > bases.size() ? nullptr : &bases[c.base - 1];
+  }
+  /// Adds `b` to `bases` unless its step is there, and returns its number
+  /// for ManifestChunk::base.
+  uint32_t AddBase(const ManifestBase& b);
 };
 
 /// Where the manifest's file `f` lives under the root: in its step's
@@ -184,6 +210,8 @@ absl::StatusOr<std::vector<TensorEntry>> DecodeTensorDirectory(std::string_view 
 absl::Status DecodeTensorRecord(std::string_view record, const TensorEntry& entry,
                                 const std::vector<ManifestFile>* files, uint64_t file_count, uint32_t version,
                                 uint64_t* chunk_budget, std::string_view what, ManifestTensor* t);
+/// Every listed chunk of `t` names a base `m` has (or none).
+absl::Status CheckChunkBases(const Manifest& m, const ManifestTensor& t, std::string_view what);
 /// The chunk of grid cell `cell`, its file's block size given.
 ManifestChunk GridChunk(const ManifestTensor& t, uint64_t cell, uint64_t block_size);
 

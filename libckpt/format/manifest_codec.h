@@ -35,10 +35,12 @@ void WriteBlobs(ByteWriter& w, const Manifest& m);
 void ReadBlobs(ByteReader& r, Manifest& m, uint64_t nfiles, bool check_blocks);
 void WriteTail(ByteWriter& w, const Manifest& m);
 void ReadTail(ByteReader& r, Manifest& m);
-void WriteExplicitChunks(ByteWriter& w, const ManifestTensor& t);
+void WriteExplicitChunks(ByteWriter& w, const ManifestTensor& t, uint32_t version);
 // Reads `nchunks` explicitly listed chunks of `t` (its spec already read).
+// Version 6 adds each chunk's base (checked against the manifest's bases
+// by the caller: CheckChunkBases).
 void ReadExplicitChunks(ByteReader& r, const std::vector<ManifestFile>* files, uint64_t nfiles, uint64_t nchunks,
-                        ManifestTensor& t);
+                        uint32_t version, ManifestTensor& t);
 
 std::string EncodeV4(const Manifest& m);
 absl::StatusOr<Manifest> DecodeV4(std::string_view bytes, std::string_view what, uint64_t max_chunks, GridChunks grids);

@@ -120,6 +120,7 @@ absl::StatusOr<Manifest> ReadManifestPart(const ManifestRangeReader& read, uint6
         ManifestTensor& t = tensors[k];
         CKPT_RETURN_IF_ERROR(
             DecodeTensorRecord(rec, *e, nullptr, sec.file_count, head.format_version, &budget, what, &t));
+        CKPT_RETURN_IF_ERROR(CheckChunkBases(head, t, what));
         std::vector<uint64_t>& h = hits[k];
         for (const Box* b : boxes[e->fqn]) {
           if (b->ndim() != static_cast<int>(t.spec.shape.size())) continue;  // the loader reports it

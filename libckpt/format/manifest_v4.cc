@@ -57,7 +57,7 @@ bool GridMatches(const ManifestTensor& t, const std::vector<ManifestFile>& files
   size_t i = 0;
   bool ok = g.files.ForEach([&](uint64_t f) {
     const ManifestChunk& c = t.chunks[i];
-    if (c.file != f || f >= files.size() || !(c.box == g.CellBox(i)) ||
+    if (c.file != f || f >= files.size() || c.base != 0 || !(c.box == g.CellBox(i)) ||
         c.block_count != BlocksOf(static_cast<uint64_t>(c.box.Volume()) * es, files[f].block_size)) {
       return false;
     }
@@ -83,7 +83,7 @@ void WriteTensorRecord(ByteWriter& w, const ManifestTensor& t, const std::vector
   for (int64_t d : t.spec.shape) w.Var(static_cast<uint64_t>(d));
   if (!t.grid.has_value() || (!t.GridOnly() && !GridMatches(t, files))) {
     w.U8(kChunksListed);
-    WriteExplicitChunks(w, t);
+    WriteExplicitChunks(w, t, version);
     return;
   }
   w.U8(kChunksGrid);
@@ -209,7 +209,7 @@ void ReadTensorRecord(ByteReader& r, const std::vector<ManifestFile>* files, uin
   if (mode == kChunksListed) {
     const uint64_t nchunks = r.Count(*chunk_budget, "chunk count");
     *chunk_budget -= nchunks;
-    ReadExplicitChunks(r, files, nfiles, nchunks, t);
+    ReadExplicitChunks(r, files, nfiles, nchunks, version, t);
     return;
   }
   if (mode != kChunksGrid) {
@@ -301,6 +301,7 @@ absl::StatusOr<Manifest> DecodeV4(std::string_view bytes, std::string_view what,
     t.spec.fqn = std::move(e.fqn);
     e.fqn = t.spec.fqn;
     CKPT_RETURN_IF_ERROR(DecodeTensorRecord(rec, e, &m.files, sec.file_count, m.format_version, &budget, what, &t));
+    CKPT_RETURN_IF_ERROR(CheckChunkBases(m, t, what));
     if (t.grid.has_value()) {
       ByteReader r(rec, std::string(what), e.at);
       CheckGrid(r, m.files, grids == GridChunks::kExpandGrids, t);

@@ -14,7 +14,7 @@ absl::StatusOr<IndexEntry> EncodeBlockInPlace(BlockCodec& codec, const BlockEnco
   t.block_id = block_id;
   t.raw_len = raw_len;
   t.elem_width = static_cast<uint8_t>(DTypeSize(dtype));
-  t.raw_hash = Xxh3(slot, raw_len);
+  t.raw_hash = how.delta ? how.raw_hash : Xxh3(slot, raw_len);
   t.codec = static_cast<uint8_t>(Codec::kNone);
   t.stored_len = raw_len;
   if (!how.framed) {
@@ -35,7 +35,8 @@ absl::StatusOr<IndexEntry> EncodeBlockInPlace(BlockCodec& codec, const BlockEnco
       t.elem_width = enc.elem_width;
     }
   }
-  t.stored_hash = t.codec == static_cast<uint8_t>(Codec::kNone) ? t.raw_hash : Xxh3(slot, t.stored_len);
+  if (how.delta) t.flags |= kFlagDelta;
+  t.stored_hash = t.codec == static_cast<uint8_t>(Codec::kNone) && !how.delta ? t.raw_hash : Xxh3(slot, t.stored_len);
   const uint64_t frame_len = how.framed ? FrameLength(t.stored_len) : t.stored_len;
   if (how.framed) {
     EncodeTrailer(t, slot + t.stored_len);

@@ -23,6 +23,10 @@ struct BlockEncoding {
   bool framed = true;
   Codec codec = Codec::kNone;
   int zstd_level = 1;
+  /// A delta (kFlagDelta): the slot holds the block XORed with its base's
+  /// bytes, and `raw_hash` is the xxh3 of the block itself, taken before.
+  bool delta = false;
+  uint64_t raw_hash = 0;
 };
 
 /// Encodes block `block_id`, `raw_len` bytes of `dtype` at `slot`, in place.

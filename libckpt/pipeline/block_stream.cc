@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "format/frame_check.h"
+#include "pipeline/delta_chain.h"
 #include "util/errors.h"
 #include "util/strings.h"
 
@@ -118,7 +119,11 @@ absl::Status StreamTensorBlocks(StepFiles& files, const std::vector<const Manife
         const BlockTag& tag = *static_cast<const BlockTag*>(t.tag);
         absl::Status st = CheckFrame(frame, *t.entry, t.block_id, *tag.path);
         if (!st.ok()) return Annotate(st, ChunkName(*tag.tensor, *tag.chunk));
-        auto raw = DecodeFrame(codec, frame, *t.entry, scratch, *tag.path);
+        DeltaBaseFn base;
+        if ((t.entry->flags & kFlagDelta) != 0 && files.chain() != nullptr) {
+          base = files.chain()->For(files.manifest(), *tag.tensor, *tag.chunk, tag.block);
+        }
+        auto raw = DecodeFrame(codec, frame, *t.entry, scratch, *tag.path, &base);
         if (!raw.ok()) return Annotate(raw.status(), ChunkName(*tag.tensor, *tag.chunk));
         const uint64_t bs = files.manifest().files[tag.chunk->file].block_size;
         StreamedBlock b;
@@ -156,7 +161,11 @@ absl::StatusOr<absl::Span<const std::byte>> BlockFetcher::Fetch(const ManifestTe
   CKPT_RETURN_IF_ERROR(Annotate(f->file->ReadAt(e->offset, dst), name));
   const uint64_t global = chunk.first_block + block;
   CKPT_RETURN_IF_ERROR(Annotate(CheckFrame(dst, *e, global, f->path), name));
-  auto raw = DecodeFrame(codec_, dst, *e, scratch_, f->path);
+  DeltaBaseFn base;
+  if ((e->flags & kFlagDelta) != 0 && files_.chain() != nullptr) {
+    base = files_.chain()->For(files_.manifest(), tensor, chunk, block);
+  }
+  auto raw = DecodeFrame(codec_, dst, *e, scratch_, f->path, &base);
   if (!raw.ok()) return Annotate(raw.status(), name);
   cached_chunk_ = &chunk;
   cached_block_ = block;

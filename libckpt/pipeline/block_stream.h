@@ -25,6 +25,8 @@ namespace ckpt {
 
 /// The data files of one step, each opened and its index read and checked
 /// against the manifest once, on first use. Thread-safe.
+class DeltaChain;
+
 class StepFiles {
  public:
   struct File {
@@ -36,6 +38,10 @@ class StepFiles {
   StepFiles(Storage& storage, const Manifest& manifest) : storage_(storage), m_(manifest) {}
 
   const Manifest& manifest() const { return m_; }
+  /// Where blocks stored as deltas find their bases (pipeline/
+  /// delta_chain.h); null: such blocks are refused.
+  void set_chain(DeltaChain* chain) { chain_ = chain; }
+  DeltaChain* chain() const { return chain_; }
 
   /// The file `i` of the manifest, opened.
   absl::StatusOr<const File*> Open(uint32_t i);
@@ -48,6 +54,7 @@ class StepFiles {
  private:
   Storage& storage_;
   const Manifest& m_;
+  DeltaChain* chain_ = nullptr;
   std::mutex mu_;
   std::map<uint32_t, std::unique_ptr<File>> files_;
 };

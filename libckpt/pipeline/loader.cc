@@ -138,8 +138,11 @@ std::string ChunkName(const ChunkWork& w) {
 class Loader {
  public:
   // `storage` may be null for Plan alone.
-  Loader(Storage* storage, const Manifest& m, const LoadOptions& options, ReadRouter* router = nullptr)
-      : storage_(storage), m_(m), options_(options), router_(router) {}
+  Loader(Storage* storage, const Manifest& m, const LoadOptions& options, ReadRouter* router = nullptr,
+         BaseManifests* bases = nullptr)
+      : storage_(storage), m_(m), options_(options), router_(router) {
+    if (storage != nullptr && !m.bases.empty()) chain_ = std::make_unique<DeltaChain>(*storage, bases);
+  }
 
   absl::StatusOr<LoadPlanCounts> PlanOnly(const State& target, int rank) {
     CKPT_RETURN_IF_ERROR(Plan(target, rank));
@@ -345,6 +348,8 @@ class Loader {
     stats_.bytes_read = bytes_read;
     stats_.bytes_decoded = bytes_decoded;
     stats_.blocks_read = nread;
+    stats_.delta_blocks = delta_blocks_;
+    if (chain_ != nullptr) stats_.bytes_read_from_bases = chain_->bytes_read();
     if (!s.ok() && s.message().find("tensor '") == absl::string_view::npos &&
         s.message().find("blob '") == absl::string_view::npos) {
       s = Annotate(s, first_error_context_);
@@ -396,7 +401,12 @@ class Loader {
     const uint64_t global = w.first_block + task.rel_block;
     absl::Status s = CheckFrame(frame, e, global, task.file_name);
     if (!s.ok()) return Annotate(s, ChunkName(w));
-    auto raw = DecodeFrame(codec, frame, e, scratch, task.file_name);
+    DeltaBaseFn base;
+    if ((e.flags & kFlagDelta) != 0 && w.tensor != nullptr && chain_ != nullptr) {
+      base = chain_->For(m_, *w.tensor, *w.chunk, task.rel_block);
+      delta_blocks_.fetch_add(1, std::memory_order_relaxed);
+    }
+    auto raw = DecodeFrame(codec, frame, e, scratch, task.file_name, &base);
     if (!raw.ok()) return Annotate(raw.status(), ChunkName(w));
     const uint64_t begin = task.stream_offset;  // byte offset in the stream
     if (w.blob_out != nullptr) {
@@ -444,13 +454,15 @@ class Loader {
   std::deque<ManifestChunk> grid_chunks_;  // the grid cells met (stable addresses)
   LoadStats stats_;
   std::string first_error_context_;
+  std::unique_ptr<DeltaChain> chain_;  // steps with bases only
+  std::atomic<int64_t> delta_blocks_{0};
 };
 
 }  // namespace
 
 absl::StatusOr<LoadStats> LoadFromManifest(Storage& storage, const Manifest& manifest, const State& target, int rank,
-                                           const LoadOptions& options, ReadRouter* router) {
-  Loader loader(&storage, manifest, options, router);
+                                           const LoadOptions& options, ReadRouter* router, BaseManifests* bases) {
+  Loader loader(&storage, manifest, options, router, bases);
   return loader.Run(target, rank);
 }
 

@@ -10,6 +10,7 @@
 #include "ckpt/storage.h"
 #include "format/data_file.h"
 #include "format/manifest.h"
+#include "pipeline/delta_chain.h"
 
 namespace ckpt {
 
@@ -30,9 +31,12 @@ class ReadRouter {
 
 /// Fills `target` from the committed step described by `manifest`. `rank`
 /// selects per-rank blobs whose source rank is unspecified. With a
-/// `router`, frames are read where it says.
+/// `router`, frames are read where it says. Blocks stored as deltas are
+/// rebuilt along their chains from the steps `bases` gives (read from
+/// `storage`, never through the router); without it they are refused.
 absl::StatusOr<LoadStats> LoadFromManifest(Storage& storage, const Manifest& manifest, const State& target, int rank,
-                                           const LoadOptions& options, ReadRouter* router = nullptr);
+                                           const LoadOptions& options, ReadRouter* router = nullptr,
+                                           BaseManifests* bases = nullptr);
 
 /// What LoadFromManifest would read, planned by its own code and nothing
 /// read: the chunks and blobs met and their blocks.

@@ -10,6 +10,7 @@
 #include "codec/codec.h"
 #include "layout/box_copy.h"
 #include "pipeline/block_encoder.h"
+#include "pipeline/delta_chain.h"
 #include "pipeline/staging_arena.h"
 #include "util/background.h"
 #include "util/clock.h"
@@ -169,6 +170,20 @@ absl::Status SaveEngine::Run(std::shared_ptr<SaveJob> job, std::vector<SavePiece
                                              " blocks exceed one file's limit; raise the block size"));
   }
   j.index.assign(nblocks, IndexEntry{});
+  for (const SavePiece& p : pieces) {
+    if (p.delta_reference == nullptr && p.delta_capture == nullptr) continue;
+    if (!j.writer->frames_blocks()) {
+      return absl::InvalidArgumentError(StrCat("rank ", j.rank, " step ", j.step,
+                                               ": deltas are stored in ckpt data files only, not in this container"));
+    }
+    if (j.deltas.empty()) j.deltas.resize(nblocks);
+    for (uint64_t b = 0; b < p.block_count; ++b) {
+      const uint64_t at = b * options_.block_size;
+      SaveJob::BlockDelta& d = j.deltas[p.first_block + b];
+      if (p.delta_reference != nullptr) d.reference = p.delta_reference + at;
+      if (p.delta_capture != nullptr) d.capture = p.delta_capture + at;
+    }
+  }
   j.counters->blocks_total = static_cast<int64_t>(nblocks);
   j.sink = RegisterWith(j.storage);
   if (!j.before_writes) {
@@ -587,8 +602,25 @@ void SaveEngine::ProcessBlock(WorkItem& item, BlockCodec& codec, std::byte* out)
   }
   BlockEncoding how;
   how.framed = job->writer->frames_blocks();
-  const bool automatic = job->codec == Codec::kAuto;
-  how.codec = automatic ? auto_->Choose(item.dtype, item.raw_len, *job->sink) : job->codec;
+  const SaveJob::BlockDelta* delta = job->deltas.empty() ? nullptr : &job->deltas[item.block_id];
+  if (delta != nullptr && delta->capture != nullptr) std::memcpy(delta->capture, item.slot, item.raw_len);
+  if (delta != nullptr && delta->reference != nullptr) {
+    how.delta = true;
+    how.raw_hash = Xxh3(item.slot, item.raw_len);
+    XorInto(absl::Span<std::byte>(item.slot, item.raw_len),
+            absl::Span<const std::byte>(delta->reference, item.raw_len));
+  }
+  // A delta is mostly zero bytes: it is worth storing compressed whatever
+  // the codec asked for, and its ratio says nothing about the auto
+  // chooser's next whole block.
+  const bool automatic = job->codec == Codec::kAuto && !how.delta;
+  if (automatic) {
+    how.codec = auto_->Choose(item.dtype, item.raw_len, *job->sink);
+  } else if (how.delta && (job->codec == Codec::kNone || job->codec == Codec::kAuto)) {
+    how.codec = Codec::kShuffleZstd;
+  } else {
+    how.codec = job->codec;
+  }
   how.zstd_level = job->zstd_level;
   const double t0 = automatic ? NowSeconds() : 0;
   auto entry = EncodeBlockInPlace(codec, how, item.dtype, item.block_id, item.slot, item.raw_len,

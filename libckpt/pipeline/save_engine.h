@@ -63,6 +63,13 @@ struct SavePiece {
   /// Blobs in an HDF5 container: their name and rank (-1: global).
   std::string blob_name;
   int blob_rank = -1;
+  /// Deltas (ckpt data files only): `delta_reference` holds the piece's
+  /// bytes in its base step, and the piece is written XORed with them;
+  /// `delta_capture` (piece.bytes long) receives the piece's bytes as
+  /// staged, to be the base of later saves. Both outlive the job
+  /// (SaveJob::keep_alive).
+  const std::byte* delta_reference = nullptr;
+  std::byte* delta_capture = nullptr;
   // Filled by Run:
   uint64_t first_block = 0;
   uint64_t block_count = 0;
@@ -131,6 +138,15 @@ struct SaveJob {
   std::vector<HeldBlock> held;
   /// The storage's writes, measured for Codec::kAuto.
   std::shared_ptr<SinkMeter> sink;
+  /// Per block, from the pieces' delta_reference and delta_capture; empty
+  /// when no piece has either.
+  struct BlockDelta {
+    const std::byte* reference = nullptr;
+    std::byte* capture = nullptr;
+  };
+  std::vector<BlockDelta> deltas;
+  /// What the pieces' delta pointers point into.
+  std::vector<std::shared_ptr<const void>> keep_alive;
 };
 
 /// Staging threads an engine gets when SaveEngineOptions::staging_threads

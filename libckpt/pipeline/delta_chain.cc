@@ -1,0 +1,120 @@
+#include "pipeline/delta_chain.h"
+
+#include <cstring>
+#include <deque>
+
+#include "codec/codec.h"
+#include "util/aligned_buffer.h"
+#include "util/errors.h"
+#include "util/strings.h"
+
+namespace ckpt {
+
+void XorInto(absl::Span<std::byte> dst, absl::Span<const std::byte> src) {
+  const size_t n = std::min(dst.size(), src.size());
+  size_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    uint64_t a, b;
+    std::memcpy(&a, dst.data() + i, 8);
+    std::memcpy(&b, src.data() + i, 8);
+    a ^= b;
+    std::memcpy(dst.data() + i, &a, 8);
+  }
+  for (; i < n; ++i) dst[i] ^= src[i];
+}
+
+DeltaBaseFn DeltaChain::For(const Manifest& m, const ManifestTensor& t, const ManifestChunk& c, uint64_t block,
+                            int depth) {
+  const ManifestBase* base = m.BaseOf(c);
+  if (base == nullptr || c.file >= m.files.size()) return {};
+  const uint64_t block_size = m.files[c.file].block_size;
+  return [this, b = *base, spec = &t.spec, box = &c.box, block, block_size, depth](absl::Span<std::byte> bytes) {
+    return ApplyBase(b, *spec, *box, block, block_size, bytes, depth + 1);
+  };
+}
+
+absl::StatusOr<DeltaChain::BaseStep*> DeltaChain::Open(const ManifestBase& base) {
+  std::lock_guard<std::mutex> lock(mu_);
+  std::unique_ptr<BaseStep>& s = steps_[base.step];
+  if (s != nullptr) return s.get();
+  if (manifests_ == nullptr) {
+    return absl::FailedPreconditionError(
+        StrCat("step ", base.step, " is a delta base, and no root was given to read it from"));
+  }
+  auto read = manifests_->Read(base.step);
+  if (!read.ok()) {
+    if (absl::IsNotFound(read.status())) {
+      return absl::DataLossError(
+          StrCat("delta base step ", base.step, " is not committed (", read.status().message(), ")"));
+    }
+    return Annotate(read.status(), StrCat("reading delta base step ", base.step));
+  }
+  auto step = std::make_unique<BaseStep>();
+  step->manifest = std::move(read).value();
+  for (const ManifestFile& f : step->manifest->files) {
+    if (f.save_id != base.save_id) {
+      return absl::DataLossError(StrCat("delta base step ", base.step, " holds save ", f.save_id, " (file ", f.name,
+                                        "), not save ", base.save_id, " that the deltas were made against"));
+    }
+  }
+  for (const ManifestTensor& t : step->manifest->tensors) {
+    auto& by_box = step->chunks[t.spec.fqn];
+    for (const ManifestChunk& c : t.chunks) by_box[c.box.offsets] = &c;
+  }
+  step->files = std::make_unique<StepFiles>(storage_, *step->manifest);
+  s = std::move(step);
+  return s.get();
+}
+
+absl::Status DeltaChain::ApplyBase(const ManifestBase& base, const TensorSpec& spec, const Box& box, uint64_t block,
+                                   uint64_t block_size, absl::Span<std::byte> bytes, int depth) {
+  const std::string what =
+      StrCat("tensor '", spec.fqn, "' chunk ", box.ToString(), " block ", block, ": delta base step ", base.step);
+  if (depth > kMaxDeltaChain) {
+    return absl::DataLossError(StrCat(what, ": the chain is longer than ", kMaxDeltaChain, " links"));
+  }
+  CKPT_ASSIGN_OR_RETURN(BaseStep * step, Open(base));
+  const Manifest& bm = *step->manifest;
+  const ManifestTensor* t = bm.FindTensor(spec.fqn);
+  if (t == nullptr || !(t->spec == spec)) {
+    return absl::DataLossError(StrCat(what, " has no tensor of that name, dtype and shape"));
+  }
+  auto by_box = step->chunks.find(spec.fqn);
+  const ManifestChunk* c = nullptr;
+  if (by_box != step->chunks.end()) {
+    auto it = by_box->second.find(box.offsets);
+    if (it != by_box->second.end() && it->second->box == box) c = it->second;
+  }
+  if (c == nullptr) return absl::DataLossError(StrCat(what, " has no chunk of that box"));
+  if (bm.files[c->file].block_size != block_size) {
+    return absl::DataLossError(
+        StrCat(what, ": its file's block size ", bm.files[c->file].block_size, " is not ", block_size));
+  }
+  CKPT_ASSIGN_OR_RETURN(const IndexEntry* e, step->files->Entry(*t, *c, block));
+  CKPT_ASSIGN_OR_RETURN(const StepFiles::File* f, step->files->Open(c->file));
+  if (e->raw_len != bytes.size()) {
+    return absl::DataLossError(StrCat(what, ": the base block holds ", e->raw_len, " bytes, the delta ", bytes.size()));
+  }
+  // Each link of the chain decodes into buffers of its own (a deque: the
+  // links below add theirs while this one's are in use).
+  thread_local std::deque<AlignedBuffer> frames;
+  thread_local std::deque<std::vector<std::byte>> scratch;
+  thread_local BlockCodec codec;
+  while (frames.size() < static_cast<size_t>(depth + 1)) frames.emplace_back();
+  while (scratch.size() < static_cast<size_t>(depth + 1)) scratch.emplace_back();
+  AlignedBuffer& frame = frames[depth];
+  if (frame.size() < e->frame_len) {
+    CKPT_ASSIGN_OR_RETURN(frame, AlignedBuffer::Allocate(e->frame_len, false));
+  }
+  const absl::Span<std::byte> dst(frame.data(), e->frame_len);
+  CKPT_RETURN_IF_ERROR(Annotate(f->file->ReadAt(e->offset, dst), what));
+  bytes_read_.fetch_add(e->frame_len, std::memory_order_relaxed);
+  CKPT_RETURN_IF_ERROR(Annotate(CheckFrame(dst, *e, c->first_block + block, f->path), what));
+  const DeltaBaseFn next = For(bm, *t, *c, block, depth);
+  auto raw = DecodeFrame(codec, dst, *e, scratch[depth], f->path, &next);
+  if (!raw.ok()) return Annotate(raw.status(), what);
+  XorInto(bytes, *raw);
+  return absl::OkStatus();
+}
+
+}  // namespace ckpt

@@ -1,0 +1,233 @@
+// Delta saves (CheckpointerOptions::delta): chunks stored as XOR deltas
+// against a base step, chains bounded, per-chunk decisions by measurement,
+// and every step of a chain restoring bit-exactly.
+#include <cstring>
+#include <random>
+#include <set>
+
+#include "ckpt/checkpointer.h"
+#include "ckpt/verify.h"
+#include "core/root.h"
+#include "format/manifest.h"
+#include "testutil/test_util.h"
+
+namespace ckpt::testing {
+namespace {
+
+constexpr size_t kBlock = 64 << 10;
+
+// A training state in miniature: a frozen tensor, one that drifts a little
+// each step (few low bits change), and one that changes wholly each step.
+struct MiniState {
+  std::vector<OwnedShard> shards;
+  std::mt19937_64 rng{42};
+
+  MiniState() {
+    shards.push_back(MakeShard(TensorSpec{"frozen", DType::kF32, {256, 512}}, Box::Whole({256, 512}), 1));
+    shards.push_back(MakeShard(TensorSpec{"drift", DType::kBF16, {512, 512}}, Box::Whole({512, 512}), 2));
+    shards.push_back(MakeShard(TensorSpec{"noise", DType::kF32, {128, 512}}, Box::Whole({128, 512}), 3));
+  }
+  void Step() {
+    auto& drift = shards[1].data;
+    for (size_t i = 0; i < drift.size() / 64; ++i) {
+      drift[(rng() % (drift.size() / 2)) * 2] ^= std::byte{1};  // the lowest mantissa bit of some elements
+    }
+    for (auto& b : shards[2].data) b = static_cast<std::byte>(rng());
+  }
+};
+
+std::unique_ptr<Checkpointer> OpenDelta(const std::string& uri, int chain, RetentionPolicy retention = {}) {
+  CheckpointerOptions o;
+  o.uri = uri;
+  o.codec = Codec::kAuto;
+  o.engine_options.block_size = kBlock;
+  o.engine_options.staging_bytes = 2 << 20;
+  o.commit_timeout_s = 30;
+  o.delta.chain = chain;
+  o.retention = retention;
+  auto cp = Checkpointer::Open(o);
+  EXPECT_TRUE(cp.ok()) << cp.status();
+  return cp.ok() ? std::move(cp).value() : nullptr;
+}
+
+// The base step of the tensor's chunks (-1: whole), which are saved alike.
+int64_t BaseStepOf(const Manifest& m, const std::string& fqn) {
+  const ManifestTensor* t = m.FindTensor(fqn);
+  EXPECT_NE(t, nullptr) << fqn;
+  if (t == nullptr || t->chunks.empty()) return -2;
+  std::set<int64_t> steps;
+  for (const ManifestChunk& c : t->chunks) {
+    const ManifestBase* b = m.BaseOf(c);
+    steps.insert(b == nullptr ? -1 : b->step);
+  }
+  EXPECT_EQ(steps.size(), 1u) << fqn << " in step " << m.step;
+  return *steps.begin();
+}
+
+void ExpectRestores(Checkpointer& cp, int64_t step, const std::vector<OwnedShard>& want) {
+  std::vector<OwnedShard> out;
+  for (const OwnedShard& s : want) out.push_back(EmptyShard(s.spec, s.box));
+  State target = StateOf(out);
+  auto stats = cp.Load(target, step);
+  ASSERT_OK(stats);
+  for (size_t i = 0; i < want.size(); ++i) {
+    EXPECT_TRUE(out[i].data == want[i].data) << "step " << step << " tensor " << want[i].spec.fqn;
+  }
+}
+
+TEST(Delta, EveryStepOfAChainRestoresBitExactly) {
+  TempDir dir;
+  const std::string uri = dir.path() + "/root";
+  auto cp = OpenDelta(uri, 3);
+  ASSERT_NE(cp, nullptr);
+  MiniState s;
+  std::map<int64_t, std::vector<OwnedShard>> saved;
+  std::map<int64_t, SaveStats> stats;
+  for (int64_t step = 10; step <= 90; step += 10) {
+    if (step > 10) s.Step();
+    State state = StateOf(s.shards);
+    auto h = cp->Save(step, state);
+    ASSERT_OK(h);
+    ASSERT_OK(h->Wait());
+    saved[step] = s.shards;
+    stats[step] = h->Stats();
+  }
+  auto mem = OpenStorage(uri);
+  ASSERT_OK(mem);
+  std::map<int64_t, Manifest> m;
+  for (int64_t step = 10; step <= 90; step += 10) {
+    auto read = ReadManifest(**mem, step);
+    ASSERT_OK(read);
+    m[step] = *read;
+  }
+  // Step 10 is whole; 20, 30 and 40 are deltas against it (chain 3); 50 is
+  // whole again and the base of 60 to 80; 90 starts the next chain.
+  EXPECT_TRUE(m[10].bases.empty());
+  for (int64_t step : {20, 30, 40}) EXPECT_EQ(BaseStepOf(m[step], "frozen"), 10) << step;
+  EXPECT_EQ(BaseStepOf(m[50], "frozen"), -1);
+  for (int64_t step : {60, 70, 80}) EXPECT_EQ(BaseStepOf(m[step], "frozen"), 50) << step;
+  EXPECT_EQ(BaseStepOf(m[90], "frozen"), -1);
+  // The noise tensor's first delta does not pay: it is saved whole, keeping
+  // no base, for the next `chain` saves.
+  EXPECT_EQ(BaseStepOf(m[20], "noise"), 10);
+  for (int64_t step : {30, 40, 50}) EXPECT_EQ(BaseStepOf(m[step], "noise"), -1) << step;
+  EXPECT_EQ(BaseStepOf(m[20], "drift"), 10);
+  // A frozen tensor's delta costs next to nothing.
+  EXPECT_LT(stats[20].bytes_stored, stats[10].bytes_stored * 0.6);
+  for (int64_t step = 10; step <= 90; step += 10) ExpectRestores(*cp, step, saved[step]);
+  // Verify rebuilds every delta block down its chain.
+  for (int64_t step = 10; step <= 90; step += 10) {
+    auto report = VerifyStep(**mem, step);
+    ASSERT_OK(report);
+    EXPECT_TRUE(report->ok()) << "step " << step << ": " << report->problems.size() << " problem(s)";
+  }
+  std::vector<OwnedShard> out;
+  for (const OwnedShard& sh : saved[30]) out.push_back(EmptyShard(sh.spec, sh.box));
+  State target = StateOf(out);
+  auto loaded = cp->Load(target, 30);
+  ASSERT_OK(loaded);
+  EXPECT_GT(loaded->delta_blocks, 0);
+  EXPECT_GT(loaded->bytes_read_from_bases, 0);
+}
+
+// Saves steps first, first + 10, ... last of `s` (moved on a step before
+// each but the very first); returns what each step held.
+std::map<int64_t, std::vector<OwnedShard>> SaveSteps(Checkpointer& cp, int64_t first, int64_t last, MiniState& s) {
+  std::map<int64_t, std::vector<OwnedShard>> saved;
+  for (int64_t step = first; step <= last; step += 10) {
+    if (step > 10) s.Step();
+    State state = StateOf(s.shards);
+    auto h = cp.Save(step, state);
+    EXPECT_OK(h);
+    if (!h.ok()) break;
+    EXPECT_OK(h->Wait());
+    saved[step] = s.shards;
+  }
+  return saved;
+}
+
+TEST(Delta, RetentionKeepsTheBasesOfKeptStepsAndSaysWhich) {
+  TempDir dir;
+  const std::string uri = dir.path() + "/root";
+  RetentionPolicy keep2;
+  keep2.keep_last = 2;
+  auto cp = OpenDelta(uri, 3, keep2);
+  ASSERT_NE(cp, nullptr);
+  MiniState s;
+  auto saved = SaveSteps(*cp, 10, 40, s);
+  auto steps = cp->ListSteps();
+  ASSERT_OK(steps);
+  std::vector<int64_t> present;
+  for (const StepInfo& i : *steps) present.push_back(i.step);
+  // 20 went; 10 stays as the base of 30 and 40.
+  EXPECT_EQ(present, (std::vector<int64_t>{10, 30, 40}));
+  GcOptions gc;
+  gc.retention = keep2;
+  gc.dry_run = true;
+  auto storage = OpenStorage(uri);
+  ASSERT_OK(storage);
+  auto report = CollectGarbage(**storage, gc);
+  ASSERT_OK(report);
+  EXPECT_EQ(report->kept_bases, (std::vector<int64_t>{10}));
+  bool said = false;
+  for (const std::string& r : report->reasons)
+    said = said || r.find("base of delta step(s) 30, 40") != std::string::npos;
+  EXPECT_TRUE(said);
+  for (int64_t step : {10, 30, 40}) ExpectRestores(*cp, step, saved[step]);
+  // Once a whole save takes over (chain 3: step 50), the old base goes.
+  saved = SaveSteps(*cp, 50, 60, s);
+  steps = cp->ListSteps();
+  ASSERT_OK(steps);
+  present.clear();
+  for (const StepInfo& i : *steps) present.push_back(i.step);
+  EXPECT_EQ(present, (std::vector<int64_t>{50, 60}));
+}
+
+TEST(Delta, ADamagedOrMissingBaseIsNamedByLoadAndVerify) {
+  TempDir dir;
+  const std::string uri = dir.path() + "/root";
+  auto cp = OpenDelta(uri, 3);
+  ASSERT_NE(cp, nullptr);
+  MiniState s;
+  auto saved = SaveSteps(*cp, 10, 30, s);
+  // A flipped bit in the base's first frame.
+  FlipBit(uri + "/step-0000000010/rank-000000.ckd", 4096 + 100, 3);
+  std::vector<OwnedShard> out;
+  for (const OwnedShard& sh : saved[20]) out.push_back(EmptyShard(sh.spec, sh.box));
+  State target = StateOf(out);
+  auto loaded = cp->Load(target, 20);
+  ASSERT_FALSE(loaded.ok());
+  EXPECT_EQ(loaded.status().code(), absl::StatusCode::kDataLoss) << loaded.status();
+  EXPECT_NE(loaded.status().message().find("delta base step 10"), std::string::npos) << loaded.status();
+  auto storage = OpenStorage(uri);
+  ASSERT_OK(storage);
+  auto report = VerifyStep(**storage, 20);
+  ASSERT_OK(report);
+  EXPECT_FALSE(report->ok());
+  // Gone altogether: the message says the base is not committed.
+  ASSERT_OK((*storage)->RemoveAll("step-0000000010"));
+  loaded = cp->Load(target, 20);
+  ASSERT_FALSE(loaded.ok());
+  EXPECT_NE(loaded.status().message().find("delta base step 10 is not committed"), std::string::npos)
+      << loaded.status();
+}
+
+TEST(Delta, ARunWithoutDeltasWritesNoBases) {
+  TempDir dir;
+  const std::string uri = dir.path() + "/root";
+  auto cp = OpenDelta(uri, 0);
+  ASSERT_NE(cp, nullptr);
+  MiniState s;
+  auto saved = SaveSteps(*cp, 10, 30, s);
+  auto storage = OpenStorage(uri);
+  ASSERT_OK(storage);
+  for (int64_t step : {10, 20, 30}) {
+    auto m = ReadManifest(**storage, step);
+    ASSERT_OK(m);
+    EXPECT_TRUE(m->bases.empty());
+    EXPECT_EQ(BaseStepOf(*m, "frozen"), -1);
+  }
+}
+
+}  // namespace
+}  // namespace ckpt::testing
