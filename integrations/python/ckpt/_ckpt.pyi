@@ -103,7 +103,8 @@ class Checkpointer:
                  staging_threads: int = ..., memory: Optional[PeerMemory] = ...,
                  memory_replicas: Sequence[str] = ..., memory_holders: Sequence[Sequence[str]] = ...,
                  memory_peers: Sequence[str] = ..., exchange_memory: Optional[PeerMemory] = ...,
-                 cpu_budget: float = ..., background: str = ..., memory_send_bytes_per_s: float = ...) -> None: ...
+                 cpu_budget: float = ..., background: str = ..., memory_send_bytes_per_s: float = ...,
+                 delta_chain: int = ..., delta_rebase_ratio: float = ...) -> None: ...
     def save(self, step: int, state: State, metadata: Dict[str, str] = ..., allow_older_step: bool = ...,
              save_id: int = ..., level: str = ...) -> SaveHandle: ...
     def load(self, state: State, step: int = ..., level: str = ..., stats: bool = ...,
