@@ -30,6 +30,13 @@ struct CKPT_EXPORT TensorStats {
   double max = 0;
   double mean = 0;  ///< over finite values
   double l2 = 0;    ///< sqrt of the sum of squares of finite values
+  /// What the step stores for it: raw bytes, stored bytes of its blocks
+  /// (compressed; a delta's own bytes only), how many of its chunks are
+  /// deltas, and the steps those are deltas against.
+  int64_t bytes_logical = 0;
+  int64_t bytes_stored = 0;
+  int64_t delta_chunks = 0;
+  std::vector<int64_t> delta_bases;
   double ZeroFraction() const { return elements > 0 ? static_cast<double>(zeros) / elements : 0; }
 };
 

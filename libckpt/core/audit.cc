@@ -7,6 +7,7 @@
 #include <limits>
 #include <map>
 #include <mutex>
+#include <set>
 #include <thread>
 
 #include "absl/strings/match.h"
@@ -253,6 +254,19 @@ absl::StatusOr<std::vector<TensorStats>> ComputeStats(Storage& storage, int64_t 
       t.mean = a.sum / static_cast<double>(a.finite);
     }
     t.l2 = std::sqrt(a.sumsq);
+    t.bytes_logical = t.elements * static_cast<int64_t>(DTypeSize(t.dtype));
+    std::set<int64_t> bases;
+    for (const ManifestChunk& c : s->chunks) {
+      if (const ManifestBase* b = m.BaseOf(c)) {
+        ++t.delta_chunks;
+        bases.insert(b->step);
+      }
+      for (uint64_t k = 0; k < c.block_count; ++k) {
+        CKPT_ASSIGN_OR_RETURN(const IndexEntry* e, files.Entry(*s, c, k));
+        t.bytes_stored += e->stored_len;
+      }
+    }
+    t.delta_bases.assign(bases.begin(), bases.end());
     out.push_back(std::move(t));
   }
   return out;

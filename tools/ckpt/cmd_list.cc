@@ -149,12 +149,20 @@ class ListPrinter {
       if (with_memory_) w_.Field("newest", mark);
       if (!s.damage.empty()) w_.Field("damage", s.damage);
       if (tiers_.shown()) w_.Field("tiers", tiers_.Of(s.step));
+      // The steps its deltas need (format.md, "Delta chains").
+      w_.Key("delta_bases").BeginArray();
+      for (int64_t b : s.delta_bases) w_.Int(b);
+      w_.EndArray();
       w_.EndObject();
       return;
     }
+    std::string bases;
+    for (int64_t b : s.delta_bases) bases += (bases.empty() ? "deltas of " : ", ") + std::to_string(b);
+    const std::string tiers = tiers_.Of(s.step);
+    const std::string note = tiers.empty() ? bases : bases.empty() ? tiers : tiers + "  " + bases;
     std::printf("%-12lld %s%-10s %10s %10s %s\n", static_cast<long long>(s.step), with_memory_ ? "durable  " : "",
                 mark ? (state + " *").c_str() : state.c_str(), HumanBytes(static_cast<double>(s.bytes)).c_str(),
-                AgeText(age).c_str(), tiers_.Of(s.step).c_str());
+                AgeText(age).c_str(), note.c_str());
     if (!s.damage.empty()) std::printf("             %s\n", Printable(s.damage).c_str());
   }
 

@@ -24,7 +24,9 @@ int StatsMain(int argc, char** argv, int first) {
             "zeros, streamed block by block (memory does not grow with the checkpoint),\n"
             "every block checksum-verified. --gate exits 1 when a tensor has NaN or Inf, is all\n"
             "zeros, or its L2 norm moved more than --max-norm-change since the previous\n"
-            "committed step, printing why: a check to run before promoting a checkpoint.");
+            "committed step, printing why: a check to run before promoting a checkpoint.\n"
+            "Also per tensor: its stored bytes as a share of its raw bytes, and the steps its\n"
+            "chunks are deltas against (docs/format.md, \"Delta chains\").");
   args.Positional("DIR", &dir, "checkpoint root (path or storage URI)");
   args.Int("step", &step, "step (default: the latest committed)");
   args.String("tensor", &glob, "only tensors matching this glob, e.g. '*.mlp.*'");
@@ -91,7 +93,12 @@ int StatsMain(int argc, char** argv, int first) {
               .Field("max", t.max)
               .Field("mean", t.mean)
               .Field("l2", t.l2)
-              .EndObject();
+              .Field("bytes_logical", t.bytes_logical)
+              .Field("bytes_stored", t.bytes_stored)
+              .Field("delta_chunks", t.delta_chunks);
+          w.Key("delta_bases").BeginArray();
+          for (int64_t b : t.delta_bases) w.Int(b);
+          w.EndArray().EndObject();
         }
         w.EndArray();
         if (gate) {
@@ -104,12 +111,16 @@ int StatsMain(int argc, char** argv, int first) {
       },
       [&] {
         std::printf("step %lld: %zu tensors\n", static_cast<long long>(step), stats->size());
-        std::printf("%-48s %6s %6s %8s %12s %12s %12s %12s\n", "tensor", "nan", "inf", "zeros", "min", "max", "mean",
-                    "l2");
+        std::printf("%-48s %6s %6s %8s %12s %12s %12s %12s %7s  %s\n", "tensor", "nan", "inf", "zeros", "min", "max",
+                    "mean", "l2", "stored", "delta of");
         for (const TensorStats& t : *stats) {
-          std::printf("%-48s %6lld %6lld %7.1f%% %12.5g %12.5g %12.5g %12.5g\n", t.fqn.c_str(),
+          std::string bases;
+          for (int64_t b : t.delta_bases) bases += (bases.empty() ? "" : ",") + std::to_string(b);
+          const double stored =
+              t.bytes_logical > 0 ? static_cast<double>(t.bytes_stored) / static_cast<double>(t.bytes_logical) : 1;
+          std::printf("%-48s %6lld %6lld %7.1f%% %12.5g %12.5g %12.5g %12.5g %6.1f%%  %s\n", t.fqn.c_str(),
                       static_cast<long long>(t.nan), static_cast<long long>(t.inf), 100 * t.ZeroFraction(), t.min,
-                      t.max, t.mean, t.l2);
+                      t.max, t.mean, t.l2, 100 * stored, bases.empty() ? "-" : bases.c_str());
         }
         if (gate) {
           if (problems.empty()) {

@@ -14,7 +14,7 @@ int SynthMain(int argc, char** argv, int first) {
   std::string out, dtype = "bf16", mesh_text = "dp=1", optimizer;
   Codec codec_choice = Codec::kNone;
   int64_t params = 1000000, step = 0, seed = 0, zstd_level = 1, keep_last = 0;
-  int64_t block = 1 << 20, staging = 256 << 20, workers = 0, layers = 0, experts = 0;
+  int64_t block = 1 << 20, staging = 256 << 20, workers = 0, layers = 0, experts = 0, delta_chain = 0;
   bool zero = false, json = false, no_direct = false, procs = false, allow_older = false;
   Args args("synth", "--out DIR [options]",
             "Builds a deterministic transformer-like state (embedding, attention and MLP\n"
@@ -38,6 +38,9 @@ int SynthMain(int argc, char** argv, int first) {
   args.Size("staging", &staging, "staging arena budget (default 256M)", true);
   args.Int("threads", &workers, "codec worker threads (default min(4, cores))");
   args.Int("keep-last", &keep_last, "retention: keep the newest K steps (default all)");
+  args.Int("delta-chain", &delta_chain,
+           "save --step whole, then the K steps after it as deltas against it (the same values:\n"
+           "a frozen model, so each restore-checks exactly); per step figures in --json");
   args.Switch("no-direct", &no_direct, "do not use O_DIRECT");
   args.Switch("allow-older", &allow_older, "save a step at or below the latest committed one (refused otherwise)");
   args.Switch("procs", &procs, "one process per rank under mpirun instead of threads");
@@ -59,6 +62,7 @@ int SynthMain(int argc, char** argv, int first) {
   const std::optional<Codec> codec = codec_choice;
   if (!optimizer.empty() && optimizer != "adam") return usage("--optimizer must be adam");
   if (step < 0) return usage("--step must be >= 0");
+  if (delta_chain < 0 || delta_chain > 4096) return usage("--delta-chain must be between 0 and 4096");
   o.model.params = params;
   o.model.dtype = *dt;
   o.model.adam = optimizer == "adam";
@@ -71,6 +75,7 @@ int SynthMain(int argc, char** argv, int first) {
   o.engine.staging_bytes = static_cast<size_t>(staging);
   o.engine.worker_threads = static_cast<int>(workers);
   o.retention.keep_last = static_cast<int>(keep_last);
+  o.delta.chain = static_cast<int>(delta_chain);
   o.direct_io = !no_direct;
   o.allow_older_step = allow_older;
 
@@ -99,10 +104,18 @@ int SynthMain(int argc, char** argv, int first) {
     return kExitUsage;
   }
   auto res = s.ok() ? (*job)->Finish() : absl::StatusOr<SynthSaveResult>(s);
+  // The chain: the same values again, each save a delta against the first.
+  std::vector<SynthSaveResult> chain;
+  for (int64_t i = 1; res.ok() && i <= delta_chain; ++i) {
+    chain.push_back(*res);
+    absl::Status next = (*job)->SaveAsync(step + i, static_cast<uint64_t>(seed));
+    res = next.ok() ? (*job)->Finish() : absl::StatusOr<SynthSaveResult>(next);
+  }
   if (!res.ok()) {
     std::fprintf(stderr, "ckpt synth: save failed: %s\n", std::string(res.status().message()).c_str());
     return kExitProblem;
   }
+  if (delta_chain > 0) chain.push_back(*res);
   if (o.communicator) {
     res = CombineSaveResults(*o.communicator, *res);
     if (!res.ok()) {
@@ -131,8 +144,20 @@ int SynthMain(int argc, char** argv, int first) {
             .Field("stall_total_s", res->stall_total_s)
             .Field("write_s", res->write_s)
             .Field("commit_s", res->commit_s)
-            .Field("generate_s", res->generate_s)
-            .EndObject();
+            .Field("generate_s", res->generate_s);
+        if (delta_chain > 0) {
+          // Each step of the chain: the first whole, the others deltas.
+          w.Key("chain").BeginArray();
+          for (const SynthSaveResult& c : chain) {
+            w.BeginObject()
+                .Field("step", c.step)
+                .Field("bytes_stored", c.bytes_stored)
+                .Field("commit_s", c.commit_s)
+                .EndObject();
+          }
+          w.EndArray();
+        }
+        w.EndObject();
       },
       [&] {
         std::printf("saved step %lld to %s: %d ranks (%s), %.3g params %s%s\n", static_cast<long long>(res->step),
@@ -143,6 +168,12 @@ int SynthMain(int argc, char** argv, int first) {
             HumanBytes(static_cast<double>(res->bytes_stored)).c_str(), ratio, std::string(CodecName(*codec)).c_str());
         std::printf("  stall %.3f s (longest rank), durable after %.2f s, committed after %.2f s\n", res->stall_max_s,
                     res->write_s, res->commit_s);
+        if (delta_chain > 0) {
+          std::printf("  steps %lld to %lld: deltas of step %lld, %s stored each (%s the first)\n",
+                      static_cast<long long>(step + 1), static_cast<long long>(step + delta_chain),
+                      static_cast<long long>(step), HumanBytes(static_cast<double>(res->bytes_stored)).c_str(),
+                      HumanBytes(static_cast<double>(chain.front().bytes_stored)).c_str());
+        }
       });
   // Flushed now: with a tiered:// root the process may still be draining
   // to the durable tier when a caller reads this.

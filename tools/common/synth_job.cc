@@ -69,6 +69,7 @@ absl::StatusOr<std::unique_ptr<SyntheticJob>> SyntheticJob::Create(SynthJobOptio
     o.zstd_level = job->options_.zstd_level;
     o.engine = job->engine_;
     o.retention = job->options_.retention;
+    o.delta = job->options_.delta;
     o.mesh = job->options_.mesh;
     o.direct_io = job->options_.direct_io;
     o.commit_timeout_s = job->options_.commit_timeout_s;

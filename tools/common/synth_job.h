@@ -29,6 +29,8 @@ struct SynthJobOptions {
   int zstd_level = 1;
   SaveEngineOptions engine;
   RetentionPolicy retention;
+  /// Delta saves (CheckpointerOptions::delta).
+  DeltaOptions delta;
   bool direct_io = true;
   double commit_timeout_s = 600;
   /// Saves may name a step at or below the latest committed one.

@@ -1,0 +1,221 @@
+#!/usr/bin/python3
+"""Delta saves on a real training trajectory. A small transformer language
+model is trained with AdamW in torch on CPU (tokens from a fixed random
+Markov chain: nothing downloaded), and its state is snapshotted every
+--every steps: bf16 weights (what a mixed-precision trainer keeps for the
+forward pass), fp32 master weights, and Adam's two moments. The snapshots
+are then saved with the Checkpointer twice, on separate roots: whole with
+codec auto, and with deltas (codec auto, delta_chain=--chain), each part of
+the state on a root of its own and the whole state on another. A second
+trajectory freezes about 90 % of the parameters (fine-tuning the last
+layers), so only those have Adam moments.
+
+Figures, each delta over auto on the same snapshots:
+  stored bytes of every part and of the whole state, over the saves after
+  the first (the first is whole either way) and over all of them;
+  save throughput (logical bytes / seconds from Save to committed, whole
+  state);
+  restore time of the chain's last step (its base plus --chain deltas when
+  no rebase came sooner) against the same step saved whole, median of
+  --restores loads, each checked bit for bit.
+
+    benchmarks/delta_bench.py [--dir DIR] [--chain 16] [--every 10] [--json]
+Needs the build's Python package on PYTHONPATH (benchmarks/run sets it).
+"""
+import argparse
+import json
+import os
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+
+import torch
+
+import ckpt._ckpt as _ckpt
+
+PARTS = ("bf16", "master", "exp_avg", "exp_avg_sq")
+
+
+class LM(torch.nn.Module):
+    def __init__(self, vocab, d, layers):
+        super().__init__()
+        self.embed = torch.nn.Embedding(vocab, d)
+        layer = torch.nn.TransformerEncoderLayer(d, 4, 4 * d, dropout=0.0, batch_first=True)
+        self.body = torch.nn.TransformerEncoder(layer, layers)
+        self.head = torch.nn.Linear(d, vocab)
+
+    def forward(self, x):
+        return self.head(self.body(self.embed(x)))
+
+
+def trajectory(a, frozen):
+    """Snapshots of the state every a.every steps: {part: {name: tensor}}."""
+    torch.manual_seed(0)
+    torch.set_num_threads(max(1, min(4, os.cpu_count() or 1)))
+    model = LM(a.vocab, a.d, a.layers)
+    if frozen:
+        # Freeze parameters in order until about 90 % are frozen.
+        total = sum(p.numel() for p in model.parameters())
+        done = 0
+        for p in model.parameters():
+            if done + p.numel() > 0.9 * total:
+                break
+            p.requires_grad_(False)
+            done += p.numel()
+    trainable = [p for p in model.parameters() if p.requires_grad]
+    opt = torch.optim.AdamW(trainable, lr=a.lr, weight_decay=0.01)
+    g = torch.Generator().manual_seed(1)
+    chain = torch.softmax(torch.randn(a.vocab, a.vocab, generator=g) * 3, dim=-1)
+    names = {p: n for n, p in model.named_parameters()}
+    snaps = []
+    steps = a.every * (a.saves - 1)
+    for step in range(steps + 1):
+        if step % a.every == 0:
+            snap = {part: {} for part in PARTS}
+            for n, p in model.named_parameters():
+                snap["bf16"][n] = p.detach().to(torch.bfloat16).clone()
+                snap["master"][n] = p.detach().clone()
+            for p, st in opt.state.items():
+                snap["exp_avg"][names[p]] = st["exp_avg"].detach().clone()
+                snap["exp_avg_sq"][names[p]] = st["exp_avg_sq"].detach().clone()
+            snaps.append(snap)
+        if step == steps:
+            break
+        x = torch.empty(a.batch, a.tokens + 1, dtype=torch.long)
+        x[:, 0] = torch.randint(a.vocab, (a.batch,), generator=g)
+        for t in range(a.tokens):
+            x[:, t + 1] = torch.multinomial(chain[x[:, t]], 1, generator=g).squeeze(1)
+        loss = torch.nn.functional.cross_entropy(model(x[:, :-1]).reshape(-1, a.vocab), x[:, 1:].reshape(-1))
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+    return snaps, sum(p.numel() for p in trainable), sum(p.numel() for p in model.parameters())
+
+
+DTYPE = {torch.bfloat16: "bf16", torch.float32: "f32"}
+
+
+def state_of(tensors):
+    s = _ckpt.State()
+    for name, t in sorted(tensors.items()):
+        s.add_shard(name, DTYPE[t.dtype], list(t.shape), [0] * t.dim(), list(t.shape), t.data_ptr(), t,
+                    t.numel() * t.element_size())
+    return s
+
+
+def part_tensors(snap, parts):
+    out = {}
+    for part in parts:
+        for n, t in snap[part].items():
+            out[f"{part}/{n}"] = t
+    return out
+
+
+def save_all(root, snaps, parts, chain, a):
+    """Saves every snapshot; returns per-save stored bytes and the seconds
+    from the first Save to the last commit."""
+    shutil.rmtree(root, ignore_errors=True)
+    cp = _ckpt.Checkpointer(root, codec="auto", delta_chain=chain, direct_io=False)
+    stored = []
+    t0 = time.perf_counter()
+    for i, snap in enumerate(snaps):
+        tensors = part_tensors(snap, parts)
+        h = cp.save((i + 1) * a.every, state_of(tensors))
+        h.wait()
+        stored.append(h.bytes_stored)
+    seconds = time.perf_counter() - t0
+    logical = sum(t.numel() * t.element_size() for s in snaps for t in part_tensors(s, parts).values())
+    return cp, stored, seconds, logical
+
+
+def restore_s(cp, step, snap, parts, rounds):
+    want = part_tensors(snap, parts)
+    times = []
+    for _ in range(rounds):
+        out = {n: torch.empty_like(t) for n, t in want.items()}
+        s = state_of(out)
+        t0 = time.perf_counter()
+        cp.load(s, step)
+        times.append(time.perf_counter() - t0)
+        for n, t in want.items():
+            if not torch.equal(out[n].view(torch.uint8) if out[n].dtype != torch.bfloat16 else out[n].view(torch.int16),
+                               t.view(torch.uint8) if t.dtype != torch.bfloat16 else t.view(torch.int16)):
+                sys.exit(f"restore of step {step} differs in {n}")
+    return statistics.median(times)
+
+
+def measure(a, snaps, work, label):
+    r = {}
+    for group in list(PARTS) + ["state"]:
+        parts = PARTS if group == "state" else (group,)
+        if not snaps[0][parts[0]] and group != "state":
+            continue  # no moments for a fully frozen model
+        cp_a, st_a, sec_a, logical = save_all(os.path.join(work, f"{label}-{group}-auto"), snaps, parts, 0, a)
+        cp_d, st_d, sec_d, _ = save_all(os.path.join(work, f"{label}-{group}-delta"), snaps, parts, a.chain, a)
+        e = {
+            "stored_auto": sum(st_a), "stored_delta": sum(st_d),
+            "ratio_after_first": sum(st_d[1:]) / sum(st_a[1:]),
+            "ratio_all": sum(st_d) / sum(st_a),
+            "ratio_per_save": [d / w for d, w in zip(st_d, st_a)],
+            "logical": logical,
+        }
+        if group == "state":
+            e["save_mb_s_auto"] = logical / sec_a / 1e6
+            e["save_mb_s_delta"] = logical / sec_d / 1e6
+            e["save_throughput_ratio"] = sec_a / sec_d
+            last = len(snaps) * a.every
+            ra = restore_s(cp_a, last, snaps[-1], parts, a.restores)
+            rd = restore_s(cp_d, last, snaps[-1], parts, a.restores)
+            e.update({"restore_s_auto": ra, "restore_s_delta": rd, "restore_ratio": rd / ra})
+        r[group] = e
+        del cp_a, cp_d
+    return r
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--dir", default=None)
+    ap.add_argument("--chain", type=int, default=16)
+    ap.add_argument("--saves", type=int, default=17, help="snapshots (the first whole, then --chain deltas)")
+    ap.add_argument("--every", type=int, default=10)
+    ap.add_argument("--vocab", type=int, default=2048)
+    ap.add_argument("--d", type=int, default=256)
+    ap.add_argument("--layers", type=int, default=4)
+    ap.add_argument("--batch", type=int, default=8)
+    ap.add_argument("--tokens", type=int, default=64)
+    ap.add_argument("--lr", type=float, default=3e-4)
+    ap.add_argument("--restores", type=int, default=5)
+    ap.add_argument("--json", action="store_true")
+    a = ap.parse_args()
+    work = tempfile.mkdtemp(prefix="delta-bench-", dir=a.dir)
+    try:
+        out = {"chain": a.chain, "saves": a.saves, "every": a.every}
+        t0 = time.perf_counter()
+        snaps, trainable, params = trajectory(a, frozen=False)
+        out["params"] = params
+        out["train_s"] = time.perf_counter() - t0
+        out["dense"] = measure(a, snaps, work, "dense")
+        del snaps
+        snaps, trainable, params = trajectory(a, frozen=True)
+        out["frozen_fraction"] = 1 - trainable / params
+        out["frozen"] = measure(a, snaps, work, "frozen")
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    if a.json:
+        print(json.dumps(out, indent=1))
+        return
+    print(f"{out['params']} parameters, {a.saves} saves every {a.every} steps, chain {a.chain}")
+    for run in ("dense", "frozen"):
+        for group, e in out[run].items():
+            line = f"{run:6} {group:11} delta/auto stored: {e['ratio_after_first']:.3f} after the first save, " \
+                   f"{e['ratio_all']:.3f} over all"
+            if group == "state":
+                line += f"; save throughput {e['save_throughput_ratio']:.2f}x auto; " \
+                        f"restore {e['restore_ratio']:.2f}x a whole step's"
+            print(line)
+
+
+if __name__ == "__main__":
+    main()
