@@ -240,7 +240,11 @@ absl::StatusOr<GcReport> CollectGarbageIn(Storage& storage, const GcOptions& opt
   keep.insert(options.protect.begin(), options.protect.end());
   KeepDeltaBases(*steps, options, &keep, &report);
   const char* removes = options.dry_run ? "would remove" : "removed";
-  for (const StepInfo& s : *steps) {
+  // Newest first: a base is always older than the steps that are deltas
+  // against it, so a removal stopped at any point never leaves a committed
+  // step whose base is gone.
+  for (auto it = steps->rbegin(); it != steps->rend(); ++it) {
+    const StepInfo& s = *it;
     const std::string dir = StepDir(s.step);
     if (options.protect.count(s.step)) continue;
     switch (s.state) {
@@ -305,6 +309,11 @@ absl::StatusOr<GcReport> CollectGarbageIn(Storage& storage, const GcOptions& opt
       if (!r.ok() && !absl::IsNotFound(r)) return r;
     }
     CKPT_RETURN_IF_ERROR(storage.RemoveAll(dir));
+  }
+  // Removed newest first, reported in step order.
+  for (std::vector<int64_t>* v : {&report.removed_steps, &report.removed_partial, &report.removed_damaged,
+                                  &report.kept_damaged, &report.kept_unreadable, &report.kept_running}) {
+    std::sort(v->begin(), v->end());
   }
   CKPT_RETURN_IF_ERROR(SweepLeftoverReports(storage, *steps, keep, options, &report));
   // Temporary files of interrupted atomic writes at the root.

@@ -1,7 +1,11 @@
 // Test helper: saves steps 1, 2, 3, ... to ROOT until killed. Each step's
 // values are seeded by the step number so a restore can be checked.
 //
-//   crash_saver ROOT [MiB per step]
+//   crash_saver ROOT [MiB per step] [delta]
+//
+// With "delta" the saves are deltas (chain 3) and a step's values are those
+// of seed 0 with one row from the step's seed (DeltaCrashValues): mostly
+// the same bytes from step to step, as in training.
 #include <cstdio>
 #include <cstdlib>
 #include <string>
@@ -16,12 +20,14 @@ int main(int argc, char** argv) {
     return 2;
   }
   const int mib = argc > 2 ? std::atoi(argv[2]) : 8;
+  const bool delta = argc > 3 && std::string(argv[3]) == "delta";
   ckpt::CheckpointerOptions o;
   o.uri = argv[1];
   o.codec = ckpt::Codec::kZstd;
   o.engine_options.block_size = 256 << 10;
   o.engine_options.staging_bytes = 4 << 20;  // smaller than a step: streams
   o.retention.keep_last = 2;
+  if (delta) o.delta.chain = 3;
   auto cp = ckpt::Checkpointer::Open(o);
   if (!cp.ok()) {
     std::fprintf(stderr, "open: %s\n", std::string(cp.status().message()).c_str());
@@ -32,7 +38,14 @@ int main(int argc, char** argv) {
   const ckpt::TensorSpec spec{"model.w", ckpt::DType::kF32, {mib * 256, 1024}};
   std::vector<std::byte> data(static_cast<size_t>(spec.NumElements()) * 4);
   for (;; ++step) {
-    ckpt::FillSynthetic(spec, ckpt::Box::Whole(spec.shape), static_cast<uint64_t>(step), data.data());
+    if (delta) {
+      ckpt::FillSynthetic(spec, ckpt::Box::Whole(spec.shape), 0, data.data());
+      const int64_t row = step % spec.shape[0];
+      ckpt::FillSynthetic(spec, ckpt::Box({row, 0}, {1, spec.shape[1]}), static_cast<uint64_t>(step),
+                          data.data() + row * spec.shape[1] * 4);
+    } else {
+      ckpt::FillSynthetic(spec, ckpt::Box::Whole(spec.shape), static_cast<uint64_t>(step), data.data());
+    }
     ckpt::State state;
     if (!state.AddTensor(spec, data.data()).ok()) return 1;
     std::string pos = std::to_string(step);

@@ -129,6 +129,8 @@ TEST(Cli, ADeltaChainIsListedRestoredVerifiedAndExported) {
   CliRun gc = Ckpt("gc " + root + " --keep-last 1");  // a dry run
   EXPECT_EQ(gc.code, 0) << gc.out;
   EXPECT_TRUE(Has(gc.out, "kept committed step 10: the base of delta step(s) 13")) << gc.out;
+  CliRun gcj = Ckpt("gc " + root + " --keep-last 1 --json");
+  EXPECT_TRUE(Has(gcj.out, "\"kept_bases\":[10]")) << gcj.out;
   // A damaged base: verify of a delta step finds it and names the base.
   FlipBit(root + "/" + StepDir(10) + "/" + DataFileName(0), 4096 + 64, 1);
   CliRun bad = Ckpt("verify " + root + " --step 12 --json");

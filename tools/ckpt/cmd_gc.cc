@@ -66,6 +66,8 @@ int GcMain(int argc, char** argv, int first) {
         for (int64_t s : report->kept_damaged) w.Int(s);
         w.EndArray().Key("kept_unreadable").BeginArray();
         for (int64_t s : report->kept_unreadable) w.Int(s);
+        w.EndArray().Key("kept_bases").BeginArray();
+        for (int64_t s : report->kept_bases) w.Int(s);
         w.EndArray().Key("aborted_uploads").BeginArray();
         for (const std::string& u : report->aborted_uploads) w.String(u);
         w.EndArray().Key("removed_reports").BeginArray();
