@@ -88,7 +88,8 @@ CKPT_EXPORT const char* SaveLevelName(SaveLevel level);
 
 /// Delta saves (docs/format.md, "Delta chains"; docs/integrations.md): a
 /// chunk saved whole is kept in host memory as a base, and the next saves
-/// of that chunk store its blocks XORed with the base, compressed. Which
+/// of that chunk store its elements' differences from the base, compressed.
+/// Which
 /// chunks are saved as deltas is decided per chunk, by measuring: a frozen
 /// tensor's delta is nearly all zeros; a tensor whose delta does not shrink
 /// is saved whole. Costs one copy of the rank's saved tensors in host

@@ -25,7 +25,8 @@ class BlockCodec;
 absl::Status CheckFrame(absl::Span<const std::byte> frame, const IndexEntry& e, uint64_t block_id,
                         std::string_view file);
 
-/// XORs a delta block's base bytes into its decoded bytes (DeltaChain).
+/// Rebuilds a delta block's bytes from its decoded deltas and its base
+/// (DeltaChain).
 using DeltaBaseFn = std::function<absl::Status(absl::Span<std::byte> bytes)>;
 
 /// Decodes a checked frame's stored bytes and verifies the xxh3 of the raw

@@ -62,9 +62,9 @@ struct ManifestChunk {
   uint64_t block_count = 0;
   Box box;
   /// Version 6: 0 when the chunk is stored whole; i >= 1 when its blocks
-  /// flagged kFlagDelta hold their bytes XORed with the same block of the
-  /// chunk with the same box in step Manifest::bases[i - 1] (whose own
-  /// blocks may be deltas in turn: a chain).
+  /// flagged kFlagDelta hold their elements as differences from the same
+  /// block of the chunk with the same box in step Manifest::bases[i - 1]
+  /// (whose own blocks may be deltas in turn: a chain).
   uint32_t base = 0;
 };
 

@@ -23,7 +23,8 @@ struct BlockEncoding {
   bool framed = true;
   Codec codec = Codec::kNone;
   int zstd_level = 1;
-  /// A delta (kFlagDelta): the slot holds the block XORed with its base's
+  /// A delta (kFlagDelta): the slot holds the block's differences from its
+  /// base's
   /// bytes, and `raw_hash` is the xxh3 of the block itself, taken before.
   bool delta = false;
   uint64_t raw_hash = 0;

@@ -10,17 +10,62 @@
 
 namespace ckpt {
 
-void XorInto(absl::Span<std::byte> dst, absl::Span<const std::byte> src) {
-  const size_t n = std::min(dst.size(), src.size());
-  size_t i = 0;
-  for (; i + 8 <= n; i += 8) {
-    uint64_t a, b;
-    std::memcpy(&a, dst.data() + i, 8);
-    std::memcpy(&b, src.data() + i, 8);
-    a ^= b;
-    std::memcpy(dst.data() + i, &a, 8);
+namespace {
+
+template <typename U>
+void MakeDeltaOf(std::byte* x, const std::byte* b, size_t n) {
+  constexpr int kBits = 8 * sizeof(U);
+  for (size_t i = 0; i < n; i += sizeof(U)) {
+    U a, c;
+    std::memcpy(&a, x + i, sizeof(U));
+    std::memcpy(&c, b + i, sizeof(U));
+    const U d = static_cast<U>(a - c);
+    // Zig-zag: the sign moves to the lowest bit.
+    const U sign = static_cast<U>(0) - static_cast<U>(d >> (kBits - 1));
+    const U z = static_cast<U>(static_cast<U>(d << 1) ^ sign);
+    std::memcpy(x + i, &z, sizeof(U));
   }
-  for (; i < n; ++i) dst[i] ^= src[i];
+}
+
+template <typename U>
+void UndoDeltaOf(std::byte* x, const std::byte* b, size_t n) {
+  for (size_t i = 0; i < n; i += sizeof(U)) {
+    U z, c;
+    std::memcpy(&z, x + i, sizeof(U));
+    std::memcpy(&c, b + i, sizeof(U));
+    const U d = static_cast<U>(static_cast<U>(z >> 1) ^ (static_cast<U>(0) - static_cast<U>(z & 1)));
+    const U a = static_cast<U>(c + d);
+    std::memcpy(x + i, &a, sizeof(U));
+  }
+}
+
+template <bool kMake>
+void Transform(absl::Span<std::byte> bytes, absl::Span<const std::byte> base, size_t width) {
+  const size_t n = std::min(bytes.size(), base.size()) / width * width;
+  switch (width) {
+    case 1:
+      kMake ? MakeDeltaOf<uint8_t>(bytes.data(), base.data(), n) : UndoDeltaOf<uint8_t>(bytes.data(), base.data(), n);
+      break;
+    case 2:
+      kMake ? MakeDeltaOf<uint16_t>(bytes.data(), base.data(), n) : UndoDeltaOf<uint16_t>(bytes.data(), base.data(), n);
+      break;
+    case 4:
+      kMake ? MakeDeltaOf<uint32_t>(bytes.data(), base.data(), n) : UndoDeltaOf<uint32_t>(bytes.data(), base.data(), n);
+      break;
+    default:
+      kMake ? MakeDeltaOf<uint64_t>(bytes.data(), base.data(), n) : UndoDeltaOf<uint64_t>(bytes.data(), base.data(), n);
+      break;
+  }
+}
+
+}  // namespace
+
+void MakeDelta(absl::Span<std::byte> bytes, absl::Span<const std::byte> base, size_t width) {
+  Transform<true>(bytes, base, width);
+}
+
+void UndoDelta(absl::Span<std::byte> bytes, absl::Span<const std::byte> base, size_t width) {
+  Transform<false>(bytes, base, width);
 }
 
 DeltaBaseFn DeltaChain::For(const Manifest& m, const ManifestTensor& t, const ManifestChunk& c, uint64_t block,
@@ -113,7 +158,7 @@ absl::Status DeltaChain::ApplyBase(const ManifestBase& base, const TensorSpec& s
   const DeltaBaseFn next = For(bm, *t, *c, block, depth);
   auto raw = DecodeFrame(codec, dst, *e, scratch[depth], f->path, &next);
   if (!raw.ok()) return Annotate(raw.status(), what);
-  XorInto(bytes, *raw);
+  UndoDelta(bytes, *raw, DTypeSize(spec.dtype));
   return absl::OkStatus();
 }
 

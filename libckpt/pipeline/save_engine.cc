@@ -607,8 +607,8 @@ void SaveEngine::ProcessBlock(WorkItem& item, BlockCodec& codec, std::byte* out)
   if (delta != nullptr && delta->reference != nullptr) {
     how.delta = true;
     how.raw_hash = Xxh3(item.slot, item.raw_len);
-    XorInto(absl::Span<std::byte>(item.slot, item.raw_len),
-            absl::Span<const std::byte>(delta->reference, item.raw_len));
+    MakeDelta(absl::Span<std::byte>(item.slot, item.raw_len),
+              absl::Span<const std::byte>(delta->reference, item.raw_len), DTypeSize(item.dtype));
   }
   // A delta is mostly zero bytes: it is worth storing compressed whatever
   // the codec asked for, and its ratio says nothing about the auto

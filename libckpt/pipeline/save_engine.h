@@ -64,7 +64,8 @@ struct SavePiece {
   std::string blob_name;
   int blob_rank = -1;
   /// Deltas (ckpt data files only): `delta_reference` holds the piece's
-  /// bytes in its base step, and the piece is written XORed with them;
+  /// bytes in its base step, and the piece is written as its differences
+  /// from them (MakeDelta);
   /// `delta_capture` (piece.bytes long) receives the piece's bytes as
   /// staged, to be the base of later saves. Both outlive the job
   /// (SaveJob::keep_alive).

@@ -19,9 +19,10 @@ constexpr uint16_t kFlagBareBlock = 0x2;
 /// nothing can be checked but its place and length. Only entries of
 /// *.safetensors files carry it, and those always do (ReadFileIndex).
 constexpr uint16_t kFlagUnchecked = 0x4;
-/// A delta (ckpt data files only): the decoded bytes are the block's bytes
-/// XORed with the same block of its chunk's base step (ManifestChunk::base);
-/// the raw xxh3 covers the block's own bytes, rebuilt.
+/// A delta (ckpt data files only): the decoded bytes are the block's
+/// elements as differences from the same block of its chunk's base step
+/// (ManifestChunk::base; MakeDelta); the raw xxh3 covers the block's own
+/// bytes, rebuilt.
 constexpr uint16_t kFlagDelta = 0x8;
 
 }  // namespace ckpt

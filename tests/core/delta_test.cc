@@ -12,6 +12,7 @@
 #include "ckpt/verify.h"
 #include "core/root.h"
 #include "format/manifest.h"
+#include "pipeline/delta_chain.h"
 #include "testutil/test_util.h"
 #include "util/strings.h"
 
@@ -282,6 +283,35 @@ TEST(DeltaCrash, KillsAtEveryStageOfDeltaSavesLoseNothing) {
   if (rounds >= 20) EXPECT_GT(deltas_seen, 0) << "no kill landed after a delta save";
   std::printf("%d kills, newest step %lld, delta steps seen %lld\n", rounds, static_cast<long long>(last_seen),
               static_cast<long long>(deltas_seen));
+}
+
+// The transform docs/format.md gives, byte for byte, and its inverse.
+TEST(Delta, TheTransformIsZigZagDifferencesAndInvertsExactly) {
+  // One f32 element moved up by one unit in the last place, one down by
+  // two: deltas 2 and 3 (zig-zag), high bytes zero.
+  const uint32_t base[2] = {0x3f800000u, 0xbf000005u};
+  uint32_t now[2] = {0x3f800001u, 0xbf000003u};
+  std::vector<std::byte> b(8), x(8);
+  std::memcpy(b.data(), base, 8);
+  std::memcpy(x.data(), now, 8);
+  MakeDelta(absl::MakeSpan(x), b, 4);
+  uint32_t d[2];
+  std::memcpy(d, x.data(), 8);
+  EXPECT_EQ(d[0], 2u);
+  EXPECT_EQ(d[1], 3u);
+  UndoDelta(absl::MakeSpan(x), b, 4);
+  EXPECT_EQ(std::memcmp(x.data(), now, 8), 0);
+  std::mt19937_64 rng(3);
+  for (size_t width : {1, 2, 4, 8}) {
+    std::vector<std::byte> base_bytes(4096), bytes(4096);
+    for (auto& v : base_bytes) v = static_cast<std::byte>(rng());
+    for (auto& v : bytes) v = static_cast<std::byte>(rng());
+    const std::vector<std::byte> original = bytes;
+    MakeDelta(absl::MakeSpan(bytes), base_bytes, width);
+    EXPECT_NE(bytes, original) << width;
+    UndoDelta(absl::MakeSpan(bytes), base_bytes, width);
+    EXPECT_EQ(bytes, original) << width;
+  }
 }
 
 TEST(Delta, ARunWithoutDeltasWritesNoBases) {
