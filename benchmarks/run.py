@@ -88,6 +88,12 @@ PLAN_ARGS = ["--ranks-from", "dp=128,tp=8,pp=16", "--ranks-to", "dp=64,tp=8,pp=3
 TP_FROM = "dp=128,tp=8,pp=16"
 TP_MOVES = ["dp=96,tp=12,pp=16", "dp=192,tp=6,pp=16", "dp=64,tp=16,pp=16"]
 TP_MODEL = ["--params", "70G", "--layers", "80", "--optimizer", "adam", "--zero"]
+# Learning rates of the delta benchmark's AdamW runs: a pretraining-like
+# one and a fine-tuning-like one (how far weights move between saves decides
+# what a delta stores).
+DELTA_LRS = ["3e-4", "3e-5"]
+DELTA_QUICK = ["--saves", "4", "--chain", "3", "--every", "2", "--warmup", "2", "--d", "32", "--layers", "1",
+               "--vocab", "64", "--restores", "1"]
 
 
 def size_label(n):
@@ -322,6 +328,14 @@ class Suite:
             PYTHON, os.path.join(REPO, "benchmarks", "interference_bench.py"), "--dir", self.dir, "--rounds", "2",
             "--steps", str(self.a.interference_steps), "--json"])
 
+    def group_delta(self, r):
+        """Delta saves against whole ones on the snapshots of a real AdamW
+        run (benchmarks/delta_bench.py), once per learning rate."""
+        for lr in DELTA_LRS:
+            r[f"delta/{lr}"] = self.run(f"delta saves (AdamW lr {lr})", [
+                PYTHON, os.path.join(REPO, "benchmarks", "delta_bench.py"), "--dir", self.dir, "--lr", lr, "--json"]
+                + (DELTA_QUICK if self.a.delta_quick else []))
+
     def group_safetensors(self, r):
         """ckpt export --format safetensors of a bf16 step, then a load of the
         model in place, next to fio reading the largest shard."""
@@ -416,6 +430,7 @@ class Suite:
             g.append((f"ckpt.torch {dtype}", lambda r, d=dtype: self.group_ckpt_py(r, d), 1))
         g.append(("safetensors", self.group_safetensors, 4))
         g.append(("interference", self.group_interference, 1))
+        g.append(("delta", self.group_delta, len(DELTA_LRS)))
         if self.s3:
             g.append(("s3", self.group_s3, 8))
         g.append(("plan", self.group_plan, 1 + len(TP_MOVES)))
@@ -612,6 +627,25 @@ def summarize(runs):
         s["interference"] = {level: per_run(lambda r, l=level: r["interference"][l]["ratio"])
                              for level in ["durable", "memory"]}
         s["interference"]["step_s"] = per_run(lambda r: r["interference"]["step_s_without_saves"])
+    for lr in DELTA_LRS:
+        k = f"delta/{lr}"
+        if k not in runs[0]:
+            continue
+        d = s.setdefault("delta", {})
+        d[lr] = {
+            "bf16_after_first": per_run(lambda r, k=k: r[k]["dense"]["bf16"]["ratio_after_first"]),
+            "bf16_all": per_run(lambda r, k=k: r[k]["dense"]["bf16"]["ratio_all"]),
+            "master_after_first": per_run(lambda r, k=k: r[k]["dense"]["master"]["ratio_after_first"]),
+            "v_after_first": per_run(lambda r, k=k: r[k]["dense"]["exp_avg_sq"]["ratio_after_first"]),
+            "state_after_first": per_run(lambda r, k=k: r[k]["dense"]["state"]["ratio_after_first"]),
+            "state_all": per_run(lambda r, k=k: r[k]["dense"]["state"]["ratio_all"]),
+            "frozen_after_first": per_run(lambda r, k=k: r[k]["frozen"]["state"]["ratio_after_first"]),
+            "frozen_all": per_run(lambda r, k=k: r[k]["frozen"]["state"]["ratio_all"]),
+            "save_x_auto": per_run(lambda r, k=k: r[k]["dense"]["state"]["save_throughput_ratio"]),
+            "restore_x_whole": per_run(lambda r, k=k: r[k]["dense"]["state"]["restore_ratio"]),
+            "frozen_restore_x_whole": per_run(lambda r, k=k: r[k]["frozen"]["state"]["restore_ratio"]),
+            "restore_x_base": per_run(lambda r, k=k: r[k]["dense"]["state"]["restore_x_base"]),
+        }
     if "s3/ckpt/save" in runs[0]:
         best_put = lambda r: min(r["s3/aws/put"]["seconds"], r["s3/s3cmd/put"]["seconds"])
         best_get = lambda r: min(r["s3/aws/get"]["seconds"], r["s3/s3cmd/get"]["seconds"])
@@ -686,6 +720,20 @@ def targets(s):
         x = s["s3"]["reshard_read_amplification"]["median"]
         add(f"s3:// restore tp=4 -> tp=3 ({s['reshard_params']} params): bytes read <= 1.05x needed", x, x <= 1.05,
             f"{x:.3f}")
+    for lr, d in s.get("delta", {}).items():
+        x = d["bf16_after_first"]["median"]
+        add(f"delta saves (AdamW lr {lr}): bf16 weights stored <= 0.5 of whole saves", x, x <= 0.5, f"{x:.3f}")
+        x = d["state_after_first"]["median"]
+        add(f"delta saves (AdamW lr {lr}): whole training state stored <= 0.9 of whole saves", x, x <= 0.9,
+            f"{x:.3f}")
+        x = d["frozen_after_first"]["median"]
+        add(f"delta saves (AdamW lr {lr}): state with 90% frozen stored <= 0.15 of whole saves", x, x <= 0.15,
+            f"{x:.3f}")
+        x = d["restore_x_whole"]["median"]
+        add(f"delta saves (AdamW lr {lr}): restoring a chain's last step <= 1.5x a whole step's", x, x <= 1.5,
+            f"{x:.2f}x")
+        x = d["save_x_auto"]["median"]
+        add(f"delta saves (AdamW lr {lr}): save throughput >= 0.9x auto", x, x >= 0.9, f"{x:.2f}x")
     if "interference" in s:
         for level in ["durable", "memory"]:
             x = s["interference"][level]["median"]
@@ -1029,6 +1077,23 @@ def report_md(s, t, mach, a, elapsed, command, svg_name, date):
         for level in ["durable", "memory"]:
             L.append(f"| {level} | {it[level]['median']:.3f} ({it[level]['min']:.3f}-{it[level]['max']:.3f}) |")
         L.append("")
+    if "delta" in s:
+        L.append("### Delta saves on a training trajectory")
+        L.append("")
+        L.append("A small transformer language model trained with AdamW in torch on CPU, snapshotted every 10 steps "
+                 "(bf16 weights, fp32 master weights, both moments), saved whole (codec auto) and with deltas "
+                 "(chain 16) on separate roots (`benchmarks/delta_bench.py`). Stored bytes with deltas over whole, "
+                 "over the saves after the first; restore of the chain's last step and save throughput against "
+                 "whole saves.")
+        L.append("")
+        L.append("| AdamW lr | bf16 | master | 2nd moment | state | state, 90% frozen | save x auto | restore x whole |")
+        L.append("|---|---:|---:|---:|---:|---:|---:|---:|")
+        for lr, d in s["delta"].items():
+            L.append(f"| {lr} | {d['bf16_after_first']['median']:.3f} | {d['master_after_first']['median']:.3f} | "
+                     f"{d['v_after_first']['median']:.3f} | {d['state_after_first']['median']:.3f} | "
+                     f"{d['frozen_after_first']['median']:.3f} | {d['save_x_auto']['median']:.2f} | "
+                     f"{d['restore_x_whole']['median']:.2f} |")
+        L.append("")
     L.append("### Planning at 16,384 ranks")
     L.append("")
     L.append(f"`ckpt plan {' '.join(PLAN_ARGS)}`: {fmt(s['plan']['wall_s'])} s wall, "
@@ -1055,6 +1120,8 @@ def main():
     ap.add_argument("--size", default="256M", help="state size per contender (default 256M)")
     ap.add_argument("--interference-steps", type=int, default=40,
                     help="training steps of each run of the trainer-during-saves benchmark")
+    ap.add_argument("--delta-quick", action="store_true",
+                    help="a tiny model and a short chain for the delta benchmark (checks the runner, not figures)")
     ap.add_argument("--reshard-params", default="600M",
                     help="parameters of the model saved on tp=4 and restored onto tp=3 (default 600M)")
     ap.add_argument("--runs", type=int, default=3, help="interleaved runs; medians are reported (default 3)")

@@ -348,6 +348,11 @@ class CKPT_EXPORT Checkpointer {
   /// does not have).
   SaveCounts Counts(SaveLevel level = SaveLevel::kDurable) const;
 
+  /// Changes CheckpointerOptions::delta at both levels from the next save
+  /// on (chain 0 turns deltas off: later saves are whole). InvalidArgument
+  /// for a negative chain or a ratio that is not positive.
+  absl::Status SetDeltaOptions(const DeltaOptions& delta);
+
   Storage& storage();
   /// The memory level's storage; null without one.
   Storage* memory_storage();

@@ -113,6 +113,12 @@ CKPT_C_EXPORT void ckpt_options_init(ckpt_options* options);
 CKPT_C_EXPORT int ckpt_open(const ckpt_options* options, ckpt_checkpointer** out);
 /** Waits for the saves in flight, then frees. NULL is ignored. */
 CKPT_C_EXPORT void ckpt_close(ckpt_checkpointer* cp);
+/** Delta saves from the next save on (ckpt::DeltaOptions): each chunk is
+ * saved as its differences from its last whole save for up to `chain` saves,
+ * while that pays; `rebase_ratio` (0.9 when <= 0) is the share of the whole
+ * save's bytes past which a delta is replaced by a new whole save. chain 0
+ * turns deltas off. */
+CKPT_C_EXPORT int ckpt_set_delta(ckpt_checkpointer* cp, int chain, double rebase_ratio);
 
 CKPT_C_EXPORT int ckpt_state_new(ckpt_state** out);
 CKPT_C_EXPORT void ckpt_state_free(ckpt_state* state);

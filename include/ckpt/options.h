@@ -25,10 +25,15 @@ enum class DataContainer {
 };
 
 /// Which steps survive after a new one commits. Zero values disable a rule;
-/// with both zero every step is kept.
+/// with all zero every step is kept. Steps that kept steps' deltas need are
+/// kept too (docs/format.md, "Delta chains").
 struct CKPT_EXPORT RetentionPolicy {
   int keep_last = 0;       ///< keep the newest k committed steps
   int64_t keep_every = 0;  ///< also keep steps that are multiples of n
+  /// Also keep every committed step within this many steps of the newest
+  /// (step > newest - n): a window of recent steps to roll back to, cheap
+  /// when they are saved as deltas.
+  int64_t keep_within = 0;
 };
 
 /// Staging memory and background threads. One engine may serve several
@@ -100,11 +105,14 @@ struct CKPT_EXPORT DeltaOptions {
   /// Deltas saved against one base before the chunk is saved whole again,
   /// as a new base. 0: every save whole (the default; nothing else changes).
   int chain = 0;
-  /// A chunk whose delta stored more than this fraction of its base's
-  /// stored bytes is saved whole at its next save, as a new base. When its
-  /// first delta already does, deltas do not pay for it: it is saved whole,
-  /// keeping no base, for the next `chain` saves, then tried again.
-  double rebase_ratio = 0.6;
+  /// A chunk is saved whole at its next save, as a new base, once its last
+  /// delta stored more than the average of its cycle so far (its base and
+  /// the deltas against it: starting over is then cheaper on average), or
+  /// more than this fraction of its base's stored bytes. When even its
+  /// first delta stores over 90 % of the base, deltas do not pay for it: it
+  /// is saved whole, keeping no base, for the next `chain` saves, then
+  /// tried again.
+  double rebase_ratio = 0.9;
 };
 
 struct CKPT_EXPORT SaveOptions {

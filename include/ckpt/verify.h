@@ -117,7 +117,9 @@ struct CKPT_EXPORT RepairReport {
 /// it (only the differing ranges are rewritten; a damaged MANIFEST is
 /// replaced), then `damaged` is verified again. Problems that remain, or
 /// whose source copy is damaged too, are listed in `lost`. With `dry_run`
-/// nothing is written and `repaired` says what would be.
+/// nothing is written and `repaired` says what would be. A step saved as
+/// deltas has the bases of its chains repaired first, the same way (their
+/// lines say which base).
 CKPT_EXPORT absl::StatusOr<RepairReport> RepairStep(Storage& damaged, Storage& source, int64_t step,
                                                     bool dry_run = false);
 

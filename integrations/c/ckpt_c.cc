@@ -115,6 +115,15 @@ int ckpt_open(const ckpt_options* o, ckpt_checkpointer** out) {
   return CKPT_OK;
 }
 
+int ckpt_set_delta(ckpt_checkpointer* cp, int chain, double rebase_ratio) {
+  if (cp == nullptr) return Invalid("ckpt_set_delta: no checkpointer");
+  ckpt::DeltaOptions d;
+  d.chain = chain;
+  if (rebase_ratio > 0) d.rebase_ratio = rebase_ratio;
+  absl::Status s = cp->cp->SetDeltaOptions(d);
+  return s.ok() ? CKPT_OK : Fail(s);
+}
+
 void ckpt_close(ckpt_checkpointer* cp) {
   if (cp == nullptr) return;
   (void)cp->cp->WaitAll();

@@ -563,7 +563,7 @@ void BindCheckpointer(py::module_& m) {
                        std::vector<std::string> memory_replicas, std::vector<std::vector<std::string>> memory_holders,
                        std::vector<std::string> memory_peers, std::shared_ptr<ckpt::PeerMemory> exchange_memory,
                        double cpu_budget, const std::string& background, double memory_send_bytes_per_s,
-                       int delta_chain, double delta_rebase_ratio) {
+                       int delta_chain, double delta_rebase_ratio, int64_t keep_within) {
              ckpt::CheckpointerOptions o;
              o.uri = uri;
              o.rank = rank;
@@ -577,6 +577,8 @@ void BindCheckpointer(py::module_& m) {
              if (!c) Raise(absl::StatusCode::kInvalidArgument, "codec must be " + ckpt::CodecChoices());
              o.codec = *c;
              o.retention.keep_last = keep_last;
+             if (keep_within < 0) Raise(absl::StatusCode::kInvalidArgument, "keep_within must be >= 0");
+             o.retention.keep_within = keep_within;
              if (delta_chain < 0 || !(delta_rebase_ratio > 0)) {
                Raise(absl::StatusCode::kInvalidArgument, "delta_chain must be >= 0 and delta_rebase_ratio > 0");
              }
@@ -637,7 +639,8 @@ void BindCheckpointer(py::module_& m) {
            py::arg("memory_holders") = std::vector<std::vector<std::string>>{},
            py::arg("memory_peers") = std::vector<std::string>{}, py::arg("exchange_memory") = nullptr,
            py::arg("cpu_budget") = 0.0, py::arg("background") = "batch", py::arg("memory_send_bytes_per_s") = 0.0,
-           py::arg("delta_chain") = 0, py::arg("delta_rebase_ratio") = 0.6, py::keep_alive<1, 9>())
+           py::arg("delta_chain") = 0, py::arg("delta_rebase_ratio") = 0.9, py::arg("keep_within") = 0,
+           py::keep_alive<1, 9>())
       .def(
           "save",
           [](ckpt::Checkpointer& cp, int64_t step, PyState& state, std::map<std::string, std::string> metadata,

@@ -290,6 +290,10 @@ class Checkpointer::Impl {
 
   Storage& storage() { return *storage_; }
   const CheckpointerOptions& options() const { return options_; }
+  void SetDeltaOptions(const DeltaOptions& delta) {
+    std::lock_guard<std::mutex> lock(save_mu_);  // between saves
+    delta_.SetOptions(delta);
+  }
 
  private:
   // Engine finalizer thread: this rank's data file is durable (or failed).
@@ -419,11 +423,9 @@ class Checkpointer::Impl {
   // The bases of the step's deltas stay.
   void DropOlderMemorySteps(int64_t step) {
     std::set<int64_t> bases;
-    if (delta_.enabled()) {
-      auto m = ReadManifest(*storage_, step);
-      if (!m.ok()) return;  // keep everything rather than a base it needs
-      for (const ManifestBase& b : m->bases) bases.insert(b.step);
-    }
+    auto m = ReadManifest(*storage_, step);
+    if (!m.ok()) return;  // keep everything rather than a base it needs
+    for (const ManifestBase& b : m->bases) bases.insert(b.step);
     auto entries = storage_->List("");
     if (!entries.ok()) return;
     for (const DirEntry& e : *entries) {
@@ -586,6 +588,16 @@ absl::StatusOr<int64_t> Checkpointer::LatestStep(SaveLevel level) {
 absl::StatusOr<std::vector<StepInfo>> Checkpointer::ListSteps() { return ListStepsIn(impl_->storage()); }
 
 absl::StatusOr<GcReport> Checkpointer::CollectGarbage(bool dry_run) { return impl_->CollectGarbage(dry_run); }
+
+absl::Status Checkpointer::SetDeltaOptions(const DeltaOptions& delta) {
+  if (delta.chain < 0 || !(delta.rebase_ratio > 0)) {
+    return absl::InvalidArgumentError(
+        StrCat("delta chain ", delta.chain, " must be >= 0 and rebase ratio ", delta.rebase_ratio, " > 0"));
+  }
+  impl_->SetDeltaOptions(delta);
+  if (memory_) memory_->SetDeltaOptions(delta);
+  return absl::OkStatus();
+}
 
 SaveCounts Checkpointer::Counts(SaveLevel level) const {
   Impl* impl = For(level);

@@ -4,12 +4,19 @@
 #include "util/strings.h"
 
 namespace ckpt {
+namespace {
+
+// A first delta that stores more than this share of its base's bytes gains
+// too little to be worth a base's memory.
+constexpr double kNoGain = 0.9;
+
+}  // namespace
 
 absl::StatusOr<std::vector<std::optional<ManifestBase>>> DeltaTracker::Plan(
     int64_t step, SavePieces& pieces, std::vector<std::shared_ptr<const void>>* keep_alive) {
   std::vector<std::optional<ManifestBase>> bases(pieces.tiles.size());
-  if (!enabled()) return bases;
   std::lock_guard<std::mutex> lock(mu_);
+  if (options_.chain <= 0) return bases;
   std::vector<Planned>& planned = inflight_[step];
   planned.clear();
   for (size_t i = 0; i < pieces.tiles.size(); ++i) {
@@ -55,17 +62,25 @@ void DeltaTracker::Written(int64_t step, uint64_t save_id, const std::vector<uin
     if (p.kind == Kind::kCapture && ch.pending_step == step) {
       ch.pending_save_id = save_id;
       ch.pending_stored = stored[i];
-    } else if (p.kind == Kind::kDelta && ch.base_stored > 0 &&
-               static_cast<double>(stored[i]) > options_.rebase_ratio * static_cast<double>(ch.base_stored)) {
-      if (ch.links <= 1) {
+    } else if (p.kind == Kind::kDelta && ch.base_stored > 0) {
+      const double delta = static_cast<double>(stored[i]);
+      const double whole = static_cast<double>(ch.base_stored);
+      if (ch.links <= 1 && delta > kNoGain * whole) {
         // Even the first delta does not pay: save it whole for a while and
         // free its base.
         ch.whole_left = options_.chain;
         ch.base.reset();
         ch.links = 0;
-      } else {
-        ch.rebase = true;
+        continue;
       }
+      // Starting over pays once a delta costs more than the cycle so far
+      // (the base and its deltas) did on average: the cycle's average
+      // falls while deltas stay under it. rebase_ratio caps how far a
+      // delta may grow anyway.
+      const double average = static_cast<double>(ch.cycle_stored) / std::max(1, ch.cycle_saves);
+      ch.cycle_stored += stored[i];
+      ++ch.cycle_saves;
+      if (delta > average || delta > options_.rebase_ratio * whole) ch.rebase = true;
     }
   }
 }
@@ -90,6 +105,8 @@ void DeltaTracker::Outcome(int64_t step, bool committed) {
       ch.base = std::move(ch.pending);
       ch.base_id = ManifestBase{step, ch.pending_save_id};
       ch.base_stored = ch.pending_stored;
+      ch.cycle_stored = ch.pending_stored;
+      ch.cycle_saves = 1;
       ch.links = 0;
       ch.rebase = false;
     }

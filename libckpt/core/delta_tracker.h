@@ -27,7 +27,15 @@ class DeltaTracker {
  public:
   explicit DeltaTracker(const DeltaOptions& options) : options_(options) {}
 
-  bool enabled() const { return options_.chain > 0; }
+  bool enabled() const {
+    std::lock_guard<std::mutex> lock(mu_);
+    return options_.chain > 0;
+  }
+  /// From the next Plan on.
+  void SetOptions(const DeltaOptions& options) {
+    std::lock_guard<std::mutex> lock(mu_);
+    options_ = options;
+  }
 
   /// Plans the save of `step`: sets each tensor piece's delta_reference or
   /// delta_capture (blobs are always whole), keeps the buffers alive in
@@ -61,6 +69,9 @@ class DeltaTracker {
     std::shared_ptr<AlignedBuffer> base;  ///< a committed save's bytes
     ManifestBase base_id;
     uint64_t base_stored = 0;
+    /// Stored bytes of the base and of every delta written against it.
+    uint64_t cycle_stored = 0;
+    int cycle_saves = 0;
     int links = 0;        ///< deltas planned against `base`
     bool rebase = false;  ///< the last delta stopped paying
     int whole_left = 0;   ///< saves left to store whole, keeping nothing
@@ -76,8 +87,8 @@ class DeltaTracker {
     Kind kind = Kind::kWhole;
   };
 
-  DeltaOptions options_;
   mutable std::mutex mu_;
+  DeltaOptions options_;  // REQUIRES: mu_
   std::map<Key, Chunk> chunks_;
   std::map<int64_t, std::vector<Planned>> inflight_;
 };

@@ -61,6 +61,18 @@ absl::StatusOr<RepairReport> RepairStep(Storage& damaged, Storage& source, int64
   const std::string dir = StepDir(step);
   const std::string manifest = StrCat(dir, "/", kManifestName);
 
+  // Along its chains: the bases first (each older than the step, so this
+  // ends), so that the step's deltas are checked against intact bases.
+  if (auto ex = ExamineStep(damaged, step); ex.ok() && ex->manifest.has_value()) {
+    for (const ManifestBase& base : ex->manifest->bases) {
+      CKPT_ASSIGN_OR_RETURN(RepairReport below, RepairStep(damaged, source, base.step, dry_run));
+      for (const std::string& r : below.repaired)
+        report.repaired.push_back(StrCat("delta base step ", base.step, ": ", r));
+      for (const std::string& l : below.lost) report.lost.push_back(StrCat("delta base step ", base.step, ": ", l));
+      report.bytes_rewritten += below.bytes_rewritten;
+    }
+  }
+
   auto check = VerifyStep(damaged, step);
   if (check.ok() && check->ok()) return report;  // intact: the source is not read
   // Metadata first from the step's own copy: MANIFEST and MANIFEST.copy

@@ -222,12 +222,13 @@ absl::StatusOr<GcReport> CollectGarbageIn(Storage& storage, const GcOptions& opt
   }
   std::set<int64_t> keep(intact.begin(), intact.end());
   const RetentionPolicy& rp = options.retention;
-  if (rp.keep_last > 0 || rp.keep_every > 0) {
+  if (rp.keep_last > 0 || rp.keep_every > 0 || rp.keep_within > 0) {
     keep.clear();
     for (size_t i = 0; i < intact.size(); ++i) {
       const bool recent = rp.keep_last > 0 && i + static_cast<size_t>(rp.keep_last) >= intact.size();
       const bool milestone = rp.keep_every > 0 && intact[i] % rp.keep_every == 0;
-      if (recent || milestone) keep.insert(intact[i]);
+      const bool window = rp.keep_within > 0 && !intact.empty() && intact[i] > intact.back() - rp.keep_within;
+      if (recent || milestone || window) keep.insert(intact[i]);
     }
   }
   if (newest >= 0) keep.insert(newest);

@@ -4,6 +4,7 @@
 #include <signal.h>
 
 #include <cstring>
+#include <filesystem>
 #include <random>
 #include <set>
 
@@ -283,6 +284,65 @@ TEST(DeltaCrash, KillsAtEveryStageOfDeltaSavesLoseNothing) {
   if (rounds >= 20) EXPECT_GT(deltas_seen, 0) << "no kill landed after a delta save";
   std::printf("%d kills, newest step %lld, delta steps seen %lld\n", rounds, static_cast<long long>(last_seen),
               static_cast<long long>(deltas_seen));
+}
+
+// A window of recent steps (keep_within), saved as deltas: every step of
+// the window stays and restores bit-exactly, with the bases they need;
+// older steps go.
+TEST(Delta, ARecentStepsWindowKeepsEveryStepAndItsBases) {
+  TempDir dir;
+  const std::string uri = dir.path() + "/root";
+  RetentionPolicy window;
+  window.keep_last = 1;
+  window.keep_within = 40;  // steps newer than newest - 40
+  auto cp = OpenDelta(uri, 8, window);
+  ASSERT_NE(cp, nullptr);
+  MiniState s;
+  auto saved = SaveSteps(*cp, 10, 120, s);
+  auto steps = cp->ListSteps();
+  ASSERT_OK(steps);
+  std::vector<int64_t> present;
+  for (const StepInfo& i : *steps) present.push_back(i.step);
+  // The window is 90 to 120; they are deltas of 100 (a whole save after
+  // 8 deltas of 10), except 100 itself and 90, a delta of 10.
+  EXPECT_EQ(present, (std::vector<int64_t>{10, 90, 100, 110, 120}));
+  for (int64_t step : present) ExpectRestores(*cp, step, saved[step]);
+}
+
+// A base damaged in one copy of a root is repaired from a replica when its
+// delta step is repaired: along the chain, base first.
+TEST(Delta, RepairingADeltaStepRepairsItsDamagedBaseFromAReplica) {
+  TempDir dir;
+  const std::string uri = dir.path() + "/root";
+  auto cp = OpenDelta(uri, 3);
+  ASSERT_NE(cp, nullptr);
+  MiniState s;
+  auto saved = SaveSteps(*cp, 10, 30, s);
+  ASSERT_OK(cp->WaitAll());
+  cp.reset();
+  std::filesystem::copy(uri, dir.path() + "/replica", std::filesystem::copy_options::recursive);
+  FlipBit(uri + "/step-0000000010/rank-000000.ckd", 4096 + 100, 3);
+  auto damaged = OpenStorage(uri);
+  auto replica = OpenStorage(dir.path() + "/replica");
+  ASSERT_OK(damaged);
+  ASSERT_OK(replica);
+  // Step 20 is a delta of 10 in every tensor: each block of 10 is a base.
+  auto before = VerifyStep(**damaged, 20);
+  ASSERT_OK(before);
+  EXPECT_FALSE(before->ok());
+  auto repaired = RepairStep(**damaged, **replica, 20);
+  ASSERT_OK(repaired);
+  EXPECT_TRUE(repaired->ok()) << repaired->lost.front();
+  ASSERT_FALSE(repaired->repaired.empty());
+  EXPECT_NE(repaired->repaired.front().find("delta base step 10: "), std::string::npos) << repaired->repaired.front();
+  for (int64_t step : {10, 20, 30}) {
+    auto v = VerifyStep(**damaged, step);
+    ASSERT_OK(v);
+    EXPECT_TRUE(v->ok()) << step;
+  }
+  auto again = OpenDelta(uri, 3);
+  ASSERT_NE(again, nullptr);
+  for (int64_t step : {10, 20, 30}) ExpectRestores(*again, step, saved[step]);
 }
 
 // The transform docs/format.md gives, byte for byte, and its inverse.

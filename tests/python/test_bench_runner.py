@@ -22,7 +22,7 @@ def test_runner_reports_every_contender(tmp_path):
         f.write(before)
     out = os.path.join(tmp, "out")
     p = subprocess.run([sys.executable, os.path.join(repo, "benchmarks", "run.py"), "--build", build, "--size", "16M",
-                        "--runs", "1", "--reshard-params", "20M", "--interference-steps", "12", "--dir", os.path.join(tmp, "data"), "--out", out, "--update-docs", "--docs", docs,
+                        "--runs", "1", "--reshard-params", "20M", "--interference-steps", "12", "--delta-quick", "--dir", os.path.join(tmp, "data"), "--out", out, "--update-docs", "--docs", docs,
                         "--json"], capture_output=True, text=True, timeout=600)
     assert p.returncode == 0, p.stderr
     res = json.loads(p.stdout)
@@ -39,6 +39,11 @@ def test_runner_reports_every_contender(tmp_path):
             assert s[f"{tool}/{dtype}"]["save_s"]["median"] > 0 and s[f"{tool}/{dtype}"]["load_s"]["median"] > 0
         assert s[f"ckpt-py/{dtype}"]["stall_s"]["median"] > 0
     assert s["ckpt/bf16/shuffle-zstd"]["stored_ratio"] < 0.75  # compression happened
+    # Delta saves on a (tiny) AdamW run, at both learning rates.
+    for lr in ["3e-4", "3e-5"]:
+        d = s["delta"][lr]
+        for k in ["bf16_after_first", "state_after_first", "frozen_after_first", "save_x_auto", "restore_x_whole"]:
+            assert d[k]["median"] > 0, (lr, k)
     # Each run's ckpt saves are medians of several saves, memcpy of several passes.
     raw = res["raw"][0]
     save = raw["ckpt/bf16/none/save"]

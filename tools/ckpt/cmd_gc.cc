@@ -17,7 +17,7 @@ namespace ckpt::tools {
 
 int GcMain(int argc, char** argv, int first) {
   std::string dir;
-  int64_t keep_last = 0, keep_every = 0;
+  int64_t keep_last = 0, keep_every = 0, keep_within = 0;
   bool yes = false, json = false, partial = false, damaged = false;
   Args args("gc", "DIR [--keep-last N] [--keep-every N] [--damaged] [--yes] [--json]",
             "Applies retention and removes uncommitted leftovers. A dry run unless --yes:\n"
@@ -29,13 +29,15 @@ int GcMain(int argc, char** argv, int first) {
   args.Positional("DIR", &dir, "checkpoint root (path or storage URI)");
   args.Int("keep-last", &keep_last, "keep the newest N committed steps (0: all)");
   args.Int("keep-every", &keep_every, "also keep steps that are multiples of N");
+  args.Int("keep-within", &keep_within, "also keep every step within N steps of the newest");
   args.Switch("newer-partial", &partial, "also remove uncommitted steps newer than the latest");
   args.Switch("damaged", &damaged, "also remove damaged steps (committed checkpoints: repair them first if you can)");
   args.Switch("yes", &yes, "really remove");
   args.Switch("json", &json, "print JSON");
   int exit = 0;
   if (!args.Parse(argc, argv, first, &exit)) return exit;
-  if (keep_last < 0 || keep_every < 0) return FailUnreadable("gc", absl::InvalidArgumentError("counts must be >= 0"));
+  if (keep_last < 0 || keep_every < 0 || keep_within < 0)
+    return FailUnreadable("gc", absl::InvalidArgumentError("counts must be >= 0"));
   auto storage = OpenStorage(dir);
   if (!storage.ok()) return FailUnreadable("gc", storage.status());
   if (absl::Status listed = ListCheckpointSteps(**storage).status(); !listed.ok()) {
@@ -46,6 +48,7 @@ int GcMain(int argc, char** argv, int first) {
   GcOptions o;
   o.retention.keep_last = static_cast<int>(keep_last);
   o.retention.keep_every = keep_every;
+  o.retention.keep_within = keep_within;
   o.dry_run = !yes;
   o.remove_newer_partial = partial;
   o.remove_damaged = damaged;

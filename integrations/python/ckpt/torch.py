@@ -332,7 +332,9 @@ class CheckpointManager:
     save, compressed) for up to K saves after a whole one, tensor by tensor
     while deltas pay: frozen parameters then cost almost nothing, and every
     kept step still restores bit-exactly. It keeps one copy of the saved
-    state in host memory (docs/integrations.md, "Delta saves")."""
+    state in host memory (docs/integrations.md, "Delta saves").
+    `keep_within=N` also keeps every step saved in the last N steps: a
+    window to roll back to after a loss spike, cheap as deltas."""
 
     def __init__(self, root, model, optimizer=None, scheduler=None, interval=100, keep_last=3,
                  codec="none", async_save=True, staging_bytes=256 << 20, policy=None, staging_threads=0,
@@ -340,7 +342,7 @@ class CheckpointManager:
                  memory_budget=4 << 30, domain=None, memory_listen=None, token=None, cooperative_load=True,
                  cpu_budget=0.0, background="batch", memory_send_bytes_per_s=0.0, retry_attempts=3,
                  retry_backoff_steps=None, raise_on_save_error=False, data=None, preempt_signals=(),
-                 preempt_deadline=30.0, preempt_exit=True, preempt_exit_code=143, delta_chain=0):
+                 preempt_deadline=30.0, preempt_exit=True, preempt_exit_code=143, delta_chain=0, keep_within=0):
         self.model, self.optimizer, self.scheduler = model, optimizer, scheduler
         self.interval = durable_interval if durable_interval is not None else interval
         self.memory_interval = memory_interval
@@ -373,7 +375,8 @@ class CheckpointManager:
         self._pending_step = None
         self.last_load = None
         kwargs = dict(codec=codec, keep_last=keep_last, staging_bytes=staging_bytes, staging_threads=staging_threads,
-                      cpu_budget=cpu_budget, background=background, delta_chain=delta_chain)
+                      cpu_budget=cpu_budget, background=background, delta_chain=delta_chain,
+                      keep_within=keep_within)
         self._dist = None
         if memory_interval or group is not None:
             import torch.distributed as dist
