@@ -102,7 +102,7 @@ build_asan() {
 # are where threads meet; the pure-logic tests add nothing under TSan.
 # Built with clang, which compiles it in three quarters of gcc's time.
 tsan_tests=(commit_test roundtrip_test backends_test audit_test claim_test staging_arena_test coordinator_test etcd_test hostile_test
-  safetensors_cli_test peer_test coop_load_test storage_test layout_save_test util_test log_sink_test)
+  safetensors_cli_test peer_test coop_load_test storage_test layout_save_test util_test log_sink_test delta_test)
 build_tsan() {
   CC=clang CXX=clang++ cmake -S . -B build-tsan -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCKPT_SANITIZE=thread "${opt_flags[@]}" \
     -DCKPT_BUILD_BENCHMARKS=OFF -DCKPT_BUILD_PYTHON=OFF

@@ -2,6 +2,7 @@
 // against a base step, chains bounded, per-chunk decisions by measurement,
 // and every step of a chain restoring bit-exactly.
 #include <signal.h>
+#include <unistd.h>
 
 #include <cstring>
 #include <filesystem>
@@ -307,6 +308,50 @@ TEST(Delta, ARecentStepsWindowKeepsEveryStepAndItsBases) {
   // 8 deltas of 10), except 100 itself and 90, a delta of 10.
   EXPECT_EQ(present, (std::vector<int64_t>{10, 90, 100, 110, 120}));
   for (int64_t step : present) ExpectRestores(*cp, step, saved[step]);
+}
+
+// The memory level saves deltas too, against bases it keeps in memory:
+// committing a newer memory step drops older ones but never a base the
+// newest needs, and every memory step restores bit-exactly from memory.
+TEST(Delta, TheMemoryLevelKeepsItsBasesAndRestoresItsDeltas) {
+  TempDir dir;
+  CheckpointerOptions o;
+  o.uri = dir.path() + "/root";
+  o.codec = Codec::kAuto;
+  o.engine_options.block_size = kBlock;
+  o.engine_options.staging_bytes = 2 << 20;
+  o.delta.chain = 3;
+  o.memory_storage = *OpenStorage(StrCat("mem://delta-memory-", getpid()));
+  auto cp = Checkpointer::Open(o);
+  ASSERT_OK(cp);
+  MiniState s;
+  std::map<int64_t, std::vector<OwnedShard>> saved;
+  SaveOptions memory;
+  memory.level = SaveLevel::kMemory;
+  for (int64_t step = 1; step <= 3; ++step) {
+    if (step > 1) s.Step();
+    State state = StateOf(s.shards);
+    auto h = (*cp)->Save(step, state, memory);
+    ASSERT_OK(h);
+    ASSERT_OK(h->Wait());
+    saved[step] = s.shards;
+  }
+  // Step 3 is a delta of 1: the memory level holds 1 and 3 (2 went).
+  auto held = ListCheckpointSteps(*o.memory_storage);
+  ASSERT_OK(held);
+  std::vector<int64_t> steps;
+  for (const StepInfo& i : *held) steps.push_back(i.step);
+  EXPECT_EQ(steps, (std::vector<int64_t>{1, 3}));
+  ASSERT_EQ(held->back().delta_bases, (std::vector<int64_t>{1}));
+  std::vector<OwnedShard> out;
+  for (const OwnedShard& sh : saved[3]) out.push_back(EmptyShard(sh.spec, sh.box));
+  State target = StateOf(out);
+  LoadOptions from_memory;
+  from_memory.level = SaveLevel::kMemory;
+  auto loaded = (*cp)->Load(target, 3, from_memory);
+  ASSERT_OK(loaded);
+  EXPECT_GT(loaded->delta_blocks, 0);
+  for (size_t i = 0; i < out.size(); ++i) EXPECT_TRUE(out[i].data == saved[3][i].data) << out[i].spec.fqn;
 }
 
 // A base damaged in one copy of a root is repaired from a replica when its
