@@ -107,7 +107,7 @@ def test_runner_reports_every_contender(tmp_path):
         assert s["interference"][level]["median"] > 0, level
         assert raw["interference"][level]["steps_during_saves"] > 0, level
     assert any(t["target"].startswith("trainer step time during background saves (memory)") for t in res["targets"])
-    assert len(res["targets"]) == 25 and all(isinstance(t["met"], bool) for t in res["targets"])
+    assert len(res["targets"]) == 25 + 5 * 2 and all(isinstance(t["met"], bool) for t in res["targets"])
     assert res["machine"]["cores"] >= 1 and res["machine"]["filesystem"]
     svg = ET.parse(os.path.join(out, "chart.svg")).getroot()
     assert len(svg.findall("{http://www.w3.org/2000/svg}rect")) > 20
