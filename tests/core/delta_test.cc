@@ -137,6 +137,17 @@ TEST(Delta, EveryStepOfAChainRestoresBitExactly) {
   EXPECT_GT(loaded->bytes_read_from_bases, 0);
 }
 
+// The steps the checkpointer's root holds, committed or not.
+std::vector<int64_t> StepsOf(Checkpointer& cp) {
+  std::vector<int64_t> out;
+  auto steps = cp.ListSteps();
+  EXPECT_OK(steps);
+  if (steps.ok()) {
+    for (const StepInfo& i : *steps) out.push_back(i.step);
+  }
+  return out;
+}
+
 // Saves steps first, first + 10, ... last of `s` (moved on a step before
 // each but the very first); returns what each step held.
 std::map<int64_t, std::vector<OwnedShard>> SaveSteps(Checkpointer& cp, int64_t first, int64_t last, MiniState& s) {
@@ -162,10 +173,7 @@ TEST(Delta, RetentionKeepsTheBasesOfKeptStepsAndSaysWhich) {
   ASSERT_NE(cp, nullptr);
   MiniState s;
   auto saved = SaveSteps(*cp, 10, 40, s);
-  auto steps = cp->ListSteps();
-  ASSERT_OK(steps);
-  std::vector<int64_t> present;
-  for (const StepInfo& i : *steps) present.push_back(i.step);
+  std::vector<int64_t> present = StepsOf(*cp);
   // 20 went; 10 stays as the base of 30 and 40.
   EXPECT_EQ(present, (std::vector<int64_t>{10, 30, 40}));
   GcOptions gc;
@@ -183,10 +191,7 @@ TEST(Delta, RetentionKeepsTheBasesOfKeptStepsAndSaysWhich) {
   for (int64_t step : {10, 30, 40}) ExpectRestores(*cp, step, saved[step]);
   // Once a whole save takes over (chain 3: step 50), the old base goes.
   saved = SaveSteps(*cp, 50, 60, s);
-  steps = cp->ListSteps();
-  ASSERT_OK(steps);
-  present.clear();
-  for (const StepInfo& i : *steps) present.push_back(i.step);
+  present = StepsOf(*cp);
   EXPECT_EQ(present, (std::vector<int64_t>{50, 60}));
 }
 
@@ -300,10 +305,7 @@ TEST(Delta, ARecentStepsWindowKeepsEveryStepAndItsBases) {
   ASSERT_NE(cp, nullptr);
   MiniState s;
   auto saved = SaveSteps(*cp, 10, 120, s);
-  auto steps = cp->ListSteps();
-  ASSERT_OK(steps);
-  std::vector<int64_t> present;
-  for (const StepInfo& i : *steps) present.push_back(i.step);
+  std::vector<int64_t> present = StepsOf(*cp);
   // The window is 90 to 120; they are deltas of 100 (a whole save after
   // 8 deltas of 10), except 100 itself and 90, a delta of 10.
   EXPECT_EQ(present, (std::vector<int64_t>{10, 90, 100, 110, 120}));
