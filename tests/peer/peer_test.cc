@@ -18,6 +18,7 @@
 #include <cstdlib>
 #include <fstream>
 #include <map>
+#include <set>
 #include <thread>
 
 #include "ckpt/checkpointer.h"
@@ -1192,6 +1193,101 @@ TEST(MemoryLevel, ASmallerWorldRestoresTheNewestMemoryStepFromPeers) {
     from_peers += stats[r].bytes_from_peers;
   }
   EXPECT_GT(from_peers, 0);  // rank 2's rows came from its replica holder
+}
+
+// Delta saves at the memory level, through peer memories: each rank's
+// delta files go to its replica holder like any file, the memory keeps the
+// base the newest step needs, and when one process's memory is lost the
+// other rank still restores the newest step (a delta) bit-exactly, its
+// partner's files and their base read from the replica.
+TEST(MemoryLevel, DeltasGoToPeersAndRestoreAfterAMemoryIsLost) {
+  TempDir dir;
+  const int world = 2;
+  std::vector<std::shared_ptr<PeerMemory>> mem;
+  std::vector<std::string> eps;
+  for (int r = 0; r < world; ++r) {
+    mem.push_back(StartMemory("node-" + std::to_string(r)));
+    eps.push_back(mem.back()->endpoint());
+  }
+  const TensorSpec frozen{"frozen", DType::kF32, {256, 512}};
+  const TensorSpec moving{"moving", DType::kF32, {64, 512}};
+  // Rank r holds rows [r * half, (r + 1) * half) of both tensors; `moving`
+  // changes at every step, `frozen` never.
+  auto shards_at = [&](int r, int64_t step) {
+    std::vector<OwnedShard> out;
+    out.push_back(MakeShard(frozen, Box({r * 128, 0}, {128, 512}), 1));
+    out.push_back(MakeShard(moving, Box({r * 32, 0}, {32, 512}), static_cast<uint64_t>(step)));
+    return out;
+  };
+  auto route_of = [&](int r, bool lost_peer) {
+    PeerRoute route;
+    route.replicas = {eps[static_cast<size_t>(1 - r)]};
+    route.holders = [&, lost_peer](int64_t, int owner) {
+      std::vector<std::string> h = {eps[static_cast<size_t>(owner)], eps[static_cast<size_t>(1 - owner)]};
+      if (lost_peer) std::erase(h, eps[1]);
+      return h;
+    };
+    route.peers = eps;
+    return route;
+  };
+  auto comms = CreateLocalCommunicators(world);
+  std::vector<std::thread> threads;
+  std::vector<absl::Status> results(world);
+  for (int r = 0; r < world; ++r) {
+    threads.emplace_back([&, r] {
+      results[r] = [&]() -> absl::Status {
+        CKPT_ASSIGN_OR_RETURN(auto memory_storage, OpenPeerStorage(mem[static_cast<size_t>(r)], route_of(r, false)));
+        CheckpointerOptions o;
+        o.uri = dir.Join("root");
+        o.rank = r;
+        o.world_size = world;
+        o.communicator = comms[static_cast<size_t>(r)];
+        o.codec = Codec::kAuto;
+        o.engine_options.staging_bytes = 4 << 20;
+        o.engine_options.block_size = 64 << 10;
+        o.memory_storage = memory_storage;
+        o.delta.chain = 3;
+        CKPT_ASSIGN_OR_RETURN(auto cp, Checkpointer::Open(o));
+        SaveOptions so;
+        so.level = SaveLevel::kMemory;
+        for (int64_t step = 1; step <= 3; ++step) {
+          std::vector<OwnedShard> shards = shards_at(r, step);
+          CKPT_ASSIGN_OR_RETURN(SaveHandle h, cp->Save(step, StateOf(shards), so));
+          CKPT_RETURN_IF_ERROR(h.Wait());
+        }
+        return absl::OkStatus();
+      }();
+    });
+  }
+  for (auto& t : threads) t.join();
+  for (auto& s : results) ASSERT_OK(s);
+  // Each memory holds step 3 and its base, step 1 (step 2 went).
+  for (auto& m : mem) {
+    std::set<int64_t> held;
+    for (const auto& h : m->Holdings()) held.insert(h.step);
+    EXPECT_EQ(held, (std::set<int64_t>{1, 3})) << m->endpoint();
+  }
+  mem[1].reset();  // node-1 is lost with its memory
+  auto memory_storage = OpenPeerStorage(mem[0], route_of(0, true));
+  ASSERT_OK(memory_storage);
+  CheckpointerOptions o;
+  o.uri = dir.Join("root");
+  o.memory_storage = *memory_storage;
+  o.gc_on_open = false;
+  auto cp = Checkpointer::Open(o);
+  ASSERT_OK(cp);
+  // One rank now loads the whole of step 3 from the memory that is left.
+  std::vector<OwnedShard> want = {MakeShard(frozen, Box::Whole(frozen.shape), 1),
+                                  MakeShard(moving, Box::Whole(moving.shape), 3)};
+  std::vector<OwnedShard> out;
+  for (const OwnedShard& w : want) out.push_back(EmptyShard(w.spec, w.box));
+  LoadOptions lo;
+  lo.level = SaveLevel::kMemory;
+  auto stats = (*cp)->Load(StateOf(out), 3, lo);
+  ASSERT_OK(stats);
+  EXPECT_GT(stats->delta_blocks, 0);
+  EXPECT_EQ(stats->bytes_from_storage, 0);
+  for (size_t i = 0; i < out.size(); ++i) EXPECT_TRUE(out[i].data == want[i].data) << out[i].spec.fqn;
 }
 
 TEST(MemoryLevel, ASaveAtTheMemoryLevelWithoutOneIsRefused) {
