@@ -698,13 +698,16 @@ void BindCheckpointer(py::module_& m) {
             d["cooperative"] = st->cooperative;
             d["bytes_for_peers"] = st->bytes_for_peers;
             d["peer_failovers"] = st->peer_failovers;
+            d["delta_blocks"] = st->delta_blocks;
+            d["bytes_read_from_bases"] = st->bytes_read_from_bases;
             return d;
           },
           py::arg("state"), py::arg("step") = ckpt::kLatestStep, py::arg("level") = "durable", py::arg("stats") = false,
           py::arg("cooperative") = true,
           "Fills the state's buffers; returns the step, or with stats=True a dict: step, level, seconds, "
           "bytes_read, bytes_from_memory, bytes_from_peers, bytes_from_storage, manifest_bytes (of the step's "
-          "manifest, read by this rank itself), cooperative, bytes_for_peers, peer_failovers. A load of a "
+          "manifest, read by this rank itself), cooperative, bytes_for_peers, peer_failovers, delta_blocks (blocks "
+          "rebuilt from a delta and its base), bytes_read_from_bases. A load of a "
           "laid-out state by every rank of a checkpointer built with exchange_memory is cooperative "
           "(cooperative=False turns it off): ranks that need the same bytes read them once and pass them on.")
       .def(

@@ -1,10 +1,13 @@
 #include "pipeline/delta_chain.h"
 
+#include <immintrin.h>
+
 #include <cstring>
 #include <deque>
 
 #include "codec/codec.h"
 #include "util/aligned_buffer.h"
+#include "util/cpu.h"
 #include "util/errors.h"
 #include "util/strings.h"
 
@@ -12,10 +15,11 @@ namespace ckpt {
 
 namespace {
 
+// The portable loops, from element byte `i` on.
 template <typename U>
-void MakeDeltaOf(std::byte* x, const std::byte* b, size_t n) {
+void MakeDeltaOf(std::byte* x, const std::byte* b, size_t i, size_t n) {
   constexpr int kBits = 8 * sizeof(U);
-  for (size_t i = 0; i < n; i += sizeof(U)) {
+  for (; i < n; i += sizeof(U)) {
     U a, c;
     std::memcpy(&a, x + i, sizeof(U));
     std::memcpy(&c, b + i, sizeof(U));
@@ -28,8 +32,8 @@ void MakeDeltaOf(std::byte* x, const std::byte* b, size_t n) {
 }
 
 template <typename U>
-void UndoDeltaOf(std::byte* x, const std::byte* b, size_t n) {
-  for (size_t i = 0; i < n; i += sizeof(U)) {
+void UndoDeltaOf(std::byte* x, const std::byte* b, size_t i, size_t n) {
+  for (; i < n; i += sizeof(U)) {
     U z, c;
     std::memcpy(&z, x + i, sizeof(U));
     std::memcpy(&c, b + i, sizeof(U));
@@ -39,21 +43,91 @@ void UndoDeltaOf(std::byte* x, const std::byte* b, size_t n) {
   }
 }
 
+// 32 bytes at a time for 2-, 4- and 8-byte elements; returns the bytes
+// done. The scalar loops took about a tenth of a delta save's worker time.
+#define CKPT_AVX2 [[gnu::target("avx2")]]
+
+template <size_t W>
+CKPT_AVX2 inline __m256i Sub(__m256i a, __m256i b) {
+  if constexpr (W == 2) return _mm256_sub_epi16(a, b);
+  if constexpr (W == 4) return _mm256_sub_epi32(a, b);
+  return _mm256_sub_epi64(a, b);
+}
+template <size_t W>
+CKPT_AVX2 inline __m256i Add(__m256i a, __m256i b) {
+  if constexpr (W == 2) return _mm256_add_epi16(a, b);
+  if constexpr (W == 4) return _mm256_add_epi32(a, b);
+  return _mm256_add_epi64(a, b);
+}
+template <size_t W, int K>
+CKPT_AVX2 inline __m256i Shl(__m256i a) {
+  if constexpr (W == 2) return _mm256_slli_epi16(a, K);
+  if constexpr (W == 4) return _mm256_slli_epi32(a, K);
+  return _mm256_slli_epi64(a, K);
+}
+template <size_t W, int K>
+CKPT_AVX2 inline __m256i Shr(__m256i a) {
+  if constexpr (W == 2) return _mm256_srli_epi16(a, K);
+  if constexpr (W == 4) return _mm256_srli_epi32(a, K);
+  return _mm256_srli_epi64(a, K);
+}
+
+template <bool kMake, size_t W>
+CKPT_AVX2 size_t TransformAvx2(std::byte* x, const std::byte* b, size_t n) {
+  const __m256i zero = _mm256_setzero_si256();
+  const __m256i one = Shr<W, 8 * W - 1>(_mm256_cmpeq_epi8(zero, zero));
+  size_t i = 0;
+  for (; i + 32 <= n; i += 32) {
+    const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x + i));
+    const __m256i c = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b + i));
+    __m256i r;
+    if constexpr (kMake) {
+      const __m256i d = Sub<W>(v, c);
+      // All ones where d is negative: 0 minus its top bit.
+      const __m256i sign = Sub<W>(zero, Shr<W, 8 * W - 1>(d));
+      r = _mm256_xor_si256(Shl<W, 1>(d), sign);
+    } else {
+      const __m256i d = _mm256_xor_si256(Shr<W, 1>(v), Sub<W>(zero, _mm256_and_si256(v, one)));
+      r = Add<W>(c, d);
+    }
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(x + i), r);
+  }
+  return i;
+}
+
+template <bool kMake>
+size_t TransformVector(std::byte* x, const std::byte* b, size_t n, size_t width) {
+  if (!Cpu().avx2) return 0;
+  switch (width) {
+    case 2:
+      return TransformAvx2<kMake, 2>(x, b, n);
+    case 4:
+      return TransformAvx2<kMake, 4>(x, b, n);
+    case 8:
+      return TransformAvx2<kMake, 8>(x, b, n);
+    default:
+      return 0;
+  }
+}
+
 template <bool kMake>
 void Transform(absl::Span<std::byte> bytes, absl::Span<const std::byte> base, size_t width) {
   const size_t n = std::min(bytes.size(), base.size()) / width * width;
+  std::byte* x = bytes.data();
+  const std::byte* b = base.data();
+  const size_t done = TransformVector<kMake>(x, b, n, width);
   switch (width) {
     case 1:
-      kMake ? MakeDeltaOf<uint8_t>(bytes.data(), base.data(), n) : UndoDeltaOf<uint8_t>(bytes.data(), base.data(), n);
+      kMake ? MakeDeltaOf<uint8_t>(x, b, done, n) : UndoDeltaOf<uint8_t>(x, b, done, n);
       break;
     case 2:
-      kMake ? MakeDeltaOf<uint16_t>(bytes.data(), base.data(), n) : UndoDeltaOf<uint16_t>(bytes.data(), base.data(), n);
+      kMake ? MakeDeltaOf<uint16_t>(x, b, done, n) : UndoDeltaOf<uint16_t>(x, b, done, n);
       break;
     case 4:
-      kMake ? MakeDeltaOf<uint32_t>(bytes.data(), base.data(), n) : UndoDeltaOf<uint32_t>(bytes.data(), base.data(), n);
+      kMake ? MakeDeltaOf<uint32_t>(x, b, done, n) : UndoDeltaOf<uint32_t>(x, b, done, n);
       break;
     default:
-      kMake ? MakeDeltaOf<uint64_t>(bytes.data(), base.data(), n) : UndoDeltaOf<uint64_t>(bytes.data(), base.data(), n);
+      kMake ? MakeDeltaOf<uint64_t>(x, b, done, n) : UndoDeltaOf<uint64_t>(x, b, done, n);
       break;
   }
 }

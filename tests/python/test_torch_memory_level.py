@@ -6,7 +6,9 @@ from peers); later the durable step 20 is the newest and is restored from
 the root. A budget too small fails the memory saves cleanly while durable
 ones go on; ranks in one failure domain make durable saves only; a
 two-level IntervalPolicy decides both levels, the same on every rank. The
-first run again with each rank on a host of its own (network namespaces).
+first run again with each rank on a host of its own (network namespaces),
+also with delta saves (delta_chain=3), whose bases go to the other hosts'
+memory too.
 
     /usr/bin/python3 -m pytest test_torch_memory_level.py     (PYTHONPATH holds ckpt)
 Ranks are launched as processes with env:// (torchrun is not used).
@@ -53,22 +55,28 @@ def rank_main(mode, root):
     optimizer = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
     # "hosts": each rank on a host of its own (a network namespace), its
     # failure domain its host's name and its address the host's own.
-    domain = "node-0" if mode == "one-domain" else None if mode == "hosts" else f"node-{rank}"
+    hosts = mode.startswith("hosts")
+    domain = "node-0" if mode == "one-domain" else None if hosts else f"node-{rank}"
     budget = 4096 if mode == "budget" else 64 << 20
     if mode.startswith("policy"):
         policy_main(root, model, optimizer, "node-0" if mode == "policy-one-domain" else domain)
         return
     with warnings.catch_warnings(record=True) as warned:
         warnings.simplefilter("always")
+        if mode == "hosts-delta":
+            # The first layer frozen: its deltas cost next to nothing, so
+            # every memory step after a whole one stores some.
+            for p in model[0].parameters():
+                p.requires_grad_(False)
         m = CheckpointManager(root, model, optimizer, memory_interval=2, durable_interval=10, domain=domain,
-                              memory_budget=budget, keep_last=2)
+                              memory_budget=budget, keep_last=2, delta_chain=3 if mode == "hosts-delta" else 0)
     if mode == "one-domain":
         assert not m.memory_level
         assert "failure domains" in m.memory_note, m.memory_note
         assert any("no memory-level saves" in str(w.message) for w in warned)
     else:
         assert m.memory_level, m.memory_note
-    if mode == "hosts":
+    if hosts:
         assert m.memory.domain == socket.gethostname() == os.environ["CKPT_TEST_HOSTNAME"], m.memory.domain
         assert m.memory.endpoint.rsplit(":", 1)[0] == os.environ["CKPT_TEST_HOST_ADDR"], m.memory.endpoint
         assert os.environ["CKPT_HOST_DISK"] == os.environ["CKPT_TEST_HOST_DISK"], os.environ["CKPT_HOST_DISK"]
@@ -79,7 +87,7 @@ def rank_main(mode, root):
     m.wait()
     snapshot = {k: v.clone() for k, v in model.state_dict().items()}
     clobber(model)
-    if mode in ("levels", "hosts"):
+    if mode in ("levels", "hosts", "hosts-delta"):
         assert m.memory_errors == [], m.memory_errors
         assert any(h[0] == 14 for h in m.memory.holdings()), m.memory.holdings()
         assert m.load_latest() == 14
@@ -99,6 +107,10 @@ def rank_main(mode, root):
         assert st["level"] == "memory" and st["bytes_from_storage"] == 0, st
         if rank == 0:
             assert st["bytes_from_peers"] > 0 and st["bytes_from_memory"] == 0, st
+        if mode == "hosts-delta":
+            # Memory step 14 is a delta of step 12 (whole after 2's chain of
+            # 3: 4, 6, 8); on rank 0 both come from the other hosts.
+            assert st["delta_blocks"] > 0 and st["bytes_read_from_bases"] > 0, st
         assert same(model, snapshot)
         dist.barrier()
         # Training goes on from the restored state; durable step 20 is then
@@ -191,12 +203,11 @@ def launch(mode, world, root):
         assert p.returncode == 0, f"rank {rank} of '{mode}' failed:\n{out}"
 
 
-def test_across_hosts_the_copies_go_to_the_other_hosts_memory(tmp_path):
-    """The same run with each rank on a host of its own (network namespaces
-    on a bridge, tests/python/netns_cluster.py): nothing names a domain or an
-    address, the ranks take their host's name and the address their route
-    to MASTER_ADDR leaves from, and rank 0's restore comes from the other
-    hosts' memory."""
+def across_hosts(mode, root):
+    """Runs `mode` with each rank on a host of its own (network namespaces on
+    a bridge, tests/python/netns_cluster.py): nothing names a domain or an
+    address; the ranks take their host's name and the address their route
+    to MASTER_ADDR leaves from."""
     from netns_cluster import NetnsCluster
 
     assert os.geteuid() == 0, "network namespaces need root"
@@ -211,12 +222,25 @@ def test_across_hosts_the_copies_go_to_the_other_hosts_memory(tmp_path):
                        GLOO_SOCKET_IFNAME="eth0")
             env.pop("CKPT_JOB_TOKEN", None)
             env.pop("CKPT_MEMORY_LISTEN", None)
-            procs.append(subprocess.Popen(c.on(rank, [sys.executable, __file__, "--rank", "hosts",
-                                                      str(tmp_path / "root")]),
+            procs.append(subprocess.Popen(c.on(rank, [sys.executable, __file__, "--rank", mode, root]),
                                           env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True))
         outs = [p.communicate(timeout=120)[0] for p in procs]  # the cluster's removal kills what is left
         for rank, (p, out) in enumerate(zip(procs, outs)):
             assert p.returncode == 0, f"rank {rank} on host {rank} failed:\n{out}"
+
+
+def test_across_hosts_the_copies_go_to_the_other_hosts_memory(tmp_path):
+    """The memory-level run across hosts: rank 0's restore comes from the
+    other hosts' memory."""
+    across_hosts("hosts", str(tmp_path / "root"))
+
+
+def test_across_hosts_delta_steps_come_back_from_the_other_hosts_memory(tmp_path):
+    """The same with delta_chain=3: memory steps are deltas of earlier ones,
+    sent to the other hosts' memory with their bases; rank 0, having
+    forgotten its memory, rebuilds the delta step from both read over the
+    network, exactly and without storage."""
+    across_hosts("hosts-delta", str(tmp_path / "root"))
 
 
 def test_memory_steps_restore_from_memory_and_peers_and_durable_ones_from_the_root(tmp_path):

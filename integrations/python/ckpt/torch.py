@@ -146,7 +146,8 @@ def load(checkpointer, model=None, optimizer=None, scheduler=None, step=_ckpt.LA
     """Restores what a `save` stored into the given objects (the model's
     tensors in place); returns (step, extra). `stats`, a dict, receives the
     load's figures (level, bytes_from_memory, bytes_from_peers,
-    bytes_from_storage, bytes_for_peers, peer_failovers, cooperative, ...),
+    bytes_from_storage, bytes_for_peers, peer_failovers, delta_blocks,
+    bytes_read_from_bases, cooperative, ...),
     summed over its reads. per_rank (every rank of a distributed
     checkpointer loads together): the tensors are declared as every rank's
     whole copy, so that with a checkpointer built with exchange_memory the
@@ -174,7 +175,7 @@ def load(checkpointer, model=None, optimizer=None, scheduler=None, step=_ckpt.LA
     if stats is not None:
         stats.update(second)
         for k in ("seconds", "bytes_read", "bytes_from_memory", "bytes_from_peers", "bytes_from_storage",
-                  "bytes_for_peers", "peer_failovers"):
+                  "bytes_for_peers", "peer_failovers", "delta_blocks", "bytes_read_from_bases"):
             stats[k] = first[k] + second[k]
     if model is not None and "model" in tree:
         saved = tree["model"]
