@@ -3,7 +3,7 @@
 // every data-parallel replica needs whole. Each stored byte must be read
 // from storage about once in all, every rank must get its shards bit-exact,
 // and a reader that refuses, stays silent or sends bad bytes must only cost
-// a failover to storage.
+// a failover to storage. A delta step loads cooperatively too.
 #include <dirent.h>
 #include <signal.h>
 #include <spawn.h>
@@ -39,8 +39,10 @@ const std::string kToken = "coop-load-test-token-0123456789";
 const Mesh& TheMesh() { return CoopMesh(); }
 std::string HostOf(int r) { return CoopHostOf(r); }
 
-// Every rank saves step 10 to `root` (one writer for each replicated box).
-void SaveModel(const std::string& root) {
+// Every rank saves `steps` (the same values each time) to `root`, one
+// writer for each replicated box; with `delta_chain`, the later steps are
+// deltas of the first.
+void SaveModel(const std::string& root, const std::vector<int64_t>& steps = {10}, int delta_chain = 0) {
   const int n = static_cast<int>(TheMesh().NumRanks());
   auto comms = CreateLocalCommunicators(n);
   std::vector<absl::Status> results(n);
@@ -57,6 +59,7 @@ void SaveModel(const std::string& root) {
       o.engine_options.staging_bytes = 8 << 20;
       o.collective_timeout_s = 60;
       o.communicator = comms[r];
+      o.delta.chain = delta_chain;
       auto cp = Checkpointer::Open(o);
       if (!cp.ok()) {
         results[r] = cp.status();
@@ -65,9 +68,11 @@ void SaveModel(const std::string& root) {
       std::vector<OwnedShard> shards;
       State st;
       results[r] = CoopState(r, true, shards, &st);
-      if (!results[r].ok()) return;
-      auto h = (*cp)->Save(10, st);
-      results[r] = h.ok() ? h->Wait() : h.status();
+      for (int64_t step : steps) {
+        if (!results[r].ok()) return;
+        auto h = (*cp)->Save(step, st);
+        results[r] = h.ok() ? h->Wait() : h.status();
+      }
     });
   }
   for (auto& t : threads) t.join();
@@ -243,6 +248,26 @@ TEST_F(CoopLoad, EveryReplicatedByteIsReadFromStorageOnce) {
     EXPECT_GT(bytes, 0) << host;
     EXPECT_LT(bytes, t.for_peers / 2) << host;
   }
+}
+
+// A delta step loads cooperatively: the pieces passed between ranks are its
+// delta frames, and each receiver rebuilds them from the base's blocks,
+// which it reads from storage itself.
+TEST(CoopLoadDeltas, ADeltaStepLoadsCooperativelyAndBitExact) {
+  TempDir dir;
+  SaveModel(dir.path(), {5, 10}, /*delta_chain=*/4);
+  const LoadRun run = LoadAll(dir.path(), LoadOptions{});
+  const Totals t = Sum(run);
+  int64_t delta_blocks = 0, from_bases = 0;
+  for (const LoadStats& s : run.stats) {
+    EXPECT_TRUE(s.cooperative);
+    delta_blocks += s.delta_blocks;
+    from_bases += s.bytes_read_from_bases;
+  }
+  EXPECT_GT(delta_blocks, 0);
+  EXPECT_GT(from_bases, 0);
+  EXPECT_GT(t.from_peers, 0);
+  EXPECT_EQ(t.failovers, 0);
 }
 
 TEST_F(CoopLoad, TurnedOffEveryReplicaReadsItsOwn) {
