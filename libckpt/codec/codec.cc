@@ -27,6 +27,11 @@ constexpr double kIncompressibleBits = 7.9;
 // search and Huffman-coded literals, which on bf16 exponent planes is three
 // times as fast as level 1 and smaller (0.32 against 0.36 of the plane).
 constexpr int kPlaneLevel = -1000;
+// A plane of almost nothing but zero bytes (the high planes of a delta
+// block) is runs, not symbols: the block's own level, which finds them,
+// stored the high plane of an f32 delta in 0.034 of its bytes against 0.124,
+// in half the time.
+constexpr double kSparseBits = 0.5;
 
 template <typename U>
 inline U RotL1(U x) {
@@ -300,7 +305,10 @@ absl::StatusOr<EncodedBlock> BlockCodec::Encode(Codec codec, DType dtype, absl::
     absl::Span<const std::byte> plane(planes_.data() + p * n, n);
     std::byte* entry = hdr + kShuffleHeader + p * kPlaneEntry;
     size_t stored = SIZE_MAX;
-    if (SampledEntropyBits(plane) < kIncompressibleBits) {
+    const double bits = SampledEntropyBits(plane);
+    if (bits < kSparseBits) {
+      stored = CompressPlane(plane, out.data() + pos, out.size() - pos);
+    } else if (bits < kIncompressibleBits) {
       stored = CompressBytePlane(plane, out.data() + pos, out.size() - pos);
     }
     uint8_t mode = 1;

@@ -1,6 +1,7 @@
 // Block codecs: lossless for every dtype, raw fallback, corrupt input caught.
 #include "codec/codec.h"
 
+#include <cstring>
 #include <random>
 
 #include "ckpt/synthetic.h"
@@ -79,6 +80,36 @@ TEST(Codec, IncompressibleDataIsStoredRaw) {
   EXPECT_GT(SampledEntropyBits(raw), 7.9);
   std::vector<std::byte> zeros(1 << 16);
   EXPECT_LT(SampledEntropyBits(zeros), 0.01);
+}
+
+// A plane of almost only zero bytes (a delta block's high planes) is coded
+// by runs, under Huffman's floor of one bit a byte, and decodes exactly.
+TEST(Codec, ASparsePlaneCostsLessThanABitAByte) {
+  BlockCodec codec;
+  std::mt19937_64 rng(2);
+  // 1 MiB of i32: 1 % of the elements small numbers, the rest zero. Plane
+  // 3 (the low bytes) is sparse; planes 0 to 2 are all zero.
+  std::vector<uint32_t> v(1 << 18, 0);
+  for (auto& x : v) {
+    if (rng() % 100 == 0) x = 1 + static_cast<uint32_t>(rng() % 255);
+  }
+  std::vector<std::byte> raw(v.size() * 4);
+  std::memcpy(raw.data(), v.data(), raw.size());
+  const size_t plane = v.size();
+  std::vector<std::byte> low(plane);
+  for (size_t i = 0; i < plane; ++i) low[i] = raw[4 * i];
+  ASSERT_LT(SampledEntropyBits(low), 0.5);
+  std::vector<std::byte> out(BlockCodec::MaxStoredBytes(raw.size()));
+  auto enc = codec.Encode(Codec::kShuffleZstd, DType::kI32, raw, absl::Span<std::byte>(out));
+  ASSERT_OK(enc);
+  ASSERT_EQ(enc->codec, Codec::kShuffleZstd);
+  // One bit a byte of the sparse plane alone would be plane / 8.
+  EXPECT_LT(enc->stored_len, plane / 16) << enc->stored_len;
+  std::vector<std::byte> back(raw.size());
+  ASSERT_OK(codec.Decode(enc->codec, enc->elem_width, enc->flags,
+                         absl::Span<const std::byte>(out.data(), enc->stored_len), absl::Span<std::byte>(back),
+                         "sparse"));
+  EXPECT_EQ(back, raw);
 }
 
 TEST(Codec, CorruptStoredBytesFailCleanly) {
