@@ -104,12 +104,17 @@ absl::Status StreamTensorBlocks(StepFiles& files, const std::vector<const Manife
   });
   std::vector<FrameTask> tasks;
   tasks.reserve(order.size());
+  std::vector<DeltaChain::Need> needs;
   for (size_t k = 0; k < order.size(); ++k) {
     BlockTag& tag = tags[order[k]];
     tag.sequence = k;
     const auto& [f, e] = where[order[k]];
     tasks.push_back(FrameTask{f->file.get(), e, tag.chunk->first_block + tag.block, &tag});
+    if ((e->flags & kFlagDelta) != 0 && files.chain() != nullptr) {
+      needs.push_back(DeltaChain::Need{tag.tensor, tag.chunk, tag.block});
+    }
   }
+  if (!needs.empty()) files.chain()->Plan(files.manifest(), needs);
   std::mutex mu;
   std::string first_error_context;
   absl::Status s = ReadFrames(

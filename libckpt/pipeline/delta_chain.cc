@@ -132,6 +132,20 @@ void Transform(absl::Span<std::byte> bytes, absl::Span<const std::byte> base, si
   }
 }
 
+// Memory of read-ahead runs kept between loads: mapping it afresh for every
+// load (page faults) took a quarter of a small delta load's time. At most
+// this many bytes stay mapped once loads are over.
+constexpr uint64_t kKeptRunMemory = uint64_t{8} << 20;
+
+std::mutex& RunMemoryMutex() {
+  static std::mutex mu;
+  return mu;
+}
+std::vector<AlignedBuffer>& RunMemory() {
+  static auto* kept = new std::vector<AlignedBuffer>();
+  return *kept;
+}
+
 }  // namespace
 
 void MakeDelta(absl::Span<std::byte> bytes, absl::Span<const std::byte> base, size_t width) {
@@ -140,6 +154,148 @@ void MakeDelta(absl::Span<std::byte> bytes, absl::Span<const std::byte> base, si
 
 void UndoDelta(absl::Span<std::byte> bytes, absl::Span<const std::byte> base, size_t width) {
   Transform<false>(bytes, base, width);
+}
+
+DeltaChain::DeltaChain(Storage& storage, BaseManifests* manifests) : storage_(storage), manifests_(manifests) {
+  std::lock_guard<std::mutex> lock(RunMemoryMutex());
+  spare_ = std::move(RunMemory());
+  RunMemory().clear();
+}
+
+DeltaChain::~DeltaChain() {
+  std::unique_lock<std::mutex> lock(mu_);
+  run_done_.wait(lock, [&] { return reading_ == 0; });
+  for (Run& r : runs_) {
+    if (r.bytes.size() > 0) spare_.push_back(std::move(r.bytes));
+  }
+  std::lock_guard<std::mutex> kept(RunMemoryMutex());
+  uint64_t bytes = 0;
+  for (AlignedBuffer& b : RunMemory()) bytes += b.size();
+  for (AlignedBuffer& b : spare_) {
+    if (bytes + b.size() > kKeptRunMemory) break;
+    bytes += b.size();
+    RunMemory().push_back(std::move(b));
+  }
+}
+
+void DeltaChain::Plan(const Manifest& m, const std::vector<Need>& needs, uint64_t window) {
+  std::vector<Located> frames;
+  for (const Need& n : needs) {
+    const ManifestBase* base = m.BaseOf(*n.chunk);
+    if (base == nullptr || n.chunk->file >= m.files.size()) continue;
+    // A base that cannot be found is reported when its block is rebuilt.
+    auto at = Locate(*base, n.tensor->spec, n.chunk->box, n.block, m.files[n.chunk->file].block_size, "");
+    if (at.ok()) frames.push_back(*at);
+  }
+  std::lock_guard<std::mutex> lock(mu_);
+  window_ = window;
+  // Frames of one file that follow each other (within 64 KiB) join one
+  // run of at most 2 MiB, or the window when it is smaller.
+  constexpr uint64_t kGap = 64 << 10;
+  const uint64_t max_run = std::min<uint64_t>(kRunBytes, std::max<uint64_t>(window, 1));
+  for (const Located& at : frames) {
+    if (slots_.count(at.entry) != 0) continue;
+    const uint64_t begin = at.entry->offset, end = begin + at.entry->frame_len;
+    if (!runs_.empty()) {
+      Run& r = runs_.back();
+      if (r.file == at.file && begin >= r.offset + r.len && begin <= r.offset + r.len + kGap &&
+          end - r.offset <= max_run) {
+        slots_[at.entry] = Slot{runs_.size() - 1, begin - r.offset};
+        r.len = end - r.offset;
+        ++r.unused;
+        continue;
+      }
+    }
+    Run& r = runs_.emplace_back();
+    r.file = at.file;
+    r.offset = begin;
+    r.len = at.entry->frame_len;
+    r.unused = 1;
+    slots_[at.entry] = Slot{runs_.size() - 1, 0};
+  }
+  StartRunsLocked();
+}
+
+void DeltaChain::StartRunsLocked() {
+  while (next_run_ < runs_.size() && reading_ < kReaders && (held_ == 0 || held_ + runs_[next_run_].len <= window_)) {
+    const size_t i = next_run_++;
+    Run& r = runs_[i];
+    if (r.state != Run::State::kWaiting) continue;
+    r.state = Run::State::kReading;
+    held_ += r.len;
+    // A used run's memory, when one is large enough: mapping fresh memory
+    // for every run cost more than the reads from a warm cache.
+    for (auto it = spare_.begin(); it != spare_.end(); ++it) {
+      if (it->size() >= r.len) {
+        r.bytes = std::move(*it);
+        spare_.erase(it);
+        break;
+      }
+    }
+    ++reading_;
+    readers_.Submit([this, i] {
+      Run* run;
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        run = &runs_[i];
+      }
+      // Only this task touches the run's bytes until it is done.
+      absl::Status s;
+      if (run->bytes.size() < run->len) {
+        // Runs' memory is of one size, so that any used run's fits the next.
+        auto buf = AlignedBuffer::Allocate(std::max<uint64_t>(run->len, kRunBytes), false, /*huge=*/true);
+        if (buf.ok()) run->bytes = std::move(buf).value();
+        s = buf.status();
+      }
+      if (s.ok()) s = run->file->file->ReadAt(run->offset, absl::Span<std::byte>(run->bytes.data(), run->len));
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        run->status = std::move(s);
+        run->state = Run::State::kDone;
+        --reading_;
+        if (run->unused == 0) Release(*run);  // its frames were all read by their callers meanwhile
+        StartRunsLocked();
+      }
+      run_done_.notify_all();
+    });
+  }
+}
+
+std::optional<absl::StatusOr<absl::Span<const std::byte>>> DeltaChain::Planned(const Located& at) {
+  std::unique_lock<std::mutex> lock(mu_);
+  auto it = slots_.find(at.entry);
+  if (it == slots_.end()) return std::nullopt;
+  Run& r = runs_[it->second.run];
+  if (r.state == Run::State::kWaiting) {
+    // Needed before its turn (blocks are rebuilt out of plan order): the
+    // caller reads it, and the run is left to the frames' other callers.
+    return std::nullopt;
+  }
+  run_done_.wait(lock, [&] { return r.state == Run::State::kDone; });
+  if (!r.status.ok()) return absl::StatusOr<absl::Span<const std::byte>>(r.status);
+  return absl::StatusOr<absl::Span<const std::byte>>(
+      absl::Span<const std::byte>(r.bytes.data() + it->second.at, at.entry->frame_len));
+}
+
+void DeltaChain::Used(const Located& at) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = slots_.find(at.entry);
+  if (it == slots_.end()) return;
+  Run& r = runs_[it->second.run];
+  slots_.erase(it);
+  if (--r.unused > 0) return;
+  if (r.state == Run::State::kWaiting) {
+    r.state = Run::State::kDone;  // every frame was read by its caller: never read
+  } else if (r.state == Run::State::kDone) {
+    Release(r);
+    StartRunsLocked();
+  }
+}
+
+void DeltaChain::Release(Run& r) {
+  held_ -= r.len;
+  if (r.bytes.size() > 0) spare_.push_back(std::move(r.bytes));
+  r.bytes = AlignedBuffer();
 }
 
 DeltaBaseFn DeltaChain::For(const Manifest& m, const ManifestTensor& t, const ManifestChunk& c, uint64_t block,
@@ -185,6 +341,30 @@ absl::StatusOr<DeltaChain::BaseStep*> DeltaChain::Open(const ManifestBase& base)
   return s.get();
 }
 
+absl::StatusOr<DeltaChain::Located> DeltaChain::Locate(const ManifestBase& base, const TensorSpec& spec, const Box& box,
+                                                       uint64_t block, uint64_t block_size, const std::string& what) {
+  Located at;
+  CKPT_ASSIGN_OR_RETURN(at.step, Open(base));
+  const Manifest& bm = *at.step->manifest;
+  at.tensor = bm.FindTensor(spec.fqn);
+  if (at.tensor == nullptr || !(at.tensor->spec == spec)) {
+    return absl::DataLossError(StrCat(what, " has no tensor of that name, dtype and shape"));
+  }
+  auto by_box = at.step->chunks.find(spec.fqn);
+  if (by_box != at.step->chunks.end()) {
+    auto it = by_box->second.find(box.offsets);
+    if (it != by_box->second.end() && it->second->box == box) at.chunk = it->second;
+  }
+  if (at.chunk == nullptr) return absl::DataLossError(StrCat(what, " has no chunk of that box"));
+  if (bm.files[at.chunk->file].block_size != block_size) {
+    return absl::DataLossError(
+        StrCat(what, ": its file's block size ", bm.files[at.chunk->file].block_size, " is not ", block_size));
+  }
+  CKPT_ASSIGN_OR_RETURN(at.entry, at.step->files->Entry(*at.tensor, *at.chunk, block));
+  CKPT_ASSIGN_OR_RETURN(at.file, at.step->files->Open(at.chunk->file));
+  return at;
+}
+
 absl::Status DeltaChain::ApplyBase(const ManifestBase& base, const TensorSpec& spec, const Box& box, uint64_t block,
                                    uint64_t block_size, absl::Span<std::byte> bytes, int depth) {
   const std::string what =
@@ -192,47 +372,50 @@ absl::Status DeltaChain::ApplyBase(const ManifestBase& base, const TensorSpec& s
   if (depth > kMaxDeltaChain) {
     return absl::DataLossError(StrCat(what, ": the chain is longer than ", kMaxDeltaChain, " links"));
   }
-  CKPT_ASSIGN_OR_RETURN(BaseStep * step, Open(base));
-  const Manifest& bm = *step->manifest;
-  const ManifestTensor* t = bm.FindTensor(spec.fqn);
-  if (t == nullptr || !(t->spec == spec)) {
-    return absl::DataLossError(StrCat(what, " has no tensor of that name, dtype and shape"));
-  }
-  auto by_box = step->chunks.find(spec.fqn);
-  const ManifestChunk* c = nullptr;
-  if (by_box != step->chunks.end()) {
-    auto it = by_box->second.find(box.offsets);
-    if (it != by_box->second.end() && it->second->box == box) c = it->second;
-  }
-  if (c == nullptr) return absl::DataLossError(StrCat(what, " has no chunk of that box"));
-  if (bm.files[c->file].block_size != block_size) {
+  CKPT_ASSIGN_OR_RETURN(const Located at, Locate(base, spec, box, block, block_size, what));
+  if (at.entry->raw_len != bytes.size()) {
     return absl::DataLossError(
-        StrCat(what, ": its file's block size ", bm.files[c->file].block_size, " is not ", block_size));
+        StrCat(what, ": the base block holds ", at.entry->raw_len, " bytes, the delta ", bytes.size()));
   }
-  CKPT_ASSIGN_OR_RETURN(const IndexEntry* e, step->files->Entry(*t, *c, block));
-  CKPT_ASSIGN_OR_RETURN(const StepFiles::File* f, step->files->Open(c->file));
-  if (e->raw_len != bytes.size()) {
-    return absl::DataLossError(StrCat(what, ": the base block holds ", e->raw_len, " bytes, the delta ", bytes.size()));
+  if (auto planned = Planned(at); planned.has_value()) {
+    absl::Status s;
+    if (planned->ok()) {
+      bytes_read_.fetch_add(at.entry->frame_len, std::memory_order_relaxed);
+      s = Apply(at, **planned, block, bytes, depth, what);
+    } else {
+      s = Annotate(planned->status(), what);
+    }
+    Used(at);
+    return s;
   }
-  // Each link of the chain decodes into buffers of its own (a deque: the
-  // links below add theirs while this one's are in use).
+  // Each link of the chain reads into a buffer of its own (a deque: the
+  // links below add theirs while this one's is in use).
   thread_local std::deque<AlignedBuffer> frames;
+  while (frames.size() < static_cast<size_t>(depth + 1)) frames.emplace_back();
+  AlignedBuffer& frame = frames[depth];
+  if (frame.size() < at.entry->frame_len) {
+    CKPT_ASSIGN_OR_RETURN(frame, AlignedBuffer::Allocate(at.entry->frame_len, false));
+  }
+  const absl::Span<std::byte> dst(frame.data(), at.entry->frame_len);
+  absl::Status read = Annotate(at.file->file->ReadAt(at.entry->offset, dst), what);
+  Used(at);  // a planned frame needed before its run was started
+  CKPT_RETURN_IF_ERROR(read);
+  bytes_read_.fetch_add(at.entry->frame_len, std::memory_order_relaxed);
+  return Apply(at, dst, block, bytes, depth, what);
+}
+
+absl::Status DeltaChain::Apply(const Located& at, absl::Span<const std::byte> frame, uint64_t block,
+                               absl::Span<std::byte> bytes, int depth, const std::string& what) {
+  CKPT_RETURN_IF_ERROR(Annotate(CheckFrame(frame, *at.entry, at.chunk->first_block + block, at.file->path), what));
+  // Each link decodes into scratch of its own, as it reads into a frame of
+  // its own.
   thread_local std::deque<std::vector<std::byte>> scratch;
   thread_local BlockCodec codec;
-  while (frames.size() < static_cast<size_t>(depth + 1)) frames.emplace_back();
   while (scratch.size() < static_cast<size_t>(depth + 1)) scratch.emplace_back();
-  AlignedBuffer& frame = frames[depth];
-  if (frame.size() < e->frame_len) {
-    CKPT_ASSIGN_OR_RETURN(frame, AlignedBuffer::Allocate(e->frame_len, false));
-  }
-  const absl::Span<std::byte> dst(frame.data(), e->frame_len);
-  CKPT_RETURN_IF_ERROR(Annotate(f->file->ReadAt(e->offset, dst), what));
-  bytes_read_.fetch_add(e->frame_len, std::memory_order_relaxed);
-  CKPT_RETURN_IF_ERROR(Annotate(CheckFrame(dst, *e, c->first_block + block, f->path), what));
-  const DeltaBaseFn next = For(bm, *t, *c, block, depth);
-  auto raw = DecodeFrame(codec, dst, *e, scratch[depth], f->path, &next);
+  const DeltaBaseFn next = For(*at.step->manifest, *at.tensor, *at.chunk, block, depth);
+  auto raw = DecodeFrame(codec, frame, *at.entry, scratch[depth], at.file->path, &next);
   if (!raw.ok()) return Annotate(raw.status(), what);
-  UndoDelta(bytes, *raw, DTypeSize(spec.dtype));
+  UndoDelta(bytes, *raw, DTypeSize(at.tensor->spec.dtype));
   return absl::OkStatus();
 }
 

@@ -7,10 +7,13 @@
 #define CKPT_PIPELINE_DELTA_CHAIN_H_
 
 #include <atomic>
+#include <condition_variable>
 #include <cstdint>
+#include <deque>
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -20,6 +23,8 @@
 #include "format/frame_check.h"
 #include "format/manifest.h"
 #include "pipeline/block_stream.h"
+#include "util/aligned_buffer.h"
+#include "util/task_pool.h"
 
 namespace ckpt {
 
@@ -46,7 +51,24 @@ void UndoDelta(absl::Span<std::byte> bytes, absl::Span<const std::byte> base, si
 /// Thread-safe: each base step is opened once and its files once.
 class DeltaChain {
  public:
-  DeltaChain(Storage& storage, BaseManifests* manifests) : storage_(storage), manifests_(manifests) {}
+  DeltaChain(Storage& storage, BaseManifests* manifests);
+
+  ~DeltaChain();
+
+  /// One delta block a load will rebuild: block `block` (relative to the
+  /// chunk) of chunk `chunk` of `tensor`.
+  struct Need {
+    const ManifestTensor* tensor = nullptr;
+    const ManifestChunk* chunk = nullptr;
+    uint64_t block = 0;
+  };
+  /// Reads ahead the base frames of `needs` (delta blocks of the step `m`
+  /// describes, in the order they will be rebuilt): adjacent frames of a
+  /// base file are read together, up to `window` bytes read and not yet
+  /// used, several reads at once. A base block needed before its read was
+  /// started is read by whoever needs it, as without a plan. Call once,
+  /// before the blocks are decoded (again for more blocks).
+  void Plan(const Manifest& m, const std::vector<Need>& needs, uint64_t window = uint64_t{8} << 20);
 
   /// The function DecodeFrame calls for block `block` (relative to the
   /// chunk) of chunk `c` of tensor `t` of the step `m` describes: it applies
@@ -71,13 +93,63 @@ class DeltaChain {
     /// Per tensor, its chunks by box offsets.
     std::map<std::string, std::map<Dims, const ManifestChunk*>, std::less<>> chunks;
   };
+  /// A base block found and checked against the delta that needs it.
+  struct Located {
+    BaseStep* step = nullptr;
+    const ManifestTensor* tensor = nullptr;
+    const ManifestChunk* chunk = nullptr;
+    const IndexEntry* entry = nullptr;
+    const StepFiles::File* file = nullptr;
+  };
+  /// Adjacent base frames of one file, read together (Plan).
+  struct Run {
+    const StepFiles::File* file = nullptr;
+    uint64_t offset = 0;
+    uint64_t len = 0;
+    AlignedBuffer bytes;
+    enum class State : uint8_t { kWaiting, kReading, kDone } state = State::kWaiting;
+    absl::Status status;
+    int unused = 0;  ///< frames of it not used yet
+  };
+  struct Slot {
+    size_t run = 0;
+    uint64_t at = 0;  ///< the frame's offset in the run
+  };
+
   absl::StatusOr<BaseStep*> Open(const ManifestBase& base);
+  absl::StatusOr<Located> Locate(const ManifestBase& base, const TensorSpec& spec, const Box& box, uint64_t block,
+                                 uint64_t block_size, const std::string& what);
+  // REQUIRES: mu_. Starts reads of waiting runs while the window allows.
+  void StartRunsLocked();
+  // Finds `at`'s frame in the plan; waits for its run and returns the frame,
+  // or nullopt when it is not planned or its run was never started (the
+  // caller reads it; a run then read gives its frames to their callers).
+  std::optional<absl::StatusOr<absl::Span<const std::byte>>> Planned(const Located& at);
+  void Used(const Located& at);
+  // REQUIRES: mu_. Frees a run's bytes once read and used.
+  void Release(Run& r);
+  absl::Status Apply(const Located& at, absl::Span<const std::byte> frame, uint64_t block, absl::Span<std::byte> bytes,
+                     int depth, const std::string& what);
 
   Storage& storage_;
   BaseManifests* manifests_;
   std::mutex mu_;
   std::map<int64_t, std::unique_ptr<BaseStep>> steps_;
   std::atomic<int64_t> bytes_read_{0};
+  // The plan (Plan): runs in the order they are needed, and where each
+  // planned frame is, by its index entry.
+  std::deque<Run> runs_;                     // REQUIRES: mu_ (a deque: runs stay put as plans add more)
+  std::map<const IndexEntry*, Slot> slots_;  // REQUIRES: mu_
+  size_t next_run_ = 0;                      // REQUIRES: mu_
+  uint64_t window_ = 0, held_ = 0;           // REQUIRES: mu_
+  int reading_ = 0;                          // REQUIRES: mu_
+  std::vector<AlignedBuffer> spare_;         // REQUIRES: mu_; the memory of used runs
+  std::condition_variable run_done_;
+  // Runs the planned reads (plain reads: a storage's own queue could hold
+  // them behind the step's frames). Last: its threads end first.
+  TaskPool readers_{kReaders};
+  static constexpr int kReaders = 4;
+  static constexpr uint64_t kRunBytes = uint64_t{2} << 20;
 };
 
 }  // namespace ckpt

@@ -320,9 +320,15 @@ class Loader {
     });
     std::vector<FrameTask> tasks;
     tasks.reserve(blocks.size());
+    std::vector<DeltaChain::Need> needs;
     for (const BlockTask& b : blocks) {
       tasks.push_back(FrameTask{files_[b.work->file].file.get(), b.entry, b.work->first_block + b.rel_block, &b});
+      if ((b.entry->flags & kFlagDelta) != 0 && b.work->tensor != nullptr && chain_ != nullptr) {
+        needs.push_back(DeltaChain::Need{b.work->tensor, b.work->chunk, b.rel_block});
+      }
     }
+    // The bases' frames are read ahead in the order the deltas are.
+    if (!needs.empty()) chain_->Plan(m_, needs);
     FrameReaderOptions fo;
     fo.worker_threads = options_.worker_threads;
     fo.buffer_bytes = options_.read_buffer_bytes;
