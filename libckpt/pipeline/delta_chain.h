@@ -150,6 +150,11 @@ class DeltaChain {
   TaskPool readers_{kReaders};
   static constexpr int kReaders = 4;
   static constexpr uint64_t kRunBytes = uint64_t{2} << 20;
+  // A read that took under kFastReadS plus its bytes at kFastReadBytesPerS
+  // came from memory: the plan stops there (no more runs are started).
+  static constexpr double kFastReadS = 0.00025;
+  static constexpr double kFastReadBytesPerS = 4e9;
+  bool fast_ = false;  // REQUIRES: mu_
 };
 
 }  // namespace ckpt
