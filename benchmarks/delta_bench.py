@@ -8,14 +8,15 @@ are then saved with the Checkpointer twice, on separate roots: whole with
 codec auto, and with deltas (codec auto, delta_chain=--chain): the bf16
 weights, the master weights and the second moment each on a root of their
 own, and the whole state on another. A second
-trajectory freezes about 90 % of the parameters (fine-tuning the last
-layers), so only those have Adam moments.
+trajectory is a LoRA fine-tune: the model frozen, with adapters on its
+feed-forward layers and head of the rank that leaves --frozen (0.9) of all
+parameters frozen, so only the adapters change and have Adam moments.
 
 Figures, each delta over auto on the same snapshots:
   stored bytes of every part and of the whole state, over the saves after
   the first (the first is whole either way) and over all of them;
   save throughput (logical bytes / seconds from Save to committed, whole
-  state);
+  state; the two roots' saves take turns, so that both meet the disk alike);
   restore time of the chain's last step (its base plus --chain deltas when
   no rebase came sooner) against the same step saved whole, and against
   the chain's first (whole) step on the same root, median of --restores
@@ -52,20 +53,59 @@ class LM(torch.nn.Module):
         return self.head(self.body(self.embed(x)))
 
 
+class LoRALinear(torch.nn.Module):
+    """A frozen linear layer plus a trainable low-rank update B A (A random,
+    B zero at the start), as LoRA fine-tuning trains."""
+
+    def __init__(self, base, rank):
+        super().__init__()
+        self.base = base
+        self.lora_a = torch.nn.Parameter(torch.randn(rank, base.in_features) / base.in_features ** 0.5)
+        self.lora_b = torch.nn.Parameter(torch.zeros(base.out_features, rank))
+
+    def forward(self, x):
+        return self.base(x) + (x @ self.lora_a.t()) @ self.lora_b.t()
+
+
+def with_lora(model, frozen):
+    """Freezes every parameter of `model` and adds LoRA adapters to the feed-
+    forward layers and the head, of the largest rank that leaves at least
+    the fraction `frozen` of all parameters frozen."""
+    for p in model.parameters():
+        p.requires_grad_(False)
+    base = sum(p.numel() for p in model.parameters())
+    targets = [(layer, name) for layer in model.body.layers for name in ("linear1", "linear2")] + [(model, "head")]
+    per_rank = sum(getattr(m, n).in_features + getattr(m, n).out_features for m, n in targets)
+    rank = max(1, int(base * (1 - frozen) / frozen / per_rank))
+    for m, n in targets:
+        setattr(m, n, LoRALinear(getattr(m, n), rank))
+    return model
+
+
 def trajectory(a, frozen):
-    """Snapshots of the state every a.every steps: {part: {name: tensor}}."""
+    """Snapshots of the state every a.every steps: {part: {name: tensor}},
+    with the trainable and total parameter counts. With --cache DIR, a
+    trajectory of the same arguments is trained once and read back after."""
+    if a.cache:
+        key = f"{f'frozen{a.frozen:g}' if frozen else 'dense'}-lr{a.lr:g}-s{a.saves}-e{a.every}-w{a.warmup}-" \
+              f"v{a.vocab}-d{a.d}-l{a.layers}-b{a.batch}-t{a.tokens}.pt"
+        path = os.path.join(a.cache, key)
+        if os.path.exists(path):
+            return torch.load(path)
+        out = train(a, frozen)
+        os.makedirs(a.cache, exist_ok=True)
+        torch.save(out, path + ".part")
+        os.replace(path + ".part", path)
+        return out
+    return train(a, frozen)
+
+
+def train(a, frozen):
     torch.manual_seed(0)
     torch.set_num_threads(max(1, min(4, os.cpu_count() or 1)))
     model = LM(a.vocab, a.d, a.layers)
     if frozen:
-        # Freeze parameters in order until about 90 % are frozen.
-        total = sum(p.numel() for p in model.parameters())
-        done = 0
-        for p in model.parameters():
-            if done + p.numel() > 0.9 * total:
-                break
-            p.requires_grad_(False)
-            done += p.numel()
+        model = with_lora(model, a.frozen)
     trainable = [p for p in model.parameters() if p.requires_grad]
     opt = torch.optim.AdamW(trainable, lr=a.lr, weight_decay=0.01)
     g = torch.Generator().manual_seed(1)
@@ -113,45 +153,66 @@ def part_tensors(snap, parts):
     return out
 
 
-def save_all(root, snaps, parts, chain, a):
-    """Saves every snapshot; returns per-save stored bytes and the seconds
-    from the first Save to the last commit."""
-    shutil.rmtree(root, ignore_errors=True)
-    cp = _ckpt.Checkpointer(root, codec="auto", delta_chain=chain, direct_io=False)
-    stored = []
-    t0 = time.perf_counter()
+def save_side_by_side(roots, chains, snaps, parts, a):
+    """Saves every snapshot into each root in turn (root i with delta chain
+    chains[i]; the order alternates from one snapshot to the next), so that
+    the disk's slower moments (a cloud disk's burst running out) fall on
+    every root alike. Returns, per root, its checkpointer, the stored bytes
+    of each save and the seconds its saves took from Save to committed (each
+    save is durable: its files are synced before the commit); and the
+    logical bytes of one root's saves."""
+    os.sync()
+    cps, stored, seconds = [], [], []
+    for root, chain in zip(roots, chains):
+        shutil.rmtree(root, ignore_errors=True)
+        cps.append(_ckpt.Checkpointer(root, codec="auto", delta_chain=chain, direct_io=False))
+        stored.append([])
+        seconds.append(0.0)
     for i, snap in enumerate(snaps):
-        tensors = part_tensors(snap, parts)
-        h = cp.save((i + 1) * a.every, state_of(tensors))
-        h.wait()
-        stored.append(h.bytes_stored)
-    seconds = time.perf_counter() - t0
+        state = state_of(part_tensors(snap, parts))
+        order = range(len(roots)) if i % 2 == 0 else reversed(range(len(roots)))
+        for k in order:
+            t0 = time.perf_counter()
+            h = cps[k].save((i + 1) * a.every, state)
+            h.wait()
+            seconds[k] += time.perf_counter() - t0
+            stored[k].append(h.bytes_stored)
     logical = sum(t.numel() * t.element_size() for s in snaps for t in part_tensors(s, parts).values())
-    return cp, stored, seconds, logical
+    return cps, stored, seconds, logical
 
 
-def restore_s(cp, step, snap, parts, rounds):
-    want = part_tensors(snap, parts)
-    times = []
+def restore_once(cp, step, want):
+    """Seconds of one load of `step` into fresh tensors, checked bit for bit."""
+    out = {n: torch.empty_like(t) for n, t in want.items()}
+    s = state_of(out)
+    t0 = time.perf_counter()
+    cp.load(s, step)
+    seconds = time.perf_counter() - t0
+    for n, t in want.items():
+        if not torch.equal(out[n].view(torch.int16) if t.dtype == torch.bfloat16 else out[n].view(torch.uint8),
+                           t.view(torch.int16) if t.dtype == torch.bfloat16 else t.view(torch.uint8)):
+            sys.exit(f"restore of step {step} differs in {n}")
+    return seconds
+
+
+def restore_medians(loads, rounds):
+    """Median seconds of each (checkpointer, step, tensors) in `loads`, timed
+    in turn round after round, so that a slower moment of the machine
+    weighs on each alike."""
+    times = [[] for _ in loads]
     for _ in range(rounds):
-        out = {n: torch.empty_like(t) for n, t in want.items()}
-        s = state_of(out)
-        t0 = time.perf_counter()
-        cp.load(s, step)
-        times.append(time.perf_counter() - t0)
-        for n, t in want.items():
-            if not torch.equal(out[n].view(torch.uint8) if out[n].dtype != torch.bfloat16 else out[n].view(torch.int16),
-                               t.view(torch.uint8) if t.dtype != torch.bfloat16 else t.view(torch.int16)):
-                sys.exit(f"restore of step {step} differs in {n}")
-    return statistics.median(times)
+        for i, (cp, step, want) in enumerate(loads):
+            times[i].append(restore_once(cp, step, want))
+    return [statistics.median(t) for t in times]
 
 
 def measure(a, snaps, work, label):
     r = {}
     for group in (["bf16", "master", "exp_avg_sq", "state"] if label == "dense" else ["state"]):
         parts = PARTS if group == "state" else (group,)
-        cp_a, st_a, sec_a, logical = save_all(os.path.join(work, f"{label}-{group}-auto"), snaps, parts, 0, a)
-        cp_d, st_d, sec_d, _ = save_all(os.path.join(work, f"{label}-{group}-delta"), snaps, parts, a.chain, a)
+        (cp_a, cp_d), (st_a, st_d), (sec_a, sec_d), logical = save_side_by_side(
+            [os.path.join(work, f"{label}-{group}-auto"), os.path.join(work, f"{label}-{group}-delta")], [0, a.chain],
+            snaps, parts, a)
         e = {
             "stored_auto": sum(st_a), "stored_delta": sum(st_d),
             "ratio_after_first": sum(st_d[1:]) / sum(st_a[1:]),
@@ -164,11 +225,12 @@ def measure(a, snaps, work, label):
             e["save_mb_s_delta"] = logical / sec_d / 1e6
             e["save_throughput_ratio"] = sec_a / sec_d
             last = len(snaps) * a.every
-            ra = restore_s(cp_a, last, snaps[-1], parts, a.restores)
-            rd = restore_s(cp_d, last, snaps[-1], parts, a.restores)
-            # The chain's first step, whole in both roots: the same codec
-            # choices as the delta root's, a baseline free of auto's.
-            rb = restore_s(cp_d, a.every, snaps[0], parts, a.restores)
+            # The chain's first step, whole in both roots, is timed too: the
+            # same codec choices as the delta root's, a baseline free of
+            # auto's.
+            ra, rd, rb = restore_medians([(cp_a, last, part_tensors(snaps[-1], parts)),
+                                          (cp_d, last, part_tensors(snaps[-1], parts)),
+                                          (cp_d, a.every, part_tensors(snaps[0], parts))], a.restores)
             e.update({"restore_s_auto": ra, "restore_s_delta": rd, "restore_ratio": rd / ra,
                       "restore_s_base": rb, "restore_x_base": rd / rb})
         r[group] = e
@@ -189,8 +251,10 @@ def main():
     ap.add_argument("--batch", type=int, default=8)
     ap.add_argument("--tokens", type=int, default=64)
     ap.add_argument("--lr", type=float, default=1e-4)
-    ap.add_argument("--restores", type=int, default=5)
+    ap.add_argument("--restores", type=int, default=15)
+    ap.add_argument("--frozen", type=float, default=0.9, help="the frozen fraction of the LoRA fine-tune")
     ap.add_argument("--json", action="store_true")
+    ap.add_argument("--cache", default=None, help="a folder to keep trained trajectories in, keyed by their arguments")
     a = ap.parse_args()
     work = tempfile.mkdtemp(prefix="delta-bench-", dir=a.dir)
     try:
@@ -209,7 +273,8 @@ def main():
     if a.json:
         print(json.dumps(out, indent=1))
         return
-    print(f"{out['params']} parameters, {a.saves} saves every {a.every} steps, chain {a.chain}")
+    print(f"{out['params']} parameters, {a.saves} saves every {a.every} steps, chain {a.chain}; the LoRA "
+          f"fine-tune has {100 * out['frozen_fraction']:.1f}% of its parameters frozen")
     for run in ("dense", "frozen"):
         for group, e in out[run].items():
             line = f"{run:6} {group:11} delta/auto stored: {e['ratio_after_first']:.3f} after the first save, " \
