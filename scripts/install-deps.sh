@@ -5,7 +5,7 @@
 #   scripts/install-deps.sh --bench  also what benchmarks/run compares with
 set -euo pipefail
 
-packages=(g++ cmake ninja-build pkg-config liburing-dev libzstd-dev libxxhash-dev
+packages=(g++ cmake ninja-build pkg-config liburing-dev libzstd-dev libxxhash-dev libisal-dev
           libabsl-dev libgtest-dev libgmock-dev libbenchmark-dev libopenmpi-dev openmpi-bin
           libhdf5-dev libboost-dev libssl-dev libcurl4-openssl-dev python3-dev python3-pybind11 pybind11-dev)
 # The S3 server of the s3:// tests and benchmarks (Ceph's RADOS Gateway, scripts/s3-server.sh) and

@@ -210,7 +210,8 @@ run_fuzzer() {
 }
 export -f run_fuzzer
 export FUZZ_SECONDS_EACH=$fuzz_seconds
-printf '%s\n' manifest data_file frame latest claim safetensors s3_parse rank_summary data_position coordinator records peer |
+printf '%s\n' manifest data_file frame latest claim safetensors s3_parse rank_summary data_position coordinator records peer \
+  erasure |
   xargs -P "$jobs" -I{} bash -c 'run_fuzzer {}'
 stage "all tests passed"
 echo "== total: ${SECONDS} s"

@@ -154,6 +154,16 @@ CKPT_EXPORT absl::StatusOr<std::shared_ptr<LoadExchange>> OpenLoadExchange(std::
 CKPT_EXPORT absl::StatusOr<std::vector<std::vector<int>>> PlaceReplicas(const std::vector<std::string>& domains,
                                                                         int replicas);
 
+/// Holders of the erasure-coded pieces of every rank's files (k data and m
+/// parity pieces, Reed-Solomon): `domains[i]` is rank i's failure domain.
+/// Rank i's k + m holders, piece j held by out[i][j], are in k + m
+/// different domains, piece 0 by rank i itself, and every rank holds about
+/// k + m pieces, so that losing any m domains leaves k pieces of every
+/// file. FailedPrecondition when there are fewer than k + m domains,
+/// InvalidArgument for a shape outside 1 <= k, 1 <= m, k + m <= 32.
+CKPT_EXPORT absl::StatusOr<std::vector<std::vector<int>>> PlaceErasure(const std::vector<std::string>& domains, int k,
+                                                                       int m);
+
 }  // namespace ckpt
 
 #endif  // CKPT_PEER_H_

@@ -13,6 +13,7 @@
 #include "absl/strings/str_join.h"
 #include "ckpt/peer.h"
 #include "peer/connection_pool.h"
+#include "peer/erasure.h"
 #include "peer/peer_client.h"
 #include "peer/peer_memory.h"
 #include "peer/peer_store.h"
@@ -415,34 +416,67 @@ PeerReadCounters PeerStorageCounters(Storage& storage) {
   return out;
 }
 
-absl::StatusOr<std::vector<std::vector<int>>> PlaceReplicas(const std::vector<std::string>& domains, int replicas) {
-  if (replicas < 0) return absl::InvalidArgumentError("replicas must be 0 or more");
+namespace {
+
+// The ranks' failure domains in order of first appearance: each rank's
+// domain index and its position among that domain's ranks.
+struct DomainTable {
   std::vector<std::string> names;
   std::map<std::string, int> index;
   std::vector<std::vector<int>> members;
-  std::vector<int> position(domains.size());
-  for (size_t i = 0; i < domains.size(); ++i) {
-    auto [it, fresh] = index.emplace(domains[i], static_cast<int>(names.size()));
-    if (fresh) {
-      names.push_back(domains[i]);
-      members.emplace_back();
+  std::vector<int> position;
+
+  explicit DomainTable(const std::vector<std::string>& domains) : position(domains.size()) {
+    for (size_t i = 0; i < domains.size(); ++i) {
+      auto [it, fresh] = index.emplace(domains[i], static_cast<int>(names.size()));
+      if (fresh) {
+        names.push_back(domains[i]);
+        members.emplace_back();
+      }
+      position[i] = static_cast<int>(members[static_cast<size_t>(it->second)].size());
+      members[static_cast<size_t>(it->second)].push_back(static_cast<int>(i));
     }
-    position[i] = static_cast<int>(members[static_cast<size_t>(it->second)].size());
-    members[static_cast<size_t>(it->second)].push_back(static_cast<int>(i));
   }
-  const int n = static_cast<int>(names.size());
+  int size() const { return static_cast<int>(names.size()); }
+  // The rank in the domain `k` after rank i's that takes rank i's copies:
+  // the one at rank i's position there, so that every rank holds as many.
+  int Holder(const std::vector<std::string>& domains, size_t i, int k) {
+    const auto& target = members[static_cast<size_t>((index[domains[i]] + k) % size())];
+    return target[static_cast<size_t>(position[i]) % target.size()];
+  }
+};
+
+}  // namespace
+
+absl::StatusOr<std::vector<std::vector<int>>> PlaceReplicas(const std::vector<std::string>& domains, int replicas) {
+  if (replicas < 0) return absl::InvalidArgumentError("replicas must be 0 or more");
+  DomainTable t(domains);
+  const int n = t.size();
   if (replicas > 0 && n < replicas + 1) {
     return absl::FailedPreconditionError(StrCat(replicas, " replica(s) need ", replicas + 1,
                                                 " failure domains; the ranks are in ", n, " (",
-                                                absl::StrJoin(names, ", "), ")"));
+                                                absl::StrJoin(t.names, ", "), ")"));
   }
   std::vector<std::vector<int>> out(domains.size());
   for (size_t i = 0; i < domains.size(); ++i) {
-    const int d = index[domains[i]];
-    for (int k = 1; k <= replicas; ++k) {
-      const auto& target = members[static_cast<size_t>((d + k) % n)];
-      out[i].push_back(target[static_cast<size_t>(position[i]) % target.size()]);
-    }
+    for (int k = 1; k <= replicas; ++k) out[i].push_back(t.Holder(domains, i, k));
+  }
+  return out;
+}
+
+absl::StatusOr<std::vector<std::vector<int>>> PlaceErasure(const std::vector<std::string>& domains, int k, int m) {
+  if (absl::Status s = peer::CheckErasureShape(k, m); !s.ok()) return s;
+  DomainTable t(domains);
+  const int n = t.size();
+  if (n < k + m) {
+    return absl::FailedPreconditionError(StrCat("erasure coding ", k, "+", m, " needs ", k + m,
+                                                " failure domains; the ranks are in ", n, " (",
+                                                absl::StrJoin(t.names, ", "), ")"));
+  }
+  std::vector<std::vector<int>> out(domains.size());
+  for (size_t i = 0; i < domains.size(); ++i) {
+    // Piece j in the j-th domain from rank i's own (piece 0: rank i).
+    for (int j = 0; j < k + m; ++j) out[i].push_back(t.Holder(domains, i, j));
   }
   return out;
 }

@@ -1,0 +1,239 @@
+#include "peer/erasure.h"
+
+#include <isa-l/erasure_code.h>
+
+#include <algorithm>
+#include <cstring>
+#include <optional>
+
+#include "util/bytes.h"
+#include "util/hash.h"
+#include "util/strings.h"
+
+namespace ckpt::peer {
+namespace {
+
+constexpr char kMagic[4] = {'C', 'K', 'E', 'C'};
+constexpr uint8_t kVersion = 1;
+
+}  // namespace
+
+absl::Status CheckErasureShape(int k, int m) {
+  if (k < 1 || m < 1 || k + m > kMaxErasurePieces) {
+    return absl::InvalidArgumentError(StrCat("erasure coding ", k, "+", m, ": needs k >= 1 data and m >= 1 parity ",
+                                             "pieces, k + m <= ", kMaxErasurePieces));
+  }
+  return absl::OkStatus();
+}
+
+bool PieceHeader::SameFile(const PieceHeader& o) const {
+  return k == o.k && m == o.m && file_bytes == o.file_bytes && file_xxh3 == o.file_xxh3 &&
+         piece_bytes == o.piece_bytes && piece_xxh3 == o.piece_xxh3;
+}
+
+std::string EncodePieceHeader(const PieceHeader& h) {
+  std::string out(PieceHeaderBytes(h.k + h.m), '\0');
+  auto* p = reinterpret_cast<std::byte*>(out.data());
+  std::memcpy(p, kMagic, 4);
+  p[4] = static_cast<std::byte>(kVersion);
+  p[5] = static_cast<std::byte>(h.k);
+  p[6] = static_cast<std::byte>(h.m);
+  p[7] = static_cast<std::byte>(h.index);
+  StoreLE64(p + 16, h.file_bytes);
+  StoreLE64(p + 24, h.file_xxh3);
+  StoreLE64(p + 32, h.piece_bytes);
+  for (size_t i = 0; i < h.piece_xxh3.size(); ++i) StoreLE64(p + kPieceHeaderFixed + 8 * i, h.piece_xxh3[i]);
+  const size_t body = out.size() - 8;
+  StoreLE64(p + body, Xxh3(out.data(), body));
+  return out;
+}
+
+absl::StatusOr<PieceHeader> DecodePieceHeader(absl::Span<const std::byte> piece) {
+  auto bad = [](std::string_view why) { return absl::DataLossError(StrCat("erasure-coded piece: ", why)); };
+  if (piece.size() < kPieceHeaderFixed) return bad(StrCat("only ", piece.size(), " bytes, shorter than a header"));
+  const std::byte* p = piece.data();
+  if (std::memcmp(p, kMagic, 4) != 0) return bad("no CKEC magic");
+  if (static_cast<uint8_t>(p[4]) != kVersion) return bad(StrCat("version ", static_cast<int>(p[4]), ", not 1"));
+  PieceHeader h;
+  h.k = static_cast<int>(p[5]);
+  h.m = static_cast<int>(p[6]);
+  h.index = static_cast<int>(p[7]);
+  if (!CheckErasureShape(h.k, h.m).ok()) return bad(StrCat("shape ", h.k, "+", h.m));
+  if (h.index >= h.k + h.m) return bad(StrCat("index ", h.index, " of ", h.k + h.m, " pieces"));
+  const size_t header = PieceHeaderBytes(h.k + h.m);
+  if (piece.size() < header) return bad(StrCat(piece.size(), " bytes, shorter than its header of ", header));
+  if (LoadLE64(p + header - 8) != Xxh3(p, header - 8)) return bad("the header's checksum does not match");
+  h.file_bytes = LoadLE64(p + 16);
+  h.file_xxh3 = LoadLE64(p + 24);
+  h.piece_bytes = LoadLE64(p + 32);
+  const uint64_t need = h.file_bytes / static_cast<uint64_t>(h.k) + (h.file_bytes % static_cast<uint64_t>(h.k) != 0);
+  if (h.piece_bytes != need) {
+    return bad(StrCat("pieces of ", h.piece_bytes, " bytes for a file of ", h.file_bytes, " in ", h.k));
+  }
+  if (piece.size() - header != h.piece_bytes) {
+    return bad(StrCat("a payload of ", piece.size() - header, " bytes, its header says ", h.piece_bytes));
+  }
+  h.piece_xxh3.resize(static_cast<size_t>(h.k + h.m));
+  for (size_t i = 0; i < h.piece_xxh3.size(); ++i) h.piece_xxh3[i] = LoadLE64(p + kPieceHeaderFixed + 8 * i);
+  return h;
+}
+
+ErasureCoder::ErasureCoder(int k, int m) : k_(k), m_(m) {
+  matrix_.resize(static_cast<size_t>((k + m) * k));
+  // Cauchy rows under the identity: every k x k submatrix is invertible,
+  // so any k pieces rebuild the file.
+  gf_gen_cauchy1_matrix(matrix_.data(), k + m, k);
+  tables_.resize(static_cast<size_t>(32 * k * m));
+  ec_init_tables(k, m, matrix_.data() + k * k, tables_.data());
+}
+
+absl::StatusOr<std::unique_ptr<ErasureCoder>> ErasureCoder::Create(int k, int m) {
+  if (absl::Status s = CheckErasureShape(k, m); !s.ok()) return s;
+  return std::unique_ptr<ErasureCoder>(new ErasureCoder(k, m));
+}
+
+uint64_t ErasureCoder::PieceBytes(uint64_t file_bytes) const {
+  const auto k = static_cast<uint64_t>(k_);
+  return file_bytes / k + (file_bytes % k != 0);
+}
+
+std::vector<std::string> ErasureCoder::Encode(absl::Span<const std::byte> file) const {
+  const int n = k_ + m_;
+  PieceHeader h;
+  h.k = k_;
+  h.m = m_;
+  h.file_bytes = file.size();
+  h.file_xxh3 = Xxh3(file.data(), file.size());
+  h.piece_bytes = PieceBytes(file.size());
+  const size_t len = h.piece_bytes;
+  const size_t header = PieceHeaderBytes(n);
+  std::vector<std::string> pieces(static_cast<size_t>(n));
+  std::vector<unsigned char*> data(static_cast<size_t>(k_)), parity(static_cast<size_t>(m_));
+  for (int i = 0; i < n; ++i) {
+    std::string& piece = pieces[static_cast<size_t>(i)];
+    piece.assign(header + len, '\0');
+    auto* payload = reinterpret_cast<unsigned char*>(piece.data() + header);
+    if (i < k_) {
+      const size_t begin = std::min(file.size(), static_cast<size_t>(i) * len);
+      const size_t end = std::min(file.size(), begin + len);
+      if (end > begin) std::memcpy(payload, file.data() + begin, end - begin);
+      data[static_cast<size_t>(i)] = payload;
+    } else {
+      parity[static_cast<size_t>(i - k_)] = payload;
+    }
+  }
+  if (len > 0) {
+    ec_encode_data(static_cast<int>(len), k_, m_, const_cast<unsigned char*>(tables_.data()), data.data(),
+                   parity.data());
+  }
+  h.piece_xxh3.resize(static_cast<size_t>(n));
+  for (int i = 0; i < n; ++i)
+    h.piece_xxh3[static_cast<size_t>(i)] = Xxh3(pieces[static_cast<size_t>(i)].data() + header, len);
+  for (int i = 0; i < n; ++i) {
+    h.index = i;
+    const std::string head = EncodePieceHeader(h);
+    std::memcpy(pieces[static_cast<size_t>(i)].data(), head.data(), head.size());
+  }
+  return pieces;
+}
+
+absl::StatusOr<std::string> ErasureCoder::Decode(const std::vector<const std::string*>& pieces,
+                                                 ErasureDecodeStats* stats) const {
+  const int n = k_ + m_;
+  ErasureDecodeStats local;
+  ErasureDecodeStats& st = stats != nullptr ? *stats : local;
+  st = ErasureDecodeStats{};
+  if (static_cast<int>(pieces.size()) != n) {
+    return absl::InvalidArgumentError(StrCat("erasure decode: ", pieces.size(), " pieces given for ", k_, "+", m_));
+  }
+  // The file is the one most valid headers describe (a stale piece of
+  // another save of the same path is refused, not mixed in).
+  std::vector<std::optional<PieceHeader>> headers(static_cast<size_t>(n));
+  for (int i = 0; i < n; ++i) {
+    const std::string* p = pieces[static_cast<size_t>(i)];
+    if (p == nullptr) {
+      ++st.pieces_missing;
+      continue;
+    }
+    auto h = DecodePieceHeader({reinterpret_cast<const std::byte*>(p->data()), p->size()});
+    if (h.ok() && h->index == i && h->k == k_ && h->m == m_) headers[static_cast<size_t>(i)] = std::move(h).value();
+  }
+  const PieceHeader* file = nullptr;
+  int votes = 0;
+  for (const auto& h : headers) {
+    if (!h) continue;
+    int same = 0;
+    for (const auto& o : headers) same += o && o->SameFile(*h);
+    if (same > votes) {
+      votes = same;
+      file = &*h;
+    }
+  }
+  // The good pieces: a header of that file and a payload that matches its
+  // checksum there.
+  const size_t header = PieceHeaderBytes(n);
+  std::vector<int> good;
+  for (int i = 0; i < n; ++i) {
+    const std::string* p = pieces[static_cast<size_t>(i)];
+    if (p == nullptr) continue;
+    const auto& h = headers[static_cast<size_t>(i)];
+    const bool ok = file != nullptr && h && h->SameFile(*file) &&
+                    Xxh3(p->data() + header, file->piece_bytes) == file->piece_xxh3[static_cast<size_t>(i)];
+    if (ok) {
+      good.push_back(i);
+    } else {
+      ++st.pieces_refused;
+    }
+  }
+  if (static_cast<int>(good.size()) < k_) {
+    return absl::UnavailableError(StrCat("erasure decode: ", good.size(), " good pieces of ", n, " (",
+                                         st.pieces_missing, " missing, ", st.pieces_refused, " damaged); ", k_,
+                                         " are needed"));
+  }
+  const size_t len = file->piece_bytes;
+  std::string out(static_cast<size_t>(k_) * len, '\0');
+  auto payload = [&](int i) {
+    return reinterpret_cast<const unsigned char*>(pieces[static_cast<size_t>(i)]->data() + header);
+  };
+  // Data pieces at hand are copied; the others are rebuilt from the first k
+  // good pieces (data pieces first, as `good` is in index order).
+  std::vector<int> lost;
+  for (int i = 0; i < k_; ++i) {
+    if (std::find(good.begin(), good.end(), i) != good.end()) {
+      std::memcpy(out.data() + static_cast<size_t>(i) * len, payload(i), len);
+    } else {
+      lost.push_back(i);
+    }
+  }
+  if (!lost.empty() && len > 0) {
+    const std::vector<int> use(good.begin(), good.begin() + k_);
+    std::vector<unsigned char> sub(static_cast<size_t>(k_ * k_)), inverse(static_cast<size_t>(k_ * k_));
+    for (int r = 0; r < k_; ++r) {
+      std::memcpy(sub.data() + r * k_, matrix_.data() + use[static_cast<size_t>(r)] * k_, static_cast<size_t>(k_));
+    }
+    if (gf_invert_matrix(sub.data(), inverse.data(), k_) != 0) {
+      return absl::InternalError("erasure decode: a singular submatrix (the Cauchy matrix should never have one)");
+    }
+    // Row j of the inverse rebuilds data piece j from the pieces in `use`.
+    std::vector<unsigned char> rows(static_cast<size_t>(lost.size()) * static_cast<size_t>(k_));
+    for (size_t r = 0; r < lost.size(); ++r) {
+      std::memcpy(rows.data() + r * static_cast<size_t>(k_), inverse.data() + lost[r] * k_, static_cast<size_t>(k_));
+    }
+    std::vector<unsigned char> tables(32 * static_cast<size_t>(k_) * lost.size());
+    ec_init_tables(k_, static_cast<int>(lost.size()), rows.data(), tables.data());
+    std::vector<unsigned char*> src(static_cast<size_t>(k_)), dst(lost.size());
+    for (int r = 0; r < k_; ++r)
+      src[static_cast<size_t>(r)] = const_cast<unsigned char*>(payload(use[static_cast<size_t>(r)]));
+    for (size_t r = 0; r < lost.size(); ++r) dst[r] = reinterpret_cast<unsigned char*>(out.data() + lost[r] * len);
+    ec_encode_data(static_cast<int>(len), k_, static_cast<int>(lost.size()), tables.data(), src.data(), dst.data());
+    st.bytes_decoded = lost.size() * len;
+  }
+  out.resize(file->file_bytes);
+  if (Xxh3(out.data(), out.size()) != file->file_xxh3) {
+    return absl::DataLossError(
+        StrCat("erasure decode: the rebuilt file of ", out.size(), " bytes does not match its checksum"));
+  }
+  return out;
+}
+
+}  // namespace ckpt::peer

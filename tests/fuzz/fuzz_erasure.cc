@@ -1,0 +1,77 @@
+// libFuzzer target: the memory level's erasure-coded pieces (peer/erasure.h).
+// The input is taken as a piece header (what decodes must encode back to the
+// same bytes), and as pieces put in place of RS(4+2) pieces of a fixed file:
+// its first byte says which pieces are replaced or dropped, the rest is cut
+// into the replacements. A decode must give the file exactly or an error,
+// never other bytes.
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "peer/erasure.h"
+
+namespace {
+
+const std::string& File() {
+  static const std::string file = [] {
+    std::string f(10000, '\0');
+    uint64_t x = 88172645463325252ull;
+    for (auto& c : f) {
+      x ^= x << 13;
+      x ^= x >> 7;
+      x ^= x << 17;
+      c = static_cast<char>(x);
+    }
+    return f;
+  }();
+  return file;
+}
+
+const ckpt::peer::ErasureCoder& Coder() {
+  static const auto coder = std::move(ckpt::peer::ErasureCoder::Create(4, 2)).value();
+  return *coder;
+}
+
+const std::vector<std::string>& Pieces() {
+  static const std::vector<std::string> pieces =
+      Coder().Encode({reinterpret_cast<const std::byte*>(File().data()), File().size()});
+  return pieces;
+}
+
+}  // namespace
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  const absl::Span<const std::byte> in(reinterpret_cast<const std::byte*>(data), size);
+  if (auto h = ckpt::peer::DecodePieceHeader(in); h.ok()) {
+    const std::string again = ckpt::peer::EncodePieceHeader(*h);
+    if (again.size() > size || again != std::string(reinterpret_cast<const char*>(data), again.size())) {
+      __builtin_trap();
+    }
+  }
+  if (size == 0) return 0;
+  // Bits 0-5: piece i replaced by a slice of the input; bits 6-7: the first
+  // one or two pieces dropped.
+  const uint8_t how = data[0];
+  std::vector<std::string> pieces = Pieces();
+  std::vector<const std::string*> given;
+  const std::string rest(reinterpret_cast<const char*>(data) + 1, size - 1);
+  int replaced = 0;
+  for (int i = 0; i < 6; ++i) replaced += (how >> i) & 1;
+  size_t at = 0;
+  const size_t slice = replaced > 0 ? rest.size() / static_cast<size_t>(replaced) : 0;
+  for (int i = 0; i < 6; ++i) {
+    if ((how >> i) & 1) {
+      // The slice over the piece's own bytes: a damaged piece, not only a short one.
+      std::string& p = pieces[static_cast<size_t>(i)];
+      for (size_t j = 0; j < slice && j < p.size(); ++j) p[j] = rest[at + j];
+      if (slice > p.size()) p += rest.substr(at + p.size(), slice - p.size());
+      at += slice;
+    }
+    given.push_back(&pieces[static_cast<size_t>(i)]);
+  }
+  if (how & 0x40) given[0] = nullptr;
+  if (how & 0x80) given[1] = nullptr;
+  auto back = Coder().Decode(given);
+  if (back.ok() && *back != File()) __builtin_trap();
+  return 0;
+}
