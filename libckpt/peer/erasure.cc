@@ -27,8 +27,8 @@ absl::Status CheckErasureShape(int k, int m) {
 }
 
 bool PieceHeader::SameFile(const PieceHeader& o) const {
-  return k == o.k && m == o.m && file_bytes == o.file_bytes && file_xxh3 == o.file_xxh3 &&
-         piece_bytes == o.piece_bytes && piece_xxh3 == o.piece_xxh3;
+  return k == o.k && m == o.m && file_bytes == o.file_bytes && piece_bytes == o.piece_bytes &&
+         piece_xxh3 == o.piece_xxh3;
 }
 
 std::string EncodePieceHeader(const PieceHeader& h) {
@@ -40,8 +40,7 @@ std::string EncodePieceHeader(const PieceHeader& h) {
   p[6] = static_cast<std::byte>(h.m);
   p[7] = static_cast<std::byte>(h.index);
   StoreLE64(p + 16, h.file_bytes);
-  StoreLE64(p + 24, h.file_xxh3);
-  StoreLE64(p + 32, h.piece_bytes);
+  StoreLE64(p + 24, h.piece_bytes);
   for (size_t i = 0; i < h.piece_xxh3.size(); ++i) StoreLE64(p + kPieceHeaderFixed + 8 * i, h.piece_xxh3[i]);
   const size_t body = out.size() - 8;
   StoreLE64(p + body, Xxh3(out.data(), body));
@@ -64,8 +63,7 @@ absl::StatusOr<PieceHeader> DecodePieceHeader(absl::Span<const std::byte> piece)
   if (piece.size() < header) return bad(StrCat(piece.size(), " bytes, shorter than its header of ", header));
   if (LoadLE64(p + header - 8) != Xxh3(p, header - 8)) return bad("the header's checksum does not match");
   h.file_bytes = LoadLE64(p + 16);
-  h.file_xxh3 = LoadLE64(p + 24);
-  h.piece_bytes = LoadLE64(p + 32);
+  h.piece_bytes = LoadLE64(p + 24);
   const uint64_t need = h.file_bytes / static_cast<uint64_t>(h.k) + (h.file_bytes % static_cast<uint64_t>(h.k) != 0);
   if (h.piece_bytes != need) {
     return bad(StrCat("pieces of ", h.piece_bytes, " bytes for a file of ", h.file_bytes, " in ", h.k));
@@ -98,25 +96,31 @@ uint64_t ErasureCoder::PieceBytes(uint64_t file_bytes) const {
 }
 
 std::vector<std::string> ErasureCoder::Encode(absl::Span<const std::byte> file) const {
+  std::vector<std::string> pieces;
+  Encode(file, &pieces);
+  return pieces;
+}
+
+void ErasureCoder::Encode(absl::Span<const std::byte> file, std::vector<std::string>* pieces) const {
   const int n = k_ + m_;
   PieceHeader h;
   h.k = k_;
   h.m = m_;
   h.file_bytes = file.size();
-  h.file_xxh3 = Xxh3(file.data(), file.size());
   h.piece_bytes = PieceBytes(file.size());
   const size_t len = h.piece_bytes;
   const size_t header = PieceHeaderBytes(n);
-  std::vector<std::string> pieces(static_cast<size_t>(n));
+  pieces->resize(static_cast<size_t>(n));
   std::vector<unsigned char*> data(static_cast<size_t>(k_)), parity(static_cast<size_t>(m_));
   for (int i = 0; i < n; ++i) {
-    std::string& piece = pieces[static_cast<size_t>(i)];
-    piece.assign(header + len, '\0');
+    std::string& piece = (*pieces)[static_cast<size_t>(i)];
+    piece.resize(header + len);  // in place when it is that size already
     auto* payload = reinterpret_cast<unsigned char*>(piece.data() + header);
     if (i < k_) {
       const size_t begin = std::min(file.size(), static_cast<size_t>(i) * len);
       const size_t end = std::min(file.size(), begin + len);
       if (end > begin) std::memcpy(payload, file.data() + begin, end - begin);
+      std::memset(payload + (end - begin), 0, len - (end - begin));
       data[static_cast<size_t>(i)] = payload;
     } else {
       parity[static_cast<size_t>(i - k_)] = payload;
@@ -127,14 +131,14 @@ std::vector<std::string> ErasureCoder::Encode(absl::Span<const std::byte> file) 
                    parity.data());
   }
   h.piece_xxh3.resize(static_cast<size_t>(n));
-  for (int i = 0; i < n; ++i)
-    h.piece_xxh3[static_cast<size_t>(i)] = Xxh3(pieces[static_cast<size_t>(i)].data() + header, len);
+  for (int i = 0; i < n; ++i) {
+    h.piece_xxh3[static_cast<size_t>(i)] = Xxh3((*pieces)[static_cast<size_t>(i)].data() + header, len);
+  }
   for (int i = 0; i < n; ++i) {
     h.index = i;
     const std::string head = EncodePieceHeader(h);
-    std::memcpy(pieces[static_cast<size_t>(i)].data(), head.data(), head.size());
+    std::memcpy((*pieces)[static_cast<size_t>(i)].data(), head.data(), head.size());
   }
-  return pieces;
 }
 
 absl::StatusOr<std::string> ErasureCoder::Decode(const std::vector<const std::string*>& pieces,
@@ -227,12 +231,14 @@ absl::StatusOr<std::string> ErasureCoder::Decode(const std::vector<const std::st
     for (size_t r = 0; r < lost.size(); ++r) dst[r] = reinterpret_cast<unsigned char*>(out.data() + lost[r] * len);
     ec_encode_data(static_cast<int>(len), k_, static_cast<int>(lost.size()), tables.data(), src.data(), dst.data());
     st.bytes_decoded = lost.size() * len;
+    for (int j : lost) {
+      if (Xxh3(out.data() + static_cast<size_t>(j) * len, len) != file->piece_xxh3[static_cast<size_t>(j)]) {
+        return absl::DataLossError(
+            StrCat("erasure decode: data piece ", j, " rebuilt from parity does not match its checksum"));
+      }
+    }
   }
   out.resize(file->file_bytes);
-  if (Xxh3(out.data(), out.size()) != file->file_xxh3) {
-    return absl::DataLossError(
-        StrCat("erasure decode: the rebuilt file of ", out.size(), " bytes does not match its checksum"));
-  }
   return out;
 }
 

@@ -1,9 +1,9 @@
 // Reed-Solomon erasure coding for the memory level's files: a file is cut
 // into k data pieces and m parity pieces (ISA-L's Cauchy matrices over
 // GF(2^8)), any k of which rebuild it. Every piece starts with a header that
-// names the file's length and xxh3 and the xxh3 of every piece, so that any
-// valid piece can check all the others, and the rebuilt file is checked
-// whole.
+// names the file's length and the xxh3 of every piece, so that any valid
+// piece can check all the others, and each data piece rebuilt from parity
+// is checked against its own checksum.
 #ifndef CKPT_PEER_ERASURE_H_
 #define CKPT_PEER_ERASURE_H_
 
@@ -24,9 +24,9 @@ inline constexpr int kMaxErasurePieces = 32;
 /// m >= 1, k + m <= kMaxErasurePieces.
 absl::Status CheckErasureShape(int k, int m);
 
-/// The header of a piece (little-endian, 48 + 8 (k + m) bytes):
+/// The header of a piece (little-endian, 40 + 8 (k + m) bytes):
 ///   "CKEC" u8 version(1) u8 k u8 m u8 index u32 0 u32 0
-///   u64 file_bytes u64 file_xxh3 u64 piece_bytes
+///   u64 file_bytes u64 piece_bytes
 ///   u64 piece_xxh3[k + m]            of each piece's payload
 ///   u64 header_xxh3                  of every header byte before it
 /// The payload (piece_bytes bytes) follows: data piece i holds file bytes
@@ -36,7 +36,6 @@ struct PieceHeader {
   int m = 0;
   int index = 0;  ///< 0 .. k-1 data, k .. k+m-1 parity
   uint64_t file_bytes = 0;
-  uint64_t file_xxh3 = 0;
   uint64_t piece_bytes = 0;
   std::vector<uint64_t> piece_xxh3;  ///< k + m
 
@@ -44,7 +43,7 @@ struct PieceHeader {
   bool SameFile(const PieceHeader& o) const;
 };
 
-inline constexpr size_t kPieceHeaderFixed = 40;
+inline constexpr size_t kPieceHeaderFixed = 32;
 inline size_t PieceHeaderBytes(int pieces) { return kPieceHeaderFixed + 8 * static_cast<size_t>(pieces) + 8; }
 
 std::string EncodePieceHeader(const PieceHeader& h);
@@ -69,11 +68,14 @@ class ErasureCoder {
 
   /// The k + m pieces of `file`, headers included, data pieces first.
   std::vector<std::string> Encode(absl::Span<const std::byte> file) const;
+  /// The same into `pieces`, whose strings are reused where they are of the
+  /// size already (no new memory to map for a file like the last one).
+  void Encode(absl::Span<const std::byte> file, std::vector<std::string>* pieces) const;
 
   /// The file from its pieces: `pieces[i]` is piece i or null when it is
   /// missing (pieces.size() == k + m). Damaged pieces are passed over;
-  /// Unavailable when fewer than k good ones are left, DataLoss when the
-  /// rebuilt file does not match its checksum.
+  /// Unavailable when fewer than k good ones are left, DataLoss when a data
+  /// piece rebuilt from parity does not match its checksum.
   absl::StatusOr<std::string> Decode(const std::vector<const std::string*>& pieces,
                                      ErasureDecodeStats* stats = nullptr) const;
 
