@@ -270,35 +270,33 @@ void DeltaChain::StartRunsLocked() {
   }
 }
 
-std::optional<absl::StatusOr<absl::Span<const std::byte>>> DeltaChain::Planned(const Located& at) {
+std::optional<DeltaChain::Taken> DeltaChain::Take(const Located& at) {
   std::unique_lock<std::mutex> lock(mu_);
   auto it = slots_.find(at.entry);
   if (it == slots_.end()) return std::nullopt;
-  Run& r = runs_[it->second.run];
+  // The frame is this caller's from here on: a second request of the same
+  // block (none in a load, which rebuilds each block once) reads it itself.
+  const Slot slot = it->second;
+  slots_.erase(it);
+  Run& r = runs_[slot.run];
   if (r.state == Run::State::kWaiting) {
     // Needed before its turn (blocks are rebuilt out of plan order): the
     // caller reads it, and the run is left to the frames' other callers.
+    if (--r.unused == 0) r.state = Run::State::kDone;  // all read by their callers: never read
     return std::nullopt;
   }
   run_done_.wait(lock, [&] { return r.state == Run::State::kDone; });
-  if (!r.status.ok()) return absl::StatusOr<absl::Span<const std::byte>>(r.status);
-  return absl::StatusOr<absl::Span<const std::byte>>(
-      absl::Span<const std::byte>(r.bytes.data() + it->second.at, at.entry->frame_len));
+  Taken t{slot.run, r.status};
+  if (r.status.ok()) t.frame = absl::Span<const std::byte>(r.bytes.data() + slot.at, at.entry->frame_len);
+  return t;
 }
 
-void DeltaChain::Used(const Located& at) {
+void DeltaChain::Done(size_t run) {
   std::lock_guard<std::mutex> lock(mu_);
-  auto it = slots_.find(at.entry);
-  if (it == slots_.end()) return;
-  Run& r = runs_[it->second.run];
-  slots_.erase(it);
+  Run& r = runs_[run];
   if (--r.unused > 0) return;
-  if (r.state == Run::State::kWaiting) {
-    r.state = Run::State::kDone;  // every frame was read by its caller: never read
-  } else if (r.state == Run::State::kDone) {
-    Release(r);
-    StartRunsLocked();
-  }
+  Release(r);
+  StartRunsLocked();
 }
 
 void DeltaChain::Release(Run& r) {
@@ -386,15 +384,13 @@ absl::Status DeltaChain::ApplyBase(const ManifestBase& base, const TensorSpec& s
     return absl::DataLossError(
         StrCat(what, ": the base block holds ", at.entry->raw_len, " bytes, the delta ", bytes.size()));
   }
-  if (auto planned = Planned(at); planned.has_value()) {
-    absl::Status s;
-    if (planned->ok()) {
+  if (std::optional<Taken> planned = Take(at); planned.has_value()) {
+    absl::Status s = Annotate(planned->status, what);
+    if (s.ok()) {
       bytes_read_.fetch_add(at.entry->frame_len, std::memory_order_relaxed);
-      s = Apply(at, **planned, block, bytes, depth, what);
-    } else {
-      s = Annotate(planned->status(), what);
+      s = Apply(at, planned->frame, block, bytes, depth, what);
     }
-    Used(at);
+    Done(planned->run);
     return s;
   }
   // Each link of the chain reads into a buffer of its own (a deque: the
@@ -406,9 +402,7 @@ absl::Status DeltaChain::ApplyBase(const ManifestBase& base, const TensorSpec& s
     CKPT_ASSIGN_OR_RETURN(frame, AlignedBuffer::Allocate(at.entry->frame_len, false));
   }
   const absl::Span<std::byte> dst(frame.data(), at.entry->frame_len);
-  absl::Status read = Annotate(at.file->file->ReadAt(at.entry->offset, dst), what);
-  Used(at);  // a planned frame needed before its run was started
-  CKPT_RETURN_IF_ERROR(read);
+  CKPT_RETURN_IF_ERROR(Annotate(at.file->file->ReadAt(at.entry->offset, dst), what));
   bytes_read_.fetch_add(at.entry->frame_len, std::memory_order_relaxed);
   return Apply(at, dst, block, bytes, depth, what);
 }

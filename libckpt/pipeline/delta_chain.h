@@ -121,11 +121,18 @@ class DeltaChain {
                                  uint64_t block_size, const std::string& what);
   // REQUIRES: mu_. Starts reads of waiting runs while the window allows.
   void StartRunsLocked();
-  // Finds `at`'s frame in the plan; waits for its run and returns the frame,
-  // or nullopt when it is not planned or its run was never started (the
-  // caller reads it; a run then read gives its frames to their callers).
-  std::optional<absl::StatusOr<absl::Span<const std::byte>>> Planned(const Located& at);
-  void Used(const Located& at);
+  // A planned frame taken by the block that needs it: its run's status and,
+  // when read, the frame; Done(run) once it is used.
+  struct Taken {
+    size_t run = 0;
+    absl::Status status;
+    absl::Span<const std::byte> frame;
+  };
+  // Takes `at`'s frame from the plan, waiting for its run; nullopt when it
+  // is not planned (or taken already) or its run was not started yet: the
+  // caller reads it.
+  std::optional<Taken> Take(const Located& at);
+  void Done(size_t run);
   // REQUIRES: mu_. Frees a run's bytes once read and used.
   void Release(Run& r);
   absl::Status Apply(const Located& at, absl::Span<const std::byte> frame, uint64_t block, absl::Span<std::byte> bytes,
