@@ -262,7 +262,6 @@ void DeltaChain::StartRunsLocked() {
         run->status = std::move(s);
         run->state = Run::State::kDone;
         --reading_;
-        if (run->unused == 0) Release(*run);  // its frames were all read by their callers meanwhile
         StartRunsLocked();
       }
       run_done_.notify_all();
