@@ -12,7 +12,10 @@
 //
 // A file is written whole into this process's memory and then into the
 // memory of every replica holder before Finish returns, so a rank's vote
-// (and so a commit) means r + 1 copies. Data plane: one TCP port per
+// (and so a commit) means r + 1 copies. With erasure coding (PeerRoute::
+// erasure_k) Finish returns once all k + m pieces are placed, each in
+// another failure domain: (k + m) / k of the state in memory, and any m
+// domains may be lost. Data plane: one TCP port per
 // process, every connection proves knowledge of the job's token (HMAC of a
 // nonce), every frame carries the xxh3 of its payload. docs/levels.md.
 #ifndef CKPT_PEER_H_
@@ -100,8 +103,17 @@ class CKPT_EXPORT PeerMemory {
 /// Where a rank's files go, and where the files of a save are found.
 struct CKPT_EXPORT PeerRoute {
   /// Endpoints of this rank's replica holders: every file this rank writes
-  /// is placed in their memory too.
+  /// is placed in their memory too. With erasure coding, the holders of
+  /// pieces 1 .. k + m - 1 in order (piece 0 stays in this memory).
   std::vector<std::string> replicas;
+  /// Erasure coding (PlaceErasure) instead of whole copies: every file this
+  /// rank writes is cut into `erasure_k` data and `erasure_m` parity pieces
+  /// (Reed-Solomon), held as "<path>.ec<j>", piece j in the memory of
+  /// holder j. A read gathers data pieces where they live and rebuilds a
+  /// missing one from parity; any erasure_m holders may be lost. 0: whole
+  /// copies. Reads find coded and whole files whatever this says.
+  int erasure_k = 0;
+  int erasure_m = 0;
   /// Endpoints holding the files rank `owner` wrote when saving `step`
   /// (step -1: files outside a step, as LATEST), nearest first. This
   /// process's own memory is always looked in first.
@@ -126,6 +138,10 @@ struct CKPT_EXPORT PeerReadCounters {
   int64_t from_own = 0;    ///< this process's memory
   int64_t from_peers = 0;  ///< other processes' memory
   int64_t failovers = 0;   ///< reads moved to another copy after one failed
+  /// Erasure-coded files: file bytes rebuilt from parity, and the data
+  /// pieces that had to be (missing, or refused as damaged).
+  int64_t bytes_rebuilt = 0;
+  int64_t pieces_lost = 0;
 };
 
 /// A Storage over the memory level: writes go to `memory` and to every

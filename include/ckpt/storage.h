@@ -218,6 +218,9 @@ class CKPT_EXPORT LocalFiles : public StorageCapability {
 struct CKPT_EXPORT MemoryReads {
   int64_t own = 0;
   int64_t peers = 0;
+  /// Erasure-coded files: bytes rebuilt from parity, data pieces lost.
+  int64_t rebuilt = 0;
+  int64_t pieces_lost = 0;
 };
 
 /// Capability: reads served from host memory (the memory level's peer

@@ -241,6 +241,8 @@ class Checkpointer::Impl {
     stats->level = level_;
     stats->bytes_from_memory = after.own - before.own;
     stats->bytes_from_peers += after.peers - before.peers;
+    stats->bytes_rebuilt_from_parity = after.rebuilt - before.rebuilt;
+    stats->memory_pieces_lost = after.pieces_lost - before.pieces_lost;
     // A cooperative load counted what it read from storage itself.
     if (!stats->cooperative) stats->bytes_from_storage = level_ == SaveLevel::kMemory ? 0 : stats->bytes_read;
     return stats;

@@ -294,12 +294,18 @@ absl::StatusOr<StepExamination> ExamineStep(Storage& storage, int64_t step, Grid
 namespace {
 
 // The examination of a committed step with an intact manifest, or why it has
-// none: NotFound when it was never committed, DataLoss when it is damaged.
+// none: NotFound when it was never committed, DataLoss when it is damaged,
+// Unavailable when the storage cannot tell.
 absl::StatusOr<StepExamination> ExamineCommitted(Storage& storage, int64_t step, GridChunks grids) {
   CKPT_ASSIGN_OR_RETURN(StepExamination ex, ExamineStep(storage, step, grids));
   if (ex.info.state == StepState::kPartial) {
     return absl::NotFoundError(StrCat("step ", step, " was never committed (", StepDir(step),
                                       " has no MANIFEST; a save was interrupted or aborted)"));
+  }
+  if (ex.info.state == StepState::kUnreadable) {
+    // The storage could not say (a dead server, too few pieces in memory):
+    // not damaged, and nothing to fall back from.
+    return absl::UnavailableError(StrCat("step ", step, " cannot be read now: ", ex.info.damage));
   }
   if (!ex.manifest) {
     return absl::DataLossError(StrCat("step ", step, " is committed but damaged: ", ex.info.damage));

@@ -26,6 +26,23 @@ absl::Status CheckErasureShape(int k, int m) {
   return absl::OkStatus();
 }
 
+std::string PiecePath(std::string_view path, int index) { return StrCat(path, ".ec", index); }
+
+std::optional<int> PieceOfPath(std::string_view path, std::string_view* base) {
+  const size_t dot = path.rfind(".ec");
+  if (dot == std::string_view::npos || dot == 0 || path[dot - 1] == '/') return std::nullopt;
+  const std::string_view digits = path.substr(dot + 3);
+  if (digits.empty() || digits.size() > 2 || (digits.size() == 2 && digits[0] == '0')) return std::nullopt;
+  int index = 0;
+  for (char c : digits) {
+    if (c < '0' || c > '9') return std::nullopt;
+    index = index * 10 + (c - '0');
+  }
+  if (index >= kMaxErasurePieces) return std::nullopt;
+  if (base != nullptr) *base = path.substr(0, dot);
+  return index;
+}
+
 bool PieceHeader::SameFile(const PieceHeader& o) const {
   return k == o.k && m == o.m && file_bytes == o.file_bytes && piece_bytes == o.piece_bytes &&
          piece_xxh3 == o.piece_xxh3;
@@ -48,6 +65,10 @@ std::string EncodePieceHeader(const PieceHeader& h) {
 }
 
 absl::StatusOr<PieceHeader> DecodePieceHeader(absl::Span<const std::byte> piece) {
+  return DecodePieceHeader(piece, piece.size());
+}
+
+absl::StatusOr<PieceHeader> DecodePieceHeader(absl::Span<const std::byte> piece, uint64_t piece_size) {
   auto bad = [](std::string_view why) { return absl::DataLossError(StrCat("erasure-coded piece: ", why)); };
   if (piece.size() < kPieceHeaderFixed) return bad(StrCat("only ", piece.size(), " bytes, shorter than a header"));
   const std::byte* p = piece.data();
@@ -60,7 +81,9 @@ absl::StatusOr<PieceHeader> DecodePieceHeader(absl::Span<const std::byte> piece)
   if (!CheckErasureShape(h.k, h.m).ok()) return bad(StrCat("shape ", h.k, "+", h.m));
   if (h.index >= h.k + h.m) return bad(StrCat("index ", h.index, " of ", h.k + h.m, " pieces"));
   const size_t header = PieceHeaderBytes(h.k + h.m);
-  if (piece.size() < header) return bad(StrCat(piece.size(), " bytes, shorter than its header of ", header));
+  if (piece.size() < header || piece_size < header) {
+    return bad(StrCat(std::min<uint64_t>(piece.size(), piece_size), " bytes, shorter than its header of ", header));
+  }
   if (LoadLE64(p + header - 8) != Xxh3(p, header - 8)) return bad("the header's checksum does not match");
   h.file_bytes = LoadLE64(p + 16);
   h.piece_bytes = LoadLE64(p + 24);
@@ -68,8 +91,8 @@ absl::StatusOr<PieceHeader> DecodePieceHeader(absl::Span<const std::byte> piece)
   if (h.piece_bytes != need) {
     return bad(StrCat("pieces of ", h.piece_bytes, " bytes for a file of ", h.file_bytes, " in ", h.k));
   }
-  if (piece.size() - header != h.piece_bytes) {
-    return bad(StrCat("a payload of ", piece.size() - header, " bytes, its header says ", h.piece_bytes));
+  if (piece_size - header != h.piece_bytes) {
+    return bad(StrCat("a payload of ", piece_size - header, " bytes, its header says ", h.piece_bytes));
   }
   h.piece_xxh3.resize(static_cast<size_t>(h.k + h.m));
   for (size_t i = 0; i < h.piece_xxh3.size(); ++i) h.piece_xxh3[i] = LoadLE64(p + kPieceHeaderFixed + 8 * i);
@@ -231,6 +254,7 @@ absl::StatusOr<std::string> ErasureCoder::Decode(const std::vector<const std::st
     for (size_t r = 0; r < lost.size(); ++r) dst[r] = reinterpret_cast<unsigned char*>(out.data() + lost[r] * len);
     ec_encode_data(static_cast<int>(len), k_, static_cast<int>(lost.size()), tables.data(), src.data(), dst.data());
     st.bytes_decoded = lost.size() * len;
+    st.pieces_rebuilt = static_cast<int>(lost.size());
     for (int j : lost) {
       if (Xxh3(out.data() + static_cast<size_t>(j) * len, len) != file->piece_xxh3[static_cast<size_t>(j)]) {
         return absl::DataLossError(

@@ -9,7 +9,9 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -50,12 +52,24 @@ std::string EncodePieceHeader(const PieceHeader& h);
 /// The header at the start of `piece`, checked (magic, version, shape, its
 /// own checksum, lengths that fit); DataLoss naming what is wrong.
 absl::StatusOr<PieceHeader> DecodePieceHeader(absl::Span<const std::byte> piece);
+/// The same from the first bytes of a piece of `piece_size` bytes: `head`
+/// holds at least its header (PieceHeaderBytes(kMaxErasurePieces) bytes, or
+/// the whole piece when it is shorter, always do).
+absl::StatusOr<PieceHeader> DecodePieceHeader(absl::Span<const std::byte> head, uint64_t piece_size);
+
+/// The name under which piece `index` of the file `path` is held:
+/// "<path>.ec<index>".
+std::string PiecePath(std::string_view path, int index);
+/// The piece index of a name PiecePath made, with `*base` set to the file's
+/// path; nullopt for any other name.
+std::optional<int> PieceOfPath(std::string_view path, std::string_view* base = nullptr);
 
 /// What a Decode found.
 struct ErasureDecodeStats {
   int pieces_missing = 0;      ///< of the k + m, not given
   int pieces_refused = 0;      ///< given but damaged (header, checksum, another file's)
   uint64_t bytes_decoded = 0;  ///< file bytes rebuilt from parity (0: every data piece was there)
+  int pieces_rebuilt = 0;      ///< data pieces rebuilt from parity
 };
 
 class ErasureCoder {

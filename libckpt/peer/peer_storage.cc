@@ -28,7 +28,15 @@ namespace peer {
 namespace {
 
 struct Counters {
-  std::atomic<int64_t> from_own{0}, from_peers{0}, failovers{0};
+  std::atomic<int64_t> from_own{0}, from_peers{0}, failovers{0}, rebuilt{0}, pieces_lost{0};
+};
+
+// A piece of an erasure-coded file and where it is held: in this process's
+// memory (`own`) or at `endpoint`.
+struct PieceSource {
+  int index = 0;
+  std::string endpoint;
+  PeerStore::Bytes own;
 };
 
 class PeerStorageImpl;
@@ -37,10 +45,12 @@ absl::Span<const std::byte> AsBytes(const std::string& s) {
   return {reinterpret_cast<const std::byte*>(s.data()), s.size()};
 }
 
+// A file in this process's memory (or rebuilt there from its pieces: then
+// its bytes were counted as they arrived, and `count` is null).
 class OwnReadable final : public ReadableFile {
  public:
-  OwnReadable(PeerStore::Bytes bytes, std::string path, Counters& counters)
-      : bytes_(std::move(bytes)), path_(std::move(path)), counters_(counters) {}
+  OwnReadable(PeerStore::Bytes bytes, std::string path, std::atomic<int64_t>* count)
+      : bytes_(std::move(bytes)), path_(std::move(path)), count_(count) {}
   uint64_t size() const override { return bytes_->size(); }
   absl::Status ReadAt(uint64_t offset, absl::Span<std::byte> dst) override {
     if (offset > bytes_->size() || dst.size() > bytes_->size() - offset) {
@@ -48,7 +58,7 @@ class OwnReadable final : public ReadableFile {
                                           dst.size(), " at byte offset ", offset));
     }
     std::memcpy(dst.data(), bytes_->data() + offset, dst.size());
-    counters_.from_own += static_cast<int64_t>(dst.size());
+    if (count_ != nullptr) *count_ += static_cast<int64_t>(dst.size());
     return absl::OkStatus();
   }
   void ReadAsync(uint64_t offset, absl::Span<std::byte> dst, IoCallback done) override {
@@ -60,7 +70,7 @@ class OwnReadable final : public ReadableFile {
  private:
   PeerStore::Bytes bytes_;
   std::string path_;
-  Counters& counters_;
+  std::atomic<int64_t>* count_;
 };
 
 // The counters of a peer storage, found through adapters.
@@ -82,7 +92,9 @@ class PeerStorageImpl final : public Storage, public PeerCounters, public Memory
       : memory_(std::move(memory)),
         store_(LocalStore(*memory_)),
         route_(std::move(route)),
-        pool_(OptionsOf(*memory_).token, OptionsOf(*memory_).io_timeout_s) {}
+        pool_(OptionsOf(*memory_).token, OptionsOf(*memory_).io_timeout_s) {
+    if (route_.erasure_k > 0) coder_ = CoderFor(route_.erasure_k, route_.erasure_m).value();
+  }
 
   std::string uri() const override { return StrCat("peer://", memory_->endpoint()); }
   StorageCaps caps() const override {
@@ -98,19 +110,48 @@ class PeerStorageImpl final : public Storage, public PeerCounters, public Memory
 
   absl::Status PutAtomic(std::string_view path, absl::Span<const std::byte> data) override {
     CKPT_RETURN_IF_ERROR(CheckPath(path));
-    auto bytes = std::make_shared<const std::string>(reinterpret_cast<const char*>(data.data()), data.size());
-    CKPT_RETURN_IF_ERROR(store_->Put(std::string(path), bytes, route_.generation));
-    return Replicate(path, *bytes);
+    return Place(path, std::make_shared<const std::string>(reinterpret_cast<const char*>(data.data()), data.size()));
   }
 
   absl::Status PutIfAbsent(std::string_view path, absl::Span<const std::byte> data) override {
     CKPT_RETURN_IF_ERROR(CheckPath(path));
-    auto bytes = std::make_shared<const std::string>(reinterpret_cast<const char*>(data.data()), data.size());
-    CKPT_RETURN_IF_ERROR(store_->Put(std::string(path), bytes, route_.generation, /*if_absent=*/true));
-    return Replicate(path, *bytes);
+    return Place(path, std::make_shared<const std::string>(reinterpret_cast<const char*>(data.data()), data.size()),
+                 /*if_absent=*/true);
+  }
+
+  // Stores a written file here and places its copies before returning:
+  // whole in every replica holder's memory, or erasure coded, piece 0 here
+  // and piece j in holder j's memory.
+  absl::Status Place(std::string_view path, PeerStore::Bytes bytes, bool if_absent = false) {
+    if (coder_ == nullptr) {
+      CKPT_RETURN_IF_ERROR(store_->Put(std::string(path), bytes, route_.generation, if_absent));
+      return Replicate(path, *bytes);
+    }
+    std::vector<std::string> pieces = coder_->Encode(AsBytes(*bytes));
+    bytes.reset();  // what this memory holds is its piece
+    auto own = std::make_shared<const std::string>(std::move(pieces[0]));
+    CKPT_RETURN_IF_ERROR(store_->Put(PiecePath(path, 0), own, route_.generation, if_absent));
+    std::vector<std::string> names;
+    std::vector<const std::string*> sent;
+    for (size_t j = 1; j < pieces.size(); ++j) {
+      names.push_back(PiecePath(path, static_cast<int>(j)));
+      sent.push_back(&pieces[j]);
+    }
+    return SendToHolders(names, sent);
   }
 
   absl::StatusOr<uint64_t> FileSize(std::string_view path) override {
+    if (coder_ != nullptr) {
+      absl::StatusOr<uint64_t> coded = CodedFileSize(path);
+      if (!absl::IsNotFound(coded.status())) return coded;
+    }
+    absl::StatusOr<uint64_t> whole = WholeFileSize(path);
+    if (coder_ != nullptr || !absl::IsNotFound(whole.status())) return whole;
+    absl::StatusOr<uint64_t> coded = CodedFileSize(path);
+    return absl::IsNotFound(coded.status()) ? whole : coded;
+  }
+
+  absl::StatusOr<uint64_t> WholeFileSize(std::string_view path) {
     if (PeerStore::Bytes b = OwnCopyCounts(path) ? store_->Get(path) : nullptr; b != nullptr) return b->size();
     std::string tried;
     for (const std::string& ep : Holders(path)) {
@@ -122,12 +163,17 @@ class PeerStorageImpl final : public Storage, public PeerCounters, public Memory
         StrCat("peer memory: ", path, " is in no live memory", tried.empty() ? "" : StrCat(" (", tried, ")")));
   }
 
+  // The pieces of an erasure-coded file are listed as the file.
   absl::StatusOr<std::vector<DirEntry>> List(std::string_view dir) override {
     absl::StatusOr<std::vector<DirEntry>> own = store_->List(dir);
-    if (route_.peers.empty()) return own;
     std::map<std::string, bool> merged;
+    const auto add = [&merged](const DirEntry& e) {
+      std::string_view name = e.name;
+      if (!e.is_dir) PieceOfPath(name, &name);
+      merged[std::string(name)] = e.is_dir;
+    };
     if (own.ok()) {
-      for (DirEntry& e : *own) merged[e.name] = e.is_dir;
+      for (DirEntry& e : *own) add(e);
     }
     bool found = own.ok();
     for (const std::string& ep : route_.peers) {
@@ -135,7 +181,7 @@ class PeerStorageImpl final : public Storage, public PeerCounters, public Memory
       auto theirs = pool_.With<std::vector<DirEntry>>(ep, [&](PeerConnection& c) { return c.List(dir); });
       if (!theirs.ok()) continue;  // gone, or nothing there
       found = true;
-      for (DirEntry& e : *theirs) merged[e.name] = e.is_dir;
+      for (DirEntry& e : *theirs) add(e);
     }
     if (!found) return own.status();
     std::vector<DirEntry> out;
@@ -143,11 +189,25 @@ class PeerStorageImpl final : public Storage, public PeerCounters, public Memory
     return out;
   }
 
+  // Removes the file here and at its copies' holders: this rank's replica
+  // holders, or with erasure coding the holders of the owner's pieces as
+  // this generation placed them (holder j, piece j), so that the leader
+  // removing another rank's report removes every piece of it.
   absl::Status Remove(std::string_view path) override {
-    const bool had = store_->Remove(path);
-    for (const std::string& ep : route_.replicas) {
-      (void)pool_.With<bool>(ep, [&](PeerConnection& c) -> absl::StatusOr<bool> {
-        CKPT_RETURN_IF_ERROR(c.Remove(path));
+    bool had = store_->Remove(path);
+    for (int j = 0; j < kMaxErasurePieces; ++j) had |= store_->Remove(PiecePath(path, j));
+    std::vector<std::pair<std::string, std::string>> targets;  // (endpoint, name)
+    if (coder_ == nullptr || !route_.holders) {
+      for (const std::string& ep : route_.replicas) targets.emplace_back(ep, std::string(path));
+    } else {
+      const std::vector<std::string> all = route_.holders(StepOfPath(path), OwnerOfPath(path));
+      for (size_t j = 0; j < all.size(); ++j) {
+        if (all[j] != memory_->endpoint()) targets.emplace_back(all[j], PiecePath(path, static_cast<int>(j)));
+      }
+    }
+    for (const auto& target : targets) {
+      (void)pool_.With<bool>(target.first, [&](PeerConnection& c) -> absl::StatusOr<bool> {
+        CKPT_RETURN_IF_ERROR(c.Remove(target.second));
         return true;
       });
     }
@@ -169,27 +229,38 @@ class PeerStorageImpl final : public Storage, public PeerCounters, public Memory
 
   absl::Status SyncDir(std::string_view) override { return absl::OkStatus(); }
 
-  MemoryReads memory_reads() const override { return MemoryReads{counters_.from_own, counters_.from_peers}; }
+  MemoryReads memory_reads() const override {
+    return MemoryReads{counters_.from_own, counters_.from_peers, counters_.rebuilt, counters_.pieces_lost};
+  }
 
   // Places `bytes` (stored here already) in every replica holder's memory;
   // the first failure, naming the holder, when one cannot take it.
   absl::Status Replicate(std::string_view path, const std::string& bytes) {
-    const auto place = [&](const std::string& ep) -> absl::Status {
+    return SendToHolders(std::vector<std::string>(route_.replicas.size(), std::string(path)),
+                         std::vector<const std::string*>(route_.replicas.size(), &bytes));
+  }
+
+  // Places file *bytes[i] as names[i] in the memory of route_.replicas[i],
+  // all at once; the first failure, naming the holder.
+  absl::Status SendToHolders(const std::vector<std::string>& names, const std::vector<const std::string*>& bytes) {
+    const auto place = [&](size_t i) -> absl::Status {
+      const std::string& ep = route_.replicas[i];
       auto r = pool_.With<bool>(ep, [&](PeerConnection& c) -> absl::StatusOr<bool> {
-        CKPT_RETURN_IF_ERROR(c.Put(path, AsBytes(bytes), route_.generation, sender_.get()));
+        CKPT_RETURN_IF_ERROR(c.Put(names[i], AsBytes(*bytes[i]), route_.generation, sender_.get()));
         return true;
       });
       if (r.ok()) return absl::OkStatus();
-      return absl::Status(r.status().code(), StrCat("could not place a copy of ", path, " (", bytes.size(),
-                                                    " bytes) in the memory of ", ep, ": ", r.status().message()));
+      return absl::Status(r.status().code(),
+                          StrCat("could not place ", coder_ != nullptr ? "a piece " : "a copy ", names[i], " (",
+                                 bytes[i]->size(), " bytes) in the memory of ", ep, ": ", r.status().message()));
     };
     if (route_.replicas.size() <= 1) {
-      return route_.replicas.empty() ? absl::OkStatus() : place(route_.replicas[0]);
+      return route_.replicas.empty() ? absl::OkStatus() : place(0);
     }
     std::vector<absl::Status> results(route_.replicas.size());
     std::vector<std::thread> threads;
     for (size_t i = 0; i < route_.replicas.size(); ++i) {
-      threads.emplace_back([&, i] { results[i] = place(route_.replicas[i]); });
+      threads.emplace_back([&, i] { results[i] = place(i); });
     }
     for (auto& t : threads) t.join();
     for (absl::Status& s : results) {
@@ -216,6 +287,23 @@ class PeerStorageImpl final : public Storage, public PeerCounters, public Memory
     return out;
   }
 
+  // The coder of a shape, made once.
+  absl::StatusOr<const ErasureCoder*> CoderFor(int k, int m) {
+    std::lock_guard<std::mutex> lock(coders_mu_);
+    std::unique_ptr<ErasureCoder>& c = coders_[{k, m}];
+    if (c == nullptr) {
+      CKPT_ASSIGN_OR_RETURN(c, ErasureCoder::Create(k, m));
+    }
+    return c.get();
+  }
+
+  std::vector<PieceSource> FindPieces(std::string_view path);
+  absl::StatusOr<PeerStore::Bytes> FetchPiece(std::string_view path, const PieceSource& source,
+                                              std::optional<uint64_t> size);
+  absl::StatusOr<uint64_t> CodedFileSize(std::string_view path);
+  absl::StatusOr<std::unique_ptr<ReadableFile>> OpenCoded(std::string_view path);
+  absl::StatusOr<std::unique_ptr<ReadableFile>> OpenWhole(std::string_view path);
+
   ConnectionPool& pool() { return pool_; }
   TaskPool& readers() { return readers_; }
   int64_t generation() const { return route_.generation; }
@@ -241,6 +329,9 @@ class PeerStorageImpl final : public Storage, public PeerCounters, public Memory
                                            : nullptr;
   ConnectionPool pool_;
   Counters counters_;
+  std::mutex coders_mu_;
+  std::map<std::pair<int, int>, std::unique_ptr<ErasureCoder>> coders_;
+  const ErasureCoder* coder_ = nullptr;  // this rank's writes, when erasure coded
   // Threads that run remote reads, so that a loader's reads of several
   // buffers are in flight at once (each on its own connection) while it
   // decodes the ones that arrived; started on first use. One stream per
@@ -279,8 +370,7 @@ class PeerWritable final : public WritableFile {
       bytes = std::make_shared<const std::string>(std::move(data_));
       data_.clear();
     }
-    CKPT_RETURN_IF_ERROR(storage_.store().Put(path_, bytes, storage_.generation()));
-    return storage_.Replicate(path_, *bytes);
+    return storage_.Place(path_, std::move(bytes));
   }
   size_t alignment() const override { return 1; }
   const std::string& path() const override { return path_; }
@@ -376,9 +466,188 @@ absl::StatusOr<std::unique_ptr<WritableFile>> PeerStorageImpl::OpenWritable(std:
   return std::unique_ptr<WritableFile>(std::make_unique<PeerWritable>(*this, std::string(path)));
 }
 
+// A file is looked for as the route writes files first (whole, or as
+// pieces), then the other way: a step restored may have been saved by a
+// generation placed otherwise.
 absl::StatusOr<std::unique_ptr<ReadableFile>> PeerStorageImpl::OpenReadable(std::string_view path) {
+  absl::StatusOr<std::unique_ptr<ReadableFile>> first = coder_ != nullptr ? OpenCoded(path) : OpenWhole(path);
+  if (!absl::IsNotFound(first.status())) return first;
+  absl::StatusOr<std::unique_ptr<ReadableFile>> second = coder_ != nullptr ? OpenWhole(path) : OpenCoded(path);
+  return absl::IsNotFound(second.status()) ? std::move(first) : std::move(second);
+}
+
+std::vector<PieceSource> PeerStorageImpl::FindPieces(std::string_view path) {
+  std::vector<PieceSource> out;
+  if (OwnCopyCounts(path)) {
+    for (int j = 0; j < kMaxErasurePieces; ++j) {
+      if (PeerStore::Bytes b = store_->Get(PiecePath(path, j)); b != nullptr) out.push_back({j, "", std::move(b)});
+    }
+  }
+  const size_t slash = path.rfind('/');
+  const std::string dir(slash == std::string_view::npos ? std::string_view() : path.substr(0, slash));
+  const std::string_view name = path.substr(slash == std::string_view::npos ? 0 : slash + 1);
+  for (const std::string& ep : Holders(path)) {
+    auto entries = pool_.With<std::vector<DirEntry>>(ep, [&](PeerConnection& c) { return c.List(dir); });
+    if (!entries.ok()) continue;  // gone, or holding nothing there
+    for (const DirEntry& e : *entries) {
+      std::string_view base;
+      const std::optional<int> j = e.is_dir ? std::nullopt : PieceOfPath(e.name, &base);
+      if (j && base == name) out.push_back({*j, ep, nullptr});
+    }
+  }
+  // Data pieces first, this memory's before a peer's.
+  std::stable_sort(out.begin(), out.end(),
+                   [](const PieceSource& a, const PieceSource& b) { return a.index < b.index; });
+  return out;
+}
+
+absl::StatusOr<PeerStore::Bytes> PeerStorageImpl::FetchPiece(std::string_view path, const PieceSource& source,
+                                                             std::optional<uint64_t> size) {
+  if (source.own != nullptr) {
+    counters_.from_own += static_cast<int64_t>(source.own->size());
+    return source.own;
+  }
+  const std::string name = PiecePath(path, source.index);
+  auto got = pool_.With<PeerStore::Bytes>(source.endpoint, [&](PeerConnection& c) -> absl::StatusOr<PeerStore::Bytes> {
+    uint64_t n = 0;
+    if (size) {
+      n = *size;
+    } else {
+      CKPT_ASSIGN_OR_RETURN(n, c.Stat(name));
+    }
+    auto bytes = std::make_shared<std::string>();
+    bytes->resize(n);
+    CKPT_RETURN_IF_ERROR(c.Get(name, 0, {reinterpret_cast<std::byte*>(bytes->data()), bytes->size()}));
+    return PeerStore::Bytes(std::move(bytes));
+  });
+  if (got.ok()) counters_.from_peers += static_cast<int64_t>((*got)->size());
+  return got;
+}
+
+absl::StatusOr<uint64_t> PeerStorageImpl::CodedFileSize(std::string_view path) {
+  std::string tried;
+  for (const PieceSource& s : FindPieces(path)) {
+    absl::StatusOr<PieceHeader> h;
+    if (s.own != nullptr) {
+      h = DecodePieceHeader(AsBytes(*s.own));
+    } else {
+      const std::string name = PiecePath(path, s.index);
+      h = pool_.With<PieceHeader>(s.endpoint, [&](PeerConnection& c) -> absl::StatusOr<PieceHeader> {
+        CKPT_ASSIGN_OR_RETURN(const uint64_t n, c.Stat(name));
+        std::string head(std::min<uint64_t>(n, PieceHeaderBytes(kMaxErasurePieces)), '\0');
+        CKPT_RETURN_IF_ERROR(c.Get(name, 0, {reinterpret_cast<std::byte*>(head.data()), head.size()}));
+        return DecodePieceHeader(AsBytes(head), n);
+      });
+    }
+    if (h.ok()) return h->file_bytes;
+    StrAppend(&tried, tried.empty() ? "" : "; ", "piece ", s.index, ": ", h.status().message());
+  }
+  if (tried.empty()) return absl::NotFoundError(StrCat("peer memory: no piece of ", path, " in any live memory"));
+  return absl::UnavailableError(StrCat("peer memory: no readable piece of ", path, " (", tried, ")"));
+}
+
+// Gathers pieces of `path`, data pieces first, until k that its pieces'
+// headers agree on decode (parity pieces are fetched only for data pieces
+// missing or refused), and serves the file from this process's memory.
+absl::StatusOr<std::unique_ptr<ReadableFile>> PeerStorageImpl::OpenCoded(std::string_view path) {
+  const std::vector<PieceSource> sources = FindPieces(path);
+  if (sources.empty()) {
+    return absl::NotFoundError(StrCat("open peer memory:", path, ": no piece of it in any live memory"));
+  }
+  std::vector<PeerStore::Bytes> pieces(kMaxErasurePieces);
+  std::string tried;
+  const auto note = [&](const PieceSource& s, const absl::Status& st) {
+    StrAppend(&tried, tried.empty() ? "" : "; ", "piece ", s.index, " at ",
+              s.endpoint.empty() ? memory_->endpoint() : s.endpoint, ": ", st.message());
+  };
+  // The first piece read whole with a valid header gives the code's shape.
+  std::optional<PieceHeader> shape;
+  size_t next = 0;
+  while (!shape && next < sources.size()) {
+    const PieceSource& s = sources[next++];
+    absl::StatusOr<PeerStore::Bytes> b = FetchPiece(path, s, std::nullopt);
+    absl::StatusOr<PieceHeader> h = b.ok() ? DecodePieceHeader(AsBytes(**b)) : b.status();
+    if (h.ok() && h->index != s.index) {
+      h = absl::DataLossError(StrCat("its header says it is piece ", h->index));
+    }
+    if (!h.ok()) {
+      note(s, h.status());
+      continue;
+    }
+    shape = *h;
+    pieces[static_cast<size_t>(s.index)] = *std::move(b);
+  }
+  if (!shape) {
+    return absl::UnavailableError(StrCat("open peer memory:", path, ": no readable piece (", tried, ")"));
+  }
+  const int k = shape->k;
+  const int n = shape->k + shape->m;
+  const uint64_t piece_size = PieceHeaderBytes(n) + shape->piece_bytes;
+  CKPT_ASSIGN_OR_RETURN(const ErasureCoder* coder, CoderFor(shape->k, shape->m));
+  int refused = 0;  // pieces in hand a decode refused as damaged or another save's
+  ErasureDecodeStats stats;
+  absl::StatusOr<std::string> file = absl::UnavailableError("");
+  for (;;) {
+    int have = 0;
+    for (int i = 0; i < n; ++i) have += pieces[static_cast<size_t>(i)] != nullptr;
+    // Fetch as many more as k good ones need, all at once.
+    std::vector<const PieceSource*> batch;
+    for (; next < sources.size() && have - refused + static_cast<int>(batch.size()) < k; ++next) {
+      const PieceSource& s = sources[next];
+      if (s.index < n && pieces[static_cast<size_t>(s.index)] == nullptr) batch.push_back(&s);
+    }
+    std::vector<absl::StatusOr<PeerStore::Bytes>> got(batch.size(), absl::UnknownError(""));
+    {
+      std::vector<std::thread> threads;
+      for (size_t i = 0; i + 1 < batch.size(); ++i) {
+        threads.emplace_back([&, i] { got[i] = FetchPiece(path, *batch[i], piece_size); });
+      }
+      if (!batch.empty()) got.back() = FetchPiece(path, *batch.back(), piece_size);
+      for (auto& t : threads) t.join();
+    }
+    for (size_t i = 0; i < batch.size(); ++i) {
+      if (got[i].ok()) {
+        pieces[static_cast<size_t>(batch[i]->index)] = *std::move(got[i]);
+        ++have;
+      } else {
+        note(*batch[i], got[i].status());
+      }
+    }
+    if (have - refused >= k) {
+      std::vector<const std::string*> given(static_cast<size_t>(n));
+      for (int i = 0; i < n; ++i) given[static_cast<size_t>(i)] = pieces[static_cast<size_t>(i)].get();
+      file = coder->Decode(given, &stats);
+      if (file.ok() || !absl::IsUnavailable(file.status())) break;
+      refused = stats.pieces_refused;
+    }
+    if (batch.empty() && next >= sources.size()) break;
+  }
+  if (!file.ok() && file.status().message().empty()) {
+    int have = 0;
+    for (int i = 0; i < n; ++i) have += pieces[static_cast<size_t>(i)] != nullptr;
+    file = absl::UnavailableError(StrCat(have, " of its ", n, " pieces could be read (", k, " are needed, ",
+                                         sources.size(), " found in live memories)"));
+  }
+  if (!file.ok()) {
+    return absl::Status(file.status().code(),
+                        StrCat("open peer memory:", path, ": erasure coded ", k, "+", n - k, ", ",
+                               file.status().message(), tried.empty() ? "" : StrCat(" (", tried, ")")));
+  }
+  if (stats.pieces_rebuilt > 0) {
+    counters_.rebuilt += static_cast<int64_t>(stats.bytes_decoded);
+    counters_.pieces_lost += stats.pieces_rebuilt;
+    LogTo(*memory_, StrCat("rebuilt ", stats.pieces_rebuilt, " data piece(s) of ", path, " from parity (",
+                           stats.pieces_missing, " piece(s) not read or missing, ", stats.pieces_refused, " refused",
+                           tried.empty() ? "" : StrCat("; ", tried), ")"));
+  }
+  return std::unique_ptr<ReadableFile>(
+      std::make_unique<OwnReadable>(std::make_shared<const std::string>(*std::move(file)), std::string(path), nullptr));
+}
+
+absl::StatusOr<std::unique_ptr<ReadableFile>> PeerStorageImpl::OpenWhole(std::string_view path) {
   if (PeerStore::Bytes b = OwnCopyCounts(path) ? store_->Get(path) : nullptr; b != nullptr) {
-    return std::unique_ptr<ReadableFile>(std::make_unique<OwnReadable>(std::move(b), std::string(path), counters_));
+    return std::unique_ptr<ReadableFile>(
+        std::make_unique<OwnReadable>(std::move(b), std::string(path), &counters_.from_own));
   }
   std::vector<std::string> holders = Holders(path);
   std::string tried;
@@ -399,6 +668,16 @@ absl::StatusOr<std::unique_ptr<ReadableFile>> PeerStorageImpl::OpenReadable(std:
 
 absl::StatusOr<std::shared_ptr<Storage>> OpenPeerStorage(std::shared_ptr<PeerMemory> memory, PeerRoute route) {
   if (memory == nullptr) return absl::InvalidArgumentError("OpenPeerStorage: no peer memory");
+  if (route.erasure_k != 0 || route.erasure_m != 0) {
+    if (absl::Status s = peer::CheckErasureShape(route.erasure_k, route.erasure_m); !s.ok()) {
+      return absl::InvalidArgumentError(StrCat("OpenPeerStorage: ", s.message()));
+    }
+    if (static_cast<int>(route.replicas.size()) != route.erasure_k + route.erasure_m - 1) {
+      return absl::InvalidArgumentError(StrCat(
+          "OpenPeerStorage: erasure coding ", route.erasure_k, "+", route.erasure_m, " places pieces 1 to ",
+          route.erasure_k + route.erasure_m - 1, " at as many holders; the route names ", route.replicas.size()));
+    }
+  }
   if (route.send_bytes_per_s != 0 && !(route.send_bytes_per_s >= (1 << 20))) {
     return absl::InvalidArgumentError(StrCat("OpenPeerStorage: a send rate of ", route.send_bytes_per_s,
                                              " bytes/s; 0 (unpaced) or at least 1 MiB/s"));
@@ -412,6 +691,8 @@ PeerReadCounters PeerStorageCounters(Storage& storage) {
     out.from_own = p->counters().from_own;
     out.from_peers = p->counters().from_peers;
     out.failovers = p->counters().failovers;
+    out.bytes_rebuilt = p->counters().rebuilt;
+    out.pieces_lost = p->counters().pieces_lost;
   }
   return out;
 }

@@ -6,6 +6,7 @@
 
 #include "absl/strings/match.h"
 #include "format/root_files.h"
+#include "peer/erasure.h"
 #include "peer/peer_wire.h"
 #include "util/aligned_buffer.h"
 #include "util/strings.h"
@@ -258,7 +259,8 @@ std::vector<PeerHolding> PeerStore::Holdings() const {
       const int64_t step = StepOfPath(path);
       if (step < 0) continue;
       const std::pair<int64_t, int64_t> key{step, file.generation};
-      const std::string_view name = std::string_view(path).substr(path.find('/') + 1);
+      std::string_view name = std::string_view(path).substr(path.find('/') + 1);
+      PieceOfPath(name, &name);  // a piece of an erasure-coded file counts as the file
       if (name == kManifestName) manifests.insert(key);
       if (name.substr(0, 5) != "rank-" || name.ends_with(".report") || name.ends_with(".failed")) {
         continue;

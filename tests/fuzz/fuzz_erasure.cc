@@ -3,7 +3,9 @@
 // same bytes), and as pieces put in place of RS(4+2) pieces of a fixed file:
 // its first byte says which pieces are replaced or dropped, the rest is cut
 // into the replacements. A decode must give the file exactly or an error,
-// never other bytes.
+// never other bytes. The same header read from a piece's first bytes, and
+// the input as a piece's name, must agree with their whole forms.
+#include <algorithm>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -45,6 +47,29 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (auto h = ckpt::peer::DecodePieceHeader(in); h.ok()) {
     const std::string again = ckpt::peer::EncodePieceHeader(*h);
     if (again.size() > size || again != std::string(reinterpret_cast<const char*>(data), again.size())) {
+      __builtin_trap();
+    }
+  }
+  // A header read from a piece's first bytes (as a peer's is, before the
+  // payload) decodes as it does from the whole piece.
+  if (size >= 8) {
+    const uint64_t piece_size = data[size - 1] % 2 == 0 ? size : size + data[size - 2];
+    const size_t head = std::min<size_t>(size, ckpt::peer::PieceHeaderBytes(ckpt::peer::kMaxErasurePieces));
+    auto from_head = ckpt::peer::DecodePieceHeader(in.subspan(0, head), piece_size);
+    if (piece_size == size) {
+      auto whole = ckpt::peer::DecodePieceHeader(in);
+      if (from_head.ok() != whole.ok()) __builtin_trap();
+    }
+    if (from_head.ok() &&
+        ckpt::peer::PieceHeaderBytes(from_head->k + from_head->m) + from_head->piece_bytes != piece_size) {
+      __builtin_trap();
+    }
+  }
+  // A piece's name: what parses is made again by PiecePath.
+  {
+    const std::string_view name(reinterpret_cast<const char*>(data), size);
+    std::string_view base;
+    if (auto j = ckpt::peer::PieceOfPath(name, &base); j && ckpt::peer::PiecePath(base, *j) != name) {
       __builtin_trap();
     }
   }

@@ -1,19 +1,31 @@
 // Reed-Solomon pieces of the memory level (peer/erasure.h): any k of k + m
 // pieces rebuild a file bit-exactly, damaged pieces are refused by their
 // checksums, too few good pieces is a clear error, and a piece's header
-// checks itself.
+// checks itself; and the memory level coded that way, through the
+// Checkpointer, over six processes' memories on loopback.
 #include "peer/erasure.h"
 
 #include <map>
 #include <random>
 #include <set>
+#include <thread>
 
+#include "ckpt/checkpointer.h"
 #include "ckpt/peer.h"
 #include "gtest/gtest.h"
 #include "testutil/test_util.h"
+#include "util/errors.h"
+#include "util/strings.h"
 
 namespace ckpt::peer {
 namespace {
+
+using ::ckpt::testing::EmptyShard;
+using ::ckpt::testing::MakeShard;
+using ::ckpt::testing::Mismatches;
+using ::ckpt::testing::OwnedShard;
+using ::ckpt::testing::StateOf;
+using ::ckpt::testing::TempDir;
 
 std::string RandomFile(size_t n, uint64_t seed) {
   std::mt19937_64 rng(seed);
@@ -199,6 +211,229 @@ TEST(Erasure, PlacementPutsEachPieceInAnotherDomain) {
             std::string::npos)
       << few.status();
   EXPECT_TRUE(absl::IsInvalidArgument(PlaceErasure(domains, 0, 2).status()));
+}
+
+TEST(Erasure, PieceNamesAreTheFileWithItsIndex) {
+  std::string_view base;
+  const std::string name = PiecePath("step-1/rank-3.ckd", 5);
+  EXPECT_EQ(name, "step-1/rank-3.ckd.ec5");
+  EXPECT_EQ(PieceOfPath(name, &base), 5);
+  EXPECT_EQ(base, "step-1/rank-3.ckd");
+  EXPECT_EQ(PieceOfPath("LATEST.ec31"), 31);
+  for (const char* other : {"step-1/rank-3.ckd", "x.ec", "x.ec32", "x.ec05", "x.ec1a", ".ec1", "d/.ec1", "x.ec-1"}) {
+    EXPECT_EQ(PieceOfPath(other), std::nullopt) << other;
+  }
+}
+
+const std::string kToken = "erasure-test-token-0123456789";
+constexpr int kHosts = 6;
+const TensorSpec kWeights{"w", DType::kF32, {kHosts * 64, 1024}};
+const TensorSpec kEmbed{"emb", DType::kBF16, {kHosts * 32, 768}};
+constexpr int64_t kStep = 5;
+
+std::vector<OwnedShard> RankShards(int r) {
+  std::vector<OwnedShard> out;
+  out.push_back(MakeShard(kWeights, Box({r * 64, 0}, {64, 1024}), 7));
+  out.push_back(MakeShard(kEmbed, Box({r * 32, 0}, {32, 768}), 9));
+  return out;
+}
+
+// Six hosts, one process (and rank) each, that saved step kStep at the
+// memory level coded RS(4+2) as PlaceErasure places it.
+class ErasureMemoryLevel : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    std::vector<std::string> domains;
+    for (int h = 0; h < kHosts; ++h) {
+      PeerMemoryOptions o;
+      o.token = kToken;
+      o.domain = "host-" + std::to_string(h);
+      o.io_timeout_s = 5;
+      o.log = [](const std::string&) {};
+      auto m = PeerMemory::Start(o);
+      ASSERT_OK(m);
+      mem_.push_back(*m);
+      eps_.push_back((*m)->endpoint());
+      domains.push_back(o.domain);
+    }
+    auto placement = PlaceErasure(domains, 4, 2);
+    ASSERT_OK(placement);
+    placement_ = *placement;
+    auto comms = CreateLocalCommunicators(kHosts);
+    std::vector<std::thread> threads;
+    std::vector<absl::Status> results(kHosts);
+    for (int r = 0; r < kHosts; ++r) {
+      threads.emplace_back([&, r] {
+        results[static_cast<size_t>(r)] = [&]() -> absl::Status {
+          PeerRoute route = RouteOf(r, {});
+          route.erasure_k = 4;
+          route.erasure_m = 2;
+          for (size_t j = 1; j < placement_[static_cast<size_t>(r)].size(); ++j) {
+            route.replicas.push_back(eps_[static_cast<size_t>(placement_[static_cast<size_t>(r)][j])]);
+          }
+          CKPT_ASSIGN_OR_RETURN(auto storage, OpenPeerStorage(mem_[static_cast<size_t>(r)], route));
+          CheckpointerOptions o;
+          o.uri = dir_.Join("root");
+          o.rank = r;
+          o.world_size = kHosts;
+          o.communicator = comms[static_cast<size_t>(r)];
+          o.engine_options.block_size = 64 << 10;
+          o.memory_storage = storage;
+          CKPT_ASSIGN_OR_RETURN(auto cp, Checkpointer::Open(o));
+          std::vector<OwnedShard> shards = RankShards(r);
+          CKPT_ASSIGN_OR_RETURN(SaveHandle h, cp->Save(kStep, StateOf(shards), {.level = SaveLevel::kMemory}));
+          return h.Wait();
+        }();
+      });
+    }
+    for (auto& t : threads) t.join();
+    for (auto& s : results) ASSERT_OK(s);
+  }
+
+  // The route of a rank of the saving world with the hosts in `lost` gone
+  // from the coordinator's view: piece j of rank o's files at
+  // placement_[o][j].
+  PeerRoute RouteOf(int /*rank*/, std::set<int> lost) {
+    PeerRoute route;
+    route.holders = [this, lost](int64_t, int owner) {
+      std::vector<std::string> out;
+      for (int h : placement_[static_cast<size_t>(std::max(owner, 0))]) {
+        if (lost.count(h) == 0) out.push_back(eps_[static_cast<size_t>(h)]);
+      }
+      return out;
+    };
+    for (int h = 0; h < kHosts; ++h) {
+      if (lost.count(h) == 0) route.peers.push_back(eps_[static_cast<size_t>(h)]);
+    }
+    return route;
+  }
+
+  // Loads the whole of step kStep through host `reader`'s memory, the hosts
+  // in `lost` gone (or dead), and checks it bit for bit.
+  absl::StatusOr<LoadStats> LoadWhole(int reader, std::set<int> lost) {
+    PeerRoute route = RouteOf(reader, lost);
+    CKPT_ASSIGN_OR_RETURN(auto storage, OpenPeerStorage(mem_[static_cast<size_t>(reader)], route));
+    CheckpointerOptions o;
+    o.uri = dir_.Join("root");
+    o.memory_storage = storage;
+    o.gc_on_open = false;
+    CKPT_ASSIGN_OR_RETURN(auto cp, Checkpointer::Open(o));
+    std::vector<OwnedShard> out = {EmptyShard(kWeights, Box::Whole(kWeights.shape)),
+                                   EmptyShard(kEmbed, Box::Whole(kEmbed.shape))};
+    LoadOptions lo;
+    lo.level = SaveLevel::kMemory;
+    CKPT_ASSIGN_OR_RETURN(LoadStats stats, cp->Load(StateOf(out), kStep, lo));
+    if (Mismatches(out[0], 7) != 0 || Mismatches(out[1], 9) != 0) {
+      return absl::DataLossError(StrCat(Mismatches(out[0], 7), " + ", Mismatches(out[1], 9), " elements differ"));
+    }
+    return stats;
+  }
+
+  TempDir dir_;
+  std::vector<std::shared_ptr<PeerMemory>> mem_;
+  std::vector<std::string> eps_;
+  std::vector<std::vector<int>> placement_;
+};
+
+TEST_F(ErasureMemoryLevel, CopiesTakeOneAndAHalfTimesTheFilesInMemory) {
+  // The files as a reader sees them (whole), and what the six memories hold.
+  auto storage = OpenPeerStorage(mem_[0], RouteOf(0, {}));
+  ASSERT_OK(storage);
+  int64_t files = 0, expected = 0;
+  int data_files = 0;
+  for (const std::string dir : {"", "step-0000000005"}) {  // LATEST, and the step's files
+    auto names = (*storage)->List(dir);
+    ASSERT_OK(names);
+    for (const DirEntry& e : *names) {
+      if (e.is_dir) continue;
+      EXPECT_EQ(PieceOfPath(e.name), std::nullopt) << e.name;  // pieces are listed as their file
+      auto size = (*storage)->FileSize(dir.empty() ? e.name : StrCat(dir, "/", e.name));
+      ASSERT_OK(size);
+      files += static_cast<int64_t>(*size);
+      expected += 6 * static_cast<int64_t>(PieceHeaderBytes(6) + (*size + 3) / 4);
+      data_files += e.name.ends_with(".ckd");
+    }
+  }
+  EXPECT_EQ(data_files, kHosts);
+  int64_t held = 0;
+  for (auto& m : mem_) held += m->Stats().held_bytes;
+  EXPECT_EQ(held, expected);  // k + m pieces of every file, nothing else
+  EXPECT_LE(static_cast<double>(held), 1.51 * static_cast<double>(files))
+      << held << " bytes held for " << files << " bytes of files";
+  // Each memory holds one piece of every rank's files.
+  for (size_t h = 0; h < mem_.size(); ++h) {
+    auto held_steps = mem_[h]->Holdings();
+    ASSERT_EQ(held_steps.size(), 1u);
+    EXPECT_EQ(held_steps[0].owners.size(), static_cast<size_t>(kHosts)) << h;
+  }
+}
+
+TEST_F(ErasureMemoryLevel, EveryPairOfLostHostsRestoresBitExactFromMemory) {
+  LoadStats none;
+  {
+    auto s = LoadWhole(0, {});
+    ASSERT_OK(s);
+    none = *s;
+  }
+  EXPECT_EQ(none.bytes_from_storage, 0);
+  EXPECT_EQ(none.bytes_rebuilt_from_parity, 0);  // every data piece was there
+  EXPECT_EQ(none.memory_pieces_lost, 0);
+  int pairs = 0;
+  for (int a = 0; a < kHosts; ++a) {
+    for (int b = a + 1; b < kHosts; ++b) {
+      int reader = 0;
+      while (reader == a || reader == b) ++reader;
+      auto s = LoadWhole(reader, {a, b});
+      ASSERT_TRUE(s.ok()) << "hosts " << a << " and " << b << " lost: " << s.status();
+      EXPECT_EQ(s->level, SaveLevel::kMemory);
+      EXPECT_EQ(s->bytes_from_storage, 0);
+      // Some rank had a data piece on a lost host: rebuilt from parity.
+      EXPECT_GT(s->bytes_rebuilt_from_parity, 0) << a << "," << b;
+      EXPECT_GE(s->memory_pieces_lost, 2) << a << "," << b;
+      ++pairs;
+    }
+  }
+  EXPECT_EQ(pairs, 15);
+  // Three hosts lost is one too many: a clear error, not other bytes.
+  auto three = LoadWhole(0, {1, 2, 3});
+  ASSERT_FALSE(three.ok());
+  EXPECT_TRUE(absl::IsUnavailable(three.status())) << three.status();
+  EXPECT_NE(three.status().message().find("4 are needed"), std::string::npos) << three.status();
+}
+
+// A damaged piece and a dead host are two lost pieces: read around. A
+// third lost host is one too many: a clear error naming the damage.
+TEST_F(ErasureMemoryLevel, DeadHostsAndADamagedPieceAreReadAround) {
+  // Data piece 1 of rank 2's data file gets other bytes of the same length
+  // where it lives (a faulty DIMM), through that memory's own storage.
+  const std::string data = "step-0000000005/rank-000002.ckd";
+  const int damaged_host = placement_[2][1];
+  ASSERT_NE(damaged_host, 0);
+  auto there = OpenPeerStorage(mem_[static_cast<size_t>(damaged_host)], PeerRoute{});
+  ASSERT_OK(there);
+  auto piece = (*there)->OpenReadable(PiecePath(data, 1));
+  ASSERT_OK(piece);
+  std::string bytes((*piece)->size(), '\0');
+  ASSERT_OK((*piece)->ReadAt(0, {reinterpret_cast<std::byte*>(bytes.data()), bytes.size()}));
+  bytes[bytes.size() / 2] ^= 0x10;
+  ASSERT_OK((*there)->PutAtomic(PiecePath(data, 1), {reinterpret_cast<const std::byte*>(bytes.data()), bytes.size()}));
+  // Hosts that die: neither the reader (0) nor the damaged one. The route
+  // still names them; their connections fail and the reads go on.
+  std::vector<int> doomed;
+  for (int h = 1; h < kHosts; ++h) {
+    if (h != damaged_host) doomed.push_back(h);
+  }
+  mem_[static_cast<size_t>(doomed[0])].reset();
+  auto s = LoadWhole(0, {});
+  ASSERT_OK(s);
+  EXPECT_EQ(s->bytes_from_storage, 0);
+  EXPECT_GE(s->memory_pieces_lost, 2);  // rank 2's damaged piece, and at least one on the dead host
+  mem_[static_cast<size_t>(doomed[1])].reset();
+  auto three = LoadWhole(0, {});
+  ASSERT_FALSE(three.ok());
+  EXPECT_TRUE(absl::IsUnavailable(three.status())) << three.status();
+  EXPECT_NE(three.status().message().find("rank-000002.ckd"), std::string::npos) << three.status();
+  EXPECT_NE(three.status().message().find("1 damaged"), std::string::npos) << three.status();
 }
 
 }  // namespace
