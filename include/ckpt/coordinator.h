@@ -86,6 +86,13 @@ struct CKPT_EXPORT CoordinatorOptions {
   /// copy of each rank's files. A generation whose members span fewer than
   /// memory_replicas + 1 domains makes no memory-level saves.
   int memory_replicas = 1;
+  /// The memory level erasure coded instead (PlaceErasure): each rank's
+  /// files cut into memory_erasure_k data and memory_erasure_m parity
+  /// pieces, each in another failure domain; memory_replicas is then not
+  /// used. 0: whole copies. A generation whose members span fewer than k + m
+  /// domains makes no memory-level saves.
+  int memory_erasure_k = 0;
+  int memory_erasure_m = 0;
   /// Log lines (joins, deaths, refusals, SDC alerts); default: the
   /// process's log sink (ckpt/log.h), component "coordinator", level info.
   std::function<void(const std::string&)> log;
@@ -153,6 +160,11 @@ struct CKPT_EXPORT Assignment {
   /// copies.
   std::vector<std::string> peer_endpoints;
   std::vector<std::vector<uint32_t>> peer_holders, restore_holders;
+  /// Erasure coding of this generation's memory-level saves (then
+  /// peer_holders lists each rank's piece holders, piece 0 its own); 0:
+  /// whole copies.
+  int memory_erasure_k = 0;
+  int memory_erasure_m = 0;
 
   /// Whether memory-level saves can be made in this generation.
   bool memory_level() const { return !peer_holders.empty() && memory_note.empty(); }

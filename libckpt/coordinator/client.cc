@@ -143,6 +143,8 @@ absl::StatusOr<Assignment> ClientImpl::ParseAssign(std::string_view payload) {
   a.peer_endpoints = m.endpoints;
   a.peer_holders = m.holders;
   a.restore_holders = m.restore_holders;
+  a.memory_erasure_k = m.erasure_k;
+  a.memory_erasure_m = m.erasure_m;
   member_id_ = m.member_id;
   return a;
 }
@@ -270,6 +272,11 @@ PeerRoute Assignment::memory_route(int local_rank) const {
   if (rank < peer_holders.size()) {
     for (size_t i = 1; i < peer_holders[rank].size(); ++i)
       route.replicas.push_back(peer_endpoints[peer_holders[rank][i]]);
+    // With erasure coding the holders are piece 0 (this rank) to k + m - 1.
+    if (memory_erasure_k > 0 && static_cast<int>(peer_holders[rank].size()) == memory_erasure_k + memory_erasure_m) {
+      route.erasure_k = memory_erasure_k;
+      route.erasure_m = memory_erasure_m;
+    }
   }
   // Files of the step being restored are where the coordinator found them;
   // those of this generation's saves (and LATEST, step -1, the leader's)

@@ -47,6 +47,8 @@ class FieldWriter {
   void Index(uint32_t v, size_t /*n*/, std::string_view /*what*/, std::string_view /*of*/) { w_.Var(v); }
   // A part appended in a later version: written when `present`.
   bool Tail(bool present) const { return present; }
+  // A condition on what was read (nothing to check when writing).
+  void Check(bool /*holds*/, std::string_view /*why*/) {}
   bool ok() const { return true; }
   template <typename T, typename Each>
   void List(const std::vector<T>& v, uint64_t /*limit*/, std::string_view /*what*/, Each each) {
@@ -88,6 +90,10 @@ class FieldReader {
   }
   // A part appended in a later version: read when bytes remain.
   bool Tail(bool /*present*/) const { return r_.ok() && !r_.AtEnd(); }
+  // Fails the read with `why` unless what was read `holds`.
+  void Check(bool holds, std::string_view why) {
+    if (r_.ok() && !holds) r_.Fail(why);
+  }
   bool ok() const { return r_.ok(); }
   const absl::Status& status() const { return r_.status(); }
   // An enum that travels as a byte, no larger than `last` ("unknown collective 9").

@@ -120,6 +120,10 @@ struct AssignReply {
   /// For a memory restore, per rank of the save: the live endpoints holding
   /// its files.
   std::vector<std::vector<uint32_t>> restore_holders;
+  // Erasure coding (appended): this generation's saves are cut into k data
+  // and m parity pieces, holders[r][j] holding piece j; 0: whole copies.
+  uint8_t erasure_k = 0;
+  uint8_t erasure_m = 0;
   static constexpr const char* kName = "assign";
   template <typename F, typename M>
   static void Fields(F& f, M& m) {
@@ -145,6 +149,12 @@ struct AssignReply {
       };
       holders(m.holders);
       holders(m.restore_holders);
+      if (f.Tail(m.erasure_k != 0)) {  // erasure coding
+        f.U8(m.erasure_k);
+        f.U8(m.erasure_m);
+        f.Check(m.erasure_k >= 1 && m.erasure_m >= 1 && m.erasure_k + m.erasure_m <= 32,
+                "erasure coding needs 1 <= k, 1 <= m, k + m <= 32");
+      }
     }
   }
 };

@@ -46,6 +46,7 @@
 #include "coordinator/session.h"
 #include "coordinator/state_log.h"
 #include "coordinator/status.h"
+#include "peer/erasure.h"
 #include "util/bytes.h"
 #include "util/clock.h"
 #include "util/descriptors.h"
@@ -82,6 +83,9 @@ absl::Status CoordinatorImpl::Init(std::unique_ptr<StateLog> log) {
     return absl::InvalidArgumentError(
         "the handshake timeout must be positive, the idle timeout not negative and at least one unauthenticated "
         "connection allowed");
+  }
+  if (options_.memory_erasure_k != 0 || options_.memory_erasure_m != 0) {
+    CKPT_RETURN_IF_ERROR(peer::CheckErasureShape(options_.memory_erasure_k, options_.memory_erasure_m));
   }
   idle_timeout_s_ = options_.idle_timeout_s > 0
                         ? options_.idle_timeout_s

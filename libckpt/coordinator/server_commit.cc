@@ -129,7 +129,7 @@ void CoordinatorImpl::Apply(std::vector<BookEvent> events) {
         if (IsMemoryKey(e.step)) {
           const int world = static_cast<int>(e.durations.stall.size());
           if (!JournalStep(JournalKind::kCommitted, e.step, e.generation, world)) return;
-          memory_commits_[StepOfKey(e.step)] = MemoryCommit{e.generation, world};
+          memory_commits_[StepOfKey(e.step)] = MemoryCommit{e.generation, world, PiecesNeeded()};
           while (memory_commits_.size() > 64) memory_commits_.erase(memory_commits_.begin());
         } else {
           if (!JournalStep(JournalKind::kCommitted, e.step, e.generation)) return;

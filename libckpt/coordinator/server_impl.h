@@ -326,7 +326,12 @@ class CoordinatorImpl final : public Coordinator, public SessionOwner {
   struct MemoryCommit {
     int64_t generation = 0;
     int world = 0;
+    /// Members that must hold some of a rank's files to restore it: 1 for
+    /// whole copies, k with erasure coding (as this coordinator saves;
+    /// commits replayed from the journal are taken to be saved so too).
+    int pieces_needed = 1;
   };
+  int PiecesNeeded() const { return options_.memory_erasure_k > 0 ? options_.memory_erasure_k : 1; }
   std::map<int64_t, MemoryCommit> memory_commits_;
   // The running generation's memory level: what its members were told.
   uint8_t restore_level_ = 0;

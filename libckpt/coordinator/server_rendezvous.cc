@@ -132,6 +132,10 @@ std::string CoordinatorImpl::AssignPayload(const Member& m) {
   a.endpoints = peer_endpoints_;
   a.holders = peer_holders_;
   a.restore_holders = restore_holders_;
+  if (!peer_holders_.empty()) {
+    a.erasure_k = static_cast<uint8_t>(options_.memory_erasure_k);
+    a.erasure_m = static_cast<uint8_t>(options_.memory_erasure_m);
+  }
   return Encode(a);
 }
 
@@ -237,11 +241,16 @@ int64_t CoordinatorImpl::PlanMemoryLevel(int64_t durable) {
     }
   }
   if (peer_endpoints_.empty()) return -1;  // no member has a memory level
+  const bool erasure = options_.memory_erasure_k > 0;
   if (memory_note_.empty()) {
-    auto placement = PlaceReplicas(domains, options_.memory_replicas);
+    // Each rank's own endpoint first, then its replica holders'; or its
+    // piece holders in piece order (PlaceErasure puts piece 0 with the rank).
+    auto placement = erasure ? PlaceErasure(domains, options_.memory_erasure_k, options_.memory_erasure_m)
+                             : PlaceReplicas(domains, options_.memory_replicas);
     if (placement.ok()) {
       for (size_t r = 0; r < domains.size(); ++r) {
-        std::vector<uint32_t> h = {rank_endpoint[r]};
+        std::vector<uint32_t> h;
+        if (!erasure) h.push_back(rank_endpoint[r]);
         for (int k : (*placement)[r]) h.push_back(rank_endpoint[static_cast<size_t>(k)]);
         peer_holders_.push_back(std::move(h));
       }
@@ -264,9 +273,10 @@ int64_t CoordinatorImpl::PlanMemoryLevel(int64_t durable) {
         }
       }
     }
+    // A rank's files are whole at each holder, or one piece of k at each.
     std::vector<std::string> missing;
     for (size_t o = 0; o < holders.size(); ++o) {
-      if (holders[o].empty()) missing.push_back(std::to_string(o));
+      if (static_cast<int>(holders[o].size()) < std::max(mc.pieces_needed, 1)) missing.push_back(std::to_string(o));
     }
     if (!holders.empty() && missing.empty()) {
       restore_level_ = kMemoryLevel;
@@ -278,9 +288,11 @@ int64_t CoordinatorImpl::PlanMemoryLevel(int64_t durable) {
       missing.resize(8);
       missing.push_back(StrCat("... (", n, " in all)"));
     }
-    Log(StrCat("memory step ", step, " (generation ", mc.generation, ", ", mc.world,
-               " ranks) cannot be restored: no live member holds the files of rank(s) ", absl::StrJoin(missing, ", "),
-               " of its save", durable >= 0 ? StrCat("; restoring durable step ", durable) : std::string()));
+    Log(StrCat("memory step ", step, " (generation ", mc.generation, ", ", mc.world, " ranks) cannot be restored: ",
+               mc.pieces_needed > 1 ? StrCat("fewer than ", mc.pieces_needed, " live members hold pieces of")
+                                    : std::string("no live member holds"),
+               " the files of rank(s) ", absl::StrJoin(missing, ", "), " of its save",
+               durable >= 0 ? StrCat("; restoring durable step ", durable) : std::string()));
   }
   return -1;
 }

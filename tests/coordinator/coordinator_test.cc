@@ -264,23 +264,32 @@ TEST(Coordinator, WorkersPreemptedBySigtermSaveTheStepAndResumeFromIt) {
 struct MemoryRun {
   std::string logs, coordinator;
 };
-MemoryRun RunMemoryLevel(const TempDir& dir, int kill_domains, int domains = 3) {
+// With `erasure` ("4+2") the coordinator codes the memory level, and the
+// lost domains' processes kill themselves mid-save instead: right after
+// Save(16) returned, while its pieces are being placed.
+MemoryRun RunMemoryLevel(const TempDir& dir, int kill_domains, int domains = 3, int per_domain = 2,
+                         const std::string& erasure = "") {
   WriteToken(dir);
   CoordinatorProcess coord;
-  const int n = 2 * domains;
-  coord.Start(dir, "127.0.0.1:0", n - 2 * kill_domains, n);
+  const int n = per_domain * domains;
+  std::vector<std::string> extra;
+  if (!erasure.empty()) extra = {"--memory-erasure", erasure};
+  coord.Start(dir, "127.0.0.1:0", n - per_domain * kill_domains, n, extra);
   EXPECT_GT(coord.port, 0) << ReadFile(coord.log);
   std::vector<pid_t> workers;
   for (int i = 0; i < n; ++i) {
     std::vector<std::string> args = WorkerArgs(dir, coord.port, i, 40);
     args[args.size() - 3] = "10";  // --save-every
-    args.insert(args.end(), {"--memory-every", "2", "--domain", StrCat("node-", i / 2)});
-    if (i / 2 >= domains - kill_domains) args.insert(args.end(), {"--kill-after-commit", "14"});
+    args.insert(args.end(), {"--memory-every", "2", "--domain", StrCat("node-", i / per_domain)});
+    if (i / per_domain >= domains - kill_domains) {
+      args.insert(args.end(),
+                  {erasure.empty() ? "--kill-after-commit" : "--kill-during-save", erasure.empty() ? "14" : "16"});
+    }
     workers.push_back(Spawn(args, dir.Join(StrCat("worker", i, ".out"))));
   }
   for (int i = 0; i < n; ++i) {
     const int rc = WaitExit(workers[i]);
-    if (i / 2 >= domains - kill_domains) {
+    if (i / per_domain >= domains - kill_domains) {
       EXPECT_EQ(rc, 128 + SIGKILL) << i;
     } else {
       EXPECT_EQ(rc, 0) << "worker " << i << ": " << ReadFile(dir.Join(StrCat("worker", i, ".out")));
@@ -338,6 +347,36 @@ TEST(Coordinator, ALostNodeRestoresTheNewestMemoryStepFromPeers) {
   EXPECT_NE(history.find("memory step 14 committed (generation 1)"), std::string::npos) << history;
   EXPECT_NE(history.find("generation 2 ended (every member left: the job finished)"), std::string::npos) << history;
   EXPECT_NE(history.find(" memory step(s) committed (last 38), 0 contradiction(s)"), std::string::npos) << history;
+}
+
+// The memory level erasure coded RS(4+2) over 6 hosts (one process each):
+// two hosts' processes are SIGKILLed in the middle of memory save 16. The
+// four left restore memory step 14 from the pieces the two lost hosts did
+// not hold, rebuilding the lost data pieces from parity, reading nothing
+// from storage; with 4 domains left no generation codes 4+2, so they save
+// durably, and the job ends exact.
+TEST(Coordinator, TwoHostsLostMidSaveRestoreFromErasureCodedMemory) {
+  TempDir dir;
+  const MemoryRun run = RunMemoryLevel(dir, 2, 6, 1, "4+2");
+  EXPECT_NE(run.coordinator.find("restore memory step 14 from peers' memory"), std::string::npos) << run.coordinator;
+  int64_t rebuilt = 0;
+  for (int r = 0; r < 4; ++r) {
+    const std::string line = StrCat("generation=2 rank=", r, " world=4 restore=14 level=memory");
+    const size_t at = run.logs.find(line);
+    ASSERT_NE(at, std::string::npos) << line << "\n" << run.logs;
+    const std::string rest = run.logs.substr(at, run.logs.find('\n', at) - at);
+    EXPECT_NE(rest.find(" from_storage=0"), std::string::npos) << rest;
+    const size_t p = rest.find(" rebuilt=");
+    ASSERT_NE(p, std::string::npos) << rest;
+    rebuilt += std::stoll(rest.substr(p + 9));
+  }
+  // Ranks 4 and 5's files lost data pieces with their hosts.
+  EXPECT_GT(rebuilt, 0) << run.logs;
+  EXPECT_EQ(run.logs.find("committed memory step 16"), std::string::npos) << run.logs;
+  EXPECT_NE(run.logs.find("no memory-level saves: erasure coding 4+2 needs 6 failure domains; the ranks are in 4"),
+            std::string::npos)
+      << run.logs;
+  ExpectFinalStateExact(dir.Join("root"), 40);
 }
 
 // Rank 0's two-level IntervalPolicy decides after each step whether to save

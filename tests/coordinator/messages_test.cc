@@ -197,6 +197,16 @@ TEST(Messages, TheMemoryLevelRoundTrips) {
   EXPECT_EQ(da->endpoints, a.endpoints);
   EXPECT_EQ(da->holders, a.holders);
   EXPECT_EQ(da->restore_holders, a.restore_holders);
+  EXPECT_EQ(da->erasure_k, 0);  // whole copies: no erasure tail is sent
+  EXPECT_EQ(Encode(a).size(), Encode(*da).size());
+  a.erasure_k = 4;
+  a.erasure_m = 2;
+  auto de = Decode<AssignReply>(Encode(a));
+  ASSERT_OK(de);
+  EXPECT_EQ(de->erasure_k, 4);
+  EXPECT_EQ(de->erasure_m, 2);
+  EXPECT_EQ(Encode(a).size(), Encode(*da).size() + 2);
+  a.erasure_k = a.erasure_m = 0;
   // A holder that is not one of the endpoints is refused by name.
   a.restore_holders = {{2}};
   auto bad = Decode<AssignReply>(Encode(a));

@@ -4,12 +4,15 @@
 // its first byte says which pieces are replaced or dropped, the rest is cut
 // into the replacements. A decode must give the file exactly or an error,
 // never other bytes. The same header read from a piece's first bytes, and
-// the input as a piece's name, must agree with their whole forms.
+// the input as a piece's name, must agree with their whole forms; and the
+// input as a coordinator's assignment must give a route that holds together.
 #include <algorithm>
 #include <cstdint>
 #include <string>
 #include <vector>
 
+#include "ckpt/coordinator.h"
+#include "coordinator/messages.h"
 #include "peer/erasure.h"
 
 namespace {
@@ -72,6 +75,30 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     if (auto j = ckpt::peer::PieceOfPath(name, &base); j && ckpt::peer::PiecePath(base, *j) != name) {
       __builtin_trap();
     }
+  }
+  // The input as a coordinator's assignment, placement records included:
+  // what decodes encodes back the same, and the route a rank is given
+  // names k + m - 1 piece holders exactly when it codes.
+  if (auto a =
+          ckpt::coord::Decode<ckpt::coord::AssignReply>(std::string_view(reinterpret_cast<const char*>(data), size));
+      a.ok()) {
+    auto again = ckpt::coord::Decode<ckpt::coord::AssignReply>(ckpt::coord::Encode(*a));
+    if (!again.ok() || again->holders != a->holders || again->erasure_k != a->erasure_k ||
+        again->erasure_m != a->erasure_m) {
+      __builtin_trap();
+    }
+    ckpt::Assignment as;
+    as.first_rank = static_cast<int>(a->first_rank % 64);
+    as.peer_endpoints = a->endpoints;
+    as.peer_holders = a->holders;
+    as.restore_holders = a->restore_holders;
+    as.memory_erasure_k = a->erasure_k;
+    as.memory_erasure_m = a->erasure_m;
+    const ckpt::PeerRoute route = as.memory_route(0);
+    if (route.erasure_k != 0 && static_cast<int>(route.replicas.size()) != route.erasure_k + route.erasure_m - 1) {
+      __builtin_trap();
+    }
+    for (int owner = -1; owner < 4; ++owner) (void)route.holders(owner < 0 ? -1 : 14, owner);
   }
   if (size == 0) return 0;
   // Bits 0-5: piece i replaced by a slice of the input; bits 6-7: the first

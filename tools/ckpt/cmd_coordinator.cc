@@ -230,6 +230,11 @@ int CoordinatorMain(int argc, char** argv, int first) {
   int64_t memory_replicas = 1;
   args.Int("memory-replicas", &memory_replicas,
            "memory level: copies of each rank's files in other failure domains (default 1)");
+  std::string memory_erasure;
+  args.String("memory-erasure", &memory_erasure,
+              "memory level erasure coded instead of copies: K+M (e.g. 4+2) cuts each rank's files into K data "
+              "and M parity pieces, each in another failure domain: (K+M)/K of the state in memory, any M "
+              "domains may be lost");
   args.Size("max-frame", &max_frame, "largest frame accepted (default 64M)", true);
   bool exit_when_stopped = false;
   args.Switch("exit-when-stopped", &exit_when_stopped,
@@ -252,6 +257,19 @@ int CoordinatorMain(int argc, char** argv, int first) {
   o.max_nodes = static_cast<int>(max_nodes);
   o.dead_after = static_cast<int>(dead_after);
   o.memory_replicas = static_cast<int>(std::clamp<int64_t>(memory_replicas, 0, 16));
+  if (!memory_erasure.empty()) {
+    int k = 0, m = 0;
+    char extra = 0;
+    if (std::sscanf(memory_erasure.c_str(), "%d+%d%c", &k, &m, &extra) != 2 || k < 1 || m < 1 || k + m > 32) {
+      std::fprintf(stderr,
+                   "ckpt coordinator: --memory-erasure wants K+M with K >= 1 data and M >= 1 parity pieces, "
+                   "K + M <= 32 (e.g. 4+2), not '%s'\n",
+                   memory_erasure.c_str());
+      return kExitUsage;
+    }
+    o.memory_erasure_k = k;
+    o.memory_erasure_m = m;
+  }
   o.max_frame_bytes = static_cast<uint32_t>(max_frame);
   if ((state_dir.empty() == store.empty()) || token_file.empty()) {
     std::fprintf(stderr, "ckpt coordinator: --token-file and one of --state-dir and --store are required\n%s",

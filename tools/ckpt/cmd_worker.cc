@@ -203,6 +203,7 @@ absl::StatusOr<bool> RunGeneration(const WorkerConfig& c, CoordinatorClient& cli
     step = a.restore_step;
     restored = StrCat(" level=", SaveLevelName(loaded->level), " from_memory=", loaded->bytes_from_memory,
                       " from_peers=", loaded->bytes_from_peers, " from_storage=", loaded->bytes_from_storage,
+                      " rebuilt=", loaded->bytes_rebuilt_from_parity, " pieces_lost=", loaded->memory_pieces_lost,
                       " load_s=", loaded->seconds);
   } else {
     shard.Init();
