@@ -506,6 +506,16 @@ void BindPeerMemory(py::module_& m) {
       py::arg("domains"), py::arg("replicas") = 1,
       "For each rank (by its failure domain), the ranks whose memory holds its copies: `replicas` of them, "
       "each in another domain, spread evenly.");
+  m.def(
+      "place_erasure",
+      [](const std::vector<std::string>& domains, int k, int m) {
+        auto p = ckpt::PlaceErasure(domains, k, m);
+        Check(p.status());
+        return std::move(p).value();
+      },
+      py::arg("domains"), py::arg("k") = 4, py::arg("m") = 2,
+      "For each rank (by its failure domain), the k + m ranks whose memory holds piece j of its erasure-coded "
+      "files (k data, m parity), each in another domain, piece 0 the rank itself.");
 }
 
 // SaveHandle: a save in flight.
@@ -563,7 +573,8 @@ void BindCheckpointer(py::module_& m) {
                        std::vector<std::string> memory_replicas, std::vector<std::vector<std::string>> memory_holders,
                        std::vector<std::string> memory_peers, std::shared_ptr<ckpt::PeerMemory> exchange_memory,
                        double cpu_budget, const std::string& background, double memory_send_bytes_per_s,
-                       int delta_chain, double delta_rebase_ratio, int64_t keep_within) {
+                       int delta_chain, double delta_rebase_ratio, int64_t keep_within,
+                       const std::string& memory_erasure) {
              ckpt::CheckpointerOptions o;
              o.uri = uri;
              o.rank = rank;
@@ -600,7 +611,15 @@ void BindCheckpointer(py::module_& m) {
                // The memory level: this rank's files go to `memory_replicas`;
                // rank k's files of a save are read from memory_holders[k]
                // (every peer when that is not given).
+               // With memory_erasure "K+M", memory_replicas are the holders of
+               // pieces 1 .. K+M-1 (piece 0 stays in `memory`).
                ckpt::PeerRoute route;
+               if (!memory_erasure.empty()) {
+                 char extra = 0;
+                 if (std::sscanf(memory_erasure.c_str(), "%d+%d%c", &route.erasure_k, &route.erasure_m, &extra) != 2) {
+                   Raise(absl::StatusCode::kInvalidArgument, "memory_erasure wants \"K+M\", e.g. \"4+2\"");
+                 }
+               }
                route.replicas = std::move(memory_replicas);
                route.peers = memory_peers;
                route.send_bytes_per_s = memory_send_bytes_per_s;
@@ -640,7 +659,7 @@ void BindCheckpointer(py::module_& m) {
            py::arg("memory_peers") = std::vector<std::string>{}, py::arg("exchange_memory") = nullptr,
            py::arg("cpu_budget") = 0.0, py::arg("background") = "batch", py::arg("memory_send_bytes_per_s") = 0.0,
            py::arg("delta_chain") = 0, py::arg("delta_rebase_ratio") = 0.9, py::arg("keep_within") = 0,
-           py::keep_alive<1, 9>())
+           py::arg("memory_erasure") = "", py::keep_alive<1, 9>())
       .def(
           "save",
           [](ckpt::Checkpointer& cp, int64_t step, PyState& state, std::map<std::string, std::string> metadata,
@@ -700,6 +719,8 @@ void BindCheckpointer(py::module_& m) {
             d["peer_failovers"] = st->peer_failovers;
             d["delta_blocks"] = st->delta_blocks;
             d["bytes_read_from_bases"] = st->bytes_read_from_bases;
+            d["bytes_rebuilt_from_parity"] = st->bytes_rebuilt_from_parity;
+            d["memory_pieces_lost"] = st->memory_pieces_lost;
             return d;
           },
           py::arg("state"), py::arg("step") = ckpt::kLatestStep, py::arg("level") = "durable", py::arg("stats") = false,
@@ -707,7 +728,8 @@ void BindCheckpointer(py::module_& m) {
           "Fills the state's buffers; returns the step, or with stats=True a dict: step, level, seconds, "
           "bytes_read, bytes_from_memory, bytes_from_peers, bytes_from_storage, manifest_bytes (of the step's "
           "manifest, read by this rank itself), cooperative, bytes_for_peers, peer_failovers, delta_blocks (blocks "
-          "rebuilt from a delta and its base), bytes_read_from_bases. A load of a "
+          "rebuilt from a delta and its base), bytes_read_from_bases, bytes_rebuilt_from_parity and "
+          "memory_pieces_lost (an erasure-coded memory level's data pieces rebuilt). A load of a "
           "laid-out state by every rank of a checkpointer built with exchange_memory is cooperative "
           "(cooperative=False turns it off): ranks that need the same bytes read them once and pass them on.")
       .def(

@@ -8,7 +8,9 @@ ones go on; ranks in one failure domain make durable saves only; a
 two-level IntervalPolicy decides both levels, the same on every rank. The
 first run again with each rank on a host of its own (network namespaces),
 also with delta saves (delta_chain=3), whose bases go to the other hosts'
-memory too.
+memory too. And erasure coded (memory_erasure="2+1"): each rank's files as
+two data pieces and a parity piece in the three domains; after rank 0
+forgets its memory, the pieces it held are rebuilt from parity.
 
     /usr/bin/python3 -m pytest test_torch_memory_level.py     (PYTHONPATH holds ckpt)
 Ranks are launched as processes with env:// (torchrun is not used).
@@ -69,7 +71,8 @@ def rank_main(mode, root):
             for p in model[0].parameters():
                 p.requires_grad_(False)
         m = CheckpointManager(root, model, optimizer, memory_interval=2, durable_interval=10, domain=domain,
-                              memory_budget=budget, keep_last=2, delta_chain=3 if mode == "hosts-delta" else 0)
+                              memory_budget=budget, keep_last=2, delta_chain=3 if mode == "hosts-delta" else 0,
+                              memory_erasure="2+1" if mode == "erasure" else None)
     if mode == "one-domain":
         assert not m.memory_level
         assert "failure domains" in m.memory_note, m.memory_note
@@ -87,13 +90,18 @@ def rank_main(mode, root):
     m.wait()
     snapshot = {k: v.clone() for k, v in model.state_dict().items()}
     clobber(model)
-    if mode in ("levels", "hosts", "hosts-delta"):
+    if mode in ("levels", "hosts", "hosts-delta", "erasure"):
         assert m.memory_errors == [], m.memory_errors
         assert any(h[0] == 14 for h in m.memory.holdings()), m.memory.holdings()
         assert m.load_latest() == 14
         st = m.last_load
         assert st["level"] == "memory" and st["bytes_from_storage"] == 0, st
         assert st["bytes_from_memory"] + st["bytes_from_peers"] > 0, st
+        # Every piece is where it was placed: no data piece is rebuilt.
+        assert st["bytes_rebuilt_from_parity"] == 0 and st["memory_pieces_lost"] == 0, st
+        if mode == "erasure":
+            # A rank reads the data pieces of its files that peers hold.
+            assert st["bytes_from_peers"] > 0, st
         assert same(model, snapshot)
         # Rank 0 forgets every file it holds: its restore comes from peers.
         dist.barrier()
@@ -107,6 +115,12 @@ def rank_main(mode, root):
         assert st["level"] == "memory" and st["bytes_from_storage"] == 0, st
         if rank == 0:
             assert st["bytes_from_peers"] > 0 and st["bytes_from_memory"] == 0, st
+        if mode == "erasure":
+            # Rank 0's memory held a piece of every rank's files; the data
+            # pieces among them were rebuilt from parity, somewhere.
+            lost = torch.tensor([st["memory_pieces_lost"], st["bytes_rebuilt_from_parity"]])
+            dist.all_reduce(lost)
+            assert lost[0].item() > 0 and lost[1].item() > 0, (lost, st)
         if mode == "hosts-delta":
             # Memory step 14 is a delta of step 12 (whole after 2's chain of
             # 3: 4, 6, 8); on rank 0 both come from the other hosts.
@@ -245,6 +259,10 @@ def test_across_hosts_delta_steps_come_back_from_the_other_hosts_memory(tmp_path
 
 def test_memory_steps_restore_from_memory_and_peers_and_durable_ones_from_the_root(tmp_path):
     launch("levels", 3, str(tmp_path / "root"))
+
+
+def test_erasure_coded_memory_steps_restore_with_a_memory_lost(tmp_path):
+    launch("erasure", 3, str(tmp_path / "root"))
 
 
 def test_a_full_budget_fails_memory_saves_and_durable_ones_go_on(tmp_path):

@@ -147,7 +147,8 @@ def load(checkpointer, model=None, optimizer=None, scheduler=None, step=_ckpt.LA
     tensors in place); returns (step, extra). `stats`, a dict, receives the
     load's figures (level, bytes_from_memory, bytes_from_peers,
     bytes_from_storage, bytes_for_peers, peer_failovers, delta_blocks,
-    bytes_read_from_bases, cooperative, ...),
+    bytes_read_from_bases, bytes_rebuilt_from_parity, memory_pieces_lost,
+    cooperative, ...),
     summed over its reads. per_rank (every rank of a distributed
     checkpointer loads together): the tensors are declared as every rank's
     whole copy, so that with a checkpointer built with exchange_memory the
@@ -175,7 +176,8 @@ def load(checkpointer, model=None, optimizer=None, scheduler=None, step=_ckpt.LA
     if stats is not None:
         stats.update(second)
         for k in ("seconds", "bytes_read", "bytes_from_memory", "bytes_from_peers", "bytes_from_storage",
-                  "bytes_for_peers", "peer_failovers", "delta_blocks", "bytes_read_from_bases"):
+                  "bytes_for_peers", "peer_failovers", "delta_blocks", "bytes_read_from_bases",
+                  "bytes_rebuilt_from_parity", "memory_pieces_lost"):
             stats[k] = first[k] + second[k]
     if model is not None and "model" in tree:
         saved = tree["model"]
@@ -273,7 +275,10 @@ class CheckpointManager:
     initialised torch.distributed process group (`group`, default the
     world) also save every M steps into each other's memory, each rank's
     files held in `memory_replicas` other failure domains (`domain`, default
-    the host name), and `durable_interval` (default `interval`) spaces the
+    the host name), or with `memory_erasure="K+M"` cut into K data and M
+    parity pieces, each in another domain ((K+M)/K of the state in memory
+    instead of 1 + memory_replicas; any M domains may be lost), and
+    `durable_interval` (default `interval`) spaces the
     saves to `root`. `load_latest` restores the newest step of either
     level. A memory save that fails (a full `memory_budget`) is reported
     through `memory_errors` and training goes on. With both a
@@ -343,7 +348,8 @@ class CheckpointManager:
                  memory_budget=4 << 30, domain=None, memory_listen=None, token=None, cooperative_load=True,
                  cpu_budget=0.0, background="batch", memory_send_bytes_per_s=0.0, retry_attempts=3,
                  retry_backoff_steps=None, raise_on_save_error=False, data=None, preempt_signals=(),
-                 preempt_deadline=30.0, preempt_exit=True, preempt_exit_code=143, delta_chain=0, keep_within=0):
+                 preempt_deadline=30.0, preempt_exit=True, preempt_exit_code=143, delta_chain=0, keep_within=0,
+                 memory_erasure=None):
         self.model, self.optimizer, self.scheduler = model, optimizer, scheduler
         self.interval = durable_interval if durable_interval is not None else interval
         self.memory_interval = memory_interval
@@ -390,7 +396,7 @@ class CheckpointManager:
         if memory_interval or (self._dist is not None and cooperative_load):
             self.memory = self._start_peer_memory(memory_budget, domain, memory_listen, token)
         if memory_interval:
-            kwargs.update(self._place_memory(memory_replicas))
+            kwargs.update(self._place_memory(memory_replicas, memory_erasure))
             kwargs["memory_send_bytes_per_s"] = memory_send_bytes_per_s
         if self.memory is not None and cooperative_load:
             kwargs["exchange_memory"] = self.memory
@@ -404,22 +410,35 @@ class CheckpointManager:
         listen = listen or os.environ.get("CKPT_MEMORY_LISTEN") or f"{_address_toward_master()}:0"
         return _ckpt.PeerMemory(token, domain=domain or socket.gethostname(), budget_bytes=budget, listen=listen)
 
-    def _place_memory(self, replicas):
+    def _place_memory(self, replicas, erasure=None):
         dist, group = self._dist, self._group
         everyone = [None] * dist.get_world_size(group)
         dist.all_gather_object(everyone, (self.memory.endpoint, self.memory.domain), group=group)
         endpoints = [e for e, _ in everyone]
         domains = [d for _, d in everyone]
         rank = dist.get_rank(group)
+        if erasure is not None:
+            try:
+                k, m = (int(x) for x in str(erasure).split("+"))
+            except ValueError:
+                raise InvalidArgumentError(f'memory_erasure wants "K+M", e.g. "4+2", not {erasure!r}') from None
         try:
-            placement = _ckpt.place_replicas(domains, replicas)
+            if erasure is not None:
+                placement = _ckpt.place_erasure(domains, k, m)  # piece j at placement[owner][j], piece 0 its own
+            else:
+                placement = [[owner] + p for owner, p in enumerate(_ckpt.place_replicas(domains, replicas))]
+        except InvalidArgumentError:
+            raise
         except Exception as e:  # too few failure domains: durable saves only
             self.memory_note = str(e)
             warnings.warn(f"ckpt: no memory-level saves: {e}")
             return {}
-        holders = [[endpoints[owner]] + [endpoints[k] for k in placement[owner]] for owner in range(len(endpoints))]
-        return dict(memory=self.memory, memory_replicas=[endpoints[k] for k in placement[rank]],
-                    memory_holders=holders, memory_peers=endpoints)
+        holders = [[endpoints[k] for k in placement[owner]] for owner in range(len(endpoints))]
+        out = dict(memory=self.memory, memory_replicas=holders[rank][1:], memory_holders=holders,
+                   memory_peers=endpoints)
+        if erasure is not None:
+            out["memory_erasure"] = f"{k}+{m}"
+        return out
 
     @property
     def memory_level(self):
