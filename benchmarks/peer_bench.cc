@@ -3,15 +3,20 @@
 // the loopback TCP ceiling iperf3 measures in the same run, and the cost of
 // a memory save (its stall, and the time until its copy is in a peer's
 // memory) against a durable one, and how much a training loop running while
-// each save finishes in the background slows down; and the Reed-Solomon
-// coder of erasure-coded copies on the state's data file.
+// each save finishes in the background slows down; the memory level
+// erasure coded RS(4+2) over six hosts' memories: its save, and a restore
+// with two pieces of every file missing (the saver's host and one more
+// lost) against the restore from a replica, side by side in each run; and
+// the Reed-Solomon coder alone on the state's data file.
 //
 //   peer_bench --dir DIR [--size 1G] [--runs 3] [--json FILE]
 //
-// One process plays three hosts' peer memories (the saver's, its replica
-// holder's, and a replacement's that holds nothing), each with its own
-// server: every byte of a restore "from peers" crosses loopback TCP, as
-// iperf3's do. The restore from disk reads O_DIRECT (no page cache).
+// One process plays the hosts' peer memories (the saver's, its replica
+// holder's, a replacement's that holds nothing, and six that hold the
+// erasure-coded pieces), each with its own server: every byte of a restore
+// "from peers" crosses loopback TCP, as iperf3's do; so the figures are
+// loopback's, not a network's. The restore from disk reads O_DIRECT (no
+// page cache).
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -88,6 +93,7 @@ class PeerBench {
     own_ = Memory("host-a", budget);
     holder_ = Memory("host-b", budget);
     fresh_ = Memory("host-c", budget);
+    for (int h = 0; h < 6; ++h) coded_.push_back(Memory("rs-host-" + std::to_string(h), state_.bytes));
     for (size_t i = 0; i < state_.specs.size(); ++i) {
       (void)source_.AddTensor(state_.specs[i], state_.data[i].data());
       (void)target_.AddTensor(state_.specs[i], state_.out[i].data());
@@ -100,9 +106,11 @@ class PeerBench {
     std::filesystem::remove_all(root());
     CKPT_ASSIGN_OR_RETURN(std::unique_ptr<Checkpointer> cp, Saves(run));
     CKPT_RETURN_IF_ERROR(Restores(run, *cp));
+    CKPT_RETURN_IF_ERROR(Coded(run));
     cp.reset();
     own_->DropStepsExcept(-1);
     holder_->DropStepsExcept(-1);
+    for (auto& m : coded_) m->DropStepsExcept(-1);
     return absl::OkStatus();
   }
 
@@ -190,6 +198,14 @@ class PeerBench {
         "background: %.2fx its speed alone during a memory save, %.2fx during a durable save\n",
         train_alone_.Median(), train_memory_.Median(), train_durable_.Median());
     std::printf(
+        "memory level erasure coded RS(4+2) over 6 hosts: save committed (all 6 pieces placed) %.3f s against "
+        "%.3f s for one replica; memory held for the step %.3fx the state (one replica and the own copy: "
+        "%.3fx); restore on a replacement host with pieces 0 and 1 of every file lost %.3f s = %.2fx the "
+        "restore from a replica (%.3f s), %s rebuilt from parity\n",
+        ec_commit_.Median(), runs > 1 ? mem_commit_.Median() : mem_commit_cold_.Median(), ec_held_x_, replica_held_x_,
+        ec_restore_.Median(), ec_restore_.Median() / from_peer_.Median(), from_peer_.Median(),
+        tools::HumanBytes(static_cast<double>(ec_rebuilt_)).c_str());
+    std::printf(
         "erasure coding RS(4+2) of a %s data file, the coder alone on one core: encode %.2f GB/s, decode with 2 "
         "data pieces lost %.2f GB/s, against a copy of the file %.2f GB/s; pieces hold %.3fx the file's bytes "
         "(two whole replicas and the own copy: 3x)\n",
@@ -219,6 +235,12 @@ class PeerBench {
         .Field("training_passes_per_s", train_alone_.Median())
         .Field("training_during_memory_save_x", train_memory_.Median())
         .Field("training_during_durable_save_x", train_durable_.Median())
+        .Field("erasure_commit_s", ec_commit_.Median())
+        .Field("erasure_held_x", ec_held_x_)
+        .Field("replica_held_x", replica_held_x_)
+        .Field("erasure_restore_2_lost_s", ec_restore_.Median())
+        .Field("erasure_restore_vs_replica_x", ec_restore_.Median() / from_peer_.Median())
+        .Field("erasure_rebuilt_bytes", ec_rebuilt_)
         .Field("erasure_file_bytes", ec_file_bytes_)
         .Field("erasure_encode_bytes_per_s", ec_encode_.Median())
         .Field("erasure_decode_2_lost_bytes_per_s", ec_decode_.Median())
@@ -320,6 +342,64 @@ class PeerBench {
     return absl::OkStatus();
   }
 
+  // The memory level erasure coded RS(4+2): a memory save (step 4) from
+  // host 0 with piece j placed in host j's memory, then a restore on the
+  // replacement host with hosts 0 and 1 lost (data pieces 0 and 1 of every
+  // file rebuilt from parity), timed against the replica restore of this
+  // run.
+  absl::Status Coded(int64_t run) {
+    std::vector<std::string> eps;
+    for (auto& m : coded_) eps.push_back(m->endpoint());
+    PeerRoute route;
+    route.erasure_k = 4;
+    route.erasure_m = 2;
+    route.replicas.assign(eps.begin() + 1, eps.end());
+    route.holders = [eps](int64_t, int) { return eps; };
+    CKPT_ASSIGN_OR_RETURN(auto storage, OpenPeerStorage(coded_[0], route));
+    CheckpointerOptions o;
+    o.uri = root();
+    o.memory_storage = storage;
+    o.gc_on_open = false;
+    o.engine_options.staging_bytes = static_cast<size_t>(state_.bytes) + (64 << 20);
+    CKPT_ASSIGN_OR_RETURN(std::unique_ptr<Checkpointer> cp, Checkpointer::Open(o));
+    SaveOptions mem;
+    mem.level = SaveLevel::kMemory;
+    double t0 = NowSeconds();
+    CKPT_ASSIGN_OR_RETURN(SaveHandle h, cp->Save(4, source_, mem));
+    CKPT_RETURN_IF_ERROR(Annotate(h.Wait(), "erasure-coded memory save"));
+    ec_commit_.Add(NowSeconds() - t0);
+    int64_t held = 0;
+    for (auto& m : coded_) held += m->Stats().held_bytes;
+    ec_held_x_ = static_cast<double>(held) / static_cast<double>(state_.bytes);
+    replica_held_x_ =
+        static_cast<double>(own_->Stats().held_bytes + holder_->Stats().held_bytes) / static_cast<double>(state_.bytes);
+    cp.reset();
+    PeerRoute lost;
+    lost.holders = [eps](int64_t, int) { return std::vector<std::string>(eps.begin() + 2, eps.end()); };
+    CKPT_ASSIGN_OR_RETURN(auto remote, OpenPeerStorage(fresh_, lost));
+    CheckpointerOptions ro;
+    ro.uri = root();
+    ro.memory_storage = remote;
+    ro.gc_on_open = false;
+    CKPT_ASSIGN_OR_RETURN(std::unique_ptr<Checkpointer> reader, Checkpointer::Open(ro));
+    LoadOptions lo;
+    lo.level = SaveLevel::kMemory;
+    t0 = NowSeconds();
+    auto lp = reader->Load(target_, 4, lo);
+    if (!lp.ok()) return Annotate(lp.status(), "restore from erasure-coded pieces");
+    ec_restore_.Add(NowSeconds() - t0);
+    Check("the restore from erasure-coded pieces");
+    if (lp->bytes_rebuilt_from_parity <= 0 || lp->bytes_from_storage != 0) {
+      return absl::InternalError(StrCat("the restore with two pieces lost rebuilt ", lp->bytes_rebuilt_from_parity,
+                                        " bytes and read ", lp->bytes_from_storage, " from storage"));
+    }
+    ec_rebuilt_ = lp->bytes_rebuilt_from_parity;
+    std::printf("run %lld: erasure-coded memory save committed in %.3f s, restore with 2 pieces lost %.3f s\n",
+                static_cast<long long>(run), ec_commit_.v.back(), ec_restore_.v.back());
+    std::fflush(stdout);
+    return absl::OkStatus();
+  }
+
   // The data plane alone: the whole data file from the holder into a buffer
   // already touched, no decoding (what iperf3 does, plus the frame checksums).
   absl::Status DataPlane() {
@@ -342,11 +422,14 @@ class PeerBench {
   const bool times_;
   StateBuffers state_;
   std::shared_ptr<PeerMemory> own_, holder_, fresh_;
+  std::vector<std::shared_ptr<PeerMemory>> coded_;  // RS(4+2): piece j in coded_[j]
   State source_, target_;
   TrainingLoop training_;
   Samples mem_stall_, mem_commit_, mem_commit_cold_, dur_stall_, dur_commit_, from_peer_, from_own_, from_disk_, iperf_,
-      disk_ceiling_, raw_get_, train_alone_, train_memory_, train_durable_, ec_encode_, ec_decode_, ec_copy_;
-  double ec_memory_x_ = 0;
+      disk_ceiling_, raw_get_, train_alone_, train_memory_, train_durable_, ec_encode_, ec_decode_, ec_copy_,
+      ec_commit_, ec_restore_;
+  double ec_memory_x_ = 0, ec_held_x_ = 0, replica_held_x_ = 0;
+  int64_t ec_rebuilt_ = 0;
   int64_t ec_file_bytes_ = 0;
 };
 

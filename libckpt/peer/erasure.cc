@@ -14,7 +14,7 @@ namespace ckpt::peer {
 namespace {
 
 constexpr char kMagic[4] = {'C', 'K', 'E', 'C'};
-constexpr uint8_t kVersion = 1;
+constexpr uint8_t kVersion = 2;
 
 }  // namespace
 
@@ -43,13 +43,40 @@ std::optional<int> PieceOfPath(std::string_view path, std::string_view* base) {
   return index;
 }
 
+uint64_t PieceHeader::blocks() const { return CheckBlocks(file_bytes, k); }
+uint64_t PieceHeader::block_bytes() const { return CheckBlockBytes(file_bytes, k); }
+
+uint64_t CheckBlockBytes(uint64_t file_bytes, int k) { return kCheckRows * StripeBytes(file_bytes, k); }
+
+uint64_t CheckBlocks(uint64_t file_bytes, int k) {
+  const uint64_t piece = PieceBytesOf(file_bytes, k), block = CheckBlockBytes(file_bytes, k);
+  return piece / block + (piece % block != 0);
+}
+
+size_t PieceHeaderBytes(int k, int m, uint64_t file_bytes) {
+  return kPieceHeaderFixed + 8 * static_cast<size_t>(k + m) * CheckBlocks(file_bytes, k) + 8;
+}
+
 bool PieceHeader::SameFile(const PieceHeader& o) const {
   return k == o.k && m == o.m && file_bytes == o.file_bytes && piece_bytes == o.piece_bytes &&
-         piece_xxh3 == o.piece_xxh3;
+         block_xxh3 == o.block_xxh3;
+}
+
+uint64_t BlockSum(const char* payload, uint64_t len, uint64_t block_bytes, uint64_t block) {
+  const uint64_t at = block * block_bytes;
+  return Xxh3(payload + at, std::min(block_bytes, len - at));
+}
+
+size_t AnnouncedHeaderBytes(absl::Span<const std::byte> fixed) {
+  if (fixed.size() < kPieceHeaderFixed || std::memcmp(fixed.data(), kMagic, 4) != 0) return 0;
+  const int k = static_cast<int>(fixed[5]), m = static_cast<int>(fixed[6]);
+  const uint64_t file_bytes = LoadLE64(fixed.data() + 16);
+  if (!CheckErasureShape(k, m).ok() || CheckBlocks(file_bytes, k) > (uint64_t{1} << 32)) return 0;
+  return PieceHeaderBytes(k, m, file_bytes);
 }
 
 std::string EncodePieceHeader(const PieceHeader& h) {
-  std::string out(PieceHeaderBytes(h.k + h.m), '\0');
+  std::string out(PieceHeaderBytes(h.k, h.m, h.file_bytes), '\0');
   auto* p = reinterpret_cast<std::byte*>(out.data());
   std::memcpy(p, kMagic, 4);
   p[4] = static_cast<std::byte>(kVersion);
@@ -58,7 +85,7 @@ std::string EncodePieceHeader(const PieceHeader& h) {
   p[7] = static_cast<std::byte>(h.index);
   StoreLE64(p + 16, h.file_bytes);
   StoreLE64(p + 24, h.piece_bytes);
-  for (size_t i = 0; i < h.piece_xxh3.size(); ++i) StoreLE64(p + kPieceHeaderFixed + 8 * i, h.piece_xxh3[i]);
+  for (size_t i = 0; i < h.block_xxh3.size(); ++i) StoreLE64(p + kPieceHeaderFixed + 8 * i, h.block_xxh3[i]);
   const size_t body = out.size() - 8;
   StoreLE64(p + body, Xxh3(out.data(), body));
   return out;
@@ -73,29 +100,34 @@ absl::StatusOr<PieceHeader> DecodePieceHeader(absl::Span<const std::byte> piece,
   if (piece.size() < kPieceHeaderFixed) return bad(StrCat("only ", piece.size(), " bytes, shorter than a header"));
   const std::byte* p = piece.data();
   if (std::memcmp(p, kMagic, 4) != 0) return bad("no CKEC magic");
-  if (static_cast<uint8_t>(p[4]) != kVersion) return bad(StrCat("version ", static_cast<int>(p[4]), ", not 1"));
+  if (static_cast<uint8_t>(p[4]) != kVersion) return bad(StrCat("version ", static_cast<int>(p[4]), ", not 2"));
   PieceHeader h;
   h.k = static_cast<int>(p[5]);
   h.m = static_cast<int>(p[6]);
   h.index = static_cast<int>(p[7]);
   if (!CheckErasureShape(h.k, h.m).ok()) return bad(StrCat("shape ", h.k, "+", h.m));
   if (h.index >= h.k + h.m) return bad(StrCat("index ", h.index, " of ", h.k + h.m, " pieces"));
-  const size_t header = PieceHeaderBytes(h.k + h.m);
+  h.file_bytes = LoadLE64(p + 16);
+  h.piece_bytes = LoadLE64(p + 24);
+  // Before the sizes are trusted to size anything: a piece is its header
+  // and its payload.
+  if (h.piece_bytes > piece_size || h.piece_bytes != PieceBytesOf(h.file_bytes, h.k)) {
+    return bad(StrCat("pieces of ", h.piece_bytes, " bytes for a file of ", h.file_bytes, " in ", h.k, ", in ",
+                      piece_size, " bytes"));
+  }
+  const size_t header = PieceHeaderBytes(h.k, h.m, h.file_bytes);
   if (piece.size() < header || piece_size < header) {
     return bad(StrCat(std::min<uint64_t>(piece.size(), piece_size), " bytes, shorter than its header of ", header));
   }
   if (LoadLE64(p + header - 8) != Xxh3(p, header - 8)) return bad("the header's checksum does not match");
-  h.file_bytes = LoadLE64(p + 16);
-  h.piece_bytes = LoadLE64(p + 24);
-  const uint64_t need = h.file_bytes / static_cast<uint64_t>(h.k) + (h.file_bytes % static_cast<uint64_t>(h.k) != 0);
-  if (h.piece_bytes != need) {
+  if (h.piece_bytes != PieceBytesOf(h.file_bytes, h.k)) {
     return bad(StrCat("pieces of ", h.piece_bytes, " bytes for a file of ", h.file_bytes, " in ", h.k));
   }
   if (piece_size - header != h.piece_bytes) {
     return bad(StrCat("a payload of ", piece_size - header, " bytes, its header says ", h.piece_bytes));
   }
-  h.piece_xxh3.resize(static_cast<size_t>(h.k + h.m));
-  for (size_t i = 0; i < h.piece_xxh3.size(); ++i) h.piece_xxh3[i] = LoadLE64(p + kPieceHeaderFixed + 8 * i);
+  h.block_xxh3.resize(static_cast<size_t>(h.k + h.m) * h.blocks());
+  for (size_t i = 0; i < h.block_xxh3.size(); ++i) h.block_xxh3[i] = LoadLE64(p + kPieceHeaderFixed + 8 * i);
   return h;
 }
 
@@ -113,9 +145,30 @@ absl::StatusOr<std::unique_ptr<ErasureCoder>> ErasureCoder::Create(int k, int m)
   return std::unique_ptr<ErasureCoder>(new ErasureCoder(k, m));
 }
 
-uint64_t ErasureCoder::PieceBytes(uint64_t file_bytes) const {
-  const auto k = static_cast<uint64_t>(k_);
-  return file_bytes / k + (file_bytes % k != 0);
+namespace {
+uint64_t CeilDiv(uint64_t a, uint64_t b) { return a / b + (a % b != 0); }
+}  // namespace
+
+uint64_t StripeBytes(uint64_t file_bytes, int k) {
+  // As few rows as chunks of at most 1 MiB allow, then chunks as even as
+  // those rows allow.
+  const auto kk = static_cast<uint64_t>(k);
+  const uint64_t rows = std::max<uint64_t>(1, CeilDiv(file_bytes, kk * kMaxStripeBytes));
+  return std::max<uint64_t>(1, CeilDiv(file_bytes, kk * rows));
+}
+
+uint64_t PieceBytesOf(uint64_t file_bytes, int k) {
+  const uint64_t stripe = StripeBytes(file_bytes, k);
+  return CeilDiv(file_bytes, stripe * static_cast<uint64_t>(k)) * stripe;
+}
+
+void PieceRowsToFile(const char* piece, int i, uint64_t row, uint64_t rows, uint64_t stripe, int k, char* file,
+                     uint64_t file_bytes) {
+  for (uint64_t r = 0; r < rows; ++r) {
+    const uint64_t at = ((row + r) * static_cast<uint64_t>(k) + static_cast<uint64_t>(i)) * stripe;
+    if (at >= file_bytes) break;
+    std::memcpy(file + at, piece + r * stripe, std::min(stripe, file_bytes - at));
+  }
 }
 
 std::vector<std::string> ErasureCoder::Encode(absl::Span<const std::byte> file) const {
@@ -132,7 +185,7 @@ void ErasureCoder::Encode(absl::Span<const std::byte> file, std::vector<std::str
   h.file_bytes = file.size();
   h.piece_bytes = PieceBytes(file.size());
   const size_t len = h.piece_bytes;
-  const size_t header = PieceHeaderBytes(n);
+  const size_t header = PieceHeaderBytes(k_, m_, file.size());
   pieces->resize(static_cast<size_t>(n));
   std::vector<unsigned char*> data(static_cast<size_t>(k_)), parity(static_cast<size_t>(m_));
   for (int i = 0; i < n; ++i) {
@@ -140,10 +193,14 @@ void ErasureCoder::Encode(absl::Span<const std::byte> file, std::vector<std::str
     piece.resize(header + len);  // in place when it is that size already
     auto* payload = reinterpret_cast<unsigned char*>(piece.data() + header);
     if (i < k_) {
-      const size_t begin = std::min(file.size(), static_cast<size_t>(i) * len);
-      const size_t end = std::min(file.size(), begin + len);
-      if (end > begin) std::memcpy(payload, file.data() + begin, end - begin);
-      std::memset(payload + (end - begin), 0, len - (end - begin));
+      // Chunks i, i + k, ... of the file, zero past its end.
+      const uint64_t stripe = StripeBytes(file.size(), k_);
+      for (uint64_t r = 0; r * stripe < len; ++r) {
+        const uint64_t at = (r * static_cast<uint64_t>(k_) + static_cast<uint64_t>(i)) * stripe;
+        const uint64_t n = at < file.size() ? std::min(stripe, file.size() - at) : 0;
+        if (n > 0) std::memcpy(payload + r * stripe, file.data() + at, n);
+        std::memset(payload + r * stripe + n, 0, stripe - n);
+      }
       data[static_cast<size_t>(i)] = payload;
     } else {
       parity[static_cast<size_t>(i - k_)] = payload;
@@ -153,9 +210,13 @@ void ErasureCoder::Encode(absl::Span<const std::byte> file, std::vector<std::str
     ec_encode_data(static_cast<int>(len), k_, m_, const_cast<unsigned char*>(tables_.data()), data.data(),
                    parity.data());
   }
-  h.piece_xxh3.resize(static_cast<size_t>(n));
+  const uint64_t blocks = h.blocks();
+  h.block_xxh3.resize(static_cast<size_t>(n) * blocks);
   for (int i = 0; i < n; ++i) {
-    h.piece_xxh3[static_cast<size_t>(i)] = Xxh3((*pieces)[static_cast<size_t>(i)].data() + header, len);
+    for (uint64_t b = 0; b < blocks; ++b) {
+      h.block_xxh3[static_cast<size_t>(i) * blocks + b] =
+          BlockSum((*pieces)[static_cast<size_t>(i)].data() + header, len, h.block_bytes(), b);
+    }
   }
   for (int i = 0; i < n; ++i) {
     h.index = i;
@@ -198,14 +259,19 @@ absl::StatusOr<std::string> ErasureCoder::Decode(const std::vector<const std::st
   }
   // The good pieces: a header of that file and a payload that matches its
   // checksum there.
-  const size_t header = PieceHeaderBytes(n);
+  const size_t header = file != nullptr ? PieceHeaderBytes(k_, m_, file->file_bytes) : 0;
+  const auto all_blocks_match = [&](const char* payload, int piece) {
+    for (uint64_t b = 0; b < file->blocks(); ++b) {
+      if (BlockSum(payload, file->piece_bytes, file->block_bytes(), b) != file->Sum(piece, b)) return false;
+    }
+    return true;
+  };
   std::vector<int> good;
   for (int i = 0; i < n; ++i) {
     const std::string* p = pieces[static_cast<size_t>(i)];
     if (p == nullptr) continue;
     const auto& h = headers[static_cast<size_t>(i)];
-    const bool ok = file != nullptr && h && h->SameFile(*file) &&
-                    Xxh3(p->data() + header, file->piece_bytes) == file->piece_xxh3[static_cast<size_t>(i)];
+    const bool ok = file != nullptr && h && h->SameFile(*file) && all_blocks_match(p->data() + header, i);
     if (ok) {
       good.push_back(i);
     } else {
@@ -218,52 +284,69 @@ absl::StatusOr<std::string> ErasureCoder::Decode(const std::vector<const std::st
                                          " are needed"));
   }
   const size_t len = file->piece_bytes;
-  std::string out(static_cast<size_t>(k_) * len, '\0');
-  auto payload = [&](int i) {
-    return reinterpret_cast<const unsigned char*>(pieces[static_cast<size_t>(i)]->data() + header);
-  };
-  // Data pieces at hand are copied; the others are rebuilt from the first k
-  // good pieces (data pieces first, as `good` is in index order).
+  const uint64_t stripe = StripeBytes(file->file_bytes, k_);
+  std::string out(file->file_bytes, '\0');
+  auto payload = [&](int i) { return pieces[static_cast<size_t>(i)]->data() + header; };
+  // Data pieces at hand are copied to their places; the others are rebuilt
+  // from the first k good pieces (data pieces first, as `good` is in index
+  // order), checked, then copied.
   std::vector<int> lost;
   for (int i = 0; i < k_; ++i) {
     if (std::find(good.begin(), good.end(), i) != good.end()) {
-      std::memcpy(out.data() + static_cast<size_t>(i) * len, payload(i), len);
+      PieceRowsToFile(payload(i), i, 0, len / stripe, stripe, k_, out.data(), out.size());
     } else {
       lost.push_back(i);
     }
   }
   if (!lost.empty() && len > 0) {
     const std::vector<int> use(good.begin(), good.begin() + k_);
-    std::vector<unsigned char> sub(static_cast<size_t>(k_ * k_)), inverse(static_cast<size_t>(k_ * k_));
-    for (int r = 0; r < k_; ++r) {
-      std::memcpy(sub.data() + r * k_, matrix_.data() + use[static_cast<size_t>(r)] * k_, static_cast<size_t>(k_));
-    }
-    if (gf_invert_matrix(sub.data(), inverse.data(), k_) != 0) {
-      return absl::InternalError("erasure decode: a singular submatrix (the Cauchy matrix should never have one)");
-    }
-    // Row j of the inverse rebuilds data piece j from the pieces in `use`.
-    std::vector<unsigned char> rows(static_cast<size_t>(lost.size()) * static_cast<size_t>(k_));
-    for (size_t r = 0; r < lost.size(); ++r) {
-      std::memcpy(rows.data() + r * static_cast<size_t>(k_), inverse.data() + lost[r] * k_, static_cast<size_t>(k_));
-    }
-    std::vector<unsigned char> tables(32 * static_cast<size_t>(k_) * lost.size());
-    ec_init_tables(k_, static_cast<int>(lost.size()), rows.data(), tables.data());
-    std::vector<unsigned char*> src(static_cast<size_t>(k_)), dst(lost.size());
-    for (int r = 0; r < k_; ++r)
-      src[static_cast<size_t>(r)] = const_cast<unsigned char*>(payload(use[static_cast<size_t>(r)]));
-    for (size_t r = 0; r < lost.size(); ++r) dst[r] = reinterpret_cast<unsigned char*>(out.data() + lost[r] * len);
-    ec_encode_data(static_cast<int>(len), k_, static_cast<int>(lost.size()), tables.data(), src.data(), dst.data());
+    std::vector<std::string> rebuilt(lost.size(), std::string(len, '\0'));
+    std::vector<const unsigned char*> src;
+    std::vector<unsigned char*> dst;
+    for (int i : use) src.push_back(reinterpret_cast<const unsigned char*>(payload(i)));
+    for (std::string& r : rebuilt) dst.push_back(reinterpret_cast<unsigned char*>(r.data()));
+    if (absl::Status s = Rebuild(use, lost, len, src, dst); !s.ok()) return s;
     st.bytes_decoded = lost.size() * len;
     st.pieces_rebuilt = static_cast<int>(lost.size());
-    for (int j : lost) {
-      if (Xxh3(out.data() + static_cast<size_t>(j) * len, len) != file->piece_xxh3[static_cast<size_t>(j)]) {
+    for (size_t r = 0; r < lost.size(); ++r) {
+      if (!all_blocks_match(rebuilt[r].data(), lost[r])) {
         return absl::DataLossError(
-            StrCat("erasure decode: data piece ", j, " rebuilt from parity does not match its checksum"));
+            StrCat("erasure decode: data piece ", lost[r], " rebuilt from parity does not match its checksum"));
       }
+      PieceRowsToFile(rebuilt[r].data(), lost[r], 0, len / stripe, stripe, k_, out.data(), out.size());
     }
   }
-  out.resize(file->file_bytes);
   return out;
+}
+
+absl::Status ErasureCoder::Rebuild(const std::vector<int>& use, const std::vector<int>& lost, size_t len,
+                                   const std::vector<const unsigned char*>& src,
+                                   const std::vector<unsigned char*>& dst) const {
+  if (static_cast<int>(use.size()) != k_ || src.size() != use.size() || dst.size() != lost.size()) {
+    return absl::InvalidArgumentError(StrCat("erasure rebuild: ", use.size(), " pieces used for ", k_));
+  }
+  if (lost.empty() || len == 0) return absl::OkStatus();
+  std::vector<unsigned char> sub(static_cast<size_t>(k_ * k_)), inverse(static_cast<size_t>(k_ * k_));
+  for (int r = 0; r < k_; ++r) {
+    const int u = use[static_cast<size_t>(r)];
+    if (u < 0 || u >= k_ + m_) return absl::InvalidArgumentError(StrCat("erasure rebuild: piece ", u));
+    std::memcpy(sub.data() + r * k_, matrix_.data() + u * k_, static_cast<size_t>(k_));
+  }
+  if (gf_invert_matrix(sub.data(), inverse.data(), k_) != 0) {
+    return absl::InvalidArgumentError("erasure rebuild: the pieces used are not k different ones");
+  }
+  // Row j of the inverse rebuilds data piece j from the pieces in `use`.
+  std::vector<unsigned char> rows(lost.size() * static_cast<size_t>(k_));
+  for (size_t r = 0; r < lost.size(); ++r) {
+    if (lost[r] < 0 || lost[r] >= k_) return absl::InvalidArgumentError(StrCat("erasure rebuild: lost ", lost[r]));
+    std::memcpy(rows.data() + r * static_cast<size_t>(k_), inverse.data() + lost[r] * k_, static_cast<size_t>(k_));
+  }
+  std::vector<unsigned char> tables(32 * static_cast<size_t>(k_) * lost.size());
+  ec_init_tables(k_, static_cast<int>(lost.size()), rows.data(), tables.data());
+  std::vector<unsigned char*> in(src.size()), out(dst.begin(), dst.end());
+  for (size_t i = 0; i < src.size(); ++i) in[i] = const_cast<unsigned char*>(src[i]);
+  ec_encode_data(static_cast<int>(len), k_, static_cast<int>(lost.size()), tables.data(), in.data(), out.data());
+  return absl::OkStatus();
 }
 
 }  // namespace ckpt::peer

@@ -8,6 +8,7 @@
 #include <functional>
 #include <map>
 #include <mutex>
+#include <set>
 #include <thread>
 
 #include "absl/strings/str_join.h"
@@ -298,8 +299,7 @@ class PeerStorageImpl final : public Storage, public PeerCounters, public Memory
   }
 
   std::vector<PieceSource> FindPieces(std::string_view path);
-  absl::StatusOr<PeerStore::Bytes> FetchPiece(std::string_view path, const PieceSource& source,
-                                              std::optional<uint64_t> size);
+  absl::StatusOr<PieceHeader> ReadPieceHeader(std::string_view path, const PieceSource& source);
   absl::StatusOr<uint64_t> CodedFileSize(std::string_view path);
   absl::StatusOr<std::unique_ptr<ReadableFile>> OpenCoded(std::string_view path);
   absl::StatusOr<std::unique_ptr<ReadableFile>> OpenWhole(std::string_view path);
@@ -501,44 +501,29 @@ std::vector<PieceSource> PeerStorageImpl::FindPieces(std::string_view path) {
   return out;
 }
 
-absl::StatusOr<PeerStore::Bytes> PeerStorageImpl::FetchPiece(std::string_view path, const PieceSource& source,
-                                                             std::optional<uint64_t> size) {
-  if (source.own != nullptr) {
-    counters_.from_own += static_cast<int64_t>(source.own->size());
-    return source.own;
-  }
-  const std::string name = PiecePath(path, source.index);
-  auto got = pool_.With<PeerStore::Bytes>(source.endpoint, [&](PeerConnection& c) -> absl::StatusOr<PeerStore::Bytes> {
-    uint64_t n = 0;
-    if (size) {
-      n = *size;
-    } else {
-      CKPT_ASSIGN_OR_RETURN(n, c.Stat(name));
+absl::StatusOr<PieceHeader> PeerStorageImpl::ReadPieceHeader(std::string_view path, const PieceSource& s) {
+  if (s.own != nullptr) return DecodePieceHeader(AsBytes(*s.own));
+  const std::string name = PiecePath(path, s.index);
+  return pool_.With<PieceHeader>(s.endpoint, [&](PeerConnection& c) -> absl::StatusOr<PieceHeader> {
+    CKPT_ASSIGN_OR_RETURN(const uint64_t n, c.Stat(name));
+    // Its fixed part, then the rest it announces.
+    std::string head(std::min<uint64_t>(n, kPieceHeaderFixed), '\0');
+    CKPT_RETURN_IF_ERROR(c.Get(name, 0, {reinterpret_cast<std::byte*>(head.data()), head.size()}));
+    const size_t want = AnnouncedHeaderBytes(AsBytes(head));
+    if (want > head.size() && want <= n) {
+      head.resize(want);
+      CKPT_RETURN_IF_ERROR(
+          c.Get(name, kPieceHeaderFixed,
+                {reinterpret_cast<std::byte*>(head.data()) + kPieceHeaderFixed, want - kPieceHeaderFixed}));
     }
-    auto bytes = std::make_shared<std::string>();
-    bytes->resize(n);
-    CKPT_RETURN_IF_ERROR(c.Get(name, 0, {reinterpret_cast<std::byte*>(bytes->data()), bytes->size()}));
-    return PeerStore::Bytes(std::move(bytes));
+    return DecodePieceHeader(AsBytes(head), n);
   });
-  if (got.ok()) counters_.from_peers += static_cast<int64_t>((*got)->size());
-  return got;
 }
 
 absl::StatusOr<uint64_t> PeerStorageImpl::CodedFileSize(std::string_view path) {
   std::string tried;
   for (const PieceSource& s : FindPieces(path)) {
-    absl::StatusOr<PieceHeader> h;
-    if (s.own != nullptr) {
-      h = DecodePieceHeader(AsBytes(*s.own));
-    } else {
-      const std::string name = PiecePath(path, s.index);
-      h = pool_.With<PieceHeader>(s.endpoint, [&](PeerConnection& c) -> absl::StatusOr<PieceHeader> {
-        CKPT_ASSIGN_OR_RETURN(const uint64_t n, c.Stat(name));
-        std::string head(std::min<uint64_t>(n, PieceHeaderBytes(kMaxErasurePieces)), '\0');
-        CKPT_RETURN_IF_ERROR(c.Get(name, 0, {reinterpret_cast<std::byte*>(head.data()), head.size()}));
-        return DecodePieceHeader(AsBytes(head), n);
-      });
-    }
+    absl::StatusOr<PieceHeader> h = ReadPieceHeader(path, s);
     if (h.ok()) return h->file_bytes;
     StrAppend(&tried, tried.empty() ? "" : "; ", "piece ", s.index, ": ", h.status().message());
   }
@@ -546,102 +531,304 @@ absl::StatusOr<uint64_t> PeerStorageImpl::CodedFileSize(std::string_view path) {
   return absl::UnavailableError(StrCat("peer memory: no readable piece of ", path, " (", tried, ")"));
 }
 
-// Gathers pieces of `path`, data pieces first, until k that its pieces'
-// headers agree on decode (parity pieces are fetched only for data pieces
-// missing or refused), and serves the file from this process's memory.
+// An erasure-coded file read as it is read: each check block of the pieces
+// (kCheckRows rows of the striped file) is fetched from k pieces'
+// holders at once, data pieces first, each piece's block checked against
+// its checksum as it arrives; the data rows go to their places in the file
+// and the rows of data pieces missing or refused are rebuilt from parity
+// and checked. A read waits for the blocks it covers; a driver thread
+// fetches them in order of need, one block beyond the furthest asked for.
+class CodedFile {
+ public:
+  CodedFile(PeerStorageImpl& storage, std::string path, PieceHeader shape, const ErasureCoder* coder,
+            std::vector<std::vector<PieceSource>> sources, std::string tried)
+      : storage_(storage),
+        path_(std::move(path)),
+        shape_(std::move(shape)),
+        coder_(coder),
+        sources_(std::move(sources)),
+        current_(sources_.size(), 0),
+        tried_(std::move(tried)),
+        stripe_(StripeBytes(shape_.file_bytes, shape_.k)),
+        header_(PieceHeaderBytes(shape_.k, shape_.m, shape_.file_bytes)),
+        done_(shape_.blocks(), false) {
+    out_.resize(shape_.file_bytes);
+    driver_ = std::thread([this] { Drive(); });
+  }
+  ~CodedFile() {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      stop_ = true;
+    }
+    cv_.notify_all();
+    driver_.join();
+  }
+  uint64_t size() const { return shape_.file_bytes; }
+  const std::string& path() const { return path_; }
+
+  absl::Status ReadAt(uint64_t offset, absl::Span<std::byte> dst) {
+    if (offset > out_.size() || dst.size() > out_.size() - offset) {
+      return absl::OutOfRangeError(StrCat("truncated: peer memory ", path_, " has ", out_.size(), " bytes, reading ",
+                                          dst.size(), " at byte offset ", offset));
+    }
+    if (dst.empty()) return absl::OkStatus();
+    const uint64_t first = BlockOf(offset), last = BlockOf(offset + dst.size() - 1);
+    std::unique_lock<std::mutex> lock(mu_);
+    for (uint64_t b = first; b <= last; ++b) {
+      if (!done_[b]) wanted_.insert(b);
+    }
+    furthest_ = std::max(furthest_, last);
+    asked_ = true;
+    cv_.notify_all();
+    cv_.wait(lock, [&] {
+      if (!error_.ok()) return true;
+      for (uint64_t b = first; b <= last; ++b) {
+        if (!done_[b]) return false;
+      }
+      return true;
+    });
+    for (uint64_t b = first; b <= last; ++b) {
+      if (!done_[b]) return error_;
+    }
+    lock.unlock();
+    std::memcpy(dst.data(), out_.data() + offset, dst.size());
+    return absl::OkStatus();
+  }
+
+ private:
+  static uint64_t RowsPerBlock() { return kCheckRows; }
+  // The check block holding file byte `offset`.
+  uint64_t BlockOf(uint64_t offset) const {
+    return offset / (stripe_ * static_cast<uint64_t>(shape_.k)) / RowsPerBlock();
+  }
+
+  void Drive() {
+    for (;;) {
+      uint64_t b = 0;
+      {
+        std::unique_lock<std::mutex> lock(mu_);
+        // What was asked for first, else up to kReadAhead blocks beyond the
+        // furthest asked for (reads are mostly in order).
+        const auto ahead = [&]() -> std::optional<uint64_t> {
+          if (!asked_) return std::nullopt;
+          for (uint64_t x = furthest_ + 1; x <= furthest_ + kReadAhead && x < done_.size(); ++x) {
+            if (!done_[x]) return x;
+          }
+          return std::nullopt;
+        };
+        cv_.wait(lock, [&] {
+          if (stop_ || !error_.ok()) return true;
+          while (!wanted_.empty() && done_[*wanted_.begin()]) wanted_.erase(wanted_.begin());
+          return !wanted_.empty() || ahead().has_value();
+        });
+        if (stop_ || !error_.ok()) return;
+        b = !wanted_.empty() ? *wanted_.begin() : *ahead();
+      }
+      absl::Status s = RunBlock(b);
+      std::lock_guard<std::mutex> lock(mu_);
+      if (s.ok()) {
+        done_[b] = true;
+        wanted_.erase(b);
+      } else {
+        error_ = s;
+      }
+      cv_.notify_all();
+    }
+  }
+
+  // Fetches block `b` of piece `index` from its current source, checked.
+  absl::Status Fetch(uint64_t b, int index, std::string* buf, const char** data) {
+    const PieceSource& s = sources_[static_cast<size_t>(index)][current_[static_cast<size_t>(index)]];
+    const uint64_t at = b * shape_.block_bytes(), len = std::min(shape_.block_bytes(), shape_.piece_bytes - at);
+    if (s.own != nullptr) {
+      if (s.own->size() != header_ + shape_.piece_bytes) return absl::DataLossError("its size changed");
+      *data = s.own->data() + header_ + at;
+      storage_.counters().from_own += static_cast<int64_t>(len);
+    } else {
+      buf->resize(len);
+      auto got = storage_.pool().With<bool>(s.endpoint, [&](PeerConnection& c) -> absl::StatusOr<bool> {
+        CKPT_RETURN_IF_ERROR(
+            c.Get(PiecePath(path_, index), header_ + at, {reinterpret_cast<std::byte*>(buf->data()), buf->size()}));
+        return true;
+      });
+      if (!got.ok()) return got.status();
+      *data = buf->data();
+      storage_.counters().from_peers += static_cast<int64_t>(len);
+    }
+    if (Xxh3(*data, len) != shape_.Sum(index, b)) {
+      return absl::DataLossError(StrCat("block ", b, " does not match its checksum"));
+    }
+    return absl::OkStatus();
+  }
+
+  absl::Status RunBlock(uint64_t b) {
+    const int k = shape_.k, n = shape_.k + shape_.m;
+    const uint64_t len = std::min(shape_.block_bytes(), shape_.piece_bytes - b * shape_.block_bytes());
+    const uint64_t row = b * RowsPerBlock(), rows = len / stripe_;
+    std::vector<std::string> bufs(static_cast<size_t>(n));
+    std::vector<const char*> data(static_cast<size_t>(n), nullptr);
+    for (;;) {
+      // The first k pieces with a live source, data pieces first.
+      std::vector<int> use, fetch;
+      for (int i = 0; i < n && static_cast<int>(use.size()) < k; ++i) {
+        if (current_[static_cast<size_t>(i)] >= sources_[static_cast<size_t>(i)].size()) continue;
+        use.push_back(i);
+        if (data[static_cast<size_t>(i)] == nullptr) fetch.push_back(i);
+      }
+      if (static_cast<int>(use.size()) < k) {
+        return absl::UnavailableError(StrCat("open peer memory:", path_, ": erasure coded ", k, "+", n - k, ", ",
+                                             use.size(), " of its ", n, " pieces can be read (", k, " are needed; ",
+                                             damaged_, " damaged)", tried_.empty() ? "" : StrCat(": ", tried_)));
+      }
+      std::vector<absl::Status> results(fetch.size());
+      {
+        std::vector<std::thread> threads;
+        for (size_t f = 1; f < fetch.size(); ++f) {
+          threads.emplace_back([&, f] {
+            const size_t i = static_cast<size_t>(fetch[f]);
+            results[f] = Fetch(b, fetch[f], &bufs[i], &data[i]);
+          });
+        }
+        if (!fetch.empty()) {
+          const size_t i = static_cast<size_t>(fetch[0]);
+          results[0] = Fetch(b, fetch[0], &bufs[i], &data[i]);
+        }
+        for (auto& t : threads) t.join();
+      }
+      bool all = true;
+      for (size_t f = 0; f < fetch.size(); ++f) {
+        if (results[f].ok()) continue;
+        all = false;
+        const size_t i = static_cast<size_t>(fetch[f]);
+        const PieceSource& s = sources_[i][current_[i]];
+        StrAppend(&tried_, tried_.empty() ? "" : "; ", "piece ", fetch[f], " at ",
+                  s.endpoint.empty() ? storage_.memory().endpoint() : s.endpoint, ": ", results[f].message());
+        if (absl::IsDataLoss(results[f])) ++damaged_;
+        data[i] = nullptr;
+        ++current_[i];  // that source is passed over from now on
+      }
+      if (!all) continue;
+      // Data rows to their places; the rows of lost data pieces rebuilt
+      // from the k in hand and checked.
+      std::vector<int> lost;
+      for (int i = 0; i < k; ++i) {
+        if (std::find(use.begin(), use.end(), i) == use.end()) {
+          lost.push_back(i);
+        } else {
+          PieceRowsToFile(data[static_cast<size_t>(i)], i, row, rows, stripe_, k, out_.data(), out_.size());
+        }
+      }
+      if (lost.empty()) return absl::OkStatus();
+      std::vector<std::string> rebuilt(lost.size(), std::string(len, '\0'));
+      std::vector<const unsigned char*> src;
+      std::vector<unsigned char*> dst;
+      for (int i : use) src.push_back(reinterpret_cast<const unsigned char*>(data[static_cast<size_t>(i)]));
+      for (std::string& r : rebuilt) dst.push_back(reinterpret_cast<unsigned char*>(r.data()));
+      CKPT_RETURN_IF_ERROR(coder_->Rebuild(use, lost, len, src, dst));
+      for (size_t r = 0; r < lost.size(); ++r) {
+        if (Xxh3(rebuilt[r].data(), len) != shape_.Sum(lost[r], b)) {
+          return absl::DataLossError(StrCat("open peer memory:", path_, ": data piece ", lost[r], " rebuilt from ",
+                                            "parity does not match its checksum (block ", b, ")"));
+        }
+        PieceRowsToFile(rebuilt[r].data(), lost[r], row, rows, stripe_, k, out_.data(), out_.size());
+        if (rebuilt_pieces_.insert(lost[r]).second) storage_.counters().pieces_lost += 1;
+      }
+      storage_.counters().rebuilt += static_cast<int64_t>(len * lost.size());
+      return absl::OkStatus();
+    }
+  }
+
+  PeerStorageImpl& storage_;
+  const std::string path_;
+  const PieceHeader shape_;
+  const ErasureCoder* coder_;
+  // Per piece index, where it can be read, and the source in use (past the
+  // end: none left). Only the driver thread touches these.
+  std::vector<std::vector<PieceSource>> sources_;
+  std::vector<size_t> current_;
+  std::string tried_;
+  int damaged_ = 0;
+  std::set<int> rebuilt_pieces_;
+  const uint64_t stripe_;
+  const size_t header_;
+  std::string out_;  // the file; a block's rows are written before it is marked done
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::vector<bool> done_;
+  std::set<uint64_t> wanted_;
+  static constexpr uint64_t kReadAhead = 2;
+  uint64_t furthest_ = 0;  // the furthest block a read asked for
+  bool asked_ = false;
+  bool stop_ = false;
+  absl::Status error_;
+  std::thread driver_;  // last: started once the members above are
+};
+
+class CodedReadable final : public ReadableFile {
+ public:
+  explicit CodedReadable(std::shared_ptr<CodedFile> file) : file_(std::move(file)) {}
+  uint64_t size() const override { return file_->size(); }
+  absl::Status ReadAt(uint64_t offset, absl::Span<std::byte> dst) override { return file_->ReadAt(offset, dst); }
+  void ReadAsync(uint64_t offset, absl::Span<std::byte> dst, IoCallback done) override {
+    std::move(done)(file_->ReadAt(offset, dst));
+  }
+  size_t direct_alignment() const override { return 0; }
+  const std::string& path() const override { return file_->path(); }
+
+ private:
+  std::shared_ptr<CodedFile> file_;
+};
+
+// Finds where the pieces of `path` are, reads their headers (all at once)
+// and opens the file as the most of them describe it: a piece of another
+// save of the same path is passed over, not mixed in.
 absl::StatusOr<std::unique_ptr<ReadableFile>> PeerStorageImpl::OpenCoded(std::string_view path) {
-  const std::vector<PieceSource> sources = FindPieces(path);
+  std::vector<PieceSource> sources = FindPieces(path);
   if (sources.empty()) {
     return absl::NotFoundError(StrCat("open peer memory:", path, ": no piece of it in any live memory"));
   }
-  std::vector<PeerStore::Bytes> pieces(kMaxErasurePieces);
-  std::string tried;
-  const auto note = [&](const PieceSource& s, const absl::Status& st) {
-    StrAppend(&tried, tried.empty() ? "" : "; ", "piece ", s.index, " at ",
-              s.endpoint.empty() ? memory_->endpoint() : s.endpoint, ": ", st.message());
-  };
-  // The first piece read whole with a valid header gives the code's shape.
-  std::optional<PieceHeader> shape;
-  size_t next = 0;
-  while (!shape && next < sources.size()) {
-    const PieceSource& s = sources[next++];
-    absl::StatusOr<PeerStore::Bytes> b = FetchPiece(path, s, std::nullopt);
-    absl::StatusOr<PieceHeader> h = b.ok() ? DecodePieceHeader(AsBytes(**b)) : b.status();
-    if (h.ok() && h->index != s.index) {
-      h = absl::DataLossError(StrCat("its header says it is piece ", h->index));
+  std::vector<absl::StatusOr<PieceHeader>> headers(sources.size(), absl::UnknownError(""));
+  {
+    std::vector<std::thread> threads;
+    for (size_t i = 1; i < sources.size(); ++i) {
+      threads.emplace_back([&, i] { headers[i] = ReadPieceHeader(path, sources[i]); });
     }
-    if (!h.ok()) {
-      note(s, h.status());
+    headers[0] = ReadPieceHeader(path, sources[0]);
+    for (auto& t : threads) t.join();
+  }
+  std::string tried;
+  const PieceHeader* shape = nullptr;
+  int votes = 0;
+  for (size_t i = 0; i < sources.size(); ++i) {
+    if (headers[i].ok() && headers[i]->index != sources[i].index) {
+      headers[i] = absl::DataLossError(StrCat("its header says it is piece ", headers[i]->index));
+    }
+    if (!headers[i].ok()) {
+      StrAppend(&tried, tried.empty() ? "" : "; ", "piece ", sources[i].index, ": ", headers[i].status().message());
       continue;
     }
-    shape = *h;
-    pieces[static_cast<size_t>(s.index)] = *std::move(b);
+    int same = 0;
+    for (const auto& o : headers) same += o.ok() && o->SameFile(*headers[i]);
+    if (same > votes) {
+      votes = same;
+      shape = &*headers[i];
+    }
   }
-  if (!shape) {
+  if (shape == nullptr) {
     return absl::UnavailableError(StrCat("open peer memory:", path, ": no readable piece (", tried, ")"));
   }
-  const int k = shape->k;
-  const int n = shape->k + shape->m;
-  const uint64_t piece_size = PieceHeaderBytes(n) + shape->piece_bytes;
   CKPT_ASSIGN_OR_RETURN(const ErasureCoder* coder, CoderFor(shape->k, shape->m));
-  int refused = 0;  // pieces in hand a decode refused as damaged or another save's
-  ErasureDecodeStats stats;
-  absl::StatusOr<std::string> file = absl::UnavailableError("");
-  for (;;) {
-    int have = 0;
-    for (int i = 0; i < n; ++i) have += pieces[static_cast<size_t>(i)] != nullptr;
-    // Fetch as many more as k good ones need, all at once.
-    std::vector<const PieceSource*> batch;
-    for (; next < sources.size() && have - refused + static_cast<int>(batch.size()) < k; ++next) {
-      const PieceSource& s = sources[next];
-      if (s.index < n && pieces[static_cast<size_t>(s.index)] == nullptr) batch.push_back(&s);
+  std::vector<std::vector<PieceSource>> by_index(static_cast<size_t>(shape->k + shape->m));
+  for (size_t i = 0; i < sources.size(); ++i) {
+    if (!headers[i].ok()) continue;
+    if (!headers[i]->SameFile(*shape)) {
+      StrAppend(&tried, tried.empty() ? "" : "; ", "piece ", sources[i].index, ": another save's");
+      continue;
     }
-    std::vector<absl::StatusOr<PeerStore::Bytes>> got(batch.size(), absl::UnknownError(""));
-    {
-      std::vector<std::thread> threads;
-      for (size_t i = 0; i + 1 < batch.size(); ++i) {
-        threads.emplace_back([&, i] { got[i] = FetchPiece(path, *batch[i], piece_size); });
-      }
-      if (!batch.empty()) got.back() = FetchPiece(path, *batch.back(), piece_size);
-      for (auto& t : threads) t.join();
-    }
-    for (size_t i = 0; i < batch.size(); ++i) {
-      if (got[i].ok()) {
-        pieces[static_cast<size_t>(batch[i]->index)] = *std::move(got[i]);
-        ++have;
-      } else {
-        note(*batch[i], got[i].status());
-      }
-    }
-    if (have - refused >= k) {
-      std::vector<const std::string*> given(static_cast<size_t>(n));
-      for (int i = 0; i < n; ++i) given[static_cast<size_t>(i)] = pieces[static_cast<size_t>(i)].get();
-      file = coder->Decode(given, &stats);
-      if (file.ok() || !absl::IsUnavailable(file.status())) break;
-      refused = stats.pieces_refused;
-    }
-    if (batch.empty() && next >= sources.size()) break;
+    by_index[static_cast<size_t>(sources[i].index)].push_back(std::move(sources[i]));
   }
-  if (!file.ok() && file.status().message().empty()) {
-    int have = 0;
-    for (int i = 0; i < n; ++i) have += pieces[static_cast<size_t>(i)] != nullptr;
-    file = absl::UnavailableError(StrCat(have, " of its ", n, " pieces could be read (", k, " are needed, ",
-                                         sources.size(), " found in live memories)"));
-  }
-  if (!file.ok()) {
-    return absl::Status(file.status().code(),
-                        StrCat("open peer memory:", path, ": erasure coded ", k, "+", n - k, ", ",
-                               file.status().message(), tried.empty() ? "" : StrCat(" (", tried, ")")));
-  }
-  if (stats.pieces_rebuilt > 0) {
-    counters_.rebuilt += static_cast<int64_t>(stats.bytes_decoded);
-    counters_.pieces_lost += stats.pieces_rebuilt;
-    LogTo(*memory_, StrCat("rebuilt ", stats.pieces_rebuilt, " data piece(s) of ", path, " from parity (",
-                           stats.pieces_missing, " piece(s) not read or missing, ", stats.pieces_refused, " refused",
-                           tried.empty() ? "" : StrCat("; ", tried), ")"));
-  }
-  return std::unique_ptr<ReadableFile>(
-      std::make_unique<OwnReadable>(std::make_shared<const std::string>(*std::move(file)), std::string(path), nullptr));
+  auto file = std::make_shared<CodedFile>(*this, std::string(path), *shape, coder, std::move(by_index), tried);
+  return std::unique_ptr<ReadableFile>(std::make_unique<CodedReadable>(std::move(file)));
 }
 
 absl::StatusOr<std::unique_ptr<ReadableFile>> PeerStorageImpl::OpenWhole(std::string_view path) {

@@ -57,14 +57,16 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   // payload) decodes as it does from the whole piece.
   if (size >= 8) {
     const uint64_t piece_size = data[size - 1] % 2 == 0 ? size : size + data[size - 2];
-    const size_t head = std::min<size_t>(size, ckpt::peer::PieceHeaderBytes(ckpt::peer::kMaxErasurePieces));
+    const size_t announced = ckpt::peer::AnnouncedHeaderBytes(in);
+    const size_t head = announced == 0 ? size : std::min<size_t>(size, announced);
     auto from_head = ckpt::peer::DecodePieceHeader(in.subspan(0, head), piece_size);
     if (piece_size == size) {
       auto whole = ckpt::peer::DecodePieceHeader(in);
       if (from_head.ok() != whole.ok()) __builtin_trap();
     }
     if (from_head.ok() &&
-        ckpt::peer::PieceHeaderBytes(from_head->k + from_head->m) + from_head->piece_bytes != piece_size) {
+        ckpt::peer::PieceHeaderBytes(from_head->k, from_head->m, from_head->file_bytes) + from_head->piece_bytes !=
+            piece_size) {
       __builtin_trap();
     }
   }

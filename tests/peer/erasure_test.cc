@@ -50,13 +50,19 @@ std::vector<const std::string*> Pointers(const std::vector<std::string>& pieces)
 TEST(Erasure, AnyFourOfSixPiecesRebuildTheFile) {
   auto coder = ErasureCoder::Create(4, 2);
   ASSERT_OK(coder);
-  for (size_t n : {size_t{0}, size_t{1}, size_t{4}, size_t{1000}, size_t{1} << 20, (size_t{1} << 20) + 3}) {
+  // Up to 4 MiB a file is one row (a quarter in each data piece); 9 MiB + 5
+  // bytes is three rows of 1 MiB chunks, the last one mostly padding; 17 MiB
+  // + 1 five rows, its pieces checked in two blocks.
+  for (size_t n : {size_t{0}, size_t{1}, size_t{4}, size_t{1000}, size_t{1} << 20, (size_t{1} << 20) + 3,
+                   (size_t{9} << 20) + 5, (size_t{17} << 20) + 1}) {
     const std::string file = RandomFile(n, n + 1);
     const std::vector<std::string> pieces = (*coder)->Encode(Bytes(file));
     ASSERT_EQ(pieces.size(), 6u);
     const uint64_t piece_bytes = (*coder)->PieceBytes(n);
-    EXPECT_EQ(piece_bytes, (n + 3) / 4);
-    for (const std::string& p : pieces) EXPECT_EQ(p.size(), PieceHeaderBytes(6) + piece_bytes);
+    // Padding: less than k bytes a row of at most k MiB.
+    EXPECT_GE(4 * piece_bytes, n);
+    EXPECT_LT(4 * piece_bytes - n, 4 * (n / (size_t{4} << 20) + 1)) << n;
+    for (const std::string& p : pieces) EXPECT_EQ(p.size(), PieceHeaderBytes(4, 2, n) + piece_bytes);
     int cases = 0;
     for (int a = -1; a < 6; ++a) {
       for (int b = a; b < 6; ++b) {
@@ -91,6 +97,43 @@ TEST(Erasure, ReusedPiecesEncodeAsFreshOnes) {
   }
 }
 
+// Data piece i of a striped file holds its chunks i, i + k, ... in order,
+// each StripeBytes long; a row range of a piece copies to the file's
+// places.
+TEST(Erasure, DataPiecesHoldTheFilesChunksInTurn) {
+  auto coder = ErasureCoder::Create(4, 2);
+  ASSERT_OK(coder);
+  // Three rows of chunks of S = 786433 bytes; the last chunk (11) is 7
+  // bytes short.
+  const size_t n = (size_t{9} << 20) + 5;
+  const std::string file = RandomFile(n, 11);
+  const std::vector<std::string> pieces = (*coder)->Encode(Bytes(file));
+  const size_t s = StripeBytes(n, 4), header = PieceHeaderBytes(4, 2, n);
+  ASSERT_EQ(s, 786433u);
+  ASSERT_EQ(PieceBytesOf(n, 4), 3 * s);
+  EXPECT_EQ(pieces[1].compare(header + s, s, file, 5 * s, s), 0);      // row 1, chunk 5
+  EXPECT_EQ(pieces[0].compare(header + 2 * s, s, file, 8 * s, s), 0);  // row 2, chunk 8
+  const size_t tail = n - 11 * s;
+  EXPECT_EQ(pieces[3].compare(header + 2 * s, tail, file, 11 * s, tail), 0);            // chunk 11: the file's end
+  EXPECT_TRUE(pieces[3].substr(header + 2 * s + tail) == std::string(s - tail, '\0'));  // past it: zeros
+  // Rows 1 and 2 of data piece 2 (chunks 6 and 10).
+  std::string back(n, 'x');
+  PieceRowsToFile(pieces[2].data() + header + s, 2, 1, 2, s, 4, back.data(), n);
+  EXPECT_EQ(back.compare(6 * s, s, file, 6 * s, s), 0);
+  EXPECT_EQ(back.compare(10 * s, s, file, 10 * s, s), 0);
+  EXPECT_TRUE(back.substr(0, 6 * s) == std::string(6 * s, 'x'));
+  // Rows rebuilt from parity alone: row 1 of pieces 0 and 1 from 2..5.
+  std::vector<const unsigned char*> src;
+  for (int i = 2; i < 6; ++i) src.push_back(reinterpret_cast<const unsigned char*>(pieces[i].data() + header + s));
+  std::string r0(s, '\0'), r1(s, '\0');
+  ASSERT_OK(
+      (*coder)->Rebuild({2, 3, 4, 5}, {0, 1}, s, src,
+                        {reinterpret_cast<unsigned char*>(r0.data()), reinterpret_cast<unsigned char*>(r1.data())}));
+  EXPECT_TRUE(r0 == file.substr(4 * s, s));
+  EXPECT_TRUE(r1 == file.substr(5 * s, s));
+  EXPECT_FALSE((*coder)->Rebuild({2, 2, 4, 5}, {0}, s, src, {reinterpret_cast<unsigned char*>(r0.data())}).ok());
+}
+
 // Only the pieces' own payload bytes and the data pieces' order matter:
 // the data pieces hold the file as it is.
 TEST(Erasure, DataPiecesHoldTheFileInOrder) {
@@ -99,7 +142,7 @@ TEST(Erasure, DataPiecesHoldTheFileInOrder) {
   const std::string file = RandomFile(3000, 7);
   const std::vector<std::string> pieces = (*coder)->Encode(Bytes(file));
   std::string joined;
-  for (int i = 0; i < 3; ++i) joined += pieces[static_cast<size_t>(i)].substr(PieceHeaderBytes(5));
+  for (int i = 0; i < 3; ++i) joined += pieces[static_cast<size_t>(i)].substr(PieceHeaderBytes(3, 2, 3000));
   EXPECT_EQ(joined.substr(0, file.size()), file);
 }
 
@@ -110,8 +153,8 @@ TEST(Erasure, DamagedPiecesAreRefusedAndTooFewGoodOnesIsUnavailable) {
   std::vector<std::string> pieces = (*coder)->Encode(Bytes(file));
   // A flipped payload byte in a data piece and in a parity piece: both are
   // refused, and the other four still rebuild the file.
-  pieces[1][PieceHeaderBytes(6) + 10] ^= 1;
-  pieces[5][PieceHeaderBytes(6) + 99] ^= 1;
+  pieces[1][PieceHeaderBytes(4, 2, 100000) + 10] ^= 1;
+  pieces[5][PieceHeaderBytes(4, 2, 100000) + 99] ^= 1;
   ErasureDecodeStats st;
   auto back = (*coder)->Decode(Pointers(pieces), &st);
   ASSERT_OK(back);
@@ -158,9 +201,9 @@ TEST(Erasure, HeadersCheckThemselvesAndShapesAreBounded) {
   EXPECT_EQ(h->index, 2);
   EXPECT_EQ(h->file_bytes, 64u);
   EXPECT_EQ(h->piece_bytes, 32u);
-  EXPECT_EQ(EncodePieceHeader(*h), pieces[2].substr(0, PieceHeaderBytes(3)));
+  EXPECT_EQ(EncodePieceHeader(*h), pieces[2].substr(0, PieceHeaderBytes(2, 1, 64)));
   // Every single-byte change of the header is caught; so is a truncation.
-  for (size_t i = 0; i < PieceHeaderBytes(3); ++i) {
+  for (size_t i = 0; i < PieceHeaderBytes(2, 1, 64); ++i) {
     std::string bad = pieces[2];
     bad[i] ^= 0x40;
     EXPECT_FALSE(DecodePieceHeader(Bytes(bad)).ok()) << "byte " << i;
@@ -350,7 +393,7 @@ TEST_F(ErasureMemoryLevel, CopiesTakeOneAndAHalfTimesTheFilesInMemory) {
       auto size = (*storage)->FileSize(dir.empty() ? e.name : StrCat(dir, "/", e.name));
       ASSERT_OK(size);
       files += static_cast<int64_t>(*size);
-      expected += 6 * static_cast<int64_t>(PieceHeaderBytes(6) + (*size + 3) / 4);
+      expected += 6 * static_cast<int64_t>(PieceHeaderBytes(4, 2, *size) + PieceBytesOf(*size, 4));
       data_files += e.name.ends_with(".ckd");
     }
   }
