@@ -567,99 +567,99 @@ void BindDataPosition(py::module_& m) {
 // Checkpointer: saves and loads of one rank.
 void BindCheckpointer(py::module_& m) {
   py::class_<ckpt::Checkpointer>(m, "Checkpointer")
-      .def(py::init([](const std::string& uri, int rank, int world_size, const std::string& codec, int keep_last,
-                       int64_t staging_bytes, bool direct_io, std::shared_ptr<ckpt::Communicator> communicator,
-                       int staging_threads, std::shared_ptr<ckpt::PeerMemory> memory,
-                       std::vector<std::string> memory_replicas, std::vector<std::vector<std::string>> memory_holders,
-                       std::vector<std::string> memory_peers, std::shared_ptr<ckpt::PeerMemory> exchange_memory,
-                       double cpu_budget, const std::string& background, double memory_send_bytes_per_s,
-                       int delta_chain, double delta_rebase_ratio, int64_t keep_within,
-                       const std::string& memory_erasure) {
-             ckpt::CheckpointerOptions o;
-             o.uri = uri;
-             o.rank = rank;
-             o.world_size = world_size;
-             if (communicator) {
-               o.communicator = communicator;
-               o.rank = communicator->rank();
-               o.world_size = communicator->size();
-             }
-             auto c = ckpt::ParseCodec(codec);
-             if (!c) Raise(absl::StatusCode::kInvalidArgument, "codec must be " + ckpt::CodecChoices());
-             o.codec = *c;
-             o.retention.keep_last = keep_last;
-             if (keep_within < 0) Raise(absl::StatusCode::kInvalidArgument, "keep_within must be >= 0");
-             o.retention.keep_within = keep_within;
-             if (delta_chain < 0 || !(delta_rebase_ratio > 0)) {
-               Raise(absl::StatusCode::kInvalidArgument, "delta_chain must be >= 0 and delta_rebase_ratio > 0");
-             }
-             o.delta.chain = delta_chain;
-             o.delta.rebase_ratio = delta_rebase_ratio;
-             o.engine_options.staging_bytes = static_cast<size_t>(staging_bytes);
-             if (staging_threads < 0) Raise(absl::StatusCode::kInvalidArgument, "staging_threads must be >= 0");
-             o.engine_options.staging_threads = staging_threads;
-             o.engine_options.cpu_budget = cpu_budget;
-             // The background threads' CPU policy: "batch" (nice 10 and
-             // SCHED_BATCH), "idle" (SCHED_IDLE) or "normal" (the caller's).
-             if (background != "batch" && background != "idle" && background != "normal") {
-               Raise(absl::StatusCode::kInvalidArgument, "background must be \"batch\", \"idle\" or \"normal\"");
-             }
-             o.engine_options.background_idle = background == "idle";
-             if (background == "normal") o.engine_options.background_nice = 0;
-             o.direct_io = direct_io;
-             if (memory) {
-               // The memory level: this rank's files go to `memory_replicas`;
-               // rank k's files of a save are read from memory_holders[k]
-               // (every peer when that is not given).
-               // With memory_erasure "K+M", memory_replicas are the holders of
-               // pieces 1 .. K+M-1 (piece 0 stays in `memory`).
-               ckpt::PeerRoute route;
-               if (!memory_erasure.empty()) {
-                 char extra = 0;
-                 if (std::sscanf(memory_erasure.c_str(), "%d+%d%c", &route.erasure_k, &route.erasure_m, &extra) != 2) {
-                   Raise(absl::StatusCode::kInvalidArgument, "memory_erasure wants \"K+M\", e.g. \"4+2\"");
-                 }
-               }
-               route.replicas = std::move(memory_replicas);
-               route.peers = memory_peers;
-               route.send_bytes_per_s = memory_send_bytes_per_s;
-               route.holders = [holders = std::move(memory_holders), peers = std::move(memory_peers)](
-                                   int64_t, int owner) -> std::vector<std::string> {
-                 if (owner >= 0 && static_cast<size_t>(owner) < holders.size()) return holders[owner];
-                 return peers;
-               };
-               auto storage = ckpt::OpenPeerStorage(memory, std::move(route));
-               Check(storage.status());
-               o.memory_storage = std::move(storage).value();
-             }
-             if (exchange_memory && communicator) {
-               // Cooperative loads: the ranks pass each other the pieces
-               // they read (a collective: every rank constructs together).
-               absl::StatusOr<std::shared_ptr<ckpt::LoadExchange>> ex;
-               {
-                 py::gil_scoped_release release;
-                 ex = ckpt::OpenLoadExchange(exchange_memory, *communicator, o.collective_timeout_s);
-               }
-               Check(ex.status());
-               o.load_exchange = std::move(ex).value();
-             }
-             absl::StatusOr<std::unique_ptr<ckpt::Checkpointer>> cp;
-             {
-               py::gil_scoped_release release;
-               cp = ckpt::Checkpointer::Open(o);
-             }
-             Check(cp.status());
-             return std::move(cp).value();
-           }),
-           py::arg("uri"), py::arg("rank") = 0, py::arg("world_size") = 1, py::arg("codec") = "none",
-           py::arg("keep_last") = 0, py::arg("staging_bytes") = int64_t{256} << 20, py::arg("direct_io") = true,
-           py::arg("communicator") = nullptr, py::arg("staging_threads") = 0, py::arg("memory") = nullptr,
-           py::arg("memory_replicas") = std::vector<std::string>{},
-           py::arg("memory_holders") = std::vector<std::vector<std::string>>{},
-           py::arg("memory_peers") = std::vector<std::string>{}, py::arg("exchange_memory") = nullptr,
-           py::arg("cpu_budget") = 0.0, py::arg("background") = "batch", py::arg("memory_send_bytes_per_s") = 0.0,
-           py::arg("delta_chain") = 0, py::arg("delta_rebase_ratio") = 0.9, py::arg("keep_within") = 0,
-           py::arg("memory_erasure") = "", py::keep_alive<1, 9>())
+      .def(
+          py::init([](const std::string& uri, int rank, int world_size, const std::string& codec, int keep_last,
+                      int64_t staging_bytes, bool direct_io, std::shared_ptr<ckpt::Communicator> communicator,
+                      int staging_threads, std::shared_ptr<ckpt::PeerMemory> memory,
+                      std::vector<std::string> memory_replicas, std::vector<std::vector<std::string>> memory_holders,
+                      std::vector<std::string> memory_peers, std::shared_ptr<ckpt::PeerMemory> exchange_memory,
+                      double cpu_budget, const std::string& background, double memory_send_bytes_per_s, int delta_chain,
+                      double delta_rebase_ratio, int64_t keep_within, const std::string& memory_erasure) {
+            ckpt::CheckpointerOptions o;
+            o.uri = uri;
+            o.rank = rank;
+            o.world_size = world_size;
+            if (communicator) {
+              o.communicator = communicator;
+              o.rank = communicator->rank();
+              o.world_size = communicator->size();
+            }
+            auto c = ckpt::ParseCodec(codec);
+            if (!c) Raise(absl::StatusCode::kInvalidArgument, "codec must be " + ckpt::CodecChoices());
+            o.codec = *c;
+            o.retention.keep_last = keep_last;
+            if (keep_within < 0) Raise(absl::StatusCode::kInvalidArgument, "keep_within must be >= 0");
+            o.retention.keep_within = keep_within;
+            if (delta_chain < 0 || !(delta_rebase_ratio > 0)) {
+              Raise(absl::StatusCode::kInvalidArgument, "delta_chain must be >= 0 and delta_rebase_ratio > 0");
+            }
+            o.delta.chain = delta_chain;
+            o.delta.rebase_ratio = delta_rebase_ratio;
+            o.engine_options.staging_bytes = static_cast<size_t>(staging_bytes);
+            if (staging_threads < 0) Raise(absl::StatusCode::kInvalidArgument, "staging_threads must be >= 0");
+            o.engine_options.staging_threads = staging_threads;
+            o.engine_options.cpu_budget = cpu_budget;
+            // The background threads' CPU policy: "batch" (nice 10 and
+            // SCHED_BATCH), "idle" (SCHED_IDLE) or "normal" (the caller's).
+            if (background != "batch" && background != "idle" && background != "normal") {
+              Raise(absl::StatusCode::kInvalidArgument, "background must be \"batch\", \"idle\" or \"normal\"");
+            }
+            o.engine_options.background_idle = background == "idle";
+            if (background == "normal") o.engine_options.background_nice = 0;
+            o.direct_io = direct_io;
+            if (memory) {
+              // The memory level: this rank's files go to `memory_replicas`;
+              // rank k's files of a save are read from memory_holders[k]
+              // (every peer when that is not given).
+              // With memory_erasure "K+M", memory_replicas are the holders of
+              // pieces 1 .. K+M-1 (piece 0 stays in `memory`).
+              ckpt::PeerRoute route;
+              if (!memory_erasure.empty()) {
+                char extra = 0;
+                if (std::sscanf(memory_erasure.c_str(), "%d+%d%c", &route.erasure_k, &route.erasure_m, &extra) != 2) {
+                  Raise(absl::StatusCode::kInvalidArgument, "memory_erasure wants \"K+M\", e.g. \"4+2\"");
+                }
+              }
+              route.replicas = std::move(memory_replicas);
+              route.peers = memory_peers;
+              route.send_bytes_per_s = memory_send_bytes_per_s;
+              route.holders = [holders = std::move(memory_holders), peers = std::move(memory_peers)](
+                                  int64_t, int owner) -> std::vector<std::string> {
+                if (owner >= 0 && static_cast<size_t>(owner) < holders.size()) return holders[owner];
+                return peers;
+              };
+              auto storage = ckpt::OpenPeerStorage(memory, std::move(route));
+              Check(storage.status());
+              o.memory_storage = std::move(storage).value();
+            }
+            if (exchange_memory && communicator) {
+              // Cooperative loads: the ranks pass each other the pieces
+              // they read (a collective: every rank constructs together).
+              absl::StatusOr<std::shared_ptr<ckpt::LoadExchange>> ex;
+              {
+                py::gil_scoped_release release;
+                ex = ckpt::OpenLoadExchange(exchange_memory, *communicator, o.collective_timeout_s);
+              }
+              Check(ex.status());
+              o.load_exchange = std::move(ex).value();
+            }
+            absl::StatusOr<std::unique_ptr<ckpt::Checkpointer>> cp;
+            {
+              py::gil_scoped_release release;
+              cp = ckpt::Checkpointer::Open(o);
+            }
+            Check(cp.status());
+            return std::move(cp).value();
+          }),
+          py::arg("uri"), py::arg("rank") = 0, py::arg("world_size") = 1, py::arg("codec") = "none",
+          py::arg("keep_last") = 0, py::arg("staging_bytes") = int64_t{256} << 20, py::arg("direct_io") = true,
+          py::arg("communicator") = nullptr, py::arg("staging_threads") = 0, py::arg("memory") = nullptr,
+          py::arg("memory_replicas") = std::vector<std::string>{},
+          py::arg("memory_holders") = std::vector<std::vector<std::string>>{},
+          py::arg("memory_peers") = std::vector<std::string>{}, py::arg("exchange_memory") = nullptr,
+          py::arg("cpu_budget") = 0.0, py::arg("background") = "batch", py::arg("memory_send_bytes_per_s") = 0.0,
+          py::arg("delta_chain") = 0, py::arg("delta_rebase_ratio") = 0.9, py::arg("keep_within") = 0,
+          py::arg("memory_erasure") = "", py::keep_alive<1, 9>())
       .def(
           "save",
           [](ckpt::Checkpointer& cp, int64_t step, PyState& state, std::map<std::string, std::string> metadata,

@@ -532,12 +532,15 @@ absl::StatusOr<uint64_t> PeerStorageImpl::CodedFileSize(std::string_view path) {
 }
 
 // An erasure-coded file read as it is read: each check block of the pieces
-// (kCheckRows rows of the striped file) is fetched from k pieces'
-// holders at once, data pieces first, each piece's block checked against
-// its checksum as it arrives; the data rows go to their places in the file
-// and the rows of data pieces missing or refused are rebuilt from parity
-// and checked. A read waits for the blocks it covers; a driver thread
-// fetches them in order of need, one block beyond the furthest asked for.
+// (kCheckRows rows of the striped file) is fetched from k pieces' holders
+// at once, data pieces first, each piece's block checked against its
+// checksum as it arrives; the data rows go to their places in the block's
+// part of the file and the rows of data pieces missing or refused are
+// rebuilt from parity and checked. The file is never whole in memory: a
+// few blocks' parts are held in reused buffers (slots), each dropped once
+// all its bytes were read. A read waits for the blocks it covers; a driver
+// thread fetches them in order of need, and up to kReadAhead blocks beyond
+// the furthest asked for.
 class CodedFile {
  public:
   CodedFile(PeerStorageImpl& storage, std::string path, PieceHeader shape, const ErasureCoder* coder,
@@ -551,8 +554,10 @@ class CodedFile {
         tried_(std::move(tried)),
         stripe_(StripeBytes(shape_.file_bytes, shape_.k)),
         header_(PieceHeaderBytes(shape_.k, shape_.m, shape_.file_bytes)),
-        done_(shape_.blocks(), false) {
-    out_.resize(shape_.file_bytes);
+        span_(kCheckRows * stripe_ * static_cast<uint64_t>(shape_.k)),
+        blocks_(shape_.blocks()),
+        slots_(std::min<uint64_t>(kSlots, std::max<uint64_t>(blocks_, 1))) {
+    fetched_.resize(static_cast<size_t>(shape_.k + shape_.m));
     driver_ = std::thread([this] { Drive(); });
   }
   ~CodedFile() {
@@ -567,68 +572,110 @@ class CodedFile {
   const std::string& path() const { return path_; }
 
   absl::Status ReadAt(uint64_t offset, absl::Span<std::byte> dst) {
-    if (offset > out_.size() || dst.size() > out_.size() - offset) {
-      return absl::OutOfRangeError(StrCat("truncated: peer memory ", path_, " has ", out_.size(), " bytes, reading ",
+    if (offset > size() || dst.size() > size() - offset) {
+      return absl::OutOfRangeError(StrCat("truncated: peer memory ", path_, " has ", size(), " bytes, reading ",
                                           dst.size(), " at byte offset ", offset));
     }
-    if (dst.empty()) return absl::OkStatus();
-    const uint64_t first = BlockOf(offset), last = BlockOf(offset + dst.size() - 1);
-    std::unique_lock<std::mutex> lock(mu_);
-    for (uint64_t b = first; b <= last; ++b) {
-      if (!done_[b]) wanted_.insert(b);
-    }
-    furthest_ = std::max(furthest_, last);
-    asked_ = true;
-    cv_.notify_all();
-    cv_.wait(lock, [&] {
-      if (!error_.ok()) return true;
-      for (uint64_t b = first; b <= last; ++b) {
-        if (!done_[b]) return false;
+    uint64_t at = offset;
+    while (at < offset + dst.size()) {
+      const uint64_t b = at / span_;
+      const uint64_t end = std::min(offset + dst.size(), (b + 1) * span_);
+      Slot* slot = nullptr;
+      {
+        std::unique_lock<std::mutex> lock(mu_);
+        furthest_ = std::max(furthest_, b);
+        asked_ = true;
+        slot = Ready(b);
+        if (slot == nullptr) {
+          wanted_.insert(b);
+          cv_.notify_all();
+          cv_.wait(lock, [&] { return !error_.ok() || (slot = Ready(b)) != nullptr; });
+          if (slot == nullptr) return error_;
+        }
+        ++slot->pins;
       }
-      return true;
-    });
-    for (uint64_t b = first; b <= last; ++b) {
-      if (!done_[b]) return error_;
+      std::memcpy(dst.data() + (at - offset), slot->bytes.data() + (at - b * span_), end - at);
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        --slot->pins;
+        slot->served += end - at;
+        // Every byte of it read: its buffer takes the next block.
+        if (slot->served >= BlockFileBytes(b)) slot->block = kNone;
+      }
+      cv_.notify_all();
+      at = end;
     }
-    lock.unlock();
-    std::memcpy(dst.data(), out_.data() + offset, dst.size());
     return absl::OkStatus();
   }
 
  private:
-  static uint64_t RowsPerBlock() { return kCheckRows; }
-  // The check block holding file byte `offset`.
-  uint64_t BlockOf(uint64_t offset) const {
-    return offset / (stripe_ * static_cast<uint64_t>(shape_.k)) / RowsPerBlock();
+  static constexpr uint64_t kNone = ~uint64_t{0};
+  static constexpr uint64_t kReadAhead = 2;
+  static constexpr uint64_t kSlots = 4;
+  // A block's part of the file, held for reads.
+  struct Slot {
+    std::string bytes;
+    uint64_t block = kNone;
+    uint64_t served = 0;  // bytes read from it
+    int pins = 0;         // reads copying from it now
+    uint64_t used = 0;    // when it was filled, for the choice of the next to refill
+  };
+
+  // The file bytes block `b` covers.
+  uint64_t BlockFileBytes(uint64_t b) const { return std::min(span_, size() - b * span_); }
+  // REQUIRES: mu_. The slot holding block `b`, or null.
+  Slot* Ready(uint64_t b) {
+    for (Slot& s : slots_) {
+      if (s.block == b) return &s;
+    }
+    return nullptr;
+  }
+  // REQUIRES: mu_. A slot to fill: an empty one, else the one filled
+  // longest ago that no read is copying from and no read waits for; null
+  // when there is none.
+  Slot* Free() {
+    Slot* best = nullptr;
+    for (Slot& s : slots_) {
+      if (s.block == kNone) return &s;
+      if (s.pins > 0 || wanted_.count(s.block) != 0 || s.block > furthest_) continue;
+      if (best == nullptr || s.used < best->used) best = &s;
+    }
+    return best;
   }
 
   void Drive() {
+    uint64_t filled = 0;
     for (;;) {
       uint64_t b = 0;
+      Slot* slot = nullptr;
       {
         std::unique_lock<std::mutex> lock(mu_);
-        // What was asked for first, else up to kReadAhead blocks beyond the
-        // furthest asked for (reads are mostly in order).
-        const auto ahead = [&]() -> std::optional<uint64_t> {
+        // What a read waits for first, else up to kReadAhead blocks beyond
+        // the furthest asked for (reads are mostly in order).
+        const auto next = [&]() -> std::optional<uint64_t> {
+          while (!wanted_.empty() && Ready(*wanted_.begin()) != nullptr) wanted_.erase(wanted_.begin());
+          if (!wanted_.empty()) return *wanted_.begin();
           if (!asked_) return std::nullopt;
-          for (uint64_t x = furthest_ + 1; x <= furthest_ + kReadAhead && x < done_.size(); ++x) {
-            if (!done_[x]) return x;
+          for (uint64_t x = furthest_ + 1; x <= furthest_ + kReadAhead && x < blocks_; ++x) {
+            if (Ready(x) == nullptr && done_ahead_.count(x) == 0) return x;
           }
           return std::nullopt;
         };
-        cv_.wait(lock, [&] {
-          if (stop_ || !error_.ok()) return true;
-          while (!wanted_.empty() && done_[*wanted_.begin()]) wanted_.erase(wanted_.begin());
-          return !wanted_.empty() || ahead().has_value();
-        });
+        cv_.wait(lock, [&] { return stop_ || !error_.ok() || (next().has_value() && Free() != nullptr); });
         if (stop_ || !error_.ok()) return;
-        b = !wanted_.empty() ? *wanted_.begin() : *ahead();
+        b = *next();
+        slot = Free();
+        slot->block = kNone;
+        slot->served = 0;
       }
-      absl::Status s = RunBlock(b);
+      if (slot->bytes.size() < span_) slot->bytes.resize(span_);
+      absl::Status s = RunBlock(b, slot->bytes.data());
       std::lock_guard<std::mutex> lock(mu_);
       if (s.ok()) {
-        done_[b] = true;
+        slot->block = b;
+        slot->used = ++filled;
         wanted_.erase(b);
+        if (b > furthest_) done_ahead_.insert(b);
       } else {
         error_ = s;
       }
@@ -636,8 +683,9 @@ class CodedFile {
     }
   }
 
-  // Fetches block `b` of piece `index` from its current source, checked.
-  absl::Status Fetch(uint64_t b, int index, std::string* buf, const char** data) {
+  // Fetches block `b` of piece `index` from its current source into
+  // fetched_[index] (or points at this memory's copy), checked.
+  absl::Status Fetch(uint64_t b, int index, const char** data) {
     const PieceSource& s = sources_[static_cast<size_t>(index)][current_[static_cast<size_t>(index)]];
     const uint64_t at = b * shape_.block_bytes(), len = std::min(shape_.block_bytes(), shape_.piece_bytes - at);
     if (s.own != nullptr) {
@@ -645,14 +693,15 @@ class CodedFile {
       *data = s.own->data() + header_ + at;
       storage_.counters().from_own += static_cast<int64_t>(len);
     } else {
-      buf->resize(len);
+      std::string& buf = fetched_[static_cast<size_t>(index)];
+      if (buf.size() < len) buf.resize(shape_.block_bytes());
       auto got = storage_.pool().With<bool>(s.endpoint, [&](PeerConnection& c) -> absl::StatusOr<bool> {
         CKPT_RETURN_IF_ERROR(
-            c.Get(PiecePath(path_, index), header_ + at, {reinterpret_cast<std::byte*>(buf->data()), buf->size()}));
+            c.Get(PiecePath(path_, index), header_ + at, {reinterpret_cast<std::byte*>(buf.data()), len}));
         return true;
       });
       if (!got.ok()) return got.status();
-      *data = buf->data();
+      *data = buf.data();
       storage_.counters().from_peers += static_cast<int64_t>(len);
     }
     if (Xxh3(*data, len) != shape_.Sum(index, b)) {
@@ -661,11 +710,11 @@ class CodedFile {
     return absl::OkStatus();
   }
 
-  absl::Status RunBlock(uint64_t b) {
+  // Fills `out` (block b's part of the file, from its first byte).
+  absl::Status RunBlock(uint64_t b, char* out) {
     const int k = shape_.k, n = shape_.k + shape_.m;
     const uint64_t len = std::min(shape_.block_bytes(), shape_.piece_bytes - b * shape_.block_bytes());
-    const uint64_t row = b * RowsPerBlock(), rows = len / stripe_;
-    std::vector<std::string> bufs(static_cast<size_t>(n));
+    const uint64_t rows = len / stripe_;
     std::vector<const char*> data(static_cast<size_t>(n), nullptr);
     for (;;) {
       // The first k pieces with a live source, data pieces first.
@@ -684,15 +733,9 @@ class CodedFile {
       {
         std::vector<std::thread> threads;
         for (size_t f = 1; f < fetch.size(); ++f) {
-          threads.emplace_back([&, f] {
-            const size_t i = static_cast<size_t>(fetch[f]);
-            results[f] = Fetch(b, fetch[f], &bufs[i], &data[i]);
-          });
+          threads.emplace_back([&, f] { results[f] = Fetch(b, fetch[f], &data[static_cast<size_t>(fetch[f])]); });
         }
-        if (!fetch.empty()) {
-          const size_t i = static_cast<size_t>(fetch[0]);
-          results[0] = Fetch(b, fetch[0], &bufs[i], &data[i]);
-        }
+        if (!fetch.empty()) results[0] = Fetch(b, fetch[0], &data[static_cast<size_t>(fetch[0])]);
         for (auto& t : threads) t.join();
       }
       bool all = true;
@@ -710,27 +753,31 @@ class CodedFile {
       if (!all) continue;
       // Data rows to their places; the rows of lost data pieces rebuilt
       // from the k in hand and checked.
+      const uint64_t file_bytes = BlockFileBytes(b);
       std::vector<int> lost;
       for (int i = 0; i < k; ++i) {
         if (std::find(use.begin(), use.end(), i) == use.end()) {
           lost.push_back(i);
         } else {
-          PieceRowsToFile(data[static_cast<size_t>(i)], i, row, rows, stripe_, k, out_.data(), out_.size());
+          PieceRowsToFile(data[static_cast<size_t>(i)], i, 0, rows, stripe_, k, out, file_bytes);
         }
       }
       if (lost.empty()) return absl::OkStatus();
-      std::vector<std::string> rebuilt(lost.size(), std::string(len, '\0'));
+      rebuilt_.resize(lost.size());
       std::vector<const unsigned char*> src;
       std::vector<unsigned char*> dst;
       for (int i : use) src.push_back(reinterpret_cast<const unsigned char*>(data[static_cast<size_t>(i)]));
-      for (std::string& r : rebuilt) dst.push_back(reinterpret_cast<unsigned char*>(r.data()));
+      for (std::string& r : rebuilt_) {
+        if (r.size() < len) r.resize(shape_.block_bytes());
+        dst.push_back(reinterpret_cast<unsigned char*>(r.data()));
+      }
       CKPT_RETURN_IF_ERROR(coder_->Rebuild(use, lost, len, src, dst));
       for (size_t r = 0; r < lost.size(); ++r) {
-        if (Xxh3(rebuilt[r].data(), len) != shape_.Sum(lost[r], b)) {
+        if (Xxh3(rebuilt_[r].data(), len) != shape_.Sum(lost[r], b)) {
           return absl::DataLossError(StrCat("open peer memory:", path_, ": data piece ", lost[r], " rebuilt from ",
                                             "parity does not match its checksum (block ", b, ")"));
         }
-        PieceRowsToFile(rebuilt[r].data(), lost[r], row, rows, stripe_, k, out_.data(), out_.size());
+        PieceRowsToFile(rebuilt_[r].data(), lost[r], 0, rows, stripe_, k, out, file_bytes);
         if (rebuilt_pieces_.insert(lost[r]).second) storage_.counters().pieces_lost += 1;
       }
       storage_.counters().rebuilt += static_cast<int64_t>(len * lost.size());
@@ -742,22 +789,25 @@ class CodedFile {
   const std::string path_;
   const PieceHeader shape_;
   const ErasureCoder* coder_;
-  // Per piece index, where it can be read, and the source in use (past the
-  // end: none left). Only the driver thread touches these.
+  // The driver thread's alone: per piece index where it can be read and the
+  // source in use (past the end: none left), its fetch buffers, what was
+  // tried.
   std::vector<std::vector<PieceSource>> sources_;
   std::vector<size_t> current_;
+  std::vector<std::string> fetched_, rebuilt_;
   std::string tried_;
   int damaged_ = 0;
   std::set<int> rebuilt_pieces_;
   const uint64_t stripe_;
   const size_t header_;
-  std::string out_;  // the file; a block's rows are written before it is marked done
+  const uint64_t span_;    // file bytes of a block: kCheckRows rows
+  const uint64_t blocks_;  // of each piece
   std::mutex mu_;
   std::condition_variable cv_;
-  std::vector<bool> done_;
-  std::set<uint64_t> wanted_;
-  static constexpr uint64_t kReadAhead = 2;
-  uint64_t furthest_ = 0;  // the furthest block a read asked for
+  std::vector<Slot> slots_;
+  std::set<uint64_t> wanted_;      // blocks reads wait for
+  std::set<uint64_t> done_ahead_;  // blocks read ahead (not read again ahead)
+  uint64_t furthest_ = 0;          // the furthest block a read asked for
   bool asked_ = false;
   bool stop_ = false;
   absl::Status error_;
