@@ -110,6 +110,14 @@ CKPT_EXPORT double TwoLevelGoodput(double memory_period, int64_t durable_every, 
 CKPT_EXPORT TwoLevelPlan TwoLevelInterval(const LevelCosts& memory, const LevelCosts& durable, double survivable,
                                           double mtbf);
 
+/// The fraction of failures the memory level survives when it tolerates
+/// the loss of `tolerated` failure domains at once (replicas r: r; erasure
+/// coding k+m: m), given `domains_lost[j]` the share (or count) of failures
+/// that took out j + 1 domains at once. A failure of more domains is taken
+/// as not survivable (some rank's copies, or more than m of its pieces,
+/// may be among them). InvalidArgument for negative shares or none at all.
+CKPT_EXPORT absl::StatusOr<double> SurvivableFraction(const std::vector<double>& domains_lost, int tolerated);
+
 // ---------------------------------------------------------------------------
 // Failure rates from logs.
 

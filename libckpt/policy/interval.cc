@@ -78,6 +78,19 @@ double AsyncInterval(double stall, double write, double mtbf) {
   return std::max(stall + write, ExactDalyInterval(stall, mtbf) + stall);
 }
 
+absl::StatusOr<double> SurvivableFraction(const std::vector<double>& domains_lost, int tolerated) {
+  double all = 0, survived = 0;
+  for (size_t j = 0; j < domains_lost.size(); ++j) {
+    if (!(domains_lost[j] >= 0)) {
+      return absl::InvalidArgumentError("the shares of failures by domains lost must be >= 0");
+    }
+    all += domains_lost[j];
+    if (static_cast<int64_t>(j) + 1 <= tolerated) survived += domains_lost[j];
+  }
+  if (!(all > 0)) return absl::InvalidArgumentError("no failures in the shares of domains lost");
+  return survived / all;
+}
+
 double TwoLevelGoodput(double memory_period, int64_t durable_every, const LevelCosts& memory, const LevelCosts& durable,
                        double survivable, double mtbf) {
   const double P = memory_period;

@@ -294,6 +294,22 @@ TEST(TwoLevel, CadenceFollowsWhatMemorySurvives) {
   EXPECT_LT(all.durable_restores_per_run, 0.2);
 }
 
+// What the memory level survives, from the shares of failures by domains
+// lost: one replica survives the failures of one domain, RS(4+2) those of
+// two; and a memory level that survives more spaces durable saves further.
+TEST(TwoLevel, SurvivableFractionCountsTheFailuresOfAsManyDomainsAsTolerated) {
+  const std::vector<double> shares = {0.9, 0.08, 0.02};
+  EXPECT_DOUBLE_EQ(*SurvivableFraction(shares, 1), 0.9);
+  EXPECT_DOUBLE_EQ(*SurvivableFraction(shares, 2), 0.98);
+  EXPECT_DOUBLE_EQ(*SurvivableFraction(shares, 3), 1.0);
+  EXPECT_DOUBLE_EQ(*SurvivableFraction(shares, 0), 0.0);
+  EXPECT_DOUBLE_EQ(*SurvivableFraction({45, 4, 1}, 2), 0.98);  // counts work as shares
+  EXPECT_FALSE(SurvivableFraction({}, 1).ok());
+  EXPECT_FALSE(SurvivableFraction({0.5, -0.1}, 1).ok());
+  EXPECT_GT(TwoLevelInterval(kMemory, kDurable, *SurvivableFraction(shares, 2), 4 * kHour).durable_every,
+            TwoLevelInterval(kMemory, kDurable, *SurvivableFraction(shares, 1), 4 * kHour).durable_every);
+}
+
 // A durable save is held in storage only: a failure memory survives still
 // restores it from storage when it is the newest committed save. With every
 // save durable the durable restart is paid whatever memory survives; with a

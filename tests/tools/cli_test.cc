@@ -290,6 +290,20 @@ TEST(Cli, IntervalTwoLevels) {
   // Half the options, or a survivable fraction out of range: usage errors.
   EXPECT_EQ(Ckpt("interval --mtbf 4h --stall 2s --write 60s --survivable 0.9").code, 2);
   EXPECT_EQ(Ckpt("interval --mtbf 4h --stall 2s --write 60s --memory-stall 1s --survivable 1").code, 2);
+  // The survivable fraction from what failures take out and what the
+  // memory level tolerates: RS(4+2) (2 domains) against one replica.
+  const std::string base = "interval --mtbf 4h --stall 2s --write 60s --memory-stall 0.5s --memory-write 5s --json";
+  CliRun one = Ckpt(base + " --domain-losses 0.9,0.08,0.02 --memory-tolerates 1");
+  CliRun two = Ckpt(base + " --domain-losses 0.9,0.08,0.02 --memory-tolerates 2");
+  ASSERT_EQ(one.code, 0) << one.out;
+  ASSERT_EQ(two.code, 0) << two.out;
+  EXPECT_DOUBLE_EQ(JsonField(one.out, "survivable", one.out.find("\"two_level\":")), 0.9);
+  EXPECT_DOUBLE_EQ(JsonField(two.out, "survivable", two.out.find("\"two_level\":")), 0.98);
+  EXPECT_GT(JsonField(two.out, "durable_every", two.out.find("\"two_level\":")),
+            JsonField(one.out, "durable_every", one.out.find("\"two_level\":")));
+  EXPECT_EQ(Ckpt(base + " --domain-losses 0.9,0.1 --survivable 0.9").code, 2);
+  EXPECT_EQ(Ckpt(base + " --domain-losses 1 --memory-tolerates 1").code, 2);
+  EXPECT_EQ(Ckpt(base + " --domain-losses 0.9,x").code, 2);
 }
 
 TEST(Cli, IntervalFromAGivenMtbf) {

@@ -5,6 +5,7 @@
 #include <optional>
 #include <sstream>
 
+#include "absl/strings/str_split.h"
 #include "ckpt/interval.h"
 #include "commands.h"
 #include "common/cli.h"
@@ -81,7 +82,9 @@ struct IntervalResults {
 // The options as given on the command line.
 struct IntervalFlags {
   std::string mtbf, node_rate, log_path, stall, write, cost, restart = "10m", work, step, current, costs_path,
-                                                             memory_stall, memory_write, memory_restart = "1m";
+                                                             memory_stall, memory_write, memory_restart = "1m",
+                                                             domain_losses;
+  int64_t memory_tolerates = 1;
   bool log_intervals = false;
 };
 
@@ -175,7 +178,28 @@ absl::Status ReadCosts(const IntervalFlags& f, IntervalInputs& in) {
   CKPT_RETURN_IF_ERROR(OptionalDuration(f.work, "--work", false, &in.work));
   CKPT_RETURN_IF_ERROR(OptionalDuration(f.step, "--step-time", true, &in.step));
   CKPT_RETURN_IF_ERROR(OptionalDuration(f.current, "--current-interval", true, &in.current));
-  // Two levels.
+  // Two levels. The survivable fraction given, or from the shares of
+  // failures by domains lost and how many the memory level tolerates.
+  if (!f.domain_losses.empty()) {
+    if (in.survivable >= 0) return absl::InvalidArgumentError("give --survivable or --domain-losses, not both");
+    std::vector<double> shares;
+    for (const std::string& part : std::vector<std::string>(absl::StrSplit(f.domain_losses, ','))) {
+      double x = 0;
+      if (!ParseDouble(part, &x)) {
+        return absl::InvalidArgumentError(
+            StrCat("--domain-losses wants shares of failures by domains lost, e.g. 0.9,0.08,0.02; not '",
+                   f.domain_losses, "'"));
+      }
+      shares.push_back(x);
+    }
+    CKPT_ASSIGN_OR_RETURN(in.survivable, SurvivableFraction(shares, static_cast<int>(f.memory_tolerates)));
+    if (in.survivable >= 1) {
+      return absl::InvalidArgumentError(
+          StrCat("every failure in --domain-losses takes out at most ", f.memory_tolerates,
+                 " domain(s), all survivable by the memory level: list the share of larger ones (or of failures "
+                 "the memory level never survives, such as a whole-job loss) too"));
+    }
+  }
   in.two_level = !f.memory_stall.empty() || in.survivable >= 0;
   if (in.two_level) {
     if (f.memory_stall.empty() || in.survivable < 0 || in.survivable >= 1 || !in.async) {
@@ -475,7 +499,9 @@ int IntervalMain(int argc, char** argv, int first) {
             "--simulate checks the numbers by Monte Carlo; --plot draws goodput against the\n"
             "interval. With --memory-stall and --survivable, two levels: memory saves\n"
             "(replicated into peers' memory; they survive the fraction --survivable of\n"
-            "failures, those of one failure domain) and durable saves: the memory period\n"
+            "failures, those of one failure domain; or, from --domain-losses and\n"
+            "--memory-tolerates, those that took out no more domains than the memory level\n"
+            "tolerates: R replicas or M parity pieces) and durable saves: the memory period\n"
             "and how many saves apart the durable ones go. Durations take s, m, h, d\n"
             "suffixes.");
   args.String("mtbf", &f.mtbf, "mean time between failures of the whole job, e.g. 24h");
@@ -501,6 +527,12 @@ int IntervalMain(int argc, char** argv, int first) {
   args.String("memory-write", &f.memory_write, "two levels: from the stall until replicated (default 0)");
   args.String("memory-restart", &f.memory_restart, "two levels: restart from peers' memory (default 1m)");
   args.Double("survivable", &in.survivable, "two levels: fraction of failures a memory save survives, in [0, 1)");
+  args.String("domain-losses", &f.domain_losses,
+              "two levels, instead of --survivable: shares of failures that took out 1, 2, 3, ... failure domains "
+              "at once, e.g. 0.9,0.08,0.02");
+  args.Int("memory-tolerates", &f.memory_tolerates,
+           "with --domain-losses: domains the memory level survives losing at once: R for --memory-replicas R, "
+           "M for --memory-erasure K+M (default 1)");
   args.Switch("json", &json, "print JSON");
   int exit = 0;
   if (!args.Parse(argc, argv, first, &exit)) return exit;
