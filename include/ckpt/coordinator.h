@@ -220,9 +220,12 @@ struct CKPT_EXPORT CoordinatorRecord {
   int64_t seq = 0;  ///< 1-based position in the log
   CoordinatorRecordKind kind = CoordinatorRecordKind::kGeneration;
   int64_t generation = -1;
-  int64_t step = -1;      ///< steps and SDC alerts
-  bool memory = false;    ///< a step of the memory level
-  int save_world = 0;     ///< a memory step's commit: the ranks of its save
+  int64_t step = -1;    ///< steps and SDC alerts
+  bool memory = false;  ///< a step of the memory level
+  int save_world = 0;   ///< a memory step's commit: the ranks of its save
+  /// A memory step's commit: its files erasure coded k+m (0: whole copies).
+  int erasure_k = 0;
+  int erasure_m = 0;
   bool finished = false;  ///< a generation's end: every member left (the job finished)
   // A generation:
   int world = 0;
@@ -252,7 +255,9 @@ struct CKPT_EXPORT CoordinatorMemoryLevel {
   int64_t step = -1;
   int64_t generation = -1;  ///< the generation whose save committed it
   int save_world = 0;       ///< ranks of that save
-  int64_t held_by = -1;     ///< the generation that held it last, or the one that dropped it
+  int erasure_k = 0;        ///< its files erasure coded k+m (0: whole copies)
+  int erasure_m = 0;
+  int64_t held_by = -1;  ///< the generation that held it last, or the one that dropped it
 };
 
 /// "none", "held", "unconfirmed", "dropped", "gone".

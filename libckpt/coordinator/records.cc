@@ -1,6 +1,7 @@
 #include "coordinator/records.h"
 
 #include "coordinator/membership.h"
+#include "peer/erasure.h"
 #include "util/bytes.h"
 #include "util/strings.h"
 
@@ -85,6 +86,13 @@ absl::StatusOr<RecordView> DecodeRecord(int64_t seq, std::string_view record) {
       v.memory = IsMemoryKey(v.step);
       v.step = StepOfKey(v.step);
       if (r.ok() && !r.AtEnd()) v.save_world = static_cast<int>(r.Count(uint64_t{1} << 30, "save world"));
+      if (r.ok() && !r.AtEnd()) {  // a memory commit's erasure coding (appended)
+        v.erasure_k = r.U8();
+        v.erasure_m = r.U8();
+        if (r.ok() && !peer::CheckErasureShape(v.erasure_k, v.erasure_m).ok()) {
+          r.Fail(StrCat("erasure coding ", v.erasure_k, "+", v.erasure_m));
+        }
+      }
       break;
     case JournalKind::kSdc:
       v.step = r.SVar();
@@ -145,6 +153,8 @@ void History::Add(RecordView r) {
         memory.step = r.step;
         memory.generation = memory.held_by = r.generation;
         memory.save_world = r.save_world;
+        memory.erasure_k = r.erasure_k;
+        memory.erasure_m = r.erasure_m;
       }
       committed_in_.insert({key, r.generation});
       break;

@@ -83,12 +83,17 @@ const CommitBook::Step& CoordinatorImpl::StepFor(int64_t step, int64_t gen) {
   return book_.For(step, gen);
 }
 
-bool CoordinatorImpl::JournalStep(JournalKind kind, int64_t step, int64_t generation, int save_world) {
+bool CoordinatorImpl::JournalStep(JournalKind kind, int64_t step, int64_t generation, int save_world, int erasure_k,
+                                  int erasure_m) {
   ByteWriter w;
   w.U8(static_cast<uint8_t>(kind));
   w.SVar(step);
   w.SVar(generation);
   if (save_world > 0) w.Var(static_cast<uint64_t>(save_world));
+  if (save_world > 0 && erasure_k > 0) {
+    w.U8(static_cast<uint8_t>(erasure_k));
+    w.U8(static_cast<uint8_t>(erasure_m));
+  }
   return Journaled(w.Take());
 }
 
@@ -128,7 +133,10 @@ void CoordinatorImpl::Apply(std::vector<BookEvent> events) {
       case BookEvent::Kind::kCommitted:
         if (IsMemoryKey(e.step)) {
           const int world = static_cast<int>(e.durations.stall.size());
-          if (!JournalStep(JournalKind::kCommitted, e.step, e.generation, world)) return;
+          if (!JournalStep(JournalKind::kCommitted, e.step, e.generation, world, options_.memory_erasure_k,
+                           options_.memory_erasure_m)) {
+            return;
+          }
           memory_commits_[StepOfKey(e.step)] = MemoryCommit{e.generation, world, PiecesNeeded()};
           while (memory_commits_.size() > 64) memory_commits_.erase(memory_commits_.begin());
         } else {

@@ -249,7 +249,8 @@ class CoordinatorImpl final : public Coordinator, public SessionOwner {
 
   // `step` is a StepKey; a memory step's commit also records the ranks of
   // its save (`save_world`), which a restore from memory needs.
-  bool JournalStep(JournalKind kind, int64_t step, int64_t generation, int save_world = 0);
+  bool JournalStep(JournalKind kind, int64_t step, int64_t generation, int save_world = 0, int erasure_k = 0,
+                   int erasure_m = 0);
 
   void RaiseAlerts(std::vector<SdcAlert> alerts);
 
@@ -327,8 +328,7 @@ class CoordinatorImpl final : public Coordinator, public SessionOwner {
     int64_t generation = 0;
     int world = 0;
     /// Members that must hold some of a rank's files to restore it: 1 for
-    /// whole copies, k with erasure coding (as this coordinator saves;
-    /// commits replayed from the journal are taken to be saved so too).
+    /// whole copies, k with erasure coding (the commit's record says which).
     int pieces_needed = 1;
   };
   int PiecesNeeded() const { return options_.memory_erasure_k > 0 ? options_.memory_erasure_k : 1; }

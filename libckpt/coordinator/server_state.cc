@@ -65,7 +65,7 @@ absl::Status CoordinatorImpl::Replay(std::string_view rec) {
       break;
     case JournalKind::kCommitted:
       if (r.memory) {
-        memory_commits_[r.step] = MemoryCommit{r.generation, r.save_world, PiecesNeeded()};
+        memory_commits_[r.step] = MemoryCommit{r.generation, r.save_world, std::max(r.erasure_k, 1)};
       } else {
         last_committed_ = std::max(last_committed_, r.step);
       }

@@ -377,6 +377,18 @@ TEST(Coordinator, TwoHostsLostMidSaveRestoreFromErasureCodedMemory) {
             std::string::npos)
       << run.logs;
   ExpectFinalStateExact(dir.Join("root"), 40);
+  // The history and `ckpt list` name the coding of the memory steps.
+  int code = -1;
+  const std::string state = dir.Join("state");
+  const std::string history = RunCkpt(StrCat("coordinator history --state-dir ", state), &code);
+  EXPECT_EQ(code, 0) << history;
+  EXPECT_NE(history.find("memory step 14 committed (generation 1, erasure coded 4+2)"), std::string::npos) << history;
+  const std::string json = RunCkpt(StrCat("coordinator history --state-dir ", state, " --json"), &code);
+  EXPECT_NE(json.find("\"level\":\"memory\",\"erasure\":\"4+2\""), std::string::npos) << json;
+  const std::string list = RunCkpt(StrCat("list ", dir.Join("root"), " --state-dir ", state, " --json"), &code);
+  EXPECT_EQ(code, 0) << list;
+  EXPECT_NE(list.find("\"step\":14,\"generation\":1,\"save_world\":6"), std::string::npos) << list;
+  EXPECT_NE(list.find("\"erasure\":\"4+2\""), std::string::npos) << list;
 }
 
 // Rank 0's two-level IntervalPolicy decides after each step whether to save

@@ -85,7 +85,8 @@ std::string RecordLine(const CoordinatorRecord& r) {
     case JournalKind::kDecided:
       return StrCat(step, " decided for commit (generation ", r.generation, ")");
     case JournalKind::kCommitted:
-      return StrCat(step, " committed (generation ", r.generation, ")");
+      return StrCat(step, " committed (generation ", r.generation,
+                    r.erasure_k > 0 ? StrCat(", erasure coded ", r.erasure_k, "+", r.erasure_m) : "", ")");
     case JournalKind::kAborted:
       return StrCat(step, " aborted (generation ", r.generation, ")");
     case JournalKind::kSdc:
@@ -136,6 +137,7 @@ int HistoryMain(int argc, char** argv, int first) {
             if (r.kind != CoordinatorRecordKind::kGeneration && r.kind != CoordinatorRecordKind::kEnded)
               w.Field("step", r.step);
             if (r.memory) w.Field("level", "memory");
+            if (r.erasure_k > 0) w.Field("erasure", StrCat(r.erasure_k, "+", r.erasure_m));
             if (r.finished) w.Field("finished", true);
             if (r.kind == CoordinatorRecordKind::kGeneration) {
               w.Field("world", r.world).Field("restore_step", r.restore_step).Key("members").BeginArray();

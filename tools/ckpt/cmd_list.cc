@@ -32,7 +32,9 @@ std::string MemoryDetail(const CoordinatorMemoryLevel& memory) {
       return "no memory step committed";
     case MemoryState::kHeld:
       return StrCat("held by the processes of generation ", memory.held_by, " (committed by generation ",
-                    memory.generation, ", ", memory.save_world, " ranks)");
+                    memory.generation, ", ", memory.save_world, " ranks",
+                    memory.erasure_k > 0 ? StrCat(", erasure coded ", memory.erasure_k, "+", memory.erasure_m) : "",
+                    ")");
     case MemoryState::kUnconfirmed:
       return StrCat("generation ", memory.held_by,
                     " ended; the next generation to form finds out whether its members still hold it");
@@ -109,6 +111,7 @@ class ListPrinter {
       if (memory_.state != MemoryState::kNone) {
         w_.Field("step", memory_.step).Field("generation", memory_.generation).Field("save_world", memory_.save_world);
         w_.Field("held_by", memory_.held_by);
+        if (memory_.erasure_k > 0) w_.Field("erasure", StrCat(memory_.erasure_k, "+", memory_.erasure_m));
       }
       w_.Field("detail", memory_detail_).EndObject();
     }
