@@ -253,6 +253,22 @@ TEST(Cli, DemoJsonReportsEveryRestoreAndItsSources) {
     ++memory_restores;
   }
   EXPECT_EQ(memory_restores, 4) << r.out;
+  // Erasure coded RS(4+2), two of six nodes lost: every survivor restores
+  // from memory, and the lost data pieces are rebuilt from parity.
+  int coded_restores = 0;
+  int64_t rebuilt = 0;
+  for (size_t at = r.out.find("\"story\":\"memory-erasure\",\"generation\":2"); at != std::string::npos;
+       at = r.out.find("\"story\":\"memory-erasure\",\"generation\":2", at + 1)) {
+    const std::string one = r.out.substr(at, r.out.find('}', at) - at);
+    EXPECT_TRUE(Has(one, "\"step\":14,\"level\":\"memory\"")) << one;
+    EXPECT_TRUE(Has(one, "\"bytes_from_storage\":0")) << one;
+    const size_t p = one.find("\"bytes_rebuilt_from_parity\":");
+    ASSERT_NE(p, std::string::npos) << one;
+    rebuilt += std::stoll(one.substr(p + 28));
+    ++coded_restores;
+  }
+  EXPECT_EQ(coded_restores, 4) << r.out;
+  EXPECT_GT(rebuilt, 0) << r.out;
   EXPECT_FALSE(Has(r.out, "\"bytes_from_peers\":0,\"bytes_from_storage\":0}]")) << r.out;
 }
 

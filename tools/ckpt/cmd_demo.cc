@@ -74,7 +74,7 @@ struct Restore {
   std::string story;
   int64_t generation = 0, rank = 0, world = 0, step = -1;
   std::string level;
-  int64_t from_memory = 0, from_peers = 0, from_storage = 0;
+  int64_t from_memory = 0, from_peers = 0, from_storage = 0, rebuilt = 0;
 };
 
 // The restores logged in the workers' files `prefix`0.log ... (n files).
@@ -101,6 +101,7 @@ std::vector<Restore> RestoresIn(const std::string& prefix, int n, const std::str
       field(line, "from_memory", &r.from_memory);
       field(line, "from_peers", &r.from_peers);
       field(line, "from_storage", &r.from_storage);
+      field(line, "rebuilt", &r.rebuilt);
       out.push_back(std::move(r));
     }
   }
@@ -152,10 +153,11 @@ void PrintRestores(const std::vector<Restore>& restores) {
     if (r.generation < 2) continue;
     Print(
         "  generation %lld rank %lld of %lld restored %s step %lld: %lld bytes from its memory, %lld from peers, "
-        "%lld from storage\n",
+        "%lld from storage%s\n",
         static_cast<long long>(r.generation), static_cast<long long>(r.rank), static_cast<long long>(r.world),
         r.level.c_str(), static_cast<long long>(r.step), static_cast<long long>(r.from_memory),
-        static_cast<long long>(r.from_peers), static_cast<long long>(r.from_storage));
+        static_cast<long long>(r.from_peers), static_cast<long long>(r.from_storage),
+        r.rebuilt > 0 ? StrCat(" (", r.rebuilt, " rebuilt from parity)").c_str() : "");
   }
 }
 
@@ -243,14 +245,28 @@ bool RunElastic(const std::string& dir, int workers, int64_t steps, std::vector<
 // Both workers of node-2 are SIGKILLed once memory step 14 is committed,
 // newer than the last durable step (10): the 4 survivors restore step 14
 // from memory (their own and their peers'), reading nothing from storage.
-bool RunMemoryLevel(const std::string& dir, int64_t steps, std::vector<Restore>* restores) {
-  const std::string root = dir + "/memory", token_file = dir + "/token";
+// With `erasure`, the same on 6 nodes of one worker each, every rank's
+// files erasure coded RS(4+2) (a piece on each node): two nodes are lost,
+// and the survivors rebuild the lost pieces from parity.
+bool RunMemoryLevel(const std::string& dir, int64_t steps, bool erasure, std::vector<Restore>* restores) {
+  const std::string name = erasure ? "memory-erasure" : "memory";
+  const std::string root = dir + "/" + name, token_file = dir + "/token";
   const std::string token = WriteTokenFile(token_file);
   if (token.empty()) return false;
-  CoordinatorOptions co = StoryCoordinator(dir + "/memory-coordinator", token, 4, 6);
-  Print(
-      "memory level: a coordinator and 6 worker processes on 3 nodes (2 each); a memory save every 2 steps\n"
-      "  (each rank's files in its own memory and in a peer's on another node), a durable one every 10\n");
+  const int per_node = erasure ? 1 : 2;
+  CoordinatorOptions co = StoryCoordinator(dir + "/" + name + "-coordinator", token, 4, 6);
+  if (erasure) {
+    co.memory_erasure_k = 4;
+    co.memory_erasure_m = 2;
+    Print(
+        "memory level, erasure coded: a coordinator and 6 worker processes on 6 nodes; a memory save every 2\n"
+        "  steps (each rank's files cut into 4 data and 2 parity pieces, one on each node: 1.5x the state in\n"
+        "  memory instead of 2x for one replica), a durable one every 10\n");
+  } else {
+    Print(
+        "memory level: a coordinator and 6 worker processes on 3 nodes (2 each); a memory save every 2 steps\n"
+        "  (each rank's files in its own memory and in a peer's on another node), a durable one every 10\n");
+  }
   auto coord = Coordinator::Start(co);
   if (!coord.ok()) {
     Print("  coordinator FAILED to start: %s\n", std::string(coord.status().message()).c_str());
@@ -267,30 +283,37 @@ bool RunMemoryLevel(const std::string& dir, int64_t steps, std::vector<Restore>*
                                      "--save-every",   "10",
                                      "--memory-every", "2",
                                      "--step-ms",      "20",
-                                     "--domain",       StrCat("node-", i / 2)};
+                                     "--domain",       StrCat("node-", i / per_node)};
     if (i >= 4) args.insert(args.end(), {"--kill-after-commit", "14"});
-    pids.push_back(SpawnSelf(args, StrCat(dir, "/memory-worker", i, ".log")));
+    pids.push_back(SpawnSelf(args, StrCat(dir, "/", name, "-worker", i, ".log")));
   }
-  Print("  node-2 (workers 4 and 5) will be lost once memory step 14 is committed\n");
+  Print(erasure ? "  node-4 and node-5 (workers 4 and 5) will be lost once memory step 14 is committed\n"
+                : "  node-2 (workers 4 and 5) will be lost once memory step 14 is committed\n");
   bool ok = true;
   for (int i = 0; i < 6; ++i) {
     int status = 0;
     waitpid(pids[i], &status, 0);
     const bool killed = WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL;
     if (i >= 4 ? !killed : !(WIFEXITED(status) && WEXITSTATUS(status) == 0)) {
-      Print("  worker %d ended unexpectedly (see %s/memory-worker%d.log)\n", i, dir.c_str(), i);
+      Print("  worker %d ended unexpectedly (see %s/%s-worker%d.log)\n", i, dir.c_str(), name.c_str(), i);
       ok = false;
     }
   }
-  const std::vector<Restore> found = RestoresIn(dir + "/memory-worker", 6, "memory");
+  const std::vector<Restore> found = RestoresIn(dir + "/" + name + "-worker", 6, name);
   PrintRestores(found);
   bool from_memory = false;
+  int64_t rebuilt = 0;
   for (const Restore& r : found) {
     if (r.generation < 2) continue;
     from_memory = true;
+    rebuilt += r.rebuilt;
     if (r.level != "memory" || r.step != 14 || r.from_storage != 0) from_memory = false;
   }
   if (!from_memory) Print("  the smaller generation did NOT restore memory step 14 from memory alone\n");
+  if (erasure && rebuilt == 0) {
+    Print("  the restore rebuilt nothing from parity, though two nodes' pieces were lost\n");
+    from_memory = false;
+  }
   restores->insert(restores->end(), found.begin(), found.end());
   return FinalStateExact(root, steps) && ok && from_memory;
 }
@@ -391,6 +414,7 @@ void WriteDemoJson(JsonWriter& w, bool ok, double seconds, const std::vector<Res
         .Field("bytes_from_memory", r.from_memory)
         .Field("bytes_from_peers", r.from_peers)
         .Field("bytes_from_storage", r.from_storage)
+        .Field("bytes_rebuilt_from_parity", r.rebuilt)
         .EndObject();
   }
   w.EndArray().EndObject();
@@ -414,7 +438,8 @@ int DemoMain(int argc, char** argv, int first) {
             "(resharded) and finishes; the final state is checked bit for bit. Last, the\n"
             "memory level: workers on 3 nodes also save into each other's memory; a node is\n"
             "lost after a memory step newer than the last durable one, and the survivors\n"
-            "restore it from memory, reading nothing from storage.");
+            "restore it from memory, reading nothing from storage; and the same erasure coded\n"
+            "RS(4+2) on 6 nodes, two of them lost.");
   args.String("dir", &dir, "checkpoint root (default ./ckpt-demo, recreated each run)");
   args.Size("params", &params, "parameter count (default 8M)", false);
   args.String("mesh", &mesh_text, "training mesh (default dp=2,tp=2)");
@@ -479,7 +504,8 @@ int DemoMain(int argc, char** argv, int first) {
   std::vector<Restore> restores;
   if (!no_elastic) {
     ok = RunElastic(dir, static_cast<int>(std::max<int64_t>(workers, 2)), 40, &restores) && ok;
-    ok = RunMemoryLevel(dir, 30, &restores) && ok;
+    ok = RunMemoryLevel(dir, 30, false, &restores) && ok;
+    ok = RunMemoryLevel(dir, 30, true, &restores) && ok;
   }
   Print("%s in %.1f s\n", ok ? "done" : "FAILED", NowSeconds() - t0);
   // The text was printed as the demo went (on stderr under --json).
