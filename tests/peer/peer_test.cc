@@ -8,6 +8,7 @@
 #include <netinet/in.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -798,6 +799,93 @@ TEST(PeerMemory, AHolderKilledMidReadIsFailedOverToTheNextCopy) {
   EXPECT_EQ(PeerStorageCounters(**reader).from_peers, static_cast<int64_t>(data.size()));
   EXPECT_GE(c->Stats().bytes_served, static_cast<int64_t>(data.size()));
   EXPECT_TRUE(log.Holds(StrCat("read of ", path, " at byte offset 0 moved to ", c->endpoint(), " (peer ", k)));
+}
+
+// An erasure-coded file, RS(4+2), read while two of its data pieces'
+// holders, each a process of its own, die mid-stream (stopped once they
+// have taken on serving 4 MiB, then SIGKILLed): the read goes on from the
+// parity pieces, rebuilding the two data pieces' rows, and returns the file
+// exactly.
+TEST(PeerMemory, TwoPieceHoldersKilledMidReadAreReadAroundFromParity) {
+  TempDir dir;
+  std::vector<pid_t> holders;
+  std::vector<std::string> killed_eps;
+  struct Reap {  // on any early return too
+    std::vector<pid_t>* pids;
+    ~Reap() {
+      for (pid_t& p : *pids) {
+        if (p > 0) kill(p, SIGKILL), WaitExit(p), p = -1;
+      }
+    }
+  } reap{&holders};
+  for (int h = 0; h < 2; ++h) {
+    const std::string hd = dir.Join(StrCat("holder", h));
+    ASSERT_EQ(::mkdir(hd.c_str(), 0755), 0);
+    holders.push_back(Spawn({PEER_HOLDER_PATH, hd, "4194304", kToken}, hd + ".out"));
+    ASSERT_GT(holders.back(), 0);
+    std::string ep;
+    for (int i = 0; i < 3000 && ep.empty(); ++i) {  // 30 s: a sanitizer's start-up
+      std::ifstream f(hd + "/endpoint");
+      std::getline(f, ep);
+      if (ep.empty()) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    ASSERT_FALSE(ep.empty()) << ReadFile(hd + ".out");
+    killed_eps.push_back(ep);
+  }
+  auto a = StartMemory("node-a");
+  auto c = StartMemory("node-c");
+  auto d = StartMemory("node-d");
+  auto e = StartMemory("node-e");
+  LogLines log;
+  auto reader_memory = StartMemory("node-f", int64_t{1} << 30, &log);
+  const std::string path = "step-0000000030/rank-000001.ckd";
+  const std::string data = Pattern(96u << 20, 31);
+  // Piece 0 here (a), 1 and 2 in the two processes, 3 in c, parity in d, e.
+  const std::vector<std::string> eps = {a->endpoint(), killed_eps[0], killed_eps[1],
+                                        c->endpoint(), d->endpoint(), e->endpoint()};
+  {
+    PeerRoute wr;
+    wr.erasure_k = 4;
+    wr.erasure_m = 2;
+    wr.replicas.assign(eps.begin() + 1, eps.end());
+    auto w = OpenPeerStorage(a, wr);
+    ASSERT_OK(w);
+    Write(**w, path, data);
+  }
+  PeerRoute rd;
+  rd.holders = [&](int64_t, int) { return eps; };
+  auto reader = OpenPeerStorage(reader_memory, rd);
+  ASSERT_OK(reader);
+  auto f = (*reader)->OpenReadable(path);
+  ASSERT_OK(f);
+  ASSERT_EQ((*f)->size(), data.size());
+  std::string got(data.size(), '\0');
+  absl::Status read;
+  std::atomic<bool> returned{false};
+  std::thread t([&] {
+    read = (*f)->ReadAt(0, Bytes(got));
+    returned = true;
+  });
+  int stopped = 0;
+  for (int i = 0; i < 3000 && stopped < 2; ++i) {
+    stopped = std::ifstream(dir.Join("holder0/serving")).good() + std::ifstream(dir.Join("holder1/serving")).good();
+    if (stopped < 2) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  EXPECT_EQ(stopped, 2);
+  EXPECT_FALSE(returned) << "the read ended before the holders were killed";
+  for (pid_t& p : holders) {
+    kill(p, SIGKILL);
+    EXPECT_EQ(WaitExit(p), 128 + SIGKILL);
+    p = -1;
+  }
+  t.join();
+  ASSERT_OK(read);
+  EXPECT_TRUE(got == data);
+  const PeerReadCounters n = PeerStorageCounters(**reader);
+  EXPECT_EQ(n.pieces_lost, 2);
+  EXPECT_GT(n.bytes_rebuilt, 0);
+  EXPECT_LT(n.bytes_rebuilt, static_cast<int64_t>(data.size()) / 2);  // not the rows read before the deaths
+  EXPECT_GT(d->Stats().bytes_served, 0);                              // parity was read
 }
 
 TEST(PeerMemory, TheBudgetRefusesAFileCleanly) {
