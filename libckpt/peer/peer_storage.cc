@@ -557,8 +557,7 @@ class CodedFile {
         span_(kCheckRows * stripe_ * static_cast<uint64_t>(shape_.k)),
         blocks_(shape_.blocks()),
         slots_(std::min<uint64_t>(kSlots, std::max<uint64_t>(blocks_, 1))) {
-    fetched_.resize(static_cast<size_t>(shape_.k + shape_.m));
-    driver_ = std::thread([this] { Drive(); });
+    for (std::thread& t : drivers_) t = std::thread([this] { Drive(); });
   }
   ~CodedFile() {
     {
@@ -566,7 +565,7 @@ class CodedFile {
       stop_ = true;
     }
     cv_.notify_all();
-    driver_.join();
+    for (std::thread& t : drivers_) t.join();
   }
   uint64_t size() const { return shape_.file_bytes; }
   const std::string& path() const { return path_; }
@@ -616,9 +615,10 @@ class CodedFile {
   struct Slot {
     std::string bytes;
     uint64_t block = kNone;
-    uint64_t served = 0;  // bytes read from it
-    int pins = 0;         // reads copying from it now
-    uint64_t used = 0;    // when it was filled, for the choice of the next to refill
+    uint64_t served = 0;   // bytes read from it
+    int pins = 0;          // reads copying from it now
+    uint64_t used = 0;     // when it was filled, for the choice of the next to refill
+    bool filling = false;  // a driver fills it now
   };
 
   // The file bytes block `b` covers.
@@ -636,6 +636,7 @@ class CodedFile {
   Slot* Free() {
     Slot* best = nullptr;
     for (Slot& s : slots_) {
+      if (s.filling) continue;
       if (s.block == kNone) return &s;
       if (s.pins > 0 || wanted_.count(s.block) != 0 || s.block > furthest_) continue;
       if (best == nullptr || s.used < best->used) best = &s;
@@ -643,21 +644,35 @@ class CodedFile {
     return best;
   }
 
+  // The buffers of one driver thread: blocks fetched and rebuilt.
+  struct Scratch {
+    std::vector<std::string> fetched, rebuilt;
+  };
+
   void Drive() {
-    uint64_t filled = 0;
+    Scratch scratch;
+    scratch.fetched.resize(sources_.size());
     for (;;) {
       uint64_t b = 0;
       Slot* slot = nullptr;
       {
         std::unique_lock<std::mutex> lock(mu_);
         // What a read waits for first, else up to kReadAhead blocks beyond
-        // the furthest asked for (reads are mostly in order).
+        // the furthest asked for (reads are mostly in order); not a block
+        // another driver fills.
         const auto next = [&]() -> std::optional<uint64_t> {
-          while (!wanted_.empty() && Ready(*wanted_.begin()) != nullptr) wanted_.erase(wanted_.begin());
-          if (!wanted_.empty()) return *wanted_.begin();
+          for (auto it = wanted_.begin(); it != wanted_.end();) {
+            if (Ready(*it) != nullptr) {
+              it = wanted_.erase(it);
+            } else if (running_.count(*it) != 0) {
+              ++it;
+            } else {
+              return *it;
+            }
+          }
           if (!asked_) return std::nullopt;
           for (uint64_t x = furthest_ + 1; x <= furthest_ + kReadAhead && x < blocks_; ++x) {
-            if (Ready(x) == nullptr && done_ahead_.count(x) == 0) return x;
+            if (Ready(x) == nullptr && done_ahead_.count(x) == 0 && running_.count(x) == 0) return x;
           }
           return std::nullopt;
         };
@@ -667,13 +682,17 @@ class CodedFile {
         slot = Free();
         slot->block = kNone;
         slot->served = 0;
+        slot->filling = true;
+        running_.insert(b);
       }
       if (slot->bytes.size() < span_) slot->bytes.resize(span_);
-      absl::Status s = RunBlock(b, slot->bytes.data());
+      absl::Status s = RunBlock(b, slot->bytes.data(), scratch);
       std::lock_guard<std::mutex> lock(mu_);
+      running_.erase(b);
+      slot->filling = false;
       if (s.ok()) {
         slot->block = b;
-        slot->used = ++filled;
+        slot->used = ++filled_;
         wanted_.erase(b);
         if (b > furthest_) done_ahead_.insert(b);
       } else {
@@ -683,19 +702,17 @@ class CodedFile {
     }
   }
 
-  // Fetches block `b` of piece `index` from its current source into
-  // fetched_[index] (or points at this memory's copy), checked.
-  absl::Status Fetch(uint64_t b, int index, const char** data) {
-    const PieceSource& s = sources_[static_cast<size_t>(index)][current_[static_cast<size_t>(index)]];
+  // Fetches block `b` of piece `index` from `source` into `buf` (or points
+  // at this memory's copy), checked.
+  absl::Status Fetch(uint64_t b, int index, const PieceSource& source, std::string& buf, const char** data) {
     const uint64_t at = b * shape_.block_bytes(), len = std::min(shape_.block_bytes(), shape_.piece_bytes - at);
-    if (s.own != nullptr) {
-      if (s.own->size() != header_ + shape_.piece_bytes) return absl::DataLossError("its size changed");
-      *data = s.own->data() + header_ + at;
+    if (source.own != nullptr) {
+      if (source.own->size() != header_ + shape_.piece_bytes) return absl::DataLossError("its size changed");
+      *data = source.own->data() + header_ + at;
       storage_.counters().from_own += static_cast<int64_t>(len);
     } else {
-      std::string& buf = fetched_[static_cast<size_t>(index)];
       if (buf.size() < len) buf.resize(shape_.block_bytes());
-      auto got = storage_.pool().With<bool>(s.endpoint, [&](PeerConnection& c) -> absl::StatusOr<bool> {
+      auto got = storage_.pool().With<bool>(source.endpoint, [&](PeerConnection& c) -> absl::StatusOr<bool> {
         CKPT_RETURN_IF_ERROR(
             c.Get(PiecePath(path_, index), header_ + at, {reinterpret_cast<std::byte*>(buf.data()), len}));
         return true;
@@ -711,7 +728,7 @@ class CodedFile {
   }
 
   // Fills `out` (block b's part of the file, from its first byte).
-  absl::Status RunBlock(uint64_t b, char* out) {
+  absl::Status RunBlock(uint64_t b, char* out, Scratch& scratch) {
     const int k = shape_.k, n = shape_.k + shape_.m;
     const uint64_t len = std::min(shape_.block_bytes(), shape_.piece_bytes - b * shape_.block_bytes());
     const uint64_t rows = len / stripe_;
@@ -719,23 +736,33 @@ class CodedFile {
     for (;;) {
       // The first k pieces with a live source, data pieces first.
       std::vector<int> use, fetch;
-      for (int i = 0; i < n && static_cast<int>(use.size()) < k; ++i) {
-        if (current_[static_cast<size_t>(i)] >= sources_[static_cast<size_t>(i)].size()) continue;
-        use.push_back(i);
-        if (data[static_cast<size_t>(i)] == nullptr) fetch.push_back(i);
-      }
-      if (static_cast<int>(use.size()) < k) {
-        return absl::UnavailableError(StrCat("open peer memory:", path_, ": erasure coded ", k, "+", n - k, ", ",
-                                             use.size(), " of its ", n, " pieces can be read (", k, " are needed; ",
-                                             damaged_, " damaged)", tried_.empty() ? "" : StrCat(": ", tried_)));
+      std::vector<const PieceSource*> from;
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        for (int i = 0; i < n && static_cast<int>(use.size()) < k; ++i) {
+          const size_t at = current_[static_cast<size_t>(i)];
+          if (at >= sources_[static_cast<size_t>(i)].size()) continue;
+          use.push_back(i);
+          if (data[static_cast<size_t>(i)] == nullptr) {
+            fetch.push_back(i);
+            from.push_back(&sources_[static_cast<size_t>(i)][at]);
+          }
+        }
+        if (static_cast<int>(use.size()) < k) {
+          return absl::UnavailableError(StrCat("open peer memory:", path_, ": erasure coded ", k, "+", n - k, ", ",
+                                               use.size(), " of its ", n, " pieces can be read (", k, " are needed; ",
+                                               damaged_, " damaged)", tried_.empty() ? "" : StrCat(": ", tried_)));
+        }
       }
       std::vector<absl::Status> results(fetch.size());
       {
+        const auto one = [&](size_t f) {
+          const size_t i = static_cast<size_t>(fetch[f]);
+          results[f] = Fetch(b, fetch[f], *from[f], scratch.fetched[i], &data[i]);
+        };
         std::vector<std::thread> threads;
-        for (size_t f = 1; f < fetch.size(); ++f) {
-          threads.emplace_back([&, f] { results[f] = Fetch(b, fetch[f], &data[static_cast<size_t>(fetch[f])]); });
-        }
-        if (!fetch.empty()) results[0] = Fetch(b, fetch[0], &data[static_cast<size_t>(fetch[0])]);
+        for (size_t f = 1; f < fetch.size(); ++f) threads.emplace_back(one, f);
+        if (!fetch.empty()) one(0);
         for (auto& t : threads) t.join();
       }
       bool all = true;
@@ -743,12 +770,17 @@ class CodedFile {
         if (results[f].ok()) continue;
         all = false;
         const size_t i = static_cast<size_t>(fetch[f]);
-        const PieceSource& s = sources_[i][current_[i]];
-        StrAppend(&tried_, tried_.empty() ? "" : "; ", "piece ", fetch[f], " at ",
-                  s.endpoint.empty() ? storage_.memory().endpoint() : s.endpoint, ": ", results[f].message());
-        if (absl::IsDataLoss(results[f])) ++damaged_;
         data[i] = nullptr;
-        ++current_[i];  // that source is passed over from now on
+        std::lock_guard<std::mutex> lock(mu_);
+        // That source is passed over from now on (unless another driver
+        // passed it over already).
+        if (current_[i] < sources_[i].size() && &sources_[i][current_[i]] == from[f]) {
+          StrAppend(&tried_, tried_.empty() ? "" : "; ", "piece ", fetch[f], " at ",
+                    from[f]->endpoint.empty() ? storage_.memory().endpoint() : from[f]->endpoint, ": ",
+                    results[f].message());
+          if (absl::IsDataLoss(results[f])) ++damaged_;
+          ++current_[i];
+        }
       }
       if (!all) continue;
       // Data rows to their places; the rows of lost data pieces rebuilt
@@ -763,21 +795,22 @@ class CodedFile {
         }
       }
       if (lost.empty()) return absl::OkStatus();
-      rebuilt_.resize(lost.size());
+      scratch.rebuilt.resize(lost.size());
       std::vector<const unsigned char*> src;
       std::vector<unsigned char*> dst;
       for (int i : use) src.push_back(reinterpret_cast<const unsigned char*>(data[static_cast<size_t>(i)]));
-      for (std::string& r : rebuilt_) {
+      for (std::string& r : scratch.rebuilt) {
         if (r.size() < len) r.resize(shape_.block_bytes());
         dst.push_back(reinterpret_cast<unsigned char*>(r.data()));
       }
       CKPT_RETURN_IF_ERROR(coder_->Rebuild(use, lost, len, src, dst));
       for (size_t r = 0; r < lost.size(); ++r) {
-        if (Xxh3(rebuilt_[r].data(), len) != shape_.Sum(lost[r], b)) {
+        if (Xxh3(scratch.rebuilt[r].data(), len) != shape_.Sum(lost[r], b)) {
           return absl::DataLossError(StrCat("open peer memory:", path_, ": data piece ", lost[r], " rebuilt from ",
                                             "parity does not match its checksum (block ", b, ")"));
         }
-        PieceRowsToFile(rebuilt_[r].data(), lost[r], 0, rows, stripe_, k, out, file_bytes);
+        PieceRowsToFile(scratch.rebuilt[r].data(), lost[r], 0, rows, stripe_, k, out, file_bytes);
+        std::lock_guard<std::mutex> lock(mu_);
         if (rebuilt_pieces_.insert(lost[r]).second) storage_.counters().pieces_lost += 1;
       }
       storage_.counters().rebuilt += static_cast<int64_t>(len * lost.size());
@@ -789,12 +822,10 @@ class CodedFile {
   const std::string path_;
   const PieceHeader shape_;
   const ErasureCoder* coder_;
-  // The driver thread's alone: per piece index where it can be read and the
-  // source in use (past the end: none left), its fetch buffers, what was
-  // tried.
-  std::vector<std::vector<PieceSource>> sources_;
+  // Per piece index where it can be read (fixed), and the source in use
+  // (past the end: none left; under mu_), what was tried.
+  const std::vector<std::vector<PieceSource>> sources_;
   std::vector<size_t> current_;
-  std::vector<std::string> fetched_, rebuilt_;
   std::string tried_;
   int damaged_ = 0;
   std::set<int> rebuilt_pieces_;
@@ -807,11 +838,15 @@ class CodedFile {
   std::vector<Slot> slots_;
   std::set<uint64_t> wanted_;      // blocks reads wait for
   std::set<uint64_t> done_ahead_;  // blocks read ahead (not read again ahead)
-  uint64_t furthest_ = 0;          // the furthest block a read asked for
+  std::set<uint64_t> running_;     // blocks a driver fills now
+  uint64_t filled_ = 0;
+  uint64_t furthest_ = 0;  // the furthest block a read asked for
   bool asked_ = false;
   bool stop_ = false;
   absl::Status error_;
-  std::thread driver_;  // last: started once the members above are
+  // Last: started once the members above are. Two, so that one fetches a
+  // block while the other checks, rebuilds and places the one before.
+  std::thread drivers_[2];
 };
 
 class CodedReadable final : public ReadableFile {

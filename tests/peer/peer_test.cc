@@ -803,10 +803,10 @@ TEST(PeerMemory, AHolderKilledMidReadIsFailedOverToTheNextCopy) {
 
 // An erasure-coded file, RS(4+2), read while two of its data pieces'
 // holders, each a process of its own, die mid-stream (stopped once they
-// have taken on serving 8 MiB: its first check block of 4 MiB was read
-// whole, the second is under way; then SIGKILLed): the read goes on from
-// the parity pieces, rebuilding the two data pieces' later rows, and
-// returns the file exactly.
+// have taken on serving 16 MiB of their 24: the reader fetches two check
+// blocks of 4 MiB at a time, so the first two were read whole; then
+// SIGKILLed): the read goes on from the parity pieces, rebuilding the two
+// data pieces' later rows, and returns the file exactly.
 TEST(PeerMemory, TwoPieceHoldersKilledMidReadAreReadAroundFromParity) {
   TempDir dir;
   std::vector<pid_t> holders;
@@ -822,7 +822,7 @@ TEST(PeerMemory, TwoPieceHoldersKilledMidReadAreReadAroundFromParity) {
   for (int h = 0; h < 2; ++h) {
     const std::string hd = dir.Join(StrCat("holder", h));
     ASSERT_EQ(::mkdir(hd.c_str(), 0755), 0);
-    holders.push_back(Spawn({PEER_HOLDER_PATH, hd, "8388608", kToken}, hd + ".out"));
+    holders.push_back(Spawn({PEER_HOLDER_PATH, hd, "16777216", kToken}, hd + ".out"));
     ASSERT_GT(holders.back(), 0);
     std::string ep;
     for (int i = 0; i < 3000 && ep.empty(); ++i) {  // 30 s: a sanitizer's start-up
@@ -885,8 +885,8 @@ TEST(PeerMemory, TwoPieceHoldersKilledMidReadAreReadAroundFromParity) {
   const PeerReadCounters n = PeerStorageCounters(**reader);
   EXPECT_EQ(n.pieces_lost, 2);
   EXPECT_GT(n.bytes_rebuilt, 0);
-  // Not the first block's rows, read before the deaths: at most 2 x 20 MiB.
-  EXPECT_LE(n.bytes_rebuilt, int64_t{40} << 20);
+  // Not the first two blocks' rows, read before the deaths: at most 2 x 16 MiB.
+  EXPECT_LE(n.bytes_rebuilt, int64_t{32} << 20);
   EXPECT_GT(d->Stats().bytes_served, 0);  // parity was read
 }
 
