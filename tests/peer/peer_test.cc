@@ -735,6 +735,19 @@ TEST(PeerMemory, AStaleOwnCopyOfAnAbortedSaveIsPassedOverForTheRestoresHolders) 
   }
 }
 
+// A whole-file read on a thread of its own.
+struct BackgroundRead {
+  BackgroundRead(ReadableFile& f, size_t n)
+      : got(n, '\0'), t([this, &f] {
+          status = f.ReadAt(0, Bytes(got));
+          returned = true;
+        }) {}
+  std::string got;
+  absl::Status status;
+  std::atomic<bool> returned{false};
+  std::thread t;  // last: starts once the members above are
+};
+
 TEST(PeerMemory, AHolderKilledMidReadIsFailedOverToTheNextCopy) {
   TempDir dir;
   // A holder in a process of its own, which stops itself (SIGSTOP) once it
@@ -773,13 +786,7 @@ TEST(PeerMemory, AHolderKilledMidReadIsFailedOverToTheNextCopy) {
   ASSERT_OK(reader);
   auto f = (*reader)->OpenReadable(path);
   ASSERT_OK(f);
-  std::string got(data.size(), '\0');
-  absl::Status read;
-  std::atomic<bool> returned{false};
-  std::thread t([&] {
-    read = (*f)->ReadAt(0, Bytes(got));
-    returned = true;
-  });
+  BackgroundRead bg(**f, data.size());
   bool stopped = false;
   for (int i = 0; i < 3000 && !stopped; ++i) {
     stopped = std::ifstream(dir.Join("serving")).good();
@@ -788,13 +795,13 @@ TEST(PeerMemory, AHolderKilledMidReadIsFailedOverToTheNextCopy) {
   // Stopped with the read under way: its requests taken, replies queued,
   // the reader waiting on the socket.
   EXPECT_TRUE(stopped) << ReadFile(dir.Join("holder.out"));
-  EXPECT_FALSE(returned) << "the read ended before the holder was killed";
+  EXPECT_FALSE(bg.returned) << "the read ended before the holder was killed";
   kill(holder, SIGKILL);
-  t.join();
+  bg.t.join();
   EXPECT_EQ(WaitExit(holder), 128 + SIGKILL);
   reap.pid = -1;
-  ASSERT_OK(read);
-  EXPECT_TRUE(got == data);
+  ASSERT_OK(bg.status);
+  EXPECT_TRUE(bg.got == data);
   EXPECT_EQ(PeerStorageCounters(**reader).failovers, 1);
   EXPECT_EQ(PeerStorageCounters(**reader).from_peers, static_cast<int64_t>(data.size()));
   EXPECT_GE(c->Stats().bytes_served, static_cast<int64_t>(data.size()));
@@ -860,28 +867,22 @@ TEST(PeerMemory, TwoPieceHoldersKilledMidReadAreReadAroundFromParity) {
   auto f = (*reader)->OpenReadable(path);
   ASSERT_OK(f);
   ASSERT_EQ((*f)->size(), data.size());
-  std::string got(data.size(), '\0');
-  absl::Status read;
-  std::atomic<bool> returned{false};
-  std::thread t([&] {
-    read = (*f)->ReadAt(0, Bytes(got));
-    returned = true;
-  });
+  BackgroundRead bg(**f, data.size());
   int stopped = 0;
   for (int i = 0; i < 3000 && stopped < 2; ++i) {
     stopped = std::ifstream(dir.Join("holder0/serving")).good() + std::ifstream(dir.Join("holder1/serving")).good();
     if (stopped < 2) std::this_thread::sleep_for(std::chrono::milliseconds(10));
   }
   EXPECT_EQ(stopped, 2);
-  EXPECT_FALSE(returned) << "the read ended before the holders were killed";
+  EXPECT_FALSE(bg.returned) << "the read ended before the holders were killed";
   for (pid_t& p : holders) {
     kill(p, SIGKILL);
     EXPECT_EQ(WaitExit(p), 128 + SIGKILL);
     p = -1;
   }
-  t.join();
-  ASSERT_OK(read);
-  EXPECT_TRUE(got == data);
+  bg.t.join();
+  ASSERT_OK(bg.status);
+  EXPECT_TRUE(bg.got == data);
   const PeerReadCounters n = PeerStorageCounters(**reader);
   EXPECT_EQ(n.pieces_lost, 2);
   EXPECT_GT(n.bytes_rebuilt, 0);
