@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "ckpt/checkpointer.h"
+#include "ckpt/peer.h"
 #include "ckpt/verify.h"
 #include "common/elastic_model.h"
 #include "coordinator/harness.h"
@@ -306,6 +307,154 @@ TEST(Cluster, TheMemoryLevelAcrossHostsRestoresALostHostsRanksFromPeers) {
   auto storage = OpenStorage(dir.Join("root"));
   ASSERT_OK(storage);
   EXPECT_OK(IsTheUninterruptedRun(**storage, kSteps));
+}
+
+// The memory level erasure coded RS(4+2) across hosts: one worker on each
+// of hosts 1-6 (its failure domain its host), the coordinator on host 0 with
+// --memory-erasure 4+2. The workers of hosts 5 and 6 SIGKILL themselves in
+// the middle of memory save 16 (right after Save returned, its pieces being
+// placed): the four survivors restore memory step 14 from the pieces on
+// their hosts, rebuilding the lost data pieces from parity and reading
+// nothing from storage; with four domains left they save durably, and the
+// job ends exact.
+TEST(Cluster, TwoHostsLostMidSaveRestoreFromErasureCodedPiecesOnTheOthers) {
+  TempDir dir;
+  WriteToken(dir);
+  auto cluster = NetnsCluster::Up(7);
+  ASSERT_OK(cluster);
+  NetnsCluster& c = **cluster;
+  CoordinatorProcess coord;
+  coord.launcher = c.On(0, {});
+  coord.Start(dir, c.Addr(0) + ":0", 4, 6, {"--no-grow", "--memory-erasure", "4+2"});
+  ASSERT_GT(coord.port, 0) << ReadFile(coord.log);
+  constexpr int64_t kSteps = 40;
+  std::vector<pid_t> workers;
+  for (int i = 0; i < 6; ++i) {
+    std::vector<std::string> args =
+        WorkerArgs(dir, StrCat(c.Addr(0), ":", coord.port), i, kSteps, {"--save-every", "10", "--memory-every", "2"});
+    if (i >= 4) args.insert(args.end(), {"--kill-during-save", "16"});
+    workers.push_back(Spawn(c.On(1 + i, args), dir.Join(StrCat("worker", i, ".out"))));
+  }
+  for (int i = 0; i < 6; ++i) {
+    const int rc = WaitExit(workers[i]);
+    if (i >= 4) {
+      EXPECT_EQ(rc, 128 + SIGKILL) << i;
+    } else {
+      EXPECT_EQ(rc, 0) << "worker " << i << ": " << ReadFile(dir.Join(StrCat("worker", i, ".out")));
+    }
+  }
+  coord.Stop();
+  const std::string log = ReadFile(coord.log);
+  EXPECT_NE(log.find("restore memory step 14 from peers' memory"), std::string::npos) << log;
+  std::string logs;
+  for (int i = 0; i < 6; ++i) logs += ReadFile(dir.Join(StrCat("worker", i, ".log")));
+  int64_t rebuilt = 0;
+  for (int r = 0; r < 4; ++r) {
+    const std::string line = StrCat("generation=2 rank=", r, " world=4 restore=14 level=memory");
+    const size_t at = logs.find(line);
+    ASSERT_NE(at, std::string::npos) << line << "\n" << logs << log;
+    const std::string rest = logs.substr(at, logs.find('\n', at) - at);
+    EXPECT_NE(rest.find(" from_storage=0"), std::string::npos) << rest;
+    const size_t p = rest.find(" rebuilt=");
+    ASSERT_NE(p, std::string::npos) << rest;
+    rebuilt += std::stoll(rest.substr(p + 9));
+  }
+  EXPECT_GT(rebuilt, 0) << logs;
+  EXPECT_EQ(logs.find("committed memory step 16"), std::string::npos) << logs;
+  auto storage = OpenStorage(dir.Join("root"));
+  ASSERT_OK(storage);
+  EXPECT_OK(IsTheUninterruptedRun(**storage, kSteps));
+}
+
+// An erasure-coded file, RS(4+2), whose pieces 1 to 5 are held by processes
+// on hosts 0 to 4, read by a fresh memory while the hosts of two data
+// pieces die mid-stream (their holders stop once they have taken on
+// serving 16 MiB of their 24, then every process of both hosts is
+// SIGKILLed): the read goes on from the parity pieces on the other hosts
+// and returns the file exactly.
+TEST(Cluster, TwoHostsLostMidRestoreAreReadAroundFromParity) {
+  TempDir dir;
+  auto cluster = NetnsCluster::Up(5);
+  ASSERT_OK(cluster);
+  NetnsCluster& c = **cluster;
+  const std::string token = "cluster-test-token-0123456789";
+  std::vector<pid_t> holders;
+  std::vector<std::string> eps;
+  for (int h = 0; h < 5; ++h) {
+    const std::string hd = dir.Join(StrCat("holder", h));
+    std::filesystem::create_directories(hd);
+    // Hosts 0 and 1 hold data pieces 1 and 2 and stop mid-stream; the
+    // others serve whatever they are asked.
+    const std::string stop_at = h < 2 ? "16777216" : "1125899906842624";
+    holders.push_back(Spawn(c.On(h, {PEER_HOLDER_PATH, hd, stop_at, token, "64", c.Addr(h) + ":0"}), hd + ".out"));
+    std::string ep;
+    for (int i = 0; i < 3000 && ep.empty(); ++i) {
+      std::ifstream f(hd + "/endpoint");
+      std::getline(f, ep);
+      if (ep.empty()) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    ASSERT_FALSE(ep.empty()) << ReadFile(hd + ".out");
+    EXPECT_EQ(ep.substr(0, ep.rfind(':')), c.Addr(h));
+    eps.push_back(ep);
+  }
+  auto start = [&](const std::string& domain) {
+    PeerMemoryOptions o;
+    o.token = token;
+    o.domain = domain;
+    o.io_timeout_s = 5;
+    o.log = [](const std::string&) {};
+    return PeerMemory::Start(o);
+  };
+  auto writer = start("writer");
+  auto reader_memory = start("reader");
+  ASSERT_OK(writer);
+  ASSERT_OK(reader_memory);
+  const std::vector<std::string> all = {(*writer)->endpoint(), eps[0], eps[1], eps[2], eps[3], eps[4]};
+  const std::string path = "step-0000000030/rank-000001.ckd";
+  std::string data(96u << 20, '\0');
+  std::mt19937_64 rng(41);
+  for (size_t i = 0; i < data.size(); i += 8) {
+    const uint64_t x = rng();
+    std::memcpy(data.data() + i, &x, 8);
+  }
+  {
+    PeerRoute wr;
+    wr.erasure_k = 4;
+    wr.erasure_m = 2;
+    wr.replicas.assign(all.begin() + 1, all.end());
+    auto w = OpenPeerStorage(*writer, wr);
+    ASSERT_OK(w);
+    ASSERT_OK((*w)->PutAtomic(path, {reinterpret_cast<const std::byte*>(data.data()), data.size()}));
+  }
+  PeerRoute rd;
+  rd.holders = [&](int64_t, int) { return all; };
+  auto reader = OpenPeerStorage(*reader_memory, rd);
+  ASSERT_OK(reader);
+  auto f = (*reader)->OpenReadable(path);
+  ASSERT_OK(f);
+  std::string got(data.size(), '\0');
+  absl::Status read;
+  std::thread t([&] { read = (*f)->ReadAt(0, {reinterpret_cast<std::byte*>(got.data()), got.size()}); });
+  int stopped = 0;
+  for (int i = 0; i < 3000 && stopped < 2; ++i) {
+    stopped = std::ifstream(dir.Join("holder0/serving")).good() + std::ifstream(dir.Join("holder1/serving")).good();
+    if (stopped < 2) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  EXPECT_EQ(stopped, 2);
+  c.KillHost(0);
+  c.KillHost(1);
+  t.join();
+  for (int h = 0; h < 2; ++h) EXPECT_EQ(WaitExit(holders[static_cast<size_t>(h)]), 128 + SIGKILL);
+  ASSERT_OK(read);
+  EXPECT_TRUE(got == data);
+  const PeerReadCounters n = PeerStorageCounters(**reader);
+  EXPECT_EQ(n.pieces_lost, 2);
+  EXPECT_GT(n.bytes_rebuilt, 0);
+  EXPECT_LE(n.bytes_rebuilt, int64_t{32} << 20);  // not the first two blocks', read before the deaths
+  for (int h = 2; h < 5; ++h) {
+    kill(holders[static_cast<size_t>(h)], SIGKILL);
+    WaitExit(holders[static_cast<size_t>(h)]);
+  }
 }
 
 // The control plane across hosts: a three-member etcd cluster on hosts 0-2,

@@ -1,8 +1,10 @@
 // Test helper: a peer-memory holder as a process of its own, for tests that
 // kill one while it streams.
 //
-//   peer_holder DIR SERVE_BYTES TOKEN [MAX_UNAUTHENTICATED]
+//   peer_holder DIR SERVE_BYTES TOKEN [MAX_UNAUTHENTICATED [LISTEN]]
 //
+// LISTEN: HOST:PORT to listen on (default 127.0.0.1:0), for a holder on a
+// host of a namespace cluster.
 // Writes its endpoint to DIR/endpoint. Once it has taken on serving
 // SERVE_BYTES bytes it writes the count to DIR/serving and stops itself
 // (SIGSTOP: every thread at once, mid-stream), to be killed.
@@ -29,8 +31,8 @@ bool WriteWhole(const std::string& path, const std::string& text) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  if (argc != 4 && argc != 5) {
-    std::fprintf(stderr, "usage: peer_holder DIR SERVE_BYTES TOKEN [MAX_UNAUTHENTICATED]\n");
+  if (argc < 4 || argc > 6) {
+    std::fprintf(stderr, "usage: peer_holder DIR SERVE_BYTES TOKEN [MAX_UNAUTHENTICATED [LISTEN]]\n");
     return 2;
   }
   const std::string dir = argv[1];
@@ -40,7 +42,8 @@ int main(int argc, char** argv) {
   o.domain = "node-k";
   o.budget_bytes = int64_t{1} << 30;
   o.io_timeout_s = 5;
-  if (argc == 5) o.max_unauthenticated = std::atoi(argv[4]);
+  if (argc >= 5) o.max_unauthenticated = std::atoi(argv[4]);
+  if (argc == 6) o.listen = argv[5];
   o.log = [](const std::string& line) { std::fprintf(stderr, "%s\n", line.c_str()); };
   auto m = ckpt::PeerMemory::Start(o);
   if (!m.ok()) {
