@@ -34,7 +34,7 @@ extern "C" {
 #endif
 
 /** Version of this interface; ckpt_api_version() gives the library's. */
-#define CKPT_API_VERSION 1
+#define CKPT_API_VERSION 2
 
 #if defined(__GNUC__)
 #define CKPT_C_EXPORT __attribute__((visibility("default")))
@@ -210,6 +210,84 @@ CKPT_C_EXPORT void ckpt_save_free(ckpt_save* save);
  * newest committed); the saved cut may differ from the state's. */
 CKPT_C_EXPORT int ckpt_load(ckpt_checkpointer* cp, int64_t step, ckpt_state* state);
 CKPT_C_EXPORT int ckpt_latest_step(ckpt_checkpointer* cp, int64_t* step);
+
+/* ------------------------------------------------------------------------
+ * The memory level (since version 2; docs/levels.md): checkpoints held in
+ * the host memory of the job's processes, each rank's files copied to
+ * other failure domains whole or as erasure-coded pieces. */
+
+typedef struct ckpt_peer_memory ckpt_peer_memory;
+
+/** Starts this process's peer memory (ckpt::PeerMemory): its store and the
+ * TCP server through which peers place and read copies. `token`: the job's
+ * secret, at least 16 bytes (required); `domain`: its failure domain (NULL:
+ * the host name); `listen`: HOST:PORT (NULL: 127.0.0.1:0); `budget_bytes`:
+ * the most it holds (0: 4 GiB). */
+CKPT_C_EXPORT int ckpt_peer_memory_start(const char* token, const char* domain, const char* listen,
+                                         int64_t budget_bytes, ckpt_peer_memory** out);
+/** HOST:PORT its peers reach it at; valid while `memory` lives. */
+CKPT_C_EXPORT const char* ckpt_peer_memory_endpoint(const ckpt_peer_memory* memory);
+/** Stops serving and forgets what it holds once no checkpointer opened with
+ * it is open any more. NULL is ignored. */
+CKPT_C_EXPORT void ckpt_peer_memory_free(ckpt_peer_memory* memory);
+
+/** Where this rank's memory-level files go and where a save's are found
+ * (ckpt::PeerRoute). Set it with ckpt_memory_route_init first. */
+typedef struct ckpt_memory_route {
+  size_t struct_size; /**< sizeof(ckpt_memory_route), set by ckpt_memory_route_init */
+  /** This rank's holders: whole copies go to each; with erasure coding, the
+   * holders of pieces 1 to k + m - 1 in order (piece 0 stays here). */
+  const char* const* replicas;
+  size_t replica_count;
+  /** Where rank o's files of a save are: the holder_counts[o] endpoints
+   * that follow those of ranks 0 .. o-1 in `holders`; owner_count ranks. */
+  const char* const* holders;
+  const size_t* holder_counts;
+  size_t owner_count;
+  /** Every process of the job, for listings (0: this memory's alone). */
+  const char* const* peers;
+  size_t peer_count;
+  /** Erasure coding: erasure_k data and erasure_m parity pieces (0: whole
+   * copies). */
+  int erasure_k;
+  int erasure_m;
+} ckpt_memory_route;
+
+CKPT_C_EXPORT void ckpt_memory_route_init(ckpt_memory_route* route);
+/** ckpt_open with the memory level: saves at CKPT_LEVEL_MEMORY go to
+ * `memory` and the route's holders. */
+CKPT_C_EXPORT int ckpt_open_with_memory(const ckpt_options* options, ckpt_peer_memory* memory,
+                                        const ckpt_memory_route* route, ckpt_checkpointer** out);
+
+/** Levels of a save or a load. */
+enum { CKPT_LEVEL_DURABLE = 0, CKPT_LEVEL_MEMORY = 1 };
+
+/** ckpt_save_start_with at a level. */
+CKPT_C_EXPORT int ckpt_save_start_at(ckpt_checkpointer* cp, int64_t step, const ckpt_state* state,
+                                     const ckpt_save_options* options, int level, ckpt_save** out);
+
+/** What a load read and where from (ckpt::LoadStats). Set it with
+ * ckpt_load_stats_init first: a later version fills only the fields a
+ * caller's struct_size holds. */
+typedef struct ckpt_load_stats {
+  size_t struct_size; /**< sizeof(ckpt_load_stats), set by ckpt_load_stats_init */
+  int64_t step;
+  int level; /**< CKPT_LEVEL_* it was read from */
+  double seconds;
+  int64_t bytes_read;         /**< stored bytes read */
+  int64_t bytes_from_memory;  /**< from this process's memory */
+  int64_t bytes_from_peers;   /**< from other processes' memory */
+  int64_t bytes_from_storage; /**< from the checkpoint root */
+  /** An erasure-coded memory level: bytes rebuilt from parity pieces, and
+   * the data pieces that were missing or damaged, for each file read. */
+  int64_t bytes_rebuilt_from_parity;
+  int64_t memory_pieces_lost;
+} ckpt_load_stats;
+
+CKPT_C_EXPORT void ckpt_load_stats_init(ckpt_load_stats* stats);
+/** ckpt_load from a level; `stats` may be NULL. */
+CKPT_C_EXPORT int ckpt_load_at(ckpt_checkpointer* cp, int64_t step, ckpt_state* state, int level,
+                               ckpt_load_stats* stats);
 
 #ifdef __cplusplus
 }

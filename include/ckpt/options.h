@@ -218,7 +218,8 @@ struct CKPT_EXPORT LoadStats {
   int64_t bytes_from_storage = 0;
   /// An erasure-coded memory level (PeerRoute::erasure_k): file bytes
   /// rebuilt from parity pieces, and the data pieces that were missing or
-  /// damaged (0 and 0: every data piece was read where it lives).
+  /// damaged, counted for each file read (0 and 0: every data piece was
+  /// read where it lives).
   int64_t bytes_rebuilt_from_parity = 0;
   int64_t memory_pieces_lost = 0;
   /// A cooperative load: bytes_from_storage counts the stored bytes this

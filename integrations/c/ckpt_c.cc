@@ -1,5 +1,6 @@
 // The C API (include/ckpt/ckpt.h) over the C++ one. Built into its own
 // library with hidden visibility: only the ckpt_* functions are exported.
+#include <algorithm>
 #include <cstring>
 #include <deque>
 #include <memory>
@@ -9,6 +10,7 @@
 #include "ckpt/checkpointer.h"
 #include "ckpt/ckpt.h"
 #include "ckpt/log.h"
+#include "ckpt/peer.h"
 #include "ckpt/state.h"
 
 namespace {
@@ -51,6 +53,11 @@ int Invalid(const char* what) { return Fail(absl::InvalidArgumentError(what)); }
 
 struct ckpt_checkpointer {
   std::unique_ptr<ckpt::Checkpointer> cp;
+};
+
+struct ckpt_peer_memory {
+  std::shared_ptr<ckpt::PeerMemory> memory;
+  std::string endpoint;
 };
 
 struct ckpt_state {
@@ -96,7 +103,11 @@ void ckpt_options_init(ckpt_options* o) {
   o->commit_timeout_s = 600;
 }
 
-int ckpt_open(const ckpt_options* o, ckpt_checkpointer** out) {
+namespace {
+
+// The C++ options of `o` (checked), with the memory level's storage when
+// given.
+int OpenWith(const ckpt_options* o, std::shared_ptr<ckpt::Storage> memory_storage, ckpt_checkpointer** out) {
   if (o == nullptr || out == nullptr || o->uri == nullptr)
     return Invalid("ckpt_open: options, uri and out are required");
   if (o->codec < CKPT_CODEC_NONE || o->codec > CKPT_CODEC_AUTO) return Invalid("ckpt_open: unknown codec");
@@ -109,10 +120,95 @@ int ckpt_open(const ckpt_options* o, ckpt_checkpointer** out) {
   if (o->staging_bytes > 0) co.engine_options.staging_bytes = o->staging_bytes;
   co.retention.keep_last = o->keep_last;
   if (o->commit_timeout_s > 0) co.commit_timeout_s = o->commit_timeout_s;
+  co.memory_storage = std::move(memory_storage);
   auto cp = ckpt::Checkpointer::Open(co);
   if (!cp.ok()) return Fail(cp.status());
   *out = new ckpt_checkpointer{std::move(cp).value()};
   return CKPT_OK;
+}
+
+// `n` endpoints at `list` (none when n is 0), or an error naming `what`.
+bool Endpoints(const char* const* list, size_t n, const char* what, std::vector<std::string>* out) {
+  if (n > 0 && list == nullptr) {
+    Invalid(what);
+    return false;
+  }
+  for (size_t i = 0; i < n; ++i) {
+    if (list[i] == nullptr) {
+      Invalid(what);
+      return false;
+    }
+    out->emplace_back(list[i]);
+  }
+  return true;
+}
+
+ckpt::SaveLevel LevelOf(int level) {
+  return level == CKPT_LEVEL_MEMORY ? ckpt::SaveLevel::kMemory : ckpt::SaveLevel::kDurable;
+}
+
+}  // namespace
+
+int ckpt_open(const ckpt_options* o, ckpt_checkpointer** out) { return OpenWith(o, nullptr, out); }
+
+int ckpt_peer_memory_start(const char* token, const char* domain, const char* listen, int64_t budget_bytes,
+                           ckpt_peer_memory** out) {
+  if (token == nullptr || out == nullptr) return Invalid("ckpt_peer_memory_start: token and out are required");
+  ckpt::PeerMemoryOptions po;
+  po.token = token;
+  if (domain != nullptr) po.domain = domain;
+  if (listen != nullptr) po.listen = listen;
+  if (budget_bytes > 0) po.budget_bytes = budget_bytes;
+  auto m = ckpt::PeerMemory::Start(po);
+  if (!m.ok()) return Fail(m.status());
+  *out = new ckpt_peer_memory{*m, (*m)->endpoint()};
+  return CKPT_OK;
+}
+
+const char* ckpt_peer_memory_endpoint(const ckpt_peer_memory* memory) {
+  return memory == nullptr ? "" : memory->endpoint.c_str();
+}
+
+void ckpt_peer_memory_free(ckpt_peer_memory* memory) { delete memory; }
+
+void ckpt_memory_route_init(ckpt_memory_route* route) {
+  if (route == nullptr) return;
+  std::memset(route, 0, sizeof(*route));
+  route->struct_size = sizeof(*route);
+}
+
+int ckpt_open_with_memory(const ckpt_options* options, ckpt_peer_memory* memory, const ckpt_memory_route* route,
+                          ckpt_checkpointer** out) {
+  if (memory == nullptr || route == nullptr) return Invalid("ckpt_open_with_memory: memory and route are required");
+  if (route->struct_size < sizeof(ckpt_memory_route)) {
+    return Invalid("ckpt_open_with_memory: the route's struct_size is unset (call ckpt_memory_route_init)");
+  }
+  ckpt::PeerRoute r;
+  r.erasure_k = route->erasure_k;
+  r.erasure_m = route->erasure_m;
+  std::vector<std::string> holders;
+  size_t total = 0;
+  if (route->owner_count > 0 && route->holder_counts == nullptr) {
+    return Invalid("ckpt_open_with_memory: owner_count without holder_counts");
+  }
+  for (size_t o = 0; o < route->owner_count; ++o) total += route->holder_counts[o];
+  if (!Endpoints(route->replicas, route->replica_count, "ckpt_open_with_memory: a NULL replica", &r.replicas) ||
+      !Endpoints(route->peers, route->peer_count, "ckpt_open_with_memory: a NULL peer", &r.peers) ||
+      !Endpoints(route->holders, total, "ckpt_open_with_memory: a NULL holder", &holders)) {
+    return CKPT_INVALID_ARGUMENT;
+  }
+  std::vector<std::vector<std::string>> by_owner(route->owner_count);
+  for (size_t o = 0, at = 0; o < route->owner_count; at += route->holder_counts[o], ++o) {
+    by_owner[o].assign(holders.begin() + static_cast<std::ptrdiff_t>(at),
+                       holders.begin() + static_cast<std::ptrdiff_t>(at + route->holder_counts[o]));
+  }
+  r.holders = [by_owner = std::move(by_owner)](int64_t, int owner) {
+    const size_t o = static_cast<size_t>(std::max(owner, 0));
+    return o < by_owner.size() ? by_owner[o] : std::vector<std::string>{};
+  };
+  auto storage = ckpt::OpenPeerStorage(memory->memory, std::move(r));
+  if (!storage.ok()) return Fail(storage.status());
+  return OpenWith(options, std::move(storage).value(), out);
 }
 
 int ckpt_set_delta(ckpt_checkpointer* cp, int chain, double rebase_ratio) {
@@ -274,9 +370,16 @@ void ckpt_save_options_init(ckpt_save_options* options) {
 
 int ckpt_save_start_with(ckpt_checkpointer* cp, int64_t step, const ckpt_state* state, const ckpt_save_options* options,
                          ckpt_save** out) {
+  return ckpt_save_start_at(cp, step, state, options, CKPT_LEVEL_DURABLE, out);
+}
+
+int ckpt_save_start_at(ckpt_checkpointer* cp, int64_t step, const ckpt_state* state, const ckpt_save_options* options,
+                       int level, ckpt_save** out) {
   if (cp == nullptr || state == nullptr || out == nullptr)
     return Invalid("ckpt_save_start: cp, state and out are required");
+  if (level != CKPT_LEVEL_DURABLE && level != CKPT_LEVEL_MEMORY) return Invalid("ckpt_save_start_at: unknown level");
   ckpt::SaveOptions so;
+  so.level = LevelOf(level);
   if (options != nullptr) {
     if (options->metadata_count > 0 && (options->metadata_keys == nullptr || options->metadata_values == nullptr))
       return Invalid("ckpt_save_start_with: metadata_count without metadata_keys and metadata_values");
@@ -322,9 +425,42 @@ int ckpt_save_times(ckpt_save* save, double* stall_s, double* commit_s) {
 void ckpt_save_free(ckpt_save* save) { delete save; }
 
 int ckpt_load(ckpt_checkpointer* cp, int64_t step, ckpt_state* state) {
+  return ckpt_load_at(cp, step, state, CKPT_LEVEL_DURABLE, nullptr);
+}
+
+void ckpt_load_stats_init(ckpt_load_stats* stats) {
+  if (stats == nullptr) return;
+  std::memset(stats, 0, sizeof(*stats));
+  stats->struct_size = sizeof(*stats);
+}
+
+int ckpt_load_at(ckpt_checkpointer* cp, int64_t step, ckpt_state* state, int level, ckpt_load_stats* stats) {
   if (cp == nullptr || state == nullptr) return Invalid("ckpt_load: cp and state are required");
-  auto loaded = cp->cp->Load(state->state, step < 0 ? ckpt::kLatestStep : step);
+  if (level != CKPT_LEVEL_DURABLE && level != CKPT_LEVEL_MEMORY) return Invalid("ckpt_load_at: unknown level");
+  if (stats != nullptr && stats->struct_size == 0) {
+    return Invalid("ckpt_load_at: the stats' struct_size is unset (call ckpt_load_stats_init)");
+  }
+  ckpt::LoadOptions lo;
+  lo.level = LevelOf(level);
+  auto loaded = cp->cp->Load(state->state, step < 0 ? ckpt::kLatestStep : step, lo);
   if (!loaded.ok()) return Fail(loaded.status());
+  if (stats != nullptr) {
+    // Only the fields the caller's struct holds.
+    ckpt_load_stats s;
+    ckpt_load_stats_init(&s);
+    s.step = loaded->step;
+    s.level = loaded->level == ckpt::SaveLevel::kMemory ? CKPT_LEVEL_MEMORY : CKPT_LEVEL_DURABLE;
+    s.seconds = loaded->seconds;
+    s.bytes_read = loaded->bytes_read;
+    s.bytes_from_memory = loaded->bytes_from_memory;
+    s.bytes_from_peers = loaded->bytes_from_peers;
+    s.bytes_from_storage = loaded->bytes_from_storage;
+    s.bytes_rebuilt_from_parity = loaded->bytes_rebuilt_from_parity;
+    s.memory_pieces_lost = loaded->memory_pieces_lost;
+    const size_t keep = stats->struct_size;
+    std::memcpy(stats, &s, std::min(keep, sizeof(s)));
+    stats->struct_size = keep;
+  }
   for (ckpt_state::BlobOut& o : state->outs) {
     if (o.bytes.size() > o.capacity) {
       return Fail(absl::InvalidArgumentError("blob '" + o.name + "' holds " + std::to_string(o.bytes.size()) +

@@ -297,6 +297,69 @@ int main(int argc, char** argv) {
   CHECK(memcmp(top, w, sizeof(float) * ROWS / 2 * COLS) == 0, "the delta step's top half differs");
   CHECK(memcmp(bottom, w + ROWS / 2 * COLS, sizeof(float) * ROWS / 2 * COLS) == 0, "its bottom half differs");
 
+  /* The memory level, erasure coded RS(4+2) over six peer memories of this
+   * process (piece j in memory j): a save at CKPT_LEVEL_MEMORY, then a load
+   * through a seventh memory with memories 0 and 1 gone, so that data
+   * pieces 0 and 1 are rebuilt from parity; nothing is read from the root. */
+  {
+    const char* token = "capi-memory-token-0123456789";
+    ckpt_peer_memory* mem[7];
+    const char* eps[7];
+    for (int i = 0; i < 7; ++i) {
+      char domain[16];
+      snprintf(domain, sizeof domain, "node-%d", i);
+      CHECK(ckpt_peer_memory_start(token, domain, NULL, 0, &mem[i]) == CKPT_OK, "peer memory %d: %s", i,
+            ckpt_last_error());
+      eps[i] = ckpt_peer_memory_endpoint(mem[i]);
+    }
+    size_t six[1] = {6}, four[1] = {4};
+    ckpt_memory_route wr;
+    ckpt_memory_route_init(&wr);
+    wr.replicas = eps + 1;
+    wr.replica_count = 5;
+    wr.holders = eps;
+    wr.holder_counts = six;
+    wr.owner_count = 1;
+    wr.erasure_k = 4;
+    wr.erasure_m = 2;
+    ckpt_options mo;
+    ckpt_options_init(&mo);
+    mo.uri = argv[1];
+    ckpt_checkpointer* mcp = NULL;
+    CHECK(ckpt_open_with_memory(&mo, mem[0], &wr, &mcp) == CKPT_OK, "open with memory: %s", ckpt_last_error());
+    ckpt_save* s = NULL;
+    CHECK(ckpt_save_start_at(mcp, 100, st, NULL, CKPT_LEVEL_MEMORY, &s) == CKPT_OK && ckpt_save_wait(s) == CKPT_OK,
+          "memory save: %s", ckpt_last_error());
+    ckpt_save_free(s);
+    ckpt_close(mcp);
+    wr.erasure_k = 4;
+    wr.erasure_m = 0;
+    CHECK(ckpt_open_with_memory(&mo, mem[0], &wr, &mcp) == CKPT_INVALID_ARGUMENT, "a 4+0 code was taken");
+    ckpt_peer_memory_free(mem[0]);
+    ckpt_peer_memory_free(mem[1]);
+    ckpt_memory_route rd;
+    ckpt_memory_route_init(&rd);
+    rd.holders = eps + 2;
+    rd.holder_counts = four;
+    rd.owner_count = 1;
+    ckpt_checkpointer* rcp = NULL;
+    CHECK(ckpt_open_with_memory(&mo, mem[6], &rd, &rcp) == CKPT_OK, "open the reader: %s", ckpt_last_error());
+    memset(top, 0, sizeof(float) * ROWS / 2 * COLS);
+    memset(bottom, 0, sizeof(float) * ROWS / 2 * COLS);
+    ckpt_load_stats ls;
+    ckpt_load_stats_init(&ls);
+    CHECK(ckpt_load_at(rcp, 100, target, CKPT_LEVEL_MEMORY, &ls) == CKPT_OK, "memory load: %s", ckpt_last_error());
+    CHECK(memcmp(top, w, sizeof(float) * ROWS / 2 * COLS) == 0, "the memory step's top half differs");
+    CHECK(memcmp(bottom, w + ROWS / 2 * COLS, sizeof(float) * ROWS / 2 * COLS) == 0, "its bottom half differs");
+    CHECK(ls.step == 100 && ls.level == CKPT_LEVEL_MEMORY && ls.bytes_from_storage == 0, "stats: step %lld level %d",
+          (long long)ls.step, ls.level);
+    CHECK(ls.bytes_from_peers > 0 && ls.bytes_rebuilt_from_parity > 0 && ls.memory_pieces_lost >= 2,
+          "stats: %lld from peers, %lld rebuilt, %lld pieces lost", (long long)ls.bytes_from_peers,
+          (long long)ls.bytes_rebuilt_from_parity, (long long)ls.memory_pieces_lost);
+    ckpt_close(rcp);
+    for (int i = 2; i < 7; ++i) ckpt_peer_memory_free(mem[i]);
+  }
+
   ckpt_state_free(target);
   ckpt_state_free(st);
   ckpt_close(cp);
