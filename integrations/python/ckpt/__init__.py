@@ -21,7 +21,8 @@ import atexit as _atexit
 import logging as _logging
 
 from . import errors as _errors
-from ._ckpt import LATEST, Checkpointer, IntervalPolicy, PeerMemory, SaveHandle, State, dtype_size, place_replicas
+from ._ckpt import (LATEST, Checkpointer, IntervalPolicy, PeerMemory, SaveHandle, State, dtype_size, place_erasure,
+                    place_replicas)
 from ._ckpt import _set_error_classes, _set_log_handler, _stop_logging
 from .errors import *  # noqa: F401,F403  (ckpt.Error, ckpt.DataLossError, ...)
 
@@ -46,7 +47,7 @@ _set_log_handler(_log)
 _atexit.register(_stop_logging)
 
 __all__ = ["LATEST", "Checkpointer", "IntervalPolicy", "PeerMemory", "SaveHandle", "State", "add_array", "dtype_size",
-           "place_replicas"] + _errors.__all__
+           "place_erasure", "place_replicas"] + _errors.__all__
 
 
 def add_array(state, name, array, global_shape=None, offsets=None, dtype=None):
