@@ -486,13 +486,24 @@ std::vector<PieceSource> PeerStorageImpl::FindPieces(std::string_view path) {
   const size_t slash = path.rfind('/');
   const std::string dir(slash == std::string_view::npos ? std::string_view() : path.substr(0, slash));
   const std::string_view name = path.substr(slash == std::string_view::npos ? 0 : slash + 1);
-  for (const std::string& ep : Holders(path)) {
-    auto entries = pool_.With<std::vector<DirEntry>>(ep, [&](PeerConnection& c) { return c.List(dir); });
-    if (!entries.ok()) continue;  // gone, or holding nothing there
-    for (const DirEntry& e : *entries) {
+  // Every holder's listing at once: one round trip, not one per holder.
+  const std::vector<std::string> holders = Holders(path);
+  std::vector<absl::StatusOr<std::vector<DirEntry>>> listed(holders.size(), absl::UnknownError(""));
+  {
+    const auto list = [&](size_t h) {
+      listed[h] = pool_.With<std::vector<DirEntry>>(holders[h], [&](PeerConnection& c) { return c.List(dir); });
+    };
+    std::vector<std::thread> threads;
+    for (size_t h = 1; h < holders.size(); ++h) threads.emplace_back(list, h);
+    if (!holders.empty()) list(0);
+    for (auto& t : threads) t.join();
+  }
+  for (size_t h = 0; h < holders.size(); ++h) {
+    if (!listed[h].ok()) continue;  // gone, or holding nothing there
+    for (const DirEntry& e : *listed[h]) {
       std::string_view base;
       const std::optional<int> j = e.is_dir ? std::nullopt : PieceOfPath(e.name, &base);
-      if (j && base == name) out.push_back({*j, ep, nullptr});
+      if (j && base == name) out.push_back({*j, holders[h], nullptr});
     }
   }
   // Data pieces first, this memory's before a peer's.
