@@ -253,6 +253,46 @@ TEST(Cluster, AnIsolatedHostCommitsNothingAndTheJobGrowsBackWhenItReturns) {
   coord.Stop();
 }
 
+// After a memory-level job of six workers whose workers 4 and 5 were
+// SIGKILLed (the others must finish): stops the coordinator, checks that it
+// restored memory step 14 from peers' memory, and returns the workers' logs.
+std::string AfterTwoWorkersLost(const TempDir& dir, std::vector<pid_t>& workers, CoordinatorProcess& coord) {
+  for (int i = 0; i < 6; ++i) {
+    const int rc = WaitExit(workers[i]);
+    if (i >= 4) {
+      EXPECT_EQ(rc, 128 + SIGKILL) << i;
+    } else {
+      EXPECT_EQ(rc, 0) << "worker " << i << ": " << ReadFile(dir.Join(StrCat("worker", i, ".out")));
+    }
+  }
+  coord.Stop();
+  const std::string log = ReadFile(coord.log);
+  EXPECT_NE(log.find("restore memory step 14 from peers' memory"), std::string::npos) << log;
+  std::string logs;
+  for (int i = 0; i < 6; ++i) logs += ReadFile(dir.Join(StrCat("worker", i, ".log")));
+  return logs;
+}
+
+// The sum of `field` over the restore lines of generation 2's four ranks,
+// each of which must have restored memory step 14 reading nothing from
+// storage; -1 when a line or its field is missing.
+int64_t SumOverMemoryRestores(const std::string& logs, const std::string& field) {
+  int64_t sum = 0;
+  for (int r = 0; r < 4; ++r) {
+    const std::string line = StrCat("generation=2 rank=", r, " world=4 restore=14 level=memory");
+    const size_t at = logs.find(line);
+    EXPECT_NE(at, std::string::npos) << line << "\n" << logs;
+    if (at == std::string::npos) return -1;
+    const std::string rest = logs.substr(at, logs.find('\n', at) - at);
+    EXPECT_NE(rest.find(" from_storage=0"), std::string::npos) << rest;
+    const size_t p = rest.find(StrCat(" ", field, "="));
+    EXPECT_NE(p, std::string::npos) << rest;
+    if (p == std::string::npos) return -1;
+    sum += std::stoll(rest.substr(p + field.size() + 2));
+  }
+  return sum;
+}
+
 // The memory level across hosts, with nothing but --connect: two workers on
 // each of hosts 1-3 save into peers' memory every 2 steps (each process
 // listens on, and advertises, its host's address toward the coordinator; its
@@ -278,32 +318,8 @@ TEST(Cluster, TheMemoryLevelAcrossHostsRestoresALostHostsRanksFromPeers) {
     if (host == 3) args.insert(args.end(), {"--kill-after-commit", "14"});
     workers.push_back(Spawn(c.On(host, args), dir.Join(StrCat("worker", i, ".out"))));
   }
-  for (int i = 0; i < 6; ++i) {
-    const int rc = WaitExit(workers[i]);
-    if (i >= 4) {
-      EXPECT_EQ(rc, 128 + SIGKILL) << i;
-    } else {
-      EXPECT_EQ(rc, 0) << "worker " << i << ": " << ReadFile(dir.Join(StrCat("worker", i, ".out")));
-    }
-  }
-  coord.Stop();
-  const std::string log = ReadFile(coord.log);
-  EXPECT_NE(log.find("restore memory step 14 from peers' memory"), std::string::npos) << log;
-  // The processes advertised their hosts' addresses, not loopback.
-  std::string logs;
-  for (int i = 0; i < 6; ++i) logs += ReadFile(dir.Join(StrCat("worker", i, ".log")));
-  int64_t from_peers = 0;
-  for (int r = 0; r < 4; ++r) {
-    const std::string line = StrCat("generation=2 rank=", r, " world=4 restore=14 level=memory");
-    const size_t at = logs.find(line);
-    ASSERT_NE(at, std::string::npos) << line << "\n" << logs << log;
-    const std::string rest = logs.substr(at, logs.find('\n', at) - at);
-    EXPECT_NE(rest.find(" from_storage=0"), std::string::npos) << rest;
-    const size_t p = rest.find(" from_peers=");
-    ASSERT_NE(p, std::string::npos) << rest;
-    from_peers += std::stoll(rest.substr(p + 12));
-  }
-  EXPECT_GT(from_peers, 0) << logs;
+  const std::string logs = AfterTwoWorkersLost(dir, workers, coord);
+  EXPECT_GT(SumOverMemoryRestores(logs, "from_peers"), 0) << logs;
   auto storage = OpenStorage(dir.Join("root"));
   ASSERT_OK(storage);
   EXPECT_OK(IsTheUninterruptedRun(**storage, kSteps));
@@ -335,31 +351,8 @@ TEST(Cluster, TwoHostsLostMidSaveRestoreFromErasureCodedPiecesOnTheOthers) {
     if (i >= 4) args.insert(args.end(), {"--kill-during-save", "16"});
     workers.push_back(Spawn(c.On(1 + i, args), dir.Join(StrCat("worker", i, ".out"))));
   }
-  for (int i = 0; i < 6; ++i) {
-    const int rc = WaitExit(workers[i]);
-    if (i >= 4) {
-      EXPECT_EQ(rc, 128 + SIGKILL) << i;
-    } else {
-      EXPECT_EQ(rc, 0) << "worker " << i << ": " << ReadFile(dir.Join(StrCat("worker", i, ".out")));
-    }
-  }
-  coord.Stop();
-  const std::string log = ReadFile(coord.log);
-  EXPECT_NE(log.find("restore memory step 14 from peers' memory"), std::string::npos) << log;
-  std::string logs;
-  for (int i = 0; i < 6; ++i) logs += ReadFile(dir.Join(StrCat("worker", i, ".log")));
-  int64_t rebuilt = 0;
-  for (int r = 0; r < 4; ++r) {
-    const std::string line = StrCat("generation=2 rank=", r, " world=4 restore=14 level=memory");
-    const size_t at = logs.find(line);
-    ASSERT_NE(at, std::string::npos) << line << "\n" << logs << log;
-    const std::string rest = logs.substr(at, logs.find('\n', at) - at);
-    EXPECT_NE(rest.find(" from_storage=0"), std::string::npos) << rest;
-    const size_t p = rest.find(" rebuilt=");
-    ASSERT_NE(p, std::string::npos) << rest;
-    rebuilt += std::stoll(rest.substr(p + 9));
-  }
-  EXPECT_GT(rebuilt, 0) << logs;
+  const std::string logs = AfterTwoWorkersLost(dir, workers, coord);
+  EXPECT_GT(SumOverMemoryRestores(logs, "rebuilt"), 0) << logs;
   EXPECT_EQ(logs.find("committed memory step 16"), std::string::npos) << logs;
   auto storage = OpenStorage(dir.Join("root"));
   ASSERT_OK(storage);
