@@ -321,6 +321,7 @@ class ErasureMemoryLevel : public ::testing::Test {
           o.world_size = kHosts;
           o.communicator = comms[static_cast<size_t>(r)];
           o.engine_options.block_size = 64 << 10;
+          o.engine_options.staging_bytes = 4 << 20;  // the state is 300 KiB a rank
           o.memory_storage = storage;
           CKPT_ASSIGN_OR_RETURN(auto cp, Checkpointer::Open(o));
           std::vector<OwnedShard> shards = RankShards(r);
@@ -359,6 +360,7 @@ class ErasureMemoryLevel : public ::testing::Test {
     CheckpointerOptions o;
     o.uri = dir_.Join("root");
     o.memory_storage = storage;
+    o.engine_options.staging_bytes = 1;  // loads only
     o.gc_on_open = false;
     CKPT_ASSIGN_OR_RETURN(auto cp, Checkpointer::Open(o));
     std::vector<OwnedShard> out = {EmptyShard(kWeights, Box::Whole(kWeights.shape)),
