@@ -165,7 +165,7 @@ def save_side_by_side(roots, chains, snaps, parts, a):
     cps, stored, seconds = [], [], []
     for root, chain in zip(roots, chains):
         shutil.rmtree(root, ignore_errors=True)
-        cps.append(_ckpt.Checkpointer(root, codec="auto", delta_chain=chain, direct_io=False))
+        cps.append(_ckpt.Checkpointer(root, codec="auto", delta_chain=chain))
         stored.append([])
         seconds.append(0.0)
     for i, snap in enumerate(snaps):

@@ -293,7 +293,7 @@ absl::StatusOr<EncodedBlock> BlockCodec::Encode(Codec codec, DType dtype, absl::
     return absl::InvalidArgumentError(StrCat("unknown codec ", static_cast<int>(codec)));
   }
   const size_t n = raw.size() / width;
-  const bool rotate = IsFloatingPoint(dtype);
+  const bool rotate = rotate_floats_ && IsFloatingPoint(dtype);
   planes_.resize(raw.size());
   internal::SplitBytePlanes(width, raw.data(), n, rotate, planes_.data(), true);
 

@@ -48,6 +48,10 @@ class BlockCodec {
   static size_t MaxStoredBytes(size_t raw_len);
 
   void set_level(int zstd_level) { level_ = zstd_level; }
+  /// Whether shuffle-zstd rotates floating-point elements so that their
+  /// exponent bits lead (kFlagRotated). A delta's elements are small
+  /// integers, which the rotation would spread over one more plane.
+  void set_rotate_floats(bool rotate) { rotate_floats_ = rotate; }
 
   /// Compresses `raw` into `out` (capacity >= MaxStoredBytes). Returns
   /// codec kNone, leaving `out` unspecified, when compression would not
@@ -66,6 +70,7 @@ class BlockCodec {
   size_t CompressBytePlane(absl::Span<const std::byte> in, std::byte* out, size_t cap);
 
   int level_;
+  bool rotate_floats_ = true;
   ZSTD_CCtx_s* cctx_ = nullptr;
   ZSTD_CCtx_s* plane_cctx_ = nullptr;
   bool plane_ready_ = false;

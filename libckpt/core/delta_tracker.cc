@@ -31,6 +31,9 @@ absl::StatusOr<std::vector<std::optional<ManifestBase>>> DeltaTracker::Plan(
     } else if (base_fits && !c.rebase && c.links < options_.chain) {
       plan.kind = Kind::kDelta;
       p.delta_reference = c.base->data();
+      // The first delta against a base learns what the chunk would store
+      // compressed whole.
+      p.delta_probe = c.links == 0;
       keep_alive->push_back(c.base);
       bases[i] = c.base_id;
       ++c.links;
@@ -50,7 +53,8 @@ absl::StatusOr<std::vector<std::optional<ManifestBase>>> DeltaTracker::Plan(
   return bases;
 }
 
-void DeltaTracker::Written(int64_t step, uint64_t save_id, const std::vector<uint64_t>& stored) {
+void DeltaTracker::Written(int64_t step, uint64_t save_id, const std::vector<uint64_t>& stored,
+                           const std::vector<uint64_t>& whole) {
   std::lock_guard<std::mutex> lock(mu_);
   auto it = inflight_.find(step);
   if (it == inflight_.end()) return;
@@ -64,10 +68,12 @@ void DeltaTracker::Written(int64_t step, uint64_t save_id, const std::vector<uin
       ch.pending_stored = stored[i];
     } else if (p.kind == Kind::kDelta && ch.base_stored > 0) {
       const double delta = static_cast<double>(stored[i]);
-      const double whole = static_cast<double>(ch.base_stored);
-      if (ch.links <= 1 && delta > kNoGain * whole) {
-        // Even the first delta does not pay: save it whole for a while and
-        // free its base.
+      const double base = static_cast<double>(ch.base_stored);
+      const uint64_t compressed = i < whole.size() ? whole[i] : 0;
+      if ((ch.links <= 1 && delta > kNoGain * base) || (compressed > 0 && stored[i] >= compressed)) {
+        // Even the first delta does not pay: against its base's bytes, or
+        // against the chunk compressed whole, which a load reads without
+        // reading a base. Save it whole for a while and free its base.
         ch.whole_left = options_.chain;
         ch.base.reset();
         ch.links = 0;
@@ -80,7 +86,7 @@ void DeltaTracker::Written(int64_t step, uint64_t save_id, const std::vector<uin
       const double average = static_cast<double>(ch.cycle_stored) / std::max(1, ch.cycle_saves);
       ch.cycle_stored += stored[i];
       ++ch.cycle_saves;
-      if (delta > average || delta > options_.rebase_ratio * whole) ch.rebase = true;
+      if (delta > average || delta > options_.rebase_ratio * base) ch.rebase = true;
     }
   }
 }

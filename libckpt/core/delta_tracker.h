@@ -43,9 +43,12 @@ class DeltaTracker {
   absl::StatusOr<std::vector<std::optional<ManifestBase>>> Plan(int64_t step, SavePieces& pieces,
                                                                 std::vector<std::shared_ptr<const void>>* keep_alive);
 
-  /// The save's data file is durable: `stored[i]` is tile i's stored bytes.
-  /// Measures each delta against its base's whole size.
-  void Written(int64_t step, uint64_t save_id, const std::vector<uint64_t>& stored);
+  /// The save's data file is durable: `stored[i]` is tile i's stored bytes,
+  /// and `whole[i]` (0: not measured) what it would have stored compressed
+  /// whole. Measures each delta against its base's whole size, and the
+  /// first delta of a base also against its chunk compressed whole.
+  void Written(int64_t step, uint64_t save_id, const std::vector<uint64_t>& stored,
+               const std::vector<uint64_t>& whole = {});
 
   /// The save committed (its captures become bases) or failed (they are
   /// dropped, and so are the bases of its deltas: those chunks are saved

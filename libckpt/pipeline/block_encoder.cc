@@ -21,6 +21,7 @@ absl::StatusOr<IndexEntry> EncodeBlockInPlace(BlockCodec& codec, const BlockEnco
     t.flags = kFlagBareBlock;
   } else if (how.codec != Codec::kNone) {
     codec.set_level(how.zstd_level);
+    codec.set_rotate_floats(!how.delta);
     CKPT_ASSIGN_OR_RETURN(EncodedBlock enc,
                           codec.Encode(how.codec, dtype, absl::Span<const std::byte>(slot, raw_len), scratch));
     if (enc.codec != Codec::kNone) {

@@ -74,6 +74,36 @@ TEST(BlockEncoder, EveryCodecsFramePassesTheReadersChecksAndDecodesBack) {
   }
 }
 
+// A delta's elements are small integers (zig-zag differences), not
+// floats: shuffling them unrotated keeps a difference under 128 within one
+// byte plane. The same bytes as a whole float block are rotated.
+TEST(BlockEncoder, FloatDeltasAreShuffledUnrotated) {
+  BlockCodec codec;
+  std::vector<std::byte> scratch(BlockCodec::MaxStoredBytes(1 << 16));
+  std::vector<std::byte> diffs(1 << 16);
+  std::mt19937_64 rng(3);
+  for (size_t i = 0; i < diffs.size(); i += 2) diffs[i] = static_cast<std::byte>(rng() % 128);
+  for (bool delta : {false, true}) {
+    Slot slot(diffs);
+    BlockEncoding how{true, Codec::kShuffleZstd, 1};
+    how.delta = delta;
+    how.raw_hash = 99;
+    auto e = EncodeBlockInPlace(codec, how, DType::kBF16, 3, slot.buf.data(), static_cast<uint32_t>(diffs.size()),
+                                absl::Span<std::byte>(scratch));
+    ASSERT_TRUE(e.ok()) << e.status();
+    ASSERT_EQ(e->codec, static_cast<uint8_t>(Codec::kShuffleZstd));
+    EXPECT_EQ((e->flags & kFlagRotated) != 0, !delta);
+    EXPECT_EQ((e->flags & kFlagDelta) != 0, delta);
+    std::vector<std::byte> back(diffs.size());
+    ASSERT_TRUE(codec
+                    .Decode(Codec::kShuffleZstd, e->elem_width, e->flags,
+                            absl::Span<const std::byte>(slot.buf.data(), e->stored_len), absl::Span<std::byte>(back),
+                            "test")
+                    .ok());
+    EXPECT_EQ(back, diffs);
+  }
+}
+
 TEST(BlockEncoder, BareBlocksAreWrittenExactlyAsStaged) {
   BlockCodec codec;
   std::vector<std::byte> scratch(BlockCodec::MaxStoredBytes(1 << 16));
