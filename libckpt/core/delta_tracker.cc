@@ -28,6 +28,9 @@ absl::StatusOr<std::vector<std::optional<ManifestBase>>> DeltaTracker::Plan(
     const bool base_fits = c.base != nullptr && c.base->size() >= p.bytes && c.base_id.step < step;
     if (c.whole_left > 0) {
       --c.whole_left;
+      // Saved whole because that stored less than its delta: compressed,
+      // whatever codec auto would choose, so it never stores more.
+      p.compress_whole = c.compress_whole;
     } else if (base_fits && !c.rebase && c.links < options_.chain) {
       plan.kind = Kind::kDelta;
       p.delta_reference = c.base->data();
@@ -70,11 +73,13 @@ void DeltaTracker::Written(int64_t step, uint64_t save_id, const std::vector<uin
       const double delta = static_cast<double>(stored[i]);
       const double base = static_cast<double>(ch.base_stored);
       const uint64_t compressed = i < whole.size() ? whole[i] : 0;
-      if ((ch.links <= 1 && delta > kNoGain * base) || (compressed > 0 && stored[i] >= compressed)) {
+      const bool beaten = compressed > 0 && stored[i] >= compressed;
+      if ((ch.links <= 1 && delta > kNoGain * base) || beaten) {
         // Even the first delta does not pay: against its base's bytes, or
         // against the chunk compressed whole, which a load reads without
         // reading a base. Save it whole for a while and free its base.
         ch.whole_left = options_.chain;
+        ch.compress_whole = beaten;
         ch.base.reset();
         ch.links = 0;
         continue;

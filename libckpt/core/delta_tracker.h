@@ -78,6 +78,9 @@ class DeltaTracker {
     int links = 0;        ///< deltas planned against `base`
     bool rebase = false;  ///< the last delta stopped paying
     int whole_left = 0;   ///< saves left to store whole, keeping nothing
+    /// Those saves compress it (its first delta stored no less than it
+    /// compressed whole).
+    bool compress_whole = false;
     // A whole save in flight that becomes the base once committed.
     std::shared_ptr<AlignedBuffer> pending;
     int64_t pending_step = -1;

@@ -171,8 +171,9 @@ absl::Status SaveEngine::Run(std::shared_ptr<SaveJob> job, std::vector<SavePiece
   }
   j.index.assign(nblocks, IndexEntry{});
   for (const SavePiece& p : pieces) {
-    if (p.delta_reference == nullptr && p.delta_capture == nullptr) continue;
-    if (!j.writer->frames_blocks()) {
+    const bool delta = p.delta_reference != nullptr || p.delta_capture != nullptr;
+    if (!delta && !p.compress_whole) continue;
+    if (delta && !j.writer->frames_blocks()) {
       return absl::InvalidArgumentError(StrCat("rank ", j.rank, " step ", j.step,
                                                ": deltas are stored in ckpt data files only, not in this container"));
     }
@@ -183,6 +184,7 @@ absl::Status SaveEngine::Run(std::shared_ptr<SaveJob> job, std::vector<SavePiece
       if (p.delta_reference != nullptr) d.reference = p.delta_reference + at;
       if (p.delta_capture != nullptr) d.capture = p.delta_capture + at;
       d.probe = p.delta_probe && p.delta_reference != nullptr;
+      d.compress_whole = p.compress_whole;
     }
     if (p.delta_probe && j.whole_stored.empty()) j.whole_stored.assign(nblocks, 0);
   }
@@ -625,11 +627,13 @@ void SaveEngine::ProcessBlock(WorkItem& item, BlockCodec& codec, std::byte* out)
   }
   // A delta is mostly zero bytes: it is worth storing compressed whatever
   // the codec asked for, and its ratio says nothing about the auto
-  // chooser's next whole block.
-  const bool automatic = job->codec == Codec::kAuto && !how.delta;
+  // chooser's next whole block. A block saved whole because that stores
+  // less than its delta is compressed too, costing what its delta did.
+  const bool compress_whole = delta != nullptr && delta->compress_whole && job->codec == Codec::kAuto;
+  const bool automatic = job->codec == Codec::kAuto && !how.delta && !compress_whole;
   if (automatic) {
     how.codec = auto_->Choose(item.dtype, item.raw_len, *job->sink);
-  } else if (how.delta && (job->codec == Codec::kNone || job->codec == Codec::kAuto)) {
+  } else if (compress_whole || (how.delta && (job->codec == Codec::kNone || job->codec == Codec::kAuto))) {
     how.codec = Codec::kShuffleZstd;
   } else {
     how.codec = job->codec;

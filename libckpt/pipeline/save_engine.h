@@ -74,6 +74,9 @@ struct SavePiece {
   /// With delta_reference: each block is also compressed whole, to learn
   /// whether its delta is worth storing (SaveJob::whole_stored).
   bool delta_probe = false;
+  /// Compressed with shuffle-zstd where the codec is auto: a chunk saved
+  /// whole because that stores less than its delta.
+  bool compress_whole = false;
   // Filled by Run:
   uint64_t first_block = 0;
   uint64_t block_count = 0;
@@ -148,6 +151,7 @@ struct SaveJob {
     const std::byte* reference = nullptr;
     std::byte* capture = nullptr;
     bool probe = false;
+    bool compress_whole = false;
   };
   std::vector<BlockDelta> deltas;
   /// Per block of a probed piece (SavePiece::delta_probe): its bytes

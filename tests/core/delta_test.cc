@@ -178,6 +178,12 @@ TEST(Delta, ATensorThatCompressesBetterWholeThanAsADeltaIsSavedWhole) {
   EXPECT_LT(static_cast<double>(stats[20].bytes_stored), 0.9 * raw);
   EXPECT_EQ(BaseStepOf(m[20], "fresh"), 10);
   for (int64_t step : {30, 40, 50, 60}) EXPECT_EQ(BaseStepOf(m[step], "fresh"), -1) << step;
+  // Saved whole, it is compressed, though auto stores whole blocks raw
+  // here: never more than its delta stored.
+  for (int64_t step : {30, 40, 50}) {
+    EXPECT_LE(stats[step].bytes_stored, stats[20].bytes_stored) << step;
+    EXPECT_LT(static_cast<double>(stats[step].bytes_stored), 0.8 * raw) << step;
+  }
   // The frozen tensor beside it keeps its deltas.
   for (int64_t step : {20, 30, 40, 50}) EXPECT_EQ(BaseStepOf(m[step], "frozen"), 10) << step;
   for (int64_t step = 10; step <= 60; step += 10) ExpectRestores(*cp, step, saved[step]);
