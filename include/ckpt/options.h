@@ -109,10 +109,10 @@ struct CKPT_EXPORT DeltaOptions {
   /// delta stored more than the average of its cycle so far (its base and
   /// the deltas against it: starting over is then cheaper on average), or
   /// more than this fraction of its base's stored bytes. When even its
-  /// first delta stores over 90 % of the base, or no less than the chunk
-  /// compressed whole (measured on that first delta, unless the codec is
-  /// none), deltas do not pay for it: it is saved whole, keeping no base,
-  /// for the next `chain` saves, then tried again.
+  /// first delta stores over 90 % of the base, deltas do not pay for it: it
+  /// is saved whole, keeping no base, for the next `chain` saves, then
+  /// tried again. With codec auto, bases and those whole saves are
+  /// compressed whatever auto would choose.
   double rebase_ratio = 0.9;
 };
 

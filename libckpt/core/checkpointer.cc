@@ -315,17 +315,13 @@ class Checkpointer::Impl {
       }
       CompleteReport(j, write_s, report.get());
       if (!tile_blocks.empty()) {
-        // What each delta stored, against its base's whole size, and
-        // what the probed ones would have stored compressed whole.
-        std::vector<uint64_t> stored(tile_blocks.size(), 0), whole(tile_blocks.size(), 0);
+        // What each delta stored, against its base's whole size.
+        std::vector<uint64_t> stored(tile_blocks.size(), 0);
         for (size_t i = 0; i < tile_blocks.size(); ++i) {
-          for (uint64_t b = 0; b < tile_blocks[i].second; ++b) {
-            const uint64_t block = tile_blocks[i].first + b;
-            stored[i] += j.index[block].stored_len;
-            if (block < j.whole_stored.size()) whole[i] += j.whole_stored[block];
-          }
+          for (uint64_t b = 0; b < tile_blocks[i].second; ++b)
+            stored[i] += j.index[tile_blocks[i].first + b].stored_len;
         }
-        delta_.Written(j.step, j.save_id, stored, whole);
+        delta_.Written(j.step, j.save_id, stored);
       }
       {
         std::lock_guard<std::mutex> lock(shared->mu);

@@ -28,15 +28,12 @@ absl::StatusOr<std::vector<std::optional<ManifestBase>>> DeltaTracker::Plan(
     const bool base_fits = c.base != nullptr && c.base->size() >= p.bytes && c.base_id.step < step;
     if (c.whole_left > 0) {
       --c.whole_left;
-      // Saved whole because that stored less than its delta: compressed,
-      // whatever codec auto would choose, so it never stores more.
-      p.compress_whole = c.compress_whole;
+      // Saved whole because its delta did not pay: compressed, whatever
+      // auto would choose, as its delta was, so it stores no more.
+      p.compress_whole = true;
     } else if (base_fits && !c.rebase && c.links < options_.chain) {
       plan.kind = Kind::kDelta;
       p.delta_reference = c.base->data();
-      // The first delta against a base learns what the chunk would store
-      // compressed whole.
-      p.delta_probe = c.links == 0;
       keep_alive->push_back(c.base);
       bases[i] = c.base_id;
       ++c.links;
@@ -45,6 +42,9 @@ absl::StatusOr<std::vector<std::optional<ManifestBase>>> DeltaTracker::Plan(
       auto capture = std::make_shared<AlignedBuffer>(std::move(buf));
       plan.kind = Kind::kCapture;
       p.delta_capture = capture->data();
+      // A base is read by every load of its chain's steps, and kept as long
+      // as any of them: it is compressed whatever auto would choose.
+      p.compress_whole = true;
       keep_alive->push_back(capture);
       c.pending = std::move(capture);
       c.pending_step = step;
@@ -56,8 +56,7 @@ absl::StatusOr<std::vector<std::optional<ManifestBase>>> DeltaTracker::Plan(
   return bases;
 }
 
-void DeltaTracker::Written(int64_t step, uint64_t save_id, const std::vector<uint64_t>& stored,
-                           const std::vector<uint64_t>& whole) {
+void DeltaTracker::Written(int64_t step, uint64_t save_id, const std::vector<uint64_t>& stored) {
   std::lock_guard<std::mutex> lock(mu_);
   auto it = inflight_.find(step);
   if (it == inflight_.end()) return;
@@ -72,14 +71,10 @@ void DeltaTracker::Written(int64_t step, uint64_t save_id, const std::vector<uin
     } else if (p.kind == Kind::kDelta && ch.base_stored > 0) {
       const double delta = static_cast<double>(stored[i]);
       const double base = static_cast<double>(ch.base_stored);
-      const uint64_t compressed = i < whole.size() ? whole[i] : 0;
-      const bool beaten = compressed > 0 && stored[i] >= compressed;
-      if ((ch.links <= 1 && delta > kNoGain * base) || beaten) {
-        // Even the first delta does not pay: against its base's bytes, or
-        // against the chunk compressed whole, which a load reads without
-        // reading a base. Save it whole for a while and free its base.
+      if (ch.links <= 1 && delta > kNoGain * base) {
+        // Even the first delta does not pay: save it whole (compressed) for
+        // a while and free its base.
         ch.whole_left = options_.chain;
-        ch.compress_whole = beaten;
         ch.base.reset();
         ch.links = 0;
         continue;

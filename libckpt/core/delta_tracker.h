@@ -43,12 +43,9 @@ class DeltaTracker {
   absl::StatusOr<std::vector<std::optional<ManifestBase>>> Plan(int64_t step, SavePieces& pieces,
                                                                 std::vector<std::shared_ptr<const void>>* keep_alive);
 
-  /// The save's data file is durable: `stored[i]` is tile i's stored bytes,
-  /// and `whole[i]` (0: not measured) what it would have stored compressed
-  /// whole. Measures each delta against its base's whole size, and the
-  /// first delta of a base also against its chunk compressed whole.
-  void Written(int64_t step, uint64_t save_id, const std::vector<uint64_t>& stored,
-               const std::vector<uint64_t>& whole = {});
+  /// The save's data file is durable: `stored[i]` is tile i's stored bytes.
+  /// Measures each delta against its base's whole size.
+  void Written(int64_t step, uint64_t save_id, const std::vector<uint64_t>& stored);
 
   /// The save committed (its captures become bases) or failed (they are
   /// dropped, and so are the bases of its deltas: those chunks are saved
@@ -78,9 +75,6 @@ class DeltaTracker {
     int links = 0;        ///< deltas planned against `base`
     bool rebase = false;  ///< the last delta stopped paying
     int whole_left = 0;   ///< saves left to store whole, keeping nothing
-    /// Those saves compress it (its first delta stored no less than it
-    /// compressed whole).
-    bool compress_whole = false;
     // A whole save in flight that becomes the base once committed.
     std::shared_ptr<AlignedBuffer> pending;
     int64_t pending_step = -1;

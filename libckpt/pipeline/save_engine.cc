@@ -183,10 +183,8 @@ absl::Status SaveEngine::Run(std::shared_ptr<SaveJob> job, std::vector<SavePiece
       SaveJob::BlockDelta& d = j.deltas[p.first_block + b];
       if (p.delta_reference != nullptr) d.reference = p.delta_reference + at;
       if (p.delta_capture != nullptr) d.capture = p.delta_capture + at;
-      d.probe = p.delta_probe && p.delta_reference != nullptr;
       d.compress_whole = p.compress_whole;
     }
-    if (p.delta_probe && j.whole_stored.empty()) j.whole_stored.assign(nblocks, 0);
   }
   j.counters->blocks_total = static_cast<int64_t>(nblocks);
   j.sink = RegisterWith(j.storage);
@@ -609,17 +607,6 @@ void SaveEngine::ProcessBlock(WorkItem& item, BlockCodec& codec, std::byte* out)
   const SaveJob::BlockDelta* delta = job->deltas.empty() ? nullptr : &job->deltas[item.block_id];
   if (delta != nullptr && delta->capture != nullptr) std::memcpy(delta->capture, item.slot, item.raw_len);
   if (delta != nullptr && delta->reference != nullptr) {
-    if (delta->probe && job->codec != Codec::kNone) {
-      // The block compressed whole as a whole save would compress it (auto
-      // with shuffle-zstd), in the worker's own buffer: the slot still
-      // holds it raw. A codec of none stores whole blocks raw: no probe.
-      codec.set_level(job->zstd_level);
-      codec.set_rotate_floats(true);
-      const Codec whole_codec = job->codec == Codec::kAuto ? Codec::kShuffleZstd : job->codec;
-      auto whole = codec.Encode(whole_codec, item.dtype, absl::Span<const std::byte>(item.slot, item.raw_len),
-                                absl::Span<std::byte>(out, out_bytes_ - kTrailerSize));
-      job->whole_stored[item.block_id] = whole.ok() && whole->codec != Codec::kNone ? whole->stored_len : item.raw_len;
-    }
     how.delta = true;
     how.raw_hash = Xxh3(item.slot, item.raw_len);
     MakeDelta(absl::Span<std::byte>(item.slot, item.raw_len),
@@ -627,8 +614,10 @@ void SaveEngine::ProcessBlock(WorkItem& item, BlockCodec& codec, std::byte* out)
   }
   // A delta is mostly zero bytes: it is worth storing compressed whatever
   // the codec asked for, and its ratio says nothing about the auto
-  // chooser's next whole block. A block saved whole because that stores
-  // less than its delta is compressed too, costing what its delta did.
+  // chooser's next whole block. The other blocks of a delta chain's
+  // chunks are compressed too (SavePiece::compress_whole): its base, read
+  // by every load of the chain, and a chunk whose deltas did not pay,
+  // which its delta's coding would have cost as much.
   const bool compress_whole = delta != nullptr && delta->compress_whole && job->codec == Codec::kAuto;
   const bool automatic = job->codec == Codec::kAuto && !how.delta && !compress_whole;
   if (automatic) {

@@ -71,11 +71,8 @@ struct SavePiece {
   /// (SaveJob::keep_alive).
   const std::byte* delta_reference = nullptr;
   std::byte* delta_capture = nullptr;
-  /// With delta_reference: each block is also compressed whole, to learn
-  /// whether its delta is worth storing (SaveJob::whole_stored).
-  bool delta_probe = false;
-  /// Compressed with shuffle-zstd where the codec is auto: a chunk saved
-  /// whole because that stores less than its delta.
+  /// Compressed with shuffle-zstd where the codec is auto: a chain's base,
+  /// and a chunk saved whole because its deltas did not pay.
   bool compress_whole = false;
   // Filled by Run:
   uint64_t first_block = 0;
@@ -150,15 +147,9 @@ struct SaveJob {
   struct BlockDelta {
     const std::byte* reference = nullptr;
     std::byte* capture = nullptr;
-    bool probe = false;
     bool compress_whole = false;
   };
   std::vector<BlockDelta> deltas;
-  /// Per block of a probed piece (SavePiece::delta_probe): its bytes
-  /// compressed whole with shuffle-zstd (its raw length where that does not
-  /// shrink it); 0 elsewhere. Each block's entry is written by the worker
-  /// that encodes it.
-  std::vector<uint32_t> whole_stored;
   /// What the pieces' delta pointers point into.
   std::vector<std::shared_ptr<const void>> keep_alive;
 };
