@@ -74,6 +74,20 @@ int64_t BaseStepOf(const Manifest& m, const std::string& fqn) {
   return *steps.begin();
 }
 
+// The manifests of steps first, first + 10, ... last at `uri`.
+std::map<int64_t, Manifest> ManifestsOf(const std::string& uri, int64_t first, int64_t last) {
+  std::map<int64_t, Manifest> m;
+  auto storage = OpenStorage(uri);
+  EXPECT_OK(storage);
+  if (!storage.ok()) return m;
+  for (int64_t step = first; step <= last; step += 10) {
+    auto read = ReadManifest(**storage, step);
+    EXPECT_OK(read);
+    if (read.ok()) m[step] = *read;
+  }
+  return m;
+}
+
 void ExpectRestores(Checkpointer& cp, int64_t step, const std::vector<OwnedShard>& want) {
   std::vector<OwnedShard> out;
   for (const OwnedShard& s : want) out.push_back(EmptyShard(s.spec, s.box));
@@ -102,14 +116,10 @@ TEST(Delta, EveryStepOfAChainRestoresBitExactly) {
     saved[step] = s.shards;
     stats[step] = h->Stats();
   }
+  std::map<int64_t, Manifest> m = ManifestsOf(uri, 10, 90);
+  ASSERT_EQ(m.size(), 9u);
   auto mem = OpenStorage(uri);
   ASSERT_OK(mem);
-  std::map<int64_t, Manifest> m;
-  for (int64_t step = 10; step <= 90; step += 10) {
-    auto read = ReadManifest(**mem, step);
-    ASSERT_OK(read);
-    m[step] = *read;
-  }
   // Step 10 is whole; 20, 30 and 40 are deltas against it (chain 3); 50 is
   // whole again and the base of 60 to 80; 90 starts the next chain.
   EXPECT_TRUE(m[10].bases.empty());
@@ -165,14 +175,8 @@ TEST(Delta, ABaseAndAChunkWhoseDeltaDidNotPayAreCompressedWhole) {
     saved[step] = shards;
     stats[step] = h->Stats();
   }
-  auto storage = OpenStorage(uri);
-  ASSERT_OK(storage);
-  std::map<int64_t, Manifest> m;
-  for (int64_t step = 10; step <= 60; step += 10) {
-    auto read = ReadManifest(**storage, step);
-    ASSERT_OK(read);
-    m[step] = *read;
-  }
+  std::map<int64_t, Manifest> m = ManifestsOf(uri, 10, 60);
+  ASSERT_EQ(m.size(), 6u);
   // The base step is compressed, though auto stores whole blocks raw here:
   // every load of the chain reads it.
   const int64_t raw = fresh.NumElements() * 2;
