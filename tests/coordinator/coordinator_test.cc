@@ -299,26 +299,6 @@ MemoryRun RunMemoryLevel(const TempDir& dir, int kill_domains, int domains = 3, 
   return MemoryRun{AllLogs(dir, n), ReadFile(coord.log)};
 }
 
-// The sum of `field` over the restore lines of generation 2's four ranks,
-// each of which must have restored memory step 14 reading nothing from
-// storage; -1 when a line or its field is missing.
-int64_t SumOverMemoryRestores(const std::string& logs, const std::string& field) {
-  int64_t sum = 0;
-  for (int r = 0; r < 4; ++r) {
-    const std::string line = StrCat("generation=2 rank=", r, " world=4 restore=14 level=memory");
-    const size_t at = logs.find(line);
-    EXPECT_NE(at, std::string::npos) << line << "\n" << logs;
-    if (at == std::string::npos) return -1;
-    const std::string rest = logs.substr(at, logs.find('\n', at) - at);
-    EXPECT_NE(rest.find(" from_storage=0"), std::string::npos) << rest;
-    const size_t p = rest.find(StrCat(" ", field, "="));
-    EXPECT_NE(p, std::string::npos) << rest;
-    if (p == std::string::npos) return -1;
-    sum += std::stoll(rest.substr(p + field.size() + 2));
-  }
-  return sum;
-}
-
 TEST(Coordinator, ALostNodeRestoresTheNewestMemoryStepFromPeers) {
   TempDir dir;
   const MemoryRun run = RunMemoryLevel(dir, 1);
